@@ -1,0 +1,489 @@
+//! The AsyncJobConfig document, and its validation into a [`Job`].
+//!
+//! The document keeps durations and schedules as the strings users write, so the same
+//! struct serves YAML files, the routing ConfigMap and (later) the CRD schema;
+//! [`JobSpec::validate`] is the one place that checks them and names the field at fault.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{CronSchedule, parse_duration};
+
+pub const API_VERSION: &str = "asyncd.example.io/v1";
+pub const KIND: &str = "AsyncJobConfig";
+
+/// One AsyncJobConfig document, exactly as `kubectl apply` would take it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AsyncJobConfig {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: Metadata,
+    pub spec: JobSpec,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Metadata {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Labels, annotations and the rest that Kubernetes adds are accepted and ignored.
+    #[serde(flatten, default, skip_serializing)]
+    pub other: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JobSpec {
+    /// The `type` that submits name; one job per task type.
+    pub task_type: String,
+    pub executor: ExecutorSpec,
+    #[serde(default)]
+    pub retry: RetrySpec,
+    /// Template for a task's unique key, filled from the payload's top-level fields:
+    /// `"order:{order_id}"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unique_key: Option<String>,
+    /// Attempts in flight at once per dispatcher.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kafka: Option<KafkaSpec>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cron: Vec<CronSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scaling: Option<ScalingSpec>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExecutorSpec {
+    pub url: String,
+    /// Per-attempt timeout; default 30s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Name of an environment variable holding the HMAC signing secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signing_secret_env: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RetrySpec {
+    #[serde(default = "default_max_retries")]
+    pub max_retries: u32,
+    #[serde(default)]
+    pub backoff: BackoffKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_backoff: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_backoff: Option<String>,
+}
+
+impl Default for RetrySpec {
+    fn default() -> Self {
+        Self {
+            max_retries: default_max_retries(),
+            backoff: BackoffKind::default(),
+            initial_backoff: None,
+            max_backoff: None,
+        }
+    }
+}
+
+fn default_max_retries() -> u32 {
+    3
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackoffKind {
+    #[default]
+    Exponential,
+    Fixed,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KafkaSpec {
+    pub topic: String,
+    #[serde(default = "default_partitions")]
+    pub partitions: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer_group: Option<String>,
+}
+
+fn default_partitions() -> u32 {
+    6
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CronSpec {
+    /// Unique within the job; part of each firing's identity.
+    pub name: String,
+    /// `CRON_TZ=Area/City` followed by a 5- or 6-field cron expression.
+    pub schedule: String,
+    #[serde(default)]
+    pub payload: serde_json::Value,
+    #[serde(default)]
+    pub priority: u8,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ScalingSpec {
+    #[serde(default)]
+    pub min_replicas: Option<u32>,
+    #[serde(default)]
+    pub max_replicas: Option<u32>,
+    /// Due-and-undispatched tasks per replica the autoscaler aims for.
+    #[serde(default)]
+    pub target_due_backlog: Option<u32>,
+}
+
+/// A spec that failed validation: the dotted path of the field, and what is wrong.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct SpecError {
+    pub field: String,
+    pub message: String,
+}
+
+impl SpecError {
+    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// A validated job: what the runtime works with.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub name: String,
+    pub task_type: String,
+    pub executor_url: String,
+    pub timeout: Duration,
+    pub signing_secret_env: Option<String>,
+    pub max_retries: u32,
+    pub backoff: BackoffKind,
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+    pub unique_key: Option<String>,
+    pub concurrency: u32,
+    pub kafka: Option<KafkaSpec>,
+    pub cron: Vec<CronEntry>,
+}
+
+#[derive(Debug, Clone)]
+pub struct CronEntry {
+    pub name: String,
+    pub schedule: CronSchedule,
+    pub payload: serde_json::Value,
+    pub priority: u8,
+}
+
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+pub const MAX_RETRIES_LIMIT: u32 = 100;
+
+impl AsyncJobConfig {
+    /// Parses one YAML document and validates it.
+    pub fn from_yaml(text: &str) -> Result<(Self, Job), SpecError> {
+        let doc: Self = serde_yaml::from_str(text)
+            .map_err(|err| SpecError::new("document", err.to_string()))?;
+        let job = doc.validate()?;
+        Ok((doc, job))
+    }
+
+    pub fn validate(&self) -> Result<Job, SpecError> {
+        if self.api_version != API_VERSION {
+            return Err(SpecError::new(
+                "apiVersion",
+                format!("must be {API_VERSION}, not {:?}", self.api_version),
+            ));
+        }
+        if self.kind != KIND {
+            return Err(SpecError::new("kind", format!("must be {KIND}")));
+        }
+        if self.metadata.name.trim().is_empty() {
+            return Err(SpecError::new("metadata.name", "must not be empty"));
+        }
+        self.spec.validate(&self.metadata.name)
+    }
+}
+
+impl JobSpec {
+    pub fn validate(&self, name: &str) -> Result<Job, SpecError> {
+        let task_type = self.task_type.trim();
+        if task_type.is_empty() || task_type.len() > 128 {
+            return Err(SpecError::new(
+                "spec.taskType",
+                "must be 1 to 128 characters",
+            ));
+        }
+        let url = self.executor.url.trim();
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(SpecError::new(
+                "spec.executor.url",
+                format!("{url:?} must be an http:// or https:// URL"),
+            ));
+        }
+        let duration = |field: &str, text: &Option<String>, default: Duration| {
+            text.as_deref()
+                .map(parse_duration)
+                .transpose()
+                .map(|d| d.unwrap_or(default))
+                .map_err(|message| SpecError::new(field, message))
+        };
+        let timeout = duration(
+            "spec.executor.timeout",
+            &self.executor.timeout,
+            DEFAULT_TIMEOUT,
+        )?;
+        if timeout.is_zero() {
+            return Err(SpecError::new(
+                "spec.executor.timeout",
+                "must be above zero",
+            ));
+        }
+        if self.retry.max_retries > MAX_RETRIES_LIMIT {
+            return Err(SpecError::new(
+                "spec.retry.maxRetries",
+                format!("must be at most {MAX_RETRIES_LIMIT}"),
+            ));
+        }
+        let initial_backoff = duration(
+            "spec.retry.initialBackoff",
+            &self.retry.initial_backoff,
+            Duration::from_secs(1),
+        )?;
+        let max_backoff = duration(
+            "spec.retry.maxBackoff",
+            &self.retry.max_backoff,
+            Duration::from_secs(600),
+        )?;
+        if max_backoff < initial_backoff {
+            return Err(SpecError::new(
+                "spec.retry.maxBackoff",
+                "must not be below initialBackoff",
+            ));
+        }
+        if let Some(template) = &self.unique_key {
+            check_template(template).map_err(|m| SpecError::new("spec.uniqueKey", m))?;
+        }
+        if self.concurrency == Some(0) {
+            return Err(SpecError::new("spec.concurrency", "must be at least 1"));
+        }
+        if let Some(kafka) = &self.kafka {
+            if kafka.topic.trim().is_empty() {
+                return Err(SpecError::new("spec.kafka.topic", "must not be empty"));
+            }
+            if kafka.partitions == 0 {
+                return Err(SpecError::new(
+                    "spec.kafka.partitions",
+                    "must be at least 1",
+                ));
+            }
+        }
+        if let Some(scaling) = &self.scaling
+            && let (Some(min), Some(max)) = (scaling.min_replicas, scaling.max_replicas)
+            && max < min
+        {
+            return Err(SpecError::new(
+                "spec.scaling.maxReplicas",
+                "must not be below minReplicas",
+            ));
+        }
+        let mut cron = Vec::with_capacity(self.cron.len());
+        for (index, entry) in self.cron.iter().enumerate() {
+            let field = format!("spec.cron[{index}]");
+            if entry.name.trim().is_empty() {
+                return Err(SpecError::new(format!("{field}.name"), "must not be empty"));
+            }
+            if self.cron[..index].iter().any(|e| e.name == entry.name) {
+                return Err(SpecError::new(
+                    format!("{field}.name"),
+                    format!("{:?} is used twice", entry.name),
+                ));
+            }
+            if entry.priority > 9 {
+                return Err(SpecError::new(format!("{field}.priority"), "must be 0..=9"));
+            }
+            let schedule = CronSchedule::parse(&entry.schedule)
+                .map_err(|m| SpecError::new(format!("{field}.schedule"), m))?;
+            cron.push(CronEntry {
+                name: entry.name.clone(),
+                schedule,
+                payload: entry.payload.clone(),
+                priority: entry.priority,
+            });
+        }
+        Ok(Job {
+            name: name.to_string(),
+            task_type: task_type.to_string(),
+            executor_url: url.to_string(),
+            timeout,
+            signing_secret_env: self.executor.signing_secret_env.clone(),
+            max_retries: self.retry.max_retries,
+            backoff: self.retry.backoff,
+            initial_backoff,
+            max_backoff,
+            unique_key: self.unique_key.clone(),
+            concurrency: self.concurrency.unwrap_or(100),
+            kafka: self.kafka.clone(),
+            cron,
+        })
+    }
+}
+
+fn check_template(template: &str) -> Result<(), String> {
+    let mut open = false;
+    for c in template.chars() {
+        match (c, open) {
+            ('{', false) => open = true,
+            ('}', true) => open = false,
+            ('{', true) | ('}', false) => {
+                return Err(format!("{template:?} has unbalanced braces"));
+            }
+            _ => {}
+        }
+    }
+    if open {
+        return Err(format!("{template:?} has an unclosed '{{'"));
+    }
+    Ok(())
+}
+
+impl Job {
+    /// Renders the job's unique-key template from a payload's top-level fields; `None`
+    /// when the job has no template. A missing field is an error naming it.
+    pub fn render_unique_key(&self, payload: &serde_json::Value) -> Result<Option<String>, String> {
+        let Some(template) = &self.unique_key else {
+            return Ok(None);
+        };
+        let mut out = String::new();
+        let mut rest = template.as_str();
+        while let Some(start) = rest.find('{') {
+            out.push_str(&rest[..start]);
+            let end = rest[start..]
+                .find('}')
+                .map(|e| start + e)
+                .unwrap_or(rest.len());
+            let field = &rest[start + 1..end];
+            let value = payload
+                .get(field)
+                .ok_or_else(|| format!("the job's uniqueKey needs payload field {field:?}"))?;
+            match value {
+                serde_json::Value::String(s) => out.push_str(s),
+                other => out.push_str(&other.to_string()),
+            }
+            rest = &rest[(end + 1).min(rest.len())..];
+        }
+        out.push_str(rest);
+        Ok(Some(out))
+    }
+
+    /// The retry delay after the given failed attempt (1-based), before jitter.
+    pub fn backoff_for(&self, attempt: u32) -> Duration {
+        match self.backoff {
+            BackoffKind::Fixed => self.initial_backoff,
+            BackoffKind::Exponential => {
+                let factor = 2u32.saturating_pow(attempt.saturating_sub(1).min(30));
+                self.initial_backoff
+                    .saturating_mul(factor)
+                    .min(self.max_backoff)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = include_str!("../../config/samples/order-cancel-job.yaml");
+
+    #[test]
+    fn the_committed_sample_is_valid() {
+        let (doc, job) = AsyncJobConfig::from_yaml(SAMPLE).unwrap();
+        assert_eq!(doc.metadata.name, "order-cancel-job");
+        assert_eq!(job.task_type, "cancel_expired_order");
+        assert_eq!(job.timeout, Duration::from_secs(30));
+        assert_eq!(job.max_retries, 3);
+        assert_eq!(job.cron.len(), 1);
+        assert_eq!(job.kafka.as_ref().unwrap().partitions, 6);
+    }
+
+    fn with(edit: impl FnOnce(&mut AsyncJobConfig)) -> SpecError {
+        let (mut doc, _) = AsyncJobConfig::from_yaml(SAMPLE).unwrap();
+        edit(&mut doc);
+        doc.validate().unwrap_err()
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        assert_eq!(
+            with(|d| d.spec.cron[0].schedule = "0 0 * * *".into()).field,
+            "spec.cron[0].schedule"
+        );
+        assert_eq!(
+            with(|d| d.spec.executor.url = "ftp://x".into()).field,
+            "spec.executor.url"
+        );
+        assert_eq!(
+            with(|d| d.spec.executor.timeout = Some("-1s".into())).field,
+            "spec.executor.timeout"
+        );
+        assert_eq!(
+            with(|d| d.spec.retry.max_retries = 1000).field,
+            "spec.retry.maxRetries"
+        );
+        assert_eq!(
+            with(|d| d.spec.task_type = String::new()).field,
+            "spec.taskType"
+        );
+        assert_eq!(
+            with(|d| d.spec.unique_key = Some("order:{id".into())).field,
+            "spec.uniqueKey"
+        );
+        assert_eq!(with(|d| d.kind = "Job".into()).field, "kind");
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let text = SAMPLE.replace("taskType:", "taskTyp: x\n  taskType:");
+        let err = AsyncJobConfig::from_yaml(&text).unwrap_err();
+        assert!(err.message.contains("taskTyp"), "{err}");
+    }
+
+    #[test]
+    fn unique_key_template_renders_from_payload() {
+        let (_, job) = AsyncJobConfig::from_yaml(SAMPLE).unwrap();
+        let key = job
+            .render_unique_key(&serde_json::json!({"order_id": 42}))
+            .unwrap();
+        assert_eq!(key.as_deref(), Some("order:42"));
+        let key = job
+            .render_unique_key(&serde_json::json!({"order_id": "A7"}))
+            .unwrap();
+        assert_eq!(key.as_deref(), Some("order:A7"));
+        assert!(
+            job.render_unique_key(&serde_json::json!({}))
+                .unwrap_err()
+                .contains("order_id")
+        );
+    }
+
+    #[test]
+    fn exponential_backoff_doubles_up_to_the_cap() {
+        let (_, mut job) = AsyncJobConfig::from_yaml(SAMPLE).unwrap();
+        job.initial_backoff = Duration::from_secs(1);
+        job.max_backoff = Duration::from_secs(5);
+        let delays: Vec<_> = (1..=5).map(|a| job.backoff_for(a).as_secs()).collect();
+        assert_eq!(delays, vec![1, 2, 4, 5, 5]);
+    }
+}

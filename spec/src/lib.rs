@@ -1,0 +1,20 @@
+//! The AsyncJobConfig schema and the value types that travel with it.
+//!
+//! Shared by the `asyncd` binary (which reads AsyncJobConfig documents from a folder or a
+//! routing ConfigMap) and the operator (which reconciles them), so a job config means the
+//! same thing on a laptop and in a cluster.
+//!
+//! Layout:
+//! - [`job`]: the document as written (`AsyncJobConfig`), and [`job::JobSpec::validate`],
+//!   which turns it into a [`job::Job`] with parsed durations and schedules, or names the
+//!   field at fault.
+//! - [`schedule`]: cron schedules with a mandatory `CRON_TZ=`, and their DST rules.
+//! - [`duration`]: the human duration strings (`"90s"`, `"3d"`) used everywhere.
+
+pub mod duration;
+pub mod job;
+pub mod schedule;
+
+pub use duration::{format_duration, parse_duration};
+pub use job::{AsyncJobConfig, Job, JobSpec, SpecError};
+pub use schedule::CronSchedule;
