@@ -1,1 +1,153 @@
-fn main() {}
+//! The `asyncd` binary: roles as subcommands.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use asyncd::dispatcher::DispatcherConfig;
+use asyncd::roles::{self, Parts, Settings};
+use clap::{Args, Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser)]
+#[command(
+    name = "asyncd",
+    version,
+    about = "A distributed asynchronous task queue"
+)]
+struct Cli {
+    #[command(subcommand)]
+    role: Role,
+}
+
+#[derive(Subcommand)]
+enum Role {
+    /// Every role in one process on an embedded SQLite store.
+    Dev {
+        /// SQLite database file.
+        #[arg(long, env = "ASYNCD_DB", default_value = "asyncd.db")]
+        db: PathBuf,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// The submit API.
+    Api(Server),
+    /// Claims and dispatches tasks.
+    Dispatcher(Server),
+    /// Creates cron firings.
+    Scheduler(Server),
+    /// Applies the store's migrations and exits.
+    Migrate {
+        #[arg(long, env = "ASYNCD_STORE")]
+        store: String,
+    },
+}
+
+#[derive(Args)]
+struct Server {
+    /// Store URL: sqlite://PATH, mysql://… or postgres://….
+    #[arg(long, env = "ASYNCD_STORE")]
+    store: String,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args)]
+struct Common {
+    /// Folder of AsyncJobConfig YAML files, re-read when it changes.
+    #[arg(long, env = "ASYNCD_CONFIG")]
+    config: PathBuf,
+    /// Address for the API, /metrics and health endpoints.
+    #[arg(long, env = "ASYNCD_LISTEN", default_value = "127.0.0.1:7700")]
+    listen: SocketAddr,
+    /// Base URL executors use for heartbeats and results (default http://LISTEN).
+    #[arg(long, env = "ASYNCD_ADVERTISE_URL")]
+    advertise_url: Option<String>,
+    /// Store poll interval.
+    #[arg(long, env = "ASYNCD_POLL_INTERVAL", default_value = "200ms", value_parser = duration)]
+    poll_interval: Duration,
+    /// How far ahead of their ETA tasks are claimed into the heap.
+    #[arg(long, env = "ASYNCD_LOOKAHEAD", default_value = "2s", value_parser = duration)]
+    lookahead: Duration,
+    /// How long past its ETA a dispatcher may hold a claimed task before the rescuer
+    /// hands it to another (the recovery time after a crash).
+    #[arg(long, env = "ASYNCD_CLAIM_HOLD", default_value = "30s", value_parser = duration)]
+    claim_hold: Duration,
+    /// Largest accepted payload.
+    #[arg(long, env = "ASYNCD_MAX_PAYLOAD_BYTES", default_value_t = 1024 * 1024)]
+    max_payload_bytes: usize,
+}
+
+fn duration(text: &str) -> Result<Duration, String> {
+    asyncd_spec::parse_duration(text)
+}
+
+impl Common {
+    fn settings(self, store_url: String) -> Settings {
+        Settings {
+            store_url,
+            config_dir: self.config,
+            listen: self.listen,
+            advertise_url: self.advertise_url,
+            dispatcher: DispatcherConfig {
+                poll_interval: self.poll_interval,
+                lookahead: self.lookahead.max(self.poll_interval),
+                hold: self.claim_hold,
+                ..DispatcherConfig::default()
+            },
+            max_payload_bytes: self.max_payload_bytes,
+            reload_interval: Duration::from_millis(500),
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ASYNCD_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+    let shutdown = CancellationToken::new();
+    roles::cancel_on_signal(shutdown.clone());
+    let (settings, parts) = match cli.role {
+        Role::Migrate { store } => {
+            roles::migrate(&store).await.context("migrate")?;
+            println!("migrations applied");
+            return Ok(());
+        }
+        Role::Dev { db, common } => (
+            common.settings(format!("sqlite://{}", db.display())),
+            Parts::ALL,
+        ),
+        Role::Api(s) => (
+            s.common.settings(s.store),
+            Parts {
+                api: true,
+                dispatcher: false,
+                scheduler: false,
+            },
+        ),
+        Role::Dispatcher(s) => (
+            s.common.settings(s.store),
+            Parts {
+                api: false,
+                dispatcher: true,
+                scheduler: false,
+            },
+        ),
+        Role::Scheduler(s) => (
+            s.common.settings(s.store),
+            Parts {
+                api: false,
+                dispatcher: false,
+                scheduler: true,
+            },
+        ),
+    };
+    roles::run(settings, parts, shutdown).await?;
+    Ok(())
+}

@@ -1,0 +1,540 @@
+//! The HTTP API (docs/api.md): submit, inspect, cancel, dead letters, the executor
+//! callbacks (heartbeat, result), and the operational endpoints.
+
+pub mod error;
+pub mod submit;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+use serde_json::value::RawValue;
+
+use crate::clock::{SharedClock, rfc3339};
+use crate::dispatcher::Waker;
+use crate::executor::Verdict;
+use crate::metrics::Metrics;
+use crate::retry;
+use crate::routing::Routes;
+use crate::store::{
+    CancelOutcome, Finish, FinishKind, InsertOutcome, NewTask, RedriveOutcome, Store, TaskRecord,
+    TaskState,
+};
+use error::ApiError;
+use submit::Limits;
+
+pub const MAX_BATCH: usize = 1000;
+
+pub struct ApiState {
+    pub store: Arc<dyn Store>,
+    pub routes: Routes,
+    pub metrics: Arc<Metrics>,
+    pub clock: SharedClock,
+    /// Present when a dispatcher runs in this process, to claim near-due tasks at once.
+    pub waker: Option<Waker>,
+    pub lookahead_ms: i64,
+    pub limits: Limits,
+}
+
+type AppState = State<Arc<ApiState>>;
+
+pub fn router(state: Arc<ApiState>) -> Router {
+    let body_limit = state.limits.max_payload_bytes * 2 + 64 * 1024;
+    Router::new()
+        .route("/v1/tasks", post(submit_one))
+        .route("/v1/tasks:batch", post(submit_batch))
+        .route("/v1/tasks/{id}", get(get_task).delete(cancel_task))
+        .route("/v1/tasks/{id}/heartbeat", post(heartbeat))
+        .route("/v1/tasks/{id}/result", post(post_result))
+        .route("/v1/dead-letters", get(dead_letters))
+        .route("/v1/dead-letters/{id}/redrive", post(redrive))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready))
+        .fallback(|| async {
+            ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
+        })
+        // Batches may carry up to MAX_BATCH payloads; the per-payload limit still holds.
+        .layer(DefaultBodyLimit::max(body_limit.max(64 * 1024 * 1024)))
+        .with_state(state)
+}
+
+fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| {
+        ApiError::new(
+            rejection.status(),
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                "payload_too_large"
+            } else {
+                "malformed_json"
+            },
+            rejection.body_text(),
+        )
+    })
+}
+
+fn source_header(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get("asyncd-source-service")
+        .and_then(|v| v.to_str().ok())
+}
+
+/// One submit result as both endpoints answer it.
+fn accepted(outcome: InsertOutcome) -> Result<(StatusCode, serde_json::Value), ApiError> {
+    match outcome {
+        InsertOutcome::Inserted { id, trigger_at } => Ok((
+            StatusCode::CREATED,
+            json!({"id": id, "eta": rfc3339(trigger_at), "route": "store", "duplicate": false}),
+        )),
+        InsertOutcome::Duplicate { id, trigger_at } => Ok((
+            StatusCode::OK,
+            json!({"id": id, "eta": rfc3339(trigger_at), "route": "store", "duplicate": true}),
+        )),
+        InsertOutcome::UniqueConflict { existing_id } => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "unique_conflict",
+            format!("unique_key: task {existing_id} with this key is still pending"),
+        )
+        .with_field("unique_key")
+        .with("existing_id", existing_id)),
+        InsertOutcome::UnknownDependency { id } => {
+            Err(ApiError::field("depends_on", format!("no task {id}")))
+        }
+    }
+}
+
+impl ApiState {
+    async fn store_tasks(
+        &self,
+        tasks: &[NewTask],
+        now: i64,
+    ) -> Result<Vec<InsertOutcome>, ApiError> {
+        let outcomes = self.store.insert(tasks, now).await?;
+        let horizon = now + self.lookahead_ms;
+        let mut wake = false;
+        for (task, outcome) in tasks.iter().zip(&outcomes) {
+            if matches!(outcome, InsertOutcome::Inserted { .. }) {
+                self.metrics
+                    .submitted
+                    .with_label_values(&[
+                        task.task_type.as_str(),
+                        task.source_service.as_deref().unwrap_or(""),
+                    ])
+                    .inc();
+                wake |= task.trigger_at <= horizon;
+            }
+        }
+        if wake && let Some(waker) = &self.waker {
+            waker.wake();
+        }
+        Ok(outcomes)
+    }
+}
+
+async fn submit_one(
+    State(state): AppState,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let body = body_bytes(body)?;
+    let request = submit::parse(&body)?;
+    let now = state.clock.now_millis();
+    let routes = state.routes.borrow().clone();
+    let task = submit::validate(
+        request,
+        &routes,
+        &state.limits,
+        now,
+        source_header(&headers),
+    )?;
+    let task_type = task.task_type.clone();
+    let outcome = state
+        .store_tasks(std::slice::from_ref(&task), now)
+        .await?
+        .pop()
+        .expect("one outcome per task");
+    state
+        .metrics
+        .submit_latency
+        .with_label_values(&[task_type.as_str()])
+        .observe(started.elapsed().as_secs_f64());
+    let (status, body) = accepted(outcome)?;
+    Ok((status, Json(body)).into_response())
+}
+
+#[derive(Deserialize)]
+struct BatchRequest {
+    tasks: Vec<Box<RawValue>>,
+}
+
+async fn submit_batch(
+    State(state): AppState,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let body = body_bytes(body)?;
+    let batch: BatchRequest = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "malformed_json",
+            format!("tasks: {e}"),
+        )
+        .with_field("tasks")
+    })?;
+    if batch.tasks.len() > MAX_BATCH {
+        return Err(ApiError::field(
+            "tasks",
+            format!("at most {MAX_BATCH} tasks per batch"),
+        ));
+    }
+    let now = state.clock.now_millis();
+    let routes = state.routes.borrow().clone();
+    let source = source_header(&headers);
+    let checked: Vec<Result<NewTask, ApiError>> = batch
+        .tasks
+        .iter()
+        .map(|raw| {
+            submit::parse(raw.get().as_bytes())
+                .and_then(|req| submit::validate(req, &routes, &state.limits, now, source))
+        })
+        .collect();
+    let valid: Vec<NewTask> = checked
+        .iter()
+        .filter_map(|c| c.as_ref().ok().cloned())
+        .collect();
+    let mut outcomes = state.store_tasks(&valid, now).await?.into_iter();
+    let results: Vec<serde_json::Value> = checked
+        .into_iter()
+        .map(|item| {
+            let answer =
+                item.and_then(|_| accepted(outcomes.next().expect("one outcome per valid task")));
+            match answer {
+                Ok((status, mut body)) => {
+                    body["status"] = json!(status.as_u16());
+                    body
+                }
+                Err(err) => {
+                    let mut body = err.body();
+                    body["status"] = json!(err.status.as_u16());
+                    body
+                }
+            }
+        })
+        .collect();
+    for task in &valid {
+        state
+            .metrics
+            .submit_latency
+            .with_label_values(&[task.task_type.as_str()])
+            .observe(started.elapsed().as_secs_f64());
+    }
+    Ok(Json(json!({ "results": results })).into_response())
+}
+
+fn raw_or_null(raw: &RawValue) -> serde_json::Value {
+    serde_json::from_str(raw.get()).unwrap_or(serde_json::Value::Null)
+}
+
+pub fn task_json(task: &TaskRecord) -> serde_json::Value {
+    json!({
+        "id": task.id,
+        "type": task.task_type,
+        "payload": raw_or_null(&task.payload),
+        "state": task.state.as_str(),
+        "priority": task.priority,
+        "eta": rfc3339(task.trigger_at),
+        "attempt": task.attempt,
+        "max_retries": task.max_retries,
+        "idempotency_key": task.idempotency_key,
+        "unique_key": task.unique_key,
+        "depends_on": task.depends_on,
+        "last_error": task.last_error,
+        "result": task.result.as_deref().map(raw_or_null),
+        "lease_until": task.lease_until.map(rfc3339),
+        "created_at": rfc3339(task.created_at),
+        "updated_at": rfc3339(task.updated_at),
+    })
+}
+
+async fn get_task(State(state): AppState, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let task = state
+        .store
+        .get(&id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(&id))?;
+    Ok(Json(task_json(&task)).into_response())
+}
+
+async fn cancel_task(State(state): AppState, Path(id): Path<String>) -> Result<Response, ApiError> {
+    match state.store.cancel(&id, state.clock.now_millis()).await? {
+        CancelOutcome::Cancelled => {
+            Ok(Json(json!({"id": id, "state": "cancelled"})).into_response())
+        }
+        CancelOutcome::NotFound => Err(ApiError::not_found(&id)),
+        CancelOutcome::NotCancellable(s) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_cancellable",
+            format!("task {id} is {} and can no longer be cancelled", s.as_str()),
+        )
+        .with("state", s.as_str())),
+    }
+}
+
+/// Body of heartbeat and result callbacks; the token may come as a header instead.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Callback {
+    #[serde(default)]
+    lease_token: Option<i64>,
+    #[serde(default)]
+    lease: Option<String>,
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    output: Option<Box<RawValue>>,
+    #[serde(default)]
+    retry_after: Option<String>,
+}
+
+fn parse_callback(headers: &HeaderMap, body: &[u8]) -> Result<(Callback, i64), ApiError> {
+    let mut callback: Callback = if body.iter().all(u8::is_ascii_whitespace) {
+        serde_json::from_str("{}").expect("empty object")
+    } else {
+        let mut de = serde_json::Deserializer::from_slice(body);
+        serde_path_to_error::deserialize(&mut de).map_err(|e| {
+            let path = e.path().to_string();
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "malformed_json",
+                format!("{path}: {}", e.into_inner()),
+            )
+            .with_field(path)
+        })?
+    };
+    let header_token = headers
+        .get("asyncd-lease-token")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok());
+    callback.lease_token = callback.lease_token.or(header_token);
+    let token = callback.lease_token.ok_or_else(|| {
+        ApiError::field(
+            "lease_token",
+            "is required (or the Asyncd-Lease-Token header)",
+        )
+    })?;
+    Ok((callback, token))
+}
+
+/// The running attempt a callback refers to, or why the callback is refused.
+async fn current_attempt(state: &ApiState, id: &str, token: i64) -> Result<TaskRecord, ApiError> {
+    let task = state
+        .store
+        .get(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(id))?;
+    if task.state != TaskState::Running || task.lease_token != token {
+        return Err(stale(id));
+    }
+    Ok(task)
+}
+
+fn stale(id: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "stale_lease",
+        format!("lease_token: not the current attempt of task {id}"),
+    )
+    .with_field("lease_token")
+}
+
+async fn heartbeat(
+    State(state): AppState,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body_bytes(body)?;
+    let (callback, token) = parse_callback(&headers, &body)?;
+    let task = current_attempt(&state, &id, token).await?;
+    let lease = match callback.lease {
+        Some(text) => {
+            asyncd_spec::parse_duration(&text).map_err(|m| ApiError::field("lease", m))?
+        }
+        None => std::time::Duration::from_millis(task.timeout_ms as u64),
+    };
+    if lease > submit::MAX_TIMEOUT {
+        return Err(ApiError::field("lease", "must be at most 24h"));
+    }
+    let now = state.clock.now_millis();
+    let until = now + lease.as_millis() as i64;
+    let finish = Finish {
+        id: id.clone(),
+        lease_token: token,
+        kind: FinishKind::Extend { until },
+    };
+    if !state.store.finish(&[finish], now).await?[0] {
+        return Err(stale(&id));
+    }
+    Ok(
+        Json(json!({"lease_until": rfc3339(until.max(task.lease_until.unwrap_or(0)))}))
+            .into_response(),
+    )
+}
+
+async fn post_result(
+    State(state): AppState,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body_bytes(body)?;
+    let (callback, token) = parse_callback(&headers, &body)?;
+    let reason = || {
+        callback
+            .error
+            .clone()
+            .unwrap_or_else(|| "executor reported failure".into())
+    };
+    let verdict = match callback.status.as_deref() {
+        Some("success") => Verdict::Succeeded,
+        Some("failed") => Verdict::Permanent { reason: reason() },
+        Some("retry") => match &callback.retry_after {
+            Some(text) => Verdict::RetryAfter {
+                after: asyncd_spec::parse_duration(text)
+                    .map_err(|m| ApiError::field("retry_after", m))?,
+                reason: reason(),
+            },
+            None => Verdict::Retry {
+                reason: reason(),
+                timed_out: false,
+            },
+        },
+        _ => {
+            return Err(ApiError::field(
+                "status",
+                "must be \"success\", \"retry\" or \"failed\"",
+            ));
+        }
+    };
+    let task = current_attempt(&state, &id, token).await?;
+    let now = state.clock.now_millis();
+    let routes = state.routes.borrow().clone();
+    state
+        .metrics
+        .executed
+        .with_label_values(&[task.task_type.as_str(), verdict.status_label()])
+        .inc();
+    let mut kind = retry::settle(
+        verdict,
+        task.attempt,
+        task.max_retries,
+        routes.job(&task.task_type).map(|j| j.as_ref()),
+        now,
+    );
+    if let FinishKind::Succeeded { result } = &mut kind {
+        *result = callback.output;
+    }
+    let new_state = match &kind {
+        FinishKind::Succeeded { .. } => "succeeded",
+        FinishKind::Dead { .. } => "dead",
+        _ => {
+            state
+                .metrics
+                .retries
+                .with_label_values(&[task.task_type.as_str()])
+                .inc();
+            "pending"
+        }
+    };
+    if !state
+        .store
+        .finish(
+            &[Finish {
+                id: id.clone(),
+                lease_token: token,
+                kind,
+            }],
+            now,
+        )
+        .await?[0]
+    {
+        return Err(stale(&id));
+    }
+    if let Some(waker) = &state.waker {
+        waker.wake();
+    }
+    Ok(Json(json!({"id": id, "state": new_state})).into_response())
+}
+
+async fn dead_letters(
+    State(state): AppState,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let limit = match query.get("limit") {
+        None => 100,
+        Some(text) => match text.parse::<u32>() {
+            Ok(n @ 1..=1000) => n,
+            _ => return Err(ApiError::field("limit", "must be 1..=1000")),
+        },
+    };
+    let items = state
+        .store
+        .dead_letters(query.get("type").map(String::as_str), limit)
+        .await?;
+    let items: Vec<_> = items.iter().map(task_json).collect();
+    Ok(Json(json!({ "items": items })).into_response())
+}
+
+async fn redrive(State(state): AppState, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let now = state.clock.now_millis();
+    match state.store.redrive(&id, now).await? {
+        RedriveOutcome::Redriven { trigger_at } => {
+            if let Some(waker) = &state.waker {
+                waker.wake();
+            }
+            Ok(
+                Json(json!({"id": id, "state": "pending", "eta": rfc3339(trigger_at)}))
+                    .into_response(),
+            )
+        }
+        RedriveOutcome::NotFound => Err(ApiError::not_found(&id)),
+        RedriveOutcome::NotDead(s) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_dead",
+            format!("task {id} is {}, not in dead letters", s.as_str()),
+        )
+        .with("state", s.as_str())),
+        RedriveOutcome::UniqueConflict { existing_id } => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "unique_conflict",
+            format!("task {existing_id} holds this task's unique key"),
+        )
+        .with("existing_id", existing_id)),
+    }
+}
+
+async fn metrics(State(state): AppState) -> Response {
+    (
+        [("content-type", "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn ready(State(state): AppState) -> Result<&'static str, ApiError> {
+    state.store.ping().await?;
+    Ok("ready")
+}

@@ -1,0 +1,349 @@
+//! Submit validation: a request body becomes a [`NewTask`] or an [`ApiError`] naming
+//! the field. Pure, so every rule is unit-tested without a server.
+
+use std::time::Duration;
+
+use asyncd_spec::parse_duration;
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::error::ApiError;
+use crate::routing::RouteTable;
+use crate::store::{Millis, NewTask};
+
+pub const MAX_DELAY: Duration = Duration::from_secs(400 * 86_400);
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
+pub const MAX_KEY_LEN: usize = 255;
+pub const MAX_DEPENDENCIES: usize = 100;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitRequest {
+    #[serde(rename = "type")]
+    pub task_type: String,
+    #[serde(default)]
+    pub payload: Option<Box<RawValue>>,
+    #[serde(default)]
+    pub delay: Option<String>,
+    #[serde(default)]
+    pub eta: Option<String>,
+    #[serde(default)]
+    pub priority: Option<i64>,
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+    #[serde(default)]
+    pub unique_key: Option<String>,
+    #[serde(default)]
+    pub max_retries: Option<i64>,
+    #[serde(default)]
+    pub timeout: Option<String>,
+    #[serde(default)]
+    pub depends_on: Option<Vec<String>>,
+    #[serde(default)]
+    pub source_service: Option<String>,
+}
+
+/// Parses a submit body; a type error names the JSON path at fault.
+pub fn parse(body: &[u8]) -> Result<SubmitRequest, ApiError> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let request: SubmitRequest = serde_path_to_error::deserialize(&mut de).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.into_inner();
+        if path == "." {
+            ApiError::new(StatusCode::BAD_REQUEST, "malformed_json", inner.to_string())
+        } else {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "malformed_json",
+                format!("{path}: {inner}"),
+            )
+            .with_field(path)
+        }
+    })?;
+    de.end()
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "malformed_json", e.to_string()))?;
+    Ok(request)
+}
+
+pub struct Limits {
+    pub max_payload_bytes: usize,
+}
+
+fn key(field: &str, value: Option<String>) -> Result<Option<String>, ApiError> {
+    match value {
+        Some(v) if v.is_empty() || v.len() > MAX_KEY_LEN => Err(ApiError::field(
+            field,
+            format!("must be 1 to {MAX_KEY_LEN} bytes"),
+        )),
+        other => Ok(other),
+    }
+}
+
+/// Validates a request against the current jobs. `source_header` is the
+/// `Asyncd-Source-Service` header, used when the body names no source.
+pub fn validate(
+    req: SubmitRequest,
+    routes: &RouteTable,
+    limits: &Limits,
+    now: Millis,
+    source_header: Option<&str>,
+) -> Result<NewTask, ApiError> {
+    let job = routes.job(&req.task_type).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "unknown_task_type",
+            format!(
+                "type: no AsyncJobConfig declares task type {:?}",
+                req.task_type
+            ),
+        )
+        .with_field("type")
+    })?;
+    let payload = req
+        .payload
+        .unwrap_or_else(|| RawValue::from_string("null".into()).expect("null is JSON"));
+    if payload.get().len() > limits.max_payload_bytes {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!(
+                "payload: {} bytes is over the limit of {} bytes",
+                payload.get().len(),
+                limits.max_payload_bytes
+            ),
+        )
+        .with_field("payload"));
+    }
+    let trigger_at = match (req.delay, req.eta) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::field("eta", "give delay or eta, not both"));
+        }
+        (Some(delay), None) => {
+            let delay = parse_duration(&delay).map_err(|m| ApiError::field("delay", m))?;
+            if delay > MAX_DELAY {
+                return Err(ApiError::field("delay", "must be at most 400 days"));
+            }
+            now + delay.as_millis() as i64
+        }
+        (None, Some(eta)) => {
+            let eta = chrono::DateTime::parse_from_rfc3339(&eta)
+                .map_err(|e| {
+                    ApiError::field("eta", format!("{eta:?} is not an RFC 3339 time ({e})"))
+                })?
+                .timestamp_millis();
+            if eta > now + MAX_DELAY.as_millis() as i64 {
+                return Err(ApiError::field("eta", "must be at most 400 days ahead"));
+            }
+            // A time in the past means "now", as in Cloud Tasks.
+            eta.max(now)
+        }
+        (None, None) => now,
+    };
+    let priority = match req.priority {
+        None => 0,
+        Some(p @ 0..=9) => p as u8,
+        Some(_) => return Err(ApiError::field("priority", "must be 0..=9")),
+    };
+    let max_retries = match req.max_retries {
+        None => job.max_retries,
+        Some(n @ 0..=100) => n as u32,
+        Some(_) => return Err(ApiError::field("max_retries", "must be 0..=100")),
+    };
+    let timeout = match req.timeout {
+        None => job.timeout,
+        Some(text) => {
+            let t = parse_duration(&text).map_err(|m| ApiError::field("timeout", m))?;
+            if t.is_zero() || t > MAX_TIMEOUT {
+                return Err(ApiError::field(
+                    "timeout",
+                    "must be above zero and at most 24h",
+                ));
+            }
+            t
+        }
+    };
+    let idempotency_key = key("idempotency_key", req.idempotency_key)?;
+    let unique_key = match key("unique_key", req.unique_key)? {
+        Some(k) => Some(k),
+        None => {
+            let value: serde_json::Value =
+                serde_json::from_str(payload.get()).map_err(|e| ApiError::field("payload", e))?;
+            job.render_unique_key(&value)
+                .map_err(|m| ApiError::field("payload", m))?
+        }
+    };
+    let depends_on = req.depends_on.unwrap_or_default();
+    if depends_on.len() > MAX_DEPENDENCIES {
+        return Err(ApiError::field(
+            "depends_on",
+            format!("at most {MAX_DEPENDENCIES} dependencies"),
+        ));
+    }
+    for (i, id) in depends_on.iter().enumerate() {
+        if uuid::Uuid::parse_str(id).is_err() {
+            return Err(ApiError::field(
+                format!("depends_on[{i}]"),
+                format!("{id:?} is not a task id"),
+            ));
+        }
+    }
+    let source_service = req
+        .source_service
+        .or_else(|| source_header.map(str::to_string))
+        .filter(|s| !s.is_empty());
+    if source_service.as_ref().is_some_and(|s| s.len() > 128) {
+        return Err(ApiError::field(
+            "source_service",
+            "must be at most 128 bytes",
+        ));
+    }
+    Ok(NewTask {
+        id: uuid::Uuid::now_v7().to_string(),
+        task_type: job.task_type.clone(),
+        payload,
+        priority,
+        trigger_at,
+        max_retries,
+        timeout_ms: timeout.as_millis() as i64,
+        idempotency_key,
+        unique_key,
+        cron_key: None,
+        depends_on,
+        source_service,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use asyncd_spec::AsyncJobConfig;
+
+    const NOW: Millis = 1_700_000_000_000;
+
+    fn routes() -> RouteTable {
+        let (_, job) = AsyncJobConfig::from_yaml(include_str!(
+            "../../../config/samples/order-cancel-job.yaml"
+        ))
+        .unwrap();
+        RouteTable::from_jobs([job])
+    }
+
+    fn check(body: &str) -> Result<NewTask, ApiError> {
+        let req = parse(body.as_bytes())?;
+        validate(
+            req,
+            &routes(),
+            &Limits {
+                max_payload_bytes: 64,
+            },
+            NOW,
+            None,
+        )
+    }
+
+    fn field_of(body: &str) -> (u16, &'static str, Option<String>) {
+        let err = check(body).unwrap_err();
+        (err.status.as_u16(), err.code, err.field)
+    }
+
+    #[test]
+    fn accepts_a_delayed_task_with_defaults_from_the_job() {
+        let task =
+            check(r#"{"type":"cancel_expired_order","payload":{"order_id":7},"delay":"90s"}"#)
+                .unwrap();
+        assert_eq!(task.trigger_at, NOW + 90_000);
+        assert_eq!(task.max_retries, 3);
+        assert_eq!(task.timeout_ms, 30_000);
+        assert_eq!(
+            task.unique_key.as_deref(),
+            Some("order:7"),
+            "rendered from the job's template"
+        );
+        assert_eq!(task.payload.get(), r#"{"order_id":7}"#);
+    }
+
+    #[test]
+    fn eta_in_the_past_runs_now() {
+        let task = check(r#"{"type":"cancel_expired_order","payload":{"order_id":1},"eta":"2000-01-01T00:00:00Z"}"#).unwrap();
+        assert_eq!(task.trigger_at, NOW);
+    }
+
+    #[test]
+    fn bad_input_names_the_field() {
+        let t = r#""type":"cancel_expired_order","payload":{"order_id":1}"#;
+        assert_eq!(
+            field_of(r#"{"type":"nope"}"#),
+            (400, "unknown_task_type", Some("type".into()))
+        );
+        assert_eq!(
+            field_of(&format!(r#"{{{t},"delay":"-5s"}}"#)),
+            (400, "invalid_field", Some("delay".into()))
+        );
+        assert_eq!(
+            field_of(&format!(r#"{{{t},"delay":"9999d"}}"#)),
+            (400, "invalid_field", Some("delay".into()))
+        );
+        assert_eq!(
+            field_of(&format!(
+                r#"{{{t},"delay":"1s","eta":"2030-01-01T00:00:00Z"}}"#
+            ))
+            .2,
+            Some("eta".into())
+        );
+        assert_eq!(
+            field_of(&format!(r#"{{{t},"eta":"tomorrow"}}"#)).2,
+            Some("eta".into())
+        );
+        assert_eq!(
+            field_of(&format!(r#"{{{t},"priority":10}}"#)).2,
+            Some("priority".into())
+        );
+        assert_eq!(
+            field_of(&format!(r#"{{{t},"max_retries":-1}}"#)).2,
+            Some("max_retries".into())
+        );
+        assert_eq!(
+            field_of(&format!(r#"{{{t},"timeout":"0s"}}"#)).2,
+            Some("timeout".into())
+        );
+        assert_eq!(
+            field_of(&format!(r#"{{{t},"depends_on":["x"]}}"#)).2,
+            Some("depends_on[0]".into())
+        );
+        assert_eq!(
+            field_of(&format!(r#"{{{t},"idempotency_key":""}}"#)).2,
+            Some("idempotency_key".into())
+        );
+        assert_eq!(
+            field_of(r#"{"type":"cancel_expired_order","payload":{}}"#).2,
+            Some("payload".into()),
+            "template field missing"
+        );
+        assert_eq!(
+            field_of(
+                r#"{"type":"cancel_expired_order","payload":{"order_id":1,"pad":"0123456789012345678901234567890123456789012345678901234567890"}}"#
+            ),
+            (413, "payload_too_large", Some("payload".into()))
+        );
+    }
+
+    #[test]
+    fn malformed_json_is_a_400_naming_the_path() {
+        assert_eq!(field_of("{not json").1, "malformed_json");
+        assert_eq!(
+            field_of(r#"{"type":"cancel_expired_order","priority":"high"}"#),
+            (400, "malformed_json", Some("priority".into()))
+        );
+        assert_eq!(
+            field_of(r#"{"type":"cancel_expired_order","dealy":"5s"}"#).1,
+            "malformed_json",
+            "typos are refused"
+        );
+        assert_eq!(
+            field_of(r#"{"payload":{}}"#).1,
+            "malformed_json",
+            "type is required"
+        );
+    }
+}

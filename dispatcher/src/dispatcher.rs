@@ -1,0 +1,449 @@
+//! The dispatcher: claims due work from the store into its ETA heap and hands each task
+//! to its executor the moment it is due.
+//!
+//! Four loops share one [`Shared`]:
+//! - the **claimer** polls the store (every `poll_interval`, or at once when woken by a
+//!   local submit or retry) for tasks due within `lookahead`, so they are in the heap
+//!   before their ETA instead of waiting for the next tick;
+//! - the **ticker** sleeps until the heap's earliest ETA or a new arrival, then moves
+//!   due tasks to their job's runner;
+//! - one **runner per job** keeps that job's order and concurrency limit, begins attempts
+//!   in batches and spawns the executor calls, so a slow job never holds up another;
+//! - the **completer** writes attempt outcomes back in batches.
+//!
+//! Shutdown: stop claiming, hand unstarted tasks back to the store, let in-flight calls
+//! finish (up to `shutdown_grace`), flush outcomes. Anything cut short is leased, so
+//! the rescuer brings it back.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::clock::SharedClock;
+use crate::executor::Executor;
+use crate::heap::EtaHeap;
+use crate::metrics::Metrics;
+use crate::retry;
+use crate::routing::Routes;
+use crate::store::{ClaimedTask, Finish, FinishKind, Store, TypeFilter};
+
+#[derive(Debug, Clone)]
+pub struct DispatcherConfig {
+    /// Identifies this process in the store's `owner` column.
+    pub owner: String,
+    pub poll_interval: Duration,
+    /// How far ahead of their ETA tasks are claimed into the heap.
+    pub lookahead: Duration,
+    pub claim_batch: u32,
+    /// Claiming pauses while the heap holds this many tasks.
+    pub max_heap: usize,
+    /// A claim is held this long past the task's ETA before the rescuer takes it back.
+    pub hold: Duration,
+    /// Added to an attempt's timeout for its lease.
+    pub grace: Duration,
+    pub shutdown_grace: Duration,
+}
+
+impl Default for DispatcherConfig {
+    fn default() -> Self {
+        Self {
+            owner: format!("dispatcher-{}", std::process::id()),
+            poll_interval: Duration::from_millis(200),
+            lookahead: Duration::from_secs(2),
+            claim_batch: 1000,
+            max_heap: 200_000,
+            hold: Duration::from_secs(30),
+            grace: Duration::from_secs(5),
+            shutdown_grace: Duration::from_secs(25),
+        }
+    }
+}
+
+/// Wakes the claimer when a task due soon was written by this process.
+#[derive(Clone, Default)]
+pub struct Waker(Arc<Notify>);
+
+impl Waker {
+    pub fn wake(&self) {
+        self.0.notify_one();
+    }
+}
+
+struct Shared {
+    store: Arc<dyn Store>,
+    routes: Routes,
+    metrics: Arc<Metrics>,
+    clock: SharedClock,
+    executor: Executor,
+    config: DispatcherConfig,
+    heap: Mutex<EtaHeap>,
+    heap_changed: Notify,
+    waker: Waker,
+    completions: mpsc::UnboundedSender<Finish>,
+    inflight: TaskTracker,
+    shutdown: CancellationToken,
+}
+
+pub struct Dispatcher {
+    shared: Arc<Shared>,
+    completions: mpsc::UnboundedReceiver<Finish>,
+}
+
+impl Dispatcher {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        store: Arc<dyn Store>,
+        routes: Routes,
+        metrics: Arc<Metrics>,
+        clock: SharedClock,
+        executor: Executor,
+        config: DispatcherConfig,
+        waker: Waker,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        Self {
+            shared: Arc::new(Shared {
+                store,
+                routes,
+                metrics,
+                clock,
+                executor,
+                config,
+                heap: Mutex::new(EtaHeap::default()),
+                heap_changed: Notify::new(),
+                waker,
+                completions: tx,
+                inflight: TaskTracker::new(),
+                shutdown,
+            }),
+            completions: rx,
+        }
+    }
+
+    /// Runs until the shutdown token fires, then winds down as described above.
+    pub async fn run(self) {
+        let shared = self.shared;
+        let completer = tokio::spawn(complete(shared.clone(), self.completions));
+        let claimer = tokio::spawn(claim(shared.clone()));
+        let runners = tick(shared.clone()).await;
+        let _ = claimer.await;
+
+        let unstarted = shared.heap.lock().expect("heap lock").drain();
+        release(&shared, unstarted);
+        for runner in runners {
+            let _ = runner.await;
+        }
+        shared.inflight.close();
+        if tokio::time::timeout(shared.config.shutdown_grace, shared.inflight.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "in-flight attempts still running at shutdown; their leases will bring them back"
+            );
+        }
+        drop(shared);
+        // An attempt still running past the grace keeps a sender alive; don't wait on it.
+        let _ = tokio::time::timeout(Duration::from_secs(5), completer).await;
+    }
+}
+
+fn release(shared: &Shared, tasks: Vec<ClaimedTask>) {
+    for task in tasks {
+        let _ = shared.completions.send(Finish {
+            id: task.id,
+            lease_token: task.lease_token,
+            kind: FinishKind::Release,
+        });
+    }
+}
+
+async fn claim(shared: Arc<Shared>) {
+    let config = &shared.config;
+    loop {
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            _ = tokio::time::sleep(config.poll_interval) => {}
+            _ = shared.waker.0.notified() => {}
+        }
+        loop {
+            if shared.heap.lock().expect("heap lock").len() >= config.max_heap {
+                break;
+            }
+            let types = shared.routes.borrow().task_types();
+            if types.is_empty() {
+                break;
+            }
+            let now = shared.clock.now_millis();
+            let started = Instant::now();
+            let claimed = shared
+                .store
+                .claim(
+                    &TypeFilter::Only(types),
+                    now + config.lookahead.as_millis() as i64,
+                    now,
+                    config.hold.as_millis() as i64,
+                    &config.owner,
+                    config.claim_batch,
+                )
+                .await;
+            shared
+                .metrics
+                .poll_duration
+                .observe(started.elapsed().as_secs_f64());
+            let claimed = match claimed {
+                Ok(claimed) => claimed,
+                Err(err) => {
+                    tracing::warn!(%err, "claim failed; retrying on the next tick");
+                    break;
+                }
+            };
+            let full = claimed.len() as u32 == config.claim_batch;
+            if !claimed.is_empty() {
+                let mut heap = shared.heap.lock().expect("heap lock");
+                for task in claimed {
+                    heap.push(task);
+                }
+                shared.metrics.heap_size.set(heap.len() as i64);
+                drop(heap);
+                shared.heap_changed.notify_one();
+            }
+            if !full || shared.shutdown.is_cancelled() {
+                break;
+            }
+        }
+    }
+}
+
+/// The ticker. Returns the runners it started, for shutdown to wait on.
+async fn tick(shared: Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut queues: HashMap<String, mpsc::UnboundedSender<ClaimedTask>> = HashMap::new();
+    let mut runners = Vec::new();
+    loop {
+        let now = shared.clock.now_millis();
+        let (due, next_eta) = {
+            let mut heap = shared.heap.lock().expect("heap lock");
+            let due: Vec<_> = std::iter::from_fn(|| heap.pop_due(now))
+                .take(4096)
+                .collect();
+            shared.metrics.heap_size.set(heap.len() as i64);
+            (due, heap.next_eta())
+        };
+        let routes = shared.routes.borrow().clone();
+        for task in due {
+            if routes.job(&task.task_type).is_none() {
+                // Its job config is gone: leave the task in the store for when it returns.
+                release(&shared, vec![task]);
+                continue;
+            }
+            let queue = queues.entry(task.task_type.clone()).or_insert_with(|| {
+                let (tx, rx) = mpsc::unbounded_channel();
+                runners.push(tokio::spawn(run_job(
+                    shared.clone(),
+                    task.task_type.clone(),
+                    rx,
+                )));
+                tx
+            });
+            let _ = queue.send(task);
+        }
+        if shared.shutdown.is_cancelled() {
+            return runners;
+        }
+        if next_eta.is_some_and(|eta| eta <= shared.clock.now_millis()) {
+            continue;
+        }
+        let sleep = next_eta.map(|eta| Duration::from_millis((eta - now).max(0) as u64));
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => return runners,
+            _ = shared.heap_changed.notified() => {}
+            _ = async { tokio::time::sleep(sleep.unwrap_or_default()).await }, if sleep.is_some() => {}
+        }
+    }
+}
+
+/// One job's runner: attempts begin in heap order, at most `concurrency` at once.
+async fn run_job(
+    shared: Arc<Shared>,
+    task_type: String,
+    mut queue: mpsc::UnboundedReceiver<ClaimedTask>,
+) {
+    let mut limit = shared
+        .routes
+        .borrow()
+        .job(&task_type)
+        .map_or(1, |job| job.concurrency as usize);
+    let permits = Arc::new(Semaphore::new(limit));
+    let mut carried: Option<ClaimedTask> = None;
+    loop {
+        let first = match carried.take() {
+            Some(task) => task,
+            None => match queue.recv().await {
+                Some(task) => task,
+                None => return,
+            },
+        };
+        if shared.shutdown.is_cancelled() {
+            release(&shared, vec![first]);
+            while let Ok(task) = queue.try_recv() {
+                release(&shared, vec![task]);
+            }
+            continue;
+        }
+        // Follow a changed concurrency limit without a restart.
+        if let Some(job) = shared.routes.borrow().job(&task_type) {
+            let wanted = job.concurrency as usize;
+            if wanted > limit {
+                permits.add_permits(wanted - limit);
+            } else if wanted < limit {
+                permits.forget_permits(limit - wanted);
+            }
+            limit = wanted;
+        }
+        let permit = tokio::select! {
+            permit = permits.clone().acquire_owned() => permit.expect("semaphore never closes"),
+            _ = shared.shutdown.cancelled() => {
+                carried = Some(first);
+                continue;
+            }
+        };
+        let mut batch: Vec<(ClaimedTask, OwnedSemaphorePermit)> = vec![(first, permit)];
+        while batch.len() < 256 {
+            let Ok(task) = queue.try_recv() else { break };
+            match permits.clone().try_acquire_owned() {
+                Ok(permit) => batch.push((task, permit)),
+                Err(_) => {
+                    carried = Some(task);
+                    break;
+                }
+            }
+        }
+        begin(&shared, batch).await;
+    }
+}
+
+async fn begin(shared: &Arc<Shared>, batch: Vec<(ClaimedTask, OwnedSemaphorePermit)>) {
+    let claims: Vec<(String, i64)> = batch
+        .iter()
+        .map(|(task, _)| (task.id.clone(), task.lease_token))
+        .collect();
+    let now = shared.clock.now_millis();
+    let started = match shared
+        .store
+        .start(&claims, now, shared.config.grace.as_millis() as i64)
+        .await
+    {
+        Ok(started) => started,
+        Err(err) => {
+            // The claims stay held; the rescuer hands them back when the hold lapses.
+            tracing::warn!(%err, tasks = batch.len(), "could not begin attempts");
+            return;
+        }
+    };
+    let mut started: HashMap<String, _> = started.into_iter().map(|s| (s.id.clone(), s)).collect();
+    for (task, permit) in batch {
+        // Missing: cancelled meanwhile, or the claim lapsed and went to someone else.
+        let Some(attempt) = started.remove(&task.id) else {
+            continue;
+        };
+        let shared = shared.clone();
+        shared.inflight.clone().spawn(async move {
+            execute(&shared, task, attempt).await;
+            drop(permit);
+        });
+    }
+}
+
+async fn execute(shared: &Shared, task: ClaimedTask, attempt: crate::store::Started) {
+    let job = shared.routes.borrow().job(&task.task_type).cloned();
+    let metrics = &shared.metrics;
+    let task_type = task.task_type.as_str();
+    let kind = match job.as_deref() {
+        Some(job) => {
+            let began = shared.clock.now_millis();
+            metrics.dispatched.with_label_values(&[task_type]).inc();
+            metrics
+                .dispatch_delay
+                .with_label_values(&[task_type])
+                .observe((began - task.trigger_at).max(0) as f64 / 1000.0);
+            let clock = Instant::now();
+            let verdict = shared.executor.call(job, &task, &attempt).await;
+            metrics
+                .execution_duration
+                .with_label_values(&[task_type])
+                .observe(clock.elapsed().as_secs_f64());
+            metrics
+                .executed
+                .with_label_values(&[task_type, verdict.status_label()])
+                .inc();
+            if let crate::executor::Verdict::Permanent { reason }
+            | crate::executor::Verdict::Retry { reason, .. } = &verdict
+            {
+                tracing::debug!(id = %task.id, attempt = attempt.attempt, %reason, "attempt failed");
+            }
+            retry::settle(
+                verdict,
+                attempt.attempt,
+                task.max_retries,
+                Some(job),
+                shared.clock.now_millis(),
+            )
+        }
+        // The job vanished between start and call: count it as a failed attempt.
+        None => retry::settle(
+            crate::executor::Verdict::Retry {
+                reason: format!("no job config for task type {task_type:?}"),
+                timed_out: false,
+            },
+            attempt.attempt,
+            task.max_retries,
+            None,
+            shared.clock.now_millis(),
+        ),
+    };
+    if let FinishKind::Retry { at, .. } = &kind {
+        metrics.retries.with_label_values(&[task_type]).inc();
+        if *at <= shared.clock.now_millis() + shared.config.lookahead.as_millis() as i64 {
+            shared.waker.wake();
+        }
+    }
+    let _ = shared.completions.send(Finish {
+        id: task.id,
+        lease_token: attempt.lease_token,
+        kind,
+    });
+}
+
+async fn complete(shared: Arc<Shared>, mut completions: mpsc::UnboundedReceiver<Finish>) {
+    // Hold only a weak interest in `shared`: the channel closing is what ends this loop.
+    let store = shared.store.clone();
+    let clock = shared.clock.clone();
+    let waker = shared.waker.clone();
+    drop(shared);
+    let mut batch = Vec::with_capacity(512);
+    while completions.recv_many(&mut batch, 512).await > 0 {
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            match store.finish(&batch, clock.now_millis()).await {
+                Ok(_) => break,
+                Err(err) => {
+                    tracing::warn!(%err, outcomes = batch.len(), "could not record outcomes; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
+        if batch
+            .iter()
+            .any(|f| matches!(f.kind, FinishKind::Release | FinishKind::Retry { .. }))
+        {
+            waker.wake();
+        }
+        batch.clear();
+    }
+}

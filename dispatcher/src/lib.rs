@@ -1,0 +1,32 @@
+//! asyncd: a distributed asynchronous task queue.
+//!
+//! # Layout
+//!
+//! One binary, roles as subcommands (see `main.rs`); this library holds the parts:
+//!
+//! - [`api`]: the HTTP API — submit, inspect, cancel, dead letters, executor callbacks.
+//! - [`store`]: the task store behind one narrow trait (SQL lives only there).
+//! - [`dispatcher`]: claims due work into the [`heap`] and calls executors on time.
+//! - [`executor`]: the executor contract's client side; [`retry`]: what each outcome
+//!   does to the task (shared by dispatcher, callbacks and rescuer).
+//! - [`rescuer`]: brings back tasks whose lease lapsed (crashed holders, silent executors).
+//! - [`scheduler`]: creates cron firings, exactly once each.
+//! - [`routing`]: the job table, hot-reloaded from AsyncJobConfig files.
+//! - [`backlog`] and [`metrics`]: Prometheus gauges and counters.
+//! - [`clock`]: injected time.
+//! - [`roles`]: wires the parts into the `dev`, `api`, `dispatcher` and `scheduler` roles,
+//!   with one shutdown signal fanned out to all of them.
+
+pub mod api;
+pub mod backlog;
+pub mod clock;
+pub mod dispatcher;
+pub mod executor;
+pub mod heap;
+pub mod metrics;
+pub mod rescuer;
+pub mod retry;
+pub mod roles;
+pub mod routing;
+pub mod scheduler;
+pub mod store;

@@ -1,0 +1,169 @@
+//! Prometheus metrics, named as in the reference system (DESIGN.md) plus the due-work
+//! signals autoscaling follows. One registry per process, served at `/metrics`.
+
+use prometheus::{
+    Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+pub struct Metrics {
+    registry: Registry,
+    pub submitted: IntCounterVec,
+    pub submit_latency: HistogramVec,
+    pub dispatched: IntCounterVec,
+    pub dispatch_delay: HistogramVec,
+    pub executed: IntCounterVec,
+    pub execution_duration: HistogramVec,
+    pub retries: IntCounterVec,
+    pub kafka_lag: IntGaugeVec,
+    pub pending: IntGaugeVec,
+    pub poll_duration: Histogram,
+    pub due_backlog: IntGaugeVec,
+    pub oldest_due_age: GaugeVec,
+    pub heap_size: IntGauge,
+}
+
+const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+impl Metrics {
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+            registry
+                .register(Box::new(c.clone()))
+                .expect("unique metric");
+            c
+        };
+        let histogram = |name: &str, help: &str, labels: &[&str]| {
+            let h = HistogramVec::new(
+                HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()),
+                labels,
+            )
+            .expect("valid metric");
+            registry
+                .register(Box::new(h.clone()))
+                .expect("unique metric");
+            h
+        };
+        let gauge = |name: &str, help: &str, labels: &[&str]| {
+            let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+            registry
+                .register(Box::new(g.clone()))
+                .expect("unique metric");
+            g
+        };
+        let submitted = counter(
+            "asyncd_task_submitted_total",
+            "Tasks accepted by submit",
+            &["task_type", "source_service"],
+        );
+        let submit_latency = histogram(
+            "asyncd_task_submit_latency_seconds",
+            "Time to accept a submit, store write included",
+            &["task_type"],
+        );
+        let dispatched = counter(
+            "asyncd_task_dispatched_total",
+            "Attempts handed to an executor",
+            &["task_type"],
+        );
+        let dispatch_delay = histogram(
+            "asyncd_task_dispatch_delay_seconds",
+            "Actual minus expected trigger time of each attempt",
+            &["task_type"],
+        );
+        let executed = counter(
+            "asyncd_task_executed_total",
+            "Attempts by outcome: success, failed or timeout",
+            &["task_type", "status"],
+        );
+        let execution_duration = histogram(
+            "asyncd_task_execution_duration_seconds",
+            "Executor call duration",
+            &["task_type"],
+        );
+        let retries = counter(
+            "asyncd_task_retry_total",
+            "Attempts that will be retried",
+            &["task_type"],
+        );
+        let kafka_lag = gauge(
+            "asyncd_kafka_consumer_lag",
+            "Kafka consumer lag in messages",
+            &["topic", "partition"],
+        );
+        let pending = gauge(
+            "asyncd_mysql_pending_tasks",
+            "Unfinished tasks waiting in the SQL store (any backend; the name is the reference system's)",
+            &["task_type"],
+        );
+        let poll_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "asyncd_mysql_poll_duration_seconds",
+                "Duration of one claim poll against the SQL store",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(poll_duration.clone()))
+            .expect("unique metric");
+        let due_backlog = gauge(
+            "asyncd_due_backlog",
+            "Tasks already due and not yet dispatched",
+            &["task_type"],
+        );
+        let oldest_due_age = GaugeVec::new(
+            Opts::new(
+                "asyncd_oldest_due_age_seconds",
+                "Age of the oldest due, undispatched task",
+            ),
+            &["task_type"],
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(oldest_due_age.clone()))
+            .expect("unique metric");
+        let heap_size = IntGauge::new(
+            "asyncd_heap_tasks",
+            "Tasks held in this dispatcher's ETA heap",
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(heap_size.clone()))
+            .expect("unique metric");
+        Self {
+            registry,
+            submitted,
+            submit_latency,
+            dispatched,
+            dispatch_delay,
+            executed,
+            execution_duration,
+            retries,
+            kafka_lag,
+            pending,
+            poll_duration,
+            due_backlog,
+            oldest_due_age,
+            heap_size,
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .expect("text encoding cannot fail");
+        String::from_utf8(out).expect("prometheus text is UTF-8")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

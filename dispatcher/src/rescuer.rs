@@ -1,0 +1,87 @@
+//! The rescuer: brings back work whose lease ran out — claims held by a dispatcher that
+//! died, attempts whose executor never answered or stopped heartbeating — so a crash
+//! anywhere delays a task but never loses it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::SharedClock;
+use crate::executor::Verdict;
+use crate::metrics::Metrics;
+use crate::retry;
+use crate::routing::Routes;
+use crate::store::{Finish, FinishKind, Store, TaskState};
+
+pub struct Rescuer {
+    pub store: Arc<dyn Store>,
+    pub routes: Routes,
+    pub metrics: Arc<Metrics>,
+    pub clock: SharedClock,
+    pub interval: Duration,
+}
+
+impl Rescuer {
+    pub async fn run(self, shutdown: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(self.interval) => {}
+            }
+            if let Err(err) = self.rescue_once().await {
+                tracing::warn!(%err, "rescue pass failed");
+            }
+        }
+    }
+
+    /// One pass; returns how many tasks it brought back.
+    pub async fn rescue_once(&self) -> crate::store::Result<usize> {
+        let now = self.clock.now_millis();
+        let lapsed = self.store.lapsed(now, 1000).await?;
+        if lapsed.is_empty() {
+            return Ok(0);
+        }
+        let routes = self.routes.borrow().clone();
+        let finishes: Vec<Finish> = lapsed
+            .into_iter()
+            .map(|task| {
+                let kind = match task.state {
+                    TaskState::Running => {
+                        let kind = retry::settle(
+                            Verdict::Retry {
+                                reason: format!("attempt {} lease lapsed", task.attempt),
+                                timed_out: true,
+                            },
+                            task.attempt,
+                            task.max_retries,
+                            routes.job(&task.task_type).map(|j| j.as_ref()),
+                            now,
+                        );
+                        self.metrics
+                            .executed
+                            .with_label_values(&[task.task_type.as_str(), "timeout"])
+                            .inc();
+                        if matches!(kind, FinishKind::Retry { .. }) {
+                            self.metrics
+                                .retries
+                                .with_label_values(&[task.task_type.as_str()])
+                                .inc();
+                        }
+                        kind
+                    }
+                    _ => FinishKind::Release,
+                };
+                Finish {
+                    id: task.id,
+                    lease_token: task.lease_token,
+                    kind,
+                }
+            })
+            .collect();
+        let applied = self.store.finish(&finishes, now).await?;
+        let count = applied.iter().filter(|a| **a).count();
+        tracing::info!(count, "rescued tasks with lapsed leases");
+        Ok(count)
+    }
+}

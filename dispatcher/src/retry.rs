@@ -1,0 +1,124 @@
+//! The retry policy: what an attempt's [`Verdict`] does to its task. Shared by the
+//! dispatcher (synchronous answers), the result callback (202 attempts) and the rescuer
+//! (lapsed leases), so all three retry the same way.
+
+use std::time::Duration;
+
+use asyncd_spec::Job;
+use rand::Rng;
+
+use crate::executor::Verdict;
+use crate::store::{FinishKind, Millis};
+
+/// `attempt` is the 1-based number of the attempt that just ended; a task is tried at
+/// most `max_retries + 1` times.
+pub fn settle(
+    verdict: Verdict,
+    attempt: u32,
+    max_retries: u32,
+    job: Option<&Job>,
+    now: Millis,
+) -> FinishKind {
+    let retry_at = |delay: Duration| now + delay.as_millis() as i64;
+    let exhausted = attempt > max_retries;
+    match verdict {
+        Verdict::Succeeded => FinishKind::Succeeded { result: None },
+        Verdict::Accepted { lease } => FinishKind::Extend {
+            until: retry_at(lease),
+        },
+        Verdict::Permanent { reason } => FinishKind::Dead { error: reason },
+        Verdict::RetryAfter { reason, .. } | Verdict::Retry { reason, .. } if exhausted => {
+            FinishKind::Dead {
+                error: format!("gave up after {attempt} attempts: {reason}"),
+            }
+        }
+        Verdict::RetryAfter { after, reason } => FinishKind::Retry {
+            at: retry_at(after),
+            error: reason,
+        },
+        Verdict::Retry { reason, .. } => FinishKind::Retry {
+            at: retry_at(jittered(backoff(job, attempt))),
+            error: reason,
+        },
+    }
+}
+
+fn backoff(job: Option<&Job>, attempt: u32) -> Duration {
+    match job {
+        Some(job) => job.backoff_for(attempt),
+        // A task whose job config is gone still backs off sensibly.
+        None => Duration::from_secs(1)
+            .saturating_mul(2u32.saturating_pow(attempt.saturating_sub(1).min(20)))
+            .min(Duration::from_secs(600)),
+    }
+}
+
+/// "Equal jitter": half the delay fixed, half random, so retries of tasks that failed
+/// together spread out while each still waits at least half its backoff.
+fn jittered(delay: Duration) -> Duration {
+    let half = delay / 2;
+    half + rand::rng().random_range(Duration::ZERO..=half)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn transient() -> Verdict {
+        Verdict::Retry {
+            reason: "boom".into(),
+            timed_out: false,
+        }
+    }
+
+    #[test]
+    fn retries_until_max_then_dead_letters() {
+        let retried = |attempt| {
+            matches!(
+                settle(transient(), attempt, 2, None, 0),
+                FinishKind::Retry { .. }
+            )
+        };
+        assert!(retried(1));
+        assert!(retried(2));
+        assert!(
+            matches!(settle(transient(), 3, 2, None, 0), FinishKind::Dead { error } if error.contains("3 attempts"))
+        );
+        assert!(matches!(
+            settle(transient(), 1, 0, None, 0),
+            FinishKind::Dead { .. }
+        ));
+    }
+
+    #[test]
+    fn backoff_is_jittered_between_half_and_full() {
+        for attempt in 1..=4 {
+            let full = 1000i64 << (attempt - 1);
+            for _ in 0..50 {
+                let FinishKind::Retry { at, .. } = settle(transient(), attempt, 10, None, 0) else {
+                    panic!("expected a retry")
+                };
+                assert!((full / 2..=full).contains(&at), "attempt {attempt}: {at}");
+            }
+        }
+    }
+
+    #[test]
+    fn retry_after_is_obeyed_and_permanent_is_final() {
+        let verdict = Verdict::RetryAfter {
+            after: Duration::from_secs(7),
+            reason: "busy".into(),
+        };
+        assert!(matches!(
+            settle(verdict, 1, 3, None, 1000),
+            FinishKind::Retry { at: 8000, .. }
+        ));
+        let verdict = Verdict::Permanent {
+            reason: "bad".into(),
+        };
+        assert!(matches!(
+            settle(verdict, 1, 3, None, 0),
+            FinishKind::Dead { .. }
+        ));
+    }
+}

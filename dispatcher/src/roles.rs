@@ -1,0 +1,172 @@
+//! Wiring: which parts each role runs, and the shutdown they share.
+//!
+//! Every part takes the same [`CancellationToken`]; SIGTERM or Ctrl-C cancels it, the
+//! API stops accepting, the dispatcher hands back what it has not started and waits for
+//! what it has, and the role returns once every part has finished.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{self, ApiState, submit::Limits};
+use crate::clock::{SharedClock, SystemClock};
+use crate::dispatcher::{Dispatcher, DispatcherConfig, Waker};
+use crate::executor::Executor;
+use crate::metrics::Metrics;
+use crate::rescuer::Rescuer;
+use crate::routing::{self, Routes};
+use crate::scheduler::Scheduler;
+use crate::store::{self, Store};
+
+/// Which parts to run in this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parts {
+    pub api: bool,
+    pub dispatcher: bool,
+    pub scheduler: bool,
+}
+
+impl Parts {
+    pub const ALL: Self = Self {
+        api: true,
+        dispatcher: true,
+        scheduler: true,
+    };
+}
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub store_url: String,
+    pub config_dir: PathBuf,
+    pub listen: SocketAddr,
+    /// Where executors call back; defaults to `http://<listen>`.
+    pub advertise_url: Option<String>,
+    pub dispatcher: DispatcherConfig,
+    pub max_payload_bytes: usize,
+    pub reload_interval: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RoleError {
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    #[error(transparent)]
+    Routing(#[from] routing::RoutingError),
+    #[error("cannot listen on {0}: {1}")]
+    Listen(SocketAddr, std::io::Error),
+}
+
+/// Cancels `token` on SIGTERM or Ctrl-C.
+pub fn cancel_on_signal(token: CancellationToken) {
+    tokio::spawn(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler installs");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        tracing::info!("shutting down");
+        token.cancel();
+    });
+}
+
+pub async fn migrate(store_url: &str) -> Result<(), RoleError> {
+    store::open(store_url).await?.migrate().await?;
+    Ok(())
+}
+
+/// Runs the chosen parts until `shutdown`.
+pub async fn run(
+    settings: Settings,
+    parts: Parts,
+    shutdown: CancellationToken,
+) -> Result<(), RoleError> {
+    let store: Arc<dyn Store> = store::open(&settings.store_url).await?;
+    store.migrate().await?;
+    let routes: Routes = routing::watch_dir(
+        settings.config_dir.clone(),
+        settings.reload_interval,
+        shutdown.clone(),
+    )?;
+    let metrics = Arc::new(Metrics::new());
+    let clock: SharedClock = Arc::new(SystemClock);
+    let waker = parts.dispatcher.then(Waker::default);
+    let mut tasks = JoinSet::new();
+
+    // Bind before starting anything else so a taken port fails start-up cleanly.
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .map_err(|e| RoleError::Listen(settings.listen, e))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| RoleError::Listen(settings.listen, e))?;
+    tracing::info!(%local, "listening");
+    let state = Arc::new(ApiState {
+        store: store.clone(),
+        routes: routes.clone(),
+        metrics: metrics.clone(),
+        clock: clock.clone(),
+        waker: waker.clone(),
+        lookahead_ms: settings.dispatcher.lookahead.as_millis() as i64,
+        limits: Limits {
+            max_payload_bytes: settings.max_payload_bytes,
+        },
+    });
+    // Roles without the API still serve /metrics and the health endpoints.
+    let app = api::router(state);
+    let api_shutdown = shutdown.clone();
+    tasks.spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { api_shutdown.cancelled().await })
+            .await;
+        if let Err(err) = served {
+            tracing::error!(%err, "HTTP server failed");
+        }
+    });
+
+    if parts.dispatcher {
+        let callback = settings
+            .advertise_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{local}"));
+        let dispatcher = Dispatcher::new(
+            store.clone(),
+            routes.clone(),
+            metrics.clone(),
+            clock.clone(),
+            Executor::new(callback),
+            settings.dispatcher.clone(),
+            waker.clone().unwrap_or_default(),
+            shutdown.clone(),
+        );
+        tasks.spawn(dispatcher.run());
+        let rescuer = Rescuer {
+            store: store.clone(),
+            routes: routes.clone(),
+            metrics: metrics.clone(),
+            clock: clock.clone(),
+            interval: Duration::from_millis(500),
+        };
+        tasks.spawn(rescuer.run(shutdown.clone()));
+        tasks.spawn(crate::backlog::run(
+            store.clone(),
+            metrics.clone(),
+            clock.clone(),
+            Duration::from_secs(2),
+            shutdown.clone(),
+        ));
+    }
+    if parts.scheduler {
+        let scheduler = Scheduler::new(store.clone(), routes.clone(), clock.clone(), waker.clone());
+        tasks.spawn(scheduler.run(shutdown.clone()));
+    }
+    if !parts.api && !parts.dispatcher && !parts.scheduler {
+        shutdown.cancel();
+    }
+    while tasks.join_next().await.is_some() {}
+    Ok(())
+}

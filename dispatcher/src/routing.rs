@@ -1,0 +1,173 @@
+//! The routing table: which jobs exist, read from a folder of AsyncJobConfig YAML files
+//! and re-read when the folder changes, so edits apply without a restart.
+//!
+//! Readers hold an `Arc<RouteTable>` snapshot from a watch channel; a reload swaps in a
+//! whole new table. A folder that stops parsing keeps the last good table (and logs
+//! why), so a typo never unroutes every job.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use asyncd_spec::{AsyncJobConfig, Job};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Default)]
+pub struct RouteTable {
+    jobs: HashMap<String, Arc<Job>>,
+}
+
+impl RouteTable {
+    pub fn from_jobs(jobs: impl IntoIterator<Item = Job>) -> Self {
+        Self {
+            jobs: jobs
+                .into_iter()
+                .map(|job| (job.task_type.clone(), Arc::new(job)))
+                .collect(),
+        }
+    }
+
+    pub fn job(&self, task_type: &str) -> Option<&Arc<Job>> {
+        self.jobs.get(task_type)
+    }
+
+    pub fn jobs(&self) -> impl Iterator<Item = &Arc<Job>> {
+        self.jobs.values()
+    }
+
+    pub fn task_types(&self) -> Vec<String> {
+        let mut types: Vec<_> = self.jobs.keys().cloned().collect();
+        types.sort();
+        types
+    }
+}
+
+pub type Routes = watch::Receiver<Arc<RouteTable>>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RoutingError {
+    #[error("config folder {0}: {1}")]
+    Folder(PathBuf, std::io::Error),
+    #[error("{file}: {field}: {message}")]
+    Invalid {
+        file: PathBuf,
+        field: String,
+        message: String,
+    },
+}
+
+/// Reads every `*.yaml` / `*.yml` document in `dir`. Two jobs claiming one task type is
+/// an error naming both files.
+pub fn load_dir(dir: &Path) -> Result<RouteTable, RoutingError> {
+    let mut jobs: HashMap<String, (Job, PathBuf)> = HashMap::new();
+    for file in config_files(dir)? {
+        let text =
+            std::fs::read_to_string(&file).map_err(|e| RoutingError::Folder(file.clone(), e))?;
+        for document in serde_yaml::Deserializer::from_str(&text) {
+            let invalid = |e: serde_yaml::Error| RoutingError::Invalid {
+                file: file.clone(),
+                field: "document".into(),
+                message: e.to_string(),
+            };
+            let value: serde_yaml::Value =
+                serde::Deserialize::deserialize(document).map_err(invalid)?;
+            if value.is_null() {
+                continue;
+            }
+            let doc: AsyncJobConfig = serde_yaml::from_value(value).map_err(invalid)?;
+            let job = doc.validate().map_err(|e| RoutingError::Invalid {
+                file: file.clone(),
+                field: e.field,
+                message: e.message,
+            })?;
+            if let Some((_, other)) = jobs.get(&job.task_type) {
+                return Err(RoutingError::Invalid {
+                    file: file.clone(),
+                    field: "spec.taskType".into(),
+                    message: format!(
+                        "task type {:?} is already declared in {}",
+                        job.task_type,
+                        other.display()
+                    ),
+                });
+            }
+            jobs.insert(job.task_type.clone(), (job, file.clone()));
+        }
+    }
+    Ok(RouteTable::from_jobs(
+        jobs.into_values().map(|(job, _)| job),
+    ))
+}
+
+fn config_files(dir: &Path) -> Result<Vec<PathBuf>, RoutingError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| RoutingError::Folder(dir.to_path_buf(), e))?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| {
+            path.is_file()
+                && matches!(
+                    path.extension().and_then(|e| e.to_str()),
+                    Some("yaml" | "yml")
+                )
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// What a folder looks like from outside: each file's name, size and modification time.
+fn fingerprint(dir: &Path) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
+    config_files(dir)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|path| {
+            let meta = std::fs::metadata(&path).ok();
+            let len = meta.as_ref().map_or(0, |m| m.len());
+            let modified = meta.and_then(|m| m.modified().ok());
+            (path, len, modified)
+        })
+        .collect()
+}
+
+/// Loads the folder now (an error here stops start-up) and then watches it, polling
+/// every `interval`, until `shutdown`.
+pub fn watch_dir(
+    dir: PathBuf,
+    interval: Duration,
+    shutdown: CancellationToken,
+) -> Result<Routes, RoutingError> {
+    let table = load_dir(&dir)?;
+    tracing::info!(dir = %dir.display(), jobs = ?table.task_types(), "job configs loaded");
+    let (tx, rx) = watch::channel(Arc::new(table));
+    tokio::spawn(async move {
+        let mut seen = fingerprint(&dir);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(interval) => {}
+            }
+            let now = fingerprint(&dir);
+            if now == seen {
+                continue;
+            }
+            seen = now;
+            match load_dir(&dir) {
+                Ok(table) => {
+                    tracing::info!(jobs = ?table.task_types(), "job configs reloaded");
+                    tx.send_replace(Arc::new(table));
+                }
+                Err(err) => {
+                    tracing::error!(%err, "job configs not reloaded; keeping the last good ones")
+                }
+            }
+        }
+    });
+    Ok(rx)
+}
+
+/// A fixed table, for tests and embedding.
+pub fn fixed(table: RouteTable) -> Routes {
+    watch::channel(Arc::new(table)).1
+}

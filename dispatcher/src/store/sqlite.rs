@@ -1,0 +1,547 @@
+//! The embedded SQLite backend: the default for `asyncd dev` and single-node use.
+//!
+//! SQLite allows one writer at a time, so writes go through a pool of one connection
+//! (no busy-retry storms, no deferred-transaction upgrade failures) while reads use a
+//! separate pool; WAL mode lets the two run side by side. `synchronous=NORMAL` keeps
+//! every committed transaction through a process crash (`kill -9`); only a power cut
+//! can take the last few, which is the trade the embedded mode makes for speed.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::value::RawValue;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Row, Sqlite, SqlitePool, Transaction};
+
+use super::*;
+
+pub struct SqliteStore {
+    writer: SqlitePool,
+    reader: SqlitePool,
+}
+
+const TASK_COLUMNS: &str = "id, task_type, payload, state, priority, trigger_at, attempt, \
+    max_retries, timeout_ms, lease_token, lease_until, idempotency_key, unique_key, \
+    last_error, result, created_at, updated_at";
+
+impl SqliteStore {
+    pub async fn open(url: &str) -> Result<Self> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(30))
+            .foreign_keys(false);
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options.clone())
+            .await?;
+        let reader = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options.read_only(true))
+            .await?;
+        Ok(Self { writer, reader })
+    }
+}
+
+fn raw(text: String) -> Result<Box<RawValue>> {
+    RawValue::from_string(text).map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
+}
+
+fn record(row: &sqlx::sqlite::SqliteRow) -> Result<TaskRecord> {
+    Ok(TaskRecord {
+        id: row.try_get("id")?,
+        task_type: row.try_get("task_type")?,
+        payload: raw(row.try_get("payload")?)?,
+        state: TaskState::parse(row.try_get::<&str, _>("state")?)?,
+        priority: row.try_get::<i64, _>("priority")? as u8,
+        trigger_at: row.try_get("trigger_at")?,
+        attempt: row.try_get::<i64, _>("attempt")? as u32,
+        max_retries: row.try_get::<i64, _>("max_retries")? as u32,
+        timeout_ms: row.try_get("timeout_ms")?,
+        lease_token: row.try_get("lease_token")?,
+        lease_until: row.try_get("lease_until")?,
+        idempotency_key: row.try_get("idempotency_key")?,
+        unique_key: row.try_get("unique_key")?,
+        depends_on: Vec::new(),
+        last_error: row.try_get("last_error")?,
+        result: row
+            .try_get::<Option<String>, _>("result")?
+            .map(raw)
+            .transpose()?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+    })
+}
+
+fn is_unique_violation(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.is_unique_violation())
+}
+
+impl SqliteStore {
+    async fn insert_one(
+        tx: &mut Transaction<'_, Sqlite>,
+        task: &NewTask,
+        now: Millis,
+    ) -> Result<InsertOutcome> {
+        // Dependencies decide the starting state: any failed → dead at once, all
+        // succeeded → pending, otherwise blocked until they finish.
+        let mut state = TaskState::Pending;
+        let mut error = None;
+        for dep in &task.depends_on {
+            let dep_state: Option<String> =
+                sqlx::query_scalar("SELECT state FROM tasks WHERE id = ?")
+                    .bind(dep)
+                    .fetch_optional(&mut **tx)
+                    .await?;
+            match dep_state.as_deref().map(TaskState::parse).transpose()? {
+                None => return Ok(InsertOutcome::UnknownDependency { id: dep.clone() }),
+                Some(TaskState::Dead | TaskState::Cancelled) => {
+                    state = TaskState::Dead;
+                    error = Some(format!("dependency {dep} failed"));
+                }
+                Some(TaskState::Succeeded) => {}
+                Some(_) if state == TaskState::Pending => state = TaskState::Blocked,
+                Some(_) => {}
+            }
+        }
+        let unique_active = (state != TaskState::Dead)
+            .then_some(task.unique_key.as_deref())
+            .flatten();
+        let inserted = sqlx::query(
+            "INSERT INTO tasks (id, task_type, payload, state, priority, trigger_at, max_retries, \
+             timeout_ms, idempotency_key, unique_key, unique_active, cron_key, source_service, \
+             last_error, created_at, updated_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        )
+        .bind(&task.id)
+        .bind(&task.task_type)
+        .bind(task.payload.get())
+        .bind(state.as_str())
+        .bind(task.priority as i64)
+        .bind(task.trigger_at)
+        .bind(task.max_retries as i64)
+        .bind(task.timeout_ms)
+        .bind(&task.idempotency_key)
+        .bind(&task.unique_key)
+        .bind(unique_active)
+        .bind(&task.cron_key)
+        .bind(&task.source_service)
+        .bind(&error)
+        .bind(now)
+        .bind(now)
+        .execute(&mut **tx)
+        .await?
+        .rows_affected();
+        if inserted == 1 {
+            for dep in &task.depends_on {
+                sqlx::query("INSERT OR IGNORE INTO task_deps (task_id, depends_on) VALUES (?, ?)")
+                    .bind(&task.id)
+                    .bind(dep)
+                    .execute(&mut **tx)
+                    .await?;
+            }
+            return Ok(InsertOutcome::Inserted {
+                id: task.id.clone(),
+                trigger_at: task.trigger_at,
+            });
+        }
+        // The insert hit a constraint; say which, idempotency first (a repeat of the
+        // same submit also repeats its unique key).
+        for (column, key) in [
+            ("idempotency_key", &task.idempotency_key),
+            ("cron_key", &task.cron_key),
+        ] {
+            if let Some(key) = key {
+                let sql = format!("SELECT id, trigger_at FROM tasks WHERE {column} = ?");
+                if let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .bind(key)
+                    .fetch_optional(&mut **tx)
+                    .await?
+                {
+                    return Ok(InsertOutcome::Duplicate {
+                        id: row.try_get("id")?,
+                        trigger_at: row.try_get("trigger_at")?,
+                    });
+                }
+            }
+        }
+        if let Some(key) = &task.unique_key {
+            let existing: Option<String> =
+                sqlx::query_scalar("SELECT id FROM tasks WHERE unique_active = ?")
+                    .bind(key)
+                    .fetch_optional(&mut **tx)
+                    .await?;
+            if let Some(existing_id) = existing {
+                return Ok(InsertOutcome::UniqueConflict { existing_id });
+            }
+        }
+        Err(StoreError::Corrupt(format!(
+            "insert of {} conflicted on no known key",
+            task.id
+        )))
+    }
+
+    /// After a task succeeded: its blocked dependents whose dependencies have all
+    /// succeeded become pending.
+    async fn release_dependents(
+        tx: &mut Transaction<'_, Sqlite>,
+        id: &str,
+        now: Millis,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE tasks SET state = 'pending', trigger_at = MAX(trigger_at, ?), updated_at = ? \
+             WHERE state = 'blocked' \
+               AND id IN (SELECT task_id FROM task_deps WHERE depends_on = ?) \
+               AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks t ON t.id = d.depends_on \
+                               WHERE d.task_id = tasks.id AND t.state <> 'succeeded')",
+        )
+        .bind(now)
+        .bind(now)
+        .bind(id)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
+
+    /// After a task failed for good: its blocked dependents, and theirs, go to dead letters.
+    async fn fail_dependents(
+        tx: &mut Transaction<'_, Sqlite>,
+        id: &str,
+        now: Millis,
+    ) -> Result<()> {
+        let mut failed = vec![id.to_string()];
+        while let Some(dep) = failed.pop() {
+            let dependents: Vec<String> = sqlx::query_scalar(
+                "UPDATE tasks SET state = 'dead', unique_active = NULL, last_error = ?, updated_at = ? \
+                 WHERE state = 'blocked' AND id IN (SELECT task_id FROM task_deps WHERE depends_on = ?) \
+                 RETURNING id",
+            )
+            .bind(format!("dependency {dep} failed"))
+            .bind(now)
+            .bind(&dep)
+            .fetch_all(&mut **tx)
+            .await?;
+            failed.extend(dependents);
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn migrate(&self) -> Result<()> {
+        sqlx::migrate!("./migrations/sqlite")
+            .run(&self.writer)
+            .await?;
+        Ok(())
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.reader).await?;
+        Ok(())
+    }
+
+    async fn insert(&self, tasks: &[NewTask], now: Millis) -> Result<Vec<InsertOutcome>> {
+        let mut tx = self.writer.begin().await?;
+        let mut outcomes = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            outcomes.push(Self::insert_one(&mut tx, task, now).await?);
+        }
+        tx.commit().await?;
+        Ok(outcomes)
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
+        let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?");
+        let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(id)
+            .fetch_optional(&self.reader)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let mut task = record(&row)?;
+        task.depends_on = sqlx::query_scalar(
+            "SELECT depends_on FROM task_deps WHERE task_id = ? ORDER BY depends_on",
+        )
+        .bind(id)
+        .fetch_all(&self.reader)
+        .await?;
+        Ok(Some(task))
+    }
+
+    async fn cancel(&self, id: &str, now: Millis) -> Result<CancelOutcome> {
+        let mut tx = self.writer.begin().await?;
+        let done = sqlx::query(
+            "UPDATE tasks SET state = 'cancelled', unique_active = NULL, lease_until = NULL, \
+             lease_token = lease_token + 1, updated_at = ? \
+             WHERE id = ? AND state IN ('blocked', 'pending', 'claimed')",
+        )
+        .bind(now)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        let outcome = if done == 1 {
+            Self::fail_dependents(&mut tx, id, now).await?;
+            CancelOutcome::Cancelled
+        } else {
+            let state: Option<String> = sqlx::query_scalar("SELECT state FROM tasks WHERE id = ?")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+            match state {
+                None => CancelOutcome::NotFound,
+                Some(s) => CancelOutcome::NotCancellable(TaskState::parse(&s)?),
+            }
+        };
+        tx.commit().await?;
+        Ok(outcome)
+    }
+
+    async fn claim(
+        &self,
+        types: &TypeFilter,
+        horizon: Millis,
+        now: Millis,
+        hold_ms: i64,
+        owner: &str,
+        limit: u32,
+    ) -> Result<Vec<ClaimedTask>> {
+        let type_list = match types {
+            TypeFilter::All => None,
+            TypeFilter::Only(list) => Some(serde_json::to_string(list).expect("strings serialize")),
+        };
+        let rows = sqlx::query(
+            "UPDATE tasks SET state = 'claimed', lease_token = lease_token + 1, owner = ?, \
+                    lease_until = MAX(trigger_at, ?) + ?, updated_at = ? \
+             WHERE id IN (SELECT id FROM tasks WHERE state = 'pending' AND trigger_at <= ? \
+                            AND (? IS NULL OR task_type IN (SELECT value FROM json_each(?))) \
+                          ORDER BY trigger_at, id LIMIT ?) \
+             RETURNING id, task_type, payload, priority, trigger_at, attempt, max_retries, \
+                       timeout_ms, lease_token, idempotency_key",
+        )
+        .bind(owner)
+        .bind(now)
+        .bind(hold_ms)
+        .bind(now)
+        .bind(horizon)
+        .bind(&type_list)
+        .bind(&type_list)
+        .bind(limit as i64)
+        .fetch_all(&self.writer)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(ClaimedTask {
+                    id: row.try_get("id")?,
+                    task_type: row.try_get("task_type")?,
+                    payload: raw(row.try_get("payload")?)?,
+                    priority: row.try_get::<i64, _>("priority")? as u8,
+                    trigger_at: row.try_get("trigger_at")?,
+                    attempt: row.try_get::<i64, _>("attempt")? as u32,
+                    max_retries: row.try_get::<i64, _>("max_retries")? as u32,
+                    timeout_ms: row.try_get("timeout_ms")?,
+                    lease_token: row.try_get("lease_token")?,
+                    idempotency_key: row.try_get("idempotency_key")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn start(
+        &self,
+        claims: &[(String, i64)],
+        now: Millis,
+        grace_ms: i64,
+    ) -> Result<Vec<Started>> {
+        let mut tx = self.writer.begin().await?;
+        let mut started = Vec::with_capacity(claims.len());
+        for (id, token) in claims {
+            let row = sqlx::query(
+                "UPDATE tasks SET state = 'running', attempt = attempt + 1, \
+                        lease_token = lease_token + 1, lease_until = ? + timeout_ms + ?, updated_at = ? \
+                 WHERE id = ? AND lease_token = ? AND state = 'claimed' \
+                 RETURNING attempt, lease_token",
+            )
+            .bind(now)
+            .bind(grace_ms)
+            .bind(now)
+            .bind(id)
+            .bind(token)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if let Some(row) = row {
+                started.push(Started {
+                    id: id.clone(),
+                    attempt: row.try_get::<i64, _>("attempt")? as u32,
+                    lease_token: row.try_get("lease_token")?,
+                });
+            }
+        }
+        tx.commit().await?;
+        Ok(started)
+    }
+
+    async fn finish(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
+        let mut tx = self.writer.begin().await?;
+        let mut applied = Vec::with_capacity(finishes.len());
+        for finish in finishes {
+            let query = match &finish.kind {
+                FinishKind::Succeeded { result } => sqlx::query(
+                    "UPDATE tasks SET state = 'succeeded', result = ?, unique_active = NULL, \
+                     lease_until = NULL, owner = NULL, updated_at = ? \
+                     WHERE id = ? AND lease_token = ? AND state = 'running'",
+                )
+                .bind(result.as_ref().map(|r| r.get().to_string())),
+                FinishKind::Retry { at, error } => sqlx::query(
+                    "UPDATE tasks SET state = 'pending', trigger_at = ?, last_error = ?, \
+                     lease_until = NULL, owner = NULL, updated_at = ? \
+                     WHERE id = ? AND lease_token = ? AND state = 'running'",
+                )
+                .bind(at)
+                .bind(error),
+                FinishKind::Dead { error } => sqlx::query(
+                    "UPDATE tasks SET state = 'dead', last_error = ?, unique_active = NULL, \
+                     lease_until = NULL, owner = NULL, updated_at = ? \
+                     WHERE id = ? AND lease_token = ? AND state = 'running'",
+                )
+                .bind(error),
+                FinishKind::Release => sqlx::query(
+                    "UPDATE tasks SET state = 'pending', lease_until = NULL, owner = NULL, updated_at = ? \
+                     WHERE id = ? AND lease_token = ? AND state = 'claimed'",
+                ),
+                FinishKind::Extend { until } => sqlx::query(
+                    "UPDATE tasks SET lease_until = MAX(lease_until, ?), updated_at = ? \
+                     WHERE id = ? AND lease_token = ? AND state = 'running'",
+                )
+                .bind(until),
+            };
+            let done = query
+                .bind(now)
+                .bind(&finish.id)
+                .bind(finish.lease_token)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+                == 1;
+            if done {
+                match finish.kind {
+                    FinishKind::Succeeded { .. } => {
+                        Self::release_dependents(&mut tx, &finish.id, now).await?
+                    }
+                    FinishKind::Dead { .. } => {
+                        Self::fail_dependents(&mut tx, &finish.id, now).await?
+                    }
+                    _ => {}
+                }
+            }
+            applied.push(done);
+        }
+        tx.commit().await?;
+        Ok(applied)
+    }
+
+    async fn lapsed(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>> {
+        let rows = sqlx::query(
+            "SELECT id, task_type, state, attempt, max_retries, lease_token FROM tasks \
+             WHERE state IN ('claimed', 'running') AND lease_until < ? \
+             ORDER BY lease_until LIMIT ?",
+        )
+        .bind(now)
+        .bind(limit as i64)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(Lapsed {
+                    id: row.try_get("id")?,
+                    task_type: row.try_get("task_type")?,
+                    state: TaskState::parse(row.try_get::<&str, _>("state")?)?,
+                    attempt: row.try_get::<i64, _>("attempt")? as u32,
+                    max_retries: row.try_get::<i64, _>("max_retries")? as u32,
+                    lease_token: row.try_get("lease_token")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn dead_letters(&self, task_type: Option<&str>, limit: u32) -> Result<Vec<TaskRecord>> {
+        let sql = format!(
+            "SELECT {TASK_COLUMNS} FROM tasks WHERE state = 'dead' AND (? IS NULL OR task_type = ?) \
+             ORDER BY updated_at DESC, id DESC LIMIT ?"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(task_type)
+            .bind(task_type)
+            .bind(limit as i64)
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter().map(record).collect()
+    }
+
+    async fn redrive(&self, id: &str, now: Millis) -> Result<RedriveOutcome> {
+        let mut tx = self.writer.begin().await?;
+        let updated = sqlx::query(
+            "UPDATE tasks SET state = 'pending', attempt = 0, trigger_at = ?, \
+             unique_active = unique_key, lease_until = NULL, updated_at = ? \
+             WHERE id = ? AND state = 'dead'",
+        )
+        .bind(now)
+        .bind(now)
+        .bind(id)
+        .execute(&mut *tx)
+        .await;
+        let outcome = match updated {
+            Ok(done) if done.rows_affected() == 1 => RedriveOutcome::Redriven { trigger_at: now },
+            Ok(_) => {
+                let state: Option<String> =
+                    sqlx::query_scalar("SELECT state FROM tasks WHERE id = ?")
+                        .bind(id)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                match state {
+                    None => RedriveOutcome::NotFound,
+                    Some(s) => RedriveOutcome::NotDead(TaskState::parse(&s)?),
+                }
+            }
+            Err(err) if is_unique_violation(&err) => {
+                let existing_id: String = sqlx::query_scalar(
+                    "SELECT b.id FROM tasks a JOIN tasks b ON b.unique_active = a.unique_key WHERE a.id = ?",
+                )
+                .bind(id)
+                .fetch_one(&mut *tx)
+                .await?;
+                RedriveOutcome::UniqueConflict { existing_id }
+            }
+            Err(err) => return Err(err.into()),
+        };
+        tx.commit().await?;
+        Ok(outcome)
+    }
+
+    async fn stats(&self, now: Millis) -> Result<Vec<TypeStats>> {
+        let rows = sqlx::query(
+            "SELECT task_type, COUNT(*) AS pending, \
+                    SUM(CASE WHEN trigger_at <= ? THEN 1 ELSE 0 END) AS due, \
+                    MIN(CASE WHEN trigger_at <= ? THEN trigger_at END) AS oldest_due \
+             FROM tasks WHERE state IN ('pending', 'claimed') GROUP BY task_type ORDER BY task_type",
+        )
+        .bind(now)
+        .bind(now)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(TypeStats {
+                    task_type: row.try_get("task_type")?,
+                    pending: row.try_get("pending")?,
+                    due: row.try_get("due")?,
+                    oldest_due: row.try_get("oldest_due")?,
+                })
+            })
+            .collect()
+    }
+}
