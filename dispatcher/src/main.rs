@@ -109,6 +109,7 @@ async fn main() -> anyhow::Result<()> {
             tracing_subscriber::EnvFilter::try_from_env("ASYNCD_LOG")
                 .unwrap_or_else(|_| "info".into()),
         )
+        .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
     let shutdown = CancellationToken::new();

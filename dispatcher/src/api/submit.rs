@@ -50,7 +50,8 @@ pub fn parse(body: &[u8]) -> Result<SubmitRequest, ApiError> {
     let request: SubmitRequest = serde_path_to_error::deserialize(&mut de).map_err(|err| {
         let path = err.path().to_string();
         let inner = err.into_inner();
-        if path == "." {
+        // serde_path_to_error says "." for the root and "?" where it lost track.
+        if path == "." || path == "?" {
             ApiError::new(StatusCode::BAD_REQUEST, "malformed_json", inner.to_string())
         } else {
             ApiError::new(

@@ -1,0 +1,703 @@
+//! The embedded runtime end to end: a real `asyncd dev` process, a real HTTP executor on
+//! loopback, and assertions on what the executor saw and what the API reports.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use support::*;
+
+fn one_job(executor: &Executor, extra: &str) -> Vec<(&'static str, String)> {
+    vec![(
+        "job.yaml",
+        job_yaml("test-job", "work", &executor.url(), extra),
+    )]
+}
+
+#[tokio::test]
+async fn delayed_task_runs_at_its_eta_not_before() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let asyncd = Asyncd::start(&one_job(&executor, ""), &[]).await;
+    let (status, answer) = asyncd
+        .post(
+            "/v1/tasks",
+            json!({"type": "work", "payload": {"n": 1}, "delay": "2s"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    assert_eq!(answer["route"], "store");
+    let id = answer["id"].as_str().unwrap();
+    let eta = parse_time(&answer["eta"]);
+    let call = executor.wait_calls(id, 1).await.remove(0);
+    let at = millis(call.at);
+    assert!(at >= eta, "ran {} ms before its ETA", eta - at);
+    assert!(at - eta < 250, "ran {} ms late", at - eta);
+    assert_eq!(call.body["payload"], json!({"n": 1}));
+    assert_eq!(call.body["attempt"], 1);
+    assert_eq!(
+        call.headers["idempotency-key"], id,
+        "defaults to the task id"
+    );
+    asyncd.wait_state(id, "succeeded").await;
+}
+
+#[tokio::test]
+async fn equal_etas_run_in_priority_order() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let asyncd = Asyncd::start(&one_job(&executor, "  concurrency: 1\n"), &[]).await;
+    let eta = chrono::Utc::now() + chrono::Duration::seconds(3);
+    let eta = eta.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let mut ids = Vec::new();
+    for priority in [1, 5, 3, 9, 0] {
+        let id = asyncd
+            .submit(json!({"type": "work", "payload": {"p": priority}, "eta": eta, "priority": priority}))
+            .await;
+        ids.push(id);
+    }
+    wait_for("all five calls", DEADLINE, async || {
+        (executor.calls().len() == 5).then_some(())
+    })
+    .await;
+    let order: Vec<i64> = executor
+        .calls()
+        .iter()
+        .map(|c| c.body["payload"]["p"].as_i64().unwrap())
+        .collect();
+    assert_eq!(order, [9, 5, 3, 1, 0]);
+}
+
+#[tokio::test]
+async fn failures_back_off_exponentially_then_dead_letter_and_redrive() {
+    let executor = Executor::start(|_| Answer::status(500).with_body("down")).await;
+    let extra = "  retry:\n    maxRetries: 3\n    initialBackoff: 200ms\n    maxBackoff: 10s\n";
+    let asyncd = Asyncd::start(&one_job(&executor, extra), &[]).await;
+    let id = asyncd.submit(task("work", json!({}))).await;
+    let dead = asyncd.wait_state(&id, "dead").await;
+    let calls = executor.calls_for(&id);
+    assert_eq!(calls.len(), 4, "max_retries 3 means 4 attempts");
+    assert_eq!(
+        calls.iter().map(|c| c.attempt).collect::<Vec<_>>(),
+        [1, 2, 3, 4]
+    );
+    // Equal jitter: each gap lies in [backoff/2, backoff] (+ scheduling slack).
+    for (i, pair) in calls.windows(2).enumerate() {
+        let gap = millis(pair[1].at) - millis(pair[0].at);
+        let full = 200 << i;
+        assert!(
+            gap >= full / 2,
+            "gap {i} was {gap} ms, under half of {full}"
+        );
+        assert!(gap <= full + 300, "gap {i} was {gap} ms, far over {full}");
+    }
+    assert!(
+        dead["last_error"].as_str().unwrap().contains("500"),
+        "{dead}"
+    );
+
+    let (_, letters) = asyncd.get("/v1/dead-letters?type=work").await;
+    assert_eq!(letters["items"][0]["id"], id.as_str());
+    let metrics = asyncd.metrics().await;
+    assert!(
+        metrics.contains("asyncd_task_retry_total{task_type=\"work\"} 3"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("asyncd_task_executed_total{status=\"failed\",task_type=\"work\"} 4"),
+        "{metrics}"
+    );
+
+    executor.set_script(|_| Answer::ok());
+    let (status, redriven) = asyncd
+        .post(&format!("/v1/dead-letters/{id}/redrive"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{redriven}");
+    let done = asyncd.wait_state(&id, "succeeded").await;
+    assert_eq!(done["attempt"], 1, "redrive resets the attempt count");
+    let (status, again) = asyncd
+        .post(&format!("/v1/dead-letters/{id}/redrive"), json!({}))
+        .await;
+    assert_eq!(
+        (status, again["error"]["code"].as_str()),
+        (409, Some("not_dead"))
+    );
+    let (_, letters) = asyncd.get("/v1/dead-letters?type=work").await;
+    assert_eq!(letters["items"], json!([]));
+}
+
+#[tokio::test]
+async fn permanent_4xx_goes_straight_to_dead_letters() {
+    let executor = Executor::start(|_| Answer::status(422).with_body("bad order")).await;
+    let asyncd = Asyncd::start(&one_job(&executor, ""), &[]).await;
+    let id = asyncd.submit(task("work", json!({}))).await;
+    let dead = asyncd.wait_state(&id, "dead").await;
+    assert_eq!(executor.calls_for(&id).len(), 1);
+    assert!(
+        dead["last_error"].as_str().unwrap().contains("bad order"),
+        "{dead}"
+    );
+}
+
+#[tokio::test]
+async fn retry_after_is_obeyed() {
+    let executor = Executor::start(|call| {
+        if call.attempt == 1 {
+            Answer::status(429).with_header("retry-after", "2")
+        } else {
+            Answer::ok()
+        }
+    })
+    .await;
+    // A 10 s backoff would be obvious if Retry-After were ignored.
+    let extra = "  retry:\n    initialBackoff: 10s\n";
+    let asyncd = Asyncd::start(&one_job(&executor, extra), &[]).await;
+    let id = asyncd.submit(task("work", json!({}))).await;
+    asyncd.wait_state(&id, "succeeded").await;
+    let calls = executor.calls_for(&id);
+    let gap = millis(calls[1].at) - millis(calls[0].at);
+    assert!(
+        (2000..2600).contains(&gap),
+        "second attempt {gap} ms after the first"
+    );
+}
+
+#[tokio::test]
+async fn a_lapsed_202_lease_is_retried() {
+    let executor = Executor::start(|call| {
+        if call.attempt == 1 {
+            Answer::status(202).with_body(r#"{"lease":"1s"}"#)
+        } else {
+            Answer::ok()
+        }
+    })
+    .await;
+    let asyncd = Asyncd::start(
+        &one_job(&executor, "  retry:\n    initialBackoff: 100ms\n"),
+        &[],
+    )
+    .await;
+    let id = asyncd.submit(task("work", json!({}))).await;
+    let running = wait_for("first attempt leased", DEADLINE, async || {
+        let t = asyncd.task(&id).await;
+        (t["state"] == "running" && t["attempt"] == 1).then_some(t)
+    })
+    .await;
+    assert!(running["lease_until"].is_string());
+    let done = asyncd.wait_state(&id, "succeeded").await;
+    assert_eq!(done["attempt"], 2);
+    let calls = executor.calls_for(&id);
+    let gap = millis(calls[1].at) - millis(calls[0].at);
+    assert!(
+        gap >= 1000,
+        "retried after {gap} ms, before the 1 s lease lapsed"
+    );
+    assert!(
+        calls[1].lease_token > calls[0].lease_token,
+        "each attempt has a newer token"
+    );
+}
+
+#[tokio::test]
+async fn heartbeats_keep_a_lease_and_the_result_completes_it() {
+    let executor = Executor::start(|_| Answer::status(202).with_body(r#"{"lease":"1s"}"#)).await;
+    let asyncd = Asyncd::start(&one_job(&executor, ""), &[]).await;
+    let id = asyncd.submit(task("work", json!({}))).await;
+    let call = executor.wait_calls(&id, 1).await.remove(0);
+    assert_eq!(
+        call.headers["asyncd-callback-url"],
+        format!("http://{}", asyncd.addr)
+    );
+    // Three seconds of work, three times the lease, kept alive by heartbeats.
+    let until = std::time::Instant::now() + Duration::from_secs(3);
+    while std::time::Instant::now() < until {
+        let (status, beat) = asyncd
+            .post(
+                &format!("/v1/tasks/{id}/heartbeat"),
+                json!({"lease_token": call.lease_token}),
+            )
+            .await;
+        assert_eq!(status, 200, "{beat}");
+        tokio::time::sleep(Duration::from_millis(300)).await; // the work being simulated
+    }
+    let (status, answer) = asyncd
+        .post(
+            &format!("/v1/tasks/{id}/result"),
+            json!({"lease_token": call.lease_token, "status": "success", "output": {"rows": 12}}),
+        )
+        .await;
+    assert_eq!(
+        (status, answer["state"].as_str()),
+        (200, Some("succeeded")),
+        "{answer}"
+    );
+    let done = asyncd.task(&id).await;
+    assert_eq!(
+        done["attempt"], 1,
+        "no second attempt while heartbeats came"
+    );
+    assert_eq!(done["result"], json!({"rows": 12}));
+    assert_eq!(executor.calls_for(&id).len(), 1);
+}
+
+#[tokio::test]
+async fn a_lapsed_attempts_late_result_is_refused() {
+    let executor = Executor::start(|call| {
+        let lease = if call.attempt == 1 { "1s" } else { "60s" };
+        Answer::status(202).with_body(format!(r#"{{"lease":"{lease}"}}"#))
+    })
+    .await;
+    let asyncd = Asyncd::start(
+        &one_job(&executor, "  retry:\n    initialBackoff: 100ms\n"),
+        &[],
+    )
+    .await;
+    let id = asyncd.submit(task("work", json!({}))).await;
+    let calls = executor.wait_calls(&id, 2).await;
+    let (old, new) = (calls[0].lease_token, calls[1].lease_token);
+
+    for (path, body) in [
+        (
+            "result",
+            json!({"lease_token": old, "status": "success", "output": "stale"}),
+        ),
+        ("heartbeat", json!({"lease_token": old})),
+    ] {
+        let (status, answer) = asyncd.post(&format!("/v1/tasks/{id}/{path}"), body).await;
+        assert_eq!(
+            (status, answer["error"]["code"].as_str()),
+            (409, Some("stale_lease")),
+            "{path}"
+        );
+    }
+    let task = asyncd.task(&id).await;
+    assert_eq!(
+        (task["state"].as_str(), task["attempt"].as_i64()),
+        (Some("running"), Some(2))
+    );
+
+    let (status, _) = asyncd
+        .post(
+            &format!("/v1/tasks/{id}/result"),
+            json!({"lease_token": new, "status": "success", "output": "fresh"}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let done = asyncd.task(&id).await;
+    assert_eq!(done["result"], "fresh");
+    let (status, _) = asyncd
+        .post(
+            &format!("/v1/tasks/{id}/result"),
+            json!({"lease_token": new, "status": "failed"}),
+        )
+        .await;
+    assert_eq!(status, 409, "a finished attempt cannot be reported twice");
+}
+
+#[tokio::test]
+async fn result_callback_can_ask_for_a_retry_or_fail_for_good() {
+    let executor = Executor::start(|_| Answer::status(202)).await;
+    let asyncd = Asyncd::start(&one_job(&executor, ""), &[]).await;
+    let id = asyncd.submit(task("work", json!({}))).await;
+    let first = executor.wait_calls(&id, 1).await.remove(0);
+    let (status, answer) = asyncd
+        .post(
+            &format!("/v1/tasks/{id}/result"),
+            json!({"lease_token": first.lease_token, "status": "retry", "retry_after": "500ms"}),
+        )
+        .await;
+    assert_eq!((status, answer["state"].as_str()), (200, Some("pending")));
+    let second = executor.wait_calls(&id, 2).await.remove(1);
+    assert!(millis(second.at) - millis(first.at) >= 500);
+    let (status, answer) = asyncd
+        .post(
+            &format!("/v1/tasks/{id}/result"),
+            json!({"lease_token": second.lease_token, "status": "failed", "error": "invalid card"}),
+        )
+        .await;
+    assert_eq!((status, answer["state"].as_str()), (200, Some("dead")));
+    assert_eq!(asyncd.task(&id).await["last_error"], "invalid card");
+}
+
+#[tokio::test]
+async fn idempotency_key_returns_the_first_task() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let asyncd = Asyncd::start(&one_job(&executor, ""), &[]).await;
+    let body = json!({"type": "work", "payload": {}, "idempotency_key": "order-42", "delay": "1s"});
+    let (s1, first) = asyncd.post("/v1/tasks", body.clone()).await;
+    let (s2, second) = asyncd.post("/v1/tasks", body).await;
+    assert_eq!((s1, s2), (201, 200));
+    assert_eq!(first["id"], second["id"]);
+    assert_eq!(second["duplicate"], true);
+    assert_eq!(first["eta"], second["eta"]);
+    let id = first["id"].as_str().unwrap();
+    asyncd.wait_state(id, "succeeded").await;
+    let (s3, third) = asyncd
+        .post(
+            "/v1/tasks",
+            json!({"type": "work", "idempotency_key": "order-42"}),
+        )
+        .await;
+    assert_eq!(
+        (s3, third["id"].as_str()),
+        (200, Some(id)),
+        "still the same task after it ran"
+    );
+    let call = &executor.calls_for(id)[0];
+    assert_eq!(call.headers["idempotency-key"], "order-42");
+    assert_eq!(executor.calls().len(), 1);
+}
+
+#[tokio::test]
+async fn unique_key_allows_one_pending_task() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let asyncd = Asyncd::start(
+        &one_job(&executor, "  uniqueKey: \"order:{order_id}\"\n"),
+        &[],
+    )
+    .await;
+    let first = asyncd
+        .submit(json!({"type": "work", "payload": {"order_id": 7}, "delay": "2s"}))
+        .await;
+    let (status, answer) = asyncd
+        .post(
+            "/v1/tasks",
+            json!({"type": "work", "payload": {"order_id": 7}}),
+        )
+        .await;
+    assert_eq!(status, 409, "{answer}");
+    assert_eq!(answer["error"]["code"], "unique_conflict");
+    assert_eq!(answer["error"]["existing_id"], first.as_str());
+    asyncd
+        .submit(json!({"type": "work", "payload": {"order_id": 8}}))
+        .await;
+    asyncd.wait_state(&first, "succeeded").await;
+    asyncd
+        .submit(json!({"type": "work", "payload": {"order_id": 7}}))
+        .await;
+}
+
+#[tokio::test]
+async fn dependent_task_waits_for_its_dependency() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let asyncd = Asyncd::start(&one_job(&executor, ""), &[]).await;
+    let a = asyncd
+        .submit(json!({"type": "work", "payload": "a", "delay": "1s"}))
+        .await;
+    let b = asyncd
+        .submit(json!({"type": "work", "payload": "b", "depends_on": [a]}))
+        .await;
+    assert_eq!(asyncd.task(&b).await["state"], "blocked");
+    asyncd.wait_state(&b, "succeeded").await;
+    let calls = executor.calls();
+    assert_eq!(
+        calls
+            .iter()
+            .map(|c| c.body["payload"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+
+    // A cancelled dependency fails its dependents.
+    let c = asyncd
+        .submit(json!({"type": "work", "payload": "c", "delay": "1h"}))
+        .await;
+    let d = asyncd
+        .submit(json!({"type": "work", "payload": "d", "depends_on": [c]}))
+        .await;
+    let (status, _) = asyncd.delete(&format!("/v1/tasks/{c}")).await;
+    assert_eq!(status, 200);
+    let dead = asyncd.task(&d).await;
+    assert_eq!(dead["state"], "dead");
+    assert!(dead["last_error"].as_str().unwrap().contains(&c));
+}
+
+#[tokio::test]
+async fn cancel_only_while_pending() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let asyncd = Asyncd::start(&one_job(&executor, ""), &[]).await;
+    let later = asyncd.submit(json!({"type": "work", "delay": "1h"})).await;
+    let (status, answer) = asyncd.delete(&format!("/v1/tasks/{later}")).await;
+    assert_eq!((status, answer["state"].as_str()), (200, Some("cancelled")));
+    let now = asyncd.submit(json!({"type": "work"})).await;
+    asyncd.wait_state(&now, "succeeded").await;
+    let (status, answer) = asyncd.delete(&format!("/v1/tasks/{now}")).await;
+    assert_eq!(
+        (status, answer["error"]["state"].as_str()),
+        (409, Some("succeeded"))
+    );
+    let (status, answer) = asyncd
+        .delete("/v1/tasks/01900000-0000-7000-8000-000000000000")
+        .await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (404, Some("not_found"))
+    );
+    assert!(
+        executor.calls_for(&later).is_empty(),
+        "a cancelled task never runs"
+    );
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_4xx_naming_the_field() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let asyncd = Asyncd::start(&one_job(&executor, ""), &["--max-payload-bytes", "1000"]).await;
+    let big = "x".repeat(2000);
+    let cases = [
+        (
+            r#"{"type": "work", "#.to_string(),
+            400,
+            "malformed_json",
+            None,
+        ),
+        (
+            r#"{"type": "nope"}"#.to_string(),
+            400,
+            "unknown_task_type",
+            Some("type"),
+        ),
+        (
+            r#"{"type": "work", "delay": "-5s"}"#.to_string(),
+            400,
+            "invalid_field",
+            Some("delay"),
+        ),
+        (
+            r#"{"type": "work", "delay": "100000d"}"#.to_string(),
+            400,
+            "invalid_field",
+            Some("delay"),
+        ),
+        (
+            r#"{"type": "work", "priority": "high"}"#.to_string(),
+            400,
+            "malformed_json",
+            Some("priority"),
+        ),
+        (
+            format!(r#"{{"type": "work", "payload": "{big}"}}"#),
+            413,
+            "payload_too_large",
+            Some("payload"),
+        ),
+    ];
+    for (body, status, code, field) in cases {
+        let (got, answer) = asyncd.post_raw("/v1/tasks", &body).await;
+        assert_eq!(got, status, "{body:.60}: {answer}");
+        assert_eq!(answer["error"]["code"], code, "{body:.60}");
+        assert_eq!(answer["error"]["field"].as_str(), field, "{body:.60}");
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
+    }
+    let (status, answer) = asyncd
+        .post_raw("/v1/tasks:batch", r#"{"tasks": "no"}"#)
+        .await;
+    assert_eq!(
+        (status, answer["error"]["field"].as_str()),
+        (400, Some("tasks"))
+    );
+    let (status, _) = asyncd.get("/v1/tasks/does-not-exist").await;
+    assert_eq!(status, 404);
+    let (status, answer) = asyncd.get("/v1/dead-letters?limit=0").await;
+    assert_eq!(
+        (status, answer["error"]["field"].as_str()),
+        (400, Some("limit"))
+    );
+    let (status, answer) = asyncd.post_raw("/v1/tasks/x/heartbeat", "{}").await;
+    assert_eq!(
+        (status, answer["error"]["field"].as_str()),
+        (400, Some("lease_token"))
+    );
+    assert!(executor.calls().is_empty());
+}
+
+#[tokio::test]
+async fn batch_answers_each_item_in_order() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let asyncd = Asyncd::start(&one_job(&executor, ""), &[]).await;
+    let (status, answer) = asyncd
+        .post(
+            "/v1/tasks:batch",
+            json!({"tasks": [
+                {"type": "work", "payload": 1},
+                {"type": "nope"},
+                {"type": "work", "payload": 2, "idempotency_key": "k"},
+                {"type": "work", "payload": 3, "idempotency_key": "k"},
+            ]}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let results = answer["results"].as_array().unwrap();
+    let statuses: Vec<_> = results
+        .iter()
+        .map(|r| r["status"].as_u64().unwrap())
+        .collect();
+    assert_eq!(statuses, [201, 400, 201, 200]);
+    assert_eq!(results[1]["error"]["field"], "type");
+    assert_eq!(
+        results[2]["id"], results[3]["id"],
+        "a repeat inside one batch is a duplicate too"
+    );
+    wait_for("two executions", DEADLINE, async || {
+        (executor.calls().len() == 2).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn config_changes_apply_without_restart() {
+    let first = Executor::start(|_| Answer::ok()).await;
+    let second = Executor::start(|_| Answer::ok()).await;
+    let asyncd = Asyncd::start(&one_job(&first, ""), &[]).await;
+    let (status, _) = asyncd.post("/v1/tasks", task("other", json!({}))).await;
+    assert_eq!(status, 400, "not configured yet");
+
+    asyncd.write_job(
+        "other.yaml",
+        &job_yaml("other-job", "other", &second.url(), ""),
+    );
+    let id = wait_for("the new job to be routable", DEADLINE, async || {
+        let (status, answer) = asyncd.post("/v1/tasks", task("other", json!({}))).await;
+        (status == 201).then(|| answer["id"].as_str().unwrap().to_string())
+    })
+    .await;
+    second.wait_calls(&id, 1).await;
+
+    // Point the first job at the second executor: the next dispatch follows.
+    asyncd.write_job(
+        "job.yaml",
+        &job_yaml("test-job", "work", &second.url(), "  concurrency: 2\n"),
+    );
+    let id = wait_for("the changed URL to apply", DEADLINE, async || {
+        let id = asyncd.submit(task("work", json!({}))).await;
+        asyncd.wait_state(&id, "succeeded").await;
+        (!second.calls_for(&id).is_empty()).then_some(id)
+    })
+    .await;
+    assert!(first.calls_for(&id).is_empty());
+
+    // A broken file keeps the last good table.
+    asyncd.write_job("job.yaml", "spec: [not, a, job");
+    wait_for(
+        "the reload to refuse the broken file",
+        DEADLINE,
+        async || {
+            asyncd
+                .log()
+                .contains("keeping the last good ones")
+                .then_some(())
+        },
+    )
+    .await;
+    let id = asyncd.submit(task("work", json!({}))).await;
+    second.wait_calls(&id, 1).await;
+}
+
+#[tokio::test]
+async fn cron_entries_fire_through_the_executor() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let extra = "  cron:\n    - name: every-second\n      schedule: \"CRON_TZ=Asia/Kathmandu * * * * * *\"\n      payload: {cron: true}\n";
+    let asyncd = Asyncd::start(&one_job(&executor, extra), &[]).await;
+    let calls = wait_for("three cron firings", DEADLINE, async || {
+        let calls = executor.calls();
+        (calls.len() >= 3).then_some(calls)
+    })
+    .await;
+    let etas: Vec<i64> = calls.iter().map(|c| parse_time(&c.body["eta"])).collect();
+    for (call, eta) in calls.iter().zip(&etas) {
+        assert_eq!(eta % 1000, 0, "fires on whole seconds");
+        assert!(millis(call.at) >= *eta, "fired before its time");
+        assert_eq!(call.body["payload"], json!({"cron": true}));
+    }
+    let mut unique = etas.clone();
+    unique.dedup();
+    assert_eq!(unique.len(), etas.len(), "each firing once: {etas:?}");
+    drop(asyncd);
+}
+
+#[tokio::test]
+async fn signed_calls_carry_a_valid_hmac() {
+    use hmac::{Hmac, Mac};
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let extra = "  executor:\n    url: URL\n    signingSecretEnv: ASYNCD_TEST_SECRET\n";
+    let yaml = format!(
+        "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata:\n  name: signed\nspec:\n  taskType: work\n{}",
+        extra.replace("URL", &executor.url())
+    );
+    let asyncd = Asyncd::start_with_env(
+        &[("job.yaml", yaml)],
+        &[],
+        &[("ASYNCD_TEST_SECRET", "s3cret")],
+    )
+    .await;
+    let id = asyncd.submit(task("work", json!({"x": 1}))).await;
+    let call = executor.wait_calls(&id, 1).await.remove(0);
+    let timestamp = &call.headers["asyncd-timestamp"];
+    let body = &call.raw;
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(b"s3cret").unwrap();
+    mac.update(format!("{timestamp}.").as_bytes());
+    mac.update(body);
+    let expected = format!("v1={}", hex::encode(mac.finalize().into_bytes()));
+    assert_eq!(call.headers["asyncd-signature"], expected);
+}
+
+#[tokio::test]
+async fn metrics_report_real_values() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let asyncd = Asyncd::start(&one_job(&executor, ""), &[]).await;
+    let r = asyncd
+        .http
+        .post(asyncd.url("/v1/tasks"))
+        .header("asyncd-source-service", "orders")
+        .json(&json!({"type": "work"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    asyncd.submit(json!({"type": "work", "delay": "1h"})).await;
+    let metrics = wait_for("metrics to show the run", DEADLINE, async || {
+        let m = asyncd.metrics().await;
+        (m.contains("asyncd_task_executed_total{status=\"success\",task_type=\"work\"} 1")
+            && m.contains("asyncd_mysql_pending_tasks{task_type=\"work\"} 1"))
+        .then_some(m)
+    })
+    .await;
+    for expected in [
+        "asyncd_task_submitted_total{source_service=\"orders\",task_type=\"work\"} 1",
+        "asyncd_task_dispatched_total{task_type=\"work\"} 1",
+        "asyncd_task_dispatch_delay_seconds_count{task_type=\"work\"} 1",
+        "asyncd_task_execution_duration_seconds_count{task_type=\"work\"} 1",
+        "asyncd_task_submit_latency_seconds_count{task_type=\"work\"} 2",
+        "asyncd_due_backlog{task_type=\"work\"} 0",
+        "asyncd_mysql_poll_duration_seconds_count",
+    ] {
+        assert!(metrics.contains(expected), "missing {expected}\n{metrics}");
+    }
+    let (status, _) = asyncd.get("/readyz").await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn sigterm_finishes_in_flight_work_before_exiting() {
+    let executor = Executor::start(|_| {
+        std::thread::sleep(Duration::from_millis(1500)); // the in-flight work
+        Answer::ok()
+    })
+    .await;
+    let mut asyncd = Asyncd::start(&one_job(&executor, ""), &[]).await;
+    let running = asyncd.submit(task("work", json!("in-flight"))).await;
+    let later = asyncd.submit(json!({"type": "work", "delay": "1h"})).await;
+    asyncd.wait_state(&running, "running").await;
+    let status = asyncd.terminate().await;
+    assert!(status.success(), "exit status {status}");
+    asyncd.spawn().await;
+    let task = asyncd.task(&running).await;
+    assert_eq!(
+        (task["state"].as_str(), task["attempt"].as_i64()),
+        (Some("succeeded"), Some(1))
+    );
+    assert_eq!(asyncd.task(&later).await["state"], "pending");
+}

@@ -1,0 +1,388 @@
+//! Test harness: the real `asyncd dev` binary on a free loopback port, and a scripted
+//! HTTP executor that records every call. Waits are conditions with deadlines.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+pub const DEADLINE: Duration = Duration::from_secs(20);
+
+/// Polls `check` every 20 ms until it returns `Some`, or panics naming `what`.
+pub async fn wait_for<T>(
+    what: &str,
+    deadline: Duration,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "timed out after {deadline:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One call an executor received.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub at: SystemTime,
+    pub id: String,
+    pub attempt: u32,
+    pub lease_token: i64,
+    pub body: Value,
+    pub raw: Vec<u8>,
+    pub headers: HashMap<String, String>,
+}
+
+pub struct Answer {
+    pub status: u16,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: String,
+}
+
+impl Answer {
+    pub fn status(status: u16) -> Self {
+        Self {
+            status,
+            headers: Vec::new(),
+            body: String::new(),
+        }
+    }
+    pub fn ok() -> Self {
+        Self::status(200)
+    }
+    pub fn with_header(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.headers.push((name, value.into()));
+        self
+    }
+    pub fn with_body(mut self, body: impl Into<String>) -> Self {
+        self.body = body.into();
+        self
+    }
+}
+
+type Script = Arc<dyn Fn(&Call) -> Answer + Send + Sync>;
+
+/// A loopback HTTP executor answering by script.
+#[derive(Clone)]
+pub struct Executor {
+    pub addr: SocketAddr,
+    calls: Arc<Mutex<Vec<Call>>>,
+    script: Arc<Mutex<Script>>,
+}
+
+impl Executor {
+    pub async fn start(script: impl Fn(&Call) -> Answer + Send + Sync + 'static) -> Self {
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let script: Arc<Mutex<Script>> = Arc::new(Mutex::new(Arc::new(script)));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (c, s) = (calls.clone(), script.clone());
+        let app = axum::Router::new().fallback(move |headers: HeaderMap, body: Bytes| {
+            let (calls, script) = (c.clone(), s.clone());
+            async move {
+                let raw = body.to_vec();
+                let body: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
+                let header = |name: &str| {
+                    headers
+                        .get(name)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("")
+                        .to_string()
+                };
+                let call = Call {
+                    at: SystemTime::now(),
+                    id: header("asyncd-task-id"),
+                    attempt: header("asyncd-attempt").parse().unwrap_or(0),
+                    lease_token: header("asyncd-lease-token").parse().unwrap_or(-1),
+                    body,
+                    raw,
+                    headers: headers
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
+                        .collect(),
+                };
+                let script = script.lock().unwrap().clone();
+                let answer = script(&call);
+                calls.lock().unwrap().push(call);
+                let mut response: Response =
+                    (StatusCode::from_u16(answer.status).unwrap(), answer.body).into_response();
+                for (name, value) in answer.headers {
+                    response.headers_mut().insert(name, value.parse().unwrap());
+                }
+                response
+            }
+        });
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self {
+            addr,
+            calls,
+            script,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/run", self.addr)
+    }
+
+    pub fn set_script(&self, script: impl Fn(&Call) -> Answer + Send + Sync + 'static) {
+        *self.script.lock().unwrap() = Arc::new(script);
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    pub fn calls_for(&self, id: &str) -> Vec<Call> {
+        self.calls().into_iter().filter(|c| c.id == id).collect()
+    }
+
+    pub async fn wait_calls(&self, id: &str, n: usize) -> Vec<Call> {
+        wait_for(&format!("{n} calls for {id}"), DEADLINE, async || {
+            let calls = self.calls_for(id);
+            (calls.len() >= n).then_some(calls)
+        })
+        .await
+    }
+}
+
+/// A job config document for the test's config folder.
+pub fn job_yaml(name: &str, task_type: &str, url: &str, extra_spec: &str) -> String {
+    format!(
+        "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata:\n  name: {name}\nspec:\n  taskType: {task_type}\n  executor:\n    url: {url}\n    timeout: 5s\n{extra_spec}"
+    )
+}
+
+/// A running `asyncd dev` process with its own folder, database and port.
+pub struct Asyncd {
+    pub dir: tempfile::TempDir,
+    pub addr: SocketAddr,
+    pub child: Option<Child>,
+    pub http: reqwest::Client,
+    pub extra_args: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
+impl Asyncd {
+    pub fn config_dir(&self) -> PathBuf {
+        self.dir.path().join("jobs")
+    }
+
+    pub fn write_job(&self, file: &str, yaml: &str) {
+        let path = self.config_dir().join(file);
+        let tmp = self.config_dir().join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, yaml).unwrap();
+        std::fs::rename(tmp, path).unwrap();
+    }
+
+    /// Starts `asyncd dev` with the given job files.
+    pub async fn start(jobs: &[(&str, String)], extra_args: &[&str]) -> Self {
+        Self::start_with_env(jobs, extra_args, &[]).await
+    }
+
+    pub async fn start_with_env(
+        jobs: &[(&str, String)],
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("jobs")).unwrap();
+        let mut me = Self {
+            dir,
+            addr: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            child: None,
+            http: reqwest::Client::new(),
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        for (file, yaml) in jobs {
+            me.write_job(file, yaml);
+        }
+        me.spawn().await;
+        me
+    }
+
+    pub async fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("asyncd.log"))
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_asyncd"))
+            .arg("dev")
+            .arg("--config")
+            .arg(self.config_dir())
+            .arg("--db")
+            .arg(self.dir.path().join("asyncd.db"))
+            .arg("--listen")
+            .arg(self.addr.to_string())
+            .args(&self.extra_args)
+            .env("ASYNCD_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("asyncd binary runs");
+        self.child = Some(child);
+        let url = self.url("/healthz");
+        let http = self.http.clone();
+        wait_for("asyncd /healthz", DEADLINE, async || {
+            http.get(&url)
+                .send()
+                .await
+                .ok()
+                .filter(|r| r.status().is_success())
+                .map(|_| ())
+        })
+        .await;
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("asyncd.log")).unwrap_or_default()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap(); // SIGKILL
+            child.wait().unwrap();
+        }
+    }
+
+    /// SIGTERM, then wait for the process to exit.
+    pub async fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status()
+            .unwrap();
+        wait_for(
+            "asyncd to exit after SIGTERM",
+            Duration::from_secs(40),
+            async || child.try_wait().unwrap(),
+        )
+        .await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let r = self
+            .http
+            .post(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn post_raw(&self, path: &str, body: &str) -> (u16, Value) {
+        let r = self
+            .http
+            .post(self.url(path))
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let r = self.http.get(self.url(path)).send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn delete(&self, path: &str) -> (u16, Value) {
+        let r = self.http.delete(self.url(path)).send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn metrics(&self) -> String {
+        self.http
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// Submits and asserts 201; returns the id.
+    pub async fn submit(&self, body: Value) -> String {
+        let (status, answer) = self.post("/v1/tasks", body.clone()).await;
+        assert_eq!(status, 201, "submit {body} answered {answer}");
+        answer["id"].as_str().unwrap().to_string()
+    }
+
+    pub async fn task(&self, id: &str) -> Value {
+        let (status, task) = self.get(&format!("/v1/tasks/{id}")).await;
+        assert_eq!(status, 200, "{task}");
+        task
+    }
+
+    pub async fn wait_state(&self, id: &str, state: &str) -> Value {
+        wait_for(&format!("task {id} to be {state}"), DEADLINE, async || {
+            let task = self.task(id).await;
+            (task["state"] == state).then_some(task)
+        })
+        .await
+    }
+}
+
+impl Drop for Asyncd {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+pub fn millis(t: SystemTime) -> i64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+pub fn parse_time(text: &Value) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(text.as_str().unwrap())
+        .unwrap()
+        .timestamp_millis()
+}
+
+pub fn path_exists(p: &Path) -> bool {
+    p.exists()
+}
+
+pub fn task(task_type: &str, payload: Value) -> Value {
+    json!({"type": task_type, "payload": payload})
+}
