@@ -129,3 +129,118 @@ impl Scheduler {
             .collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::routing::{RouteTable, fixed};
+    use asyncd_spec::AsyncJobConfig;
+    use chrono::{DateTime, Utc};
+
+    fn utc(text: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(text)
+            .unwrap()
+            .with_timezone(&Utc)
+    }
+
+    fn routes(schedule: &str) -> Routes {
+        let yaml = format!(
+            "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata: {{name: j}}\n\
+             spec:\n  taskType: report\n  executor: {{url: 'http://127.0.0.1:1/'}}\n  \
+             cron:\n    - name: nightly\n      schedule: \"{schedule}\"\n"
+        );
+        let (_, job) = AsyncJobConfig::from_yaml(&yaml).unwrap();
+        fixed(RouteTable::from_jobs([job]))
+    }
+
+    async fn store(dir: &tempfile::TempDir) -> Arc<dyn Store> {
+        let url = format!("sqlite://{}/cron.db", dir.path().display());
+        let store = crate::store::open(&url).await.unwrap();
+        store.migrate().await.unwrap();
+        store
+    }
+
+    fn scheduler(store: &Arc<dyn Store>, routes: &Routes, clock: &Arc<ManualClock>) -> Scheduler {
+        Scheduler::new(store.clone(), routes.clone(), clock.clone(), None)
+    }
+
+    fn times(firings: &[NewTask]) -> Vec<DateTime<Utc>> {
+        firings
+            .iter()
+            .map(|f| crate::clock::from_millis(f.trigger_at))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn firings_follow_the_zone_through_both_dst_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir).await;
+        let routes = routes("CRON_TZ=Europe/Berlin 30 2 * * *");
+        let clock = ManualClock::at(utc("2026-03-28T12:00:00Z"));
+        let mut s = scheduler(&store, &routes, &clock);
+
+        // Spring forward: 02:30 does not exist on 29 March; the firing is at 03:00 CEST.
+        assert_eq!(
+            times(&s.schedule_once().await.unwrap()),
+            [utc("2026-03-29T01:00:00Z")]
+        );
+        assert!(
+            s.schedule_once().await.unwrap().is_empty(),
+            "already created"
+        );
+        clock.set(utc("2026-03-29T01:00:01Z"));
+        assert_eq!(
+            times(&s.schedule_once().await.unwrap()),
+            [utc("2026-03-30T00:30:00Z")]
+        );
+
+        // Fall back: 02:30 happens twice on 25 October; it fires on the first pass only.
+        clock.set(utc("2026-10-24T12:00:00Z"));
+        assert_eq!(
+            times(&s.schedule_once().await.unwrap()),
+            [utc("2026-10-25T00:30:00Z")]
+        );
+        clock.set(utc("2026-10-25T01:10:00Z")); // inside the second pass
+        assert_eq!(
+            times(&s.schedule_once().await.unwrap()),
+            [utc("2026-10-26T01:30:00Z")]
+        );
+
+        let firing = store
+            .stats(utc("2026-10-27T00:00:00Z").timestamp_millis())
+            .await
+            .unwrap();
+        assert_eq!(firing[0].pending, 4, "four firings, one row each");
+    }
+
+    #[tokio::test]
+    async fn several_schedulers_create_each_firing_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir).await;
+        let routes = routes("CRON_TZ=Asia/Singapore */5 * * * * *");
+        let clock = ManualClock::at(utc("2026-11-30T00:00:00Z"));
+        let mut a = scheduler(&store, &routes, &clock);
+        let mut b = scheduler(&store, &routes, &clock);
+        let mut created = Vec::new();
+        for step in 0..30 {
+            clock.set(utc("2026-11-30T00:00:00Z") + chrono::Duration::seconds(step * 7));
+            created.extend(times(&a.schedule_once().await.unwrap()));
+            created.extend(times(&b.schedule_once().await.unwrap()));
+        }
+        let mut unique = created.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), created.len(), "no firing created twice");
+        // Every 5 s from 00:00:05 through the horizon (60 s) past the last step (203 s).
+        let expected: Vec<_> = (1..=52)
+            .map(|i| utc("2026-11-30T00:00:00Z") + chrono::Duration::seconds(i * 5))
+            .collect();
+        assert_eq!(unique, expected);
+        let stats = store
+            .stats(utc("2026-11-30T00:10:00Z").timestamp_millis())
+            .await
+            .unwrap();
+        assert_eq!(stats[0].pending, 52, "one row per firing in the store");
+    }
+}

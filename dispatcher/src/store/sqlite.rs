@@ -333,7 +333,8 @@ impl Store for SqliteStore {
         .bind(limit as i64)
         .fetch_all(&self.writer)
         .await?;
-        rows.iter()
+        let mut claimed = rows
+            .iter()
             .map(|row| {
                 Ok(ClaimedTask {
                     id: row.try_get("id")?,
@@ -348,7 +349,10 @@ impl Store for SqliteStore {
                     idempotency_key: row.try_get("idempotency_key")?,
                 })
             })
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        // RETURNING gives rows in no promised order.
+        claimed.sort_by(|a, b| (a.trigger_at, &a.id).cmp(&(b.trigger_at, &b.id)));
+        Ok(claimed)
     }
 
     async fn start(

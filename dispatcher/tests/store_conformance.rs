@@ -1,0 +1,435 @@
+//! The store contract, run against every backend. Each backend test opens a fresh
+//! database and runs the same scenarios; a backend is done when it passes all of them.
+
+use std::sync::Arc;
+
+use asyncd::store::{
+    self, CancelOutcome, Finish, FinishKind, InsertOutcome, NewTask, RedriveOutcome, Store,
+    TaskState, TypeFilter,
+};
+use serde_json::value::RawValue;
+
+const T0: i64 = 1_800_000_000_000;
+
+fn new_task(task_type: &str, trigger_at: i64) -> NewTask {
+    NewTask {
+        id: uuid::Uuid::now_v7().to_string(),
+        task_type: task_type.into(),
+        payload: RawValue::from_string(r#"{"k":1}"#.into()).unwrap(),
+        priority: 0,
+        trigger_at,
+        max_retries: 3,
+        timeout_ms: 1000,
+        idempotency_key: None,
+        unique_key: None,
+        cron_key: None,
+        depends_on: Vec::new(),
+        source_service: None,
+    }
+}
+
+async fn insert(store: &dyn Store, task: NewTask) -> String {
+    match store.insert(&[task], T0).await.unwrap().remove(0) {
+        InsertOutcome::Inserted { id, .. } => id,
+        other => panic!("expected an insert, got {other:?}"),
+    }
+}
+
+async fn claim_all(store: &dyn Store, horizon: i64, now: i64) -> Vec<asyncd::store::ClaimedTask> {
+    store
+        .claim(&TypeFilter::All, horizon, now, 5_000, "me", 10_000)
+        .await
+        .unwrap()
+}
+
+async fn state(store: &dyn Store, id: &str) -> TaskState {
+    store.get(id).await.unwrap().unwrap().state
+}
+
+async fn insert_get_and_order_within_one_millisecond(store: &dyn Store) {
+    let mut ids = Vec::new();
+    for _ in 0..50 {
+        ids.push(insert(store, new_task("a", T0 + 10)).await);
+    }
+    let early = insert(store, new_task("a", T0 + 9)).await;
+    let late = insert(store, new_task("a", T0 + 11)).await;
+    let task = store.get(&ids[0]).await.unwrap().unwrap();
+    assert_eq!(
+        (task.state, task.trigger_at, task.payload.get()),
+        (TaskState::Pending, T0 + 10, r#"{"k":1}"#)
+    );
+
+    assert!(
+        claim_all(store, T0 + 8, T0).await.is_empty(),
+        "nothing due by the horizon"
+    );
+    let claimed: Vec<String> = claim_all(store, T0 + 11, T0)
+        .await
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    let mut expected = vec![early];
+    expected.extend(ids);
+    expected.push(late);
+    assert_eq!(claimed, expected, "ordered by (trigger_at, id)");
+    assert!(
+        claim_all(store, T0 + 100, T0).await.is_empty(),
+        "claimed rows are not claimed twice"
+    );
+}
+
+async fn claim_respects_type_filter_and_limit(store: &dyn Store) {
+    for _ in 0..5 {
+        insert(store, new_task("mine", T0)).await;
+        insert(store, new_task("theirs", T0)).await;
+    }
+    let only = TypeFilter::Only(vec!["mine".into()]);
+    let first = store.claim(&only, T0, T0, 1000, "me", 3).await.unwrap();
+    assert_eq!(first.len(), 3);
+    let rest = store.claim(&only, T0, T0, 1000, "me", 100).await.unwrap();
+    assert_eq!(rest.len(), 2);
+    assert!(first.iter().chain(&rest).all(|t| t.task_type == "mine"));
+}
+
+async fn attempt_lifecycle_with_fencing(store: &dyn Store) {
+    let id = insert(store, new_task("a", T0)).await;
+    let claimed = claim_all(store, T0, T0).await.remove(0);
+    let started = store
+        .start(&[(id.clone(), claimed.lease_token)], T0, 500)
+        .await
+        .unwrap();
+    assert_eq!(started.len(), 1);
+    let attempt = &started[0];
+    assert_eq!(attempt.attempt, 1);
+    assert!(attempt.lease_token > claimed.lease_token);
+    let record = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(
+        record.lease_until,
+        Some(T0 + 1000 + 500),
+        "timeout plus grace"
+    );
+    // The claim's token is spent: starting it again changes nothing.
+    assert!(
+        store
+            .start(&[(id.clone(), claimed.lease_token)], T0, 500)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let retry = Finish {
+        id: id.clone(),
+        lease_token: attempt.lease_token,
+        kind: FinishKind::Retry {
+            at: T0 + 50,
+            error: "boom".into(),
+        },
+    };
+    assert_eq!(
+        store
+            .finish(std::slice::from_ref(&retry), T0)
+            .await
+            .unwrap(),
+        [true]
+    );
+    assert_eq!(
+        store.finish(&[retry], T0).await.unwrap(),
+        [false],
+        "a finished attempt's token is stale"
+    );
+    let record = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            record.state,
+            record.trigger_at,
+            record.last_error.as_deref()
+        ),
+        (TaskState::Pending, T0 + 50, Some("boom"))
+    );
+
+    let claimed = claim_all(store, T0 + 50, T0 + 50).await.remove(0);
+    let second = store
+        .start(&[(id.clone(), claimed.lease_token)], T0 + 50, 0)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(second.attempt, 2);
+    let stale = Finish {
+        id: id.clone(),
+        lease_token: attempt.lease_token,
+        kind: FinishKind::Succeeded { result: None },
+    };
+    let fresh = Finish {
+        id: id.clone(),
+        lease_token: second.lease_token,
+        kind: FinishKind::Succeeded {
+            result: Some(RawValue::from_string("\"ok\"".into()).unwrap()),
+        },
+    };
+    assert_eq!(
+        store.finish(&[stale, fresh], T0 + 60).await.unwrap(),
+        [false, true]
+    );
+    let record = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (record.state, record.result.unwrap().get()),
+        (TaskState::Succeeded, "\"ok\"")
+    );
+}
+
+async fn lapsed_leases_come_back(store: &dyn Store) {
+    let held = insert(store, new_task("a", T0)).await;
+    let running = insert(store, new_task("a", T0)).await;
+    let claims = claim_all(store, T0, T0).await;
+    let run_claim = claims.iter().find(|c| c.id == running).unwrap();
+    let started = store
+        .start(&[(running.clone(), run_claim.lease_token)], T0, 0)
+        .await
+        .unwrap()
+        .remove(0);
+    // Hold is 5 s past the ETA; the attempt's lease is its 1 s timeout.
+    assert!(store.lapsed(T0 + 999, 100).await.unwrap().is_empty());
+    let lapsed = store.lapsed(T0 + 5_001, 100).await.unwrap();
+    let mut states: Vec<_> = lapsed.iter().map(|l| (l.id.clone(), l.state)).collect();
+    states.sort_by_key(|(id, _)| id.clone());
+    let mut expected = vec![
+        (held.clone(), TaskState::Claimed),
+        (running.clone(), TaskState::Running),
+    ];
+    expected.sort_by_key(|(id, _)| id.clone());
+    assert_eq!(states, expected);
+    let held_token = lapsed.iter().find(|l| l.id == held).unwrap().lease_token;
+    let finishes = [
+        Finish {
+            id: held.clone(),
+            lease_token: held_token,
+            kind: FinishKind::Release,
+        },
+        Finish {
+            id: running.clone(),
+            lease_token: started.lease_token,
+            kind: FinishKind::Retry {
+                at: T0 + 6_000,
+                error: "lapsed".into(),
+            },
+        },
+    ];
+    assert_eq!(
+        store.finish(&finishes, T0 + 5_001).await.unwrap(),
+        [true, true]
+    );
+    let again: Vec<String> = claim_all(store, T0 + 6_000, T0 + 5_001)
+        .await
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(
+        again,
+        [held, running],
+        "both claimable again, in trigger order"
+    );
+}
+
+async fn dead_letters_redrive_and_cancel(store: &dyn Store) {
+    let id = insert(store, new_task("a", T0)).await;
+    let claimed = claim_all(store, T0, T0).await.remove(0);
+    let started = store
+        .start(&[(id.clone(), claimed.lease_token)], T0, 0)
+        .await
+        .unwrap()
+        .remove(0);
+    let dead = Finish {
+        id: id.clone(),
+        lease_token: started.lease_token,
+        kind: FinishKind::Dead {
+            error: "bad".into(),
+        },
+    };
+    assert_eq!(store.finish(&[dead], T0).await.unwrap(), [true]);
+    let letters = store.dead_letters(Some("a"), 10).await.unwrap();
+    assert_eq!(
+        letters.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
+        [id.as_str()]
+    );
+    assert!(store.dead_letters(Some("b"), 10).await.unwrap().is_empty());
+    assert_eq!(
+        store.redrive(&id, T0 + 1).await.unwrap(),
+        RedriveOutcome::Redriven { trigger_at: T0 + 1 }
+    );
+    let record = store.get(&id).await.unwrap().unwrap();
+    assert_eq!((record.state, record.attempt), (TaskState::Pending, 0));
+    assert_eq!(
+        store.redrive(&id, T0).await.unwrap(),
+        RedriveOutcome::NotDead(TaskState::Pending)
+    );
+    assert_eq!(
+        store.redrive("nope", T0).await.unwrap(),
+        RedriveOutcome::NotFound
+    );
+
+    assert_eq!(
+        store.cancel(&id, T0).await.unwrap(),
+        CancelOutcome::Cancelled
+    );
+    assert_eq!(
+        store.cancel(&id, T0).await.unwrap(),
+        CancelOutcome::NotCancellable(TaskState::Cancelled)
+    );
+    assert_eq!(
+        store.cancel("nope", T0).await.unwrap(),
+        CancelOutcome::NotFound
+    );
+    assert!(
+        claim_all(store, T0 + 10, T0).await.is_empty(),
+        "a cancelled task is never claimed"
+    );
+}
+
+async fn idempotency_unique_and_cron_keys(store: &dyn Store) {
+    let mut first = new_task("a", T0);
+    first.idempotency_key = Some("idem".into());
+    first.unique_key = Some("order:1".into());
+    let first_id = first.id.clone();
+    let mut repeat = new_task("a", T0 + 99);
+    repeat.idempotency_key = Some("idem".into());
+    repeat.unique_key = Some("order:1".into());
+    let mut same_key = new_task("a", T0);
+    same_key.unique_key = Some("order:1".into());
+    let outcomes = store
+        .insert(&[first, repeat, same_key.clone()], T0)
+        .await
+        .unwrap();
+    assert_eq!(
+        outcomes[0],
+        InsertOutcome::Inserted {
+            id: first_id.clone(),
+            trigger_at: T0
+        }
+    );
+    assert_eq!(
+        outcomes[1],
+        InsertOutcome::Duplicate {
+            id: first_id.clone(),
+            trigger_at: T0
+        }
+    );
+    assert_eq!(
+        outcomes[2],
+        InsertOutcome::UniqueConflict {
+            existing_id: first_id.clone()
+        }
+    );
+
+    // Once the holder finished, the key is free again.
+    assert_eq!(
+        store.cancel(&first_id, T0).await.unwrap(),
+        CancelOutcome::Cancelled
+    );
+    assert!(matches!(
+        store.insert(&[same_key], T0).await.unwrap()[0],
+        InsertOutcome::Inserted { .. }
+    ));
+
+    let mut firing = new_task("a", T0 + 60_000);
+    firing.cron_key = Some("a/nightly/1".into());
+    let mut again = new_task("a", T0 + 60_000);
+    again.cron_key = Some("a/nightly/1".into());
+    let outcomes = store.insert(&[firing.clone(), again], T0).await.unwrap();
+    assert_eq!(
+        outcomes[1],
+        InsertOutcome::Duplicate {
+            id: firing.id,
+            trigger_at: T0 + 60_000
+        }
+    );
+}
+
+async fn dependencies_release_and_fail(store: &dyn Store) {
+    let parent = insert(store, new_task("a", T0)).await;
+    let mut child = new_task("a", T0);
+    child.depends_on = vec![parent.clone()];
+    let child = insert(store, child).await;
+    let mut orphan = new_task("a", T0);
+    orphan.depends_on = vec!["01900000-0000-7000-8000-000000000000".into()];
+    assert!(matches!(
+        store.insert(&[orphan], T0).await.unwrap()[0],
+        InsertOutcome::UnknownDependency { .. }
+    ));
+    assert_eq!(state(store, &child).await, TaskState::Blocked);
+    let claimed = claim_all(store, T0, T0).await;
+    assert_eq!(claimed.len(), 1, "the blocked child is not claimable");
+    let started = store
+        .start(&[(parent.clone(), claimed[0].lease_token)], T0, 0)
+        .await
+        .unwrap()
+        .remove(0);
+    let done = Finish {
+        id: parent.clone(),
+        lease_token: started.lease_token,
+        kind: FinishKind::Succeeded { result: None },
+    };
+    store.finish(&[done], T0 + 5).await.unwrap();
+    assert_eq!(state(store, &child).await, TaskState::Pending);
+    assert_eq!(
+        store.get(&child).await.unwrap().unwrap().depends_on,
+        [parent]
+    );
+
+    let doomed = insert(store, new_task("a", T0 + 1_000_000)).await;
+    let mut grandchild_parent = new_task("a", T0);
+    grandchild_parent.depends_on = vec![doomed.clone()];
+    let middle = insert(store, grandchild_parent).await;
+    let mut last = new_task("a", T0);
+    last.depends_on = vec![middle.clone()];
+    let last = insert(store, last).await;
+    store.cancel(&doomed, T0).await.unwrap();
+    assert_eq!(state(store, &middle).await, TaskState::Dead);
+    assert_eq!(
+        state(store, &last).await,
+        TaskState::Dead,
+        "failure cascades"
+    );
+}
+
+async fn stats_count_pending_and_due(store: &dyn Store) {
+    insert(store, new_task("s", T0 - 2_000)).await;
+    insert(store, new_task("s", T0 + 2_000)).await;
+    let stats = store.stats(T0).await.unwrap();
+    let s = stats.iter().find(|s| s.task_type == "s").unwrap();
+    assert_eq!((s.pending, s.due, s.oldest_due), (2, 1, Some(T0 - 2_000)));
+}
+
+/// Every scenario, each on a fresh store from `open`.
+async fn run_suite<F, Fut>(open: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Arc<dyn Store>>,
+{
+    macro_rules! scenario {
+        ($name:ident) => {{
+            let store = open().await;
+            store.migrate().await.unwrap();
+            $name(store.as_ref()).await;
+        }};
+    }
+    scenario!(insert_get_and_order_within_one_millisecond);
+    scenario!(claim_respects_type_filter_and_limit);
+    scenario!(attempt_lifecycle_with_fencing);
+    scenario!(lapsed_leases_come_back);
+    scenario!(dead_letters_redrive_and_cancel);
+    scenario!(idempotency_unique_and_cron_keys);
+    scenario!(dependencies_release_and_fail);
+    scenario!(stats_count_pending_and_due);
+}
+
+#[tokio::test]
+async fn sqlite_passes_the_store_suite() {
+    let dir = tempfile::tempdir().unwrap();
+    let counter = std::sync::atomic::AtomicUsize::new(0);
+    run_suite(|| {
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let url = format!("sqlite://{}/s{n}.db", dir.path().display());
+        async move { store::open(&url).await.unwrap() }
+    })
+    .await;
+}
