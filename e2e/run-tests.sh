@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Runs every test of the project on this machine, installing and starting what the tests
+# need: the Rust toolchain's lints, MariaDB and PostgreSQL for the store suite, and the
+# SDK suites against a real `asyncd dev`. Heavy builds are cached outside the clone in
+# $ASYNCD_CACHE (default /var/cache/asyncd), so a second run is quick.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+export ASYNCD_CACHE=${ASYNCD_CACHE:-/var/cache/asyncd}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ASYNCD_CACHE/target}
+mkdir -p "$ASYNCD_CACHE"
+
+step() { printf '\n==> %s\n' "$*"; }
+
+started=()
+cleanup() {
+  for service in "${started[@]}"; do
+    "e2e/services/$service.sh" stop >/dev/null 2>&1 || true
+  done
+}
+trap cleanup EXIT
+
+step "formatting and lints"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "starting MariaDB and PostgreSQL on loopback"
+e2e/services/mariadb.sh start
+started+=(mariadb)
+e2e/services/postgres.sh start
+started+=(postgres)
+export ASYNCD_TEST_MYSQL_URL=$(e2e/services/mariadb.sh url)
+export ASYNCD_TEST_POSTGRES_URL=$(e2e/services/postgres.sh url)
+
+step "Rust tests (unit, store conformance on three backends, integration)"
+cargo test --workspace --locked
+
+if [ -x sdk/test.sh ]; then
+  step "SDK tests against a real asyncd dev"
+  cargo build -p asyncd --locked
+  ASYNCD_BIN="$CARGO_TARGET_DIR/debug/asyncd" sdk/test.sh
+fi
+
+step "all tests passed"
