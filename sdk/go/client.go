@@ -1,0 +1,425 @@
+package asyncd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DefaultEndpoint is where `asyncd dev` listens unless told otherwise.
+const DefaultEndpoint = "http://127.0.0.1:7700"
+
+// SourceServiceHeader labels submits for asyncd_task_submitted_total.
+const SourceServiceHeader = "Asyncd-Source-Service"
+
+// Client talks to the asyncd API and serves registered executors (it is an
+// http.Handler). It is safe for concurrent use.
+type Client struct {
+	endpoint    string
+	serviceName string
+	httpClient  *http.Client
+	secret      []byte
+	now         func() time.Time
+
+	mu        sync.RWMutex
+	executors map[string]executor
+	inflight  sync.WaitGroup // long-running handlers still at work
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithEndpoint sets the base URL of the asyncd API (default DefaultEndpoint).
+func WithEndpoint(endpoint string) Option {
+	return func(c *Client) { c.endpoint = strings.TrimRight(endpoint, "/") }
+}
+
+// WithServiceName names the submitting service; it is sent as Asyncd-Source-Service.
+func WithServiceName(name string) Option {
+	return func(c *Client) { c.serviceName = name }
+}
+
+// WithHTTPClient replaces the HTTP client used for API calls, heartbeats and results.
+func WithHTTPClient(hc *http.Client) Option {
+	return func(c *Client) { c.httpClient = hc }
+}
+
+// WithSigningSecret makes the executor handler refuse (401) any call whose
+// Asyncd-Signature does not verify with secret — the value of the job's
+// spec.executor.signingSecretEnv.
+func WithSigningSecret(secret string) Option {
+	return func(c *Client) { c.secret = []byte(secret) }
+}
+
+// NewClient returns a Client; without options it talks to DefaultEndpoint.
+func NewClient(opts ...Option) *Client {
+	c := &Client{
+		endpoint:   DefaultEndpoint,
+		httpClient: &http.Client{Timeout: 30 * time.Second},
+		now:        time.Now,
+		executors:  map[string]executor{},
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Task is one unit of work to submit.
+type Task struct {
+	// Type is an AsyncJobConfig's spec.taskType.
+	Type string
+	// Payload is marshalled with encoding/json; a json.RawMessage is sent as is.
+	Payload any
+	// IdempotencyKey is required: a repeat of it returns the first task instead of
+	// enqueueing a second. IdempotencyKeyFrom derives one from payload fields.
+	IdempotencyKey string
+	// UniqueKey refuses the submit (ErrUniqueConflict) while a task holding it is pending.
+	UniqueKey string
+	// Priority 0..9, higher first among equal ETAs.
+	Priority int
+	// MaxRetries overrides the job's spec.retry.maxRetries when non-nil; 0 is valid.
+	MaxRetries *int
+	// Timeout overrides the job's per-attempt executor timeout when non-zero.
+	Timeout time.Duration
+	// DependsOn holds task ids that must all succeed before this one runs.
+	DependsOn []string
+	// Delay and ETA postpone the task; set at most one. SubmitDelayed and SubmitAt set
+	// them on a copy; in a batch set them here.
+	Delay time.Duration
+	ETA   time.Time
+}
+
+// Retries returns a pointer to n, for Task.MaxRetries.
+func Retries(n int) *int { return &n }
+
+// SubmitResult is the API's answer to a submit.
+type SubmitResult struct {
+	ID  string    `json:"id"`
+	ETA time.Time `json:"eta"`
+	// Route is "store" or "kafka".
+	Route string `json:"route"`
+	// Duplicate is true when the idempotency key was seen before; ID is the first task's.
+	Duplicate bool `json:"duplicate"`
+}
+
+// BatchResult is one item of a SubmitBatch answer: either Err is set or the rest is.
+type BatchResult struct {
+	Status int
+	SubmitResult
+	Err *APIError
+}
+
+// TaskStatus is a task as GET /v1/tasks/{id} shows it.
+type TaskStatus struct {
+	ID             string          `json:"id"`
+	Type           string          `json:"type"`
+	Payload        json.RawMessage `json:"payload"`
+	State          string          `json:"state"`
+	Priority       int             `json:"priority"`
+	ETA            time.Time       `json:"eta"`
+	Attempt        int             `json:"attempt"`
+	MaxRetries     int             `json:"max_retries"`
+	IdempotencyKey string          `json:"-"`
+	UniqueKey      string          `json:"-"`
+	DependsOn      []string        `json:"depends_on"`
+	LastError      string          `json:"-"`
+	Result         json.RawMessage `json:"result"`
+	CreatedAt      time.Time       `json:"created_at"`
+	UpdatedAt      time.Time       `json:"updated_at"`
+}
+
+// UnmarshalJSON maps the API's nulls onto empty strings.
+func (s *TaskStatus) UnmarshalJSON(b []byte) error {
+	type plain TaskStatus
+	var w struct {
+		*plain
+		IdempotencyKey *string `json:"idempotency_key"`
+		UniqueKey      *string `json:"unique_key"`
+		LastError      *string `json:"last_error"`
+	}
+	w.plain = (*plain)(s)
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	s.IdempotencyKey = deref(w.IdempotencyKey)
+	s.UniqueKey = deref(w.UniqueKey)
+	s.LastError = deref(w.LastError)
+	return nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// Task states.
+const (
+	StateBlocked   = "blocked"
+	StatePending   = "pending"
+	StateClaimed   = "claimed"
+	StateRunning   = "running"
+	StateSucceeded = "succeeded"
+	StateDead      = "dead"
+	StateCancelled = "cancelled"
+)
+
+// RedriveResult is the API's answer to a redrive.
+type RedriveResult struct {
+	ID    string    `json:"id"`
+	State string    `json:"state"`
+	ETA   time.Time `json:"eta"`
+}
+
+type submitBody struct {
+	Type           string          `json:"type"`
+	Payload        json.RawMessage `json:"payload"`
+	Delay          string          `json:"delay,omitempty"`
+	ETA            string          `json:"eta,omitempty"`
+	Priority       int             `json:"priority,omitempty"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	UniqueKey      string          `json:"unique_key,omitempty"`
+	MaxRetries     *int            `json:"max_retries,omitempty"`
+	Timeout        string          `json:"timeout,omitempty"`
+	DependsOn      []string        `json:"depends_on,omitempty"`
+	SourceService  string          `json:"source_service,omitempty"`
+}
+
+func (c *Client) body(t *Task) (*submitBody, error) {
+	if t == nil {
+		return nil, errors.New("asyncd: nil task")
+	}
+	if t.Type == "" {
+		return nil, errors.New("asyncd: task has no type")
+	}
+	if t.IdempotencyKey == "" {
+		return nil, ErrMissingIdempotencyKey
+	}
+	if t.Delay != 0 && !t.ETA.IsZero() {
+		return nil, errors.New("asyncd: task has both a delay and an ETA")
+	}
+	if t.Delay < 0 {
+		return nil, fmt.Errorf("asyncd: negative delay %v", t.Delay)
+	}
+	payload, err := marshalPayload(t.Payload)
+	if err != nil {
+		return nil, err
+	}
+	b := &submitBody{
+		Type:           t.Type,
+		Payload:        payload,
+		Priority:       t.Priority,
+		IdempotencyKey: t.IdempotencyKey,
+		UniqueKey:      t.UniqueKey,
+		MaxRetries:     t.MaxRetries,
+		DependsOn:      t.DependsOn,
+		SourceService:  c.serviceName,
+	}
+	if t.Delay > 0 {
+		b.Delay = formatDuration(t.Delay)
+	}
+	if !t.ETA.IsZero() {
+		b.ETA = formatTime(t.ETA)
+	}
+	if t.Timeout != 0 {
+		b.Timeout = formatDuration(t.Timeout)
+	}
+	return b, nil
+}
+
+func marshalPayload(p any) (json.RawMessage, error) {
+	if raw, ok := p.(json.RawMessage); ok && raw != nil {
+		if !json.Valid(raw) {
+			return nil, errors.New("asyncd: payload is not valid JSON")
+		}
+		return raw, nil
+	}
+	raw, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("asyncd: marshal payload: %w", err)
+	}
+	return raw, nil
+}
+
+// Submit enqueues t to run as soon as possible (or at t.Delay / t.ETA when set).
+func (c *Client) Submit(ctx context.Context, t *Task) (*SubmitResult, error) {
+	b, err := c.body(t)
+	if err != nil {
+		return nil, err
+	}
+	var res SubmitResult
+	if err := c.do(ctx, http.MethodPost, "/v1/tasks", b, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// SubmitDelayed enqueues t to run after delay (0..400 days).
+func (c *Client) SubmitDelayed(ctx context.Context, t *Task, delay time.Duration) (*SubmitResult, error) {
+	if t == nil {
+		return nil, errors.New("asyncd: nil task")
+	}
+	cp := *t
+	cp.Delay, cp.ETA = delay, time.Time{}
+	return c.Submit(ctx, &cp)
+}
+
+// SubmitAt enqueues t to run at eta.
+func (c *Client) SubmitAt(ctx context.Context, t *Task, eta time.Time) (*SubmitResult, error) {
+	if t == nil {
+		return nil, errors.New("asyncd: nil task")
+	}
+	cp := *t
+	cp.Delay, cp.ETA = 0, eta
+	return c.Submit(ctx, &cp)
+}
+
+// SubmitBatch enqueues up to 1000 tasks in one call. Items are judged one by one: the
+// error is for the call as a whole, and each BatchResult says how its item fared.
+func (c *Client) SubmitBatch(ctx context.Context, tasks []*Task) ([]BatchResult, error) {
+	req := struct {
+		Tasks []*submitBody `json:"tasks"`
+	}{Tasks: make([]*submitBody, 0, len(tasks))}
+	for i, t := range tasks {
+		b, err := c.body(t)
+		if err != nil {
+			return nil, fmt.Errorf("task %d: %w", i, err)
+		}
+		req.Tasks = append(req.Tasks, b)
+	}
+	var res struct {
+		Results []struct {
+			Status int `json:"status"`
+			SubmitResult
+			Error *struct {
+				Code       string `json:"code"`
+				Message    string `json:"message"`
+				Field      string `json:"field"`
+				ExistingID string `json:"existing_id"`
+				State      string `json:"state"`
+			} `json:"error"`
+		} `json:"results"`
+	}
+	if err := c.do(ctx, http.MethodPost, "/v1/tasks:batch", req, &res); err != nil {
+		return nil, err
+	}
+	if len(res.Results) != len(tasks) {
+		return nil, fmt.Errorf("asyncd: batch of %d answered with %d results", len(tasks), len(res.Results))
+	}
+	out := make([]BatchResult, len(res.Results))
+	for i, r := range res.Results {
+		out[i] = BatchResult{Status: r.Status}
+		if r.Error != nil {
+			out[i].Err = &APIError{Status: r.Status, Code: r.Error.Code, Message: r.Error.Message,
+				Field: r.Error.Field, ExistingID: r.Error.ExistingID, State: r.Error.State}
+		} else {
+			out[i].SubmitResult = r.SubmitResult
+		}
+	}
+	return out, nil
+}
+
+// Get returns the task with id, or an error matching ErrNotFound.
+func (c *Client) Get(ctx context.Context, id string) (*TaskStatus, error) {
+	var s TaskStatus
+	if err := c.do(ctx, http.MethodGet, "/v1/tasks/"+url.PathEscape(id), nil, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// Cancel cancels a blocked, pending or claimed task. A task past that point gets an
+// error matching ErrNotCancellable whose State names where it is.
+func (c *Client) Cancel(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/tasks/"+url.PathEscape(id), nil, nil)
+}
+
+// DeadLetters lists dead tasks, newest first. An empty taskType lists every type;
+// limit 0 takes the server's default (100).
+func (c *Client) DeadLetters(ctx context.Context, taskType string, limit int) ([]TaskStatus, error) {
+	q := url.Values{}
+	if taskType != "" {
+		q.Set("type", taskType)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	path := "/v1/dead-letters"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var res struct {
+		Items []TaskStatus `json:"items"`
+	}
+	if err := c.do(ctx, http.MethodGet, path, nil, &res); err != nil {
+		return nil, err
+	}
+	return res.Items, nil
+}
+
+// Redrive puts a dead task back to pending, due now, with its attempts reset.
+func (c *Client) Redrive(ctx context.Context, id string) (*RedriveResult, error) {
+	var res RedriveResult
+	if err := c.do(ctx, http.MethodPost, "/v1/dead-letters/"+url.PathEscape(id)+"/redrive", nil, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// do sends one API call to base+path (base defaults to the client's endpoint) and
+// decodes a 2xx answer into out.
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	return c.doAt(ctx, c.endpoint, method, path, in, out)
+}
+
+func (c *Client) doAt(ctx context.Context, base, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		raw, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("asyncd: marshal request: %w", err)
+		}
+		body = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(base, "/")+path, body)
+	if err != nil {
+		return fmt.Errorf("asyncd: %w", err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.serviceName != "" {
+		req.Header.Set(SourceServiceHeader, c.serviceName)
+	}
+	resp, err := c.httpClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("asyncd: %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("asyncd: %s %s: read answer: %w", method, path, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return parseAPIError(resp.StatusCode, raw)
+	}
+	if out == nil || len(bytes.TrimSpace(raw)) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("asyncd: %s %s: decode answer: %w", method, path, err)
+	}
+	return nil
+}

@@ -1,0 +1,267 @@
+package asyncd_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	asyncd "github.com/asyncd/asyncd/sdk/go"
+)
+
+// fakeAPI records requests and answers with a canned status and body.
+type fakeAPI struct {
+	mu     sync.Mutex
+	reqs   []recorded
+	status int
+	body   string
+}
+
+type recorded struct {
+	method, path, query string
+	header              http.Header
+	body                map[string]any
+}
+
+func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	raw, _ := io.ReadAll(r.Body)
+	var body map[string]any
+	_ = json.Unmarshal(raw, &body)
+	f.mu.Lock()
+	f.reqs = append(f.reqs, recorded{r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Clone(), body})
+	status, resp := f.status, f.body
+	f.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, resp)
+}
+
+func (f *fakeAPI) last(t *testing.T) recorded {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.reqs) == 0 {
+		t.Fatal("no request reached the fake API")
+	}
+	return f.reqs[len(f.reqs)-1]
+}
+
+func newFake(t *testing.T, status int, body string) (*fakeAPI, *asyncd.Client) {
+	t.Helper()
+	f := &fakeAPI{status: status, body: body}
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	return f, asyncd.NewClient(asyncd.WithEndpoint(srv.URL+"/"), asyncd.WithServiceName("orders"))
+}
+
+func TestSubmitSendsContractBody(t *testing.T) {
+	f, c := newFake(t, 201, `{"id":"0193a","eta":"2026-11-30T06:00:00.123Z","route":"store","duplicate":false}`)
+	res, err := c.SubmitDelayed(context.Background(), &asyncd.Task{
+		Type:           "send_email",
+		Payload:        map[string]any{"to": "a@b.c"},
+		IdempotencyKey: "k1",
+		UniqueKey:      "u1",
+		Priority:       5,
+		MaxRetries:     asyncd.Retries(0),
+		Timeout:        1500 * time.Millisecond,
+		DependsOn:      []string{"0193x"},
+	}, 90*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := time.Date(2026, 11, 30, 6, 0, 0, 123e6, time.UTC)
+	if res.ID != "0193a" || !res.ETA.Equal(want) || res.Route != "store" || res.Duplicate {
+		t.Fatalf("result = %+v", res)
+	}
+	r := f.last(t)
+	if r.method != "POST" || r.path != "/v1/tasks" {
+		t.Fatalf("%s %s", r.method, r.path)
+	}
+	if got := r.header.Get("Asyncd-Source-Service"); got != "orders" {
+		t.Fatalf("source service header = %q", got)
+	}
+	b := r.body
+	checks := map[string]any{
+		"type": "send_email", "delay": "1h 30m", "priority": 5.0, "idempotency_key": "k1",
+		"unique_key": "u1", "max_retries": 0.0, "timeout": "1s 500ms", "source_service": "orders",
+	}
+	for k, v := range checks {
+		if b[k] != v {
+			t.Errorf("body[%s] = %#v, want %#v", k, b[k], v)
+		}
+	}
+	if _, ok := b["eta"]; ok {
+		t.Error("eta sent along with delay")
+	}
+	if p := b["payload"].(map[string]any); p["to"] != "a@b.c" {
+		t.Errorf("payload = %v", p)
+	}
+	if d := b["depends_on"].([]any); len(d) != 1 || d[0] != "0193x" {
+		t.Errorf("depends_on = %v", d)
+	}
+}
+
+func TestSubmitAtSendsUTCMillis(t *testing.T) {
+	f, c := newFake(t, 201, `{"id":"a","eta":"2026-12-01T00:00:00.5Z","route":"store"}`)
+	loc := time.FixedZone("x", 8*3600)
+	_, err := c.SubmitAt(context.Background(), &asyncd.Task{Type: "t", IdempotencyKey: "k"},
+		time.Date(2026, 12, 1, 8, 0, 0, 500e6, loc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := f.last(t).body
+	if b["eta"] != "2026-12-01T00:00:00.500Z" {
+		t.Fatalf("eta = %v", b["eta"])
+	}
+	if _, ok := b["delay"]; ok {
+		t.Fatal("delay sent along with eta")
+	}
+	if _, ok := b["max_retries"]; ok {
+		t.Fatal("max_retries sent though unset")
+	}
+	if b["payload"] != nil {
+		t.Fatalf("payload = %v, want null", b["payload"])
+	}
+}
+
+func TestSubmitRawPayloadPassesThrough(t *testing.T) {
+	f, c := newFake(t, 201, `{"id":"a","eta":"2026-12-01T00:00:00Z","route":"kafka"}`)
+	_, err := c.Submit(context.Background(), &asyncd.Task{Type: "t", IdempotencyKey: "k", Payload: json.RawMessage(`{"n":1.50}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := f.last(t).body["payload"].(map[string]any); p["n"] != 1.5 {
+		t.Fatalf("payload = %v", p)
+	}
+}
+
+func TestSubmitRefusesMissingIdempotencyKeyBeforeSending(t *testing.T) {
+	f, c := newFake(t, 201, `{}`)
+	_, err := c.Submit(context.Background(), &asyncd.Task{Type: "t", Payload: 1})
+	if !errors.Is(err, asyncd.ErrMissingIdempotencyKey) {
+		t.Fatalf("err = %v", err)
+	}
+	_, err = c.SubmitBatch(context.Background(), []*asyncd.Task{{Type: "t", IdempotencyKey: "k"}, {Type: "t"}})
+	if !errors.Is(err, asyncd.ErrMissingIdempotencyKey) || !strings.Contains(err.Error(), "task 1") {
+		t.Fatalf("batch err = %v", err)
+	}
+	if _, err := c.Submit(context.Background(), &asyncd.Task{Type: "t", IdempotencyKey: "k", Delay: time.Second, ETA: time.Now()}); err == nil {
+		t.Fatal("delay and eta together accepted")
+	}
+	if _, err := c.SubmitDelayed(context.Background(), &asyncd.Task{Type: "t", IdempotencyKey: "k"}, -time.Second); err == nil {
+		t.Fatal("negative delay accepted")
+	}
+	if len(f.reqs) != 0 {
+		t.Fatalf("%d requests sent", len(f.reqs))
+	}
+}
+
+func TestAPIErrorCarriesCodeFieldStatus(t *testing.T) {
+	_, c := newFake(t, 409, `{"error":{"code":"unique_conflict","message":"order:42 is pending","field":"unique_key","existing_id":"0193e"}}`)
+	_, err := c.Submit(context.Background(), &asyncd.Task{Type: "t", IdempotencyKey: "k"})
+	var apiErr *asyncd.APIError
+	if !errors.As(err, &apiErr) {
+		t.Fatalf("err = %T %v", err, err)
+	}
+	if apiErr.Status != 409 || apiErr.Code != asyncd.CodeUniqueConflict || apiErr.Field != "unique_key" || apiErr.ExistingID != "0193e" {
+		t.Fatalf("%+v", apiErr)
+	}
+	if !errors.Is(err, asyncd.ErrUniqueConflict) || errors.Is(err, asyncd.ErrNotFound) {
+		t.Fatal("errors.Is by code is wrong")
+	}
+	if !strings.Contains(err.Error(), "unique_conflict") || !strings.Contains(err.Error(), "order:42 is pending") {
+		t.Fatalf("message %q", err.Error())
+	}
+}
+
+func TestAPIErrorTopLevelStateAndNonJSONBodies(t *testing.T) {
+	_, c := newFake(t, 409, `{"error":{"code":"not_cancellable","message":"task is running"},"state":"running"}`)
+	err := c.Cancel(context.Background(), "x")
+	var apiErr *asyncd.APIError
+	if !errors.As(err, &apiErr) || apiErr.State != "running" || !errors.Is(err, asyncd.ErrNotCancellable) {
+		t.Fatalf("err = %v (%+v)", err, apiErr)
+	}
+	_, c = newFake(t, 502, `<html>bad gateway</html>`)
+	_, err = c.Get(context.Background(), "x")
+	if !errors.As(err, &apiErr) || apiErr.Status != 502 || apiErr.Code != asyncd.CodeHTTPError || !strings.Contains(apiErr.Message, "bad gateway") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestBatchGetDeadLettersRedrive(t *testing.T) {
+	f, c := newFake(t, 200, `{"results":[{"status":201,"id":"a","eta":"2026-12-01T00:00:00Z","route":"store","duplicate":false},
+		{"status":400,"error":{"code":"unknown_task_type","message":"no job","field":"type"}}]}`)
+	res, err := c.SubmitBatch(context.Background(), []*asyncd.Task{
+		{Type: "t", IdempotencyKey: "k1", Delay: time.Minute},
+		{Type: "nope", IdempotencyKey: "k2"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Status != 201 || res[0].ID != "a" || res[0].Err != nil {
+		t.Fatalf("item 0 = %+v", res[0])
+	}
+	if res[1].Err == nil || !errors.Is(res[1].Err, asyncd.ErrUnknownTaskType) || res[1].Err.Field != "type" || res[1].Err.Status != 400 {
+		t.Fatalf("item 1 = %+v", res[1])
+	}
+	r := f.last(t)
+	if r.path != "/v1/tasks:batch" || len(r.body["tasks"].([]any)) != 2 {
+		t.Fatalf("%s %v", r.path, r.body)
+	}
+	if r.body["tasks"].([]any)[0].(map[string]any)["delay"] != "1m" {
+		t.Fatalf("batch delay: %v", r.body)
+	}
+
+	task := `{"id":"a","type":"t","payload":{"x":1},"state":"dead","priority":0,"eta":"2026-12-01T00:00:00.000Z",
+		"attempt":4,"max_retries":3,"idempotency_key":"k","unique_key":null,"depends_on":[],"last_error":"boom",
+		"result":null,"created_at":"2026-11-30T00:00:00.000Z","updated_at":"2026-11-30T00:00:01.000Z"}`
+	f.body = `{"items":[` + task + `]}`
+	items, err := c.DeadLetters(context.Background(), "t", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = f.last(t)
+	if r.path != "/v1/dead-letters" || r.query != "limit=5&type=t" {
+		t.Fatalf("%s?%s", r.path, r.query)
+	}
+	if len(items) != 1 || items[0].State != asyncd.StateDead || items[0].LastError != "boom" || items[0].IdempotencyKey != "k" ||
+		items[0].UniqueKey != "" || items[0].Attempt != 4 || string(items[0].Payload) != `{"x":1}` {
+		t.Fatalf("items = %+v", items)
+	}
+
+	f.body = task
+	got, err := c.Get(context.Background(), "a/b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.MaxRetries != 3 || got.UpdatedAt.Sub(got.CreatedAt) != time.Second {
+		t.Fatalf("get = %+v", got)
+	}
+	if r := f.last(t); r.method != "GET" || r.path != "/v1/tasks/a/b" {
+		// a/b is escaped on the wire; the server's router sees the decoded path
+		t.Fatalf("%s %s", r.method, r.path)
+	}
+
+	f.body = `{"id":"a","state":"pending","eta":"2026-12-01T00:00:00.000Z"}`
+	rd, err := c.Redrive(context.Background(), "a")
+	if err != nil || rd.State != "pending" || rd.ID != "a" {
+		t.Fatalf("redrive = %+v, %v", rd, err)
+	}
+	if r := f.last(t); r.method != "POST" || r.path != "/v1/dead-letters/a/redrive" {
+		t.Fatalf("%s %s", r.method, r.path)
+	}
+
+	f.body = `{"id":"a","state":"cancelled"}`
+	if err := c.Cancel(context.Background(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.last(t); r.method != "DELETE" || r.path != "/v1/tasks/a" {
+		t.Fatalf("%s %s", r.method, r.path)
+	}
+}

@@ -1,0 +1,117 @@
+package asyncd
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Error codes the API answers with (docs/api.md, "Errors").
+const (
+	CodeMalformedJSON   = "malformed_json"
+	CodeInvalidField    = "invalid_field"
+	CodeUnknownTaskType = "unknown_task_type"
+	CodePayloadTooLarge = "payload_too_large"
+	CodeNotFound        = "not_found"
+	CodeUniqueConflict  = "unique_conflict"
+	CodeNotCancellable  = "not_cancellable"
+	CodeStaleLease      = "stale_lease"
+	CodeNotDead         = "not_dead"
+	// CodeHTTPError is set when an answer carried no error body of the API's shape,
+	// e.g. a proxy's 502 page.
+	CodeHTTPError = "http_error"
+)
+
+// APIError is a refusal by the asyncd API. Match it with errors.As, or by code with
+// errors.Is against the Err* values below.
+type APIError struct {
+	Status  int    // HTTP status
+	Code    string // one of the Code* constants
+	Message string
+	Field   string // the field at fault, when there is one
+	// ExistingID names the pending task holding the key (unique_conflict).
+	ExistingID string
+	// State names the task's current state (not_cancellable, not_dead).
+	State string
+}
+
+func (e *APIError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "asyncd: %s (%d)", e.Code, e.Status)
+	if e.Field != "" {
+		fmt.Fprintf(&b, " field %s", e.Field)
+	}
+	if e.Message != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Message)
+	}
+	return b.String()
+}
+
+// Is reports whether target is an *APIError with the same Code, so that
+// errors.Is(err, asyncd.ErrNotFound) works whatever the message.
+func (e *APIError) Is(target error) bool {
+	var t *APIError
+	if !errors.As(target, &t) {
+		return false
+	}
+	return t.Code == e.Code
+}
+
+// Sentinels for errors.Is.
+var (
+	ErrMalformedJSON   = &APIError{Code: CodeMalformedJSON}
+	ErrInvalidField    = &APIError{Code: CodeInvalidField}
+	ErrUnknownTaskType = &APIError{Code: CodeUnknownTaskType}
+	ErrPayloadTooLarge = &APIError{Code: CodePayloadTooLarge}
+	ErrNotFound        = &APIError{Code: CodeNotFound}
+	ErrUniqueConflict  = &APIError{Code: CodeUniqueConflict}
+	ErrNotCancellable  = &APIError{Code: CodeNotCancellable}
+	ErrStaleLease      = &APIError{Code: CodeStaleLease}
+	ErrNotDead         = &APIError{Code: CodeNotDead}
+)
+
+// ErrMissingIdempotencyKey is returned, before anything is sent, for a task without
+// an idempotency key: without one a retried submit could enqueue the task twice.
+var ErrMissingIdempotencyKey = errors.New("asyncd: task has no idempotency key (set Task.IdempotencyKey, e.g. with IdempotencyKeyFrom)")
+
+type errorBody struct {
+	Error *struct {
+		Code       string `json:"code"`
+		Message    string `json:"message"`
+		Field      string `json:"field"`
+		ExistingID string `json:"existing_id"`
+		State      string `json:"state"`
+	} `json:"error"`
+	// docs/api.md does not say whether existing_id and state sit inside "error" or
+	// beside it; accept both.
+	ExistingID string `json:"existing_id"`
+	State      string `json:"state"`
+}
+
+func parseAPIError(status int, body []byte) *APIError {
+	var eb errorBody
+	if json.Unmarshal(body, &eb) == nil && eb.Error != nil && eb.Error.Code != "" {
+		e := &APIError{
+			Status:     status,
+			Code:       eb.Error.Code,
+			Message:    eb.Error.Message,
+			Field:      eb.Error.Field,
+			ExistingID: eb.Error.ExistingID,
+			State:      eb.Error.State,
+		}
+		if e.ExistingID == "" {
+			e.ExistingID = eb.ExistingID
+		}
+		if e.State == "" {
+			e.State = eb.State
+		}
+		return e
+	}
+	msg := strings.TrimSpace(string(body))
+	if len(msg) > 512 {
+		msg = msg[:512] + "…"
+	}
+	return &APIError{Status: status, Code: CodeHTTPError, Message: msg}
+}

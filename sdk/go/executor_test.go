@@ -1,0 +1,354 @@
+package asyncd_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	asyncd "github.com/asyncd/asyncd/sdk/go"
+)
+
+func TestSignKnownVector(t *testing.T) {
+	// Computed independently with Python's hmac module.
+	got := asyncd.Sign([]byte("s3cret"), 1700000000, []byte(`{"id":"t1","type":"x"}`))
+	want := "v1=ea8ced2a98bbc34d295cf53301d8c7f2245096c1913fdd531dbbe9e17ab8f369"
+	if got != want {
+		t.Fatalf("Sign = %s, want %s", got, want)
+	}
+}
+
+func TestVerifySignature(t *testing.T) {
+	secret := []byte("s3cret")
+	body := []byte(`{"id":"t1"}`)
+	now := time.Unix(1700000000, 0)
+	sig := asyncd.Sign(secret, now.Unix(), body)
+	ts := strconv.FormatInt(now.Unix(), 10)
+	cases := []struct {
+		name      string
+		ts, sig   string
+		body      []byte
+		at        time.Time
+		wantValid bool
+	}{
+		{"valid", ts, sig, body, now, true},
+		{"valid within tolerance", ts, sig, body, now.Add(4*time.Minute + 59*time.Second), true},
+		{"one of several", ts, "v1=00," + sig, body, now, true},
+		{"tampered body", ts, sig, []byte(`{"id":"t2"}`), now, false},
+		{"wrong secret", ts, asyncd.Sign([]byte("other"), now.Unix(), body), body, now, false},
+		{"too old", ts, sig, body, now.Add(5*time.Minute + time.Second), false},
+		{"from the future", ts, sig, body, now.Add(-6 * time.Minute), false},
+		{"timestamp not the signed one", strconv.FormatInt(now.Unix()+1, 10), sig, body, now, false},
+		{"missing timestamp", "", sig, body, now, false},
+		{"missing signature", ts, "", body, now, false},
+		{"bare hex", ts, strings.TrimPrefix(sig, "v1="), body, now, false},
+	}
+	for _, c := range cases {
+		err := asyncd.VerifySignature(secret, c.ts, c.sig, c.body, c.at)
+		if (err == nil) != c.wantValid {
+			t.Errorf("%s: err = %v", c.name, err)
+		}
+		if err != nil && !errors.Is(err, asyncd.ErrBadSignature) {
+			t.Errorf("%s: %v does not match ErrBadSignature", c.name, err)
+		}
+	}
+}
+
+// call posts an executor call as asyncd would.
+func call(t *testing.T, h http.Handler, body string, hdr map[string]string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodPost, "/tasks/run", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+func taskBody(taskType, payload string) string {
+	return fmt.Sprintf(`{"id":"0193t","type":%q,"payload":%s,"attempt":2,"eta":"2026-11-30T06:00:00.123Z"}`, taskType, payload)
+}
+
+func TestExecutorOutcomeMapping(t *testing.T) {
+	c := asyncd.NewClient()
+	var gotPayload string
+	var gotInfo asyncd.TaskInfo
+	c.RegisterExecutor("ok", func(ctx context.Context, payload string) error {
+		gotPayload = payload
+		gotInfo, _ = asyncd.TaskInfoFrom(ctx)
+		return nil
+	})
+	c.RegisterExecutor("retry_later", func(context.Context, string) error { return asyncd.Retry(1500 * time.Millisecond) })
+	c.RegisterExecutor("retry_backoff", func(context.Context, string) error { return asyncd.Retry(0) })
+	c.RegisterExecutor("permanent", func(context.Context, string) error {
+		return fmt.Errorf("charging: %w", asyncd.Permanent(errors.New("card declined")))
+	})
+	c.RegisterExecutor("transient", func(context.Context, string) error { return errors.New("db down") })
+	c.RegisterExecutor("panics", func(context.Context, string) error { panic("nil map") })
+
+	hdr := map[string]string{
+		"Idempotency-Key": "order-42", "Asyncd-Task-Id": "0193t", "Asyncd-Attempt": "2",
+		"Asyncd-Lease-Token": "7", "Asyncd-Callback-Url": "http://127.0.0.1:7700",
+	}
+	rec := call(t, c, taskBody("ok", `{"order_id":42}`), hdr)
+	if rec.Code != 200 {
+		t.Fatalf("ok: %d %s", rec.Code, rec.Body)
+	}
+	if gotPayload != `{"order_id":42}` {
+		t.Fatalf("payload = %q", gotPayload)
+	}
+	want := asyncd.TaskInfo{ID: "0193t", Type: "ok", IdempotencyKey: "order-42", Attempt: 2, LeaseToken: 7,
+		ETA: time.Date(2026, 11, 30, 6, 0, 0, 123e6, time.UTC), CallbackURL: "http://127.0.0.1:7700"}
+	if gotInfo != want {
+		t.Fatalf("info = %+v\nwant %+v", gotInfo, want)
+	}
+
+	cases := []struct {
+		taskType   string
+		status     int
+		retryAfter string
+	}{
+		{"retry_later", 503, "2"},
+		{"retry_backoff", 503, ""},
+		{"permanent", 422, ""},
+		{"transient", 500, ""},
+		{"panics", 500, ""},
+		{"unregistered", 501, ""},
+	}
+	for _, cs := range cases {
+		rec := call(t, c, taskBody(cs.taskType, "null"), hdr)
+		if rec.Code != cs.status || rec.Header().Get("Retry-After") != cs.retryAfter {
+			t.Errorf("%s: %d Retry-After %q, want %d %q (%s)", cs.taskType, rec.Code, rec.Header().Get("Retry-After"), cs.status, cs.retryAfter, rec.Body)
+		}
+	}
+	if rec := call(t, c, taskBody("permanent", "null"), hdr); !strings.Contains(rec.Body.String(), "card declined") {
+		t.Errorf("permanent body %s", rec.Body)
+	}
+	if rec := call(t, c, `not json`, hdr); rec.Code != 400 {
+		t.Errorf("garbage: %d", rec.Code)
+	}
+	rec = httptest.NewRecorder()
+	c.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	if rec.Code != 405 {
+		t.Errorf("GET: %d", rec.Code)
+	}
+}
+
+func TestExecutorIdempotencyKeyFallsBackToID(t *testing.T) {
+	c := asyncd.NewClient()
+	var info asyncd.TaskInfo
+	c.RegisterExecutor("ok", func(ctx context.Context, _ string) error {
+		info, _ = asyncd.TaskInfoFrom(ctx)
+		return nil
+	})
+	if rec := call(t, c, taskBody("ok", "1"), nil); rec.Code != 200 {
+		t.Fatal(rec.Code)
+	}
+	if info.IdempotencyKey != "0193t" || info.Attempt != 2 {
+		t.Fatalf("info = %+v", info)
+	}
+}
+
+func TestExecutorSignature(t *testing.T) {
+	secret := "s3cret"
+	c := asyncd.NewClient(asyncd.WithSigningSecret(secret))
+	calls := 0
+	c.RegisterExecutor("ok", func(context.Context, string) error { calls++; return nil })
+	body := taskBody("ok", "{}")
+	now := time.Now().Unix()
+	signed := func(ts int64, b string) map[string]string {
+		return map[string]string{
+			"Asyncd-Timestamp": strconv.FormatInt(ts, 10),
+			"Asyncd-Signature": asyncd.Sign([]byte(secret), ts, []byte(b)),
+		}
+	}
+	if rec := call(t, c, body, signed(now, body)); rec.Code != 200 {
+		t.Fatalf("signed: %d %s", rec.Code, rec.Body)
+	}
+	for name, hdr := range map[string]map[string]string{
+		"unsigned":  nil,
+		"mismatch":  signed(now, body+" "),
+		"stale":     signed(now-301, body),
+		"future":    signed(now+301, body),
+		"bad stamp": {"Asyncd-Timestamp": "soon", "Asyncd-Signature": "v1=00"},
+	} {
+		if rec := call(t, c, body, hdr); rec.Code != 401 {
+			t.Errorf("%s: %d", name, rec.Code)
+		}
+	}
+	if calls != 1 {
+		t.Fatalf("handler ran %d times", calls)
+	}
+}
+
+// callbackAPI stands in for asyncd's heartbeat and result endpoints.
+type callbackAPI struct {
+	mu         sync.Mutex
+	heartbeats []map[string]any
+	results    []map[string]any
+	staleAfter int // refuse heartbeats as stale after this many (0: never)
+}
+
+func (a *callbackAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	raw, _ := io.ReadAll(r.Body)
+	var body map[string]any
+	_ = json.Unmarshal(raw, &body)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case strings.HasSuffix(r.URL.Path, "/heartbeat"):
+		a.heartbeats = append(a.heartbeats, body)
+		if a.staleAfter > 0 && len(a.heartbeats) > a.staleAfter {
+			w.WriteHeader(409)
+			_, _ = io.WriteString(w, `{"error":{"code":"stale_lease","message":"lease lapsed"}}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"lease_until":"2026-11-30T06:00:00.000Z"}`)
+	case strings.HasSuffix(r.URL.Path, "/result"):
+		a.results = append(a.results, body)
+		_, _ = io.WriteString(w, `{"id":"0193t","state":"succeeded"}`)
+	default:
+		w.WriteHeader(404)
+	}
+}
+
+func (a *callbackAPI) counts() (int, int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.heartbeats), len(a.results)
+}
+
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestLongRunningHeartbeatsAndPostsResult(t *testing.T) {
+	cases := []struct {
+		name       string
+		err        error
+		status     string
+		retryAfter string
+	}{
+		{"success", nil, "success", ""},
+		{"permanent", asyncd.Permanent(errors.New("bad input")), "failed", ""},
+		{"retry", asyncd.Retry(10 * time.Second), "retry", "10s"},
+		{"error", errors.New("flaky"), "retry", ""},
+	}
+	for _, cs := range cases {
+		t.Run(cs.name, func(t *testing.T) {
+			api := &callbackAPI{}
+			srv := httptest.NewServer(api)
+			defer srv.Close()
+			c := asyncd.NewClient(asyncd.WithEndpoint("http://127.0.0.1:1"))
+			release := make(chan struct{})
+			c.RegisterExecutor("long", func(ctx context.Context, payload string) error {
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				return cs.err
+			}, asyncd.LongRunning(300*time.Millisecond))
+			rec := call(t, c, taskBody("long", "{}"), map[string]string{
+				"Asyncd-Lease-Token": "7", "Asyncd-Callback-Url": srv.URL,
+			})
+			if rec.Code != 202 || strings.TrimSpace(rec.Body.String()) != `{"lease":"300ms"}` {
+				t.Fatalf("answer %d %s", rec.Code, rec.Body)
+			}
+			waitUntil(t, 5*time.Second, "two heartbeats", func() bool { hb, _ := api.counts(); return hb >= 2 })
+			close(release)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := c.Shutdown(ctx); err != nil {
+				t.Fatal(err)
+			}
+			api.mu.Lock()
+			defer api.mu.Unlock()
+			hb := api.heartbeats[0]
+			if hb["lease_token"] != 7.0 || hb["lease"] != "300ms" {
+				t.Fatalf("heartbeat %v", hb)
+			}
+			if len(api.results) != 1 {
+				t.Fatalf("%d results", len(api.results))
+			}
+			res := api.results[0]
+			if res["lease_token"] != 7.0 || res["status"] != cs.status {
+				t.Fatalf("result %v", res)
+			}
+			if ra, _ := res["retry_after"].(string); ra != cs.retryAfter {
+				t.Fatalf("retry_after %q", ra)
+			}
+			if cs.err != nil && !strings.Contains(fmt.Sprint(res["error"]), cs.err.Error()) {
+				t.Fatalf("error %v", res["error"])
+			}
+		})
+	}
+}
+
+func TestLongRunningStaleLeaseCancelsHandler(t *testing.T) {
+	api := &callbackAPI{staleAfter: 1}
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	c := asyncd.NewClient()
+	cancelled := make(chan error, 1)
+	c.RegisterExecutor("long", func(ctx context.Context, _ string) error {
+		<-ctx.Done()
+		cancelled <- ctx.Err()
+		return ctx.Err()
+	}, asyncd.LongRunning(150*time.Millisecond))
+	if rec := call(t, c, taskBody("long", "{}"), map[string]string{"Asyncd-Lease-Token": "3", "Asyncd-Callback-Url": srv.URL}); rec.Code != 202 {
+		t.Fatal(rec.Code)
+	}
+	select {
+	case err := <-cancelled:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("handler context not cancelled after a stale heartbeat")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, results := api.counts(); results != 0 {
+		t.Fatalf("a result was posted for a lost lease")
+	}
+}
+
+func TestDurationFormatOnTheWire(t *testing.T) {
+	f, c := newFake(t, 201, `{"id":"a","eta":"2026-12-01T00:00:00Z","route":"store"}`)
+	for d, want := range map[time.Duration]string{
+		90 * time.Second:                             "1m 30s",
+		3 * 24 * time.Hour:                           "3d",
+		400 * 24 * time.Hour:                         "400d",
+		time.Hour + 500*time.Millisecond:             "1h 500ms",
+		1500 * time.Microsecond:                      "1ms 500us",
+		26*time.Hour + 3*time.Minute + 4*time.Second: "1d 2h 3m 4s",
+	} {
+		if _, err := c.SubmitDelayed(context.Background(), &asyncd.Task{Type: "t", IdempotencyKey: "k"}, d); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.last(t).body["delay"]; got != want {
+			t.Errorf("%v on the wire as %v, want %s", d, got, want)
+		}
+	}
+}

@@ -1,0 +1,3 @@
+module github.com/asyncd/asyncd/sdk/go
+
+go 1.22

@@ -1,0 +1,240 @@
+"""The asyncd API client."""
+
+from __future__ import annotations
+
+import urllib.parse
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+from ._errors import APIError, MissingIdempotencyKey, error_from_body
+from ._executor import Executor, http_json
+from ._time import Duration, format_duration, format_time, parse_time
+
+DEFAULT_ENDPOINT = "http://127.0.0.1:7700"
+"""Where ``asyncd dev`` listens unless told otherwise."""
+
+SOURCE_SERVICE_HEADER = "Asyncd-Source-Service"
+
+# Task states.
+BLOCKED, PENDING, CLAIMED, RUNNING, SUCCEEDED, DEAD, CANCELLED = (
+    "blocked", "pending", "claimed", "running", "succeeded", "dead", "cancelled")
+
+
+@dataclass
+class Task:
+    """One submit, for :meth:`Client.submit_batch` (the keyword arguments of
+    :meth:`Client.submit` as fields)."""
+
+    type: str
+    payload: Any = None
+    idempotency_key: Optional[str] = None
+    delay: Optional[Duration] = None
+    eta: Optional[datetime] = None
+    priority: Optional[int] = None
+    unique_key: Optional[str] = None
+    max_retries: Optional[int] = None
+    timeout: Optional[Duration] = None
+    depends_on: Optional[Sequence[str]] = None
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    id: str
+    eta: datetime
+    route: str  # "store" or "kafka"
+    #: True when the idempotency key was seen before; ``id`` is the first task's.
+    duplicate: bool = False
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "SubmitResult":
+        return cls(id=d["id"], eta=parse_time(d["eta"]), route=d.get("route", ""), duplicate=bool(d.get("duplicate")))
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """One item of a batch answer: ``result`` or ``error`` is set."""
+
+    status: int
+    result: Optional[SubmitResult] = None
+    error: Optional[APIError] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    """A task as ``GET /v1/tasks/{id}`` shows it."""
+
+    id: str
+    type: str
+    payload: Any
+    state: str
+    priority: int
+    eta: Optional[datetime]
+    attempt: int
+    max_retries: int
+    idempotency_key: Optional[str]
+    unique_key: Optional[str]
+    depends_on: List[str]
+    last_error: Optional[str]
+    result: Any
+    created_at: Optional[datetime]
+    updated_at: Optional[datetime]
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "TaskStatus":
+        def t(key: str) -> Optional[datetime]:
+            v = d.get(key)
+            return parse_time(v) if isinstance(v, str) else None
+
+        return cls(
+            id=d["id"], type=d.get("type", ""), payload=d.get("payload"), state=d.get("state", ""),
+            priority=d.get("priority") or 0, eta=t("eta"), attempt=d.get("attempt") or 0,
+            max_retries=d.get("max_retries") or 0, idempotency_key=d.get("idempotency_key"),
+            unique_key=d.get("unique_key"), depends_on=list(d.get("depends_on") or []),
+            last_error=d.get("last_error"), result=d.get("result"), created_at=t("created_at"),
+            updated_at=t("updated_at"), raw=dict(d),
+        )
+
+
+@dataclass(frozen=True)
+class RedriveResult:
+    id: str
+    state: str
+    eta: Optional[datetime]
+
+
+class Client(Executor):
+    """Talks to the asyncd API; also an :class:`Executor`, so the same object can
+    register handlers with ``@client.executor("type")`` and serve them."""
+
+    def __init__(
+        self,
+        endpoint: str = DEFAULT_ENDPOINT,
+        service_name: Optional[str] = None,
+        *,
+        timeout: float = 30.0,
+        signing_secret: Optional[Union[str, bytes]] = None,
+    ) -> None:
+        self.endpoint = endpoint.rstrip("/")
+        self.service_name = service_name
+        self.timeout = timeout
+        super().__init__(signing_secret, callback_endpoint=self.endpoint)
+
+    # -- submit ------------------------------------------------------------------
+
+    def submit(
+        self,
+        task_type: str,
+        payload: Any = None,
+        *,
+        idempotency_key: Optional[str] = None,
+        delay: Optional[Duration] = None,
+        eta: Optional[datetime] = None,
+        priority: Optional[int] = None,
+        unique_key: Optional[str] = None,
+        max_retries: Optional[int] = None,
+        timeout: Optional[Duration] = None,
+        depends_on: Optional[Sequence[str]] = None,
+    ) -> SubmitResult:
+        """Enqueues a task. ``idempotency_key`` is required (a repeat returns the first
+        task); :func:`asyncd.idempotency_key_from` derives one from payload fields."""
+        body = self._body(Task(task_type, payload, idempotency_key, delay, eta, priority, unique_key,
+                               max_retries, timeout, depends_on))
+        return SubmitResult.from_json(self._request("POST", "/v1/tasks", body))
+
+    def submit_delayed(self, task_type: str, payload: Any = None, *, delay: Duration, **kwargs: Any) -> SubmitResult:
+        """Enqueues a task to run after ``delay`` (timedelta, seconds or "90s")."""
+        return self.submit(task_type, payload, delay=delay, **kwargs)
+
+    def submit_at(self, task_type: str, payload: Any = None, *, eta: datetime, **kwargs: Any) -> SubmitResult:
+        """Enqueues a task to run at ``eta`` (a timezone-aware datetime)."""
+        return self.submit(task_type, payload, eta=eta, **kwargs)
+
+    def submit_batch(self, tasks: Sequence[Union[Task, Mapping[str, Any]]]) -> List[BatchResult]:
+        """Enqueues up to 1000 tasks in one call; each result says how its item fared."""
+        bodies = []
+        for i, t in enumerate(tasks):
+            task = t if isinstance(t, Task) else Task(**t)
+            try:
+                bodies.append(self._body(task))
+            except MissingIdempotencyKey as e:
+                raise MissingIdempotencyKey(f"task {i}: {e}") from None
+        answer = self._request("POST", "/v1/tasks:batch", {"tasks": bodies})
+        results = answer.get("results") if isinstance(answer, dict) else None
+        if not isinstance(results, list) or len(results) != len(bodies):
+            raise APIError(200, "http_error", f"batch of {len(bodies)} answered with {answer!r}")
+        out = []
+        for r in results:
+            status = int(r.get("status", 0))
+            if isinstance(r.get("error"), dict):
+                out.append(BatchResult(status, error=error_from_body(status, r)))
+            else:
+                out.append(BatchResult(status, result=SubmitResult.from_json(r)))
+        return out
+
+    def _body(self, t: Task) -> Dict[str, Any]:
+        if not t.type:
+            raise ValueError("a task needs a type")
+        if not t.idempotency_key:
+            raise MissingIdempotencyKey()
+        if t.delay is not None and t.eta is not None:
+            raise ValueError("a task takes a delay or an eta, not both")
+        body: Dict[str, Any] = {"type": t.type, "payload": t.payload, "idempotency_key": t.idempotency_key}
+        if t.delay is not None:
+            body["delay"] = format_duration(t.delay)
+        if t.eta is not None:
+            body["eta"] = format_time(t.eta)
+        if t.priority is not None:
+            body["priority"] = t.priority
+        if t.unique_key is not None:
+            body["unique_key"] = t.unique_key
+        if t.max_retries is not None:
+            body["max_retries"] = t.max_retries
+        if t.timeout is not None:
+            body["timeout"] = format_duration(t.timeout)
+        if t.depends_on:
+            body["depends_on"] = list(t.depends_on)
+        if self.service_name:
+            body["source_service"] = self.service_name
+        return body
+
+    # -- inspect, cancel, dead letters ----------------------------------------------
+
+    def get(self, task_id: str) -> TaskStatus:
+        """The task with ``task_id``; raises :class:`asyncd.NotFound`."""
+        return TaskStatus.from_json(self._request("GET", f"/v1/tasks/{_q(task_id)}"))
+
+    def cancel(self, task_id: str) -> None:
+        """Cancels a blocked, pending or claimed task; raises
+        :class:`asyncd.NotCancellable` (``.state`` says where it is) otherwise."""
+        self._request("DELETE", f"/v1/tasks/{_q(task_id)}")
+
+    def dead_letters(self, type: Optional[str] = None, limit: Optional[int] = None) -> List[TaskStatus]:  # noqa: A002
+        """Dead tasks, newest first, optionally of one type (limit: server default 100)."""
+        q: Dict[str, Any] = {}
+        if type:
+            q["type"] = type
+        if limit is not None:
+            q["limit"] = limit
+        path = "/v1/dead-letters" + ("?" + urllib.parse.urlencode(q) if q else "")
+        answer = self._request("GET", path)
+        return [TaskStatus.from_json(i) for i in (answer or {}).get("items", [])]
+
+    def redrive(self, task_id: str) -> RedriveResult:
+        """Puts a dead task back to pending, due now, attempts reset."""
+        d = self._request("POST", f"/v1/dead-letters/{_q(task_id)}/redrive")
+        eta = d.get("eta")
+        return RedriveResult(id=d["id"], state=d["state"], eta=parse_time(eta) if isinstance(eta, str) else None)
+
+    def _request(self, method: str, path: str, body: Any = None) -> Any:
+        headers = {SOURCE_SERVICE_HEADER: self.service_name} if self.service_name else None
+        return http_json(method, self.endpoint + path, body, headers=headers, timeout=self.timeout)
+
+
+def _q(task_id: str) -> str:
+    return urllib.parse.quote(task_id, safe="")

@@ -1,0 +1,520 @@
+"""Serving asyncd's executor contract: signature check, dispatch by task type, and
+the mapping of a handler's outcome onto HTTP answers (docs/api.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import inspect
+import json
+import logging
+import math
+import socketserver
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Awaitable, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server as _make_server
+
+from ._errors import APIError, BadSignature, NotFound, StaleLease, TransportError, error_from_response
+from ._time import Duration, duration_seconds, format_duration, parse_duration, parse_time
+
+log = logging.getLogger("asyncd")
+
+SIGNATURE_TOLERANCE = timedelta(minutes=5)
+"""How far Asyncd-Timestamp may be from the executor's clock; beyond it a captured
+call cannot be replayed."""
+
+DEFAULT_LEASE = timedelta(seconds=30)
+
+_MAX_BODY = 32 << 20
+
+
+def sign(secret: Union[str, bytes], timestamp: int, body: bytes) -> str:
+    """The Asyncd-Signature value: ``"v1=" + hex HMAC-SHA256(secret, "<ts>.<body>")``."""
+    key = secret.encode() if isinstance(secret, str) else secret
+    mac = hmac.new(key, str(timestamp).encode() + b"." + body, hashlib.sha256)
+    return "v1=" + mac.hexdigest()
+
+
+def verify_signature(
+    secret: Union[str, bytes],
+    timestamp: Optional[str],
+    signature: Optional[str],
+    body: bytes,
+    now: Optional[float] = None,
+) -> None:
+    """Raises :class:`BadSignature` unless ``signature`` (one or more comma-separated
+    ``v1=`` values, for a secret being rotated) signs ``body`` at ``timestamp``, and
+    ``timestamp`` is within five minutes of ``now``."""
+    try:
+        ts = int((timestamp or "").strip())
+    except ValueError:
+        raise BadSignature("missing or malformed Asyncd-Timestamp") from None
+    now = time.time() if now is None else now
+    if abs(now - ts) > SIGNATURE_TOLERANCE.total_seconds():
+        raise BadSignature("timestamp more than 5 minutes off")
+    want = sign(secret, ts, body)
+    for part in (signature or "").replace(" ", ",").split(","):
+        if part and hmac.compare_digest(part, want):
+            return
+    raise BadSignature("signature mismatch")
+
+
+class Retry(Exception):
+    """Raise to have asyncd retry the task after ``after`` (503 with Retry-After).
+    Without ``after`` (or with 0) asyncd picks the time with its exponential backoff."""
+
+    def __init__(self, after: Optional[Duration] = None, message: str = "retry") -> None:
+        self.after = after
+        super().__init__(message)
+
+
+class Permanent(Exception):
+    """Raise when no retry can fix the failure: the task goes to dead letters (422)."""
+
+
+@dataclass
+class TaskContext:
+    """The task and attempt a handler is running."""
+
+    id: str
+    type: str
+    #: The task's idempotency key, else its id: key side effects on it, since asyncd
+    #: delivers at least once.
+    idempotency_key: str
+    attempt: int
+    lease_token: int
+    eta: Optional[datetime]
+    callback_url: str
+    #: Set when asyncd refused a heartbeat as stale: a newer attempt owns the task and
+    #: a long-running handler should stop.
+    lease_lost: threading.Event = field(default_factory=threading.Event, repr=False)
+
+
+Handler = Callable[..., Any]
+
+
+@dataclass
+class _Registration:
+    fn: Handler
+    wants_ctx: bool
+    is_async: bool
+    lease: Optional[float]  # seconds; set for long-running executors
+
+
+@dataclass
+class _Answer:
+    status: int
+    body: Dict[str, Any]
+    headers: List[Tuple[str, str]] = field(default_factory=list)
+
+
+_REASONS = {200: "OK", 202: "Accepted", 400: "Bad Request", 401: "Unauthorized", 405: "Method Not Allowed",
+            413: "Payload Too Large", 422: "Unprocessable Entity", 500: "Internal Server Error",
+            501: "Not Implemented", 503: "Service Unavailable"}
+
+
+def _wants_ctx(fn: Handler) -> bool:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
+
+
+class Executor:
+    """Registry of task handlers, served as a WSGI or ASGI app at the URL an
+    AsyncJobConfig's ``spec.executor.url`` names.
+
+    A handler takes ``(payload)`` or ``(payload, ctx: TaskContext)``, may be ``async``,
+    and its outcome becomes the answer: returning → 200; ``raise Retry(after)`` → 503
+    with Retry-After; ``raise Permanent(...)`` → 422 (dead letters); any other
+    exception → 500 (retried with backoff).
+    """
+
+    def __init__(
+        self,
+        signing_secret: Optional[Union[str, bytes]] = None,
+        *,
+        callback_endpoint: Optional[str] = None,
+        callback_timeout: float = 10.0,
+    ) -> None:
+        self._secret = signing_secret.encode() if isinstance(signing_secret, str) else signing_secret
+        self._callback_endpoint = callback_endpoint
+        self._callback_timeout = callback_timeout
+        self._handlers: Dict[str, _Registration] = {}
+        self._lock = threading.Lock()
+        self._inflight: List[threading.Thread] = []
+
+    # -- registration ---------------------------------------------------------
+
+    def executor(
+        self, task_type: str, *, long_running: bool = False, lease: Duration = DEFAULT_LEASE
+    ) -> Callable[[Handler], Handler]:
+        """Decorator registering a handler for ``task_type``.
+
+        With ``long_running=True`` the call is answered 202 ``{"lease": ...}`` at once,
+        the handler runs in a background thread, a heartbeat is sent every lease/3 and
+        the outcome is posted to the task's result endpoint (the return value as
+        ``output``). Use it for work that may outlast the job's timeout."""
+
+        def register(fn: Handler) -> Handler:
+            self.register(task_type, fn, long_running=long_running, lease=lease)
+            return fn
+
+        return register
+
+    def register(
+        self, task_type: str, fn: Handler, *, long_running: bool = False, lease: Duration = DEFAULT_LEASE
+    ) -> None:
+        seconds = duration_seconds(lease) if long_running else None
+        if seconds is not None and seconds <= 0:
+            raise ValueError("lease must be positive")
+        reg = _Registration(fn, _wants_ctx(fn), inspect.iscoroutinefunction(fn), seconds)
+        with self._lock:
+            self._handlers[task_type] = reg
+
+    # -- the contract, independent of WSGI/ASGI ---------------------------------
+
+    def _prepare(
+        self, method: str, headers: Mapping[str, str], body: bytes
+    ) -> Union[_Answer, Tuple[_Registration, Any, TaskContext]]:
+        if method != "POST":
+            return _Answer(405, {"error": "method not allowed"}, [("Allow", "POST")])
+        if self._secret:
+            try:
+                verify_signature(self._secret, headers.get("asyncd-timestamp"), headers.get("asyncd-signature"), body)
+            except BadSignature as e:
+                return _Answer(401, {"error": f"bad signature: {e}"})
+        try:
+            env = json.loads(body)
+            if not isinstance(env, dict) or not isinstance(env.get("type"), str):
+                raise ValueError
+        except ValueError:
+            # The same body would come again on a retry, so this is permanent.
+            return _Answer(400, {"error": "body is not an asyncd task"})
+        with self._lock:
+            reg = self._handlers.get(env["type"])
+        if reg is None:
+            # 501, not 404: a 4xx would dead-letter the task, while the usual cause is
+            # a rollout that has not reached this replica yet; a 5xx is retried.
+            return _Answer(501, {"error": f"no executor for task type {env['type']!r}"})
+        ctx = self._context(headers, env)
+        return reg, env.get("payload"), ctx
+
+    def _context(self, headers: Mapping[str, str], env: Dict[str, Any]) -> TaskContext:
+        task_id = str(env.get("id") or headers.get("asyncd-task-id") or "")
+        attempt = env.get("attempt")
+        if not isinstance(attempt, int):
+            try:
+                attempt = int(headers.get("asyncd-attempt", "0"))
+            except ValueError:
+                attempt = 0
+        try:
+            token = int(headers.get("asyncd-lease-token", "0"))
+        except ValueError:
+            token = 0
+        eta = None
+        if isinstance(env.get("eta"), str):
+            try:
+                eta = parse_time(env["eta"])
+            except ValueError:
+                eta = None
+        return TaskContext(
+            id=task_id,
+            type=env["type"],
+            idempotency_key=headers.get("idempotency-key") or task_id,
+            attempt=attempt,
+            lease_token=token,
+            eta=eta,
+            callback_url=(headers.get("asyncd-callback-url") or self._callback_endpoint or "").rstrip("/"),
+        )
+
+    @staticmethod
+    def _args(reg: _Registration, payload: Any, ctx: TaskContext) -> Tuple[Any, ...]:
+        return (payload, ctx) if reg.wants_ctx else (payload,)
+
+    def _run_sync(self, reg: _Registration, payload: Any, ctx: TaskContext) -> Any:
+        result = reg.fn(*self._args(reg, payload, ctx))
+        if inspect.isawaitable(result):
+            result = asyncio.run(_await(result))
+        return result
+
+    @staticmethod
+    def _outcome(exc: Optional[BaseException], result: Any = None) -> _Answer:
+        if exc is None:
+            return _Answer(200, {} if result is None else {"output": result})
+        if isinstance(exc, Retry):
+            headers = []
+            seconds = _retry_after_seconds(exc.after)
+            if seconds > 0:
+                headers.append(("Retry-After", str(seconds)))
+            return _Answer(503, {"error": str(exc)}, headers)
+        if isinstance(exc, Permanent):
+            return _Answer(422, {"error": str(exc) or type(exc).__name__})
+        return _Answer(500, {"error": f"{type(exc).__name__}: {exc}"})
+
+    def _start_long_running(self, reg: _Registration, payload: Any, ctx: TaskContext) -> _Answer:
+        assert reg.lease is not None
+        t = threading.Thread(target=self._long_running, args=(reg, payload, ctx), name=f"asyncd-{ctx.id}", daemon=True)
+        with self._lock:
+            self._inflight = [x for x in self._inflight if x.is_alive()]
+            self._inflight.append(t)
+        t.start()
+        return _Answer(202, {"lease": format_duration(timedelta(seconds=reg.lease))})
+
+    def handle(self, method: str, headers: Mapping[str, str], body: bytes) -> Tuple[int, List[Tuple[str, str]], bytes]:
+        """Serves one executor call synchronously: ``headers`` with lower-case names.
+        Returns status, headers and body; useful to plug into any framework."""
+        prepared = self._prepare(method, headers, body)
+        if isinstance(prepared, _Answer):
+            return _encode(prepared)
+        reg, payload, ctx = prepared
+        if reg.lease is not None:
+            return _encode(self._start_long_running(reg, payload, ctx))
+        try:
+            result = self._run_sync(reg, payload, ctx)
+        except Exception as e:  # noqa: BLE001 - every failure maps onto an answer
+            if not isinstance(e, (Retry, Permanent)):
+                log.exception("asyncd task %s (%s) failed", ctx.id, ctx.type)
+            return _encode(self._outcome(e))
+        return _encode(self._outcome(None, result))
+
+    # -- long-running -----------------------------------------------------------
+
+    def _long_running(self, reg: _Registration, payload: Any, ctx: TaskContext) -> None:
+        lease = reg.lease or DEFAULT_LEASE.total_seconds()
+        stop = threading.Event()
+        lease_until = [time.monotonic() + lease]
+
+        def heartbeats() -> None:
+            while not stop.wait(lease / 3):
+                try:
+                    self._callback(ctx, "heartbeat", {"lease_token": ctx.lease_token, "lease": format_duration(timedelta(seconds=lease))})
+                    lease_until[0] = time.monotonic() + lease
+                except (StaleLease, NotFound):
+                    ctx.lease_lost.set()
+                    return
+                except (APIError, TransportError) as e:
+                    log.warning("asyncd heartbeat for %s failed: %s", ctx.id, e)
+
+        hb = threading.Thread(target=heartbeats, name=f"asyncd-hb-{ctx.id}", daemon=True)
+        hb.start()
+        exc: Optional[BaseException] = None
+        result: Any = None
+        try:
+            result = self._run_sync(reg, payload, ctx)
+        except Exception as e:  # noqa: BLE001
+            exc = e
+            if not isinstance(e, (Retry, Permanent)):
+                log.exception("asyncd task %s (%s) failed", ctx.id, ctx.type)
+        stop.set()
+        hb.join()
+        if ctx.lease_lost.is_set():
+            return  # a newer attempt owns the task; asyncd would refuse our result
+        body: Dict[str, Any] = {"lease_token": ctx.lease_token, "status": "success"}
+        if isinstance(exc, Permanent):
+            body.update(status="failed", error=str(exc) or type(exc).__name__)
+        elif isinstance(exc, Retry):
+            body.update(status="retry", error=str(exc))
+            if exc.after is not None and _retry_after_seconds(exc.after) > 0:
+                body["retry_after"] = format_duration(exc.after)
+        elif exc is not None:
+            body.update(status="retry", error=f"{type(exc).__name__}: {exc}")
+        elif result is not None:
+            body["output"] = result
+        self._post_result(ctx, body, lease_until[0])
+
+    def _post_result(self, ctx: TaskContext, body: Dict[str, Any], lease_until: float) -> None:
+        # Transport failures and 5xx are retried until the lease would have lapsed
+        # anyway; after that asyncd retries the task itself.
+        backoff = 0.1
+        while True:
+            try:
+                self._callback(ctx, "result", body)
+                return
+            except APIError as e:
+                if e.status < 500:
+                    log.warning("asyncd result for %s refused: %s", ctx.id, e)
+                    return
+                err: Exception = e
+            except TransportError as e:
+                err = e
+            if time.monotonic() + backoff > lease_until:
+                log.warning("asyncd result for %s not delivered: %s", ctx.id, err)
+                return
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)
+
+    def _callback(self, ctx: TaskContext, what: str, body: Dict[str, Any]) -> Any:
+        if not ctx.callback_url:
+            raise TransportError("no Asyncd-Callback-Url and no callback endpoint configured")
+        url = f"{ctx.callback_url}/v1/tasks/{urllib.parse.quote(ctx.id, safe='')}/{what}"
+        return http_json("POST", url, body, timeout=self._callback_timeout)
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Waits for long-running handlers still at work to post their results; returns
+        False if some were still running at the timeout. Call it on shutdown."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            threads = list(self._inflight)
+        for t in threads:
+            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in threads)
+
+    # -- WSGI / ASGI --------------------------------------------------------------
+
+    def wsgi_app(self) -> Callable[[Dict[str, Any], Callable[..., Any]], Iterable[bytes]]:
+        """A WSGI application serving the executor contract at any path."""
+
+        def app(environ: Dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            headers = {k[5:].replace("_", "-").lower(): v for k, v in environ.items() if k.startswith("HTTP_")}
+            try:
+                length = int(environ.get("CONTENT_LENGTH") or 0)
+            except ValueError:
+                length = 0
+            if length > _MAX_BODY:
+                status, hdrs, body = _encode(_Answer(413, {"error": "body too large"}))
+            else:
+                raw = environ["wsgi.input"].read(length) if length > 0 else b""
+                status, hdrs, body = self.handle(environ.get("REQUEST_METHOD", "GET"), headers, raw)
+            start_response(f"{status} {_REASONS.get(status, '')}".strip(), hdrs)
+            return [body]
+
+        return app
+
+    def asgi_app(self) -> Callable[[Dict[str, Any], Callable[[], Awaitable[Dict[str, Any]]], Callable[[Dict[str, Any]], Awaitable[None]]], Awaitable[None]]:
+        """An ASGI 3 application serving the executor contract at any path. Sync
+        handlers run in the loop's default thread pool so they do not block it."""
+
+        async def app(scope: Dict[str, Any], receive: Callable[[], Awaitable[Dict[str, Any]]],
+                      send: Callable[[Dict[str, Any]], Awaitable[None]]) -> None:
+            if scope["type"] == "lifespan":
+                while True:
+                    msg = await receive()
+                    if msg["type"] == "lifespan.startup":
+                        await send({"type": "lifespan.startup.complete"})
+                    elif msg["type"] == "lifespan.shutdown":
+                        await send({"type": "lifespan.shutdown.complete"})
+                        return
+            if scope["type"] != "http":
+                return
+            chunks: List[bytes] = []
+            size = 0
+            while True:
+                msg = await receive()
+                if msg["type"] == "http.disconnect":
+                    return
+                chunk = msg.get("body", b"")
+                size += len(chunk)
+                if size > _MAX_BODY:
+                    await _asgi_send(send, _encode(_Answer(413, {"error": "body too large"})))
+                    return
+                chunks.append(chunk)
+                if not msg.get("more_body"):
+                    break
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+            answer = await self._handle_async(scope.get("method", "GET"), headers, b"".join(chunks))
+            await _asgi_send(send, answer)
+
+        return app
+
+    async def _handle_async(self, method: str, headers: Mapping[str, str], body: bytes) -> Tuple[int, List[Tuple[str, str]], bytes]:
+        prepared = self._prepare(method, headers, body)
+        if isinstance(prepared, _Answer):
+            return _encode(prepared)
+        reg, payload, ctx = prepared
+        if reg.lease is not None:
+            return _encode(self._start_long_running(reg, payload, ctx))
+        try:
+            if reg.is_async:
+                result = await reg.fn(*self._args(reg, payload, ctx))
+            else:
+                loop = asyncio.get_running_loop()
+                result = await loop.run_in_executor(None, self._run_sync, reg, payload, ctx)
+        except Exception as e:  # noqa: BLE001
+            if not isinstance(e, (Retry, Permanent)):
+                log.exception("asyncd task %s (%s) failed", ctx.id, ctx.type)
+            return _encode(self._outcome(e))
+        return _encode(self._outcome(None, result))
+
+    def make_server(self, host: str = "127.0.0.1", port: int = 8080) -> WSGIServer:
+        """A threaded stdlib WSGI server for this executor (``port=0`` picks a free
+        port; see ``server.server_port``). Call ``serve_forever()`` on it."""
+        return _make_server(host, port, self.wsgi_app(), server_class=ThreadingWSGIServer, handler_class=_QuietHandler)
+
+
+class ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        log.debug("%s - %s", self.address_string(), format % args)
+
+
+async def _await(aw: Awaitable[Any]) -> Any:
+    return await aw
+
+
+async def _asgi_send(send: Callable[[Dict[str, Any]], Awaitable[None]], answer: Tuple[int, List[Tuple[str, str]], bytes]) -> None:
+    status, headers, body = answer
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers],
+    })
+    await send({"type": "http.response.body", "body": body})
+
+
+def _encode(a: _Answer) -> Tuple[int, List[Tuple[str, str]], bytes]:
+    body = json.dumps(a.body, default=str).encode("utf-8")
+    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))] + a.headers
+    return a.status, headers, body
+
+
+def _seconds(after: Optional[Duration]) -> float:
+    if after is None:
+        return 0.0
+    return parse_duration(after).total_seconds() if isinstance(after, str) else duration_seconds(after)
+
+
+def _retry_after_seconds(after: Optional[Duration]) -> int:
+    # Rounds up: Retry-After has whole seconds and retrying early is what the handler
+    # asked not to happen. 0 means "no Retry-After": asyncd's backoff decides.
+    return max(0, math.ceil(_seconds(after)))
+
+
+def http_json(method: str, url: str, body: Any = None, *, headers: Optional[Mapping[str, str]] = None,
+              timeout: float = 30.0) -> Any:
+    """One JSON request; raises the APIError subclass for 4xx/5xx answers and
+    TransportError when the server cannot be reached."""
+    data = None
+    hdrs = {"Accept": "application/json"}
+    if body is not None:
+        data = json.dumps(body, allow_nan=False).encode("utf-8")
+        hdrs["Content-Type"] = "application/json"
+    if headers:
+        hdrs.update(headers)
+    req = urllib.request.Request(url, data=data, headers=hdrs, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw = resp.read()
+    except urllib.error.HTTPError as e:
+        raw = e.read() if e.fp is not None else b""
+        raise error_from_response(e.code, raw) from None
+    except (urllib.error.URLError, OSError) as e:
+        raise TransportError(f"{method} {url}: {getattr(e, 'reason', e)}") from e
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError as e:
+        raise TransportError(f"{method} {url}: answer is not JSON") from e

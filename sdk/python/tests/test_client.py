@@ -1,0 +1,184 @@
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+import asyncd
+
+SUBMITTED = {"id": "0193a", "eta": "2026-11-30T06:00:00.123Z", "route": "store", "duplicate": False}
+TASK = {
+    "id": "a", "type": "t", "payload": {"x": 1}, "state": "dead", "priority": 0,
+    "eta": "2026-12-01T00:00:00.000Z", "attempt": 4, "max_retries": 3, "idempotency_key": "k",
+    "unique_key": None, "depends_on": [], "last_error": "boom", "result": None,
+    "created_at": "2026-11-30T00:00:00.000Z", "updated_at": "2026-11-30T00:00:01.000Z",
+}
+
+
+def test_submit_sends_contract_body(fake_api):
+    fake_api.status, fake_api.body = 201, SUBMITTED
+    c = asyncd.Client(fake_api.url + "/", service_name="orders")
+    res = c.submit_delayed(
+        "send_email", {"to": "a@b.c"}, delay=timedelta(minutes=90), idempotency_key="k1", unique_key="u1",
+        priority=5, max_retries=0, timeout=1.5, depends_on=["0193x"],
+    )
+    assert res == asyncd.SubmitResult("0193a", datetime(2026, 11, 30, 6, 0, 0, 123000, tzinfo=timezone.utc), "store", False)
+    r = fake_api.last()
+    assert (r.method, r.path) == ("POST", "/v1/tasks")
+    assert r.headers["asyncd-source-service"] == "orders"
+    assert r.headers["content-type"] == "application/json"
+    assert r.body == {
+        "type": "send_email", "payload": {"to": "a@b.c"}, "delay": "1h 30m", "idempotency_key": "k1",
+        "unique_key": "u1", "priority": 5, "max_retries": 0, "timeout": "1s 500ms", "depends_on": ["0193x"],
+        "source_service": "orders",
+    }
+
+
+def test_submit_at_and_string_delay(fake_api):
+    fake_api.status, fake_api.body = 201, SUBMITTED
+    c = asyncd.Client(fake_api.url)
+    c.submit_at("t", eta=datetime(2026, 12, 1, 8, 0, 0, 500000, tzinfo=timezone(timedelta(hours=8))), idempotency_key="k")
+    assert fake_api.last().body == {"type": "t", "payload": None, "eta": "2026-12-01T00:00:00.500Z", "idempotency_key": "k"}
+    assert "asyncd-source-service" not in fake_api.last().headers
+    c.submit_delayed("t", 1, delay="3d", idempotency_key="k")
+    assert fake_api.last().body["delay"] == "3d"
+    c.submit("t", idempotency_key="k", delay=0)
+    assert fake_api.last().body["delay"] == "0s"
+
+
+def test_client_side_refusals_send_nothing(fake_api):
+    c = asyncd.Client(fake_api.url)
+    with pytest.raises(asyncd.MissingIdempotencyKey):
+        c.submit("t", {"a": 1})
+    with pytest.raises(asyncd.MissingIdempotencyKey):
+        c.submit("t", idempotency_key="")
+    with pytest.raises(asyncd.MissingIdempotencyKey, match="task 1"):
+        c.submit_batch([asyncd.Task("t", idempotency_key="k"), {"type": "t"}])
+    with pytest.raises(ValueError, match="not both"):
+        c.submit("t", idempotency_key="k", delay=1, eta=datetime.now(timezone.utc))
+    with pytest.raises(ValueError, match="timezone-aware"):
+        c.submit_at("t", idempotency_key="k", eta=datetime(2026, 1, 1))
+    with pytest.raises(ValueError, match="negative"):
+        c.submit_delayed("t", idempotency_key="k", delay=timedelta(seconds=-1))
+    assert fake_api.requests == []
+    # Refused before any connection: an unreachable endpoint still gives the key error.
+    with pytest.raises(asyncd.MissingIdempotencyKey):
+        asyncd.Client("http://127.0.0.1:1").submit("t")
+
+
+@pytest.mark.parametrize(
+    "status,error,cls,parents",
+    [
+        (400, {"code": "unknown_task_type", "message": "no job", "field": "type"}, asyncd.UnknownTaskType, (asyncd.InvalidField,)),
+        (400, {"code": "invalid_field", "message": "delay: must not be negative", "field": "delay"}, asyncd.InvalidField, ()),
+        (400, {"code": "malformed_json", "message": "x"}, asyncd.MalformedJSON, ()),
+        (413, {"code": "payload_too_large", "message": "x", "field": "payload"}, asyncd.PayloadTooLarge, ()),
+        (404, {"code": "not_found", "message": "no task"}, asyncd.NotFound, ()),
+        (409, {"code": "unique_conflict", "message": "held", "existing_id": "0193e"}, asyncd.UniqueConflict, (asyncd.Conflict,)),
+        (409, {"code": "not_cancellable", "message": "running", "state": "running"}, asyncd.NotCancellable, (asyncd.Conflict,)),
+        (409, {"code": "not_dead", "message": "x"}, asyncd.NotDead, (asyncd.Conflict,)),
+        (409, {"code": "stale_lease", "message": "x"}, asyncd.StaleLease, (asyncd.Conflict,)),
+        (418, {"code": "teapot", "message": "x"}, asyncd.APIError, ()),
+    ],
+)
+def test_api_errors_are_typed(fake_api, status, error, cls, parents):
+    fake_api.status, fake_api.body = status, {"error": error}
+    c = asyncd.Client(fake_api.url)
+    with pytest.raises(cls) as info:
+        c.submit("t", idempotency_key="k")
+    e = info.value
+    assert type(e) is cls and all(isinstance(e, p) for p in parents + (asyncd.APIError, asyncd.AsyncdError))
+    assert (e.status, e.code, e.message, e.field) == (status, error["code"], error["message"], error.get("field"))
+    assert e.existing_id == error.get("existing_id") and e.state == error.get("state")
+    assert error["code"] in str(e)
+
+
+def test_state_beside_error_and_non_json_bodies(fake_api):
+    fake_api.status, fake_api.body = 409, {"error": {"code": "not_cancellable", "message": "x"}, "state": "succeeded"}
+    c = asyncd.Client(fake_api.url)
+    with pytest.raises(asyncd.NotCancellable) as info:
+        c.cancel("a")
+    assert info.value.state == "succeeded"
+    fake_api.status, fake_api.body = 502, b"<html>bad gateway</html>"
+    with pytest.raises(asyncd.APIError) as info:
+        c.get("a")
+    assert (info.value.status, info.value.code) == (502, "http_error") and "bad gateway" in info.value.message
+
+
+def test_transport_error():
+    with pytest.raises(asyncd.TransportError):
+        asyncd.Client("http://127.0.0.1:1", timeout=2).get("a")
+
+
+def test_batch_get_dead_letters_redrive_cancel(fake_api):
+    c = asyncd.Client(fake_api.url)
+    fake_api.body = {"results": [
+        {"status": 201, **SUBMITTED},
+        {"status": 400, "error": {"code": "unknown_task_type", "message": "no job", "field": "type"}},
+        {"status": 200, **SUBMITTED, "duplicate": True},
+    ]}
+    res = c.submit_batch([
+        asyncd.Task("t", {"n": 1}, idempotency_key="k1", delay=60),
+        {"type": "nope", "idempotency_key": "k2"},
+        asyncd.Task("t", idempotency_key="k3", eta=datetime(2027, 1, 1, tzinfo=timezone.utc)),
+    ])
+    assert [r.status for r in res] == [201, 400, 200]
+    assert res[0].ok and res[0].result.id == "0193a" and not res[0].result.duplicate
+    assert not res[1].ok and isinstance(res[1].error, asyncd.UnknownTaskType) and res[1].error.field == "type"
+    assert res[2].result.duplicate
+    r = fake_api.last()
+    assert r.path == "/v1/tasks:batch"
+    assert [t["idempotency_key"] for t in r.body["tasks"]] == ["k1", "k2", "k3"]
+    assert r.body["tasks"][0]["delay"] == "1m" and r.body["tasks"][2]["eta"] == "2027-01-01T00:00:00.000Z"
+
+    fake_api.body = {"items": [TASK]}
+    items = c.dead_letters(type="t", limit=5)
+    assert fake_api.last().path == "/v1/dead-letters?type=t&limit=5"
+    assert len(items) == 1
+    it = items[0]
+    assert (it.state, it.last_error, it.idempotency_key, it.unique_key, it.attempt, it.payload) == (
+        "dead", "boom", "k", None, 4, {"x": 1})
+    assert it.updated_at - it.created_at == timedelta(seconds=1)
+    c.dead_letters()
+    assert fake_api.last().path == "/v1/dead-letters"
+
+    fake_api.body = TASK
+    assert c.get("a/b").max_retries == 3
+    assert (fake_api.last().method, fake_api.last().path) == ("GET", "/v1/tasks/a%2Fb")
+
+    fake_api.body = {"id": "a", "state": "pending", "eta": "2026-12-01T00:00:00.000Z"}
+    rd = c.redrive("a")
+    assert (rd.id, rd.state, rd.eta.year) == ("a", "pending", 2026)
+    assert (fake_api.last().method, fake_api.last().path) == ("POST", "/v1/dead-letters/a/redrive")
+
+    fake_api.body = {"id": "a", "state": "cancelled"}
+    assert c.cancel("a") is None
+    assert (fake_api.last().method, fake_api.last().path) == ("DELETE", "/v1/tasks/a")
+
+
+@pytest.mark.parametrize(
+    "value,want",
+    [
+        (timedelta(seconds=90), "1m 30s"),
+        (timedelta(days=3), "3d"),
+        (timedelta(days=400), "400d"),
+        (timedelta(hours=1, milliseconds=500), "1h 500ms"),
+        (timedelta(microseconds=1500), "1ms 500us"),
+        (timedelta(days=1, hours=2, minutes=3, seconds=4), "1d 2h 3m 4s"),
+        (0.25, "250ms"),
+        (0, "0s"),
+        ("1h 30m", "1h 30m"),
+    ],
+)
+def test_format_duration(value, want):
+    assert asyncd.format_duration(value) == want
+
+
+@pytest.mark.parametrize("text,seconds", [("90s", 90), ("1h 30m", 5400), ("500ms", 0.5), ("3d", 259200),
+                                          ("2min 5secs", 125), ("1m30s", 90)])
+def test_parse_duration(text, seconds):
+    assert asyncd.parse_duration(text).total_seconds() == seconds
+
+
+@pytest.mark.parametrize("text", ["", "5", "5 parsecs", "-5s", "1.5s"])
+def test_parse_duration_refuses(text):
+    with pytest.raises(ValueError):
+        asyncd.parse_duration(text)

@@ -1,0 +1,386 @@
+"""Integration tests against a real `asyncd dev` process started here from $ASYNCD_BIN.
+
+Without the binary every test here FAILS (never skips): a green run must mean the SDK
+was checked against the server."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, Dict, Iterator, List, Union
+
+import pytest
+
+import asyncd
+from devserver import DevServer
+from fakeapi import wait_until
+
+SECRET = "py-it-signing-secret"
+SECRET_ENV = "ASYNCD_PY_IT_SIGNING_SECRET"
+LEASE = 2.0
+UNKNOWN_ID = "01934a6e-0000-7000-8000-000000000000"
+
+
+@dataclass
+class Run:
+    ctx: asyncd.TaskContext
+    payload: Any
+    at: datetime
+
+
+@dataclass
+class Env:
+    server: DevServer
+    client: asyncd.Client
+    runs: Dict[str, List[Run]] = field(default_factory=dict)
+    releases: Dict[str, threading.Event] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, payload: Any, ctx: asyncd.TaskContext) -> asyncd.TaskContext:
+        with self.lock:
+            self.runs.setdefault(ctx.id, []).append(Run(ctx, payload, datetime.now(timezone.utc)))
+        return ctx
+
+    def runs_of(self, task_id: str) -> List[Run]:
+        with self.lock:
+            return list(self.runs.get(task_id, []))
+
+    def release(self, task_id: str) -> threading.Event:
+        with self.lock:
+            return self.releases.setdefault(task_id, threading.Event())
+
+    def wait_state(self, task_id: str, state: str, timeout: float = 20.0) -> asyncd.TaskStatus:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            try:
+                last = self.client.get(task_id)
+                if last.state == state:
+                    return last
+            except asyncd.AsyncdError as e:
+                last = e
+            time.sleep(0.05)
+        pytest.fail(f"task {task_id} not {state} within {timeout}s: last {last!r}\n{self.server.log_tail()}")
+
+
+def key(prefix: str = "k") -> str:
+    return f"{prefix}-{uuid.uuid4()}"
+
+
+def register(env: Env) -> None:
+    c = env.client
+
+    @c.executor("py_ok")
+    def ok(payload: Any, ctx: asyncd.TaskContext) -> None:
+        env.record(payload, ctx)
+
+    @c.executor("py_unique")
+    def unique(payload: Any, ctx: asyncd.TaskContext) -> None:
+        env.record(payload, ctx)
+
+    @c.executor("py_async")
+    async def async_ok(payload: Any, ctx: asyncd.TaskContext) -> Dict[str, Any]:
+        env.record(payload, ctx)
+        return {"seen": payload}
+
+    @c.executor("py_permanent")
+    def permanent(payload: Any, ctx: asyncd.TaskContext) -> None:
+        env.record(payload, ctx)
+        raise asyncd.Permanent("bad order")
+
+    @c.executor("py_flaky")
+    def flaky(payload: Any, ctx: asyncd.TaskContext) -> None:
+        if env.record(payload, ctx).attempt == 1:
+            raise ConnectionError("flaky dependency")
+
+    @c.executor("py_retry_after")
+    def retry_after(payload: Any, ctx: asyncd.TaskContext) -> None:
+        if env.record(payload, ctx).attempt == 1:
+            raise asyncd.Retry(after=timedelta(seconds=1))
+
+    @c.executor("py_always_fails")
+    def always(payload: Any, ctx: asyncd.TaskContext) -> None:
+        env.record(payload, ctx)
+        raise RuntimeError("always down")
+
+    @c.executor("py_long", long_running=True, lease=LEASE)
+    def long(payload: Any, ctx: asyncd.TaskContext) -> Dict[str, Any]:
+        env.record(payload, ctx)
+        release = env.release(ctx.id)
+        while not release.wait(0.05):
+            if ctx.lease_lost.is_set():
+                raise asyncd.Retry()
+        return {"done": True}
+
+
+TYPES = ["py_ok", "py_async", "py_permanent", "py_flaky", "py_retry_after", "py_always_fails", "py_long", "py_unique"]
+
+
+@pytest.fixture(scope="module")
+def dev_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Union[Env, Exception]]:
+    try:
+        server = DevServer(tmp_path_factory.mktemp("asyncd-py-it"), env={SECRET_ENV: SECRET})
+    except Exception as e:  # reported by need() as a failure of each test
+        yield e
+        return
+    client = asyncd.Client(server.endpoint, service_name="py-it", signing_secret=SECRET, timeout=10)
+    env = Env(server, client)
+    register(env)
+    executor = client.make_server("127.0.0.1", 0)
+    threading.Thread(target=executor.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    for t in TYPES:
+        doc = asyncd.job_config_yaml(
+            t.replace("_", "-") + "-job", t, f"http://127.0.0.1:{executor.server_port}/tasks/{t}",
+            timeout=10, signing_secret_env=SECRET_ENV, max_retries=2, backoff="exponential",
+            initial_backoff=0.1, max_backoff=0.5, unique_key="order:{order_id}" if t == "py_unique" else None,
+        )
+        (server.config_dir / f"{t}.yaml").write_text(doc)
+    try:
+        server.start()
+    except Exception as e:
+        executor.shutdown()
+        yield e
+        return
+    yield env
+    server.stop()
+    client.wait(5)
+    executor.shutdown()
+    executor.server_close()
+
+
+def need(dev_env: Union[Env, Exception]) -> Env:
+    if isinstance(dev_env, Exception):
+        pytest.fail(f"integration environment: {dev_env}", pytrace=False)
+    return dev_env
+
+
+def test_submit_runs_executor(dev_env):
+    env = need(dev_env)
+    payload = {"order_id": 42, "note": "héllo"}
+    k = asyncd.idempotency_key_from("py_ok", payload, "order_id", "note") + key("")
+    res = env.client.submit("py_ok", payload, idempotency_key=k, priority=3)
+    assert res.id and not res.duplicate and res.route in ("store", "kafka")
+    got = env.wait_state(res.id, asyncd.SUCCEEDED)
+    assert (got.type, got.attempt, got.idempotency_key, got.priority, got.payload) == ("py_ok", 1, k, 3, payload)
+    assert got.created_at is not None
+    runs = env.runs_of(res.id)
+    assert len(runs) == 1
+    ctx = runs[0].ctx
+    assert (ctx.id, ctx.type, ctx.idempotency_key, ctx.attempt) == (res.id, "py_ok", k, 1)
+    assert ctx.callback_url and runs[0].payload == payload
+    assert runs[0].at >= res.eta - timedelta(milliseconds=1)
+
+
+def test_async_handler_under_wsgi(dev_env):
+    env = need(dev_env)
+    res = env.client.submit("py_async", [1, 2], idempotency_key=key())
+    env.wait_state(res.id, asyncd.SUCCEEDED)
+    assert env.runs_of(res.id)[0].payload == [1, 2]
+
+
+def test_idempotent_duplicate_returns_first_id(dev_env):
+    env = need(dev_env)
+    k = key("dup")
+    first = env.client.submit("py_ok", 1, idempotency_key=k)
+    second = env.client.submit("py_ok", 2, idempotency_key=k)
+    assert not first.duplicate and second.duplicate
+    assert (second.id, second.eta) == (first.id, first.eta)
+    env.wait_state(first.id, asyncd.SUCCEEDED)
+    assert len(env.runs_of(first.id)) == 1
+
+
+def test_delayed_at_and_cancel(dev_env):
+    env = need(dev_env)
+    c = env.client
+    before = datetime.now(timezone.utc)
+    res = c.submit_delayed("py_ok", delay=timedelta(hours=1), idempotency_key=key())
+    assert timedelta(minutes=59, seconds=59) <= res.eta - before <= timedelta(hours=1, seconds=10)
+    assert c.get(res.id).state in (asyncd.PENDING, asyncd.CLAIMED)
+    c.cancel(res.id)
+    env.wait_state(res.id, asyncd.CANCELLED, 5)
+    with pytest.raises(asyncd.NotCancellable) as info:
+        c.cancel(res.id)
+    assert info.value.status == 409 and info.value.state in (None, asyncd.CANCELLED)
+
+    by_string = c.submit_delayed("py_ok", delay="2h", idempotency_key=key())
+    assert by_string.eta - before >= timedelta(hours=2) - timedelta(seconds=1)
+    c.cancel(by_string.id)
+
+    eta = (datetime.now(timezone.utc) + timedelta(hours=3)).replace(microsecond=123000)
+    at = c.submit_at("py_ok", eta=eta, idempotency_key=key())
+    assert at.eta == eta
+    c.cancel(at.id)
+
+    soon = c.submit_delayed("py_ok", delay=0.7, idempotency_key=key())
+    env.wait_state(soon.id, asyncd.SUCCEEDED)
+    runs = env.runs_of(soon.id)
+    assert len(runs) == 1 and runs[0].at >= soon.eta
+
+
+def test_cancel_finished_task_and_redrive_live_task(dev_env):
+    env = need(dev_env)
+    res = env.client.submit("py_ok", idempotency_key=key())
+    env.wait_state(res.id, asyncd.SUCCEEDED)
+    with pytest.raises(asyncd.NotCancellable) as info:
+        env.client.cancel(res.id)
+    assert info.value.state in (None, asyncd.SUCCEEDED)
+    with pytest.raises(asyncd.NotDead):
+        env.client.redrive(res.id)
+
+
+def test_request_errors(dev_env):
+    env = need(dev_env)
+    c = env.client
+    with pytest.raises(asyncd.UnknownTaskType) as info:
+        c.submit("no_such_type", idempotency_key=key())
+    assert isinstance(info.value, asyncd.InvalidField)
+    assert (info.value.status, info.value.code, info.value.field) == (400, "unknown_task_type", "type")
+
+    for kwargs, fld in [({"priority": 10}, "priority"), ({"max_retries": 101}, "max_retries"),
+                        ({"delay": timedelta(days=401)}, "delay")]:
+        with pytest.raises(asyncd.InvalidField) as info:
+            c.submit("py_ok", idempotency_key=key(), **kwargs)
+        assert (info.value.status, info.value.code, info.value.field) == (400, "invalid_field", fld)
+    with pytest.raises(asyncd.InvalidField) as info:
+        c.submit("py_ok", idempotency_key="k" * 256)
+    assert info.value.field == "idempotency_key"
+
+    with pytest.raises(asyncd.PayloadTooLarge) as info:
+        c.submit("py_ok", "x" * (2 << 20), idempotency_key=key())
+    assert (info.value.status, info.value.field) == (413, "payload")
+
+    for call in (c.get, c.cancel, c.redrive):
+        with pytest.raises(asyncd.NotFound) as info:
+            call(UNKNOWN_ID)
+        assert (info.value.status, info.value.code) == (404, "not_found")
+
+    with pytest.raises(asyncd.MissingIdempotencyKey):
+        c.submit("py_ok", {"a": 1})
+
+
+def test_unique_conflict(dev_env):
+    env = need(dev_env)
+    c = env.client
+    order = time.time_ns()
+    first = c.submit_delayed("py_unique", {"order_id": order}, delay=3600, idempotency_key=key())
+    with pytest.raises(asyncd.UniqueConflict) as info:
+        c.submit_delayed("py_unique", {"order_id": order}, delay=3600, idempotency_key=key())
+    assert info.value.status == 409 and info.value.existing_id == first.id
+    assert c.get(first.id).unique_key == f"order:{order}"
+
+    ukey = key("explicit")
+    held = c.submit_delayed("py_ok", delay=3600, unique_key=ukey, idempotency_key=key())
+    with pytest.raises(asyncd.UniqueConflict):
+        c.submit("py_ok", unique_key=ukey, idempotency_key=key())
+    c.cancel(held.id)
+    again = c.submit("py_ok", unique_key=ukey, idempotency_key=key())
+    env.wait_state(again.id, asyncd.SUCCEEDED)
+    c.cancel(first.id)
+
+
+def test_permanent_failure_dead_letters_and_redrive(dev_env):
+    env = need(dev_env)
+    c = env.client
+    res = c.submit("py_permanent", {"order_id": 9}, idempotency_key=key())
+    dead = env.wait_state(res.id, asyncd.DEAD)
+    assert dead.attempt == 1, "a 422 must not be retried"
+    assert "bad order" in (dead.last_error or "")
+    items = c.dead_letters(type="py_permanent", limit=1000)
+    assert res.id in [i.id for i in items]
+    assert all(i.type == "py_permanent" and i.state == asyncd.DEAD for i in items)
+    assert len(c.dead_letters(limit=1)) == 1
+
+    rd = c.redrive(res.id)
+    assert (rd.id, rd.state) == (res.id, asyncd.PENDING)
+    wait_until(lambda: len(env.runs_of(res.id)) == 2, 20, "the redriven task to run")
+    again = env.wait_state(res.id, asyncd.DEAD)
+    assert again.attempt == 1 and env.runs_of(res.id)[1].ctx.attempt == 1
+
+
+def test_retries(dev_env):
+    env = need(dev_env)
+    c = env.client
+    flaky = c.submit("py_flaky", idempotency_key=key())
+    after = c.submit("py_retry_after", idempotency_key=key())
+    always = c.submit("py_always_fails", idempotency_key=key(), max_retries=1)
+    assert env.wait_state(flaky.id, asyncd.SUCCEEDED).attempt == 2
+    assert env.wait_state(after.id, asyncd.SUCCEEDED).attempt == 2
+    runs = env.runs_of(after.id)
+    assert runs[1].at - runs[0].at >= timedelta(milliseconds=900), "Retry(after=1s) not honoured"
+    dead = env.wait_state(always.id, asyncd.DEAD)
+    assert (dead.attempt, dead.max_retries, len(env.runs_of(always.id))) == (2, 1, 2)
+
+
+def test_submit_batch(dev_env):
+    env = need(dev_env)
+    c = env.client
+    seen_key = key("seen")
+    seen = c.submit("py_ok", "first", idempotency_key=seen_key)
+    res = c.submit_batch([
+        asyncd.Task("py_ok", {"n": 1}, idempotency_key=key()),
+        {"type": "no_such_type", "idempotency_key": key()},
+        asyncd.Task("py_ok", idempotency_key=key(), delay=timedelta(hours=1)),
+        asyncd.Task("py_ok", idempotency_key=seen_key),
+    ])
+    assert [r.status for r in res] == [201, 400, 201, 200]
+    assert isinstance(res[1].error, asyncd.UnknownTaskType) and res[1].error.field == "type"
+    assert res[2].result.eta > datetime.now(timezone.utc) + timedelta(minutes=59)
+    assert res[3].result.duplicate and res[3].result.id == seen.id
+    env.wait_state(res[0].result.id, asyncd.SUCCEEDED)
+    c.cancel(res[2].result.id)
+
+
+def test_depends_on(dev_env):
+    env = need(dev_env)
+    c = env.client
+    parent = c.submit_delayed("py_ok", delay=1.5, idempotency_key=key())
+    child = c.submit("py_ok", idempotency_key=key(), depends_on=[parent.id])
+    got = c.get(child.id)
+    assert got.state == asyncd.BLOCKED and got.depends_on == [parent.id]
+    env.wait_state(child.id, asyncd.SUCCEEDED)
+    assert env.runs_of(child.id)[0].at >= env.runs_of(parent.id)[0].at
+
+    doomed = c.submit_delayed("py_ok", delay=3600, idempotency_key=key())
+    orphan = c.submit("py_ok", idempotency_key=key(), depends_on=[doomed.id])
+    c.cancel(doomed.id)
+    dead = env.wait_state(orphan.id, asyncd.DEAD)
+    assert "dependency" in (dead.last_error or "") and env.runs_of(orphan.id) == []
+
+
+def test_long_running_keeps_lease(dev_env):
+    env = need(dev_env)
+    c = env.client
+    res = c.submit("py_long", {"rows": 3}, idempotency_key=key(), timeout=2)
+    wait_until(lambda: len(env.runs_of(res.id)) == 1, 20, "the long-running handler to start")
+    # Hold the handler well past lease and timeout, watching that heartbeats keep the
+    # attempt alive: a lapsed lease would start attempt 2.
+    held = time.monotonic()
+    while time.monotonic() - held < 2.5 * LEASE:
+        got = c.get(res.id)
+        assert (got.state, got.attempt) == (asyncd.RUNNING, 1)
+        time.sleep(0.1)
+    env.release(res.id).set()
+    done = env.wait_state(res.id, asyncd.SUCCEEDED)
+    assert done.attempt == 1 and len(env.runs_of(res.id)) == 1
+    assert done.result == {"done": True}, "the handler's return value is posted as the result's output"
+
+
+def test_source_service_metric(dev_env):
+    env = need(dev_env)
+    env.client.submit("py_ok", idempotency_key=key())
+    with urllib.request.urlopen(env.server.endpoint + "/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    assert any(
+        line.startswith("asyncd_task_submitted_total{") and 'source_service="py-it"' in line and 'task_type="py_ok"' in line
+        for line in text.splitlines()
+    ), text
+
+
+def test_transport_error_on_dead_endpoint():
+    with pytest.raises(asyncd.TransportError):
+        asyncd.Client("http://127.0.0.1:1", timeout=2).submit("py_ok", idempotency_key="k")
+
