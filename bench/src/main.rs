@@ -134,6 +134,25 @@ impl Asyncd {
         })
     }
 
+    /// CPU time used so far (user + system), in seconds.
+    fn cpu_seconds(&self) -> f64 {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or("", |(_, rest)| rest)
+            .split_whitespace()
+            .collect();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        (ticks(11) + ticks(12)) / 100.0
+    }
+
     /// Peak resident memory so far, in MiB.
     fn peak_rss_mib(&self) -> f64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
@@ -252,9 +271,9 @@ async fn main() -> Result<()> {
 
     println!("## Throughput (no-op HTTP executor, embedded SQLite)\n");
     println!(
-        "| tasks | submit single | submit batch | end-to-end | lateness p50 / p99 / max | peak RSS |"
+        "| tasks | submit single | submit batch | end-to-end | lateness p50 / p99 / max | peak RSS | asyncd CPU |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
     for &n in &args.sizes {
         // Single submits of tasks due in an hour: the submit path alone.
         let asyncd = Asyncd::start(&executor, &http).await?;
@@ -276,14 +295,15 @@ async fn main() -> Result<()> {
         let e2e = done - start;
         let l = lateness(&sink.take());
         println!(
-            "| {n} | {} | {} | {} | {} / {} / {} ms | {:.0} MiB |",
+            "| {n} | {} | {} | {} | {} / {} / {} ms | {:.0} MiB | {:.1} s |",
             rate(n, single),
             rate(n, batch),
             rate(n, e2e),
             l.p50,
             l.p99,
             l.max,
-            asyncd.peak_rss_mib()
+            asyncd.peak_rss_mib(),
+            asyncd.cpu_seconds()
         );
         assert_eq!(l.early, 0, "tasks ran before their ETA");
     }
