@@ -11,6 +11,7 @@
 //!   does to the task (shared by dispatcher, callbacks and rescuer).
 //! - [`rescuer`]: brings back tasks whose lease lapsed (crashed holders, silent executors).
 //! - [`scheduler`]: creates cron firings, exactly once each.
+//! - [`ownership`]: which task types each dispatcher polls (rendezvous hashing).
 //! - [`routing`]: the job table, hot-reloaded from AsyncJobConfig files.
 //! - [`backlog`] and [`metrics`]: Prometheus gauges and counters.
 //! - [`clock`]: injected time.
@@ -24,6 +25,7 @@ pub mod dispatcher;
 pub mod executor;
 pub mod heap;
 pub mod metrics;
+pub mod ownership;
 pub mod rescuer;
 pub mod retry;
 pub mod roles;
