@@ -63,11 +63,13 @@ struct CallBody<'a> {
 pub struct Executor {
     client: reqwest::Client,
     callback_url: String,
+    /// Sent as `Asyncd-Dispatcher`, so an executor's logs say which process called.
+    dispatcher: String,
 }
 
 impl Executor {
     /// `callback_url` is where executors reach the API for heartbeats and results.
-    pub fn new(callback_url: String) -> Self {
+    pub fn new(callback_url: String, dispatcher: String) -> Self {
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(256)
             .tcp_nodelay(true)
@@ -76,6 +78,7 @@ impl Executor {
         Self {
             client,
             callback_url,
+            dispatcher,
         }
     }
 
@@ -101,7 +104,8 @@ impl Executor {
             .header("asyncd-task-id", &task.id)
             .header("asyncd-attempt", started.attempt.to_string())
             .header("asyncd-lease-token", started.lease_token.to_string())
-            .header("asyncd-callback-url", &self.callback_url);
+            .header("asyncd-callback-url", &self.callback_url)
+            .header("asyncd-dispatcher", &self.dispatcher);
         if let Some(secret) = job
             .signing_secret_env
             .as_deref()

@@ -74,6 +74,14 @@ struct Common {
     /// hands it to another (the recovery time after a crash).
     #[arg(long, env = "ASYNCD_CLAIM_HOLD", default_value = "30s", value_parser = duration)]
     claim_hold: Duration,
+    /// Names this process in the store and in the `Asyncd-Dispatcher` header (default:
+    /// the host name, which is the pod name in a cluster).
+    #[arg(long, env = "ASYNCD_INSTANCE")]
+    instance: Option<String>,
+    /// Tasks due within this go through Kafka when the job has a topic and brokers are
+    /// configured; `0s` sends every task to the store.
+    #[arg(long, env = "ASYNCD_KAFKA_THRESHOLD", default_value = "10m", value_parser = duration)]
+    kafka_threshold: Duration,
     /// Largest accepted payload.
     #[arg(long, env = "ASYNCD_MAX_PAYLOAD_BYTES", default_value_t = 1024 * 1024)]
     max_payload_bytes: usize,
@@ -91,15 +99,32 @@ impl Common {
             listen: self.listen,
             advertise_url: self.advertise_url,
             dispatcher: DispatcherConfig {
+                owner: instance_name(self.instance),
                 poll_interval: self.poll_interval,
                 lookahead: self.lookahead.max(self.poll_interval),
                 hold: self.claim_hold,
                 ..DispatcherConfig::default()
             },
             max_payload_bytes: self.max_payload_bytes,
+            kafka_threshold: self.kafka_threshold,
             reload_interval: Duration::from_millis(500),
         }
     }
+}
+
+/// `<instance>-<pid>-<random>`: unique per process start, readable in logs and headers.
+fn instance_name(instance: Option<String>) -> String {
+    let base = instance
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "asyncd".into());
+    format!(
+        "{base}-{}-{:04x}",
+        std::process::id(),
+        rand::random::<u16>()
+    )
 }
 
 #[tokio::main]

@@ -47,6 +47,8 @@ pub struct Settings {
     pub advertise_url: Option<String>,
     pub dispatcher: DispatcherConfig,
     pub max_payload_bytes: usize,
+    /// Kept for the Kafka path; without brokers every task goes to the store.
+    pub kafka_threshold: Duration,
     pub reload_interval: Duration,
 }
 
@@ -138,7 +140,7 @@ pub async fn run(
             routes.clone(),
             metrics.clone(),
             clock.clone(),
-            Executor::new(callback),
+            Executor::new(callback, settings.dispatcher.owner.clone()),
             settings.dispatcher.clone(),
             waker.clone().unwrap_or_default(),
             shutdown.clone(),

@@ -386,3 +386,33 @@ pub fn path_exists(p: &Path) -> bool {
 pub fn task(task_type: &str, payload: Value) -> Value {
     json!({"type": task_type, "payload": payload})
 }
+
+/// A new, empty database on the server named by the environment variable `var` (a
+/// server URL without a database, as `e2e/services/*.sh url` prints). The variable is
+/// required: without it the test fails and says how to start the server.
+pub async fn fresh_database(var: &str) -> String {
+    use sqlx::Connection;
+    let server = std::env::var(var).unwrap_or_else(|_| {
+        panic!("{var} is not set: start the server with e2e/services/mariadb.sh start or postgres.sh start and export {var}=$(e2e/services/<db>.sh url), or run bash e2e/run-tests.sh")
+    });
+    let server = server.trim_end_matches('/').to_string();
+    let name = format!("asyncd_mp_{}", uuid::Uuid::now_v7().simple());
+    if server.starts_with("mysql:") {
+        let mut conn = sqlx::MySqlConnection::connect(&server).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE DATABASE {name} CHARACTER SET utf8mb4"
+        )))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    } else {
+        let mut conn = sqlx::PgConnection::connect(&format!("{server}/postgres"))
+            .await
+            .unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    format!("{server}/{name}")
+}
