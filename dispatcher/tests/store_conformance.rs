@@ -391,6 +391,108 @@ async fn dependencies_release_and_fail(store: &dyn Store) {
     );
 }
 
+async fn payloads_and_results_are_kept_byte_for_byte(store: &dyn Store) {
+    // The executor's signature covers the body the payload is spliced into: spacing, key
+    // order, number spelling and escapes must come back exactly as submitted.
+    let text = "{ \"z\" : [1, 2.50, 1e3],\n\t\"a\": \"é😀\\u0000\\\"\" }";
+    let mut task = new_task("a", T0);
+    task.payload = RawValue::from_string(text.into()).unwrap();
+    let id = insert(store, task).await;
+    assert_eq!(store.get(&id).await.unwrap().unwrap().payload.get(), text);
+    let claimed = claim_all(store, T0, T0).await.remove(0);
+    assert_eq!(claimed.payload.get(), text);
+    let started = store
+        .start(&[(id.clone(), claimed.lease_token)], T0, 0)
+        .await
+        .unwrap()
+        .remove(0);
+    let result = "[ \"ok\" ,{\"n\":1.0} ]";
+    let done = Finish {
+        id: id.clone(),
+        lease_token: started.lease_token,
+        kind: FinishKind::Succeeded {
+            result: Some(RawValue::from_string(result.into()).unwrap()),
+        },
+    };
+    assert_eq!(store.finish(&[done], T0).await.unwrap(), [true]);
+    assert_eq!(
+        store.get(&id).await.unwrap().unwrap().result.unwrap().get(),
+        result
+    );
+}
+
+async fn keys_compare_byte_for_byte(store: &dyn Store) {
+    // Case, trailing spaces and Unicode normalization all make a different key (MySQL's
+    // usual collations would fold the first two, and some the third).
+    let keys = ["k", "k ", "K", "\u{e9}", "e\u{301}"];
+    let mut ids = Vec::new();
+    for key in keys {
+        let mut task = new_task("a", T0);
+        task.idempotency_key = Some(key.into());
+        task.unique_key = Some(key.into());
+        task.cron_key = Some(format!("a/{key}/1"));
+        ids.push(insert(store, task).await);
+    }
+    for (key, id) in keys.iter().zip(&ids) {
+        let record = store.get(id).await.unwrap().unwrap();
+        assert_eq!(
+            (
+                record.idempotency_key.as_deref(),
+                record.unique_key.as_deref()
+            ),
+            (Some(*key), Some(*key))
+        );
+        let mut again = new_task("a", T0 + 1);
+        again.idempotency_key = Some(key.to_string());
+        assert_eq!(
+            store.insert(&[again], T0).await.unwrap()[0],
+            InsertOutcome::Duplicate {
+                id: id.clone(),
+                trigger_at: T0
+            }
+        );
+        let mut same_unique = new_task("a", T0 + 1);
+        same_unique.unique_key = Some(key.to_string());
+        assert_eq!(
+            store.insert(&[same_unique], T0).await.unwrap()[0],
+            InsertOutcome::UniqueConflict {
+                existing_id: id.clone()
+            }
+        );
+    }
+}
+
+async fn a_lease_extension_that_moves_nothing_still_applies(store: &dyn Store) {
+    let id = insert(store, new_task("a", T0)).await;
+    let claimed = claim_all(store, T0, T0).await.remove(0);
+    let started = store
+        .start(&[(id.clone(), claimed.lease_token)], T0, 0)
+        .await
+        .unwrap()
+        .remove(0);
+    // The lease already runs to T0 + 1000 and `now` is unchanged: the row stays as it
+    // is, but the token matched, so the heartbeat is accepted.
+    let extend = |until| Finish {
+        id: id.clone(),
+        lease_token: started.lease_token,
+        kind: FinishKind::Extend { until },
+    };
+    assert_eq!(store.finish(&[extend(T0 + 500)], T0).await.unwrap(), [true]);
+    assert_eq!(
+        store.get(&id).await.unwrap().unwrap().lease_until,
+        Some(T0 + 1000),
+        "a lease is never shortened"
+    );
+    assert_eq!(
+        store.finish(&[extend(T0 + 2000)], T0).await.unwrap(),
+        [true]
+    );
+    assert_eq!(
+        store.get(&id).await.unwrap().unwrap().lease_until,
+        Some(T0 + 2000)
+    );
+}
+
 async fn stats_count_pending_and_due(store: &dyn Store) {
     insert(store, new_task("s", T0 - 2_000)).await;
     insert(store, new_task("s", T0 + 2_000)).await;
@@ -420,6 +522,9 @@ where
     scenario!(idempotency_unique_and_cron_keys);
     scenario!(dependencies_release_and_fail);
     scenario!(stats_count_pending_and_due);
+    scenario!(payloads_and_results_are_kept_byte_for_byte);
+    scenario!(keys_compare_byte_for_byte);
+    scenario!(a_lease_extension_that_moves_nothing_still_applies);
 }
 
 #[tokio::test]
@@ -432,4 +537,252 @@ async fn sqlite_passes_the_store_suite() {
         async move { store::open(&url).await.unwrap() }
     })
     .await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Server backends. The servers come from the environment and are required: a test that
+// skipped without them would let a broken backend pass CI.
+
+/// A database server for the backend tests: a URL without a database, from `var`.
+struct Server {
+    url: String,
+    postgres: bool,
+    /// Databases this test created, dropped when it passes (a failed test leaves them
+    /// for inspection; names are unique, so they never disturb a later run).
+    created: std::sync::Mutex<Vec<String>>,
+}
+
+impl Server {
+    fn from_env(var: &str, script: &str, postgres: bool) -> Self {
+        let url = match std::env::var(var) {
+            Ok(url) if !url.trim().is_empty() => url.trim().trim_end_matches('/').to_string(),
+            _ => panic!(
+                "{var} is not set, so the {script} backend cannot be tested. Start the server \
+                 with `e2e/services/{script}.sh start` and run the tests with \
+                 `{var}=$(e2e/services/{script}.sh url)` (a server URL without a database)."
+            ),
+        };
+        Self {
+            url,
+            postgres,
+            created: Default::default(),
+        }
+    }
+
+    /// Runs one statement as the test user, on the server's maintenance database.
+    async fn admin(&self, sql: String) {
+        use sqlx::Connection;
+        let sql = sqlx::AssertSqlSafe(sql);
+        if self.postgres {
+            let options: sqlx::postgres::PgConnectOptions = self.url.parse().unwrap();
+            let mut conn = sqlx::PgConnection::connect_with(&options.database("postgres"))
+                .await
+                .unwrap_or_else(|e| panic!("cannot reach {}: {e}", self.url));
+            sqlx::query(sql).execute(&mut conn).await.unwrap();
+        } else {
+            let mut conn = sqlx::MySqlConnection::connect(&self.url)
+                .await
+                .unwrap_or_else(|e| panic!("cannot reach {}: {e}", self.url));
+            sqlx::query(sql).execute(&mut conn).await.unwrap();
+        }
+    }
+
+    /// Creates a fresh, empty database and returns its URL.
+    async fn create_db(&self) -> String {
+        let name = format!("asyncd_t_{}", uuid::Uuid::now_v7().simple());
+        self.admin(if self.postgres {
+            format!("CREATE DATABASE {name}")
+        } else {
+            format!("CREATE DATABASE {name} CHARACTER SET utf8mb4")
+        })
+        .await;
+        self.created.lock().unwrap().push(name.clone());
+        // Any query string (sslmode=…) stays after the database name.
+        match self.url.split_once('?') {
+            Some((base, query)) => format!("{base}/{name}?{query}"),
+            None => format!("{}/{name}", self.url),
+        }
+    }
+
+    async fn drop_created(&self) {
+        let names = std::mem::take(&mut *self.created.lock().unwrap());
+        for name in names {
+            self.admin(if self.postgres {
+                // FORCE: pools of finished scenarios may still hold idle connections.
+                format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            } else {
+                format!("DROP DATABASE IF EXISTS {name}")
+            })
+            .await;
+        }
+    }
+
+    async fn run_suite(&self) {
+        run_suite(|| async { store::open(&self.create_db().await).await.unwrap() }).await;
+        self.drop_created().await;
+    }
+
+    /// Several dispatchers (each its own store and pool, as separate processes would be)
+    /// claiming from one database at once never get the same task, and between them get
+    /// every task.
+    async fn claimers_never_share_a_task(&self) {
+        const TASKS: usize = 2000;
+        const CLAIMERS: usize = 4;
+        const LIMIT: u32 = 50;
+        let url = self.create_db().await;
+        let setup = store::open(&url).await.unwrap();
+        setup.migrate().await.unwrap();
+        let mut all = std::collections::HashSet::new();
+        for chunk in 0..TASKS / 500 {
+            // Spread over a few trigger times, so each batch's order is checked too.
+            let tasks: Vec<NewTask> = (0..500)
+                .map(|i| new_task("c", T0 - ((chunk * 500 + i) % 7) as i64))
+                .collect();
+            all.extend(tasks.iter().map(|t| t.id.clone()));
+            setup.insert(&tasks, T0).await.unwrap();
+        }
+
+        let mut claimers = Vec::new();
+        for n in 0..CLAIMERS {
+            let url = url.clone();
+            claimers.push(tokio::spawn(async move {
+                let store = store::open(&url).await.unwrap();
+                let owner = format!("claimer-{n}");
+                let mut got = Vec::new();
+                loop {
+                    let batch = store
+                        .claim(&TypeFilter::All, T0, T0, 60_000, &owner, LIMIT)
+                        .await
+                        .unwrap();
+                    if batch.is_empty() {
+                        return got;
+                    }
+                    assert!(batch.len() <= LIMIT as usize);
+                    assert!(
+                        batch
+                            .windows(2)
+                            .all(|w| (w[0].trigger_at, &w[0].id) < (w[1].trigger_at, &w[1].id)),
+                        "each claim is ordered by (trigger_at, id)"
+                    );
+                    got.extend(batch.into_iter().map(|c| c.id));
+                }
+            }));
+        }
+        let mut claimed = Vec::new();
+        for (n, claimer) in claimers.into_iter().enumerate() {
+            let got = claimer.await.unwrap();
+            eprintln!("claimer {n} claimed {} tasks", got.len());
+            claimed.extend(got);
+        }
+        let unique: std::collections::HashSet<String> = claimed.iter().cloned().collect();
+        assert_eq!(
+            unique.len(),
+            claimed.len(),
+            "{} tasks were claimed twice",
+            claimed.len() - unique.len()
+        );
+        assert_eq!(unique, all, "every task was claimed");
+        assert!(claim_all(setup.as_ref(), T0, T0).await.is_empty());
+        drop(setup);
+        self.drop_created().await;
+    }
+
+    /// A task waiting on two dependencies that succeed at the same moment, in two
+    /// dispatchers, is released: neither finisher may decide "the other one is still
+    /// running" on a view from before the other committed.
+    async fn concurrent_finishes_release_their_dependent(&self) {
+        const PAIRS: usize = 40;
+        let url = self.create_db().await;
+        let setup = store::open(&url).await.unwrap();
+        setup.migrate().await.unwrap();
+        let (one, two) = (
+            store::open(&url).await.unwrap(),
+            store::open(&url).await.unwrap(),
+        );
+        let mut pairs = Vec::new();
+        for _ in 0..PAIRS {
+            let a = insert(setup.as_ref(), new_task("p", T0)).await;
+            let b = insert(setup.as_ref(), new_task("p", T0)).await;
+            let mut child = new_task("c", T0);
+            child.depends_on = vec![a.clone(), b.clone()];
+            let child = insert(setup.as_ref(), child).await;
+            pairs.push((a, b, child));
+        }
+        let claims: Vec<(String, i64)> = claim_all(setup.as_ref(), T0, T0)
+            .await
+            .into_iter()
+            .map(|c| (c.id, c.lease_token))
+            .collect();
+        assert_eq!(claims.len(), 2 * PAIRS, "only the parents are claimable");
+        let tokens: std::collections::HashMap<String, i64> = setup
+            .start(&claims, T0, 60_000)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.id, s.lease_token))
+            .collect();
+        let succeed = |id: &String| {
+            vec![Finish {
+                id: id.clone(),
+                lease_token: tokens[id],
+                kind: FinishKind::Succeeded { result: None },
+            }]
+        };
+        for (a, b, _) in &pairs {
+            let (fa, fb) = (succeed(a), succeed(b));
+            let (ra, rb) = tokio::join!(one.finish(&fa, T0 + 1), two.finish(&fb, T0 + 1));
+            assert_eq!((ra.unwrap(), rb.unwrap()), (vec![true], vec![true]));
+        }
+        for (_, _, child) in &pairs {
+            assert_eq!(
+                state(setup.as_ref(), child).await,
+                TaskState::Pending,
+                "{child} stayed blocked after both its dependencies succeeded"
+            );
+        }
+        drop((setup, one, two));
+        self.drop_created().await;
+    }
+}
+
+fn mariadb() -> Server {
+    Server::from_env("ASYNCD_TEST_MYSQL_URL", "mariadb", false)
+}
+
+fn postgres() -> Server {
+    Server::from_env("ASYNCD_TEST_POSTGRES_URL", "postgres", true)
+}
+
+#[tokio::test]
+async fn mariadb_passes_the_store_suite() {
+    mariadb().run_suite().await;
+}
+
+#[tokio::test]
+async fn postgres_passes_the_store_suite() {
+    postgres().run_suite().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mariadb_claimers_never_share_a_task() {
+    mariadb().claimers_never_share_a_task().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_claimers_never_share_a_task() {
+    postgres().claimers_never_share_a_task().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_concurrent_finishes_release_their_dependent() {
+    mariadb()
+        .concurrent_finishes_release_their_dependent()
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_concurrent_finishes_release_their_dependent() {
+    postgres()
+        .concurrent_finishes_release_their_dependent()
+        .await;
 }

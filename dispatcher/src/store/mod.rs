@@ -14,6 +14,8 @@
 //! Every transition out of `claimed` or `running` names the token it expects, so a
 //! dispatcher or executor acting on an attempt that has since lapsed changes nothing.
 
+pub mod mysql;
+pub mod postgres;
 pub mod sqlite;
 
 use async_trait::async_trait;
@@ -275,6 +277,12 @@ pub trait Store: Send + Sync + 'static {
 pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
     if url.starts_with("sqlite:") {
         Ok(std::sync::Arc::new(sqlite::SqliteStore::open(url).await?))
+    } else if url.starts_with("mysql:") {
+        Ok(std::sync::Arc::new(mysql::MySqlStore::open(url).await?))
+    } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        Ok(std::sync::Arc::new(
+            postgres::PostgresStore::open(url).await?,
+        ))
     } else {
         Err(StoreError::UnsupportedUrl(url.to_string()))
     }

@@ -1,0 +1,696 @@
+//! The PostgreSQL backend: several dispatcher processes share one database.
+//!
+//! Semantics are those of the SQLite backend, statement for statement where it can be.
+//! What differs is concurrency: SQLite runs one write transaction at a time, here many
+//! run at once, so
+//!
+//! - claims lock the rows they take with `FOR UPDATE SKIP LOCKED`: two pollers never
+//!   claim the same task and never wait for each other;
+//! - isolation is READ COMMITTED (set on every connection, so a server default cannot
+//!   change it): each statement sees what was committed before it started, and the
+//!   few decisions that read one row to change another lock the row read first (a
+//!   dependency while a dependent is inserted, a dependent while it is released);
+//! - a transaction chosen as a deadlock victim is run again (see [`retrying`]).
+
+use std::future::Future;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::value::RawValue;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
+use sqlx::{Acquire, PgPool, Postgres, Row, Transaction};
+
+use super::*;
+
+pub struct PostgresStore {
+    pool: PgPool,
+}
+
+/// The columns [`record`] reads, as a literal so queries built with `concat!` stay
+/// `&'static str` (no `AssertSqlSafe` needed).
+macro_rules! task_columns {
+    () => {
+        "id, task_type, payload, state, priority, trigger_at, attempt, max_retries, \
+         timeout_ms, lease_token, lease_until, idempotency_key, unique_key, last_error, \
+         result, created_at, updated_at"
+    };
+}
+
+impl PostgresStore {
+    pub async fn open(url: &str) -> Result<Self> {
+        let options = PgConnectOptions::from_str(url)?;
+        let pool = PgPoolOptions::new()
+            .max_connections(10)
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    sqlx::query(
+                        "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED",
+                    )
+                    .execute(conn)
+                    .await
+                    .map(drop)
+                })
+            })
+            .connect_with(options)
+            .await?;
+        Ok(Self { pool })
+    }
+}
+
+fn raw(text: String) -> Result<Box<RawValue>> {
+    RawValue::from_string(text).map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
+}
+
+fn record(row: &PgRow) -> Result<TaskRecord> {
+    Ok(TaskRecord {
+        id: row.try_get("id")?,
+        task_type: row.try_get("task_type")?,
+        payload: raw(row.try_get("payload")?)?,
+        state: TaskState::parse(row.try_get::<&str, _>("state")?)?,
+        priority: row.try_get::<i16, _>("priority")? as u8,
+        trigger_at: row.try_get("trigger_at")?,
+        attempt: row.try_get::<i32, _>("attempt")? as u32,
+        max_retries: row.try_get::<i32, _>("max_retries")? as u32,
+        timeout_ms: row.try_get("timeout_ms")?,
+        lease_token: row.try_get("lease_token")?,
+        lease_until: row.try_get("lease_until")?,
+        idempotency_key: row.try_get("idempotency_key")?,
+        unique_key: row.try_get("unique_key")?,
+        depends_on: Vec::new(),
+        last_error: row.try_get("last_error")?,
+        result: row
+            .try_get::<Option<String>, _>("result")?
+            .map(raw)
+            .transpose()?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+    })
+}
+
+fn claimed(row: &PgRow) -> Result<ClaimedTask> {
+    Ok(ClaimedTask {
+        id: row.try_get("id")?,
+        task_type: row.try_get("task_type")?,
+        payload: raw(row.try_get("payload")?)?,
+        priority: row.try_get::<i16, _>("priority")? as u8,
+        trigger_at: row.try_get("trigger_at")?,
+        attempt: row.try_get::<i32, _>("attempt")? as u32,
+        max_retries: row.try_get::<i32, _>("max_retries")? as u32,
+        timeout_ms: row.try_get("timeout_ms")?,
+        lease_token: row.try_get("lease_token")?,
+        idempotency_key: row.try_get("idempotency_key")?,
+    })
+}
+
+fn is_unique_violation(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.is_unique_violation())
+}
+
+/// Runs a transaction again when the database aborted it as a deadlock victim
+/// (`40P01`) or a serialization failure (`40001`). Both roll the whole transaction
+/// back, so running it again from the start is safe; anything else is returned as is.
+/// Deadlocks are possible in principle (a batch finishing a task while an insert holds
+/// its dependency, or the rescuer and a dispatcher finishing overlapping batches), but
+/// rare: batches lock rows in id order (see [`lock_order`]).
+async fn retrying<T, F, Fut>(mut run: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    const ATTEMPTS: u32 = 5;
+    let mut attempt = 1;
+    loop {
+        match run().await {
+            Err(StoreError::Database(sqlx::Error::Database(db)))
+                if attempt < ATTEMPTS
+                    && matches!(db.code().as_deref(), Some("40001" | "40P01")) =>
+            {
+                tracing::debug!(error = %db, attempt, "store transaction aborted; running it again");
+                tokio::time::sleep(Duration::from_millis(5 * u64::from(attempt))).await;
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The order in which to apply a batch: by id, so concurrent batches lock shared rows in
+/// the same order instead of deadlocking, and stable, so two entries for one task (an
+/// extension, then the result) keep their order. Outcomes still go back in input order.
+fn lock_order(ids: impl Iterator<Item = impl AsRef<str>>) -> Vec<usize> {
+    let ids: Vec<_> = ids.collect();
+    let mut order: Vec<usize> = (0..ids.len()).collect();
+    order.sort_by(|&a, &b| ids[a].as_ref().cmp(ids[b].as_ref()));
+    order
+}
+
+impl PostgresStore {
+    async fn insert_one(
+        tx: &mut Transaction<'_, Postgres>,
+        task: &NewTask,
+        now: Millis,
+    ) -> Result<InsertOutcome> {
+        // Dependencies decide the starting state: any failed → dead at once, all
+        // succeeded → pending, otherwise blocked until they finish. FOR SHARE keeps each
+        // dependency from finishing until this insert commits: its finish then finds
+        // this task among its dependents (without the lock it could finish in between,
+        // look for dependents before this one is visible, and leave it blocked forever).
+        let mut state = TaskState::Pending;
+        let mut error = None;
+        for dep in &task.depends_on {
+            let dep_state: Option<String> =
+                sqlx::query_scalar("SELECT state FROM tasks WHERE id = $1 FOR SHARE")
+                    .bind(dep)
+                    .fetch_optional(&mut **tx)
+                    .await?;
+            match dep_state.as_deref().map(TaskState::parse).transpose()? {
+                None => return Ok(InsertOutcome::UnknownDependency { id: dep.clone() }),
+                Some(TaskState::Dead | TaskState::Cancelled) => {
+                    state = TaskState::Dead;
+                    error = Some(format!("dependency {dep} failed"));
+                }
+                Some(TaskState::Succeeded) => {}
+                Some(_) if state == TaskState::Pending => state = TaskState::Blocked,
+                Some(_) => {}
+            }
+        }
+        let unique_active = (state != TaskState::Dead)
+            .then_some(task.unique_key.as_deref())
+            .flatten();
+        // A conflict on the unique key names a task that may finish (freeing the key)
+        // before we look it up; then the insert is simply tried again.
+        for _ in 0..3 {
+            // ON CONFLICT DO NOTHING, with no target, covers every unique constraint, like
+            // SQLite's; an error would abort the whole transaction and the batch with it.
+            let inserted = sqlx::query(
+                "INSERT INTO tasks (id, task_type, payload, state, priority, trigger_at, \
+                 max_retries, timeout_ms, idempotency_key, unique_key, unique_active, cron_key, \
+                 source_service, last_error, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15) \
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(&task.id)
+            .bind(&task.task_type)
+            .bind(task.payload.get())
+            .bind(state.as_str())
+            .bind(task.priority as i16)
+            .bind(task.trigger_at)
+            .bind(task.max_retries as i32)
+            .bind(task.timeout_ms)
+            .bind(&task.idempotency_key)
+            .bind(&task.unique_key)
+            .bind(unique_active)
+            .bind(&task.cron_key)
+            .bind(&task.source_service)
+            .bind(&error)
+            .bind(now)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected();
+            if inserted == 1 {
+                // DO NOTHING: a dependency named twice is recorded once, as on SQLite.
+                sqlx::query(
+                    "INSERT INTO task_deps (task_id, depends_on) \
+                     SELECT $1, d FROM UNNEST($2::text[]) AS d ON CONFLICT DO NOTHING",
+                )
+                .bind(&task.id)
+                .bind(&task.depends_on)
+                .execute(&mut **tx)
+                .await?;
+                return Ok(InsertOutcome::Inserted {
+                    id: task.id.clone(),
+                    trigger_at: task.trigger_at,
+                });
+            }
+            // The insert hit a constraint; say which, idempotency first (a repeat of the
+            // same submit also repeats its unique key).
+            for (sql, key) in [
+                (
+                    "SELECT id, trigger_at FROM tasks WHERE idempotency_key = $1",
+                    &task.idempotency_key,
+                ),
+                (
+                    "SELECT id, trigger_at FROM tasks WHERE cron_key = $1",
+                    &task.cron_key,
+                ),
+            ] {
+                let Some(key) = key else { continue };
+                if let Some(row) = sqlx::query(sql).bind(key).fetch_optional(&mut **tx).await? {
+                    return Ok(InsertOutcome::Duplicate {
+                        id: row.try_get("id")?,
+                        trigger_at: row.try_get("trigger_at")?,
+                    });
+                }
+            }
+            if let Some(key) = &task.unique_key {
+                let existing: Option<String> =
+                    sqlx::query_scalar("SELECT id FROM tasks WHERE unique_active = $1")
+                        .bind(key)
+                        .fetch_optional(&mut **tx)
+                        .await?;
+                if let Some(existing_id) = existing {
+                    return Ok(InsertOutcome::UniqueConflict { existing_id });
+                }
+            }
+        }
+        Err(StoreError::Corrupt(format!(
+            "insert of {} conflicted on no known key",
+            task.id
+        )))
+    }
+
+    /// After a task succeeded: its blocked dependents whose dependencies have all
+    /// succeeded become pending.
+    ///
+    /// Two steps, unlike SQLite's one UPDATE: the dependents are locked first, then
+    /// checked by a new statement. When two dependencies of one task finish at once,
+    /// the second finisher waits for the first's lock on the dependent, and its check
+    /// (a statement started after the wait) sees the first's success. In a single UPDATE
+    /// the NOT EXISTS would read a snapshot from before the wait, each finisher would see
+    /// the other's dependency still running, and the dependent would stay blocked.
+    async fn release_dependents(
+        tx: &mut Transaction<'_, Postgres>,
+        id: &str,
+        now: Millis,
+    ) -> Result<()> {
+        let dependents: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM tasks WHERE state = 'blocked' \
+               AND id IN (SELECT task_id FROM task_deps WHERE depends_on = $1) \
+             ORDER BY id FOR UPDATE",
+        )
+        .bind(id)
+        .fetch_all(&mut **tx)
+        .await?;
+        if dependents.is_empty() {
+            return Ok(());
+        }
+        sqlx::query(
+            "UPDATE tasks SET state = 'pending', trigger_at = GREATEST(trigger_at, $1), \
+                    updated_at = $1 \
+             WHERE id = ANY($2) AND state = 'blocked' \
+               AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks t ON t.id = d.depends_on \
+                               WHERE d.task_id = tasks.id AND t.state <> 'succeeded')",
+        )
+        .bind(now)
+        .bind(&dependents)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
+
+    /// After a task failed for good: its blocked dependents, and theirs, go to dead letters.
+    async fn fail_dependents(
+        tx: &mut Transaction<'_, Postgres>,
+        id: &str,
+        now: Millis,
+    ) -> Result<()> {
+        let mut failed = vec![id.to_string()];
+        while let Some(dep) = failed.pop() {
+            let dependents: Vec<String> = sqlx::query_scalar(
+                "UPDATE tasks SET state = 'dead', unique_active = NULL, last_error = $1, \
+                        updated_at = $2 \
+                 WHERE state = 'blocked' \
+                   AND id IN (SELECT task_id FROM task_deps WHERE depends_on = $3) \
+                 RETURNING id",
+            )
+            .bind(format!("dependency {dep} failed"))
+            .bind(now)
+            .bind(&dep)
+            .fetch_all(&mut **tx)
+            .await?;
+            failed.extend(dependents);
+        }
+        Ok(())
+    }
+
+    async fn insert_tx(&self, tasks: &[NewTask], now: Millis) -> Result<Vec<InsertOutcome>> {
+        let mut tx = self.pool.begin().await?;
+        let mut outcomes = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            outcomes.push(Self::insert_one(&mut tx, task, now).await?);
+        }
+        tx.commit().await?;
+        Ok(outcomes)
+    }
+
+    async fn cancel_tx(&self, id: &str, now: Millis) -> Result<CancelOutcome> {
+        let mut tx = self.pool.begin().await?;
+        let done = sqlx::query(
+            "UPDATE tasks SET state = 'cancelled', unique_active = NULL, lease_until = NULL, \
+             lease_token = lease_token + 1, updated_at = $1 \
+             WHERE id = $2 AND state IN ('blocked', 'pending', 'claimed')",
+        )
+        .bind(now)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        let outcome = if done == 1 {
+            Self::fail_dependents(&mut tx, id, now).await?;
+            CancelOutcome::Cancelled
+        } else {
+            let state: Option<String> = sqlx::query_scalar("SELECT state FROM tasks WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+            match state {
+                None => CancelOutcome::NotFound,
+                Some(s) => CancelOutcome::NotCancellable(TaskState::parse(&s)?),
+            }
+        };
+        tx.commit().await?;
+        Ok(outcome)
+    }
+
+    async fn start_tx(
+        &self,
+        claims: &[(String, i64)],
+        now: Millis,
+        grace_ms: i64,
+    ) -> Result<Vec<Started>> {
+        let mut tx = self.pool.begin().await?;
+        let mut started = vec![None; claims.len()];
+        for i in lock_order(claims.iter().map(|(id, _)| id)) {
+            let (id, token) = &claims[i];
+            let row = sqlx::query(
+                "UPDATE tasks SET state = 'running', attempt = attempt + 1, \
+                        lease_token = lease_token + 1, lease_until = $1 + timeout_ms + $2, \
+                        updated_at = $1 \
+                 WHERE id = $3 AND lease_token = $4 AND state = 'claimed' \
+                 RETURNING attempt, lease_token",
+            )
+            .bind(now)
+            .bind(grace_ms)
+            .bind(id)
+            .bind(token)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if let Some(row) = row {
+                started[i] = Some(Started {
+                    id: id.clone(),
+                    attempt: row.try_get::<i32, _>("attempt")? as u32,
+                    lease_token: row.try_get("lease_token")?,
+                });
+            }
+        }
+        tx.commit().await?;
+        Ok(started.into_iter().flatten().collect())
+    }
+
+    async fn finish_tx(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
+        let mut tx = self.pool.begin().await?;
+        let mut applied = vec![false; finishes.len()];
+        for i in lock_order(finishes.iter().map(|f| &f.id)) {
+            let finish = &finishes[i];
+            // Each statement ends with `updated_at = $n-2 WHERE id = $n-1 AND lease_token = $n`.
+            let query = match &finish.kind {
+                FinishKind::Succeeded { result } => sqlx::query(
+                    "UPDATE tasks SET state = 'succeeded', result = $1, unique_active = NULL, \
+                     lease_until = NULL, owner = NULL, updated_at = $2 \
+                     WHERE id = $3 AND lease_token = $4 AND state = 'running'",
+                )
+                .bind(result.as_ref().map(|r| r.get())),
+                FinishKind::Retry { at, error } => sqlx::query(
+                    "UPDATE tasks SET state = 'pending', trigger_at = $1, last_error = $2, \
+                     lease_until = NULL, owner = NULL, updated_at = $3 \
+                     WHERE id = $4 AND lease_token = $5 AND state = 'running'",
+                )
+                .bind(at)
+                .bind(error),
+                FinishKind::Dead { error } => sqlx::query(
+                    "UPDATE tasks SET state = 'dead', last_error = $1, unique_active = NULL, \
+                     lease_until = NULL, owner = NULL, updated_at = $2 \
+                     WHERE id = $3 AND lease_token = $4 AND state = 'running'",
+                )
+                .bind(error),
+                FinishKind::Release => sqlx::query(
+                    "UPDATE tasks SET state = 'pending', lease_until = NULL, owner = NULL, \
+                     updated_at = $1 \
+                     WHERE id = $2 AND lease_token = $3 AND state = 'claimed'",
+                ),
+                FinishKind::Extend { until } => sqlx::query(
+                    "UPDATE tasks SET lease_until = GREATEST(lease_until, $1), updated_at = $2 \
+                     WHERE id = $3 AND lease_token = $4 AND state = 'running'",
+                )
+                .bind(until),
+            };
+            let done = query
+                .bind(now)
+                .bind(&finish.id)
+                .bind(finish.lease_token)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+                == 1;
+            if done {
+                match finish.kind {
+                    FinishKind::Succeeded { .. } => {
+                        Self::release_dependents(&mut tx, &finish.id, now).await?
+                    }
+                    FinishKind::Dead { .. } => {
+                        Self::fail_dependents(&mut tx, &finish.id, now).await?
+                    }
+                    _ => {}
+                }
+            }
+            applied[i] = done;
+        }
+        tx.commit().await?;
+        Ok(applied)
+    }
+
+    async fn redrive_tx(&self, id: &str, now: Millis) -> Result<Option<RedriveOutcome>> {
+        let mut tx = self.pool.begin().await?;
+        // A failed statement aborts a PostgreSQL transaction, so the UPDATE that may hit
+        // the unique key runs in a savepoint, and the transaction goes on to name the
+        // task holding the key.
+        let mut savepoint = tx.begin().await?;
+        let updated = sqlx::query(
+            "UPDATE tasks SET state = 'pending', attempt = 0, trigger_at = $1, \
+             unique_active = unique_key, lease_until = NULL, updated_at = $1 \
+             WHERE id = $2 AND state = 'dead'",
+        )
+        .bind(now)
+        .bind(id)
+        .execute(&mut *savepoint)
+        .await;
+        let outcome = match updated {
+            Ok(done) if done.rows_affected() == 1 => {
+                savepoint.commit().await?;
+                RedriveOutcome::Redriven { trigger_at: now }
+            }
+            Ok(_) => {
+                savepoint.commit().await?;
+                let state: Option<String> =
+                    sqlx::query_scalar("SELECT state FROM tasks WHERE id = $1")
+                        .bind(id)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                match state {
+                    None => RedriveOutcome::NotFound,
+                    Some(s) => RedriveOutcome::NotDead(TaskState::parse(&s)?),
+                }
+            }
+            Err(err) if is_unique_violation(&err) => {
+                savepoint.rollback().await?;
+                let existing_id: Option<String> = sqlx::query_scalar(
+                    "SELECT b.id FROM tasks a JOIN tasks b ON b.unique_active = a.unique_key \
+                     WHERE a.id = $1",
+                )
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+                match existing_id {
+                    Some(existing_id) => RedriveOutcome::UniqueConflict { existing_id },
+                    // The holder finished since: the caller tries again.
+                    None => return Ok(None),
+                }
+            }
+            Err(err) => return Err(err.into()),
+        };
+        tx.commit().await?;
+        Ok(Some(outcome))
+    }
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    async fn migrate(&self) -> Result<()> {
+        // sqlx serialises concurrent migrators with an advisory lock.
+        sqlx::migrate!("./migrations/postgres")
+            .run(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn insert(&self, tasks: &[NewTask], now: Millis) -> Result<Vec<InsertOutcome>> {
+        retrying(|| self.insert_tx(tasks, now)).await
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
+        let Some(row) = sqlx::query(concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?
+        else {
+            return Ok(None);
+        };
+        let mut task = record(&row)?;
+        task.depends_on = sqlx::query_scalar(
+            "SELECT depends_on FROM task_deps WHERE task_id = $1 ORDER BY depends_on",
+        )
+        .bind(id)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(Some(task))
+    }
+
+    async fn cancel(&self, id: &str, now: Millis) -> Result<CancelOutcome> {
+        retrying(|| self.cancel_tx(id, now)).await
+    }
+
+    async fn claim(
+        &self,
+        types: &TypeFilter,
+        horizon: Millis,
+        now: Millis,
+        hold_ms: i64,
+        owner: &str,
+        limit: u32,
+    ) -> Result<Vec<ClaimedTask>> {
+        let type_list: Option<&[String]> = match types {
+            TypeFilter::All => None,
+            TypeFilter::Only(list) => Some(list),
+        };
+        // One statement, so one transaction. The ARRAY(…) subquery (run once, before
+        // the update) walks tasks_due in (trigger_at, id) order, locks up to `limit`
+        // rows and skips rows another claimer has locked (it is claiming them); the
+        // UPDATE then marks exactly the rows locked, found by primary key. (Joining a
+        // CTE instead lets a generic plan, which does not know `limit`, hash-join it
+        // against a scan of the whole table.)
+        let rows = retrying(|| async {
+            let rows = sqlx::query(
+                "UPDATE tasks SET state = 'claimed', lease_token = lease_token + 1, \
+                        owner = $4, lease_until = GREATEST(trigger_at, $5) + $6, \
+                        updated_at = $5 \
+                 WHERE id = ANY(ARRAY( \
+                     SELECT id FROM tasks \
+                     WHERE state = 'pending' AND trigger_at <= $1 \
+                       AND ($2::text[] IS NULL OR task_type = ANY($2)) \
+                     ORDER BY trigger_at, id \
+                     LIMIT $3 \
+                     FOR UPDATE SKIP LOCKED)) \
+                 RETURNING id, task_type, payload, priority, trigger_at, attempt, \
+                           max_retries, timeout_ms, lease_token, idempotency_key",
+            )
+            .bind(horizon)
+            .bind(type_list)
+            .bind(i64::from(limit))
+            .bind(owner)
+            .bind(now)
+            .bind(hold_ms)
+            .fetch_all(&self.pool)
+            .await?;
+            Ok(rows)
+        })
+        .await?;
+        let mut claimed = rows.iter().map(claimed).collect::<Result<Vec<_>>>()?;
+        // RETURNING gives rows in no promised order.
+        claimed.sort_by(|a, b| (a.trigger_at, &a.id).cmp(&(b.trigger_at, &b.id)));
+        Ok(claimed)
+    }
+
+    async fn start(
+        &self,
+        claims: &[(String, i64)],
+        now: Millis,
+        grace_ms: i64,
+    ) -> Result<Vec<Started>> {
+        retrying(|| self.start_tx(claims, now, grace_ms)).await
+    }
+
+    async fn finish(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
+        retrying(|| self.finish_tx(finishes, now)).await
+    }
+
+    async fn lapsed(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>> {
+        let rows = sqlx::query(
+            "SELECT id, task_type, state, attempt, max_retries, lease_token FROM tasks \
+             WHERE state IN ('claimed', 'running') AND lease_until < $1 \
+             ORDER BY lease_until LIMIT $2",
+        )
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(Lapsed {
+                    id: row.try_get("id")?,
+                    task_type: row.try_get("task_type")?,
+                    state: TaskState::parse(row.try_get::<&str, _>("state")?)?,
+                    attempt: row.try_get::<i32, _>("attempt")? as u32,
+                    max_retries: row.try_get::<i32, _>("max_retries")? as u32,
+                    lease_token: row.try_get("lease_token")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn dead_letters(&self, task_type: Option<&str>, limit: u32) -> Result<Vec<TaskRecord>> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks WHERE state = 'dead' AND ($1::text IS NULL OR task_type = $1) \
+             ORDER BY updated_at DESC, id DESC LIMIT $2"
+        ))
+        .bind(task_type)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(record).collect()
+    }
+
+    async fn redrive(&self, id: &str, now: Millis) -> Result<RedriveOutcome> {
+        for _ in 0..3 {
+            if let Some(outcome) = retrying(|| self.redrive_tx(id, now)).await? {
+                return Ok(outcome);
+            }
+        }
+        Err(StoreError::Corrupt(format!(
+            "redrive of {id} conflicted on a unique key no task holds"
+        )))
+    }
+
+    async fn stats(&self, now: Millis) -> Result<Vec<TypeStats>> {
+        let rows = sqlx::query(
+            "SELECT task_type, COUNT(*) AS pending, \
+                    SUM(CASE WHEN trigger_at <= $1 THEN 1 ELSE 0 END) AS due, \
+                    MIN(CASE WHEN trigger_at <= $1 THEN trigger_at END) AS oldest_due \
+             FROM tasks WHERE state IN ('pending', 'claimed') GROUP BY task_type ORDER BY task_type",
+        )
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(TypeStats {
+                    task_type: row.try_get("task_type")?,
+                    pending: row.try_get("pending")?,
+                    due: row.try_get("due")?,
+                    oldest_due: row.try_get("oldest_due")?,
+                })
+            })
+            .collect()
+    }
+}
