@@ -1,8 +1,10 @@
 //! The dispatcher: claims due work from the store into its ETA heap and hands each task
 //! to its executor the moment it is due.
 //!
-//! Four loops share one [`Shared`]:
-//! - the **claimer** polls the store (every `poll_interval`, or at once when woken by a
+//! Five loops share one [`Shared`]:
+//! - **membership** heartbeats this dispatcher into the store and reads who else is
+//!   alive, so [`Ownership`] can split task types among the live dispatchers;
+//! - the **claimer** polls the store, for the task types this dispatcher owns, (every `poll_interval`, or at once when woken by a
 //!   local submit or retry) for tasks due within `lookahead`, so they are in the heap
 //!   before their ETA instead of waiting for the next tick;
 //! - the **ticker** sleeps until the heap's earliest ETA or a new arrival, then moves
@@ -27,6 +29,7 @@ use crate::clock::SharedClock;
 use crate::executor::Executor;
 use crate::heap::EtaHeap;
 use crate::metrics::Metrics;
+use crate::ownership::Ownership;
 use crate::retry;
 use crate::routing::Routes;
 use crate::store::{ClaimedTask, Finish, FinishKind, Store, TypeFilter};
@@ -46,6 +49,10 @@ pub struct DispatcherConfig {
     /// Added to an attempt's timeout for its lease.
     pub grace: Duration,
     pub shutdown_grace: Duration,
+    /// How often this dispatcher records that it is alive.
+    pub heartbeat_interval: Duration,
+    /// A member silent this long is taken for dead and its task types move.
+    pub member_ttl: Duration,
 }
 
 impl Default for DispatcherConfig {
@@ -59,6 +66,8 @@ impl Default for DispatcherConfig {
             hold: Duration::from_secs(30),
             grace: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(25),
+            heartbeat_interval: Duration::from_secs(1),
+            member_ttl: Duration::from_secs(4),
         }
     }
 }
@@ -82,6 +91,7 @@ struct Shared {
     config: DispatcherConfig,
     heap: Mutex<EtaHeap>,
     heap_changed: Notify,
+    ownership: Mutex<Ownership>,
     waker: Waker,
     completions: mpsc::UnboundedSender<Finish>,
     inflight: TaskTracker,
@@ -106,6 +116,7 @@ impl Dispatcher {
         shutdown: CancellationToken,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
+        let ownership = Ownership::new(config.owner.clone(), config.member_ttl);
         Self {
             shared: Arc::new(Shared {
                 store,
@@ -116,6 +127,7 @@ impl Dispatcher {
                 config,
                 heap: Mutex::new(EtaHeap::default()),
                 heap_changed: Notify::new(),
+                ownership: Mutex::new(ownership),
                 waker,
                 completions: tx,
                 inflight: TaskTracker::new(),
@@ -129,9 +141,11 @@ impl Dispatcher {
     pub async fn run(self) {
         let shared = self.shared;
         let completer = tokio::spawn(complete(shared.clone(), self.completions));
+        let membership = tokio::spawn(keep_membership(shared.clone()));
         let claimer = tokio::spawn(claim(shared.clone()));
         let runners = tick(shared.clone()).await;
         let _ = claimer.await;
+        let _ = membership.await;
 
         let unstarted = shared.heap.lock().expect("heap lock").drain();
         release(&shared, unstarted);
@@ -163,6 +177,35 @@ fn release(shared: &Shared, tasks: Vec<ClaimedTask>) {
     }
 }
 
+async fn keep_membership(shared: Arc<Shared>) {
+    let config = &shared.config;
+    loop {
+        let now = shared.clock.now_millis();
+        let seen = async {
+            shared.store.heartbeat_member(&config.owner, now).await?;
+            shared
+                .store
+                .live_members(now - config.member_ttl.as_millis() as i64)
+                .await
+        };
+        match seen.await {
+            Ok(members) => shared
+                .ownership
+                .lock()
+                .expect("ownership lock")
+                .observe(members.into_iter().collect(), Instant::now()),
+            Err(err) => tracing::warn!(%err, "membership heartbeat failed; keeping the last view"),
+        }
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => break,
+            _ = tokio::time::sleep(config.heartbeat_interval) => {}
+        }
+    }
+    if let Err(err) = shared.store.leave(&config.owner).await {
+        tracing::warn!(%err, "could not leave the dispatcher set; it will expire");
+    }
+}
+
 async fn claim(shared: Arc<Shared>) {
     let config = &shared.config;
     loop {
@@ -175,7 +218,11 @@ async fn claim(shared: Arc<Shared>) {
             if shared.heap.lock().expect("heap lock").len() >= config.max_heap {
                 break;
             }
-            let types = shared.routes.borrow().task_types();
+            let types = shared
+                .ownership
+                .lock()
+                .expect("ownership lock")
+                .owned(&shared.routes.borrow().task_types(), Instant::now());
             if types.is_empty() {
                 break;
             }

@@ -501,6 +501,36 @@ async fn stats_count_pending_and_due(store: &dyn Store) {
     assert_eq!((s.pending, s.due, s.oldest_due), (2, 1, Some(T0 - 2_000)));
 }
 
+async fn membership_by_heartbeat(store: &dyn Store) {
+    store.heartbeat_member("b", T0).await.unwrap();
+    store.heartbeat_member("a", T0 + 1_000).await.unwrap();
+    store.heartbeat_member("c", T0 - 10_000).await.unwrap();
+    assert_eq!(
+        store.live_members(T0 - 4_000).await.unwrap(),
+        ["a", "b"],
+        "c is silent"
+    );
+    store.heartbeat_member("c", T0 + 2_000).await.unwrap();
+    assert_eq!(
+        store.live_members(T0 - 4_000).await.unwrap(),
+        ["a", "b", "c"],
+        "c is back"
+    );
+    store.leave("b").await.unwrap();
+    assert_eq!(store.live_members(T0 - 4_000).await.unwrap(), ["a", "c"]);
+    // An hour of silence and the row is gone even for a lenient reader.
+    store
+        .heartbeat_member("a", T0 + asyncd::store::MEMBER_RETENTION_MS + 1_500)
+        .await
+        .unwrap();
+    assert_eq!(store.live_members(0).await.unwrap(), ["a", "c"]);
+    store
+        .heartbeat_member("a", T0 + asyncd::store::MEMBER_RETENTION_MS + 2_001)
+        .await
+        .unwrap();
+    assert_eq!(store.live_members(0).await.unwrap(), ["a"]);
+}
+
 /// Every scenario, each on a fresh store from `open`.
 async fn run_suite<F, Fut>(open: F)
 where
@@ -522,6 +552,7 @@ where
     scenario!(idempotency_unique_and_cron_keys);
     scenario!(dependencies_release_and_fail);
     scenario!(stats_count_pending_and_due);
+    scenario!(membership_by_heartbeat);
     scenario!(payloads_and_results_are_kept_byte_for_byte);
     scenario!(keys_compare_byte_for_byte);
     scenario!(a_lease_extension_that_moves_nothing_still_applies);

@@ -271,7 +271,18 @@ pub trait Store: Send + Sync + 'static {
     async fn dead_letters(&self, task_type: Option<&str>, limit: u32) -> Result<Vec<TaskRecord>>;
     async fn redrive(&self, id: &str, now: Millis) -> Result<RedriveOutcome>;
     async fn stats(&self, now: Millis) -> Result<Vec<TypeStats>>;
+
+    /// Records that dispatcher `member` is alive at `now` (and forgets members silent
+    /// for an hour).
+    async fn heartbeat_member(&self, member: &str, now: Millis) -> Result<()>;
+    /// Dispatchers whose last heartbeat is at or after `since`, sorted.
+    async fn live_members(&self, since: Millis) -> Result<Vec<String>>;
+    /// A clean exit: the others take over `member`'s task types at once.
+    async fn leave(&self, member: &str) -> Result<()>;
 }
+
+/// How long a silent member's row is kept before a heartbeat of another deletes it.
+pub const MEMBER_RETENTION_MS: Millis = 3_600_000;
 
 /// Opens the store a URL names.
 pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {

@@ -816,4 +816,34 @@ impl Store for MySqlStore {
             })
             .collect()
     }
+
+    async fn heartbeat_member(&self, member: &str, now: Millis) -> Result<()> {
+        sqlx::query("INSERT INTO dispatchers (id, heartbeat_at) VALUES (?, ?) ON DUPLICATE KEY UPDATE heartbeat_at = VALUES(heartbeat_at)")
+            .bind(member)
+            .bind(now)
+            .execute(&self.pool)
+            .await?;
+        sqlx::query("DELETE FROM dispatchers WHERE heartbeat_at < ?")
+            .bind(now - MEMBER_RETENTION_MS)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn live_members(&self, since: Millis) -> Result<Vec<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT id FROM dispatchers WHERE heartbeat_at >= ? ORDER BY id")
+                .bind(since)
+                .fetch_all(&self.pool)
+                .await?,
+        )
+    }
+
+    async fn leave(&self, member: &str) -> Result<()> {
+        sqlx::query("DELETE FROM dispatchers WHERE id = ?")
+            .bind(member)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
 }

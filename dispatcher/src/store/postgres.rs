@@ -693,4 +693,34 @@ impl Store for PostgresStore {
             })
             .collect()
     }
+
+    async fn heartbeat_member(&self, member: &str, now: Millis) -> Result<()> {
+        sqlx::query("INSERT INTO dispatchers (id, heartbeat_at) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at")
+            .bind(member)
+            .bind(now)
+            .execute(&self.pool)
+            .await?;
+        sqlx::query("DELETE FROM dispatchers WHERE heartbeat_at < $1")
+            .bind(now - MEMBER_RETENTION_MS)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn live_members(&self, since: Millis) -> Result<Vec<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT id FROM dispatchers WHERE heartbeat_at >= $1 ORDER BY id")
+                .bind(since)
+                .fetch_all(&self.pool)
+                .await?,
+        )
+    }
+
+    async fn leave(&self, member: &str) -> Result<()> {
+        sqlx::query("DELETE FROM dispatchers WHERE id = $1")
+            .bind(member)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
 }

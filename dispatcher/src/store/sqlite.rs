@@ -548,4 +548,34 @@ impl Store for SqliteStore {
             })
             .collect()
     }
+
+    async fn heartbeat_member(&self, member: &str, now: Millis) -> Result<()> {
+        sqlx::query("INSERT INTO dispatchers (id, heartbeat_at) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at")
+            .bind(member)
+            .bind(now)
+            .execute(&self.writer)
+            .await?;
+        sqlx::query("DELETE FROM dispatchers WHERE heartbeat_at < ?")
+            .bind(now - MEMBER_RETENTION_MS)
+            .execute(&self.writer)
+            .await?;
+        Ok(())
+    }
+
+    async fn live_members(&self, since: Millis) -> Result<Vec<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT id FROM dispatchers WHERE heartbeat_at >= ? ORDER BY id")
+                .bind(since)
+                .fetch_all(&self.reader)
+                .await?,
+        )
+    }
+
+    async fn leave(&self, member: &str) -> Result<()> {
+        sqlx::query("DELETE FROM dispatchers WHERE id = ?")
+            .bind(member)
+            .execute(&self.writer)
+            .await?;
+        Ok(())
+    }
 }
