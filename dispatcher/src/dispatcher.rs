@@ -82,6 +82,29 @@ impl Waker {
     }
 }
 
+/// Lets a Kafka consumer hand the tasks it just claimed to this dispatcher's heap.
+/// Weak, so a consumer outliving the dispatcher keeps nothing alive.
+#[derive(Clone)]
+pub struct HeapSink(std::sync::Weak<Shared>);
+
+impl HeapSink {
+    pub fn push(&self, tasks: Vec<ClaimedTask>) {
+        let Some(shared) = self.0.upgrade() else {
+            return;
+        };
+        if tasks.is_empty() {
+            return;
+        }
+        let mut heap = shared.heap.lock().expect("heap lock");
+        for task in tasks {
+            heap.push(task);
+        }
+        shared.metrics.heap_size.set(heap.len() as i64);
+        drop(heap);
+        shared.heap_changed.notify_one();
+    }
+}
+
 struct Shared {
     store: Arc<dyn Store>,
     routes: Routes,
@@ -135,6 +158,10 @@ impl Dispatcher {
             }),
             completions: rx,
         }
+    }
+
+    pub fn sink(&self) -> HeapSink {
+        HeapSink(Arc::downgrade(&self.shared))
     }
 
     /// Runs until the shutdown token fires, then winds down as described above.

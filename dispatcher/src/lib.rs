@@ -7,6 +7,8 @@
 //! - [`api`]: the HTTP API — submit, inspect, cancel, dead letters, executor callbacks.
 //! - [`store`]: the task store behind one narrow trait (SQL lives only there).
 //! - [`dispatcher`]: claims due work into the [`heap`] and calls executors on time.
+//! - [`kafka`]: the short-delay path through Kafka — produce at submit, consume into
+//!   the store and the heap, commit only what is durable.
 //! - [`executor`]: the executor contract's client side; [`retry`]: what each outcome
 //!   does to the task (shared by dispatcher, callbacks and rescuer).
 //! - [`rescuer`]: brings back tasks whose lease lapsed (crashed holders, silent executors).
@@ -24,6 +26,7 @@ pub mod clock;
 pub mod dispatcher;
 pub mod executor;
 pub mod heap;
+pub mod kafka;
 pub mod metrics;
 pub mod ownership;
 pub mod rescuer;

@@ -82,6 +82,15 @@ struct Common {
     /// configured; `0s` sends every task to the store.
     #[arg(long, env = "ASYNCD_KAFKA_THRESHOLD", default_value = "10m", value_parser = duration)]
     kafka_threshold: Duration,
+    /// Kafka bootstrap servers (HOST:PORT,…); without them every task goes to the store.
+    #[arg(long, env = "ASYNCD_KAFKA_BROKERS")]
+    kafka_brokers: Option<String>,
+    /// Outside a cluster: create a missing topic with its job config's partitions.
+    #[arg(long, env = "ASYNCD_CREATE_TOPICS")]
+    create_topics: bool,
+    /// Tasks read from Kafka and due within this are claimed straight into the heap.
+    #[arg(long, env = "ASYNCD_KAFKA_HORIZON", default_value = "30s", value_parser = duration)]
+    kafka_horizon: Duration,
     /// Largest accepted payload.
     #[arg(long, env = "ASYNCD_MAX_PAYLOAD_BYTES", default_value_t = 1024 * 1024)]
     max_payload_bytes: usize,
@@ -107,6 +116,9 @@ impl Common {
             },
             max_payload_bytes: self.max_payload_bytes,
             kafka_threshold: self.kafka_threshold,
+            kafka_brokers: self.kafka_brokers,
+            create_topics: self.create_topics,
+            kafka_horizon: self.kafka_horizon,
             reload_interval: Duration::from_millis(500),
         }
     }

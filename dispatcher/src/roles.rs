@@ -16,6 +16,7 @@ use crate::api::{self, ApiState, submit::Limits};
 use crate::clock::{SharedClock, SystemClock};
 use crate::dispatcher::{Dispatcher, DispatcherConfig, Waker};
 use crate::executor::Executor;
+use crate::kafka::{self, Producer};
 use crate::metrics::Metrics;
 use crate::rescuer::Rescuer;
 use crate::routing::{self, Routes};
@@ -47,8 +48,11 @@ pub struct Settings {
     pub advertise_url: Option<String>,
     pub dispatcher: DispatcherConfig,
     pub max_payload_bytes: usize,
-    /// Kept for the Kafka path; without brokers every task goes to the store.
+    /// Tasks due within this go through Kafka (when the job has a topic).
     pub kafka_threshold: Duration,
+    pub kafka_brokers: Option<String>,
+    pub create_topics: bool,
+    pub kafka_horizon: Duration,
     pub reload_interval: Duration,
 }
 
@@ -58,6 +62,8 @@ pub enum RoleError {
     Store(#[from] store::StoreError),
     #[error(transparent)]
     Routing(#[from] routing::RoutingError),
+    #[error("Kafka: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
     #[error("cannot listen on {0}: {1}")]
     Listen(SocketAddr, std::io::Error),
 }
@@ -117,7 +123,21 @@ pub async fn run(
         limits: Limits {
             max_payload_bytes: settings.max_payload_bytes,
         },
+        kafka: match (&settings.kafka_brokers, parts.api) {
+            (Some(brokers), true) => Some(Producer::new(brokers, settings.kafka_threshold)?),
+            _ => None,
+        },
     });
+    if parts.api
+        && settings.create_topics
+        && let Some(brokers) = &settings.kafka_brokers
+    {
+        tasks.spawn(kafka::create_topics(
+            brokers.clone(),
+            routes.clone(),
+            shutdown.clone(),
+        ));
+    }
     // Roles without the API still serve /metrics and the health endpoints.
     let app = api::router(state);
     let api_shutdown = shutdown.clone();
@@ -145,6 +165,24 @@ pub async fn run(
             waker.clone().unwrap_or_default(),
             shutdown.clone(),
         );
+        if let Some(brokers) = &settings.kafka_brokers {
+            let config = kafka::ConsumerConfig {
+                brokers: brokers.clone(),
+                owner: settings.dispatcher.owner.clone(),
+                horizon: settings.kafka_horizon,
+                hold: settings.dispatcher.hold,
+                create_topics: settings.create_topics,
+            };
+            tasks.spawn(kafka::supervise(
+                config,
+                routes.clone(),
+                store.clone(),
+                dispatcher.sink(),
+                clock.clone(),
+                metrics.clone(),
+                shutdown.clone(),
+            ));
+        }
         tasks.spawn(dispatcher.run());
         let rescuer = Rescuer {
             store: store.clone(),

@@ -43,6 +43,8 @@ pub struct ApiState {
     pub waker: Option<Waker>,
     pub lookahead_ms: i64,
     pub limits: Limits,
+    /// The Kafka path, when brokers are configured.
+    pub kafka: Option<crate::kafka::Producer>,
 }
 
 type AppState = State<Arc<ApiState>>;
@@ -88,8 +90,10 @@ fn source_header(headers: &HeaderMap) -> Option<&str> {
         .and_then(|v| v.to_str().ok())
 }
 
+type Answer = Result<(StatusCode, serde_json::Value), ApiError>;
+
 /// One submit result as both endpoints answer it.
-fn accepted(outcome: InsertOutcome) -> Result<(StatusCode, serde_json::Value), ApiError> {
+fn accepted(outcome: InsertOutcome) -> Answer {
     match outcome {
         InsertOutcome::Inserted { id, trigger_at } => Ok((
             StatusCode::CREATED,
@@ -113,16 +117,69 @@ fn accepted(outcome: InsertOutcome) -> Result<(StatusCode, serde_json::Value), A
 }
 
 impl ApiState {
-    async fn store_tasks(
-        &self,
-        tasks: &[NewTask],
-        now: i64,
-    ) -> Result<Vec<InsertOutcome>, ApiError> {
-        let outcomes = self.store.insert(tasks, now).await?;
+    /// Stores or produces each task, one answer per task in order. Only a store failure
+    /// fails the whole call; a Kafka failure refuses just the tasks it concerned.
+    async fn accept(&self, tasks: &[NewTask], now: i64) -> Result<Vec<Answer>, ApiError> {
+        let routes = self.routes.borrow().clone();
+        let topics: Vec<Option<&str>> = tasks
+            .iter()
+            .map(|task| {
+                let producer = self.kafka.as_ref()?;
+                producer.topic_for(task, routes.job(&task.task_type)?, now)
+            })
+            .collect();
+        let mut answers: Vec<Option<Answer>> =
+            std::iter::repeat_with(|| None).take(tasks.len()).collect();
+
+        let stored: Vec<NewTask> = tasks
+            .iter()
+            .zip(&topics)
+            .filter(|(_, topic)| topic.is_none())
+            .map(|(task, _)| task.clone())
+            .collect();
+        let mut outcomes = self.store.insert(&stored, now).await?.into_iter();
+        let mut produced = Vec::new();
+        for (i, topic) in topics.iter().enumerate() {
+            match topic {
+                None => answers[i] = Some(accepted(outcomes.next().expect("one outcome per task"))),
+                Some(topic) => produced.push((i, *topic)),
+            }
+        }
+        if let Some(producer) = &self.kafka {
+            let sends = produced.iter().map(|&(i, topic)| async move {
+                let task = &tasks[i];
+                // A repeat of a key the store already holds answers with the first task.
+                if let Some(key) = &task.idempotency_key
+                    && let Some((id, trigger_at)) = self.store.find_idempotent(key).await?
+                {
+                    return Ok::<_, ApiError>((i, accepted(InsertOutcome::Duplicate { id, trigger_at })));
+                }
+                let answer = match producer.send(topic, task).await {
+                    Ok(()) => Ok((
+                        StatusCode::CREATED,
+                        json!({"id": task.id, "eta": rfc3339(task.trigger_at), "route": "kafka", "duplicate": false}),
+                    )),
+                    Err(err) => {
+                        tracing::warn!(%err, %topic, "produce failed");
+                        Err(ApiError::new(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "kafka_unavailable",
+                            format!("the task was not accepted: Kafka did not acknowledge it ({err}); retry"),
+                        ))
+                    }
+                };
+                Ok((i, answer))
+            });
+            for result in futures::future::join_all(sends).await {
+                let (i, answer) = result?;
+                answers[i] = Some(answer);
+            }
+        }
+
         let horizon = now + self.lookahead_ms;
         let mut wake = false;
-        for (task, outcome) in tasks.iter().zip(&outcomes) {
-            if matches!(outcome, InsertOutcome::Inserted { .. }) {
+        for (task, answer) in tasks.iter().zip(&answers) {
+            if let Some(Ok((StatusCode::CREATED, _))) = answer {
                 self.metrics
                     .submitted
                     .with_label_values(&[
@@ -136,7 +193,10 @@ impl ApiState {
         if wake && let Some(waker) = &self.waker {
             waker.wake();
         }
-        Ok(outcomes)
+        Ok(answers
+            .into_iter()
+            .map(|a| a.expect("every task answered"))
+            .collect())
     }
 }
 
@@ -158,17 +218,17 @@ async fn submit_one(
         source_header(&headers),
     )?;
     let task_type = task.task_type.clone();
-    let outcome = state
-        .store_tasks(std::slice::from_ref(&task), now)
+    let answer = state
+        .accept(std::slice::from_ref(&task), now)
         .await?
         .pop()
-        .expect("one outcome per task");
+        .expect("one answer per task");
     state
         .metrics
         .submit_latency
         .with_label_values(&[task_type.as_str()])
         .observe(started.elapsed().as_secs_f64());
-    let (status, body) = accepted(outcome)?;
+    let (status, body) = answer?;
     Ok((status, Json(body)).into_response())
 }
 
@@ -213,12 +273,11 @@ async fn submit_batch(
         .iter()
         .filter_map(|c| c.as_ref().ok().cloned())
         .collect();
-    let mut outcomes = state.store_tasks(&valid, now).await?.into_iter();
+    let mut answers = state.accept(&valid, now).await?.into_iter();
     let results: Vec<serde_json::Value> = checked
         .into_iter()
         .map(|item| {
-            let answer =
-                item.and_then(|_| accepted(outcomes.next().expect("one outcome per valid task")));
+            let answer = item.and_then(|_| answers.next().expect("one answer per valid task"));
             match answer {
                 Ok((status, mut body)) => {
                     body["status"] = json!(status.as_u16());

@@ -256,6 +256,41 @@ pub trait Store: Send + Sync + 'static {
         owner: &str,
         limit: u32,
     ) -> Result<Vec<ClaimedTask>>;
+    /// Claims these tasks if they are still pending, as [`Store::claim`] would.
+    async fn claim_ids(
+        &self,
+        ids: &[String],
+        now: Millis,
+        hold_ms: i64,
+        owner: &str,
+    ) -> Result<Vec<ClaimedTask>>;
+    /// Stores tasks consumed from Kafka and claims for `owner` the new ones due by
+    /// `horizon`, so the consumer that read them dispatches them without a poll. Tasks
+    /// already stored (a message consumed twice) are left alone.
+    async fn adopt(
+        &self,
+        tasks: &[NewTask],
+        horizon: Millis,
+        now: Millis,
+        hold_ms: i64,
+        owner: &str,
+    ) -> Result<Vec<ClaimedTask>> {
+        let outcomes = self.insert(tasks, now).await?;
+        let due: Vec<String> = tasks
+            .iter()
+            .zip(&outcomes)
+            .filter(|(task, outcome)| {
+                matches!(outcome, InsertOutcome::Inserted { .. }) && task.trigger_at <= horizon
+            })
+            .map(|(task, _)| task.id.clone())
+            .collect();
+        if due.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.claim_ids(&due, now, hold_ms, owner).await
+    }
+    /// The task holding an idempotency key, as `(id, trigger_at)`.
+    async fn find_idempotent(&self, key: &str) -> Result<Option<(String, Millis)>>;
     /// Begins attempts on claimed tasks whose token still matches; each lease runs
     /// until `now + its timeout + grace_ms`. Returns the ones that started.
     async fn start(

@@ -270,6 +270,11 @@ impl MySqlStore {
                     "SELECT id, trigger_at FROM tasks WHERE cron_key = ?",
                     &task.cron_key,
                 ),
+                // The same task again: a Kafka message consumed twice.
+                (
+                    "SELECT id, trigger_at FROM tasks WHERE id = ?",
+                    &Some(task.id.clone()),
+                ),
             ] {
                 let Some(key) = key else { continue };
                 if let Some(row) = sqlx::query(sql)
@@ -445,6 +450,7 @@ impl MySqlStore {
 
     async fn claim_tx(
         &self,
+        ids: Option<&[String]>,
         types: Option<&[String]>,
         horizon: Millis,
         now: Millis,
@@ -471,7 +477,22 @@ impl MySqlStore {
         for task_type in types.unwrap_or_default() {
             query = query.bind(task_type);
         }
-        let ids: Vec<String> = query.bind(i64::from(limit)).fetch_all(&mut *tx).await?;
+        let ids: Vec<String> = match ids {
+            // Named rows (a Kafka consumer's own): lock the ones still pending.
+            Some(ids) => {
+                let sql = format!(
+                    "SELECT id FROM tasks FORCE INDEX (PRIMARY) \
+                     WHERE state = 'pending' AND id IN ({}) FOR UPDATE SKIP LOCKED",
+                    placeholders(ids.len())
+                );
+                let mut query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).persistent(false);
+                for id in ids {
+                    query = query.bind(id);
+                }
+                query.fetch_all(&mut *tx).await?
+            }
+            None => query.bind(i64::from(limit)).fetch_all(&mut *tx).await?,
+        };
         if ids.is_empty() {
             tx.commit().await?;
             return Ok(Vec::new());
@@ -727,7 +748,30 @@ impl Store for MySqlStore {
             TypeFilter::Only(list) if list.is_empty() => return Ok(Vec::new()),
             TypeFilter::Only(list) => Some(list.as_slice()),
         };
-        retrying(|| self.claim_tx(types, horizon, now, hold_ms, owner, limit)).await
+        retrying(|| self.claim_tx(None, types, horizon, now, hold_ms, owner, limit)).await
+    }
+
+    async fn claim_ids(
+        &self,
+        ids: &[String],
+        now: Millis,
+        hold_ms: i64,
+        owner: &str,
+    ) -> Result<Vec<ClaimedTask>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let limit = ids.len() as u32;
+        retrying(|| self.claim_tx(Some(ids), None, Millis::MAX, now, hold_ms, owner, limit)).await
+    }
+
+    async fn find_idempotent(&self, key: &str) -> Result<Option<(String, Millis)>> {
+        let row = sqlx::query("SELECT id, trigger_at FROM tasks WHERE idempotency_key = ?")
+            .bind(key.as_bytes())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| Ok((r.try_get("id")?, r.try_get("trigger_at")?)))
+            .transpose()
     }
 
     async fn start(

@@ -234,6 +234,11 @@ impl PostgresStore {
                     "SELECT id, trigger_at FROM tasks WHERE cron_key = $1",
                     &task.cron_key,
                 ),
+                // The same task again: a Kafka message consumed twice.
+                (
+                    "SELECT id, trigger_at FROM tasks WHERE id = $1",
+                    &Some(task.id.clone()),
+                ),
             ] {
                 let Some(key) = key else { continue };
                 if let Some(row) = sqlx::query(sql).bind(key).fetch_optional(&mut **tx).await? {
@@ -608,6 +613,43 @@ impl Store for PostgresStore {
         // RETURNING gives rows in no promised order.
         claimed.sort_by(|a, b| (a.trigger_at, &a.id).cmp(&(b.trigger_at, &b.id)));
         Ok(claimed)
+    }
+
+    async fn claim_ids(
+        &self,
+        ids: &[String],
+        now: Millis,
+        hold_ms: i64,
+        owner: &str,
+    ) -> Result<Vec<ClaimedTask>> {
+        let rows = retrying(|| async {
+            Ok(sqlx::query(
+                "UPDATE tasks SET state = 'claimed', lease_token = lease_token + 1, \
+                        owner = $2, lease_until = GREATEST(trigger_at, $3) + $4, updated_at = $3 \
+                 WHERE state = 'pending' AND id = ANY($1) \
+                 RETURNING id, task_type, payload, priority, trigger_at, attempt, \
+                           max_retries, timeout_ms, lease_token, idempotency_key",
+            )
+            .bind(ids)
+            .bind(owner)
+            .bind(now)
+            .bind(hold_ms)
+            .fetch_all(&self.pool)
+            .await?)
+        })
+        .await?;
+        let mut claimed = rows.iter().map(claimed).collect::<Result<Vec<_>>>()?;
+        claimed.sort_by(|a, b| (a.trigger_at, &a.id).cmp(&(b.trigger_at, &b.id)));
+        Ok(claimed)
+    }
+
+    async fn find_idempotent(&self, key: &str) -> Result<Option<(String, Millis)>> {
+        let row = sqlx::query("SELECT id, trigger_at FROM tasks WHERE idempotency_key = $1")
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| Ok((r.try_get("id")?, r.try_get("trigger_at")?)))
+            .transpose()
     }
 
     async fn start(

@@ -75,6 +75,21 @@ fn record(row: &sqlx::sqlite::SqliteRow) -> Result<TaskRecord> {
     })
 }
 
+fn claimed_row(row: &sqlx::sqlite::SqliteRow) -> Result<ClaimedTask> {
+    Ok(ClaimedTask {
+        id: row.try_get("id")?,
+        task_type: row.try_get("task_type")?,
+        payload: raw(row.try_get("payload")?)?,
+        priority: row.try_get::<i64, _>("priority")? as u8,
+        trigger_at: row.try_get("trigger_at")?,
+        attempt: row.try_get::<i64, _>("attempt")? as u32,
+        max_retries: row.try_get::<i64, _>("max_retries")? as u32,
+        timeout_ms: row.try_get("timeout_ms")?,
+        lease_token: row.try_get("lease_token")?,
+        idempotency_key: row.try_get("idempotency_key")?,
+    })
+}
+
 fn is_unique_violation(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(db) if db.is_unique_violation())
 }
@@ -152,6 +167,8 @@ impl SqliteStore {
         for (column, key) in [
             ("idempotency_key", &task.idempotency_key),
             ("cron_key", &task.cron_key),
+            // The same task again: a Kafka message consumed twice.
+            ("id", &Some(task.id.clone())),
         ] {
             if let Some(key) = key {
                 let sql = format!("SELECT id, trigger_at FROM tasks WHERE {column} = ?");
@@ -333,26 +350,45 @@ impl Store for SqliteStore {
         .bind(limit as i64)
         .fetch_all(&self.writer)
         .await?;
-        let mut claimed = rows
-            .iter()
-            .map(|row| {
-                Ok(ClaimedTask {
-                    id: row.try_get("id")?,
-                    task_type: row.try_get("task_type")?,
-                    payload: raw(row.try_get("payload")?)?,
-                    priority: row.try_get::<i64, _>("priority")? as u8,
-                    trigger_at: row.try_get("trigger_at")?,
-                    attempt: row.try_get::<i64, _>("attempt")? as u32,
-                    max_retries: row.try_get::<i64, _>("max_retries")? as u32,
-                    timeout_ms: row.try_get("timeout_ms")?,
-                    lease_token: row.try_get("lease_token")?,
-                    idempotency_key: row.try_get("idempotency_key")?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let mut claimed = rows.iter().map(claimed_row).collect::<Result<Vec<_>>>()?;
         // RETURNING gives rows in no promised order.
         claimed.sort_by(|a, b| (a.trigger_at, &a.id).cmp(&(b.trigger_at, &b.id)));
         Ok(claimed)
+    }
+
+    async fn claim_ids(
+        &self,
+        ids: &[String],
+        now: Millis,
+        hold_ms: i64,
+        owner: &str,
+    ) -> Result<Vec<ClaimedTask>> {
+        let rows = sqlx::query(
+            "UPDATE tasks SET state = 'claimed', lease_token = lease_token + 1, owner = ?, \
+                    lease_until = MAX(trigger_at, ?) + ?, updated_at = ? \
+             WHERE state = 'pending' AND id IN (SELECT value FROM json_each(?)) \
+             RETURNING id, task_type, payload, priority, trigger_at, attempt, max_retries, \
+                       timeout_ms, lease_token, idempotency_key",
+        )
+        .bind(owner)
+        .bind(now)
+        .bind(hold_ms)
+        .bind(now)
+        .bind(serde_json::to_string(ids).expect("strings serialize"))
+        .fetch_all(&self.writer)
+        .await?;
+        let mut claimed = rows.iter().map(claimed_row).collect::<Result<Vec<_>>>()?;
+        claimed.sort_by(|a, b| (a.trigger_at, &a.id).cmp(&(b.trigger_at, &b.id)));
+        Ok(claimed)
+    }
+
+    async fn find_idempotent(&self, key: &str) -> Result<Option<(String, Millis)>> {
+        let row = sqlx::query("SELECT id, trigger_at FROM tasks WHERE idempotency_key = ?")
+            .bind(key)
+            .fetch_optional(&self.reader)
+            .await?;
+        row.map(|r| Ok((r.try_get("id")?, r.try_get("trigger_at")?)))
+            .transpose()
     }
 
     async fn start(

@@ -1,0 +1,448 @@
+//! The Kafka path: tasks due within the threshold (default 10 min) travel through their
+//! job's topic instead of being written by the API.
+//!
+//! The reference system kept consumed tasks in the dispatcher's heap and committed
+//! offsets right away, so a dispatcher that died lost its heap. Here a consumer first
+//! makes each polled batch durable in the store — one bulk write, claimed at once by this
+//! dispatcher when due within `horizon` (default 30 s), plain pending otherwise — and
+//! only then commits the batch's offsets. The commit watermark is therefore never pinned
+//! by a task due in nine minutes, a crash re-delivers at most the uncommitted batch (and
+//! the store's primary key drops what was already written), and a dispatcher that dies
+//! holding claims loses nothing: the rescuer hands them on when their hold lapses.
+//! Retries, 202 leases and dead letters then work exactly as for store-path tasks.
+//!
+//! Consumer settings: `session.timeout.ms` 10 s and `heartbeat.interval.ms` 3 s so a
+//! dead consumer's partitions move within seconds; the poll loop never waits on an
+//! executor (those run on their own tasks), so `max.poll.interval.ms` keeps its
+//! default; offsets are committed by hand after the store write
+//! (`enable.auto.commit=false`); a new group starts from the earliest offset.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use asyncd_spec::Job;
+use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::SharedClock;
+use crate::dispatcher::HeapSink;
+use crate::metrics::Metrics;
+use crate::routing::Routes;
+use crate::store::{Millis, NewTask, Store};
+
+/// A task as it travels through Kafka: everything the store row will need.
+#[derive(Debug, Serialize, Deserialize)]
+struct Envelope {
+    id: String,
+    #[serde(rename = "type")]
+    task_type: String,
+    payload: Box<RawValue>,
+    priority: u8,
+    trigger_at: Millis,
+    max_retries: u32,
+    timeout_ms: i64,
+    #[serde(default)]
+    idempotency_key: Option<String>,
+    #[serde(default)]
+    source_service: Option<String>,
+}
+
+impl Envelope {
+    fn from_task(task: &NewTask) -> Self {
+        Self {
+            id: task.id.clone(),
+            task_type: task.task_type.clone(),
+            payload: task.payload.clone(),
+            priority: task.priority,
+            trigger_at: task.trigger_at,
+            max_retries: task.max_retries,
+            timeout_ms: task.timeout_ms,
+            idempotency_key: task.idempotency_key.clone(),
+            source_service: task.source_service.clone(),
+        }
+    }
+
+    fn into_task(self) -> NewTask {
+        NewTask {
+            id: self.id,
+            task_type: self.task_type,
+            payload: self.payload,
+            priority: self.priority,
+            trigger_at: self.trigger_at,
+            max_retries: self.max_retries,
+            timeout_ms: self.timeout_ms,
+            idempotency_key: self.idempotency_key,
+            unique_key: None,
+            cron_key: None,
+            depends_on: Vec::new(),
+            source_service: self.source_service,
+        }
+    }
+}
+
+/// The API's side: decides the route and produces.
+pub struct Producer {
+    inner: FutureProducer,
+    threshold_ms: i64,
+}
+
+impl Producer {
+    pub fn new(brokers: &str, threshold: Duration) -> Result<Self, KafkaError> {
+        let inner = ClientConfig::new()
+            .set("bootstrap.servers", brokers)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "5")
+            .set("message.timeout.ms", "30000")
+            .create()?;
+        Ok(Self {
+            inner,
+            threshold_ms: threshold.as_millis() as i64,
+        })
+    }
+
+    /// The topic a task goes to, or `None` for the store. Tasks that need the store's
+    /// constraints at submit time — a unique key, dependencies — always go to the store.
+    pub fn topic_for<'a>(&self, task: &NewTask, job: &'a Job, now: Millis) -> Option<&'a str> {
+        let kafka = job.kafka.as_ref()?;
+        let eligible = task.trigger_at - now <= self.threshold_ms
+            && task.unique_key.is_none()
+            && task.depends_on.is_empty()
+            && task.cron_key.is_none();
+        eligible.then_some(kafka.topic.as_str())
+    }
+
+    /// Produces and waits for the broker's acknowledgement (acks=all).
+    pub async fn send(&self, topic: &str, task: &NewTask) -> Result<(), KafkaError> {
+        let body = serde_json::to_vec(&Envelope::from_task(task)).expect("envelope serializes");
+        let key = task.unique_key.as_deref().unwrap_or(&task.id);
+        self.inner
+            .send(
+                FutureRecord::to(topic).key(key).payload(&body),
+                Duration::from_secs(30),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|(err, _)| err)
+    }
+}
+
+/// Creates `topic` with `partitions`, or grows it to that many (never shrinks).
+pub async fn ensure_topic(brokers: &str, topic: &str, partitions: u32) -> Result<(), KafkaError> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()?;
+    let metadata = admin
+        .inner()
+        .fetch_metadata(Some(topic), Duration::from_secs(10))?;
+    let existing = metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic && t.error().is_none())
+        .map(|t| t.partitions().len());
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    match existing {
+        None => {
+            let new = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(1));
+            for result in admin.create_topics([&new], &options).await? {
+                match result {
+                    Ok(_) | Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                    Err((_, code)) => return Err(KafkaError::AdminOp(code)),
+                }
+            }
+        }
+        Some(current) if current < partitions as usize => {
+            let grow = NewPartitions::new(topic, partitions as usize);
+            for result in admin.create_partitions([&grow], &options).await? {
+                result.map_err(|(_, code)| KafkaError::AdminOp(code))?;
+            }
+        }
+        Some(_) => {}
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone)]
+pub struct ConsumerConfig {
+    pub brokers: String,
+    pub owner: String,
+    /// Consumed tasks due within this are claimed into the heap at once.
+    pub horizon: Duration,
+    pub hold: Duration,
+    /// Outside a cluster: create missing topics with the config's partitions.
+    pub create_topics: bool,
+}
+
+/// Runs one consumer per routed job that has a topic, starting and stopping them as
+/// the routing table changes, until `shutdown`.
+pub async fn supervise(
+    config: ConsumerConfig,
+    mut routes: Routes,
+    store: Arc<dyn Store>,
+    sink: HeapSink,
+    clock: SharedClock,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) {
+    // Job name → (topic, group, the consumer's own stop signal).
+    let mut running: HashMap<String, (String, String, CancellationToken)> = HashMap::new();
+    loop {
+        let table = routes.borrow_and_update().clone();
+        let mut wanted = HashMap::new();
+        for job in table.jobs() {
+            if let Some(kafka) = &job.kafka {
+                let group = kafka
+                    .consumer_group
+                    .clone()
+                    .unwrap_or_else(|| format!("asyncd-{}", job.name));
+                wanted.insert(
+                    job.name.clone(),
+                    (kafka.topic.clone(), group, kafka.partitions),
+                );
+            }
+        }
+        running.retain(|name, (topic, group, stop)| {
+            let keep = wanted
+                .get(name)
+                .is_some_and(|(t, g, _)| t == topic && g == group);
+            if !keep {
+                tracing::info!(job = %name, %topic, "stopping consumer");
+                stop.cancel();
+            }
+            keep
+        });
+        for (name, (topic, group, partitions)) in wanted {
+            if running.contains_key(&name) {
+                continue;
+            }
+            let stop = shutdown.child_token();
+            running.insert(name.clone(), (topic.clone(), group.clone(), stop.clone()));
+            tokio::spawn(consume(
+                Assignment {
+                    job: name,
+                    topic,
+                    group,
+                    partitions,
+                },
+                config.clone(),
+                store.clone(),
+                sink.clone(),
+                clock.clone(),
+                metrics.clone(),
+                stop,
+            ));
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = routes.changed() => if changed.is_err() { shutdown.cancelled().await; return },
+        }
+    }
+}
+
+struct Assignment {
+    job: String,
+    topic: String,
+    group: String,
+    partitions: u32,
+}
+
+async fn consume(
+    assignment: Assignment,
+    config: ConsumerConfig,
+    store: Arc<dyn Store>,
+    sink: HeapSink,
+    clock: SharedClock,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) {
+    let Assignment {
+        job,
+        topic,
+        group,
+        partitions,
+    } = assignment;
+    if config.create_topics
+        && let Err(err) = ensure_topic(&config.brokers, &topic, partitions).await
+    {
+        tracing::warn!(%job, %topic, %err, "could not create the topic");
+    }
+    let consumer: StreamConsumer = match ClientConfig::new()
+        .set("bootstrap.servers", &config.brokers)
+        .set("group.id", &group)
+        .set("client.id", &config.owner)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", "10000")
+        .set("heartbeat.interval.ms", "3000")
+        .set("topic.metadata.refresh.interval.ms", "5000")
+        .create()
+    {
+        Ok(consumer) => consumer,
+        Err(err) => {
+            tracing::error!(%job, %err, "cannot create the Kafka consumer");
+            return;
+        }
+    };
+    if let Err(err) = consumer.subscribe(&[&topic]) {
+        tracing::error!(%job, %topic, %err, "cannot subscribe");
+        return;
+    }
+    tracing::info!(%job, %topic, %group, "consuming");
+    let consumer = Arc::new(consumer);
+    let lag = tokio::spawn(report_lag(
+        consumer.clone(),
+        topic.clone(),
+        metrics,
+        stop.clone(),
+    ));
+    let horizon_ms = config.horizon.as_millis() as i64;
+    let hold_ms = config.hold.as_millis() as i64;
+    loop {
+        // Wait for one message, then take whatever else is ready, up to 500.
+        let first = tokio::select! {
+            _ = stop.cancelled() => break,
+            message = consumer.recv() => message,
+        };
+        let mut messages = vec![first];
+        while messages.len() < 500 {
+            match tokio::time::timeout(Duration::from_millis(2), consumer.recv()).await {
+                Ok(message) => messages.push(message),
+                Err(_) => break,
+            }
+        }
+        let mut tasks = Vec::with_capacity(messages.len());
+        let mut offsets: HashMap<i32, i64> = HashMap::new();
+        for message in messages {
+            let message = match message {
+                Ok(message) => message,
+                Err(err) => {
+                    tracing::warn!(%job, %err, "Kafka receive error");
+                    continue;
+                }
+            };
+            let next = offsets.entry(message.partition()).or_insert(0);
+            *next = (*next).max(message.offset() + 1);
+            match message.payload().map(serde_json::from_slice::<Envelope>) {
+                Some(Ok(envelope)) => tasks.push(envelope.into_task()),
+                // A message no asyncd wrote: skip it rather than wedge the partition.
+                other => tracing::error!(%job, partition = message.partition(),
+                    offset = message.offset(), error = ?other.map(|r| r.err()), "skipping an unreadable message"),
+            }
+        }
+        if tasks.is_empty() && offsets.is_empty() {
+            // Only errors (the broker is away): don't spin while librdkafka reconnects.
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            }
+            continue;
+        }
+        // Durable first, then commit: never the other way round.
+        let mut backoff = Duration::from_millis(50);
+        let adopted = loop {
+            let now = clock.now_millis();
+            match store
+                .adopt(&tasks, now + horizon_ms, now, hold_ms, &config.owner)
+                .await
+            {
+                Ok(adopted) => break adopted,
+                Err(err) => {
+                    tracing::warn!(%job, %err, tasks = tasks.len(), "could not store consumed tasks; retrying");
+                    tokio::select! {
+                        _ = stop.cancelled() => { lag.abort(); return }
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+            }
+        };
+        sink.push(adopted);
+        let mut list = TopicPartitionList::new();
+        for (partition, offset) in offsets {
+            if let Err(err) = list.add_partition_offset(&topic, partition, Offset::Offset(offset)) {
+                tracing::warn!(%err, "bad offset");
+            }
+        }
+        if list.count() > 0
+            && let Err(err) = consumer.commit(&list, CommitMode::Async)
+        {
+            // The next batch's commit covers this one; a crash before it re-delivers
+            // tasks the store already holds, which it drops.
+            tracing::warn!(%job, %err, "offset commit failed");
+        }
+    }
+    lag.abort();
+    // Commit what was consumed before leaving the group, so the next owner starts after it.
+    let _ = consumer.commit_consumer_state(CommitMode::Sync);
+    tracing::info!(%job, "consumer stopped");
+}
+
+/// `asyncd_kafka_consumer_lag{topic,partition}`: end of the partition minus this
+/// consumer's position, for the partitions it holds.
+async fn report_lag(
+    consumer: Arc<StreamConsumer>,
+    topic: String,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+        let consumer = consumer.clone();
+        let name = topic.clone();
+        let lags = tokio::task::spawn_blocking(move || {
+            let position = consumer.position().ok()?;
+            let mut lags = Vec::new();
+            for element in position.elements_for_topic(&name) {
+                let (_, high) = consumer
+                    .fetch_watermarks(&name, element.partition(), Duration::from_secs(2))
+                    .ok()?;
+                let lag = match element.offset() {
+                    Offset::Offset(at) => (high - at).max(0),
+                    _ => high,
+                };
+                lags.push((element.partition(), lag));
+            }
+            Some(lags)
+        })
+        .await
+        .ok()
+        .flatten();
+        for (partition, lag) in lags.unwrap_or_default() {
+            metrics
+                .kafka_lag
+                .with_label_values(&[topic.as_str(), &partition.to_string()])
+                .set(lag);
+        }
+    }
+}
+
+/// For `--create-topics` on the API: makes every routed job's topic exist, again after
+/// each routing change, so the first produce does not fail on a missing topic.
+pub async fn create_topics(brokers: String, mut routes: Routes, shutdown: CancellationToken) {
+    loop {
+        let table = routes.borrow_and_update().clone();
+        for job in table.jobs() {
+            if let Some(kafka) = &job.kafka
+                && let Err(err) = ensure_topic(&brokers, &kafka.topic, kafka.partitions).await
+            {
+                tracing::warn!(topic = %kafka.topic, %err, "could not create the topic");
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = routes.changed() => if changed.is_err() { return },
+        }
+    }
+}

@@ -1,0 +1,396 @@
+//! Issue 4's proof against a real Kafka broker (KRaft, started by e2e/services/kafka.sh):
+//! the round trip, a chaos run with SIGKILLed dispatchers and a broker restart, and a
+//! rebalance when a dispatcher joins.
+
+mod support;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::*;
+
+fn brokers() -> String {
+    std::env::var("ASYNCD_TEST_KAFKA_BROKERS").unwrap_or_else(|_| {
+        panic!("ASYNCD_TEST_KAFKA_BROKERS is not set: start Kafka with e2e/services/kafka.sh start and export ASYNCD_TEST_KAFKA_BROKERS=$(e2e/services/kafka.sh url), or run bash e2e/run-tests.sh")
+    })
+}
+
+fn kafka_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../e2e/services/kafka.sh")
+}
+
+/// A job whose tasks go through a topic of its own.
+fn kafka_job(name: &str, url: &str, partitions: u32) -> String {
+    let topic = format!("asyncd-test-{name}-{}", uuid::Uuid::now_v7().simple());
+    job_yaml(
+        name,
+        name,
+        url,
+        &format!(
+            "  kafka:\n    topic: {topic}\n    partitions: {partitions}\n    consumerGroup: {topic}-cg\n"
+        ),
+    )
+}
+
+#[tokio::test]
+async fn immediate_and_delayed_tasks_round_trip_through_the_broker() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let jobs = [("job.yaml", kafka_job("roundtrip", &executor.url(), 3))];
+    let brokers = brokers();
+    let asyncd = Asyncd::start(&jobs, &["--kafka-brokers", &brokers, "--create-topics"]).await;
+
+    // The topic is created on start; the first produce may race it, so wait for a 201.
+    let first = wait_for("the first submit through Kafka", DEADLINE, async || {
+        let (status, answer) = asyncd
+            .post("/v1/tasks", json!({"type": "roundtrip", "payload": "now"}))
+            .await;
+        (status == 201).then_some(answer)
+    })
+    .await;
+    assert_eq!(first["route"], "kafka");
+    // The consumer is up once the first task ran; from here on, timing is steady state.
+    executor.wait_calls(first["id"].as_str().unwrap(), 1).await;
+    let (status, delayed) = asyncd
+        .post("/v1/tasks", json!({"type": "roundtrip", "payload": "later", "delay": "2s", "idempotency_key": "rt-1"}))
+        .await;
+    assert_eq!((status, delayed["route"].as_str()), (201, Some("kafka")));
+    let (status, far) = asyncd
+        .post("/v1/tasks", json!({"type": "roundtrip", "delay": "20m"}))
+        .await;
+    assert_eq!(
+        (status, far["route"].as_str()),
+        (201, Some("store")),
+        "beyond the 10 min threshold"
+    );
+
+    let id = delayed["id"].as_str().unwrap();
+    let call = executor.wait_calls(id, 1).await.remove(0);
+    let eta = parse_time(&delayed["eta"]);
+    let at = millis(call.at);
+    assert!(
+        at >= eta && at - eta < 500,
+        "ran {} ms after its ETA",
+        at - eta
+    );
+    assert_eq!(call.body["payload"], "later");
+    assert_eq!(call.headers["idempotency-key"], "rt-1");
+    let task = asyncd.wait_state(id, "succeeded").await;
+    assert_eq!(task["attempt"], 1);
+
+    // Once consumed, the key is known: a repeat answers with the first task.
+    let (status, again) = asyncd
+        .post(
+            "/v1/tasks",
+            json!({"type": "roundtrip", "payload": "later", "idempotency_key": "rt-1"}),
+        )
+        .await;
+    assert_eq!(
+        (status, again["id"].as_str(), again["duplicate"].as_bool()),
+        (200, Some(id), Some(true))
+    );
+
+    let metrics = wait_for("consumer lag reported", DEADLINE, async || {
+        let m = asyncd.metrics().await;
+        m.contains("asyncd_kafka_consumer_lag{").then_some(m)
+    })
+    .await;
+    assert!(
+        metrics
+            .contains("asyncd_task_executed_total{status=\"success\",task_type=\"roundtrip\"} 2"),
+        "{metrics}"
+    );
+}
+
+/// One `asyncd` role process with its log in `dir`.
+struct Role {
+    name: String,
+    args: Vec<String>,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Role {
+    fn start(name: &str, args: Vec<String>, dir: &std::path::Path) -> Self {
+        let mut role = Self {
+            name: name.into(),
+            args,
+            dir: dir.to_path_buf(),
+            child: None,
+        };
+        role.spawn();
+        role
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("{}.log", self.name)))
+            .unwrap();
+        self.child = Some(
+            Command::new(env!("CARGO_BIN_EXE_asyncd"))
+                .args(&self.args)
+                .env("ASYNCD_INSTANCE", &self.name)
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        );
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+}
+
+impl Drop for Role {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    api: String,
+    store: String,
+    jobs: PathBuf,
+    http: reqwest::Client,
+    _api_role: Role,
+}
+
+impl Cluster {
+    async fn start(job: &str) -> Self {
+        let store = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
+        let dir = tempfile::tempdir().unwrap();
+        let jobs = dir.path().join("jobs");
+        std::fs::create_dir(&jobs).unwrap();
+        std::fs::write(jobs.join("job.yaml"), job).unwrap();
+        let status = Command::new(env!("CARGO_BIN_EXE_asyncd"))
+            .args(["migrate", "--store", &store])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let api = format!("127.0.0.1:{}", free_port());
+        let mut args = Self::args("api", &store, &jobs, &api);
+        args.push("--create-topics".into());
+        let api_role = Role::start("api", args, dir.path());
+        let http = reqwest::Client::new();
+        let health = format!("http://{api}/healthz");
+        wait_for("api healthy", DEADLINE, async || {
+            http.get(&health)
+                .send()
+                .await
+                .ok()
+                .filter(|r| r.status().is_success())
+                .map(|_| ())
+        })
+        .await;
+        Self {
+            dir,
+            api,
+            store,
+            jobs,
+            http,
+            _api_role: api_role,
+        }
+    }
+
+    fn args(role: &str, store: &str, jobs: &std::path::Path, listen: &str) -> Vec<String> {
+        [
+            role,
+            "--store",
+            store,
+            "--config",
+            &jobs.display().to_string(),
+            "--listen",
+            listen,
+            "--kafka-brokers",
+            &brokers(),
+            "--claim-hold",
+            "3s",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    }
+
+    fn dispatcher(&self, name: &str) -> Role {
+        let listen = format!("127.0.0.1:{}", free_port());
+        Role::start(
+            name,
+            Self::args("dispatcher", &self.store, &self.jobs, &listen),
+            self.dir.path(),
+        )
+    }
+
+    /// Submits in batches; every task must be accepted through Kafka.
+    async fn submit(&self, tasks: Vec<Value>) -> Vec<String> {
+        let mut ids = Vec::new();
+        for chunk in tasks.chunks(500) {
+            let answer = wait_for("a batch accepted", DEADLINE, async || {
+                let r = self
+                    .http
+                    .post(format!("http://{}/v1/tasks:batch", self.api))
+                    .json(&json!({ "tasks": chunk }))
+                    .send()
+                    .await
+                    .ok()?;
+                let answer: Value = r.json().await.ok()?;
+                let results = answer["results"].as_array()?;
+                results
+                    .iter()
+                    .all(|r| r["status"] == 201)
+                    .then(|| answer.clone())
+            })
+            .await;
+            for result in answer["results"].as_array().unwrap() {
+                assert_eq!(result["route"], "kafka");
+                ids.push(result["id"].as_str().unwrap().to_string());
+            }
+        }
+        ids
+    }
+}
+
+fn counts(executor: &Executor) -> HashMap<String, Vec<Call>> {
+    let mut counts: HashMap<String, Vec<Call>> = HashMap::new();
+    for call in executor.calls() {
+        counts.entry(call.id.clone()).or_default().push(call);
+    }
+    counts
+}
+
+#[tokio::test]
+async fn chaos_sigkilled_dispatchers_and_a_broker_restart_lose_nothing() {
+    const WAVES: usize = 4;
+    const WAVE: usize = 2500;
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let cluster = Cluster::start(&kafka_job("chaos", &executor.url(), 6)).await;
+    let mut dispatchers: Vec<Role> = (0..3)
+        .map(|i| cluster.dispatcher(&format!("dispatcher-{i}")))
+        .collect();
+
+    // Waves of tasks with delays over 0–30 s, a dispatcher SIGKILLed (and restarted)
+    // after each, and the broker restarted once while tasks are in flight.
+    let mut ids = Vec::new();
+    for wave in 0..WAVES {
+        let tasks: Vec<Value> = (0..WAVE)
+            .map(|i| {
+                let n = wave * WAVE + i;
+                json!({"type": "chaos", "payload": {"n": n}, "delay": format!("{}ms", (n * 7919) % 30_000)})
+            })
+            .collect();
+        ids.extend(cluster.submit(tasks).await);
+        let threshold = wave * WAVE + WAVE / 10;
+        wait_for(
+            &format!("{threshold} tasks executed"),
+            Duration::from_secs(90),
+            async || (counts(&executor).len() >= threshold).then_some(()),
+        )
+        .await;
+        let victim = wave % dispatchers.len();
+        dispatchers[victim].kill9();
+        if wave == 1 {
+            let status = Command::new("bash")
+                .arg(kafka_script())
+                .arg("restart")
+                .status()
+                .unwrap();
+            assert!(status.success(), "broker restart");
+        }
+        dispatchers[victim].spawn();
+    }
+    assert_eq!(ids.len(), WAVES * WAVE);
+
+    wait_for(
+        "every task executed",
+        Duration::from_secs(180),
+        async || {
+            let counts = counts(&executor);
+            ids.iter().all(|id| counts.contains_key(id)).then_some(())
+        },
+    )
+    .await;
+    let counts = counts(&executor);
+    let duplicates: usize = counts.values().map(|c| c.len() - 1).sum();
+    let early = counts
+        .values()
+        .flatten()
+        .filter(|c| millis(c.at) < parse_time(&c.body["eta"]))
+        .count();
+    println!(
+        "kafka chaos: {} tasks, {WAVES} SIGKILLs, 1 broker restart: {duplicates} duplicate executions, 0 lost",
+        ids.len()
+    );
+    assert_eq!(early, 0, "no task ran before its ETA");
+}
+
+#[tokio::test]
+async fn a_joining_dispatcher_takes_partitions_without_losing_or_stalling_tasks() {
+    const WAVE: usize = 1500;
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let cluster = Cluster::start(&kafka_job("rebalance", &executor.url(), 6)).await;
+    let _first = cluster.dispatcher("first");
+    let wave = |from: usize| -> Vec<Value> {
+        (from..from + WAVE)
+            .map(|i| json!({"type": "rebalance", "payload": {"i": i}, "delay": format!("{}ms", 2000 + (i * 7919) % 12_000)}))
+            .collect()
+    };
+    let mut ids = cluster.submit(wave(0)).await;
+    wait_for(
+        "some of the first wave executed",
+        Duration::from_secs(60),
+        async || (counts(&executor).len() >= WAVE / 4).then_some(()),
+    )
+    .await;
+    let second = cluster.dispatcher("second");
+    let _ = &second;
+    // The joiner reports lag once it holds partitions.
+    let log = cluster.dir.path().join("second.log");
+    wait_for(
+        "the joining dispatcher to consume",
+        Duration::from_secs(60),
+        async || {
+            std::fs::read_to_string(&log)
+                .ok()?
+                .contains("consuming")
+                .then_some(())
+        },
+    )
+    .await;
+    for n in 1..=2 {
+        ids.extend(cluster.submit(wave(n * WAVE)).await);
+    }
+    wait_for("every task executed", Duration::from_secs(90), async || {
+        let counts = counts(&executor);
+        ids.iter().all(|id| counts.contains_key(id)).then_some(())
+    })
+    .await;
+    let counts = counts(&executor);
+    let mut lateness: Vec<i64> = counts
+        .values()
+        .map(|c| millis(c[0].at) - parse_time(&c[0].body["eta"]))
+        .collect();
+    lateness.sort_unstable();
+    let p99 = lateness[lateness.len() * 99 / 100];
+    let by_second = counts
+        .values()
+        .filter(|c| c[0].headers["asyncd-dispatcher"].starts_with("second"))
+        .count();
+    println!(
+        "rebalance: {} tasks, lateness p99 {p99} ms, {by_second} run by the joining dispatcher",
+        ids.len()
+    );
+    assert!(by_second > 0, "the new dispatcher got partitions");
+    assert!(lateness[0] >= 0, "nothing ran early");
+    assert!(
+        p99 < 3000,
+        "the rebalance stalled tasks: p99 lateness {p99} ms"
+    );
+}
