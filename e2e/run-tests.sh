@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the project on this machine, installing and starting what the tests
-# need: the Rust toolchain's lints, MariaDB and PostgreSQL for the store suite, and the
-# SDK suites against a real `asyncd dev`. Heavy builds are cached outside the clone in
+# need: the Rust toolchain's lints, MariaDB and PostgreSQL for the store suite and the
+# multi-process tests, a Kafka broker (KRaft) for the Kafka path, and the SDK suites
+# against a real `asyncd dev`. Heavy builds are cached outside the clone in
 # $ASYNCD_CACHE (default /var/cache/asyncd), so a second run is quick.
 set -euo pipefail
 
@@ -25,15 +26,17 @@ step "formatting and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-step "starting MariaDB and PostgreSQL on loopback"
-e2e/services/mariadb.sh start
-started+=(mariadb)
-e2e/services/postgres.sh start
-started+=(postgres)
-export ASYNCD_TEST_MYSQL_URL=$(e2e/services/mariadb.sh url)
-export ASYNCD_TEST_POSTGRES_URL=$(e2e/services/postgres.sh url)
+step "starting MariaDB, PostgreSQL and Kafka on loopback"
+for service in mariadb postgres kafka; do
+  e2e/services/$service.sh start
+  started+=("$service")
+done
+ASYNCD_TEST_MYSQL_URL=$(e2e/services/mariadb.sh url)
+ASYNCD_TEST_POSTGRES_URL=$(e2e/services/postgres.sh url)
+ASYNCD_TEST_KAFKA_BROKERS=$(e2e/services/kafka.sh url)
+export ASYNCD_TEST_MYSQL_URL ASYNCD_TEST_POSTGRES_URL ASYNCD_TEST_KAFKA_BROKERS
 
-step "Rust tests (unit, store conformance on three backends, integration)"
+step "Rust tests (unit, store conformance on three backends, integration, Kafka)"
 cargo test --workspace --locked
 
 if [ -x sdk/test.sh ]; then
