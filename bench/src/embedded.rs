@@ -1,0 +1,149 @@
+//! Embedded mode (`asyncd dev`, SQLite, no Kafka): submit throughput, end-to-end drain,
+//! dispatch lateness, memory, and the ETA heap on its own.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use crate::harness::*;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Task counts for the throughput rows.
+    #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
+    sizes: Vec<usize>,
+    /// Tasks falling due in the same second.
+    #[arg(long, default_value_t = 10_000)]
+    burst: usize,
+    /// Tasks with random 1–10 s delays.
+    #[arg(long, default_value_t = 2_000)]
+    random: usize,
+    /// Pending tasks for the heap push/pop rates.
+    #[arg(long, default_value_t = 1_000_000)]
+    heap: usize,
+    /// Concurrent single submits in flight.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+}
+
+/// The embedded figures: submit, end-to-end, lateness, heap.
+pub async fn run(args: &Args) -> Result<()> {
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .build()?;
+    let sink = Sink::default();
+    let executor = sink.serve().await?;
+
+    println!("## Throughput (no-op HTTP executor, embedded SQLite)\n");
+    println!(
+        "| tasks | submit single | submit batch | end-to-end | lateness p50 / p99 / max | peak RSS | asyncd CPU |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    for &n in &args.sizes {
+        // Single submits of tasks due in an hour: the submit path alone.
+        let asyncd = Asyncd::start(&executor, &http, None).await?;
+        let single = submit_single(
+            &http,
+            &asyncd.base,
+            (0..n).map(|_| task(3_600_000)).collect(),
+            args.concurrency,
+        )
+        .await?;
+        drop(asyncd);
+
+        // Batch submits of tasks due now: submit, claim, dispatch and execute.
+        let asyncd = Asyncd::start(&executor, &http, None).await?;
+        sink.take();
+        let start = Instant::now();
+        let batch = submit_batches(&http, &asyncd.base, (0..n).map(|_| task(0)).collect()).await?;
+        let done = sink.wait_for(n, Duration::from_secs(600)).await?;
+        let e2e = done - start;
+        let l = lateness(&sink.take());
+        println!(
+            "| {n} | {} | {} | {} | {} / {} / {} ms | {:.0} MiB | {:.1} s |",
+            rate(n, single),
+            rate(n, batch),
+            rate(n, e2e),
+            l.p50,
+            l.p99,
+            l.max,
+            asyncd.peak_rss_mib(),
+            asyncd.cpu_seconds()
+        );
+        assert_eq!(l.early, 0, "tasks ran before their ETA");
+    }
+
+    println!("\n## Lateness\n");
+    println!("| scenario | tasks | p50 | p99 | max (= time to drain) |");
+    println!("|---|---:|---:|---:|---:|");
+    {
+        let asyncd = Asyncd::start(&executor, &http, None).await?;
+        sink.take();
+        // All due in the same second, far enough ahead that submitting is over by then.
+        let due = (now_ms() / 1000 + 8) * 1000;
+        submit_batches(
+            &http,
+            &asyncd.base,
+            (0..args.burst).map(|_| eta_task(due)).collect(),
+        )
+        .await?;
+        anyhow::ensure!(now_ms() < due, "submitting the burst took past its ETA");
+        sink.wait_for(args.burst, Duration::from_secs(300)).await?;
+        let l = lateness(&sink.take());
+        println!(
+            "| same second | {} | {} ms | {} ms | {} ms |",
+            args.burst, l.p50, l.p99, l.max
+        );
+    }
+    {
+        let asyncd = Asyncd::start(&executor, &http, None).await?;
+        sink.take();
+        let tasks = (0..args.random)
+            .map(|_| task(rand::random_range(1_000..=10_000)))
+            .collect();
+        submit_single(&http, &asyncd.base, tasks, args.concurrency).await?;
+        sink.wait_for(args.random, Duration::from_secs(300)).await?;
+        let l = lateness(&sink.take());
+        println!(
+            "| random 1–10 s delays | {} | {} ms | {} ms | {} ms |",
+            args.random, l.p50, l.p99, l.max
+        );
+    }
+
+    println!("\n## ETA heap\n");
+    let mut heap = asyncd::heap::EtaHeap::default();
+    let base = now_ms();
+    let tasks: Vec<_> = (0..args.heap)
+        .map(|i| asyncd::store::ClaimedTask {
+            id: format!("{i:012}"),
+            task_type: "noop".into(),
+            payload: serde_json::value::RawValue::from_string("null".into()).unwrap(),
+            priority: (i % 10) as u8,
+            trigger_at: base + rand::random_range(0..600_000),
+            attempt: 0,
+            max_retries: 3,
+            timeout_ms: 1000,
+            lease_token: 1,
+            idempotency_key: None,
+        })
+        .collect();
+    let start = Instant::now();
+    for t in tasks {
+        heap.push(t);
+    }
+    let push = start.elapsed();
+    let start = Instant::now();
+    let mut popped = 0;
+    while heap.pop_due(i64::MAX).is_some() {
+        popped += 1;
+    }
+    let pop = start.elapsed();
+    println!("| pending | push | pop |\n|---:|---:|---:|");
+    println!(
+        "| {} | {} | {} |",
+        args.heap,
+        rate(args.heap, push),
+        rate(popped, pop)
+    );
+    Ok(())
+}

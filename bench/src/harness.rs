@@ -1,0 +1,263 @@
+//! The pieces every benchmark shares: a no-op HTTP executor that notes when each task
+//! arrived, a release `asyncd dev` process in a temporary folder, and submit helpers.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, Result, bail};
+use axum::body::Bytes;
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// The no-op executor: answers 200 and notes (eta, arrival) of each call.
+#[derive(Clone, Default)]
+pub struct Sink(Arc<Mutex<Vec<(i64, i64)>>>);
+
+impl Sink {
+    pub async fn serve(&self) -> Result<String> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let seen = self.0.clone();
+        let app = axum::Router::new().fallback(move |body: Bytes| {
+            let seen = seen.clone();
+            async move {
+                let arrival = now_ms();
+                if let Ok(task) = serde_json::from_slice::<Value>(&body)
+                    && let Some(eta) = task["eta"].as_str()
+                    && let Ok(eta) = chrono::DateTime::parse_from_rfc3339(eta)
+                {
+                    seen.lock().unwrap().push((eta.timestamp_millis(), arrival));
+                }
+                ""
+            }
+        });
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Ok(format!("http://{addr}/"))
+    }
+
+    pub fn count(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+
+    pub fn take(&self) -> Vec<(i64, i64)> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+
+    pub async fn wait_for(&self, n: usize, deadline: Duration) -> Result<Instant> {
+        let start = Instant::now();
+        while self.count() < n {
+            if start.elapsed() > deadline {
+                bail!(
+                    "only {} of {n} tasks executed within {deadline:?}",
+                    self.count()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        Ok(Instant::now())
+    }
+}
+
+/// A release `asyncd dev` in a temporary folder.
+pub struct Asyncd {
+    child: Child,
+    pub base: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Asyncd {
+    /// `kafka`: brokers and topic, to route through Kafka.
+    pub async fn start(
+        executor_url: &str,
+        http: &reqwest::Client,
+        kafka: Option<(&str, &str)>,
+    ) -> Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let jobs = dir.path().join("jobs");
+        std::fs::create_dir(&jobs)?;
+        std::fs::write(
+            jobs.join("bench.yaml"),
+            format!(
+                "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata: {{name: bench}}\nspec:\n  taskType: noop\n  executor: {{url: '{executor_url}', timeout: 30s}}\n  concurrency: 256\n{}",
+                kafka.map_or(String::new(), |(_, topic)| format!(
+                    "  kafka: {{topic: {topic}, partitions: 6}}\n"
+                ))
+            ),
+        )?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let binary = std::env::current_exe()?.with_file_name("asyncd");
+        let mut command = Command::new(&binary);
+        command.arg("dev");
+        if let Some((brokers, _)) = kafka {
+            command.args([
+                "--kafka-brokers",
+                brokers,
+                "--create-topics",
+                "--kafka-horizon",
+                "10m",
+            ]);
+        }
+        let child = command
+            .arg("--config")
+            .arg(&jobs)
+            .arg("--db")
+            .arg(dir.path().join("bench.db"))
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .env("ASYNCD_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let base = format!("http://127.0.0.1:{port}");
+        let start = Instant::now();
+        while http.get(format!("{base}/healthz")).send().await.is_err() {
+            if start.elapsed() > Duration::from_secs(20) {
+                bail!("asyncd did not come up");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(Self {
+            child,
+            base,
+            _dir: dir,
+        })
+    }
+
+    /// CPU time used so far (user + system), in seconds.
+    pub fn cpu_seconds(&self) -> f64 {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or("", |(_, rest)| rest)
+            .split_whitespace()
+            .collect();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        (ticks(11) + ticks(12)) / 100.0
+    }
+
+    /// Peak resident memory so far, in MiB.
+    pub fn peak_rss_mib(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    }
+}
+
+impl Drop for Asyncd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn task(delay_ms: i64) -> Value {
+    json!({"type": "noop", "payload": {"n": 1}, "delay": format!("{delay_ms}ms")})
+}
+
+pub fn eta_task(eta_ms: i64) -> Value {
+    let eta = chrono::DateTime::from_timestamp_millis(eta_ms).unwrap();
+    json!({"type": "noop", "payload": {"n": 1}, "eta": eta.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)})
+}
+
+pub async fn submit_single(
+    http: &reqwest::Client,
+    base: &str,
+    tasks: Vec<Value>,
+    concurrency: usize,
+) -> Result<Duration> {
+    let start = Instant::now();
+    let url = format!("{base}/v1/tasks");
+    let results: Vec<Result<()>> = futures::stream::iter(tasks)
+        .map(|t| {
+            let (http, url) = (http.clone(), url.clone());
+            async move {
+                let r = http.post(url).json(&t).send().await?;
+                if r.status() != 201 {
+                    bail!("submit answered {}", r.status());
+                }
+                Ok(())
+            }
+        })
+        .buffer_unordered(concurrency)
+        .collect()
+        .await;
+    results.into_iter().collect::<Result<Vec<()>>>()?;
+    Ok(start.elapsed())
+}
+
+pub async fn submit_batches(
+    http: &reqwest::Client,
+    base: &str,
+    tasks: Vec<Value>,
+) -> Result<Duration> {
+    let start = Instant::now();
+    let url = format!("{base}/v1/tasks:batch");
+    let batches: Vec<Vec<Value>> = tasks.chunks(1000).map(|c| c.to_vec()).collect();
+    let results: Vec<Result<()>> = futures::stream::iter(batches)
+        .map(|batch| {
+            let (http, url) = (http.clone(), url.clone());
+            async move {
+                let r = http
+                    .post(url)
+                    .json(&json!({ "tasks": batch }))
+                    .send()
+                    .await?;
+                let body: Value = r.json().await?;
+                let ok = body["results"]
+                    .as_array()
+                    .is_some_and(|rs| rs.iter().all(|r| r["status"] == 201));
+                if !ok {
+                    bail!("batch refused: {body:.200}");
+                }
+                Ok(())
+            }
+        })
+        .buffer_unordered(4)
+        .collect()
+        .await;
+    results.into_iter().collect::<Result<Vec<()>>>()?;
+    Ok(start.elapsed())
+}
+
+pub struct Lateness {
+    pub p50: i64,
+    pub p99: i64,
+    pub max: i64,
+    pub early: usize,
+}
+
+pub fn lateness(seen: &[(i64, i64)]) -> Lateness {
+    let mut late: Vec<i64> = seen.iter().map(|(eta, at)| at - eta).collect();
+    late.sort_unstable();
+    let pick = |q: f64| late[((late.len() as f64 * q) as usize).min(late.len() - 1)];
+    Lateness {
+        p50: pick(0.50),
+        p99: pick(0.99),
+        max: *late.last().unwrap(),
+        early: late.iter().filter(|l| **l < 0).count(),
+    }
+}
+
+pub fn rate(n: usize, d: Duration) -> String {
+    format!("{:.0}/s", n as f64 / d.as_secs_f64())
+}

@@ -1,0 +1,212 @@
+//! The SQL stores on their own (no HTTP): how many rows per second N dispatchers claim,
+//! begin and complete on one database, and whether a poll gets slower as the backlog of
+//! not-yet-due rows grows.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use asyncd::store::{self, Finish, FinishKind, NewTask, Store, TypeFilter};
+use serde_json::value::RawValue;
+use sqlx::Connection;
+
+use crate::harness::now_ms;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// MariaDB/MySQL server URL without a database (as e2e/services/mariadb.sh url prints).
+    #[arg(long, env = "ASYNCD_TEST_MYSQL_URL")]
+    mysql: Option<String>,
+    /// PostgreSQL server URL without a database.
+    #[arg(long, env = "ASYNCD_TEST_POSTGRES_URL")]
+    postgres: Option<String>,
+    /// Due rows for the claim-and-complete runs.
+    #[arg(long, default_value_t = 20_000)]
+    rows: usize,
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    dispatchers: Vec<usize>,
+    /// Not-yet-due rows sitting in the table while polls are timed.
+    #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
+    backlogs: Vec<usize>,
+}
+
+async fn fresh_database(server: &str) -> Result<String> {
+    let name = format!("asyncd_bench_{}", uuid_like());
+    if server.starts_with("mysql:") {
+        let mut conn = sqlx::MySqlConnection::connect(server).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE DATABASE {name} CHARACTER SET utf8mb4"
+        )))
+        .execute(&mut conn)
+        .await?;
+    } else {
+        let mut conn = sqlx::PgConnection::connect(&format!("{server}/postgres")).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut conn)
+            .await?;
+    }
+    let url = format!("{server}/{name}");
+    store::open(&url).await?.migrate().await?;
+    Ok(url)
+}
+
+fn uuid_like() -> String {
+    format!("{:x}{:08x}", now_ms(), rand::random::<u32>())
+}
+
+fn task(i: usize, trigger_at: i64) -> NewTask {
+    NewTask {
+        id: format!("{:013x}-{i:022}", now_ms()),
+        task_type: "bench".into(),
+        payload: RawValue::from_string(r#"{"n":1}"#.into()).unwrap(),
+        priority: 0,
+        trigger_at,
+        max_retries: 3,
+        timeout_ms: 30_000,
+        idempotency_key: None,
+        unique_key: None,
+        cron_key: None,
+        depends_on: Vec::new(),
+        source_service: None,
+    }
+}
+
+async fn fill(store: &dyn Store, count: usize, trigger_at: i64) -> Result<()> {
+    let mut i = 0;
+    while i < count {
+        let n = (count - i).min(1000);
+        let batch: Vec<_> = (i..i + n).map(|j| task(j, trigger_at)).collect();
+        store.insert(&batch, now_ms()).await?;
+        i += n;
+    }
+    Ok(())
+}
+
+/// One dispatcher's loop: claim 100, begin, complete, until nothing is due.
+async fn drain(store: Arc<dyn Store>, owner: String) -> Result<usize> {
+    let mut done = 0;
+    loop {
+        let now = now_ms();
+        let claimed = store
+            .claim(&TypeFilter::All, now, now, 30_000, &owner, 100)
+            .await?;
+        if claimed.is_empty() {
+            return Ok(done);
+        }
+        let claims: Vec<_> = claimed
+            .iter()
+            .map(|c| (c.id.clone(), c.lease_token))
+            .collect();
+        let started = store.start(&claims, now, 5_000).await?;
+        let finishes: Vec<_> = started
+            .into_iter()
+            .map(|s| Finish {
+                id: s.id,
+                lease_token: s.lease_token,
+                kind: FinishKind::Succeeded { result: None },
+            })
+            .collect();
+        done += finishes.len();
+        store.finish(&finishes, now_ms()).await?;
+    }
+}
+
+fn percentile(mut samples: Vec<Duration>, q: f64) -> Duration {
+    samples.sort();
+    samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)]
+}
+
+pub async fn run(args: &Args) -> Result<()> {
+    let servers: Vec<(&str, &str)> = [
+        ("MariaDB", args.mysql.as_deref()),
+        ("PostgreSQL", args.postgres.as_deref()),
+    ]
+    .into_iter()
+    .filter_map(|(name, url)| url.map(|u| (name, u.trim_end_matches('/'))))
+    .collect();
+    anyhow::ensure!(
+        !servers.is_empty(),
+        "give --mysql and/or --postgres (or ASYNCD_TEST_*_URL)"
+    );
+
+    println!(
+        "## Claim, begin and complete (no HTTP), {} due rows\n",
+        args.rows
+    );
+    println!("| backend | dispatchers | rows/s |\n|---|---:|---:|");
+    for (name, server) in &servers {
+        for &n in &args.dispatchers {
+            let url = fresh_database(server)
+                .await
+                .with_context(|| format!("{name} database"))?;
+            fill(store::open(&url).await?.as_ref(), args.rows, now_ms() - 1).await?;
+            let start = Instant::now();
+            let mut loops = Vec::new();
+            for d in 0..n {
+                let store = store::open(&url).await?;
+                loops.push(tokio::spawn(drain(store, format!("bench-{d}"))));
+            }
+            let mut total = 0;
+            for l in loops {
+                total += l.await??;
+            }
+            anyhow::ensure!(
+                total == args.rows,
+                "{total} of {} rows completed",
+                args.rows
+            );
+            println!(
+                "| {name} | {n} | {:.0} |",
+                total as f64 / start.elapsed().as_secs_f64()
+            );
+        }
+    }
+
+    println!("\n## Poll cost by backlog (rows not yet due in the table)\n");
+    println!(
+        "| backend | pending rows | empty poll p50 / p99 | claim of 100 due p50 | claim throughput |"
+    );
+    println!("|---|---:|---:|---:|---:|");
+    for (name, server) in &servers {
+        for &backlog in &args.backlogs {
+            let url = fresh_database(server).await?;
+            let store = store::open(&url).await?;
+            fill(store.as_ref(), backlog, now_ms() + 86_400_000).await?;
+            let mut empty = Vec::new();
+            for _ in 0..200 {
+                let now = now_ms();
+                let t = Instant::now();
+                let got = store
+                    .claim(&TypeFilter::All, now, now, 30_000, "bench", 100)
+                    .await?;
+                empty.push(t.elapsed());
+                anyhow::ensure!(got.is_empty());
+            }
+            fill(store.as_ref(), 5_000, now_ms() - 1).await?;
+            let mut claims = Vec::new();
+            let start = Instant::now();
+            let mut claimed = 0;
+            loop {
+                let now = now_ms();
+                let t = Instant::now();
+                let got = store
+                    .claim(&TypeFilter::All, now, now, 30_000, "bench", 100)
+                    .await?;
+                if got.is_empty() {
+                    break;
+                }
+                claims.push(t.elapsed());
+                claimed += got.len();
+            }
+            let elapsed = start.elapsed();
+            println!(
+                "| {name} | {backlog} | {:.2} / {:.2} ms | {:.2} ms | {:.0} rows/s |",
+                percentile(empty.clone(), 0.5).as_secs_f64() * 1e3,
+                percentile(empty, 0.99).as_secs_f64() * 1e3,
+                percentile(claims, 0.5).as_secs_f64() * 1e3,
+                claimed as f64 / elapsed.as_secs_f64()
+            );
+        }
+    }
+    Ok(())
+}
