@@ -1,0 +1,203 @@
+{{/* Chart name, truncated to a DNS label. */}}
+{{- define "asyncd.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Prefix of resource names: "<release>-asyncd", or just the release name when it already
+contains the chart name. Kept at 50 characters so suffixes like "-scheduler-metrics"
+still fit a 63-character name.
+*/}}
+{{- define "asyncd.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "asyncd.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels of every resource. `app.kubernetes.io/part-of: asyncd` is what the ServiceMonitor
+and the dispatcher metrics Service select on; the operator puts it (with
+`app.kubernetes.io/component: dispatcher`) on the dispatcher pods it creates.
+*/}}
+{{- define "asyncd.labels" -}}
+helm.sh/chart: {{ include "asyncd.chart" . }}
+app.kubernetes.io/name: {{ include "asyncd.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: asyncd
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Selector labels of one component: include "asyncd.selectorLabels" (list . "api") */}}
+{{- define "asyncd.selectorLabels" -}}
+{{- $ctx := index . 0 -}}
+app.kubernetes.io/name: {{ include "asyncd.name" $ctx }}
+app.kubernetes.io/instance: {{ $ctx.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end }}
+
+{{/* All labels of one component: include "asyncd.componentLabels" (list . "api") */}}
+{{- define "asyncd.componentLabels" -}}
+{{ include "asyncd.labels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end }}
+
+{{/* The asyncd image reference. */}}
+{{- define "asyncd.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end }}
+
+{{/* The operator image reference. */}}
+{{- define "asyncd.operatorImage" -}}
+{{- $img := .Values.operator.image -}}
+{{- if $img.digest -}}
+{{ $img.repository }}@{{ $img.digest }}
+{{- else -}}
+{{ $img.repository }}:{{ $img.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end }}
+
+{{/* ServiceAccount of the api and scheduler. */}}
+{{- define "asyncd.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "asyncd.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* ServiceAccount of the operator. */}}
+{{- define "asyncd.operatorServiceAccountName" -}}
+{{- if .Values.operator.serviceAccount.create }}
+{{- default (printf "%s-operator" (include "asyncd.fullname" .)) .Values.operator.serviceAccount.name }}
+{{- else }}
+{{- required "operator.serviceAccount.name is required when operator.serviceAccount.create is false" .Values.operator.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* ServiceAccount of the dispatchers. */}}
+{{- define "asyncd.dispatcherServiceAccountName" -}}
+{{- required "dispatcher.serviceAccount.name is required" .Values.dispatcher.serviceAccount.name }}
+{{- end }}
+
+{{/* Secret holding the store URL, and its key. */}}
+{{- define "asyncd.storeSecretName" -}}
+{{- if .Values.store.existingSecret }}
+{{- .Values.store.existingSecret }}
+{{- else }}
+{{- printf "%s-store" (include "asyncd.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{- define "asyncd.storeSecretKey" -}}
+{{- required "store.existingSecretKey is required" .Values.store.existingSecretKey }}
+{{- end }}
+
+{{/* Fail early on a store URL asyncd cannot share between pods. */}}
+{{- define "asyncd.validateStore" -}}
+{{- if not .Values.store.existingSecret }}
+{{- $url := required "store.url (or store.existingSecret) is required" .Values.store.url }}
+{{- if not (or (hasPrefix "mysql://" $url) (hasPrefix "postgres://" $url) (hasPrefix "postgresql://" $url)) }}
+{{- fail (printf "store.url must be a mysql:// or postgres:// URL (the embedded sqlite store is for `asyncd dev` only), got %q" (regexReplaceAll "//[^@/]*@" $url "//***@")) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* "<namespace>/<routing ConfigMap>" */}}
+{{- define "asyncd.routingRef" -}}
+{{ .Release.Namespace }}/{{ .Values.routing.configMapName }}
+{{- end }}
+
+{{/* Environment shared by the api and the scheduler: include "asyncd.env" (list . port) */}}
+{{- define "asyncd.env" -}}
+{{- $ := index . 0 -}}
+- name: ASYNCD_STORE
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "asyncd.storeSecretName" $ }}
+      key: {{ include "asyncd.storeSecretKey" $ }}
+- name: ASYNCD_LISTEN
+  value: "0.0.0.0:{{ index . 1 }}"
+- name: ASYNCD_ROUTING_CONFIGMAP
+  value: {{ include "asyncd.routingRef" $ | quote }}
+{{- if $.Values.routing.mountAsFolder }}
+- name: ASYNCD_CONFIG
+  value: {{ $.Values.routing.mountPath | quote }}
+{{- end }}
+{{- with $.Values.kafka.brokers }}
+- name: ASYNCD_KAFKA_BROKERS
+  value: {{ . | quote }}
+{{- end }}
+- name: ASYNCD_KAFKA_THRESHOLD
+  value: {{ $.Values.kafka.threshold | quote }}
+- name: ASYNCD_LOG
+  value: {{ $.Values.logLevel | quote }}
+- name: ASYNCD_INSTANCE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+{{- end }}
+
+{{/* Volumes and mounts of the routing folder. */}}
+{{- define "asyncd.routingVolume" -}}
+{{- if .Values.routing.mountAsFolder -}}
+- name: routing
+  configMap:
+    name: {{ .Values.routing.configMapName }}
+    optional: true
+{{- end }}
+{{- end }}
+
+{{- define "asyncd.routingVolumeMount" -}}
+{{- if .Values.routing.mountAsFolder -}}
+- name: routing
+  mountPath: {{ .Values.routing.mountPath }}
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* Health probes of an asyncd container listening on the port named http. */}}
+{{- define "asyncd.probes" -}}
+startupProbe:
+  httpGet: {path: /healthz, port: http}
+  periodSeconds: 2
+  failureThreshold: 30
+livenessProbe:
+  httpGet: {path: /healthz, port: http}
+  periodSeconds: 10
+  timeoutSeconds: 3
+  failureThreshold: 3
+readinessProbe:
+  httpGet: {path: /readyz, port: http}
+  periodSeconds: 5
+  timeoutSeconds: 3
+  failureThreshold: 2
+{{- end }}
+
+{{/* Settings the operator cannot work with. */}}
+{{- define "asyncd.validateOperator" -}}
+{{- if not (has .Values.operator.scope (list "namespace" "cluster")) }}
+{{- fail (printf "operator.scope must be \"namespace\" or \"cluster\", got %q" .Values.operator.scope) }}
+{{- end }}
+{{- if ne .Values.store.existingSecretKey "url" }}
+{{- fail (printf "the operator reads the store URL from the key \"url\" of the store Secret; store.existingSecretKey is %q" .Values.store.existingSecretKey) }}
+{{- end }}
+{{- end }}
