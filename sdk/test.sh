@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Tests both SDKs against a real `asyncd dev`, then checks them against each other:
-# a Go client's task run by a Python executor and a Python client's by a Go one.
+# Tests the Go, Python and Rust SDKs against a real `asyncd dev`, then checks them
+# against each other: a Go client's task run by a Python executor and a Python client's
+# by a Go one; Go and Python clients' tasks run by a Rust executor; and a Rust executor's
+# permanent failure landing the Go and Python clients' tasks in dead letters.
 #
-#   ASYNCD_BIN    the asyncd binary (default $ASYNCD_CACHE/target/debug/asyncd)
-#   ASYNCD_CACHE  where the venv lives (default /var/cache/asyncd)
+#   ASYNCD_BIN        the asyncd binary (default $ASYNCD_CACHE/target/debug/asyncd)
+#   ASYNCD_CACHE      where the venv lives (default /var/cache/asyncd)
+#   CARGO_TARGET_DIR  where cargo builds the Rust SDK (default: cargo's own)
 set -euo pipefail
 
 sdk=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -23,7 +26,10 @@ venv=$cache/venv
 "$venv/bin/python" -m pip install -q -e "$sdk/python" pytest
 (cd "$sdk/python" && "$venv/bin/python" -m pytest -q)
 
-echo "== cross-language: Go <-> Python through asyncd dev"
+echo "== Rust SDK: cargo test -p asyncd-client"
+(cd "$sdk/.." && cargo test -q -p asyncd-client)
+
+echo "== cross-language: Go <-> Python <-> Rust through asyncd dev"
 tmp=$(mktemp -d)
 pids=()
 status=0
@@ -58,6 +64,19 @@ wait_for() {
 }
 
 (cd "$sdk/go" && go build -o "$tmp/crosstest" ./internal/crosstest)
+# The Rust executor (sdk/rust/examples/executor.rs); cargo names the binary it built.
+rust_executor=$(cd "$sdk/.." && cargo build -q -p asyncd-client --example executor \
+	--message-format=json-render-diagnostics | "$venv/bin/python" -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "executor" and m.get("executable"):
+        print(m["executable"])
+')
+if [[ ! -x $rust_executor ]]; then
+	echo "sdk/test.sh: cargo built no executor example binary" >&2
+	exit 1
+fi
 secret="cross-$RANDOM$RANDOM"
 port=$("$venv/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 endpoint=http://127.0.0.1:$port
@@ -67,20 +86,29 @@ pids+=($!)
 "$venv/bin/python" "$sdk/python/tests/crosstest.py" serve --portfile "$tmp/py.port" --secret "$secret" \
 	--endpoint "$endpoint" >"$tmp/py-executor.log" 2>&1 &
 pids+=($!)
+"$rust_executor" --portfile "$tmp/rust.port" --secret "$secret" --type cross_rust \
+	>"$tmp/rust-executor.log" 2>&1 &
+pids+=($!)
+"$rust_executor" --portfile "$tmp/rust-dead.port" --secret "$secret" --type cross_rust_dead \
+	--fail-permanently >"$tmp/rust-dead-executor.log" 2>&1 &
+pids+=($!)
 wait_for "the Go executor" 30 test -s "$tmp/go.port"
 wait_for "the Python executor" 30 test -s "$tmp/py.port"
+wait_for "the Rust executor" 30 test -s "$tmp/rust.port"
+wait_for "the failing Rust executor" 30 test -s "$tmp/rust-dead.port"
 
 mkdir "$tmp/config"
-for side in go py; do
+for side in go py rust rust-dead; do
+	task_type=cross_${side//-/_}
 	cat >"$tmp/config/cross-$side.yaml" <<EOF
 apiVersion: asyncd.example.io/v1
 kind: AsyncJobConfig
 metadata:
   name: cross-$side-job
 spec:
-  taskType: cross_$side
+  taskType: $task_type
   executor:
-    url: http://127.0.0.1:$(cat "$tmp/$side.port")/tasks/cross_$side
+    url: http://127.0.0.1:$(cat "$tmp/$side.port")/tasks/$task_type
     timeout: 10s
     signingSecretEnv: ASYNCD_CROSS_SIGNING_SECRET
   retry:
@@ -101,5 +129,62 @@ passed=0
 passed=$((passed + 1))
 "$venv/bin/python" "$sdk/python/tests/crosstest.py" submit --endpoint "$endpoint" --type cross_go --nonce "$RANDOM$RANDOM"
 passed=$((passed + 1))
-cat "$tmp/go-executor.log" "$tmp/py-executor.log"
+
+# Go and Python clients' tasks run by the Rust executor, which recomputes their
+# idempotency keys with the Rust SDK.
+"$tmp/crosstest" submit -endpoint "$endpoint" -type cross_rust -nonce "$RANDOM$RANDOM"
+passed=$((passed + 1))
+"$venv/bin/python" "$sdk/python/tests/crosstest.py" submit --endpoint "$endpoint" --type cross_rust --nonce "$RANDOM$RANDOM"
+passed=$((passed + 1))
+
+# The Rust executor signals a permanent failure (after the same key check) for a
+# Python client's task: it must be dead after one attempt, with the Rust message, and
+# listed in dead letters.
+"$venv/bin/python" - "$endpoint" "$RANDOM$RANDOM" <<'EOF'
+import sys
+import time
+
+import asyncd
+
+endpoint, nonce = sys.argv[1], int(sys.argv[2])
+client = asyncd.Client(endpoint, service_name="crosstest-python")
+payload = {"nonce": nonce, "lang": "python", "amount": 12.5, "text": 'Grüße 😀 "q"\n'}
+key = asyncd.idempotency_key_from("cross_rust_dead", payload, "nonce", "amount", "text")
+res = client.submit("cross_rust_dead", payload, idempotency_key=key)
+deadline = time.monotonic() + 30
+while True:
+    st = client.get(res.id)
+    if st.state == asyncd.DEAD:
+        break
+    if st.state in (asyncd.SUCCEEDED, asyncd.CANCELLED) or time.monotonic() > deadline:
+        sys.exit(f"crosstest: task {res.id} is {st.state}, want dead: {st.last_error}")
+    time.sleep(0.05)
+want = "rust executor: permanent failure as asked, task from the python client"
+if st.attempt != 1 or want not in (st.last_error or ""):
+    sys.exit(f"crosstest: task {res.id}: attempt {st.attempt}, last_error {st.last_error!r}; want one attempt refused with {want!r}")
+if res.id not in [t.id for t in client.dead_letters(type="cross_rust_dead")]:
+    sys.exit(f"crosstest: task {res.id} is dead but not in dead letters")
+print(f"python client: task {res.id} (cross_rust_dead) in dead letters: {st.last_error}")
+EOF
+passed=$((passed + 1))
+
+# The same for a Go client's task: the Go crosstest fails, naming the dead task.
+if out=$("$tmp/crosstest" submit -endpoint "$endpoint" -type cross_rust_dead -nonce "$RANDOM$RANDOM" 2>&1); then
+	echo "sdk/test.sh: the Go client's cross_rust_dead task succeeded: $out" >&2
+	exit 1
+fi
+dead_id=$(sed -n 's/^crosstest: task \([^ ]*\) is dead: .*/\1/p' <<<"$out")
+if [[ -z $dead_id ]] || ! grep -q "rust executor: permanent failure as asked, task from the go client" <<<"$out"; then
+	echo "sdk/test.sh: want the Go client's task dead by the Rust executor's permanent failure, got: $out" >&2
+	exit 1
+fi
+curl -fsS "$endpoint/v1/dead-letters?type=cross_rust_dead" | "$venv/bin/python" -c '
+import json, sys
+ids = [t["id"] for t in json.load(sys.stdin)["items"]]
+sys.exit(0 if sys.argv[1] in ids else "crosstest: task %s is not in dead letters" % sys.argv[1])
+' "$dead_id"
+echo "go client: task $dead_id (cross_rust_dead) in dead letters"
+passed=$((passed + 1))
+
+cat "$tmp/go-executor.log" "$tmp/py-executor.log" "$tmp/rust-executor.log" "$tmp/rust-dead-executor.log"
 echo "cross-language: $passed passed, 0 failed"

@@ -38,6 +38,8 @@ use crate::store::{ClaimedTask, Finish, FinishKind, Store, TypeFilter};
 pub struct DispatcherConfig {
     /// Identifies this process in the store's `owner` column.
     pub owner: String,
+    /// `--job`: the one job this dispatcher serves, which scopes its membership.
+    pub job: Option<String>,
     pub poll_interval: Duration,
     /// How far ahead of their ETA tasks are claimed into the heap.
     pub lookahead: Duration,
@@ -59,6 +61,7 @@ impl Default for DispatcherConfig {
     fn default() -> Self {
         Self {
             owner: format!("dispatcher-{}", std::process::id()),
+            job: None,
             poll_interval: Duration::from_millis(200),
             lookahead: Duration::from_secs(2),
             claim_batch: 1000,
@@ -139,7 +142,8 @@ impl Dispatcher {
         shutdown: CancellationToken,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        let ownership = Ownership::new(config.owner.clone(), config.member_ttl);
+        let member = crate::ownership::member_name(config.job.as_deref(), &config.owner);
+        let ownership = Ownership::new(member, config.member_ttl);
         Self {
             shared: Arc::new(Shared {
                 store,
@@ -206,10 +210,11 @@ fn release(shared: &Shared, tasks: Vec<ClaimedTask>) {
 
 async fn keep_membership(shared: Arc<Shared>) {
     let config = &shared.config;
+    let member = crate::ownership::member_name(config.job.as_deref(), &config.owner);
     loop {
         let now = shared.clock.now_millis();
         let seen = async {
-            shared.store.heartbeat_member(&config.owner, now).await?;
+            shared.store.heartbeat_member(&member, now).await?;
             shared
                 .store
                 .live_members(now - config.member_ttl.as_millis() as i64)
@@ -228,7 +233,7 @@ async fn keep_membership(shared: Arc<Shared>) {
             _ = tokio::time::sleep(config.heartbeat_interval) => {}
         }
     }
-    if let Err(err) = shared.store.leave(&config.owner).await {
+    if let Err(err) = shared.store.leave(&member).await {
         tracing::warn!(%err, "could not leave the dispatcher set; it will expire");
     }
 }
@@ -245,11 +250,17 @@ async fn claim(shared: Arc<Shared>) {
             if shared.heap.lock().expect("heap lock").len() >= config.max_heap {
                 break;
             }
+            let jobs: Vec<(String, String)> = shared
+                .routes
+                .borrow()
+                .jobs()
+                .map(|job| (job.task_type.clone(), job.name.clone()))
+                .collect();
             let types = shared
                 .ownership
                 .lock()
                 .expect("ownership lock")
-                .owned(&shared.routes.borrow().task_types(), Instant::now());
+                .owned(&jobs, Instant::now());
             if types.is_empty() {
                 break;
             }

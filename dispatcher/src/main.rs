@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use asyncd::dispatcher::DispatcherConfig;
-use asyncd::roles::{self, Parts, Settings};
+use asyncd::roles::{self, Parts, RoutingSource, Settings};
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
@@ -56,8 +56,20 @@ struct Server {
 #[derive(Args)]
 struct Common {
     /// Folder of AsyncJobConfig YAML files, re-read when it changes.
-    #[arg(long, env = "ASYNCD_CONFIG")]
-    config: PathBuf,
+    #[arg(
+        long,
+        env = "ASYNCD_CONFIG",
+        required_unless_present = "routing_configmap",
+        conflicts_with = "routing_configmap"
+    )]
+    config: Option<PathBuf>,
+    /// In a cluster: follow the operator's routing ConfigMap (NAMESPACE/NAME) through the
+    /// API instead of a folder.
+    #[arg(long, env = "ASYNCD_ROUTING_CONFIGMAP")]
+    routing_configmap: Option<String>,
+    /// Serve only this AsyncJobConfig (the operator's per-job dispatchers).
+    #[arg(long, env = "ASYNCD_JOB")]
+    job: Option<String>,
     /// Address for the API, /metrics and health endpoints.
     #[arg(long, env = "ASYNCD_LISTEN", default_value = "127.0.0.1:7700")]
     listen: SocketAddr,
@@ -104,11 +116,17 @@ impl Common {
     fn settings(self, store_url: String) -> Settings {
         Settings {
             store_url,
-            config_dir: self.config,
+            routing: match (self.config, self.routing_configmap) {
+                (Some(dir), _) => RoutingSource::Dir(dir),
+                (None, Some(reference)) => RoutingSource::ConfigMap(reference),
+                (None, None) => unreachable!("clap requires one of them"),
+            },
+            job: self.job.clone(),
             listen: self.listen,
             advertise_url: self.advertise_url,
             dispatcher: DispatcherConfig {
                 owner: instance_name(self.instance),
+                job: self.job,
                 poll_interval: self.poll_interval,
                 lookahead: self.lookahead.max(self.poll_interval),
                 hold: self.claim_hold,

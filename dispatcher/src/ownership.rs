@@ -9,6 +9,11 @@
 //! While membership changes, a dispatcher keeps polling what it owned under the previous
 //! view for a grace period as well, so no type goes unpolled while the others catch up.
 //! Overlap is harmless: `SKIP LOCKED` claims never hand one row to two dispatchers.
+//!
+//! Members are named `<scope>/<instance>`: a dispatcher started with `--job NAME` has
+//! scope `NAME` and is only eligible for that job's task type; one without has scope `*`
+//! and is eligible for every type. So a job's type is never handed to a dispatcher that
+//! does not route it.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -25,10 +30,23 @@ fn weight(task_type: &str, member: &str) -> u64 {
     u64::from_be_bytes(hash.finalize()[..8].try_into().expect("8 bytes"))
 }
 
-/// The member that owns `task_type`, if there are members.
-pub fn owner<'a>(task_type: &str, members: &'a BTreeSet<String>) -> Option<&'a str> {
+/// A member name: `<scope>/<instance>`.
+pub fn member_name(scope: Option<&str>, instance: &str) -> String {
+    format!("{}/{instance}", scope.unwrap_or("*"))
+}
+
+fn eligible(member: &str, job: &str) -> bool {
+    match member.split_once('/') {
+        Some(("*", _)) | None => true,
+        Some((scope, _)) => scope == job,
+    }
+}
+
+/// The member that owns `task_type` (of job `job`), if any member is eligible.
+pub fn owner<'a>(task_type: &str, job: &str, members: &'a BTreeSet<String>) -> Option<&'a str> {
     members
         .iter()
+        .filter(|m| eligible(m, job))
         .max_by_key(|m| (weight(task_type, m), m.as_str()))
         .map(String::as_str)
 }
@@ -67,8 +85,8 @@ impl Ownership {
         &self.current
     }
 
-    /// The types this dispatcher polls now, out of `types`.
-    pub fn owned(&self, types: &[String], now: Instant) -> Vec<String> {
+    /// The types this dispatcher polls now, out of `(task type, job name)` pairs.
+    pub fn owned(&self, types: &[(String, String)], now: Instant) -> Vec<String> {
         let previous = self
             .previous
             .as_ref()
@@ -76,11 +94,11 @@ impl Ownership {
             .map(|(members, _)| members);
         types
             .iter()
-            .filter(|t| {
-                owner(t, &self.current) == Some(&self.me)
-                    || previous.is_some_and(|p| owner(t, p) == Some(&self.me))
+            .filter(|(t, job)| {
+                owner(t, job, &self.current) == Some(&self.me)
+                    || previous.is_some_and(|p| owner(t, job, p) == Some(&self.me))
             })
-            .cloned()
+            .map(|(t, _)| t.clone())
             .collect()
     }
 }
@@ -93,17 +111,19 @@ mod tests {
         names.iter().map(|s| s.to_string()).collect()
     }
 
-    fn types(n: usize) -> Vec<String> {
-        (0..n).map(|i| format!("type-{i}")).collect()
+    fn types(n: usize) -> Vec<(String, String)> {
+        (0..n)
+            .map(|i| (format!("type-{i}"), format!("job-{i}")))
+            .collect()
     }
 
     #[test]
     fn every_type_has_exactly_one_owner_and_the_split_is_fair() {
-        let members = set(&["a", "b", "c"]);
+        let members = set(&["*/a", "*/b", "*/c"]);
         let types = types(300);
         let mut counts = std::collections::HashMap::new();
-        for t in &types {
-            *counts.entry(owner(t, &members).unwrap()).or_insert(0) += 1;
+        for (t, job) in &types {
+            *counts.entry(owner(t, job, &members).unwrap()).or_insert(0) += 1;
         }
         assert_eq!(counts.values().sum::<i32>(), 300);
         for (m, n) in counts {
@@ -113,12 +133,16 @@ mod tests {
 
     #[test]
     fn a_leaving_member_moves_only_its_own_types() {
-        let before = set(&["a", "b", "c"]);
-        let after = set(&["a", "b"]);
-        for t in types(200) {
-            let old = owner(&t, &before).unwrap();
-            if old != "c" {
-                assert_eq!(owner(&t, &after).unwrap(), old, "{t} moved needlessly");
+        let before = set(&["*/a", "*/b", "*/c"]);
+        let after = set(&["*/a", "*/b"]);
+        for (t, job) in types(200) {
+            let old = owner(&t, &job, &before).unwrap();
+            if old != "*/c" {
+                assert_eq!(
+                    owner(&t, &job, &after).unwrap(),
+                    old,
+                    "{t} moved needlessly"
+                );
             }
         }
     }
@@ -128,17 +152,17 @@ mod tests {
         let start = Instant::now();
         let grace = Duration::from_secs(5);
         let all = types(100);
-        let mut a = Ownership::new("a", grace);
-        a.observe(set(&["a"]), start);
+        let mut a = Ownership::new("*/a", grace);
+        a.observe(set(&["*/a"]), start);
         assert_eq!(
             a.owned(&all, start).len(),
             100,
             "alone, it polls everything"
         );
 
-        a.observe(set(&["a", "b"]), start);
-        let mut b = Ownership::new("b", grace);
-        b.observe(set(&["a", "b"]), start);
+        a.observe(set(&["*/a", "*/b"]), start);
+        let mut b = Ownership::new("*/b", grace);
+        b.observe(set(&["*/a", "*/b"]), start);
         let during = a.owned(&all, start + Duration::from_secs(1));
         assert_eq!(
             during.len(),
@@ -153,5 +177,26 @@ mod tests {
             "then they split without overlap"
         );
         assert!(!after_a.is_empty() && !after_b.is_empty());
+    }
+
+    #[test]
+    fn a_job_scoped_dispatcher_only_gets_its_own_job() {
+        let members = set(&["orders/x", "emails/y", "emails/z"]);
+        for i in 0..50 {
+            let t = format!("t{i}");
+            assert_eq!(owner(&t, "orders", &members), Some("orders/x"));
+            assert!(
+                owner(&t, "emails", &members)
+                    .unwrap()
+                    .starts_with("emails/")
+            );
+            assert_eq!(
+                owner(&t, "reports", &members),
+                None,
+                "no dispatcher routes it"
+            );
+        }
+        let with_general = set(&["orders/x", "*/g"]);
+        assert_eq!(owner("r", "reports", &with_general), Some("*/g"));
     }
 }

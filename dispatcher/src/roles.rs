@@ -23,6 +23,14 @@ use crate::routing::{self, Routes};
 use crate::scheduler::Scheduler;
 use crate::store::{self, Store};
 
+/// Where the job table comes from.
+#[derive(Debug, Clone)]
+pub enum RoutingSource {
+    Dir(PathBuf),
+    /// `NAMESPACE/NAME` of the operator's routing ConfigMap.
+    ConfigMap(String),
+}
+
 /// Which parts to run in this process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Parts {
@@ -42,7 +50,9 @@ impl Parts {
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub store_url: String,
-    pub config_dir: PathBuf,
+    pub routing: RoutingSource,
+    /// Serve only this job (`--job`).
+    pub job: Option<String>,
     pub listen: SocketAddr,
     /// Where executors call back; defaults to `http://<listen>`.
     pub advertise_url: Option<String>,
@@ -62,6 +72,8 @@ pub enum RoleError {
     Store(#[from] store::StoreError),
     #[error(transparent)]
     Routing(#[from] routing::RoutingError),
+    #[error(transparent)]
+    RoutingConfigMap(#[from] routing::configmap::ConfigMapError),
     #[error("Kafka: {0}")]
     Kafka(#[from] rdkafka::error::KafkaError),
     #[error("cannot listen on {0}: {1}")]
@@ -95,11 +107,18 @@ pub async fn run(
 ) -> Result<(), RoleError> {
     let store: Arc<dyn Store> = store::open(&settings.store_url).await?;
     store.migrate().await?;
-    let routes: Routes = routing::watch_dir(
-        settings.config_dir.clone(),
-        settings.reload_interval,
-        shutdown.clone(),
-    )?;
+    let routes: Routes = match &settings.routing {
+        RoutingSource::Dir(dir) => routing::watch_dir(
+            dir.clone(),
+            settings.job.clone(),
+            settings.reload_interval,
+            shutdown.clone(),
+        )?,
+        RoutingSource::ConfigMap(reference) => {
+            routing::configmap::watch_configmap(reference, settings.job.clone(), shutdown.clone())
+                .await?
+        }
+    };
     let metrics = Arc::new(Metrics::new());
     let clock: SharedClock = Arc::new(SystemClock);
     let waker = parts.dispatcher.then(Waker::default);

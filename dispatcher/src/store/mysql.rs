@@ -119,6 +119,19 @@ fn claimed(row: &MySqlRow) -> Result<ClaimedTask> {
     })
 }
 
+/// Which pending rows a claim takes.
+#[derive(Clone, Copy)]
+enum Selection<'a> {
+    /// Up to `limit` due by `horizon`, earliest first, of these types (or all).
+    Due {
+        types: Option<&'a [String]>,
+        horizon: Millis,
+        limit: u32,
+    },
+    /// These rows.
+    Ids(&'a [String]),
+}
+
 fn is_unique_violation(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(db) if db.is_unique_violation())
 }
@@ -455,36 +468,40 @@ impl MySqlStore {
 
     async fn claim_tx(
         &self,
-        ids: Option<&[String]>,
-        types: Option<&[String]>,
-        horizon: Millis,
+        selection: Selection<'_>,
         now: Millis,
         hold_ms: i64,
         owner: &str,
-        limit: u32,
     ) -> Result<Vec<ClaimedTask>> {
         let mut tx = self.pool.begin().await?;
-        // Walk tasks_due in (trigger_at, id) order and lock up to `limit` rows, skipping
-        // rows another claimer has locked (it is claiming them). FORCE INDEX: a plan that
-        // scanned and sorted instead would lock every due row, not just `limit` of them,
-        // and starve the other claimers; statistics on a queue table change too fast to
-        // leave that to the optimizer.
-        let type_filter = match types {
-            None => String::new(),
-            Some(list) => format!(" AND task_type IN ({})", placeholders(list.len())),
-        };
-        let sql = format!(
-            "SELECT id FROM tasks FORCE INDEX (tasks_due) \
-             WHERE state = 'pending' AND trigger_at <= ?{type_filter} \
-             ORDER BY trigger_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
-        );
-        let mut query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).bind(horizon);
-        for task_type in padded(types.unwrap_or_default()) {
-            query = query.bind(task_type);
-        }
-        let ids: Vec<String> = match ids {
+        let ids: Vec<String> = match selection {
+            // Walk tasks_due in (trigger_at, id) order and lock up to `limit` rows,
+            // skipping rows another claimer has locked (it is claiming them). FORCE
+            // INDEX: a plan that scanned and sorted instead would lock every due row,
+            // not just `limit` of them, and starve the other claimers; statistics on a
+            // queue table change too fast to leave that to the optimizer.
+            Selection::Due {
+                types,
+                horizon,
+                limit,
+            } => {
+                let type_filter = match types {
+                    None => String::new(),
+                    Some(list) => format!(" AND task_type IN ({})", placeholders(list.len())),
+                };
+                let sql = format!(
+                    "SELECT id FROM tasks FORCE INDEX (tasks_due) \
+                     WHERE state = 'pending' AND trigger_at <= ?{type_filter} \
+                     ORDER BY trigger_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
+                );
+                let mut query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).bind(horizon);
+                for task_type in padded(types.unwrap_or_default()) {
+                    query = query.bind(task_type);
+                }
+                query.bind(i64::from(limit)).fetch_all(&mut *tx).await?
+            }
             // Named rows (a Kafka consumer's own): lock the ones still pending.
-            Some(ids) => {
+            Selection::Ids(ids) => {
                 let sql = format!(
                     "SELECT id FROM tasks FORCE INDEX (PRIMARY) \
                      WHERE state = 'pending' AND id IN ({}) FOR UPDATE SKIP LOCKED",
@@ -496,7 +513,6 @@ impl MySqlStore {
                 }
                 query.fetch_all(&mut *tx).await?
             }
-            None => query.bind(i64::from(limit)).fetch_all(&mut *tx).await?,
         };
         if ids.is_empty() {
             tx.commit().await?;
@@ -752,7 +768,12 @@ impl Store for MySqlStore {
             TypeFilter::Only(list) if list.is_empty() => return Ok(Vec::new()),
             TypeFilter::Only(list) => Some(list.as_slice()),
         };
-        retrying(|| self.claim_tx(None, types, horizon, now, hold_ms, owner, limit)).await
+        let selection = Selection::Due {
+            types,
+            horizon,
+            limit,
+        };
+        retrying(|| self.claim_tx(selection, now, hold_ms, owner)).await
     }
 
     async fn claim_ids(
@@ -765,8 +786,7 @@ impl Store for MySqlStore {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let limit = ids.len() as u32;
-        retrying(|| self.claim_tx(Some(ids), None, Millis::MAX, now, hold_ms, owner, limit)).await
+        retrying(|| self.claim_tx(Selection::Ids(ids), now, hold_ms, owner)).await
     }
 
     async fn find_idempotent(&self, key: &str) -> Result<Option<(String, Millis)>> {

@@ -1,5 +1,8 @@
 //! The routing table: which jobs exist, read from a folder of AsyncJobConfig YAML files
-//! and re-read when the folder changes, so edits apply without a restart.
+//! (`--config DIR`) or from the operator's routing ConfigMap (`--routing-configmap`,
+//! see [`configmap`]), and re-read when either changes, so edits apply without a restart.
+//! `--job NAME` narrows the table to one job, for the dispatchers the operator runs per
+//! AsyncJobConfig.
 //!
 //! Readers hold an `Arc<RouteTable>` snapshot from a watch channel; a reload swaps in a
 //! whole new table. A folder that stops parsing keeps the last good table (and logs
@@ -13,6 +16,8 @@ use std::time::{Duration, SystemTime};
 use asyncd_spec::{AsyncJobConfig, Job};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+
+pub mod configmap;
 
 #[derive(Debug, Default)]
 pub struct RouteTable {
@@ -60,11 +65,24 @@ pub enum RoutingError {
 
 /// Reads every `*.yaml` / `*.yml` document in `dir`. Two jobs claiming one task type is
 /// an error naming both files.
-pub fn load_dir(dir: &Path) -> Result<RouteTable, RoutingError> {
-    let mut jobs: HashMap<String, (Job, PathBuf)> = HashMap::new();
+pub fn load_dir(dir: &Path, job: Option<&str>) -> Result<RouteTable, RoutingError> {
+    let mut sources = Vec::new();
     for file in config_files(dir)? {
         let text =
             std::fs::read_to_string(&file).map_err(|e| RoutingError::Folder(file.clone(), e))?;
+        sources.push((file, text));
+    }
+    table_from_documents(sources, job)
+}
+
+/// Builds the table from YAML texts, each named by where it came from (a file, or a
+/// ConfigMap key), keeping only `job` when given.
+pub fn table_from_documents(
+    sources: impl IntoIterator<Item = (PathBuf, String)>,
+    job: Option<&str>,
+) -> Result<RouteTable, RoutingError> {
+    let mut jobs: HashMap<String, (Job, PathBuf)> = HashMap::new();
+    for (file, text) in sources {
         for document in serde_yaml::Deserializer::from_str(&text) {
             let invalid = |e: serde_yaml::Error| RoutingError::Invalid {
                 file: file.clone(),
@@ -97,7 +115,9 @@ pub fn load_dir(dir: &Path) -> Result<RouteTable, RoutingError> {
         }
     }
     Ok(RouteTable::from_jobs(
-        jobs.into_values().map(|(job, _)| job),
+        jobs.into_values()
+            .map(|(j, _)| j)
+            .filter(|j| job.is_none_or(|name| j.name == name)),
     ))
 }
 
@@ -135,10 +155,11 @@ fn fingerprint(dir: &Path) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
 /// every `interval`, until `shutdown`.
 pub fn watch_dir(
     dir: PathBuf,
+    job: Option<String>,
     interval: Duration,
     shutdown: CancellationToken,
 ) -> Result<Routes, RoutingError> {
-    let table = load_dir(&dir)?;
+    let table = load_dir(&dir, job.as_deref())?;
     tracing::info!(dir = %dir.display(), jobs = ?table.task_types(), "job configs loaded");
     let (tx, rx) = watch::channel(Arc::new(table));
     tokio::spawn(async move {
@@ -153,7 +174,7 @@ pub fn watch_dir(
                 continue;
             }
             seen = now;
-            match load_dir(&dir) {
+            match load_dir(&dir, job.as_deref()) {
                 Ok(table) => {
                     tracing::info!(jobs = ?table.task_types(), "job configs reloaded");
                     tx.send_replace(Arc::new(table));

@@ -1,0 +1,1174 @@
+//! The API client: submit, inspect, cancel, dead letters, redrive, and the
+//! long-running callbacks (heartbeat, result).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use reqwest::Method;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{ApiError, Error, ErrorObject};
+use crate::idempotency::idempotency_key_from;
+use crate::time::{format_duration, format_time};
+
+/// Where `asyncd dev` listens unless told otherwise.
+pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:7700";
+
+/// Labels submits for `asyncd_task_submitted_total`.
+pub const SOURCE_SERVICE_HEADER: &str = "Asyncd-Source-Service";
+
+/// The most tasks one [`Client::submit_batch`] may carry.
+pub const MAX_BATCH: usize = 1000;
+
+/// Configures a [`Client`].
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    endpoint: String,
+    service_name: Option<String>,
+    http: Option<reqwest::Client>,
+    timeout: Duration,
+}
+
+impl Default for ClientBuilder {
+    fn default() -> Self {
+        Self {
+            endpoint: DEFAULT_ENDPOINT.to_string(),
+            service_name: None,
+            http: None,
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl ClientBuilder {
+    /// Base URL of the asyncd API (default [`DEFAULT_ENDPOINT`]).
+    pub fn endpoint(mut self, endpoint: impl Into<String>) -> Self {
+        self.endpoint = endpoint.into();
+        self
+    }
+
+    /// Names the submitting service: sent as `Asyncd-Source-Service` and as
+    /// `source_service` in submit bodies, for `asyncd_task_submitted_total`.
+    pub fn service_name(mut self, name: impl Into<String>) -> Self {
+        self.service_name = Some(name.into());
+        self
+    }
+
+    /// Uses `http` for every call instead of a client of this builder's own.
+    pub fn http_client(mut self, http: reqwest::Client) -> Self {
+        self.http = Some(http);
+        self
+    }
+
+    /// Per-call timeout of the builder's own HTTP client (default 30 s; ignored with
+    /// [`http_client`](Self::http_client)).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    pub fn build(self) -> Result<Client, Error> {
+        let endpoint = self.endpoint.trim_end_matches('/').to_string();
+        if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+            return Err(Error::Config(format!(
+                "endpoint {endpoint:?} is not an http:// or https:// URL"
+            )));
+        }
+        let http = match self.http {
+            Some(http) => http,
+            None => reqwest::Client::builder()
+                .timeout(self.timeout)
+                .build()
+                .map_err(|e| Error::Config(e.to_string()))?,
+        };
+        Ok(Client {
+            inner: Arc::new(Inner {
+                endpoint,
+                service_name: self.service_name,
+                http,
+            }),
+        })
+    }
+}
+
+/// Talks to the asyncd API. Cheap to clone; safe to share between tasks.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    endpoint: String,
+    service_name: Option<String>,
+    http: reqwest::Client,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("endpoint", &self.inner.endpoint)
+            .field("service_name", &self.inner.service_name)
+            .finish()
+    }
+}
+
+/// One unit of work to submit. Build it with [`Task::new`] and the setters:
+///
+/// ```
+/// # use asyncd_client::Task;
+/// # use std::time::Duration;
+/// let task = Task::new("cancel_expired_order", serde_json::json!({"order_id": 42}))
+///     .derive_idempotency_key(&["order_id"])
+///     .unwrap()
+///     .priority(5)
+///     .max_retries(3)
+///     .timeout(Duration::from_secs(30));
+/// assert_eq!(task.idempotency_key.as_deref().unwrap().len(), 64);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Task {
+    /// An AsyncJobConfig's `spec.taskType`.
+    pub task_type: String,
+    /// Any JSON value; `null` by default.
+    pub payload: Value,
+    /// Required: a repeat of it returns the first task instead of enqueueing a second.
+    /// [`idempotency_key_from`] derives one from payload fields.
+    pub idempotency_key: Option<String>,
+    /// Refuses the submit (`unique_conflict`) while a task holding it is pending.
+    pub unique_key: Option<String>,
+    /// 0..=9, higher first among equal ETAs.
+    pub priority: u8,
+    /// Overrides the job's `spec.retry.maxRetries`; `Some(0)` is valid.
+    pub max_retries: Option<u32>,
+    /// Overrides the job's per-attempt executor timeout.
+    pub timeout: Option<Duration>,
+    /// Ids of tasks that must all succeed before this one runs.
+    pub depends_on: Vec<String>,
+    /// Postpones the task (0..=400 days). Set at most one of `delay` and `eta`;
+    /// [`Client::submit_delayed`] and [`Client::submit_at`] set them on a copy.
+    pub delay: Option<Duration>,
+    pub eta: Option<DateTime<Utc>>,
+}
+
+impl Task {
+    /// A task of `task_type` with `payload` (anything `serde_json::Value` converts from,
+    /// e.g. `json!({...})`; see [`Task::with_payload`] for your own types).
+    pub fn new(task_type: impl Into<String>, payload: impl Into<Value>) -> Self {
+        Self {
+            task_type: task_type.into(),
+            payload: payload.into(),
+            ..Self::default()
+        }
+    }
+
+    /// A task whose payload is `payload` serialized with serde.
+    pub fn with_payload<T: Serialize + ?Sized>(
+        task_type: impl Into<String>,
+        payload: &T,
+    ) -> Result<Self, Error> {
+        Ok(Self::new(
+            task_type,
+            serde_json::to_value(payload).map_err(Error::Payload)?,
+        ))
+    }
+
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+
+    /// Sets the idempotency key to [`idempotency_key_from`] this task's type, payload
+    /// and `fields` (the whole payload when `fields` is empty).
+    pub fn derive_idempotency_key(mut self, fields: &[&str]) -> Result<Self, Error> {
+        self.idempotency_key = Some(idempotency_key_from(
+            &self.task_type,
+            &self.payload,
+            fields,
+        )?);
+        Ok(self)
+    }
+
+    pub fn unique_key(mut self, key: impl Into<String>) -> Self {
+        self.unique_key = Some(key.into());
+        self
+    }
+
+    pub fn priority(mut self, priority: u8) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    pub fn max_retries(mut self, max_retries: u32) -> Self {
+        self.max_retries = Some(max_retries);
+        self
+    }
+
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    pub fn depends_on<I, S>(mut self, ids: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.depends_on = ids.into_iter().map(Into::into).collect();
+        self
+    }
+
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = Some(delay);
+        self.eta = None;
+        self
+    }
+
+    pub fn eta(mut self, eta: DateTime<Utc>) -> Self {
+        self.eta = Some(eta);
+        self.delay = None;
+        self
+    }
+}
+
+/// The API's answer to a submit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmitResult {
+    pub id: String,
+    pub eta: DateTime<Utc>,
+    /// `"store"` or `"kafka"`.
+    #[serde(default)]
+    pub route: String,
+    /// The idempotency key was seen before; `id` is the first task's.
+    #[serde(default)]
+    pub duplicate: bool,
+}
+
+/// One item of a [`Client::submit_batch`] answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchItem {
+    /// 201 (stored), 200 (duplicate) or the 4xx of the refusal.
+    pub status: u16,
+    pub result: Result<SubmitResult, ApiError>,
+}
+
+/// A task's state.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub enum TaskState {
+    /// Waiting on `depends_on`.
+    Blocked,
+    /// Waiting for its ETA or a dispatcher.
+    Pending,
+    /// Held by a dispatcher until due.
+    Claimed,
+    /// An attempt is in flight, or accepted with 202 and leased.
+    Running,
+    Succeeded,
+    /// In dead letters.
+    Dead,
+    Cancelled,
+    /// A state this SDK does not know yet.
+    Other(String),
+}
+
+impl TaskState {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Blocked => "blocked",
+            Self::Pending => "pending",
+            Self::Claimed => "claimed",
+            Self::Running => "running",
+            Self::Succeeded => "succeeded",
+            Self::Dead => "dead",
+            Self::Cancelled => "cancelled",
+            Self::Other(s) => s,
+        }
+    }
+
+    /// Succeeded, dead or cancelled: nothing more happens unless it is redriven.
+    pub fn is_final(&self) -> bool {
+        matches!(self, Self::Succeeded | Self::Dead | Self::Cancelled)
+    }
+}
+
+impl From<String> for TaskState {
+    fn from(s: String) -> Self {
+        match s.as_str() {
+            "blocked" => Self::Blocked,
+            "pending" => Self::Pending,
+            "claimed" => Self::Claimed,
+            "running" => Self::Running,
+            "succeeded" => Self::Succeeded,
+            "dead" => Self::Dead,
+            "cancelled" => Self::Cancelled,
+            _ => Self::Other(s),
+        }
+    }
+}
+
+impl From<TaskState> for String {
+    fn from(s: TaskState) -> Self {
+        s.as_str().to_string()
+    }
+}
+
+impl fmt::Display for TaskState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A task as `GET /v1/tasks/{id}` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskStatus {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub task_type: String,
+    #[serde(default)]
+    pub payload: Value,
+    pub state: TaskState,
+    #[serde(default)]
+    pub priority: u8,
+    pub eta: DateTime<Utc>,
+    /// Attempts started so far.
+    #[serde(default)]
+    pub attempt: u32,
+    #[serde(default)]
+    pub max_retries: u32,
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+    #[serde(default)]
+    pub unique_key: Option<String>,
+    #[serde(default)]
+    pub depends_on: Vec<String>,
+    #[serde(default)]
+    pub last_error: Option<String>,
+    /// The `output` of a long-running attempt's result callback.
+    #[serde(default)]
+    pub result: Option<Value>,
+    /// Set while the task is claimed or running.
+    #[serde(default)]
+    pub lease_until: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// The API's answer to a cancel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelResult {
+    pub id: String,
+    pub state: TaskState,
+}
+
+/// The API's answer to a long-running attempt's result: the state the task moved to
+/// (`succeeded`, `pending` for a retry, or `dead`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResultAck {
+    pub id: String,
+    pub state: TaskState,
+}
+
+/// The API's answer to a redrive.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RedriveResult {
+    pub id: String,
+    pub state: TaskState,
+    pub eta: DateTime<Utc>,
+}
+
+/// How a long-running attempt ended, for [`Client::post_result`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResultStatus {
+    /// The task succeeded.
+    Success,
+    /// A transient failure: retried with backoff, or after `retry_after`.
+    Retry,
+    /// A permanent failure: dead letters.
+    Failed,
+}
+
+impl ResultStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Success => "success",
+            Self::Retry => "retry",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// The body of `POST /v1/tasks/{id}/result`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskResult {
+    /// The `Asyncd-Lease-Token` of the attempt.
+    pub lease_token: i64,
+    pub status: ResultStatus,
+    pub error: Option<String>,
+    /// Stored as the task's `result` on success.
+    pub output: Option<Value>,
+    /// With [`ResultStatus::Retry`]: when to retry instead of the backoff.
+    pub retry_after: Option<Duration>,
+}
+
+#[derive(Serialize)]
+struct ResultBody<'a> {
+    lease_token: i64,
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after: Option<String>,
+}
+
+#[derive(Serialize)]
+struct SubmitBody<'a> {
+    #[serde(rename = "type")]
+    task_type: &'a str,
+    payload: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delay: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    eta: Option<String>,
+    #[serde(skip_serializing_if = "is_zero")]
+    priority: u8,
+    idempotency_key: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unique_key: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_retries: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timeout: Option<String>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    depends_on: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source_service: Option<&'a str>,
+}
+
+fn is_zero(n: &u8) -> bool {
+    *n == 0
+}
+
+#[derive(Deserialize)]
+struct RawBatchItem {
+    status: u16,
+    #[serde(default)]
+    error: Option<ErrorObject>,
+    #[serde(flatten)]
+    rest: Value,
+}
+
+/// Percent-encodes one path segment or query value.
+pub(crate) fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+impl Client {
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    /// The API base URL, without a trailing slash.
+    pub fn endpoint(&self) -> &str {
+        &self.inner.endpoint
+    }
+
+    /// The same client talking to another asyncd base URL (the executor uses it for
+    /// the `Asyncd-Callback-Url` of a call).
+    pub(crate) fn at(&self, endpoint: &str) -> Client {
+        Client {
+            inner: Arc::new(Inner {
+                endpoint: endpoint.trim_end_matches('/').to_string(),
+                service_name: self.inner.service_name.clone(),
+                http: self.inner.http.clone(),
+            }),
+        }
+    }
+
+    fn body<'a>(&'a self, t: &'a Task) -> Result<SubmitBody<'a>, Error> {
+        if t.task_type.is_empty() {
+            return Err(Error::InvalidTask("task has no type".into()));
+        }
+        let key = match t.idempotency_key.as_deref() {
+            Some(k) if !k.is_empty() => k,
+            _ => return Err(Error::MissingIdempotencyKey),
+        };
+        if t.delay.is_some() && t.eta.is_some() {
+            return Err(Error::InvalidTask(
+                "task has both a delay and an eta".into(),
+            ));
+        }
+        Ok(SubmitBody {
+            task_type: &t.task_type,
+            payload: &t.payload,
+            delay: t.delay.filter(|d| !d.is_zero()).map(format_duration),
+            eta: t.eta.map(format_time),
+            priority: t.priority,
+            idempotency_key: key,
+            unique_key: t.unique_key.as_deref(),
+            max_retries: t.max_retries,
+            timeout: t.timeout.map(format_duration),
+            depends_on: &t.depends_on,
+            source_service: self.inner.service_name.as_deref(),
+        })
+    }
+
+    /// Enqueues `task` to run as soon as possible (or at its `delay` / `eta`). A task
+    /// without an idempotency key is refused with [`Error::MissingIdempotencyKey`]
+    /// before anything is sent.
+    pub async fn submit(&self, task: &Task) -> Result<SubmitResult, Error> {
+        let body = self.body(task)?;
+        self.call(Method::POST, "/v1/tasks", Some(&body)).await
+    }
+
+    /// Enqueues `task` to run after `delay` (0..=400 days).
+    pub async fn submit_delayed(
+        &self,
+        task: &Task,
+        delay: Duration,
+    ) -> Result<SubmitResult, Error> {
+        let mut t = task.clone();
+        t.delay = Some(delay);
+        t.eta = None;
+        self.submit(&t).await
+    }
+
+    /// Enqueues `task` to run at `eta` (sent as UTC with milliseconds; a past eta
+    /// means now).
+    pub async fn submit_at(&self, task: &Task, eta: DateTime<Utc>) -> Result<SubmitResult, Error> {
+        let mut t = task.clone();
+        t.delay = None;
+        t.eta = Some(eta);
+        self.submit(&t).await
+    }
+
+    /// Enqueues up to [`MAX_BATCH`] tasks in one call. Items are judged one by one:
+    /// the error is for the call as a whole, and each [`BatchItem`] says how its task
+    /// fared. Valid items are stored even when others are refused. A task without an
+    /// idempotency key fails the whole call ([`Error::BatchTask`]) before sending.
+    pub async fn submit_batch(&self, tasks: &[Task]) -> Result<Vec<BatchItem>, Error> {
+        let bodies = tasks
+            .iter()
+            .enumerate()
+            .map(|(index, t)| {
+                self.body(t).map_err(|e| Error::BatchTask {
+                    index,
+                    source: Box::new(e),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        #[derive(Serialize)]
+        struct Req<'a> {
+            tasks: Vec<SubmitBody<'a>>,
+        }
+        #[derive(Deserialize)]
+        struct Resp {
+            results: Vec<RawBatchItem>,
+        }
+        let (method, path) = (Method::POST, "/v1/tasks:batch");
+        let resp: Resp = self
+            .call(method.clone(), path, Some(&Req { tasks: bodies }))
+            .await?;
+        if resp.results.len() != tasks.len() {
+            return Err(Error::BatchLength {
+                sent: tasks.len(),
+                received: resp.results.len(),
+            });
+        }
+        resp.results
+            .into_iter()
+            .map(|item| {
+                let result =
+                    match item.error {
+                        Some(err) => Err(err.into_api_error(item.status)),
+                        None => Ok(serde_json::from_value(item.rest).map_err(|source| {
+                            Error::Decode {
+                                method: method.to_string(),
+                                url: self.url(path),
+                                source,
+                            }
+                        })?),
+                    };
+                Ok(BatchItem {
+                    status: item.status,
+                    result,
+                })
+            })
+            .collect()
+    }
+
+    /// The task with `id`; an unknown id is an API error with code `not_found`.
+    pub async fn get(&self, id: &str) -> Result<TaskStatus, Error> {
+        self.call(
+            Method::GET,
+            &format!("/v1/tasks/{}", escape(id)),
+            None::<&()>,
+        )
+        .await
+    }
+
+    /// Cancels a blocked, pending or claimed task. A task past that point is refused
+    /// with `not_cancellable`, whose [`ApiError::state`] names where it is.
+    pub async fn cancel(&self, id: &str) -> Result<CancelResult, Error> {
+        self.call(
+            Method::DELETE,
+            &format!("/v1/tasks/{}", escape(id)),
+            None::<&()>,
+        )
+        .await
+    }
+
+    /// Dead tasks, newest first: of `task_type` (every type with `None`), at most
+    /// `limit` (the server's default, 100, with `None`; at most 1000).
+    pub async fn dead_letters(
+        &self,
+        task_type: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<Vec<TaskStatus>, Error> {
+        let mut query = Vec::new();
+        if let Some(limit) = limit {
+            query.push(format!("limit={limit}"));
+        }
+        if let Some(t) = task_type {
+            query.push(format!("type={}", escape(t)));
+        }
+        let mut path = "/v1/dead-letters".to_string();
+        if !query.is_empty() {
+            path.push('?');
+            path.push_str(&query.join("&"));
+        }
+        #[derive(Deserialize)]
+        struct Resp {
+            items: Vec<TaskStatus>,
+        }
+        let resp: Resp = self.call(Method::GET, &path, None::<&()>).await?;
+        Ok(resp.items)
+    }
+
+    /// Puts a dead task back to pending, due now, with its attempts reset.
+    pub async fn redrive(&self, id: &str) -> Result<RedriveResult, Error> {
+        self.call(
+            Method::POST,
+            &format!("/v1/dead-letters/{}/redrive", escape(id)),
+            None::<&()>,
+        )
+        .await
+    }
+
+    /// Keeps a long-running attempt's lease (`None`: the task's timeout); returns the
+    /// new `lease_until`. A token that is not the current attempt's is refused with
+    /// `stale_lease`. [`Executor`](crate::Executor) sends these for you.
+    pub async fn heartbeat(
+        &self,
+        id: &str,
+        lease_token: i64,
+        lease: Option<Duration>,
+    ) -> Result<DateTime<Utc>, Error> {
+        #[derive(Serialize)]
+        struct Req {
+            lease_token: i64,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            lease: Option<String>,
+        }
+        #[derive(Deserialize)]
+        struct Resp {
+            lease_until: DateTime<Utc>,
+        }
+        let resp: Resp = self
+            .call(
+                Method::POST,
+                &format!("/v1/tasks/{}/heartbeat", escape(id)),
+                Some(&Req {
+                    lease_token,
+                    lease: lease.map(format_duration),
+                }),
+            )
+            .await?;
+        Ok(resp.lease_until)
+    }
+
+    /// Reports how a long-running attempt ended. [`Executor`](crate::Executor) posts
+    /// these for you.
+    pub async fn post_result(&self, id: &str, result: &TaskResult) -> Result<ResultAck, Error> {
+        let body = ResultBody {
+            lease_token: result.lease_token,
+            status: result.status.as_str(),
+            error: result.error.as_deref(),
+            output: result.output.as_ref(),
+            retry_after: result.retry_after.map(format_duration),
+        };
+        self.call(
+            Method::POST,
+            &format!("/v1/tasks/{}/result", escape(id)),
+            Some(&body),
+        )
+        .await
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{}", self.inner.endpoint, path)
+    }
+
+    /// Sends one API call and decodes a 2xx answer.
+    async fn call<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> Result<T, Error> {
+        let url = self.url(path);
+        let transport = |source| Error::Transport {
+            method: method.to_string(),
+            url: url.clone(),
+            source,
+        };
+        let mut req = self
+            .inner
+            .http
+            .request(method.clone(), &url)
+            .header(reqwest::header::ACCEPT, "application/json");
+        if let Some(name) = &self.inner.service_name {
+            req = req.header(SOURCE_SERVICE_HEADER, name);
+        }
+        if let Some(body) = body {
+            let raw = serde_json::to_vec(body).map_err(Error::Payload)?;
+            req = req
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(raw);
+        }
+        let resp = req.send().await.map_err(transport)?;
+        let status = resp.status().as_u16();
+        let raw = resp.bytes().await.map_err(transport)?;
+        if !(200..300).contains(&status) {
+            return Err(ApiError::from_response(status, &raw).into());
+        }
+        serde_json::from_slice(&raw).map_err(|source| Error::Decode {
+            method: method.to_string(),
+            url: url.clone(),
+            source,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorCode;
+    use axum::Router;
+    use axum::body::Bytes;
+    use axum::http::{HeaderMap, Method as HttpMethod, StatusCode, Uri};
+    use axum::response::IntoResponse;
+    use chrono::TimeZone;
+    use serde_json::json;
+    use std::sync::Mutex;
+
+    #[derive(Debug, Clone)]
+    struct Recorded {
+        method: String,
+        path: String,
+        query: String,
+        headers: HeaderMap,
+        body: Value,
+    }
+
+    /// A fake API: records requests and answers with a canned status and body.
+    #[derive(Clone)]
+    struct Fake {
+        reqs: Arc<Mutex<Vec<Recorded>>>,
+        answer: Arc<Mutex<(u16, String)>>,
+    }
+
+    impl Fake {
+        async fn start(status: u16, body: &str) -> (Fake, Client) {
+            let fake = Fake {
+                reqs: Arc::default(),
+                answer: Arc::new(Mutex::new((status, body.to_string()))),
+            };
+            let f = fake.clone();
+            let app = Router::new().fallback(
+                move |method: HttpMethod, uri: Uri, headers: HeaderMap, body: Bytes| {
+                    let f = f.clone();
+                    async move {
+                        f.reqs.lock().unwrap().push(Recorded {
+                            method: method.to_string(),
+                            path: uri.path().to_string(),
+                            query: uri.query().unwrap_or("").to_string(),
+                            headers,
+                            body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+                        });
+                        let (status, body) = f.answer.lock().unwrap().clone();
+                        (
+                            StatusCode::from_u16(status).unwrap(),
+                            [("content-type", "application/json")],
+                            body,
+                        )
+                            .into_response()
+                    }
+                },
+            );
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+            let client = Client::builder()
+                .endpoint(format!("http://{addr}/"))
+                .service_name("orders")
+                .build()
+                .unwrap();
+            (fake, client)
+        }
+
+        fn answer(&self, status: u16, body: &str) {
+            *self.answer.lock().unwrap() = (status, body.to_string());
+        }
+
+        fn last(&self) -> Recorded {
+            self.reqs
+                .lock()
+                .unwrap()
+                .last()
+                .cloned()
+                .expect("a request reached the fake API")
+        }
+
+        fn count(&self) -> usize {
+            self.reqs.lock().unwrap().len()
+        }
+    }
+
+    #[tokio::test]
+    async fn submit_sends_the_contract_body() {
+        let (fake, c) = Fake::start(
+            201,
+            r#"{"id":"0193a","eta":"2026-11-30T06:00:00.123Z","route":"store","duplicate":false}"#,
+        )
+        .await;
+        let task = Task::new("send_email", json!({"to": "a@b.c"}))
+            .idempotency_key("k1")
+            .unique_key("u1")
+            .priority(5)
+            .max_retries(0)
+            .timeout(Duration::from_millis(1500))
+            .depends_on(["0193x"]);
+        let res = c
+            .submit_delayed(&task, Duration::from_secs(90 * 60))
+            .await
+            .unwrap();
+        let want = Utc.with_ymd_and_hms(2026, 11, 30, 6, 0, 0).unwrap()
+            + chrono::Duration::milliseconds(123);
+        assert_eq!(
+            res,
+            SubmitResult {
+                id: "0193a".into(),
+                eta: want,
+                route: "store".into(),
+                duplicate: false
+            }
+        );
+        let r = fake.last();
+        assert_eq!((r.method.as_str(), r.path.as_str()), ("POST", "/v1/tasks"));
+        assert_eq!(r.headers["asyncd-source-service"], "orders");
+        assert_eq!(r.headers["content-type"], "application/json");
+        assert_eq!(
+            r.body,
+            json!({
+                "type": "send_email", "payload": {"to": "a@b.c"}, "delay": "1h 30m", "priority": 5,
+                "idempotency_key": "k1", "unique_key": "u1", "max_retries": 0, "timeout": "1s 500ms",
+                "depends_on": ["0193x"], "source_service": "orders"
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn submit_at_sends_utc_millis_and_omits_unset_fields() {
+        let (fake, c) = Fake::start(
+            201,
+            r#"{"id":"a","eta":"2026-12-01T00:00:00.5Z","route":"store"}"#,
+        )
+        .await;
+        let eta = chrono::FixedOffset::east_opt(8 * 3600)
+            .unwrap()
+            .with_ymd_and_hms(2026, 12, 1, 8, 0, 0)
+            .unwrap()
+            .with_timezone(&Utc)
+            + chrono::Duration::milliseconds(500);
+        let task = Task::new("t", Value::Null)
+            .idempotency_key("k")
+            .delay(Duration::from_secs(5));
+        let res = c.submit_at(&task, eta).await.unwrap();
+        assert!(!res.duplicate);
+        assert_eq!(
+            fake.last().body,
+            json!({"type": "t", "payload": null, "eta": "2026-12-01T00:00:00.500Z",
+                   "idempotency_key": "k", "source_service": "orders"})
+        );
+        // A zero delay is "now": nothing to send.
+        c.submit_delayed(&task, Duration::ZERO).await.unwrap();
+        assert!(fake.last().body.get("delay").is_none());
+    }
+
+    #[tokio::test]
+    async fn refusals_before_sending() {
+        let (fake, c) = Fake::start(201, "{}").await;
+        let err = c.submit(&Task::new("t", 1)).await.unwrap_err();
+        assert!(matches!(err, Error::MissingIdempotencyKey), "{err}");
+        let err = c
+            .submit(&Task::new("t", 1).idempotency_key(""))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::MissingIdempotencyKey), "{err}");
+        let err = c
+            .submit_batch(&[Task::new("t", 1).idempotency_key("k"), Task::new("t", 2)])
+            .await
+            .unwrap_err();
+        match &err {
+            Error::BatchTask { index: 1, source } => {
+                assert!(matches!(**source, Error::MissingIdempotencyKey))
+            }
+            other => panic!("{other}"),
+        }
+        assert!(err.to_string().contains("batch task 1"), "{err}");
+        let mut both = Task::new("t", 1).idempotency_key("k");
+        both.delay = Some(Duration::from_secs(1));
+        both.eta = Some(Utc::now());
+        assert!(matches!(c.submit(&both).await, Err(Error::InvalidTask(_))));
+        assert!(matches!(
+            c.submit(&Task::new("", 1).idempotency_key("k")).await,
+            Err(Error::InvalidTask(_))
+        ));
+        assert_eq!(fake.count(), 0, "nothing may be sent");
+    }
+
+    #[tokio::test]
+    async fn api_errors_carry_code_field_status() {
+        let (fake, c) = Fake::start(
+            409,
+            r#"{"error":{"code":"unique_conflict","message":"order:42 is pending","field":"unique_key","existing_id":"0193e"}}"#,
+        )
+        .await;
+        let err = c
+            .submit(&Task::new("t", 1).idempotency_key("k"))
+            .await
+            .unwrap_err();
+        assert!(err.is(&ErrorCode::UniqueConflict));
+        assert!(!err.is(&ErrorCode::NotFound));
+        assert_eq!(err.status(), Some(409));
+        let api = err.api().unwrap();
+        assert_eq!(api.field.as_deref(), Some("unique_key"));
+        assert_eq!(api.existing_id.as_deref(), Some("0193e"));
+
+        fake.answer(502, "<html>bad gateway</html>");
+        let err = c.get("x").await.unwrap_err();
+        assert!(err.is(&ErrorCode::HttpError), "{err}");
+        assert!(err.api().unwrap().message.contains("bad gateway"));
+
+        fake.answer(200, "not json");
+        let err = c.get("x").await.unwrap_err();
+        assert!(matches!(err, Error::Decode { .. }), "{err}");
+    }
+
+    #[tokio::test]
+    async fn transport_errors() {
+        // A port nothing listens on.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let c = Client::builder()
+            .endpoint(format!("http://127.0.0.1:{port}"))
+            .build()
+            .unwrap();
+        let err = c.get("x").await.unwrap_err();
+        assert!(matches!(err, Error::Transport { .. }), "{err}");
+        assert!(err.to_string().contains("GET"), "{err}");
+        assert!(matches!(
+            Client::builder().endpoint("127.0.0.1:7700").build(),
+            Err(Error::Config(_))
+        ));
+    }
+
+    const TASK: &str = r#"{"id":"a","type":"t","payload":{"x":1},"state":"dead","priority":0,"eta":"2026-12-01T00:00:00.000Z",
+        "attempt":4,"max_retries":3,"idempotency_key":"k","unique_key":null,"depends_on":[],"last_error":"boom",
+        "result":null,"lease_until":null,"created_at":"2026-11-30T00:00:00.000Z","updated_at":"2026-11-30T00:00:01.000Z"}"#;
+
+    #[tokio::test]
+    async fn batch_get_cancel_dead_letters_redrive() {
+        let (fake, c) = Fake::start(
+            200,
+            r#"{"results":[{"status":201,"id":"a","eta":"2026-12-01T00:00:00Z","route":"store","duplicate":false},
+                {"status":400,"error":{"code":"unknown_task_type","message":"no job","field":"type"}}]}"#,
+        )
+        .await;
+        let items = c
+            .submit_batch(&[
+                Task::new("t", Value::Null)
+                    .idempotency_key("k1")
+                    .delay(Duration::from_secs(60)),
+                Task::new("nope", Value::Null).idempotency_key("k2"),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(items[0].status, 201);
+        assert_eq!(items[0].result.as_ref().unwrap().id, "a");
+        let err = items[1].result.as_ref().unwrap_err();
+        assert_eq!(
+            (items[1].status, &err.code, err.field.as_deref(), err.status),
+            (400, &ErrorCode::UnknownTaskType, Some("type"), 400)
+        );
+        let r = fake.last();
+        assert_eq!(r.path, "/v1/tasks:batch");
+        assert_eq!(r.body["tasks"][0]["delay"], "1m");
+        assert_eq!(r.body["tasks"].as_array().unwrap().len(), 2);
+
+        // One result for two tasks is a broken answer.
+        fake.answer(
+            200,
+            r#"{"results":[{"status":201,"id":"a","eta":"2026-12-01T00:00:00Z"}]}"#,
+        );
+        let err = c
+            .submit_batch(&[
+                Task::new("t", 1).idempotency_key("a"),
+                Task::new("t", 2).idempotency_key("b"),
+            ])
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::BatchLength {
+                    sent: 2,
+                    received: 1
+                }
+            ),
+            "{err}"
+        );
+
+        fake.answer(200, &format!(r#"{{"items":[{TASK}]}}"#));
+        let items = c.dead_letters(Some("t x"), Some(5)).await.unwrap();
+        let r = fake.last();
+        assert_eq!(
+            (r.path.as_str(), r.query.as_str()),
+            ("/v1/dead-letters", "limit=5&type=t%20x")
+        );
+        assert_eq!(items.len(), 1);
+        let it = &items[0];
+        assert_eq!(it.state, TaskState::Dead);
+        assert_eq!(it.last_error.as_deref(), Some("boom"));
+        assert_eq!(it.idempotency_key.as_deref(), Some("k"));
+        assert_eq!(
+            (it.unique_key.as_deref(), it.attempt, it.max_retries),
+            (None, 4, 3)
+        );
+        assert_eq!(it.payload, json!({"x": 1}));
+        c.dead_letters(None, None).await.unwrap();
+        assert_eq!(fake.last().query, "");
+
+        fake.answer(200, TASK);
+        let got = c.get("a/b").await.unwrap();
+        assert_eq!(
+            got.updated_at - got.created_at,
+            chrono::Duration::seconds(1)
+        );
+        let r = fake.last();
+        assert_eq!(r.method, "GET");
+        assert_eq!(
+            r.path, "/v1/tasks/a%2Fb",
+            "ids are escaped as one path segment"
+        );
+
+        fake.answer(
+            200,
+            r#"{"id":"a","state":"pending","eta":"2026-12-01T00:00:00.000Z"}"#,
+        );
+        let rd = c.redrive("a").await.unwrap();
+        assert_eq!((rd.id.as_str(), &rd.state), ("a", &TaskState::Pending));
+        let r = fake.last();
+        assert_eq!(
+            (r.method.as_str(), r.path.as_str()),
+            ("POST", "/v1/dead-letters/a/redrive")
+        );
+
+        fake.answer(200, r#"{"id":"a","state":"cancelled"}"#);
+        let cancelled = c.cancel("a").await.unwrap();
+        assert_eq!(cancelled.state, TaskState::Cancelled);
+        let r = fake.last();
+        assert_eq!(
+            (r.method.as_str(), r.path.as_str()),
+            ("DELETE", "/v1/tasks/a")
+        );
+    }
+
+    #[tokio::test]
+    async fn heartbeat_and_result_bodies() {
+        let (fake, c) = Fake::start(200, r#"{"lease_until":"2026-11-30T06:00:00.000Z"}"#).await;
+        let until = c
+            .heartbeat("t1", 7, Some(Duration::from_secs(60)))
+            .await
+            .unwrap();
+        assert_eq!(until, Utc.with_ymd_and_hms(2026, 11, 30, 6, 0, 0).unwrap());
+        let r = fake.last();
+        assert_eq!(r.path, "/v1/tasks/t1/heartbeat");
+        assert_eq!(r.body, json!({"lease_token": 7, "lease": "1m"}));
+        c.heartbeat("t1", 7, None).await.unwrap();
+        assert_eq!(fake.last().body, json!({"lease_token": 7}));
+
+        fake.answer(200, r#"{"id":"t1","state":"pending"}"#);
+        c.post_result(
+            "t1",
+            &TaskResult {
+                lease_token: 7,
+                status: ResultStatus::Retry,
+                error: Some("later".into()),
+                output: None,
+                retry_after: Some(Duration::from_secs(10)),
+            },
+        )
+        .await
+        .unwrap();
+        let r = fake.last();
+        assert_eq!(r.path, "/v1/tasks/t1/result");
+        assert_eq!(
+            r.body,
+            json!({"lease_token": 7, "status": "retry", "error": "later", "retry_after": "10s"})
+        );
+    }
+
+    #[test]
+    fn task_builders() {
+        #[derive(Serialize)]
+        struct Order {
+            order_id: u32,
+        }
+        let t = Task::with_payload("cancel_expired_order", &Order { order_id: 42 })
+            .unwrap()
+            .derive_idempotency_key(&["order_id"])
+            .unwrap()
+            .eta(Utc::now())
+            .delay(Duration::from_secs(1));
+        assert_eq!(t.payload, json!({"order_id": 42}));
+        assert_eq!(
+            t.idempotency_key.as_deref(),
+            Some("4f9784bc13ff28f2e3c837ee03f702799786b4884f81c72d5c39674f90774eec")
+        );
+        assert!(
+            t.eta.is_none() && t.delay.is_some(),
+            "the last of delay/eta wins"
+        );
+        assert_eq!(TaskState::from("weird".to_string()).as_str(), "weird");
+        assert!(TaskState::Dead.is_final() && !TaskState::Running.is_final());
+        assert_eq!(escape("a/b c~é"), "a%2Fb%20c~%C3%A9");
+    }
+}

@@ -1,0 +1,51 @@
+//! Rust SDK for [asyncd](https://github.com/asyncd/asyncd), the async task queue.
+//!
+//! - [`Client`] submits, inspects, cancels and redrives tasks over the HTTP API
+//!   (`docs/api.md`). Every submit needs an idempotency key;
+//!   [`idempotency_key_from`] derives one exactly as the Go and Python SDKs do.
+//! - [`Executor`] serves the executor side of the contract as an axum [`Router`]
+//!   (a tower service): signature check, dispatch by task type, outcome → answer,
+//!   and long-running work with leases and heartbeats.
+//! - [`cron::validate`] checks AsyncJobConfig cron schedules (`CRON_TZ=` required).
+//!
+//! ```no_run
+//! use asyncd_client::{Client, Task};
+//! use std::time::Duration;
+//!
+//! # async fn run() -> Result<(), asyncd_client::Error> {
+//! let client = Client::builder()
+//!     .endpoint("http://127.0.0.1:7700")
+//!     .service_name("orders")
+//!     .build()?;
+//! let task = Task::new("cancel_expired_order", serde_json::json!({"order_id": 42}))
+//!     .derive_idempotency_key(&["order_id"])?;
+//! let res = client.submit_delayed(&task, Duration::from_secs(15 * 60)).await?;
+//! println!("task {} due at {}", res.id, res.eta);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [`Router`]: axum::Router
+
+mod client;
+pub mod cron;
+mod error;
+mod executor;
+mod idempotency;
+mod signature;
+mod time;
+
+pub use client::{
+    BatchItem, CancelResult, Client, ClientBuilder, DEFAULT_ENDPOINT, MAX_BATCH, RedriveResult,
+    ResultAck, ResultStatus, SOURCE_SERVICE_HEADER, SubmitResult, Task, TaskResult, TaskState,
+    TaskStatus,
+};
+pub use error::{ApiError, Error, ErrorCode};
+pub use executor::{
+    BoxError, DEFAULT_LEASE, Executor, HEADER_ATTEMPT, HEADER_CALLBACK_URL, HEADER_DISPATCHER,
+    HEADER_IDEMPOTENCY_KEY, HEADER_LEASE_TOKEN, HEADER_SIGNATURE, HEADER_TASK_ID, HEADER_TIMESTAMP,
+    InFlight, Outcome, TaskContext,
+};
+pub use idempotency::{canonical_json, idempotency_key_from};
+pub use signature::{SIGNATURE_TOLERANCE, SignatureError, sign, verify_signature};
+pub use time::{format_duration, format_time};

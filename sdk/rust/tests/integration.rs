@@ -1,0 +1,775 @@
+//! The SDK against a real `asyncd dev` (binary from `ASYNCD_BIN`, default
+//! /var/cache/asyncd/target/debug/asyncd). Without the binary these tests fail; they
+//! never skip: a green run must mean the SDK was checked against the server.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use asyncd_client::{
+    Client, Error, ErrorCode, Executor, Outcome, ResultStatus, SubmitResult, Task, TaskContext,
+    TaskResult, TaskState, idempotency_key_from,
+};
+use chrono::Utc;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use support::{DEADLINE, Dev, Job, Recorder, SECRET, WRONG_SECRET_ENV, uniq};
+
+const UNKNOWN_ID: &str = "01934a6e-0000-7000-8000-000000000000";
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Order {
+    order_id: u64,
+    note: String,
+}
+
+/// An executor whose handlers record every call: `rust_ok` succeeds, `rust_order`
+/// takes a typed payload, `rust_permanent` fails permanently.
+fn recording_executor(rec: &Recorder) -> Executor {
+    let ok = rec.clone();
+    let typed = rec.clone();
+    let permanent = rec.clone();
+    Executor::new()
+        .signing_secret(SECRET)
+        .register("rust_ok", move |ctx: TaskContext, payload: Value| {
+            ok.add(&ctx, &payload);
+            async { Ok(()) }
+        })
+        .register("rust_order", move |ctx: TaskContext, order: Order| {
+            typed.add(&ctx, &serde_json::to_value(&order).unwrap());
+            async move { Ok(()) }
+        })
+        .register("rust_permanent", move |ctx: TaskContext, payload: Value| {
+            permanent.add(&ctx, &payload);
+            async { Err::<(), _>(Outcome::permanent("bad order")) }
+        })
+}
+
+async fn submit(dev: &Dev, task: Task) -> SubmitResult {
+    let task = if task.idempotency_key.is_none() {
+        task.idempotency_key(uniq("k"))
+    } else {
+        task
+    };
+    dev.client
+        .submit(&task)
+        .await
+        .unwrap_or_else(|e| panic!("submit {}: {e}", task.task_type))
+}
+
+fn api_error(
+    result: Result<impl std::fmt::Debug, Error>,
+    code: ErrorCode,
+    status: u16,
+    field: Option<&str>,
+) -> asyncd_client::ApiError {
+    let err = result.expect_err("an API refusal");
+    let api = err
+        .api()
+        .unwrap_or_else(|| panic!("{err} is not an API refusal"))
+        .clone();
+    assert_eq!((&api.code, api.status), (&code, status), "{api}");
+    if field.is_some() {
+        assert_eq!(api.field.as_deref(), field, "{api}");
+    }
+    api
+}
+
+#[tokio::test]
+async fn submit_runs_the_executor_and_dedupes() {
+    let rec = Recorder::default();
+    let dev = Dev::start(recording_executor(&rec), &[Job::new("rust_order")]).await;
+
+    let order = Order {
+        order_id: 42,
+        note: "héllo".into(),
+    };
+    let task = Task::with_payload("rust_order", &order).unwrap();
+    let key = idempotency_key_from("rust_order", &order, &["order_id", "note"]).unwrap();
+    assert_eq!(
+        task.clone()
+            .derive_idempotency_key(&["order_id", "note"])
+            .unwrap()
+            .idempotency_key,
+        Some(key.clone())
+    );
+    let key = format!("{key}-{}", uniq(""));
+    let res = submit(&dev, task.clone().idempotency_key(&key).priority(3)).await;
+    assert!(!res.duplicate && !res.id.is_empty(), "{res:?}");
+    assert!(res.route == "store" || res.route == "kafka", "{res:?}");
+
+    let got = dev.wait_state(&res.id, TaskState::Succeeded).await;
+    assert_eq!(got.task_type, "rust_order");
+    assert_eq!(got.attempt, 1);
+    assert_eq!(got.priority, 3);
+    assert_eq!(got.idempotency_key.as_deref(), Some(key.as_str()));
+    assert_eq!(got.payload, json!({"order_id": 42, "note": "héllo"}));
+    assert!(
+        got.lease_until.is_none() && got.last_error.is_none(),
+        "{got:?}"
+    );
+
+    let runs = rec.runs(&res.id);
+    assert_eq!(runs.len(), 1);
+    let run = &runs[0];
+    assert_eq!(run.ctx.id, res.id);
+    assert_eq!(run.ctx.task_type, "rust_order");
+    assert_eq!(run.ctx.attempt, 1);
+    assert_eq!(run.ctx.idempotency_key, key);
+    assert_eq!(run.ctx.callback_url, dev.endpoint);
+    assert!(
+        run.ctx.eta.is_some() && run.ctx.dispatcher.is_some(),
+        "{:?}",
+        run.ctx
+    );
+    assert_eq!(run.payload, json!({"order_id": 42, "note": "héllo"}));
+    assert!(
+        run.at >= res.eta - chrono::Duration::milliseconds(1),
+        "ran before its ETA"
+    );
+
+    // A repeat of the key returns the first task, whatever its payload.
+    let again = Task::new("rust_order", json!({"order_id": 43, "note": ""})).idempotency_key(&key);
+    let dup = dev.client.submit(&again).await.unwrap();
+    assert!(dup.duplicate, "{dup:?}");
+    assert_eq!((dup.id.as_str(), dup.eta), (res.id.as_str(), res.eta));
+    assert_eq!(rec.runs(&res.id).len(), 1, "executed twice");
+
+    // Submits are labelled with the service name.
+    let metrics = dev.metrics().await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("asyncd_task_submitted_total{")
+                && l.contains(r#"source_service="rust-it""#)
+                && l.contains(r#"task_type="rust_order""#)),
+        "no asyncd_task_submitted_total sample for source_service rust-it:\n{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn delayed_at_and_cancel() {
+    let rec = Recorder::default();
+    let dev = Dev::start(recording_executor(&rec), &[Job::new("rust_ok")]).await;
+    let c = &dev.client;
+    let task = || Task::new("rust_ok", Value::Null).idempotency_key(uniq("k"));
+
+    let before = Utc::now();
+    let res = c
+        .submit_delayed(&task(), Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let away = res.eta - before;
+    assert!(
+        away >= chrono::Duration::seconds(3599) && away <= chrono::Duration::seconds(3610),
+        "eta {} is {away} away, want 1h",
+        res.eta
+    );
+    let got = c.get(&res.id).await.unwrap();
+    assert!(
+        matches!(got.state, TaskState::Pending | TaskState::Claimed),
+        "{got:?}"
+    );
+    let cancelled = c.cancel(&res.id).await.unwrap();
+    assert_eq!(
+        (cancelled.id.as_str(), cancelled.state),
+        (res.id.as_str(), TaskState::Cancelled)
+    );
+    dev.wait_state(&res.id, TaskState::Cancelled).await;
+    let err = api_error(
+        c.cancel(&res.id).await,
+        ErrorCode::NotCancellable,
+        409,
+        None,
+    );
+    assert_eq!(err.state, Some(TaskState::Cancelled));
+
+    let eta = Utc::now() + chrono::Duration::hours(2);
+    let eta =
+        eta - chrono::Duration::nanoseconds(i64::from(eta.timestamp_subsec_nanos() % 1_000_000));
+    let at = c.submit_at(&task(), eta).await.unwrap();
+    assert_eq!(
+        at.eta, eta,
+        "eta asked with milliseconds comes back as asked"
+    );
+    assert_eq!(c.get(&at.id).await.unwrap().eta, eta);
+    c.cancel(&at.id).await.unwrap();
+
+    // A past eta means now.
+    let past = c
+        .submit_at(&task(), Utc::now() - chrono::Duration::hours(1))
+        .await
+        .unwrap();
+    dev.wait_state(&past.id, TaskState::Succeeded).await;
+
+    let soon = c
+        .submit_delayed(&task(), Duration::from_millis(700))
+        .await
+        .unwrap();
+    dev.wait_state(&soon.id, TaskState::Succeeded).await;
+    let runs = rec.runs(&soon.id);
+    assert_eq!(runs.len(), 1);
+    assert!(
+        runs[0].at >= soon.eta,
+        "ran at {} before its ETA {}",
+        runs[0].at,
+        soon.eta
+    );
+}
+
+#[tokio::test]
+async fn request_errors() {
+    let rec = Recorder::default();
+    let dev = Dev::start(recording_executor(&rec), &[Job::new("rust_ok")]).await;
+    let c = &dev.client;
+    let ok = || Task::new("rust_ok", Value::Null).idempotency_key(uniq("k"));
+
+    api_error(
+        c.submit(&Task::new("no_such_type", 1).idempotency_key(uniq("k")))
+            .await,
+        ErrorCode::UnknownTaskType,
+        400,
+        Some("type"),
+    );
+    api_error(
+        c.submit(&ok().priority(10)).await,
+        ErrorCode::InvalidField,
+        400,
+        Some("priority"),
+    );
+    api_error(
+        c.submit(&ok().max_retries(101)).await,
+        ErrorCode::InvalidField,
+        400,
+        Some("max_retries"),
+    );
+    api_error(
+        c.submit(&ok().idempotency_key("k".repeat(256))).await,
+        ErrorCode::InvalidField,
+        400,
+        Some("idempotency_key"),
+    );
+    api_error(
+        c.submit(&ok().unique_key("u".repeat(256))).await,
+        ErrorCode::InvalidField,
+        400,
+        Some("unique_key"),
+    );
+    api_error(
+        c.submit_delayed(&ok(), Duration::from_secs(401 * 86_400))
+            .await,
+        ErrorCode::InvalidField,
+        400,
+        Some("delay"),
+    );
+    // 400 days is the limit, and accepted.
+    let far = c
+        .submit_delayed(&ok(), Duration::from_secs(400 * 86_400))
+        .await
+        .unwrap();
+    c.cancel(&far.id).await.unwrap();
+    api_error(
+        c.submit(&ok().depends_on([UNKNOWN_ID])).await,
+        ErrorCode::InvalidField,
+        400,
+        Some("depends_on"),
+    );
+    let mut big = ok();
+    big.payload = Value::String("x".repeat(2 << 20));
+    api_error(
+        c.submit(&big).await,
+        ErrorCode::PayloadTooLarge,
+        413,
+        Some("payload"),
+    );
+
+    api_error(c.get(UNKNOWN_ID).await, ErrorCode::NotFound, 404, None);
+    api_error(c.cancel(UNKNOWN_ID).await, ErrorCode::NotFound, 404, None);
+    api_error(c.redrive(UNKNOWN_ID).await, ErrorCode::NotFound, 404, None);
+
+    // A finished task can be neither cancelled nor redriven.
+    let done = submit(&dev, ok()).await;
+    dev.wait_state(&done.id, TaskState::Succeeded).await;
+    let err = api_error(
+        c.cancel(&done.id).await,
+        ErrorCode::NotCancellable,
+        409,
+        None,
+    );
+    assert_eq!(err.state, Some(TaskState::Succeeded));
+    api_error(c.redrive(&done.id).await, ErrorCode::NotDead, 409, None);
+
+    // The long-running callbacks refuse a token that is not the current attempt's.
+    api_error(
+        c.heartbeat(&done.id, 1, None).await,
+        ErrorCode::StaleLease,
+        409,
+        None,
+    );
+    let result = TaskResult {
+        lease_token: 1,
+        status: ResultStatus::Success,
+        error: None,
+        output: None,
+        retry_after: None,
+    };
+    api_error(
+        c.post_result(&done.id, &result).await,
+        ErrorCode::StaleLease,
+        409,
+        None,
+    );
+    api_error(
+        c.post_result(UNKNOWN_ID, &result).await,
+        ErrorCode::NotFound,
+        404,
+        None,
+    );
+
+    // A missing idempotency key never reaches the server.
+    let err = c.submit(&Task::new("rust_ok", 1)).await.unwrap_err();
+    assert!(matches!(err, Error::MissingIdempotencyKey), "{err}");
+
+    // No server at all: a transport error, not an API refusal.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let nowhere = Client::builder()
+        .endpoint(format!("http://127.0.0.1:{port}"))
+        .build()
+        .unwrap();
+    let err = nowhere.submit(&ok()).await.unwrap_err();
+    assert!(
+        matches!(err, Error::Transport { .. }) && err.api().is_none(),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn unique_conflict() {
+    let rec = Recorder::default();
+    let dev = Dev::start(
+        recording_executor(&rec),
+        &[
+            Job::new("rust_ok"),
+            Job::new("rust_unique").unique_key("order:{order_id}"),
+        ],
+    )
+    .await;
+    let c = &dev.client;
+    let hour = Duration::from_secs(3600);
+    let order = Utc::now().timestamp_nanos_opt().unwrap();
+    let unique = || Task::new("rust_unique", json!({"order_id": order})).idempotency_key(uniq("u"));
+    let first = c.submit_delayed(&unique(), hour).await.unwrap();
+    let err = api_error(
+        c.submit_delayed(&unique(), hour).await,
+        ErrorCode::UniqueConflict,
+        409,
+        None,
+    );
+    assert_eq!(err.existing_id.as_deref(), Some(first.id.as_str()));
+    let got = c.get(&first.id).await.unwrap();
+    assert_eq!(
+        got.unique_key,
+        Some(format!("order:{order}")),
+        "rendered from the template"
+    );
+
+    // An explicit unique key, free again once its holder is no longer pending.
+    let ukey = uniq("explicit");
+    let ok = || {
+        Task::new("rust_ok", Value::Null)
+            .idempotency_key(uniq("k"))
+            .unique_key(&ukey)
+    };
+    let held = c.submit_delayed(&ok(), hour).await.unwrap();
+    let err = api_error(c.submit(&ok()).await, ErrorCode::UniqueConflict, 409, None);
+    assert_eq!(err.existing_id.as_deref(), Some(held.id.as_str()));
+    c.cancel(&held.id).await.unwrap();
+    let again = c.submit(&ok()).await.unwrap();
+    dev.wait_state(&again.id, TaskState::Succeeded).await;
+    c.cancel(&first.id).await.unwrap();
+}
+
+#[tokio::test]
+async fn permanent_failure_dead_letters_and_redrive() {
+    let rec = Recorder::default();
+    let dev = Dev::start(
+        recording_executor(&rec),
+        &[Job::new("rust_permanent"), Job::new("rust_order")],
+    )
+    .await;
+    let c = &dev.client;
+    let res = submit(&dev, Task::new("rust_permanent", json!({"order_id": 9}))).await;
+    let dead = dev.wait_state(&res.id, TaskState::Dead).await;
+    assert_eq!(dead.attempt, 1, "a 422 must not be retried");
+    let last_error = dead.last_error.clone().unwrap_or_default();
+    assert!(
+        last_error.contains("422") && last_error.contains("bad order"),
+        "{last_error}"
+    );
+
+    let items = c
+        .dead_letters(Some("rust_permanent"), Some(1000))
+        .await
+        .unwrap();
+    assert!(
+        items.iter().any(|t| t.id == res.id),
+        "dead letters lack {}: {items:?}",
+        res.id
+    );
+    assert!(
+        items
+            .iter()
+            .all(|t| t.task_type == "rust_permanent" && t.state == TaskState::Dead)
+    );
+
+    // A payload that does not decode into the handler's type is permanent too.
+    let bad = submit(
+        &dev,
+        Task::new("rust_order", json!({"order_id": "not a number"})),
+    )
+    .await;
+    let bad_dead = dev.wait_state(&bad.id, TaskState::Dead).await;
+    assert_eq!(bad_dead.attempt, 1);
+    assert!(
+        bad_dead
+            .last_error
+            .unwrap_or_default()
+            .contains("payload does not decode")
+    );
+    assert!(
+        rec.runs(&bad.id).is_empty(),
+        "the handler ran on a bad payload"
+    );
+
+    let newest = c.dead_letters(None, Some(1)).await.unwrap();
+    assert_eq!(newest.len(), 1);
+    assert_eq!(newest[0].id, bad.id, "newest first");
+    assert_eq!(c.dead_letters(None, None).await.unwrap().len(), 2);
+
+    let rd = c.redrive(&res.id).await.unwrap();
+    assert_eq!(
+        (rd.id.as_str(), rd.state),
+        (res.id.as_str(), TaskState::Pending)
+    );
+    // It runs again (attempts reset) and, failing permanently again, is dead again.
+    let runs = rec.wait_runs(&res.id, 2).await;
+    assert_eq!(runs[1].ctx.attempt, 1, "attempts are reset by a redrive");
+    let again = dev.wait_state(&res.id, TaskState::Dead).await;
+    assert_eq!(again.attempt, 1);
+}
+
+#[tokio::test]
+async fn retries_backoff_retry_after_and_exhaustion() {
+    let rec = Recorder::default();
+    let (flaky, after, always, panics) = (rec.clone(), rec.clone(), rec.clone(), rec.clone());
+    #[derive(Debug, thiserror::Error)]
+    #[error("flaky dependency")]
+    struct Flaky;
+    async fn call_dependency(attempt: u32) -> Result<(), Flaky> {
+        if attempt == 1 { Err(Flaky) } else { Ok(()) }
+    }
+    let executor = Executor::new()
+        .signing_secret(SECRET)
+        .register("rust_flaky", move |ctx: TaskContext, p: Value| {
+            flaky.add(&ctx, &p);
+            async move {
+                // Any std error converts into Outcome::Error with `?`: a 500, retried.
+                call_dependency(ctx.attempt).await?;
+                Ok::<_, Outcome>(())
+            }
+        })
+        .register("rust_retry_after", move |ctx: TaskContext, p: Value| {
+            after.add(&ctx, &p);
+            async move {
+                match ctx.attempt {
+                    1 => Err(Outcome::retry_after(Duration::from_secs(1))),
+                    2 => Err(Outcome::retry()),
+                    _ => Ok(()),
+                }
+            }
+        })
+        .register("rust_always_fails", move |ctx: TaskContext, p: Value| {
+            always.add(&ctx, &p);
+            async { Err::<(), _>(Outcome::error("always down")) }
+        })
+        .register("rust_panics", move |ctx: TaskContext, p: Value| {
+            panics.add(&ctx, &p);
+            async move {
+                assert!(ctx.attempt > 1, "handler bug on attempt {}", ctx.attempt);
+                Ok(())
+            }
+        });
+    let dev = Dev::start(
+        executor,
+        &[
+            Job::new("rust_flaky"),
+            Job::new("rust_retry_after"),
+            Job::new("rust_always_fails"),
+            Job::new("rust_panics"),
+        ],
+    )
+    .await;
+    let flaky = submit(&dev, Task::new("rust_flaky", Value::Null)).await;
+    let after = submit(&dev, Task::new("rust_retry_after", Value::Null)).await;
+    let always = submit(
+        &dev,
+        Task::new("rust_always_fails", Value::Null).max_retries(1),
+    )
+    .await;
+    let panics = submit(&dev, Task::new("rust_panics", Value::Null)).await;
+
+    assert_eq!(
+        dev.wait_state(&flaky.id, TaskState::Succeeded)
+            .await
+            .attempt,
+        2
+    );
+    assert_eq!(
+        dev.wait_state(&panics.id, TaskState::Succeeded)
+            .await
+            .attempt,
+        2
+    );
+    assert_eq!(
+        dev.wait_state(&after.id, TaskState::Succeeded)
+            .await
+            .attempt,
+        3
+    );
+    let runs = rec.runs(&after.id);
+    assert_eq!(runs.len(), 3);
+    let gap = runs[1].at - runs[0].at;
+    assert!(
+        gap >= chrono::Duration::milliseconds(900),
+        "Retry-After: 1 not honoured: runs {gap} apart"
+    );
+
+    let dead = dev.wait_state(&always.id, TaskState::Dead).await;
+    assert_eq!(
+        (dead.attempt, dead.max_retries),
+        (2, 1),
+        "max_retries 1: two attempts"
+    );
+    assert_eq!(rec.runs(&always.id).len(), 2);
+    let last_error = dead.last_error.unwrap_or_default();
+    assert!(
+        last_error.contains("500") && last_error.contains("always down"),
+        "{last_error}"
+    );
+}
+
+#[tokio::test]
+async fn submit_batch() {
+    let rec = Recorder::default();
+    let dev = Dev::start(recording_executor(&rec), &[Job::new("rust_ok")]).await;
+    let c = &dev.client;
+    let seen_key = uniq("seen");
+    let seen = submit(
+        &dev,
+        Task::new("rust_ok", "first").idempotency_key(&seen_key),
+    )
+    .await;
+    let items = c
+        .submit_batch(&[
+            Task::new("rust_ok", json!({"n": 1})).idempotency_key(uniq("b1")),
+            Task::new("no_such_type", Value::Null).idempotency_key(uniq("b2")),
+            Task::new("rust_ok", Value::Null)
+                .idempotency_key(uniq("b3"))
+                .delay(Duration::from_secs(3600)),
+            Task::new("rust_ok", Value::Null).idempotency_key(&seen_key),
+            Task::new("rust_ok", Value::Null)
+                .idempotency_key(uniq("b5"))
+                .priority(10),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(items.len(), 5);
+    assert_eq!(items[0].status, 201);
+    let first = items[0].result.clone().unwrap();
+    let err = items[1].result.clone().unwrap_err();
+    assert_eq!(
+        (items[1].status, err.code, err.field.as_deref()),
+        (400, ErrorCode::UnknownTaskType, Some("type"))
+    );
+    assert_eq!(items[2].status, 201);
+    let later = items[2].result.clone().unwrap();
+    assert!(
+        later.eta > Utc::now() + chrono::Duration::minutes(59),
+        "{later:?}"
+    );
+    assert_eq!(items[3].status, 200);
+    let dup = items[3].result.clone().unwrap();
+    assert!(dup.duplicate && dup.id == seen.id, "{dup:?}");
+    let err = items[4].result.clone().unwrap_err();
+    assert_eq!(
+        (err.code, err.field.as_deref()),
+        (ErrorCode::InvalidField, Some("priority"))
+    );
+
+    dev.wait_state(&first.id, TaskState::Succeeded).await;
+    c.cancel(&later.id).await.unwrap();
+
+    // A task without a key fails the whole batch before anything is sent.
+    let err = c
+        .submit_batch(&[
+            Task::new("rust_ok", 1).idempotency_key(uniq("b6")),
+            Task::new("rust_ok", 2),
+        ])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::BatchTask { index: 1, .. }), "{err}");
+}
+
+#[tokio::test]
+async fn depends_on() {
+    let rec = Recorder::default();
+    let dev = Dev::start(recording_executor(&rec), &[Job::new("rust_ok")]).await;
+    let c = &dev.client;
+    let ok = || Task::new("rust_ok", Value::Null).idempotency_key(uniq("k"));
+    let parent = c
+        .submit_delayed(&ok(), Duration::from_millis(1500))
+        .await
+        .unwrap();
+    let child = c
+        .submit(&ok().depends_on([parent.id.clone()]))
+        .await
+        .unwrap();
+    let got = c.get(&child.id).await.unwrap();
+    assert_eq!(got.state, TaskState::Blocked);
+    assert_eq!(got.depends_on, vec![parent.id.clone()]);
+    dev.wait_state(&child.id, TaskState::Succeeded).await;
+    let (p, ch) = (rec.runs(&parent.id), rec.runs(&child.id));
+    assert!(
+        p.len() == 1 && ch.len() == 1 && ch[0].at >= p[0].at,
+        "child ran before its dependency"
+    );
+
+    let doomed = c
+        .submit_delayed(&ok(), Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let orphan = c
+        .submit(&ok().depends_on([doomed.id.clone()]))
+        .await
+        .unwrap();
+    c.cancel(&doomed.id).await.unwrap();
+    let dead = dev.wait_state(&orphan.id, TaskState::Dead).await;
+    assert!(dead.last_error.unwrap_or_default().contains("dependency"));
+    assert!(rec.runs(&orphan.id).is_empty());
+}
+
+#[tokio::test]
+async fn long_running_heartbeats_keep_the_lease() {
+    const LEASE: Duration = Duration::from_secs(2);
+    let rec = Recorder::default();
+    let (release, released) = tokio::sync::watch::channel(false);
+    let (r1, r2) = (rec.clone(), rec.clone());
+    let executor = Executor::new()
+        .signing_secret(SECRET)
+        .register_long_running("rust_long", LEASE, move |ctx: TaskContext, p: Value| {
+            r1.add(&ctx, &p);
+            let rel = released.clone();
+            async move {
+                let mut released = rel;
+                released
+                    .wait_for(|r| *r)
+                    .await
+                    .expect("the test keeps the sender");
+                Ok(json!({"rows": 3, "attempt": ctx.attempt}))
+            }
+        })
+        .register_long_running(
+            "rust_long_fails",
+            LEASE,
+            move |ctx: TaskContext, p: Value| {
+                r2.add(&ctx, &p);
+                async { Err::<(), _>(Outcome::permanent("report input is corrupt")) }
+            },
+        );
+    let in_flight = executor.in_flight();
+    let dev = Dev::start(
+        executor,
+        &[Job::new("rust_long"), Job::new("rust_long_fails")],
+    )
+    .await;
+    let c = &dev.client;
+
+    let res = submit(&dev, Task::new("rust_long", Value::Null).timeout(LEASE)).await;
+    rec.wait_runs(&res.id, 1).await;
+    // Hold the handler until its first lease (the attempt's timeout plus the
+    // dispatcher's grace) has lapsed: only heartbeats keep the attempt alive past it (a
+    // lapsed lease would start attempt 2), and they move lease_until forward.
+    let first_until = c
+        .get(&res.id)
+        .await
+        .unwrap()
+        .lease_until
+        .expect("a running task has a lease");
+    let held = Instant::now();
+    loop {
+        let got = c.get(&res.id).await.unwrap();
+        assert_eq!(
+            (&got.state, got.attempt),
+            (&TaskState::Running, 1),
+            "while the handler works: {got:?}"
+        );
+        let until = got.lease_until.expect("a running task has a lease");
+        if Utc::now() > first_until + chrono::Duration::milliseconds(500) {
+            assert!(until > Utc::now(), "the lease was not extended: {got:?}");
+            break;
+        }
+        assert!(
+            held.elapsed() < DEADLINE,
+            "lease_until {first_until} never passed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(in_flight.len(), 1);
+    release.send(true).unwrap();
+    let done = dev.wait_state(&res.id, TaskState::Succeeded).await;
+    assert_eq!(done.attempt, 1);
+    assert_eq!(
+        done.result,
+        Some(json!({"rows": 3, "attempt": 1})),
+        "output stored as result"
+    );
+    assert_eq!(rec.runs(&res.id).len(), 1);
+
+    let fails = submit(&dev, Task::new("rust_long_fails", Value::Null)).await;
+    let dead = dev.wait_state(&fails.id, TaskState::Dead).await;
+    assert_eq!(dead.attempt, 1);
+    assert!(
+        dead.last_error
+            .unwrap_or_default()
+            .contains("report input is corrupt")
+    );
+    tokio::time::timeout(DEADLINE, in_flight.wait())
+        .await
+        .expect("long-running handlers finish");
+}
+
+#[tokio::test]
+async fn bad_signature_is_refused_into_dead_letters() {
+    let rec = Recorder::default();
+    let dev = Dev::start(
+        recording_executor(&rec),
+        &[Job::new("rust_ok").secret_env(WRONG_SECRET_ENV)],
+    )
+    .await;
+    let res = submit(&dev, Task::new("rust_ok", Value::Null)).await;
+    let dead = dev.wait_state(&res.id, TaskState::Dead).await;
+    assert_eq!(dead.attempt, 1, "a 401 is permanent");
+    let last_error = dead.last_error.unwrap_or_default();
+    assert!(
+        last_error.contains("401") && last_error.contains("signature"),
+        "{last_error}"
+    );
+    assert!(
+        rec.runs(&res.id).is_empty(),
+        "the handler ran on a badly signed call"
+    );
+}
