@@ -655,18 +655,32 @@ func TestIntegrationDependsOn(t *testing.T) {
 
 func TestIntegrationLongRunningKeepsLease(t *testing.T) {
 	e := itEnv(t)
-	res := submit(t, e, &asyncd.Task{Type: "go_long", Timeout: 2 * time.Second})
+	// A short timeout keeps the attempt's first lease (timeout + the dispatcher's
+	// grace) short enough to outlast here.
+	res := submit(t, e, &asyncd.Task{Type: "go_long", Timeout: time.Second})
 	waitUntil(t, 20*time.Second, "the long-running handler to start", func() bool { return len(e.rec.get(res.ID)) == 1 })
-	// Hold the handler for well past both lease and timeout, watching that the
-	// heartbeats keep the attempt alive: a lapsed lease would start attempt 2.
-	held := time.Now()
-	for time.Since(held) < 5*itLease/2 {
-		got, err := e.client.Get(ctx(t), res.ID)
-		if err != nil {
-			t.Fatal(err)
+	// Hold the handler until its first lease has lapsed by a margin longer than the
+	// rescuer's pass: only heartbeats keep the attempt alive past it (a lapsed lease
+	// would start attempt 2), and they move lease_until forward.
+	first := e.lease(t, res.ID)
+	if first.State != asyncd.StateRunning || first.Attempt != 1 || first.LeaseUntil == nil {
+		t.Fatalf("the started long task is %+v", first)
+	}
+	firstUntil := *first.LeaseUntil
+	deadline := firstUntil.Add(20 * time.Second)
+	for {
+		got := e.lease(t, res.ID)
+		if got.State != asyncd.StateRunning || got.Attempt != 1 || got.LeaseUntil == nil {
+			t.Fatalf("while the handler works (first lease until %v) the task is %+v\nasyncd log:\n%s", firstUntil, got, e.logTail())
 		}
-		if got.State != asyncd.StateRunning || got.Attempt != 1 {
-			t.Fatalf("while the handler works the task is %s attempt %d", got.State, got.Attempt)
+		if now := time.Now(); now.After(firstUntil.Add(time.Second)) {
+			if !got.LeaseUntil.After(now) {
+				t.Fatalf("the lease was not extended past %v: %+v", now, got)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("first lease_until %v never passed", firstUntil)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -675,6 +689,32 @@ func TestIntegrationLongRunningKeepsLease(t *testing.T) {
 	if got.Attempt != 1 || len(e.rec.get(res.ID)) != 1 {
 		t.Fatalf("long task %+v ran %d times", got, len(e.rec.get(res.ID)))
 	}
+}
+
+// leaseView is the part of GET /v1/tasks/{id} the lease test watches; TaskStatus
+// leaves lease_until out.
+type leaseView struct {
+	State      string     `json:"state"`
+	Attempt    int        `json:"attempt"`
+	LeaseUntil *time.Time `json:"lease_until"`
+}
+
+func (e *devEnv) lease(t *testing.T, id string) leaseView {
+	t.Helper()
+	resp, err := http.Get(e.endpoint + "/v1/tasks/" + id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var v leaseView
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET task %s: %s %s", id, resp.Status, raw)
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatalf("GET task %s: %v in %s", id, err, raw)
+	}
+	return v
 }
 
 func TestIntegrationSourceServiceMetric(t *testing.T) {

@@ -16,6 +16,7 @@ from typing import Any, Dict, Iterator, List, Union
 import pytest
 
 import asyncd
+from asyncd._time import parse_time
 from devserver import DevServer
 from fakeapi import wait_until
 
@@ -354,14 +355,26 @@ def test_depends_on(dev_env):
 def test_long_running_keeps_lease(dev_env):
     env = need(dev_env)
     c = env.client
-    res = c.submit("py_long", {"rows": 3}, idempotency_key=key(), timeout=2)
+    # A short timeout keeps the attempt's first lease (timeout + the dispatcher's grace)
+    # short enough to outlast here.
+    res = c.submit("py_long", {"rows": 3}, idempotency_key=key(), timeout=1)
     wait_until(lambda: len(env.runs_of(res.id)) == 1, 20, "the long-running handler to start")
-    # Hold the handler well past lease and timeout, watching that heartbeats keep the
-    # attempt alive: a lapsed lease would start attempt 2.
-    held = time.monotonic()
-    while time.monotonic() - held < 2.5 * LEASE:
+    # Hold the handler until its first lease has lapsed by a margin longer than the
+    # rescuer's pass: only heartbeats keep the attempt alive past it (a lapsed lease
+    # would start attempt 2), and they move lease_until forward.
+    first = c.get(res.id)
+    assert (first.state, first.attempt) == (asyncd.RUNNING, 1) and first.raw.get("lease_until"), first.raw
+    first_until = parse_time(first.raw["lease_until"])
+    deadline = first_until + timedelta(seconds=20)
+    while True:
         got = c.get(res.id)
-        assert (got.state, got.attempt) == (asyncd.RUNNING, 1)
+        assert (got.state, got.attempt) == (asyncd.RUNNING, 1) and got.raw.get("lease_until"), (
+            f"while the handler works (first lease until {first_until}): {got.raw}\n{env.server.log_tail()}")
+        now = datetime.now(timezone.utc)
+        if now > first_until + timedelta(seconds=1):
+            assert parse_time(got.raw["lease_until"]) > now, f"the lease was not extended: {got.raw}"
+            break
+        assert now < deadline, f"first lease_until {first_until} never passed"
         time.sleep(0.1)
     env.release(res.id).set()
     done = env.wait_state(res.id, asyncd.SUCCEEDED)
