@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of the project on this machine, installing and starting what the tests
 # need: the Rust toolchain's lints, MariaDB and PostgreSQL for the store suite and the
-# multi-process tests, a Kafka broker (KRaft) for the Kafka path, and the SDK suites
-# against a real `asyncd dev`. Heavy builds are cached outside the clone in
+# multi-process tests, a Kafka broker (KRaft) for the Kafka path, a kube-apiserver + etcd
+# control plane (built once from k8s.io/kubernetes) for the operator and the Helm chart,
+# and the SDK suites against a real `asyncd dev`. Heavy builds are cached outside the clone in
 # $ASYNCD_CACHE (default /var/cache/asyncd), so a second run is quick.
 set -euo pipefail
 
@@ -36,8 +37,14 @@ ASYNCD_TEST_POSTGRES_URL=$(e2e/services/postgres.sh url)
 ASYNCD_TEST_KAFKA_BROKERS=$(e2e/services/kafka.sh url)
 export ASYNCD_TEST_MYSQL_URL ASYNCD_TEST_POSTGRES_URL ASYNCD_TEST_KAFKA_BROKERS
 
-step "Rust tests (unit, store conformance on three backends, integration, Kafka)"
+step "Rust tests (unit, store conformance on three backends, integration, Kafka, operator)"
 cargo test --workspace --locked
+
+step "operator e2e: kube-apiserver + etcd, Kafka, MariaDB, the operator and a dispatcher as local processes"
+bash e2e/operator.sh
+
+step "Helm chart: lint, render, PromQL, server-side dry-run on the API server"
+bash e2e/chart.sh
 
 if [ -x sdk/test.sh ]; then
   step "SDK tests against a real asyncd dev"

@@ -166,6 +166,9 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    // reqwest brings rustls with aws-lc-rs and kube with ring; with both compiled in,
+    // rustls cannot pick a process default on its own, and the Kubernetes client needs one.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let cli = Cli::parse();
     let shutdown = CancellationToken::new();
     roles::cancel_on_signal(shutdown.clone());

@@ -35,11 +35,14 @@ pub struct Metadata {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JobSpec {
     /// The `type` that submits name; one job per task type.
     pub task_type: String,
+    /// The service that executes this job's tasks.
     pub executor: ExecutorSpec,
+    /// Retries after a failed attempt, then dead letters.
     #[serde(default)]
     pub retry: RetrySpec,
     /// Template for a task's unique key, filled from the payload's top-level fields:
@@ -49,17 +52,24 @@ pub struct JobSpec {
     /// Attempts in flight at once per dispatcher.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<u32>,
+    /// The job's Kafka topic, for tasks due soon; without it every task goes through the
+    /// SQL store.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kafka: Option<KafkaSpec>,
+    /// Cron schedules that submit tasks of this job.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "kube", schemars(length(max = 100)))]
     pub cron: Vec<CronSpec>,
+    /// Dispatcher replicas (in a cluster: the HPA on due backlog).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scaling: Option<ScalingSpec>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExecutorSpec {
+    /// http:// or https:// endpoint that receives each attempt as a POST.
     pub url: String,
     /// Per-attempt timeout; default 30s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -70,14 +80,19 @@ pub struct ExecutorSpec {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RetrySpec {
+    /// Retries after the first attempt before the task goes to dead letters (default 3).
     #[serde(default = "default_max_retries")]
     pub max_retries: u32,
+    /// `exponential` (the default) or `fixed`.
     #[serde(default)]
     pub backoff: BackoffKind,
+    /// Delay before the first retry (default 1s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initial_backoff: Option<String>,
+    /// Longest delay between retries (default 10m).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_backoff: Option<String>,
 }
@@ -98,6 +113,7 @@ fn default_max_retries() -> u32 {
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum BackoffKind {
     #[default]
@@ -106,13 +122,46 @@ pub enum BackoffKind {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct KafkaSpec {
+    /// Topic name; one config per topic in a namespace.
     pub topic: String,
+    /// Partitions of the topic; the operator grows the topic when this grows and refuses
+    /// to shrink it.
     #[serde(default = "default_partitions")]
+    #[cfg_attr(
+        feature = "kube",
+        schemars(extend("x-kubernetes-validations" = [{
+            "rule": "self >= 1",
+            "message": "kafka.partitions must be at least 1",
+        }]))
+    )]
     pub partitions: u32,
+    /// Consumer group of the job's dispatchers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumer_group: Option<String>,
+    /// What the operator does with the topic when the AsyncJobConfig is deleted: `Retain`
+    /// (the default) keeps it and its data, `Delete` deletes it.
+    #[serde(default, skip_serializing_if = "DeletePolicy::is_retain")]
+    pub delete_policy: DeletePolicy,
+}
+
+/// What happens to a job's Kafka topic when its AsyncJobConfig is deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+pub enum DeletePolicy {
+    /// Keep the topic and its data.
+    #[default]
+    Retain,
+    /// Delete the topic with the config.
+    Delete,
+}
+
+impl DeletePolicy {
+    pub fn is_retain(&self) -> bool {
+        *self == DeletePolicy::Retain
+    }
 }
 
 fn default_partitions() -> u32 {
@@ -120,27 +169,56 @@ fn default_partitions() -> u32 {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CronSpec {
     /// Unique within the job; part of each firing's identity.
     pub name: String,
     /// `CRON_TZ=Area/City` followed by a 5- or 6-field cron expression.
+    #[cfg_attr(
+        feature = "kube",
+        schemars(
+            length(max = 256),
+            extend("x-kubernetes-validations" = [{
+                "rule": "self.startsWith('CRON_TZ=')",
+                "message": "a cron schedule must start with CRON_TZ=<time zone>, e.g. \"CRON_TZ=Europe/Berlin 0 3 * * *\"",
+            }])
+        )
+    )]
     pub schedule: String,
+    /// Any JSON value; sent as each firing's payload.
     #[serde(default)]
+    #[cfg_attr(feature = "kube", schemars(schema_with = "crate::job::any_json"))]
     pub payload: serde_json::Value,
+    /// Priority of each firing, 0 to 9.
     #[serde(default)]
+    #[cfg_attr(feature = "kube", schemars(range(max = 9)))]
     pub priority: u8,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "kube",
+    schemars(extend("x-kubernetes-validations" = [{
+        "rule": "!has(self.minReplicas) || !has(self.maxReplicas) || self.maxReplicas >= self.minReplicas",
+        "message": "scaling.maxReplicas must not be below scaling.minReplicas",
+    }]))
+)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ScalingSpec {
+    /// Fewest dispatcher replicas (default 1).
     #[serde(default)]
+    #[cfg_attr(feature = "kube", schemars(range(min = 1)))]
     pub min_replicas: Option<u32>,
+    /// Most dispatcher replicas; never above the topic's partitions (default: the
+    /// partitions).
     #[serde(default)]
+    #[cfg_attr(feature = "kube", schemars(range(min = 1)))]
     pub max_replicas: Option<u32>,
-    /// Due-and-undispatched tasks per replica the autoscaler aims for.
+    /// Due-and-undispatched tasks per replica the autoscaler aims for (default 100).
     #[serde(default)]
+    #[cfg_attr(feature = "kube", schemars(range(min = 1)))]
     pub target_due_backlog: Option<u32>,
 }
 
@@ -340,6 +418,14 @@ impl JobSpec {
     }
 }
 
+/// Schema of a field that holds any JSON value (a cron payload): kept as written.
+#[cfg(feature = "kube")]
+fn any_json(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
 fn check_template(template: &str) -> Result<(), String> {
     let mut open = false;
     for c in template.chars() {
@@ -476,6 +562,30 @@ mod tests {
                 .unwrap_err()
                 .contains("order_id")
         );
+    }
+
+    #[test]
+    fn topic_delete_policy_defaults_to_retain() {
+        let (doc, _) = AsyncJobConfig::from_yaml(SAMPLE).unwrap();
+        let kafka = doc.spec.kafka.as_ref().unwrap();
+        assert_eq!(kafka.delete_policy, DeletePolicy::Retain);
+        // the default is not written back, so existing documents serialise unchanged
+        assert!(
+            !serde_yaml::to_string(&doc)
+                .unwrap()
+                .contains("deletePolicy")
+        );
+        let text = SAMPLE.replace(
+            "consumerGroup: asyncd-order-cancel-cg",
+            "consumerGroup: asyncd-order-cancel-cg\n    deletePolicy: Delete",
+        );
+        let (doc, _) = AsyncJobConfig::from_yaml(&text).unwrap();
+        assert_eq!(doc.spec.kafka.unwrap().delete_policy, DeletePolicy::Delete);
+        let text = SAMPLE.replace(
+            "consumerGroup: asyncd-order-cancel-cg",
+            "consumerGroup: asyncd-order-cancel-cg\n    deletePolicy: Purge",
+        );
+        assert!(AsyncJobConfig::from_yaml(&text).is_err());
     }
 
     #[test]

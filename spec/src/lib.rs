@@ -10,11 +10,15 @@
 //!   field at fault.
 //! - [`schedule`]: cron schedules with a mandatory `CRON_TZ=`, and their DST rules.
 //! - [`duration`]: the human duration strings (`"90s"`, `"3d"`) used everywhere.
+//!
+//! The `kube` feature adds `schemars::JsonSchema` derives (with the CEL rules the API
+//! server enforces) to the document types, for the operator's CRD; the dispatcher build
+//! does without.
 
 pub mod duration;
 pub mod job;
 pub mod schedule;
 
 pub use duration::{format_duration, parse_duration};
-pub use job::{AsyncJobConfig, Job, JobSpec, SpecError};
+pub use job::{AsyncJobConfig, DeletePolicy, Job, JobSpec, SpecError};
 pub use schedule::CronSchedule;

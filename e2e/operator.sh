@@ -1,0 +1,418 @@
+#!/usr/bin/env bash
+# End-to-end test of asyncd-operator against real servers: a kube-apiserver + etcd
+# control plane (e2e/controlplane), a Kafka broker and MariaDB (e2e/services). The operator
+# runs as a local process pointed at the API server with its own ServiceAccount's token
+# (config/rbac/operator.yaml), so its RBAC is exercised too. There is no kubelet: the
+# Deployments and HPAs are checked as objects.
+#
+#   e2e/operator.sh            # prints `operator-e2e: N passed, N failed`
+#
+# Env: ASYNCD_CACHE (/var/cache/asyncd), CARGO_TARGET_DIR (default $ASYNCD_CACHE/target),
+# ASYNCD_E2E_KEEP=1 keeps the servers it started running (and the operator log).
+# Servers that were already running are left running; those it started are stopped.
+# Kafka topics get a per-run suffix, so runs never collide on the shared broker.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+export ASYNCD_CACHE=${ASYNCD_CACHE:-/var/cache/asyncd}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ASYNCD_CACHE/target}
+CP=e2e/controlplane/controlplane.sh
+KAFKA=e2e/services/kafka.sh
+MARIADB=e2e/services/mariadb.sh
+RUN="e2e$$"
+NS="asyncd-$RUN"
+WORK=$(mktemp -d "/tmp/asyncd-operator-e2e.XXXXXX")
+passed=0 failed=0 skipped=0
+started=()
+operator_pid=""
+role_pids=()  # asyncd api/dispatcher and the stub executor of section 4b
+
+log() { printf '\n==> %s\n' "$*"; }
+
+check() {  # check NAME CMD...: runs CMD, counts it, shows its output on failure
+  local name="$1"; shift
+  local out
+  if out="$("$@" 2>&1)"; then
+    passed=$((passed + 1)); echo "ok   - $name"
+  else
+    failed=$((failed + 1)); echo "FAIL - $name"; printf '%s\n' "$out" | sed 's/^/       /' | tail -40
+  fi
+}
+
+skip() { skipped=$((skipped + 1)); echo "skip - $1 ($2)"; }
+
+finish() {
+  local rc=$?
+  for pid in "${role_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  if [[ -n "$operator_pid" ]] && kill -0 "$operator_pid" 2>/dev/null; then
+    # let the operator clear finalizers of what is left, then stop it
+    kubectl -n "$NS" delete asyncjobconfigs --all --wait=true --timeout=30s >/dev/null 2>&1 || true
+    kill "$operator_pid" 2>/dev/null || true
+    wait "$operator_pid" 2>/dev/null || true
+  fi
+  for t in "${topics_created[@]}"; do "$KAFKA" delete-topic "$t" >/dev/null 2>&1 || true; done
+  if (( failed > 0 )) && [[ -f "$WORK/operator.log" ]]; then
+    echo "--- operator log (tail) ---"; tail -40 "$WORK/operator.log"
+  fi
+  if [[ "${ASYNCD_E2E_KEEP:-}" != 1 ]]; then
+    for service in "${started[@]}"; do
+      case "$service" in
+        controlplane) "$CP" stop >/dev/null 2>&1 || true ;;
+        *) "e2e/services/$service.sh" stop >/dev/null 2>&1 || true ;;
+      esac
+    done
+    rm -rf "$WORK"
+  else
+    echo "kept: ${started[*]:-nothing started}; work dir $WORK"
+  fi
+  if (( rc != 0 )); then failed=$((failed + 1)); echo "FAIL - aborted (exit $rc)"; fi
+  echo "operator-e2e: $passed passed, $failed failed, $skipped skipped"
+  if (( failed > 0 )); then exit 1; fi
+  exit "$rc"
+}
+topics_created=()
+trap finish EXIT
+
+# ---- helpers ----------------------------------------------------------------------------
+k() { kubectl --request-timeout=30s "$@"; }
+kn() { k -n "$NS" "$@"; }
+
+# a committed sample with this run's topic names
+sample() { sed -E "s/(topic: asyncd-[a-z0-9-]+)/\1-$RUN/" "config/samples/$1"; }
+apply_sample() { sample "$1" | kubectl -n "$NS" apply -f -; }
+# reasons of the Events about an object (core/v1 view of events.k8s.io Events)
+event_reasons() {  # event_reasons NAME [TYPE]
+  local sel="involvedObject.name=$1"; [[ -n "${2:-}" ]] && sel="$sel,type=$2"
+  kubectl -n "$NS" get events --field-selector "$sel" -o jsonpath='{.items[*].reason}'
+}
+has_event() { event_reasons "$1" "${3:-}" | grep -qw "$2"; }
+topic() { echo "$1-$RUN"; }
+
+# partitions of a topic as the broker reports them (empty if it does not exist)
+KAFKA_LIBS="$ASYNCD_CACHE/kafka-${ASYNCD_KAFKA_VERSION:-4.1.1}/libs"
+partitions() {
+  local out
+  out=$(java -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -cp "$KAFKA_LIBS/*" \
+    org.apache.kafka.tools.TopicCommand --bootstrap-server "$BROKERS" --describe --topic "$1" 2>/dev/null) || true
+  sed -nE 's/.*PartitionCount: *([0-9]+).*/\1/p' <<<"$out" | head -1
+}
+
+topic_has() {  # topic_has TOPIC N
+  local got; got=$(partitions "$1")
+  [[ "$got" == "$2" ]] || { echo "topic $1 has '${got}' partitions, want $2"; return 1; }
+}
+
+topic_absent() {
+  local got; got=$(partitions "$1")
+  [[ -z "$got" ]] || { echo "topic $1 exists with $got partitions"; return 1; }
+}
+
+jp() { kn get "$1" -o "jsonpath=$2"; }
+
+cond() {  # cond CONFIG TYPE FIELD
+  jp "asyncjobconfig/$1" "{.status.conditions[?(@.type==\"$2\")].$3}"
+}
+
+expect_eq() {  # expect_eq WHAT GOT WANT
+  [[ "$2" == "$3" ]] || { echo "$1: got '$2', want '$3'"; return 1; }
+}
+
+expect_has() {  # expect_has WHAT TEXT NEEDLE
+  grep -qF -- "$3" <<<"$2" || { echo "$1: '$3' not in:"; echo "$2"; return 1; }
+}
+
+wait_for() {  # wait_for SECONDS CMD...: retries CMD until it succeeds
+  local deadline=$((SECONDS + $1)); shift
+  local out
+  until out="$("$@" 2>&1)"; do
+    if (( SECONDS >= deadline )); then echo "$out"; return 1; fi
+    sleep 0.5
+  done
+}
+
+# ---- setup ------------------------------------------------------------------------------
+log "building asyncd-operator"
+cargo build --locked -p asyncd-operator --bins
+OPERATOR_BIN="$CARGO_TARGET_DIR/debug/asyncd-operator"
+
+log "starting the control plane, Kafka and MariaDB"
+"$CP" status >/dev/null 2>&1 || { "$CP" start; started+=(controlplane); }
+eval "$("$CP" env)"
+"$KAFKA" status >/dev/null 2>&1 || { "$KAFKA" start; started+=(kafka); }
+BROKERS=$("$KAFKA" url)
+"$MARIADB" status >/dev/null 2>&1 || { "$MARIADB" start; started+=(mariadb); }
+STORE_URL=$("$MARIADB" createdb asyncd_operator_e2e)
+
+log "CRD, RBAC, namespace $NS"
+check "CRD applies"                  k apply -f crds/asyncjobconfigs.yaml
+check "CRD established"              k wait --for=condition=Established --timeout=30s crd/asyncjobconfigs.asyncd.example.io
+check "operator RBAC applies"        k apply -f config/rbac/operator.yaml
+k create namespace "$NS" >/dev/null
+check "dispatcher RBAC applies"      kn apply -f config/rbac/dispatcher.yaml
+kn create secret generic asyncd-store --from-literal=url="$STORE_URL" >/dev/null
+
+# the operator authenticates as its ServiceAccount: what RBAC does not grant fails here
+token=$(k -n asyncd-system create token asyncd-operator --duration=2h)
+cp "$KUBECONFIG" "$WORK/operator.kubeconfig"
+kubectl --kubeconfig "$WORK/operator.kubeconfig" config set-credentials asyncd-operator --token="$token" >/dev/null
+kubectl --kubeconfig "$WORK/operator.kubeconfig" config set-context --current --user=asyncd-operator >/dev/null
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+log "starting asyncd-operator (namespace $NS, brokers $BROKERS, http 127.0.0.1:$port)"
+start_operator() {
+  KUBECONFIG="$WORK/operator.kubeconfig" ASYNCD_LOG=info,asyncd_operator=debug \
+    "$OPERATOR_BIN" --kafka-brokers "$BROKERS" --dispatcher-image registry.example/asyncd:e2e \
+    --namespace "$NS" --listen "127.0.0.1:$port" --kafka-replication-factor 1 \
+    >>"$WORK/operator.log" 2>&1 &
+  operator_pid=$!
+}
+start_operator
+check "operator /readyz"             wait_for 30 curl -fsS "http://127.0.0.1:$port/readyz"
+check "operator /healthz"            curl -fsS "http://127.0.0.1:$port/healthz"
+
+# ---- 1. a config becomes a topic, a route, a Deployment and an HPA -------------------------
+log "apply config/samples/order-cancel-job.yaml"
+OC=order-cancel-job
+OC_TOPIC=$(topic asyncd-order-cancel)
+topics_created+=("$OC_TOPIC")
+check "apply order-cancel-job"       apply_sample order-cancel-job.yaml
+check "order-cancel-job Ready"       kn wait --for=condition=Ready --timeout=60s "asyncjobconfig/$OC"
+check "topic has 6 partitions"       topic_has "$OC_TOPIC" 6
+check "status.partitions is 6"       expect_eq partitions "$(jp asyncjobconfig/$OC '{.status.partitions}')" 6
+check "observedGeneration"           expect_eq observedGeneration "$(jp asyncjobconfig/$OC '{.status.observedGeneration}')" "$(jp asyncjobconfig/$OC '{.metadata.generation}')"
+check "finalizer set"                expect_eq finalizers "$(jp asyncjobconfig/$OC '{.metadata.finalizers}')" '["asyncd.example.io/cleanup"]'
+
+routing_entry() {  # the document under KEY, checked against what the loader needs
+  local doc; doc=$(kn get configmap asyncd-routing -o "go-template={{index .data \"$1\"}}")
+  expect_has "entry $1" "$doc" "apiVersion: asyncd.example.io/v1" &&
+  expect_has "entry $1" "$doc" "kind: AsyncJobConfig" &&
+  expect_has "entry $1" "$doc" "name: ${1%.yaml}" &&
+  expect_has "entry $1" "$doc" "taskType: $2" &&
+  expect_has "entry $1" "$doc" "topic: $3" &&
+  ! grep -q "status:\|uid:\|namespace:" <<<"$doc"
+}
+routing_keys() { kn get configmap asyncd-routing -o go-template='{{range $k, $v := .data}}{{$k}} {{end}}'; }
+check "routing ConfigMap entry"      routing_entry order-cancel-job.yaml cancel_expired_order "$OC_TOPIC"
+check "routing ConfigMap keys"       expect_eq keys "$(routing_keys)" "order-cancel-job.yaml "
+
+deployment_spec() {
+  local d=asyncd-dispatcher-$OC
+  expect_eq image "$(jp deploy/$d '{.spec.template.spec.containers[0].image}')" registry.example/asyncd:e2e &&
+  expect_eq args "$(jp deploy/$d '{.spec.template.spec.containers[0].args}')" \
+    "[\"dispatcher\",\"--routing-configmap\",\"$NS/asyncd-routing\",\"--job\",\"$OC\",\"--store\",\"\$(ASYNCD_STORE)\",\"--kafka-brokers\",\"$BROKERS\",\"--listen\",\"0.0.0.0:7700\"]" &&
+  expect_eq store-env "$(jp deploy/$d '{.spec.template.spec.containers[0].env[?(@.name=="ASYNCD_STORE")].valueFrom.secretKeyRef}')" '{"key":"url","name":"asyncd-store","optional":false}' &&
+  expect_eq port "$(jp deploy/$d '{.spec.template.spec.containers[0].ports[0].containerPort}')" 7700 &&
+  expect_eq serviceAccount "$(jp deploy/$d '{.spec.template.spec.serviceAccountName}')" asyncd-dispatcher &&
+  expect_eq owner "$(jp deploy/$d '{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}/{.metadata.ownerReferences[0].controller}')" "AsyncJobConfig/$OC/true"
+}
+check "dispatcher Deployment spec"   deployment_spec
+
+hpa_spec() {  # hpa_spec MIN MAX
+  local h=asyncd-dispatcher-$OC
+  expect_eq apiVersion "$(kn get hpa.v2.autoscaling "$h" -o jsonpath='{.apiVersion}')" autoscaling/v2 &&
+  expect_eq target "$(jp hpa/$h '{.spec.scaleTargetRef.kind}/{.spec.scaleTargetRef.name}')" "Deployment/$h" &&
+  expect_eq min/max "$(jp hpa/$h '{.spec.minReplicas}/{.spec.maxReplicas}')" "$1/$2" &&
+  expect_eq metric "$(jp hpa/$h '{.spec.metrics[0].type}/{.spec.metrics[0].pods.metric.name}/{.spec.metrics[0].pods.target.type}/{.spec.metrics[0].pods.target.averageValue}')" \
+    "Pods/asyncd_due_backlog/AverageValue/100"
+}
+check "HPA spec (1..6 on due backlog)" hpa_spec 1 6
+
+get_asyncjobs() {
+  local out; out=$(kn get asyncjobs)
+  echo "$out"
+  expect_has header "$(head -1 <<<"$out")" "TASK TYPE" &&
+  for col in TOPIC PARTITIONS REPLICAS READY AGE; do expect_has header "$(head -1 <<<"$out")" "$col" || return 1; done &&
+  grep -E "^$OC +cancel_expired_order +$OC_TOPIC +6 +[0-9]+ +True " <<<"$out"
+}
+check "kubectl get asyncjobs shows Ready and the columns" get_asyncjobs
+check "event TopicCreated"           wait_for 10 has_event "$OC" TopicCreated
+
+# level-based and idempotent: a restarted operator finds everything in place and writes nothing
+versions() {
+  for o in "asyncjobconfig/$OC" "deploy/asyncd-dispatcher-$OC" "hpa/asyncd-dispatcher-$OC" configmap/asyncd-routing; do
+    jp "$o" '{.metadata.resourceVersion} '
+  done
+}
+changed_nothing() {  # changed_nothing VERSIONS-BEFORE
+  wait_for 15 bash -c "curl -fsS http://127.0.0.1:$port/metrics | grep -q 'asyncd_operator_reconciliations_total{result=\"ok\"}'" || return 1
+  sleep 2
+  expect_eq resourceVersions "$(versions)" "$1" &&
+  ! curl -fsS "http://127.0.0.1:$port/metrics" | grep -q asyncd_operator_topic_operations_total
+}
+before=$(versions)
+kill "$operator_pid"; wait "$operator_pid" 2>/dev/null || true
+start_operator
+check "operator restarted"           wait_for 30 curl -fsS "http://127.0.0.1:$port/readyz"
+check "a restart changes nothing"    changed_nothing "$before"
+
+# ---- 2. partitions grow 6 -> 12; a shrink is refused -------------------------------------
+log "grow to 12 partitions (config/samples/order-cancel-job-12-partitions.yaml)"
+check "apply 12 partitions"          apply_sample order-cancel-job-12-partitions.yaml
+check "status.partitions becomes 12" kn wait --for=jsonpath='{.status.partitions}'=12 --timeout=60s "asyncjobconfig/$OC"
+check "topic grew to 12"             topic_has "$OC_TOPIC" 12
+check "Ready after growing"          kn wait --for=condition=Ready --timeout=30s "asyncjobconfig/$OC"
+check "HPA follows (2..12)"          wait_for 20 hpa_spec 2 12
+check "event PartitionsGrown"        wait_for 10 has_event "$OC" PartitionsGrown
+
+log "shrink back to 6: refused"
+check "apply 6 partitions again"     apply_sample order-cancel-job.yaml
+check "TopicReady=False"             kn wait --for=condition=TopicReady=false --timeout=60s "asyncjobconfig/$OC"
+check "reason ShrinkRefused"         expect_eq reason "$(cond $OC TopicReady reason)" ShrinkRefused
+check "message says why"             expect_has message "$(cond $OC TopicReady message)" "Kafka cannot remove partitions"
+check "Ready=False, ShrinkRefused"   expect_eq ready "$(cond $OC Ready status)/$(cond $OC Ready reason)" False/ShrinkRefused
+check "topic still has 12"           topic_has "$OC_TOPIC" 12
+check "warning event ShrinkRefused"  wait_for 10 has_event "$OC" ShrinkRefused Warning
+back_to_12() { apply_sample order-cancel-job-12-partitions.yaml && kn wait --for=condition=Ready --timeout=60s "asyncjobconfig/$OC"; }
+check "back to 12: Ready again"      back_to_12
+
+# ---- 3. a second config claiming the task type: Conflict, nothing changed -------------------
+log "a second config claims cancel_expired_order (config/samples/order-cancel-job-conflict.yaml)"
+V2=order-cancel-job-v2
+V2_TOPIC=$(topic asyncd-order-cancel-v2)
+routing_before=$(kn get configmap asyncd-routing -o jsonpath='{.data}')
+check "apply the conflicting config" apply_sample order-cancel-job-conflict.yaml
+check "Conflict=True"                kn wait --for=condition=Conflict=true --timeout=60s "asyncjobconfig/$V2"
+names_owner() { expect_eq reason "$(cond "$1" Conflict reason)" "$2" && expect_has message "$(cond "$1" Conflict message)" "\"$OC\""; }
+check "reason names the owner"       names_owner "$V2" TaskTypeOwnedByOther
+check "conflicting config not Ready" expect_eq ready "$(cond $V2 Ready status)/$(cond $V2 Ready reason)" False/Conflict
+check "no topic for it"              topic_absent "$V2_TOPIC"
+no_workloads() { ! kn get "deploy/asyncd-dispatcher-$1" 2>/dev/null && ! kn get "hpa/asyncd-dispatcher-$1" 2>/dev/null; }
+check "no Deployment, no HPA for it" no_workloads "$V2"
+check "routing ConfigMap unchanged"  expect_eq routing "$(kn get configmap asyncd-routing -o jsonpath='{.data}')" "$routing_before"
+check "owner still Ready"            expect_eq ready "$(cond $OC Ready status)" True
+check "warning event on the conflict" wait_for 10 has_event "$V2" TaskTypeOwnedByOther Warning
+check "delete the conflicting config" kn delete asyncjobconfig "$V2" --wait=true --timeout=30s
+check "owner's topic untouched"      topic_has "$OC_TOPIC" 12
+check "owner's route untouched"      routing_entry order-cancel-job.yaml cancel_expired_order "$OC_TOPIC"
+
+log "a config claiming the owner's topic, with deletePolicy: Delete, deleted: the owner's topic stays"
+cat >"$WORK/topic-thief.yaml" <<EOF
+apiVersion: asyncd.example.io/v1
+kind: AsyncJobConfig
+metadata: {name: topic-thief}
+spec:
+  taskType: steal_topic
+  executor: {url: http://thief.example.svc:8080/run}
+  kafka: {topic: $OC_TOPIC, partitions: 12, deletePolicy: Delete}
+EOF
+check "apply the topic thief"        kn apply -f "$WORK/topic-thief.yaml"
+check "Conflict=True on the topic"   kn wait --for=condition=Conflict=true --timeout=60s asyncjobconfig/topic-thief
+check "reason names the topic's owner" names_owner topic-thief TopicOwnedByOther
+check "delete the topic thief"       kn delete asyncjobconfig topic-thief --wait=true --timeout=30s
+check "owner's topic still there"    topic_has "$OC_TOPIC" 12
+
+# ---- 4. dispatchers execute tasks through the route in the ConfigMap ----------------------
+# ---- 4b. a dispatcher follows the route from the ConfigMap, without a restart ------------------
+# asyncd api + dispatcher run as local processes on the routing ConfigMap (`--job` for the
+# dispatcher, as the operator's Deployment runs it), started while the route still points at
+# the sample's in-cluster URL. Re-pointing the config at a local executor must reach the
+# running dispatcher through the operator and the ConfigMap watch, and tasks must run there.
+log "asyncd dispatcher --routing-configmap $NS/asyncd-routing --job $OC"
+cargo build --locked -p asyncd
+ASYNCD_BIN="$CARGO_TARGET_DIR/debug/asyncd"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+EXEC_PORT=$(free_port); API_PORT=$(free_port); DISP_PORT=$(free_port)
+stop_roles() { for pid in "${role_pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done; }
+python3 examples/executor.py "$EXEC_PORT" >"$WORK/executor.log" 2>&1 & role_pids+=($!)
+"$ASYNCD_BIN" migrate --store "$STORE_URL" >/dev/null
+roles_env=(env ASYNCD_STORE="$STORE_URL" ASYNCD_ROUTING_CONFIGMAP="$NS/asyncd-routing" ASYNCD_KAFKA_BROKERS="$BROKERS")
+"${roles_env[@]}" "$ASYNCD_BIN" dispatcher --job "$OC" --listen "127.0.0.1:$DISP_PORT" >"$WORK/dispatcher.log" 2>&1 & role_pids+=($!)
+"${roles_env[@]}" "$ASYNCD_BIN" api --listen "127.0.0.1:$API_PORT" >"$WORK/api.log" 2>&1 & role_pids+=($!)
+check "dispatcher up"                wait_for 30 curl -fsS "http://127.0.0.1:$DISP_PORT/healthz"
+check "api up"                       wait_for 30 curl -fsS "http://127.0.0.1:$API_PORT/healthz"
+repoint() { sample order-cancel-job-12-partitions.yaml | sed -E "s#url: .*#url: http://127.0.0.1:$EXEC_PORT/tasks/cancel#" | kubectl -n "$NS" apply -f -; }
+check "re-point the executor URL"    repoint
+routed_to_stub() { kn get configmap asyncd-routing -o jsonpath='{.data}' | grep -q "127.0.0.1:$EXEC_PORT"; }
+check "route carries the new URL"    wait_for 30 routed_to_stub
+submit_task() {  # submit_task ORDER: 201 from the api, answer kept for `ran`
+  curl -fsS -XPOST "http://127.0.0.1:$API_PORT/v1/tasks" \
+    -d "{\"type\": \"cancel_expired_order\", \"payload\": {\"order_id\": $1}}" >"$WORK/submit-$1.json"
+}
+ran() {  # ran ORDER: the local executor ran that task
+  local id
+  id=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])' <"$WORK/submit-$1.json")
+  grep -q "executing cancel_expired_order $id" "$WORK/executor.log"
+}
+# The api learns the job from its own watch of the ConfigMap: retry the first submit until then.
+check "api accepts the job's tasks"  wait_for 30 submit_task 101
+check "the dispatcher that read the ConfigMap runs it" wait_for 40 ran 101
+check "a second task, no restart"    submit_task 102
+check "runs too"                     wait_for 30 ran 102
+check "dispatcher never restarted"   kill -0 "${role_pids[1]}"
+stop_roles
+
+# ---- 5. deleting the config removes the route and keeps the topic ----------------------------
+log "delete order-cancel-job (deletePolicy: Retain)"
+check "delete order-cancel-job"      kn delete asyncjobconfig "$OC" --wait=true --timeout=30s
+route_gone() { expect_eq keys "$(routing_keys)" ""; }
+check "route removed"                wait_for 20 route_gone
+check "topic kept (Retain)"          topic_has "$OC_TOPIC" 12
+check "Deployment and HPA removed"   wait_for 20 no_workloads "$OC"
+
+log "config/samples/invoice-reminder-job.yaml: clamped scaling, deletePolicy: Delete"
+IR=invoice-reminder-job
+IR_TOPIC=$(topic asyncd-invoice-reminder)
+topics_created+=("$IR_TOPIC")
+check "apply invoice-reminder-job"   apply_sample invoice-reminder-job.yaml
+check "invoice-reminder-job Ready"   kn wait --for=condition=Ready --timeout=60s "asyncjobconfig/$IR"
+check "topic has 3 partitions"       topic_has "$IR_TOPIC" 3
+clamped() { expect_eq min/max "$(jp "hpa/asyncd-dispatcher-$IR" '{.spec.minReplicas}/{.spec.maxReplicas}')" 1/3 && expect_eq reason "$(cond $IR ScalingReady reason)" MaxReplicasClamped; }
+check "maxReplicas clamped to 3"     clamped
+check "delete invoice-reminder-job"  kn delete asyncjobconfig "$IR" --wait=true --timeout=30s
+check "its topic is deleted"         wait_for 20 topic_absent "$IR_TOPIC"
+
+# ---- 6. invalid specs are refused by the API server -----------------------------------------
+log "invalid specs"
+rejected() {  # rejected MESSAGE: the document on stdin must be refused with MESSAGE
+  local out
+  if out=$(kubectl -n "$NS" apply -f - 2>&1); then echo "accepted: $out"; return 1; fi
+  expect_has rejection "$out" "$1"
+}
+invalid() {  # a valid base document with one edit (a sed expression)
+  sed -E "$1" <<EOF
+apiVersion: asyncd.example.io/v1
+kind: AsyncJobConfig
+metadata: {name: bad-$RANDOM}
+spec:
+  taskType: bad
+  executor: {url: http://bad.example.svc:8080/run}
+  kafka: {topic: asyncd-bad-$RUN, partitions: 3}
+  cron: [{name: nightly, schedule: "CRON_TZ=UTC 0 0 * * *"}]
+  scaling: {minReplicas: 1, maxReplicas: 3}
+EOF
+}
+valid_base() { invalid 's/x/x/' | kn apply --dry-run=server -f -; }
+refused() { invalid "$1" | rejected "$2"; }  # refused SED-EDIT MESSAGE
+check "base of the invalid cases is valid" valid_base
+check "cron without CRON_TZ= refused" refused 's/CRON_TZ=UTC //' 'a cron schedule must start with CRON_TZ='
+check "maxReplicas < minReplicas refused" refused 's/minReplicas: 1, maxReplicas: 3/minReplicas: 4, maxReplicas: 2/' 'scaling.maxReplicas must not be below scaling.minReplicas'
+check "partitions 0 refused"         refused 's/partitions: 3/partitions: 0/' 'kafka.partitions must be at least 1'
+invalid_sample() {
+  local out
+  if out=$(kubectl -n "$NS" apply -f config/samples/invalid-job.yaml 2>&1); then echo "accepted: $out"; return 1; fi
+  echo "$out"
+  for m in "spec.cron[0].schedule" "CRON_TZ=" "spec.scaling" "maxReplicas must not be below" "spec.kafka.partitions" "at least 1"; do
+    expect_has rejection "$out" "$m" || return 1
+  done
+}
+check "config/samples/invalid-job.yaml refused, naming each field" invalid_sample
+check "nothing invalid was stored"   expect_eq stored "$(kn get asyncjobconfigs -o name)" ""
+
+# ---- 7. RBAC and metrics --------------------------------------------------------------------
+log "RBAC and metrics"
+sa_can() { k auth can-i "$@" -n "$NS" --as="system:serviceaccount:$NS:asyncd-dispatcher"; }
+check "dispatcher may watch the routing ConfigMap" sa_can watch configmaps/asyncd-routing
+cannot() { ! k auth can-i "$@" -n "$NS"; }
+check "dispatcher may not read other ConfigMaps"   cannot get configmaps/other --as="system:serviceaccount:$NS:asyncd-dispatcher"
+check "dispatcher may not read Secrets"           cannot get secrets --as="system:serviceaccount:$NS:asyncd-dispatcher"
+check "operator may not read Secrets"             cannot get secrets --as=system:serviceaccount:asyncd-system:asyncd-operator
+metrics_ok() {
+  local m; m=$(curl -fsS "http://127.0.0.1:$port/metrics")
+  expect_has metrics "$m" 'asyncd_operator_reconciliations_total{result="ok"}' &&
+  expect_has metrics "$m" 'asyncd_operator_topic_operations_total{op="grow"} 1' &&
+  expect_has metrics "$m" 'asyncd_operator_topic_operations_total{op="create"} 1'
+}
+check "operator /metrics"            metrics_ok
+no_failures() { ! grep 'reconcile failed' "$WORK/operator.log"; }
+check "operator logged no reconcile failure" no_failures

@@ -1,0 +1,251 @@
+//! The dispatcher Deployment `asyncd-dispatcher-<config>`: `asyncd dispatcher` reading its
+//! route from the namespace's routing ConfigMap, owned by the config.
+//!
+//! `spec.replicas` is left out on purpose: the HPA owns it (an apply that set it would
+//! fight the autoscaler).
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SecretKeySelector,
+    SecurityContext,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::Resource;
+use kube::api::ObjectMeta;
+use std::collections::BTreeMap;
+
+use super::routing::ROUTING_CONFIGMAP;
+use super::{DispatcherSettings, dispatcher_name, labels, selector_labels};
+use crate::crd::AsyncJobConfig;
+
+pub const METRICS_PORT: i32 = 7700;
+
+/// The container's arguments (after the `asyncd` entrypoint).
+pub fn args(config: &AsyncJobConfig, settings: &DispatcherSettings) -> Vec<String> {
+    vec![
+        "dispatcher".into(),
+        "--routing-configmap".into(),
+        format!("{}/{ROUTING_CONFIGMAP}", config.namespace()),
+        "--job".into(),
+        config.name().into(),
+        "--store".into(),
+        "$(ASYNCD_STORE)".into(),
+        "--kafka-brokers".into(),
+        settings.kafka_brokers.clone(),
+        "--listen".into(),
+        format!("0.0.0.0:{METRICS_PORT}"),
+    ]
+}
+
+fn secret_env(name: &str, secret: &str, key: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.into(),
+                key: key.into(),
+                optional: Some(false),
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
+fn probe(path: &str) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String("metrics".into()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(10),
+        failure_threshold: Some(3),
+        ..Probe::default()
+    }
+}
+
+pub fn build(config: &AsyncJobConfig, settings: &DispatcherSettings) -> Deployment {
+    let mut env = vec![secret_env("ASYNCD_STORE", &settings.store_secret, "url")];
+    if let Some(name) = &config.spec.executor.signing_secret_env {
+        env.push(secret_env(name, &settings.signing_secret, name));
+    }
+    env.push(EnvVar {
+        name: "ASYNCD_LOG".into(),
+        value: Some("info".into()),
+        ..EnvVar::default()
+    });
+    let container = Container {
+        name: "dispatcher".into(),
+        image: Some(settings.image.clone()),
+        image_pull_policy: settings.image_pull_policy.clone(),
+        command: Some(vec!["asyncd".into()]),
+        args: Some(args(config, settings)),
+        env: Some(env),
+        ports: Some(vec![ContainerPort {
+            name: Some("metrics".into()),
+            container_port: METRICS_PORT,
+            protocol: Some("TCP".into()),
+            ..ContainerPort::default()
+        }]),
+        liveness_probe: Some(probe("/healthz")),
+        readiness_probe: Some(probe("/readyz")),
+        resources: Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".into(), Quantity("100m".into())),
+                ("memory".into(), Quantity("64Mi".into())),
+            ])),
+            limits: Some(BTreeMap::from([(
+                "memory".into(),
+                Quantity("512Mi".into()),
+            )])),
+            ..ResourceRequirements::default()
+        }),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                ..Capabilities::default()
+            }),
+            ..SecurityContext::default()
+        }),
+        ..Container::default()
+    };
+    let pod_annotations = BTreeMap::from([
+        ("prometheus.io/scrape".to_string(), "true".to_string()),
+        ("prometheus.io/port".to_string(), METRICS_PORT.to_string()),
+        ("prometheus.io/path".to_string(), "/metrics".to_string()),
+    ]);
+    Deployment {
+        metadata: ObjectMeta {
+            name: Some(dispatcher_name(config)),
+            namespace: Some(config.namespace().into()),
+            labels: Some(labels(config)),
+            owner_references: config.controller_owner_ref(&()).map(|o| vec![o]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(DeploymentSpec {
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(config)),
+                ..LabelSelector::default()
+            },
+            strategy: Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".into()),
+                ..DeploymentStrategy::default()
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(config)),
+                    annotations: Some(pod_annotations),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    service_account_name: Some(settings.service_account.clone()),
+                    // in-flight attempts get this long to finish on a rollout or scale-in
+                    termination_grace_period_seconds: Some(60),
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        seccomp_profile: Some(k8s_openapi::api::core::v1::SeccompProfile {
+                            type_: "RuntimeDefault".into(),
+                            ..Default::default()
+                        }),
+                        ..PodSecurityContext::default()
+                    }),
+                    containers: vec![container],
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        ..Deployment::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures;
+
+    #[test]
+    fn runs_the_dispatcher_for_this_job_from_the_routing_configmap() {
+        let config = fixtures::sample("order-cancel-job.yaml");
+        let settings = fixtures::settings();
+        let d = build(&config, &settings);
+        assert_eq!(
+            d.metadata.name.as_deref(),
+            Some("asyncd-dispatcher-order-cancel-job")
+        );
+        assert_eq!(d.metadata.namespace.as_deref(), Some(fixtures::NAMESPACE));
+        let spec = d.spec.unwrap();
+        assert_eq!(spec.replicas, None, "the HPA owns replicas");
+        let pod = spec.template.spec.unwrap();
+        assert_eq!(
+            pod.service_account_name.as_deref(),
+            Some("asyncd-dispatcher")
+        );
+        let c = &pod.containers[0];
+        assert_eq!(c.image.as_deref(), Some("registry.example/asyncd:1.2.3"));
+        assert_eq!(
+            c.args.as_ref().unwrap().join(" "),
+            "dispatcher --routing-configmap shop/asyncd-routing --job order-cancel-job \
+             --store $(ASYNCD_STORE) --kafka-brokers kafka-0:9092,kafka-1:9092 --listen 0.0.0.0:7700"
+        );
+        assert_eq!(c.ports.as_ref().unwrap()[0].container_port, 7700);
+        let env = c.env.as_ref().unwrap();
+        let store = env[0]
+            .value_from
+            .as_ref()
+            .unwrap()
+            .secret_key_ref
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            (
+                env[0].name.as_str(),
+                store.name.as_str(),
+                store.key.as_str()
+            ),
+            ("ASYNCD_STORE", "asyncd-store", "url")
+        );
+        // the sample signs calls: the secret named by signingSecretEnv is provided
+        let signing = env
+            .iter()
+            .find(|e| e.name == "ORDER_CANCEL_SIGNING_SECRET")
+            .unwrap();
+        let key = signing
+            .value_from
+            .as_ref()
+            .unwrap()
+            .secret_key_ref
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            (key.name.as_str(), key.key.as_str()),
+            ("asyncd-signing", "ORDER_CANCEL_SIGNING_SECRET")
+        );
+    }
+
+    #[test]
+    fn is_owned_by_the_config_and_selects_its_pods() {
+        let config = fixtures::config("job-a");
+        let d = build(&config, &fixtures::settings());
+        let owner = &d.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(owner.kind, "AsyncJobConfig");
+        assert_eq!(owner.name, "job-a");
+        assert_eq!(owner.controller, Some(true));
+        let spec = d.spec.unwrap();
+        let selector = spec.selector.match_labels.unwrap();
+        let pod_labels = spec.template.metadata.unwrap().labels.unwrap();
+        for (k, v) in &selector {
+            assert_eq!(pod_labels.get(k), Some(v));
+        }
+        assert_eq!(
+            selector.get("asyncd.example.io/job").map(String::as_str),
+            Some("job-a")
+        );
+    }
+}

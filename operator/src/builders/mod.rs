@@ -1,0 +1,69 @@
+//! One builder per resource the operator owns. Each is a pure function from an
+//! `AsyncJobConfig` (and what was observed) to the desired object or decision, unit-tested
+//! without a client; `controller` applies what they return.
+//!
+//! - [`topic`]: create / grow / keep / refuse-to-shrink decision for the Kafka topic.
+//! - [`routing`]: the namespace's `asyncd-routing` ConfigMap, one document per config.
+//! - [`deployment`]: the dispatcher Deployment `asyncd-dispatcher-<config>`.
+//! - [`hpa`]: the autoscaling/v2 HPA on due backlog, max replicas clamped to partitions.
+
+pub mod deployment;
+pub mod hpa;
+pub mod routing;
+pub mod topic;
+
+use std::collections::BTreeMap;
+
+use crate::crd::AsyncJobConfig;
+
+pub const MANAGED_BY: &str = "asyncd-operator";
+pub const JOB_LABEL: &str = "asyncd.example.io/job";
+
+/// Where dispatchers come from and what they connect to: the operator's flags.
+#[derive(Clone, Debug)]
+pub struct DispatcherSettings {
+    pub image: String,
+    pub image_pull_policy: Option<String>,
+    pub kafka_brokers: String,
+    /// Secret (in the config's namespace) whose `url` key is the store URL.
+    pub store_secret: String,
+    pub service_account: String,
+    /// Secret holding signing secrets, one key per `executor.signingSecretEnv` name.
+    pub signing_secret: String,
+}
+
+impl Default for DispatcherSettings {
+    fn default() -> Self {
+        Self {
+            image: "asyncd:latest".into(),
+            image_pull_policy: None,
+            kafka_brokers: "kafka:9092".into(),
+            store_secret: "asyncd-store".into(),
+            service_account: "asyncd-dispatcher".into(),
+            signing_secret: "asyncd-signing".into(),
+        }
+    }
+}
+
+/// `asyncd-dispatcher-<config name>`: the Deployment's and the HPA's name.
+pub fn dispatcher_name(config: &AsyncJobConfig) -> String {
+    format!("asyncd-dispatcher-{}", config.name())
+}
+
+/// Labels on everything made for one config; the first two select its pods.
+pub fn labels(config: &AsyncJobConfig) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".into(), "asyncd-dispatcher".into()),
+        (JOB_LABEL.into(), config.name().into()),
+        ("app.kubernetes.io/instance".into(), config.name().into()),
+        ("app.kubernetes.io/component".into(), "dispatcher".into()),
+        ("app.kubernetes.io/managed-by".into(), MANAGED_BY.into()),
+    ])
+}
+
+pub fn selector_labels(config: &AsyncJobConfig) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".into(), "asyncd-dispatcher".into()),
+        (JOB_LABEL.into(), config.name().into()),
+    ])
+}

@@ -1,0 +1,350 @@
+//! The `AsyncJobConfig` custom resource: group `asyncd.example.io`, version `v1`.
+//!
+//! The spec *is* [`asyncd_spec::JobSpec`] — the struct `asyncd dev --config DIR` and the
+//! dispatchers' loader parse — wrapped in a transparent newtype so the derive can hang the
+//! CRD on it. Its schema (and the CEL rules the API server enforces) come from the
+//! `kube` feature of `asyncd-spec`, so the document a team writes means the same thing on a
+//! laptop and in a cluster. `crds/asyncjobconfigs.yaml` is [`yaml`]'s output (`crdgen`).
+
+use std::ops::Deref;
+
+use asyncd_spec::JobSpec;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::{CustomResource, CustomResourceExt};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub const GROUP: &str = "asyncd.example.io";
+pub const FINALIZER: &str = "asyncd.example.io/cleanup";
+
+/// An AsyncJobConfig: one job (task type) of asyncd, with its executor, retries, Kafka
+/// topic, cron schedules and scaling.
+// clippy reads the repeated `printcolumn(type_ = …)` arguments as duplicated attributes
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "asyncd.example.io",
+    version = "v1",
+    kind = "AsyncJobConfig",
+    plural = "asyncjobconfigs",
+    singular = "asyncjobconfig",
+    shortname = "asyncjobs",
+    category = "asyncd",
+    namespaced,
+    status = "AsyncJobConfigStatus",
+    derive = "PartialEq",
+    doc = "One asyncd job: its task type, executor, retries, Kafka topic, cron schedules and scaling. The operator turns it into a Kafka topic, an entry in the namespace's asyncd-routing ConfigMap, a dispatcher Deployment and an HPA.",
+    printcolumn(name = "Task Type", type_ = "string", json_path = ".spec.taskType"),
+    printcolumn(name = "Topic", type_ = "string", json_path = ".spec.kafka.topic"),
+    printcolumn(
+        name = "Partitions",
+        type_ = "integer",
+        json_path = ".status.partitions",
+        description = "Partitions the topic has"
+    ),
+    printcolumn(
+        name = "Replicas",
+        type_ = "integer",
+        json_path = ".status.replicas",
+        description = "Dispatcher replicas"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
+        priority = "1"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(transparent)]
+pub struct AsyncJobConfigSpec(pub JobSpec);
+
+impl Deref for AsyncJobConfigSpec {
+    type Target = JobSpec;
+    fn deref(&self) -> &JobSpec {
+        &self.0
+    }
+}
+
+/// What the operator last did with a config, written through the status subresource.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AsyncJobConfigStatus {
+    /// The `metadata.generation` these conditions describe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Ready, TopicReady, RoutingReady, DispatcherReady, ScalingReady and Conflict.
+    #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// Partitions the Kafka topic has (which may be more than asked: Kafka never shrinks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<u32>,
+    /// Dispatcher replicas (from the Deployment's status).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    /// Dispatcher replicas that are ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
+}
+
+impl AsyncJobConfigStatus {
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+}
+
+/// A status condition, shaped like `metav1.Condition`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// One CamelCase word saying why.
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+    /// RFC 3339; changes only when `status` changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+impl AsyncJobConfig {
+    pub fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    pub fn namespace(&self) -> &str {
+        self.metadata.namespace.as_deref().unwrap_or_default()
+    }
+
+    pub fn topic(&self) -> Option<&str> {
+        self.spec.kafka.as_ref().map(|k| k.topic.as_str())
+    }
+
+    pub fn is_deleting(&self) -> bool {
+        self.metadata.deletion_timestamp.is_some()
+    }
+}
+
+/// The CRD, as applied to clusters: the derive's output, tidied for the API server (see
+/// [`tidy`]).
+pub fn definition() -> CustomResourceDefinition {
+    let mut value = serde_json::to_value(AsyncJobConfig::crd()).expect("CRD serialises");
+    tidy(&mut value);
+    serde_json::from_value(value).expect("CRD deserialises")
+}
+
+/// Removes what the API server refuses or warns about: `default: null` (from fields that
+/// default to JSON null) and schemars' unsigned integer formats (`uint32`, `uint8`),
+/// which Kubernetes does not know; `minimum` keeps those fields non-negative.
+fn tidy(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            if map.get("default").is_some_and(|d| d.is_null()) {
+                map.remove("default");
+            }
+            if map
+                .get("format")
+                .and_then(|f| f.as_str())
+                .is_some_and(|f| f.starts_with("uint"))
+            {
+                map.remove("format");
+            }
+            map.values_mut().for_each(tidy);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(tidy),
+        _ => {}
+    }
+}
+
+pub const YAML_HEADER: &str = "# Generated by `cargo run -p asyncd-operator --bin crdgen > crds/asyncjobconfigs.yaml`.\n# Do not edit: change the Rust types (operator/src/crd.rs, spec/src/job.rs) and regenerate.\n";
+
+/// The CRD as YAML, exactly as committed in `crds/asyncjobconfigs.yaml`.
+pub fn yaml() -> String {
+    let body = serde_yaml::to_string(&definition()).expect("CRD renders as YAML");
+    format!("{YAML_HEADER}{body}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn committed_path() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds/asyncjobconfigs.yaml")
+    }
+
+    #[test]
+    fn committed_crd_matches_the_code() {
+        let committed = std::fs::read_to_string(committed_path()).unwrap_or_default();
+        assert!(
+            committed == yaml(),
+            "crds/asyncjobconfigs.yaml is stale: run\n  cargo run -p asyncd-operator --bin crdgen > crds/asyncjobconfigs.yaml"
+        );
+    }
+
+    #[test]
+    fn names_scope_and_subresources() {
+        let crd = definition();
+        assert_eq!(
+            crd.metadata.name.as_deref(),
+            Some("asyncjobconfigs.asyncd.example.io")
+        );
+        assert_eq!(crd.spec.group, GROUP);
+        assert_eq!(crd.spec.scope, "Namespaced");
+        assert_eq!(crd.spec.names.kind, "AsyncJobConfig");
+        assert_eq!(crd.spec.names.plural, "asyncjobconfigs");
+        assert_eq!(
+            crd.spec.names.short_names,
+            Some(vec!["asyncjobs".to_string()])
+        );
+        let version = &crd.spec.versions[0];
+        assert_eq!(version.name, "v1");
+        assert!(version.subresources.as_ref().unwrap().status.is_some());
+        let columns: Vec<_> = version
+            .additional_printer_columns
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(
+            columns,
+            [
+                "Task Type",
+                "Topic",
+                "Partitions",
+                "Replicas",
+                "Ready",
+                "Reason",
+                "Age"
+            ]
+        );
+    }
+
+    /// Every committed sample reads the same through the dispatcher's loader
+    /// (`asyncd_spec::AsyncJobConfig`) and through the CRD type, and round-trips.
+    #[test]
+    fn samples_parse_identically_as_documents_and_resources() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/samples");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let doc: asyncd_spec::AsyncJobConfig = serde_yaml::from_str(&text).unwrap();
+            let resource: AsyncJobConfig = serde_yaml::from_str(&text).unwrap();
+            assert_eq!(resource.spec.0, doc.spec, "{}", path.display());
+            assert_eq!(resource.name(), doc.metadata.name);
+            let back: AsyncJobConfig =
+                serde_json::from_value(serde_json::to_value(&resource).unwrap()).unwrap();
+            assert_eq!(back, resource);
+            let valid = asyncd_spec::AsyncJobConfig::from_yaml(&text).is_ok();
+            let is_invalid_sample = path
+                .file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with("invalid");
+            assert_eq!(valid, !is_invalid_sample, "{}", path.display());
+            seen += 1;
+        }
+        assert!(seen >= 4, "samples: {seen}");
+    }
+
+    fn spec_schema() -> serde_json::Value {
+        let crd = serde_json::to_value(definition()).unwrap();
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"].clone()
+    }
+
+    #[test]
+    fn schema_is_the_job_spec_with_cel_rules() {
+        let spec = spec_schema();
+        let props = spec["properties"].as_object().unwrap();
+        for field in [
+            "taskType",
+            "executor",
+            "retry",
+            "uniqueKey",
+            "concurrency",
+            "kafka",
+            "cron",
+            "scaling",
+        ] {
+            assert!(props.contains_key(field), "missing {field}");
+        }
+        assert_eq!(
+            spec["required"],
+            serde_json::json!(["executor", "taskType"])
+        );
+        let rules = |v: &serde_json::Value| v["x-kubernetes-validations"][0]["rule"].clone();
+        assert_eq!(
+            rules(&props["cron"]["items"]["properties"]["schedule"]),
+            "self.startsWith('CRON_TZ=')"
+        );
+        assert_eq!(
+            rules(&props["kafka"]["properties"]["partitions"]),
+            "self >= 1"
+        );
+        assert!(
+            rules(&props["scaling"])
+                .as_str()
+                .unwrap()
+                .contains("self.maxReplicas >= self.minReplicas")
+        );
+        assert_eq!(
+            props["kafka"]["properties"]["deletePolicy"]["enum"],
+            serde_json::json!(["Retain", "Delete"])
+        );
+        // any JSON is kept as a cron payload, and no null default is left behind
+        let payload = &props["cron"]["items"]["properties"]["payload"];
+        assert_eq!(payload["x-kubernetes-preserve-unknown-fields"], true);
+        assert!(!yaml().contains("default: null"));
+        assert!(
+            !yaml().contains("format: uint"),
+            "Kubernetes warns about unknown formats"
+        );
+    }
+
+    #[test]
+    fn schema_is_structural() {
+        // every property has a type, except the preserve-unknown-fields payload
+        fn walk(path: &str, v: &serde_json::Value, out: &mut Vec<String>) {
+            let Some(map) = v.as_object() else { return };
+            if !map.contains_key("type")
+                && map.get("x-kubernetes-preserve-unknown-fields").is_none()
+            {
+                out.push(path.to_string());
+            }
+            for key in ["anyOf", "oneOf", "allOf", "additionalProperties", "$ref"] {
+                assert!(
+                    !map.contains_key(key) || key == "additionalProperties",
+                    "{path} has {key}"
+                );
+            }
+            if let Some(props) = map.get("properties").and_then(|p| p.as_object()) {
+                for (name, sub) in props {
+                    walk(&format!("{path}.{name}"), sub, out);
+                }
+            }
+            if let Some(items) = map.get("items") {
+                walk(&format!("{path}[]"), items, out);
+            }
+        }
+        let mut untyped = Vec::new();
+        walk("spec", &spec_schema(), &mut untyped);
+        assert!(untyped.is_empty(), "untyped: {untyped:?}");
+    }
+}

@@ -1,0 +1,28 @@
+//! `asyncd-operator`: reconciles `AsyncJobConfig` resources.
+//!
+//! Each config becomes, in its namespace:
+//! - a Kafka topic with the partitions asked (grown, never shrunk; deleted with the config
+//!   only under `kafka.deletePolicy: Delete`),
+//! - a document in the `asyncd-routing` ConfigMap (one key per config, the format
+//!   `asyncd dev --config DIR` reads), rebuilt from every routable config,
+//! - a dispatcher Deployment `asyncd-dispatcher-<config>` and its HPA on due backlog.
+//!
+//! Layout (after kube-rs/controller-rs):
+//! - [`crd`]: the resource type (its spec is `asyncd_spec::JobSpec`) and the CRD.
+//! - [`controller`]: the reconcile pipeline read → validate → build → apply → status,
+//!   `error_policy`, the finalizer, and the `Controller` wiring.
+//! - [`builders`]: one pure builder per resource; [`conflicts`]: who owns a task type or
+//!   topic; [`status`]: conditions from what a pass did. All unit-tested without a client.
+//! - [`kafka`]: the topic admin seam (rdkafka). [`metrics`], [`telemetry`]: observability.
+
+pub mod builders;
+pub mod conflicts;
+pub mod controller;
+pub mod crd;
+pub mod kafka;
+pub mod metrics;
+pub mod status;
+pub mod telemetry;
+
+#[cfg(test)]
+pub mod fixtures;

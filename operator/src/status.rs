@@ -1,0 +1,436 @@
+//! From what a reconcile pass saw and did to the status it writes: conditions with
+//! reasons, `observedGeneration`, partitions and replicas. Pure, so every branch is tested
+//! without a cluster.
+//!
+//! Conditions: `TopicReady`, `RoutingReady`, `DispatcherReady`, `ScalingReady` (one per
+//! step of the pipeline), `Conflict`, and `Ready` (all four steps True). A step that did
+//! not run because an earlier one failed is `Unknown` with reason `Pending`.
+
+use crate::conflicts::Conflict;
+use crate::crd::{AsyncJobConfigStatus, Condition};
+
+pub const READY: &str = "Ready";
+pub const TOPIC_READY: &str = "TopicReady";
+pub const ROUTING_READY: &str = "RoutingReady";
+pub const DISPATCHER_READY: &str = "DispatcherReady";
+pub const SCALING_READY: &str = "ScalingReady";
+pub const CONFLICT: &str = "Conflict";
+
+/// The steps, in pipeline order.
+pub const STEPS: [&str; 4] = [TOPIC_READY, ROUTING_READY, DISPATCHER_READY, SCALING_READY];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    True,
+    False,
+    Unknown,
+}
+
+impl State {
+    fn as_str(self) -> &'static str {
+        match self {
+            State::True => "True",
+            State::False => "False",
+            State::Unknown => "Unknown",
+        }
+    }
+}
+
+/// The outcome of one step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    pub state: State,
+    pub reason: String,
+    pub message: String,
+}
+
+impl Step {
+    pub fn ok(reason: &str, message: impl Into<String>) -> Self {
+        Self {
+            state: State::True,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+    pub fn failed(reason: &str, message: impl Into<String>) -> Self {
+        Self {
+            state: State::False,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+    pub fn pending(message: impl Into<String>) -> Self {
+        Self {
+            state: State::Unknown,
+            reason: "Pending".into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// What a pass found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Verdict {
+    /// The spec failed `JobSpec::validate` (or an operator-only check).
+    Invalid { field: String, message: String },
+    /// Another config owns the task type or topic: nothing was changed.
+    Conflict(Conflict),
+    /// The pipeline ran; `steps` holds one outcome per entry of [`STEPS`].
+    Reconciled(Report),
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Report {
+    pub steps: Vec<Step>,
+    pub partitions: Option<u32>,
+    pub replicas: Option<i32>,
+    pub ready_replicas: Option<i32>,
+}
+
+impl Report {
+    /// A report whose steps are all pending; the pipeline fills them in as it goes.
+    pub fn new() -> Self {
+        Self {
+            steps: STEPS
+                .iter()
+                .map(|_| Step::pending("waiting for an earlier step"))
+                .collect(),
+            ..Self::default()
+        }
+    }
+
+    pub fn set(&mut self, type_: &str, step: Step) {
+        let index = STEPS
+            .iter()
+            .position(|s| *s == type_)
+            .expect("a known step");
+        self.steps[index] = step;
+    }
+
+    pub fn step(&self, type_: &str) -> &Step {
+        let index = STEPS
+            .iter()
+            .position(|s| *s == type_)
+            .expect("a known step");
+        &self.steps[index]
+    }
+}
+
+/// The desired conditions for a verdict, before transition times are merged in.
+pub fn conditions(verdict: &Verdict) -> Vec<(String, Step)> {
+    let mut out: Vec<(String, Step)> = Vec::new();
+    match verdict {
+        Verdict::Invalid { field, message } => {
+            let text = format!("{field}: {message}");
+            out.push((READY.into(), Step::failed("InvalidSpec", text.clone())));
+            for step in STEPS {
+                out.push((step.into(), Step::pending(format!("invalid spec: {text}"))));
+            }
+            out.push((
+                CONFLICT.into(),
+                Step {
+                    state: State::Unknown,
+                    reason: "InvalidSpec".into(),
+                    message: String::new(),
+                },
+            ));
+        }
+        Verdict::Conflict(conflict) => {
+            out.push((READY.into(), Step::failed("Conflict", conflict.message())));
+            for step in STEPS {
+                out.push((
+                    step.into(),
+                    Step {
+                        state: State::Unknown,
+                        reason: "Conflict".into(),
+                        message: format!("not reconciled: owned by {:?}", conflict.owner),
+                    },
+                ));
+            }
+            out.push((
+                CONFLICT.into(),
+                Step {
+                    state: State::True,
+                    reason: conflict.reason().into(),
+                    message: conflict.message(),
+                },
+            ));
+        }
+        Verdict::Reconciled(report) => {
+            let first_bad = report
+                .steps
+                .iter()
+                .zip(STEPS)
+                .find(|(s, _)| s.state != State::True);
+            let ready = match first_bad {
+                None => Step::ok(
+                    "Reconciled",
+                    "topic, route, dispatcher and autoscaler are in place",
+                ),
+                Some((step, name)) => Step {
+                    state: if step.state == State::False {
+                        State::False
+                    } else {
+                        State::Unknown
+                    },
+                    reason: step.reason.clone(),
+                    message: format!("{name}: {}", step.message),
+                },
+            };
+            out.push((READY.into(), ready));
+            for (step, name) in report.steps.iter().zip(STEPS) {
+                out.push((name.into(), step.clone()));
+            }
+            out.push((
+                CONFLICT.into(),
+                Step {
+                    state: State::False,
+                    reason: "NoConflict".into(),
+                    message: "this config owns its task type and topic".into(),
+                },
+            ));
+        }
+    }
+    out
+}
+
+/// The full status: conditions whose state did not change keep their
+/// `lastTransitionTime`; partitions and replicas come from the report, or are kept from
+/// the previous status when the pass did not look.
+pub fn status(
+    previous: Option<&AsyncJobConfigStatus>,
+    verdict: &Verdict,
+    generation: Option<i64>,
+    now: &str,
+) -> AsyncJobConfigStatus {
+    let conditions = conditions(verdict)
+        .into_iter()
+        .map(|(type_, step)| {
+            let before = previous.and_then(|p| p.condition(&type_));
+            let last_transition_time = match before {
+                Some(b) if b.status == step.state.as_str() => b.last_transition_time.clone(),
+                _ => Some(now.to_string()),
+            };
+            Condition {
+                type_,
+                status: step.state.as_str().into(),
+                reason: step.reason,
+                message: step.message,
+                last_transition_time,
+                observed_generation: generation,
+            }
+        })
+        .collect();
+    let (partitions, replicas, ready_replicas) = match verdict {
+        Verdict::Reconciled(r) => (r.partitions, r.replicas, r.ready_replicas),
+        _ => (
+            previous.and_then(|p| p.partitions),
+            previous.and_then(|p| p.replicas),
+            previous.and_then(|p| p.ready_replicas),
+        ),
+    };
+    AsyncJobConfigStatus {
+        observed_generation: generation,
+        conditions,
+        partitions,
+        replicas,
+        ready_replicas,
+    }
+}
+
+/// Condition changes worth an Event: `(warning, reason, message)` for each condition whose
+/// status or reason changed, skipping the noise of steps going Pending.
+pub fn transitions(
+    previous: Option<&AsyncJobConfigStatus>,
+    next: &AsyncJobConfigStatus,
+) -> Vec<(bool, String, String)> {
+    let mut out = Vec::new();
+    for c in &next.conditions {
+        let before = previous.and_then(|p| p.condition(&c.type_));
+        let changed = before.is_none_or(|b| b.status != c.status || b.reason != c.reason);
+        if !changed || c.status == "Unknown" {
+            continue;
+        }
+        let warning = match c.type_.as_str() {
+            CONFLICT => c.status == "True",
+            _ => c.status == "False",
+        };
+        if c.type_ == CONFLICT && c.status == "False" && before.is_none() {
+            continue; // not news on a first pass
+        }
+        if c.type_ == READY || warning {
+            out.push((
+                warning,
+                c.reason.clone(),
+                format!("{}: {}", c.type_, c.message),
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conflicts::Claimed;
+
+    fn all_ok() -> Report {
+        let mut r = Report::new();
+        r.set(
+            TOPIC_READY,
+            Step::ok("TopicCreated", "created with 6 partitions"),
+        );
+        r.set(
+            ROUTING_READY,
+            Step::ok("RouteApplied", "entry in asyncd-routing"),
+        );
+        r.set(DISPATCHER_READY, Step::ok("DeploymentApplied", "0/1 ready"));
+        r.set(SCALING_READY, Step::ok("AutoscalerApplied", "1..6"));
+        r.partitions = Some(6);
+        r.replicas = Some(1);
+        r
+    }
+
+    fn get<'a>(s: &'a AsyncJobConfigStatus, t: &str) -> &'a Condition {
+        s.condition(t).unwrap()
+    }
+
+    #[test]
+    fn ready_when_every_step_is_true() {
+        let s = status(None, &Verdict::Reconciled(all_ok()), Some(3), "t1");
+        assert_eq!(s.observed_generation, Some(3));
+        assert_eq!(get(&s, READY).status, "True");
+        assert_eq!(get(&s, READY).reason, "Reconciled");
+        assert_eq!(get(&s, CONFLICT).status, "False");
+        assert_eq!(s.partitions, Some(6));
+        assert_eq!(s.replicas, Some(1));
+        let types: Vec<_> = s.conditions.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(
+            types,
+            [
+                READY,
+                TOPIC_READY,
+                ROUTING_READY,
+                DISPATCHER_READY,
+                SCALING_READY,
+                CONFLICT
+            ]
+        );
+        assert!(
+            s.conditions
+                .iter()
+                .all(|c| c.observed_generation == Some(3))
+        );
+    }
+
+    #[test]
+    fn a_refused_shrink_is_not_ready_and_says_why() {
+        let mut r = all_ok();
+        r.set(
+            TOPIC_READY,
+            Step::failed("ShrinkRefused", "topic has 12 partitions; spec asks 6"),
+        );
+        r.partitions = Some(12);
+        let s = status(None, &Verdict::Reconciled(r), Some(4), "t1");
+        assert_eq!(get(&s, TOPIC_READY).status, "False");
+        assert_eq!(get(&s, READY).status, "False");
+        assert_eq!(get(&s, READY).reason, "ShrinkRefused");
+        assert!(
+            get(&s, READY)
+                .message
+                .starts_with("TopicReady: topic has 12")
+        );
+        assert_eq!(s.partitions, Some(12));
+    }
+
+    #[test]
+    fn a_failed_step_leaves_later_ones_pending() {
+        let mut r = Report::new();
+        r.set(TOPIC_READY, Step::failed("KafkaUnavailable", "broker down"));
+        let s = status(None, &Verdict::Reconciled(r), Some(1), "t1");
+        assert_eq!(get(&s, READY).reason, "KafkaUnavailable");
+        assert_eq!(get(&s, ROUTING_READY).status, "Unknown");
+        assert_eq!(get(&s, ROUTING_READY).reason, "Pending");
+    }
+
+    #[test]
+    fn conflict_names_the_owner() {
+        let verdict = Verdict::Conflict(Conflict {
+            owner: "order-cancel-job".into(),
+            what: Claimed::TaskType,
+            value: "cancel_expired_order".into(),
+        });
+        let s = status(None, &verdict, Some(1), "t1");
+        assert_eq!(get(&s, CONFLICT).status, "True");
+        assert_eq!(get(&s, CONFLICT).reason, "TaskTypeOwnedByOther");
+        assert!(get(&s, CONFLICT).message.contains("\"order-cancel-job\""));
+        assert_eq!(get(&s, READY).status, "False");
+        assert_eq!(get(&s, READY).reason, "Conflict");
+        assert_eq!(s.partitions, None, "a config in conflict reports no topic");
+    }
+
+    #[test]
+    fn invalid_spec_names_the_field() {
+        let verdict = Verdict::Invalid {
+            field: "spec.executor.url".into(),
+            message: "must be http".into(),
+        };
+        let s = status(None, &verdict, Some(2), "t1");
+        assert_eq!(get(&s, READY).reason, "InvalidSpec");
+        assert_eq!(get(&s, READY).message, "spec.executor.url: must be http");
+    }
+
+    #[test]
+    fn transition_times_change_only_with_the_status() {
+        let first = status(None, &Verdict::Reconciled(all_ok()), Some(1), "t1");
+        let again = status(Some(&first), &Verdict::Reconciled(all_ok()), Some(1), "t2");
+        assert_eq!(first, again, "a steady state writes the same status");
+        let mut r = all_ok();
+        r.set(TOPIC_READY, Step::failed("ShrinkRefused", "no"));
+        let third = status(Some(&again), &Verdict::Reconciled(r), Some(2), "t3");
+        assert_eq!(
+            get(&third, TOPIC_READY).last_transition_time.as_deref(),
+            Some("t3")
+        );
+        assert_eq!(
+            get(&third, ROUTING_READY).last_transition_time.as_deref(),
+            Some("t1")
+        );
+    }
+
+    #[test]
+    fn transitions_make_events_once() {
+        let first = status(None, &Verdict::Reconciled(all_ok()), Some(1), "t1");
+        let events = transitions(None, &first);
+        assert_eq!(
+            events,
+            [(
+                false,
+                "Reconciled".to_string(),
+                "Ready: topic, route, dispatcher and autoscaler are in place".to_string()
+            )]
+        );
+        assert!(transitions(Some(&first), &first).is_empty());
+        let conflict = status(
+            Some(&first),
+            &Verdict::Conflict(Conflict {
+                owner: "a".into(),
+                what: Claimed::Topic,
+                value: "t".into(),
+            }),
+            Some(2),
+            "t2",
+        );
+        let events = transitions(Some(&first), &conflict);
+        assert!(
+            events
+                .iter()
+                .any(|(w, r, _)| *w && r == "TopicOwnedByOther"),
+            "{events:?}"
+        );
+        assert!(
+            events.iter().any(|(w, r, _)| *w && r == "Conflict"),
+            "{events:?}"
+        );
+    }
+}
