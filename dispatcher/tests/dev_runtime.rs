@@ -660,8 +660,10 @@ async fn metrics_report_real_values() {
     asyncd.submit(json!({"type": "work", "delay": "1h"})).await;
     let metrics = wait_for("metrics to show the run", DEADLINE, async || {
         let m = asyncd.metrics().await;
+        // The backlog gauges refresh every 2 s: wait for a refresh after both submits.
         (m.contains("asyncd_task_executed_total{status=\"success\",task_type=\"work\"} 1")
-            && m.contains("asyncd_mysql_pending_tasks{task_type=\"work\"} 1"))
+            && m.contains("asyncd_mysql_pending_tasks{task_type=\"work\"} 1")
+            && m.contains("asyncd_due_backlog{task_type=\"work\"} 0"))
         .then_some(m)
     })
     .await;
@@ -671,7 +673,6 @@ async fn metrics_report_real_values() {
         "asyncd_task_dispatch_delay_seconds_count{task_type=\"work\"} 1",
         "asyncd_task_execution_duration_seconds_count{task_type=\"work\"} 1",
         "asyncd_task_submit_latency_seconds_count{task_type=\"work\"} 2",
-        "asyncd_due_backlog{task_type=\"work\"} 0",
         "asyncd_mysql_poll_duration_seconds_count",
     ] {
         assert!(metrics.contains(expected), "missing {expected}\n{metrics}");
