@@ -107,15 +107,18 @@ async fn immediate_and_delayed_tasks_round_trip_through_the_broker() {
 /// One `asyncd` role process with its log in `dir`.
 struct Role {
     name: String,
+    /// Where its /metrics answers.
+    listen: String,
     args: Vec<String>,
     dir: PathBuf,
     child: Option<Child>,
 }
 
 impl Role {
-    fn start(name: &str, args: Vec<String>, dir: &std::path::Path) -> Self {
+    fn start(name: &str, listen: &str, args: Vec<String>, dir: &std::path::Path) -> Self {
         let mut role = Self {
             name: name.into(),
+            listen: listen.into(),
             args,
             dir: dir.to_path_buf(),
             child: None,
@@ -179,7 +182,7 @@ impl Cluster {
         let api = format!("127.0.0.1:{}", free_port());
         let mut args = Self::args("api", &store, &jobs, &api);
         args.push("--create-topics".into());
-        let api_role = Role::start("api", args, dir.path());
+        let api_role = Role::start("api", &api, args, dir.path());
         let http = reqwest::Client::new();
         let health = format!("http://{api}/healthz");
         wait_for("api healthy", DEADLINE, async || {
@@ -224,6 +227,7 @@ impl Cluster {
         let listen = format!("127.0.0.1:{}", free_port());
         Role::start(
             name,
+            &listen,
             Self::args("dispatcher", &self.store, &self.jobs, &listen),
             self.dir.path(),
         )
@@ -350,17 +354,22 @@ async fn a_joining_dispatcher_takes_partitions_without_losing_or_stalling_tasks(
     )
     .await;
     let second = cluster.dispatcher("second");
-    let _ = &second;
-    // The joiner reports lag once it holds partitions.
-    let log = cluster.dir.path().join("second.log");
+    // The joiner reports consumer lag once the rebalance gave it partitions.
+    let metrics = format!("http://{}/metrics", second.listen);
     wait_for(
-        "the joining dispatcher to consume",
+        "the joining dispatcher to hold partitions",
         Duration::from_secs(60),
         async || {
-            std::fs::read_to_string(&log)
+            let text = cluster
+                .http
+                .get(&metrics)
+                .send()
+                .await
                 .ok()?
-                .contains("consuming")
-                .then_some(())
+                .text()
+                .await
+                .ok()?;
+            text.contains("asyncd_kafka_consumer_lag{").then_some(())
         },
     )
     .await;
