@@ -681,7 +681,9 @@ async fn metrics_report_real_values() {
     assert_eq!(status, 200);
 }
 
-#[tokio::test]
+// Multi-threaded: the executor below blocks its thread for the in-flight work, and the
+// test must keep polling meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_in_flight_work_before_exiting() {
     let executor = Executor::start(|_| {
         std::thread::sleep(Duration::from_millis(1500)); // the in-flight work
