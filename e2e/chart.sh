@@ -152,8 +152,8 @@ get_tools() {
   echo "promql-check: $PROMQL_CHECK ($(sed -n 's/^require github.com\/prometheus\/prometheus //p' "$td/promql-check/go.mod"))"
 }
 
-python3 -c 'import yaml' 2>/dev/null ||
-  fail_now "python3 with PyYAML is needed (Debian: apt-get install python3-yaml)"
+python3 -c 'import yaml' 2>/dev/null || python3 -m pip install -q pyyaml ||
+  fail_now "python3 with PyYAML is needed and pip could not install it"
 command -v go >/dev/null || fail_now "go is needed to build helm"
 
 echo "==> tools"
