@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -377,10 +377,6 @@ pub fn parse_time(text: &Value) -> i64 {
     chrono::DateTime::parse_from_rfc3339(text.as_str().unwrap())
         .unwrap()
         .timestamp_millis()
-}
-
-pub fn path_exists(p: &Path) -> bool {
-    p.exists()
 }
 
 pub fn task(task_type: &str, payload: Value) -> Value {
