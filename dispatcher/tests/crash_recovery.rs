@@ -3,7 +3,6 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use serde_json::json;
@@ -42,7 +41,7 @@ async fn kill_9_mid_run_loses_nothing() {
         wait_for(
             &format!("{threshold} tasks executed"),
             DEADLINE,
-            async || (distinct(&executor) >= threshold).then_some(()),
+            async || (executor.calls_by_task().len() >= threshold).then_some(()),
         )
         .await;
         asyncd.kill9();
@@ -50,28 +49,16 @@ async fn kill_9_mid_run_loses_nothing() {
     }
 
     wait_for("every task executed", Duration::from_secs(60), async || {
-        (distinct(&executor) >= TASKS).then_some(())
+        (executor.calls_by_task().len() >= TASKS).then_some(())
     })
     .await;
-    let counts = call_counts(&executor);
+    let counts = executor.calls_by_task();
     for id in &ids {
         assert!(counts.contains_key(id), "task {id} never ran");
     }
-    let duplicates: usize = counts.values().map(|n| n - 1).sum();
+    let duplicates: usize = counts.values().map(|calls| calls.len() - 1).sum();
     println!("kill -9 twice: {TASKS} tasks, {duplicates} duplicate executions");
     for id in &ids {
         asyncd.wait_state(id, "succeeded").await;
     }
-}
-
-fn call_counts(executor: &Executor) -> HashMap<String, usize> {
-    let mut counts = HashMap::new();
-    for call in executor.calls() {
-        *counts.entry(call.id).or_insert(0) += 1;
-    }
-    counts
-}
-
-fn distinct(executor: &Executor) -> usize {
-    call_counts(executor).len()
 }

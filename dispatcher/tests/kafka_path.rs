@@ -4,9 +4,8 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -102,60 +101,6 @@ async fn immediate_and_delayed_tasks_round_trip_through_the_broker() {
             .contains("asyncd_task_executed_total{status=\"success\",task_type=\"roundtrip\"} 2"),
         "{metrics}"
     );
-}
-
-/// One `asyncd` role process with its log in `dir`.
-struct Role {
-    name: String,
-    /// Where its /metrics answers.
-    listen: String,
-    args: Vec<String>,
-    dir: PathBuf,
-    child: Option<Child>,
-}
-
-impl Role {
-    fn start(name: &str, listen: &str, args: Vec<String>, dir: &std::path::Path) -> Self {
-        let mut role = Self {
-            name: name.into(),
-            listen: listen.into(),
-            args,
-            dir: dir.to_path_buf(),
-            child: None,
-        };
-        role.spawn();
-        role
-    }
-
-    fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join(format!("{}.log", self.name)))
-            .unwrap();
-        self.child = Some(
-            Command::new(env!("CARGO_BIN_EXE_asyncd"))
-                .args(&self.args)
-                .env("ASYNCD_INSTANCE", &self.name)
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .unwrap(),
-        );
-    }
-
-    fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            child.kill().unwrap();
-            child.wait().unwrap();
-        }
-    }
-}
-
-impl Drop for Role {
-    fn drop(&mut self) {
-        self.kill9();
-    }
 }
 
 struct Cluster {
@@ -262,14 +207,6 @@ impl Cluster {
     }
 }
 
-fn counts(executor: &Executor) -> HashMap<String, Vec<Call>> {
-    let mut counts: HashMap<String, Vec<Call>> = HashMap::new();
-    for call in executor.calls() {
-        counts.entry(call.id.clone()).or_default().push(call);
-    }
-    counts
-}
-
 #[tokio::test]
 async fn chaos_sigkilled_dispatchers_and_a_broker_restart_lose_nothing() {
     const WAVES: usize = 4;
@@ -295,7 +232,7 @@ async fn chaos_sigkilled_dispatchers_and_a_broker_restart_lose_nothing() {
         wait_for(
             &format!("{threshold} tasks executed"),
             Duration::from_secs(90),
-            async || (counts(&executor).len() >= threshold).then_some(()),
+            async || (executor.calls_by_task().len() >= threshold).then_some(()),
         )
         .await;
         let victim = wave % dispatchers.len();
@@ -316,12 +253,12 @@ async fn chaos_sigkilled_dispatchers_and_a_broker_restart_lose_nothing() {
         "every task executed",
         Duration::from_secs(180),
         async || {
-            let counts = counts(&executor);
+            let counts = executor.calls_by_task();
             ids.iter().all(|id| counts.contains_key(id)).then_some(())
         },
     )
     .await;
-    let counts = counts(&executor);
+    let counts = executor.calls_by_task();
     let duplicates: usize = counts.values().map(|c| c.len() - 1).sum();
     let early = counts
         .values()
@@ -350,7 +287,7 @@ async fn a_joining_dispatcher_takes_partitions_without_losing_or_stalling_tasks(
     wait_for(
         "some of the first wave executed",
         Duration::from_secs(60),
-        async || (counts(&executor).len() >= WAVE / 4).then_some(()),
+        async || (executor.calls_by_task().len() >= WAVE / 4).then_some(()),
     )
     .await;
     let second = cluster.dispatcher("second");
@@ -377,11 +314,11 @@ async fn a_joining_dispatcher_takes_partitions_without_losing_or_stalling_tasks(
         ids.extend(cluster.submit(wave(n * WAVE)).await);
     }
     wait_for("every task executed", Duration::from_secs(90), async || {
-        let counts = counts(&executor);
+        let counts = executor.calls_by_task();
         ids.iter().all(|id| counts.contains_key(id)).then_some(())
     })
     .await;
-    let counts = counts(&executor);
+    let counts = executor.calls_by_task();
     let mut lateness: Vec<i64> = counts
         .values()
         .map(|c| millis(c[0].at) - parse_time(&c[0].body["eta"]))

@@ -6,7 +6,7 @@
 mod support;
 
 use std::collections::{BTreeMap, HashMap};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::json;
@@ -14,36 +14,6 @@ use support::*;
 
 const TASKS: usize = 3000;
 const TYPES: [&str; 4] = ["alpha", "beta", "gamma", "delta"];
-
-struct Role {
-    name: String,
-    child: Child,
-}
-
-impl Role {
-    fn spawn(name: &str, args: &[String], dir: &std::path::Path) -> Self {
-        let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_asyncd"))
-            .args(args)
-            .env("ASYNCD_LOG", "info")
-            .env("ASYNCD_INSTANCE", name)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        Self {
-            name: name.to_string(),
-            child,
-        }
-    }
-}
-
-impl Drop for Role {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 async fn healthy(http: &reqwest::Client, addr: &str) {
     let url = format!("http://{addr}/healthz");
@@ -101,14 +71,15 @@ async fn run_cluster(server_var: &str) {
     let api_addr = format!("127.0.0.1:{}", free_port());
     let mut api_args = common("api", &api_addr);
     api_args.extend(["--kafka-threshold".into(), "0s".into()]);
-    let _api = Role::spawn("api", &api_args, dir.path());
+    let _api = Role::start("api", &api_addr, api_args, dir.path());
     let mut dispatchers: Vec<Role> = Vec::new();
     let mut addrs = vec![api_addr.clone()];
     for i in 0..3 {
         let addr = format!("127.0.0.1:{}", free_port());
-        dispatchers.push(Role::spawn(
+        dispatchers.push(Role::start(
             &format!("dispatcher-{i}"),
-            &common("dispatcher", &addr),
+            &addr,
+            common("dispatcher", &addr),
             dir.path(),
         ));
         addrs.push(addr);
@@ -116,9 +87,10 @@ async fn run_cluster(server_var: &str) {
     let mut schedulers = Vec::new();
     for i in 0..2 {
         let addr = format!("127.0.0.1:{}", free_port());
-        schedulers.push(Role::spawn(
+        schedulers.push(Role::start(
             &format!("scheduler-{i}"),
-            &common("scheduler", &addr),
+            &addr,
+            common("scheduler", &addr),
             dir.path(),
         ));
         addrs.push(addr);
@@ -153,7 +125,7 @@ async fn run_cluster(server_var: &str) {
     wait_for(
         "a third of the tasks executed",
         Duration::from_secs(60),
-        async || (distinct_ids(&executor) >= TASKS / 3).then_some(()),
+        async || (executor.calls_by_task().len() >= TASKS / 3).then_some(()),
     )
     .await;
     let victim = dispatchers.remove(1);
@@ -161,7 +133,7 @@ async fn run_cluster(server_var: &str) {
     drop(victim); // SIGKILL
 
     wait_for("every task executed", Duration::from_secs(90), async || {
-        let counts = counts(&executor);
+        let counts = executor.calls_by_task();
         ids.iter().all(|id| counts.contains_key(id)).then_some(())
     })
     .await;
@@ -231,18 +203,6 @@ async fn run_cluster(server_var: &str) {
         per_dispatcher.len() >= 3,
         "work was spread over the dispatchers: {per_dispatcher:?}"
     );
-}
-
-fn counts(executor: &Executor) -> HashMap<String, usize> {
-    let mut counts = HashMap::new();
-    for call in executor.calls() {
-        *counts.entry(call.id).or_insert(0) += 1;
-    }
-    counts
-}
-
-fn distinct_ids(executor: &Executor) -> usize {
-    counts(executor).len()
 }
 
 #[tokio::test]

@@ -158,6 +158,15 @@ impl Executor {
         self.calls().into_iter().filter(|c| c.id == id).collect()
     }
 
+    /// Every call so far, grouped by task id, in arrival order.
+    pub fn calls_by_task(&self) -> HashMap<String, Vec<Call>> {
+        let mut by_task: HashMap<String, Vec<Call>> = HashMap::new();
+        for call in self.calls() {
+            by_task.entry(call.id.clone()).or_default().push(call);
+        }
+        by_task
+    }
+
     pub async fn wait_calls(&self, id: &str, n: usize) -> Vec<Call> {
         wait_for(&format!("{n} calls for {id}"), DEADLINE, async || {
             let calls = self.calls_for(id);
@@ -411,4 +420,60 @@ pub async fn fresh_database(var: &str) -> String {
             .unwrap();
     }
     format!("{server}/{name}")
+}
+
+/// One `asyncd` role process (api, dispatcher, scheduler) named by `ASYNCD_INSTANCE`,
+/// its log in `dir`; restartable, and SIGKILLed when dropped.
+pub struct Role {
+    pub name: String,
+    /// Where its /metrics answers.
+    pub listen: String,
+    args: Vec<String>,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Role {
+    pub fn start(name: &str, listen: &str, args: Vec<String>, dir: &std::path::Path) -> Self {
+        let mut role = Self {
+            name: name.into(),
+            listen: listen.into(),
+            args,
+            dir: dir.to_path_buf(),
+            child: None,
+        };
+        role.spawn();
+        role
+    }
+
+    pub fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("{}.log", self.name)))
+            .unwrap();
+        self.child = Some(
+            Command::new(env!("CARGO_BIN_EXE_asyncd"))
+                .args(&self.args)
+                .env("ASYNCD_LOG", "info")
+                .env("ASYNCD_INSTANCE", &self.name)
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        );
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+}
+
+impl Drop for Role {
+    fn drop(&mut self) {
+        self.kill9();
+    }
 }
