@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::clock::SharedClock;
-use crate::executor::Executor;
+use crate::executor::ExecutorClient;
 use crate::heap::EtaHeap;
 use crate::metrics::Metrics;
 use crate::ownership::Ownership;
@@ -77,9 +77,9 @@ impl Default for DispatcherConfig {
 
 /// Wakes the claimer when a task due soon was written by this process.
 #[derive(Clone, Default)]
-pub struct Waker(Arc<Notify>);
+pub struct ClaimerWakeup(Arc<Notify>);
 
-impl Waker {
+impl ClaimerWakeup {
     pub fn wake(&self) {
         self.0.notify_one();
     }
@@ -113,12 +113,12 @@ struct Shared {
     routes: Routes,
     metrics: Arc<Metrics>,
     clock: SharedClock,
-    executor: Executor,
+    executor: ExecutorClient,
     config: DispatcherConfig,
     heap: Mutex<EtaHeap>,
     heap_changed: Notify,
     ownership: Mutex<Ownership>,
-    waker: Waker,
+    waker: ClaimerWakeup,
     completions: mpsc::UnboundedSender<Finish>,
     inflight: TaskTracker,
     shutdown: CancellationToken,
@@ -136,9 +136,9 @@ impl Dispatcher {
         routes: Routes,
         metrics: Arc<Metrics>,
         clock: SharedClock,
-        executor: Executor,
+        executor: ExecutorClient,
         config: DispatcherConfig,
-        waker: Waker,
+        waker: ClaimerWakeup,
         shutdown: CancellationToken,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -457,22 +457,22 @@ async fn execute(shared: &Shared, task: ClaimedTask, attempt: crate::store::Star
                 .with_label_values(&[task_type])
                 .observe((began - task.trigger_at).max(0) as f64 / 1000.0);
             let clock = Instant::now();
-            let verdict = shared.executor.call(job, &task, &attempt).await;
+            let outcome = shared.executor.call(job, &task, &attempt).await;
             metrics
                 .execution_duration
                 .with_label_values(&[task_type])
                 .observe(clock.elapsed().as_secs_f64());
             metrics
                 .executed
-                .with_label_values(&[task_type, verdict.status_label()])
+                .with_label_values(&[task_type, outcome.status_label()])
                 .inc();
-            if let crate::executor::Verdict::Permanent { reason }
-            | crate::executor::Verdict::Retry { reason, .. } = &verdict
+            if let crate::executor::AttemptOutcome::Permanent { reason }
+            | crate::executor::AttemptOutcome::Retry { reason, .. } = &outcome
             {
                 tracing::debug!(id = %task.id, attempt = attempt.attempt, %reason, "attempt failed");
             }
             retry::settle(
-                verdict,
+                outcome,
                 attempt.attempt,
                 task.max_retries,
                 Some(job),
@@ -481,7 +481,7 @@ async fn execute(shared: &Shared, task: ClaimedTask, attempt: crate::store::Star
         }
         // The job vanished between start and call: count it as a failed attempt.
         None => retry::settle(
-            crate::executor::Verdict::Retry {
+            crate::executor::AttemptOutcome::Retry {
                 reason: format!("no job config for task type {task_type:?}"),
                 timed_out: false,
             },

@@ -1,5 +1,5 @@
 //! The executor contract, client side: one HTTP call per attempt, and the reading of
-//! its answer into a [`Verdict`]. What a verdict does to the task is [`crate::retry`]'s
+//! its answer into an [`AttemptOutcome`]. What an outcome does to the task is [`crate::retry`]'s
 //! business.
 
 use std::time::{Duration, SystemTime};
@@ -15,7 +15,7 @@ use crate::store::{ClaimedTask, Started};
 
 /// What an executor's answer means for the attempt.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Verdict {
+pub enum AttemptOutcome {
     Succeeded,
     /// 202: long-running; the executor keeps the lease with heartbeats.
     Accepted {
@@ -37,7 +37,7 @@ pub enum Verdict {
     },
 }
 
-impl Verdict {
+impl AttemptOutcome {
     /// The `status` label of `asyncd_task_executed_total`.
     pub fn status_label(&self) -> &'static str {
         match self {
@@ -60,14 +60,14 @@ struct CallBody<'a> {
     eta: String,
 }
 
-pub struct Executor {
+pub struct ExecutorClient {
     client: reqwest::Client,
     callback_url: String,
     /// Sent as `Asyncd-Dispatcher`, so an executor's logs say which process called.
     dispatcher: String,
 }
 
-impl Executor {
+impl ExecutorClient {
     /// `callback_url` is where executors reach the API for heartbeats and results.
     pub fn new(callback_url: String, dispatcher: String) -> Self {
         let client = reqwest::Client::builder()
@@ -82,7 +82,7 @@ impl Executor {
         }
     }
 
-    pub async fn call(&self, job: &Job, task: &ClaimedTask, started: &Started) -> Verdict {
+    pub async fn call(&self, job: &Job, task: &ClaimedTask, started: &Started) -> AttemptOutcome {
         let timeout = Duration::from_millis(task.timeout_ms.max(1) as u64);
         let body = serde_json::to_vec(&CallBody {
             id: &task.id,
@@ -146,8 +146,8 @@ impl Executor {
     }
 }
 
-fn transport_failure(err: &reqwest::Error) -> Verdict {
-    Verdict::Retry {
+fn transport_failure(err: &reqwest::Error) -> AttemptOutcome {
+    AttemptOutcome::Retry {
         reason: format!("executor call failed: {err}"),
         timed_out: err.is_timeout(),
     }
@@ -169,28 +169,28 @@ pub fn classify(
     body: &[u8],
     now: SystemTime,
     default_lease: Duration,
-) -> Verdict {
+) -> AttemptOutcome {
     let snippet = || {
         let text = String::from_utf8_lossy(&body[..body.len().min(512)]);
         format!("executor answered {status}: {}", text.trim())
     };
     match status {
-        202 => Verdict::Accepted {
+        202 => AttemptOutcome::Accepted {
             lease: lease_from(body).unwrap_or(default_lease),
         },
-        200..=299 => Verdict::Succeeded,
+        200..=299 => AttemptOutcome::Succeeded,
         429 | 503 => match retry_after.and_then(|v| parse_retry_after(v, now)) {
-            Some(after) => Verdict::RetryAfter {
+            Some(after) => AttemptOutcome::RetryAfter {
                 after,
                 reason: snippet(),
             },
-            None => Verdict::Retry {
+            None => AttemptOutcome::Retry {
                 reason: snippet(),
                 timed_out: false,
             },
         },
-        400..=499 => Verdict::Permanent { reason: snippet() },
-        _ => Verdict::Retry {
+        400..=499 => AttemptOutcome::Permanent { reason: snippet() },
+        _ => AttemptOutcome::Retry {
             reason: snippet(),
             timed_out: false,
         },
@@ -228,7 +228,7 @@ mod tests {
 
     const LEASE: Duration = Duration::from_secs(30);
 
-    fn verdict(status: u16, retry_after: Option<&str>, body: &str) -> Verdict {
+    fn outcome(status: u16, retry_after: Option<&str>, body: &str) -> AttemptOutcome {
         classify(
             status,
             retry_after,
@@ -240,43 +240,52 @@ mod tests {
 
     #[test]
     fn reads_the_contract() {
-        assert_eq!(verdict(200, None, ""), Verdict::Succeeded);
-        assert_eq!(verdict(204, None, ""), Verdict::Succeeded);
+        assert_eq!(outcome(200, None, ""), AttemptOutcome::Succeeded);
+        assert_eq!(outcome(204, None, ""), AttemptOutcome::Succeeded);
         assert_eq!(
-            verdict(202, None, r#"{"lease":"90s"}"#),
-            Verdict::Accepted {
+            outcome(202, None, r#"{"lease":"90s"}"#),
+            AttemptOutcome::Accepted {
                 lease: Duration::from_secs(90)
             }
         );
         assert_eq!(
-            verdict(202, None, r#"{"lease_seconds":2.5}"#),
-            Verdict::Accepted {
+            outcome(202, None, r#"{"lease_seconds":2.5}"#),
+            AttemptOutcome::Accepted {
                 lease: Duration::from_millis(2500)
             }
         );
         assert_eq!(
-            verdict(202, None, "not json"),
-            Verdict::Accepted { lease: LEASE }
+            outcome(202, None, "not json"),
+            AttemptOutcome::Accepted { lease: LEASE }
         );
         assert!(
-            matches!(verdict(429, Some("7"), ""), Verdict::RetryAfter { after, .. } if after == Duration::from_secs(7))
+            matches!(outcome(429, Some("7"), ""), AttemptOutcome::RetryAfter { after, .. } if after == Duration::from_secs(7))
         );
         assert!(
-            matches!(verdict(503, Some("Thu, 01 Jan 1970 00:00:10 GMT"), ""), Verdict::RetryAfter { after, .. } if after == Duration::from_secs(10))
+            matches!(outcome(503, Some("Thu, 01 Jan 1970 00:00:10 GMT"), ""), AttemptOutcome::RetryAfter { after, .. } if after == Duration::from_secs(10))
         );
-        assert!(matches!(verdict(503, None, ""), Verdict::Retry { .. }));
-        assert!(
-            matches!(verdict(404, None, "nope"), Verdict::Permanent { reason } if reason.contains("404") && reason.contains("nope"))
-        );
-        assert!(matches!(verdict(422, None, ""), Verdict::Permanent { .. }));
         assert!(matches!(
-            verdict(500, None, ""),
-            Verdict::Retry {
+            outcome(503, None, ""),
+            AttemptOutcome::Retry { .. }
+        ));
+        assert!(
+            matches!(outcome(404, None, "nope"), AttemptOutcome::Permanent { reason } if reason.contains("404") && reason.contains("nope"))
+        );
+        assert!(matches!(
+            outcome(422, None, ""),
+            AttemptOutcome::Permanent { .. }
+        ));
+        assert!(matches!(
+            outcome(500, None, ""),
+            AttemptOutcome::Retry {
                 timed_out: false,
                 ..
             }
         ));
-        assert!(matches!(verdict(302, None, ""), Verdict::Retry { .. }));
+        assert!(matches!(
+            outcome(302, None, ""),
+            AttemptOutcome::Retry { .. }
+        ));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
-use crate::executor::Verdict;
+use crate::executor::AttemptOutcome;
 use crate::metrics::Metrics;
 use crate::retry;
 use crate::routing::Routes;
@@ -49,7 +49,7 @@ impl Rescuer {
                 let kind = match task.state {
                     TaskState::Running => {
                         let kind = retry::settle(
-                            Verdict::Retry {
+                            AttemptOutcome::Retry {
                                 reason: format!("attempt {} lease lapsed", task.attempt),
                                 timed_out: true,
                             },

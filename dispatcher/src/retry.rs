@@ -1,4 +1,4 @@
-//! The retry policy: what an attempt's [`Verdict`] does to its task. Shared by the
+//! The retry policy: what an attempt's [`AttemptOutcome`] does to its task. Shared by the
 //! dispatcher (synchronous answers), the result callback (202 attempts) and the rescuer
 //! (lapsed leases), so all three retry the same way.
 
@@ -7,13 +7,13 @@ use std::time::Duration;
 use asyncd_spec::Job;
 use rand::Rng;
 
-use crate::executor::Verdict;
+use crate::executor::AttemptOutcome;
 use crate::store::{FinishKind, Millis};
 
 /// `attempt` is the 1-based number of the attempt that just ended; a task is tried at
 /// most `max_retries + 1` times.
 pub fn settle(
-    verdict: Verdict,
+    outcome: AttemptOutcome,
     attempt: u32,
     max_retries: u32,
     job: Option<&Job>,
@@ -21,22 +21,24 @@ pub fn settle(
 ) -> FinishKind {
     let retry_at = |delay: Duration| now + delay.as_millis() as i64;
     let exhausted = attempt > max_retries;
-    match verdict {
-        Verdict::Succeeded => FinishKind::Succeeded { result: None },
-        Verdict::Accepted { lease } => FinishKind::Extend {
+    match outcome {
+        AttemptOutcome::Succeeded => FinishKind::Succeeded { result: None },
+        AttemptOutcome::Accepted { lease } => FinishKind::Extend {
             until: retry_at(lease),
         },
-        Verdict::Permanent { reason } => FinishKind::Dead { error: reason },
-        Verdict::RetryAfter { reason, .. } | Verdict::Retry { reason, .. } if exhausted => {
+        AttemptOutcome::Permanent { reason } => FinishKind::Dead { error: reason },
+        AttemptOutcome::RetryAfter { reason, .. } | AttemptOutcome::Retry { reason, .. }
+            if exhausted =>
+        {
             FinishKind::Dead {
                 error: format!("gave up after {attempt} attempts: {reason}"),
             }
         }
-        Verdict::RetryAfter { after, reason } => FinishKind::Retry {
+        AttemptOutcome::RetryAfter { after, reason } => FinishKind::Retry {
             at: retry_at(after),
             error: reason,
         },
-        Verdict::Retry { reason, .. } => FinishKind::Retry {
+        AttemptOutcome::Retry { reason, .. } => FinishKind::Retry {
             at: retry_at(jittered(backoff(job, attempt))),
             error: reason,
         },
@@ -64,8 +66,8 @@ fn jittered(delay: Duration) -> Duration {
 mod tests {
     use super::*;
 
-    fn transient() -> Verdict {
-        Verdict::Retry {
+    fn transient() -> AttemptOutcome {
+        AttemptOutcome::Retry {
             reason: "boom".into(),
             timed_out: false,
         }
@@ -105,19 +107,19 @@ mod tests {
 
     #[test]
     fn retry_after_is_obeyed_and_permanent_is_final() {
-        let verdict = Verdict::RetryAfter {
+        let outcome = AttemptOutcome::RetryAfter {
             after: Duration::from_secs(7),
             reason: "busy".into(),
         };
         assert!(matches!(
-            settle(verdict, 1, 3, None, 1000),
+            settle(outcome, 1, 3, None, 1000),
             FinishKind::Retry { at: 8000, .. }
         ));
-        let verdict = Verdict::Permanent {
+        let outcome = AttemptOutcome::Permanent {
             reason: "bad".into(),
         };
         assert!(matches!(
-            settle(verdict, 1, 3, None, 0),
+            settle(outcome, 1, 3, None, 0),
             FinishKind::Dead { .. }
         ));
     }

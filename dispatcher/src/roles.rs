@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, ApiState, submit::Limits};
 use crate::clock::{SharedClock, SystemClock};
-use crate::dispatcher::{Dispatcher, DispatcherConfig, Waker};
-use crate::executor::Executor;
+use crate::dispatcher::{ClaimerWakeup, Dispatcher, DispatcherConfig};
+use crate::executor::ExecutorClient;
 use crate::kafka::{self, Producer};
 use crate::metrics::Metrics;
 use crate::rescuer::Rescuer;
@@ -121,7 +121,7 @@ pub async fn run(
     };
     let metrics = Arc::new(Metrics::new());
     let clock: SharedClock = Arc::new(SystemClock);
-    let waker = parts.dispatcher.then(Waker::default);
+    let waker = parts.dispatcher.then(ClaimerWakeup::default);
     let mut tasks = JoinSet::new();
 
     // Bind before starting anything else so a taken port fails start-up cleanly.
@@ -179,7 +179,7 @@ pub async fn run(
             routes.clone(),
             metrics.clone(),
             clock.clone(),
-            Executor::new(callback, settings.dispatcher.owner.clone()),
+            ExecutorClient::new(callback, settings.dispatcher.owner.clone()),
             settings.dispatcher.clone(),
             waker.clone().unwrap_or_default(),
             shutdown.clone(),

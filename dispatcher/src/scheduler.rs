@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
-use crate::dispatcher::Waker;
+use crate::dispatcher::ClaimerWakeup;
 use crate::routing::Routes;
 use crate::store::{InsertOutcome, Millis, NewTask, Store};
 
@@ -22,7 +22,7 @@ pub struct Scheduler {
     pub store: Arc<dyn Store>,
     pub routes: Routes,
     pub clock: SharedClock,
-    pub waker: Option<Waker>,
+    pub waker: Option<ClaimerWakeup>,
     /// Firings up to this far ahead are created on each pass (at least the next one).
     pub horizon: Duration,
     pub interval: Duration,
@@ -36,7 +36,7 @@ impl Scheduler {
         store: Arc<dyn Store>,
         routes: Routes,
         clock: SharedClock,
-        waker: Option<Waker>,
+        waker: Option<ClaimerWakeup>,
     ) -> Self {
         Self {
             store,

@@ -20,8 +20,8 @@ use serde_json::json;
 use serde_json::value::RawValue;
 
 use crate::clock::{SharedClock, rfc3339};
-use crate::dispatcher::Waker;
-use crate::executor::Verdict;
+use crate::dispatcher::ClaimerWakeup;
+use crate::executor::AttemptOutcome;
 use crate::metrics::Metrics;
 use crate::retry;
 use crate::routing::Routes;
@@ -40,7 +40,7 @@ pub struct ApiState {
     pub metrics: Arc<Metrics>,
     pub clock: SharedClock,
     /// Present when a dispatcher runs in this process, to claim near-due tasks at once.
-    pub waker: Option<Waker>,
+    pub waker: Option<ClaimerWakeup>,
     pub lookahead_ms: i64,
     pub limits: Limits,
     /// The Kafka path, when brokers are configured.
@@ -467,16 +467,16 @@ async fn post_result(
             .clone()
             .unwrap_or_else(|| "executor reported failure".into())
     };
-    let verdict = match callback.status.as_deref() {
-        Some("success") => Verdict::Succeeded,
-        Some("failed") => Verdict::Permanent { reason: reason() },
+    let outcome = match callback.status.as_deref() {
+        Some("success") => AttemptOutcome::Succeeded,
+        Some("failed") => AttemptOutcome::Permanent { reason: reason() },
         Some("retry") => match &callback.retry_after {
-            Some(text) => Verdict::RetryAfter {
+            Some(text) => AttemptOutcome::RetryAfter {
                 after: asyncd_spec::parse_duration(text)
                     .map_err(|m| ApiError::field("retry_after", m))?,
                 reason: reason(),
             },
-            None => Verdict::Retry {
+            None => AttemptOutcome::Retry {
                 reason: reason(),
                 timed_out: false,
             },
@@ -494,10 +494,10 @@ async fn post_result(
     state
         .metrics
         .executed
-        .with_label_values(&[task.task_type.as_str(), verdict.status_label()])
+        .with_label_values(&[task.task_type.as_str(), outcome.status_label()])
         .inc();
     let mut kind = retry::settle(
-        verdict,
+        outcome,
         task.attempt,
         task.max_retries,
         routes.job(&task.task_type).map(|j| j.as_ref()),
