@@ -13,7 +13,18 @@ export ASYNCD_CACHE=${ASYNCD_CACHE:-/var/cache/asyncd}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ASYNCD_CACHE/target}
 mkdir -p "$ASYNCD_CACHE"
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each phase prints how long the previous one took, so a slow phase is visible in CI logs.
+phase_started=$SECONDS
+run_started=$SECONDS
+phase=""
+step() {
+  if [ -n "$phase" ]; then
+    printf '<== %s: %ds\n' "$phase" $((SECONDS - phase_started))
+  fi
+  phase=$*
+  phase_started=$SECONDS
+  printf '\n==> %s\n' "$*"
+}
 
 started=()
 cleanup() {
@@ -53,3 +64,4 @@ if [ -x sdk/test.sh ]; then
 fi
 
 step "all tests passed"
+printf 'total: %ds\n' $((SECONDS - run_started))
