@@ -243,6 +243,19 @@ check "Kafka brokers and existing Secret reach the pods" rendered_has "$work/oth
 check "every ASYNCD_* variable of the asyncd pods is read by the binary" \
   assets env "$work/default.yaml" "$root/dispatcher/src" ASYNCD_ROUTING_CONFIGMAP ASYNCD_KAFKA_BROKERS
 
+# The asyncd binary the pods would run: its CLI must accept every rendered container.
+asyncd_bin=${ASYNCD_BIN:-${CARGO_TARGET_DIR:-$ASYNCD_CACHE/target}/debug/asyncd}
+if [[ ! -x $asyncd_bin ]]; then
+  (cd "$root" && CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ASYNCD_CACHE/target} cargo build -q -p asyncd --locked) ||
+    fail_now "could not build the asyncd binary"
+fi
+check "default rendering: every asyncd container starts (the CLI accepts its args and env)" \
+  assets cli "$work/default.yaml" "$asyncd_bin"
+check "helm template (routing.mountAsFolder=true)" render "$work/folder.yaml" --set routing.mountAsFolder=true
+check "routing.mountAsFolder=true: every asyncd container starts" assets cli "$work/folder.yaml" "$asyncd_bin"
+check "routing.mountAsFolder=true: job configs from the folder, not the ConfigMap" \
+  bash -c "grep -qF 'name: ASYNCD_CONFIG' '$work/folder.yaml' && ! grep -qF 'ASYNCD_ROUTING_CONFIGMAP' '$work/folder.yaml'"
+
 refused() {  # refused MESSAGE ARGS...: helm template fails, naming MESSAGE
   local msg=$1 out; shift
   if out=$(helm template "$release" "$chart" -n "$ns" "$@" 2>&1); then

@@ -136,11 +136,13 @@ app.kubernetes.io/component: {{ index . 1 }}
       key: {{ include "asyncd.storeSecretKey" $ }}
 - name: ASYNCD_LISTEN
   value: "0.0.0.0:{{ index . 1 }}"
-- name: ASYNCD_ROUTING_CONFIGMAP
-  value: {{ include "asyncd.routingRef" $ | quote }}
+{{- /* One source of job configs: asyncd refuses both at once. */}}
 {{- if $.Values.routing.mountAsFolder }}
 - name: ASYNCD_CONFIG
   value: {{ $.Values.routing.mountPath | quote }}
+{{- else }}
+- name: ASYNCD_ROUTING_CONFIGMAP
+  value: {{ include "asyncd.routingRef" $ | quote }}
 {{- end }}
 {{- with $.Values.kafka.brokers }}
 - name: ASYNCD_KAFKA_BROKERS
