@@ -73,6 +73,10 @@ impl ExecutorClient {
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(256)
             .tcp_nodelay(true)
+            // A followed 302 turns the POST into a body-less GET whose 200 would count as
+            // success, and a 307 would forward the signed task elsewhere: a redirect is an
+            // answer like any other, and `classify` makes it a failed attempt.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .expect("HTTP client builds");
         Self {
@@ -127,23 +131,84 @@ impl ExecutorClient {
             Err(err) => return transport_failure(&err),
         };
         let status = response.status().as_u16();
-        let retry_after = response
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let body = match response.bytes().await {
+        let header = |name: &str| response.headers().get(name).map(|v| v.as_bytes().to_vec());
+        let retry_after = header("retry-after");
+        let location = header("location");
+        let body = match read_capped(response, MAX_ANSWER_BYTES).await {
             Ok(body) => body,
             Err(err) => return transport_failure(&err),
         };
-        classify(
+        let answer = ExecutorAnswer {
             status,
-            retry_after.as_deref(),
-            &body,
-            SystemTime::now(),
-            timeout,
-        )
+            retry_after: retry_after.as_deref(),
+            location: location.as_deref(),
+            body: &body,
+        };
+        classify(&answer, SystemTime::now(), timeout)
     }
+}
+
+/// The most of an executor's answer that is read: enough for a 202 body and an error
+/// message, and an executor that streams gigabytes cannot fill the dispatcher's memory.
+pub const MAX_ANSWER_BYTES: usize = 64 * 1024;
+/// The longest lease a 202 or a heartbeat may ask for; longer asks are cut to this.
+pub const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
+/// The shortest lease a 202 may ask for: a shorter one would lapse before the executor
+/// could send its first heartbeat.
+pub const MIN_LEASE: Duration = Duration::from_secs(1);
+/// The longest `Retry-After` obeyed; longer asks are cut to this.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
+/// How much of an executor's error text is kept in `last_error`.
+pub const MAX_REASON_CHARS: usize = 1024;
+
+/// Reads at most `cap` bytes of the body; the rest is left unread (the connection is
+/// dropped with the response, not returned to the pool).
+async fn read_capped(mut response: reqwest::Response, cap: usize) -> reqwest::Result<Vec<u8>> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        let room = cap - body.len();
+        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if body.len() == cap {
+            break;
+        }
+    }
+    Ok(body)
+}
+
+/// Makes text from an executor fit to store on every backend: no NUL (PostgreSQL refuses
+/// it in text) or other control characters but tab and newline, at most
+/// [`MAX_REASON_CHARS`] characters.
+pub fn sanitize_reason(text: &str) -> String {
+    let mut out: String = text
+        .chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' && c != '\t' {
+                '\u{FFFD}'
+            } else {
+                c
+            }
+        })
+        .take(MAX_REASON_CHARS)
+        .collect();
+    if text.chars().nth(MAX_REASON_CHARS).is_some() {
+        out.push('…');
+    }
+    out
+}
+
+/// A lease an executor asked for, in seconds, kept within [`MIN_LEASE`] and
+/// [`MAX_LEASE`]; `None` for zero, negative or not a number.
+pub fn lease_from_seconds(seconds: f64) -> Option<Duration> {
+    if seconds.is_nan() || seconds <= 0.0 {
+        return None;
+    }
+    Some(bounded_lease(
+        Duration::try_from_secs_f64(seconds).unwrap_or(MAX_LEASE),
+    ))
+}
+
+fn bounded_lease(lease: Duration) -> Duration {
+    lease.clamp(MIN_LEASE, MAX_LEASE)
 }
 
 fn transport_failure(err: &reqwest::Error) -> AttemptOutcome {
@@ -162,24 +227,48 @@ pub fn sign(secret: &[u8], timestamp: u64, body: &[u8]) -> String {
     format!("v1={}", hex::encode(mac.finalize().into_bytes()))
 }
 
+/// What an executor answered, as far as the contract reads it. Header values are raw
+/// bytes: an executor may send anything.
+#[derive(Debug, Clone, Copy)]
+pub struct ExecutorAnswer<'a> {
+    pub status: u16,
+    pub retry_after: Option<&'a [u8]>,
+    pub location: Option<&'a [u8]>,
+    pub body: &'a [u8],
+}
+
 /// Reads an executor's answer. `default_lease` is used for a 202 that names none.
 pub fn classify(
-    status: u16,
-    retry_after: Option<&str>,
-    body: &[u8],
+    answer: &ExecutorAnswer,
     now: SystemTime,
     default_lease: Duration,
 ) -> AttemptOutcome {
+    let ExecutorAnswer {
+        status,
+        retry_after,
+        location,
+        body,
+    } = *answer;
     let snippet = || {
         let text = String::from_utf8_lossy(&body[..body.len().min(512)]);
-        format!("executor answered {status}: {}", text.trim())
+        sanitize_reason(&format!("executor answered {status}: {}", text.trim()))
     };
     match status {
         202 => AttemptOutcome::Accepted {
-            lease: lease_from(body).unwrap_or(default_lease),
+            lease: lease_from(body).unwrap_or_else(|| bounded_lease(default_lease)),
         },
         200..=299 => AttemptOutcome::Succeeded,
-        429 | 503 => match retry_after.and_then(|v| parse_retry_after(v, now)) {
+        300..=399 => AttemptOutcome::Retry {
+            reason: sanitize_reason(&format!(
+                "executor answered {status} (redirect to {}); redirects are not followed",
+                String::from_utf8_lossy(location.unwrap_or(b"nowhere"))
+            )),
+            timed_out: false,
+        },
+        429 | 503 => match retry_after
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|v| parse_retry_after(v, now))
+        {
             Some(after) => AttemptOutcome::RetryAfter {
                 after,
                 reason: snippet(),
@@ -203,23 +292,27 @@ fn lease_from(body: &[u8]) -> Option<Duration> {
     if let Some(text) = value.get("lease").and_then(|v| v.as_str()) {
         return asyncd_spec::parse_duration(text)
             .ok()
-            .filter(|d| !d.is_zero());
+            .filter(|d| !d.is_zero())
+            .map(bounded_lease);
     }
     value
         .get("lease_seconds")
         .and_then(|v| v.as_f64())
-        .filter(|s| *s > 0.0 && s.is_finite())
-        .map(Duration::from_secs_f64)
+        .and_then(lease_from_seconds)
 }
 
 /// `Retry-After` is either delay-seconds or an HTTP date.
 fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
     if let Ok(seconds) = value.parse::<u64>() {
-        return Some(Duration::from_secs(seconds));
+        return Some(Duration::from_secs(seconds).min(MAX_RETRY_AFTER));
     }
     let at = httpdate::parse_http_date(value).ok()?;
-    Some(at.duration_since(now).unwrap_or_default())
+    Some(
+        at.duration_since(now)
+            .unwrap_or_default()
+            .min(MAX_RETRY_AFTER),
+    )
 }
 
 #[cfg(test)]
@@ -229,13 +322,13 @@ mod tests {
     const LEASE: Duration = Duration::from_secs(30);
 
     fn outcome(status: u16, retry_after: Option<&str>, body: &str) -> AttemptOutcome {
-        classify(
+        let answer = ExecutorAnswer {
             status,
-            retry_after,
-            body.as_bytes(),
-            SystemTime::UNIX_EPOCH,
-            LEASE,
-        )
+            retry_after: retry_after.map(str::as_bytes),
+            location: None,
+            body: body.as_bytes(),
+        };
+        classify(&answer, SystemTime::UNIX_EPOCH, LEASE)
     }
 
     #[test]
@@ -286,6 +379,249 @@ mod tests {
             outcome(302, None, ""),
             AttemptOutcome::Retry { .. }
         ));
+    }
+
+    #[test]
+    fn a_redirect_is_a_failed_attempt_naming_the_target() {
+        let outcome = classify(
+            &ExecutorAnswer {
+                status: 302,
+                retry_after: None,
+                location: Some(b"http://elsewhere/"),
+                body: b"",
+            },
+            SystemTime::UNIX_EPOCH,
+            LEASE,
+        );
+        assert!(
+            matches!(&outcome, AttemptOutcome::Retry { reason, timed_out: false }
+                if reason.contains("302") && reason.contains("http://elsewhere/") && reason.contains("not followed")),
+            "{outcome:?}"
+        );
+    }
+
+    /// The real client against a real server: the redirect target must never be called,
+    /// so neither a 302 (which reqwest would turn into a GET) nor a 307 (which would
+    /// forward the signed body) can count as success.
+    #[tokio::test]
+    async fn the_client_does_not_follow_redirects() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        let target_calls = Arc::new(AtomicUsize::new(0));
+        let counter = target_calls.clone();
+        let app = axum::Router::new()
+            .route(
+                "/found",
+                axum::routing::post(|| async {
+                    (axum::http::StatusCode::FOUND, [("location", "/target")])
+                }),
+            )
+            .route(
+                "/temporary",
+                axum::routing::post(|| async {
+                    (
+                        axum::http::StatusCode::TEMPORARY_REDIRECT,
+                        [("location", "/target")],
+                    )
+                }),
+            )
+            .route(
+                "/target",
+                axum::routing::any(move || async move {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    "ok"
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+
+        let client = ExecutorClient::new("http://127.0.0.1:1".into(), "test".into());
+        for (path, status) in [("found", "302"), ("temporary", "307")] {
+            let job = test_job(&format!("http://{addr}/{path}"));
+            let outcome = client.call(&job, &test_task(), &test_started()).await;
+            assert!(
+                matches!(&outcome, AttemptOutcome::Retry { reason, .. } if reason.contains(status) && reason.contains("/target")),
+                "{path}: {outcome:?}"
+            );
+        }
+        assert_eq!(
+            target_calls.load(Ordering::SeqCst),
+            0,
+            "a redirect was followed"
+        );
+    }
+
+    /// An executor that streams far more than [`MAX_ANSWER_BYTES`] is read only that far.
+    #[tokio::test]
+    async fn a_huge_answer_is_read_only_up_to_the_cap() {
+        let app = axum::Router::new().route(
+            "/",
+            axum::routing::post(|| async {
+                let chunk = bytes::Bytes::from(vec![b'x'; 64 * 1024]);
+                let stream = futures::stream::iter(
+                    (0..16 * 1024).map(move |_| Ok::<_, std::io::Error>(chunk.clone())),
+                );
+                (
+                    axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                    axum::body::Body::from_stream(stream),
+                )
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let client = ExecutorClient::new("http://127.0.0.1:1".into(), "test".into());
+        // 1 GiB on offer; reading it all would take far longer than the job's timeout.
+        let outcome = client
+            .call(
+                &test_job(&format!("http://{addr}/")),
+                &test_task(),
+                &test_started(),
+            )
+            .await;
+        assert!(
+            matches!(&outcome, AttemptOutcome::Retry { reason, timed_out: false } if reason.contains("500") && reason.chars().count() <= MAX_REASON_CHARS + 1),
+            "{outcome:?}"
+        );
+    }
+
+    fn test_job(url: &str) -> Job {
+        Job {
+            name: "job".into(),
+            task_type: "t".into(),
+            executor_url: url.into(),
+            timeout: Duration::from_secs(30),
+            signing_secret_env: None,
+            max_retries: 3,
+            backoff: asyncd_spec::job::BackoffKind::Exponential,
+            initial_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(60),
+            unique_key: None,
+            concurrency: 1,
+            kafka: None,
+            cron: Vec::new(),
+        }
+    }
+
+    fn test_task() -> ClaimedTask {
+        ClaimedTask {
+            id: "task-1".into(),
+            task_type: "t".into(),
+            payload: RawValue::from_string("{}".into()).unwrap(),
+            priority: 0,
+            trigger_at: 0,
+            attempt: 0,
+            max_retries: 3,
+            timeout_ms: 30_000,
+            lease_token: 1,
+            idempotency_key: None,
+        }
+    }
+
+    fn test_started() -> Started {
+        Started {
+            id: "task-1".into(),
+            attempt: 1,
+            lease_token: 2,
+        }
+    }
+
+    #[test]
+    fn executor_text_is_made_storable() {
+        assert_eq!(
+            sanitize_reason("a\0b\nc\td\u{1b}"),
+            "a\u{FFFD}b\nc\td\u{FFFD}"
+        );
+        let long = "é".repeat(MAX_REASON_CHARS * 3);
+        let kept = sanitize_reason(&long);
+        assert_eq!(kept.chars().count(), MAX_REASON_CHARS + 1);
+        assert!(kept.ends_with('…'));
+    }
+
+    #[test]
+    fn absurd_leases_are_cut_not_a_panic() {
+        // `Duration::from_secs_f64(1e300)` panics; an executor may send it.
+        assert_eq!(lease_from_seconds(1e300), Some(MAX_LEASE));
+        assert_eq!(lease_from_seconds(f64::INFINITY), Some(MAX_LEASE));
+        assert_eq!(lease_from_seconds(f64::NAN), None);
+        assert_eq!(lease_from_seconds(-1.0), None);
+        assert_eq!(lease_from_seconds(1e-200), Some(MIN_LEASE));
+        assert_eq!(
+            outcome(202, None, r#"{"lease_seconds":1e300}"#),
+            AttemptOutcome::Accepted { lease: MAX_LEASE }
+        );
+        assert_eq!(
+            outcome(202, None, r#"{"lease":"100000000y"}"#),
+            AttemptOutcome::Accepted { lease: MAX_LEASE }
+        );
+        assert!(matches!(
+            outcome(429, Some("18446744073709551615"), ""),
+            AttemptOutcome::RetryAfter { after, .. } if after == MAX_RETRY_AFTER
+        ));
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Whatever an executor answers, the classifier returns an outcome that is
+            /// safe to store and to add to a time.
+            #[test]
+            fn any_answer_classifies_within_bounds(
+                status in 0u16..1000,
+                retry_after in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
+                location in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
+                body in proptest::collection::vec(any::<u8>(), 0..2048),
+                now_secs in 0u64..(1u64 << 40),
+            ) {
+                let answer = ExecutorAnswer {
+                    status,
+                    retry_after: retry_after.as_deref(),
+                    location: location.as_deref(),
+                    body: &body,
+                };
+                let now = SystemTime::UNIX_EPOCH + Duration::from_secs(now_secs);
+                let outcome = classify(&answer, now, LEASE);
+                match &outcome {
+                    AttemptOutcome::Succeeded => prop_assert!((200..300).contains(&status) && status != 202),
+                    AttemptOutcome::Accepted { lease } => {
+                        prop_assert_eq!(status, 202);
+                        prop_assert!((MIN_LEASE..=MAX_LEASE).contains(lease));
+                    }
+                    AttemptOutcome::RetryAfter { after, reason } => {
+                        prop_assert!(status == 429 || status == 503);
+                        prop_assert!(*after <= MAX_RETRY_AFTER);
+                        prop_assert!(storable(reason));
+                    }
+                    AttemptOutcome::Retry { reason, .. } => {
+                        prop_assert!(!(200..300).contains(&status) && !(400..500).contains(&status) || status == 429);
+                        prop_assert!(storable(reason));
+                    }
+                    AttemptOutcome::Permanent { reason } => {
+                        prop_assert!((400..500).contains(&status) && status != 429);
+                        prop_assert!(storable(reason));
+                    }
+                }
+            }
+
+            /// A 202 body with any number in `lease_seconds` is read without a panic.
+            #[test]
+            fn any_lease_seconds_is_bounded(seconds in any::<f64>()) {
+                let body = serde_json::json!({ "lease_seconds": seconds }).to_string();
+                let outcome = outcome(202, None, &body);
+                let AttemptOutcome::Accepted { lease } = outcome else {
+                    panic!("202 is always accepted: {outcome:?}")
+                };
+                prop_assert!((MIN_LEASE..=MAX_LEASE).contains(&lease));
+            }
+        }
+
+        fn storable(text: &str) -> bool {
+            !text.contains('\0') && text.chars().count() <= MAX_REASON_CHARS + 1
+        }
     }
 
     #[test]

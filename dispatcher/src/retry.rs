@@ -7,7 +7,7 @@ use std::time::Duration;
 use asyncd_spec::Job;
 use rand::Rng;
 
-use crate::executor::AttemptOutcome;
+use crate::executor::{AttemptOutcome, MAX_LEASE, MAX_RETRY_AFTER};
 use crate::store::{FinishKind, Millis};
 
 /// `attempt` is the 1-based number of the attempt that just ended; a task is tried at
@@ -19,12 +19,15 @@ pub fn settle(
     job: Option<&Job>,
     now: Millis,
 ) -> FinishKind {
-    let retry_at = |delay: Duration| now + delay.as_millis() as i64;
+    // Executors choose leases and retry delays: cut them to the documented maxima and
+    // add without overflow, whatever they asked for.
+    let retry_at =
+        |delay: Duration| now.saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
     let exhausted = attempt > max_retries;
     match outcome {
         AttemptOutcome::Succeeded => FinishKind::Succeeded { result: None },
         AttemptOutcome::Accepted { lease } => FinishKind::Extend {
-            until: retry_at(lease),
+            until: retry_at(lease.min(MAX_LEASE)),
         },
         AttemptOutcome::Permanent { reason } => FinishKind::Dead { error: reason },
         AttemptOutcome::RetryAfter { reason, .. } | AttemptOutcome::Retry { reason, .. }
@@ -35,7 +38,7 @@ pub fn settle(
             }
         }
         AttemptOutcome::RetryAfter { after, reason } => FinishKind::Retry {
-            at: retry_at(after),
+            at: retry_at(after.min(MAX_RETRY_AFTER)),
             error: reason,
         },
         AttemptOutcome::Retry { reason, .. } => FinishKind::Retry {
@@ -101,6 +104,53 @@ mod tests {
                     panic!("expected a retry")
                 };
                 assert!((full / 2..=full).contains(&at), "attempt {attempt}: {at}");
+            }
+        }
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn any_outcome() -> impl Strategy<Value = AttemptOutcome> {
+            let duration =
+                (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n));
+            prop_oneof![
+                Just(AttemptOutcome::Succeeded),
+                duration
+                    .clone()
+                    .prop_map(|lease| AttemptOutcome::Accepted { lease }),
+                duration.prop_map(|after| AttemptOutcome::RetryAfter {
+                    after,
+                    reason: "r".into()
+                }),
+                any::<bool>().prop_map(|timed_out| AttemptOutcome::Retry {
+                    reason: "r".into(),
+                    timed_out
+                }),
+                Just(AttemptOutcome::Permanent { reason: "r".into() }),
+            ]
+        }
+
+        proptest! {
+            /// No outcome, attempt count or clock reading makes the arithmetic overflow or
+            /// schedule anything in the past, and no wait exceeds the documented maxima.
+            #[test]
+            fn settle_never_overflows_or_goes_back(
+                outcome in any_outcome(),
+                attempt in 1u32..200,
+                max_retries in 0u32..150,
+                now in 0i64..=i64::MAX,
+            ) {
+                let limit = |d: Duration| now.saturating_add(d.as_millis() as i64);
+                match settle(outcome, attempt, max_retries, None, now) {
+                    FinishKind::Extend { until } => prop_assert!(until >= now && until <= limit(MAX_LEASE)),
+                    FinishKind::Retry { at, .. } => {
+                        prop_assert!(at >= now);
+                        prop_assert!(at <= limit(MAX_RETRY_AFTER.max(Duration::from_secs(600))));
+                    }
+                    _ => {}
+                }
             }
         }
     }

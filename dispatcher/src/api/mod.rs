@@ -462,10 +462,10 @@ async fn post_result(
     let body = body_bytes(body)?;
     let (callback, token) = parse_callback(&headers, &body)?;
     let reason = || {
-        callback
-            .error
-            .clone()
-            .unwrap_or_else(|| "executor reported failure".into())
+        callback.error.as_deref().map_or_else(
+            || "executor reported failure".into(),
+            crate::executor::sanitize_reason,
+        )
     };
     let outcome = match callback.status.as_deref() {
         Some("success") => AttemptOutcome::Succeeded,

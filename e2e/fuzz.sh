@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Property-based HTTP fuzzing of the API, driven by its OpenAPI description
+# (docs/openapi.json, generated from the Rust contract types): Schemathesis (from PyPI,
+# installed once into $ASYNCD_CACHE/schemathesis-<version>) sends generated valid and
+# invalid requests to
+#   1. `asyncd dev` on its embedded SQLite store, and
+#   2. `asyncd api` on PostgreSQL (e2e/services/postgres.sh, started if needed),
+# and fails on any 5xx, any answer that does not match the schema (status code, content
+# type, body), and on an asyncd process that is no longer running afterwards.
+#
+#   e2e/fuzz.sh [--examples N]     N generated cases per operation and phase (default 60)
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export ASYNCD_CACHE=${ASYNCD_CACHE:-/var/cache/asyncd}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ASYNCD_CACHE/target}
+ST_VERSION=4.32.5
+examples=60
+case "${1:-}" in
+  --examples) examples=$2 ;;
+  "") ;;
+  *) echo "usage: $0 [--examples N]" >&2; exit 2 ;;
+esac
+
+venv=$ASYNCD_CACHE/schemathesis-$ST_VERSION
+if [[ ! -x $venv/bin/schemathesis ]]; then
+  echo "installing Schemathesis $ST_VERSION into $venv" >&2
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q "schemathesis==$ST_VERSION"
+fi
+
+asyncd=${ASYNCD_BIN:-$CARGO_TARGET_DIR/debug/asyncd}
+if [[ ! -x $asyncd ]]; then
+  (cd "$root" && cargo build -q -p asyncd --locked)
+fi
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Two jobs: one plain, one with a unique-key template, so both submit paths are reached.
+# Their executor is a closed port: dispatched tasks fail and retry, which is fine here.
+mkdir -p "$work/jobs"
+cat >"$work/jobs/fuzz.yaml" <<'YAML'
+apiVersion: asyncd.example.io/v1
+kind: AsyncJobConfig
+metadata: {name: fuzz-job}
+spec:
+  taskType: fuzz_task
+  executor: {url: "http://127.0.0.1:9/", timeout: 2s}
+  retry: {maxRetries: 1}
+---
+apiVersion: asyncd.example.io/v1
+kind: AsyncJobConfig
+metadata: {name: fuzz-unique-job}
+spec:
+  taskType: fuzz_unique
+  executor: {url: "http://127.0.0.1:9/", timeout: 2s}
+  uniqueKey: "order:{order_id}"
+YAML
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+wait_healthy() {  # wait_healthy PORT PID
+  local deadline=$((SECONDS + 60))
+  until curl -fsS "http://127.0.0.1:$1/healthz" >/dev/null 2>&1; do
+    kill -0 "$2" 2>/dev/null || { echo "asyncd exited before it was healthy" >&2; return 1; }
+    ((SECONDS < deadline)) || { echo "asyncd not healthy after 60 s" >&2; return 1; }
+    sleep 0.2
+  done
+}
+
+failed=0
+fuzz() {  # fuzz NAME PORT PID LOG
+  local name=$1 port=$2 pid=$3 log=$4 status=0
+  echo "==> fuzzing $name on 127.0.0.1:$port ($examples examples per operation)"
+  "$venv/bin/schemathesis" run "$root/docs/openapi.json" \
+    --url "http://127.0.0.1:$port" \
+    --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance \
+    --phases examples,coverage,fuzzing \
+    --max-examples "$examples" --seed 20261130 --workers 2 \
+    --request-timeout 10 --no-color --warnings off \
+    --generation-database none || status=$?
+  if ! kill -0 "$pid" 2>/dev/null; then
+    echo "FAIL: asyncd ($name) is not running after the fuzzer; its log:" >&2
+    tail -40 "$log" >&2
+    status=1
+  elif grep -q 'panicked' "$log"; then
+    echo "FAIL: asyncd ($name) logged a panic:" >&2
+    grep -m5 -A5 'panicked' "$log" >&2
+    status=1
+  fi
+  if ((status != 0)); then failed=$((failed + 1)); fi
+  echo "<== $name: $([[ $status == 0 ]] && echo passed || echo FAILED)"
+}
+
+port=$(free_port)
+"$asyncd" dev --db "$work/dev.db" --config "$work/jobs" --listen "127.0.0.1:$port" \
+  >"$work/dev.log" 2>&1 &
+pids+=($!)
+wait_healthy "$port" "${pids[-1]}"
+fuzz "asyncd dev (SQLite)" "$port" "${pids[-1]}" "$work/dev.log"
+
+"$root/e2e/services/postgres.sh" start >&2
+pg_url=$("$root/e2e/services/postgres.sh" createdb asyncd_fuzz)
+"$asyncd" migrate --store "$pg_url" >/dev/null
+port=$(free_port)
+"$asyncd" api --store "$pg_url" --config "$work/jobs" --listen "127.0.0.1:$port" \
+  >"$work/api.log" 2>&1 &
+pids+=($!)
+wait_healthy "$port" "${pids[-1]}"
+fuzz "asyncd api (PostgreSQL)" "$port" "${pids[-1]}" "$work/api.log"
+
+passed=$((2 - failed))
+echo "fuzz: $passed passed, $failed failed"
+((failed == 0))
