@@ -19,7 +19,7 @@ pub fn settle(
     job: Option<&Job>,
     now: Millis,
 ) -> FinishKind {
-    let retry_at = |delay: Duration| now + delay.as_millis() as i64;
+    let retry_at = |delay: Duration| now + delay;
     let exhausted = attempt > max_retries;
     match outcome {
         AttemptOutcome::Succeeded => FinishKind::Succeeded { result: None },
@@ -77,17 +77,17 @@ mod tests {
     fn retries_until_max_then_dead_letters() {
         let retried = |attempt| {
             matches!(
-                settle(transient(), attempt, 2, None, 0),
+                settle(transient(), attempt, 2, None, Millis::new(0)),
                 FinishKind::Retry { .. }
             )
         };
         assert!(retried(1));
         assert!(retried(2));
         assert!(
-            matches!(settle(transient(), 3, 2, None, 0), FinishKind::Dead { error } if error.contains("3 attempts"))
+            matches!(settle(transient(), 3, 2, None, Millis::new(0)), FinishKind::Dead { error } if error.contains("3 attempts"))
         );
         assert!(matches!(
-            settle(transient(), 1, 0, None, 0),
+            settle(transient(), 1, 0, None, Millis::new(0)),
             FinishKind::Dead { .. }
         ));
     }
@@ -97,10 +97,15 @@ mod tests {
         for attempt in 1..=4 {
             let full = 1000i64 << (attempt - 1);
             for _ in 0..50 {
-                let FinishKind::Retry { at, .. } = settle(transient(), attempt, 10, None, 0) else {
+                let FinishKind::Retry { at, .. } =
+                    settle(transient(), attempt, 10, None, Millis::new(0))
+                else {
                     panic!("expected a retry")
                 };
-                assert!((full / 2..=full).contains(&at), "attempt {attempt}: {at}");
+                assert!(
+                    (full / 2..=full).contains(&at.as_i64()),
+                    "attempt {attempt}: {at}"
+                );
             }
         }
     }
@@ -112,14 +117,14 @@ mod tests {
             reason: "busy".into(),
         };
         assert!(matches!(
-            settle(outcome, 1, 3, None, 1000),
-            FinishKind::Retry { at: 8000, .. }
+            settle(outcome, 1, 3, None, Millis::new(1000)),
+            FinishKind::Retry { at, .. } if at == Millis::new(8000)
         ));
         let outcome = AttemptOutcome::Permanent {
             reason: "bad".into(),
         };
         assert!(matches!(
-            settle(outcome, 1, 3, None, 0),
+            settle(outcome, 1, 3, None, Millis::new(0)),
             FinishKind::Dead { .. }
         ));
     }
