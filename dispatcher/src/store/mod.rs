@@ -13,11 +13,31 @@
 //!
 //! Every transition out of `claimed` or `running` names the token it expects, so a
 //! dispatcher or executor acting on an attempt that has since lapsed changes nothing.
+//!
+//! The module is laid out so that a backend holds only what differs between dialects:
+//!
+//! - this file: the [`Store`] trait with its parameter and outcome types, [`Millis`], and
+//!   the retry of transactions a database aborted (each backend names its SQLSTATEs);
+//! - [`domain`]: every decision, as pure functions with unit tests — the state a new task
+//!   starts in, which key an insert conflicted on, what a finish does to dependents,
+//!   what a refused cancel or redrive answers, the order a batch locks rows in;
+//! - `rows`: one `FromRow` struct per query shape, shared by the backends, each with one
+//!   conversion into [`TaskRecord`], [`ClaimedTask`], [`Lapsed`] and the rest;
+//! - `shared`: the operations whose shape is the same everywhere (reading a task, the
+//!   rescuer's scan, membership), written once over any sqlx database and run with
+//!   each backend's statements;
+//! - [`sqlite`], [`postgres`], [`mysql`]: the SQL, and what each database needs done its
+//!   own way — PostgreSQL claims with one `UPDATE … RETURNING`, MariaDB locks then
+//!   updates, with `IN` lists padded to powers of two, SQLite batches a whole `start`
+//!   or `finish` into one statement — each explained where it is done.
+//!
+//! `tests/store_conformance.rs` runs every scenario against every backend.
 
 pub mod domain;
 pub mod mysql;
 pub mod postgres;
 mod rows;
+mod shared;
 pub mod sqlite;
 
 use std::future::Future;

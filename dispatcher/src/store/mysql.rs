@@ -28,8 +28,9 @@ use sqlx::{MySql, MySqlPool, Transaction};
 
 use super::domain::{self, DependentsEffect, Initial};
 use super::rows::{
-    self, ClaimRow, Holder, LapsedRow, StartedRow, StatsRow, TaskRow, claim_columns, task_columns,
+    self, ClaimRow, Holder, StartedRow, StatsRow, TaskRow, claim_columns, task_columns,
 };
+use super::shared::{self, Queries};
 use super::*;
 
 pub struct MySqlStore {
@@ -101,6 +102,19 @@ where
 {
     super::retrying(transient, run).await
 }
+
+/// The statements every backend runs alike (see [`shared`]).
+const QUERIES: Queries = Queries {
+    get: concat!("SELECT ", task_columns!(), " FROM tasks WHERE id = ?"),
+    dependencies: "SELECT depends_on FROM task_deps WHERE task_id = ? ORDER BY depends_on",
+    lapsed: "SELECT id, task_type, state, attempt, max_retries, lease_token FROM tasks \
+             WHERE state IN ('claimed', 'running') AND lease_until < ? \
+             ORDER BY lease_until LIMIT ?",
+    heartbeat: "INSERT INTO dispatchers (id, heartbeat_at) VALUES (?, ?) ON DUPLICATE KEY UPDATE heartbeat_at = VALUES(heartbeat_at)",
+    forget_members: "DELETE FROM dispatchers WHERE heartbeat_at < ?",
+    live_members: "SELECT id FROM dispatchers WHERE heartbeat_at >= ? ORDER BY id",
+    leave: "DELETE FROM dispatchers WHERE id = ?",
+};
 
 /// The query naming the task that holds a key an insert conflicted on.
 fn holder_sql(key: domain::ConflictKey<'_>) -> &'static str {
@@ -598,25 +612,7 @@ impl Store for MySqlStore {
     }
 
     async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
-        let Some(row) = sqlx::query_as::<_, TaskRow>(concat!(
-            "SELECT ",
-            task_columns!(),
-            " FROM tasks WHERE id = ?"
-        ))
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await?
-        else {
-            return Ok(None);
-        };
-        let mut task = row.into_record()?;
-        task.depends_on = sqlx::query_scalar(
-            "SELECT depends_on FROM task_deps WHERE task_id = ? ORDER BY depends_on",
-        )
-        .bind(id)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(Some(task))
+        shared::get(&self.pool, &QUERIES, id).await
     }
 
     async fn cancel(&self, id: &str, now: Millis) -> Result<CancelOutcome> {
@@ -664,16 +660,7 @@ impl Store for MySqlStore {
     }
 
     async fn lapsed(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>> {
-        let rows: Vec<LapsedRow> = sqlx::query_as(
-            "SELECT id, task_type, state, attempt, max_retries, lease_token FROM tasks \
-             WHERE state IN ('claimed', 'running') AND lease_until < ? \
-             ORDER BY lease_until LIMIT ?",
-        )
-        .bind(now)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter().map(LapsedRow::into_lapsed).collect()
+        shared::lapsed(&self.pool, &QUERIES, now, limit).await
     }
 
     async fn dead_letters(&self, task_type: Option<&str>, limit: u32) -> Result<Vec<TaskRecord>> {
@@ -716,32 +703,14 @@ impl Store for MySqlStore {
     }
 
     async fn heartbeat_member(&self, member: &str, now: Millis) -> Result<()> {
-        sqlx::query("INSERT INTO dispatchers (id, heartbeat_at) VALUES (?, ?) ON DUPLICATE KEY UPDATE heartbeat_at = VALUES(heartbeat_at)")
-            .bind(member)
-            .bind(now)
-            .execute(&self.pool)
-            .await?;
-        sqlx::query("DELETE FROM dispatchers WHERE heartbeat_at < ?")
-            .bind(now.saturating_sub(MEMBER_RETENTION))
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        shared::heartbeat_member(&self.pool, &QUERIES, member, now).await
     }
 
     async fn live_members(&self, since: Millis) -> Result<Vec<String>> {
-        Ok(
-            sqlx::query_scalar("SELECT id FROM dispatchers WHERE heartbeat_at >= ? ORDER BY id")
-                .bind(since)
-                .fetch_all(&self.pool)
-                .await?,
-        )
+        shared::live_members(&self.pool, &QUERIES, since).await
     }
 
     async fn leave(&self, member: &str) -> Result<()> {
-        sqlx::query("DELETE FROM dispatchers WHERE id = ?")
-            .bind(member)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        shared::leave(&self.pool, &QUERIES, member).await
     }
 }

@@ -15,9 +15,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Sqlite, SqlitePool, Transaction};
 
 use super::domain::{self, DependentsEffect, Initial};
-use super::rows::{
-    self, ClaimRow, Holder, LapsedRow, StatsRow, TaskRow, claim_columns, task_columns,
-};
+use super::rows::{self, ClaimRow, Holder, StatsRow, TaskRow, claim_columns, task_columns};
+use super::shared::{self, Queries};
 use super::*;
 
 pub struct SqliteStore {
@@ -52,6 +51,19 @@ struct BatchStarted {
     #[sqlx(flatten)]
     started: rows::StartedRow,
 }
+
+/// The statements every backend runs alike (see [`shared`]).
+const QUERIES: Queries = Queries {
+    get: concat!("SELECT ", task_columns!(), " FROM tasks WHERE id = ?"),
+    dependencies: "SELECT depends_on FROM task_deps WHERE task_id = ? ORDER BY depends_on",
+    lapsed: "SELECT id, task_type, state, attempt, max_retries, lease_token FROM tasks \
+             WHERE state IN ('claimed', 'running') AND lease_until < ? \
+             ORDER BY lease_until LIMIT ?",
+    heartbeat: "INSERT INTO dispatchers (id, heartbeat_at) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at",
+    forget_members: "DELETE FROM dispatchers WHERE heartbeat_at < ?",
+    live_members: "SELECT id FROM dispatchers WHERE heartbeat_at >= ? ORDER BY id",
+    leave: "DELETE FROM dispatchers WHERE id = ?",
+};
 
 /// The query naming the task that holds a key an insert conflicted on.
 fn holder_sql(key: domain::ConflictKey<'_>) -> &'static str {
@@ -214,25 +226,7 @@ impl Store for SqliteStore {
     }
 
     async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
-        let Some(row) = sqlx::query_as::<_, TaskRow>(concat!(
-            "SELECT ",
-            task_columns!(),
-            " FROM tasks WHERE id = ?"
-        ))
-        .bind(id)
-        .fetch_optional(&self.reader)
-        .await?
-        else {
-            return Ok(None);
-        };
-        let mut task = row.into_record()?;
-        task.depends_on = sqlx::query_scalar(
-            "SELECT depends_on FROM task_deps WHERE task_id = ? ORDER BY depends_on",
-        )
-        .bind(id)
-        .fetch_all(&self.reader)
-        .await?;
-        Ok(Some(task))
+        shared::get(&self.reader, &QUERIES, id).await
     }
 
     async fn cancel(&self, id: &str, now: Millis) -> Result<CancelOutcome> {
@@ -442,16 +436,7 @@ impl Store for SqliteStore {
     }
 
     async fn lapsed(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>> {
-        let rows: Vec<LapsedRow> = sqlx::query_as(
-            "SELECT id, task_type, state, attempt, max_retries, lease_token FROM tasks \
-             WHERE state IN ('claimed', 'running') AND lease_until < ? \
-             ORDER BY lease_until LIMIT ?",
-        )
-        .bind(now)
-        .bind(i64::from(limit))
-        .fetch_all(&self.reader)
-        .await?;
-        rows.into_iter().map(LapsedRow::into_lapsed).collect()
+        shared::lapsed(&self.reader, &QUERIES, now, limit).await
     }
 
     async fn dead_letters(&self, task_type: Option<&str>, limit: u32) -> Result<Vec<TaskRecord>> {
@@ -522,32 +507,14 @@ impl Store for SqliteStore {
     }
 
     async fn heartbeat_member(&self, member: &str, now: Millis) -> Result<()> {
-        sqlx::query("INSERT INTO dispatchers (id, heartbeat_at) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at")
-            .bind(member)
-            .bind(now)
-            .execute(&self.writer)
-            .await?;
-        sqlx::query("DELETE FROM dispatchers WHERE heartbeat_at < ?")
-            .bind(now.saturating_sub(MEMBER_RETENTION))
-            .execute(&self.writer)
-            .await?;
-        Ok(())
+        shared::heartbeat_member(&self.writer, &QUERIES, member, now).await
     }
 
     async fn live_members(&self, since: Millis) -> Result<Vec<String>> {
-        Ok(
-            sqlx::query_scalar("SELECT id FROM dispatchers WHERE heartbeat_at >= ? ORDER BY id")
-                .bind(since)
-                .fetch_all(&self.reader)
-                .await?,
-        )
+        shared::live_members(&self.reader, &QUERIES, since).await
     }
 
     async fn leave(&self, member: &str) -> Result<()> {
-        sqlx::query("DELETE FROM dispatchers WHERE id = ?")
-            .bind(member)
-            .execute(&self.writer)
-            .await?;
-        Ok(())
+        shared::leave(&self.writer, &QUERIES, member).await
     }
 }
