@@ -493,3 +493,42 @@ pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
         Err(StoreError::UnsupportedUrl(url.to_string()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn millis_arithmetic_saturates_instead_of_wrapping() {
+        let t = Millis::new(1_000);
+        assert_eq!(t + Duration::from_millis(500), Millis::new(1_500));
+        assert_eq!(t.saturating_sub(Duration::from_secs(1)), Millis::new(0));
+        assert_eq!(
+            Millis::new(i64::MAX - 1) + Duration::from_secs(1),
+            Millis::new(i64::MAX)
+        );
+        assert_eq!(t + Duration::MAX, Millis::new(i64::MAX));
+        assert_eq!(
+            Millis::new(i64::MIN + 1).saturating_sub(Duration::from_secs(1)),
+            Millis::new(i64::MIN)
+        );
+    }
+
+    #[test]
+    fn since_is_never_negative() {
+        let (early, late) = (Millis::new(1_000), Millis::new(3_500));
+        assert_eq!(late.since(early), Duration::from_millis(2_500));
+        assert_eq!(early.since(late), Duration::ZERO);
+    }
+
+    #[test]
+    fn millis_come_from_chrono_and_travel_as_plain_numbers() {
+        let time = DateTime::parse_from_rfc3339("2026-01-02T03:04:05.678Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let ms = Millis::from(time);
+        assert_eq!(ms.as_i64(), time.timestamp_millis());
+        assert_eq!(serde_json::to_string(&ms).unwrap(), ms.as_i64().to_string());
+        assert_eq!(ms.to_string(), ms.as_i64().to_string());
+    }
+}

@@ -95,6 +95,7 @@ fn transient(code: &str) -> bool {
     code == "40001"
 }
 
+/// [`super::retrying`] with this backend's transient errors.
 async fn retrying<T, F, Fut>(run: F) -> Result<T>
 where
     F: FnMut() -> Fut,
@@ -110,7 +111,8 @@ const QUERIES: Queries = Queries {
     lapsed: "SELECT id, task_type, state, attempt, max_retries, lease_token FROM tasks \
              WHERE state IN ('claimed', 'running') AND lease_until < ? \
              ORDER BY lease_until LIMIT ?",
-    heartbeat: "INSERT INTO dispatchers (id, heartbeat_at) VALUES (?, ?) ON DUPLICATE KEY UPDATE heartbeat_at = VALUES(heartbeat_at)",
+    heartbeat: "INSERT INTO dispatchers (id, heartbeat_at) VALUES (?, ?) \
+                ON DUPLICATE KEY UPDATE heartbeat_at = VALUES(heartbeat_at)",
     forget_members: "DELETE FROM dispatchers WHERE heartbeat_at < ?",
     live_members: "SELECT id FROM dispatchers WHERE heartbeat_at >= ? ORDER BY id",
     leave: "DELETE FROM dispatchers WHERE id = ?",

@@ -56,6 +56,7 @@ fn transient(code: &str) -> bool {
     matches!(code, "40001" | "40P01")
 }
 
+/// [`super::retrying`] with this backend's transient errors.
 async fn retrying<T, F, Fut>(run: F) -> Result<T>
 where
     F: FnMut() -> Fut,
@@ -71,7 +72,8 @@ const QUERIES: Queries = Queries {
     lapsed: "SELECT id, task_type, state, attempt, max_retries, lease_token FROM tasks \
              WHERE state IN ('claimed', 'running') AND lease_until < $1 \
              ORDER BY lease_until LIMIT $2",
-    heartbeat: "INSERT INTO dispatchers (id, heartbeat_at) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at",
+    heartbeat: "INSERT INTO dispatchers (id, heartbeat_at) VALUES ($1, $2) \
+                ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at",
     forget_members: "DELETE FROM dispatchers WHERE heartbeat_at < $1",
     live_members: "SELECT id FROM dispatchers WHERE heartbeat_at >= $1 ORDER BY id",
     leave: "DELETE FROM dispatchers WHERE id = $1",

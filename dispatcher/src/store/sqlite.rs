@@ -59,7 +59,8 @@ const QUERIES: Queries = Queries {
     lapsed: "SELECT id, task_type, state, attempt, max_retries, lease_token FROM tasks \
              WHERE state IN ('claimed', 'running') AND lease_until < ? \
              ORDER BY lease_until LIMIT ?",
-    heartbeat: "INSERT INTO dispatchers (id, heartbeat_at) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at",
+    heartbeat: "INSERT INTO dispatchers (id, heartbeat_at) VALUES (?, ?) \
+                ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at",
     forget_members: "DELETE FROM dispatchers WHERE heartbeat_at < ?",
     live_members: "SELECT id FROM dispatchers WHERE heartbeat_at >= ? ORDER BY id",
     leave: "DELETE FROM dispatchers WHERE id = ?",
