@@ -119,7 +119,7 @@ pub async fn run(args: &Args) -> Result<()> {
             task_type: "noop".into(),
             payload: serde_json::value::RawValue::from_string("null".into()).unwrap(),
             priority: (i % 10) as u8,
-            trigger_at: base + rand::random_range(0..600_000),
+            trigger_at: asyncd::store::Millis::new(base + rand::random_range(0..600_000)),
             attempt: 0,
             max_retries: 3,
             timeout_ms: 1000,
@@ -134,7 +134,7 @@ pub async fn run(args: &Args) -> Result<()> {
     let push = start.elapsed();
     let start = Instant::now();
     let mut popped = 0;
-    while heap.pop_due(i64::MAX).is_some() {
+    while heap.pop_due(asyncd::store::Millis::new(i64::MAX)).is_some() {
         popped += 1;
     }
     let pop = start.elapsed();

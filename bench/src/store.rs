@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use asyncd::store::{self, Finish, FinishKind, NewTask, Store, TypeFilter};
+use asyncd::store::{
+    self, ClaimParams, Finish, FinishKind, Millis, NewTask, StartParams, Store, TypeFilter,
+};
 use serde_json::value::RawValue;
 use sqlx::Connection;
 
@@ -60,7 +62,7 @@ fn task(i: usize, trigger_at: i64) -> NewTask {
         task_type: "bench".into(),
         payload: RawValue::from_string(r#"{"n":1}"#.into()).unwrap(),
         priority: 0,
-        trigger_at,
+        trigger_at: Millis::new(trigger_at),
         max_retries: 3,
         timeout_ms: 30_000,
         idempotency_key: None,
@@ -76,20 +78,30 @@ async fn fill(store: &dyn Store, count: usize, trigger_at: i64) -> Result<()> {
     while i < count {
         let n = (count - i).min(1000);
         let batch: Vec<_> = (i..i + n).map(|j| task(j, trigger_at)).collect();
-        store.insert(&batch, now_ms()).await?;
+        store.insert(&batch, Millis::new(now_ms())).await?;
         i += n;
     }
     Ok(())
+}
+
+/// Everything due by `now`, 100 at a time, held for 30 s.
+fn claim_params(now: Millis, owner: &str) -> ClaimParams<'_> {
+    ClaimParams {
+        types: &TypeFilter::All,
+        horizon: now,
+        now,
+        hold: Duration::from_secs(30),
+        owner,
+        limit: 100,
+    }
 }
 
 /// One dispatcher's loop: claim 100, begin, complete, until nothing is due.
 async fn drain(store: Arc<dyn Store>, owner: String) -> Result<usize> {
     let mut done = 0;
     loop {
-        let now = now_ms();
-        let claimed = store
-            .claim(&TypeFilter::All, now, now, 30_000, &owner, 100)
-            .await?;
+        let now = Millis::new(now_ms());
+        let claimed = store.claim(claim_params(now, &owner)).await?;
         if claimed.is_empty() {
             return Ok(done);
         }
@@ -97,7 +109,13 @@ async fn drain(store: Arc<dyn Store>, owner: String) -> Result<usize> {
             .iter()
             .map(|c| (c.id.clone(), c.lease_token))
             .collect();
-        let started = store.start(&claims, now, 5_000).await?;
+        let started = store
+            .start(StartParams {
+                claims: &claims,
+                now,
+                grace: Duration::from_secs(5),
+            })
+            .await?;
         let finishes: Vec<_> = started
             .into_iter()
             .map(|s| Finish {
@@ -107,7 +125,7 @@ async fn drain(store: Arc<dyn Store>, owner: String) -> Result<usize> {
             })
             .collect();
         done += finishes.len();
-        store.finish(&finishes, now_ms()).await?;
+        store.finish(&finishes, Millis::new(now_ms())).await?;
     }
 }
 
@@ -174,11 +192,9 @@ pub async fn run(args: &Args) -> Result<()> {
             fill(store.as_ref(), backlog, now_ms() + 86_400_000).await?;
             let mut empty = Vec::new();
             for _ in 0..200 {
-                let now = now_ms();
+                let now = Millis::new(now_ms());
                 let t = Instant::now();
-                let got = store
-                    .claim(&TypeFilter::All, now, now, 30_000, "bench", 100)
-                    .await?;
+                let got = store.claim(claim_params(now, "bench")).await?;
                 empty.push(t.elapsed());
                 anyhow::ensure!(got.is_empty());
             }
@@ -187,11 +203,9 @@ pub async fn run(args: &Args) -> Result<()> {
             let start = Instant::now();
             let mut claimed = 0;
             loop {
-                let now = now_ms();
+                let now = Millis::new(now_ms());
                 let t = Instant::now();
-                let got = store
-                    .claim(&TypeFilter::All, now, now, 30_000, "bench", 100)
-                    .await?;
+                let got = store.claim(claim_params(now, "bench")).await?;
                 if got.is_empty() {
                     break;
                 }

@@ -34,9 +34,7 @@ pub async fn run(
                     let t = s.task_type.as_str();
                     metrics.pending.with_label_values(&[t]).set(s.pending);
                     metrics.due_backlog.with_label_values(&[t]).set(s.due);
-                    let age = s
-                        .oldest_due
-                        .map_or(0.0, |at| (now - at).max(0) as f64 / 1000.0);
+                    let age = s.oldest_due.map_or(0.0, |at| now.since(at).as_secs_f64());
                     metrics.oldest_due_age.with_label_values(&[t]).set(age);
                 }
                 seen = current;

@@ -23,7 +23,7 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_millis(&self) -> Millis {
-        Utc::now().timestamp_millis()
+        Millis::from(Utc::now())
     }
 }
 
@@ -43,12 +43,14 @@ impl ManualClock {
 
 impl Clock for ManualClock {
     fn now_millis(&self) -> Millis {
-        self.0.load(Ordering::SeqCst)
+        Millis::new(self.0.load(Ordering::SeqCst))
     }
 }
 
 pub fn from_millis(ms: Millis) -> DateTime<Utc> {
-    Utc.timestamp_millis_opt(ms).single().unwrap_or_default()
+    Utc.timestamp_millis_opt(ms.as_i64())
+        .single()
+        .unwrap_or_default()
 }
 
 /// RFC 3339 in UTC with milliseconds, the API's one time format.

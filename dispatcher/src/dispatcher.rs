@@ -32,7 +32,7 @@ use crate::metrics::Metrics;
 use crate::ownership::Ownership;
 use crate::retry;
 use crate::routing::Routes;
-use crate::store::{ClaimedTask, Finish, FinishKind, Store, TypeFilter};
+use crate::store::{ClaimParams, ClaimedTask, Finish, FinishKind, StartParams, Store, TypeFilter};
 
 #[derive(Debug, Clone)]
 pub struct DispatcherConfig {
@@ -217,7 +217,7 @@ async fn keep_membership(shared: Arc<Shared>) {
             shared.store.heartbeat_member(&member, now).await?;
             shared
                 .store
-                .live_members(now - config.member_ttl.as_millis() as i64)
+                .live_members(now.saturating_sub(config.member_ttl))
                 .await
         };
         match seen.await {
@@ -268,14 +268,14 @@ async fn claim(shared: Arc<Shared>) {
             let started = Instant::now();
             let claimed = shared
                 .store
-                .claim(
-                    &TypeFilter::Only(types),
-                    now + config.lookahead.as_millis() as i64,
+                .claim(ClaimParams {
+                    types: &TypeFilter::Only(types),
+                    horizon: now + config.lookahead,
                     now,
-                    config.hold.as_millis() as i64,
-                    &config.owner,
-                    config.claim_batch,
-                )
+                    hold: config.hold,
+                    owner: &config.owner,
+                    limit: config.claim_batch,
+                })
                 .await;
             shared
                 .metrics
@@ -343,7 +343,7 @@ async fn tick(shared: Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>> {
         if next_eta.is_some_and(|eta| eta <= shared.clock.now_millis()) {
             continue;
         }
-        let sleep = next_eta.map(|eta| Duration::from_millis((eta - now).max(0) as u64));
+        let sleep = next_eta.map(|eta| eta.since(now));
         tokio::select! {
             _ = shared.shutdown.cancelled() => return runners,
             _ = shared.heap_changed.notified() => {}
@@ -420,7 +420,11 @@ async fn begin(shared: &Arc<Shared>, batch: Vec<(ClaimedTask, OwnedSemaphorePerm
     let now = shared.clock.now_millis();
     let started = match shared
         .store
-        .start(&claims, now, shared.config.grace.as_millis() as i64)
+        .start(StartParams {
+            claims: &claims,
+            now,
+            grace: shared.config.grace,
+        })
         .await
     {
         Ok(started) => started,
@@ -455,7 +459,7 @@ async fn execute(shared: &Shared, task: ClaimedTask, attempt: crate::store::Star
             metrics
                 .dispatch_delay
                 .with_label_values(&[task_type])
-                .observe((began - task.trigger_at).max(0) as f64 / 1000.0);
+                .observe(began.since(task.trigger_at).as_secs_f64());
             let clock = Instant::now();
             let outcome = shared.executor.call(job, &task, &attempt).await;
             metrics
@@ -493,7 +497,7 @@ async fn execute(shared: &Shared, task: ClaimedTask, attempt: crate::store::Star
     };
     if let FinishKind::Retry { at, .. } = &kind {
         metrics.retries.with_label_values(&[task_type]).inc();
-        if *at <= shared.clock.now_millis() + shared.config.lookahead.as_millis() as i64 {
+        if *at <= shared.clock.now_millis() + shared.config.lookahead {
             shared.waker.wake();
         }
     }

@@ -511,7 +511,7 @@ mod tests {
             task_type: "t".into(),
             payload: RawValue::from_string("{}".into()).unwrap(),
             priority: 0,
-            trigger_at: 0,
+            trigger_at: crate::store::Millis::new(0),
             attempt: 0,
             max_retries: 3,
             timeout_ms: 30_000,

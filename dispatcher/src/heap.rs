@@ -73,13 +73,13 @@ impl EtaHeap {
 }
 
 #[cfg(test)]
-pub(crate) fn task(id: &str, trigger_at: Millis, priority: u8) -> ClaimedTask {
+pub(crate) fn task(id: &str, trigger_at: i64, priority: u8) -> ClaimedTask {
     ClaimedTask {
         id: id.to_string(),
         task_type: "t".to_string(),
         payload: serde_json::value::RawValue::from_string("null".into()).unwrap(),
         priority,
-        trigger_at,
+        trigger_at: Millis::new(trigger_at),
         attempt: 0,
         max_retries: 0,
         timeout_ms: 1000,
@@ -100,7 +100,7 @@ mod tests {
         heap.push(task("a", 10, 1));
         heap.push(task("d", 10, 9));
         heap.push(task("e", 5, 0));
-        let order: Vec<_> = std::iter::from_fn(|| heap.pop_due(100))
+        let order: Vec<_> = std::iter::from_fn(|| heap.pop_due(Millis::new(100)))
             .map(|t| t.id)
             .collect();
         assert_eq!(order, ["e", "d", "a", "b", "c"]);
@@ -110,9 +110,9 @@ mod tests {
     fn nothing_leaves_before_its_eta() {
         let mut heap = EtaHeap::default();
         heap.push(task("a", 50, 0));
-        assert!(heap.pop_due(49).is_none());
-        assert_eq!(heap.next_eta(), Some(50));
-        assert_eq!(heap.pop_due(50).unwrap().id, "a");
+        assert!(heap.pop_due(Millis::new(49)).is_none());
+        assert_eq!(heap.next_eta(), Some(Millis::new(50)));
+        assert_eq!(heap.pop_due(Millis::new(50)).unwrap().id, "a");
         assert!(heap.is_empty());
     }
 }

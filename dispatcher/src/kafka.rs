@@ -37,7 +37,7 @@ use crate::clock::SharedClock;
 use crate::dispatcher::HeapSink;
 use crate::metrics::Metrics;
 use crate::routing::Routes;
-use crate::store::{Millis, NewTask, Store};
+use crate::store::{AdoptParams, Millis, NewTask, Store};
 
 /// A task as it travels through Kafka: everything the store row will need.
 #[derive(Debug, Serialize, Deserialize)]
@@ -114,7 +114,7 @@ impl Producer {
     /// constraints at submit time — a unique key, dependencies — always go to the store.
     pub fn topic_for<'a>(&self, task: &NewTask, job: &'a Job, now: Millis) -> Option<&'a str> {
         let kafka = job.kafka.as_ref()?;
-        let eligible = task.trigger_at - now <= self.threshold_ms
+        let eligible = task.trigger_at.as_i64() - now.as_i64() <= self.threshold_ms
             && task.unique_key.is_none()
             && task.depends_on.is_empty()
             && task.cron_key.is_none();
@@ -304,8 +304,6 @@ async fn consume(
         metrics,
         stop.clone(),
     ));
-    let horizon_ms = config.horizon.as_millis() as i64;
-    let hold_ms = config.hold.as_millis() as i64;
     loop {
         // Wait for one message, then take whatever else is ready, up to 500.
         let first = tokio::select! {
@@ -351,7 +349,13 @@ async fn consume(
         let adopted = loop {
             let now = clock.now_millis();
             match store
-                .adopt(&tasks, now + horizon_ms, now, hold_ms, &config.owner)
+                .adopt(AdoptParams {
+                    tasks: &tasks,
+                    horizon: now + config.horizon,
+                    now,
+                    hold: config.hold,
+                    owner: &config.owner,
+                })
                 .await
             {
                 Ok(adopted) => break adopted,

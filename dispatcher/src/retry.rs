@@ -19,10 +19,9 @@ pub fn settle(
     job: Option<&Job>,
     now: Millis,
 ) -> FinishKind {
-    // Executors choose leases and retry delays: cut them to the documented maxima and
-    // add without overflow, whatever they asked for.
-    let retry_at =
-        |delay: Duration| now.saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
+    // Executors choose leases and retry delays; `Millis + Duration` saturates, so no ask
+    // overflows the arithmetic.
+    let retry_at = |delay: Duration| now + delay;
     let exhausted = attempt > max_retries;
     match outcome {
         AttemptOutcome::Succeeded => FinishKind::Succeeded { result: None },
@@ -80,17 +79,17 @@ mod tests {
     fn retries_until_max_then_dead_letters() {
         let retried = |attempt| {
             matches!(
-                settle(transient(), attempt, 2, None, 0),
+                settle(transient(), attempt, 2, None, Millis::new(0)),
                 FinishKind::Retry { .. }
             )
         };
         assert!(retried(1));
         assert!(retried(2));
         assert!(
-            matches!(settle(transient(), 3, 2, None, 0), FinishKind::Dead { error } if error.contains("3 attempts"))
+            matches!(settle(transient(), 3, 2, None, Millis::new(0)), FinishKind::Dead { error } if error.contains("3 attempts"))
         );
         assert!(matches!(
-            settle(transient(), 1, 0, None, 0),
+            settle(transient(), 1, 0, None, Millis::new(0)),
             FinishKind::Dead { .. }
         ));
     }
@@ -100,10 +99,15 @@ mod tests {
         for attempt in 1..=4 {
             let full = 1000i64 << (attempt - 1);
             for _ in 0..50 {
-                let FinishKind::Retry { at, .. } = settle(transient(), attempt, 10, None, 0) else {
+                let FinishKind::Retry { at, .. } =
+                    settle(transient(), attempt, 10, None, Millis::new(0))
+                else {
                     panic!("expected a retry")
                 };
-                assert!((full / 2..=full).contains(&at), "attempt {attempt}: {at}");
+                assert!(
+                    (full / 2..=full).contains(&at.as_i64()),
+                    "attempt {attempt}: {at}"
+                );
             }
         }
     }
@@ -142,7 +146,8 @@ mod tests {
                 max_retries in 0u32..150,
                 now in 0i64..=i64::MAX,
             ) {
-                let limit = |d: Duration| now.saturating_add(d.as_millis() as i64);
+                let now = Millis::new(now);
+                let limit = |d: Duration| now + d;
                 match settle(outcome, attempt, max_retries, None, now) {
                     FinishKind::Extend { until } => prop_assert!(until >= now && until <= limit(MAX_LEASE)),
                     FinishKind::Retry { at, .. } => {
@@ -162,14 +167,14 @@ mod tests {
             reason: "busy".into(),
         };
         assert!(matches!(
-            settle(outcome, 1, 3, None, 1000),
-            FinishKind::Retry { at: 8000, .. }
+            settle(outcome, 1, 3, None, Millis::new(1000)),
+            FinishKind::Retry { at, .. } if at == Millis::new(8000)
         ));
         let outcome = AttemptOutcome::Permanent {
             reason: "bad".into(),
         };
         assert!(matches!(
-            settle(outcome, 1, 3, None, 0),
+            settle(outcome, 1, 3, None, Millis::new(0)),
             FinishKind::Dead { .. }
         ));
     }

@@ -65,7 +65,7 @@ impl Scheduler {
     pub async fn schedule_once(&mut self) -> crate::store::Result<Vec<NewTask>> {
         let now_ms = self.clock.now_millis();
         let now = crate::clock::from_millis(now_ms);
-        let horizon = now_ms + self.horizon.as_millis() as i64;
+        let horizon = now_ms + self.horizon;
         let routes = self.routes.borrow().clone();
         let mut firings = Vec::new();
         let mut latest = Vec::new();
@@ -81,7 +81,7 @@ impl Scheduler {
                 let mut after = known.map(crate::clock::from_millis).unwrap_or(now);
                 let mut last = None;
                 while let Some(next) = entry.schedule.next_after(after) {
-                    let at = next.timestamp_millis();
+                    let at = Millis::from(next);
                     // Always the next firing, then every one within the horizon.
                     if at > horizon && (known.is_some() || last.is_some()) {
                         break;
@@ -117,7 +117,9 @@ impl Scheduler {
         for (key, at) in latest {
             self.created.insert(key, at);
         }
-        let soon = firings.iter().any(|f| f.trigger_at <= now_ms + 5_000);
+        let soon = firings
+            .iter()
+            .any(|f| f.trigger_at <= now_ms + Duration::from_secs(5));
         if soon && let Some(waker) = &self.waker {
             waker.wake();
         }
@@ -208,7 +210,7 @@ mod tests {
         );
 
         let firing = store
-            .stats(utc("2026-10-27T00:00:00Z").timestamp_millis())
+            .stats(Millis::from(utc("2026-10-27T00:00:00Z")))
             .await
             .unwrap();
         assert_eq!(firing[0].pending, 4, "four firings, one row each");
@@ -238,7 +240,7 @@ mod tests {
             .collect();
         assert_eq!(unique, expected);
         let stats = store
-            .stats(utc("2026-11-30T00:10:00Z").timestamp_millis())
+            .stats(Millis::from(utc("2026-11-30T00:10:00Z")))
             .await
             .unwrap();
         assert_eq!(stats[0].pending, 52, "one row per firing in the store");

@@ -1,17 +1,49 @@
 //! The store contract, run against every backend. Each backend test opens a fresh
 //! database and runs the same scenarios; a backend is done when it passes all of them.
 
-use std::sync::Arc;
+use std::time::Duration;
 
 use asyncd::store::{
-    self, CancelOutcome, Finish, FinishKind, InsertOutcome, NewTask, RedriveOutcome, Store,
-    TaskState, TypeFilter,
+    self, CancelOutcome, ClaimParams, Finish, FinishKind, InsertOutcome, MEMBER_RETENTION, Millis,
+    NewTask, RedriveOutcome, StartParams, Store, TaskState, TypeFilter,
 };
 use serde_json::value::RawValue;
 
-const T0: i64 = 1_800_000_000_000;
+const T0: Millis = Millis::new(T0_MS);
+const T0_MS: i64 = 1_800_000_000_000;
 
-fn new_task(task_type: &str, trigger_at: i64) -> NewTask {
+/// `ms` milliseconds after (or before) [`T0`].
+fn at(ms: i64) -> Millis {
+    Millis::new(T0_MS + ms)
+}
+
+fn claim_params<'a>(
+    types: &'a TypeFilter,
+    horizon: Millis,
+    now: Millis,
+    hold_ms: u64,
+    owner: &'a str,
+    limit: u32,
+) -> ClaimParams<'a> {
+    ClaimParams {
+        types,
+        horizon,
+        now,
+        hold: Duration::from_millis(hold_ms),
+        owner,
+        limit,
+    }
+}
+
+fn start_params(claims: &[(String, i64)], now: Millis, grace_ms: u64) -> StartParams<'_> {
+    StartParams {
+        claims,
+        now,
+        grace: Duration::from_millis(grace_ms),
+    }
+}
+
+fn new_task(task_type: &str, trigger_at: Millis) -> NewTask {
     NewTask {
         id: uuid::Uuid::now_v7().to_string(),
         task_type: task_type.into(),
@@ -35,9 +67,20 @@ async fn insert(store: &dyn Store, task: NewTask) -> String {
     }
 }
 
-async fn claim_all(store: &dyn Store, horizon: i64, now: i64) -> Vec<asyncd::store::ClaimedTask> {
+async fn claim_all(
+    store: &dyn Store,
+    horizon: Millis,
+    now: Millis,
+) -> Vec<asyncd::store::ClaimedTask> {
     store
-        .claim(&TypeFilter::All, horizon, now, 5_000, "me", 10_000)
+        .claim(claim_params(
+            &TypeFilter::All,
+            horizon,
+            now,
+            5_000,
+            "me",
+            10_000,
+        ))
         .await
         .unwrap()
 }
@@ -49,21 +92,21 @@ async fn state(store: &dyn Store, id: &str) -> TaskState {
 async fn insert_get_and_order_within_one_millisecond(store: &dyn Store) {
     let mut ids = Vec::new();
     for _ in 0..50 {
-        ids.push(insert(store, new_task("a", T0 + 10)).await);
+        ids.push(insert(store, new_task("a", at(10))).await);
     }
-    let early = insert(store, new_task("a", T0 + 9)).await;
-    let late = insert(store, new_task("a", T0 + 11)).await;
+    let early = insert(store, new_task("a", at(9))).await;
+    let late = insert(store, new_task("a", at(11))).await;
     let task = store.get(&ids[0]).await.unwrap().unwrap();
     assert_eq!(
         (task.state, task.trigger_at, task.payload.get()),
-        (TaskState::Pending, T0 + 10, r#"{"k":1}"#)
+        (TaskState::Pending, at(10), r#"{"k":1}"#)
     );
 
     assert!(
-        claim_all(store, T0 + 8, T0).await.is_empty(),
+        claim_all(store, at(8), T0).await.is_empty(),
         "nothing due by the horizon"
     );
-    let claimed: Vec<String> = claim_all(store, T0 + 11, T0)
+    let claimed: Vec<String> = claim_all(store, at(11), T0)
         .await
         .into_iter()
         .map(|c| c.id)
@@ -73,7 +116,7 @@ async fn insert_get_and_order_within_one_millisecond(store: &dyn Store) {
     expected.push(late);
     assert_eq!(claimed, expected, "ordered by (trigger_at, id)");
     assert!(
-        claim_all(store, T0 + 100, T0).await.is_empty(),
+        claim_all(store, at(100), T0).await.is_empty(),
         "claimed rows are not claimed twice"
     );
 }
@@ -84,9 +127,15 @@ async fn claim_respects_type_filter_and_limit(store: &dyn Store) {
         insert(store, new_task("theirs", T0)).await;
     }
     let only = TypeFilter::Only(vec!["mine".into()]);
-    let first = store.claim(&only, T0, T0, 1000, "me", 3).await.unwrap();
+    let first = store
+        .claim(claim_params(&only, T0, T0, 1000, "me", 3))
+        .await
+        .unwrap();
     assert_eq!(first.len(), 3);
-    let rest = store.claim(&only, T0, T0, 1000, "me", 100).await.unwrap();
+    let rest = store
+        .claim(claim_params(&only, T0, T0, 1000, "me", 100))
+        .await
+        .unwrap();
     assert_eq!(rest.len(), 2);
     assert!(first.iter().chain(&rest).all(|t| t.task_type == "mine"));
 }
@@ -95,7 +144,7 @@ async fn attempt_lifecycle_with_fencing(store: &dyn Store) {
     let id = insert(store, new_task("a", T0)).await;
     let claimed = claim_all(store, T0, T0).await.remove(0);
     let started = store
-        .start(&[(id.clone(), claimed.lease_token)], T0, 500)
+        .start(start_params(&[(id.clone(), claimed.lease_token)], T0, 500))
         .await
         .unwrap();
     assert_eq!(started.len(), 1);
@@ -105,13 +154,13 @@ async fn attempt_lifecycle_with_fencing(store: &dyn Store) {
     let record = store.get(&id).await.unwrap().unwrap();
     assert_eq!(
         record.lease_until,
-        Some(T0 + 1000 + 500),
+        Some(at(1000 + 500)),
         "timeout plus grace"
     );
     // The claim's token is spent: starting it again changes nothing.
     assert!(
         store
-            .start(&[(id.clone(), claimed.lease_token)], T0, 500)
+            .start(start_params(&[(id.clone(), claimed.lease_token)], T0, 500))
             .await
             .unwrap()
             .is_empty()
@@ -121,7 +170,7 @@ async fn attempt_lifecycle_with_fencing(store: &dyn Store) {
         id: id.clone(),
         lease_token: attempt.lease_token,
         kind: FinishKind::Retry {
-            at: T0 + 50,
+            at: at(50),
             error: "boom".into(),
         },
     };
@@ -144,12 +193,16 @@ async fn attempt_lifecycle_with_fencing(store: &dyn Store) {
             record.trigger_at,
             record.last_error.as_deref()
         ),
-        (TaskState::Pending, T0 + 50, Some("boom"))
+        (TaskState::Pending, at(50), Some("boom"))
     );
 
-    let claimed = claim_all(store, T0 + 50, T0 + 50).await.remove(0);
+    let claimed = claim_all(store, at(50), at(50)).await.remove(0);
     let second = store
-        .start(&[(id.clone(), claimed.lease_token)], T0 + 50, 0)
+        .start(start_params(
+            &[(id.clone(), claimed.lease_token)],
+            at(50),
+            0,
+        ))
         .await
         .unwrap()
         .remove(0);
@@ -167,7 +220,7 @@ async fn attempt_lifecycle_with_fencing(store: &dyn Store) {
         },
     };
     assert_eq!(
-        store.finish(&[stale, fresh], T0 + 60).await.unwrap(),
+        store.finish(&[stale, fresh], at(60)).await.unwrap(),
         [false, true]
     );
     let record = store.get(&id).await.unwrap().unwrap();
@@ -183,13 +236,17 @@ async fn lapsed_leases_come_back(store: &dyn Store) {
     let claims = claim_all(store, T0, T0).await;
     let run_claim = claims.iter().find(|c| c.id == running).unwrap();
     let started = store
-        .start(&[(running.clone(), run_claim.lease_token)], T0, 0)
+        .start(start_params(
+            &[(running.clone(), run_claim.lease_token)],
+            T0,
+            0,
+        ))
         .await
         .unwrap()
         .remove(0);
     // Hold is 5 s past the ETA; the attempt's lease is its 1 s timeout.
-    assert!(store.lapsed(T0 + 999, 100).await.unwrap().is_empty());
-    let lapsed = store.lapsed(T0 + 5_001, 100).await.unwrap();
+    assert!(store.lapsed(at(999), 100).await.unwrap().is_empty());
+    let lapsed = store.lapsed(at(5_001), 100).await.unwrap();
     let mut states: Vec<_> = lapsed.iter().map(|l| (l.id.clone(), l.state)).collect();
     states.sort_by_key(|(id, _)| id.clone());
     let mut expected = vec![
@@ -209,16 +266,16 @@ async fn lapsed_leases_come_back(store: &dyn Store) {
             id: running.clone(),
             lease_token: started.lease_token,
             kind: FinishKind::Retry {
-                at: T0 + 6_000,
+                at: at(6_000),
                 error: "lapsed".into(),
             },
         },
     ];
     assert_eq!(
-        store.finish(&finishes, T0 + 5_001).await.unwrap(),
+        store.finish(&finishes, at(5_001)).await.unwrap(),
         [true, true]
     );
-    let again: Vec<String> = claim_all(store, T0 + 6_000, T0 + 5_001)
+    let again: Vec<String> = claim_all(store, at(6_000), at(5_001))
         .await
         .into_iter()
         .map(|c| c.id)
@@ -234,7 +291,7 @@ async fn dead_letters_redrive_and_cancel(store: &dyn Store) {
     let id = insert(store, new_task("a", T0)).await;
     let claimed = claim_all(store, T0, T0).await.remove(0);
     let started = store
-        .start(&[(id.clone(), claimed.lease_token)], T0, 0)
+        .start(start_params(&[(id.clone(), claimed.lease_token)], T0, 0))
         .await
         .unwrap()
         .remove(0);
@@ -253,8 +310,8 @@ async fn dead_letters_redrive_and_cancel(store: &dyn Store) {
     );
     assert!(store.dead_letters(Some("b"), 10).await.unwrap().is_empty());
     assert_eq!(
-        store.redrive(&id, T0 + 1).await.unwrap(),
-        RedriveOutcome::Redriven { trigger_at: T0 + 1 }
+        store.redrive(&id, at(1)).await.unwrap(),
+        RedriveOutcome::Redriven { trigger_at: at(1) }
     );
     let record = store.get(&id).await.unwrap().unwrap();
     assert_eq!((record.state, record.attempt), (TaskState::Pending, 0));
@@ -280,7 +337,7 @@ async fn dead_letters_redrive_and_cancel(store: &dyn Store) {
         CancelOutcome::NotFound
     );
     assert!(
-        claim_all(store, T0 + 10, T0).await.is_empty(),
+        claim_all(store, at(10), T0).await.is_empty(),
         "a cancelled task is never claimed"
     );
 }
@@ -290,7 +347,7 @@ async fn idempotency_unique_and_cron_keys(store: &dyn Store) {
     first.idempotency_key = Some("idem".into());
     first.unique_key = Some("order:1".into());
     let first_id = first.id.clone();
-    let mut repeat = new_task("a", T0 + 99);
+    let mut repeat = new_task("a", at(99));
     repeat.idempotency_key = Some("idem".into());
     repeat.unique_key = Some("order:1".into());
     let mut same_key = new_task("a", T0);
@@ -330,16 +387,16 @@ async fn idempotency_unique_and_cron_keys(store: &dyn Store) {
         InsertOutcome::Inserted { .. }
     ));
 
-    let mut firing = new_task("a", T0 + 60_000);
+    let mut firing = new_task("a", at(60_000));
     firing.cron_key = Some("a/nightly/1".into());
-    let mut again = new_task("a", T0 + 60_000);
+    let mut again = new_task("a", at(60_000));
     again.cron_key = Some("a/nightly/1".into());
     let outcomes = store.insert(&[firing.clone(), again], T0).await.unwrap();
     assert_eq!(
         outcomes[1],
         InsertOutcome::Duplicate {
             id: firing.id,
-            trigger_at: T0 + 60_000
+            trigger_at: at(60_000)
         }
     );
 }
@@ -359,7 +416,11 @@ async fn dependencies_release_and_fail(store: &dyn Store) {
     let claimed = claim_all(store, T0, T0).await;
     assert_eq!(claimed.len(), 1, "the blocked child is not claimable");
     let started = store
-        .start(&[(parent.clone(), claimed[0].lease_token)], T0, 0)
+        .start(start_params(
+            &[(parent.clone(), claimed[0].lease_token)],
+            T0,
+            0,
+        ))
         .await
         .unwrap()
         .remove(0);
@@ -368,14 +429,14 @@ async fn dependencies_release_and_fail(store: &dyn Store) {
         lease_token: started.lease_token,
         kind: FinishKind::Succeeded { result: None },
     };
-    store.finish(&[done], T0 + 5).await.unwrap();
+    store.finish(&[done], at(5)).await.unwrap();
     assert_eq!(state(store, &child).await, TaskState::Pending);
     assert_eq!(
         store.get(&child).await.unwrap().unwrap().depends_on,
         [parent]
     );
 
-    let doomed = insert(store, new_task("a", T0 + 1_000_000)).await;
+    let doomed = insert(store, new_task("a", at(1_000_000))).await;
     let mut grandchild_parent = new_task("a", T0);
     grandchild_parent.depends_on = vec![doomed.clone()];
     let middle = insert(store, grandchild_parent).await;
@@ -402,7 +463,7 @@ async fn payloads_and_results_are_kept_byte_for_byte(store: &dyn Store) {
     let claimed = claim_all(store, T0, T0).await.remove(0);
     assert_eq!(claimed.payload.get(), text);
     let started = store
-        .start(&[(id.clone(), claimed.lease_token)], T0, 0)
+        .start(start_params(&[(id.clone(), claimed.lease_token)], T0, 0))
         .await
         .unwrap()
         .remove(0);
@@ -442,7 +503,7 @@ async fn keys_compare_byte_for_byte(store: &dyn Store) {
             ),
             (Some(*key), Some(*key))
         );
-        let mut again = new_task("a", T0 + 1);
+        let mut again = new_task("a", at(1));
         again.idempotency_key = Some(key.to_string());
         assert_eq!(
             store.insert(&[again], T0).await.unwrap()[0],
@@ -451,7 +512,7 @@ async fn keys_compare_byte_for_byte(store: &dyn Store) {
                 trigger_at: T0
             }
         );
-        let mut same_unique = new_task("a", T0 + 1);
+        let mut same_unique = new_task("a", at(1));
         same_unique.unique_key = Some(key.to_string());
         assert_eq!(
             store.insert(&[same_unique], T0).await.unwrap()[0],
@@ -466,109 +527,120 @@ async fn a_lease_extension_that_moves_nothing_still_applies(store: &dyn Store) {
     let id = insert(store, new_task("a", T0)).await;
     let claimed = claim_all(store, T0, T0).await.remove(0);
     let started = store
-        .start(&[(id.clone(), claimed.lease_token)], T0, 0)
+        .start(start_params(&[(id.clone(), claimed.lease_token)], T0, 0))
         .await
         .unwrap()
         .remove(0);
-    // The lease already runs to T0 + 1000 and `now` is unchanged: the row stays as it
+    // The lease already runs to at(1000) and `now` is unchanged: the row stays as it
     // is, but the token matched, so the heartbeat is accepted.
     let extend = |until| Finish {
         id: id.clone(),
         lease_token: started.lease_token,
         kind: FinishKind::Extend { until },
     };
-    assert_eq!(store.finish(&[extend(T0 + 500)], T0).await.unwrap(), [true]);
+    assert_eq!(store.finish(&[extend(at(500))], T0).await.unwrap(), [true]);
     assert_eq!(
         store.get(&id).await.unwrap().unwrap().lease_until,
-        Some(T0 + 1000),
+        Some(at(1000)),
         "a lease is never shortened"
     );
-    assert_eq!(
-        store.finish(&[extend(T0 + 2000)], T0).await.unwrap(),
-        [true]
-    );
+    assert_eq!(store.finish(&[extend(at(2000))], T0).await.unwrap(), [true]);
     assert_eq!(
         store.get(&id).await.unwrap().unwrap().lease_until,
-        Some(T0 + 2000)
+        Some(at(2000))
     );
 }
 
 async fn stats_count_pending_and_due(store: &dyn Store) {
-    insert(store, new_task("s", T0 - 2_000)).await;
-    insert(store, new_task("s", T0 + 2_000)).await;
+    insert(store, new_task("s", at(-2_000))).await;
+    insert(store, new_task("s", at(2_000))).await;
     let stats = store.stats(T0).await.unwrap();
     let s = stats.iter().find(|s| s.task_type == "s").unwrap();
-    assert_eq!((s.pending, s.due, s.oldest_due), (2, 1, Some(T0 - 2_000)));
+    assert_eq!((s.pending, s.due, s.oldest_due), (2, 1, Some(at(-2_000))));
 }
 
 async fn membership_by_heartbeat(store: &dyn Store) {
     store.heartbeat_member("b", T0).await.unwrap();
-    store.heartbeat_member("a", T0 + 1_000).await.unwrap();
-    store.heartbeat_member("c", T0 - 10_000).await.unwrap();
+    store.heartbeat_member("a", at(1_000)).await.unwrap();
+    store.heartbeat_member("c", at(-10_000)).await.unwrap();
     assert_eq!(
-        store.live_members(T0 - 4_000).await.unwrap(),
+        store.live_members(at(-4_000)).await.unwrap(),
         ["a", "b"],
         "c is silent"
     );
-    store.heartbeat_member("c", T0 + 2_000).await.unwrap();
+    store.heartbeat_member("c", at(2_000)).await.unwrap();
     assert_eq!(
-        store.live_members(T0 - 4_000).await.unwrap(),
+        store.live_members(at(-4_000)).await.unwrap(),
         ["a", "b", "c"],
         "c is back"
     );
     store.leave("b").await.unwrap();
-    assert_eq!(store.live_members(T0 - 4_000).await.unwrap(), ["a", "c"]);
+    assert_eq!(store.live_members(at(-4_000)).await.unwrap(), ["a", "c"]);
     // An hour of silence and the row is gone even for a lenient reader.
     store
-        .heartbeat_member("a", T0 + asyncd::store::MEMBER_RETENTION_MS + 1_500)
+        .heartbeat_member("a", at(MEMBER_RETENTION.as_millis() as i64 + 1_500))
         .await
         .unwrap();
-    assert_eq!(store.live_members(0).await.unwrap(), ["a", "c"]);
+    assert_eq!(
+        store.live_members(Millis::new(0)).await.unwrap(),
+        ["a", "c"]
+    );
     store
-        .heartbeat_member("a", T0 + asyncd::store::MEMBER_RETENTION_MS + 2_001)
+        .heartbeat_member("a", at(MEMBER_RETENTION.as_millis() as i64 + 2_001))
         .await
         .unwrap();
-    assert_eq!(store.live_members(0).await.unwrap(), ["a"]);
+    assert_eq!(store.live_members(Millis::new(0)).await.unwrap(), ["a"]);
 }
 
-/// Every scenario, each on a fresh store from `open`.
-async fn run_suite<F, Fut>(open: F)
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Arc<dyn Store>>,
-{
-    macro_rules! scenario {
-        ($name:ident) => {{
-            let store = open().await;
-            store.migrate().await.unwrap();
-            $name(store.as_ref()).await;
-        }};
-    }
-    scenario!(insert_get_and_order_within_one_millisecond);
-    scenario!(claim_respects_type_filter_and_limit);
-    scenario!(attempt_lifecycle_with_fencing);
-    scenario!(lapsed_leases_come_back);
-    scenario!(dead_letters_redrive_and_cancel);
-    scenario!(idempotency_unique_and_cron_keys);
-    scenario!(dependencies_release_and_fail);
-    scenario!(stats_count_pending_and_due);
-    scenario!(membership_by_heartbeat);
-    scenario!(payloads_and_results_are_kept_byte_for_byte);
-    scenario!(keys_compare_byte_for_byte);
-    scenario!(a_lease_extension_that_moves_nothing_still_applies);
+/// Every scenario as one test per backend (`sqlite::…`, `mariadb::…`, `postgres::…`),
+/// each on a fresh, migrated database, so one failure hides none of the others.
+macro_rules! scenarios {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let dir = tempfile::tempdir().unwrap();
+                    let url = format!("sqlite://{}/store.db", dir.path().display());
+                    let store = super::store::open(&url).await.unwrap();
+                    store.migrate().await.unwrap();
+                    super::$name(store.as_ref()).await;
+                }
+            )*
+        }
+        mod mariadb {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::mariadb().run(super::$name).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::postgres().run(super::$name).await;
+                }
+            )*
+        }
+    };
 }
 
-#[tokio::test]
-async fn sqlite_passes_the_store_suite() {
-    let dir = tempfile::tempdir().unwrap();
-    let counter = std::sync::atomic::AtomicUsize::new(0);
-    run_suite(|| {
-        let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let url = format!("sqlite://{}/s{n}.db", dir.path().display());
-        async move { store::open(&url).await.unwrap() }
-    })
-    .await;
-}
+scenarios!(
+    insert_get_and_order_within_one_millisecond,
+    claim_respects_type_filter_and_limit,
+    attempt_lifecycle_with_fencing,
+    lapsed_leases_come_back,
+    dead_letters_redrive_and_cancel,
+    idempotency_unique_and_cron_keys,
+    dependencies_release_and_fail,
+    stats_count_pending_and_due,
+    membership_by_heartbeat,
+    payloads_and_results_are_kept_byte_for_byte,
+    keys_compare_byte_for_byte,
+    a_lease_extension_that_moves_nothing_still_applies,
+);
 
 // ---------------------------------------------------------------------------------------
 // Server backends. The servers come from the environment and are required: a test that
@@ -648,8 +720,15 @@ impl Server {
         }
     }
 
-    async fn run_suite(&self) {
-        run_suite(|| async { store::open(&self.create_db().await).await.unwrap() }).await;
+    /// Runs one scenario on a fresh, migrated database.
+    async fn run<F>(&self, scenario: F)
+    where
+        F: for<'a> AsyncFn(&'a dyn Store),
+    {
+        let store = store::open(&self.create_db().await).await.unwrap();
+        store.migrate().await.unwrap();
+        scenario(store.as_ref()).await;
+        drop(store);
         self.drop_created().await;
     }
 
@@ -667,7 +746,7 @@ impl Server {
         for chunk in 0..TASKS / 500 {
             // Spread over a few trigger times, so each batch's order is checked too.
             let tasks: Vec<NewTask> = (0..500)
-                .map(|i| new_task("c", T0 - ((chunk * 500 + i) % 7) as i64))
+                .map(|i| new_task("c", at(-(((chunk * 500 + i) % 7) as i64))))
                 .collect();
             all.extend(tasks.iter().map(|t| t.id.clone()));
             setup.insert(&tasks, T0).await.unwrap();
@@ -682,7 +761,14 @@ impl Server {
                 let mut got = Vec::new();
                 loop {
                     let batch = store
-                        .claim(&TypeFilter::All, T0, T0, 60_000, &owner, LIMIT)
+                        .claim(claim_params(
+                            &TypeFilter::All,
+                            T0,
+                            T0,
+                            60_000,
+                            &owner,
+                            LIMIT,
+                        ))
                         .await
                         .unwrap();
                     if batch.is_empty() {
@@ -746,7 +832,7 @@ impl Server {
             .collect();
         assert_eq!(claims.len(), 2 * PAIRS, "only the parents are claimable");
         let tokens: std::collections::HashMap<String, i64> = setup
-            .start(&claims, T0, 60_000)
+            .start(start_params(&claims, T0, 60_000))
             .await
             .unwrap()
             .into_iter()
@@ -761,7 +847,7 @@ impl Server {
         };
         for (a, b, _) in &pairs {
             let (fa, fb) = (succeed(a), succeed(b));
-            let (ra, rb) = tokio::join!(one.finish(&fa, T0 + 1), two.finish(&fb, T0 + 1));
+            let (ra, rb) = tokio::join!(one.finish(&fa, at(1)), two.finish(&fb, at(1)));
             assert_eq!((ra.unwrap(), rb.unwrap()), (vec![true], vec![true]));
         }
         for (_, _, child) in &pairs {
@@ -782,16 +868,6 @@ fn mariadb() -> Server {
 
 fn postgres() -> Server {
     Server::from_env("ASYNCD_TEST_POSTGRES_URL", "postgres", true)
-}
-
-#[tokio::test]
-async fn mariadb_passes_the_store_suite() {
-    mariadb().run_suite().await;
-}
-
-#[tokio::test]
-async fn postgres_passes_the_store_suite() {
-    postgres().run_suite().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -6,7 +6,7 @@ pub mod submit;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -26,8 +26,8 @@ use crate::metrics::Metrics;
 use crate::retry;
 use crate::routing::Routes;
 use crate::store::{
-    CancelOutcome, Finish, FinishKind, InsertOutcome, NewTask, RedriveOutcome, Store, TaskRecord,
-    TaskState,
+    CancelOutcome, Finish, FinishKind, InsertOutcome, Millis, NewTask, RedriveOutcome, Store,
+    TaskRecord, TaskState,
 };
 use error::ApiError;
 use submit::Limits;
@@ -119,7 +119,7 @@ fn accepted(outcome: InsertOutcome) -> Answer {
 impl ApiState {
     /// Stores or produces each task, one answer per task in order. Only a store failure
     /// fails the whole call; a Kafka failure refuses just the tasks it concerned.
-    async fn accept(&self, tasks: &[NewTask], now: i64) -> Result<Vec<Answer>, ApiError> {
+    async fn accept(&self, tasks: &[NewTask], now: Millis) -> Result<Vec<Answer>, ApiError> {
         let routes = self.routes.borrow().clone();
         let topics: Vec<Option<&str>> = tasks
             .iter()
@@ -176,7 +176,7 @@ impl ApiState {
             }
         }
 
-        let horizon = now + self.lookahead_ms;
+        let horizon = now + Duration::from_millis(self.lookahead_ms as u64);
         let mut wake = false;
         for (task, answer) in tasks.iter().zip(&answers) {
             if let Some(Ok((StatusCode::CREATED, _))) = answer {
@@ -438,7 +438,7 @@ async fn heartbeat(
         return Err(ApiError::field("lease", "must be at most 24h"));
     }
     let now = state.clock.now_millis();
-    let until = now + lease.as_millis() as i64;
+    let until = now + lease;
     let finish = Finish {
         id: id.clone(),
         lease_token: token,
@@ -448,7 +448,7 @@ async fn heartbeat(
         return Err(stale(&id));
     }
     Ok(
-        Json(json!({"lease_until": rfc3339(until.max(task.lease_until.unwrap_or(0)))}))
+        Json(json!({"lease_until": rfc3339(until.max(task.lease_until.unwrap_or_default()))}))
             .into_response(),
     )
 }

@@ -125,15 +125,17 @@ pub fn validate(
             if delay > MAX_DELAY {
                 return Err(ApiError::field("delay", "must be at most 400 days"));
             }
-            now + delay.as_millis() as i64
+            now + delay
         }
         (None, Some(eta)) => {
-            let eta = chrono::DateTime::parse_from_rfc3339(&eta)
-                .map_err(|e| {
-                    ApiError::field("eta", format!("{eta:?} is not an RFC 3339 time ({e})"))
-                })?
-                .timestamp_millis();
-            if eta > now + MAX_DELAY.as_millis() as i64 {
+            let eta = Millis::new(
+                chrono::DateTime::parse_from_rfc3339(&eta)
+                    .map_err(|e| {
+                        ApiError::field("eta", format!("{eta:?} is not an RFC 3339 time ({e})"))
+                    })?
+                    .timestamp_millis(),
+            );
+            if eta > now + MAX_DELAY {
                 return Err(ApiError::field("eta", "must be at most 400 days ahead"));
             }
             // A time in the past means "now", as in Cloud Tasks.
@@ -220,7 +222,7 @@ mod tests {
     use super::*;
     use asyncd_spec::AsyncJobConfig;
 
-    const NOW: Millis = 1_700_000_000_000;
+    const NOW: Millis = Millis::new(1_700_000_000_000);
 
     fn routes() -> RouteTable {
         let (_, job) = AsyncJobConfig::from_yaml(include_str!(
@@ -253,7 +255,7 @@ mod tests {
         let task =
             check(r#"{"type":"cancel_expired_order","payload":{"order_id":7},"delay":"90s"}"#)
                 .unwrap();
-        assert_eq!(task.trigger_at, NOW + 90_000);
+        assert_eq!(task.trigger_at, NOW + Duration::from_secs(90));
         assert_eq!(task.max_retries, 3);
         assert_eq!(task.timeout_ms, 30_000);
         assert_eq!(

@@ -13,17 +13,105 @@
 //!
 //! Every transition out of `claimed` or `running` names the token it expects, so a
 //! dispatcher or executor acting on an attempt that has since lapsed changes nothing.
+//!
+//! The module is laid out so that a backend holds only what differs between dialects:
+//!
+//! - this file: the [`Store`] trait with its parameter and outcome types, [`Millis`], and
+//!   the retry of transactions a database aborted (each backend names its SQLSTATEs);
+//! - [`domain`]: every decision, as pure functions with unit tests — the state a new task
+//!   starts in, which key an insert conflicted on, what a finish does to dependents,
+//!   what a refused cancel or redrive answers, the order a batch locks rows in;
+//! - `rows`: one `FromRow` struct per query shape, shared by the backends, each with one
+//!   conversion into [`TaskRecord`], [`ClaimedTask`], [`Lapsed`] and the rest;
+//! - `shared`: the operations whose shape is the same everywhere (reading a task, the
+//!   rescuer's scan, membership), written once over any sqlx database and run with
+//!   each backend's statements;
+//! - [`sqlite`], [`postgres`], [`mysql`]: the SQL, and what each database needs done its
+//!   own way — PostgreSQL claims with one `UPDATE … RETURNING`, MariaDB locks then
+//!   updates, with `IN` lists padded to powers of two, SQLite batches a whole `start`
+//!   or `finish` into one statement — each explained where it is done.
+//!
+//! `tests/store_conformance.rs` runs every scenario against every backend.
 
+pub mod domain;
 pub mod mysql;
 pub mod postgres;
+mod rows;
+mod shared;
 pub mod sqlite;
 
+use std::future::Future;
+use std::time::Duration;
+
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use serde_json::value::RawValue;
 
-/// Milliseconds since the Unix epoch, UTC: the store's only time type, the same on
-/// every backend.
-pub type Millis = i64;
+/// An instant: milliseconds since the Unix epoch, UTC. The store's only time type, a
+/// BIGINT on every backend. Lengths of time stay [`Duration`]s (or `_ms` integers where
+/// a row stores them).
+#[derive(
+    Debug,
+    Default,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    sqlx::Type,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[sqlx(transparent)]
+#[serde(transparent)]
+pub struct Millis(i64);
+
+impl Millis {
+    pub const fn new(ms: i64) -> Self {
+        Self(ms)
+    }
+
+    pub const fn as_i64(self) -> i64 {
+        self.0
+    }
+
+    pub fn saturating_sub(self, length: Duration) -> Self {
+        Self(self.0.saturating_sub(duration_ms(length)))
+    }
+
+    /// How long after `earlier` this is; zero if it is not after.
+    pub fn since(self, earlier: Millis) -> Duration {
+        Duration::from_millis(u64::try_from(self.0.saturating_sub(earlier.0)).unwrap_or(0))
+    }
+}
+
+/// A length in whole milliseconds, as the store adds it to instants in SQL.
+pub fn duration_ms(length: Duration) -> i64 {
+    i64::try_from(length.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl std::ops::Add<Duration> for Millis {
+    type Output = Millis;
+
+    /// Saturating: an instant far enough out is as good as never.
+    fn add(self, length: Duration) -> Millis {
+        Self(self.0.saturating_add(duration_ms(length)))
+    }
+}
+
+impl From<DateTime<Utc>> for Millis {
+    fn from(time: DateTime<Utc>) -> Self {
+        Self(time.timestamp_millis())
+    }
+}
+
+impl std::fmt::Display for Millis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -35,6 +123,9 @@ pub enum StoreError {
     UnsupportedUrl(String),
     #[error("store row is corrupt: {0}")]
     Corrupt(String),
+    /// A write hit a unique key, again and again, that no task could be found holding.
+    #[error("store conflict: {0}")]
+    Conflict(String),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -234,6 +325,48 @@ pub enum TypeFilter {
     Only(Vec<String>),
 }
 
+/// What [`Store::claim`] takes.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimParams<'a> {
+    pub types: &'a TypeFilter,
+    /// Tasks due by this instant are claimed.
+    pub horizon: Millis,
+    pub now: Millis,
+    /// How long past `max(trigger_at, now)` the claim holds before the rescuer takes it.
+    pub hold: Duration,
+    pub owner: &'a str,
+    pub limit: u32,
+}
+
+/// What [`Store::claim_ids`] takes.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimIdsParams<'a> {
+    pub ids: &'a [String],
+    pub now: Millis,
+    pub hold: Duration,
+    pub owner: &'a str,
+}
+
+/// What [`Store::adopt`] takes.
+#[derive(Debug, Clone, Copy)]
+pub struct AdoptParams<'a> {
+    pub tasks: &'a [NewTask],
+    pub horizon: Millis,
+    pub now: Millis,
+    pub hold: Duration,
+    pub owner: &'a str,
+}
+
+/// What [`Store::start`] takes.
+#[derive(Debug, Clone, Copy)]
+pub struct StartParams<'a> {
+    /// `(id, lease_token)` of each claim.
+    pub claims: &'a [(String, i64)],
+    pub now: Millis,
+    /// How long past its timeout an attempt's lease runs.
+    pub grace: Duration,
+}
+
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Applies pending migrations.
@@ -246,59 +379,41 @@ pub trait Store: Send + Sync + 'static {
     async fn cancel(&self, id: &str, now: Millis) -> Result<CancelOutcome>;
 
     /// Claims up to `limit` pending tasks due by `horizon`, earliest `(trigger_at, id)`
-    /// first, holding each until `max(trigger_at, now) + hold_ms`.
-    async fn claim(
-        &self,
-        types: &TypeFilter,
-        horizon: Millis,
-        now: Millis,
-        hold_ms: i64,
-        owner: &str,
-        limit: u32,
-    ) -> Result<Vec<ClaimedTask>>;
+    /// first, holding each until `max(trigger_at, now) + hold`.
+    async fn claim(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>>;
     /// Claims these tasks if they are still pending, as [`Store::claim`] would.
-    async fn claim_ids(
-        &self,
-        ids: &[String],
-        now: Millis,
-        hold_ms: i64,
-        owner: &str,
-    ) -> Result<Vec<ClaimedTask>>;
+    async fn claim_ids(&self, params: ClaimIdsParams<'_>) -> Result<Vec<ClaimedTask>>;
     /// Stores tasks consumed from Kafka and claims for `owner` the new ones due by
     /// `horizon`, so the consumer that read them dispatches them without a poll. Tasks
     /// already stored (a message consumed twice) are left alone.
-    async fn adopt(
-        &self,
-        tasks: &[NewTask],
-        horizon: Millis,
-        now: Millis,
-        hold_ms: i64,
-        owner: &str,
-    ) -> Result<Vec<ClaimedTask>> {
-        let outcomes = self.insert(tasks, now).await?;
-        let due: Vec<String> = tasks
+    async fn adopt(&self, params: AdoptParams<'_>) -> Result<Vec<ClaimedTask>> {
+        let outcomes = self.insert(params.tasks, params.now).await?;
+        let due: Vec<String> = params
+            .tasks
             .iter()
             .zip(&outcomes)
             .filter(|(task, outcome)| {
-                matches!(outcome, InsertOutcome::Inserted { .. }) && task.trigger_at <= horizon
+                matches!(outcome, InsertOutcome::Inserted { .. })
+                    && task.trigger_at <= params.horizon
             })
             .map(|(task, _)| task.id.clone())
             .collect();
         if due.is_empty() {
             return Ok(Vec::new());
         }
-        self.claim_ids(&due, now, hold_ms, owner).await
+        self.claim_ids(ClaimIdsParams {
+            ids: &due,
+            now: params.now,
+            hold: params.hold,
+            owner: params.owner,
+        })
+        .await
     }
     /// The task holding an idempotency key, as `(id, trigger_at)`.
     async fn find_idempotent(&self, key: &str) -> Result<Option<(String, Millis)>>;
     /// Begins attempts on claimed tasks whose token still matches; each lease runs
-    /// until `now + its timeout + grace_ms`. Returns the ones that started.
-    async fn start(
-        &self,
-        claims: &[(String, i64)],
-        now: Millis,
-        grace_ms: i64,
-    ) -> Result<Vec<Started>>;
+    /// until `now + its timeout + grace`. Returns the ones that started.
+    async fn start(&self, params: StartParams<'_>) -> Result<Vec<Started>>;
     /// Applies each finish whose token still matches; `true` where it applied.
     async fn finish(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>>;
     async fn lapsed(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>>;
@@ -317,7 +432,52 @@ pub trait Store: Send + Sync + 'static {
 }
 
 /// How long a silent member's row is kept before a heartbeat of another deletes it.
-pub const MEMBER_RETENTION_MS: Millis = 3_600_000;
+pub const MEMBER_RETENTION: Duration = Duration::from_secs(3600);
+
+/// Runs a transaction again when the database aborted it as a deadlock victim or a
+/// serialization failure (`transient` says which SQLSTATEs are those). Both roll the
+/// whole transaction back, so running it again from the start is safe; anything else is
+/// returned as is. Deadlocks are possible in principle (a batch finishing a task while
+/// an insert holds its dependency, or the rescuer and a dispatcher finishing
+/// overlapping batches), but rare: batches lock rows in id order (see
+/// [`domain::lock_order`]).
+async fn retrying<T, F, Fut>(transient: fn(&str) -> bool, mut run: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    const ATTEMPTS: u32 = 5;
+    let mut attempt = 1;
+    loop {
+        match run().await {
+            Err(StoreError::Database(sqlx::Error::Database(db)))
+                if attempt < ATTEMPTS && db.code().as_deref().is_some_and(transient) =>
+            {
+                tracing::debug!(error = %db, attempt, "store transaction aborted; running it again");
+                tokio::time::sleep(Duration::from_millis(5 * u64::from(attempt))).await;
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+fn is_unique_violation(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.is_unique_violation())
+}
+
+/// The error when an insert conflicted on a unique key and no task held any of its keys,
+/// however often it was tried.
+fn unnamed_insert_conflict(task: &NewTask) -> StoreError {
+    StoreError::Conflict(format!("insert of {} conflicted on no known key", task.id))
+}
+
+/// The same for a redrive.
+fn unnamed_redrive_conflict(id: &str) -> StoreError {
+    StoreError::Conflict(format!(
+        "redrive of {id} conflicted on a unique key no task holds"
+    ))
+}
 
 /// Opens the store a URL names.
 pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
@@ -331,5 +491,44 @@ pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
         ))
     } else {
         Err(StoreError::UnsupportedUrl(url.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn millis_arithmetic_saturates_instead_of_wrapping() {
+        let t = Millis::new(1_000);
+        assert_eq!(t + Duration::from_millis(500), Millis::new(1_500));
+        assert_eq!(t.saturating_sub(Duration::from_secs(1)), Millis::new(0));
+        assert_eq!(
+            Millis::new(i64::MAX - 1) + Duration::from_secs(1),
+            Millis::new(i64::MAX)
+        );
+        assert_eq!(t + Duration::MAX, Millis::new(i64::MAX));
+        assert_eq!(
+            Millis::new(i64::MIN + 1).saturating_sub(Duration::from_secs(1)),
+            Millis::new(i64::MIN)
+        );
+    }
+
+    #[test]
+    fn since_is_never_negative() {
+        let (early, late) = (Millis::new(1_000), Millis::new(3_500));
+        assert_eq!(late.since(early), Duration::from_millis(2_500));
+        assert_eq!(early.since(late), Duration::ZERO);
+    }
+
+    #[test]
+    fn millis_come_from_chrono_and_travel_as_plain_numbers() {
+        let time = DateTime::parse_from_rfc3339("2026-01-02T03:04:05.678Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let ms = Millis::from(time);
+        assert_eq!(ms.as_i64(), time.timestamp_millis());
+        assert_eq!(serde_json::to_string(&ms).unwrap(), ms.as_i64().to_string());
+        assert_eq!(ms.to_string(), ms.as_i64().to_string());
     }
 }

@@ -20,29 +20,21 @@
 //!   `FORCE INDEX (PRIMARY)` on the updates by id, and the pinned claim and dependents
 //!   plans below.
 
-use std::future::Future;
 use std::str::FromStr;
-use std::time::Duration;
 
 use async_trait::async_trait;
-use serde_json::value::RawValue;
-use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions, MySqlRow};
-use sqlx::{MySql, MySqlPool, Row, Transaction};
+use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+use sqlx::{MySql, MySqlPool, Transaction};
 
+use super::domain::{self, DependentsEffect, Initial};
+use super::rows::{
+    self, ClaimRow, Holder, StartedRow, StatsRow, TaskRow, claim_columns, task_columns,
+};
+use super::shared::{self, Queries};
 use super::*;
 
 pub struct MySqlStore {
     pool: MySqlPool,
-}
-
-/// The columns [`record`] reads, as a literal so queries built with `concat!` stay
-/// `&'static str` (no `AssertSqlSafe` needed).
-macro_rules! task_columns {
-    () => {
-        "id, task_type, payload, state, priority, trigger_at, attempt, max_retries, \
-         timeout_ms, lease_token, lease_until, idempotency_key, unique_key, last_error, \
-         result, created_at, updated_at"
-    };
 }
 
 impl MySqlStore {
@@ -64,61 +56,6 @@ impl MySqlStore {
     }
 }
 
-fn raw(text: String) -> Result<Box<RawValue>> {
-    RawValue::from_string(text).map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
-}
-
-/// A dedupe key: VARBINARY in the schema (see the migration), UTF-8 text here.
-fn key(row: &MySqlRow, column: &str) -> Result<Option<String>> {
-    row.try_get::<Option<Vec<u8>>, _>(column)?
-        .map(|bytes| {
-            String::from_utf8(bytes)
-                .map_err(|_| StoreError::Corrupt(format!("{column} is not UTF-8")))
-        })
-        .transpose()
-}
-
-fn record(row: &MySqlRow) -> Result<TaskRecord> {
-    Ok(TaskRecord {
-        id: row.try_get("id")?,
-        task_type: row.try_get("task_type")?,
-        payload: raw(row.try_get("payload")?)?,
-        state: TaskState::parse(row.try_get::<&str, _>("state")?)?,
-        priority: row.try_get::<i64, _>("priority")? as u8,
-        trigger_at: row.try_get("trigger_at")?,
-        attempt: row.try_get::<i64, _>("attempt")? as u32,
-        max_retries: row.try_get::<i64, _>("max_retries")? as u32,
-        timeout_ms: row.try_get("timeout_ms")?,
-        lease_token: row.try_get("lease_token")?,
-        lease_until: row.try_get("lease_until")?,
-        idempotency_key: key(row, "idempotency_key")?,
-        unique_key: key(row, "unique_key")?,
-        depends_on: Vec::new(),
-        last_error: row.try_get("last_error")?,
-        result: row
-            .try_get::<Option<String>, _>("result")?
-            .map(raw)
-            .transpose()?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-    })
-}
-
-fn claimed(row: &MySqlRow) -> Result<ClaimedTask> {
-    Ok(ClaimedTask {
-        id: row.try_get("id")?,
-        task_type: row.try_get("task_type")?,
-        payload: raw(row.try_get("payload")?)?,
-        priority: row.try_get::<i64, _>("priority")? as u8,
-        trigger_at: row.try_get("trigger_at")?,
-        attempt: row.try_get::<i64, _>("attempt")? as u32,
-        max_retries: row.try_get::<i64, _>("max_retries")? as u32,
-        timeout_ms: row.try_get("timeout_ms")?,
-        lease_token: row.try_get("lease_token")?,
-        idempotency_key: key(row, "idempotency_key")?,
-    })
-}
-
 /// Which pending rows a claim takes.
 #[derive(Clone, Copy)]
 enum Selection<'a> {
@@ -130,10 +67,6 @@ enum Selection<'a> {
     },
     /// These rows.
     Ids(&'a [String]),
-}
-
-fn is_unique_violation(err: &sqlx::Error) -> bool {
-    matches!(err, sqlx::Error::Database(db) if db.is_unique_violation())
 }
 
 /// `?, ?, …` for an `IN` list of `n` values (never 0: `IN ()` is a syntax error, so
@@ -156,41 +89,47 @@ fn padded<T>(values: &[T]) -> impl Iterator<Item = &T> {
         .chain(std::iter::repeat_n(last, values.len().next_power_of_two() - values.len()).flatten())
 }
 
-/// Runs a transaction again when InnoDB aborted it as a deadlock victim (SQLSTATE
-/// `40001`, error 1213), which rolls the whole transaction back, so running it again
-/// from the start is safe; anything else is returned as is. Deadlocks are possible in
-/// principle (a batch finishing a task while an insert holds its dependency, or the
-/// rescuer and a dispatcher finishing overlapping batches), but rare: batches lock
-/// rows in id order (see [`lock_order`]).
-async fn retrying<T, F, Fut>(mut run: F) -> Result<T>
+/// InnoDB's deadlock victims (SQLSTATE `40001`, error 1213) are run again (see
+/// [`retrying`]).
+fn transient(code: &str) -> bool {
+    code == "40001"
+}
+
+/// [`super::retrying`] with this backend's transient errors.
+async fn retrying<T, F, Fut>(run: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T>>,
 {
-    const ATTEMPTS: u32 = 5;
-    let mut attempt = 1;
-    loop {
-        match run().await {
-            Err(StoreError::Database(sqlx::Error::Database(db)))
-                if attempt < ATTEMPTS && db.code().as_deref() == Some("40001") =>
-            {
-                tracing::debug!(error = %db, attempt, "store transaction aborted; running it again");
-                tokio::time::sleep(Duration::from_millis(5 * u64::from(attempt))).await;
-                attempt += 1;
-            }
-            other => return other,
-        }
-    }
+    super::retrying(transient, run).await
 }
 
-/// The order in which to apply a batch: by id, so concurrent batches lock shared rows in
-/// the same order instead of deadlocking, and stable, so two entries for one task (an
-/// extension, then the result) keep their order. Outcomes still go back in input order.
-fn lock_order(ids: impl Iterator<Item = impl AsRef<str>>) -> Vec<usize> {
-    let ids: Vec<_> = ids.collect();
-    let mut order: Vec<usize> = (0..ids.len()).collect();
-    order.sort_by(|&a, &b| ids[a].as_ref().cmp(ids[b].as_ref()));
-    order
+/// The statements every backend runs alike (see [`shared`]).
+const QUERIES: Queries = Queries {
+    get: concat!("SELECT ", task_columns!(), " FROM tasks WHERE id = ?"),
+    dependencies: "SELECT depends_on FROM task_deps WHERE task_id = ? ORDER BY depends_on",
+    lapsed: "SELECT id, task_type, state, attempt, max_retries, lease_token FROM tasks \
+             WHERE state IN ('claimed', 'running') AND lease_until < ? \
+             ORDER BY lease_until LIMIT ?",
+    heartbeat: "INSERT INTO dispatchers (id, heartbeat_at) VALUES (?, ?) \
+                ON DUPLICATE KEY UPDATE heartbeat_at = VALUES(heartbeat_at)",
+    forget_members: "DELETE FROM dispatchers WHERE heartbeat_at < ?",
+    live_members: "SELECT id FROM dispatchers WHERE heartbeat_at >= ? ORDER BY id",
+    leave: "DELETE FROM dispatchers WHERE id = ?",
+};
+
+/// The query naming the task that holds a key an insert conflicted on.
+fn holder_sql(key: domain::ConflictKey<'_>) -> &'static str {
+    match key {
+        domain::ConflictKey::Idempotency(_) => {
+            "SELECT id, trigger_at FROM tasks WHERE idempotency_key = ?"
+        }
+        domain::ConflictKey::Cron(_) => "SELECT id, trigger_at FROM tasks WHERE cron_key = ?",
+        domain::ConflictKey::Id(_) => "SELECT id, trigger_at FROM tasks WHERE id = ?",
+        domain::ConflictKey::Unique(_) => {
+            "SELECT id, trigger_at FROM tasks WHERE unique_active = ?"
+        }
+    }
 }
 
 impl MySqlStore {
@@ -199,36 +138,29 @@ impl MySqlStore {
         task: &NewTask,
         now: Millis,
     ) -> Result<InsertOutcome> {
-        // Dependencies decide the starting state: any failed → dead at once, all
-        // succeeded → pending, otherwise blocked until they finish. The shared lock keeps
-        // each dependency from finishing until this insert commits: its finish then finds
-        // this task among its dependents (without the lock it could finish in between,
-        // look for dependents before this one is visible, and leave it blocked forever).
-        let mut state = TaskState::Pending;
-        let mut error = None;
+        // The shared lock keeps each dependency from finishing until this insert
+        // commits: its finish then finds this task among its dependents (without the lock
+        // it could finish in between, look for dependents before this one is visible, and
+        // leave it blocked forever).
+        let mut dependencies = Vec::with_capacity(task.depends_on.len());
         for dep in &task.depends_on {
             let dep_state: Option<String> =
                 sqlx::query_scalar("SELECT state FROM tasks WHERE id = ? LOCK IN SHARE MODE")
                     .bind(dep)
                     .fetch_optional(&mut **tx)
                     .await?;
-            match dep_state.as_deref().map(TaskState::parse).transpose()? {
-                None => return Ok(InsertOutcome::UnknownDependency { id: dep.clone() }),
-                Some(TaskState::Dead | TaskState::Cancelled) => {
-                    state = TaskState::Dead;
-                    error = Some(format!("dependency {dep} failed"));
-                }
-                Some(TaskState::Succeeded) => {}
-                Some(_) if state == TaskState::Pending => state = TaskState::Blocked,
-                Some(_) => {}
+            let dep_state = rows::state(dep_state)?;
+            dependencies.push((dep.as_str(), dep_state));
+            if dep_state.is_none() {
+                break;
             }
         }
-        let unique_active = (state != TaskState::Dead)
-            .then_some(task.unique_key.as_deref())
-            .flatten();
-        // A conflict on the unique key names a task that may finish (freeing the key)
-        // before we look it up; then the insert is simply tried again.
-        for _ in 0..3 {
+        let (state, error) = match domain::initial_state(dependencies) {
+            Initial::UnknownDependency(id) => return Ok(InsertOutcome::UnknownDependency { id }),
+            Initial::Start { state, last_error } => (state, last_error),
+        };
+        let unique_active = domain::unique_active(task, state);
+        for _ in 0..domain::CONFLICT_ATTEMPTS {
             // A duplicate key fails the INSERT, which InnoDB rolls back alone (the
             // transaction goes on), and is told apart from every other error by its
             // code. `INSERT IGNORE` would also turn other errors (truncated values, bad
@@ -281,50 +213,17 @@ impl MySqlStore {
                 Err(err) if is_unique_violation(&err) => {}
                 Err(err) => return Err(err.into()),
             }
-            // The insert hit a constraint; say which, idempotency first (a repeat of the
-            // same submit also repeats its unique key).
-            for (sql, key) in [
-                (
-                    "SELECT id, trigger_at FROM tasks WHERE idempotency_key = ?",
-                    &task.idempotency_key,
-                ),
-                (
-                    "SELECT id, trigger_at FROM tasks WHERE cron_key = ?",
-                    &task.cron_key,
-                ),
-                // The same task again: a Kafka message consumed twice.
-                (
-                    "SELECT id, trigger_at FROM tasks WHERE id = ?",
-                    &Some(task.id.clone()),
-                ),
-            ] {
-                let Some(key) = key else { continue };
-                if let Some(row) = sqlx::query(sql)
-                    .bind(key.as_bytes())
+            for key in domain::conflict_keys(task) {
+                let holder: Option<Holder> = sqlx::query_as(holder_sql(key))
+                    .bind(key.value().as_bytes())
                     .fetch_optional(&mut **tx)
-                    .await?
-                {
-                    return Ok(InsertOutcome::Duplicate {
-                        id: row.try_get("id")?,
-                        trigger_at: row.try_get("trigger_at")?,
-                    });
-                }
-            }
-            if let Some(key) = &task.unique_key {
-                let existing: Option<String> =
-                    sqlx::query_scalar("SELECT id FROM tasks WHERE unique_active = ?")
-                        .bind(key.as_bytes())
-                        .fetch_optional(&mut **tx)
-                        .await?;
-                if let Some(existing_id) = existing {
-                    return Ok(InsertOutcome::UniqueConflict { existing_id });
+                    .await?;
+                if let Some(holder) = holder {
+                    return Ok(key.outcome(holder.id, holder.trigger_at));
                 }
             }
         }
-        Err(StoreError::Corrupt(format!(
-            "insert of {} conflicted on no known key",
-            task.id
-        )))
+        Err(unnamed_insert_conflict(task))
     }
 
     /// The blocked dependents of `id`, locked.
@@ -415,7 +314,7 @@ impl MySqlStore {
                 placeholders(dependents.len())
             );
             let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(format!("dependency {dep} failed"))
+                .bind(domain::dependency_failed(&dep))
                 .bind(now);
             for id in padded(&dependents) {
                 query = query.bind(id);
@@ -457,10 +356,7 @@ impl MySqlStore {
                 .bind(id)
                 .fetch_optional(&mut *tx)
                 .await?;
-            match state {
-                None => CancelOutcome::NotFound,
-                Some(s) => CancelOutcome::NotCancellable(TaskState::parse(&s)?),
-            }
+            domain::cancel_refused(rows::state(state)?)
         };
         tx.commit().await?;
         Ok(outcome)
@@ -470,7 +366,7 @@ impl MySqlStore {
         &self,
         selection: Selection<'_>,
         now: Millis,
-        hold_ms: i64,
+        hold: Duration,
         owner: &str,
     ) -> Result<Vec<ClaimedTask>> {
         let mut tx = self.pool.begin().await?;
@@ -528,7 +424,7 @@ impl MySqlStore {
         let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(owner)
             .bind(now)
-            .bind(hold_ms)
+            .bind(duration_ms(hold))
             .bind(now);
         for id in padded(&ids) {
             query = query.bind(id);
@@ -536,31 +432,27 @@ impl MySqlStore {
         query.execute(&mut *tx).await?;
         // No UPDATE … RETURNING: read the claimed rows back (still locked by us).
         let sql = format!(
-            "SELECT id, task_type, payload, priority, trigger_at, attempt, max_retries, \
-                    timeout_ms, lease_token, idempotency_key \
-             FROM tasks WHERE id IN ({list})"
+            concat!(
+                "SELECT ",
+                claim_columns!(),
+                " FROM tasks WHERE id IN ({list})"
+            ),
+            list = list
         );
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        let mut query = sqlx::query_as::<_, ClaimRow>(sqlx::AssertSqlSafe(sql));
         for id in padded(&ids) {
             query = query.bind(id);
         }
         let rows = query.fetch_all(&mut *tx).await?;
         tx.commit().await?;
-        let mut claimed = rows.iter().map(claimed).collect::<Result<Vec<_>>>()?;
-        claimed.sort_by(|a, b| (a.trigger_at, &a.id).cmp(&(b.trigger_at, &b.id)));
-        Ok(claimed)
+        rows::claimed(rows)
     }
 
-    async fn start_tx(
-        &self,
-        claims: &[(String, i64)],
-        now: Millis,
-        grace_ms: i64,
-    ) -> Result<Vec<Started>> {
+    async fn start_tx(&self, params: StartParams<'_>) -> Result<Vec<Started>> {
         let mut tx = self.pool.begin().await?;
-        let mut started = vec![None; claims.len()];
-        for i in lock_order(claims.iter().map(|(id, _)| id)) {
-            let (id, token) = &claims[i];
+        let mut started = vec![None; params.claims.len()];
+        for i in domain::lock_order(params.claims.iter().map(|(id, _)| id)) {
+            let (id, token) = &params.claims[i];
             let done = sqlx::query(
                 "UPDATE tasks FORCE INDEX (PRIMARY) \
                  SET state = 'running', attempt = attempt + 1, \
@@ -568,9 +460,9 @@ impl MySqlStore {
                         updated_at = ? \
                  WHERE id = ? AND lease_token = ? AND state = 'claimed'",
             )
-            .bind(now)
-            .bind(grace_ms)
-            .bind(now)
+            .bind(params.now)
+            .bind(duration_ms(params.grace))
+            .bind(params.now)
             .bind(id)
             .bind(token)
             .execute(&mut *tx)
@@ -578,15 +470,12 @@ impl MySqlStore {
             .rows_affected();
             if done == 1 {
                 // No UPDATE … RETURNING: the row is ours (locked) until commit.
-                let row = sqlx::query("SELECT attempt, lease_token FROM tasks WHERE id = ?")
-                    .bind(id)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                started[i] = Some(Started {
-                    id: id.clone(),
-                    attempt: row.try_get::<i64, _>("attempt")? as u32,
-                    lease_token: row.try_get("lease_token")?,
-                });
+                let row: StartedRow =
+                    sqlx::query_as("SELECT attempt, lease_token FROM tasks WHERE id = ?")
+                        .bind(id)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                started[i] = Some(row.into_started(id.clone())?);
             }
         }
         tx.commit().await?;
@@ -596,7 +485,7 @@ impl MySqlStore {
     async fn finish_tx(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
         let mut tx = self.pool.begin().await?;
         let mut applied = vec![false; finishes.len()];
-        for i in lock_order(finishes.iter().map(|f| &f.id)) {
+        for i in domain::lock_order(finishes.iter().map(|f| &f.id)) {
             let finish = &finishes[i];
             let query = match &finish.kind {
                 FinishKind::Succeeded { result } => sqlx::query(
@@ -646,14 +535,14 @@ impl MySqlStore {
                 .rows_affected()
                 == 1;
             if done {
-                match finish.kind {
-                    FinishKind::Succeeded { .. } => {
+                match domain::on_finish(&finish.kind) {
+                    DependentsEffect::Release => {
                         Self::release_dependents(&mut tx, &finish.id, now).await?
                     }
-                    FinishKind::Dead { .. } => {
+                    DependentsEffect::Fail => {
                         Self::fail_dependents(&mut tx, &finish.id, now).await?
                     }
-                    _ => {}
+                    DependentsEffect::None => {}
                 }
             }
             applied[i] = done;
@@ -683,10 +572,7 @@ impl MySqlStore {
                         .bind(id)
                         .fetch_optional(&mut *tx)
                         .await?;
-                match state {
-                    None => RedriveOutcome::NotFound,
-                    Some(s) => RedriveOutcome::NotDead(TaskState::parse(&s)?),
-                }
+                domain::redrive_refused(rows::state(state)?)
             }
             // InnoDB rolled back the failed UPDATE alone; the transaction goes on.
             Err(err) if is_unique_violation(&err) => {
@@ -697,8 +583,8 @@ impl MySqlStore {
                 .bind(id)
                 .fetch_optional(&mut *tx)
                 .await?;
-                match existing_id {
-                    Some(existing_id) => RedriveOutcome::UniqueConflict { existing_id },
+                match domain::redrive_conflict(existing_id) {
+                    Some(outcome) => outcome,
                     // The holder finished since: the caller tries again.
                     None => return Ok(None),
                 }
@@ -728,41 +614,15 @@ impl Store for MySqlStore {
     }
 
     async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
-        let Some(row) = sqlx::query(concat!(
-            "SELECT ",
-            task_columns!(),
-            " FROM tasks WHERE id = ?"
-        ))
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await?
-        else {
-            return Ok(None);
-        };
-        let mut task = record(&row)?;
-        task.depends_on = sqlx::query_scalar(
-            "SELECT depends_on FROM task_deps WHERE task_id = ? ORDER BY depends_on",
-        )
-        .bind(id)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(Some(task))
+        shared::get(&self.pool, &QUERIES, id).await
     }
 
     async fn cancel(&self, id: &str, now: Millis) -> Result<CancelOutcome> {
         retrying(|| self.cancel_tx(id, now)).await
     }
 
-    async fn claim(
-        &self,
-        types: &TypeFilter,
-        horizon: Millis,
-        now: Millis,
-        hold_ms: i64,
-        owner: &str,
-        limit: u32,
-    ) -> Result<Vec<ClaimedTask>> {
-        let types = match types {
+    async fn claim(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>> {
+        let types = match params.types {
             TypeFilter::All => None,
             // No type may be claimed (as on SQLite), and `IN ()` would not parse.
             TypeFilter::Only(list) if list.is_empty() => return Ok(Vec::new()),
@@ -770,41 +630,31 @@ impl Store for MySqlStore {
         };
         let selection = Selection::Due {
             types,
-            horizon,
-            limit,
+            horizon: params.horizon,
+            limit: params.limit,
         };
-        retrying(|| self.claim_tx(selection, now, hold_ms, owner)).await
+        retrying(|| self.claim_tx(selection, params.now, params.hold, params.owner)).await
     }
 
-    async fn claim_ids(
-        &self,
-        ids: &[String],
-        now: Millis,
-        hold_ms: i64,
-        owner: &str,
-    ) -> Result<Vec<ClaimedTask>> {
-        if ids.is_empty() {
+    async fn claim_ids(&self, params: ClaimIdsParams<'_>) -> Result<Vec<ClaimedTask>> {
+        if params.ids.is_empty() {
             return Ok(Vec::new());
         }
-        retrying(|| self.claim_tx(Selection::Ids(ids), now, hold_ms, owner)).await
+        let selection = Selection::Ids(params.ids);
+        retrying(|| self.claim_tx(selection, params.now, params.hold, params.owner)).await
     }
 
     async fn find_idempotent(&self, key: &str) -> Result<Option<(String, Millis)>> {
-        let row = sqlx::query("SELECT id, trigger_at FROM tasks WHERE idempotency_key = ?")
-            .bind(key.as_bytes())
-            .fetch_optional(&self.pool)
-            .await?;
-        row.map(|r| Ok((r.try_get("id")?, r.try_get("trigger_at")?)))
-            .transpose()
+        let holder: Option<Holder> =
+            sqlx::query_as("SELECT id, trigger_at FROM tasks WHERE idempotency_key = ?")
+                .bind(key.as_bytes())
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(holder.map(|h| (h.id, h.trigger_at)))
     }
 
-    async fn start(
-        &self,
-        claims: &[(String, i64)],
-        now: Millis,
-        grace_ms: i64,
-    ) -> Result<Vec<Started>> {
-        retrying(|| self.start_tx(claims, now, grace_ms)).await
+    async fn start(&self, params: StartParams<'_>) -> Result<Vec<Started>> {
+        retrying(|| self.start_tx(params)).await
     }
 
     async fn finish(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
@@ -812,31 +662,11 @@ impl Store for MySqlStore {
     }
 
     async fn lapsed(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>> {
-        let rows = sqlx::query(
-            "SELECT id, task_type, state, attempt, max_retries, lease_token FROM tasks \
-             WHERE state IN ('claimed', 'running') AND lease_until < ? \
-             ORDER BY lease_until LIMIT ?",
-        )
-        .bind(now)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(Lapsed {
-                    id: row.try_get("id")?,
-                    task_type: row.try_get("task_type")?,
-                    state: TaskState::parse(row.try_get::<&str, _>("state")?)?,
-                    attempt: row.try_get::<i64, _>("attempt")? as u32,
-                    max_retries: row.try_get::<i64, _>("max_retries")? as u32,
-                    lease_token: row.try_get("lease_token")?,
-                })
-            })
-            .collect()
+        shared::lapsed(&self.pool, &QUERIES, now, limit).await
     }
 
     async fn dead_letters(&self, task_type: Option<&str>, limit: u32) -> Result<Vec<TaskRecord>> {
-        let rows = sqlx::query(concat!(
+        let rows: Vec<TaskRow> = sqlx::query_as(concat!(
             "SELECT ",
             task_columns!(),
             " FROM tasks WHERE state = 'dead' AND (? IS NULL OR task_type = ?) \
@@ -847,23 +677,21 @@ impl Store for MySqlStore {
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(record).collect()
+        rows.into_iter().map(TaskRow::into_record).collect()
     }
 
     async fn redrive(&self, id: &str, now: Millis) -> Result<RedriveOutcome> {
-        for _ in 0..3 {
+        for _ in 0..domain::CONFLICT_ATTEMPTS {
             if let Some(outcome) = retrying(|| self.redrive_tx(id, now)).await? {
                 return Ok(outcome);
             }
         }
-        Err(StoreError::Corrupt(format!(
-            "redrive of {id} conflicted on a unique key no task holds"
-        )))
+        Err(unnamed_redrive_conflict(id))
     }
 
     async fn stats(&self, now: Millis) -> Result<Vec<TypeStats>> {
         // SUM is DECIMAL on MySQL: cast it back to the BIGINT the other backends return.
-        let rows = sqlx::query(
+        let rows: Vec<StatsRow> = sqlx::query_as(
             "SELECT task_type, COUNT(*) AS pending, \
                     CAST(SUM(CASE WHEN trigger_at <= ? THEN 1 ELSE 0 END) AS SIGNED) AS due, \
                     MIN(CASE WHEN trigger_at <= ? THEN trigger_at END) AS oldest_due \
@@ -873,45 +701,18 @@ impl Store for MySqlStore {
         .bind(now)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(TypeStats {
-                    task_type: row.try_get("task_type")?,
-                    pending: row.try_get("pending")?,
-                    due: row.try_get("due")?,
-                    oldest_due: row.try_get("oldest_due")?,
-                })
-            })
-            .collect()
+        Ok(rows.into_iter().map(TypeStats::from).collect())
     }
 
     async fn heartbeat_member(&self, member: &str, now: Millis) -> Result<()> {
-        sqlx::query("INSERT INTO dispatchers (id, heartbeat_at) VALUES (?, ?) ON DUPLICATE KEY UPDATE heartbeat_at = VALUES(heartbeat_at)")
-            .bind(member)
-            .bind(now)
-            .execute(&self.pool)
-            .await?;
-        sqlx::query("DELETE FROM dispatchers WHERE heartbeat_at < ?")
-            .bind(now - MEMBER_RETENTION_MS)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        shared::heartbeat_member(&self.pool, &QUERIES, member, now).await
     }
 
     async fn live_members(&self, since: Millis) -> Result<Vec<String>> {
-        Ok(
-            sqlx::query_scalar("SELECT id FROM dispatchers WHERE heartbeat_at >= ? ORDER BY id")
-                .bind(since)
-                .fetch_all(&self.pool)
-                .await?,
-        )
+        shared::live_members(&self.pool, &QUERIES, since).await
     }
 
     async fn leave(&self, member: &str) -> Result<()> {
-        sqlx::query("DELETE FROM dispatchers WHERE id = ?")
-            .bind(member)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        shared::leave(&self.pool, &QUERIES, member).await
     }
 }

@@ -12,29 +12,21 @@
 //!   dependency while a dependent is inserted, a dependent while it is released);
 //! - a transaction chosen as a deadlock victim is run again (see [`retrying`]).
 
-use std::future::Future;
 use std::str::FromStr;
-use std::time::Duration;
 
 use async_trait::async_trait;
-use serde_json::value::RawValue;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
-use sqlx::{Acquire, PgPool, Postgres, Row, Transaction};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{Acquire, PgPool, Postgres, Transaction};
 
+use super::domain::{self, DependentsEffect, Initial};
+use super::rows::{
+    self, ClaimRow, Holder, StartedRow, StatsRow, TaskRow, claim_columns, task_columns,
+};
+use super::shared::{self, Queries};
 use super::*;
 
 pub struct PostgresStore {
     pool: PgPool,
-}
-
-/// The columns [`record`] reads, as a literal so queries built with `concat!` stay
-/// `&'static str` (no `AssertSqlSafe` needed).
-macro_rules! task_columns {
-    () => {
-        "id, task_type, payload, state, priority, trigger_at, attempt, max_retries, \
-         timeout_ms, lease_token, lease_until, idempotency_key, unique_key, last_error, \
-         result, created_at, updated_at"
-    };
 }
 
 impl PostgresStore {
@@ -58,91 +50,47 @@ impl PostgresStore {
     }
 }
 
-fn raw(text: String) -> Result<Box<RawValue>> {
-    RawValue::from_string(text).map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
+/// Deadlock victims (`40P01`) and serialization failures (`40001`) are run again (see
+/// [`retrying`]).
+fn transient(code: &str) -> bool {
+    matches!(code, "40001" | "40P01")
 }
 
-fn record(row: &PgRow) -> Result<TaskRecord> {
-    Ok(TaskRecord {
-        id: row.try_get("id")?,
-        task_type: row.try_get("task_type")?,
-        payload: raw(row.try_get("payload")?)?,
-        state: TaskState::parse(row.try_get::<&str, _>("state")?)?,
-        priority: row.try_get::<i16, _>("priority")? as u8,
-        trigger_at: row.try_get("trigger_at")?,
-        attempt: row.try_get::<i32, _>("attempt")? as u32,
-        max_retries: row.try_get::<i32, _>("max_retries")? as u32,
-        timeout_ms: row.try_get("timeout_ms")?,
-        lease_token: row.try_get("lease_token")?,
-        lease_until: row.try_get("lease_until")?,
-        idempotency_key: row.try_get("idempotency_key")?,
-        unique_key: row.try_get("unique_key")?,
-        depends_on: Vec::new(),
-        last_error: row.try_get("last_error")?,
-        result: row
-            .try_get::<Option<String>, _>("result")?
-            .map(raw)
-            .transpose()?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-    })
-}
-
-fn claimed(row: &PgRow) -> Result<ClaimedTask> {
-    Ok(ClaimedTask {
-        id: row.try_get("id")?,
-        task_type: row.try_get("task_type")?,
-        payload: raw(row.try_get("payload")?)?,
-        priority: row.try_get::<i16, _>("priority")? as u8,
-        trigger_at: row.try_get("trigger_at")?,
-        attempt: row.try_get::<i32, _>("attempt")? as u32,
-        max_retries: row.try_get::<i32, _>("max_retries")? as u32,
-        timeout_ms: row.try_get("timeout_ms")?,
-        lease_token: row.try_get("lease_token")?,
-        idempotency_key: row.try_get("idempotency_key")?,
-    })
-}
-
-fn is_unique_violation(err: &sqlx::Error) -> bool {
-    matches!(err, sqlx::Error::Database(db) if db.is_unique_violation())
-}
-
-/// Runs a transaction again when the database aborted it as a deadlock victim
-/// (`40P01`) or a serialization failure (`40001`). Both roll the whole transaction
-/// back, so running it again from the start is safe; anything else is returned as is.
-/// Deadlocks are possible in principle (a batch finishing a task while an insert holds
-/// its dependency, or the rescuer and a dispatcher finishing overlapping batches), but
-/// rare: batches lock rows in id order (see [`lock_order`]).
-async fn retrying<T, F, Fut>(mut run: F) -> Result<T>
+/// [`super::retrying`] with this backend's transient errors.
+async fn retrying<T, F, Fut>(run: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T>>,
 {
-    const ATTEMPTS: u32 = 5;
-    let mut attempt = 1;
-    loop {
-        match run().await {
-            Err(StoreError::Database(sqlx::Error::Database(db)))
-                if attempt < ATTEMPTS
-                    && matches!(db.code().as_deref(), Some("40001" | "40P01")) =>
-            {
-                tracing::debug!(error = %db, attempt, "store transaction aborted; running it again");
-                tokio::time::sleep(Duration::from_millis(5 * u64::from(attempt))).await;
-                attempt += 1;
-            }
-            other => return other,
-        }
-    }
+    super::retrying(transient, run).await
 }
 
-/// The order in which to apply a batch: by id, so concurrent batches lock shared rows in
-/// the same order instead of deadlocking, and stable, so two entries for one task (an
-/// extension, then the result) keep their order. Outcomes still go back in input order.
-fn lock_order(ids: impl Iterator<Item = impl AsRef<str>>) -> Vec<usize> {
-    let ids: Vec<_> = ids.collect();
-    let mut order: Vec<usize> = (0..ids.len()).collect();
-    order.sort_by(|&a, &b| ids[a].as_ref().cmp(ids[b].as_ref()));
-    order
+/// The statements every backend runs alike (see [`shared`]).
+const QUERIES: Queries = Queries {
+    get: concat!("SELECT ", task_columns!(), " FROM tasks WHERE id = $1"),
+    dependencies: "SELECT depends_on FROM task_deps WHERE task_id = $1 ORDER BY depends_on",
+    lapsed: "SELECT id, task_type, state, attempt, max_retries, lease_token FROM tasks \
+             WHERE state IN ('claimed', 'running') AND lease_until < $1 \
+             ORDER BY lease_until LIMIT $2",
+    heartbeat: "INSERT INTO dispatchers (id, heartbeat_at) VALUES ($1, $2) \
+                ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at",
+    forget_members: "DELETE FROM dispatchers WHERE heartbeat_at < $1",
+    live_members: "SELECT id FROM dispatchers WHERE heartbeat_at >= $1 ORDER BY id",
+    leave: "DELETE FROM dispatchers WHERE id = $1",
+};
+
+/// The query naming the task that holds a key an insert conflicted on.
+fn holder_sql(key: domain::ConflictKey<'_>) -> &'static str {
+    match key {
+        domain::ConflictKey::Idempotency(_) => {
+            "SELECT id, trigger_at FROM tasks WHERE idempotency_key = $1"
+        }
+        domain::ConflictKey::Cron(_) => "SELECT id, trigger_at FROM tasks WHERE cron_key = $1",
+        domain::ConflictKey::Id(_) => "SELECT id, trigger_at FROM tasks WHERE id = $1",
+        domain::ConflictKey::Unique(_) => {
+            "SELECT id, trigger_at FROM tasks WHERE unique_active = $1"
+        }
+    }
 }
 
 impl PostgresStore {
@@ -151,36 +99,29 @@ impl PostgresStore {
         task: &NewTask,
         now: Millis,
     ) -> Result<InsertOutcome> {
-        // Dependencies decide the starting state: any failed → dead at once, all
-        // succeeded → pending, otherwise blocked until they finish. FOR SHARE keeps each
-        // dependency from finishing until this insert commits: its finish then finds
-        // this task among its dependents (without the lock it could finish in between,
-        // look for dependents before this one is visible, and leave it blocked forever).
-        let mut state = TaskState::Pending;
-        let mut error = None;
+        // FOR SHARE keeps each dependency from finishing until this insert commits: its
+        // finish then finds this task among its dependents (without the lock it could
+        // finish in between, look for dependents before this one is visible, and leave it
+        // blocked forever).
+        let mut dependencies = Vec::with_capacity(task.depends_on.len());
         for dep in &task.depends_on {
             let dep_state: Option<String> =
                 sqlx::query_scalar("SELECT state FROM tasks WHERE id = $1 FOR SHARE")
                     .bind(dep)
                     .fetch_optional(&mut **tx)
                     .await?;
-            match dep_state.as_deref().map(TaskState::parse).transpose()? {
-                None => return Ok(InsertOutcome::UnknownDependency { id: dep.clone() }),
-                Some(TaskState::Dead | TaskState::Cancelled) => {
-                    state = TaskState::Dead;
-                    error = Some(format!("dependency {dep} failed"));
-                }
-                Some(TaskState::Succeeded) => {}
-                Some(_) if state == TaskState::Pending => state = TaskState::Blocked,
-                Some(_) => {}
+            let dep_state = rows::state(dep_state)?;
+            dependencies.push((dep.as_str(), dep_state));
+            if dep_state.is_none() {
+                break;
             }
         }
-        let unique_active = (state != TaskState::Dead)
-            .then_some(task.unique_key.as_deref())
-            .flatten();
-        // A conflict on the unique key names a task that may finish (freeing the key)
-        // before we look it up; then the insert is simply tried again.
-        for _ in 0..3 {
+        let (state, error) = match domain::initial_state(dependencies) {
+            Initial::UnknownDependency(id) => return Ok(InsertOutcome::UnknownDependency { id }),
+            Initial::Start { state, last_error } => (state, last_error),
+        };
+        let unique_active = domain::unique_active(task, state);
+        for _ in 0..domain::CONFLICT_ATTEMPTS {
             // ON CONFLICT DO NOTHING, with no target, covers every unique constraint, like
             // SQLite's; an error would abort the whole transaction and the batch with it.
             let inserted = sqlx::query(
@@ -194,7 +135,7 @@ impl PostgresStore {
             .bind(&task.task_type)
             .bind(task.payload.get())
             .bind(state.as_str())
-            .bind(task.priority as i16)
+            .bind(i16::from(task.priority))
             .bind(task.trigger_at)
             .bind(task.max_retries as i32)
             .bind(task.timeout_ms)
@@ -223,46 +164,17 @@ impl PostgresStore {
                     trigger_at: task.trigger_at,
                 });
             }
-            // The insert hit a constraint; say which, idempotency first (a repeat of the
-            // same submit also repeats its unique key).
-            for (sql, key) in [
-                (
-                    "SELECT id, trigger_at FROM tasks WHERE idempotency_key = $1",
-                    &task.idempotency_key,
-                ),
-                (
-                    "SELECT id, trigger_at FROM tasks WHERE cron_key = $1",
-                    &task.cron_key,
-                ),
-                // The same task again: a Kafka message consumed twice.
-                (
-                    "SELECT id, trigger_at FROM tasks WHERE id = $1",
-                    &Some(task.id.clone()),
-                ),
-            ] {
-                let Some(key) = key else { continue };
-                if let Some(row) = sqlx::query(sql).bind(key).fetch_optional(&mut **tx).await? {
-                    return Ok(InsertOutcome::Duplicate {
-                        id: row.try_get("id")?,
-                        trigger_at: row.try_get("trigger_at")?,
-                    });
-                }
-            }
-            if let Some(key) = &task.unique_key {
-                let existing: Option<String> =
-                    sqlx::query_scalar("SELECT id FROM tasks WHERE unique_active = $1")
-                        .bind(key)
-                        .fetch_optional(&mut **tx)
-                        .await?;
-                if let Some(existing_id) = existing {
-                    return Ok(InsertOutcome::UniqueConflict { existing_id });
+            for key in domain::conflict_keys(task) {
+                let holder: Option<Holder> = sqlx::query_as(holder_sql(key))
+                    .bind(key.value())
+                    .fetch_optional(&mut **tx)
+                    .await?;
+                if let Some(holder) = holder {
+                    return Ok(key.outcome(holder.id, holder.trigger_at));
                 }
             }
         }
-        Err(StoreError::Corrupt(format!(
-            "insert of {} conflicted on no known key",
-            task.id
-        )))
+        Err(unnamed_insert_conflict(task))
     }
 
     /// After a task succeeded: its blocked dependents whose dependencies have all
@@ -319,7 +231,7 @@ impl PostgresStore {
                    AND id IN (SELECT task_id FROM task_deps WHERE depends_on = $3) \
                  RETURNING id",
             )
-            .bind(format!("dependency {dep} failed"))
+            .bind(domain::dependency_failed(&dep))
             .bind(now)
             .bind(&dep)
             .fetch_all(&mut **tx)
@@ -359,44 +271,32 @@ impl PostgresStore {
                 .bind(id)
                 .fetch_optional(&mut *tx)
                 .await?;
-            match state {
-                None => CancelOutcome::NotFound,
-                Some(s) => CancelOutcome::NotCancellable(TaskState::parse(&s)?),
-            }
+            domain::cancel_refused(rows::state(state)?)
         };
         tx.commit().await?;
         Ok(outcome)
     }
 
-    async fn start_tx(
-        &self,
-        claims: &[(String, i64)],
-        now: Millis,
-        grace_ms: i64,
-    ) -> Result<Vec<Started>> {
+    async fn start_tx(&self, params: StartParams<'_>) -> Result<Vec<Started>> {
         let mut tx = self.pool.begin().await?;
-        let mut started = vec![None; claims.len()];
-        for i in lock_order(claims.iter().map(|(id, _)| id)) {
-            let (id, token) = &claims[i];
-            let row = sqlx::query(
+        let mut started = vec![None; params.claims.len()];
+        for i in domain::lock_order(params.claims.iter().map(|(id, _)| id)) {
+            let (id, token) = &params.claims[i];
+            let row: Option<StartedRow> = sqlx::query_as(
                 "UPDATE tasks SET state = 'running', attempt = attempt + 1, \
                         lease_token = lease_token + 1, lease_until = $1 + timeout_ms + $2, \
                         updated_at = $1 \
                  WHERE id = $3 AND lease_token = $4 AND state = 'claimed' \
                  RETURNING attempt, lease_token",
             )
-            .bind(now)
-            .bind(grace_ms)
+            .bind(params.now)
+            .bind(duration_ms(params.grace))
             .bind(id)
             .bind(token)
             .fetch_optional(&mut *tx)
             .await?;
             if let Some(row) = row {
-                started[i] = Some(Started {
-                    id: id.clone(),
-                    attempt: row.try_get::<i32, _>("attempt")? as u32,
-                    lease_token: row.try_get("lease_token")?,
-                });
+                started[i] = Some(row.into_started(id.clone())?);
             }
         }
         tx.commit().await?;
@@ -406,7 +306,7 @@ impl PostgresStore {
     async fn finish_tx(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
         let mut tx = self.pool.begin().await?;
         let mut applied = vec![false; finishes.len()];
-        for i in lock_order(finishes.iter().map(|f| &f.id)) {
+        for i in domain::lock_order(finishes.iter().map(|f| &f.id)) {
             let finish = &finishes[i];
             // Each statement ends with `updated_at = $n-2 WHERE id = $n-1 AND lease_token = $n`.
             let query = match &finish.kind {
@@ -449,14 +349,14 @@ impl PostgresStore {
                 .rows_affected()
                 == 1;
             if done {
-                match finish.kind {
-                    FinishKind::Succeeded { .. } => {
+                match domain::on_finish(&finish.kind) {
+                    DependentsEffect::Release => {
                         Self::release_dependents(&mut tx, &finish.id, now).await?
                     }
-                    FinishKind::Dead { .. } => {
+                    DependentsEffect::Fail => {
                         Self::fail_dependents(&mut tx, &finish.id, now).await?
                     }
-                    _ => {}
+                    DependentsEffect::None => {}
                 }
             }
             applied[i] = done;
@@ -492,10 +392,7 @@ impl PostgresStore {
                         .bind(id)
                         .fetch_optional(&mut *tx)
                         .await?;
-                match state {
-                    None => RedriveOutcome::NotFound,
-                    Some(s) => RedriveOutcome::NotDead(TaskState::parse(&s)?),
-                }
+                domain::redrive_refused(rows::state(state)?)
             }
             Err(err) if is_unique_violation(&err) => {
                 savepoint.rollback().await?;
@@ -506,8 +403,8 @@ impl PostgresStore {
                 .bind(id)
                 .fetch_optional(&mut *tx)
                 .await?;
-                match existing_id {
-                    Some(existing_id) => RedriveOutcome::UniqueConflict { existing_id },
+                match domain::redrive_conflict(existing_id) {
+                    Some(outcome) => outcome,
                     // The holder finished since: the caller tries again.
                     None => return Ok(None),
                 }
@@ -539,41 +436,15 @@ impl Store for PostgresStore {
     }
 
     async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
-        let Some(row) = sqlx::query(concat!(
-            "SELECT ",
-            task_columns!(),
-            " FROM tasks WHERE id = $1"
-        ))
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await?
-        else {
-            return Ok(None);
-        };
-        let mut task = record(&row)?;
-        task.depends_on = sqlx::query_scalar(
-            "SELECT depends_on FROM task_deps WHERE task_id = $1 ORDER BY depends_on",
-        )
-        .bind(id)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(Some(task))
+        shared::get(&self.pool, &QUERIES, id).await
     }
 
     async fn cancel(&self, id: &str, now: Millis) -> Result<CancelOutcome> {
         retrying(|| self.cancel_tx(id, now)).await
     }
 
-    async fn claim(
-        &self,
-        types: &TypeFilter,
-        horizon: Millis,
-        now: Millis,
-        hold_ms: i64,
-        owner: &str,
-        limit: u32,
-    ) -> Result<Vec<ClaimedTask>> {
-        let type_list: Option<&[String]> = match types {
+    async fn claim(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>> {
+        let type_list: Option<&[String]> = match params.types {
             TypeFilter::All => None,
             TypeFilter::Only(list) => Some(list),
         };
@@ -583,8 +454,8 @@ impl Store for PostgresStore {
         // UPDATE then marks exactly the rows locked, found by primary key. (Joining a
         // CTE instead lets a generic plan, which does not know `limit`, hash-join it
         // against a scan of the whole table.)
-        let rows = retrying(|| async {
-            let rows = sqlx::query(
+        let rows: Vec<ClaimRow> = retrying(|| async {
+            let rows = sqlx::query_as(concat!(
                 "UPDATE tasks SET state = 'claimed', lease_token = lease_token + 1, \
                         owner = $4, lease_until = GREATEST(trigger_at, $5) + $6, \
                         updated_at = $5 \
@@ -595,70 +466,54 @@ impl Store for PostgresStore {
                      ORDER BY trigger_at, id \
                      LIMIT $3 \
                      FOR UPDATE SKIP LOCKED)) \
-                 RETURNING id, task_type, payload, priority, trigger_at, attempt, \
-                           max_retries, timeout_ms, lease_token, idempotency_key",
-            )
-            .bind(horizon)
+                 RETURNING ",
+                claim_columns!()
+            ))
+            .bind(params.horizon)
             .bind(type_list)
-            .bind(i64::from(limit))
-            .bind(owner)
-            .bind(now)
-            .bind(hold_ms)
+            .bind(i64::from(params.limit))
+            .bind(params.owner)
+            .bind(params.now)
+            .bind(duration_ms(params.hold))
             .fetch_all(&self.pool)
             .await?;
             Ok(rows)
         })
         .await?;
-        let mut claimed = rows.iter().map(claimed).collect::<Result<Vec<_>>>()?;
-        // RETURNING gives rows in no promised order.
-        claimed.sort_by(|a, b| (a.trigger_at, &a.id).cmp(&(b.trigger_at, &b.id)));
-        Ok(claimed)
+        rows::claimed(rows)
     }
 
-    async fn claim_ids(
-        &self,
-        ids: &[String],
-        now: Millis,
-        hold_ms: i64,
-        owner: &str,
-    ) -> Result<Vec<ClaimedTask>> {
-        let rows = retrying(|| async {
-            Ok(sqlx::query(
+    async fn claim_ids(&self, params: ClaimIdsParams<'_>) -> Result<Vec<ClaimedTask>> {
+        let rows: Vec<ClaimRow> = retrying(|| async {
+            Ok(sqlx::query_as(concat!(
                 "UPDATE tasks SET state = 'claimed', lease_token = lease_token + 1, \
                         owner = $2, lease_until = GREATEST(trigger_at, $3) + $4, updated_at = $3 \
                  WHERE state = 'pending' AND id = ANY($1) \
-                 RETURNING id, task_type, payload, priority, trigger_at, attempt, \
-                           max_retries, timeout_ms, lease_token, idempotency_key",
-            )
-            .bind(ids)
-            .bind(owner)
-            .bind(now)
-            .bind(hold_ms)
+                 RETURNING ",
+                claim_columns!()
+            ))
+            .bind(params.ids)
+            .bind(params.owner)
+            .bind(params.now)
+            .bind(duration_ms(params.hold))
             .fetch_all(&self.pool)
             .await?)
         })
         .await?;
-        let mut claimed = rows.iter().map(claimed).collect::<Result<Vec<_>>>()?;
-        claimed.sort_by(|a, b| (a.trigger_at, &a.id).cmp(&(b.trigger_at, &b.id)));
-        Ok(claimed)
+        rows::claimed(rows)
     }
 
     async fn find_idempotent(&self, key: &str) -> Result<Option<(String, Millis)>> {
-        let row = sqlx::query("SELECT id, trigger_at FROM tasks WHERE idempotency_key = $1")
-            .bind(key)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.map(|r| Ok((r.try_get("id")?, r.try_get("trigger_at")?)))
-            .transpose()
+        let holder: Option<Holder> =
+            sqlx::query_as("SELECT id, trigger_at FROM tasks WHERE idempotency_key = $1")
+                .bind(key)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(holder.map(|h| (h.id, h.trigger_at)))
     }
 
-    async fn start(
-        &self,
-        claims: &[(String, i64)],
-        now: Millis,
-        grace_ms: i64,
-    ) -> Result<Vec<Started>> {
-        retrying(|| self.start_tx(claims, now, grace_ms)).await
+    async fn start(&self, params: StartParams<'_>) -> Result<Vec<Started>> {
+        retrying(|| self.start_tx(params)).await
     }
 
     async fn finish(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
@@ -666,31 +521,11 @@ impl Store for PostgresStore {
     }
 
     async fn lapsed(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>> {
-        let rows = sqlx::query(
-            "SELECT id, task_type, state, attempt, max_retries, lease_token FROM tasks \
-             WHERE state IN ('claimed', 'running') AND lease_until < $1 \
-             ORDER BY lease_until LIMIT $2",
-        )
-        .bind(now)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(Lapsed {
-                    id: row.try_get("id")?,
-                    task_type: row.try_get("task_type")?,
-                    state: TaskState::parse(row.try_get::<&str, _>("state")?)?,
-                    attempt: row.try_get::<i32, _>("attempt")? as u32,
-                    max_retries: row.try_get::<i32, _>("max_retries")? as u32,
-                    lease_token: row.try_get("lease_token")?,
-                })
-            })
-            .collect()
+        shared::lapsed(&self.pool, &QUERIES, now, limit).await
     }
 
     async fn dead_letters(&self, task_type: Option<&str>, limit: u32) -> Result<Vec<TaskRecord>> {
-        let rows = sqlx::query(concat!(
+        let rows: Vec<TaskRow> = sqlx::query_as(concat!(
             "SELECT ",
             task_columns!(),
             " FROM tasks WHERE state = 'dead' AND ($1::text IS NULL OR task_type = $1) \
@@ -700,22 +535,20 @@ impl Store for PostgresStore {
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(record).collect()
+        rows.into_iter().map(TaskRow::into_record).collect()
     }
 
     async fn redrive(&self, id: &str, now: Millis) -> Result<RedriveOutcome> {
-        for _ in 0..3 {
+        for _ in 0..domain::CONFLICT_ATTEMPTS {
             if let Some(outcome) = retrying(|| self.redrive_tx(id, now)).await? {
                 return Ok(outcome);
             }
         }
-        Err(StoreError::Corrupt(format!(
-            "redrive of {id} conflicted on a unique key no task holds"
-        )))
+        Err(unnamed_redrive_conflict(id))
     }
 
     async fn stats(&self, now: Millis) -> Result<Vec<TypeStats>> {
-        let rows = sqlx::query(
+        let rows: Vec<StatsRow> = sqlx::query_as(
             "SELECT task_type, COUNT(*) AS pending, \
                     SUM(CASE WHEN trigger_at <= $1 THEN 1 ELSE 0 END) AS due, \
                     MIN(CASE WHEN trigger_at <= $1 THEN trigger_at END) AS oldest_due \
@@ -724,45 +557,18 @@ impl Store for PostgresStore {
         .bind(now)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(TypeStats {
-                    task_type: row.try_get("task_type")?,
-                    pending: row.try_get("pending")?,
-                    due: row.try_get("due")?,
-                    oldest_due: row.try_get("oldest_due")?,
-                })
-            })
-            .collect()
+        Ok(rows.into_iter().map(TypeStats::from).collect())
     }
 
     async fn heartbeat_member(&self, member: &str, now: Millis) -> Result<()> {
-        sqlx::query("INSERT INTO dispatchers (id, heartbeat_at) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at")
-            .bind(member)
-            .bind(now)
-            .execute(&self.pool)
-            .await?;
-        sqlx::query("DELETE FROM dispatchers WHERE heartbeat_at < $1")
-            .bind(now - MEMBER_RETENTION_MS)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        shared::heartbeat_member(&self.pool, &QUERIES, member, now).await
     }
 
     async fn live_members(&self, since: Millis) -> Result<Vec<String>> {
-        Ok(
-            sqlx::query_scalar("SELECT id FROM dispatchers WHERE heartbeat_at >= $1 ORDER BY id")
-                .bind(since)
-                .fetch_all(&self.pool)
-                .await?,
-        )
+        shared::live_members(&self.pool, &QUERIES, since).await
     }
 
     async fn leave(&self, member: &str) -> Result<()> {
-        sqlx::query("DELETE FROM dispatchers WHERE id = $1")
-            .bind(member)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        shared::leave(&self.pool, &QUERIES, member).await
     }
 }

@@ -11,20 +11,18 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde_json::value::RawValue;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Row, Sqlite, SqlitePool, Transaction};
+use sqlx::{Sqlite, SqlitePool, Transaction};
 
+use super::domain::{self, DependentsEffect, Initial};
+use super::rows::{self, ClaimRow, Holder, StatsRow, TaskRow, claim_columns, task_columns};
+use super::shared::{self, Queries};
 use super::*;
 
 pub struct SqliteStore {
     writer: SqlitePool,
     reader: SqlitePool,
 }
-
-const TASK_COLUMNS: &str = "id, task_type, payload, state, priority, trigger_at, attempt, \
-    max_retries, timeout_ms, lease_token, lease_until, idempotency_key, unique_key, \
-    last_error, result, created_at, updated_at";
 
 impl SqliteStore {
     pub async fn open(url: &str) -> Result<Self> {
@@ -46,53 +44,40 @@ impl SqliteStore {
     }
 }
 
-fn raw(text: String) -> Result<Box<RawValue>> {
-    RawValue::from_string(text).map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
+/// A row of a batch `start`, which names the task it started.
+#[derive(sqlx::FromRow)]
+struct BatchStarted {
+    id: String,
+    #[sqlx(flatten)]
+    started: rows::StartedRow,
 }
 
-fn record(row: &sqlx::sqlite::SqliteRow) -> Result<TaskRecord> {
-    Ok(TaskRecord {
-        id: row.try_get("id")?,
-        task_type: row.try_get("task_type")?,
-        payload: raw(row.try_get("payload")?)?,
-        state: TaskState::parse(row.try_get::<&str, _>("state")?)?,
-        priority: row.try_get::<i64, _>("priority")? as u8,
-        trigger_at: row.try_get("trigger_at")?,
-        attempt: row.try_get::<i64, _>("attempt")? as u32,
-        max_retries: row.try_get::<i64, _>("max_retries")? as u32,
-        timeout_ms: row.try_get("timeout_ms")?,
-        lease_token: row.try_get("lease_token")?,
-        lease_until: row.try_get("lease_until")?,
-        idempotency_key: row.try_get("idempotency_key")?,
-        unique_key: row.try_get("unique_key")?,
-        depends_on: Vec::new(),
-        last_error: row.try_get("last_error")?,
-        result: row
-            .try_get::<Option<String>, _>("result")?
-            .map(raw)
-            .transpose()?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-    })
-}
+/// The statements every backend runs alike (see [`shared`]).
+const QUERIES: Queries = Queries {
+    get: concat!("SELECT ", task_columns!(), " FROM tasks WHERE id = ?"),
+    dependencies: "SELECT depends_on FROM task_deps WHERE task_id = ? ORDER BY depends_on",
+    lapsed: "SELECT id, task_type, state, attempt, max_retries, lease_token FROM tasks \
+             WHERE state IN ('claimed', 'running') AND lease_until < ? \
+             ORDER BY lease_until LIMIT ?",
+    heartbeat: "INSERT INTO dispatchers (id, heartbeat_at) VALUES (?, ?) \
+                ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at",
+    forget_members: "DELETE FROM dispatchers WHERE heartbeat_at < ?",
+    live_members: "SELECT id FROM dispatchers WHERE heartbeat_at >= ? ORDER BY id",
+    leave: "DELETE FROM dispatchers WHERE id = ?",
+};
 
-fn claimed_row(row: &sqlx::sqlite::SqliteRow) -> Result<ClaimedTask> {
-    Ok(ClaimedTask {
-        id: row.try_get("id")?,
-        task_type: row.try_get("task_type")?,
-        payload: raw(row.try_get("payload")?)?,
-        priority: row.try_get::<i64, _>("priority")? as u8,
-        trigger_at: row.try_get("trigger_at")?,
-        attempt: row.try_get::<i64, _>("attempt")? as u32,
-        max_retries: row.try_get::<i64, _>("max_retries")? as u32,
-        timeout_ms: row.try_get("timeout_ms")?,
-        lease_token: row.try_get("lease_token")?,
-        idempotency_key: row.try_get("idempotency_key")?,
-    })
-}
-
-fn is_unique_violation(err: &sqlx::Error) -> bool {
-    matches!(err, sqlx::Error::Database(db) if db.is_unique_violation())
+/// The query naming the task that holds a key an insert conflicted on.
+fn holder_sql(key: domain::ConflictKey<'_>) -> &'static str {
+    match key {
+        domain::ConflictKey::Idempotency(_) => {
+            "SELECT id, trigger_at FROM tasks WHERE idempotency_key = ?"
+        }
+        domain::ConflictKey::Cron(_) => "SELECT id, trigger_at FROM tasks WHERE cron_key = ?",
+        domain::ConflictKey::Id(_) => "SELECT id, trigger_at FROM tasks WHERE id = ?",
+        domain::ConflictKey::Unique(_) => {
+            "SELECT id, trigger_at FROM tasks WHERE unique_active = ?"
+        }
+    }
 }
 
 impl SqliteStore {
@@ -101,30 +86,24 @@ impl SqliteStore {
         task: &NewTask,
         now: Millis,
     ) -> Result<InsertOutcome> {
-        // Dependencies decide the starting state: any failed → dead at once, all
-        // succeeded → pending, otherwise blocked until they finish.
-        let mut state = TaskState::Pending;
-        let mut error = None;
+        let mut dependencies = Vec::with_capacity(task.depends_on.len());
         for dep in &task.depends_on {
             let dep_state: Option<String> =
                 sqlx::query_scalar("SELECT state FROM tasks WHERE id = ?")
                     .bind(dep)
                     .fetch_optional(&mut **tx)
                     .await?;
-            match dep_state.as_deref().map(TaskState::parse).transpose()? {
-                None => return Ok(InsertOutcome::UnknownDependency { id: dep.clone() }),
-                Some(TaskState::Dead | TaskState::Cancelled) => {
-                    state = TaskState::Dead;
-                    error = Some(format!("dependency {dep} failed"));
-                }
-                Some(TaskState::Succeeded) => {}
-                Some(_) if state == TaskState::Pending => state = TaskState::Blocked,
-                Some(_) => {}
+            let dep_state = rows::state(dep_state)?;
+            dependencies.push((dep.as_str(), dep_state));
+            if dep_state.is_none() {
+                break;
             }
         }
-        let unique_active = (state != TaskState::Dead)
-            .then_some(task.unique_key.as_deref())
-            .flatten();
+        let (state, error) = match domain::initial_state(dependencies) {
+            Initial::UnknownDependency(id) => return Ok(InsertOutcome::UnknownDependency { id }),
+            Initial::Start { state, last_error } => (state, last_error),
+        };
+        let unique_active = domain::unique_active(task, state);
         let inserted = sqlx::query(
             "INSERT INTO tasks (id, task_type, payload, state, priority, trigger_at, max_retries, \
              timeout_ms, idempotency_key, unique_key, unique_active, cron_key, source_service, \
@@ -163,42 +142,18 @@ impl SqliteStore {
                 trigger_at: task.trigger_at,
             });
         }
-        // The insert hit a constraint; say which, idempotency first (a repeat of the
-        // same submit also repeats its unique key).
-        for (column, key) in [
-            ("idempotency_key", &task.idempotency_key),
-            ("cron_key", &task.cron_key),
-            // The same task again: a Kafka message consumed twice.
-            ("id", &Some(task.id.clone())),
-        ] {
-            if let Some(key) = key {
-                let sql = format!("SELECT id, trigger_at FROM tasks WHERE {column} = ?");
-                if let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql))
-                    .bind(key)
-                    .fetch_optional(&mut **tx)
-                    .await?
-                {
-                    return Ok(InsertOutcome::Duplicate {
-                        id: row.try_get("id")?,
-                        trigger_at: row.try_get("trigger_at")?,
-                    });
-                }
+        // One writer: a key's holder cannot finish between the insert and this lookup,
+        // so there is nothing to try again.
+        for key in domain::conflict_keys(task) {
+            let holder: Option<Holder> = sqlx::query_as(holder_sql(key))
+                .bind(key.value())
+                .fetch_optional(&mut **tx)
+                .await?;
+            if let Some(holder) = holder {
+                return Ok(key.outcome(holder.id, holder.trigger_at));
             }
         }
-        if let Some(key) = &task.unique_key {
-            let existing: Option<String> =
-                sqlx::query_scalar("SELECT id FROM tasks WHERE unique_active = ?")
-                    .bind(key)
-                    .fetch_optional(&mut **tx)
-                    .await?;
-            if let Some(existing_id) = existing {
-                return Ok(InsertOutcome::UniqueConflict { existing_id });
-            }
-        }
-        Err(StoreError::Corrupt(format!(
-            "insert of {} conflicted on no known key",
-            task.id
-        )))
+        Err(unnamed_insert_conflict(task))
     }
 
     /// After a task succeeded: its blocked dependents whose dependencies have all
@@ -236,7 +191,7 @@ impl SqliteStore {
                  WHERE state = 'blocked' AND id IN (SELECT task_id FROM task_deps WHERE depends_on = ?) \
                  RETURNING id",
             )
-            .bind(format!("dependency {dep} failed"))
+            .bind(domain::dependency_failed(&dep))
             .bind(now)
             .bind(&dep)
             .fetch_all(&mut **tx)
@@ -272,22 +227,7 @@ impl Store for SqliteStore {
     }
 
     async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
-        let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?");
-        let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(id)
-            .fetch_optional(&self.reader)
-            .await?
-        else {
-            return Ok(None);
-        };
-        let mut task = record(&row)?;
-        task.depends_on = sqlx::query_scalar(
-            "SELECT depends_on FROM task_deps WHERE task_id = ? ORDER BY depends_on",
-        )
-        .bind(id)
-        .fetch_all(&self.reader)
-        .await?;
-        Ok(Some(task))
+        shared::get(&self.reader, &QUERIES, id).await
     }
 
     async fn cancel(&self, id: &str, now: Millis) -> Result<CancelOutcome> {
@@ -310,124 +250,88 @@ impl Store for SqliteStore {
                 .bind(id)
                 .fetch_optional(&mut *tx)
                 .await?;
-            match state {
-                None => CancelOutcome::NotFound,
-                Some(s) => CancelOutcome::NotCancellable(TaskState::parse(&s)?),
-            }
+            domain::cancel_refused(rows::state(state)?)
         };
         tx.commit().await?;
         Ok(outcome)
     }
 
-    async fn claim(
-        &self,
-        types: &TypeFilter,
-        horizon: Millis,
-        now: Millis,
-        hold_ms: i64,
-        owner: &str,
-        limit: u32,
-    ) -> Result<Vec<ClaimedTask>> {
-        let type_list = match types {
+    async fn claim(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>> {
+        let type_list = match params.types {
             TypeFilter::All => None,
             TypeFilter::Only(list) => Some(serde_json::to_string(list).expect("strings serialize")),
         };
-        let rows = sqlx::query(
+        let rows: Vec<ClaimRow> = sqlx::query_as(concat!(
             "UPDATE tasks SET state = 'claimed', lease_token = lease_token + 1, owner = ?, \
                     lease_until = MAX(trigger_at, ?) + ?, updated_at = ? \
              WHERE id IN (SELECT id FROM tasks WHERE state = 'pending' AND trigger_at <= ? \
                             AND (? IS NULL OR task_type IN (SELECT value FROM json_each(?))) \
                           ORDER BY trigger_at, id LIMIT ?) \
-             RETURNING id, task_type, payload, priority, trigger_at, attempt, max_retries, \
-                       timeout_ms, lease_token, idempotency_key",
-        )
-        .bind(owner)
-        .bind(now)
-        .bind(hold_ms)
-        .bind(now)
-        .bind(horizon)
+             RETURNING ",
+            claim_columns!()
+        ))
+        .bind(params.owner)
+        .bind(params.now)
+        .bind(duration_ms(params.hold))
+        .bind(params.now)
+        .bind(params.horizon)
         .bind(&type_list)
         .bind(&type_list)
-        .bind(limit as i64)
+        .bind(i64::from(params.limit))
         .fetch_all(&self.writer)
         .await?;
-        let mut claimed = rows.iter().map(claimed_row).collect::<Result<Vec<_>>>()?;
-        // RETURNING gives rows in no promised order.
-        claimed.sort_by(|a, b| (a.trigger_at, &a.id).cmp(&(b.trigger_at, &b.id)));
-        Ok(claimed)
+        rows::claimed(rows)
     }
 
-    async fn claim_ids(
-        &self,
-        ids: &[String],
-        now: Millis,
-        hold_ms: i64,
-        owner: &str,
-    ) -> Result<Vec<ClaimedTask>> {
-        let rows = sqlx::query(
+    async fn claim_ids(&self, params: ClaimIdsParams<'_>) -> Result<Vec<ClaimedTask>> {
+        let rows: Vec<ClaimRow> = sqlx::query_as(concat!(
             "UPDATE tasks SET state = 'claimed', lease_token = lease_token + 1, owner = ?, \
                     lease_until = MAX(trigger_at, ?) + ?, updated_at = ? \
              WHERE state = 'pending' AND id IN (SELECT value FROM json_each(?)) \
-             RETURNING id, task_type, payload, priority, trigger_at, attempt, max_retries, \
-                       timeout_ms, lease_token, idempotency_key",
-        )
-        .bind(owner)
-        .bind(now)
-        .bind(hold_ms)
-        .bind(now)
-        .bind(serde_json::to_string(ids).expect("strings serialize"))
+             RETURNING ",
+            claim_columns!()
+        ))
+        .bind(params.owner)
+        .bind(params.now)
+        .bind(duration_ms(params.hold))
+        .bind(params.now)
+        .bind(serde_json::to_string(params.ids).expect("strings serialize"))
         .fetch_all(&self.writer)
         .await?;
-        let mut claimed = rows.iter().map(claimed_row).collect::<Result<Vec<_>>>()?;
-        claimed.sort_by(|a, b| (a.trigger_at, &a.id).cmp(&(b.trigger_at, &b.id)));
-        Ok(claimed)
+        rows::claimed(rows)
     }
 
     async fn find_idempotent(&self, key: &str) -> Result<Option<(String, Millis)>> {
-        let row = sqlx::query("SELECT id, trigger_at FROM tasks WHERE idempotency_key = ?")
-            .bind(key)
-            .fetch_optional(&self.reader)
-            .await?;
-        row.map(|r| Ok((r.try_get("id")?, r.try_get("trigger_at")?)))
-            .transpose()
+        let holder: Option<Holder> =
+            sqlx::query_as("SELECT id, trigger_at FROM tasks WHERE idempotency_key = ?")
+                .bind(key)
+                .fetch_optional(&self.reader)
+                .await?;
+        Ok(holder.map(|h| (h.id, h.trigger_at)))
     }
 
-    async fn start(
-        &self,
-        claims: &[(String, i64)],
-        now: Millis,
-        grace_ms: i64,
-    ) -> Result<Vec<Started>> {
+    async fn start(&self, params: StartParams<'_>) -> Result<Vec<Started>> {
         // One statement for the whole batch: each statement is a round trip to sqlx's
         // SQLite worker thread, and those hand-offs, not SQLite, were the cost.
-        let rows = sqlx::query(
+        let rows: Vec<BatchStarted> = sqlx::query_as(
             "UPDATE tasks SET state = 'running', attempt = attempt + 1, \
                     lease_token = lease_token + 1, lease_until = ?1 + timeout_ms + ?2, updated_at = ?1 \
              WHERE id IN (SELECT value ->> 0 FROM json_each(?3)) AND state = 'claimed' \
                AND id || ' ' || lease_token IN (SELECT value ->> 0 || ' ' || (value ->> 1) FROM json_each(?3)) \
              RETURNING id, attempt, lease_token",
         )
-        .bind(now)
-        .bind(grace_ms)
-        .bind(serde_json::to_string(claims).expect("pairs serialize"))
+        .bind(params.now)
+        .bind(duration_ms(params.grace))
+        .bind(serde_json::to_string(params.claims).expect("pairs serialize"))
         .fetch_all(&self.writer)
         .await?;
         let mut started: HashMap<String, Started> = rows
-            .iter()
-            .map(|row| {
-                let id: String = row.try_get("id")?;
-                Ok((
-                    id.clone(),
-                    Started {
-                        id,
-                        attempt: row.try_get::<i64, _>("attempt")? as u32,
-                        lease_token: row.try_get("lease_token")?,
-                    },
-                ))
-            })
+            .into_iter()
+            .map(|row| Ok((row.id.clone(), row.started.into_started(row.id)?)))
             .collect::<Result<_>>()?;
         // In the order asked, as the other backends answer.
-        Ok(claims
+        Ok(params
+            .claims
             .iter()
             .filter_map(|(id, _)| started.remove(id))
             .collect())
@@ -516,14 +420,14 @@ impl Store for SqliteStore {
                 .rows_affected()
                 == 1;
             if done {
-                match finish.kind {
-                    FinishKind::Succeeded { .. } => {
+                match domain::on_finish(&finish.kind) {
+                    DependentsEffect::Release => {
                         Self::release_dependents(&mut tx, &finish.id, now).await?
                     }
-                    FinishKind::Dead { .. } => {
+                    DependentsEffect::Fail => {
                         Self::fail_dependents(&mut tx, &finish.id, now).await?
                     }
-                    _ => {}
+                    DependentsEffect::None => {}
                 }
             }
             applied[i] = done;
@@ -533,41 +437,22 @@ impl Store for SqliteStore {
     }
 
     async fn lapsed(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>> {
-        let rows = sqlx::query(
-            "SELECT id, task_type, state, attempt, max_retries, lease_token FROM tasks \
-             WHERE state IN ('claimed', 'running') AND lease_until < ? \
-             ORDER BY lease_until LIMIT ?",
-        )
-        .bind(now)
-        .bind(limit as i64)
-        .fetch_all(&self.reader)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(Lapsed {
-                    id: row.try_get("id")?,
-                    task_type: row.try_get("task_type")?,
-                    state: TaskState::parse(row.try_get::<&str, _>("state")?)?,
-                    attempt: row.try_get::<i64, _>("attempt")? as u32,
-                    max_retries: row.try_get::<i64, _>("max_retries")? as u32,
-                    lease_token: row.try_get("lease_token")?,
-                })
-            })
-            .collect()
+        shared::lapsed(&self.reader, &QUERIES, now, limit).await
     }
 
     async fn dead_letters(&self, task_type: Option<&str>, limit: u32) -> Result<Vec<TaskRecord>> {
-        let sql = format!(
-            "SELECT {TASK_COLUMNS} FROM tasks WHERE state = 'dead' AND (? IS NULL OR task_type = ?) \
+        let rows: Vec<TaskRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks WHERE state = 'dead' AND (? IS NULL OR task_type = ?) \
              ORDER BY updated_at DESC, id DESC LIMIT ?"
-        );
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(task_type)
-            .bind(task_type)
-            .bind(limit as i64)
-            .fetch_all(&self.reader)
-            .await?;
-        rows.iter().map(record).collect()
+        ))
+        .bind(task_type)
+        .bind(task_type)
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await?;
+        rows.into_iter().map(TaskRow::into_record).collect()
     }
 
     async fn redrive(&self, id: &str, now: Millis) -> Result<RedriveOutcome> {
@@ -590,19 +475,17 @@ impl Store for SqliteStore {
                         .bind(id)
                         .fetch_optional(&mut *tx)
                         .await?;
-                match state {
-                    None => RedriveOutcome::NotFound,
-                    Some(s) => RedriveOutcome::NotDead(TaskState::parse(&s)?),
-                }
+                domain::redrive_refused(rows::state(state)?)
             }
             Err(err) if is_unique_violation(&err) => {
-                let existing_id: String = sqlx::query_scalar(
+                let existing_id: Option<String> = sqlx::query_scalar(
                     "SELECT b.id FROM tasks a JOIN tasks b ON b.unique_active = a.unique_key WHERE a.id = ?",
                 )
                 .bind(id)
-                .fetch_one(&mut *tx)
+                .fetch_optional(&mut *tx)
                 .await?;
-                RedriveOutcome::UniqueConflict { existing_id }
+                // One writer: the holder cannot have finished since the UPDATE failed.
+                domain::redrive_conflict(existing_id).ok_or_else(|| unnamed_redrive_conflict(id))?
             }
             Err(err) => return Err(err.into()),
         };
@@ -611,7 +494,7 @@ impl Store for SqliteStore {
     }
 
     async fn stats(&self, now: Millis) -> Result<Vec<TypeStats>> {
-        let rows = sqlx::query(
+        let rows: Vec<StatsRow> = sqlx::query_as(
             "SELECT task_type, COUNT(*) AS pending, \
                     SUM(CASE WHEN trigger_at <= ? THEN 1 ELSE 0 END) AS due, \
                     MIN(CASE WHEN trigger_at <= ? THEN trigger_at END) AS oldest_due \
@@ -621,45 +504,18 @@ impl Store for SqliteStore {
         .bind(now)
         .fetch_all(&self.reader)
         .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(TypeStats {
-                    task_type: row.try_get("task_type")?,
-                    pending: row.try_get("pending")?,
-                    due: row.try_get("due")?,
-                    oldest_due: row.try_get("oldest_due")?,
-                })
-            })
-            .collect()
+        Ok(rows.into_iter().map(TypeStats::from).collect())
     }
 
     async fn heartbeat_member(&self, member: &str, now: Millis) -> Result<()> {
-        sqlx::query("INSERT INTO dispatchers (id, heartbeat_at) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at")
-            .bind(member)
-            .bind(now)
-            .execute(&self.writer)
-            .await?;
-        sqlx::query("DELETE FROM dispatchers WHERE heartbeat_at < ?")
-            .bind(now - MEMBER_RETENTION_MS)
-            .execute(&self.writer)
-            .await?;
-        Ok(())
+        shared::heartbeat_member(&self.writer, &QUERIES, member, now).await
     }
 
     async fn live_members(&self, since: Millis) -> Result<Vec<String>> {
-        Ok(
-            sqlx::query_scalar("SELECT id FROM dispatchers WHERE heartbeat_at >= ? ORDER BY id")
-                .bind(since)
-                .fetch_all(&self.reader)
-                .await?,
-        )
+        shared::live_members(&self.reader, &QUERIES, since).await
     }
 
     async fn leave(&self, member: &str) -> Result<()> {
-        sqlx::query("DELETE FROM dispatchers WHERE id = ?")
-            .bind(member)
-            .execute(&self.writer)
-            .await?;
-        Ok(())
+        shared::leave(&self.writer, &QUERIES, member).await
     }
 }

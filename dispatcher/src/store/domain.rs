@@ -1,0 +1,349 @@
+//! The store's decisions, apart from any SQL: every backend asks these functions what a
+//! transition does and only carries it out in its dialect, so the three backends cannot
+//! drift apart on what a state or a conflict means.
+
+use super::{
+    CancelOutcome, ClaimedTask, FinishKind, InsertOutcome, Millis, NewTask, RedriveOutcome,
+    TaskState,
+};
+
+/// How often an insert or a redrive that hit a unique key is tried again when the task
+/// holding the key finished (freeing it) before the conflict could be named.
+pub const CONFLICT_ATTEMPTS: usize = 3;
+
+/// What a new task starts as, decided by its dependencies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Initial {
+    /// A `depends_on` id names no task: nothing is inserted.
+    UnknownDependency(String),
+    Start {
+        state: TaskState,
+        last_error: Option<String>,
+    },
+}
+
+/// The starting state from each dependency's current state (`None`: no such task). Any
+/// failed dependency makes the task dead at once, all succeeded make it pending,
+/// anything else leaves it blocked until they finish. Backends may stop reading
+/// dependencies at the first unknown one: that decides the outcome.
+pub fn initial_state<'a>(
+    dependencies: impl IntoIterator<Item = (&'a str, Option<TaskState>)>,
+) -> Initial {
+    let mut state = TaskState::Pending;
+    let mut last_error = None;
+    for (dep, dep_state) in dependencies {
+        match dep_state {
+            None => return Initial::UnknownDependency(dep.to_string()),
+            Some(TaskState::Dead | TaskState::Cancelled) => {
+                state = TaskState::Dead;
+                last_error = Some(dependency_failed(dep));
+            }
+            Some(TaskState::Succeeded) => {}
+            Some(_) if state == TaskState::Pending => state = TaskState::Blocked,
+            Some(_) => {}
+        }
+    }
+    Initial::Start { state, last_error }
+}
+
+/// The `last_error` of a task that will never run because `dep` failed.
+pub fn dependency_failed(dep: &str) -> String {
+    format!("dependency {dep} failed")
+}
+
+/// The value of the `unique_active` column: the unique key while the task can still
+/// run, none once it cannot (a task dead on arrival holds no key).
+pub fn unique_active(task: &NewTask, state: TaskState) -> Option<&str> {
+    (state != TaskState::Dead)
+        .then_some(task.unique_key.as_deref())
+        .flatten()
+}
+
+/// A key an insert may have conflicted on, with the value the task brought.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConflictKey<'a> {
+    Idempotency(&'a str),
+    Cron(&'a str),
+    /// The same task again: a Kafka message consumed twice.
+    Id(&'a str),
+    /// Another unfinished task holds the unique key (`unique_active`).
+    Unique(&'a str),
+}
+
+impl<'a> ConflictKey<'a> {
+    pub fn value(self) -> &'a str {
+        match self {
+            Self::Idempotency(v) | Self::Cron(v) | Self::Id(v) | Self::Unique(v) => v,
+        }
+    }
+
+    /// The outcome when task `id` (triggering at `trigger_at`) holds this key.
+    pub fn outcome(self, id: String, trigger_at: Millis) -> InsertOutcome {
+        match self {
+            Self::Unique(_) => InsertOutcome::UniqueConflict { existing_id: id },
+            _ => InsertOutcome::Duplicate { id, trigger_at },
+        }
+    }
+}
+
+/// The keys to look up, in order, after an insert hit a constraint; the first one
+/// another task holds names the outcome. Idempotency comes first: a repeat of the same
+/// submit also repeats its unique key. If none is held, the holder of the unique key
+/// finished in between and the insert is tried again.
+pub fn conflict_keys(task: &NewTask) -> impl Iterator<Item = ConflictKey<'_>> {
+    [
+        task.idempotency_key
+            .as_deref()
+            .map(ConflictKey::Idempotency),
+        task.cron_key.as_deref().map(ConflictKey::Cron),
+        Some(ConflictKey::Id(&task.id)),
+        task.unique_key.as_deref().map(ConflictKey::Unique),
+    ]
+    .into_iter()
+    .flatten()
+}
+
+/// What a finish that applied does to the tasks waiting on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DependentsEffect {
+    /// Blocked dependents whose dependencies have now all succeeded become pending.
+    Release,
+    /// Blocked dependents, and theirs, go to dead letters.
+    Fail,
+    None,
+}
+
+pub fn on_finish(kind: &FinishKind) -> DependentsEffect {
+    match kind {
+        FinishKind::Succeeded { .. } => DependentsEffect::Release,
+        FinishKind::Dead { .. } => DependentsEffect::Fail,
+        FinishKind::Retry { .. } | FinishKind::Release | FinishKind::Extend { .. } => {
+            DependentsEffect::None
+        }
+    }
+}
+
+/// The outcome of a cancel that changed nothing, from the task's current state.
+pub fn cancel_refused(current: Option<TaskState>) -> CancelOutcome {
+    match current {
+        None => CancelOutcome::NotFound,
+        Some(state) => CancelOutcome::NotCancellable(state),
+    }
+}
+
+/// The outcome of a redrive that changed nothing, from the task's current state.
+pub fn redrive_refused(current: Option<TaskState>) -> RedriveOutcome {
+    match current {
+        None => RedriveOutcome::NotFound,
+        Some(state) => RedriveOutcome::NotDead(state),
+    }
+}
+
+/// The outcome of a redrive that hit the unique key, from the task now holding it;
+/// `None` when the holder finished since, and the redrive is tried again.
+pub fn redrive_conflict(holder: Option<String>) -> Option<RedriveOutcome> {
+    holder.map(|existing_id| RedriveOutcome::UniqueConflict { existing_id })
+}
+
+/// Claims are answered earliest `(trigger_at, id)` first, whatever order the database
+/// returned the rows in (`RETURNING` promises none).
+pub fn sort_claimed(claimed: &mut [ClaimedTask]) {
+    claimed.sort_by(|a, b| (a.trigger_at, &a.id).cmp(&(b.trigger_at, &b.id)));
+}
+
+/// The order in which to apply a batch: by id, so concurrent batches lock shared rows in
+/// the same order instead of deadlocking, and stable, so two entries for one task (an
+/// extension, then the result) keep their order. Outcomes still go back in input order.
+pub fn lock_order<S: AsRef<str>>(ids: impl Iterator<Item = S>) -> Vec<usize> {
+    let ids: Vec<S> = ids.collect();
+    let mut order: Vec<usize> = (0..ids.len()).collect();
+    order.sort_by(|&a, &b| ids[a].as_ref().cmp(ids[b].as_ref()));
+    order
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::value::RawValue;
+
+    use super::*;
+
+    fn task() -> NewTask {
+        NewTask {
+            id: "t".into(),
+            task_type: "a".into(),
+            payload: RawValue::from_string("{}".into()).unwrap(),
+            priority: 0,
+            trigger_at: Millis::new(5),
+            max_retries: 0,
+            timeout_ms: 1,
+            idempotency_key: None,
+            unique_key: None,
+            cron_key: None,
+            depends_on: Vec::new(),
+            source_service: None,
+        }
+    }
+
+    fn start(state: TaskState, last_error: Option<&str>) -> Initial {
+        Initial::Start {
+            state,
+            last_error: last_error.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn no_dependencies_start_pending() {
+        assert_eq!(initial_state([]), start(TaskState::Pending, None));
+    }
+
+    #[test]
+    fn succeeded_dependencies_start_pending() {
+        let deps = [
+            ("a", Some(TaskState::Succeeded)),
+            ("b", Some(TaskState::Succeeded)),
+        ];
+        assert_eq!(initial_state(deps), start(TaskState::Pending, None));
+    }
+
+    #[test]
+    fn an_unfinished_dependency_blocks() {
+        for unfinished in [
+            TaskState::Blocked,
+            TaskState::Pending,
+            TaskState::Claimed,
+            TaskState::Running,
+        ] {
+            let deps = [("a", Some(TaskState::Succeeded)), ("b", Some(unfinished))];
+            assert_eq!(initial_state(deps), start(TaskState::Blocked, None));
+        }
+    }
+
+    #[test]
+    fn a_failed_dependency_kills_whatever_else_is_unfinished() {
+        for failed in [TaskState::Dead, TaskState::Cancelled] {
+            let deps = [
+                ("a", Some(TaskState::Running)),
+                ("b", Some(failed)),
+                ("c", Some(TaskState::Pending)),
+            ];
+            assert_eq!(
+                initial_state(deps),
+                start(TaskState::Dead, Some("dependency b failed"))
+            );
+        }
+    }
+
+    #[test]
+    fn an_unknown_dependency_wins_over_everything() {
+        let deps = [("a", Some(TaskState::Dead)), ("x", None), ("y", None)];
+        assert_eq!(initial_state(deps), Initial::UnknownDependency("x".into()));
+    }
+
+    #[test]
+    fn only_a_task_that_can_run_holds_its_unique_key() {
+        let mut t = task();
+        assert_eq!(unique_active(&t, TaskState::Pending), None);
+        t.unique_key = Some("u".into());
+        assert_eq!(unique_active(&t, TaskState::Pending), Some("u"));
+        assert_eq!(unique_active(&t, TaskState::Blocked), Some("u"));
+        assert_eq!(unique_active(&t, TaskState::Dead), None);
+    }
+
+    #[test]
+    fn conflicts_are_named_idempotency_first_unique_last() {
+        let mut t = task();
+        assert_eq!(
+            conflict_keys(&t).collect::<Vec<_>>(),
+            [ConflictKey::Id("t")]
+        );
+        t.unique_key = Some("u".into());
+        t.cron_key = Some("c".into());
+        t.idempotency_key = Some("i".into());
+        assert_eq!(
+            conflict_keys(&t).collect::<Vec<_>>(),
+            [
+                ConflictKey::Idempotency("i"),
+                ConflictKey::Cron("c"),
+                ConflictKey::Id("t"),
+                ConflictKey::Unique("u"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_held_unique_key_is_a_conflict_anything_else_a_duplicate() {
+        let at = Millis::new(7);
+        assert_eq!(
+            ConflictKey::Unique("u").outcome("x".into(), at),
+            InsertOutcome::UniqueConflict {
+                existing_id: "x".into()
+            }
+        );
+        for key in [
+            ConflictKey::Idempotency("i"),
+            ConflictKey::Cron("c"),
+            ConflictKey::Id("t"),
+        ] {
+            assert_eq!(
+                key.outcome("x".into(), at),
+                InsertOutcome::Duplicate {
+                    id: "x".into(),
+                    trigger_at: at
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn only_success_releases_and_only_death_fails_dependents() {
+        let at = Millis::new(1);
+        let cases = [
+            (
+                FinishKind::Succeeded { result: None },
+                DependentsEffect::Release,
+            ),
+            (
+                FinishKind::Dead { error: "e".into() },
+                DependentsEffect::Fail,
+            ),
+            (
+                FinishKind::Retry {
+                    at,
+                    error: "e".into(),
+                },
+                DependentsEffect::None,
+            ),
+            (FinishKind::Release, DependentsEffect::None),
+            (FinishKind::Extend { until: at }, DependentsEffect::None),
+        ];
+        for (kind, effect) in cases {
+            assert_eq!(on_finish(&kind), effect, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn refusals_name_the_current_state() {
+        assert_eq!(cancel_refused(None), CancelOutcome::NotFound);
+        assert_eq!(
+            cancel_refused(Some(TaskState::Running)),
+            CancelOutcome::NotCancellable(TaskState::Running)
+        );
+        assert_eq!(redrive_refused(None), RedriveOutcome::NotFound);
+        assert_eq!(
+            redrive_refused(Some(TaskState::Pending)),
+            RedriveOutcome::NotDead(TaskState::Pending)
+        );
+        assert_eq!(
+            redrive_conflict(Some("h".into())),
+            Some(RedriveOutcome::UniqueConflict {
+                existing_id: "h".into()
+            })
+        );
+        assert_eq!(redrive_conflict(None), None);
+    }
+
+    #[test]
+    fn batches_lock_by_id_keeping_repeats_in_order() {
+        assert_eq!(lock_order(["b", "a", "b", "a"].iter()), [1, 3, 0, 2]);
+    }
+}

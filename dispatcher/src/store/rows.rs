@@ -1,0 +1,318 @@
+//! Rows as the queries return them, one struct per query shape, shared by the backends,
+//! each with one conversion into the store's types.
+//!
+//! The backends store the same values in different column types (PostgreSQL's
+//! `priority` is a SMALLINT and `attempt` an INTEGER where SQLite has one integer type;
+//! MariaDB's dedupe keys are VARBINARY, see its migration), so two column types here
+//! decode whatever each backend stores: [`Int`] and [`Key`].
+
+use serde_json::value::RawValue;
+use sqlx::decode::Decode;
+use sqlx::error::BoxDynError;
+use sqlx::mysql::{MySql, MySqlTypeInfo, MySqlValueRef};
+use sqlx::postgres::{PgTypeInfo, PgValueRef, Postgres};
+use sqlx::sqlite::{Sqlite, SqliteTypeInfo, SqliteValueRef};
+use sqlx::types::Type;
+
+use super::{ClaimedTask, Lapsed, Millis, Result, StoreError, TaskRecord, TaskState, TypeStats};
+
+/// An integer column of any width.
+#[derive(Debug, Clone, Copy)]
+pub struct Int(pub i64);
+
+impl Int {
+    /// A column the store only ever writes from a `T` (a priority, an attempt count).
+    fn narrow<T: TryFrom<i64>>(self, column: &str) -> Result<T> {
+        T::try_from(self.0)
+            .map_err(|_| StoreError::Corrupt(format!("{column} {} is out of range", self.0)))
+    }
+}
+
+impl Type<Postgres> for Int {
+    fn type_info() -> PgTypeInfo {
+        <i64 as Type<Postgres>>::type_info()
+    }
+
+    fn compatible(ty: &PgTypeInfo) -> bool {
+        <i16 as Type<Postgres>>::compatible(ty)
+            || <i32 as Type<Postgres>>::compatible(ty)
+            || <i64 as Type<Postgres>>::compatible(ty)
+    }
+}
+
+impl<'r> Decode<'r, Postgres> for Int {
+    // PostgreSQL's integer decoder reads any width from the value's length.
+    fn decode(value: PgValueRef<'r>) -> Result<Self, BoxDynError> {
+        <i64 as Decode<Postgres>>::decode(value).map(Int)
+    }
+}
+
+impl Type<MySql> for Int {
+    fn type_info() -> MySqlTypeInfo {
+        <i64 as Type<MySql>>::type_info()
+    }
+
+    fn compatible(ty: &MySqlTypeInfo) -> bool {
+        <i64 as Type<MySql>>::compatible(ty)
+    }
+}
+
+impl<'r> Decode<'r, MySql> for Int {
+    fn decode(value: MySqlValueRef<'r>) -> Result<Self, BoxDynError> {
+        <i64 as Decode<MySql>>::decode(value).map(Int)
+    }
+}
+
+impl Type<Sqlite> for Int {
+    fn type_info() -> SqliteTypeInfo {
+        <i64 as Type<Sqlite>>::type_info()
+    }
+
+    fn compatible(ty: &SqliteTypeInfo) -> bool {
+        <i64 as Type<Sqlite>>::compatible(ty)
+    }
+}
+
+impl<'r> Decode<'r, Sqlite> for Int {
+    fn decode(value: SqliteValueRef<'r>) -> Result<Self, BoxDynError> {
+        <i64 as Decode<Sqlite>>::decode(value).map(Int)
+    }
+}
+
+/// A dedupe key: text, or on MariaDB UTF-8 bytes (VARBINARY, see its migration).
+#[derive(Debug, Clone)]
+pub struct Key(pub String);
+
+impl Type<Postgres> for Key {
+    fn type_info() -> PgTypeInfo {
+        <String as Type<Postgres>>::type_info()
+    }
+
+    fn compatible(ty: &PgTypeInfo) -> bool {
+        <String as Type<Postgres>>::compatible(ty)
+    }
+}
+
+impl<'r> Decode<'r, Postgres> for Key {
+    fn decode(value: PgValueRef<'r>) -> Result<Self, BoxDynError> {
+        <String as Decode<Postgres>>::decode(value).map(Key)
+    }
+}
+
+impl Type<MySql> for Key {
+    fn type_info() -> MySqlTypeInfo {
+        <[u8] as Type<MySql>>::type_info()
+    }
+
+    fn compatible(ty: &MySqlTypeInfo) -> bool {
+        <[u8] as Type<MySql>>::compatible(ty)
+    }
+}
+
+impl<'r> Decode<'r, MySql> for Key {
+    fn decode(value: MySqlValueRef<'r>) -> Result<Self, BoxDynError> {
+        let bytes = <Vec<u8> as Decode<MySql>>::decode(value)?;
+        Ok(Key(String::from_utf8(bytes)?))
+    }
+}
+
+impl Type<Sqlite> for Key {
+    fn type_info() -> SqliteTypeInfo {
+        <String as Type<Sqlite>>::type_info()
+    }
+
+    fn compatible(ty: &SqliteTypeInfo) -> bool {
+        <String as Type<Sqlite>>::compatible(ty)
+    }
+}
+
+impl<'r> Decode<'r, Sqlite> for Key {
+    fn decode(value: SqliteValueRef<'r>) -> Result<Self, BoxDynError> {
+        <String as Decode<Sqlite>>::decode(value).map(Key)
+    }
+}
+
+fn raw(text: String) -> Result<Box<RawValue>> {
+    RawValue::from_string(text).map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
+}
+
+/// The columns [`TaskRow`] reads, as a literal so queries built with `concat!` stay
+/// `&'static str` (no `AssertSqlSafe` needed).
+macro_rules! task_columns {
+    () => {
+        "id, task_type, payload, state, priority, trigger_at, attempt, max_retries, \
+         timeout_ms, lease_token, lease_until, idempotency_key, unique_key, last_error, \
+         result, created_at, updated_at"
+    };
+}
+pub(crate) use task_columns;
+
+/// The columns [`ClaimRow`] reads.
+macro_rules! claim_columns {
+    () => {
+        "id, task_type, payload, priority, trigger_at, attempt, max_retries, timeout_ms, \
+         lease_token, idempotency_key"
+    };
+}
+pub(crate) use claim_columns;
+
+/// A whole task, as `get` and `dead_letters` read it.
+#[derive(sqlx::FromRow)]
+pub struct TaskRow {
+    id: String,
+    task_type: String,
+    payload: String,
+    state: String,
+    priority: Int,
+    trigger_at: Millis,
+    attempt: Int,
+    max_retries: Int,
+    timeout_ms: i64,
+    lease_token: i64,
+    lease_until: Option<Millis>,
+    idempotency_key: Option<Key>,
+    unique_key: Option<Key>,
+    last_error: Option<String>,
+    result: Option<String>,
+    created_at: Millis,
+    updated_at: Millis,
+}
+
+impl TaskRow {
+    /// The record, without its dependencies (another table).
+    pub fn into_record(self) -> Result<TaskRecord> {
+        Ok(TaskRecord {
+            id: self.id,
+            task_type: self.task_type,
+            payload: raw(self.payload)?,
+            state: TaskState::parse(&self.state)?,
+            priority: self.priority.narrow("priority")?,
+            trigger_at: self.trigger_at,
+            attempt: self.attempt.narrow("attempt")?,
+            max_retries: self.max_retries.narrow("max_retries")?,
+            timeout_ms: self.timeout_ms,
+            lease_token: self.lease_token,
+            lease_until: self.lease_until,
+            idempotency_key: self.idempotency_key.map(|k| k.0),
+            unique_key: self.unique_key.map(|k| k.0),
+            depends_on: Vec::new(),
+            last_error: self.last_error,
+            result: self.result.map(raw).transpose()?,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        })
+    }
+}
+
+/// A task as a claim returns it ([`claim_columns`]).
+#[derive(sqlx::FromRow)]
+pub struct ClaimRow {
+    id: String,
+    task_type: String,
+    payload: String,
+    priority: Int,
+    trigger_at: Millis,
+    attempt: Int,
+    max_retries: Int,
+    timeout_ms: i64,
+    lease_token: i64,
+    idempotency_key: Option<Key>,
+}
+
+impl ClaimRow {
+    pub fn into_claimed(self) -> Result<ClaimedTask> {
+        Ok(ClaimedTask {
+            id: self.id,
+            task_type: self.task_type,
+            payload: raw(self.payload)?,
+            priority: self.priority.narrow("priority")?,
+            trigger_at: self.trigger_at,
+            attempt: self.attempt.narrow("attempt")?,
+            max_retries: self.max_retries.narrow("max_retries")?,
+            timeout_ms: self.timeout_ms,
+            lease_token: self.lease_token,
+            idempotency_key: self.idempotency_key.map(|k| k.0),
+        })
+    }
+}
+
+/// Claimed rows, earliest `(trigger_at, id)` first.
+pub fn claimed(rows: Vec<ClaimRow>) -> Result<Vec<ClaimedTask>> {
+    let mut claimed = rows
+        .into_iter()
+        .map(ClaimRow::into_claimed)
+        .collect::<Result<Vec<_>>>()?;
+    super::domain::sort_claimed(&mut claimed);
+    Ok(claimed)
+}
+
+#[derive(sqlx::FromRow)]
+pub struct LapsedRow {
+    id: String,
+    task_type: String,
+    state: String,
+    attempt: Int,
+    max_retries: Int,
+    lease_token: i64,
+}
+
+impl LapsedRow {
+    pub fn into_lapsed(self) -> Result<Lapsed> {
+        Ok(Lapsed {
+            id: self.id,
+            task_type: self.task_type,
+            state: TaskState::parse(&self.state)?,
+            attempt: self.attempt.narrow("attempt")?,
+            max_retries: self.max_retries.narrow("max_retries")?,
+            lease_token: self.lease_token,
+        })
+    }
+}
+
+/// An attempt that began: the new attempt number and token.
+#[derive(sqlx::FromRow)]
+pub struct StartedRow {
+    pub attempt: Int,
+    pub lease_token: i64,
+}
+
+impl StartedRow {
+    pub fn into_started(self, id: String) -> Result<super::Started> {
+        Ok(super::Started {
+            id,
+            attempt: self.attempt.narrow("attempt")?,
+            lease_token: self.lease_token,
+        })
+    }
+}
+
+/// The task holding a key: `SELECT id, trigger_at`.
+#[derive(sqlx::FromRow)]
+pub struct Holder {
+    pub id: String,
+    pub trigger_at: Millis,
+}
+
+#[derive(sqlx::FromRow)]
+pub struct StatsRow {
+    task_type: String,
+    pending: Int,
+    due: Int,
+    oldest_due: Option<Millis>,
+}
+
+impl From<StatsRow> for TypeStats {
+    fn from(row: StatsRow) -> Self {
+        TypeStats {
+            task_type: row.task_type,
+            pending: row.pending.0,
+            due: row.due.0,
+            oldest_due: row.oldest_due,
+        }
+    }
+}
+
+/// A state read back to name why a transition did not apply.
+pub fn state(text: Option<String>) -> Result<Option<TaskState>> {
+    text.as_deref().map(TaskState::parse).transpose()
+}

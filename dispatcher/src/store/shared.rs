@@ -1,0 +1,130 @@
+//! Operations whose shape is the same on every backend, written once over any sqlx
+//! [`Database`]: each backend passes its [`Queries`], the only part that differs.
+
+use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+
+use super::rows::{LapsedRow, TaskRow};
+use super::{Lapsed, MEMBER_RETENTION, Millis, Result, TaskRecord};
+
+/// One backend's text for the statements below; each takes its parameters in the order
+/// the function binding it names.
+pub struct Queries {
+    /// The task columns (`rows::task_columns!`) of task `id`.
+    pub get: &'static str,
+    /// The `depends_on` ids of task `id`, sorted.
+    pub dependencies: &'static str,
+    /// Up to `limit` claimed or running tasks whose lease ended before `now`, oldest
+    /// lease first.
+    pub lapsed: &'static str,
+    /// Records member `id` alive at `now`, inserting or updating its row.
+    pub heartbeat: &'static str,
+    /// Deletes members whose last heartbeat is before `until`.
+    pub forget_members: &'static str,
+    /// Members whose last heartbeat is at or after `since`, sorted.
+    pub live_members: &'static str,
+    /// Deletes member `id`.
+    pub leave: &'static str,
+}
+
+pub async fn get<DB>(pool: &Pool<DB>, queries: &Queries, id: &str) -> Result<Option<TaskRecord>>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'r> TaskRow: FromRow<'r, DB::Row>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
+{
+    let Some(row) = sqlx::query_as::<DB, TaskRow>(queries.get)
+        .bind(id)
+        .fetch_optional(pool)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let mut task = row.into_record()?;
+    task.depends_on = sqlx::query_scalar::<DB, String>(queries.dependencies)
+        .bind(id)
+        .fetch_all(pool)
+        .await?;
+    Ok(Some(task))
+}
+
+pub async fn lapsed<DB>(
+    pool: &Pool<DB>,
+    queries: &Queries,
+    now: Millis,
+    limit: u32,
+) -> Result<Vec<Lapsed>>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> Millis: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'r> LapsedRow: FromRow<'r, DB::Row>,
+{
+    let rows = sqlx::query_as::<DB, LapsedRow>(queries.lapsed)
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await?;
+    rows.into_iter().map(LapsedRow::into_lapsed).collect()
+}
+
+pub async fn heartbeat_member<DB>(
+    pool: &Pool<DB>,
+    queries: &Queries,
+    member: &str,
+    now: Millis,
+) -> Result<()>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Millis: Encode<'q, DB> + Type<DB>,
+{
+    sqlx::query::<DB>(queries.heartbeat)
+        .bind(member)
+        .bind(now)
+        .execute(pool)
+        .await?;
+    sqlx::query::<DB>(queries.forget_members)
+        .bind(now.saturating_sub(MEMBER_RETENTION))
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+pub async fn live_members<DB>(
+    pool: &Pool<DB>,
+    queries: &Queries,
+    since: Millis,
+) -> Result<Vec<String>>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> Millis: Encode<'q, DB> + Type<DB>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
+{
+    Ok(sqlx::query_scalar::<DB, String>(queries.live_members)
+        .bind(since)
+        .fetch_all(pool)
+        .await?)
+}
+
+pub async fn leave<DB>(pool: &Pool<DB>, queries: &Queries, member: &str) -> Result<()>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+{
+    sqlx::query::<DB>(queries.leave)
+        .bind(member)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
