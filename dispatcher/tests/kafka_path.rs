@@ -103,6 +103,52 @@ async fn immediate_and_delayed_tasks_round_trip_through_the_broker() {
     );
 }
 
+/// A client that repeats a submit it got no answer to (the soak's SIGKILLed API) sends
+/// the same idempotency key while the first copy may still be in the topic, where the
+/// store cannot see it. Both answers must name one task that exists and runs once.
+#[tokio::test]
+async fn a_repeat_while_the_first_is_in_kafka_answers_the_same_task() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let jobs = [("job.yaml", kafka_job("repeat", &executor.url(), 1))];
+    let brokers = brokers();
+    let asyncd = Asyncd::start(&jobs, &["--kafka-brokers", &brokers, "--create-topics"]).await;
+    wait_for("the topic accepts submits", DEADLINE, async || {
+        let (status, _) = asyncd
+            .post("/v1/tasks", json!({"type": "repeat", "payload": "warm-up"}))
+            .await;
+        (status == 201).then_some(())
+    })
+    .await;
+
+    let submit = || {
+        asyncd.post(
+            "/v1/tasks",
+            json!({"type": "repeat", "payload": "once", "delay": "1s", "idempotency_key": "repeat-1"}),
+        )
+    };
+    // Concurrent, so neither finds the other in the store.
+    let ((first_status, first), (second_status, second)) = tokio::join!(submit(), submit());
+    assert!(
+        [first_status, second_status]
+            .iter()
+            .all(|s| *s == 200 || *s == 201),
+        "{first} {second}"
+    );
+    let id = first["id"].as_str().unwrap();
+    assert_eq!(
+        second["id"].as_str(),
+        Some(id),
+        "two ids for one idempotency key"
+    );
+
+    // The task is found once consumed; before the fix the answered id never existed.
+    let calls = executor.wait_calls(id, 1).await;
+    assert_eq!(calls[0].headers["idempotency-key"], "repeat-1");
+    let task = asyncd.wait_state(id, "succeeded").await;
+    assert_eq!(task["attempt"], 1);
+    assert_eq!(executor.calls_for(id).len(), 1, "the work ran twice");
+}
+
 struct Cluster {
     dir: tempfile::TempDir,
     api: String,

@@ -202,7 +202,7 @@ pub fn validate(
         ));
     }
     Ok(NewTask {
-        id: uuid::Uuid::now_v7().to_string(),
+        id: task_id(idempotency_key.as_deref()),
         task_type: job.task_type.clone(),
         payload,
         priority,
@@ -217,9 +217,39 @@ pub fn validate(
     })
 }
 
+/// A new task's id: time-ordered (UUIDv7), except that a task with an idempotency key gets
+/// an id derived from the key alone (UUIDv8 over its SHA-256). A repeat of a submit whose
+/// first copy is still in Kafka, not yet in the store where the key is checked, is then
+/// produced under the same id, the consumer keeps one copy by the primary key, and both
+/// answers name a task that exists.
+pub fn task_id(idempotency_key: Option<&str>) -> String {
+    match idempotency_key {
+        Some(key) => {
+            use sha2::Digest;
+            let digest = sha2::Sha256::new()
+                .chain_update(b"asyncd idempotency key\0")
+                .chain_update(key.as_bytes())
+                .finalize();
+            let mut bytes = [0u8; 16];
+            bytes.copy_from_slice(&digest[..16]);
+            uuid::Uuid::new_v8(bytes).to_string()
+        }
+        None => uuid::Uuid::now_v7().to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_idempotency_key_always_gives_the_same_id() {
+        let first = task_id(Some("order-42"));
+        assert_eq!(first, task_id(Some("order-42")));
+        assert_ne!(first, task_id(Some("order-43")));
+        assert!(uuid::Uuid::parse_str(&first).is_ok());
+        assert_ne!(task_id(None), task_id(None));
+    }
     use asyncd_spec::AsyncJobConfig;
 
     const NOW: Millis = Millis::new(1_700_000_000_000);
