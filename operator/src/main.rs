@@ -75,6 +75,9 @@ async fn readyz(State(http): State<Http>) -> (StatusCode, &'static str) {
 async fn main() -> anyhow::Result<()> {
     telemetry::init();
     let args = Args::parse();
+    // kube's TLS needs a process-level rustls provider; a workspace build compiles in two
+    // (kube's ring, the dispatcher's aws-lc-rs) and rustls refuses to pick one itself.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let client = kube::Client::try_default()
         .await
         .context("no kubeconfig (KUBECONFIG, ~/.kube/config) and not in a cluster")?;
