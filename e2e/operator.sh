@@ -192,6 +192,7 @@ routing_entry() {  # the document under KEY, checked against what the loader nee
   expect_has "entry $1" "$doc" "topic: $3" &&
   ! grep -q "status:\|uid:\|namespace:" <<<"$doc"
 }
+# shellcheck disable=SC2016 # a go-template, expanded by kubectl
 routing_keys() { kn get configmap asyncd-routing -o go-template='{{range $k, $v := .data}}{{$k}} {{end}}'; }
 check "routing ConfigMap entry"      routing_entry order-cancel-job.yaml cancel_expired_order "$OC_TOPIC"
 check "routing ConfigMap keys"       expect_eq keys "$(routing_keys)" "order-cancel-job.yaml "

@@ -37,6 +37,9 @@ trap cleanup EXIT
 step "formatting and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+command -v shellcheck >/dev/null ||
+  apt-get install -y shellcheck || { apt-get update && apt-get install -y shellcheck; }
+git ls-files -z '*.sh' .ci/run | xargs -0 shellcheck -x
 
 step "starting MariaDB, PostgreSQL and Kafka on loopback"
 for service in mariadb postgres kafka; do

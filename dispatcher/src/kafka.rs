@@ -21,9 +21,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use asyncd_kafka_admin::{AdminError, KafkaAdmin};
 use asyncd_spec::Job;
-use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
@@ -136,39 +135,9 @@ impl Producer {
     }
 }
 
-/// Creates `topic` with `partitions`, or grows it to that many (never shrinks).
-pub async fn ensure_topic(brokers: &str, topic: &str, partitions: u32) -> Result<(), KafkaError> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()?;
-    let metadata = admin
-        .inner()
-        .fetch_metadata(Some(topic), Duration::from_secs(10))?;
-    let existing = metadata
-        .topics()
-        .iter()
-        .find(|t| t.name() == topic && t.error().is_none())
-        .map(|t| t.partitions().len());
-    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    match existing {
-        None => {
-            let new = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(1));
-            for result in admin.create_topics([&new], &options).await? {
-                match result {
-                    Ok(_) | Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                    Err((_, code)) => return Err(KafkaError::AdminOp(code)),
-                }
-            }
-        }
-        Some(current) if current < partitions as usize => {
-            let grow = NewPartitions::new(topic, partitions as usize);
-            for result in admin.create_partitions([&grow], &options).await? {
-                result.map_err(|(_, code)| KafkaError::AdminOp(code))?;
-            }
-        }
-        Some(_) => {}
-    }
-    Ok(())
+/// The admin client for `--create-topics`: created topics get one replica.
+fn topic_admin(brokers: &str) -> Result<KafkaAdmin, AdminError> {
+    KafkaAdmin::new(brokers, "asyncd", 1, Duration::from_secs(10))
 }
 
 #[derive(Debug, Clone)]
@@ -270,10 +239,14 @@ async fn consume(
         group,
         partitions,
     } = assignment;
-    if config.create_topics
-        && let Err(err) = ensure_topic(&config.brokers, &topic, partitions).await
-    {
-        tracing::warn!(%job, %topic, %err, "could not create the topic");
+    if config.create_topics {
+        let created = match topic_admin(&config.brokers) {
+            Ok(admin) => admin.ensure(&topic, partitions).await,
+            Err(err) => Err(err),
+        };
+        if let Err(err) = created {
+            tracing::warn!(%job, %topic, %err, "could not create the topic");
+        }
     }
     let consumer: StreamConsumer = match ClientConfig::new()
         .set("bootstrap.servers", &config.brokers)
@@ -362,7 +335,8 @@ async fn consume(
                 Err(err) => {
                     tracing::warn!(%job, %err, tasks = tasks.len(), "could not store consumed tasks; retrying");
                     tokio::select! {
-                        _ = stop.cancelled() => { lag.abort(); return }
+                        // this batch is not stored: leave without committing it
+                        _ = stop.cancelled() => { close(consumer, lag, false).await; return }
                         _ = tokio::time::sleep(backoff) => {}
                     }
                     backoff = (backoff * 2).min(Duration::from_secs(2));
@@ -384,10 +358,27 @@ async fn consume(
             tracing::warn!(%job, %err, "offset commit failed");
         }
     }
-    lag.abort();
     // Commit what was consumed before leaving the group, so the next owner starts after it.
-    let _ = consumer.commit_consumer_state(CommitMode::Sync);
+    close(consumer, lag, true).await;
     tracing::info!(%job, "consumer stopped");
+}
+
+/// Stops the lag reporter, then (on the blocking pool: librdkafka waits on the broker)
+/// commits the consumer's position if `commit`, and closes it, leaving the group.
+async fn close(consumer: Arc<StreamConsumer>, lag: tokio::task::JoinHandle<()>, commit: bool) {
+    lag.abort();
+    // the reporter holds a handle: closing happens where the last one is dropped
+    let _ = lag.await;
+    let closed = tokio::task::spawn_blocking(move || {
+        if commit && let Err(err) = consumer.commit_consumer_state(CommitMode::Sync) {
+            tracing::debug!(%err, "final offset commit");
+        }
+        drop(consumer);
+    })
+    .await;
+    if let Err(err) = closed {
+        tracing::warn!(%err, "closing the Kafka consumer");
+    }
 }
 
 /// `asyncd_kafka_consumer_lag{topic,partition}`: end of the partition minus this
@@ -435,11 +426,18 @@ async fn report_lag(
 /// For `--create-topics` on the API: makes every routed job's topic exist, again after
 /// each routing change, so the first produce does not fail on a missing topic.
 pub async fn create_topics(brokers: String, mut routes: Routes, shutdown: CancellationToken) {
+    let admin = match topic_admin(&brokers) {
+        Ok(admin) => admin,
+        Err(err) => {
+            tracing::error!(%err, "cannot create the Kafka admin client; topics are not created");
+            return;
+        }
+    };
     loop {
         let table = routes.borrow_and_update().clone();
         for job in table.jobs() {
             if let Some(kafka) = &job.kafka
-                && let Err(err) = ensure_topic(&brokers, &kafka.topic, kafka.partitions).await
+                && let Err(err) = admin.ensure(&kafka.topic, kafka.partitions).await
             {
                 tracing::warn!(topic = %kafka.topic, %err, "could not create the topic");
             }

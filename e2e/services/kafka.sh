@@ -7,7 +7,7 @@ set -euo pipefail
 
 SERVICE=kafka
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=_lib.sh
+# shellcheck source-path=SCRIPTDIR source=_lib.sh
 . "$HERE/_lib.sh"
 
 KAFKA_VERSION="${ASYNCD_KAFKA_VERSION:-4.1.1}"
@@ -87,7 +87,7 @@ EOF
   mv "$tmp/libs" "$LIBS"; mv "$tmp/pom.xml" "$HOME_DIR/pom.xml"; rm -rf "$tmp"
   write_log_configs
   touch "$HOME_DIR/.complete"
-  log "fetched $(ls "$LIBS" | wc -l) jars ($(du -sh "$LIBS" | cut -f1)) in $(elapsed "$t0")"
+  log "fetched $(find "$LIBS" -mindepth 1 -maxdepth 1 | wc -l) jars ($(du -sh "$LIBS" | cut -f1)) in $(elapsed "$t0")"
 }
 
 write_log_configs() {

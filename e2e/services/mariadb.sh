@@ -6,7 +6,7 @@ set -euo pipefail
 
 SERVICE=mariadb
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=_lib.sh
+# shellcheck source-path=SCRIPTDIR source=_lib.sh
 . "$HERE/_lib.sh"
 
 PORT="${ASYNCD_MARIADB_PORT:-13306}"

@@ -6,7 +6,7 @@ set -euo pipefail
 
 SERVICE=postgres
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=_lib.sh
+# shellcheck source-path=SCRIPTDIR source=_lib.sh
 . "$HERE/_lib.sh"
 
 PORT="${ASYNCD_POSTGRES_PORT:-15432}"
@@ -37,7 +37,7 @@ find_bin() {
   PG_BIN="${ASYNCD_PG_BIN:-/usr/lib/postgresql/$PG_MAJOR/bin}"
   if [[ ! -x "$PG_BIN/pg_ctl" ]]; then
     # fall back to the newest installed major version
-    local d; d="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1 || true)"
+    local d; d="$(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V | tail -n1)"
     [[ -n "$d" && -x "$d/pg_ctl" ]] && PG_BIN="$d"
   fi
 }

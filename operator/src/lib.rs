@@ -13,7 +13,7 @@
 //!   `error_policy`, the finalizer, and the `Controller` wiring.
 //! - [`builders`]: one pure builder per resource; [`conflicts`]: who owns a task type or
 //!   topic; [`status`]: conditions from what a pass did. All unit-tested without a client.
-//! - [`kafka`]: the topic admin seam (rdkafka). [`metrics`], [`telemetry`]: observability.
+//! - [`kafka`]: the topic admin seam (`asyncd-kafka-admin`). [`metrics`], [`telemetry`]: observability.
 
 pub mod builders;
 pub mod conflicts;

@@ -5,10 +5,11 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use asyncd_operator::builders::DispatcherSettings;
-use asyncd_operator::kafka::RdKafkaAdmin;
+use asyncd_operator::kafka::KafkaAdmin;
 use asyncd_operator::metrics::Metrics;
 use asyncd_operator::{controller, telemetry};
 use axum::Router;
@@ -75,11 +76,19 @@ async fn readyz(State(http): State<Http>) -> (StatusCode, &'static str) {
 async fn main() -> anyhow::Result<()> {
     telemetry::init();
     let args = Args::parse();
+    // kube's TLS needs a process-level rustls provider; a workspace build compiles in two
+    // (kube's ring, the dispatcher's aws-lc-rs) and rustls refuses to pick one itself.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let client = kube::Client::try_default()
         .await
         .context("no kubeconfig (KUBECONFIG, ~/.kube/config) and not in a cluster")?;
-    let admin = RdKafkaAdmin::new(&args.kafka_brokers, args.kafka_replication_factor)
-        .context("kafka admin client")?;
+    let admin = KafkaAdmin::new(
+        &args.kafka_brokers,
+        "asyncd-operator",
+        args.kafka_replication_factor,
+        Duration::from_secs(15),
+    )
+    .context("kafka admin client")?;
     let settings = DispatcherSettings {
         image: args.dispatcher_image,
         image_pull_policy: args.dispatcher_image_pull_policy,

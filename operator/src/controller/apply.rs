@@ -1,0 +1,224 @@
+//! Steps 3–4, build and apply, for a config admitted by [`validate`](super::validate):
+//! topic, route, Deployment, HPA — each built by its pure builder, then applied by
+//! server-side apply with field manager `asyncd-operator`, stopping at the first step
+//! that fails (later steps stay Pending in the report).
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+
+use super::topic::apply_topic;
+use super::validate::validate;
+use super::{Context, Error};
+use crate::builders::{self, MANAGED_BY, deployment, hpa, routing};
+use crate::conflicts;
+use crate::crd::AsyncJobConfig;
+use crate::status::{DISPATCHER_READY, ROUTING_READY, Report, SCALING_READY, Step};
+
+fn apply_params() -> PatchParams {
+    PatchParams::apply(MANAGED_BY).force()
+}
+
+/// Steps 3–4 for a config that owns its task type and topic: topic, route, Deployment,
+/// HPA, stopping at the first failure (later steps stay Pending).
+pub(super) async fn run_pipeline(
+    config: &AsyncJobConfig,
+    ctx: &Context,
+) -> (Report, Option<Error>) {
+    let mut report = Report::new();
+    let result: Result<(), Error> = async {
+        let partitions = apply_topic(config, ctx, &mut report).await?;
+        report.partitions = partitions;
+
+        apply_routing(ctx, config.namespace())
+            .await
+            .inspect_err(|e| {
+                report.set(
+                    ROUTING_READY,
+                    Step::failed("RoutingApplyFailed", e.to_string()),
+                )
+            })?;
+        report.set(
+            ROUTING_READY,
+            Step::ok(
+                "RouteApplied",
+                format!(
+                    "key {} of ConfigMap {}",
+                    routing::key(config),
+                    routing::ROUTING_CONFIGMAP
+                ),
+            ),
+        );
+
+        let desired = deployment::build(config, &ctx.settings);
+        let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), config.namespace());
+        let applied = deployments
+            .patch(
+                &builders::dispatcher_name(config),
+                &apply_params(),
+                &Patch::Apply(&desired),
+            )
+            .await
+            .inspect_err(|e| {
+                report.set(
+                    DISPATCHER_READY,
+                    Step::failed("DeploymentApplyFailed", e.to_string()),
+                )
+            })?;
+        let (step, replicas, ready) = dispatcher_step(&applied);
+        report.set(DISPATCHER_READY, step);
+        report.replicas = replicas;
+        report.ready_replicas = ready;
+
+        let bounds = hpa::bounds(config.spec.scaling.as_ref(), partitions);
+        let desired = hpa::build(config, bounds);
+        let hpas: Api<HorizontalPodAutoscaler> =
+            Api::namespaced(ctx.client.clone(), config.namespace());
+        hpas.patch(
+            &builders::dispatcher_name(config),
+            &apply_params(),
+            &Patch::Apply(&desired),
+        )
+        .await
+        .inspect_err(|e| {
+            report.set(
+                SCALING_READY,
+                Step::failed("AutoscalerApplyFailed", e.to_string()),
+            )
+        })?;
+        report.set(SCALING_READY, scaling_step(config, bounds));
+        Ok(())
+    }
+    .await;
+    (report, result.err())
+}
+
+fn dispatcher_step(applied: &Deployment) -> (Step, Option<i32>, Option<i32>) {
+    let name = applied.name_any();
+    let status = applied.status.clone().unwrap_or_default();
+    let replicas = status.replicas.unwrap_or(0);
+    let ready = status.ready_replicas.unwrap_or(0);
+    let failing = status.conditions.unwrap_or_default().into_iter().find(|c| {
+        (c.type_ == "ReplicaFailure" && c.status == "True")
+            || (c.type_ == "Progressing"
+                && c.status == "False"
+                && c.reason.as_deref() == Some("ProgressDeadlineExceeded"))
+    });
+    let step = match failing {
+        Some(c) => Step::failed(
+            c.reason.as_deref().unwrap_or("DeploymentFailing"),
+            format!("{name}: {}", c.message.unwrap_or_default()),
+        ),
+        None if status.available_replicas.unwrap_or(0) > 0 => Step::ok(
+            "DeploymentAvailable",
+            format!("{name}: {ready}/{replicas} replicas ready"),
+        ),
+        None => Step::ok(
+            "DeploymentApplied",
+            format!("{name}: applied; {ready}/{replicas} replicas ready"),
+        ),
+    };
+    (step, Some(replicas), Some(ready))
+}
+
+fn scaling_step(config: &AsyncJobConfig, bounds: hpa::Bounds) -> Step {
+    let target = hpa::target_due_backlog(config.spec.scaling.as_ref());
+    let base = format!(
+        "{} scales {}..{} replicas on {} (target {target} per pod)",
+        builders::dispatcher_name(config),
+        bounds.min,
+        bounds.max,
+        hpa::METRIC
+    );
+    match bounds.clamped_from {
+        Some(asked) => Step::ok(
+            "MaxReplicasClamped",
+            format!(
+                "{base}; maxReplicas {asked} clamped to the {} partitions",
+                bounds.max
+            ),
+        ),
+        None => Step::ok("AutoscalerApplied", base),
+    }
+}
+
+/// Rebuilds the namespace's routing ConfigMap from every routable config (owners with a
+/// valid spec, not being deleted).
+pub(super) async fn apply_routing(ctx: &Context, namespace: &str) -> Result<(), Error> {
+    let lock = ctx.routing_lock(namespace);
+    let _guard = lock.lock().await;
+    let configs = ctx.configs_in(namespace);
+    let ownership = conflicts::resolve(configs.iter().map(|c| c.as_ref()));
+    let routable: Vec<&AsyncJobConfig> = conflicts::routable(&configs, &ownership)
+        .into_iter()
+        .filter(|c| validate(c).is_ok())
+        .collect();
+    let desired = routing::build(namespace, routable);
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
+    api.patch(
+        routing::ROUTING_CONFIGMAP,
+        &apply_params(),
+        &Patch::Apply(&desired),
+    )
+    .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures;
+    use crate::status;
+
+    #[test]
+    fn dispatcher_step_reports_replicas_and_failures() {
+        use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentStatus};
+        let mut d = deployment::build(&fixtures::config("a"), &fixtures::settings());
+        let (step, replicas, _) = dispatcher_step(&d);
+        assert_eq!(
+            (step.reason.as_str(), replicas),
+            ("DeploymentApplied", Some(0))
+        );
+        d.status = Some(DeploymentStatus {
+            replicas: Some(2),
+            ready_replicas: Some(2),
+            available_replicas: Some(2),
+            ..Default::default()
+        });
+        let (step, replicas, ready) = dispatcher_step(&d);
+        assert_eq!(
+            (step.reason.as_str(), replicas, ready),
+            ("DeploymentAvailable", Some(2), Some(2))
+        );
+        d.status.as_mut().unwrap().conditions = Some(vec![DeploymentCondition {
+            type_: "Progressing".into(),
+            status: "False".into(),
+            reason: Some("ProgressDeadlineExceeded".into()),
+            message: Some("image pull".into()),
+            ..Default::default()
+        }]);
+        let (step, _, _) = dispatcher_step(&d);
+        assert_eq!(step.state, status::State::False);
+        assert_eq!(step.reason, "ProgressDeadlineExceeded");
+    }
+
+    #[test]
+    fn scaling_step_says_when_partitions_clamp() {
+        let config = fixtures::config_with("a", |s| {
+            s.scaling = Some(asyncd_spec::job::ScalingSpec {
+                max_replicas: Some(20),
+                ..Default::default()
+            })
+        });
+        let step = scaling_step(&config, hpa::bounds(config.spec.scaling.as_ref(), Some(6)));
+        assert_eq!(step.reason, "MaxReplicasClamped");
+        assert!(
+            step.message
+                .contains("maxReplicas 20 clamped to the 6 partitions"),
+            "{}",
+            step.message
+        );
+    }
+}

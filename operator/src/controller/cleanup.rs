@@ -1,0 +1,78 @@
+//! The finalizer's cleanup, when a config is deleted: drop the route, the Deployment and
+//! HPA it owns, and the topic only if this config owns it and says `deletePolicy: Delete`.
+
+use std::sync::Arc;
+
+use asyncd_spec::DeletePolicy;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use kube::api::{Api, DeleteParams};
+use kube::runtime::controller::Action;
+use tracing::info;
+
+use super::apply::apply_routing;
+use super::{Context, Error};
+use crate::builders::{self, routing};
+use crate::conflicts::{self, Ownership};
+use crate::crd::AsyncJobConfig;
+
+/// Deletion: drop the route, the Deployment and HPA (garbage collection would too, where
+/// a controller-manager runs), and the topic only if this config owns it and says
+/// `deletePolicy: Delete`.
+pub(super) async fn cleanup(config: Arc<AsyncJobConfig>, ctx: &Context) -> Result<Action, Error> {
+    let _timer = ctx.metrics.timer("cleanup");
+    let ns = config.namespace().to_string();
+    let name = config.name().to_string();
+    let owner = conflicts::resolve(ctx.configs_in(&ns).iter().map(|c| c.as_ref()))
+        .get(&name)
+        .is_none_or(|o| *o == Ownership::Owner);
+
+    apply_routing(ctx, &ns).await?;
+    let dispatcher = builders::dispatcher_name(&config);
+    let uid = config.metadata.uid.clone();
+    let owned_by_config =
+        |refs: Option<&Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>| {
+            refs.is_some_and(|refs| refs.iter().any(|r| Some(&r.uid) == uid.as_ref()))
+        };
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
+    if let Some(d) = deployments.get_opt(&dispatcher).await?
+        && owned_by_config(d.metadata.owner_references.as_ref())
+    {
+        deployments
+            .delete(&dispatcher, &DeleteParams::background())
+            .await?;
+    }
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.client.clone(), &ns);
+    if let Some(h) = hpas.get_opt(&dispatcher).await?
+        && owned_by_config(h.metadata.owner_references.as_ref())
+    {
+        hpas.delete(&dispatcher, &DeleteParams::background())
+            .await?;
+    }
+
+    let mut note = format!("removed route {}", routing::key(&config));
+    if let Some(kafka) = &config.spec.kafka {
+        if !owner {
+            note.push_str(&format!(
+                "; topic {} belongs to another config and is left alone",
+                kafka.topic
+            ));
+        } else if kafka.delete_policy == DeletePolicy::Delete {
+            ctx.admin.delete(&kafka.topic).await?;
+            ctx.metrics.topic_ops.with_label_values(&["delete"]).inc();
+            note.push_str(&format!(
+                "; deleted topic {} (deletePolicy: Delete)",
+                kafka.topic
+            ));
+        } else {
+            note.push_str(&format!(
+                "; kept topic {} (deletePolicy: Retain)",
+                kafka.topic
+            ));
+        }
+    }
+    info!(namespace = %ns, config = %name, "{note}");
+    ctx.event(&config, false, "Deleted", note).await;
+    ctx.metrics.forget(&ns, &name);
+    Ok(Action::await_change())
+}

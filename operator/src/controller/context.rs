@@ -1,0 +1,127 @@
+//! What every pass shares: the client, the broker, the cache, events, metrics, backoff.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, Resource};
+use tracing::warn;
+
+use crate::builders::{DispatcherSettings, MANAGED_BY};
+use crate::crd::AsyncJobConfig;
+use crate::kafka::TopicAdmin;
+use crate::metrics::Metrics;
+
+pub struct Context {
+    pub client: Client,
+    pub admin: Arc<dyn TopicAdmin>,
+    pub settings: DispatcherSettings,
+    /// The controller's cache of every watched AsyncJobConfig.
+    pub store: Store<AsyncJobConfig>,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    /// One routing rebuild at a time per namespace, so a stale view never wins.
+    routing_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Consecutive failures per config, for the backoff.
+    failures: Mutex<HashMap<ObjectRef<AsyncJobConfig>, u32>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        admin: Arc<dyn TopicAdmin>,
+        settings: DispatcherSettings,
+        store: Store<AsyncJobConfig>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: MANAGED_BY.into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            admin,
+            settings,
+            store,
+            metrics,
+            routing_locks: Mutex::default(),
+            failures: Mutex::default(),
+        }
+    }
+
+    /// The read step: every config of `namespace` as last seen.
+    pub(super) fn configs_in(&self, namespace: &str) -> Vec<Arc<AsyncJobConfig>> {
+        let mut configs = self.store.state_filter(|c| c.namespace() == namespace);
+        configs.sort_by(|a, b| a.name().cmp(b.name()));
+        configs
+    }
+
+    pub(super) fn routing_lock(&self, namespace: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.routing_locks
+            .lock()
+            .unwrap()
+            .entry(namespace.to_string())
+            .or_default()
+            .clone()
+    }
+
+    pub(super) async fn event(
+        &self,
+        config: &AsyncJobConfig,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(note),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(err) = self.recorder.publish(&event, &config.object_ref(&())).await {
+            warn!(config = config.name(), %err, "could not publish an event");
+        }
+    }
+
+    pub(super) fn backoff(&self, config: &AsyncJobConfig) -> Duration {
+        let mut failures = self.failures.lock().unwrap();
+        let n = failures.entry(ObjectRef::from_obj(config)).or_default();
+        *n = n.saturating_add(1);
+        backoff_after(*n)
+    }
+
+    pub(super) fn succeeded(&self, config: &AsyncJobConfig) {
+        self.failures
+            .lock()
+            .unwrap()
+            .remove(&ObjectRef::from_obj(config));
+    }
+}
+
+/// 2 s, 4 s, 8 s … up to 5 minutes.
+pub fn backoff_after(failures: u32) -> Duration {
+    let secs = 2u64.saturating_pow(failures.clamp(1, 16)).min(300);
+    Duration::from_secs(secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_five_minutes() {
+        let delays: Vec<u64> = [1, 2, 3, 8, 9, 20]
+            .iter()
+            .map(|n| backoff_after(*n).as_secs())
+            .collect();
+        assert_eq!(delays, [2, 4, 8, 256, 300, 300]);
+    }
+}

@@ -1,0 +1,430 @@
+//! Reconcile scenarios against a scripted API server ([`fixtures::ApiServer`]) and an
+//! in-memory broker ([`FakeAdmin`]): every Kubernetes call a pass makes is listed, in
+//! order, and a call too many or too few fails the test. The real API server and broker
+//! are exercised by `e2e/operator.sh`.
+
+use std::sync::Arc;
+
+use asyncd_spec::DeletePolicy;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+
+use super::{Context, Error, RECHECK, RESYNC, reconcile};
+use crate::crd::{AsyncJobConfig, AsyncJobConfigStatus, FINALIZER};
+use crate::fixtures::{self, ApiServer, Call, Reply};
+use crate::kafka::fake::FakeAdmin;
+use crate::metrics::Metrics;
+
+const CONFIGS: &str = "/apis/asyncd.example.io/v1/namespaces/shop/asyncjobconfigs";
+const ROUTING: &str = "/api/v1/namespaces/shop/configmaps/asyncd-routing";
+const DEPLOYMENTS: &str = "/apis/apps/v1/namespaces/shop/deployments";
+const HPAS: &str = "/apis/autoscaling/v2/namespaces/shop/horizontalpodautoscalers";
+
+struct Harness {
+    server: ApiServer,
+    admin: Arc<FakeAdmin>,
+    ctx: Arc<Context>,
+    // keeps the cache the context reads alive
+    _writer: Writer<AsyncJobConfig>,
+}
+
+/// A context whose cache holds `configs`, talking to a fresh scripted server.
+fn harness(configs: &[&AsyncJobConfig]) -> Harness {
+    let (server, client) = ApiServer::start();
+    let mut writer = Writer::default();
+    for config in configs {
+        writer.apply_watcher_event(&watcher::Event::Apply((*config).clone()));
+    }
+    let admin = Arc::new(FakeAdmin::default());
+    let ctx = Arc::new(Context::new(
+        client,
+        admin.clone(),
+        fixtures::settings(),
+        writer.as_reader(),
+        Arc::new(Metrics::default()),
+    ));
+    Harness {
+        server,
+        admin,
+        ctx,
+        _writer: writer,
+    }
+}
+
+/// A config that already carries the finalizer (past its first reconcile).
+fn finalized(mut config: AsyncJobConfig) -> AsyncJobConfig {
+    config.metadata.finalizers = Some(vec![FINALIZER.into()]);
+    config
+}
+
+fn deleting(config: AsyncJobConfig) -> AsyncJobConfig {
+    let mut config = finalized(config);
+    config.metadata.deletion_timestamp = Some(Time(
+        k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap(),
+    ));
+    config
+}
+
+fn json_of(config: &AsyncJobConfig) -> Reply {
+    Reply::Json(serde_json::to_value(config).unwrap())
+}
+
+/// Scripts the calls of a pass that gets through every step.
+fn expect_full_pass(server: &ApiServer, config: &AsyncJobConfig) {
+    let name = config.name();
+    server
+        .expect("PATCH", ROUTING, Reply::Echo)
+        .expect(
+            "PATCH",
+            format!("{DEPLOYMENTS}/asyncd-dispatcher-{name}"),
+            Reply::Echo,
+        )
+        .expect(
+            "PATCH",
+            format!("{HPAS}/asyncd-dispatcher-{name}"),
+            Reply::Echo,
+        );
+}
+
+fn routing_keys(call: &Call) -> Vec<String> {
+    assert_eq!(call.path, ROUTING);
+    call.body["data"]
+        .as_object()
+        .map(|data| data.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// `(type, status, reason)` of each condition in a status patch.
+fn conditions(call: &Call) -> Vec<(String, String, String)> {
+    assert!(call.path.ends_with("/status"), "{}", call.path);
+    call.body["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let field = |k: &str| c[k].as_str().unwrap().to_string();
+            (field("type"), field("status"), field("reason"))
+        })
+        .collect()
+}
+
+fn triples(expected: &[(&str, &str, &str)]) -> Vec<(String, String, String)> {
+    expected
+        .iter()
+        .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_first_reconcile_only_adds_the_finalizer() {
+    let config = fixtures::config("a");
+    let h = harness(&[&config]);
+    h.server.expect(
+        "PATCH",
+        format!("{CONFIGS}/a"),
+        json_of(&finalized(config.clone())),
+    );
+
+    let action = reconcile(Arc::new(config), h.ctx.clone()).await.unwrap();
+
+    assert_eq!(action, Action::await_change());
+    let calls = h.server.verify();
+    let ops = calls[0].body.as_array().expect("a JSON patch");
+    assert!(
+        ops.iter()
+            .any(|op| op["op"] == "add" && op["value"] == json!([FINALIZER])),
+        "{ops:?}"
+    );
+    assert!(h.admin.calls.lock().unwrap().is_empty());
+    assert!(h.server.events().is_empty());
+}
+
+#[tokio::test]
+async fn a_pass_applies_every_step_and_reports_each_condition() {
+    let config = finalized(fixtures::config("a"));
+    let h = harness(&[&config]);
+    expect_full_pass(&h.server, &config);
+    h.server
+        .expect("PATCH", format!("{CONFIGS}/a/status"), json_of(&config));
+
+    let action = reconcile(Arc::new(config), h.ctx.clone()).await.unwrap();
+
+    assert_eq!(action, Action::requeue(RESYNC));
+    assert_eq!(*h.admin.calls.lock().unwrap(), ["create topic 6"]);
+    let calls = h.server.verify();
+    assert_eq!(routing_keys(&calls[0]), ["a.yaml"]);
+    assert_eq!(calls[1].body["kind"], "Deployment");
+    assert_eq!(calls[2].body["kind"], "HorizontalPodAutoscaler");
+    assert_eq!(
+        conditions(&calls[3]),
+        triples(&[
+            ("Ready", "True", "Reconciled"),
+            ("TopicReady", "True", "TopicCreated"),
+            ("RoutingReady", "True", "RouteApplied"),
+            ("DispatcherReady", "True", "DeploymentApplied"),
+            ("ScalingReady", "True", "AutoscalerApplied"),
+            ("Conflict", "False", "NoConflict"),
+        ])
+    );
+    assert_eq!(calls[3].body["status"]["partitions"], 6);
+    assert_eq!(h.server.events(), ["TopicCreated", "Reconciled"]);
+}
+
+#[tokio::test]
+async fn an_unchanged_status_is_not_written_again() {
+    let mut config = finalized(fixtures::config("a"));
+    let h = harness(&[&config]);
+    // the topic exists already, so both passes find it as asked
+    h.admin.topics.lock().unwrap().insert("topic".into(), 6);
+    expect_full_pass(&h.server, &config);
+    h.server
+        .expect("PATCH", format!("{CONFIGS}/a/status"), json_of(&config));
+    reconcile(Arc::new(config.clone()), h.ctx.clone())
+        .await
+        .unwrap();
+    let written = h.server.verify().pop().unwrap();
+    config.status = Some(
+        serde_json::from_value::<AsyncJobConfigStatus>(written.body["status"].clone()).unwrap(),
+    );
+    let events_before = h.server.events().len();
+
+    // the same pass again, now with that status: no status patch, no new Events
+    expect_full_pass(&h.server, &config);
+    let action = reconcile(Arc::new(config), h.ctx.clone()).await.unwrap();
+
+    assert_eq!(action, Action::requeue(RESYNC));
+    assert_eq!(h.server.verify().len(), 4 + 3);
+    assert_eq!(h.server.events().len(), events_before);
+    assert!(h.admin.calls.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_failing_step_is_reported_and_later_steps_stay_pending() {
+    let config = finalized(fixtures::config("a"));
+    let h = harness(&[&config]);
+    h.server
+        .expect("PATCH", ROUTING, Reply::Echo)
+        .expect(
+            "PATCH",
+            format!("{DEPLOYMENTS}/asyncd-dispatcher-a"),
+            Reply::Status(500),
+        )
+        .expect("PATCH", format!("{CONFIGS}/a/status"), json_of(&config));
+
+    let error = reconcile(Arc::new(config), h.ctx.clone())
+        .await
+        .unwrap_err();
+
+    assert!(matches!(error, Error::Kube(_)), "{error}");
+    let calls = h.server.verify();
+    assert_eq!(
+        conditions(&calls[2]),
+        triples(&[
+            ("Ready", "False", "DeploymentApplyFailed"),
+            ("TopicReady", "True", "TopicCreated"),
+            ("RoutingReady", "True", "RouteApplied"),
+            ("DispatcherReady", "False", "DeploymentApplyFailed"),
+            ("ScalingReady", "Unknown", "Pending"),
+            ("Conflict", "False", "NoConflict"),
+        ])
+    );
+    assert!(
+        h.server
+            .events()
+            .contains(&"DeploymentApplyFailed".to_string())
+    );
+}
+
+#[tokio::test]
+async fn the_younger_of_two_claimants_gets_conflict_and_nothing_is_created() {
+    let cases = [
+        (
+            "task type",
+            fixtures::aged("b", 2, |s| s.kafka.as_mut().unwrap().topic = "b".into()),
+            "TaskTypeOwnedByOther",
+        ),
+        (
+            "topic",
+            fixtures::aged("b", 2, |s| s.task_type = "b".into()),
+            "TopicOwnedByOther",
+        ),
+    ];
+    for (claim, younger, reason) in cases {
+        let older = finalized(fixtures::aged("a", 1, |_| {}));
+        let younger = finalized(younger);
+        let h = harness(&[&older, &younger]);
+        // the route is rebuilt without the younger; no topic, Deployment or HPA for it
+        h.server.expect("PATCH", ROUTING, Reply::Echo).expect(
+            "PATCH",
+            format!("{CONFIGS}/b/status"),
+            json_of(&younger),
+        );
+
+        let action = reconcile(Arc::new(younger), h.ctx.clone()).await.unwrap();
+
+        assert_eq!(action, Action::requeue(RECHECK), "{claim}");
+        let calls = h.server.verify();
+        assert_eq!(routing_keys(&calls[0]), ["a.yaml"], "{claim}");
+        let conditions = conditions(&calls[1]);
+        assert_eq!(
+            conditions[0],
+            ("Ready".into(), "False".into(), "Conflict".into()),
+            "{claim}"
+        );
+        assert_eq!(
+            conditions.last().unwrap(),
+            &("Conflict".into(), "True".into(), reason.into()),
+            "{claim}"
+        );
+        let message = calls[1].body["status"]["conditions"][5]["message"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(message.contains("\"a\""), "{claim}: {message}");
+        assert!(h.admin.calls.lock().unwrap().is_empty(), "{claim}");
+        assert!(h.server.events().contains(&reason.to_string()), "{claim}");
+    }
+}
+
+/// The owned dispatcher Deployment a deletion finds.
+fn owned_deployment(config: &AsyncJobConfig) -> Reply {
+    let mut deployment = crate::builders::deployment::build(config, &fixtures::settings());
+    deployment.metadata.owner_references = Some(vec![OwnerReference {
+        uid: config.metadata.uid.clone().unwrap(),
+        ..OwnerReference::default()
+    }]);
+    Reply::Json(serde_json::to_value::<Deployment>(deployment).unwrap())
+}
+
+fn removes_the_finalizer(call: &Call) -> bool {
+    call.path == format!("{CONFIGS}/a")
+        && call
+            .body
+            .as_array()
+            .is_some_and(|ops| ops.iter().any(|op| op["op"] == "remove"))
+}
+
+#[tokio::test]
+async fn deletion_under_delete_policy_deletes_the_topic_then_drops_the_finalizer() {
+    let doomed = deleting(fixtures::config_with("a", |s| {
+        s.kafka.as_mut().unwrap().delete_policy = DeletePolicy::Delete
+    }));
+    let other = finalized(fixtures::aged("b", 1, |s| {
+        s.task_type = "b".into();
+        s.kafka.as_mut().unwrap().topic = "b".into();
+    }));
+    let h = harness(&[&doomed, &other]);
+    h.admin.topics.lock().unwrap().insert("topic".into(), 6);
+    let dispatcher = format!("{DEPLOYMENTS}/asyncd-dispatcher-a");
+    h.server
+        .expect("PATCH", ROUTING, Reply::Echo)
+        .expect("GET", dispatcher.clone(), owned_deployment(&doomed))
+        .expect("DELETE", dispatcher, owned_deployment(&doomed))
+        .expect(
+            "GET",
+            format!("{HPAS}/asyncd-dispatcher-a"),
+            Reply::Status(404),
+        )
+        .expect("PATCH", format!("{CONFIGS}/a"), json_of(&doomed));
+
+    let action = reconcile(Arc::new(doomed), h.ctx.clone()).await.unwrap();
+
+    assert_eq!(action, Action::await_change());
+    let calls = h.server.verify();
+    assert_eq!(routing_keys(&calls[0]), ["b.yaml"]);
+    assert!(removes_the_finalizer(calls.last().unwrap()));
+    assert_eq!(*h.admin.calls.lock().unwrap(), ["delete topic"]);
+    assert!(h.admin.topics.lock().unwrap().is_empty());
+    assert_eq!(h.server.events(), ["Deleted"]);
+}
+
+#[tokio::test]
+async fn deletion_under_retain_policy_keeps_the_topic() {
+    let doomed = deleting(fixtures::config("a"));
+    let h = harness(&[&doomed]);
+    h.admin.topics.lock().unwrap().insert("topic".into(), 6);
+    h.server
+        .expect("PATCH", ROUTING, Reply::Echo)
+        .expect(
+            "GET",
+            format!("{DEPLOYMENTS}/asyncd-dispatcher-a"),
+            Reply::Status(404),
+        )
+        .expect(
+            "GET",
+            format!("{HPAS}/asyncd-dispatcher-a"),
+            Reply::Status(404),
+        )
+        .expect("PATCH", format!("{CONFIGS}/a"), json_of(&doomed));
+
+    reconcile(Arc::new(doomed), h.ctx.clone()).await.unwrap();
+
+    let calls = h.server.verify();
+    assert!(routing_keys(&calls[0]).is_empty());
+    assert!(removes_the_finalizer(calls.last().unwrap()));
+    assert!(h.admin.calls.lock().unwrap().is_empty());
+    assert_eq!(h.admin.topics.lock().unwrap()["topic"], 6);
+}
+
+#[tokio::test]
+async fn deleting_a_config_in_conflict_leaves_the_owners_topic() {
+    let owner = finalized(fixtures::aged("b", 1, |s| s.task_type = "b".into()));
+    let doomed = deleting(fixtures::aged("a", 2, |s| {
+        s.kafka.as_mut().unwrap().delete_policy = DeletePolicy::Delete
+    }));
+    let h = harness(&[&owner, &doomed]);
+    h.admin.topics.lock().unwrap().insert("topic".into(), 6);
+    h.server
+        .expect("PATCH", ROUTING, Reply::Echo)
+        .expect(
+            "GET",
+            format!("{DEPLOYMENTS}/asyncd-dispatcher-a"),
+            Reply::Status(404),
+        )
+        .expect(
+            "GET",
+            format!("{HPAS}/asyncd-dispatcher-a"),
+            Reply::Status(404),
+        )
+        .expect("PATCH", format!("{CONFIGS}/a"), json_of(&doomed));
+
+    reconcile(Arc::new(doomed), h.ctx.clone()).await.unwrap();
+
+    let calls = h.server.verify();
+    assert_eq!(routing_keys(&calls[0]), ["b.yaml"]);
+    assert!(h.admin.calls.lock().unwrap().is_empty());
+    assert_eq!(h.admin.topics.lock().unwrap()["topic"], 6);
+}
+
+#[tokio::test]
+async fn an_invalid_config_loses_its_route_and_reports_the_field() {
+    let invalid = finalized(fixtures::config_with("a", |s| {
+        s.executor.url = "ftp://nope".into()
+    }));
+    let h = harness(&[&invalid]);
+    h.server.expect("PATCH", ROUTING, Reply::Echo).expect(
+        "PATCH",
+        format!("{CONFIGS}/a/status"),
+        json_of(&invalid),
+    );
+
+    let action = reconcile(Arc::new(invalid), h.ctx.clone()).await.unwrap();
+
+    assert_eq!(action, Action::requeue(RECHECK));
+    let calls = h.server.verify();
+    assert!(routing_keys(&calls[0]).is_empty());
+    assert_eq!(
+        conditions(&calls[1])[0],
+        ("Ready".into(), "False".into(), "InvalidSpec".into())
+    );
+    let message: &Value = &calls[1].body["status"]["conditions"][0]["message"];
+    assert!(
+        message.as_str().unwrap().starts_with("spec.executor.url"),
+        "{message}"
+    );
+    assert!(h.admin.calls.lock().unwrap().is_empty());
+}
