@@ -59,7 +59,7 @@ pub struct Args {
     #[arg(long, default_value = "3s", value_parser = duration)]
     chaos_every: Duration,
     /// How long to wait, after the last ETA, for every accepted task to finish.
-    #[arg(long, default_value = "300s", value_parser = duration)]
+    #[arg(long, default_value = "120s", value_parser = duration)]
     drain_deadline: Duration,
     /// Fail when duplicates exceed this percentage of accepted tasks (default: report only).
     #[arg(long)]
@@ -85,6 +85,7 @@ const EXECUTOR_TIMEOUT: Duration = Duration::from_secs(3);
 /// lost to SIGKILLed dispatchers.
 const MAX_RETRIES: u32 = 10;
 const HUGE_BODY: usize = 2 << 20;
+const NOT_FOUND: &str = "not found";
 
 /// SplitMix64: a fixed, portable mixing function, so a seed means the same run everywhere.
 pub fn mix(mut x: u64) -> u64 {
@@ -236,6 +237,8 @@ pub struct Record {
     pub early: u32,
     /// The final state read back from the API (`succeeded`, `dead`, `cancelled`).
     pub end: Option<String>,
+    /// The last state read back while the task was not final (`not found`: a 404).
+    pub last: Option<String>,
 }
 
 /// The accounting: executor calls and submit answers in, the verdict out.
@@ -250,6 +253,9 @@ pub struct Ledger {
 pub struct Verdict {
     pub accepted: usize,
     pub lost: usize,
+    /// Lost tasks whose id answers 404 although their work ran: the submit's 2xx named an
+    /// id that never reached the store (the work ran under another submit's id).
+    pub lost_unknown_id: usize,
     pub early: usize,
     pub duplicates: usize,
     pub wrong: usize,
@@ -321,7 +327,13 @@ impl Ledger {
             v.accepted += 1;
             let expected = Behaviour::of(self.seed, index as u64).expected().as_str();
             match r.end.as_deref() {
-                None => v.lost += 1,
+                None => {
+                    v.lost += 1;
+                    let ran = r.successes > 0 || (expected == "dead" && r.calls > 0);
+                    if ran && r.last.as_deref() == Some(NOT_FOUND) {
+                        v.lost_unknown_id += 1;
+                    }
+                }
                 Some(end) if end != expected => v.wrong += 1,
                 Some(_) => {}
             }
@@ -442,7 +454,10 @@ pub async fn run(args: &Args) -> Result<()> {
     println!("\n| | |\n|---|---|");
     println!("| tasks | {} |", args.tasks);
     println!("| accepted | {} |", v.accepted);
-    println!("| lost | {} |", v.lost);
+    println!(
+        "| lost | {} (of which {} answered with an id that never appeared; their work ran) |",
+        v.lost, v.lost_unknown_id
+    );
     println!("| ran early | {} |", v.early);
     println!(
         "| duplicates | {} ({:.3} %) |",
@@ -482,7 +497,7 @@ pub async fn run(args: &Args) -> Result<()> {
     for (index, state) in missing.iter().take(10) {
         let r = &ledger.records[*index];
         println!(
-            "lost: task {index} ({}) behaviour {} last state {state}, {} calls, {} successes",
+            "lost: task {index} ({}, idempotency key soak-{seed}-{index}) behaviour {} last state {state}, {} calls, {} successes",
             r.id.as_deref().unwrap_or("?"),
             Behaviour::of(seed, *index as u64).code(),
             r.calls,
@@ -814,6 +829,7 @@ impl Fleet {
         let child = Command::new(&self.binary)
             .args(&p.args)
             .env("ASYNCD_LOG", "warn")
+            .env("NO_COLOR", "1")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -1154,12 +1170,14 @@ async fn drain(
         .enumerate()
         .filter_map(|(i, r)| r.id.clone().map(|id| (i, id, "unread".to_string())))
         .collect();
+    let mut last_print = Instant::now();
     loop {
+        let pending_before = pending.len();
         let read: Vec<(usize, String, String)> = futures::stream::iter(pending)
             .map(|(i, id, last)| async move {
                 let state = match client.get(&format!("/v1/tasks/{id}")).await {
                     Some((200, task)) => task["state"].as_str().unwrap_or("?").to_string(),
-                    Some((404, _)) => "not found".to_string(),
+                    Some((404, _)) => NOT_FOUND.to_string(),
                     _ => last,
                 };
                 (i, id, state)
@@ -1174,16 +1192,20 @@ async fn drain(
                 if matches!(state.as_str(), "succeeded" | "dead" | "cancelled") {
                     ledger.records[i].end = Some(state);
                 } else {
+                    ledger.records[i].last = Some(state.clone());
                     still.push((i, id, state));
                 }
             }
         }
+        if still.len() != pending_before || last_print.elapsed() > Duration::from_secs(30) {
+            eprintln!(
+                "drain: {} unfinished after {:.0} s",
+                still.len(),
+                start.elapsed().as_secs_f64()
+            );
+            last_print = Instant::now();
+        }
         pending = still;
-        eprintln!(
-            "drain: {} unfinished after {:.0} s",
-            pending.len(),
-            start.elapsed().as_secs_f64()
-        );
         if pending.is_empty() || start.elapsed() > deadline {
             return pending.into_iter().map(|(i, _, s)| (i, s)).collect();
         }
@@ -1317,6 +1339,13 @@ mod tests {
         assert_eq!(v.calls, 2);
         assert_eq!(ledger.early_samples.len(), 1);
         assert!((v.duplicates_pct() - 200.0 / n as f64).abs() < 1e-9);
+        assert_eq!(v.lost_unknown_id, 0);
+        // A lost task whose id answers 404 while its work ran is told apart.
+        ledger.records[ok].last = Some(NOT_FOUND.into());
+        assert_eq!(ledger.verdict().lost_unknown_id, 1);
+        ledger.records[ok].successes = 0;
+        assert_eq!(ledger.verdict().lost_unknown_id, 0);
+        assert_eq!(ledger.verdict().lost, 1);
     }
 
     #[test]
