@@ -201,7 +201,7 @@ impl Behaviour {
 /// Submit delay of task `index`: one in ten due at once, the rest spread over 0..=max.
 pub fn delay_ms(seed: u64, index: u64, max_ms: u64) -> u64 {
     let r = draw(seed, 2, index);
-    if r % 10 == 0 {
+    if r.is_multiple_of(10) {
         0
     } else {
         (r >> 8) % (max_ms + 1)
@@ -214,7 +214,7 @@ pub fn units(seed: u64, n: usize) -> Vec<(usize, usize, bool)> {
     let mut i = 0;
     while i < n {
         let r = draw(seed, 3, i as u64);
-        if r % 2 == 0 {
+        if r.is_multiple_of(2) {
             let count = (10 + (r >> 8) as usize % 91).min(n - i);
             units.push((i, count, true));
             i += count;
