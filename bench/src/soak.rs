@@ -475,8 +475,9 @@ pub async fn run(args: &Args) -> Result<()> {
     );
     for (role, kib) in &fleet.peak_kib {
         println!(
-            "| peak RSS {role} (VmHWM, {} kills) | {:.0} MiB |",
+            "| peak RSS {role} (VmHWM; {} kills, {} exits of its own) | {:.0} MiB |",
             fleet.kills.get(role).copied().unwrap_or(0),
+            fleet.crashes.get(role).copied().unwrap_or(0),
             *kib as f64 / 1024.0
         );
     }
