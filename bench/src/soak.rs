@@ -47,19 +47,19 @@ pub struct Args {
     #[arg(long)]
     broker_restart: Option<String>,
     /// Longest submit delay; delays are spread over 0..=this.
-    #[arg(long, default_value = "60s", value_parser = duration)]
+    #[arg(long, default_value = "60s", value_parser = asyncd_spec::parse_duration)]
     max_delay: Duration,
     /// Tasks due within this take the Kafka route, later ones the store route.
-    #[arg(long, default_value = "20s", value_parser = duration)]
+    #[arg(long, default_value = "20s", value_parser = asyncd_spec::parse_duration)]
     kafka_threshold: Duration,
     /// Submit rate cap, tasks per second (spreads the run over the chaos).
     #[arg(long, default_value_t = 2000)]
     rate: u64,
     /// One SIGKILL and restart of a role process this often.
-    #[arg(long, default_value = "3s", value_parser = duration)]
+    #[arg(long, default_value = "3s", value_parser = asyncd_spec::parse_duration)]
     chaos_every: Duration,
     /// How long to wait, after the last ETA, for every accepted task to finish.
-    #[arg(long, default_value = "120s", value_parser = duration)]
+    #[arg(long, default_value = "120s", value_parser = asyncd_spec::parse_duration)]
     drain_deadline: Duration,
     /// Fail when duplicates exceed this percentage of accepted tasks (default: report only).
     #[arg(long)]
@@ -73,10 +73,6 @@ pub struct Args {
     /// Folder for the asyncd processes' logs (default: a new temporary folder, kept).
     #[arg(long)]
     logs: Option<PathBuf>,
-}
-
-fn duration(text: &str) -> Result<Duration, String> {
-    asyncd_spec::parse_duration(text)
 }
 
 /// The executor's per-attempt timeout in the soak's job config; `Slow` answers at half of it.
