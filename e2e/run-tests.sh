@@ -60,6 +60,9 @@ bash e2e/operator.sh
 step "Helm chart: lint, render, PromQL, server-side dry-run on the API server"
 bash e2e/chart.sh
 
+step "chaos soak: 10^5 tasks, every role SIGKILLed, PostgreSQL and Kafka restarted (e2e/soak.sh)"
+bash e2e/soak.sh --tasks 100000
+
 if [ -x sdk/test.sh ]; then
   step "SDK tests against a real asyncd dev"
   cargo build -p asyncd --locked

@@ -1,10 +1,12 @@
 //! `asyncd-bench`: measures asyncd end to end — real `asyncd` processes and servers, a
 //! no-op HTTP executor served by this process — and prints Markdown tables for
-//! docs/benchmarks.md. Run through `e2e/bench.sh`, which builds the release binaries.
+//! docs/benchmarks.md. Run through `e2e/bench.sh`, which builds the release binaries;
+//! the chaos soak (`soak`) through `e2e/soak.sh`.
 
 mod embedded;
 mod harness;
 mod kafka;
+mod soak;
 mod store;
 
 use anyhow::Result;
@@ -24,6 +26,9 @@ enum Bench {
     Store(store::Args),
     /// The Kafka path: submit, end-to-end, lateness, memory with tasks waiting in the heap.
     Kafka(kafka::Args),
+    /// Chaos soak: every role killed and restarted, the database and broker restarted,
+    /// misbehaving executors; fails on any lost, early or wrongly ended task.
+    Soak(soak::Args),
 }
 
 #[tokio::main]
@@ -32,5 +37,6 @@ async fn main() -> Result<()> {
         Bench::Embedded(args) => embedded::run(&args).await,
         Bench::Store(args) => store::run(&args).await,
         Bench::Kafka(args) => kafka::run(&args).await,
+        Bench::Soak(args) => soak::run(&args).await,
     }
 }
