@@ -130,6 +130,11 @@ pub enum StoreError {
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+/// How long a request waits for a connection to a database server before it fails.
+/// sqlx's default of 30 s left every request hanging through a database outage; the API
+/// answers 503 with `Retry-After` instead, and the dispatcher's loops try again.
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskState {
     Blocked,

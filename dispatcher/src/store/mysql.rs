@@ -42,6 +42,7 @@ impl MySqlStore {
         let options = MySqlConnectOptions::from_str(url)?;
         let pool = MySqlPoolOptions::new()
             .max_connections(10)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
             .after_connect(|conn, _| {
                 Box::pin(async move {
                     sqlx::query("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")

@@ -34,6 +34,7 @@ impl PostgresStore {
         let options = PgConnectOptions::from_str(url)?;
         let pool = PgPoolOptions::new()
             .max_connections(10)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
             .after_connect(|conn, _| {
                 Box::pin(async move {
                     sqlx::query(
