@@ -167,7 +167,15 @@ pub fn all() -> Vec<Fixture> {
         fixture(
             "batch_request",
             &BatchRequest {
-                tasks: vec![submit.clone(), SubmitRequest::new("nope")],
+                // What every SDK sends: a payload (null here) and an idempotency key.
+                tasks: vec![
+                    submit.clone(),
+                    SubmitRequest {
+                        payload: Some(Value::Null),
+                        idempotency_key: Some("order-43".into()),
+                        ..SubmitRequest::new("nope")
+                    },
+                ],
             },
         ),
         fixture(
