@@ -173,6 +173,7 @@ pub fn all() -> Vec<Fixture> {
                     SubmitRequest {
                         payload: Some(Value::Null),
                         idempotency_key: Some("order-43".into()),
+                        source_service: Some("orders".into()),
                         ..SubmitRequest::new("nope")
                     },
                 ],
