@@ -38,7 +38,6 @@ fn fixtures_are_current() {
     }
 }
 
-#[cfg(feature = "openapi")]
 #[test]
 fn openapi_document_is_current() {
     let path = crate_dir().join("../docs/openapi.json");
