@@ -112,7 +112,8 @@ pub enum Behaviour {
     NulBody,
     /// 200 with a 2 MiB body.
     HugeBody,
-    /// 307 to the executor's own URL, which then answers 200.
+    /// 307 to the executor's own URL on every attempt. asyncd must not follow it (the
+    /// target answers 200, which would end the task succeeded): it ends dead.
     Redirect,
     /// 202 with a lease, then heartbeat and a success result through the callback API.
     Callback,
@@ -188,7 +189,8 @@ impl Behaviour {
 
     pub fn expected(self) -> EndState {
         match self {
-            Self::Permanent => EndState::Dead,
+            // Redirects are never followed: every attempt fails, so the task dies.
+            Self::Permanent | Self::Redirect => EndState::Dead,
             _ => EndState::Succeeded,
         }
     }

@@ -4,13 +4,11 @@
 
 use std::time::{Duration, SystemTime};
 
+use crate::clock::from_millis;
+use asyncd_contract::{ExecutorAccepted, ExecutorCall, headers, sign};
 use asyncd_spec::Job;
-use hmac::{Hmac, Mac};
-use serde::Serialize;
 use serde_json::value::RawValue;
-use sha2::Sha256;
 
-use crate::clock::rfc3339;
 use crate::store::{ClaimedTask, Started};
 
 /// What an executor's answer means for the attempt.
@@ -50,16 +48,6 @@ impl AttemptOutcome {
     }
 }
 
-#[derive(Serialize)]
-struct CallBody<'a> {
-    id: &'a str,
-    #[serde(rename = "type")]
-    task_type: &'a str,
-    payload: &'a RawValue,
-    attempt: u32,
-    eta: String,
-}
-
 pub struct ExecutorClient {
     client: reqwest::Client,
     callback_url: String,
@@ -88,12 +76,12 @@ impl ExecutorClient {
 
     pub async fn call(&self, job: &Job, task: &ClaimedTask, started: &Started) -> AttemptOutcome {
         let timeout = Duration::from_millis(task.timeout_ms.max(1) as u64);
-        let body = serde_json::to_vec(&CallBody {
-            id: &task.id,
-            task_type: &task.task_type,
+        let body = serde_json::to_vec(&ExecutorCall::<&RawValue> {
+            id: task.id.clone(),
+            task_type: task.task_type.clone(),
             payload: &task.payload,
             attempt: started.attempt,
-            eta: rfc3339(task.trigger_at),
+            eta: Some(from_millis(task.trigger_at)),
         })
         .expect("task body serializes");
         let mut request = self
@@ -102,14 +90,14 @@ impl ExecutorClient {
             .timeout(timeout)
             .header("content-type", "application/json")
             .header(
-                "idempotency-key",
+                headers::IDEMPOTENCY_KEY,
                 task.idempotency_key.as_deref().unwrap_or(&task.id),
             )
-            .header("asyncd-task-id", &task.id)
-            .header("asyncd-attempt", started.attempt.to_string())
-            .header("asyncd-lease-token", started.lease_token.to_string())
-            .header("asyncd-callback-url", &self.callback_url)
-            .header("asyncd-dispatcher", &self.dispatcher);
+            .header(headers::TASK_ID, &task.id)
+            .header(headers::ATTEMPT, started.attempt.to_string())
+            .header(headers::LEASE_TOKEN, started.lease_token.to_string())
+            .header(headers::CALLBACK_URL, &self.callback_url)
+            .header(headers::DISPATCHER, &self.dispatcher);
         if let Some(secret) = job
             .signing_secret_env
             .as_deref()
@@ -118,11 +106,11 @@ impl ExecutorClient {
             let timestamp = SystemTime::now()
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .unwrap_or_default()
-                .as_secs();
+                .as_secs() as i64;
             request = request
-                .header("asyncd-timestamp", timestamp.to_string())
+                .header(headers::TIMESTAMP, timestamp.to_string())
                 .header(
-                    "asyncd-signature",
+                    headers::SIGNATURE,
                     sign(secret.as_bytes(), timestamp, &body),
                 );
         }
@@ -132,8 +120,8 @@ impl ExecutorClient {
         };
         let status = response.status().as_u16();
         let header = |name: &str| response.headers().get(name).map(|v| v.as_bytes().to_vec());
-        let retry_after = header("retry-after");
-        let location = header("location");
+        let retry_after = header(headers::RETRY_AFTER);
+        let location = header(reqwest::header::LOCATION.as_str());
         let body = match read_capped(response, MAX_ANSWER_BYTES).await {
             Ok(body) => body,
             Err(err) => return transport_failure(&err),
@@ -218,15 +206,6 @@ fn transport_failure(err: &reqwest::Error) -> AttemptOutcome {
     }
 }
 
-/// `v1=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>`.
-pub fn sign(secret: &[u8], timestamp: u64, body: &[u8]) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
-    mac.update(timestamp.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(body);
-    format!("v1={}", hex::encode(mac.finalize().into_bytes()))
-}
-
 /// What an executor answered, as far as the contract reads it. Header values are raw
 /// bytes: an executor may send anything.
 #[derive(Debug, Clone, Copy)]
@@ -288,17 +267,14 @@ pub fn classify(
 
 /// `{"lease": "60s"}` or `{"lease_seconds": 60}`.
 fn lease_from(body: &[u8]) -> Option<Duration> {
-    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
-    if let Some(text) = value.get("lease").and_then(|v| v.as_str()) {
-        return asyncd_spec::parse_duration(text)
+    let accepted: ExecutorAccepted = serde_json::from_slice(body).ok()?;
+    if let Some(text) = accepted.lease {
+        return asyncd_spec::parse_duration(&text)
             .ok()
             .filter(|d| !d.is_zero())
             .map(bounded_lease);
     }
-    value
-        .get("lease_seconds")
-        .and_then(|v| v.as_f64())
-        .and_then(lease_from_seconds)
+    accepted.lease_seconds.and_then(lease_from_seconds)
 }
 
 /// `Retry-After` is either delay-seconds or an HTTP date.
@@ -622,14 +598,5 @@ mod tests {
         fn storable(text: &str) -> bool {
             !text.contains('\0') && text.chars().count() <= MAX_REASON_CHARS + 1
         }
-    }
-
-    #[test]
-    fn signature_is_hmac_of_timestamp_dot_body() {
-        // Independently computed: printf '1700000000.{}' | openssl dgst -sha256 -hmac secret
-        assert_eq!(
-            sign(b"secret", 1_700_000_000, b"{}"),
-            "v1=b8569b78799ff9e3cbff0fc2d63a33a2b57f3282abd07c37ae5e8e7d79a5f163"
-        );
     }
 }

@@ -18,6 +18,10 @@ const (
 	CodeNotCancellable  = "not_cancellable"
 	CodeStaleLease      = "stale_lease"
 	CodeNotDead         = "not_dead"
+	// CodeStoreUnavailable (503): the task store did not answer; nothing was accepted.
+	CodeStoreUnavailable = "store_unavailable"
+	// CodeKafkaUnavailable (503): Kafka did not acknowledge the task; it was not accepted.
+	CodeKafkaUnavailable = "kafka_unavailable"
 	// CodeHTTPError is set when an answer carried no error body of the API's shape,
 	// e.g. a proxy's 502 page.
 	CodeHTTPError = "http_error"

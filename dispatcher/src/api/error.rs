@@ -1,66 +1,61 @@
-//! The API's one error shape: `{"error": {"code", "message", "field"?}}` with a 4xx
-//! status, so every client can tell what was wrong and with which field.
+//! The API's one error shape ([`asyncd_contract::ErrorBody`]) with its status, so every
+//! client can tell what was wrong and with which field.
 
+use asyncd_contract::{ErrorBody, ErrorCode, ErrorObject, TaskState};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
-    pub code: &'static str,
-    pub message: String,
-    pub field: Option<String>,
-    /// One more member of the error object, e.g. `existing_id` or `state`.
-    pub extra: Option<(&'static str, String)>,
+    pub error: ErrorObject,
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    /// A refusal with the status `docs/api.md` gives `code`.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        let status = code
+            .status()
+            .and_then(|s| StatusCode::from_u16(s).ok())
+            .expect("the server sends only codes with a status");
         Self {
             status,
-            code,
-            message: message.into(),
-            field: None,
-            extra: None,
+            error: ErrorObject::new(code, message),
         }
     }
 
     /// `invalid_field` naming the field; the message is prefixed with it.
     pub fn field(field: impl Into<String>, message: impl std::fmt::Display) -> Self {
         let field = field.into();
-        Self {
-            status: StatusCode::BAD_REQUEST,
-            code: "invalid_field",
-            message: format!("{field}: {message}"),
-            field: Some(field),
-            extra: None,
-        }
+        Self::new(ErrorCode::InvalidField, format!("{field}: {message}")).with_field(field)
     }
 
-    pub fn with_field(mut self, field: impl Into<String>) -> Self {
-        self.field = Some(field.into());
+    pub fn with_status(mut self, status: StatusCode) -> Self {
+        self.status = status;
         self
     }
 
-    pub fn with(mut self, key: &'static str, value: impl Into<String>) -> Self {
-        self.extra = Some((key, value.into()));
+    pub fn with_field(mut self, field: impl Into<String>) -> Self {
+        self.error.field = Some(field.into());
+        self
+    }
+
+    pub fn with_existing_id(mut self, id: impl Into<String>) -> Self {
+        self.error.existing_id = Some(id.into());
+        self
+    }
+
+    pub fn with_state(mut self, state: TaskState) -> Self {
+        self.error.state = Some(state);
         self
     }
 
     pub fn not_found(id: &str) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not_found", format!("no task {id}"))
+        Self::new(ErrorCode::NotFound, format!("no task {id}"))
     }
 
-    pub fn body(&self) -> serde_json::Value {
-        let mut error = json!({"code": self.code, "message": self.message});
-        if let Some(field) = &self.field {
-            error["field"] = json!(field);
-        }
-        if let Some((key, value)) = &self.extra {
-            error[*key] = json!(value);
-        }
-        json!({ "error": error })
+    pub fn body(self) -> ErrorBody {
+        ErrorBody { error: self.error }
     }
 }
 
@@ -69,8 +64,7 @@ impl From<crate::store::StoreError> for ApiError {
         // The one non-4xx answer: the store is down, which the client may retry.
         tracing::error!(%err, "store error while serving a request");
         Self::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "store_unavailable",
+            ErrorCode::StoreUnavailable,
             "the task store is unavailable; retry",
         )
     }

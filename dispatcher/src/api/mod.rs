@@ -8,6 +8,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use asyncd_contract::{
+    BatchItemResult, BatchOutcome, BatchRequest, BatchResponse, CancelResult, DeadLetters,
+    ErrorCode, HeartbeatRequest, HeartbeatResponse, RedriveResult, ResultAck, ResultRequest,
+    ResultStatus, Route, SubmitResult, TaskStatus, headers,
+};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
@@ -15,11 +20,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::Deserialize;
-use serde_json::json;
+use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
-use crate::clock::{SharedClock, rfc3339};
+use crate::clock::{SharedClock, from_millis};
 use crate::dispatcher::ClaimerWakeup;
 use crate::executor::AttemptOutcome;
 use crate::metrics::Metrics;
@@ -32,7 +36,7 @@ use crate::store::{
 use error::ApiError;
 use submit::Limits;
 
-pub const MAX_BATCH: usize = 1000;
+pub use asyncd_contract::MAX_BATCH;
 
 pub struct ApiState {
     pub store: Arc<dyn Store>,
@@ -62,9 +66,8 @@ pub fn router(state: Arc<ApiState>) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
-        .fallback(|| async {
-            ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
-        })
+        .route("/v1/openapi.json", get(openapi))
+        .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such endpoint") })
         // Batches may carry up to MAX_BATCH payloads; the per-payload limit still holds.
         .layer(DefaultBodyLimit::max(body_limit.max(64 * 1024 * 1024)))
         .with_state(state)
@@ -72,44 +75,49 @@ pub fn router(state: Arc<ApiState>) -> Router {
 
 fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     body.map_err(|rejection| {
-        ApiError::new(
-            rejection.status(),
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                "payload_too_large"
-            } else {
-                "malformed_json"
-            },
-            rejection.body_text(),
-        )
+        let code = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ErrorCode::PayloadTooLarge
+        } else {
+            ErrorCode::MalformedJson
+        };
+        ApiError::new(code, rejection.body_text()).with_status(rejection.status())
     })
 }
 
 fn source_header(headers: &HeaderMap) -> Option<&str> {
     headers
-        .get("asyncd-source-service")
+        .get(headers::SOURCE_SERVICE)
         .and_then(|v| v.to_str().ok())
 }
 
-type Answer = Result<(StatusCode, serde_json::Value), ApiError>;
+type Answer = Result<(StatusCode, SubmitResult), ApiError>;
+
+fn submitted(id: String, trigger_at: Millis, route: Route, duplicate: bool) -> SubmitResult {
+    SubmitResult {
+        id,
+        eta: from_millis(trigger_at),
+        route,
+        duplicate,
+    }
+}
 
 /// One submit result as both endpoints answer it.
 fn accepted(outcome: InsertOutcome) -> Answer {
     match outcome {
         InsertOutcome::Inserted { id, trigger_at } => Ok((
             StatusCode::CREATED,
-            json!({"id": id, "eta": rfc3339(trigger_at), "route": "store", "duplicate": false}),
+            submitted(id, trigger_at, Route::Store, false),
         )),
         InsertOutcome::Duplicate { id, trigger_at } => Ok((
             StatusCode::OK,
-            json!({"id": id, "eta": rfc3339(trigger_at), "route": "store", "duplicate": true}),
+            submitted(id, trigger_at, Route::Store, true),
         )),
         InsertOutcome::UniqueConflict { existing_id } => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "unique_conflict",
+            ErrorCode::UniqueConflict,
             format!("unique_key: task {existing_id} with this key is still pending"),
         )
         .with_field("unique_key")
-        .with("existing_id", existing_id)),
+        .with_existing_id(existing_id)),
         InsertOutcome::UnknownDependency { id } => {
             Err(ApiError::field("depends_on", format!("no task {id}")))
         }
@@ -157,13 +165,12 @@ impl ApiState {
                 let answer = match producer.send(topic, task).await {
                     Ok(()) => Ok((
                         StatusCode::CREATED,
-                        json!({"id": task.id, "eta": rfc3339(task.trigger_at), "route": "kafka", "duplicate": false}),
+                        submitted(task.id.clone(), task.trigger_at, Route::Kafka, false),
                     )),
                     Err(err) => {
                         tracing::warn!(%err, %topic, "produce failed");
                         Err(ApiError::new(
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            "kafka_unavailable",
+                            ErrorCode::KafkaUnavailable,
                             format!("the task was not accepted: Kafka did not acknowledge it ({err}); retry"),
                         ))
                     }
@@ -232,11 +239,6 @@ async fn submit_one(
     Ok((status, Json(body)).into_response())
 }
 
-#[derive(Deserialize)]
-struct BatchRequest {
-    tasks: Vec<Box<RawValue>>,
-}
-
 async fn submit_batch(
     State(state): AppState,
     headers: HeaderMap,
@@ -244,13 +246,9 @@ async fn submit_batch(
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
     let body = body_bytes(body)?;
-    let batch: BatchRequest = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "malformed_json",
-            format!("tasks: {e}"),
-        )
-        .with_field("tasks")
+    // Items are read one by one below, so that each is refused on its own.
+    let batch: BatchRequest<Box<RawValue>> = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::new(ErrorCode::MalformedJson, format!("tasks: {e}")).with_field("tasks")
     })?;
     if batch.tasks.len() > MAX_BATCH {
         return Err(ApiError::field(
@@ -274,20 +272,19 @@ async fn submit_batch(
         .filter_map(|c| c.as_ref().ok().cloned())
         .collect();
     let mut answers = state.accept(&valid, now).await?.into_iter();
-    let results: Vec<serde_json::Value> = checked
+    let results = checked
         .into_iter()
         .map(|item| {
             let answer = item.and_then(|_| answers.next().expect("one answer per valid task"));
             match answer {
-                Ok((status, mut body)) => {
-                    body["status"] = json!(status.as_u16());
-                    body
-                }
-                Err(err) => {
-                    let mut body = err.body();
-                    body["status"] = json!(err.status.as_u16());
-                    body
-                }
+                Ok((status, result)) => BatchItemResult {
+                    status: status.as_u16(),
+                    outcome: BatchOutcome::Accepted(result),
+                },
+                Err(err) => BatchItemResult {
+                    status: err.status.as_u16(),
+                    outcome: BatchOutcome::Refused(err.body()),
+                },
             }
         })
         .collect();
@@ -298,32 +295,32 @@ async fn submit_batch(
             .with_label_values(&[task.task_type.as_str()])
             .observe(started.elapsed().as_secs_f64());
     }
-    Ok(Json(json!({ "results": results })).into_response())
+    Ok(Json(BatchResponse { results }).into_response())
 }
 
 fn raw_or_null(raw: &RawValue) -> serde_json::Value {
     serde_json::from_str(raw.get()).unwrap_or(serde_json::Value::Null)
 }
 
-pub fn task_json(task: &TaskRecord) -> serde_json::Value {
-    json!({
-        "id": task.id,
-        "type": task.task_type,
-        "payload": raw_or_null(&task.payload),
-        "state": task.state.as_str(),
-        "priority": task.priority,
-        "eta": rfc3339(task.trigger_at),
-        "attempt": task.attempt,
-        "max_retries": task.max_retries,
-        "idempotency_key": task.idempotency_key,
-        "unique_key": task.unique_key,
-        "depends_on": task.depends_on,
-        "last_error": task.last_error,
-        "result": task.result.as_deref().map(raw_or_null),
-        "lease_until": task.lease_until.map(rfc3339),
-        "created_at": rfc3339(task.created_at),
-        "updated_at": rfc3339(task.updated_at),
-    })
+pub fn task_status(task: &TaskRecord) -> TaskStatus {
+    TaskStatus {
+        id: task.id.clone(),
+        task_type: task.task_type.clone(),
+        payload: raw_or_null(&task.payload),
+        state: task.state,
+        priority: task.priority,
+        eta: from_millis(task.trigger_at),
+        attempt: task.attempt,
+        max_retries: task.max_retries,
+        idempotency_key: task.idempotency_key.clone(),
+        unique_key: task.unique_key.clone(),
+        depends_on: task.depends_on.clone(),
+        last_error: task.last_error.clone(),
+        result: task.result.as_deref().map(raw_or_null),
+        lease_until: task.lease_until.map(from_millis),
+        created_at: from_millis(task.created_at),
+        updated_at: from_millis(task.updated_at),
+    }
 }
 
 async fn get_task(State(state): AppState, Path(id): Path<String>) -> Result<Response, ApiError> {
@@ -332,63 +329,53 @@ async fn get_task(State(state): AppState, Path(id): Path<String>) -> Result<Resp
         .get(&id)
         .await?
         .ok_or_else(|| ApiError::not_found(&id))?;
-    Ok(Json(task_json(&task)).into_response())
+    Ok(Json(task_status(&task)).into_response())
 }
 
 async fn cancel_task(State(state): AppState, Path(id): Path<String>) -> Result<Response, ApiError> {
     match state.store.cancel(&id, state.clock.now_millis()).await? {
-        CancelOutcome::Cancelled => {
-            Ok(Json(json!({"id": id, "state": "cancelled"})).into_response())
-        }
+        CancelOutcome::Cancelled => Ok(Json(CancelResult {
+            id,
+            state: TaskState::Cancelled,
+        })
+        .into_response()),
         CancelOutcome::NotFound => Err(ApiError::not_found(&id)),
         CancelOutcome::NotCancellable(s) => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "not_cancellable",
-            format!("task {id} is {} and can no longer be cancelled", s.as_str()),
+            ErrorCode::NotCancellable,
+            format!("task {id} is {s} and can no longer be cancelled"),
         )
-        .with("state", s.as_str())),
+        .with_state(s)),
     }
 }
 
-/// Body of heartbeat and result callbacks; the token may come as a header instead.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Callback {
-    #[serde(default)]
-    lease_token: Option<i64>,
-    #[serde(default)]
-    lease: Option<String>,
-    #[serde(default)]
-    status: Option<String>,
-    #[serde(default)]
-    error: Option<String>,
-    #[serde(default)]
-    output: Option<Box<RawValue>>,
-    #[serde(default)]
-    retry_after: Option<String>,
-}
-
-fn parse_callback(headers: &HeaderMap, body: &[u8]) -> Result<(Callback, i64), ApiError> {
-    let mut callback: Callback = if body.iter().all(u8::is_ascii_whitespace) {
-        serde_json::from_str("{}").expect("empty object")
+/// A heartbeat or result body, and its lease token, which may come as the
+/// `Asyncd-Lease-Token` header instead. An empty body is an empty object.
+fn parse_callback<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: &[u8],
+    body_token: impl FnOnce(&T) -> Option<i64>,
+) -> Result<(T, i64), ApiError> {
+    let body = if body.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
     } else {
-        let mut de = serde_json::Deserializer::from_slice(body);
-        serde_path_to_error::deserialize(&mut de).map_err(|e| {
-            let path = e.path().to_string();
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "malformed_json",
-                format!("{path}: {}", e.into_inner()),
-            )
-            .with_field(path)
-        })?
+        body
     };
-    let header_token = headers
-        .get("asyncd-lease-token")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse().ok());
-    callback.lease_token = callback.lease_token.or(header_token);
-    let token = callback.lease_token.ok_or_else(|| {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let callback: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        ApiError::new(
+            ErrorCode::MalformedJson,
+            format!("{path}: {}", e.into_inner()),
+        )
+        .with_field(path)
+    })?;
+    let header_token = || {
+        headers
+            .get(headers::LEASE_TOKEN)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse().ok())
+    };
+    let token = body_token(&callback).or_else(header_token).ok_or_else(|| {
         ApiError::field(
             "lease_token",
             "is required (or the Asyncd-Lease-Token header)",
@@ -412,8 +399,7 @@ async fn current_attempt(state: &ApiState, id: &str, token: i64) -> Result<TaskR
 
 fn stale(id: &str) -> ApiError {
     ApiError::new(
-        StatusCode::CONFLICT,
-        "stale_lease",
+        ErrorCode::StaleLease,
         format!("lease_token: not the current attempt of task {id}"),
     )
     .with_field("lease_token")
@@ -426,7 +412,7 @@ async fn heartbeat(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body_bytes(body)?;
-    let (callback, token) = parse_callback(&headers, &body)?;
+    let (callback, token) = parse_callback(&headers, &body, |c: &HeartbeatRequest| c.lease_token)?;
     let task = current_attempt(&state, &id, token).await?;
     let lease = match callback.lease {
         Some(text) => {
@@ -447,10 +433,10 @@ async fn heartbeat(
     if !state.store.finish(&[finish], now).await?[0] {
         return Err(stale(&id));
     }
-    Ok(
-        Json(json!({"lease_until": rfc3339(until.max(task.lease_until.unwrap_or_default()))}))
-            .into_response(),
-    )
+    Ok(Json(HeartbeatResponse {
+        lease_until: from_millis(until.max(task.lease_until.unwrap_or_default())),
+    })
+    .into_response())
 }
 
 async fn post_result(
@@ -460,17 +446,24 @@ async fn post_result(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body_bytes(body)?;
-    let (callback, token) = parse_callback(&headers, &body)?;
+    let (callback, token) = parse_callback(&headers, &body, |c: &ResultRequest<Box<RawValue>>| {
+        c.lease_token
+    })
+    // An unknown status is a bad value, as a missing one is, not a JSON type error.
+    .map_err(|e| match e.error.field.as_deref() {
+        Some("status") => status_required(),
+        _ => e,
+    })?;
     let reason = || {
         callback.error.as_deref().map_or_else(
             || "executor reported failure".into(),
             crate::executor::sanitize_reason,
         )
     };
-    let outcome = match callback.status.as_deref() {
-        Some("success") => AttemptOutcome::Succeeded,
-        Some("failed") => AttemptOutcome::Permanent { reason: reason() },
-        Some("retry") => match &callback.retry_after {
+    let outcome = match callback.status {
+        Some(ResultStatus::Success) => AttemptOutcome::Succeeded,
+        Some(ResultStatus::Failed) => AttemptOutcome::Permanent { reason: reason() },
+        Some(ResultStatus::Retry) => match &callback.retry_after {
             Some(text) => AttemptOutcome::RetryAfter {
                 after: asyncd_spec::parse_duration(text)
                     .map_err(|m| ApiError::field("retry_after", m))?,
@@ -481,12 +474,7 @@ async fn post_result(
                 timed_out: false,
             },
         },
-        _ => {
-            return Err(ApiError::field(
-                "status",
-                "must be \"success\", \"retry\" or \"failed\"",
-            ));
-        }
+        None => return Err(status_required()),
     };
     let task = current_attempt(&state, &id, token).await?;
     let now = state.clock.now_millis();
@@ -507,15 +495,15 @@ async fn post_result(
         *result = callback.output;
     }
     let new_state = match &kind {
-        FinishKind::Succeeded { .. } => "succeeded",
-        FinishKind::Dead { .. } => "dead",
+        FinishKind::Succeeded { .. } => TaskState::Succeeded,
+        FinishKind::Dead { .. } => TaskState::Dead,
         _ => {
             state
                 .metrics
                 .retries
                 .with_label_values(&[task.task_type.as_str()])
                 .inc();
-            "pending"
+            TaskState::Pending
         }
     };
     if !state
@@ -535,7 +523,15 @@ async fn post_result(
     if let Some(waker) = &state.waker {
         waker.wake();
     }
-    Ok(Json(json!({"id": id, "state": new_state})).into_response())
+    Ok(Json(ResultAck {
+        id,
+        state: new_state,
+    })
+    .into_response())
+}
+
+fn status_required() -> ApiError {
+    ApiError::field("status", "must be \"success\", \"retry\" or \"failed\"")
 }
 
 async fn dead_letters(
@@ -553,8 +549,8 @@ async fn dead_letters(
         .store
         .dead_letters(query.get("type").map(String::as_str), limit)
         .await?;
-    let items: Vec<_> = items.iter().map(task_json).collect();
-    Ok(Json(json!({ "items": items })).into_response())
+    let items = items.iter().map(task_status).collect();
+    Ok(Json(DeadLetters { items }).into_response())
 }
 
 async fn redrive(State(state): AppState, Path(id): Path<String>) -> Result<Response, ApiError> {
@@ -564,24 +560,24 @@ async fn redrive(State(state): AppState, Path(id): Path<String>) -> Result<Respo
             if let Some(waker) = &state.waker {
                 waker.wake();
             }
-            Ok(
-                Json(json!({"id": id, "state": "pending", "eta": rfc3339(trigger_at)}))
-                    .into_response(),
-            )
+            Ok(Json(RedriveResult {
+                id,
+                state: TaskState::Pending,
+                eta: from_millis(trigger_at),
+            })
+            .into_response())
         }
         RedriveOutcome::NotFound => Err(ApiError::not_found(&id)),
         RedriveOutcome::NotDead(s) => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "not_dead",
-            format!("task {id} is {}, not in dead letters", s.as_str()),
+            ErrorCode::NotDead,
+            format!("task {id} is {s}, not in dead letters"),
         )
-        .with("state", s.as_str())),
+        .with_state(s)),
         RedriveOutcome::UniqueConflict { existing_id } => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "unique_conflict",
+            ErrorCode::UniqueConflict,
             format!("task {existing_id} holds this task's unique key"),
         )
-        .with("existing_id", existing_id)),
+        .with_existing_id(existing_id)),
     }
 }
 
@@ -596,4 +592,11 @@ async fn metrics(State(state): AppState) -> Response {
 async fn ready(State(state): AppState) -> Result<&'static str, ApiError> {
     state.store.ping().await?;
     Ok("ready")
+}
+
+/// `docs/openapi.json`, generated from the contract types once per process.
+async fn openapi() -> Response {
+    static DOCUMENT: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(asyncd_contract::openapi::text);
+    ([("content-type", "application/json")], DOCUMENT.as_str()).into_response()
 }

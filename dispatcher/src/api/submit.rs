@@ -3,9 +3,8 @@
 
 use std::time::Duration;
 
+use asyncd_contract::ErrorCode;
 use asyncd_spec::parse_duration;
-use axum::http::StatusCode;
-use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::error::ApiError;
@@ -17,32 +16,8 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
 pub const MAX_KEY_LEN: usize = 255;
 pub const MAX_DEPENDENCIES: usize = 100;
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SubmitRequest {
-    #[serde(rename = "type")]
-    pub task_type: String,
-    #[serde(default)]
-    pub payload: Option<Box<RawValue>>,
-    #[serde(default)]
-    pub delay: Option<String>,
-    #[serde(default)]
-    pub eta: Option<String>,
-    #[serde(default)]
-    pub priority: Option<i64>,
-    #[serde(default)]
-    pub idempotency_key: Option<String>,
-    #[serde(default)]
-    pub unique_key: Option<String>,
-    #[serde(default)]
-    pub max_retries: Option<i64>,
-    #[serde(default)]
-    pub timeout: Option<String>,
-    #[serde(default)]
-    pub depends_on: Option<Vec<String>>,
-    #[serde(default)]
-    pub source_service: Option<String>,
-}
+/// A submit body as the server reads it: the payload stays the JSON it was sent as.
+pub type SubmitRequest = asyncd_contract::SubmitRequest<Box<RawValue>>;
 
 /// Parses a submit body; a type error names the JSON path at fault.
 pub fn parse(body: &[u8]) -> Result<SubmitRequest, ApiError> {
@@ -52,18 +27,13 @@ pub fn parse(body: &[u8]) -> Result<SubmitRequest, ApiError> {
         let inner = err.into_inner();
         // serde_path_to_error says "." for the root and "?" where it lost track.
         if path == "." || path == "?" {
-            ApiError::new(StatusCode::BAD_REQUEST, "malformed_json", inner.to_string())
+            ApiError::new(ErrorCode::MalformedJson, inner.to_string())
         } else {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "malformed_json",
-                format!("{path}: {inner}"),
-            )
-            .with_field(path)
+            ApiError::new(ErrorCode::MalformedJson, format!("{path}: {inner}")).with_field(path)
         }
     })?;
     de.end()
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "malformed_json", e.to_string()))?;
+        .map_err(|e| ApiError::new(ErrorCode::MalformedJson, e.to_string()))?;
     Ok(request)
 }
 
@@ -92,8 +62,7 @@ pub fn validate(
 ) -> Result<NewTask, ApiError> {
     let job = routes.job(&req.task_type).ok_or_else(|| {
         ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "unknown_task_type",
+            ErrorCode::UnknownTaskType,
             format!(
                 "type: no AsyncJobConfig declares task type {:?}",
                 req.task_type
@@ -106,8 +75,7 @@ pub fn validate(
         .unwrap_or_else(|| RawValue::from_string("null".into()).expect("null is JSON"));
     if payload.get().len() > limits.max_payload_bytes {
         return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
+            ErrorCode::PayloadTooLarge,
             format!(
                 "payload: {} bytes is over the limit of {} bytes",
                 payload.get().len(),
@@ -275,9 +243,13 @@ mod tests {
         )
     }
 
-    fn field_of(body: &str) -> (u16, &'static str, Option<String>) {
+    fn field_of(body: &str) -> (u16, String, Option<String>) {
         let err = check(body).unwrap_err();
-        (err.status.as_u16(), err.code, err.field)
+        (
+            err.status.as_u16(),
+            err.error.code.to_string(),
+            err.error.field,
+        )
     }
 
     #[test]
@@ -307,15 +279,15 @@ mod tests {
         let t = r#""type":"cancel_expired_order","payload":{"order_id":1}"#;
         assert_eq!(
             field_of(r#"{"type":"nope"}"#),
-            (400, "unknown_task_type", Some("type".into()))
+            (400, "unknown_task_type".into(), Some("type".into()))
         );
         assert_eq!(
             field_of(&format!(r#"{{{t},"delay":"-5s"}}"#)),
-            (400, "invalid_field", Some("delay".into()))
+            (400, "invalid_field".into(), Some("delay".into()))
         );
         assert_eq!(
             field_of(&format!(r#"{{{t},"delay":"9999d"}}"#)),
-            (400, "invalid_field", Some("delay".into()))
+            (400, "invalid_field".into(), Some("delay".into()))
         );
         assert_eq!(
             field_of(&format!(
@@ -357,7 +329,7 @@ mod tests {
             field_of(
                 r#"{"type":"cancel_expired_order","payload":{"order_id":1,"pad":"0123456789012345678901234567890123456789012345678901234567890"}}"#
             ),
-            (413, "payload_too_large", Some("payload".into()))
+            (413, "payload_too_large".into(), Some("payload".into()))
         );
     }
 
@@ -366,7 +338,7 @@ mod tests {
         assert_eq!(field_of("{not json").1, "malformed_json");
         assert_eq!(
             field_of(r#"{"type":"cancel_expired_order","priority":"high"}"#),
-            (400, "malformed_json", Some("priority".into()))
+            (400, "malformed_json".into(), Some("priority".into()))
         );
         assert_eq!(
             field_of(r#"{"type":"cancel_expired_order","dealy":"5s"}"#).1,

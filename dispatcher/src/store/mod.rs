@@ -135,41 +135,11 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 /// answers 503 with `Retry-After` instead, and the dispatcher's loops try again.
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TaskState {
-    Blocked,
-    Pending,
-    Claimed,
-    Running,
-    Succeeded,
-    Dead,
-    Cancelled,
-}
+pub use asyncd_contract::TaskState;
 
-impl TaskState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Blocked => "blocked",
-            Self::Pending => "pending",
-            Self::Claimed => "claimed",
-            Self::Running => "running",
-            Self::Succeeded => "succeeded",
-            Self::Dead => "dead",
-            Self::Cancelled => "cancelled",
-        }
-    }
-
-    pub fn parse(text: &str) -> Result<Self> {
-        Ok(match text {
-            "blocked" => Self::Blocked,
-            "pending" => Self::Pending,
-            "claimed" => Self::Claimed,
-            "running" => Self::Running,
-            "succeeded" => Self::Succeeded,
-            "dead" => Self::Dead,
-            "cancelled" => Self::Cancelled,
-            other => return Err(StoreError::Corrupt(format!("unknown state {other:?}"))),
-        })
+impl From<asyncd_contract::UnknownState> for StoreError {
+    fn from(err: asyncd_contract::UnknownState) -> Self {
+        Self::Corrupt(err.to_string())
     }
 }
 

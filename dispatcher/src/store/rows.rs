@@ -314,5 +314,5 @@ impl From<StatsRow> for TypeStats {
 
 /// A state read back to name why a transition did not apply.
 pub fn state(text: Option<String>) -> Result<Option<TaskState>> {
-    text.as_deref().map(TaskState::parse).transpose()
+    Ok(text.as_deref().map(TaskState::parse).transpose()?)
 }

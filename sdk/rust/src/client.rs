@@ -5,13 +5,21 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use asyncd_contract::{
+    BatchOutcome, BatchRequest, BatchResponse, DeadLetters, HeartbeatRequest, HeartbeatResponse,
+    ResultRequest, SubmitRequest, headers,
+};
+pub use asyncd_contract::{
+    CancelResult, MAX_BATCH, RedriveResult, ResultAck, ResultStatus, SubmitResult, TaskState,
+    TaskStatus,
+};
 use chrono::{DateTime, Utc};
 use reqwest::Method;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::error::{ApiError, Error, ErrorObject};
+use crate::error::{ApiError, Error};
 use crate::idempotency::idempotency_key_from;
 use crate::time::{format_duration, format_time};
 
@@ -19,10 +27,7 @@ use crate::time::{format_duration, format_time};
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:7700";
 
 /// Labels submits for `asyncd_task_submitted_total`.
-pub const SOURCE_SERVICE_HEADER: &str = "Asyncd-Source-Service";
-
-/// The most tasks one [`Client::submit_batch`] may carry.
-pub const MAX_BATCH: usize = 1000;
+pub const SOURCE_SERVICE_HEADER: &str = headers::SOURCE_SERVICE;
 
 /// Configures a [`Client`].
 #[derive(Debug, Clone)]
@@ -234,171 +239,12 @@ impl Task {
     }
 }
 
-/// The API's answer to a submit.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SubmitResult {
-    pub id: String,
-    pub eta: DateTime<Utc>,
-    /// `"store"` or `"kafka"`.
-    #[serde(default)]
-    pub route: String,
-    /// The idempotency key was seen before; `id` is the first task's.
-    #[serde(default)]
-    pub duplicate: bool,
-}
-
 /// One item of a [`Client::submit_batch`] answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchItem {
     /// 201 (stored), 200 (duplicate) or the 4xx of the refusal.
     pub status: u16,
     pub result: Result<SubmitResult, ApiError>,
-}
-
-/// A task's state.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(from = "String", into = "String")]
-pub enum TaskState {
-    /// Waiting on `depends_on`.
-    Blocked,
-    /// Waiting for its ETA or a dispatcher.
-    Pending,
-    /// Held by a dispatcher until due.
-    Claimed,
-    /// An attempt is in flight, or accepted with 202 and leased.
-    Running,
-    Succeeded,
-    /// In dead letters.
-    Dead,
-    Cancelled,
-    /// A state this SDK does not know yet.
-    Other(String),
-}
-
-impl TaskState {
-    pub fn as_str(&self) -> &str {
-        match self {
-            Self::Blocked => "blocked",
-            Self::Pending => "pending",
-            Self::Claimed => "claimed",
-            Self::Running => "running",
-            Self::Succeeded => "succeeded",
-            Self::Dead => "dead",
-            Self::Cancelled => "cancelled",
-            Self::Other(s) => s,
-        }
-    }
-
-    /// Succeeded, dead or cancelled: nothing more happens unless it is redriven.
-    pub fn is_final(&self) -> bool {
-        matches!(self, Self::Succeeded | Self::Dead | Self::Cancelled)
-    }
-}
-
-impl From<String> for TaskState {
-    fn from(s: String) -> Self {
-        match s.as_str() {
-            "blocked" => Self::Blocked,
-            "pending" => Self::Pending,
-            "claimed" => Self::Claimed,
-            "running" => Self::Running,
-            "succeeded" => Self::Succeeded,
-            "dead" => Self::Dead,
-            "cancelled" => Self::Cancelled,
-            _ => Self::Other(s),
-        }
-    }
-}
-
-impl From<TaskState> for String {
-    fn from(s: TaskState) -> Self {
-        s.as_str().to_string()
-    }
-}
-
-impl fmt::Display for TaskState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A task as `GET /v1/tasks/{id}` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TaskStatus {
-    pub id: String,
-    #[serde(rename = "type")]
-    pub task_type: String,
-    #[serde(default)]
-    pub payload: Value,
-    pub state: TaskState,
-    #[serde(default)]
-    pub priority: u8,
-    pub eta: DateTime<Utc>,
-    /// Attempts started so far.
-    #[serde(default)]
-    pub attempt: u32,
-    #[serde(default)]
-    pub max_retries: u32,
-    #[serde(default)]
-    pub idempotency_key: Option<String>,
-    #[serde(default)]
-    pub unique_key: Option<String>,
-    #[serde(default)]
-    pub depends_on: Vec<String>,
-    #[serde(default)]
-    pub last_error: Option<String>,
-    /// The `output` of a long-running attempt's result callback.
-    #[serde(default)]
-    pub result: Option<Value>,
-    /// Set while the task is claimed or running.
-    #[serde(default)]
-    pub lease_until: Option<DateTime<Utc>>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-}
-
-/// The API's answer to a cancel.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CancelResult {
-    pub id: String,
-    pub state: TaskState,
-}
-
-/// The API's answer to a long-running attempt's result: the state the task moved to
-/// (`succeeded`, `pending` for a retry, or `dead`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ResultAck {
-    pub id: String,
-    pub state: TaskState,
-}
-
-/// The API's answer to a redrive.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RedriveResult {
-    pub id: String,
-    pub state: TaskState,
-    pub eta: DateTime<Utc>,
-}
-
-/// How a long-running attempt ended, for [`Client::post_result`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResultStatus {
-    /// The task succeeded.
-    Success,
-    /// A transient failure: retried with backoff, or after `retry_after`.
-    Retry,
-    /// A permanent failure: dead letters.
-    Failed,
-}
-
-impl ResultStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Success => "success",
-            Self::Retry => "retry",
-            Self::Failed => "failed",
-        }
-    }
 }
 
 /// The body of `POST /v1/tasks/{id}/result`.
@@ -412,55 +258,6 @@ pub struct TaskResult {
     pub output: Option<Value>,
     /// With [`ResultStatus::Retry`]: when to retry instead of the backoff.
     pub retry_after: Option<Duration>,
-}
-
-#[derive(Serialize)]
-struct ResultBody<'a> {
-    lease_token: i64,
-    status: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    output: Option<&'a Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    retry_after: Option<String>,
-}
-
-#[derive(Serialize)]
-struct SubmitBody<'a> {
-    #[serde(rename = "type")]
-    task_type: &'a str,
-    payload: &'a Value,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    delay: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    eta: Option<String>,
-    #[serde(skip_serializing_if = "is_zero")]
-    priority: u8,
-    idempotency_key: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    unique_key: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_retries: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    timeout: Option<String>,
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    depends_on: &'a [String],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    source_service: Option<&'a str>,
-}
-
-fn is_zero(n: &u8) -> bool {
-    *n == 0
-}
-
-#[derive(Deserialize)]
-struct RawBatchItem {
-    status: u16,
-    #[serde(default)]
-    error: Option<ErrorObject>,
-    #[serde(flatten)]
-    rest: Value,
 }
 
 /// Percent-encodes one path segment or query value.
@@ -498,7 +295,7 @@ impl Client {
         }
     }
 
-    fn body<'a>(&'a self, t: &'a Task) -> Result<SubmitBody<'a>, Error> {
+    fn body<'a>(&'a self, t: &'a Task) -> Result<SubmitRequest<&'a Value>, Error> {
         if t.task_type.is_empty() {
             return Err(Error::InvalidTask("task has no type".into()));
         }
@@ -511,18 +308,18 @@ impl Client {
                 "task has both a delay and an eta".into(),
             ));
         }
-        Ok(SubmitBody {
-            task_type: &t.task_type,
-            payload: &t.payload,
+        Ok(SubmitRequest {
+            task_type: t.task_type.clone(),
+            payload: Some(&t.payload),
             delay: t.delay.filter(|d| !d.is_zero()).map(format_duration),
             eta: t.eta.map(format_time),
-            priority: t.priority,
-            idempotency_key: key,
-            unique_key: t.unique_key.as_deref(),
-            max_retries: t.max_retries,
+            priority: Some(i64::from(t.priority)).filter(|&p| p != 0),
+            idempotency_key: Some(key.to_string()),
+            unique_key: t.unique_key.clone(),
+            max_retries: t.max_retries.map(i64::from),
             timeout: t.timeout.map(format_duration),
-            depends_on: &t.depends_on,
-            source_service: self.inner.service_name.as_deref(),
+            depends_on: Some(t.depends_on.clone()).filter(|d| !d.is_empty()),
+            source_service: self.inner.service_name.clone(),
         })
     }
 
@@ -570,17 +367,12 @@ impl Client {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        #[derive(Serialize)]
-        struct Req<'a> {
-            tasks: Vec<SubmitBody<'a>>,
-        }
-        #[derive(Deserialize)]
-        struct Resp {
-            results: Vec<RawBatchItem>,
-        }
-        let (method, path) = (Method::POST, "/v1/tasks:batch");
-        let resp: Resp = self
-            .call(method.clone(), path, Some(&Req { tasks: bodies }))
+        let resp: BatchResponse = self
+            .call(
+                Method::POST,
+                "/v1/tasks:batch",
+                Some(&BatchRequest { tasks: bodies }),
+            )
             .await?;
         if resp.results.len() != tasks.len() {
             return Err(Error::BatchLength {
@@ -588,26 +380,17 @@ impl Client {
                 received: resp.results.len(),
             });
         }
-        resp.results
+        Ok(resp
+            .results
             .into_iter()
-            .map(|item| {
-                let result =
-                    match item.error {
-                        Some(err) => Err(err.into_api_error(item.status)),
-                        None => Ok(serde_json::from_value(item.rest).map_err(|source| {
-                            Error::Decode {
-                                method: method.to_string(),
-                                url: self.url(path),
-                                source,
-                            }
-                        })?),
-                    };
-                Ok(BatchItem {
-                    status: item.status,
-                    result,
-                })
+            .map(|item| BatchItem {
+                status: item.status,
+                result: match item.outcome {
+                    BatchOutcome::Accepted(result) => Ok(result),
+                    BatchOutcome::Refused(body) => Err(ApiError::new(item.status, body.error)),
+                },
             })
-            .collect()
+            .collect())
     }
 
     /// The task with `id`; an unknown id is an API error with code `not_found`.
@@ -650,11 +433,7 @@ impl Client {
             path.push('?');
             path.push_str(&query.join("&"));
         }
-        #[derive(Deserialize)]
-        struct Resp {
-            items: Vec<TaskStatus>,
-        }
-        let resp: Resp = self.call(Method::GET, &path, None::<&()>).await?;
+        let resp: DeadLetters = self.call(Method::GET, &path, None::<&()>).await?;
         Ok(resp.items)
     }
 
@@ -677,22 +456,12 @@ impl Client {
         lease_token: i64,
         lease: Option<Duration>,
     ) -> Result<DateTime<Utc>, Error> {
-        #[derive(Serialize)]
-        struct Req {
-            lease_token: i64,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            lease: Option<String>,
-        }
-        #[derive(Deserialize)]
-        struct Resp {
-            lease_until: DateTime<Utc>,
-        }
-        let resp: Resp = self
+        let resp: HeartbeatResponse = self
             .call(
                 Method::POST,
                 &format!("/v1/tasks/{}/heartbeat", escape(id)),
-                Some(&Req {
-                    lease_token,
+                Some(&HeartbeatRequest {
+                    lease_token: Some(lease_token),
                     lease: lease.map(format_duration),
                 }),
             )
@@ -703,10 +472,10 @@ impl Client {
     /// Reports how a long-running attempt ended. [`Executor`](crate::Executor) posts
     /// these for you.
     pub async fn post_result(&self, id: &str, result: &TaskResult) -> Result<ResultAck, Error> {
-        let body = ResultBody {
-            lease_token: result.lease_token,
-            status: result.status.as_str(),
-            error: result.error.as_deref(),
+        let body = ResultRequest {
+            lease_token: Some(result.lease_token),
+            status: Some(result.status),
+            error: result.error.clone(),
             output: result.output.as_ref(),
             retry_after: result.retry_after.map(format_duration),
         };
@@ -873,7 +642,7 @@ mod tests {
             SubmitResult {
                 id: "0193a".into(),
                 eta: want,
-                route: "store".into(),
+                route: asyncd_contract::Route::Store,
                 duplicate: false
             }
         );
@@ -1167,7 +936,6 @@ mod tests {
             t.eta.is_none() && t.delay.is_some(),
             "the last of delay/eta wins"
         );
-        assert_eq!(TaskState::from("weird".to_string()).as_str(), "weird");
         assert!(TaskState::Dead.is_final() && !TaskState::Running.is_final());
         assert_eq!(escape("a/b c~é"), "a%2Fb%20c~%C3%A9");
     }

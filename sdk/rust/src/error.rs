@@ -3,79 +3,9 @@
 
 use std::fmt;
 
+pub use asyncd_contract::ErrorCode;
+use asyncd_contract::{ErrorObject, TaskState};
 use serde::Deserialize;
-
-use crate::client::TaskState;
-
-/// The `code` of an API refusal (`docs/api.md`, "Errors").
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ErrorCode {
-    /// 400: the body is not JSON, or a field has the wrong JSON type.
-    MalformedJson,
-    /// 400: a field's value is out of range or malformed; [`ApiError::field`] names it.
-    InvalidField,
-    /// 400: no AsyncJobConfig declares this task type.
-    UnknownTaskType,
-    /// 413: the payload is over the server's limit.
-    PayloadTooLarge,
-    /// 404: no task with that id.
-    NotFound,
-    /// 409: a pending task already holds this unique key; [`ApiError::existing_id`] names it.
-    UniqueConflict,
-    /// 409: the task is no longer pending; [`ApiError::state`] names its state.
-    NotCancellable,
-    /// 409: a heartbeat or result carried a lease token that is not the current attempt's.
-    StaleLease,
-    /// 409: redrive of a task that is not in dead letters.
-    NotDead,
-    /// The answer carried no error body of the API's shape (a proxy's 502 page, say).
-    HttpError,
-    /// A code this SDK does not know yet.
-    Other(String),
-}
-
-impl ErrorCode {
-    /// The code as it appears on the wire.
-    pub fn as_str(&self) -> &str {
-        match self {
-            Self::MalformedJson => "malformed_json",
-            Self::InvalidField => "invalid_field",
-            Self::UnknownTaskType => "unknown_task_type",
-            Self::PayloadTooLarge => "payload_too_large",
-            Self::NotFound => "not_found",
-            Self::UniqueConflict => "unique_conflict",
-            Self::NotCancellable => "not_cancellable",
-            Self::StaleLease => "stale_lease",
-            Self::NotDead => "not_dead",
-            Self::HttpError => "http_error",
-            Self::Other(code) => code,
-        }
-    }
-
-    /// Parses a wire code; unknown codes become [`ErrorCode::Other`].
-    pub fn parse(code: &str) -> Self {
-        match code {
-            "malformed_json" => Self::MalformedJson,
-            "invalid_field" => Self::InvalidField,
-            "unknown_task_type" => Self::UnknownTaskType,
-            "payload_too_large" => Self::PayloadTooLarge,
-            "not_found" => Self::NotFound,
-            "unique_conflict" => Self::UniqueConflict,
-            "not_cancellable" => Self::NotCancellable,
-            "stale_lease" => Self::StaleLease,
-            "not_dead" => Self::NotDead,
-            "http_error" => Self::HttpError,
-            other => Self::Other(other.to_string()),
-        }
-    }
-}
-
-impl fmt::Display for ErrorCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// A refusal by the asyncd API: a non-2xx answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,34 +37,20 @@ impl fmt::Display for ApiError {
 
 impl std::error::Error for ApiError {}
 
-/// The `error` object of an API refusal.
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct ErrorObject {
-    #[serde(default)]
-    pub code: String,
-    #[serde(default)]
-    pub message: String,
-    #[serde(default)]
-    pub field: Option<String>,
-    #[serde(default)]
-    pub existing_id: Option<String>,
-    #[serde(default)]
-    pub state: Option<String>,
-}
-
-impl ErrorObject {
-    pub(crate) fn into_api_error(self, status: u16) -> ApiError {
+impl ApiError {
+    pub(crate) fn new(status: u16, error: ErrorObject) -> Self {
         ApiError {
             status,
-            code: ErrorCode::parse(&self.code),
-            message: self.message,
-            field: self.field,
-            existing_id: self.existing_id,
-            state: self.state.map(TaskState::from),
+            code: error.code,
+            message: error.message,
+            field: error.field,
+            existing_id: error.existing_id,
+            state: error.state,
         }
     }
 }
 
+/// [`asyncd_contract::ErrorBody`], more forgiving.
 #[derive(Deserialize)]
 struct ErrorBody {
     error: Option<ErrorObject>,
@@ -142,7 +58,7 @@ struct ErrorBody {
     #[serde(default)]
     existing_id: Option<String>,
     #[serde(default)]
-    state: Option<String>,
+    state: Option<TaskState>,
 }
 
 impl ApiError {
@@ -153,11 +69,11 @@ impl ApiError {
             existing_id,
             state,
         }) = serde_json::from_slice::<ErrorBody>(body)
-            && !obj.code.is_empty()
+            && !obj.code.as_str().is_empty()
         {
             obj.existing_id = obj.existing_id.or(existing_id);
             obj.state = obj.state.or(state);
-            return obj.into_api_error(status);
+            return ApiError::new(status, obj);
         }
         let text = String::from_utf8_lossy(body);
         let mut message = text.trim().to_string();

@@ -10,6 +10,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use asyncd_contract::{ExecutorAccepted, ExecutorCall, headers, verify_signature};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -17,7 +18,6 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
@@ -27,18 +27,17 @@ use tokio_util::task::TaskTracker;
 
 use crate::client::{Client, DEFAULT_ENDPOINT, ResultStatus, TaskResult};
 use crate::error::ErrorCode;
-use crate::signature::verify_signature;
 use crate::time::{format_duration, retry_after_seconds};
 
-/// Executor call headers.
-pub const HEADER_IDEMPOTENCY_KEY: &str = "Idempotency-Key";
-pub const HEADER_TASK_ID: &str = "Asyncd-Task-Id";
-pub const HEADER_ATTEMPT: &str = "Asyncd-Attempt";
-pub const HEADER_LEASE_TOKEN: &str = "Asyncd-Lease-Token";
-pub const HEADER_CALLBACK_URL: &str = "Asyncd-Callback-Url";
-pub const HEADER_DISPATCHER: &str = "Asyncd-Dispatcher";
-pub const HEADER_TIMESTAMP: &str = "Asyncd-Timestamp";
-pub const HEADER_SIGNATURE: &str = "Asyncd-Signature";
+/// Executor call headers ([`asyncd_contract::headers`]).
+pub const HEADER_IDEMPOTENCY_KEY: &str = headers::IDEMPOTENCY_KEY;
+pub const HEADER_TASK_ID: &str = headers::TASK_ID;
+pub const HEADER_ATTEMPT: &str = headers::ATTEMPT;
+pub const HEADER_LEASE_TOKEN: &str = headers::LEASE_TOKEN;
+pub const HEADER_CALLBACK_URL: &str = headers::CALLBACK_URL;
+pub const HEADER_DISPATCHER: &str = headers::DISPATCHER;
+pub const HEADER_TIMESTAMP: &str = headers::TIMESTAMP;
+pub const HEADER_SIGNATURE: &str = headers::SIGNATURE;
 
 /// The lease a long-running executor asks for when given none.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -365,19 +364,8 @@ struct Shared {
     tracker: TaskTracker,
 }
 
-#[derive(Deserialize)]
-struct Envelope {
-    #[serde(default)]
-    id: String,
-    #[serde(rename = "type")]
-    task_type: String,
-    #[serde(default)]
-    payload: Option<Box<RawValue>>,
-    #[serde(default)]
-    attempt: u32,
-    #[serde(default)]
-    eta: Option<String>,
-}
+/// The call body; `id` and `attempt` may be left to the headers.
+type Envelope = ExecutorCall<Option<Box<RawValue>>>;
 
 fn answer(status: StatusCode, body: Value) -> Response {
     (status, axum::Json(body)).into_response()
@@ -424,11 +412,7 @@ fn context(headers: &HeaderMap, env: &Envelope, default_callback: &str) -> TaskC
             .unwrap_or(default_callback)
             .trim_end_matches('/')
             .to_string(),
-        eta: env
-            .eta
-            .as_deref()
-            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-            .map(|t| t.with_timezone(&Utc)),
+        eta: env.eta,
         dispatcher: header_str(headers, HEADER_DISPATCHER).map(str::to_string),
     }
 }
@@ -487,10 +471,11 @@ async fn serve(
         shared
             .tracker
             .spawn(async move { run_long(s, ctx, lease, fut).await });
-        return answer(
-            StatusCode::ACCEPTED,
-            json!({"lease": format_duration(lease)}),
-        );
+        let accepted = ExecutorAccepted {
+            lease: Some(format_duration(lease)),
+            lease_seconds: None,
+        };
+        return (StatusCode::ACCEPTED, axum::Json(accepted)).into_response();
     }
     // Spawned so that a panic is a 500 rather than a dropped connection.
     let outcome = match tokio::spawn(fut).await {
@@ -617,7 +602,7 @@ async fn run_long(shared: Arc<Shared>, ctx: TaskContext, lease: Duration, fut: H
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signature::sign;
+    use crate::sign;
     use axum::body::Body;
     use axum::http::Request;
     use std::sync::Mutex;
@@ -668,7 +653,7 @@ mod tests {
     async fn outcome_mapping() {
         let seen: Arc<Mutex<Option<(TaskContext, Value)>>> = Arc::default();
         let s = seen.clone();
-        #[derive(Deserialize)]
+        #[derive(serde::Deserialize)]
         struct Order {
             order_id: u64,
         }

@@ -7,6 +7,8 @@
 //!   (a tower service): signature check, dispatch by task type, outcome → answer,
 //!   and long-running work with leases and heartbeats.
 //! - [`cron::validate`] checks AsyncJobConfig cron schedules (`CRON_TZ=` required).
+//! - The wire types, error codes, task states, header names and signing are
+//!   [`asyncd_contract`]'s, re-exported here; it is the server's contract too.
 //!
 //! ```no_run
 //! use asyncd_client::{Client, Task};
@@ -32,9 +34,11 @@ pub mod cron;
 mod error;
 mod executor;
 mod idempotency;
-mod signature;
 mod time;
 
+pub use asyncd_contract;
+
+pub use asyncd_contract::{SIGNATURE_TOLERANCE, SignatureError, sign, verify_signature};
 pub use client::{
     BatchItem, CancelResult, Client, ClientBuilder, DEFAULT_ENDPOINT, MAX_BATCH, RedriveResult,
     ResultAck, ResultStatus, SOURCE_SERVICE_HEADER, SubmitResult, Task, TaskResult, TaskState,
@@ -47,5 +51,4 @@ pub use executor::{
     InFlight, Outcome, TaskContext,
 };
 pub use idempotency::{canonical_json, idempotency_key_from};
-pub use signature::{SIGNATURE_TOLERANCE, SignatureError, sign, verify_signature};
 pub use time::{format_duration, format_time};

@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, SecondsFormat, Utc};
-
 /// Renders `d` in the humantime form the API reads: `"1h 30m"`, `"1d 2h 3m 4s"`,
 /// `"1ms 500us"`, `"0s"` — the same text the Go and Python SDKs send.
 pub fn format_duration(d: Duration) -> String {
@@ -31,10 +29,7 @@ pub fn format_duration(d: Duration) -> String {
     parts.join(" ")
 }
 
-/// Renders `t` as the API writes times: RFC 3339, UTC, milliseconds.
-pub fn format_time(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Millis, true)
-}
+pub use asyncd_contract::time::format_time;
 
 /// Whole seconds for a `Retry-After` header, rounded up: retrying early is what the
 /// handler asked not to happen.
@@ -45,7 +40,7 @@ pub(crate) fn retry_after_seconds(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::TimeZone;
+    use chrono::{TimeZone, Utc};
 
     #[test]
     fn durations_on_the_wire_match_the_other_sdks() {

@@ -96,7 +96,14 @@ async fn submit_runs_the_executor_and_dedupes() {
     let key = format!("{key}-{}", uniq(""));
     let res = submit(&dev, task.clone().idempotency_key(&key).priority(3)).await;
     assert!(!res.duplicate && !res.id.is_empty(), "{res:?}");
-    assert!(res.route == "store" || res.route == "kafka", "{res:?}");
+    assert!(
+        matches!(
+            res.route,
+            asyncd_client::asyncd_contract::Route::Store
+                | asyncd_client::asyncd_contract::Route::Kafka
+        ),
+        "{res:?}"
+    );
 
     let got = dev.wait_state(&res.id, TaskState::Succeeded).await;
     assert_eq!(got.task_type, "rust_order");

@@ -73,7 +73,6 @@ pub fn verify_signature(
         Err(SignatureError::Mismatch)
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,6 +83,15 @@ mod tests {
         assert_eq!(
             sign(b"s3cret", 1_700_000_000, br#"{"id":"t1","type":"x"}"#),
             "v1=ea8ced2a98bbc34d295cf53301d8c7f2245096c1913fdd531dbbe9e17ab8f369"
+        );
+    }
+
+    #[test]
+    fn known_vector_computed_with_openssl() {
+        // printf '1700000000.{}' | openssl dgst -sha256 -hmac secret
+        assert_eq!(
+            sign(b"secret", 1_700_000_000, b"{}"),
+            "v1=b8569b78799ff9e3cbff0fc2d63a33a2b57f3282abd07c37ae5e8e7d79a5f163"
         );
     }
 

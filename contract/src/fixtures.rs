@@ -1,0 +1,300 @@
+//! JSON examples of every wire shape, built from the contract types. The Go and
+//! Python SDK tests read them from `contract/fixtures/` and check that their own types
+//! decode and re-encode each one to the same JSON, and that their signing reproduces
+//! `signature.json`.
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::time::from_millis;
+use crate::*;
+
+/// One fixture: `contract/fixtures/<name>.json`.
+pub struct Fixture {
+    pub name: &'static str,
+    pub json: Value,
+}
+
+/// The file's text: pretty JSON and a final newline.
+impl Fixture {
+    pub fn text(&self) -> String {
+        serde_json::to_string_pretty(&self.json).expect("JSON renders") + "\n"
+    }
+}
+
+fn fixture(name: &'static str, value: &impl Serialize) -> Fixture {
+    Fixture {
+        name,
+        json: serde_json::to_value(value).expect("contract types serialize"),
+    }
+}
+
+const ID: &str = "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b";
+const DEP_ID: &str = "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a50";
+const ETA: i64 = 1_796_025_600_123; // 2026-11-30T08:00:00.123Z
+const NOW: i64 = 1_796_024_700_000;
+
+/// One example of each error code, with the members it carries.
+fn errors() -> Vec<(ErrorCode, ErrorBody)> {
+    let with = |code: ErrorCode, message: &str, f: &dyn Fn(&mut ErrorObject)| {
+        let mut error = ErrorObject::new(code.clone(), message);
+        f(&mut error);
+        (code, ErrorBody { error })
+    };
+    vec![
+        with(
+            ErrorCode::MalformedJson,
+            "priority: invalid type: string \"high\", expected i64",
+            &|o| o.field = Some("priority".into()),
+        ),
+        with(
+            ErrorCode::InvalidField,
+            "delay: must not be negative",
+            &|o| o.field = Some("delay".into()),
+        ),
+        with(
+            ErrorCode::UnknownTaskType,
+            "type: no AsyncJobConfig declares task type \"nope\"",
+            &|o| o.field = Some("type".into()),
+        ),
+        with(
+            ErrorCode::PayloadTooLarge,
+            "payload: 2000000 bytes is over the limit of 1048576 bytes",
+            &|o| o.field = Some("payload".into()),
+        ),
+        with(ErrorCode::NotFound, &format!("no task {ID}"), &|_| {}),
+        with(
+            ErrorCode::UniqueConflict,
+            &format!("unique_key: task {ID} with this key is still pending"),
+            &|o| {
+                o.field = Some("unique_key".into());
+                o.existing_id = Some(ID.into());
+            },
+        ),
+        with(
+            ErrorCode::NotCancellable,
+            &format!("task {ID} is running and can no longer be cancelled"),
+            &|o| o.state = Some(TaskState::Running),
+        ),
+        with(
+            ErrorCode::StaleLease,
+            &format!("lease_token: not the current attempt of task {ID}"),
+            &|o| o.field = Some("lease_token".into()),
+        ),
+        with(
+            ErrorCode::NotDead,
+            &format!("task {ID} is pending, not in dead letters"),
+            &|o| o.state = Some(TaskState::Pending),
+        ),
+        with(
+            ErrorCode::StoreUnavailable,
+            "the task store is unavailable; retry",
+            &|_| {},
+        ),
+        with(
+            ErrorCode::KafkaUnavailable,
+            "the task was not accepted: Kafka did not acknowledge it (timed out); retry",
+            &|_| {},
+        ),
+    ]
+}
+
+fn task_status() -> TaskStatus {
+    TaskStatus {
+        id: ID.into(),
+        task_type: "send_email".into(),
+        payload: json!({"to": "a@b.c", "n": 12.5, "text": "Grüße 😀 \"q\"\n"}),
+        state: TaskState::Succeeded,
+        priority: 5,
+        eta: from_millis(ETA),
+        attempt: 2,
+        max_retries: 3,
+        idempotency_key: Some("order-42".into()),
+        unique_key: None,
+        depends_on: vec![DEP_ID.into()],
+        last_error: Some("executor answered 503: busy".into()),
+        result: Some(json!({"rows": 12})),
+        lease_until: None,
+        created_at: from_millis(NOW),
+        updated_at: from_millis(ETA + 1500),
+    }
+}
+
+fn executor_call() -> ExecutorCall {
+    ExecutorCall {
+        id: ID.into(),
+        task_type: "send_email".into(),
+        payload: json!({"to": "a@b.c"}),
+        attempt: 1,
+        eta: Some(from_millis(ETA)),
+    }
+}
+
+/// The signing test vector: the body is an executor call as the server sends it.
+pub const SIGNING_SECRET: &str = "s3cret";
+pub const SIGNING_TIMESTAMP: i64 = 1_700_000_000;
+
+/// Every fixture, in file-name order.
+pub fn all() -> Vec<Fixture> {
+    let submit = SubmitRequest {
+        payload: Some(json!({"to": "a@b.c"})),
+        delay: Some("90s".into()),
+        priority: Some(5),
+        idempotency_key: Some("order-42".into()),
+        unique_key: Some("order:42".into()),
+        max_retries: Some(3),
+        timeout: Some("30s".into()),
+        depends_on: Some(vec![DEP_ID.into()]),
+        source_service: Some("orders".into()),
+        ..SubmitRequest::new("send_email")
+    };
+    let accepted = SubmitResult {
+        id: ID.into(),
+        eta: from_millis(ETA),
+        route: Route::Store,
+        duplicate: false,
+    };
+    let refused = errors()
+        .into_iter()
+        .find(|(code, _)| *code == ErrorCode::UnknownTaskType)
+        .expect("an unknown_task_type example")
+        .1;
+    let body = serde_json::to_vec(&executor_call()).expect("serializes");
+    let body = String::from_utf8(body).expect("JSON is UTF-8");
+    let mut fixtures = vec![
+        fixture("submit_request", &submit),
+        fixture("submit_response", &accepted),
+        fixture(
+            "batch_request",
+            &BatchRequest {
+                // What every SDK sends: a payload (null here) and an idempotency key.
+                tasks: vec![
+                    submit.clone(),
+                    SubmitRequest {
+                        payload: Some(Value::Null),
+                        idempotency_key: Some("order-43".into()),
+                        source_service: Some("orders".into()),
+                        ..SubmitRequest::new("nope")
+                    },
+                ],
+            },
+        ),
+        fixture(
+            "batch_response",
+            &BatchResponse {
+                results: vec![
+                    BatchItemResult {
+                        status: 201,
+                        outcome: BatchOutcome::Accepted(SubmitResult {
+                            route: Route::Kafka,
+                            ..accepted.clone()
+                        }),
+                    },
+                    BatchItemResult {
+                        status: 400,
+                        outcome: BatchOutcome::Refused(refused),
+                    },
+                ],
+            },
+        ),
+        fixture("task_status", &task_status()),
+        fixture(
+            "cancel_response",
+            &CancelResult {
+                id: ID.into(),
+                state: TaskState::Cancelled,
+            },
+        ),
+        fixture(
+            "dead_letters_response",
+            &DeadLetters {
+                items: vec![TaskStatus {
+                    state: TaskState::Dead,
+                    result: None,
+                    unique_key: Some("order:42".into()),
+                    idempotency_key: None,
+                    depends_on: vec![],
+                    ..task_status()
+                }],
+            },
+        ),
+        fixture(
+            "redrive_response",
+            &RedriveResult {
+                id: ID.into(),
+                state: TaskState::Pending,
+                eta: from_millis(NOW),
+            },
+        ),
+        fixture("executor_call", &executor_call()),
+        fixture(
+            "executor_accepted",
+            &ExecutorAccepted {
+                lease: Some("1m 30s".into()),
+                lease_seconds: None,
+            },
+        ),
+        fixture(
+            "heartbeat_request",
+            &HeartbeatRequest {
+                lease_token: Some(7),
+                lease: Some("1m".into()),
+            },
+        ),
+        fixture(
+            "heartbeat_response",
+            &HeartbeatResponse {
+                lease_until: from_millis(ETA + 60_000),
+            },
+        ),
+        fixture(
+            "result_request",
+            &ResultRequest::<Value> {
+                lease_token: Some(7),
+                status: Some(ResultStatus::Retry),
+                error: Some("db down".into()),
+                output: None,
+                retry_after: Some("10s".into()),
+            },
+        ),
+        fixture(
+            "result_request_success",
+            &ResultRequest::<Value> {
+                lease_token: Some(7),
+                status: Some(ResultStatus::Success),
+                error: None,
+                output: Some(json!({"rows": 12})),
+                retry_after: None,
+            },
+        ),
+        fixture(
+            "result_response",
+            &ResultAck {
+                id: ID.into(),
+                state: TaskState::Succeeded,
+            },
+        ),
+        Fixture {
+            name: "errors",
+            json: Value::Array(
+                errors()
+                    .into_iter()
+                    .map(|(code, body)| {
+                        json!({"status": code.status().expect("a server code"), "body": body})
+                    })
+                    .collect(),
+            ),
+        },
+        Fixture {
+            name: "signature",
+            json: json!({
+                "secret": SIGNING_SECRET,
+                "timestamp": SIGNING_TIMESTAMP,
+                "body": body,
+                "signature": sign(SIGNING_SECRET.as_bytes(), SIGNING_TIMESTAMP, body.as_bytes()),
+            }),
+        },
+    ];
+    fixtures.sort_by_key(|f| f.name);
+    fixtures
+}

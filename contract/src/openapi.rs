@@ -1,0 +1,245 @@
+//! `docs/openapi.json`: an OpenAPI 3.0 document of the API, its schemas generated
+//! from the contract types. Request bodies are described as the server reads them
+//! (what it accepts, `additionalProperties: false` where it refuses unknown fields),
+//! answers as it writes them (every member it always sends is required).
+
+use schemars::generate::{Contract, SchemaSettings};
+use schemars::{JsonSchema, SchemaGenerator};
+use serde_json::{Map, Value, json};
+
+use crate::*;
+
+/// The document as `docs/openapi.json` holds it: pretty JSON and a final newline.
+pub fn text() -> String {
+    serde_json::to_string_pretty(&document()).expect("JSON renders") + "\n"
+}
+
+struct Schemas {
+    requests: SchemaGenerator,
+    answers: SchemaGenerator,
+}
+
+impl Schemas {
+    fn request<T: JsonSchema>(&mut self) -> Value {
+        self.requests.subschema_for::<T>().to_value()
+    }
+
+    fn answer<T: JsonSchema>(&mut self) -> Value {
+        self.answers.subschema_for::<T>().to_value()
+    }
+
+    /// Both generators' definitions; a type seen by both must come out the same.
+    fn components(mut self) -> Map<String, Value> {
+        let mut all = self.requests.take_definitions(true);
+        for (name, schema) in self.answers.take_definitions(true) {
+            if let Some(seen) = all.get(&name) {
+                assert_eq!(
+                    seen, &schema,
+                    "schema {name} differs between requests and answers: give it two types"
+                );
+            }
+            all.insert(name, schema);
+        }
+        all.sort_keys();
+        all
+    }
+}
+
+fn json_content(schema: Value) -> Value {
+    json!({"application/json": {"schema": schema}})
+}
+
+fn ok(description: &str, schema: Value) -> Value {
+    json!({"description": description, "content": json_content(schema)})
+}
+
+fn path_id(what: &str) -> Value {
+    json!({"name": "id", "in": "path", "required": true, "description": what,
+           "schema": {"type": "string"}})
+}
+
+fn lease_token_header() -> Value {
+    json!({"name": headers::LEASE_TOKEN, "in": "header", "required": false,
+           "description": "The attempt's lease token, when the body carries no `lease_token`.",
+           "schema": {"type": "integer", "format": "int64"}})
+}
+
+fn text_plain(description: &str) -> Value {
+    json!({"description": description, "content": {"text/plain": {"schema": {"type": "string"}}}})
+}
+
+/// Error answers by status: which codes each one carries.
+fn errors(error: &Value, codes: &[ErrorCode]) -> Map<String, Value> {
+    let mut by_status: Vec<(u16, Vec<&str>)> = Vec::new();
+    for code in codes {
+        let status = code.status().expect("a server code");
+        match by_status.iter_mut().find(|(s, _)| *s == status) {
+            Some((_, names)) => names.push(code.as_str()),
+            None => by_status.push((status, vec![code.as_str()])),
+        }
+    }
+    by_status.sort();
+    by_status
+        .into_iter()
+        .map(|(status, names)| {
+            let description = format!("Refused: {}", names.join(", "));
+            (status.to_string(), ok(&description, error.clone()))
+        })
+        .collect()
+}
+
+fn responses(success: &[(u16, Value)], errors: Map<String, Value>) -> Value {
+    let mut all: Map<String, Value> = success
+        .iter()
+        .map(|(status, answer)| (status.to_string(), answer.clone()))
+        .collect();
+    all.extend(errors);
+    Value::Object(all)
+}
+
+/// The whole document.
+pub fn document() -> Value {
+    let settings = |contract| SchemaSettings::openapi3().with(|s| s.contract = contract);
+    let mut s = Schemas {
+        requests: settings(Contract::Deserialize).into_generator(),
+        answers: settings(Contract::Serialize).into_generator(),
+    };
+    use ErrorCode::*;
+    let error = s.answer::<ErrorBody>();
+    // Every body-reading endpoint refuses bodies over the size limit.
+    let submit_errors = errors(
+        &error,
+        &[
+            MalformedJson,
+            InvalidField,
+            UnknownTaskType,
+            PayloadTooLarge,
+            UniqueConflict,
+            StoreUnavailable,
+            KafkaUnavailable,
+        ],
+    );
+    let callback_errors = errors(
+        &error,
+        &[
+            MalformedJson,
+            InvalidField,
+            PayloadTooLarge,
+            NotFound,
+            StaleLease,
+            StoreUnavailable,
+        ],
+    );
+    let submit_result = s.answer::<SubmitResult>();
+    let task = s.answer::<TaskStatus>();
+    let paths = json!({
+        "/v1/tasks": {"post": {
+            "operationId": "submitTask",
+            "summary": "Submit a task",
+            "parameters": [{"name": headers::SOURCE_SERVICE, "in": "header", "required": false,
+                "description": "Label for asyncd_task_submitted_total when the body names no source_service.",
+                "schema": {"type": "string", "maxLength": 128}}],
+            "requestBody": {"required": true, "content": json_content(s.request::<SubmitRequest>())},
+            "responses": responses(&[
+                (201, ok("Accepted", submit_result.clone())),
+                (200, ok("A repeat of an idempotency key: the first task", submit_result)),
+            ], submit_errors),
+        }},
+        "/v1/tasks:batch": {"post": {
+            "operationId": "submitBatch",
+            "summary": "Submit up to 1000 tasks; each is answered on its own",
+            "parameters": [{"name": headers::SOURCE_SERVICE, "in": "header", "required": false,
+                "schema": {"type": "string", "maxLength": 128}}],
+            "requestBody": {"required": true, "content": json_content(s.request::<BatchRequest>())},
+            "responses": responses(&[(200, ok("One result per item, in order", s.answer::<BatchResponse>()))],
+                errors(&error, &[MalformedJson, InvalidField, PayloadTooLarge, StoreUnavailable])),
+        }},
+        "/v1/tasks/{id}": {
+            "parameters": [path_id("The task id")],
+            "get": {
+                "operationId": "getTask",
+                "summary": "Inspect a task",
+                "responses": responses(&[(200, ok("The task", task.clone()))],
+                    errors(&error, &[NotFound, StoreUnavailable])),
+            },
+            "delete": {
+                "operationId": "cancelTask",
+                "summary": "Cancel a blocked, pending or claimed task",
+                "responses": responses(&[(200, ok("Cancelled", s.answer::<CancelResult>()))],
+                    errors(&error, &[NotFound, NotCancellable, StoreUnavailable])),
+            },
+        },
+        "/v1/tasks/{id}/heartbeat": {"post": {
+            "operationId": "heartbeat",
+            "summary": "Keep a long-running attempt's lease",
+            "parameters": [path_id("The task id"), lease_token_header()],
+            "requestBody": {"required": false, "content": json_content(s.request::<HeartbeatRequest>())},
+            "responses": responses(&[(200, ok("The new lease", s.answer::<HeartbeatResponse>()))],
+                callback_errors.clone()),
+        }},
+        "/v1/tasks/{id}/result": {"post": {
+            "operationId": "postResult",
+            "summary": "Report how a long-running attempt ended",
+            "parameters": [path_id("The task id"), lease_token_header()],
+            "requestBody": {"required": true, "content": json_content(s.request::<ResultRequest>())},
+            "responses": responses(&[(200, ok("The state the task moved to", s.answer::<ResultAck>()))],
+                callback_errors),
+        }},
+        "/v1/dead-letters": {"get": {
+            "operationId": "deadLetters",
+            "summary": "Dead tasks, newest first",
+            "parameters": [
+                {"name": "type", "in": "query", "required": false, "description": "Only this task type",
+                 "schema": {"type": "string"}},
+                {"name": "limit", "in": "query", "required": false, "description": "At most this many (default 100)",
+                 "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+            ],
+            "responses": responses(&[(200, ok("Dead tasks", s.answer::<DeadLetters>()))],
+                errors(&error, &[InvalidField, StoreUnavailable])),
+        }},
+        "/v1/dead-letters/{id}/redrive": {"post": {
+            "operationId": "redrive",
+            "summary": "Put a dead task back to pending, due now, attempts reset",
+            "parameters": [path_id("The dead task's id")],
+            "responses": responses(&[(200, ok("Redriven", s.answer::<RedriveResult>()))],
+                errors(&error, &[NotFound, NotDead, UniqueConflict, StoreUnavailable])),
+        }},
+        "/v1/openapi.json": {"get": {
+            "operationId": "openapi",
+            "summary": "This document",
+            "responses": {"200": ok("The OpenAPI document", json!({"type": "object"}))},
+        }},
+        "/metrics": {"get": {
+            "operationId": "metrics",
+            "summary": "Prometheus metrics",
+            "responses": {"200": text_plain("Prometheus text format")},
+        }},
+        "/healthz": {"get": {
+            "operationId": "healthz",
+            "summary": "The process is up",
+            "responses": {"200": text_plain("ok")},
+        }},
+        "/readyz": {"get": {
+            "operationId": "readyz",
+            "summary": "The store answers",
+            "responses": responses(&[(200, text_plain("ready"))], errors(&error, &[StoreUnavailable])),
+        }},
+    });
+    // The executor side of the contract is no endpoint of asyncd's; its shapes are
+    // listed with the others for executors written against this document.
+    s.answer::<ExecutorCall>();
+    s.request::<ExecutorAccepted>();
+    json!({
+        "openapi": "3.0.3",
+        "info": {
+            "title": "asyncd",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "The asyncd HTTP API (docs/api.md). Generated from the asyncd-contract crate: \
+                cargo run -p asyncd-contract --features openapi --bin contractgen. \
+                ExecutorCall is the body asyncd POSTs to an executor, ExecutorAccepted an executor's 202 body.",
+            "license": {"name": "Apache-2.0"},
+        },
+        "paths": paths,
+        "components": {"schemas": s.components()},
+    })
+}

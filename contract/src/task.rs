@@ -1,0 +1,240 @@
+//! Submit, inspect, cancel, dead letters and redrive: the client side of the API.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{ErrorBody, TaskState};
+
+/// Most tasks one `POST /v1/tasks:batch` takes.
+pub const MAX_BATCH: usize = 1000;
+
+/// `POST /v1/tasks`, and each item of a batch. `P` is the payload's type: a
+/// [`Value`] for clients, a raw JSON slice for the server, which stores it as sent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "openapi", schemars(rename = "SubmitRequest"))]
+#[serde(deny_unknown_fields)]
+pub struct SubmitRequest<P = Value> {
+    /// An AsyncJobConfig's `spec.taskType`.
+    #[serde(rename = "type")]
+    pub task_type: String,
+    /// Any JSON value; default null.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload: Option<P>,
+    /// Run after this long (humantime); not together with `eta`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schemars(schema_with = "crate::time::duration_option_schema")
+    )]
+    pub delay: Option<String>,
+    /// Run at this RFC 3339 time (the past means now); not together with `delay`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schemars(schema_with = "crate::time::schema_option")
+    )]
+    pub eta: Option<String>,
+    /// 0..=9, higher runs first among equal ETAs; default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schemars(range(min = 0, max = 9)))]
+    pub priority: Option<i64>,
+    /// A repeat of the key answers with the first task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schemars(length(min = 1, max = 255)))]
+    pub idempotency_key: Option<String>,
+    /// Refused (409) while a task with this key is pending.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schemars(length(min = 1, max = 255)))]
+    pub unique_key: Option<String>,
+    /// 0..=100; default the job's `spec.retry.maxRetries`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schemars(range(min = 0, max = 100)))]
+    pub max_retries: Option<i64>,
+    /// Per-attempt executor timeout (humantime, above zero, at most 24h); default the
+    /// job's `executor.timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schemars(schema_with = "crate::time::duration_option_schema")
+    )]
+    pub timeout: Option<String>,
+    /// Task ids (at most 100); the task waits until all of them succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schemars(length(max = 100)))]
+    pub depends_on: Option<Vec<String>>,
+    /// Label for `asyncd_task_submitted_total` (at most 128 bytes); wins over the
+    /// `Asyncd-Source-Service` header.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schemars(length(max = 128)))]
+    pub source_service: Option<String>,
+}
+
+impl<P> SubmitRequest<P> {
+    /// A request for `task_type` with nothing else set.
+    pub fn new(task_type: impl Into<String>) -> Self {
+        Self {
+            task_type: task_type.into(),
+            payload: None,
+            delay: None,
+            eta: None,
+            priority: None,
+            idempotency_key: None,
+            unique_key: None,
+            max_retries: None,
+            timeout: None,
+            depends_on: None,
+            source_service: None,
+        }
+    }
+}
+
+/// Which path a submitted task took.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum Route {
+    /// Stored in the task store.
+    #[default]
+    Store,
+    /// Produced to the job's Kafka topic.
+    Kafka,
+}
+
+impl Route {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Store => "store",
+            Self::Kafka => "kafka",
+        }
+    }
+}
+
+impl std::fmt::Display for Route {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The answer to a submit: 201, or 200 for a repeated idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub struct SubmitResult {
+    pub id: String,
+    #[serde(with = "crate::time::rfc3339")]
+    #[cfg_attr(feature = "openapi", schemars(schema_with = "crate::time::schema"))]
+    pub eta: DateTime<Utc>,
+    #[serde(default)]
+    pub route: Route,
+    /// The idempotency key was seen before; `id` is the first task's.
+    #[serde(default)]
+    pub duplicate: bool,
+}
+
+/// `POST /v1/tasks:batch`. `T` is an item: a [`SubmitRequest`] for clients, a raw JSON
+/// slice for the server, which refuses items one by one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "openapi", schemars(rename = "BatchRequest"))]
+pub struct BatchRequest<T = SubmitRequest> {
+    #[cfg_attr(feature = "openapi", schemars(length(max = 1000)))]
+    pub tasks: Vec<T>,
+}
+
+/// One item of a batch answer, in the order of the request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub struct BatchItemResult {
+    /// 201 (stored), 200 (duplicate), or the status the item alone would have got.
+    pub status: u16,
+    #[serde(flatten)]
+    pub outcome: BatchOutcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+#[serde(untagged)]
+pub enum BatchOutcome {
+    Accepted(SubmitResult),
+    Refused(ErrorBody),
+}
+
+/// The answer to a batch: `200`, one result per item.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub struct BatchResponse {
+    pub results: Vec<BatchItemResult>,
+}
+
+/// A task as `GET /v1/tasks/{id}` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub struct TaskStatus {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub task_type: String,
+    #[serde(default)]
+    pub payload: Value,
+    pub state: TaskState,
+    #[serde(default)]
+    pub priority: u8,
+    #[serde(with = "crate::time::rfc3339")]
+    #[cfg_attr(feature = "openapi", schemars(schema_with = "crate::time::schema"))]
+    pub eta: DateTime<Utc>,
+    /// Attempts started so far.
+    #[serde(default)]
+    pub attempt: u32,
+    #[serde(default)]
+    pub max_retries: u32,
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+    #[serde(default)]
+    pub unique_key: Option<String>,
+    #[serde(default)]
+    pub depends_on: Vec<String>,
+    #[serde(default)]
+    pub last_error: Option<String>,
+    /// The `output` of a long-running attempt's result callback.
+    #[serde(default)]
+    pub result: Option<Value>,
+    /// Set while the task is claimed or running.
+    #[serde(default, with = "crate::time::rfc3339_option")]
+    #[cfg_attr(
+        feature = "openapi",
+        schemars(schema_with = "crate::time::schema_option")
+    )]
+    pub lease_until: Option<DateTime<Utc>>,
+    #[serde(with = "crate::time::rfc3339")]
+    #[cfg_attr(feature = "openapi", schemars(schema_with = "crate::time::schema"))]
+    pub created_at: DateTime<Utc>,
+    #[serde(with = "crate::time::rfc3339")]
+    #[cfg_attr(feature = "openapi", schemars(schema_with = "crate::time::schema"))]
+    pub updated_at: DateTime<Utc>,
+}
+
+/// The answer to `DELETE /v1/tasks/{id}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub struct CancelResult {
+    pub id: String,
+    pub state: TaskState,
+}
+
+/// The answer to `GET /v1/dead-letters`: newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub struct DeadLetters {
+    pub items: Vec<TaskStatus>,
+}
+
+/// The answer to `POST /v1/dead-letters/{id}/redrive`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub struct RedriveResult {
+    pub id: String,
+    pub state: TaskState,
+    #[serde(with = "crate::time::rfc3339")]
+    #[cfg_attr(feature = "openapi", schemars(schema_with = "crate::time::schema"))]
+    pub eta: DateTime<Utc>,
+}
