@@ -1254,8 +1254,9 @@ mod tests {
     }
 
     #[test]
-    fn only_permanent_failures_end_dead() {
+    fn only_permanent_failures_and_redirects_end_dead() {
         assert_eq!(Behaviour::Permanent.expected(), EndState::Dead);
+        assert_eq!(Behaviour::Redirect.expected(), EndState::Dead);
         for b in [
             Behaviour::Ok,
             Behaviour::FailThenOk(3),
@@ -1264,7 +1265,6 @@ mod tests {
             Behaviour::InvalidJson202,
             Behaviour::NulBody,
             Behaviour::HugeBody,
-            Behaviour::Redirect,
             Behaviour::Callback,
         ] {
             assert_eq!(b.expected(), EndState::Succeeded, "{b:?}");
