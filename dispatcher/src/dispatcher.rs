@@ -14,10 +14,18 @@
 //! - the **completer** writes attempt outcomes back in batches.
 //!
 //! Shutdown: stop claiming, hand unstarted tasks back to the store, let in-flight calls
-//! finish (up to `shutdown_grace`), flush outcomes. Anything cut short is leased, so
-//! the rescuer brings it back.
+//! finish (up to `shutdown_grace`, then abandon them), flush outcomes. Anything cut short
+//! is leased, so the rescuer brings it back. The loops run in the role's task tracker and
+//! [`Dispatcher::run`] returns only after all of them have ended; a loop that panics
+//! cancels the shutdown token (so the others drain) and `run` re-raises its panic for the
+//! role to report.
+//!
+//! Every queue is bounded. Claimed-but-unstarted tasks (heap plus runner queues) are
+//! capped at `max_heap` by the claimer; outcomes wait in a channel of
+//! [`COMPLETIONS_BOUND`], so a stalled store slows dispatching instead of growing memory.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -32,7 +40,18 @@ use crate::metrics::Metrics;
 use crate::ownership::Ownership;
 use crate::retry;
 use crate::routing::Routes;
+use crate::signals::{Signal, TestSignals, emit};
 use crate::store::{ClaimedTask, Finish, FinishKind, Store, TypeFilter};
+
+/// Outcomes waiting for the completer: four of its 512-outcome batches, so attempts that
+/// end while one batch is being written never wait, and a store that stops answering
+/// holds up new attempts (their senders wait) rather than piling outcomes up in memory.
+/// The completer depends on nothing but the store, so waiting on it cannot deadlock.
+pub const COMPLETIONS_BOUND: usize = 2048;
+
+/// How many times the completer retries a batch once shutdown has begun, before leaving
+/// those tasks to their leases rather than holding the process up while the store is away.
+const SHUTDOWN_FINISH_TRIES: u32 = 5;
 
 #[derive(Debug, Clone)]
 pub struct DispatcherConfig {
@@ -55,6 +74,8 @@ pub struct DispatcherConfig {
     pub heartbeat_interval: Duration,
     /// A member silent this long is taken for dead and its task types move.
     pub member_ttl: Duration,
+    /// Test-only event hooks.
+    pub signals: Option<TestSignals>,
 }
 
 impl Default for DispatcherConfig {
@@ -71,6 +92,7 @@ impl Default for DispatcherConfig {
             shutdown_grace: Duration::from_secs(25),
             heartbeat_interval: Duration::from_secs(1),
             member_ttl: Duration::from_secs(4),
+            signals: None,
         }
     }
 }
@@ -98,13 +120,7 @@ impl HeapSink {
         if tasks.is_empty() {
             return;
         }
-        let mut heap = shared.heap.lock().expect("heap lock");
-        for task in tasks {
-            heap.push(task);
-        }
-        shared.metrics.heap_size.set(heap.len() as i64);
-        drop(heap);
-        shared.heap_changed.notify_one();
+        shared.push(tasks);
     }
 }
 
@@ -119,14 +135,34 @@ struct Shared {
     heap_changed: Notify,
     ownership: Mutex<Ownership>,
     waker: ClaimerWakeup,
-    completions: mpsc::UnboundedSender<Finish>,
+    completions: mpsc::Sender<Finish>,
+    /// Tasks handed to runners but not yet taken by them; counts against `max_heap`.
+    queued: AtomicUsize,
     inflight: TaskTracker,
+    /// Cancelled when the shutdown grace is over: attempts still running are dropped.
+    abandon: CancellationToken,
     shutdown: CancellationToken,
+}
+
+impl Shared {
+    fn push(&self, tasks: Vec<ClaimedTask>) {
+        emit(&self.config.signals, || Signal::Claimed {
+            ids: tasks.iter().map(|t| t.id.clone()).collect(),
+            at: self.clock.now_millis(),
+        });
+        let mut heap = self.heap.lock().expect("heap lock");
+        for task in tasks {
+            heap.push(task);
+        }
+        self.metrics.heap_size.set(heap.len() as i64);
+        drop(heap);
+        self.heap_changed.notify_one();
+    }
 }
 
 pub struct Dispatcher {
     shared: Arc<Shared>,
-    completions: mpsc::UnboundedReceiver<Finish>,
+    completions: mpsc::Receiver<Finish>,
 }
 
 impl Dispatcher {
@@ -141,7 +177,7 @@ impl Dispatcher {
         waker: ClaimerWakeup,
         shutdown: CancellationToken,
     ) -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(COMPLETIONS_BOUND);
         let member = crate::ownership::member_name(config.job.as_deref(), &config.owner);
         let ownership = Ownership::new(member, config.member_ttl);
         Self {
@@ -157,7 +193,9 @@ impl Dispatcher {
                 ownership: Mutex::new(ownership),
                 waker,
                 completions: tx,
+                queued: AtomicUsize::new(0),
                 inflight: TaskTracker::new(),
+                abandon: CancellationToken::new(),
                 shutdown,
             }),
             completions: rx,
@@ -168,20 +206,40 @@ impl Dispatcher {
         HeapSink(Arc::downgrade(&self.shared))
     }
 
-    /// Runs until the shutdown token fires, then winds down as described above.
-    pub async fn run(self) {
+    /// Runs until the shutdown token fires, then winds down as described above. Its loops
+    /// are spawned into `tasks` (the role's tracker) and all have ended when this returns.
+    pub async fn run(self, tasks: TaskTracker) {
         let shared = self.shared;
-        let completer = tokio::spawn(complete(shared.clone(), self.completions));
-        let membership = tokio::spawn(keep_membership(shared.clone()));
-        let claimer = tokio::spawn(claim(shared.clone()));
-        let runners = tick(shared.clone()).await;
-        let _ = claimer.await;
-        let _ = membership.await;
+        let stop = || shared.shutdown.clone();
+        let completer = tasks.spawn(stop_on_exit(
+            stop(),
+            complete(shared.clone(), self.completions),
+        ));
+        let membership = tasks.spawn(stop_on_exit(stop(), keep_membership(shared.clone())));
+        let claimer = tasks.spawn(stop_on_exit(stop(), claim(shared.clone())));
+        let ticker = tasks.spawn(stop_on_exit(stop(), tick(shared.clone(), tasks.clone())));
+        let mut panics = Vec::new();
+        let mut joined = |result: Result<(), tokio::task::JoinError>| {
+            if let Err(err) = result
+                && err.is_panic()
+            {
+                panics.push(err.into_panic());
+            }
+        };
+        let runners = match ticker.await {
+            Ok(runners) => runners,
+            Err(err) => {
+                joined(Err(err));
+                Vec::new()
+            }
+        };
+        joined(claimer.await);
+        joined(membership.await);
 
         let unstarted = shared.heap.lock().expect("heap lock").drain();
-        release(&shared, unstarted);
+        release(&shared, unstarted).await;
         for runner in runners {
-            let _ = runner.await;
+            joined(runner.await);
         }
         shared.inflight.close();
         if tokio::time::timeout(shared.config.shutdown_grace, shared.inflight.wait())
@@ -191,20 +249,40 @@ impl Dispatcher {
             tracing::warn!(
                 "in-flight attempts still running at shutdown; their leases will bring them back"
             );
+            shared.abandon.cancel();
+            shared.inflight.wait().await;
         }
+        // The last sender goes with `shared`, which ends the completer once it has
+        // written what is queued.
         drop(shared);
-        // An attempt still running past the grace keeps a sender alive; don't wait on it.
-        let _ = tokio::time::timeout(Duration::from_secs(5), completer).await;
+        joined(completer.await);
+        if let Some(panic) = panics.into_iter().next() {
+            std::panic::resume_unwind(panic);
+        }
     }
 }
 
-fn release(shared: &Shared, tasks: Vec<ClaimedTask>) {
+/// Runs `future`, cancelling `shutdown` when it ends for any reason, a panic included:
+/// each loop ends normally only after shutdown, so an early end means the others must
+/// stop too.
+async fn stop_on_exit<T>(shutdown: CancellationToken, future: impl Future<Output = T>) -> T {
+    let _stop = shutdown.drop_guard();
+    future.await
+}
+
+async fn release(shared: &Shared, tasks: Vec<ClaimedTask>) {
     for task in tasks {
-        let _ = shared.completions.send(Finish {
-            id: task.id,
-            lease_token: task.lease_token,
-            kind: FinishKind::Release,
+        emit(&shared.config.signals, || Signal::Released {
+            id: task.id.clone(),
         });
+        let _ = shared
+            .completions
+            .send(Finish {
+                id: task.id,
+                lease_token: task.lease_token,
+                kind: FinishKind::Release,
+            })
+            .await;
     }
 }
 
@@ -221,11 +299,14 @@ async fn keep_membership(shared: Arc<Shared>) {
                 .await
         };
         match seen.await {
-            Ok(members) => shared
-                .ownership
-                .lock()
-                .expect("ownership lock")
-                .observe(members.into_iter().collect(), Instant::now()),
+            Ok(members) => {
+                shared
+                    .ownership
+                    .lock()
+                    .expect("ownership lock")
+                    .observe(members.into_iter().collect(), Instant::now());
+                emit(&config.signals, || Signal::Heartbeat { at: now });
+            }
             Err(err) => tracing::warn!(%err, "membership heartbeat failed; keeping the last view"),
         }
         tokio::select! {
@@ -247,7 +328,9 @@ async fn claim(shared: Arc<Shared>) {
             _ = shared.waker.0.notified() => {}
         }
         loop {
-            if shared.heap.lock().expect("heap lock").len() >= config.max_heap {
+            let unstarted =
+                shared.heap.lock().expect("heap lock").len() + shared.queued.load(Ordering::SeqCst);
+            if unstarted >= config.max_heap {
                 break;
             }
             let jobs: Vec<(String, String)> = shared
@@ -290,13 +373,7 @@ async fn claim(shared: Arc<Shared>) {
             };
             let full = claimed.len() as u32 == config.claim_batch;
             if !claimed.is_empty() {
-                let mut heap = shared.heap.lock().expect("heap lock");
-                for task in claimed {
-                    heap.push(task);
-                }
-                shared.metrics.heap_size.set(heap.len() as i64);
-                drop(heap);
-                shared.heap_changed.notify_one();
+                shared.push(claimed);
             }
             if !full || shared.shutdown.is_cancelled() {
                 break;
@@ -305,9 +382,9 @@ async fn claim(shared: Arc<Shared>) {
     }
 }
 
-/// The ticker. Returns the runners it started, for shutdown to wait on.
-async fn tick(shared: Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut queues: HashMap<String, mpsc::UnboundedSender<ClaimedTask>> = HashMap::new();
+/// The ticker. Returns the runners it started (in `tasks`), for shutdown to wait on.
+async fn tick(shared: Arc<Shared>, tasks: TaskTracker) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut queues: HashMap<String, mpsc::Sender<ClaimedTask>> = HashMap::new();
     let mut runners = Vec::new();
     loop {
         let now = shared.clock.now_millis();
@@ -323,19 +400,30 @@ async fn tick(shared: Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>> {
         for task in due {
             if routes.job(&task.task_type).is_none() {
                 // Its job config is gone: leave the task in the store for when it returns.
-                release(&shared, vec![task]);
+                release(&shared, vec![task]).await;
                 continue;
             }
             let queue = queues.entry(task.task_type.clone()).or_insert_with(|| {
-                let (tx, rx) = mpsc::unbounded_channel();
-                runners.push(tokio::spawn(run_job(
-                    shared.clone(),
-                    task.task_type.clone(),
-                    rx,
+                // The claimer keeps heap plus queues within `max_heap`, so this bound is
+                // only reached when Kafka adoption overshoots it; then the ticker waits.
+                let (tx, rx) = mpsc::channel(shared.config.max_heap.max(1));
+                runners.push(tasks.spawn(stop_on_exit(
+                    shared.shutdown.clone(),
+                    run_job(shared.clone(), task.task_type.clone(), rx),
                 )));
                 tx
             });
-            let _ = queue.send(task);
+            emit(&shared.config.signals, || Signal::Dispatched {
+                id: task.id.clone(),
+                eta: task.trigger_at,
+                at: now,
+            });
+            shared.queued.fetch_add(1, Ordering::SeqCst);
+            if let Err(mpsc::error::SendError(task)) = queue.send(task).await {
+                // Its runner is gone (it panicked): the claim goes back to the store.
+                shared.queued.fetch_sub(1, Ordering::SeqCst);
+                release(&shared, vec![task]).await;
+            }
         }
         if shared.shutdown.is_cancelled() {
             return runners;
@@ -353,11 +441,11 @@ async fn tick(shared: Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>> {
 }
 
 /// One job's runner: attempts begin in heap order, at most `concurrency` at once.
-async fn run_job(
-    shared: Arc<Shared>,
-    task_type: String,
-    mut queue: mpsc::UnboundedReceiver<ClaimedTask>,
-) {
+async fn run_job(shared: Arc<Shared>, task_type: String, mut queue: mpsc::Receiver<ClaimedTask>) {
+    let taken = |task: ClaimedTask| {
+        shared.queued.fetch_sub(1, Ordering::SeqCst);
+        task
+    };
     let mut limit = shared
         .routes
         .borrow()
@@ -369,14 +457,14 @@ async fn run_job(
         let first = match carried.take() {
             Some(task) => task,
             None => match queue.recv().await {
-                Some(task) => task,
+                Some(task) => taken(task),
                 None => return,
             },
         };
         if shared.shutdown.is_cancelled() {
-            release(&shared, vec![first]);
+            release(&shared, vec![first]).await;
             while let Ok(task) = queue.try_recv() {
-                release(&shared, vec![task]);
+                release(&shared, vec![taken(task)]).await;
             }
             continue;
         }
@@ -400,6 +488,7 @@ async fn run_job(
         let mut batch: Vec<(ClaimedTask, OwnedSemaphorePermit)> = vec![(first, permit)];
         while batch.len() < 256 {
             let Ok(task) = queue.try_recv() else { break };
+            let task = taken(task);
             match permits.clone().try_acquire_owned() {
                 Ok(permit) => batch.push((task, permit)),
                 Err(_) => {
@@ -438,7 +527,10 @@ async fn begin(shared: &Arc<Shared>, batch: Vec<(ClaimedTask, OwnedSemaphorePerm
         };
         let shared = shared.clone();
         shared.inflight.clone().spawn(async move {
-            execute(&shared, task, attempt).await;
+            tokio::select! {
+                _ = execute(&shared, task, attempt) => {}
+                _ = shared.abandon.cancelled() => {}
+            }
             drop(permit);
         });
     }
@@ -497,29 +589,46 @@ async fn execute(shared: &Shared, task: ClaimedTask, attempt: crate::store::Star
             shared.waker.wake();
         }
     }
-    let _ = shared.completions.send(Finish {
-        id: task.id,
-        lease_token: attempt.lease_token,
-        kind,
-    });
+    let _ = shared
+        .completions
+        .send(Finish {
+            id: task.id,
+            lease_token: attempt.lease_token,
+            kind,
+        })
+        .await;
 }
 
-async fn complete(shared: Arc<Shared>, mut completions: mpsc::UnboundedReceiver<Finish>) {
+async fn complete(shared: Arc<Shared>, mut completions: mpsc::Receiver<Finish>) {
     // Hold only a weak interest in `shared`: the channel closing is what ends this loop.
     let store = shared.store.clone();
     let clock = shared.clock.clone();
     let waker = shared.waker.clone();
+    let signals = shared.config.signals.clone();
+    let shutdown = shared.shutdown.clone();
     drop(shared);
     let mut batch = Vec::with_capacity(512);
     while completions.recv_many(&mut batch, 512).await > 0 {
         let mut backoff = Duration::from_millis(50);
+        let mut tries = 0;
         loop {
             match store.finish(&batch, clock.now_millis()).await {
-                Ok(_) => break,
+                Ok(_) => {
+                    emit(&signals, || Signal::Finished {
+                        ids: batch.iter().map(|f| f.id.clone()).collect(),
+                        at: clock.now_millis(),
+                    });
+                    break;
+                }
+                Err(err) if shutdown.is_cancelled() && tries >= SHUTDOWN_FINISH_TRIES => {
+                    tracing::warn!(%err, outcomes = batch.len(), "outcomes not recorded at shutdown; their leases will bring the tasks back");
+                    break;
+                }
                 Err(err) => {
                     tracing::warn!(%err, outcomes = batch.len(), "could not record outcomes; retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(2));
+                    tries += 1;
                 }
             }
         }
