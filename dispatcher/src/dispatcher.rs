@@ -641,3 +641,325 @@ async fn complete(shared: Arc<Shared>, mut completions: mpsc::Receiver<Finish>) 
         batch.clear();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The dispatcher against a temp-file SQLite store, a loopback executor and a
+    //! [`ManualClock`]: time moves only when a test moves it, so every ETA is asserted
+    //! exactly, and test signals say when something happened instead of polling.
+
+    use std::collections::BTreeSet;
+
+    use asyncd_spec::AsyncJobConfig;
+    use chrono::{TimeZone, Utc};
+    use serde_json::value::RawValue;
+    use tokio::sync::broadcast;
+
+    use super::*;
+    use crate::clock::{Clock, ManualClock};
+    use crate::routing::{RouteTable, fixed};
+    use crate::store::{NewTask, TaskState};
+
+    const T0: i64 = 1_800_000_000_000;
+
+    fn job(task_type: &str, executor: &str, concurrency: u32) -> asyncd_spec::Job {
+        let yaml = format!(
+            "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata: {{name: {task_type}-job}}\n\
+             spec:\n  taskType: {task_type}\n  concurrency: {concurrency}\n  \
+             executor: {{url: '{executor}', timeout: 5s}}\n"
+        );
+        AsyncJobConfig::from_yaml(&yaml).unwrap().1
+    }
+
+    /// An executor that answers 200 to everything.
+    async fn executor() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = axum::Router::new().fallback(|| async { "ok" });
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        format!("http://{addr}/run")
+    }
+
+    struct Rig {
+        dir: tempfile::TempDir,
+        store: Arc<dyn Store>,
+        clock: Arc<ManualClock>,
+        signals: broadcast::Receiver<Signal>,
+        shutdown: CancellationToken,
+        tasks: TaskTracker,
+        run: tokio::task::JoinHandle<()>,
+    }
+
+    impl Rig {
+        async fn start(jobs: Vec<asyncd_spec::Job>, config: DispatcherConfig) -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let url = format!("sqlite://{}/tasks.db", dir.path().display());
+            let store = crate::store::open(&url).await.unwrap();
+            store.migrate().await.unwrap();
+            Self::start_on(dir, store, jobs, config).await
+        }
+
+        async fn start_on(
+            dir: tempfile::TempDir,
+            store: Arc<dyn Store>,
+            jobs: Vec<asyncd_spec::Job>,
+            config: DispatcherConfig,
+        ) -> Self {
+            let clock = ManualClock::at(Utc.timestamp_millis_opt(T0).unwrap());
+            let (signals, receiver) = TestSignals::new();
+            let shutdown = CancellationToken::new();
+            let tasks = TaskTracker::new();
+            let dispatcher = Dispatcher::new(
+                store.clone(),
+                fixed(RouteTable::from_jobs(jobs)),
+                Arc::new(Metrics::new()),
+                clock.clone(),
+                ExecutorClient::new("http://127.0.0.1:1".into(), config.owner.clone()),
+                DispatcherConfig {
+                    signals: Some(signals),
+                    ..config
+                },
+                ClaimerWakeup::default(),
+                shutdown.clone(),
+            );
+            let run = tokio::spawn(dispatcher.run(tasks.clone()));
+            Self {
+                dir,
+                store,
+                clock,
+                signals: receiver,
+                shutdown,
+                tasks,
+                run,
+            }
+        }
+
+        async fn insert(&self, task_type: &str, at: i64, priority: u8) -> String {
+            let id = uuid::Uuid::now_v7().to_string();
+            self.store
+                .insert(
+                    &[new_task(&id, task_type, at, priority)],
+                    self.clock.now_millis(),
+                )
+                .await
+                .unwrap();
+            id
+        }
+
+        /// The next signal `pick` accepts, skipping others; fails after the deadline.
+        async fn next<T>(&mut self, what: &str, mut pick: impl FnMut(Signal) -> Option<T>) -> T {
+            let wait = async {
+                loop {
+                    match self.signals.recv().await {
+                        Ok(signal) => {
+                            if let Some(found) = pick(signal) {
+                                return found;
+                            }
+                        }
+                        Err(err) => panic!("signals ended waiting for {what}: {err}"),
+                    }
+                }
+            };
+            tokio::time::timeout(Duration::from_secs(20), wait)
+                .await
+                .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+        }
+
+        async fn claimed(&mut self) -> (Vec<String>, i64) {
+            self.next("a claim", |s| match s {
+                Signal::Claimed { ids, at } => Some((ids, at)),
+                _ => None,
+            })
+            .await
+        }
+
+        async fn dispatched(&mut self) -> (String, i64, i64) {
+            self.next("a dispatch", |s| match s {
+                Signal::Dispatched { id, eta, at } => Some((id, eta, at)),
+                _ => None,
+            })
+            .await
+        }
+
+        /// Stops the dispatcher; the signals left to read, and the folder (so the store
+        /// stays readable).
+        async fn stop(self) -> (broadcast::Receiver<Signal>, tempfile::TempDir) {
+            self.shutdown.cancel();
+            tokio::time::timeout(Duration::from_secs(20), self.run)
+                .await
+                .expect("the dispatcher stops")
+                .expect("without a panic");
+            self.tasks.close();
+            assert!(
+                self.tasks.is_empty(),
+                "run returned with tasks still running"
+            );
+            (self.signals, self.dir)
+        }
+    }
+
+    fn new_task(id: &str, task_type: &str, at: i64, priority: u8) -> NewTask {
+        NewTask {
+            id: id.into(),
+            task_type: task_type.into(),
+            payload: RawValue::from_string("{}".into()).unwrap(),
+            priority,
+            trigger_at: at,
+            max_retries: 0,
+            timeout_ms: 5_000,
+            idempotency_key: None,
+            unique_key: None,
+            cron_key: None,
+            depends_on: Vec::new(),
+            source_service: None,
+        }
+    }
+
+    fn fast() -> DispatcherConfig {
+        DispatcherConfig {
+            owner: "me".into(),
+            poll_interval: Duration::from_millis(10),
+            lookahead: Duration::from_secs(2),
+            ..DispatcherConfig::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn claims_ahead_and_dispatches_exactly_at_the_eta() {
+        let url = executor().await;
+        let mut rig = Rig::start(vec![job("work", &url, 1)], fast()).await;
+        let id = rig.insert("work", T0 + 1_500, 0).await;
+        assert_eq!(
+            rig.claimed().await,
+            (vec![id.clone()], T0),
+            "claimed within lookahead"
+        );
+        assert_eq!(
+            rig.store.get(&id).await.unwrap().unwrap().state,
+            TaskState::Claimed
+        );
+        // The ticker reads the clock each time it wakes; it must not hand the task on
+        // until the clock reaches the ETA, and then at that very millisecond.
+        rig.clock.set_millis(T0 + 1_499);
+        rig.clock.set_millis(T0 + 1_500);
+        assert_eq!(rig.dispatched().await, (id.clone(), T0 + 1_500, T0 + 1_500));
+        let finished = rig
+            .next("the outcome", |s| match s {
+                Signal::Finished { ids, .. } => Some(ids),
+                _ => None,
+            })
+            .await;
+        assert_eq!(finished, [id.clone()]);
+        assert_eq!(
+            rig.store.get(&id).await.unwrap().unwrap().state,
+            TaskState::Succeeded
+        );
+        rig.stop().await;
+    }
+
+    #[tokio::test]
+    async fn equal_etas_dispatch_in_priority_order() {
+        let url = executor().await;
+        let mut rig = Rig::start(vec![job("work", &url, 1)], fast()).await;
+        let mut ids = HashMap::new();
+        for priority in [1, 5, 3, 9, 0] {
+            ids.insert(rig.insert("work", T0 + 100, priority).await, priority);
+        }
+        let mut claimed = 0;
+        while claimed < 5 {
+            claimed += rig.claimed().await.0.len();
+        }
+        rig.clock.set_millis(T0 + 100);
+        let mut order = Vec::new();
+        for _ in 0..5 {
+            let (id, eta, at) = rig.dispatched().await;
+            assert_eq!((eta, at), (T0 + 100, T0 + 100));
+            order.push(ids[&id]);
+        }
+        assert_eq!(order, [9, 5, 3, 1, 0]);
+        rig.stop().await;
+    }
+
+    #[tokio::test]
+    async fn claims_exactly_when_the_eta_enters_the_lookahead() {
+        let url = executor().await;
+        let config = DispatcherConfig {
+            lookahead: Duration::from_secs(1),
+            ..fast()
+        };
+        let mut rig = Rig::start(vec![job("work", &url, 1)], config).await;
+        let far = rig.insert("work", T0 + 5_000, 0).await;
+        // A due probe shows a claim query ran; the far task must not come with it.
+        for now in [T0, T0 + 3_999] {
+            rig.clock.set_millis(now);
+            let probe = rig.insert("work", now, 0).await;
+            assert_eq!(rig.claimed().await, (vec![probe], now));
+        }
+        rig.clock.set_millis(T0 + 4_000);
+        assert_eq!(rig.claimed().await, (vec![far], T0 + 4_000));
+        rig.stop().await;
+    }
+
+    #[tokio::test]
+    async fn shutdown_releases_unstarted_claims_and_waits_for_every_loop() {
+        let url = executor().await;
+        let mut rig = Rig::start(vec![job("work", &url, 1)], fast()).await;
+        let id = rig.insert("work", T0 + 1_000, 0).await;
+        assert_eq!(rig.claimed().await.0, [id.clone()]);
+        let store = rig.store.clone();
+        let (mut signals, _dir) = rig.stop().await;
+        let mut released = Vec::new();
+        while let Ok(signal) = signals.try_recv() {
+            if let Signal::Released { id } = signal {
+                released.push(id);
+            }
+        }
+        assert_eq!(released, [id.clone()]);
+        let task = store.get(&id).await.unwrap().unwrap();
+        assert_eq!((task.state, task.attempt), (TaskState::Pending, 0));
+    }
+
+    #[tokio::test]
+    async fn polls_only_the_task_types_it_owns() {
+        let url = executor().await;
+        let config = DispatcherConfig {
+            // A short grace, so the view before the other member was seen ends quickly.
+            member_ttl: Duration::from_millis(50),
+            heartbeat_interval: Duration::from_millis(100),
+            ..fast()
+        };
+        let me = crate::ownership::member_name(None, &config.owner);
+        let other = crate::ownership::member_name(None, "other");
+        let members = BTreeSet::from([me.clone(), other.clone()]);
+        let owned_by = |who: &str| {
+            (0..)
+                .map(|i| format!("type-{i}"))
+                .find(|t| crate::ownership::owner(t, &format!("{t}-job"), &members) == Some(who))
+                .unwrap()
+        };
+        let (mine, theirs) = (owned_by(&me), owned_by(&other));
+        let dir = tempfile::tempdir().unwrap();
+        let url_db = format!("sqlite://{}/tasks.db", dir.path().display());
+        let store = crate::store::open(&url_db).await.unwrap();
+        store.migrate().await.unwrap();
+        store.heartbeat_member(&other, T0).await.unwrap();
+        let jobs = vec![job(&mine, &url, 1), job(&theirs, &url, 1)];
+        let mut rig = Rig::start_on(dir, store, jobs, config).await;
+        // Two heartbeats: the other member is in the view, and the grace (50 ms) after
+        // the first view change is over by the second (100 ms later).
+        for _ in 0..2 {
+            rig.next("a heartbeat", |s| {
+                matches!(s, Signal::Heartbeat { .. }).then_some(())
+            })
+            .await;
+        }
+        let both = [new_task("m", &mine, T0, 0), new_task("t", &theirs, T0, 0)];
+        rig.store.insert(&both, T0).await.unwrap();
+        assert_eq!(rig.claimed().await.0, ["m"]);
+        assert_eq!(
+            rig.store.get("t").await.unwrap().unwrap().state,
+            TaskState::Pending
+        );
+        rig.stop().await;
+    }
+}
