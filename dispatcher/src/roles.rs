@@ -420,3 +420,118 @@ async fn wire(
     }
     Ok(local)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A part that runs until shutdown and then counts itself out.
+    fn steady(supervisor: &Supervisor, drained: &Arc<AtomicUsize>) {
+        let (token, drained) = (supervisor.shutdown().clone(), drained.clone());
+        supervisor.spawn_loop("steady", async move {
+            token.cancelled().await;
+            drained.fetch_add(1, Ordering::SeqCst);
+        });
+    }
+
+    async fn ended_with(
+        part: impl Future<Output = Result<(), BoxError>> + Send + 'static,
+    ) -> RoleError {
+        let outer = CancellationToken::new();
+        let supervisor = Supervisor::new(outer.child_token());
+        let drained = Arc::new(AtomicUsize::new(0));
+        steady(&supervisor, &drained);
+        supervisor.spawn("broken", part);
+        let err = supervisor.wait().await.expect_err("the role fails");
+        assert_eq!(
+            drained.load(Ordering::SeqCst),
+            1,
+            "the other part drained first"
+        );
+        assert!(
+            !outer.is_cancelled(),
+            "only this role stops, not the caller's token"
+        );
+        err
+    }
+
+    #[tokio::test]
+    async fn a_failing_part_stops_the_role_with_its_error() {
+        let err = ended_with(async { Err(std::io::Error::other("disk gone").into()) }).await;
+        assert!(
+            matches!(&err, RoleError::Part { part: "broken", failure: PartFailure::Failed(e) } if e.to_string() == "disk gone"),
+            "{err:?}"
+        );
+        assert_eq!(err.to_string(), "broken failed: disk gone");
+    }
+
+    #[tokio::test]
+    async fn a_panicking_part_is_reported_not_swallowed() {
+        let err = ended_with(async { panic!("boom") }).await;
+        assert!(
+            matches!(&err, RoleError::Part { part: "broken", failure: PartFailure::Panicked(m) } if m == "boom"),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_part_returning_before_shutdown_is_an_error() {
+        let err = ended_with(async { Ok(()) }).await;
+        assert!(
+            matches!(
+                &err,
+                RoleError::Part {
+                    part: "broken",
+                    failure: PartFailure::Stopped
+                }
+            ),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn only_the_first_failure_is_reported() {
+        let supervisor = Supervisor::new(CancellationToken::new());
+        supervisor.spawn("first", async {
+            Err::<(), _>(std::io::Error::other("one"))
+        });
+        supervisor.tracker().clone().wait().await;
+        let token = supervisor.shutdown().clone();
+        supervisor.spawn("second", async move {
+            token.cancelled().await;
+            Err::<(), _>(std::io::Error::other("two"))
+        });
+        let err = supervisor.wait().await.expect_err("fails");
+        assert!(
+            matches!(err, RoleError::Part { part: "first", .. }),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_waits_for_every_part_and_their_tasks() {
+        let supervisor = Supervisor::new(CancellationToken::new());
+        let drained = Arc::new(AtomicUsize::new(0));
+        for delay in [0, 3, 7] {
+            let (token, counter) = (supervisor.shutdown().clone(), drained.clone());
+            // A part's own task, in the role's tracker, with a slow wind-down.
+            supervisor.tracker().spawn(async move {
+                token.cancelled().await;
+                tokio::time::sleep(Duration::from_secs(delay)).await;
+                counter.fetch_add(1, Ordering::SeqCst);
+            });
+            steady(&supervisor, &drained);
+        }
+        supervisor.shutdown().cancel();
+        let started = tokio::time::Instant::now();
+        supervisor.wait().await.expect("a clean shutdown");
+        assert_eq!(drained.load(Ordering::SeqCst), 6);
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(7),
+            "waited for the slowest"
+        );
+    }
+}
