@@ -497,7 +497,8 @@ mod tests {
         supervisor.spawn("first", async {
             Err::<(), _>(std::io::Error::other("one"))
         });
-        supervisor.tracker().clone().wait().await;
+        // The first failure is recorded before it cancels the token.
+        supervisor.shutdown().cancelled().await;
         let token = supervisor.shutdown().clone();
         supervisor.spawn("second", async move {
             token.cancelled().await;
