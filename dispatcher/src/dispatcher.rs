@@ -849,7 +849,7 @@ mod tests {
                 _ => None,
             })
             .await;
-        assert_eq!(finished, [id.clone()]);
+        assert_eq!(finished, std::slice::from_ref(&id));
         assert_eq!(
             rig.store.get(&id).await.unwrap().unwrap().state,
             TaskState::Succeeded
@@ -905,7 +905,7 @@ mod tests {
         let url = executor().await;
         let mut rig = Rig::start(vec![job("work", &url, 1)], fast()).await;
         let id = rig.insert("work", T0 + 1_000, 0).await;
-        assert_eq!(rig.claimed().await.0, [id.clone()]);
+        assert_eq!(rig.claimed().await.0, std::slice::from_ref(&id));
         let store = rig.store.clone();
         let (mut signals, _dir) = rig.stop().await;
         let mut released = Vec::new();
@@ -914,7 +914,7 @@ mod tests {
                 released.push(id);
             }
         }
-        assert_eq!(released, [id.clone()]);
+        assert_eq!(released, std::slice::from_ref(&id));
         let task = store.get(&id).await.unwrap().unwrap();
         assert_eq!((task.state, task.attempt), (TaskState::Pending, 0));
     }

@@ -185,6 +185,7 @@ pub struct ConsumerConfig {
 
 /// Runs one consumer per routed job that has a topic, starting and stopping them as
 /// the routing table changes, until `shutdown`.
+#[allow(clippy::too_many_arguments)]
 pub async fn supervise(
     config: ConsumerConfig,
     mut routes: Routes,
