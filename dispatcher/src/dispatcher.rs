@@ -21,8 +21,12 @@
 //! role to report.
 //!
 //! Every queue is bounded. Claimed-but-unstarted tasks (heap plus runner queues) are
-//! capped at `max_heap` by the claimer; outcomes wait in a channel of
-//! [`COMPLETIONS_BOUND`], so a stalled store slows dispatching instead of growing memory.
+//! capped at `max_heap` by the claimer, and outcomes waiting for the completer at
+//! `max_heap` too: as many as the tasks this dispatcher may hold, so back-pressure only
+//! starts when the store has fallen that far behind (a tighter bound throttles attempts
+//! to the completer's pace and lets leases lapse under load), and a stalled store then
+//! slows dispatching instead of growing memory. The completer depends on nothing but the
+//! store, so a sender waiting on it cannot deadlock.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -42,12 +46,6 @@ use crate::retry;
 use crate::routing::Routes;
 use crate::signals::{Signal, TestSignals, emit};
 use crate::store::{ClaimedTask, Finish, FinishKind, Store, TypeFilter};
-
-/// Outcomes waiting for the completer: four of its 512-outcome batches, so attempts that
-/// end while one batch is being written never wait, and a store that stops answering
-/// holds up new attempts (their senders wait) rather than piling outcomes up in memory.
-/// The completer depends on nothing but the store, so waiting on it cannot deadlock.
-pub const COMPLETIONS_BOUND: usize = 2048;
 
 /// How many times the completer retries a batch once shutdown has begun, before leaving
 /// those tasks to their leases rather than holding the process up while the store is away.
@@ -177,7 +175,7 @@ impl Dispatcher {
         waker: ClaimerWakeup,
         shutdown: CancellationToken,
     ) -> Self {
-        let (tx, rx) = mpsc::channel(COMPLETIONS_BOUND);
+        let (tx, rx) = mpsc::channel(config.max_heap.max(1));
         let member = crate::ownership::member_name(config.job.as_deref(), &config.owner);
         let ownership = Ownership::new(member, config.member_ttl);
         Self {
