@@ -14,10 +14,22 @@
 //! - the **completer** writes attempt outcomes back in batches.
 //!
 //! Shutdown: stop claiming, hand unstarted tasks back to the store, let in-flight calls
-//! finish (up to `shutdown_grace`), flush outcomes. Anything cut short is leased, so
-//! the rescuer brings it back.
+//! finish (up to `shutdown_grace`, then abandon them), flush outcomes. Anything cut short
+//! is leased, so the rescuer brings it back. The loops run in the role's task tracker and
+//! [`Dispatcher::run`] returns only after all of them have ended; a loop that panics
+//! cancels the shutdown token (so the others drain) and `run` re-raises its panic for the
+//! role to report.
+//!
+//! Every queue is bounded. Claimed-but-unstarted tasks (heap plus runner queues) are
+//! capped at `max_heap` by the claimer, and outcomes waiting for the completer at
+//! `max_heap` too: as many as the tasks this dispatcher may hold, so back-pressure only
+//! starts when the store has fallen that far behind (a tighter bound throttles attempts
+//! to the completer's pace and lets leases lapse under load), and a stalled store then
+//! slows dispatching instead of growing memory. The completer depends on nothing but the
+//! store, so a sender waiting on it cannot deadlock.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -32,7 +44,12 @@ use crate::metrics::Metrics;
 use crate::ownership::Ownership;
 use crate::retry;
 use crate::routing::Routes;
+use crate::signals::{Signal, TestSignals, emit};
 use crate::store::{ClaimParams, ClaimedTask, Finish, FinishKind, StartParams, Store, TypeFilter};
+
+/// How many times the completer retries a batch once shutdown has begun, before leaving
+/// those tasks to their leases rather than holding the process up while the store is away.
+const SHUTDOWN_FINISH_TRIES: u32 = 5;
 
 #[derive(Debug, Clone)]
 pub struct DispatcherConfig {
@@ -55,6 +72,8 @@ pub struct DispatcherConfig {
     pub heartbeat_interval: Duration,
     /// A member silent this long is taken for dead and its task types move.
     pub member_ttl: Duration,
+    /// Test-only event hooks.
+    pub signals: Option<TestSignals>,
 }
 
 impl Default for DispatcherConfig {
@@ -71,6 +90,7 @@ impl Default for DispatcherConfig {
             shutdown_grace: Duration::from_secs(25),
             heartbeat_interval: Duration::from_secs(1),
             member_ttl: Duration::from_secs(4),
+            signals: None,
         }
     }
 }
@@ -98,13 +118,7 @@ impl HeapSink {
         if tasks.is_empty() {
             return;
         }
-        let mut heap = shared.heap.lock().expect("heap lock");
-        for task in tasks {
-            heap.push(task);
-        }
-        shared.metrics.heap_size.set(heap.len() as i64);
-        drop(heap);
-        shared.heap_changed.notify_one();
+        shared.push(tasks);
     }
 }
 
@@ -119,14 +133,34 @@ struct Shared {
     heap_changed: Notify,
     ownership: Mutex<Ownership>,
     waker: ClaimerWakeup,
-    completions: mpsc::UnboundedSender<Finish>,
+    completions: mpsc::Sender<Finish>,
+    /// Tasks handed to runners but not yet taken by them; counts against `max_heap`.
+    queued: AtomicUsize,
     inflight: TaskTracker,
+    /// Cancelled when the shutdown grace is over: attempts still running are dropped.
+    abandon: CancellationToken,
     shutdown: CancellationToken,
+}
+
+impl Shared {
+    fn push(&self, tasks: Vec<ClaimedTask>) {
+        emit(&self.config.signals, || Signal::Claimed {
+            ids: tasks.iter().map(|t| t.id.clone()).collect(),
+            at: self.clock.now_millis(),
+        });
+        let mut heap = self.heap.lock().expect("heap lock");
+        for task in tasks {
+            heap.push(task);
+        }
+        self.metrics.heap_size.set(heap.len() as i64);
+        drop(heap);
+        self.heap_changed.notify_one();
+    }
 }
 
 pub struct Dispatcher {
     shared: Arc<Shared>,
-    completions: mpsc::UnboundedReceiver<Finish>,
+    completions: mpsc::Receiver<Finish>,
 }
 
 impl Dispatcher {
@@ -141,7 +175,7 @@ impl Dispatcher {
         waker: ClaimerWakeup,
         shutdown: CancellationToken,
     ) -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(config.max_heap.max(1));
         let member = crate::ownership::member_name(config.job.as_deref(), &config.owner);
         let ownership = Ownership::new(member, config.member_ttl);
         Self {
@@ -157,7 +191,9 @@ impl Dispatcher {
                 ownership: Mutex::new(ownership),
                 waker,
                 completions: tx,
+                queued: AtomicUsize::new(0),
                 inflight: TaskTracker::new(),
+                abandon: CancellationToken::new(),
                 shutdown,
             }),
             completions: rx,
@@ -168,20 +204,40 @@ impl Dispatcher {
         HeapSink(Arc::downgrade(&self.shared))
     }
 
-    /// Runs until the shutdown token fires, then winds down as described above.
-    pub async fn run(self) {
+    /// Runs until the shutdown token fires, then winds down as described above. Its loops
+    /// are spawned into `tasks` (the role's tracker) and all have ended when this returns.
+    pub async fn run(self, tasks: TaskTracker) {
         let shared = self.shared;
-        let completer = tokio::spawn(complete(shared.clone(), self.completions));
-        let membership = tokio::spawn(keep_membership(shared.clone()));
-        let claimer = tokio::spawn(claim(shared.clone()));
-        let runners = tick(shared.clone()).await;
-        let _ = claimer.await;
-        let _ = membership.await;
+        let stop = || shared.shutdown.clone();
+        let completer = tasks.spawn(stop_on_exit(
+            stop(),
+            complete(shared.clone(), self.completions),
+        ));
+        let membership = tasks.spawn(stop_on_exit(stop(), keep_membership(shared.clone())));
+        let claimer = tasks.spawn(stop_on_exit(stop(), claim(shared.clone())));
+        let ticker = tasks.spawn(stop_on_exit(stop(), tick(shared.clone(), tasks.clone())));
+        let mut panics = Vec::new();
+        let mut joined = |result: Result<(), tokio::task::JoinError>| {
+            if let Err(err) = result
+                && err.is_panic()
+            {
+                panics.push(err.into_panic());
+            }
+        };
+        let runners = match ticker.await {
+            Ok(runners) => runners,
+            Err(err) => {
+                joined(Err(err));
+                Vec::new()
+            }
+        };
+        joined(claimer.await);
+        joined(membership.await);
 
         let unstarted = shared.heap.lock().expect("heap lock").drain();
-        release(&shared, unstarted);
+        release(&shared, unstarted).await;
         for runner in runners {
-            let _ = runner.await;
+            joined(runner.await);
         }
         shared.inflight.close();
         if tokio::time::timeout(shared.config.shutdown_grace, shared.inflight.wait())
@@ -191,20 +247,40 @@ impl Dispatcher {
             tracing::warn!(
                 "in-flight attempts still running at shutdown; their leases will bring them back"
             );
+            shared.abandon.cancel();
+            shared.inflight.wait().await;
         }
+        // The last sender goes with `shared`, which ends the completer once it has
+        // written what is queued.
         drop(shared);
-        // An attempt still running past the grace keeps a sender alive; don't wait on it.
-        let _ = tokio::time::timeout(Duration::from_secs(5), completer).await;
+        joined(completer.await);
+        if let Some(panic) = panics.into_iter().next() {
+            std::panic::resume_unwind(panic);
+        }
     }
 }
 
-fn release(shared: &Shared, tasks: Vec<ClaimedTask>) {
+/// Runs `future`, cancelling `shutdown` when it ends for any reason, a panic included:
+/// each loop ends normally only after shutdown, so an early end means the others must
+/// stop too.
+async fn stop_on_exit<T>(shutdown: CancellationToken, future: impl Future<Output = T>) -> T {
+    let _stop = shutdown.drop_guard();
+    future.await
+}
+
+async fn release(shared: &Shared, tasks: Vec<ClaimedTask>) {
     for task in tasks {
-        let _ = shared.completions.send(Finish {
-            id: task.id,
-            lease_token: task.lease_token,
-            kind: FinishKind::Release,
+        emit(&shared.config.signals, || Signal::Released {
+            id: task.id.clone(),
         });
+        let _ = shared
+            .completions
+            .send(Finish {
+                id: task.id,
+                lease_token: task.lease_token,
+                kind: FinishKind::Release,
+            })
+            .await;
     }
 }
 
@@ -221,11 +297,14 @@ async fn keep_membership(shared: Arc<Shared>) {
                 .await
         };
         match seen.await {
-            Ok(members) => shared
-                .ownership
-                .lock()
-                .expect("ownership lock")
-                .observe(members.into_iter().collect(), Instant::now()),
+            Ok(members) => {
+                shared
+                    .ownership
+                    .lock()
+                    .expect("ownership lock")
+                    .observe(members.into_iter().collect(), Instant::now());
+                emit(&config.signals, || Signal::Heartbeat { at: now });
+            }
             Err(err) => tracing::warn!(%err, "membership heartbeat failed; keeping the last view"),
         }
         tokio::select! {
@@ -247,7 +326,9 @@ async fn claim(shared: Arc<Shared>) {
             _ = shared.waker.0.notified() => {}
         }
         loop {
-            if shared.heap.lock().expect("heap lock").len() >= config.max_heap {
+            let unstarted =
+                shared.heap.lock().expect("heap lock").len() + shared.queued.load(Ordering::SeqCst);
+            if unstarted >= config.max_heap {
                 break;
             }
             let jobs: Vec<(String, String)> = shared
@@ -290,13 +371,7 @@ async fn claim(shared: Arc<Shared>) {
             };
             let full = claimed.len() as u32 == config.claim_batch;
             if !claimed.is_empty() {
-                let mut heap = shared.heap.lock().expect("heap lock");
-                for task in claimed {
-                    heap.push(task);
-                }
-                shared.metrics.heap_size.set(heap.len() as i64);
-                drop(heap);
-                shared.heap_changed.notify_one();
+                shared.push(claimed);
             }
             if !full || shared.shutdown.is_cancelled() {
                 break;
@@ -305,9 +380,9 @@ async fn claim(shared: Arc<Shared>) {
     }
 }
 
-/// The ticker. Returns the runners it started, for shutdown to wait on.
-async fn tick(shared: Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut queues: HashMap<String, mpsc::UnboundedSender<ClaimedTask>> = HashMap::new();
+/// The ticker. Returns the runners it started (in `tasks`), for shutdown to wait on.
+async fn tick(shared: Arc<Shared>, tasks: TaskTracker) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut queues: HashMap<String, mpsc::Sender<ClaimedTask>> = HashMap::new();
     let mut runners = Vec::new();
     loop {
         let now = shared.clock.now_millis();
@@ -323,19 +398,30 @@ async fn tick(shared: Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>> {
         for task in due {
             if routes.job(&task.task_type).is_none() {
                 // Its job config is gone: leave the task in the store for when it returns.
-                release(&shared, vec![task]);
+                release(&shared, vec![task]).await;
                 continue;
             }
             let queue = queues.entry(task.task_type.clone()).or_insert_with(|| {
-                let (tx, rx) = mpsc::unbounded_channel();
-                runners.push(tokio::spawn(run_job(
-                    shared.clone(),
-                    task.task_type.clone(),
-                    rx,
+                // The claimer keeps heap plus queues within `max_heap`, so this bound is
+                // only reached when Kafka adoption overshoots it; then the ticker waits.
+                let (tx, rx) = mpsc::channel(shared.config.max_heap.max(1));
+                runners.push(tasks.spawn(stop_on_exit(
+                    shared.shutdown.clone(),
+                    run_job(shared.clone(), task.task_type.clone(), rx),
                 )));
                 tx
             });
-            let _ = queue.send(task);
+            emit(&shared.config.signals, || Signal::Dispatched {
+                id: task.id.clone(),
+                eta: task.trigger_at,
+                at: now,
+            });
+            shared.queued.fetch_add(1, Ordering::SeqCst);
+            if let Err(mpsc::error::SendError(task)) = queue.send(task).await {
+                // Its runner is gone (it panicked): the claim goes back to the store.
+                shared.queued.fetch_sub(1, Ordering::SeqCst);
+                release(&shared, vec![task]).await;
+            }
         }
         if shared.shutdown.is_cancelled() {
             return runners;
@@ -353,11 +439,11 @@ async fn tick(shared: Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>> {
 }
 
 /// One job's runner: attempts begin in heap order, at most `concurrency` at once.
-async fn run_job(
-    shared: Arc<Shared>,
-    task_type: String,
-    mut queue: mpsc::UnboundedReceiver<ClaimedTask>,
-) {
+async fn run_job(shared: Arc<Shared>, task_type: String, mut queue: mpsc::Receiver<ClaimedTask>) {
+    let taken = |task: ClaimedTask| {
+        shared.queued.fetch_sub(1, Ordering::SeqCst);
+        task
+    };
     let mut limit = shared
         .routes
         .borrow()
@@ -369,14 +455,14 @@ async fn run_job(
         let first = match carried.take() {
             Some(task) => task,
             None => match queue.recv().await {
-                Some(task) => task,
+                Some(task) => taken(task),
                 None => return,
             },
         };
         if shared.shutdown.is_cancelled() {
-            release(&shared, vec![first]);
+            release(&shared, vec![first]).await;
             while let Ok(task) = queue.try_recv() {
-                release(&shared, vec![task]);
+                release(&shared, vec![taken(task)]).await;
             }
             continue;
         }
@@ -400,6 +486,7 @@ async fn run_job(
         let mut batch: Vec<(ClaimedTask, OwnedSemaphorePermit)> = vec![(first, permit)];
         while batch.len() < 256 {
             let Ok(task) = queue.try_recv() else { break };
+            let task = taken(task);
             match permits.clone().try_acquire_owned() {
                 Ok(permit) => batch.push((task, permit)),
                 Err(_) => {
@@ -442,7 +529,10 @@ async fn begin(shared: &Arc<Shared>, batch: Vec<(ClaimedTask, OwnedSemaphorePerm
         };
         let shared = shared.clone();
         shared.inflight.clone().spawn(async move {
-            execute(&shared, task, attempt).await;
+            tokio::select! {
+                _ = execute(&shared, task, attempt) => {}
+                _ = shared.abandon.cancelled() => {}
+            }
             drop(permit);
         });
     }
@@ -501,29 +591,46 @@ async fn execute(shared: &Shared, task: ClaimedTask, attempt: crate::store::Star
             shared.waker.wake();
         }
     }
-    let _ = shared.completions.send(Finish {
-        id: task.id,
-        lease_token: attempt.lease_token,
-        kind,
-    });
+    let _ = shared
+        .completions
+        .send(Finish {
+            id: task.id,
+            lease_token: attempt.lease_token,
+            kind,
+        })
+        .await;
 }
 
-async fn complete(shared: Arc<Shared>, mut completions: mpsc::UnboundedReceiver<Finish>) {
+async fn complete(shared: Arc<Shared>, mut completions: mpsc::Receiver<Finish>) {
     // Hold only a weak interest in `shared`: the channel closing is what ends this loop.
     let store = shared.store.clone();
     let clock = shared.clock.clone();
     let waker = shared.waker.clone();
+    let signals = shared.config.signals.clone();
+    let shutdown = shared.shutdown.clone();
     drop(shared);
     let mut batch = Vec::with_capacity(512);
     while completions.recv_many(&mut batch, 512).await > 0 {
         let mut backoff = Duration::from_millis(50);
+        let mut tries = 0;
         loop {
             match store.finish(&batch, clock.now_millis()).await {
-                Ok(_) => break,
+                Ok(_) => {
+                    emit(&signals, || Signal::Finished {
+                        ids: batch.iter().map(|f| f.id.clone()).collect(),
+                        at: clock.now_millis(),
+                    });
+                    break;
+                }
+                Err(err) if shutdown.is_cancelled() && tries >= SHUTDOWN_FINISH_TRIES => {
+                    tracing::warn!(%err, outcomes = batch.len(), "outcomes not recorded at shutdown; their leases will bring the tasks back");
+                    break;
+                }
                 Err(err) => {
                     tracing::warn!(%err, outcomes = batch.len(), "could not record outcomes; retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(2));
+                    tries += 1;
                 }
             }
         }
@@ -534,5 +641,331 @@ async fn complete(shared: Arc<Shared>, mut completions: mpsc::UnboundedReceiver<
             waker.wake();
         }
         batch.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The dispatcher against a temp-file SQLite store, a loopback executor and a
+    //! [`ManualClock`]: time moves only when a test moves it, so every ETA is asserted
+    //! exactly, and test signals say when something happened instead of polling.
+
+    use std::collections::BTreeSet;
+
+    use asyncd_spec::AsyncJobConfig;
+    use chrono::{TimeZone, Utc};
+    use serde_json::value::RawValue;
+    use tokio::sync::broadcast;
+
+    use super::*;
+    use crate::clock::{Clock, ManualClock};
+    use crate::routing::{RouteTable, fixed};
+    use crate::store::Millis;
+    use crate::store::{NewTask, TaskState};
+
+    const T0: i64 = 1_800_000_000_000;
+
+    fn job(task_type: &str, executor: &str, concurrency: u32) -> asyncd_spec::Job {
+        let yaml = format!(
+            "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata: {{name: {task_type}-job}}\n\
+             spec:\n  taskType: {task_type}\n  concurrency: {concurrency}\n  \
+             executor: {{url: '{executor}', timeout: 5s}}\n"
+        );
+        AsyncJobConfig::from_yaml(&yaml).unwrap().1
+    }
+
+    /// An executor that answers 200 to everything.
+    async fn executor() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = axum::Router::new().fallback(|| async { "ok" });
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        format!("http://{addr}/run")
+    }
+
+    struct Rig {
+        dir: tempfile::TempDir,
+        store: Arc<dyn Store>,
+        clock: Arc<ManualClock>,
+        signals: broadcast::Receiver<Signal>,
+        shutdown: CancellationToken,
+        tasks: TaskTracker,
+        run: tokio::task::JoinHandle<()>,
+    }
+
+    impl Rig {
+        async fn start(jobs: Vec<asyncd_spec::Job>, config: DispatcherConfig) -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let url = format!("sqlite://{}/tasks.db", dir.path().display());
+            let store = crate::store::open(&url).await.unwrap();
+            store.migrate().await.unwrap();
+            Self::start_on(dir, store, jobs, config).await
+        }
+
+        async fn start_on(
+            dir: tempfile::TempDir,
+            store: Arc<dyn Store>,
+            jobs: Vec<asyncd_spec::Job>,
+            config: DispatcherConfig,
+        ) -> Self {
+            let clock = ManualClock::at(Utc.timestamp_millis_opt(T0).unwrap());
+            let (signals, receiver) = TestSignals::new();
+            let shutdown = CancellationToken::new();
+            let tasks = TaskTracker::new();
+            let dispatcher = Dispatcher::new(
+                store.clone(),
+                fixed(RouteTable::from_jobs(jobs)),
+                Arc::new(Metrics::new()),
+                clock.clone(),
+                ExecutorClient::new("http://127.0.0.1:1".into(), config.owner.clone()),
+                DispatcherConfig {
+                    signals: Some(signals),
+                    ..config
+                },
+                ClaimerWakeup::default(),
+                shutdown.clone(),
+            );
+            let run = tokio::spawn(dispatcher.run(tasks.clone()));
+            Self {
+                dir,
+                store,
+                clock,
+                signals: receiver,
+                shutdown,
+                tasks,
+                run,
+            }
+        }
+
+        async fn insert(&self, task_type: &str, at: i64, priority: u8) -> String {
+            let id = uuid::Uuid::now_v7().to_string();
+            self.store
+                .insert(
+                    &[new_task(&id, task_type, at, priority)],
+                    self.clock.now_millis(),
+                )
+                .await
+                .unwrap();
+            id
+        }
+
+        /// The next signal `pick` accepts, skipping others; fails after the deadline.
+        async fn next<T>(&mut self, what: &str, mut pick: impl FnMut(Signal) -> Option<T>) -> T {
+            let wait = async {
+                loop {
+                    match self.signals.recv().await {
+                        Ok(signal) => {
+                            if let Some(found) = pick(signal) {
+                                return found;
+                            }
+                        }
+                        Err(err) => panic!("signals ended waiting for {what}: {err}"),
+                    }
+                }
+            };
+            tokio::time::timeout(Duration::from_secs(20), wait)
+                .await
+                .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+        }
+
+        async fn claimed(&mut self) -> (Vec<String>, i64) {
+            self.next("a claim", |s| match s {
+                Signal::Claimed { ids, at } => Some((ids, at.as_i64())),
+                _ => None,
+            })
+            .await
+        }
+
+        async fn dispatched(&mut self) -> (String, i64, i64) {
+            self.next("a dispatch", |s| match s {
+                Signal::Dispatched { id, eta, at } => Some((id, eta.as_i64(), at.as_i64())),
+                _ => None,
+            })
+            .await
+        }
+
+        /// Stops the dispatcher; the signals left to read, and the folder (so the store
+        /// stays readable).
+        async fn stop(self) -> (broadcast::Receiver<Signal>, tempfile::TempDir) {
+            self.shutdown.cancel();
+            tokio::time::timeout(Duration::from_secs(20), self.run)
+                .await
+                .expect("the dispatcher stops")
+                .expect("without a panic");
+            self.tasks.close();
+            assert!(
+                self.tasks.is_empty(),
+                "run returned with tasks still running"
+            );
+            (self.signals, self.dir)
+        }
+    }
+
+    fn new_task(id: &str, task_type: &str, at: i64, priority: u8) -> NewTask {
+        NewTask {
+            id: id.into(),
+            task_type: task_type.into(),
+            payload: RawValue::from_string("{}".into()).unwrap(),
+            priority,
+            trigger_at: Millis::new(at),
+            max_retries: 0,
+            timeout_ms: 5_000,
+            idempotency_key: None,
+            unique_key: None,
+            cron_key: None,
+            depends_on: Vec::new(),
+            source_service: None,
+        }
+    }
+
+    fn fast() -> DispatcherConfig {
+        DispatcherConfig {
+            owner: "me".into(),
+            poll_interval: Duration::from_millis(10),
+            lookahead: Duration::from_secs(2),
+            ..DispatcherConfig::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn claims_ahead_and_dispatches_exactly_at_the_eta() {
+        let url = executor().await;
+        let mut rig = Rig::start(vec![job("work", &url, 1)], fast()).await;
+        let id = rig.insert("work", T0 + 1_500, 0).await;
+        assert_eq!(
+            rig.claimed().await,
+            (vec![id.clone()], T0),
+            "claimed within lookahead"
+        );
+        assert_eq!(
+            rig.store.get(&id).await.unwrap().unwrap().state,
+            TaskState::Claimed
+        );
+        // The ticker reads the clock each time it wakes; it must not hand the task on
+        // until the clock reaches the ETA, and then at that very millisecond.
+        rig.clock.set_millis(Millis::new(T0 + 1_499));
+        rig.clock.set_millis(Millis::new(T0 + 1_500));
+        assert_eq!(rig.dispatched().await, (id.clone(), T0 + 1_500, T0 + 1_500));
+        let finished = rig
+            .next("the outcome", |s| match s {
+                Signal::Finished { ids, .. } => Some(ids),
+                _ => None,
+            })
+            .await;
+        assert_eq!(finished, std::slice::from_ref(&id));
+        assert_eq!(
+            rig.store.get(&id).await.unwrap().unwrap().state,
+            TaskState::Succeeded
+        );
+        rig.stop().await;
+    }
+
+    #[tokio::test]
+    async fn equal_etas_dispatch_in_priority_order() {
+        let url = executor().await;
+        let mut rig = Rig::start(vec![job("work", &url, 1)], fast()).await;
+        let mut ids = HashMap::new();
+        for priority in [1, 5, 3, 9, 0] {
+            ids.insert(rig.insert("work", T0 + 100, priority).await, priority);
+        }
+        let mut claimed = 0;
+        while claimed < 5 {
+            claimed += rig.claimed().await.0.len();
+        }
+        rig.clock.set_millis(Millis::new(T0 + 100));
+        let mut order = Vec::new();
+        for _ in 0..5 {
+            let (id, eta, at) = rig.dispatched().await;
+            assert_eq!((eta, at), (T0 + 100, T0 + 100));
+            order.push(ids[&id]);
+        }
+        assert_eq!(order, [9, 5, 3, 1, 0]);
+        rig.stop().await;
+    }
+
+    #[tokio::test]
+    async fn claims_exactly_when_the_eta_enters_the_lookahead() {
+        let url = executor().await;
+        let config = DispatcherConfig {
+            lookahead: Duration::from_secs(1),
+            ..fast()
+        };
+        let mut rig = Rig::start(vec![job("work", &url, 1)], config).await;
+        let far = rig.insert("work", T0 + 5_000, 0).await;
+        // A due probe shows a claim query ran; the far task must not come with it.
+        for now in [T0, T0 + 3_999] {
+            rig.clock.set_millis(Millis::new(now));
+            let probe = rig.insert("work", now, 0).await;
+            assert_eq!(rig.claimed().await, (vec![probe], now));
+        }
+        rig.clock.set_millis(Millis::new(T0 + 4_000));
+        assert_eq!(rig.claimed().await, (vec![far], T0 + 4_000));
+        rig.stop().await;
+    }
+
+    #[tokio::test]
+    async fn shutdown_releases_unstarted_claims_and_waits_for_every_loop() {
+        let url = executor().await;
+        let mut rig = Rig::start(vec![job("work", &url, 1)], fast()).await;
+        let id = rig.insert("work", T0 + 1_000, 0).await;
+        assert_eq!(rig.claimed().await.0, std::slice::from_ref(&id));
+        let store = rig.store.clone();
+        let (mut signals, _dir) = rig.stop().await;
+        let mut released = Vec::new();
+        while let Ok(signal) = signals.try_recv() {
+            if let Signal::Released { id } = signal {
+                released.push(id);
+            }
+        }
+        assert_eq!(released, std::slice::from_ref(&id));
+        let task = store.get(&id).await.unwrap().unwrap();
+        assert_eq!((task.state, task.attempt), (TaskState::Pending, 0));
+    }
+
+    #[tokio::test]
+    async fn polls_only_the_task_types_it_owns() {
+        let url = executor().await;
+        let config = DispatcherConfig {
+            // A short grace, so the view before the other member was seen ends quickly.
+            member_ttl: Duration::from_millis(50),
+            heartbeat_interval: Duration::from_millis(100),
+            ..fast()
+        };
+        let me = crate::ownership::member_name(None, &config.owner);
+        let other = crate::ownership::member_name(None, "other");
+        let members = BTreeSet::from([me.clone(), other.clone()]);
+        let owned_by = |who: &str| {
+            (0..)
+                .map(|i| format!("type-{i}"))
+                .find(|t| crate::ownership::owner(t, &format!("{t}-job"), &members) == Some(who))
+                .unwrap()
+        };
+        let (mine, theirs) = (owned_by(&me), owned_by(&other));
+        let dir = tempfile::tempdir().unwrap();
+        let url_db = format!("sqlite://{}/tasks.db", dir.path().display());
+        let store = crate::store::open(&url_db).await.unwrap();
+        store.migrate().await.unwrap();
+        store
+            .heartbeat_member(&other, Millis::new(T0))
+            .await
+            .unwrap();
+        let jobs = vec![job(&mine, &url, 1), job(&theirs, &url, 1)];
+        let mut rig = Rig::start_on(dir, store, jobs, config).await;
+        // Two heartbeats: the other member is in the view, and the grace (50 ms) after
+        // the first view change is over by the second (100 ms later).
+        for _ in 0..2 {
+            rig.next("a heartbeat", |s| {
+                matches!(s, Signal::Heartbeat { .. }).then_some(())
+            })
+            .await;
+        }
+        let both = [new_task("m", &mine, T0, 0), new_task("t", &theirs, T0, 0)];
+        rig.store.insert(&both, Millis::new(T0)).await.unwrap();
+        assert_eq!(rig.claimed().await.0, ["m"]);
+        assert_eq!(
+            rig.store.get("t").await.unwrap().unwrap().state,
+            TaskState::Pending
+        );
+        rig.stop().await;
     }
 }

@@ -31,6 +31,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::clock::SharedClock;
 use crate::dispatcher::HeapSink;
@@ -153,6 +154,7 @@ pub struct ConsumerConfig {
 
 /// Runs one consumer per routed job that has a topic, starting and stopping them as
 /// the routing table changes, until `shutdown`.
+#[allow(clippy::too_many_arguments)]
 pub async fn supervise(
     config: ConsumerConfig,
     mut routes: Routes,
@@ -160,6 +162,8 @@ pub async fn supervise(
     sink: HeapSink,
     clock: SharedClock,
     metrics: Arc<Metrics>,
+    // The role's tracker: the role waits for the consumers, not just for this loop.
+    tasks: TaskTracker,
     shutdown: CancellationToken,
 ) {
     // Job name → (topic, group, the consumer's own stop signal).
@@ -195,7 +199,7 @@ pub async fn supervise(
             }
             let stop = shutdown.child_token();
             running.insert(name.clone(), (topic.clone(), group.clone(), stop.clone()));
-            tokio::spawn(consume(
+            tasks.spawn(consume(
                 Assignment {
                     job: name,
                     topic,

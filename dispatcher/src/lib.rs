@@ -16,9 +16,11 @@
 //! - [`ownership`]: which task types each dispatcher polls (rendezvous hashing).
 //! - [`routing`]: the job table, hot-reloaded from AsyncJobConfig files.
 //! - [`backlog`] and [`metrics`]: Prometheus gauges and counters.
-//! - [`clock`]: injected time.
-//! - [`roles`]: wires the parts into the `dev`, `api`, `dispatcher` and `scheduler` roles,
-//!   with one shutdown signal fanned out to all of them.
+//! - [`clock`]: injected time; [`signals`]: test-only event hooks, so tests wait for
+//!   events instead of polling.
+//! - [`roles`]: wires the parts into the `dev`, `api`, `dispatcher` and `scheduler` roles
+//!   under one supervisor that owns every task: one shutdown signal for all of them, and
+//!   the first part to fail stops the role with its error.
 
 pub mod api;
 pub mod backlog;
@@ -34,4 +36,5 @@ pub mod retry;
 pub mod roles;
 pub mod routing;
 pub mod scheduler;
+pub mod signals;
 pub mod store;

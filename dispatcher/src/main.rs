@@ -2,9 +2,12 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use asyncd::clock::SystemClock;
 use asyncd::dispatcher::DispatcherConfig;
 use asyncd::roles::{self, Parts, RoutingSource, Settings};
 use clap::{Args, Parser, Subcommand};
@@ -138,6 +141,8 @@ impl Common {
             create_topics: self.create_topics,
             kafka_horizon: self.kafka_horizon,
             reload_interval: Duration::from_millis(500),
+            clock: Arc::new(SystemClock),
+            signals: None,
         }
     }
 }
@@ -158,7 +163,7 @@ fn instance_name(instance: Option<String>) -> String {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("ASYNCD_LOG")
@@ -170,8 +175,18 @@ async fn main() -> anyhow::Result<()> {
     // rustls cannot pick a process default on its own, and the Kubernetes client needs one.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let cli = Cli::parse();
-    let shutdown = CancellationToken::new();
-    roles::cancel_on_signal(shutdown.clone());
+    match serve(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            // The role has already stopped every part; say why, and exit non-zero so the
+            // supervisor (Kubernetes, systemd) restarts or reports it.
+            tracing::error!("asyncd stopped: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(cli: Cli) -> anyhow::Result<()> {
     let (settings, parts) = match cli.role {
         Role::Migrate { store } => {
             roles::migrate(&store).await.context("migrate")?;
@@ -207,6 +222,23 @@ async fn main() -> anyhow::Result<()> {
             },
         ),
     };
-    roles::run(settings, parts, shutdown).await?;
+    let shutdown = CancellationToken::new();
+    let role = async {
+        let result = roles::run(settings, parts, shutdown.clone()).await;
+        // Ends the signal handler too when the role stopped on its own.
+        shutdown.cancel();
+        result
+    };
+    let signals = async {
+        let installed = roles::cancel_on_signal(shutdown.clone()).await;
+        if installed.is_err() {
+            // Without them SIGTERM would kill in-flight work; don't run at all.
+            shutdown.cancel();
+        }
+        installed
+    };
+    let (role, signals) = tokio::join!(role, signals);
+    signals.context("installing the signal handlers")?;
+    role.context("role")?;
     Ok(())
 }

@@ -12,6 +12,7 @@ use crate::executor::AttemptOutcome;
 use crate::metrics::Metrics;
 use crate::retry;
 use crate::routing::Routes;
+use crate::signals::{Signal, TestSignals, emit};
 use crate::store::{Finish, FinishKind, Store, TaskState};
 
 pub struct Rescuer {
@@ -20,6 +21,8 @@ pub struct Rescuer {
     pub metrics: Arc<Metrics>,
     pub clock: SharedClock,
     pub interval: Duration,
+    /// Test-only event hooks.
+    pub signals: Option<TestSignals>,
 }
 
 impl Rescuer {
@@ -29,8 +32,12 @@ impl Rescuer {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep(self.interval) => {}
             }
-            if let Err(err) = self.rescue_once().await {
-                tracing::warn!(%err, "rescue pass failed");
+            match self.rescue_once().await {
+                Ok(count) => emit(&self.signals, || Signal::Rescued {
+                    count,
+                    at: self.clock.now_millis(),
+                }),
+                Err(err) => tracing::warn!(%err, "rescue pass failed"),
             }
         }
     }

@@ -1,19 +1,30 @@
 //! Wiring: which parts each role runs, and the shutdown they share.
 //!
-//! Every part takes the same [`CancellationToken`]; SIGTERM or Ctrl-C cancels it, the
+//! Every part runs under one [`Supervisor`]: one task tracker and one cancellation token
+//! for the whole role, so no task outlives it. SIGTERM or Ctrl-C cancels the token, the
 //! API stops accepting, the dispatcher hands back what it has not started and waits for
-//! what it has, and the role returns once every part has finished.
+//! what it has, and the role returns once every part has finished. A part that ends
+//! before shutdown was asked for (an error, a panic, or returning when it should not)
+//! cancels the token too, and the role returns that part's error, so a process whose
+//! HTTP server died exits non-zero instead of dispatching on without health endpoints.
+//!
+//! [`start`] returns once the listener is bound, with its address, which is how tests run
+//! a role in-process on `127.0.0.1:0`; [`run`] is `start` then [`Running::wait`].
 
+use std::any::Any;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::task::JoinSet;
+use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::api::{self, ApiState, submit::Limits};
-use crate::clock::{SharedClock, SystemClock};
+use crate::clock::SharedClock;
 use crate::dispatcher::{ClaimerWakeup, Dispatcher, DispatcherConfig};
 use crate::executor::ExecutorClient;
 use crate::kafka::{self, Producer};
@@ -21,6 +32,7 @@ use crate::metrics::Metrics;
 use crate::rescuer::Rescuer;
 use crate::routing::{self, Routes};
 use crate::scheduler::Scheduler;
+use crate::signals::TestSignals;
 use crate::store::{self, Store};
 
 /// Where the job table comes from.
@@ -47,7 +59,7 @@ impl Parts {
     };
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Settings {
     pub store_url: String,
     pub routing: RoutingSource,
@@ -64,6 +76,10 @@ pub struct Settings {
     pub create_topics: bool,
     pub kafka_horizon: Duration,
     pub reload_interval: Duration,
+    /// What every part reads the time from: [`crate::clock::SystemClock`] in production.
+    pub clock: SharedClock,
+    /// Test-only event hooks; `None` in production.
+    pub signals: Option<TestSignals>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -78,20 +94,40 @@ pub enum RoleError {
     Kafka(#[from] rdkafka::error::KafkaError),
     #[error("cannot listen on {0}: {1}")]
     Listen(SocketAddr, std::io::Error),
+    /// The part that ended first and took the role down.
+    #[error("{part} {failure}")]
+    Part {
+        part: &'static str,
+        #[source]
+        failure: PartFailure,
+    },
 }
 
-/// Cancels `token` on SIGTERM or Ctrl-C.
-pub fn cancel_on_signal(token: CancellationToken) {
-    tokio::spawn(async move {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("SIGTERM handler installs");
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-        tracing::info!("shutting down");
-        token.cancel();
-    });
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How a part ended when it should not have.
+#[derive(Debug, thiserror::Error)]
+pub enum PartFailure {
+    #[error("failed: {0}")]
+    Failed(BoxError),
+    #[error("panicked: {0}")]
+    Panicked(String),
+    #[error("stopped before shutdown was requested")]
+    Stopped,
+}
+
+/// Cancels `token` on SIGTERM or Ctrl-C; returns then, or as soon as `token` is cancelled
+/// otherwise. Awaited next to the role (not spawned), so it is owned like every part.
+pub async fn cancel_on_signal(token: CancellationToken) -> std::io::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+        _ = token.cancelled() => return Ok(()),
+    }
+    tracing::info!("shutting down");
+    token.cancel();
+    Ok(())
 }
 
 pub async fn migrate(store_url: &str) -> Result<(), RoleError> {
@@ -99,32 +135,178 @@ pub async fn migrate(store_url: &str) -> Result<(), RoleError> {
     Ok(())
 }
 
-/// Runs the chosen parts until `shutdown`.
+/// Owns a role's tasks: every part and every task a part spawns goes into its tracker,
+/// and the first part to end unasked cancels the shared token and is what
+/// [`Supervisor::wait`] reports.
+#[derive(Clone)]
+pub struct Supervisor {
+    tasks: TaskTracker,
+    shutdown: CancellationToken,
+    failure: Arc<Mutex<Option<RoleError>>>,
+}
+
+impl Supervisor {
+    pub fn new(shutdown: CancellationToken) -> Self {
+        Self {
+            tasks: TaskTracker::new(),
+            shutdown,
+            failure: Arc::default(),
+        }
+    }
+
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
+    /// For parts that spawn long-lived tasks of their own (the dispatcher's loops, the
+    /// Kafka consumers), so the role waits for those as well.
+    pub fn tracker(&self) -> &TaskTracker {
+        &self.tasks
+    }
+
+    /// Runs `part` until it ends. Ending with `Ok` after shutdown was requested is the
+    /// normal way out; anything else takes the role down with the reason.
+    pub fn spawn<E: Into<BoxError>>(
+        &self,
+        part: &'static str,
+        future: impl Future<Output = Result<(), E>> + Send + 'static,
+    ) {
+        let supervisor = self.clone();
+        self.tasks.spawn(async move {
+            let failure = match AssertUnwindSafe(future).catch_unwind().await {
+                Ok(Ok(())) if supervisor.shutdown.is_cancelled() => return,
+                Ok(Ok(())) => PartFailure::Stopped,
+                Ok(Err(err)) => PartFailure::Failed(err.into()),
+                Err(panic) => PartFailure::Panicked(panic_message(panic.as_ref())),
+            };
+            supervisor.fail(part, failure);
+        });
+    }
+
+    /// [`Supervisor::spawn`] for parts that cannot fail, only stop.
+    pub fn spawn_loop(
+        &self,
+        part: &'static str,
+        future: impl Future<Output = ()> + Send + 'static,
+    ) {
+        self.spawn(part, async move {
+            future.await;
+            Ok::<_, std::convert::Infallible>(())
+        });
+    }
+
+    fn fail(&self, part: &'static str, failure: PartFailure) {
+        tracing::error!(part, error = %failure, "a part of the role ended; shutting the role down");
+        self.failure
+            .lock()
+            .expect("failure lock")
+            .get_or_insert(RoleError::Part { part, failure });
+        self.shutdown.cancel();
+    }
+
+    /// Waits until every task has ended; the first part's failure, if any.
+    pub async fn wait(self) -> Result<(), RoleError> {
+        self.tasks.close();
+        self.tasks.wait().await;
+        match self.failure.lock().expect("failure lock").take() {
+            Some(err) => Err(err),
+            None => Ok(()),
+        }
+    }
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".into())
+}
+
+/// A started role: its parts run until the shutdown token is cancelled or one fails.
+pub struct Running {
+    addr: SocketAddr,
+    supervisor: Supervisor,
+}
+
+impl Running {
+    /// Where the HTTP server listens (the real port when started on port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Waits for every part to finish; see [`Supervisor::wait`].
+    pub async fn wait(self) -> Result<(), RoleError> {
+        self.supervisor.wait().await
+    }
+}
+
+/// Runs the chosen parts until `shutdown` (or until one of them fails).
 pub async fn run(
     settings: Settings,
     parts: Parts,
     shutdown: CancellationToken,
 ) -> Result<(), RoleError> {
+    start(settings, parts, shutdown).await?.wait().await
+}
+
+/// Opens the store, loads the routing, binds the listener and starts the parts. Start-up
+/// errors (a bad store URL, a broken config folder, a taken port) come back here, after
+/// whatever had started has stopped again.
+pub async fn start(
+    settings: Settings,
+    parts: Parts,
+    shutdown: CancellationToken,
+) -> Result<Running, RoleError> {
+    // A child token: a failing part stops this role, not whatever else the caller's
+    // token governs.
+    let supervisor = Supervisor::new(shutdown.child_token());
+    match wire(settings, parts, &supervisor).await {
+        Ok(addr) => Ok(Running { addr, supervisor }),
+        Err(err) => {
+            supervisor.shutdown.cancel();
+            // The start-up error is the one worth reporting.
+            let _ = supervisor.wait().await;
+            Err(err)
+        }
+    }
+}
+
+async fn wire(
+    settings: Settings,
+    parts: Parts,
+    supervisor: &Supervisor,
+) -> Result<SocketAddr, RoleError> {
+    let shutdown = supervisor.shutdown().clone();
     let store: Arc<dyn Store> = store::open(&settings.store_url).await?;
     store.migrate().await?;
     let routes: Routes = match &settings.routing {
-        RoutingSource::Dir(dir) => routing::watch_dir(
-            dir.clone(),
-            settings.job.clone(),
-            settings.reload_interval,
-            shutdown.clone(),
-        )?,
+        RoutingSource::Dir(dir) => {
+            let (routes, watcher) = routing::watch_dir(
+                dir.clone(),
+                settings.job.clone(),
+                settings.reload_interval,
+                shutdown.clone(),
+            )?;
+            supervisor.spawn_loop("routing watcher", watcher);
+            routes
+        }
         RoutingSource::ConfigMap(reference) => {
-            routing::configmap::watch_configmap(reference, settings.job.clone(), shutdown.clone())
-                .await?
+            let (routes, watcher) = routing::configmap::watch_configmap(
+                reference,
+                settings.job.clone(),
+                shutdown.clone(),
+            )
+            .await?;
+            supervisor.spawn_loop("routing ConfigMap watcher", watcher);
+            routes
         }
     };
     let metrics = Arc::new(Metrics::new());
-    let clock: SharedClock = Arc::new(SystemClock);
+    let clock = settings.clock.clone();
     let waker = parts.dispatcher.then(ClaimerWakeup::default);
-    let mut tasks = JoinSet::new();
 
-    // Bind before starting anything else so a taken port fails start-up cleanly.
+    // Bind before starting the other parts so a taken port fails start-up cleanly.
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
         .map_err(|e| RoleError::Listen(settings.listen, e))?;
@@ -151,23 +333,20 @@ pub async fn run(
         && settings.create_topics
         && let Some(brokers) = &settings.kafka_brokers
     {
-        tasks.spawn(kafka::create_topics(
-            brokers.clone(),
-            routes.clone(),
-            shutdown.clone(),
-        ));
+        supervisor.spawn_loop(
+            "Kafka topic creator",
+            kafka::create_topics(brokers.clone(), routes.clone(), shutdown.clone()),
+        );
     }
     // Roles without the API still serve /metrics and the health endpoints.
     let app = api::router(state);
     let api_shutdown = shutdown.clone();
-    tasks.spawn(async move {
-        let served = axum::serve(listener, app)
+    supervisor.spawn(
+        "HTTP server",
+        axum::serve(listener, app)
             .with_graceful_shutdown(async move { api_shutdown.cancelled().await })
-            .await;
-        if let Err(err) = served {
-            tracing::error!(%err, "HTTP server failed");
-        }
-    });
+            .into_future(),
+    );
 
     if parts.dispatcher {
         let callback = settings
@@ -180,7 +359,10 @@ pub async fn run(
             metrics.clone(),
             clock.clone(),
             ExecutorClient::new(callback, settings.dispatcher.owner.clone()),
-            settings.dispatcher.clone(),
+            DispatcherConfig {
+                signals: settings.signals.clone(),
+                ..settings.dispatcher.clone()
+            },
             waker.clone().unwrap_or_default(),
             shutdown.clone(),
         );
@@ -192,40 +374,165 @@ pub async fn run(
                 hold: settings.dispatcher.hold,
                 create_topics: settings.create_topics,
             };
-            tasks.spawn(kafka::supervise(
-                config,
-                routes.clone(),
-                store.clone(),
-                dispatcher.sink(),
-                clock.clone(),
-                metrics.clone(),
-                shutdown.clone(),
-            ));
+            supervisor.spawn_loop(
+                "Kafka consumers",
+                kafka::supervise(
+                    config,
+                    routes.clone(),
+                    store.clone(),
+                    dispatcher.sink(),
+                    clock.clone(),
+                    metrics.clone(),
+                    supervisor.tracker().clone(),
+                    shutdown.clone(),
+                ),
+            );
         }
-        tasks.spawn(dispatcher.run());
+        supervisor.spawn_loop("dispatcher", dispatcher.run(supervisor.tracker().clone()));
         let rescuer = Rescuer {
             store: store.clone(),
             routes: routes.clone(),
             metrics: metrics.clone(),
             clock: clock.clone(),
             interval: Duration::from_millis(500),
+            signals: settings.signals.clone(),
         };
-        tasks.spawn(rescuer.run(shutdown.clone()));
-        tasks.spawn(crate::backlog::run(
-            store.clone(),
-            metrics.clone(),
-            clock.clone(),
-            Duration::from_secs(2),
-            shutdown.clone(),
-        ));
+        supervisor.spawn_loop("rescuer", rescuer.run(shutdown.clone()));
+        supervisor.spawn_loop(
+            "backlog gauges",
+            crate::backlog::run(
+                store.clone(),
+                metrics.clone(),
+                clock.clone(),
+                Duration::from_secs(2),
+                shutdown.clone(),
+            ),
+        );
     }
     if parts.scheduler {
-        let scheduler = Scheduler::new(store.clone(), routes.clone(), clock.clone(), waker.clone());
-        tasks.spawn(scheduler.run(shutdown.clone()));
+        let mut scheduler =
+            Scheduler::new(store.clone(), routes.clone(), clock.clone(), waker.clone());
+        scheduler.signals = settings.signals.clone();
+        supervisor.spawn_loop("scheduler", scheduler.run(shutdown.clone()));
     }
     if !parts.api && !parts.dispatcher && !parts.scheduler {
         shutdown.cancel();
     }
-    while tasks.join_next().await.is_some() {}
-    Ok(())
+    Ok(local)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A part that runs until shutdown and then counts itself out.
+    fn steady(supervisor: &Supervisor, drained: &Arc<AtomicUsize>) {
+        let (token, drained) = (supervisor.shutdown().clone(), drained.clone());
+        supervisor.spawn_loop("steady", async move {
+            token.cancelled().await;
+            drained.fetch_add(1, Ordering::SeqCst);
+        });
+    }
+
+    async fn ended_with(
+        part: impl Future<Output = Result<(), BoxError>> + Send + 'static,
+    ) -> RoleError {
+        let outer = CancellationToken::new();
+        let supervisor = Supervisor::new(outer.child_token());
+        let drained = Arc::new(AtomicUsize::new(0));
+        steady(&supervisor, &drained);
+        supervisor.spawn("broken", part);
+        let err = supervisor.wait().await.expect_err("the role fails");
+        assert_eq!(
+            drained.load(Ordering::SeqCst),
+            1,
+            "the other part drained first"
+        );
+        assert!(
+            !outer.is_cancelled(),
+            "only this role stops, not the caller's token"
+        );
+        err
+    }
+
+    #[tokio::test]
+    async fn a_failing_part_stops_the_role_with_its_error() {
+        let err = ended_with(async { Err(std::io::Error::other("disk gone").into()) }).await;
+        assert!(
+            matches!(&err, RoleError::Part { part: "broken", failure: PartFailure::Failed(e) } if e.to_string() == "disk gone"),
+            "{err:?}"
+        );
+        assert_eq!(err.to_string(), "broken failed: disk gone");
+    }
+
+    #[tokio::test]
+    async fn a_panicking_part_is_reported_not_swallowed() {
+        let err = ended_with(async { panic!("boom") }).await;
+        assert!(
+            matches!(&err, RoleError::Part { part: "broken", failure: PartFailure::Panicked(m) } if m == "boom"),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_part_returning_before_shutdown_is_an_error() {
+        let err = ended_with(async { Ok(()) }).await;
+        assert!(
+            matches!(
+                &err,
+                RoleError::Part {
+                    part: "broken",
+                    failure: PartFailure::Stopped
+                }
+            ),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn only_the_first_failure_is_reported() {
+        let supervisor = Supervisor::new(CancellationToken::new());
+        supervisor.spawn("first", async {
+            Err::<(), _>(std::io::Error::other("one"))
+        });
+        // The first failure is recorded before it cancels the token.
+        supervisor.shutdown().cancelled().await;
+        let token = supervisor.shutdown().clone();
+        supervisor.spawn("second", async move {
+            token.cancelled().await;
+            Err::<(), _>(std::io::Error::other("two"))
+        });
+        let err = supervisor.wait().await.expect_err("fails");
+        assert!(
+            matches!(err, RoleError::Part { part: "first", .. }),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_waits_for_every_part_and_their_tasks() {
+        let supervisor = Supervisor::new(CancellationToken::new());
+        let drained = Arc::new(AtomicUsize::new(0));
+        for delay in [0, 3, 7] {
+            let (token, counter) = (supervisor.shutdown().clone(), drained.clone());
+            // A part's own task, in the role's tracker, with a slow wind-down.
+            supervisor.tracker().spawn(async move {
+                token.cancelled().await;
+                tokio::time::sleep(Duration::from_secs(delay)).await;
+                counter.fetch_add(1, Ordering::SeqCst);
+            });
+            steady(&supervisor, &drained);
+        }
+        supervisor.shutdown().cancel();
+        let started = tokio::time::Instant::now();
+        supervisor.wait().await.expect("a clean shutdown");
+        assert_eq!(drained.load(Ordering::SeqCst), 6);
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(7),
+            "waited for the slowest"
+        );
+    }
 }

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::SharedClock;
 use crate::dispatcher::ClaimerWakeup;
 use crate::routing::Routes;
+use crate::signals::{Signal, TestSignals, emit};
 use crate::store::{InsertOutcome, Millis, NewTask, Store};
 
 pub struct Scheduler {
@@ -29,6 +30,8 @@ pub struct Scheduler {
     /// Per (task type, entry, schedule text): the latest firing known to exist, so a
     /// pass only writes what is new.
     pub created: HashMap<(String, String, String), Millis>,
+    /// Test-only event hooks.
+    pub signals: Option<TestSignals>,
 }
 
 impl Scheduler {
@@ -46,13 +49,18 @@ impl Scheduler {
             horizon: Duration::from_secs(60),
             interval: Duration::from_secs(1),
             created: HashMap::new(),
+            signals: None,
         }
     }
 
     pub async fn run(mut self, shutdown: CancellationToken) {
         loop {
-            if let Err(err) = self.schedule_once().await {
-                tracing::warn!(%err, "cron pass failed");
+            match self.schedule_once().await {
+                Ok(created) => emit(&self.signals, || Signal::Scheduled {
+                    created: created.len(),
+                    at: self.clock.now_millis(),
+                }),
+                Err(err) => tracing::warn!(%err, "cron pass failed"),
             }
             tokio::select! {
                 _ = shutdown.cancelled() => return,

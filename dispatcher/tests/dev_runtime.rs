@@ -1,10 +1,14 @@
-//! The embedded runtime end to end: a real `asyncd dev` process, a real HTTP executor on
-//! loopback, and assertions on what the executor saw and what the API reports.
+//! The embedded runtime end to end: the `dev` role in-process on a manual clock (so
+//! every ETA, backoff and lease is asserted exactly, whatever the machine's load), a real
+//! HTTP executor on loopback, and assertions on what the executor saw and what the API
+//! reports. Tests that need a process of their own (SIGTERM, a per-process environment
+//! variable, the process log) run the real binary.
 
 mod support;
 
 use std::time::Duration;
 
+use asyncd::store::Millis;
 use serde_json::json;
 use support::*;
 
@@ -15,10 +19,23 @@ fn one_job(executor: &Executor, extra: &str) -> Vec<(&'static str, String)> {
     )]
 }
 
+/// Waits for `id` to wait for its next attempt (pending, or already claimed again) and
+/// moves the clock to its ETA; returns the ETA.
+async fn run_when_due(asyncd: &InProcess, id: &str) -> i64 {
+    let task = wait_for(&format!("{id} to wait for a retry"), DEADLINE, async || {
+        let task = asyncd.task(id).await;
+        matches!(task["state"].as_str(), Some("pending" | "claimed")).then_some(task)
+    })
+    .await;
+    let eta = parse_time(&task["eta"]);
+    asyncd.clock.set_millis(Millis::new(eta));
+    eta
+}
+
 #[tokio::test]
 async fn delayed_task_runs_at_its_eta_not_before() {
     let executor = Executor::start(|_| Answer::ok()).await;
-    let asyncd = Asyncd::start(&one_job(&executor, ""), &[]).await;
+    let mut asyncd = InProcess::start(&one_job(&executor, "")).await;
     let (status, answer) = asyncd
         .post(
             "/v1/tasks",
@@ -27,34 +44,50 @@ async fn delayed_task_runs_at_its_eta_not_before() {
         .await;
     assert_eq!(status, 201, "{answer}");
     assert_eq!(answer["route"], "store");
-    let id = answer["id"].as_str().unwrap();
+    let id = answer["id"].as_str().unwrap().to_string();
     let eta = parse_time(&answer["eta"]);
-    let call = executor.wait_calls(id, 1).await.remove(0);
-    let at = millis(call.at);
-    assert!(at >= eta, "ran {} ms before its ETA", eta - at);
-    assert!(at - eta < 250, "ran {} ms late", at - eta);
+    assert_eq!(eta, T0 + 2_000);
+    asyncd.clock.set_millis(Millis::new(eta - 1));
+    asyncd.clock.set_millis(Millis::new(eta));
+    // Handed on at the clock's first reading at or past the ETA: exactly the ETA.
+    assert_eq!(asyncd.dispatched(&id).await, (eta, eta));
+    let call = executor.wait_calls(&id, 1).await.remove(0);
+    assert_eq!(parse_time(&call.body["eta"]), eta);
     assert_eq!(call.body["payload"], json!({"n": 1}));
     assert_eq!(call.body["attempt"], 1);
     assert_eq!(
         call.headers["idempotency-key"], id,
         "defaults to the task id"
     );
-    asyncd.wait_state(id, "succeeded").await;
+    asyncd.wait_state(&id, "succeeded").await;
 }
 
 #[tokio::test]
 async fn equal_etas_run_in_priority_order() {
     let executor = Executor::start(|_| Answer::ok()).await;
-    let asyncd = Asyncd::start(&one_job(&executor, "  concurrency: 1\n"), &[]).await;
-    let eta = chrono::Utc::now() + chrono::Duration::seconds(3);
-    let eta = eta.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let mut asyncd = InProcess::start(&one_job(&executor, "  concurrency: 1\n")).await;
+    let eta = T0 + 500;
+    let text = asyncd::clock::rfc3339(Millis::new(eta));
     let mut ids = Vec::new();
     for priority in [1, 5, 3, 9, 0] {
         let id = asyncd
-            .submit(json!({"type": "work", "payload": {"p": priority}, "eta": eta, "priority": priority}))
+            .submit(json!({"type": "work", "payload": {"p": priority}, "eta": text, "priority": priority}))
             .await;
         ids.push(id);
     }
+    // All five in the heap before any is due, so only priority decides the order.
+    let mut claimed = Vec::new();
+    while claimed.len() < ids.len() {
+        claimed.extend(
+            asyncd
+                .next("claims", |s| match s {
+                    asyncd::signals::Signal::Claimed { ids, .. } => Some(ids),
+                    _ => None,
+                })
+                .await,
+        );
+    }
+    asyncd.clock.set_millis(Millis::new(eta));
     wait_for("all five calls", DEADLINE, async || {
         (executor.calls().len() == 5).then_some(())
     })
@@ -71,8 +104,23 @@ async fn equal_etas_run_in_priority_order() {
 async fn failures_back_off_exponentially_then_dead_letter_and_redrive() {
     let executor = Executor::start(|_| Answer::status(500).with_body("down")).await;
     let extra = "  retry:\n    maxRetries: 3\n    initialBackoff: 200ms\n    maxBackoff: 10s\n";
-    let asyncd = Asyncd::start(&one_job(&executor, extra), &[]).await;
+    let mut asyncd = InProcess::start(&one_job(&executor, extra)).await;
     let id = asyncd.submit(task("work", json!({}))).await;
+    let mut dispatched = vec![asyncd.dispatched(&id).await.1];
+    for i in 0..3 {
+        asyncd.finished(&id).await;
+        let eta = run_when_due(&asyncd, &id).await;
+        // Equal jitter: each gap lies in [backoff/2, backoff], to the millisecond.
+        let gap = eta - dispatched[i];
+        let full = 200 << i;
+        assert!(
+            (full / 2..=full).contains(&gap),
+            "gap {i} was {gap} ms, not within [{}, {full}]",
+            full / 2
+        );
+        assert_eq!(asyncd.dispatched(&id).await, (eta, eta));
+        dispatched.push(eta);
+    }
     let dead = asyncd.wait_state(&id, "dead").await;
     let calls = executor.calls_for(&id);
     assert_eq!(calls.len(), 4, "max_retries 3 means 4 attempts");
@@ -80,16 +128,6 @@ async fn failures_back_off_exponentially_then_dead_letter_and_redrive() {
         calls.iter().map(|c| c.attempt).collect::<Vec<_>>(),
         [1, 2, 3, 4]
     );
-    // Equal jitter: each gap lies in [backoff/2, backoff] (+ scheduling slack).
-    for (i, pair) in calls.windows(2).enumerate() {
-        let gap = millis(pair[1].at) - millis(pair[0].at);
-        let full = 200 << i;
-        assert!(
-            gap >= full / 2,
-            "gap {i} was {gap} ms, under half of {full}"
-        );
-        assert!(gap <= full + 300, "gap {i} was {gap} ms, far over {full}");
-    }
     assert!(
         dead["last_error"].as_str().unwrap().contains("500"),
         "{dead}"
@@ -126,19 +164,6 @@ async fn failures_back_off_exponentially_then_dead_letter_and_redrive() {
 }
 
 #[tokio::test]
-async fn permanent_4xx_goes_straight_to_dead_letters() {
-    let executor = Executor::start(|_| Answer::status(422).with_body("bad order")).await;
-    let asyncd = Asyncd::start(&one_job(&executor, ""), &[]).await;
-    let id = asyncd.submit(task("work", json!({}))).await;
-    let dead = asyncd.wait_state(&id, "dead").await;
-    assert_eq!(executor.calls_for(&id).len(), 1);
-    assert!(
-        dead["last_error"].as_str().unwrap().contains("bad order"),
-        "{dead}"
-    );
-}
-
-#[tokio::test]
 async fn retry_after_is_obeyed() {
     let executor = Executor::start(|call| {
         if call.attempt == 1 {
@@ -150,15 +175,18 @@ async fn retry_after_is_obeyed() {
     .await;
     // A 10 s backoff would be obvious if Retry-After were ignored.
     let extra = "  retry:\n    initialBackoff: 10s\n";
-    let asyncd = Asyncd::start(&one_job(&executor, extra), &[]).await;
+    let mut asyncd = InProcess::start(&one_job(&executor, extra)).await;
     let id = asyncd.submit(task("work", json!({}))).await;
-    asyncd.wait_state(&id, "succeeded").await;
-    let calls = executor.calls_for(&id);
-    let gap = millis(calls[1].at) - millis(calls[0].at);
-    assert!(
-        (2000..2600).contains(&gap),
-        "second attempt {gap} ms after the first"
+    let (_, first) = asyncd.dispatched(&id).await;
+    asyncd.finished(&id).await;
+    let second = run_when_due(&asyncd, &id).await;
+    assert_eq!(
+        second - first,
+        2_000,
+        "second attempt exactly Retry-After later"
     );
+    asyncd.wait_state(&id, "succeeded").await;
+    assert_eq!(executor.calls_for(&id).len(), 2);
 }
 
 #[tokio::test]
@@ -171,26 +199,36 @@ async fn a_lapsed_202_lease_is_retried() {
         }
     })
     .await;
-    let asyncd = Asyncd::start(
-        &one_job(&executor, "  retry:\n    initialBackoff: 100ms\n"),
-        &[],
-    )
-    .await;
+    let mut asyncd =
+        InProcess::start(&one_job(&executor, "  retry:\n    initialBackoff: 100ms\n")).await;
     let id = asyncd.submit(task("work", json!({}))).await;
-    let running = wait_for("first attempt leased", DEADLINE, async || {
-        let t = asyncd.task(&id).await;
-        (t["state"] == "running" && t["attempt"] == 1).then_some(t)
-    })
-    .await;
-    assert!(running["lease_until"].is_string());
+    // The 202's lease is recorded with the attempt's outcome.
+    asyncd.finished(&id).await;
+    let running = asyncd.task(&id).await;
+    assert_eq!(
+        (running["state"].as_str(), running["attempt"].as_i64()),
+        (Some("running"), Some(1))
+    );
+    let lease_until = parse_time(&running["lease_until"]);
+    assert!(
+        lease_until >= T0 + 1_000,
+        "at least the executor's 1 s lease"
+    );
+    // Still held at its last millisecond…
+    asyncd.clock.set_millis(Millis::new(lease_until));
+    asyncd.rescue_pass(lease_until).await;
+    assert_eq!(asyncd.task(&id).await["state"], "running");
+    // …and retried once past it.
+    asyncd.clock.set_millis(Millis::new(lease_until + 1));
+    assert_eq!(asyncd.rescue_pass(lease_until + 1).await, 1);
+    let retry = run_when_due(&asyncd, &id).await;
+    assert!(
+        retry > lease_until,
+        "retried at {retry}, before the lease lapsed"
+    );
     let done = asyncd.wait_state(&id, "succeeded").await;
     assert_eq!(done["attempt"], 2);
     let calls = executor.calls_for(&id);
-    let gap = millis(calls[1].at) - millis(calls[0].at);
-    assert!(
-        gap >= 1000,
-        "retried after {gap} ms, before the 1 s lease lapsed"
-    );
     assert!(
         calls[1].lease_token > calls[0].lease_token,
         "each attempt has a newer token"
@@ -200,16 +238,16 @@ async fn a_lapsed_202_lease_is_retried() {
 #[tokio::test]
 async fn heartbeats_keep_a_lease_and_the_result_completes_it() {
     let executor = Executor::start(|_| Answer::status(202).with_body(r#"{"lease":"1s"}"#)).await;
-    let asyncd = Asyncd::start(&one_job(&executor, ""), &[]).await;
+    let mut asyncd = InProcess::start(&one_job(&executor, "")).await;
     let id = asyncd.submit(task("work", json!({}))).await;
     let call = executor.wait_calls(&id, 1).await.remove(0);
     assert_eq!(
         call.headers["asyncd-callback-url"],
         format!("http://{}", asyncd.addr)
     );
-    // Three seconds of work, three times the lease, kept alive by heartbeats.
-    let until = std::time::Instant::now() + Duration::from_secs(3);
-    while std::time::Instant::now() < until {
+    // Three seconds of work, three times the lease, kept alive by heartbeats; after each
+    // step a rescuer pass has seen the clock and brought nothing back.
+    for _ in 0..10 {
         let (status, beat) = asyncd
             .post(
                 &format!("/v1/tasks/{id}/heartbeat"),
@@ -217,7 +255,9 @@ async fn heartbeats_keep_a_lease_and_the_result_completes_it() {
             )
             .await;
         assert_eq!(status, 200, "{beat}");
-        tokio::time::sleep(Duration::from_millis(300)).await; // the work being simulated
+        asyncd.clock.advance(Duration::from_millis(300));
+        let now = asyncd.now();
+        assert_eq!(asyncd.rescue_pass(now).await, 0);
     }
     let (status, answer) = asyncd
         .post(
@@ -246,14 +286,22 @@ async fn a_lapsed_attempts_late_result_is_refused() {
         Answer::status(202).with_body(format!(r#"{{"lease":"{lease}"}}"#))
     })
     .await;
-    let asyncd = Asyncd::start(
-        &one_job(&executor, "  retry:\n    initialBackoff: 100ms\n"),
-        &[],
-    )
-    .await;
+    let mut asyncd =
+        InProcess::start(&one_job(&executor, "  retry:\n    initialBackoff: 100ms\n")).await;
     let id = asyncd.submit(task("work", json!({}))).await;
+    executor.wait_calls(&id, 1).await;
+    asyncd.finished(&id).await;
+    let lease_until = parse_time(&asyncd.task(&id).await["lease_until"]);
+    asyncd.clock.set_millis(Millis::new(lease_until + 1));
+    assert_eq!(asyncd.rescue_pass(lease_until + 1).await, 1);
+    run_when_due(&asyncd, &id).await;
     let calls = executor.wait_calls(&id, 2).await;
     let (old, new) = (calls[0].lease_token, calls[1].lease_token);
+    wait_for("second attempt leased", DEADLINE, async || {
+        let t = asyncd.task(&id).await;
+        (t["state"] == "running" && t["attempt"] == 2).then_some(())
+    })
+    .await;
 
     for (path, body) in [
         (
@@ -296,8 +344,9 @@ async fn a_lapsed_attempts_late_result_is_refused() {
 #[tokio::test]
 async fn result_callback_can_ask_for_a_retry_or_fail_for_good() {
     let executor = Executor::start(|_| Answer::status(202)).await;
-    let asyncd = Asyncd::start(&one_job(&executor, ""), &[]).await;
+    let mut asyncd = InProcess::start(&one_job(&executor, "")).await;
     let id = asyncd.submit(task("work", json!({}))).await;
+    let (_, first_at) = asyncd.dispatched(&id).await;
     let first = executor.wait_calls(&id, 1).await.remove(0);
     let (status, answer) = asyncd
         .post(
@@ -306,8 +355,9 @@ async fn result_callback_can_ask_for_a_retry_or_fail_for_good() {
         )
         .await;
     assert_eq!((status, answer["state"].as_str()), (200, Some("pending")));
+    let again = run_when_due(&asyncd, &id).await;
+    assert_eq!(again - first_at, 500, "retried exactly retry_after later");
     let second = executor.wait_calls(&id, 2).await.remove(1);
-    assert!(millis(second.at) - millis(first.at) >= 500);
     let (status, answer) = asyncd
         .post(
             &format!("/v1/tasks/{id}/result"),
@@ -321,7 +371,7 @@ async fn result_callback_can_ask_for_a_retry_or_fail_for_good() {
 #[tokio::test]
 async fn idempotency_key_returns_the_first_task() {
     let executor = Executor::start(|_| Answer::ok()).await;
-    let asyncd = Asyncd::start(&one_job(&executor, ""), &[]).await;
+    let asyncd = InProcess::start(&one_job(&executor, "")).await;
     let body = json!({"type": "work", "payload": {}, "idempotency_key": "order-42", "delay": "1s"});
     let (s1, first) = asyncd.post("/v1/tasks", body.clone()).await;
     let (s2, second) = asyncd.post("/v1/tasks", body).await;
@@ -330,6 +380,9 @@ async fn idempotency_key_returns_the_first_task() {
     assert_eq!(second["duplicate"], true);
     assert_eq!(first["eta"], second["eta"]);
     let id = first["id"].as_str().unwrap();
+    asyncd
+        .clock
+        .set_millis(Millis::new(parse_time(&first["eta"])));
     asyncd.wait_state(id, "succeeded").await;
     let (s3, third) = asyncd
         .post(
@@ -350,11 +403,7 @@ async fn idempotency_key_returns_the_first_task() {
 #[tokio::test]
 async fn unique_key_allows_one_pending_task() {
     let executor = Executor::start(|_| Answer::ok()).await;
-    let asyncd = Asyncd::start(
-        &one_job(&executor, "  uniqueKey: \"order:{order_id}\"\n"),
-        &[],
-    )
-    .await;
+    let asyncd = InProcess::start(&one_job(&executor, "  uniqueKey: \"order:{order_id}\"\n")).await;
     let first = asyncd
         .submit(json!({"type": "work", "payload": {"order_id": 7}, "delay": "2s"}))
         .await;
@@ -370,6 +419,7 @@ async fn unique_key_allows_one_pending_task() {
     asyncd
         .submit(json!({"type": "work", "payload": {"order_id": 8}}))
         .await;
+    asyncd.clock.advance(Duration::from_secs(2));
     asyncd.wait_state(&first, "succeeded").await;
     asyncd
         .submit(json!({"type": "work", "payload": {"order_id": 7}}))
@@ -379,7 +429,7 @@ async fn unique_key_allows_one_pending_task() {
 #[tokio::test]
 async fn dependent_task_waits_for_its_dependency() {
     let executor = Executor::start(|_| Answer::ok()).await;
-    let asyncd = Asyncd::start(&one_job(&executor, ""), &[]).await;
+    let asyncd = InProcess::start(&one_job(&executor, "")).await;
     let a = asyncd
         .submit(json!({"type": "work", "payload": "a", "delay": "1s"}))
         .await;
@@ -387,6 +437,7 @@ async fn dependent_task_waits_for_its_dependency() {
         .submit(json!({"type": "work", "payload": "b", "depends_on": [a]}))
         .await;
     assert_eq!(asyncd.task(&b).await["state"], "blocked");
+    asyncd.clock.advance(Duration::from_secs(1));
     asyncd.wait_state(&b, "succeeded").await;
     let calls = executor.calls();
     assert_eq!(
@@ -412,9 +463,68 @@ async fn dependent_task_waits_for_its_dependency() {
 }
 
 #[tokio::test]
+async fn cron_entries_fire_through_the_executor() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let extra = "  cron:\n    - name: every-second\n      schedule: \"CRON_TZ=Asia/Kathmandu * * * * * *\"\n      payload: {cron: true}\n";
+    let mut asyncd = InProcess::start(&one_job(&executor, extra)).await;
+    // The first pass creates the firings from the start time on.
+    asyncd
+        .next("a cron pass", |s| match s {
+            asyncd::signals::Signal::Scheduled { created, at } => {
+                assert_eq!(at.as_i64(), T0);
+                (created > 0).then_some(())
+            }
+            _ => None,
+        })
+        .await;
+    let mut fired = Vec::new();
+    for second in 1..=3 {
+        asyncd.clock.set_millis(Millis::new(T0 + second * 1_000));
+        fired.push(
+            asyncd
+                .next("a cron firing dispatched", |s| match s {
+                    asyncd::signals::Signal::Dispatched { eta, at, .. } => Some((eta, at)),
+                    _ => None,
+                })
+                .await,
+        );
+    }
+    for (eta, at) in &fired {
+        assert_eq!(eta.as_i64() % 1000, 0, "fires on whole seconds");
+        assert_eq!(at, eta, "fired exactly on time");
+    }
+    let calls = wait_for("three cron calls", DEADLINE, async || {
+        let calls = executor.calls();
+        (calls.len() >= 3).then_some(calls)
+    })
+    .await;
+    let etas: Vec<i64> = calls.iter().map(|c| parse_time(&c.body["eta"])).collect();
+    for call in &calls {
+        assert_eq!(call.body["payload"], json!({"cron": true}));
+    }
+    let mut unique = etas.clone();
+    unique.dedup();
+    assert_eq!(unique.len(), etas.len(), "each firing once: {etas:?}");
+    assert_eq!(etas, [T0 + 1_000, T0 + 2_000, T0 + 3_000]);
+}
+
+#[tokio::test]
+async fn permanent_4xx_goes_straight_to_dead_letters() {
+    let executor = Executor::start(|_| Answer::status(422).with_body("bad order")).await;
+    let asyncd = InProcess::start(&one_job(&executor, "")).await;
+    let id = asyncd.submit(task("work", json!({}))).await;
+    let dead = asyncd.wait_state(&id, "dead").await;
+    assert_eq!(executor.calls_for(&id).len(), 1);
+    assert!(
+        dead["last_error"].as_str().unwrap().contains("bad order"),
+        "{dead}"
+    );
+}
+
+#[tokio::test]
 async fn cancel_only_while_pending() {
     let executor = Executor::start(|_| Answer::ok()).await;
-    let asyncd = Asyncd::start(&one_job(&executor, ""), &[]).await;
+    let asyncd = InProcess::start(&one_job(&executor, "")).await;
     let later = asyncd.submit(json!({"type": "work", "delay": "1h"})).await;
     let (status, answer) = asyncd.delete(&format!("/v1/tasks/{later}")).await;
     assert_eq!((status, answer["state"].as_str()), (200, Some("cancelled")));
@@ -439,9 +549,80 @@ async fn cancel_only_while_pending() {
 }
 
 #[tokio::test]
+async fn batch_answers_each_item_in_order() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let asyncd = InProcess::start(&one_job(&executor, "")).await;
+    let (status, answer) = asyncd
+        .post(
+            "/v1/tasks:batch",
+            json!({"tasks": [
+                {"type": "work", "payload": 1},
+                {"type": "nope"},
+                {"type": "work", "payload": 2, "idempotency_key": "k"},
+                {"type": "work", "payload": 3, "idempotency_key": "k"},
+            ]}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let results = answer["results"].as_array().unwrap();
+    let statuses: Vec<_> = results
+        .iter()
+        .map(|r| r["status"].as_u64().unwrap())
+        .collect();
+    assert_eq!(statuses, [201, 400, 201, 200]);
+    assert_eq!(results[1]["error"]["field"], "type");
+    assert_eq!(
+        results[2]["id"], results[3]["id"],
+        "a repeat inside one batch is a duplicate too"
+    );
+    wait_for("two executions", DEADLINE, async || {
+        (executor.calls().len() == 2).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn metrics_report_real_values() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let asyncd = InProcess::start(&one_job(&executor, "")).await;
+    let r = asyncd
+        .http
+        .post(asyncd.url("/v1/tasks"))
+        .header("asyncd-source-service", "orders")
+        .json(&json!({"type": "work"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    asyncd.submit(json!({"type": "work", "delay": "1h"})).await;
+    let metrics = wait_for("metrics to show the run", DEADLINE, async || {
+        let m = asyncd.metrics().await;
+        // The backlog gauges refresh every 2 s: wait for a refresh after both submits.
+        (m.contains("asyncd_task_executed_total{status=\"success\",task_type=\"work\"} 1")
+            && m.contains("asyncd_mysql_pending_tasks{task_type=\"work\"} 1")
+            && m.contains("asyncd_due_backlog{task_type=\"work\"} 0"))
+        .then_some(m)
+    })
+    .await;
+    for expected in [
+        "asyncd_task_submitted_total{source_service=\"orders\",task_type=\"work\"} 1",
+        "asyncd_task_dispatched_total{task_type=\"work\"} 1",
+        "asyncd_task_dispatch_delay_seconds_count{task_type=\"work\"} 1",
+        "asyncd_task_execution_duration_seconds_count{task_type=\"work\"} 1",
+        "asyncd_task_submit_latency_seconds_count{task_type=\"work\"} 2",
+        "asyncd_mysql_poll_duration_seconds_count",
+    ] {
+        assert!(metrics.contains(expected), "missing {expected}\n{metrics}");
+    }
+    let (status, _) = asyncd.get("/readyz").await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
 async fn bad_input_gets_a_4xx_naming_the_field() {
     let executor = Executor::start(|_| Answer::ok()).await;
-    let asyncd = Asyncd::start(&one_job(&executor, ""), &["--max-payload-bytes", "1000"]).await;
+    let asyncd =
+        InProcess::start_with(&one_job(&executor, ""), |s| s.max_payload_bytes = 1000).await;
     let big = "x".repeat(2000);
     let cases = [
         (
@@ -513,40 +694,6 @@ async fn bad_input_gets_a_4xx_naming_the_field() {
     );
     assert!(executor.calls().is_empty());
 }
-
-#[tokio::test]
-async fn batch_answers_each_item_in_order() {
-    let executor = Executor::start(|_| Answer::ok()).await;
-    let asyncd = Asyncd::start(&one_job(&executor, ""), &[]).await;
-    let (status, answer) = asyncd
-        .post(
-            "/v1/tasks:batch",
-            json!({"tasks": [
-                {"type": "work", "payload": 1},
-                {"type": "nope"},
-                {"type": "work", "payload": 2, "idempotency_key": "k"},
-                {"type": "work", "payload": 3, "idempotency_key": "k"},
-            ]}),
-        )
-        .await;
-    assert_eq!(status, 200);
-    let results = answer["results"].as_array().unwrap();
-    let statuses: Vec<_> = results
-        .iter()
-        .map(|r| r["status"].as_u64().unwrap())
-        .collect();
-    assert_eq!(statuses, [201, 400, 201, 200]);
-    assert_eq!(results[1]["error"]["field"], "type");
-    assert_eq!(
-        results[2]["id"], results[3]["id"],
-        "a repeat inside one batch is a duplicate too"
-    );
-    wait_for("two executions", DEADLINE, async || {
-        (executor.calls().len() == 2).then_some(())
-    })
-    .await;
-}
-
 #[tokio::test]
 async fn config_changes_apply_without_restart() {
     let first = Executor::start(|_| Answer::ok()).await;
@@ -597,28 +744,6 @@ async fn config_changes_apply_without_restart() {
 }
 
 #[tokio::test]
-async fn cron_entries_fire_through_the_executor() {
-    let executor = Executor::start(|_| Answer::ok()).await;
-    let extra = "  cron:\n    - name: every-second\n      schedule: \"CRON_TZ=Asia/Kathmandu * * * * * *\"\n      payload: {cron: true}\n";
-    let asyncd = Asyncd::start(&one_job(&executor, extra), &[]).await;
-    let calls = wait_for("three cron firings", DEADLINE, async || {
-        let calls = executor.calls();
-        (calls.len() >= 3).then_some(calls)
-    })
-    .await;
-    let etas: Vec<i64> = calls.iter().map(|c| parse_time(&c.body["eta"])).collect();
-    for (call, eta) in calls.iter().zip(&etas) {
-        assert_eq!(eta % 1000, 0, "fires on whole seconds");
-        assert!(millis(call.at) >= *eta, "fired before its time");
-        assert_eq!(call.body["payload"], json!({"cron": true}));
-    }
-    let mut unique = etas.clone();
-    unique.dedup();
-    assert_eq!(unique.len(), etas.len(), "each firing once: {etas:?}");
-    drop(asyncd);
-}
-
-#[tokio::test]
 async fn signed_calls_carry_a_valid_hmac() {
     use hmac::{Hmac, Mac};
     let executor = Executor::start(|_| Answer::ok()).await;
@@ -643,44 +768,6 @@ async fn signed_calls_carry_a_valid_hmac() {
     let expected = format!("v1={}", hex::encode(mac.finalize().into_bytes()));
     assert_eq!(call.headers["asyncd-signature"], expected);
 }
-
-#[tokio::test]
-async fn metrics_report_real_values() {
-    let executor = Executor::start(|_| Answer::ok()).await;
-    let asyncd = Asyncd::start(&one_job(&executor, ""), &[]).await;
-    let r = asyncd
-        .http
-        .post(asyncd.url("/v1/tasks"))
-        .header("asyncd-source-service", "orders")
-        .json(&json!({"type": "work"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
-    asyncd.submit(json!({"type": "work", "delay": "1h"})).await;
-    let metrics = wait_for("metrics to show the run", DEADLINE, async || {
-        let m = asyncd.metrics().await;
-        // The backlog gauges refresh every 2 s: wait for a refresh after both submits.
-        (m.contains("asyncd_task_executed_total{status=\"success\",task_type=\"work\"} 1")
-            && m.contains("asyncd_mysql_pending_tasks{task_type=\"work\"} 1")
-            && m.contains("asyncd_due_backlog{task_type=\"work\"} 0"))
-        .then_some(m)
-    })
-    .await;
-    for expected in [
-        "asyncd_task_submitted_total{source_service=\"orders\",task_type=\"work\"} 1",
-        "asyncd_task_dispatched_total{task_type=\"work\"} 1",
-        "asyncd_task_dispatch_delay_seconds_count{task_type=\"work\"} 1",
-        "asyncd_task_execution_duration_seconds_count{task_type=\"work\"} 1",
-        "asyncd_task_submit_latency_seconds_count{task_type=\"work\"} 2",
-        "asyncd_mysql_poll_duration_seconds_count",
-    ] {
-        assert!(metrics.contains(expected), "missing {expected}\n{metrics}");
-    }
-    let (status, _) = asyncd.get("/readyz").await;
-    assert_eq!(status, 200);
-}
-
 // Multi-threaded: the executor below blocks its thread for the in-flight work, and the
 // test must keep polling meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -41,13 +41,14 @@ fn table(
     table_from_documents(sources, job)
 }
 
-/// Starts following `namespace/name`; the table is empty until the ConfigMap is seen
-/// (the operator creates it with the first AsyncJobConfig).
+/// Connects to follow `namespace/name` and returns the table with the watcher that keeps
+/// it current until `shutdown`, for the caller to run; the table is empty until the
+/// ConfigMap is seen (the operator creates it with the first AsyncJobConfig).
 pub async fn watch_configmap(
     reference: &str,
     job: Option<String>,
     shutdown: CancellationToken,
-) -> Result<Routes, ConfigMapError> {
+) -> Result<(Routes, impl Future<Output = ()> + Send + 'static), ConfigMapError> {
     let (namespace, name) = reference
         .split_once('/')
         .filter(|(ns, n)| !ns.is_empty() && !n.is_empty())
@@ -57,7 +58,7 @@ pub async fn watch_configmap(
     let (tx, rx) = watch::channel(Arc::new(RouteTable::default()));
     let origin = reference.to_string();
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    tokio::spawn(async move {
+    let watcher = async move {
         let mut events = watcher::watcher(api, config).boxed();
         loop {
             let event = tokio::select! {
@@ -89,6 +90,6 @@ pub async fn watch_configmap(
                 }
             }
         }
-    });
-    Ok(rx)
+    };
+    Ok((rx, watcher))
 }

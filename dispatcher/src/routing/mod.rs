@@ -151,18 +151,19 @@ fn fingerprint(dir: &Path) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
         .collect()
 }
 
-/// Loads the folder now (an error here stops start-up) and then watches it, polling
-/// every `interval`, until `shutdown`.
+/// Loads the folder now (an error here stops start-up) and returns the table with the
+/// watcher that re-reads it, polling every `interval` until `shutdown`; the caller runs
+/// the watcher as one of its tasks.
 pub fn watch_dir(
     dir: PathBuf,
     job: Option<String>,
     interval: Duration,
     shutdown: CancellationToken,
-) -> Result<Routes, RoutingError> {
+) -> Result<(Routes, impl Future<Output = ()> + Send + 'static), RoutingError> {
     let table = load_dir(&dir, job.as_deref())?;
     tracing::info!(dir = %dir.display(), jobs = ?table.task_types(), "job configs loaded");
     let (tx, rx) = watch::channel(Arc::new(table));
-    tokio::spawn(async move {
+    let watcher = async move {
         let mut seen = fingerprint(&dir);
         loop {
             tokio::select! {
@@ -184,8 +185,8 @@ pub fn watch_dir(
                 }
             }
         }
-    });
-    Ok(rx)
+    };
+    Ok((rx, watcher))
 }
 
 /// A fixed table, for tests and embedding.

@@ -1,5 +1,8 @@
-//! Test harness: the real `asyncd dev` binary on a free loopback port, and a scripted
-//! HTTP executor that records every call. Waits are conditions with deadlines.
+//! Test harness: the `dev` role in-process ([`InProcess`]: the test's runtime, a
+//! `127.0.0.1:0` listener, a temp SQLite store, a [`ManualClock`] the test moves and test
+//! signals it waits on), the real `asyncd dev` binary ([`Asyncd`], for the tests that
+//! kill or signal a process), and a scripted HTTP executor that records every call.
+//! Both runtimes answer the same [`Api`] helpers. Waits are conditions with deadlines.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -9,10 +12,16 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use asyncd::clock::{Clock, ManualClock};
+use asyncd::dispatcher::DispatcherConfig;
+use asyncd::roles::{self, Parts, RoleError, RoutingSource, Settings};
+use asyncd::signals::{Signal, TestSignals};
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
 
 pub const DEADLINE: Duration = Duration::from_secs(20);
 
@@ -274,10 +283,6 @@ impl Asyncd {
         std::fs::read_to_string(self.dir.path().join("asyncd.log")).unwrap_or_default()
     }
 
-    pub fn url(&self, path: &str) -> String {
-        format!("http://{}{}", self.addr, path)
-    }
-
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
             child.kill().unwrap(); // SIGKILL
@@ -300,10 +305,27 @@ impl Asyncd {
         )
         .await
     }
+}
 
-    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+impl Drop for Asyncd {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// The HTTP API of a running asyncd, in-process or not.
+#[allow(async_fn_in_trait)]
+pub trait Api {
+    fn addr(&self) -> SocketAddr;
+    fn http(&self) -> &reqwest::Client;
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr(), path)
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
         let r = self
-            .http
+            .http()
             .post(self.url(path))
             .json(&body)
             .send()
@@ -313,9 +335,9 @@ impl Asyncd {
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
-    pub async fn post_raw(&self, path: &str, body: &str) -> (u16, Value) {
+    async fn post_raw(&self, path: &str, body: &str) -> (u16, Value) {
         let r = self
-            .http
+            .http()
             .post(self.url(path))
             .body(body.to_string())
             .send()
@@ -325,20 +347,20 @@ impl Asyncd {
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
-    pub async fn get(&self, path: &str) -> (u16, Value) {
-        let r = self.http.get(self.url(path)).send().await.unwrap();
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let r = self.http().get(self.url(path)).send().await.unwrap();
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
-    pub async fn delete(&self, path: &str) -> (u16, Value) {
-        let r = self.http.delete(self.url(path)).send().await.unwrap();
+    async fn delete(&self, path: &str) -> (u16, Value) {
+        let r = self.http().delete(self.url(path)).send().await.unwrap();
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
-    pub async fn metrics(&self) -> String {
-        self.http
+    async fn metrics(&self) -> String {
+        self.http()
             .get(self.url("/metrics"))
             .send()
             .await
@@ -349,19 +371,19 @@ impl Asyncd {
     }
 
     /// Submits and asserts 201; returns the id.
-    pub async fn submit(&self, body: Value) -> String {
+    async fn submit(&self, body: Value) -> String {
         let (status, answer) = self.post("/v1/tasks", body.clone()).await;
         assert_eq!(status, 201, "submit {body} answered {answer}");
         answer["id"].as_str().unwrap().to_string()
     }
 
-    pub async fn task(&self, id: &str) -> Value {
+    async fn task(&self, id: &str) -> Value {
         let (status, task) = self.get(&format!("/v1/tasks/{id}")).await;
         assert_eq!(status, 200, "{task}");
         task
     }
 
-    pub async fn wait_state(&self, id: &str, state: &str) -> Value {
+    async fn wait_state(&self, id: &str, state: &str) -> Value {
         wait_for(&format!("task {id} to be {state}"), DEADLINE, async || {
             let task = self.task(id).await;
             (task["state"] == state).then_some(task)
@@ -370,12 +392,174 @@ impl Asyncd {
     }
 }
 
-impl Drop for Asyncd {
-    fn drop(&mut self) {
-        self.kill9();
+impl Api for Asyncd {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+    fn http(&self) -> &reqwest::Client {
+        &self.http
     }
 }
 
+/// When the in-process clock starts: a fixed instant, so ETAs in assertions are exact.
+pub const T0: i64 = 1_800_000_000_000;
+
+/// The `dev` role in the test's runtime: every part on a temp SQLite store, listening on
+/// `127.0.0.1:0`, reading a [`ManualClock`] the test moves, and emitting test signals.
+/// Cancelled when dropped.
+pub struct InProcess {
+    pub dir: tempfile::TempDir,
+    pub addr: SocketAddr,
+    pub http: reqwest::Client,
+    pub clock: Arc<ManualClock>,
+    pub signals: broadcast::Receiver<Signal>,
+    shutdown: CancellationToken,
+    role: Option<tokio::task::JoinHandle<Result<(), RoleError>>>,
+}
+
+impl InProcess {
+    pub async fn start(jobs: &[(&str, String)]) -> Self {
+        Self::start_with(jobs, |_| {}).await
+    }
+
+    /// Starts with `adjust` applied to the settings (payload limit, poll interval, …).
+    pub async fn start_with(jobs: &[(&str, String)], adjust: impl FnOnce(&mut Settings)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("jobs")).unwrap();
+        for (file, yaml) in jobs {
+            std::fs::write(dir.path().join("jobs").join(file), yaml).unwrap();
+        }
+        let clock = ManualClock::at(chrono::DateTime::from_timestamp_millis(T0).unwrap());
+        let (signals, receiver) = TestSignals::new();
+        let mut settings = settings(&dir, clock.clone());
+        settings.signals = Some(signals);
+        adjust(&mut settings);
+        let shutdown = CancellationToken::new();
+        let running = roles::start(settings, Parts::ALL, shutdown.clone())
+            .await
+            .expect("the dev role starts");
+        let addr = running.addr();
+        Self {
+            dir,
+            addr,
+            http: reqwest::Client::new(),
+            clock,
+            signals: receiver,
+            shutdown,
+            role: Some(tokio::spawn(running.wait())),
+        }
+    }
+
+    pub fn now(&self) -> i64 {
+        self.clock.now_millis().as_i64()
+    }
+
+    pub fn write_job(&self, file: &str, yaml: &str) {
+        let jobs = self.dir.path().join("jobs");
+        let tmp = jobs.join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, yaml).unwrap();
+        std::fs::rename(tmp, jobs.join(file)).unwrap();
+    }
+
+    /// The next signal `pick` accepts, skipping the others.
+    pub async fn next<T>(&mut self, what: &str, mut pick: impl FnMut(Signal) -> Option<T>) -> T {
+        let signals = &mut self.signals;
+        let wait = async {
+            loop {
+                match signals.recv().await {
+                    Ok(signal) => {
+                        if let Some(found) = pick(signal) {
+                            return found;
+                        }
+                    }
+                    Err(err) => panic!("signals ended while waiting for {what}: {err}"),
+                }
+            }
+        };
+        tokio::time::timeout(DEADLINE, wait)
+            .await
+            .unwrap_or_else(|_| panic!("timed out after {DEADLINE:?} waiting for {what}"))
+    }
+
+    /// When the ticker handed `id` to its runner: `(eta, clock time)`.
+    pub async fn dispatched(&mut self, id: &str) -> (i64, i64) {
+        self.next(&format!("{id} dispatched"), |s| match s {
+            Signal::Dispatched { id: got, eta, at } if got == id => {
+                Some((eta.as_i64(), at.as_i64()))
+            }
+            _ => None,
+        })
+        .await
+    }
+
+    /// Waits until an outcome for `id` is recorded.
+    pub async fn finished(&mut self, id: &str) {
+        self.next(&format!("an outcome for {id}"), |s| match s {
+            Signal::Finished { ids, .. } => ids.iter().any(|i| i == id).then_some(()),
+            _ => None,
+        })
+        .await
+    }
+
+    /// Waits for a rescuer pass that read the clock at `at` or later.
+    pub async fn rescue_pass(&mut self, at: i64) -> usize {
+        self.next("a rescuer pass", |s| match s {
+            Signal::Rescued { count, at: when } if when.as_i64() >= at => Some(count),
+            _ => None,
+        })
+        .await
+    }
+
+    /// Stops the role and returns how it ended.
+    pub async fn stop(mut self) -> Result<(), RoleError> {
+        self.shutdown.cancel();
+        let role = self.role.take().expect("running");
+        tokio::time::timeout(DEADLINE, role)
+            .await
+            .expect("the role stops")
+            .expect("the role task does not panic")
+    }
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+impl Api for InProcess {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+    fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+}
+
+/// The `dev` role's settings for a test folder, as `asyncd dev` builds them from its
+/// defaults, but polling often (the store is local) and on port 0.
+pub fn settings(dir: &tempfile::TempDir, clock: Arc<ManualClock>) -> Settings {
+    Settings {
+        store_url: format!("sqlite://{}", dir.path().join("asyncd.db").display()),
+        routing: RoutingSource::Dir(dir.path().join("jobs")),
+        job: None,
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        advertise_url: None,
+        dispatcher: DispatcherConfig {
+            owner: format!("test-{}", uuid::Uuid::now_v7().simple()),
+            poll_interval: Duration::from_millis(20),
+            ..DispatcherConfig::default()
+        },
+        max_payload_bytes: 1024 * 1024,
+        kafka_threshold: Duration::from_secs(600),
+        kafka_brokers: None,
+        create_topics: false,
+        kafka_horizon: Duration::from_secs(30),
+        reload_interval: Duration::from_millis(50),
+        clock,
+        signals: None,
+    }
+}
 pub fn millis(t: SystemTime) -> i64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .unwrap()
