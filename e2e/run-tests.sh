@@ -54,6 +54,10 @@ export ASYNCD_TEST_MYSQL_URL ASYNCD_TEST_POSTGRES_URL ASYNCD_TEST_KAFKA_BROKERS
 step "Rust tests (unit, store conformance on three backends, integration, Kafka, operator)"
 cargo test --workspace --locked
 
+step "HTTP fuzzing from docs/openapi.json (Schemathesis) against asyncd dev and asyncd api on PostgreSQL"
+cargo build -p asyncd --locked
+ASYNCD_BIN="$CARGO_TARGET_DIR/debug/asyncd" bash e2e/fuzz.sh
+
 step "operator e2e: kube-apiserver + etcd, Kafka, MariaDB, the operator and a dispatcher as local processes"
 bash e2e/operator.sh
 
