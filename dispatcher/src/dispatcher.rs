@@ -444,12 +444,13 @@ async fn run_job(shared: Arc<Shared>, task_type: String, mut queue: mpsc::Receiv
         shared.queued.fetch_sub(1, Ordering::SeqCst);
         task
     };
-    let mut limit = shared
-        .routes
-        .borrow()
-        .job(&task_type)
-        .map_or(1, |job| job.concurrency as usize);
-    let permits = Arc::new(Semaphore::new(limit));
+    let mut limit = ConcurrencyLimit::new(
+        shared
+            .routes
+            .borrow()
+            .job(&task_type)
+            .map_or(1, |job| job.concurrency as usize),
+    );
     let mut carried: Option<ClaimedTask> = None;
     loop {
         let first = match carried.take() {
@@ -468,16 +469,10 @@ async fn run_job(shared: Arc<Shared>, task_type: String, mut queue: mpsc::Receiv
         }
         // Follow a changed concurrency limit without a restart.
         if let Some(job) = shared.routes.borrow().job(&task_type) {
-            let wanted = job.concurrency as usize;
-            if wanted > limit {
-                permits.add_permits(wanted - limit);
-            } else if wanted < limit {
-                permits.forget_permits(limit - wanted);
-            }
-            limit = wanted;
+            limit.resize(job.concurrency as usize);
         }
         let permit = tokio::select! {
-            permit = permits.clone().acquire_owned() => permit.expect("semaphore never closes"),
+            permit = limit.acquire() => permit,
             _ = shared.shutdown.cancelled() => {
                 carried = Some(first);
                 continue;
@@ -487,15 +482,78 @@ async fn run_job(shared: Arc<Shared>, task_type: String, mut queue: mpsc::Receiv
         while batch.len() < 256 {
             let Ok(task) = queue.try_recv() else { break };
             let task = taken(task);
-            match permits.clone().try_acquire_owned() {
-                Ok(permit) => batch.push((task, permit)),
-                Err(_) => {
+            match limit.try_acquire() {
+                Some(permit) => batch.push((task, permit)),
+                None => {
                     carried = Some(task);
                     break;
                 }
             }
         }
         begin(&shared, batch).await;
+    }
+}
+
+/// A job's concurrency limit, which a config change may lower while attempts hold its
+/// permits. `Semaphore::forget_permits` only forgets permits that are free, so the rest
+/// are owed and destroyed as they come back; without that, lowering the limit under load
+/// changed nothing.
+struct ConcurrencyLimit {
+    permits: Arc<Semaphore>,
+    limit: usize,
+    owed: usize,
+}
+
+impl ConcurrencyLimit {
+    fn new(limit: usize) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(limit)),
+            limit,
+            owed: 0,
+        }
+    }
+
+    fn resize(&mut self, wanted: usize) {
+        if wanted > self.limit {
+            let grow = wanted - self.limit;
+            let cancelled = grow.min(self.owed);
+            self.owed -= cancelled;
+            self.permits.add_permits(grow - cancelled);
+        } else if wanted < self.limit {
+            let shrink = self.limit - wanted;
+            self.owed += shrink - self.permits.forget_permits(shrink);
+        }
+        self.limit = wanted;
+    }
+
+    /// A permit if one is free now, after paying what is owed.
+    fn try_acquire(&mut self) -> Option<OwnedSemaphorePermit> {
+        loop {
+            let permit = self.permits.clone().try_acquire_owned().ok()?;
+            if self.owed == 0 {
+                return Some(permit);
+            }
+            permit.forget();
+            self.owed -= 1;
+        }
+    }
+
+    /// Waits for a permit, paying what is owed first. Cancel-safe: a permit is destroyed
+    /// and the debt lowered in the same step.
+    async fn acquire(&mut self) -> OwnedSemaphorePermit {
+        loop {
+            let permit = self
+                .permits
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("semaphore never closes");
+            if self.owed == 0 {
+                return permit;
+            }
+            permit.forget();
+            self.owed -= 1;
+        }
     }
 }
 
@@ -664,6 +722,36 @@ mod tests {
     use crate::store::{NewTask, TaskState};
 
     const T0: i64 = 1_800_000_000_000;
+
+    #[tokio::test]
+    async fn lowering_the_limit_while_every_permit_is_held_takes_effect_as_they_return() {
+        let mut limit = ConcurrencyLimit::new(4);
+        let held: Vec<_> = (0..4).map(|_| limit.try_acquire().unwrap()).collect();
+        limit.resize(1);
+        drop(held);
+        let first = limit.try_acquire();
+        assert!(first.is_some());
+        assert!(
+            limit.try_acquire().is_none(),
+            "more than the new limit of 1"
+        );
+        drop(first);
+        assert_eq!(limit.acquire().await.num_permits(), 1);
+    }
+
+    #[tokio::test]
+    async fn raising_the_limit_cancels_what_is_owed_first() {
+        let mut limit = ConcurrencyLimit::new(4);
+        let held: Vec<_> = (0..4).map(|_| limit.try_acquire().unwrap()).collect();
+        limit.resize(1);
+        limit.resize(3);
+        drop(held);
+        let now: Vec<_> = std::iter::from_fn(|| limit.try_acquire()).collect();
+        assert_eq!(now.len(), 3);
+        limit.resize(5);
+        let more: Vec<_> = std::iter::from_fn(|| limit.try_acquire()).collect();
+        assert_eq!(more.len(), 2, "five in all");
+    }
 
     fn job(task_type: &str, executor: &str, concurrency: u32) -> asyncd_spec::Job {
         let yaml = format!(

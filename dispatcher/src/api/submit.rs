@@ -47,7 +47,25 @@ fn key(field: &str, value: Option<String>) -> Result<Option<String>, ApiError> {
             field,
             format!("must be 1 to {MAX_KEY_LEN} bytes"),
         )),
-        other => Ok(other),
+        Some(v) => plain_text(field, &v).map(|()| Some(v)),
+        None => Ok(None),
+    }
+}
+
+/// What the API stores must be storable on every backend, the strictest deciding:
+/// PostgreSQL refuses NUL in text (a task accepted with one could never be written — on
+/// the Kafka route it would block its partition), and no key or name needs a control
+/// character.
+fn plain_text(field: &str, value: &str) -> Result<(), ApiError> {
+    match value.chars().find(|c| c.is_control()) {
+        Some(c) => Err(ApiError::field(
+            field,
+            format!(
+                "must not contain control characters (found U+{:04X})",
+                u32::from(c)
+            ),
+        )),
+        None => Ok(()),
     }
 }
 
@@ -140,8 +158,24 @@ pub fn validate(
         None => {
             let value: serde_json::Value =
                 serde_json::from_str(payload.get()).map_err(|e| ApiError::field("payload", e))?;
-            job.render_unique_key(&value)
-                .map_err(|m| ApiError::field("payload", m))?
+            let rendered = job
+                .render_unique_key(&value)
+                .map_err(|m| ApiError::field("payload", m))?;
+            // The template is the job's, the values the payload's: a long or odd value
+            // makes a key the store cannot hold, so it is checked like a given one.
+            if let Some(rendered) = &rendered {
+                if rendered.len() > MAX_KEY_LEN {
+                    return Err(ApiError::field(
+                        "payload",
+                        format!(
+                            "the job's uniqueKey renders to {} bytes from this payload; at most {MAX_KEY_LEN}",
+                            rendered.len()
+                        ),
+                    ));
+                }
+                plain_text("payload", rendered)?;
+            }
+            rendered
         }
     };
     let depends_on = req.depends_on.unwrap_or_default();
@@ -168,6 +202,9 @@ pub fn validate(
             "source_service",
             "must be at most 128 bytes",
         ));
+    }
+    if let Some(source) = &source_service {
+        plain_text("source_service", source)?;
     }
     Ok(NewTask {
         id: task_id(idempotency_key.as_deref()),
@@ -266,6 +303,63 @@ mod tests {
             "rendered from the job's template"
         );
         assert_eq!(task.payload.get(), r#"{"order_id":7}"#);
+    }
+
+    /// Each would be accepted, then refused by PostgreSQL on every write.
+    #[test]
+    fn values_no_backend_can_store_are_refused_naming_the_field() {
+        let t = r#""type":"cancel_expired_order""#;
+        for (body, field) in [
+            (
+                format!(r#"{{{t},"payload":{{"order_id":1}},"idempotency_key":"a\u0000b"}}"#),
+                "idempotency_key",
+            ),
+            (
+                format!(r#"{{{t},"payload":{{"order_id":1}},"unique_key":"k\u0000"}}"#),
+                "unique_key",
+            ),
+            (
+                format!(r#"{{{t},"payload":{{"order_id":1}},"source_service":"svc\u0000"}}"#),
+                "source_service",
+            ),
+            (
+                format!(r#"{{{t},"payload":{{"order_id":"x\u0000y"}}}}"#),
+                "payload",
+            ),
+        ] {
+            assert_eq!(
+                field_of(&body),
+                (400, "invalid_field".into(), Some(field.into())),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_rendered_unique_key_is_length_checked() {
+        let routes = routes();
+        let long = "9".repeat(MAX_KEY_LEN);
+        let req = parse(
+            format!(r#"{{"type":"cancel_expired_order","payload":{{"order_id":"{long}"}}}}"#)
+                .as_bytes(),
+        )
+        .unwrap();
+        let err = validate(
+            req,
+            &routes,
+            &Limits {
+                max_payload_bytes: 4096,
+            },
+            NOW,
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(err.error.field.as_deref(), Some("payload"));
+        assert!(
+            err.error.message.contains("uniqueKey"),
+            "{}",
+            err.error.message
+        );
     }
 
     #[test]
