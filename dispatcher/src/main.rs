@@ -76,7 +76,8 @@ struct Common {
     /// Address for the API, /metrics and health endpoints.
     #[arg(long, env = "ASYNCD_LISTEN", default_value = "127.0.0.1:7700")]
     listen: SocketAddr,
-    /// Base URL executors use for heartbeats and results (default http://LISTEN).
+    /// Base URL executors use for heartbeats and results (default http://LISTEN; required
+    /// for a dispatcher listening on 0.0.0.0 or [::]).
     #[arg(long, env = "ASYNCD_ADVERTISE_URL")]
     advertise_url: Option<String>,
     /// Store poll interval.

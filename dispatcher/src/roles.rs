@@ -94,6 +94,8 @@ pub enum RoleError {
     Kafka(#[from] rdkafka::error::KafkaError),
     #[error("cannot listen on {0}: {1}")]
     Listen(SocketAddr, std::io::Error),
+    #[error("--advertise-url (ASYNCD_ADVERTISE_URL): {0}")]
+    AdvertiseUrl(String),
     /// The part that ended first and took the role down.
     #[error("{part} {failure}")]
     Part {
@@ -349,10 +351,7 @@ async fn wire(
     );
 
     if parts.dispatcher {
-        let callback = settings
-            .advertise_url
-            .clone()
-            .unwrap_or_else(|| format!("http://{local}"));
+        let callback = callback_url(settings.advertise_url.as_deref(), local)?;
         let dispatcher = Dispatcher::new(
             store.clone(),
             routes.clone(),
@@ -421,8 +420,71 @@ async fn wire(
     Ok(local)
 }
 
+/// The base URL executors call back on (heartbeats, results). A dispatcher listening on
+/// an unspecified address (0.0.0.0, [::]) must be told one: executors cannot call
+/// 0.0.0.0, and in a cluster the pod's own address is the one to give (the operator sets
+/// `ASYNCD_ADVERTISE_URL` from the pod IP).
+fn callback_url(advertise: Option<&str>, local: SocketAddr) -> Result<String, RoleError> {
+    let Some(url) = advertise else {
+        if local.ip().is_unspecified() {
+            return Err(RoleError::AdvertiseUrl(format!(
+                "required when listening on {local}: executors cannot call back to an unspecified address"
+            )));
+        }
+        return Ok(format!("http://{local}"));
+    };
+    let parsed = reqwest::Url::parse(url)
+        .map_err(|e| RoleError::AdvertiseUrl(format!("{url:?} is not a URL: {e}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(RoleError::AdvertiseUrl(format!(
+            "{url:?} must be an http:// or https:// URL"
+        )));
+    }
+    let host = parsed.host_str().unwrap_or_default();
+    let unspecified = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_unspecified());
+    if host.is_empty() || unspecified {
+        return Err(RoleError::AdvertiseUrl(format!(
+            "{url:?} names no address an executor can reach"
+        )));
+    }
+    Ok(url.trim_end_matches('/').to_string())
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_callback_url_is_never_an_unspecified_address() {
+        let any: SocketAddr = "0.0.0.0:7700".parse().unwrap();
+        let loopback: SocketAddr = "127.0.0.1:7700".parse().unwrap();
+        assert_eq!(
+            callback_url(None, loopback).unwrap(),
+            "http://127.0.0.1:7700"
+        );
+        for refused in [
+            callback_url(None, any),
+            callback_url(None, "[::]:7700".parse().unwrap()),
+            callback_url(Some("http://0.0.0.0:7700"), loopback),
+            callback_url(Some("http://[::]:7700"), loopback),
+            callback_url(Some("not a url"), loopback),
+            callback_url(Some("ftp://10.1.2.3/"), loopback),
+        ] {
+            let err = refused.unwrap_err().to_string();
+            assert!(err.contains("--advertise-url"), "{err}");
+        }
+        assert_eq!(
+            callback_url(Some("http://10.1.2.3:7700/"), any).unwrap(),
+            "http://10.1.2.3:7700"
+        );
+        assert_eq!(
+            callback_url(Some("https://asyncd-api.shop.svc:7700"), any).unwrap(),
+            "https://asyncd-api.shop.svc:7700"
+        );
+    }
+
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;

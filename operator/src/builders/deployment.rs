@@ -7,8 +7,8 @@
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SecretKeySelector,
-    SecurityContext,
+    ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
+    SecretKeySelector, SecurityContext,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -76,6 +76,24 @@ pub fn build(config: &AsyncJobConfig, settings: &DispatcherSettings) -> Deployme
     env.push(EnvVar {
         name: "ASYNCD_LOG".into(),
         value: Some("info".into()),
+        ..EnvVar::default()
+    });
+    // Executors of long tasks call back on the pod's own address; the dispatcher refuses
+    // to advertise the 0.0.0.0 it listens on.
+    env.push(EnvVar {
+        name: "ASYNCD_POD_IP".into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: "status.podIP".into(),
+                ..ObjectFieldSelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    });
+    env.push(EnvVar {
+        name: "ASYNCD_ADVERTISE_URL".into(),
+        value: Some(format!("http://$(ASYNCD_POD_IP):{METRICS_PORT}")),
         ..EnvVar::default()
     });
     let container = Container {
@@ -210,6 +228,29 @@ mod tests {
                 store.key.as_str()
             ),
             ("ASYNCD_STORE", "asyncd-store", "url")
+        );
+        // executors call back on the pod's address, defined before it is referenced
+        let names: Vec<&str> = env.iter().map(|e| e.name.as_str()).collect();
+        let pod_ip = names.iter().position(|n| *n == "ASYNCD_POD_IP").unwrap();
+        let advertise = names
+            .iter()
+            .position(|n| *n == "ASYNCD_ADVERTISE_URL")
+            .unwrap();
+        assert!(pod_ip < advertise);
+        assert_eq!(
+            env[pod_ip]
+                .value_from
+                .as_ref()
+                .unwrap()
+                .field_ref
+                .as_ref()
+                .unwrap()
+                .field_path,
+            "status.podIP"
+        );
+        assert_eq!(
+            env[advertise].value.as_deref(),
+            Some("http://$(ASYNCD_POD_IP):7700")
         );
         // the sample signs calls: the secret named by signingSecretEnv is provided
         let signing = env
