@@ -70,8 +70,36 @@ impl From<crate::store::StoreError> for ApiError {
     }
 }
 
+/// How long a client is asked to wait before repeating a request refused with 503: the
+/// store's connection wait is 2 s, so a second is enough to try again without piling up.
+pub const RETRY_AFTER_SECONDS: u32 = 1;
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(self.body())).into_response()
+        let status = self.status;
+        let mut response = (status, axum::Json(self.body())).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(RETRY_AFTER_SECONDS),
+            );
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unavailable_store_answers_503_with_retry_after() {
+        let err = ApiError::from(crate::store::StoreError::UnsupportedUrl("x".into()));
+        let response = err.into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            response.headers()[axum::http::header::RETRY_AFTER],
+            RETRY_AFTER_SECONDS.to_string()
+        );
     }
 }
