@@ -3,8 +3,11 @@
 //!
 //! Stateless by design (the reference system's idea): a firing's identity is
 //! `task_type/entry name/UTC millis`, held by a unique constraint, so any number of
-//! schedulers can run at once and each firing is created exactly once. Firings missed
-//! while no scheduler ran are not back-filled; the next one is created.
+//! schedulers can run at once and each firing is created exactly once.
+//!
+//! A scheduler that could not create firings for a while (the store was down) catches
+//! up on the ones it missed, at most [`CATCH_UP`] back; they run at once. A scheduler
+//! starting fresh does not back-fill: it begins with the next firing.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,6 +21,11 @@ use crate::dispatcher::ClaimerWakeup;
 use crate::routing::Routes;
 use crate::signals::{Signal, TestSignals, emit};
 use crate::store::{InsertOutcome, Millis, NewTask, Store};
+
+/// How far back a scheduler creates the firings it missed while it could not write them.
+/// An hour covers a database failover or restart; a firing older than that is stale
+/// news and is skipped.
+pub const CATCH_UP: Duration = Duration::from_secs(3600);
 
 pub struct Scheduler {
     pub store: Arc<dyn Store>,
@@ -84,14 +92,18 @@ impl Scheduler {
                     entry.name.clone(),
                     entry.schedule.as_str().to_string(),
                 );
-                // A future firing already created: only add what the horizon now covers.
-                let known = self.created.get(&key).copied().filter(|&at| at > now_ms);
-                let mut after = known.map(crate::clock::from_millis).unwrap_or(now);
+                // Continue after the last firing this scheduler created (within the
+                // catch-up window, so an outage loses nothing); a fresh one starts now.
+                let known = self.created.get(&key).copied();
+                let mut after = known
+                    .map(|at| crate::clock::from_millis(at.max(now_ms.saturating_sub(CATCH_UP))))
+                    .unwrap_or(now);
                 let mut last = None;
                 while let Some(next) = entry.schedule.next_after(after) {
                     let at = Millis::from(next);
                     // Always the next firing, then every one within the horizon.
-                    if at > horizon && (known.is_some() || last.is_some()) {
+                    let next_exists = known.into_iter().chain(last).any(|t| t > now_ms);
+                    if at > horizon && next_exists {
                         break;
                     }
                     let payload = RawValue::from_string(entry.payload.to_string())
@@ -222,6 +234,38 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(firing[0].pending, 4, "four firings, one row each");
+    }
+
+    /// Passes that could not write (a store outage) are passes that did not happen: the
+    /// next one creates every firing since the last it wrote, then the horizon as usual.
+    #[tokio::test]
+    async fn firings_missed_during_an_outage_are_caught_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir).await;
+        let routes = routes("CRON_TZ=UTC */10 * * * * *");
+        let start = utc("2026-11-30T00:00:00Z");
+        let clock = ManualClock::at(start);
+        let mut s = scheduler(&store, &routes, &clock);
+        assert_eq!(
+            s.schedule_once().await.unwrap().len(),
+            6,
+            "the 60 s horizon"
+        );
+        clock.set(start + chrono::Duration::minutes(5));
+        let caught_up = times(&s.schedule_once().await.unwrap());
+        let expected: Vec<_> = (7..=36)
+            .map(|i| start + chrono::Duration::seconds(i * 10))
+            .collect();
+        assert_eq!(caught_up, expected, "00:01:10 through 00:06:00");
+
+        // Beyond the window only the last hour is created.
+        clock.set(start + chrono::Duration::hours(3));
+        let late = times(&s.schedule_once().await.unwrap());
+        assert_eq!(
+            late.first(),
+            Some(&(start + chrono::Duration::seconds(2 * 3600 + 10)))
+        );
+        assert_eq!(late.len(), 360 + 6);
     }
 
     #[tokio::test]
