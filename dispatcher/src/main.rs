@@ -44,6 +44,8 @@ enum Role {
     Migrate {
         #[arg(long, env = "ASYNCD_STORE")]
         store: String,
+        #[arg(long, env = "ASYNCD_STORE_WAIT", default_value = "60s", value_parser = duration)]
+        store_wait: Duration,
     },
 }
 
@@ -52,6 +54,10 @@ struct Server {
     /// Store URL: sqlite://PATH, mysql://… or postgres://….
     #[arg(long, env = "ASYNCD_STORE")]
     store: String,
+    /// How long to wait at start for a database that is down or restarting, before
+    /// exiting with an error.
+    #[arg(long, env = "ASYNCD_STORE_WAIT", default_value = "60s", value_parser = duration)]
+    store_wait: Duration,
     #[command(flatten)]
     common: Common,
 }
@@ -117,9 +123,10 @@ fn duration(text: &str) -> Result<Duration, String> {
 }
 
 impl Common {
-    fn settings(self, store_url: String) -> Settings {
+    fn settings(self, store_url: String, store_wait: Duration) -> Settings {
         Settings {
             store_url,
+            store_wait,
             routing: match (self.config, self.routing_configmap) {
                 (Some(dir), _) => RoutingSource::Dir(dir),
                 (None, Some(reference)) => RoutingSource::ConfigMap(reference),
@@ -189,17 +196,20 @@ async fn main() -> ExitCode {
 
 async fn serve(cli: Cli) -> anyhow::Result<()> {
     let (settings, parts) = match cli.role {
-        Role::Migrate { store } => {
-            roles::migrate(&store).await.context("migrate")?;
+        Role::Migrate { store, store_wait } => {
+            roles::migrate(&store, store_wait)
+                .await
+                .context("migrate")?;
             println!("migrations applied");
             return Ok(());
         }
         Role::Dev { db, common } => (
-            common.settings(format!("sqlite://{}", db.display())),
+            // An embedded database is never "restarting": fail at once.
+            common.settings(format!("sqlite://{}", db.display()), Duration::ZERO),
             Parts::ALL,
         ),
         Role::Api(s) => (
-            s.common.settings(s.store),
+            s.common.settings(s.store, s.store_wait),
             Parts {
                 api: true,
                 dispatcher: false,
@@ -207,7 +217,7 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
             },
         ),
         Role::Dispatcher(s) => (
-            s.common.settings(s.store),
+            s.common.settings(s.store, s.store_wait),
             Parts {
                 api: false,
                 dispatcher: true,
@@ -215,7 +225,7 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
             },
         ),
         Role::Scheduler(s) => (
-            s.common.settings(s.store),
+            s.common.settings(s.store, s.store_wait),
             Parts {
                 api: false,
                 dispatcher: false,

@@ -62,6 +62,8 @@ impl Parts {
 #[derive(Clone)]
 pub struct Settings {
     pub store_url: String,
+    /// How long to wait at start for a database that is down or restarting.
+    pub store_wait: Duration,
     pub routing: RoutingSource,
     /// Serve only this job (`--job`).
     pub job: Option<String>,
@@ -132,8 +134,8 @@ pub async fn cancel_on_signal(token: CancellationToken) -> std::io::Result<()> {
     Ok(())
 }
 
-pub async fn migrate(store_url: &str) -> Result<(), RoleError> {
-    store::open(store_url).await?.migrate().await?;
+pub async fn migrate(store_url: &str, wait: Duration) -> Result<(), RoleError> {
+    store::open_migrated(store_url, wait, &CancellationToken::new()).await?;
     Ok(())
 }
 
@@ -280,8 +282,8 @@ async fn wire(
     supervisor: &Supervisor,
 ) -> Result<SocketAddr, RoleError> {
     let shutdown = supervisor.shutdown().clone();
-    let store: Arc<dyn Store> = store::open(&settings.store_url).await?;
-    store.migrate().await?;
+    let store: Arc<dyn Store> =
+        store::open_migrated(&settings.store_url, settings.store_wait, &shutdown).await?;
     let routes: Routes = match &settings.routing {
         RoutingSource::Dir(dir) => {
             let (routes, watcher) = routing::watch_dir(

@@ -130,6 +130,72 @@ pub enum StoreError {
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+impl StoreError {
+    /// Whether the database could not be reached, or is starting or stopping: worth
+    /// waiting out, unlike a wrong URL, wrong credentials or a schema that does not match.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Self::Database(err)
+            | Self::Migrate(
+                sqlx::migrate::MigrateError::Execute(err)
+                | sqlx::migrate::MigrateError::ExecuteMigration(err, _),
+            ) => sqlx_unavailable(err),
+            _ => false,
+        }
+    }
+}
+
+fn sqlx_unavailable(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
+        sqlx::Error::Database(db) => db.code().as_deref().is_some_and(unavailable_sqlstate),
+        _ => false,
+    }
+}
+
+/// SQLSTATEs of a server that is away for now. Class 08 is a connection exception on
+/// both PostgreSQL and MariaDB (MariaDB's "server shutdown in progress" and "too many
+/// connections" are 08S01 and 08004); 57P01–57P03 are PostgreSQL's administrator or crash
+/// shutdown and "the database system is starting up".
+fn unavailable_sqlstate(code: &str) -> bool {
+    code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03")
+}
+
+/// Opens the store a URL names and applies pending migrations, waiting up to `wait` for a
+/// database that is down or restarting (retrying with backoff, each failure logged), so
+/// a role started during a database restart comes up with it instead of exiting. Any
+/// other error, and still no database after `wait`, is returned at once; so is
+/// `shutdown`, as the last error seen.
+pub async fn open_migrated(
+    url: &str,
+    wait: Duration,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> Result<std::sync::Arc<dyn Store>> {
+    let started = tokio::time::Instant::now();
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let attempt = async {
+            let store = open(url).await?;
+            store.migrate().await?;
+            Ok::<_, StoreError>(store)
+        };
+        let err: StoreError = match attempt.await {
+            Ok(store) => return Ok(store),
+            Err(err) => err,
+        };
+        let waited = started.elapsed();
+        if !err.is_unavailable() || waited >= wait {
+            return Err(err);
+        }
+        tracing::warn!(%err, waited_s = waited.as_secs(), "store unavailable at start; waiting for it");
+        tokio::select! {
+            _ = shutdown.cancelled() => return Err(err),
+            _ = tokio::time::sleep(backoff.min(wait - waited)) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
 /// How long a request waits for a connection to a database server before it fails.
 /// sqlx's default of 30 s left every request hanging through a database outage; the API
 /// answers 503 with `Retry-After` instead, and the dispatcher's loops try again.

@@ -541,6 +541,7 @@ impl Api for InProcess {
 pub fn settings(dir: &tempfile::TempDir, clock: Arc<ManualClock>) -> Settings {
     Settings {
         store_url: format!("sqlite://{}", dir.path().join("asyncd.db").display()),
+        store_wait: Duration::from_secs(30),
         routing: RoutingSource::Dir(dir.path().join("jobs")),
         job: None,
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
