@@ -21,7 +21,10 @@
 //! role to report.
 //!
 //! Every queue is bounded. Claimed-but-unstarted tasks (heap plus runner queues) are
-//! capped at `max_heap` by the claimer, and outcomes waiting for the completer at
+//! capped at `max_heap` by the claimer, and per job at what its executor can begin
+//! within half the claim hold ([`crate::holdings`]), so a slow or stalled executor
+//! stops the claimer for its job instead of pulling the due backlog into memory and
+//! letting the claims lapse; outcomes waiting for the completer at
 //! `max_heap` too: as many as the tasks this dispatcher may hold, so back-pressure only
 //! starts when the store has fallen that far behind (a tighter bound throttles attempts
 //! to the completer's pace and lets leases lapse under load), and a stalled store then
@@ -40,6 +43,7 @@ use tokio_util::task::TaskTracker;
 use crate::clock::SharedClock;
 use crate::executor::ExecutorClient;
 use crate::heap::EtaHeap;
+use crate::holdings::{Holdings, JobLimits};
 use crate::metrics::Metrics;
 use crate::ownership::Ownership;
 use crate::retry;
@@ -131,6 +135,8 @@ struct Shared {
     config: DispatcherConfig,
     heap: Mutex<EtaHeap>,
     heap_changed: Notify,
+    /// Per job: how many tasks this dispatcher holds and may claim.
+    holdings: Mutex<Holdings>,
     ownership: Mutex<Ownership>,
     waker: ClaimerWakeup,
     completions: mpsc::Sender<Finish>,
@@ -143,11 +149,33 @@ struct Shared {
 }
 
 impl Shared {
+    /// A task of `task_type` left this dispatcher: finished, handed back, or dropped to
+    /// its lease. Wakes the claimer if it had found the job full.
+    fn let_go(&self, task_type: &str) {
+        if self
+            .holdings
+            .lock()
+            .expect("holdings lock")
+            .remove(task_type, 1)
+        {
+            self.waker.wake();
+        }
+    }
+
     fn push(&self, tasks: Vec<ClaimedTask>) {
         emit(&self.config.signals, || Signal::Claimed {
             ids: tasks.iter().map(|t| t.id.clone()).collect(),
             at: self.clock.now_millis(),
         });
+        let mut holdings = self.holdings.lock().expect("holdings lock");
+        for task in &tasks {
+            holdings.add(&task.task_type, 1);
+            self.metrics
+                .claimed
+                .with_label_values(&[task.task_type.as_str()])
+                .inc();
+        }
+        drop(holdings);
         let mut heap = self.heap.lock().expect("heap lock");
         for task in tasks {
             heap.push(task);
@@ -188,6 +216,7 @@ impl Dispatcher {
                 config,
                 heap: Mutex::new(EtaHeap::default()),
                 heap_changed: Notify::new(),
+                holdings: Mutex::new(Holdings::default()),
                 ownership: Mutex::new(ownership),
                 waker,
                 completions: tx,
@@ -273,6 +302,7 @@ async fn release(shared: &Shared, tasks: Vec<ClaimedTask>) {
         emit(&shared.config.signals, || Signal::Released {
             id: task.id.clone(),
         });
+        shared.let_go(&task.task_type);
         let _ = shared
             .completions
             .send(Finish {
@@ -331,53 +361,87 @@ async fn claim(shared: Arc<Shared>) {
             if unstarted >= config.max_heap {
                 break;
             }
-            let jobs: Vec<(String, String)> = shared
-                .routes
-                .borrow()
-                .jobs()
-                .map(|job| (job.task_type.clone(), job.name.clone()))
-                .collect();
-            let types = shared
-                .ownership
-                .lock()
-                .expect("ownership lock")
-                .owned(&jobs, Instant::now());
-            if types.is_empty() {
+            let plan = claim_plan(&shared);
+            if plan.is_empty() {
                 break;
             }
-            let now = shared.clock.now_millis();
-            let started = Instant::now();
-            let claimed = shared
-                .store
-                .claim(ClaimParams {
-                    types: &TypeFilter::Only(types),
-                    horizon: now + config.lookahead,
-                    now,
-                    hold: config.hold,
-                    owner: &config.owner,
-                    limit: config.claim_batch,
-                })
-                .await;
-            shared
-                .metrics
-                .poll_duration
-                .observe(started.elapsed().as_secs_f64());
-            let claimed = match claimed {
-                Ok(claimed) => claimed,
-                Err(err) => {
-                    tracing::warn!(%err, "claim failed; retrying on the next tick");
-                    break;
+            let mut more = false;
+            for (types, limit) in plan {
+                let now = shared.clock.now_millis();
+                let started = Instant::now();
+                let claimed = shared
+                    .store
+                    .claim(ClaimParams {
+                        types: &TypeFilter::Only(types),
+                        horizon: now + config.lookahead,
+                        now,
+                        hold: config.hold,
+                        owner: &config.owner,
+                        limit,
+                    })
+                    .await;
+                shared
+                    .metrics
+                    .poll_duration
+                    .observe(started.elapsed().as_secs_f64());
+                let claimed = match claimed {
+                    Ok(claimed) => claimed,
+                    Err(err) => {
+                        tracing::warn!(%err, "claim failed; retrying on the next tick");
+                        break;
+                    }
+                };
+                // Only a full batch of the unconstrained jobs says more is waiting now;
+                // a constrained job has taken all its room.
+                more |= limit == config.claim_batch && claimed.len() as u32 == limit;
+                if !claimed.is_empty() {
+                    shared.push(claimed);
                 }
-            };
-            let full = claimed.len() as u32 == config.claim_batch;
-            if !claimed.is_empty() {
-                shared.push(claimed);
             }
-            if !full || shared.shutdown.is_cancelled() {
+            if !more || shared.shutdown.is_cancelled() {
                 break;
             }
         }
     }
+}
+
+/// The claims to make now: one for the owned jobs with room for a whole batch, and one
+/// per job with less room (limited to it); jobs without room are left out until a task
+/// of theirs leaves (see [`crate::holdings`]).
+fn claim_plan(shared: &Shared) -> Vec<(Vec<String>, u32)> {
+    let config = &shared.config;
+    let routes = shared.routes.borrow().clone();
+    let jobs: Vec<(String, String)> = routes
+        .jobs()
+        .map(|job| (job.task_type.clone(), job.name.clone()))
+        .collect();
+    let owned = shared
+        .ownership
+        .lock()
+        .expect("ownership lock")
+        .owned(&jobs, Instant::now());
+    let mut holdings = shared.holdings.lock().expect("holdings lock");
+    let mut open = Vec::new();
+    let mut plan = Vec::new();
+    for task_type in owned {
+        let Some(job) = routes.job(&task_type) else {
+            continue;
+        };
+        let limits = JobLimits {
+            concurrency: job.concurrency,
+            timeout: job.timeout,
+        };
+        let room = holdings.room(&task_type, limits, config.hold);
+        match u32::try_from(room) {
+            Ok(0) => {}
+            Ok(room) if room < config.claim_batch => plan.push((vec![task_type], room)),
+            _ => open.push(task_type),
+        }
+    }
+    if !open.is_empty() {
+        plan.insert(0, (open, config.claim_batch));
+    }
+    plan
 }
 
 /// The ticker. Returns the runners it started (in `tasks`), for shutdown to wait on.
@@ -576,6 +640,9 @@ async fn begin(shared: &Arc<Shared>, batch: Vec<(ClaimedTask, OwnedSemaphorePerm
         Err(err) => {
             // The claims stay held; the rescuer hands them back when the hold lapses.
             tracing::warn!(%err, tasks = batch.len(), "could not begin attempts");
+            for (task, _) in &batch {
+                shared.let_go(&task.task_type);
+            }
             return;
         }
     };
@@ -583,15 +650,18 @@ async fn begin(shared: &Arc<Shared>, batch: Vec<(ClaimedTask, OwnedSemaphorePerm
     for (task, permit) in batch {
         // Missing: cancelled meanwhile, or the claim lapsed and went to someone else.
         let Some(attempt) = started.remove(&task.id) else {
+            shared.let_go(&task.task_type);
             continue;
         };
         let shared = shared.clone();
         shared.inflight.clone().spawn(async move {
+            let task_type = task.task_type.clone();
             tokio::select! {
                 _ = execute(&shared, task, attempt) => {}
                 _ = shared.abandon.cancelled() => {}
             }
             drop(permit);
+            shared.let_go(&task_type);
         });
     }
 }
@@ -610,10 +680,16 @@ async fn execute(shared: &Shared, task: ClaimedTask, attempt: crate::store::Star
                 .observe(began.since(task.trigger_at).as_secs_f64());
             let clock = Instant::now();
             let outcome = shared.executor.call(job, &task, &attempt).await;
+            let took = clock.elapsed();
+            shared
+                .holdings
+                .lock()
+                .expect("holdings lock")
+                .attempt_took(task_type, took);
             metrics
                 .execution_duration
                 .with_label_values(&[task_type])
-                .observe(clock.elapsed().as_secs_f64());
+                .observe(took.as_secs_f64());
             metrics
                 .executed
                 .with_label_values(&[task_type, outcome.status_label()])
@@ -951,7 +1027,13 @@ mod tests {
     #[tokio::test]
     async fn equal_etas_dispatch_in_priority_order() {
         let url = executor().await;
-        let mut rig = Rig::start(vec![job("work", &url, 1)], fast()).await;
+        // A hold long enough that a job of concurrency 1 and a 5 s timeout has room for
+        // all five in the heap at once (see `crate::holdings`).
+        let config = DispatcherConfig {
+            hold: Duration::from_secs(60),
+            ..fast()
+        };
+        let mut rig = Rig::start(vec![job("work", &url, 1)], config).await;
         let mut ids = HashMap::new();
         for priority in [1, 5, 3, 9, 0] {
             ids.insert(rig.insert("work", T0 + 100, priority).await, priority);

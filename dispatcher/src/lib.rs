@@ -6,7 +6,8 @@
 //!
 //! - [`api`]: the HTTP API — submit, inspect, cancel, dead letters, executor callbacks.
 //! - [`store`]: the task store behind one narrow trait (SQL lives only there).
-//! - [`dispatcher`]: claims due work into the [`heap`] and calls executors on time.
+//! - [`dispatcher`]: claims due work into the [`heap`] and calls executors on time;
+//!   [`holdings`] sizes how much of each job it may claim.
 //! - [`kafka`]: the short-delay path through Kafka — produce at submit, consume into
 //!   the store and the heap, commit only what is durable.
 //! - [`executor`]: the executor contract's client side; [`retry`]: what each outcome
@@ -28,6 +29,7 @@ pub mod clock;
 pub mod dispatcher;
 pub mod executor;
 pub mod heap;
+pub mod holdings;
 pub mod kafka;
 pub mod metrics;
 pub mod ownership;

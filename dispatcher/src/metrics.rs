@@ -15,6 +15,8 @@ pub struct Metrics {
     pub executed: IntCounterVec,
     pub execution_duration: HistogramVec,
     pub retries: IntCounterVec,
+    pub claimed: IntCounterVec,
+    pub rescued: IntCounterVec,
     pub kafka_lag: IntGaugeVec,
     pub pending: IntGaugeVec,
     pub poll_duration: Histogram,
@@ -90,6 +92,16 @@ impl Metrics {
             "Attempts that will be retried",
             &["task_type"],
         );
+        let claimed = counter(
+            "asyncd_task_claimed_total",
+            "Tasks claimed from the store or adopted from Kafka into a dispatcher",
+            &["task_type"],
+        );
+        let rescued = counter(
+            "asyncd_task_rescued_total",
+            "Tasks the rescuer took back, by the state whose hold or lease lapsed (claimed or running)",
+            &["task_type", "state"],
+        );
         let kafka_lag = gauge(
             "asyncd_kafka_consumer_lag",
             "Kafka consumer lag in messages",
@@ -144,6 +156,8 @@ impl Metrics {
             executed,
             execution_duration,
             retries,
+            claimed,
+            rescued,
             kafka_lag,
             pending,
             poll_duration,

@@ -50,6 +50,10 @@ impl Rescuer {
             return Ok(0);
         }
         let routes = self.routes.borrow().clone();
+        let labels: Vec<(String, TaskState)> = lapsed
+            .iter()
+            .map(|task| (task.task_type.clone(), task.state))
+            .collect();
         let finishes: Vec<Finish> = lapsed
             .into_iter()
             .map(|task| {
@@ -87,6 +91,12 @@ impl Rescuer {
             })
             .collect();
         let applied = self.store.finish(&finishes, now).await?;
+        for ((task_type, state), _) in labels.iter().zip(&applied).filter(|(_, a)| **a) {
+            self.metrics
+                .rescued
+                .with_label_values(&[task_type.as_str(), state.as_str()])
+                .inc();
+        }
         let count = applied.iter().filter(|a| **a).count();
         tracing::info!(count, "rescued tasks with lapsed leases");
         Ok(count)

@@ -65,7 +65,12 @@ async fn delayed_task_runs_at_its_eta_not_before() {
 #[tokio::test]
 async fn equal_etas_run_in_priority_order() {
     let executor = Executor::start(|_| Answer::ok()).await;
-    let mut asyncd = InProcess::start(&one_job(&executor, "  concurrency: 1\n")).await;
+    // A hold long enough that a job of concurrency 1 and a 5 s timeout may hold all five
+    // at once (see `asyncd::holdings`).
+    let mut asyncd = InProcess::start_with(&one_job(&executor, "  concurrency: 1\n"), |s| {
+        s.dispatcher.hold = Duration::from_secs(60)
+    })
+    .await;
     let eta = T0 + 500;
     let text = asyncd::clock::rfc3339(Millis::new(eta));
     let mut ids = Vec::new();
