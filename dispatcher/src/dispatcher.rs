@@ -31,7 +31,7 @@
 //! slows dispatching instead of growing memory. The completer depends on nothing but the
 //! store, so a sender waiting on it cannot deadlock.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -317,6 +317,8 @@ async fn release(shared: &Shared, tasks: Vec<ClaimedTask>) {
 async fn keep_membership(shared: Arc<Shared>) {
     let config = &shared.config;
     let member = crate::ownership::member_name(config.job.as_deref(), &config.owner);
+    // Members seen alive by the last heartbeat; one missing now has died (or left).
+    let mut alive: BTreeSet<String> = BTreeSet::new();
     loop {
         let now = shared.clock.now_millis();
         let seen = async {
@@ -328,11 +330,16 @@ async fn keep_membership(shared: Arc<Shared>) {
         };
         match seen.await {
             Ok(members) => {
+                let members: BTreeSet<String> = members.into_iter().collect();
+                for gone in alive.difference(&members).filter(|m| **m != member) {
+                    release_claims_of(&shared, gone, now).await;
+                }
+                alive.clone_from(&members);
                 shared
                     .ownership
                     .lock()
                     .expect("ownership lock")
-                    .observe(members.into_iter().collect(), Instant::now());
+                    .observe(members, Instant::now());
                 emit(&config.signals, || Signal::Heartbeat { at: now });
             }
             Err(err) => tracing::warn!(%err, "membership heartbeat failed; keeping the last view"),
@@ -345,6 +352,32 @@ async fn keep_membership(shared: Arc<Shared>) {
     if let Err(err) = shared.store.leave(&member).await {
         tracing::warn!(%err, "could not leave the dispatcher set; it will expire");
     }
+}
+
+/// Hands back the claims of a member that stopped heartbeating, so its claimed tasks
+/// run again now rather than when their hold lapses. Its running attempts keep their
+/// leases: an executor may still be working on them (a 202 with a lease) and answer.
+/// Every survivor does this; the release is idempotent, and fencing makes it safe even
+/// if the member was only slow.
+async fn release_claims_of(shared: &Shared, gone: &str, now: crate::store::Millis) {
+    let owner = crate::ownership::instance_of(gone);
+    match shared.store.release_claims(owner, now).await {
+        Ok(0) => {}
+        Ok(count) => {
+            tracing::info!(
+                member = gone,
+                count,
+                "released the claims of a dispatcher that stopped heartbeating"
+            );
+            shared.waker.wake();
+        }
+        Err(err) => {
+            tracing::warn!(%err, member = gone, "could not release the claims of a dispatcher that stopped heartbeating; the hold will")
+        }
+    }
+    emit(&shared.config.signals, || Signal::MemberGone {
+        member: gone.to_string(),
+    });
 }
 
 async fn claim(shared: Arc<Shared>) {
@@ -1021,6 +1054,58 @@ mod tests {
             rig.store.get(&id).await.unwrap().unwrap().state,
             TaskState::Succeeded
         );
+        rig.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_dead_members_claims_run_as_soon_as_it_is_known_dead() {
+        let url = executor().await;
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::open(&format!("sqlite://{}/tasks.db", dir.path().display()))
+            .await
+            .unwrap();
+        store.migrate().await.unwrap();
+        // Another dispatcher, alive at T0, claimed a due task for 30 s, then died.
+        store
+            .heartbeat_member("*/dead", Millis::new(T0))
+            .await
+            .unwrap();
+        let id = uuid::Uuid::now_v7().to_string();
+        store
+            .insert(&[new_task(&id, "work", T0, 0)], Millis::new(T0))
+            .await
+            .unwrap();
+        let claimed = store
+            .claim(ClaimParams {
+                types: &TypeFilter::All,
+                horizon: Millis::new(T0),
+                now: Millis::new(T0),
+                hold: Duration::from_secs(30),
+                owner: "dead",
+                limit: 10,
+            })
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 1);
+        let config = DispatcherConfig {
+            heartbeat_interval: Duration::from_millis(10),
+            member_ttl: Duration::from_secs(4),
+            ..fast()
+        };
+        let mut rig = Rig::start_on(dir, store, vec![job("work", &url, 1)], config).await;
+        rig.next("a heartbeat that sees both", |s| {
+            matches!(s, Signal::Heartbeat { .. }).then_some(())
+        })
+        .await;
+        rig.clock.set_millis(Millis::new(T0 + 5_000));
+        rig.next("the member gone", |s| match s {
+            Signal::MemberGone { member } => (member == "*/dead").then_some(()),
+            _ => None,
+        })
+        .await;
+        let (dispatched, _, at) = rig.dispatched().await;
+        assert_eq!(dispatched, id);
+        assert_eq!(at, T0 + 5_000, "long before the 30 s hold lapses");
         rig.stop().await;
     }
 

@@ -93,7 +93,8 @@ struct Common {
     #[arg(long, env = "ASYNCD_LOOKAHEAD", default_value = "2s", value_parser = duration)]
     lookahead: Duration,
     /// How long past its ETA a dispatcher may hold a claimed task before the rescuer
-    /// hands it to another (the recovery time after a crash).
+    /// hands it to another. A dispatcher seen dying has its claims handed back at once;
+    /// this bounds the rest, and what a slow job may claim ahead (half of it).
     #[arg(long, env = "ASYNCD_CLAIM_HOLD", default_value = "30s", value_parser = duration)]
     claim_hold: Duration,
     /// Names this process in the store and in the `Asyncd-Dispatcher` header (default:

@@ -35,6 +35,13 @@ pub fn member_name(scope: Option<&str>, instance: &str) -> String {
     format!("{}/{instance}", scope.unwrap_or("*"))
 }
 
+/// The instance a member name names: what its claims carry as their `owner`.
+pub fn instance_of(member: &str) -> &str {
+    member
+        .split_once('/')
+        .map_or(member, |(_, instance)| instance)
+}
+
 fn eligible(member: &str, job: &str) -> bool {
     match member.split_once('/') {
         Some(("*", _)) | None => true,

@@ -25,6 +25,8 @@ pub enum Signal {
     Released { id: String },
     /// The dispatcher wrote its membership heartbeat.
     Heartbeat { at: Millis },
+    /// A member seen alive at the last heartbeat is gone; its claims were handed back.
+    MemberGone { member: String },
     /// A rescuer pass ended, bringing back `count` tasks.
     Rescued { count: usize, at: Millis },
     /// A cron pass ended, creating `created` firings.

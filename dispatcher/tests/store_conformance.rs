@@ -592,6 +592,59 @@ async fn membership_by_heartbeat(store: &dyn Store) {
     assert_eq!(store.live_members(Millis::new(0)).await.unwrap(), ["a"]);
 }
 
+async fn a_dead_owners_claims_come_back_at_once(store: &dyn Store) {
+    let held = insert(store, new_task("a", T0)).await;
+    let running = insert(store, new_task("a", T0)).await;
+    let other = insert(store, new_task("b", T0)).await;
+    let a = TypeFilter::Only(vec!["a".into()]);
+    let b = TypeFilter::Only(vec!["b".into()]);
+    let dead = store
+        .claim(claim_params(&a, T0, T0, 30_000, "dead", 10))
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 2);
+    store
+        .claim(claim_params(&b, T0, T0, 30_000, "alive", 10))
+        .await
+        .unwrap();
+    let token = |id: &str| dead.iter().find(|c| c.id == id).unwrap().lease_token;
+    store
+        .start(start_params(&[(running.clone(), token(&running))], T0, 0))
+        .await
+        .unwrap();
+
+    assert_eq!(store.release_claims("dead", at(100)).await.unwrap(), 1);
+    let state = async |id: &str| store.get(id).await.unwrap().unwrap().state;
+    assert_eq!(state(&held).await, TaskState::Pending);
+    assert_eq!(
+        state(&running).await,
+        TaskState::Running,
+        "attempts keep their lease"
+    );
+    assert_eq!(
+        state(&other).await,
+        TaskState::Claimed,
+        "another owner's claim"
+    );
+    assert!(
+        store
+            .start(start_params(&[(held.clone(), token(&held))], at(200), 0))
+            .await
+            .unwrap()
+            .is_empty(),
+        "the dead owner's late start changes nothing"
+    );
+    let again = store
+        .claim(claim_params(&a, at(300), at(300), 30_000, "alive", 10))
+        .await
+        .unwrap();
+    assert_eq!(
+        again.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+        [held.as_str()]
+    );
+    assert_eq!(store.release_claims("dead", at(400)).await.unwrap(), 0);
+}
+
 /// Every scenario as one test per backend (`sqlite::…`, `mariadb::…`, `postgres::…`),
 /// each on a fresh, migrated database, so one failure hides none of the others.
 macro_rules! scenarios {
@@ -640,6 +693,7 @@ scenarios!(
     payloads_and_results_are_kept_byte_for_byte,
     keys_compare_byte_for_byte,
     a_lease_extension_that_moves_nothing_still_applies,
+    a_dead_owners_claims_come_back_at_once,
 );
 
 // ---------------------------------------------------------------------------------------

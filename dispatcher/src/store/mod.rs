@@ -470,6 +470,11 @@ pub trait Store: Send + Sync + 'static {
     async fn live_members(&self, since: Millis) -> Result<Vec<String>>;
     /// A clean exit: the others take over `member`'s task types at once.
     async fn leave(&self, member: &str) -> Result<()>;
+    /// Hands back every claim `owner` holds (not its running attempts), as if it had
+    /// released each one: for a dispatcher that others found dead, so its claimed tasks
+    /// run again within seconds instead of after the claim hold. Safe while it lives
+    /// on: its `start` of a released claim changes nothing. Returns how many.
+    async fn release_claims(&self, owner: &str, now: Millis) -> Result<u64>;
 }
 
 /// How long a silent member's row is kept before a heartbeat of another deletes it.

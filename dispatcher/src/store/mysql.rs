@@ -117,6 +117,8 @@ const QUERIES: Queries = Queries {
     forget_members: "DELETE FROM dispatchers WHERE heartbeat_at < ?",
     live_members: "SELECT id FROM dispatchers WHERE heartbeat_at >= ? ORDER BY id",
     leave: "DELETE FROM dispatchers WHERE id = ?",
+    release_claims: "UPDATE tasks SET state = 'pending', lease_until = NULL, owner = NULL, \
+                     updated_at = ? WHERE state = 'claimed' AND owner = ?",
 };
 
 /// The query naming the task that holds a key an insert conflicted on.
@@ -715,5 +717,10 @@ impl Store for MySqlStore {
 
     async fn leave(&self, member: &str) -> Result<()> {
         shared::leave(&self.pool, &QUERIES, member).await
+    }
+
+    async fn release_claims(&self, owner: &str, now: Millis) -> Result<u64> {
+        let done = shared::release_claims(&self.pool, &QUERIES, owner, now).await?;
+        Ok(done.rows_affected())
     }
 }

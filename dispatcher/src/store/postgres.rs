@@ -78,6 +78,8 @@ const QUERIES: Queries = Queries {
     forget_members: "DELETE FROM dispatchers WHERE heartbeat_at < $1",
     live_members: "SELECT id FROM dispatchers WHERE heartbeat_at >= $1 ORDER BY id",
     leave: "DELETE FROM dispatchers WHERE id = $1",
+    release_claims: "UPDATE tasks SET state = 'pending', lease_until = NULL, owner = NULL, \
+                     updated_at = $1 WHERE state = 'claimed' AND owner = $2",
 };
 
 /// The query naming the task that holds a key an insert conflicted on.
@@ -571,5 +573,10 @@ impl Store for PostgresStore {
 
     async fn leave(&self, member: &str) -> Result<()> {
         shared::leave(&self.pool, &QUERIES, member).await
+    }
+
+    async fn release_claims(&self, owner: &str, now: Millis) -> Result<u64> {
+        let done = shared::release_claims(&self.pool, &QUERIES, owner, now).await?;
+        Ok(done.rows_affected())
     }
 }

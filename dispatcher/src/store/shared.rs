@@ -24,6 +24,9 @@ pub struct Queries {
     pub live_members: &'static str,
     /// Deletes member `id`.
     pub leave: &'static str,
+    /// Sets every task in `claimed` whose `owner` is `owner` back to `pending`, as a
+    /// release does, stamped `now`; parameters `now`, `owner`.
+    pub release_claims: &'static str,
 }
 
 pub async fn get<DB>(pool: &Pool<DB>, queries: &Queries, id: &str) -> Result<Option<TaskRecord>>
@@ -127,4 +130,24 @@ where
         .execute(pool)
         .await?;
     Ok(())
+}
+
+pub async fn release_claims<DB>(
+    pool: &Pool<DB>,
+    queries: &Queries,
+    owner: &str,
+    now: Millis,
+) -> Result<DB::QueryResult>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Millis: Encode<'q, DB> + Type<DB>,
+{
+    Ok(sqlx::query::<DB>(queries.release_claims)
+        .bind(now)
+        .bind(owner)
+        .execute(pool)
+        .await?)
 }
