@@ -778,13 +778,19 @@ async fn complete(shared: Arc<Shared>, mut completions: mpsc::Receiver<Finish>) 
     drop(shared);
     let mut batch = Vec::with_capacity(512);
     while completions.recv_many(&mut batch, 512).await > 0 {
+        let ids: Vec<String> = batch.iter().map(|f| f.id.clone()).collect();
+        let wake = batch
+            .iter()
+            .any(|f| matches!(f.kind, FinishKind::Release | FinishKind::Retry { .. }));
         let mut backoff = Duration::from_millis(50);
         let mut tries = 0;
         loop {
-            match store.finish(&batch, clock.now_millis()).await {
-                Ok(_) => {
+            // Only an unavailable store comes back as an error (with what is unwritten
+            // left in `batch`); an outcome it refuses is isolated inside.
+            match crate::outcomes::write(store.as_ref(), &mut batch, clock.now_millis()).await {
+                Ok(()) => {
                     emit(&signals, || Signal::Finished {
-                        ids: batch.iter().map(|f| f.id.clone()).collect(),
+                        ids,
                         at: clock.now_millis(),
                     });
                     break;
@@ -801,10 +807,7 @@ async fn complete(shared: Arc<Shared>, mut completions: mpsc::Receiver<Finish>) 
                 }
             }
         }
-        if batch
-            .iter()
-            .any(|f| matches!(f.kind, FinishKind::Release | FinishKind::Retry { .. }))
-        {
+        if wake {
             waker.wake();
         }
         batch.clear();
@@ -1106,6 +1109,82 @@ mod tests {
         let (dispatched, _, at) = rig.dispatched().await;
         assert_eq!(dispatched, id);
         assert_eq!(at, T0 + 5_000, "long before the 30 s hold lapses");
+        rig.stop().await;
+    }
+
+    #[tokio::test]
+    async fn an_outcome_the_store_refuses_blocks_no_other() {
+        // The executor's error text for one task is something the database refuses (as
+        // PostgreSQL refuses NUL in text); a trigger stands in for that refusal.
+        let poisoned = uuid::Uuid::now_v7().to_string();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/run", listener.local_addr().unwrap());
+        let bad = poisoned.clone();
+        let app = axum::Router::new().fallback(move |headers: axum::http::HeaderMap| {
+            let bad = bad.clone();
+            async move {
+                if headers
+                    .get("asyncd-task-id")
+                    .is_some_and(|v| v == bad.as_str())
+                {
+                    (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "POISON")
+                } else {
+                    (axum::http::StatusCode::OK, "{}")
+                }
+            }
+        });
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let dir = tempfile::tempdir().unwrap();
+        let database = format!("sqlite://{}/tasks.db", dir.path().display());
+        let store = crate::store::open(&database).await.unwrap();
+        store.migrate().await.unwrap();
+        let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&database)
+            .await
+            .unwrap();
+        sqlx::query(
+            "CREATE TRIGGER refuse_poison BEFORE UPDATE ON tasks \
+             WHEN NEW.last_error LIKE '%POISON%' \
+             BEGIN SELECT RAISE(ABORT, 'refused by the test trigger'); END",
+        )
+        .execute(&mut db)
+        .await
+        .unwrap();
+        let mut ids = vec![poisoned.clone()];
+        store
+            .insert(&[new_task(&poisoned, "work", T0, 0)], Millis::new(T0))
+            .await
+            .unwrap();
+        for _ in 0..20 {
+            let id = uuid::Uuid::now_v7().to_string();
+            store
+                .insert(&[new_task(&id, "work", T0, 0)], Millis::new(T0))
+                .await
+                .unwrap();
+            ids.push(id);
+        }
+        let mut rig = Rig::start_on(dir, store, vec![job("work", &url, 21)], fast()).await;
+        let mut finished = BTreeSet::new();
+        while !ids.iter().all(|id| finished.contains(id)) {
+            finished.extend(
+                rig.next("outcomes", |s| match s {
+                    Signal::Finished { ids, .. } => Some(ids),
+                    _ => None,
+                })
+                .await,
+            );
+        }
+        for id in &ids[1..] {
+            let task = rig.store.get(id).await.unwrap().unwrap();
+            assert_eq!(task.state, TaskState::Succeeded, "{id}");
+        }
+        let task = rig.store.get(&poisoned).await.unwrap().unwrap();
+        assert_eq!(task.state, TaskState::Dead);
+        let error = task.last_error.unwrap();
+        assert!(
+            error.starts_with("the store refused this attempt's outcome")
+                && error.contains("refused by the test trigger"),
+            "{error}"
+        );
         rig.stop().await;
     }
 

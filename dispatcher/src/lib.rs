@@ -13,6 +13,7 @@
 //! - [`executor`]: the executor contract's client side; [`retry`]: what each outcome
 //!   does to the task (shared by dispatcher, callbacks and rescuer).
 //! - [`rescuer`]: brings back tasks whose lease lapsed (crashed holders, silent executors).
+//! - [`outcomes`]: writes outcomes in batches so that one the store refuses blocks none.
 //! - [`scheduler`]: creates cron firings, exactly once each.
 //! - [`ownership`]: which task types each dispatcher polls (rendezvous hashing).
 //! - [`routing`]: the job table, hot-reloaded from AsyncJobConfig files.
@@ -32,6 +33,7 @@ pub mod heap;
 pub mod holdings;
 pub mod kafka;
 pub mod metrics;
+pub mod outcomes;
 pub mod ownership;
 pub mod rescuer;
 pub mod retry;
