@@ -13,7 +13,7 @@ use crate::metrics::Metrics;
 use crate::retry;
 use crate::routing::Routes;
 use crate::signals::{Signal, TestSignals, emit};
-use crate::store::{Finish, FinishKind, Store, TaskState};
+use crate::store::{Finish, FinishKind, Millis, Store, TaskState};
 
 pub struct Rescuer {
     pub store: Arc<dyn Store>,
@@ -25,27 +25,47 @@ pub struct Rescuer {
     pub signals: Option<TestSignals>,
 }
 
+/// After the store was unavailable, attempts whose outcome a dispatcher is still writing
+/// look lapsed: their lease ran out while nothing could be written. For this long after
+/// the rescuer last found the store unavailable, running attempts are left alone (claims
+/// are still handed back), so those outcomes land first and work that succeeded is not
+/// retried or dead-lettered. A completer retries within 2 s of the store's return (its
+/// backoff's cap); the rest is margin for a busy machine.
+pub const SETTLE: Duration = Duration::from_secs(15);
+
 impl Rescuer {
     pub async fn run(self, shutdown: CancellationToken) {
+        // Running attempts are rescued only from this instant on.
+        let mut settled_at = Millis::default();
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep(self.interval) => {}
             }
-            match self.rescue_once().await {
+            let now = self.clock.now_millis();
+            match self.rescue_once(now >= settled_at).await {
                 Ok(count) => emit(&self.signals, || Signal::Rescued {
                     count,
                     at: self.clock.now_millis(),
                 }),
-                Err(err) => tracing::warn!(%err, "rescue pass failed"),
+                Err(err) => {
+                    if err.is_unavailable() {
+                        settled_at = self.clock.now_millis() + SETTLE;
+                    }
+                    tracing::warn!(%err, "rescue pass failed");
+                }
             }
         }
     }
 
-    /// One pass; returns how many tasks it brought back.
-    pub async fn rescue_once(&self) -> crate::store::Result<usize> {
+    /// One pass; returns how many tasks it brought back. Lapsed running attempts are
+    /// left alone unless `running` (see [`SETTLE`]).
+    pub async fn rescue_once(&self, running: bool) -> crate::store::Result<usize> {
         let now = self.clock.now_millis();
-        let lapsed = self.store.lapsed(now, 1000).await?;
+        let mut lapsed = self.store.lapsed(now, 1000).await?;
+        if !running {
+            lapsed.retain(|task| task.state != TaskState::Running);
+        }
         if lapsed.is_empty() {
             return Ok(0);
         }
@@ -100,5 +120,209 @@ impl Rescuer {
         let count = applied.iter().filter(|a| **a).count();
         tracing::info!(count, "rescued tasks with lapsed leases");
         Ok(count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    use async_trait::async_trait;
+    use chrono::{TimeZone, Utc};
+    use serde_json::value::RawValue;
+
+    use super::*;
+    use crate::clock::{Clock, ManualClock};
+    use crate::routing::{RouteTable, fixed};
+    use crate::signals::TestSignals;
+    use crate::store::{self, *};
+
+    const T0: i64 = 1_800_000_000_000;
+
+    /// A store whose `lapsed` fails as an unreachable database does while `down` is set.
+    struct Flaky {
+        inner: Arc<dyn Store>,
+        down: AtomicBool,
+        refused: AtomicUsize,
+    }
+
+    #[async_trait]
+    impl Store for Flaky {
+        async fn migrate(&self) -> store::Result<()> {
+            self.inner.migrate().await
+        }
+        async fn ping(&self) -> store::Result<()> {
+            self.inner.ping().await
+        }
+        async fn insert(&self, t: &[NewTask], now: Millis) -> store::Result<Vec<InsertOutcome>> {
+            self.inner.insert(t, now).await
+        }
+        async fn get(&self, id: &str) -> store::Result<Option<TaskRecord>> {
+            self.inner.get(id).await
+        }
+        async fn cancel(&self, id: &str, now: Millis) -> store::Result<CancelOutcome> {
+            self.inner.cancel(id, now).await
+        }
+        async fn claim(&self, p: ClaimParams<'_>) -> store::Result<Vec<ClaimedTask>> {
+            self.inner.claim(p).await
+        }
+        async fn claim_ids(&self, p: ClaimIdsParams<'_>) -> store::Result<Vec<ClaimedTask>> {
+            self.inner.claim_ids(p).await
+        }
+        async fn find_idempotent(&self, key: &str) -> store::Result<Option<(String, Millis)>> {
+            self.inner.find_idempotent(key).await
+        }
+        async fn start(&self, p: StartParams<'_>) -> store::Result<Vec<Started>> {
+            self.inner.start(p).await
+        }
+        async fn finish(&self, f: &[Finish], now: Millis) -> store::Result<Vec<bool>> {
+            self.inner.finish(f, now).await
+        }
+        async fn lapsed(&self, now: Millis, limit: u32) -> store::Result<Vec<Lapsed>> {
+            if self.down.load(Ordering::SeqCst) {
+                self.refused.fetch_add(1, Ordering::SeqCst);
+                return Err(StoreError::Database(sqlx::Error::PoolTimedOut));
+            }
+            self.inner.lapsed(now, limit).await
+        }
+        async fn dead_letters(
+            &self,
+            t: Option<&str>,
+            limit: u32,
+        ) -> store::Result<Vec<TaskRecord>> {
+            self.inner.dead_letters(t, limit).await
+        }
+        async fn redrive(&self, id: &str, now: Millis) -> store::Result<RedriveOutcome> {
+            self.inner.redrive(id, now).await
+        }
+        async fn stats(&self, now: Millis) -> store::Result<Vec<TypeStats>> {
+            self.inner.stats(now).await
+        }
+        async fn heartbeat_member(&self, member: &str, now: Millis) -> store::Result<()> {
+            self.inner.heartbeat_member(member, now).await
+        }
+        async fn live_members(&self, since: Millis) -> store::Result<Vec<String>> {
+            self.inner.live_members(since).await
+        }
+        async fn leave(&self, member: &str) -> store::Result<()> {
+            self.inner.leave(member).await
+        }
+        async fn release_claims(&self, owner: &str, now: Millis) -> store::Result<u64> {
+            self.inner.release_claims(owner, now).await
+        }
+    }
+
+    /// A due task, claimed and started at T0 with a 1 s lease; its `(id, lease_token)`.
+    async fn running(store: &dyn Store) -> (String, i64) {
+        let id = uuid::Uuid::now_v7().to_string();
+        let task = NewTask {
+            id: id.clone(),
+            task_type: "work".into(),
+            payload: RawValue::from_string("{}".into()).unwrap(),
+            priority: 0,
+            trigger_at: Millis::new(T0),
+            max_retries: 0,
+            timeout_ms: 1_000,
+            idempotency_key: None,
+            unique_key: None,
+            cron_key: None,
+            depends_on: Vec::new(),
+            source_service: None,
+        };
+        store.insert(&[task], Millis::new(T0)).await.unwrap();
+        let claimed = store
+            .claim_ids(ClaimIdsParams {
+                ids: std::slice::from_ref(&id),
+                now: Millis::new(T0),
+                hold: Duration::from_secs(30),
+                owner: "d",
+            })
+            .await
+            .unwrap();
+        let started = store
+            .start(StartParams {
+                claims: &[(id.clone(), claimed[0].lease_token)],
+                now: Millis::new(T0),
+                grace: Duration::ZERO,
+            })
+            .await
+            .unwrap();
+        (id, started[0].lease_token)
+    }
+
+    #[tokio::test]
+    async fn after_an_outage_a_late_success_lands_before_the_rescuer_takes_the_attempt() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = crate::store::open(&format!("sqlite://{}/t.db", dir.path().display()))
+            .await
+            .unwrap();
+        inner.migrate().await.unwrap();
+        let (succeeded, token) = running(inner.as_ref()).await;
+        let store = Arc::new(Flaky {
+            inner,
+            down: AtomicBool::new(true),
+            refused: AtomicUsize::new(0),
+        });
+        let clock = ManualClock::at(Utc.timestamp_millis_opt(T0 + 5_000).unwrap());
+        let (signals, mut passes) = TestSignals::new();
+        let rescuer = Rescuer {
+            store: store.clone(),
+            routes: fixed(RouteTable::from_jobs(Vec::new())),
+            metrics: Arc::new(Metrics::new()),
+            clock: clock.clone(),
+            interval: Duration::from_millis(5),
+            signals: Some(signals),
+        };
+        let shutdown = CancellationToken::new();
+        let run = tokio::spawn(rescuer.run(shutdown.clone()));
+        let pass = async |passes: &mut tokio::sync::broadcast::Receiver<Signal>| loop {
+            if let Signal::Rescued { count, .. } = passes.recv().await.unwrap() {
+                return count;
+            }
+        };
+        let deadline = Duration::from_secs(20);
+        tokio::time::timeout(deadline, async {
+            while store.refused.load(Ordering::SeqCst) == 0 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("a pass while the store is down");
+
+        // The store is back; the attempt's lease lapsed during the outage, and its
+        // dispatcher is about to write the success it kept.
+        store.down.store(false, Ordering::SeqCst);
+        assert_eq!(
+            tokio::time::timeout(deadline, pass(&mut passes))
+                .await
+                .unwrap(),
+            0
+        );
+        let late = Finish {
+            id: succeeded.clone(),
+            lease_token: token,
+            kind: FinishKind::Succeeded { result: None },
+        };
+        assert_eq!(
+            store.finish(&[late], clock.now_millis()).await.unwrap(),
+            [true]
+        );
+
+        // Once settled, lapsed attempts are rescued again.
+        let (silent, _) = running(store.as_ref()).await;
+        clock.set_millis(clock.now_millis() + SETTLE);
+        while tokio::time::timeout(deadline, pass(&mut passes))
+            .await
+            .unwrap()
+            == 0
+        {}
+        let state = |id: String| {
+            let store = store.clone();
+            async move { store.get(&id).await.unwrap().unwrap().state }
+        };
+        assert_eq!(state(succeeded).await, TaskState::Succeeded);
+        assert_eq!(state(silent).await, TaskState::Dead, "no retries left");
+        shutdown.cancel();
+        run.await.unwrap();
     }
 }
