@@ -17,7 +17,7 @@ pub enum ErrorCode {
     InvalidField,
     /// 400: no AsyncJobConfig declares this task type.
     UnknownTaskType,
-    /// 413: the payload is over the server's limit.
+    /// 413: the payload, or the whole request body, is over the server's limit.
     PayloadTooLarge,
     /// 404: no task with that id.
     NotFound,

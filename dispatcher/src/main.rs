@@ -107,9 +107,13 @@ struct Common {
     /// Tasks read from Kafka and due within this are claimed straight into the heap.
     #[arg(long, env = "ASYNCD_KAFKA_HORIZON", default_value = "30s", value_parser = duration)]
     kafka_horizon: Duration,
-    /// Largest accepted payload.
+    /// Largest accepted payload; the body of a submit or callback may be 64 KiB more.
     #[arg(long, env = "ASYNCD_MAX_PAYLOAD_BYTES", default_value_t = 1024 * 1024)]
     max_payload_bytes: usize,
+    /// Largest `POST /v1/tasks:batch` body (at least one task's): a full batch at the
+    /// payload limit would be 1 GB, more than one request may make the API hold.
+    #[arg(long, env = "ASYNCD_MAX_BATCH_BODY_BYTES", default_value_t = 16 * 1024 * 1024)]
+    max_batch_body_bytes: usize,
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
@@ -137,6 +141,7 @@ impl Common {
                 ..DispatcherConfig::default()
             },
             max_payload_bytes: self.max_payload_bytes,
+            max_batch_body_bytes: self.max_batch_body_bytes,
             kafka_threshold: self.kafka_threshold,
             kafka_brokers: self.kafka_brokers,
             create_topics: self.create_topics,

@@ -551,6 +551,7 @@ pub fn settings(dir: &tempfile::TempDir, clock: Arc<ManualClock>) -> Settings {
             ..DispatcherConfig::default()
         },
         max_payload_bytes: 1024 * 1024,
+        max_batch_body_bytes: 16 * 1024 * 1024,
         kafka_threshold: Duration::from_secs(600),
         kafka_brokers: None,
         create_topics: false,
