@@ -31,7 +31,8 @@ pub enum ErrorCode {
     NotDead,
     /// 503: the task store did not answer; nothing was accepted.
     StoreUnavailable,
-    /// 503: Kafka did not acknowledge a Kafka-route task; it was not accepted.
+    /// 503: Kafka did not acknowledge a Kafka-route task in time and the store, tried
+    /// next, did not answer either; it was not accepted.
     KafkaUnavailable,
     /// Never sent by the server: what a client calls an answer without this error
     /// shape (a proxy's 502 page, say).

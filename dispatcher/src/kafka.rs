@@ -11,6 +11,11 @@
 //! holding claims loses nothing: the rescuer hands them on when their hold lapses.
 //! Retries, 202 leases and dead letters then work exactly as for store-path tasks.
 //!
+//! The API waits for a produce's acknowledgement at most `--kafka-delivery-timeout`
+//! (default 5 s); a task the broker did not acknowledge by then is stored instead under
+//! the same id (`api::ApiState`), so if the produce lands after all, the consumer's
+//! insert finds the id taken and the copy changes nothing.
+//!
 //! Consumer settings: `session.timeout.ms` 10 s and `heartbeat.interval.ms` 3 s so a
 //! dead consumer's partitions move within seconds; the poll loop never waits on an
 //! executor (those run on their own tasks), so `max.poll.interval.ms` keeps its
@@ -93,20 +98,42 @@ impl Envelope {
 pub struct Producer {
     inner: FutureProducer,
     threshold_ms: i64,
+    delivery_timeout: Duration,
+}
+
+/// A produce the broker did not acknowledge in time.
+#[derive(Debug, thiserror::Error)]
+pub enum ProduceError {
+    #[error(transparent)]
+    Kafka(#[from] KafkaError),
+    #[error("no acknowledgement within {0:?}")]
+    TimedOut(Duration),
 }
 
 impl Producer {
-    pub fn new(brokers: &str, threshold: Duration) -> Result<Self, KafkaError> {
+    /// `delivery_timeout` bounds how long a submit waits for the broker's
+    /// acknowledgement (librdkafka's `message.timeout.ms`) before the API stores the
+    /// task instead. A message that timed out may still land later; it carries the id
+    /// the store row got, so the consumer's insert drops it by the primary key.
+    pub fn new(
+        brokers: &str,
+        threshold: Duration,
+        delivery_timeout: Duration,
+    ) -> Result<Self, KafkaError> {
+        // librdkafka wants at least 1 ms, and a request to outlive no message.
+        let timeout_ms = delivery_timeout.as_millis().clamp(1, i32::MAX as u128);
         let inner = ClientConfig::new()
             .set("bootstrap.servers", brokers)
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("linger.ms", "5")
-            .set("message.timeout.ms", "30000")
+            .set("message.timeout.ms", timeout_ms.to_string())
+            .set("request.timeout.ms", timeout_ms.min(30_000).to_string())
             .create()?;
         Ok(Self {
             inner,
             threshold_ms: threshold.as_millis() as i64,
+            delivery_timeout,
         })
     }
 
@@ -121,18 +148,22 @@ impl Producer {
         eligible.then_some(kafka.topic.as_str())
     }
 
-    /// Produces and waits for the broker's acknowledgement (acks=all).
-    pub async fn send(&self, topic: &str, task: &NewTask) -> Result<(), KafkaError> {
+    /// Produces and waits for the broker's acknowledgement (acks=all), at most the
+    /// delivery timeout (and a second's grace, should librdkafka's own report be late).
+    pub async fn send(&self, topic: &str, task: &NewTask) -> Result<(), ProduceError> {
         let body = serde_json::to_vec(&Envelope::from_task(task)).expect("envelope serializes");
         let key = task.unique_key.as_deref().unwrap_or(&task.id);
-        self.inner
-            .send(
-                FutureRecord::to(topic).key(key).payload(&body),
-                Duration::from_secs(30),
-            )
-            .await
-            .map(|_| ())
-            .map_err(|(err, _)| err)
+        let send = self.inner.send(
+            FutureRecord::to(topic).key(key).payload(&body),
+            // How long to wait for room in librdkafka's local queue, which fills when
+            // the broker is away: no longer than for the acknowledgement itself.
+            self.delivery_timeout,
+        );
+        match tokio::time::timeout(self.delivery_timeout + Duration::from_secs(1), send).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err((err, _))) => Err(err.into()),
+            Err(_) => Err(ProduceError::TimedOut(self.delivery_timeout)),
+        }
     }
 }
 

@@ -101,6 +101,10 @@ struct Common {
     /// Kafka bootstrap servers (HOST:PORT,…); without them every task goes to the store.
     #[arg(long, env = "ASYNCD_KAFKA_BROKERS")]
     kafka_brokers: Option<String>,
+    /// How long a Kafka-route submit waits for the broker's acknowledgement; past it the
+    /// task is stored instead (the route the answer names is then `store`).
+    #[arg(long, env = "ASYNCD_KAFKA_DELIVERY_TIMEOUT", default_value = "5s", value_parser = duration)]
+    kafka_delivery_timeout: Duration,
     /// Outside a cluster: create a missing topic with its job config's partitions.
     #[arg(long, env = "ASYNCD_CREATE_TOPICS")]
     create_topics: bool,
@@ -144,6 +148,7 @@ impl Common {
             max_batch_body_bytes: self.max_batch_body_bytes,
             kafka_threshold: self.kafka_threshold,
             kafka_brokers: self.kafka_brokers,
+            kafka_delivery_timeout: self.kafka_delivery_timeout,
             create_topics: self.create_topics,
             kafka_horizon: self.kafka_horizon,
             reload_interval: Duration::from_millis(500),

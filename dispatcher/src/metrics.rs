@@ -29,6 +29,7 @@ pub struct Metrics {
     pub execution_duration: HistogramVec,
     pub retries: IntCounterVec,
     pub kafka_lag: IntGaugeVec,
+    pub kafka_fallback: IntCounterVec,
     pub pending: IntGaugeVec,
     pub poll_duration: Histogram,
     pub due_backlog: IntGaugeVec,
@@ -108,6 +109,11 @@ impl Metrics {
             "Kafka consumer lag in messages",
             &["topic", "partition"],
         );
+        let kafka_fallback = counter(
+            "asyncd_kafka_produce_fallback_total",
+            "Kafka-route tasks the broker did not acknowledge in time, stored instead",
+            &["task_type"],
+        );
         let pending = gauge(
             "asyncd_mysql_pending_tasks",
             "Unfinished tasks waiting in the SQL store (any backend; the name is the reference system's)",
@@ -159,6 +165,7 @@ impl Metrics {
             execution_duration,
             retries,
             kafka_lag,
+            kafka_fallback,
             pending,
             poll_duration,
             due_backlog,

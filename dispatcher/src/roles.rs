@@ -75,6 +75,8 @@ pub struct Settings {
     /// Tasks due within this go through Kafka (when the job has a topic).
     pub kafka_threshold: Duration,
     pub kafka_brokers: Option<String>,
+    /// How long a Kafka-route submit waits for the broker before storing the task.
+    pub kafka_delivery_timeout: Duration,
     pub create_topics: bool,
     pub kafka_horizon: Duration,
     pub reload_interval: Duration,
@@ -330,7 +332,11 @@ async fn wire(
             max_batch_body_bytes: settings.max_batch_body_bytes,
         },
         kafka: match (&settings.kafka_brokers, parts.api) {
-            (Some(brokers), true) => Some(Producer::new(brokers, settings.kafka_threshold)?),
+            (Some(brokers), true) => Some(Producer::new(
+                brokers,
+                settings.kafka_threshold,
+                settings.kafka_delivery_timeout,
+            )?),
             _ => None,
         },
     });

@@ -136,8 +136,58 @@ fn accepted(outcome: InsertOutcome) -> Answer {
 }
 
 impl ApiState {
+    /// The store route for tasks Kafka did not acknowledge in time, under the ids they
+    /// were produced with: a produce that lands after all then reaches the consumer as a
+    /// second copy of a stored id, which its insert drops (a duplicate, not an error), so
+    /// the task exists and runs once either way. Only if the store fails too is the task
+    /// refused.
+    async fn store_unacknowledged(
+        &self,
+        tasks: &[NewTask],
+        unacknowledged: &[usize],
+        answers: &mut [Option<Answer>],
+        now: Millis,
+    ) {
+        let fallback: Vec<NewTask> = unacknowledged.iter().map(|&i| tasks[i].clone()).collect();
+        match self.store.insert(&fallback, now).await {
+            Ok(outcomes) => {
+                for (&i, outcome) in unacknowledged.iter().zip(outcomes) {
+                    let task = &tasks[i];
+                    self.metrics
+                        .kafka_fallback
+                        .with_label_values(&[task.task_type.as_str()])
+                        .inc();
+                    answers[i] = Some(match outcome {
+                        // Without an idempotency key the id is new to the world: a row
+                        // already under it is this task's own produce, consumed first.
+                        InsertOutcome::Duplicate { id, trigger_at }
+                            if task.idempotency_key.is_none() =>
+                        {
+                            Ok((
+                                StatusCode::CREATED,
+                                submitted(id, trigger_at, Route::Kafka, false),
+                            ))
+                        }
+                        other => accepted(other),
+                    });
+                }
+            }
+            Err(err) => {
+                tracing::error!(%err, "storing tasks Kafka did not acknowledge");
+                for &i in unacknowledged {
+                    answers[i] = Some(Err(ApiError::new(
+                        ErrorCode::KafkaUnavailable,
+                        "the task was not accepted: Kafka did not acknowledge it in time and \
+                         the store did not answer either; retry",
+                    )));
+                }
+            }
+        }
+    }
+
     /// Stores or produces each task, one answer per task in order. Only a store failure
-    /// fails the whole call; a Kafka failure refuses just the tasks it concerned.
+    /// fails the whole call; a task Kafka did not acknowledge is stored instead, and
+    /// refused only when that fails too.
     async fn accept(&self, tasks: &[NewTask], now: Millis) -> Result<Vec<Answer>, ApiError> {
         let routes = self.routes.borrow().clone();
         let topics: Vec<Option<&str>> = tasks
@@ -171,26 +221,29 @@ impl ApiState {
                 if let Some(key) = &task.idempotency_key
                     && let Some((id, trigger_at)) = self.store.find_idempotent(key).await?
                 {
-                    return Ok::<_, ApiError>((i, accepted(InsertOutcome::Duplicate { id, trigger_at })));
+                    return Ok::<_, ApiError>((i, Some(accepted(InsertOutcome::Duplicate { id, trigger_at }))));
                 }
-                let answer = match producer.send(topic, task).await {
-                    Ok(()) => Ok((
+                match producer.send(topic, task).await {
+                    Ok(()) => Ok((i, Some(Ok((
                         StatusCode::CREATED,
                         submitted(task.id.clone(), task.trigger_at, Route::Kafka, false),
-                    )),
+                    ))))),
                     Err(err) => {
-                        tracing::warn!(%err, %topic, "produce failed");
-                        Err(ApiError::new(
-                            ErrorCode::KafkaUnavailable,
-                            format!("the task was not accepted: Kafka did not acknowledge it ({err}); retry"),
-                        ))
+                        tracing::warn!(%err, %topic, id = %task.id, "produce failed; storing the task instead");
+                        Ok((i, None))
                     }
-                };
-                Ok((i, answer))
+                }
             });
+            let mut unacknowledged = Vec::new();
             for result in futures::future::join_all(sends).await {
-                let (i, answer) = result?;
-                answers[i] = Some(answer);
+                match result? {
+                    (i, Some(answer)) => answers[i] = Some(answer),
+                    (i, None) => unacknowledged.push(i),
+                }
+            }
+            if !unacknowledged.is_empty() {
+                self.store_unacknowledged(tasks, &unacknowledged, &mut answers, now)
+                    .await;
             }
         }
 
