@@ -14,7 +14,9 @@
 //! The API waits for a produce's acknowledgement at most `--kafka-delivery-timeout`
 //! (default 5 s); a task the broker did not acknowledge by then is stored instead under
 //! the same id (`api::ApiState`), so if the produce lands after all, the consumer's
-//! insert finds the id taken and the copy changes nothing.
+//! insert finds the id taken and the copy changes nothing. For
+//! [`PAUSE_AFTER_FAILURE`] after such a failure, the API sends tasks to the store
+//! without trying Kafka.
 //!
 //! Consumer settings: `session.timeout.ms` 10 s and `heartbeat.interval.ms` 3 s so a
 //! dead consumer's partitions move within seconds; the poll loop never waits on an
@@ -24,6 +26,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use asyncd_kafka_admin::{AdminError, KafkaAdmin};
@@ -94,11 +97,18 @@ impl Envelope {
     }
 }
 
+/// After a produce failed, how long Kafka-route tasks go straight to the store: with the
+/// broker away, each submit would otherwise wait out the delivery timeout first. The
+/// store route serves any delay, so this only trades Kafka's throughput for a fast answer.
+pub const PAUSE_AFTER_FAILURE: Duration = Duration::from_secs(10);
+
 /// The API's side: decides the route and produces.
 pub struct Producer {
     inner: FutureProducer,
     threshold_ms: i64,
     delivery_timeout: Duration,
+    /// Until when (epoch ms) the store takes Kafka-route tasks; see [`PAUSE_AFTER_FAILURE`].
+    paused_until: AtomicI64,
 }
 
 /// A produce the broker did not acknowledge in time.
@@ -134,12 +144,23 @@ impl Producer {
             inner,
             threshold_ms: threshold.as_millis() as i64,
             delivery_timeout,
+            paused_until: AtomicI64::new(i64::MIN),
         })
+    }
+
+    /// A produce failed at `now`: send no task to Kafka for [`PAUSE_AFTER_FAILURE`].
+    pub fn pause(&self, now: Millis) {
+        self.paused_until
+            .fetch_max((now + PAUSE_AFTER_FAILURE).as_i64(), Ordering::Relaxed);
     }
 
     /// The topic a task goes to, or `None` for the store. Tasks that need the store's
     /// constraints at submit time — a unique key, dependencies — always go to the store.
+    /// While paused after a failure, every task goes to the store.
     pub fn topic_for<'a>(&self, task: &NewTask, job: &'a Job, now: Millis) -> Option<&'a str> {
+        if now.as_i64() < self.paused_until.load(Ordering::Relaxed) {
+            return None;
+        }
         let kafka = job.kafka.as_ref()?;
         let eligible = task.trigger_at.as_i64() - now.as_i64() <= self.threshold_ms
             && task.unique_key.is_none()
@@ -481,5 +502,55 @@ pub async fn create_topics(brokers: String, mut routes: Routes, shutdown: Cancel
             _ = shutdown.cancelled() => return,
             changed = routes.changed() => if changed.is_err() { return },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn after_a_failure_tasks_go_to_the_store_for_a_while() {
+        let (_, job) = asyncd_spec::AsyncJobConfig::from_yaml(include_str!(
+            "../../config/samples/order-cancel-job.yaml"
+        ))
+        .unwrap();
+        // Nothing listens there; creating the client connects to nothing yet.
+        let producer = Producer::new(
+            "127.0.0.1:9",
+            Duration::from_secs(600),
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        let now = Millis::new(1_700_000_000_000);
+        let task = NewTask {
+            id: "t".into(),
+            task_type: job.task_type.clone(),
+            payload: RawValue::from_string("null".into()).unwrap(),
+            priority: 0,
+            trigger_at: now,
+            max_retries: 0,
+            timeout_ms: 1000,
+            idempotency_key: None,
+            unique_key: None,
+            cron_key: None,
+            depends_on: Vec::new(),
+            source_service: None,
+        };
+        let topic = job.kafka.as_ref().unwrap().topic.as_str();
+        assert_eq!(producer.topic_for(&task, &job, now), Some(topic));
+        producer.pause(now);
+        let end = now + PAUSE_AFTER_FAILURE;
+        assert_eq!(
+            producer.topic_for(&task, &job, Millis::new(end.as_i64() - 1)),
+            None
+        );
+        assert_eq!(producer.topic_for(&task, &job, end), Some(topic));
+        // An earlier failure reported late does not shorten the pause.
+        producer.pause(Millis::new(now.as_i64() - 5_000));
+        assert_eq!(
+            producer.topic_for(&task, &job, Millis::new(end.as_i64() - 1)),
+            None
+        );
     }
 }

@@ -395,7 +395,7 @@ async fn a_joining_dispatcher_takes_partitions_without_losing_or_stalling_tasks(
 /// puts the late copy itself (a timed-out produce that landed after all).
 #[tokio::test]
 async fn with_the_broker_unreachable_a_submit_falls_back_to_the_store_under_the_same_id() {
-    const DELIVERY_TIMEOUT: Duration = Duration::from_secs(2);
+    const DELIVERY_TIMEOUT: Duration = Duration::from_secs(5);
     let executor = Executor::start(|_| Answer::ok()).await;
     let job = kafka_job("fallback", &executor.url(), 1);
     let topic = job
@@ -437,7 +437,7 @@ async fn with_the_broker_unreachable_a_submit_falls_back_to_the_store_under_the_
         "api",
         &api,
         &unreachable,
-        &["--kafka-delivery-timeout", "2s"],
+        &["--kafka-delivery-timeout", "5s"],
     );
     let dispatcher = format!("127.0.0.1:{}", free_port());
     let _dispatcher = role("dispatcher", &dispatcher, &brokers(), &["--create-topics"]);
@@ -470,6 +470,25 @@ async fn with_the_broker_unreachable_a_submit_falls_back_to_the_store_under_the_
     );
     let id = answer["id"].as_str().unwrap().to_string();
     assert_eq!(id, asyncd::api::submit::task_id(Some("fallback-1")));
+
+    // Right after a failure the broker is not waited for again: straight to the store.
+    let started = std::time::Instant::now();
+    let r = http
+        .post(format!("http://{api}/v1/tasks"))
+        .json(&json!({"type": "fallback", "payload": "no wait"}))
+        .send()
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    let (status, second): (u16, Value) = (r.status().as_u16(), r.json().await.unwrap());
+    assert_eq!(
+        (status, second["route"].as_str()),
+        (201, Some("store")),
+        "{second}"
+    );
+    assert!(took < DELIVERY_TIMEOUT, "the second submit took {took:?}");
+    executor.wait_calls(second["id"].as_str().unwrap(), 1).await;
+
     executor.wait_calls(&id, 1).await;
     let task_url = format!("http://{api}/v1/tasks/{id}");
     let task = wait_for("the task to succeed", DEADLINE, async || {
@@ -486,6 +505,7 @@ async fn with_the_broker_unreachable_a_submit_falls_back_to_the_store_under_the_
         .text()
         .await
         .unwrap();
+    // One: the second submit was never produced.
     assert!(
         metrics.contains("asyncd_kafka_produce_fallback_total{task_type=\"fallback\"} 1"),
         "{metrics}"

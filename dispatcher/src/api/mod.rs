@@ -242,6 +242,7 @@ impl ApiState {
                 }
             }
             if !unacknowledged.is_empty() {
+                producer.pause(self.clock.now_millis());
                 self.store_unacknowledged(tasks, &unacknowledged, &mut answers, now)
                     .await;
             }
