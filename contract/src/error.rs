@@ -17,7 +17,7 @@ pub enum ErrorCode {
     InvalidField,
     /// 400: no AsyncJobConfig declares this task type.
     UnknownTaskType,
-    /// 413: the payload is over the server's limit.
+    /// 413: the payload, or the whole request body, is over the server's limit.
     PayloadTooLarge,
     /// 404: no task with that id.
     NotFound,
@@ -31,7 +31,8 @@ pub enum ErrorCode {
     NotDead,
     /// 503: the task store did not answer; nothing was accepted.
     StoreUnavailable,
-    /// 503: Kafka did not acknowledge a Kafka-route task; it was not accepted.
+    /// 503: Kafka did not acknowledge a Kafka-route task in time and the store, tried
+    /// next, did not answer either; it was not accepted.
     KafkaUnavailable,
     /// Never sent by the server: what a client calls an answer without this error
     /// shape (a proxy's 502 page, say).

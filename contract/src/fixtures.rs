@@ -216,6 +216,7 @@ pub fn all() -> Vec<Fixture> {
                     depends_on: vec![],
                     ..task_status()
                 }],
+                truncated: false,
             },
         ),
         fixture(

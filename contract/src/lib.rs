@@ -29,5 +29,6 @@ pub use signature::{SIGNATURE_TOLERANCE, SignatureError, sign, verify_signature}
 pub use state::{TaskState, UnknownState};
 pub use task::{
     BatchItemResult, BatchOutcome, BatchRequest, BatchResponse, CancelResult, DeadLetters,
-    MAX_BATCH, RedriveResult, Route, SubmitRequest, SubmitResult, TaskStatus,
+    MAX_BATCH, MAX_DEPENDENCIES, MAX_LISTING_BYTES, RedriveResult, Route, SubmitRequest,
+    SubmitResult, TaskStatus,
 };

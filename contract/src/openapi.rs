@@ -187,7 +187,7 @@ pub fn document() -> Value {
         }},
         "/v1/dead-letters": {"get": {
             "operationId": "deadLetters",
-            "summary": "Dead tasks, newest first",
+            "summary": "Dead tasks, newest first, at most 8 MiB of them per answer",
             "parameters": [
                 {"name": "type", "in": "query", "required": false, "description": "Only this task type",
                  "schema": {"type": "string"}},

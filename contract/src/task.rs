@@ -9,6 +9,9 @@ use crate::{ErrorBody, TaskState};
 /// Most tasks one `POST /v1/tasks:batch` takes.
 pub const MAX_BATCH: usize = 1000;
 
+/// Most ids one task's `depends_on` may name.
+pub const MAX_DEPENDENCIES: usize = 100;
+
 /// `POST /v1/tasks`, and each item of a batch. `P` is the payload's type: a
 /// [`Value`] for clients, a raw JSON slice for the server, which stores it as sent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -61,7 +64,14 @@ pub struct SubmitRequest<P = Value> {
     )]
     pub timeout: Option<String>,
     /// Task ids (at most 100); the task waits until all of them succeeded.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    // Deserializing keeps at most the first 101 ids and skips the rest without storing
+    // them: 101 are enough to refuse the list, and a body of a million ids then costs no
+    // more memory than one of 101.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "dependencies"
+    )]
     #[cfg_attr(feature = "openapi", schemars(length(max = 100)))]
     pub depends_on: Option<Vec<String>>,
     /// Label for `asyncd_task_submitted_total` (at most 128 bytes); wins over the
@@ -88,6 +98,44 @@ impl<P> SubmitRequest<P> {
             source_service: None,
         }
     }
+}
+
+/// `depends_on` as [`SubmitRequest`] reads it: up to `MAX_DEPENDENCIES + 1` ids.
+fn dependencies<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Vec<String>>, D::Error> {
+    struct AtMost(Vec<String>);
+
+    impl<'de> Deserialize<'de> for AtMost {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            deserializer.deserialize_seq(AtMostVisitor)
+        }
+    }
+
+    struct AtMostVisitor;
+
+    impl<'de> serde::de::Visitor<'de> for AtMostVisitor {
+        type Value = AtMost;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an array of task ids")
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<AtMost, A::Error> {
+            let keep = MAX_DEPENDENCIES + 1;
+            let mut ids = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(keep));
+            while ids.len() < keep {
+                match seq.next_element::<String>()? {
+                    Some(id) => ids.push(id),
+                    None => return Ok(AtMost(ids)),
+                }
+            }
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+            Ok(AtMost(ids))
+        }
+    }
+
+    Ok(Option::<AtMost>::deserialize(deserializer)?.map(|ids| ids.0))
 }
 
 /// Which path a submitted task took.
@@ -221,11 +269,19 @@ pub struct CancelResult {
     pub state: TaskState,
 }
 
+/// Most bytes of items one `GET /v1/dead-letters` answer carries (one item is always
+/// sent, however large).
+pub const MAX_LISTING_BYTES: usize = 8 << 20;
+
 /// The answer to `GET /v1/dead-letters`: newest first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct DeadLetters {
     pub items: Vec<TaskStatus>,
+    /// Items were left out to keep the answer within 8 MiB: fewer than `limit` are
+    /// listed although more exist.
+    #[serde(default)]
+    pub truncated: bool,
 }
 
 /// The answer to `POST /v1/dead-letters/{id}/redrive`.

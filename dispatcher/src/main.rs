@@ -108,15 +108,23 @@ struct Common {
     /// Kafka bootstrap servers (HOST:PORT,…); without them every task goes to the store.
     #[arg(long, env = "ASYNCD_KAFKA_BROKERS")]
     kafka_brokers: Option<String>,
+    /// How long a Kafka-route submit waits for the broker's acknowledgement; past it the
+    /// task is stored instead (the route the answer names is then `store`).
+    #[arg(long, env = "ASYNCD_KAFKA_DELIVERY_TIMEOUT", default_value = "5s", value_parser = duration)]
+    kafka_delivery_timeout: Duration,
     /// Outside a cluster: create a missing topic with its job config's partitions.
     #[arg(long, env = "ASYNCD_CREATE_TOPICS")]
     create_topics: bool,
     /// Tasks read from Kafka and due within this are claimed straight into the heap.
     #[arg(long, env = "ASYNCD_KAFKA_HORIZON", default_value = "30s", value_parser = duration)]
     kafka_horizon: Duration,
-    /// Largest accepted payload.
+    /// Largest accepted payload; the body of a submit or callback may be 64 KiB more.
     #[arg(long, env = "ASYNCD_MAX_PAYLOAD_BYTES", default_value_t = 1024 * 1024)]
     max_payload_bytes: usize,
+    /// Largest `POST /v1/tasks:batch` body (at least one task's): a full batch at the
+    /// payload limit would be 1 GB, more than one request may make the API hold.
+    #[arg(long, env = "ASYNCD_MAX_BATCH_BODY_BYTES", default_value_t = 16 * 1024 * 1024)]
+    max_batch_body_bytes: usize,
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
@@ -145,8 +153,10 @@ impl Common {
                 ..DispatcherConfig::default()
             },
             max_payload_bytes: self.max_payload_bytes,
+            max_batch_body_bytes: self.max_batch_body_bytes,
             kafka_threshold: self.kafka_threshold,
             kafka_brokers: self.kafka_brokers,
+            kafka_delivery_timeout: self.kafka_delivery_timeout,
             create_topics: self.create_topics,
             kafka_horizon: self.kafka_horizon,
             reload_interval: Duration::from_millis(500),

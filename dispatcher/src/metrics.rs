@@ -1,13 +1,26 @@
 //! Prometheus metrics, named as in the reference system (DESIGN.md) plus the due-work
 //! signals autoscaling follows. One registry per process, served at `/metrics`.
 
+use std::collections::HashSet;
+use std::sync::Mutex;
+
 use prometheus::{
     Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+/// How many distinct `source_service` values get series of their own in
+/// `asyncd_task_submitted_total`; later values are counted as [`OTHER_SOURCE`].
+/// The value comes from clients, and each new one would be a new series kept for the
+/// life of the process: Prometheus and this process's memory must not grow with
+/// whatever clients send.
+pub const MAX_SOURCE_LABELS: usize = 100;
+pub const OTHER_SOURCE: &str = "other";
+
 pub struct Metrics {
     registry: Registry,
+    /// The `source_service` values that have a series; at most [`MAX_SOURCE_LABELS`].
+    sources: Mutex<HashSet<String>>,
     pub submitted: IntCounterVec,
     pub submit_latency: HistogramVec,
     pub dispatched: IntCounterVec,
@@ -18,6 +31,7 @@ pub struct Metrics {
     pub claimed: IntCounterVec,
     pub rescued: IntCounterVec,
     pub kafka_lag: IntGaugeVec,
+    pub kafka_fallback: IntCounterVec,
     pub pending: IntGaugeVec,
     pub poll_duration: Histogram,
     pub due_backlog: IntGaugeVec,
@@ -107,6 +121,11 @@ impl Metrics {
             "Kafka consumer lag in messages",
             &["topic", "partition"],
         );
+        let kafka_fallback = counter(
+            "asyncd_kafka_produce_fallback_total",
+            "Kafka-route tasks the broker did not acknowledge in time, stored instead",
+            &["task_type"],
+        );
         let pending = gauge(
             "asyncd_mysql_pending_tasks",
             "Unfinished tasks waiting in the SQL store (any backend; the name is the reference system's)",
@@ -149,6 +168,7 @@ impl Metrics {
             .expect("unique metric");
         Self {
             registry,
+            sources: Mutex::new(HashSet::new()),
             submitted,
             submit_latency,
             dispatched,
@@ -159,12 +179,31 @@ impl Metrics {
             claimed,
             rescued,
             kafka_lag,
+            kafka_fallback,
             pending,
             poll_duration,
             due_backlog,
             oldest_due_age,
             heap_size,
         }
+    }
+
+    /// The `source_service` label for `source`: itself while it is one of the first
+    /// [`MAX_SOURCE_LABELS`] distinct values seen (the empty one, for no source, always
+    /// is), [`OTHER_SOURCE`] after that.
+    pub fn source_label<'a>(&self, source: &'a str) -> &'a str {
+        if source.is_empty() {
+            return source;
+        }
+        let mut sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
+        if sources.contains(source) {
+            return source;
+        }
+        if sources.len() < MAX_SOURCE_LABELS {
+            sources.insert(source.to_string());
+            return source;
+        }
+        OTHER_SOURCE
     }
 
     pub fn render(&self) -> String {
@@ -179,5 +218,51 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_labels_are_the_first_distinct_values_then_other() {
+        let metrics = Metrics::new();
+        let names: Vec<String> = (0..MAX_SOURCE_LABELS + 20)
+            .map(|i| format!("svc-{i}"))
+            .collect();
+        for name in &names {
+            metrics
+                .submitted
+                .with_label_values(&["t", metrics.source_label(name)])
+                .inc();
+        }
+        assert_eq!(
+            metrics.source_label("svc-0"),
+            "svc-0",
+            "a known value keeps its series"
+        );
+        assert_eq!(
+            metrics.source_label(&names[MAX_SOURCE_LABELS - 1]),
+            names[MAX_SOURCE_LABELS - 1]
+        );
+        assert_eq!(
+            metrics.source_label(&names[MAX_SOURCE_LABELS]),
+            OTHER_SOURCE
+        );
+        assert_eq!(metrics.source_label("new"), OTHER_SOURCE);
+        assert_eq!(metrics.source_label(""), "", "no source is no new series");
+        let text = metrics.render();
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("asyncd_task_submitted_total{"))
+            .count();
+        assert_eq!(series, MAX_SOURCE_LABELS + 1, "{text}");
+        assert!(
+            text.contains(
+                "asyncd_task_submitted_total{source_service=\"other\",task_type=\"t\"} 20"
+            ),
+            "{text}"
+        );
     }
 }

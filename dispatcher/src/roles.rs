@@ -72,9 +72,13 @@ pub struct Settings {
     pub advertise_url: Option<String>,
     pub dispatcher: DispatcherConfig,
     pub max_payload_bytes: usize,
+    /// Largest `POST /v1/tasks:batch` body (docs/api.md, "Limits").
+    pub max_batch_body_bytes: usize,
     /// Tasks due within this go through Kafka (when the job has a topic).
     pub kafka_threshold: Duration,
     pub kafka_brokers: Option<String>,
+    /// How long a Kafka-route submit waits for the broker before storing the task.
+    pub kafka_delivery_timeout: Duration,
     pub create_topics: bool,
     pub kafka_horizon: Duration,
     pub reload_interval: Duration,
@@ -327,9 +331,14 @@ async fn wire(
         lookahead_ms: settings.dispatcher.lookahead.as_millis() as i64,
         limits: Limits {
             max_payload_bytes: settings.max_payload_bytes,
+            max_batch_body_bytes: settings.max_batch_body_bytes,
         },
         kafka: match (&settings.kafka_brokers, parts.api) {
-            (Some(brokers), true) => Some(Producer::new(brokers, settings.kafka_threshold)?),
+            (Some(brokers), true) => Some(Producer::new(
+                brokers,
+                settings.kafka_threshold,
+                settings.kafka_delivery_timeout,
+            )?),
             _ => None,
         },
     });

@@ -821,3 +821,230 @@ async fn serves_its_openapi_document_which_describes_real_answers() {
     required.sort();
     assert_eq!(keys(&task), required, "every member is always sent");
 }
+
+/// Sends `head` and then body bytes from `next_chunk` for ever, as one chunked request,
+/// until the server answers. Returns the answer's status and JSON body, and how many body
+/// bytes had been sent by then: a server that reads the whole body before checking its
+/// size never answers this, one that checks while reading answers after its limit (plus
+/// what the socket buffers hold).
+async fn endless_body(
+    addr: std::net::SocketAddr,
+    path: &str,
+    head: &'static str,
+    mut next_chunk: impl FnMut() -> Vec<u8> + Send + 'static,
+) -> (u16, serde_json::Value, usize) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    // Past this the server is taken to read without a limit: stop rather than run on.
+    const GIVE_UP: usize = 256 << 20;
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut reader, mut writer) = stream.into_split();
+    let sent = Arc::new(AtomicUsize::new(0));
+    let counter = sent.clone();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: asyncd\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    );
+    let write = tokio::spawn(async move {
+        writer.write_all(request.as_bytes()).await?;
+        let mut chunk = head.as_bytes().to_vec();
+        while counter.load(Ordering::Relaxed) < GIVE_UP {
+            let mut frame = format!("{:x}\r\n", chunk.len()).into_bytes();
+            frame.extend_from_slice(&chunk);
+            frame.extend_from_slice(b"\r\n");
+            writer.write_all(&frame).await?;
+            counter.fetch_add(chunk.len(), Ordering::Relaxed);
+            chunk = next_chunk();
+        }
+        Ok::<_, std::io::Error>(())
+    });
+    let read = async {
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 8192];
+        loop {
+            let n = reader.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the connection closed without an answer");
+            answer.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&answer).to_string();
+            let Some(end) = text.find("\r\n\r\n") else {
+                continue;
+            };
+            let sent_then = sent.load(std::sync::atomic::Ordering::Relaxed);
+            let status: u16 = text[9..12].parse().unwrap();
+            let length: usize = text[..end]
+                .lines()
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse().unwrap())
+                })
+                .expect("a content-length");
+            while answer.len() < end + 4 + length {
+                let n = reader.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the answer was cut short");
+                answer.extend_from_slice(&buf[..n]);
+            }
+            let body = serde_json::from_slice(&answer[end + 4..end + 4 + length]).unwrap();
+            return (status, body, sent_then);
+        }
+    };
+    let answer = tokio::time::timeout(Duration::from_secs(60), read)
+        .await
+        .expect("an answer to an endless body");
+    write.abort();
+    answer
+}
+
+/// Issue 10: the body limit was 64 MiB or more on every endpoint, so one request could
+/// make the API buffer that much before any check.
+#[tokio::test]
+async fn an_oversized_body_is_refused_while_it_is_read() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let asyncd = InProcess::start(&one_job(&executor, "")).await;
+    // The loopback socket buffers hold a few MiB the server never read.
+    const SLACK: usize = 8 << 20;
+    let cases: [(&str, &'static str, &'static [u8], usize); 2] = [
+        // One task: its payload limit (1 MiB by default) and 64 KiB for the other fields.
+        (
+            "/v1/tasks",
+            r#"{"type": "work", "payload": ""#,
+            b"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+            (1 << 20) + (64 << 10),
+        ),
+        // A batch: 16 MiB by default.
+        (
+            "/v1/tasks:batch",
+            r#"{"tasks": ["#,
+            br#"{"type": "work", "payload": "0123456789abcdef0123456789abcdef"},"#,
+            16 << 20,
+        ),
+    ];
+    for (path, head, item, limit) in cases {
+        let chunk: Vec<u8> = item.repeat(64 * 1024 / item.len());
+        let (status, body, sent) =
+            endless_body(asyncd.addr, path, head, move || chunk.clone()).await;
+        assert_eq!(status, 413, "{path}: {body}");
+        assert_eq!(body["error"]["code"], "payload_too_large", "{path}: {body}");
+        assert!(
+            sent <= limit + SLACK,
+            "{path}: {sent} bytes were read before the answer; the limit is {limit}"
+        );
+    }
+    assert!(executor.calls().is_empty());
+}
+
+/// Issue 10: the item count of a batch was checked only after every item was parsed.
+/// Reading stops at item 1001, so what follows (here not even JSON) is never parsed.
+#[tokio::test]
+async fn an_over_limit_batch_is_refused_at_the_first_item_too_many() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let asyncd = InProcess::start(&one_job(&executor, "")).await;
+    let items = vec![r#"{"type": "work"}"#; 1001].join(",");
+    let (status, answer) = asyncd
+        .post_raw(
+            "/v1/tasks:batch",
+            &format!(r#"{{"tasks": [{items}, this is not JSON"#),
+        )
+        .await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["code"], "invalid_field", "{answer}");
+    assert_eq!(answer["error"]["field"], "tasks", "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("1000"),
+        "{answer}"
+    );
+    // Dependencies likewise: ids past the 101st are not even read as strings.
+    let ids: Vec<String> = (0..101)
+        .map(|_| format!("\"{}\"", uuid::Uuid::now_v7()))
+        .collect();
+    let body = format!(
+        r#"{{"type": "work", "depends_on": [{}, 1, {{}}, []]}}"#,
+        ids.join(",")
+    );
+    let (status, answer) = asyncd.post_raw("/v1/tasks", &body).await;
+    assert_eq!(
+        (
+            status,
+            answer["error"]["code"].as_str(),
+            answer["error"]["field"].as_str()
+        ),
+        (400, Some("invalid_field"), Some("depends_on")),
+        "{answer}"
+    );
+    assert!(executor.calls().is_empty());
+}
+
+/// Issue 10: a dead-letter listing could carry 1000 tasks of 1 MiB each.
+#[tokio::test]
+async fn a_dead_letter_listing_stops_at_its_byte_cap() {
+    // docs/api.md: at most 8 MiB of items per listing.
+    const CAP: usize = 8 << 20;
+    let executor = Executor::start(|_| Answer::status(422)).await;
+    let asyncd = InProcess::start(&one_job(&executor, "")).await;
+    let payload = "x".repeat(1_000_000);
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        ids.push(
+            asyncd
+                .submit(json!({"type": "work", "payload": {"i": i, "pad": payload}}))
+                .await,
+        );
+    }
+    for id in &ids {
+        asyncd.wait_state(id, "dead").await;
+    }
+    let r = asyncd
+        .http
+        .get(asyncd.url("/v1/dead-letters?limit=1000"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let text = r.bytes().await.unwrap();
+    assert!(text.len() <= CAP + 1024, "{} bytes", text.len());
+    let answer: serde_json::Value = serde_json::from_slice(&text).unwrap();
+    let items = answer["items"].as_array().unwrap();
+    assert!(
+        (1..10).contains(&items.len()),
+        "{} items of ~1 MB each",
+        items.len()
+    );
+    assert_eq!(answer["truncated"], true);
+    // A listing that fits is whole and says so.
+    let (status, small) = asyncd.get("/v1/dead-letters?limit=2").await;
+    assert_eq!(status, 200);
+    assert_eq!(small["items"].as_array().unwrap().len(), 2);
+    assert_eq!(small["truncated"], false);
+}
+
+/// Issue 10: `source_service` is a Prometheus label, and any client could mint a new time
+/// series per submit.
+#[tokio::test]
+async fn source_service_labels_are_bounded() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let asyncd = InProcess::start(&one_job(&executor, "")).await;
+    let tasks: Vec<_> = (0..150)
+        .map(|i| json!({"type": "work", "delay": "1h", "source_service": format!("svc-{i}")}))
+        .collect();
+    let (status, answer) = asyncd
+        .post("/v1/tasks:batch", json!({ "tasks": tasks }))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let metrics = asyncd.metrics().await;
+    let series: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("asyncd_task_submitted_total{"))
+        .collect();
+    // docs/api.md: the first 100 distinct values, the rest as "other".
+    assert_eq!(series.len(), 101, "{series:#?}");
+    assert!(
+        metrics.contains(
+            "asyncd_task_submitted_total{source_service=\"other\",task_type=\"work\"} 50"
+        ),
+        "{metrics}"
+    );
+}

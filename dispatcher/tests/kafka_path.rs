@@ -386,3 +386,180 @@ async fn a_joining_dispatcher_takes_partitions_without_losing_or_stalling_tasks(
         "the rebalance stalled tasks: p99 lateness {p99} ms"
     );
 }
+
+/// Issue 10: with the broker down a submit blocked for 30 s, then answered 503, and the
+/// produce that timed out could still land later. Now the produce gives up after the
+/// delivery timeout and the task goes to the store under the same id, so a late Kafka
+/// copy is dropped by the primary key. The API here produces to a port nobody listens
+/// on; the dispatcher consumes the job's topic on the real broker, where the test then
+/// puts the late copy itself (a timed-out produce that landed after all).
+#[tokio::test]
+async fn with_the_broker_unreachable_a_submit_falls_back_to_the_store_under_the_same_id() {
+    const DELIVERY_TIMEOUT: Duration = Duration::from_secs(5);
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let job = kafka_job("fallback", &executor.url(), 1);
+    let topic = job
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("topic: "))
+        .unwrap()
+        .to_string();
+    let store = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = dir.path().join("jobs");
+    std::fs::create_dir(&jobs).unwrap();
+    std::fs::write(jobs.join("job.yaml"), &job).unwrap();
+    let status = Command::new(env!("CARGO_BIN_EXE_asyncd"))
+        .args(["migrate", "--store", &store])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let role = |role: &str, listen: &str, brokers: &str, extra: &[&str]| {
+        let mut args: Vec<String> = [
+            role,
+            "--store",
+            &store,
+            "--config",
+            &jobs.display().to_string(),
+            "--listen",
+            listen,
+            "--kafka-brokers",
+            brokers,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Role::start(role, listen, args, dir.path())
+    };
+    let unreachable = format!("127.0.0.1:{}", free_port());
+    let api = format!("127.0.0.1:{}", free_port());
+    let _api = role(
+        "api",
+        &api,
+        &unreachable,
+        &["--kafka-delivery-timeout", "5s"],
+    );
+    let dispatcher = format!("127.0.0.1:{}", free_port());
+    let _dispatcher = role("dispatcher", &dispatcher, &brokers(), &["--create-topics"]);
+    let http = reqwest::Client::new();
+    wait_for("api healthy", DEADLINE, async || {
+        http.get(format!("http://{api}/healthz"))
+            .send()
+            .await
+            .ok()
+            .filter(|r| r.status().is_success())
+    })
+    .await;
+
+    let started = std::time::Instant::now();
+    let r = http
+        .post(format!("http://{api}/v1/tasks"))
+        .json(&json!({"type": "fallback", "payload": "via the store", "idempotency_key": "fallback-1"}))
+        .send()
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    let status = r.status().as_u16();
+    let answer: Value = r.json().await.unwrap();
+    assert_eq!(status, 201, "{answer}");
+    assert_eq!(answer["route"], "store", "{answer}");
+    // Generous: the point is seconds, not the 30 s the submit used to block.
+    assert!(
+        took < DELIVERY_TIMEOUT + Duration::from_secs(8),
+        "the submit took {took:?}"
+    );
+    let id = answer["id"].as_str().unwrap().to_string();
+    assert_eq!(id, asyncd::api::submit::task_id(Some("fallback-1")));
+
+    // Right after a failure the broker is not waited for again: straight to the store.
+    let started = std::time::Instant::now();
+    let r = http
+        .post(format!("http://{api}/v1/tasks"))
+        .json(&json!({"type": "fallback", "payload": "no wait"}))
+        .send()
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    let (status, second): (u16, Value) = (r.status().as_u16(), r.json().await.unwrap());
+    assert_eq!(
+        (status, second["route"].as_str()),
+        (201, Some("store")),
+        "{second}"
+    );
+    assert!(took < DELIVERY_TIMEOUT, "the second submit took {took:?}");
+    executor.wait_calls(second["id"].as_str().unwrap(), 1).await;
+
+    executor.wait_calls(&id, 1).await;
+    let task_url = format!("http://{api}/v1/tasks/{id}");
+    let task = wait_for("the task to succeed", DEADLINE, async || {
+        let task: Value = http.get(&task_url).send().await.ok()?.json().await.ok()?;
+        (task["state"] == "succeeded").then_some(task)
+    })
+    .await;
+    assert_eq!(task["attempt"], 1);
+    let metrics = http
+        .get(format!("http://{api}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    // One: the second submit was never produced.
+    assert!(
+        metrics.contains("asyncd_kafka_produce_fallback_total{task_type=\"fallback\"} 1"),
+        "{metrics}"
+    );
+
+    // The late copy, then a new task behind it in the one partition: once the new one
+    // ran, the consumer has read the copy and gone on past it.
+    let producer = asyncd::kafka::Producer::new(
+        &brokers(),
+        Duration::from_secs(600),
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    let envelope = |id: &str, payload: &str| asyncd::store::NewTask {
+        id: id.to_string(),
+        task_type: "fallback".into(),
+        payload: serde_json::value::RawValue::from_string(format!("\"{payload}\"")).unwrap(),
+        priority: 0,
+        trigger_at: asyncd::store::Millis::new(millis(std::time::SystemTime::now())),
+        max_retries: 3,
+        timeout_ms: 30_000,
+        idempotency_key: Some("fallback-1".into()).filter(|_| payload == "via the store"),
+        unique_key: None,
+        cron_key: None,
+        depends_on: Vec::new(),
+        source_service: None,
+    };
+    let late = envelope(&id, "via the store");
+    // The dispatcher creates the topic as its consumer starts.
+    wait_for("the late copy produced", DEADLINE, async || {
+        producer.send(&topic, &late).await.ok()
+    })
+    .await;
+    let marker = uuid::Uuid::now_v7().to_string();
+    producer
+        .send(&topic, &envelope(&marker, "behind the copy"))
+        .await
+        .unwrap();
+    executor.wait_calls(&marker, 1).await;
+    assert_eq!(
+        executor.calls_for(&id).len(),
+        1,
+        "the late Kafka copy ran the task again"
+    );
+    let task: Value = http
+        .get(&task_url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (task["state"].as_str(), task["attempt"].as_u64()),
+        (Some("succeeded"), Some(1))
+    );
+}

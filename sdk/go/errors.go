@@ -20,7 +20,8 @@ const (
 	CodeNotDead         = "not_dead"
 	// CodeStoreUnavailable (503): the task store did not answer; nothing was accepted.
 	CodeStoreUnavailable = "store_unavailable"
-	// CodeKafkaUnavailable (503): Kafka did not acknowledge the task; it was not accepted.
+	// CodeKafkaUnavailable (503): Kafka did not acknowledge the task in time and the store
+	// did not answer either; it was not accepted.
 	CodeKafkaUnavailable = "kafka_unavailable"
 	// CodeHTTPError is set when an answer carried no error body of the API's shape,
 	// e.g. a proxy's 502 page.

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use asyncd_contract::{
-    BatchItemResult, BatchOutcome, BatchRequest, BatchResponse, CancelResult, DeadLetters,
-    ErrorCode, HeartbeatRequest, HeartbeatResponse, RedriveResult, ResultAck, ResultRequest,
-    ResultStatus, Route, SubmitResult, TaskStatus, headers,
+    BatchItemResult, BatchOutcome, BatchResponse, CancelResult, ErrorCode, HeartbeatRequest,
+    HeartbeatResponse, MAX_LISTING_BYTES, RedriveResult, ResultAck, ResultRequest, ResultStatus,
+    Route, SubmitResult, TaskStatus, headers,
 };
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -54,10 +54,17 @@ pub struct ApiState {
 type AppState = State<Arc<ApiState>>;
 
 pub fn router(state: Arc<ApiState>) -> Router {
-    let body_limit = state.limits.max_payload_bytes * 2 + 64 * 1024;
+    // Enforced while the body is read: a body over its limit is refused as soon as the
+    // limit is passed, never buffered whole first.
+    let body_limit = state.limits.body_bytes();
+    let batch_limit = state.limits.batch_body_bytes();
     Router::new()
         .route("/v1/tasks", post(submit_one))
-        .route("/v1/tasks:batch", post(submit_batch))
+        // The route's own limit replaces the router-wide one below.
+        .route(
+            "/v1/tasks:batch",
+            post(submit_batch).layer(DefaultBodyLimit::max(batch_limit)),
+        )
         .route("/v1/tasks/{id}", get(get_task).delete(cancel_task))
         .route("/v1/tasks/{id}/heartbeat", post(heartbeat))
         .route("/v1/tasks/{id}/result", post(post_result))
@@ -68,19 +75,23 @@ pub fn router(state: Arc<ApiState>) -> Router {
         .route("/readyz", get(ready))
         .route("/v1/openapi.json", get(openapi))
         .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such endpoint") })
-        // Batches may carry up to MAX_BATCH payloads; the per-payload limit still holds.
-        .layer(DefaultBodyLimit::max(body_limit.max(64 * 1024 * 1024)))
+        .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)
 }
 
-fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+/// The body, or why it could not be read; `limit` is the endpoint's body limit, which
+/// the router enforced while reading.
+fn body_bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiError> {
     body.map_err(|rejection| {
-        let code = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ErrorCode::PayloadTooLarge
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!("the request body is over this endpoint's limit of {limit} bytes"),
+            )
         } else {
-            ErrorCode::MalformedJson
-        };
-        ApiError::new(code, rejection.body_text()).with_status(rejection.status())
+            ApiError::new(ErrorCode::MalformedJson, rejection.body_text())
+                .with_status(rejection.status())
+        }
     })
 }
 
@@ -125,8 +136,58 @@ fn accepted(outcome: InsertOutcome) -> Answer {
 }
 
 impl ApiState {
+    /// The store route for tasks Kafka did not acknowledge in time, under the ids they
+    /// were produced with: a produce that lands after all then reaches the consumer as a
+    /// second copy of a stored id, which its insert drops (a duplicate, not an error), so
+    /// the task exists and runs once either way. Only if the store fails too is the task
+    /// refused.
+    async fn store_unacknowledged(
+        &self,
+        tasks: &[NewTask],
+        unacknowledged: &[usize],
+        answers: &mut [Option<Answer>],
+        now: Millis,
+    ) {
+        let fallback: Vec<NewTask> = unacknowledged.iter().map(|&i| tasks[i].clone()).collect();
+        match self.store.insert(&fallback, now).await {
+            Ok(outcomes) => {
+                for (&i, outcome) in unacknowledged.iter().zip(outcomes) {
+                    let task = &tasks[i];
+                    self.metrics
+                        .kafka_fallback
+                        .with_label_values(&[task.task_type.as_str()])
+                        .inc();
+                    answers[i] = Some(match outcome {
+                        // Without an idempotency key the id is new to the world: a row
+                        // already under it is this task's own produce, consumed first.
+                        InsertOutcome::Duplicate { id, trigger_at }
+                            if task.idempotency_key.is_none() =>
+                        {
+                            Ok((
+                                StatusCode::CREATED,
+                                submitted(id, trigger_at, Route::Kafka, false),
+                            ))
+                        }
+                        other => accepted(other),
+                    });
+                }
+            }
+            Err(err) => {
+                tracing::error!(%err, "storing tasks Kafka did not acknowledge");
+                for &i in unacknowledged {
+                    answers[i] = Some(Err(ApiError::new(
+                        ErrorCode::KafkaUnavailable,
+                        "the task was not accepted: Kafka did not acknowledge it in time and \
+                         the store did not answer either; retry",
+                    )));
+                }
+            }
+        }
+    }
+
     /// Stores or produces each task, one answer per task in order. Only a store failure
-    /// fails the whole call; a Kafka failure refuses just the tasks it concerned.
+    /// fails the whole call; a task Kafka did not acknowledge is stored instead, and
+    /// refused only when that fails too.
     async fn accept(&self, tasks: &[NewTask], now: Millis) -> Result<Vec<Answer>, ApiError> {
         let routes = self.routes.borrow().clone();
         let topics: Vec<Option<&str>> = tasks
@@ -160,26 +221,30 @@ impl ApiState {
                 if let Some(key) = &task.idempotency_key
                     && let Some((id, trigger_at)) = self.store.find_idempotent(key).await?
                 {
-                    return Ok::<_, ApiError>((i, accepted(InsertOutcome::Duplicate { id, trigger_at })));
+                    return Ok::<_, ApiError>((i, Some(accepted(InsertOutcome::Duplicate { id, trigger_at }))));
                 }
-                let answer = match producer.send(topic, task).await {
-                    Ok(()) => Ok((
+                match producer.send(topic, task).await {
+                    Ok(()) => Ok((i, Some(Ok((
                         StatusCode::CREATED,
                         submitted(task.id.clone(), task.trigger_at, Route::Kafka, false),
-                    )),
+                    ))))),
                     Err(err) => {
-                        tracing::warn!(%err, %topic, "produce failed");
-                        Err(ApiError::new(
-                            ErrorCode::KafkaUnavailable,
-                            format!("the task was not accepted: Kafka did not acknowledge it ({err}); retry"),
-                        ))
+                        tracing::warn!(%err, %topic, id = %task.id, "produce failed; storing the task instead");
+                        Ok((i, None))
                     }
-                };
-                Ok((i, answer))
+                }
             });
+            let mut unacknowledged = Vec::new();
             for result in futures::future::join_all(sends).await {
-                let (i, answer) = result?;
-                answers[i] = Some(answer);
+                match result? {
+                    (i, Some(answer)) => answers[i] = Some(answer),
+                    (i, None) => unacknowledged.push(i),
+                }
+            }
+            if !unacknowledged.is_empty() {
+                producer.pause(self.clock.now_millis());
+                self.store_unacknowledged(tasks, &unacknowledged, &mut answers, now)
+                    .await;
             }
         }
 
@@ -191,7 +256,8 @@ impl ApiState {
                     .submitted
                     .with_label_values(&[
                         task.task_type.as_str(),
-                        task.source_service.as_deref().unwrap_or(""),
+                        self.metrics
+                            .source_label(task.source_service.as_deref().unwrap_or("")),
                     ])
                     .inc();
                 wake |= task.trigger_at <= horizon;
@@ -213,7 +279,7 @@ async fn submit_one(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
-    let body = body_bytes(body)?;
+    let body = body_bytes(body, state.limits.body_bytes())?;
     let request = submit::parse(&body)?;
     let now = state.clock.now_millis();
     let routes = state.routes.borrow().clone();
@@ -245,22 +311,13 @@ async fn submit_batch(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
-    let body = body_bytes(body)?;
-    // Items are read one by one below, so that each is refused on its own.
-    let batch: BatchRequest<Box<RawValue>> = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::new(ErrorCode::MalformedJson, format!("tasks: {e}")).with_field("tasks")
-    })?;
-    if batch.tasks.len() > MAX_BATCH {
-        return Err(ApiError::field(
-            "tasks",
-            format!("at most {MAX_BATCH} tasks per batch"),
-        ));
-    }
+    let body = body_bytes(body, state.limits.batch_body_bytes())?;
+    // Items are parsed one by one below, so that each is refused on its own.
+    let items = submit::parse_batch(&body)?;
     let now = state.clock.now_millis();
     let routes = state.routes.borrow().clone();
     let source = source_header(&headers);
-    let checked: Vec<Result<NewTask, ApiError>> = batch
-        .tasks
+    let checked: Vec<Result<NewTask, ApiError>> = items
         .iter()
         .map(|raw| {
             submit::parse(raw.get().as_bytes())
@@ -411,7 +468,7 @@ async fn heartbeat(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let body = body_bytes(body)?;
+    let body = body_bytes(body, state.limits.body_bytes())?;
     let (callback, token) = parse_callback(&headers, &body, |c: &HeartbeatRequest| c.lease_token)?;
     let task = current_attempt(&state, &id, token).await?;
     let lease = match callback.lease {
@@ -445,7 +502,7 @@ async fn post_result(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let body = body_bytes(body)?;
+    let body = body_bytes(body, state.limits.body_bytes())?;
     let (callback, token) = parse_callback(&headers, &body, |c: &ResultRequest<Box<RawValue>>| {
         c.lease_token
     })
@@ -545,12 +602,39 @@ async fn dead_letters(
             _ => return Err(ApiError::field("limit", "must be 1..=1000")),
         },
     };
-    let items = state
+    let tasks = state
         .store
         .dead_letters(query.get("type").map(String::as_str), limit)
         .await?;
-    let items = items.iter().map(task_status).collect();
-    Ok(Json(DeadLetters { items }).into_response())
+    let (body, _) = listing(&tasks, MAX_LISTING_BYTES);
+    Ok(([("content-type", "application/json")], body).into_response())
+}
+
+/// A [`asyncd_contract::DeadLetters`] answer of `tasks`, cut after the last item that
+/// keeps the body within `max_bytes` (the first item always goes in, or a task larger
+/// than the cap could never be listed); the second value says whether items were cut.
+/// Written item by item, so a cut listing is never serialized whole.
+fn listing(tasks: &[TaskRecord], max_bytes: usize) -> (Vec<u8>, bool) {
+    const TAIL: &[u8] = br#"],"truncated":false}"#;
+    let mut body = br#"{"items":["#.to_vec();
+    let mut truncated = false;
+    for (i, task) in tasks.iter().enumerate() {
+        let item = serde_json::to_vec(&task_status(task)).expect("a task status serializes");
+        if i > 0 && body.len() + 1 + item.len() + TAIL.len() + 1 > max_bytes {
+            truncated = true;
+            break;
+        }
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(&item);
+    }
+    body.extend_from_slice(if truncated {
+        br#"],"truncated":true}"#
+    } else {
+        TAIL
+    });
+    (body, truncated)
 }
 
 async fn redrive(State(state): AppState, Path(id): Path<String>) -> Result<Response, ApiError> {
@@ -599,4 +683,67 @@ async fn openapi() -> Response {
     static DOCUMENT: std::sync::LazyLock<String> =
         std::sync::LazyLock::new(asyncd_contract::openapi::text);
     ([("content-type", "application/json")], DOCUMENT.as_str()).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use asyncd_contract::DeadLetters;
+
+    fn dead(id: usize, payload_bytes: usize) -> TaskRecord {
+        let payload = format!("\"{}\"", "x".repeat(payload_bytes));
+        TaskRecord {
+            id: format!("task-{id}"),
+            task_type: "t".into(),
+            payload: RawValue::from_string(payload).unwrap(),
+            state: TaskState::Dead,
+            priority: 0,
+            trigger_at: Millis::new(0),
+            attempt: 1,
+            max_retries: 0,
+            timeout_ms: 1000,
+            lease_token: 0,
+            lease_until: None,
+            idempotency_key: None,
+            unique_key: None,
+            depends_on: Vec::new(),
+            last_error: Some("boom".into()),
+            result: None,
+            created_at: Millis::new(0),
+            updated_at: Millis::new(0),
+        }
+    }
+
+    #[test]
+    fn a_listing_stops_at_its_byte_cap_and_says_so() {
+        let tasks: Vec<TaskRecord> = (0..10).map(|i| dead(i, 1000)).collect();
+        let (body, truncated) = listing(&tasks, 4500);
+        let answer: DeadLetters = serde_json::from_slice(&body).unwrap();
+        assert!(body.len() <= 4500, "{} bytes", body.len());
+        assert_eq!((answer.items.len(), answer.truncated), (3, true));
+        assert!(truncated);
+        assert_eq!(answer.items[2].id, "task-2", "the newest ones, in order");
+
+        let (body, truncated) = listing(&tasks, usize::MAX);
+        let answer: DeadLetters = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            (answer.items.len(), answer.truncated, truncated),
+            (10, false, false)
+        );
+        assert_eq!(
+            body,
+            serde_json::to_vec(&answer).unwrap(),
+            "written as the contract type writes it"
+        );
+    }
+
+    #[test]
+    fn a_task_larger_than_the_cap_is_still_listed_alone() {
+        let tasks = [dead(0, 10_000), dead(1, 10)];
+        let (body, _) = listing(&tasks, 1000);
+        let answer: DeadLetters = serde_json::from_slice(&body).unwrap();
+        assert_eq!((answer.items.len(), answer.truncated), (1, true));
+        let (body, _) = listing(&[], 1000);
+        assert_eq!(body, br#"{"items":[],"truncated":false}"#);
+    }
 }

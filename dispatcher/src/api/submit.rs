@@ -1,9 +1,10 @@
 //! Submit validation: a request body becomes a [`NewTask`] or an [`ApiError`] naming
 //! the field. Pure, so every rule is unit-tested without a server.
 
+use std::cell::Cell;
 use std::time::Duration;
 
-use asyncd_contract::ErrorCode;
+use asyncd_contract::{ErrorCode, MAX_BATCH};
 use asyncd_spec::parse_duration;
 use serde_json::value::RawValue;
 
@@ -14,7 +15,12 @@ use crate::store::{Millis, NewTask};
 pub const MAX_DELAY: Duration = Duration::from_secs(400 * 86_400);
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
 pub const MAX_KEY_LEN: usize = 255;
-pub const MAX_DEPENDENCIES: usize = 100;
+pub use asyncd_contract::MAX_DEPENDENCIES;
+
+/// What a request body may hold besides its payload: every other field is bounded
+/// (keys at 255 bytes, 100 dependencies of 36), so 64 KiB leaves room for any valid
+/// request, however it is spaced.
+pub const ENVELOPE_BYTES: usize = 64 * 1024;
 
 /// A submit body as the server reads it: the payload stays the JSON it was sent as.
 pub type SubmitRequest = asyncd_contract::SubmitRequest<Box<RawValue>>;
@@ -37,8 +43,117 @@ pub fn parse(body: &[u8]) -> Result<SubmitRequest, ApiError> {
     Ok(request)
 }
 
+#[derive(Debug, Clone)]
 pub struct Limits {
+    /// Largest `payload` of one task (`--max-payload-bytes`).
     pub max_payload_bytes: usize,
+    /// Largest body of `POST /v1/tasks:batch` (`--max-batch-body-bytes`).
+    pub max_batch_body_bytes: usize,
+}
+
+impl Limits {
+    /// The largest body of every request but a batch: one task at the payload limit.
+    pub fn body_bytes(&self) -> usize {
+        self.max_payload_bytes.saturating_add(ENVELOPE_BYTES)
+    }
+
+    /// The largest batch body: never below [`Limits::body_bytes`], so any task that can
+    /// be submitted alone can be submitted in a batch.
+    pub fn batch_body_bytes(&self) -> usize {
+        self.max_batch_body_bytes.max(self.body_bytes())
+    }
+}
+
+/// Reads a batch body's items as raw JSON, one by one, and stops at item `MAX_BATCH +
+/// 1`: an oversized batch is refused without parsing (or even reading as JSON) the rest.
+pub fn parse_batch(body: &[u8]) -> Result<Vec<&RawValue>, ApiError> {
+    let too_many = Cell::new(false);
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let items = serde::de::DeserializeSeed::deserialize(
+        BatchBody {
+            too_many: &too_many,
+        },
+        &mut de,
+    )
+    .and_then(|items| de.end().map(|()| items));
+    items.map_err(|e| {
+        if too_many.get() {
+            ApiError::field("tasks", format!("at most {MAX_BATCH} tasks per batch"))
+        } else {
+            ApiError::new(ErrorCode::MalformedJson, format!("tasks: {e}")).with_field("tasks")
+        }
+    })
+}
+
+/// `{"tasks": [...]}`; other members are ignored, as the contract's `BatchRequest` does.
+struct BatchBody<'f> {
+    too_many: &'f Cell<bool>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for BatchBody<'_> {
+    type Value = Vec<&'de RawValue>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for BatchBody<'_> {
+    type Value = Vec<&'de RawValue>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an object with a `tasks` array")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        use serde::de::Error;
+        let mut tasks = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if key != "tasks" {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            } else if tasks.is_some() {
+                return Err(A::Error::duplicate_field("tasks"));
+            } else {
+                tasks = Some(map.next_value_seed(BatchItems {
+                    too_many: self.too_many,
+                })?);
+            }
+        }
+        tasks.ok_or_else(|| A::Error::missing_field("tasks"))
+    }
+}
+
+struct BatchItems<'f> {
+    too_many: &'f Cell<bool>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for BatchItems<'_> {
+    type Value = Vec<&'de RawValue>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for BatchItems<'_> {
+    type Value = Vec<&'de RawValue>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an array of submit bodies")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(MAX_BATCH));
+        // Borrowed: an item is a slice of the body, not a copy of it.
+        while let Some(item) = seq.next_element::<&'de RawValue>()? {
+            if items.len() == MAX_BATCH {
+                self.too_many.set(true);
+                return Err(serde::de::Error::custom("too many tasks"));
+            }
+            items.push(item);
+        }
+        Ok(items)
+    }
 }
 
 fn key(field: &str, value: Option<String>) -> Result<Option<String>, ApiError> {
@@ -274,6 +389,7 @@ mod tests {
             &routes(),
             &Limits {
                 max_payload_bytes: 64,
+                max_batch_body_bytes: 1 << 20,
             },
             NOW,
             None,
@@ -349,6 +465,7 @@ mod tests {
             &routes,
             &Limits {
                 max_payload_bytes: 4096,
+                max_batch_body_bytes: 1 << 20,
             },
             NOW,
             None,
@@ -359,6 +476,50 @@ mod tests {
             err.error.message.contains("uniqueKey"),
             "{}",
             err.error.message
+        );
+    }
+
+    #[test]
+    fn a_batch_is_read_up_to_its_limit_and_no_further() {
+        let items = |n: usize| vec![r#"{"type":"t"}"#; n].join(",");
+        let full = format!(r#"{{"tasks":[{}],"note":"ignored"}}"#, items(MAX_BATCH));
+        assert_eq!(parse_batch(full.as_bytes()).unwrap().len(), MAX_BATCH);
+        // What follows the first item too many is never parsed: here it is not JSON.
+        let over = format!(r#"{{"tasks":[{}, !"#, items(MAX_BATCH + 1));
+        let err = parse_batch(over.as_bytes()).unwrap_err();
+        assert_eq!(
+            (
+                err.status.as_u16(),
+                err.error.code,
+                err.error.field.as_deref()
+            ),
+            (400, ErrorCode::InvalidField, Some("tasks"))
+        );
+        for bad in [r#"{"tasks":"no"}"#, r#"{}"#, r#"{"tasks":[1,"#, r#"[]"#] {
+            let err = parse_batch(bad.as_bytes()).unwrap_err();
+            assert_eq!(
+                (err.error.code, err.error.field.as_deref()),
+                (ErrorCode::MalformedJson, Some("tasks")),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn dependencies_past_the_limit_are_not_kept() {
+        let ids: Vec<String> = (0..MAX_DEPENDENCIES + 1)
+            .map(|_| format!("\"{}\"", uuid::Uuid::now_v7()))
+            .collect();
+        // Items past the 101st are skipped unread, whatever their type.
+        let body = format!(
+            r#"{{"type":"cancel_expired_order","payload":{{"order_id":1}},"depends_on":[{}, 1, {{}}, null]}}"#,
+            ids.join(",")
+        );
+        let req = parse(body.as_bytes()).unwrap();
+        assert_eq!(req.depends_on.as_ref().unwrap().len(), MAX_DEPENDENCIES + 1);
+        assert_eq!(
+            field_of(&body),
+            (400, "invalid_field".into(), Some("depends_on".into()))
         );
     }
 

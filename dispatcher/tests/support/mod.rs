@@ -552,8 +552,10 @@ pub fn settings(dir: &tempfile::TempDir, clock: Arc<ManualClock>) -> Settings {
             ..DispatcherConfig::default()
         },
         max_payload_bytes: 1024 * 1024,
+        max_batch_body_bytes: 16 * 1024 * 1024,
         kafka_threshold: Duration::from_secs(600),
         kafka_brokers: None,
+        kafka_delivery_timeout: Duration::from_secs(5),
         create_topics: false,
         kafka_horizon: Duration::from_secs(30),
         reload_interval: Duration::from_millis(50),
