@@ -6,6 +6,7 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use asyncd::store::Millis;
@@ -777,7 +778,10 @@ async fn signed_calls_carry_a_valid_hmac() {
 // test must keep polling meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_in_flight_work_before_exiting() {
-    let executor = Executor::start(|_| {
+    let entered = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let in_call = entered.clone();
+    let executor = Executor::start(move |_| {
+        in_call.store(true, std::sync::atomic::Ordering::SeqCst);
         std::thread::sleep(Duration::from_millis(1500)); // the in-flight work
         Answer::ok()
     })
@@ -785,7 +789,14 @@ async fn sigterm_finishes_in_flight_work_before_exiting() {
     let mut asyncd = Asyncd::start(&one_job(&executor, ""), &[]).await;
     let running = asyncd.submit(task("work", json!("in-flight"))).await;
     let later = asyncd.submit(json!({"type": "work", "delay": "1h"})).await;
-    asyncd.wait_state(&running, "running").await;
+    // The call itself, not the `running` state: on a busy machine a poll can miss the
+    // 1.5 s the state lasts.
+    wait_for("the executor call", DEADLINE, async || {
+        entered
+            .load(std::sync::atomic::Ordering::SeqCst)
+            .then_some(())
+    })
+    .await;
     let status = asyncd.terminate().await;
     assert!(status.success(), "exit status {status}");
     asyncd.spawn().await;
