@@ -34,6 +34,9 @@ pub enum ErrorCode {
     /// 503: Kafka did not acknowledge a Kafka-route task in time and the store, tried
     /// next, did not answer either; it was not accepted.
     KafkaUnavailable,
+    /// 503, from `/readyz` only: this process's clock is too far from the store's, so it
+    /// does not dispatch (`docs/design.md`, "Clocks").
+    ClockSkew,
     /// Never sent by the server: what a client calls an answer without this error
     /// shape (a proxy's 502 page, say).
     HttpError,
@@ -43,7 +46,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code the server sends.
-    pub const SERVER: [ErrorCode; 11] = [
+    pub const SERVER: [ErrorCode; 12] = [
         Self::MalformedJson,
         Self::InvalidField,
         Self::UnknownTaskType,
@@ -55,6 +58,7 @@ impl ErrorCode {
         Self::NotDead,
         Self::StoreUnavailable,
         Self::KafkaUnavailable,
+        Self::ClockSkew,
     ];
 
     /// The code as it appears on the wire.
@@ -71,6 +75,7 @@ impl ErrorCode {
             Self::NotDead => "not_dead",
             Self::StoreUnavailable => "store_unavailable",
             Self::KafkaUnavailable => "kafka_unavailable",
+            Self::ClockSkew => "clock_skew",
             Self::HttpError => "http_error",
             Self::Other(code) => code,
         }
@@ -92,7 +97,7 @@ impl ErrorCode {
             Self::NotFound => 404,
             Self::UniqueConflict | Self::NotCancellable | Self::StaleLease | Self::NotDead => 409,
             Self::PayloadTooLarge => 413,
-            Self::StoreUnavailable | Self::KafkaUnavailable => 503,
+            Self::StoreUnavailable | Self::KafkaUnavailable | Self::ClockSkew => 503,
             Self::HttpError | Self::Other(_) => return None,
         })
     }

@@ -96,6 +96,11 @@ fn errors() -> Vec<(ErrorCode, ErrorBody)> {
             "the task was not accepted: Kafka did not acknowledge it (timed out); retry",
             &|_| {},
         ),
+        with(
+            ErrorCode::ClockSkew,
+            "this process's clock is 2000 ms ahead of the store's (±1 ms), beyond the 500 ms allowed; not dispatching until it is fixed",
+            &|_| {},
+        ),
     ]
 }
 

@@ -221,8 +221,8 @@ pub fn document() -> Value {
         }},
         "/readyz": {"get": {
             "operationId": "readyz",
-            "summary": "The store answers",
-            "responses": responses(&[(200, text_plain("ready"))], errors(&error, &[StoreUnavailable])),
+            "summary": "The store answers, and a dispatcher's clock is within bounds of the store's",
+            "responses": responses(&[(200, text_plain("ready"))], errors(&error, &[StoreUnavailable, ClockSkew])),
         }},
     });
     // The executor side of the contract is no endpoint of asyncd's; its shapes are

@@ -41,6 +41,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::clock::SharedClock;
+use crate::clock_check::{ClockCheck, Reading};
 use crate::executor::ExecutorClient;
 use crate::heap::EtaHeap;
 use crate::holdings::{Holdings, JobLimits};
@@ -76,6 +77,9 @@ pub struct DispatcherConfig {
     pub heartbeat_interval: Duration,
     /// A member silent this long is taken for dead and its task types move.
     pub member_ttl: Duration,
+    /// Where the membership loop records this clock's offset from the store's; `/readyz`
+    /// reads it too.
+    pub clock_check: Arc<ClockCheck>,
     /// Test-only event hooks.
     pub signals: Option<TestSignals>,
 }
@@ -94,6 +98,7 @@ impl Default for DispatcherConfig {
             shutdown_grace: Duration::from_secs(25),
             heartbeat_interval: Duration::from_secs(1),
             member_ttl: Duration::from_secs(4),
+            clock_check: Arc::default(),
             signals: None,
         }
     }
@@ -320,6 +325,7 @@ async fn keep_membership(shared: Arc<Shared>) {
     // Members seen alive by the last heartbeat; one missing now has died (or left).
     let mut alive: BTreeSet<String> = BTreeSet::new();
     loop {
+        check_clock(&shared).await;
         let now = shared.clock.now_millis();
         let seen = async {
             shared.store.heartbeat_member(&member, now).await?;
@@ -351,6 +357,36 @@ async fn keep_membership(shared: Arc<Shared>) {
     }
     if let Err(err) = shared.store.leave(&member).await {
         tracing::warn!(%err, "could not leave the dispatcher set; it will expire");
+    }
+}
+
+/// Reads the store's clock between two readings of ours and records the offset (see
+/// [`crate::clock_check`]); a failed read keeps the last reading.
+async fn check_clock(shared: &Shared) {
+    let before = shared.clock.now_millis();
+    let store = match shared.store.clock().await {
+        Ok(Some(store)) => store,
+        Ok(None) => return shared.config.clock_check.record_no_store_clock(),
+        Err(err) => {
+            tracing::debug!(%err, "could not read the store's clock");
+            return;
+        }
+    };
+    let reading = Reading::new(before, store, shared.clock.now_millis());
+    shared
+        .metrics
+        .clock_offset
+        .set(reading.offset_ms as f64 / 1000.0);
+    let check = &shared.config.clock_check;
+    let was = check.skew().is_some();
+    check.record(reading);
+    match check.skew() {
+        Some(why) if !was => tracing::error!("{why}"),
+        None if was => tracing::info!(
+            offset_ms = reading.offset_ms,
+            "clock back within bounds; dispatching again"
+        ),
+        _ => {}
     }
 }
 
@@ -391,7 +427,7 @@ async fn claim(shared: Arc<Shared>) {
         loop {
             let unstarted =
                 shared.heap.lock().expect("heap lock").len() + shared.queued.load(Ordering::SeqCst);
-            if unstarted >= config.max_heap {
+            if unstarted >= config.max_heap || !config.clock_check.may_dispatch() {
                 break;
             }
             let plan = claim_plan(&shared);
@@ -492,8 +528,11 @@ async fn tick(shared: Arc<Shared>, tasks: TaskTracker) -> Vec<tokio::task::JoinH
             (due, heap.next_eta())
         };
         let routes = shared.routes.borrow().clone();
+        // A clock too far from the store's would run these early (or late): hand them
+        // back for a dispatcher whose clock is right.
+        let skewed = !shared.config.clock_check.may_dispatch();
         for task in due {
-            if routes.job(&task.task_type).is_none() {
+            if skewed || routes.job(&task.task_type).is_none() {
                 // Its job config is gone: leave the task in the store for when it returns.
                 release(&shared, vec![task]).await;
                 continue;

@@ -18,7 +18,7 @@
 //! - [`ownership`]: which task types each dispatcher polls (rendezvous hashing).
 //! - [`routing`]: the job table, hot-reloaded from AsyncJobConfig files.
 //! - [`backlog`] and [`metrics`]: Prometheus gauges and counters.
-//! - [`clock`]: injected time; [`signals`]: test-only event hooks, so tests wait for
+//! - [`clock`]: injected time; [`clock_check`]: this clock against the store's; [`signals`]: test-only event hooks, so tests wait for
 //!   events instead of polling.
 //! - [`roles`]: wires the parts into the `dev`, `api`, `dispatcher` and `scheduler` roles
 //!   under one supervisor that owns every task: one shutdown signal for all of them, and
@@ -27,6 +27,7 @@
 pub mod api;
 pub mod backlog;
 pub mod clock;
+pub mod clock_check;
 pub mod dispatcher;
 pub mod executor;
 pub mod heap;

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 
 use prometheus::{
-    Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge,
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
@@ -37,6 +37,7 @@ pub struct Metrics {
     pub due_backlog: IntGaugeVec,
     pub oldest_due_age: GaugeVec,
     pub heap_size: IntGauge,
+    pub clock_offset: Gauge,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -166,6 +167,14 @@ impl Metrics {
         registry
             .register(Box::new(heap_size.clone()))
             .expect("unique metric");
+        let clock_offset = Gauge::new(
+            "asyncd_clock_offset_seconds",
+            "The store's clock minus this process's, measured at each dispatcher heartbeat",
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(clock_offset.clone()))
+            .expect("unique metric");
         Self {
             registry,
             sources: Mutex::new(HashSet::new()),
@@ -185,6 +194,7 @@ impl Metrics {
             due_backlog,
             oldest_due_age,
             heap_size,
+            clock_offset,
         }
     }
 

@@ -210,6 +210,9 @@ mod tests {
         async fn release_claims(&self, owner: &str, now: Millis) -> store::Result<u64> {
             self.inner.release_claims(owner, now).await
         }
+        async fn clock(&self) -> store::Result<Option<Millis>> {
+            self.inner.clock().await
+        }
     }
 
     /// A due task, claimed and started at T0 with a 1 s lease; its `(id, lease_token)`.

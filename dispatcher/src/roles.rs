@@ -341,6 +341,9 @@ async fn wire(
             )?),
             _ => None,
         },
+        clock_check: parts
+            .dispatcher
+            .then(|| settings.dispatcher.clock_check.clone()),
     });
     if parts.api
         && settings.create_topics

@@ -162,3 +162,114 @@ async fn a_wrong_database_password_fails_start_up_at_once() {
         started.err()
     );
 }
+
+/// The wall clock shifted by an offset a test sets.
+struct ShiftedClock(std::sync::atomic::AtomicI64);
+
+impl asyncd::clock::Clock for ShiftedClock {
+    fn now_millis(&self) -> asyncd::store::Millis {
+        asyncd::store::Millis::new(
+            chrono::Utc::now().timestamp_millis()
+                + self.0.load(std::sync::atomic::Ordering::SeqCst),
+        )
+    }
+}
+
+#[tokio::test]
+async fn a_dispatcher_whose_clock_runs_ahead_of_the_stores_dispatches_nothing() {
+    use asyncd::signals::{Signal, TestSignals};
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("jobs")).unwrap();
+    std::fs::write(
+        dir.path().join("jobs/job.yaml"),
+        job_yaml("j", "work", &executor.url(), ""),
+    )
+    .unwrap();
+    let clock = Arc::new(ShiftedClock(std::sync::atomic::AtomicI64::new(60_000)));
+    let (signals, mut events) = TestSignals::new();
+    let mut settings = settings(&dir, ManualClock::at(chrono::Utc::now()));
+    settings.store_url = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
+    settings.clock = clock.clone();
+    settings.signals = Some(signals);
+    settings.dispatcher.heartbeat_interval = Duration::from_millis(20);
+    let shutdown = CancellationToken::new();
+    let running = roles::start(settings, Parts::ALL, shutdown.clone())
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let base = format!("http://{}", running.addr());
+
+    // Due 30 s from now by the store's clock: 30 s overdue by this dispatcher's.
+    let eta = asyncd::clock::rfc3339(asyncd::store::Millis::new(
+        chrono::Utc::now().timestamp_millis() + 30_000,
+    ));
+    let answer: serde_json::Value = http
+        .post(format!("{base}/v1/tasks"))
+        .json(&json!({"type": "work", "eta": eta, "idempotency_key": "skew"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = answer["id"].as_str().unwrap().to_string();
+    let ready = wait_for("/readyz to report the skew", DEADLINE, async || {
+        let answer = http.get(format!("{base}/readyz")).send().await.ok()?;
+        let status = answer.status();
+        let body: serde_json::Value = answer.json().await.ok()?;
+        (status == 503).then_some(body)
+    })
+    .await;
+    assert_eq!(ready["error"]["code"], "clock_skew", "{ready}");
+    let metrics = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let offset: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("asyncd_clock_offset_seconds "))
+        .expect("the offset metric")
+        .parse()
+        .unwrap();
+    assert!((-61.0..-59.0).contains(&offset), "offset {offset} s");
+    // Ten heartbeats (and some fifty claimer passes) while skewed: nothing claimed.
+    let mut beats = 0;
+    while beats < 10 {
+        match tokio::time::timeout(DEADLINE, events.recv())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            Signal::Heartbeat { .. } => beats += 1,
+            Signal::Claimed { ids, .. } => panic!("claimed {ids:?} with a skewed clock"),
+            Signal::Dispatched { id, .. } => panic!("dispatched {id} with a skewed clock"),
+            _ => {}
+        }
+    }
+    assert!(executor.calls().is_empty());
+
+    // The clock is fixed: ready again, and the task runs at its ETA, not before.
+    clock.0.store(0, std::sync::atomic::Ordering::SeqCst);
+    wait_for("/readyz to be ready again", DEADLINE, async || {
+        let answer = http.get(format!("{base}/readyz")).send().await.ok()?;
+        (answer.status() == 200).then_some(())
+    })
+    .await;
+    let task: serde_json::Value = http
+        .get(format!("{base}/v1/tasks/{id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(task["attempt"], 0, "not run before its ETA: {task}");
+    assert!(executor.calls().is_empty());
+    shutdown.cancel();
+    running.wait().await.expect("a clean shutdown");
+}

@@ -645,6 +645,21 @@ async fn a_dead_owners_claims_come_back_at_once(store: &dyn Store) {
     assert_eq!(store.release_claims("dead", at(400)).await.unwrap(), 0);
 }
 
+async fn the_servers_clock_is_read_in_utc_milliseconds(store: &dyn Store) {
+    let before = chrono::Utc::now().timestamp_millis();
+    let clock = store.clock().await.unwrap();
+    let after = chrono::Utc::now().timestamp_millis();
+    // The test runs on the database's host, so its clock is ours: an embedded database
+    // has none to read, a server's reads as ours, to within a second for rounding and
+    // scheduling, not a time zone's hours.
+    if let Some(clock) = clock {
+        assert!(
+            (before - 1_000..=after + 1_000).contains(&clock.as_i64()),
+            "{clock:?} not within [{before}, {after}]"
+        );
+    }
+}
+
 /// Every scenario as one test per backend (`sqlite::…`, `mariadb::…`, `postgres::…`),
 /// each on a fresh, migrated database, so one failure hides none of the others.
 macro_rules! scenarios {
@@ -694,6 +709,7 @@ scenarios!(
     keys_compare_byte_for_byte,
     a_lease_extension_that_moves_nothing_still_applies,
     a_dead_owners_claims_come_back_at_once,
+    the_servers_clock_is_read_in_utc_milliseconds,
 );
 
 // ---------------------------------------------------------------------------------------

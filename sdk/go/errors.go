@@ -23,6 +23,9 @@ const (
 	// CodeKafkaUnavailable (503): Kafka did not acknowledge the task in time and the store
 	// did not answer either; it was not accepted.
 	CodeKafkaUnavailable = "kafka_unavailable"
+	// CodeClockSkew (503, /readyz only): the process's clock is too far from the store's;
+	// it does not dispatch.
+	CodeClockSkew = "clock_skew"
 	// CodeHTTPError is set when an answer carried no error body of the API's shape,
 	// e.g. a proxy's 502 page.
 	CodeHTTPError = "http_error"

@@ -49,6 +49,8 @@ pub struct ApiState {
     pub limits: Limits,
     /// The Kafka path, when brokers are configured.
     pub kafka: Option<crate::kafka::Producer>,
+    /// A dispatcher in this process: its clock's offset from the store's.
+    pub clock_check: Option<Arc<crate::clock_check::ClockCheck>>,
 }
 
 type AppState = State<Arc<ApiState>>;
@@ -675,6 +677,9 @@ async fn metrics(State(state): AppState) -> Response {
 
 async fn ready(State(state): AppState) -> Result<&'static str, ApiError> {
     state.store.ping().await?;
+    if let Some(why) = state.clock_check.as_ref().and_then(|check| check.skew()) {
+        return Err(ApiError::new(ErrorCode::ClockSkew, why));
+    }
     Ok("ready")
 }
 

@@ -475,6 +475,9 @@ pub trait Store: Send + Sync + 'static {
     /// run again within seconds instead of after the claim hold. Safe while it lives
     /// on: its `start` of a released claim changes nothing. Returns how many.
     async fn release_claims(&self, owner: &str, now: Millis) -> Result<u64>;
+    /// The database server's clock, for a process to measure its own against; `None`
+    /// for an embedded database, which has no clock but the process's.
+    async fn clock(&self) -> Result<Option<Millis>>;
 }
 
 /// How long a silent member's row is kept before a heartbeat of another deletes it.

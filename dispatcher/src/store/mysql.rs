@@ -723,4 +723,12 @@ impl Store for MySqlStore {
         let done = shared::release_claims(&self.pool, &QUERIES, owner, now).await?;
         Ok(done.rows_affected())
     }
+
+    async fn clock(&self) -> Result<Option<Millis>> {
+        let ms: i64 =
+            sqlx::query_scalar("SELECT CAST(UNIX_TIMESTAMP(SYSDATE(3)) * 1000 AS SIGNED)")
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(Some(Millis::new(ms)))
+    }
 }

@@ -579,4 +579,12 @@ impl Store for PostgresStore {
         let done = shared::release_claims(&self.pool, &QUERIES, owner, now).await?;
         Ok(done.rows_affected())
     }
+
+    async fn clock(&self) -> Result<Option<Millis>> {
+        let ms: i64 =
+            sqlx::query_scalar("SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT")
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(Some(Millis::new(ms)))
+    }
 }

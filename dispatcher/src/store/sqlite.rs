@@ -525,4 +525,8 @@ impl Store for SqliteStore {
         let done = shared::release_claims(&self.writer, &QUERIES, owner, now).await?;
         Ok(done.rows_affected())
     }
+
+    async fn clock(&self) -> Result<Option<Millis>> {
+        Ok(None)
+    }
 }
