@@ -469,7 +469,7 @@ func TestIntegrationRequestErrors(t *testing.T) {
 	_, err = c.SubmitDelayed(ctx(t), &asyncd.Task{Type: "go_ok", IdempotencyKey: uniq("k")}, 401*24*time.Hour)
 	wantAPIError(t, err, asyncd.ErrInvalidField, 400, "delay")
 
-	_, err = c.Submit(ctx(t), &asyncd.Task{Type: "go_ok", IdempotencyKey: uniq("k"), Payload: strings.Repeat("x", 2<<20)})
+	_, err = c.Submit(ctx(t), &asyncd.Task{Type: "go_ok", IdempotencyKey: uniq("k"), Payload: strings.Repeat("x", 1<<20+1024)}) // over the 1 MiB payload limit, within the body limit
 	wantAPIError(t, err, asyncd.ErrPayloadTooLarge, 413, "payload")
 
 	_, err = c.Get(ctx(t), unknownID)

@@ -251,7 +251,8 @@ def test_request_errors(dev_env):
     assert info.value.field == "idempotency_key"
 
     with pytest.raises(asyncd.PayloadTooLarge) as info:
-        c.submit("py_ok", "x" * (2 << 20), idempotency_key=key())
+        # Over the 1 MiB payload limit, within the body limit (payload + 64 KiB).
+        c.submit("py_ok", "x" * ((1 << 20) + 1024), idempotency_key=key())
     assert (info.value.status, info.value.field) == (413, "payload")
 
     for call in (c.get, c.cancel, c.redrive):

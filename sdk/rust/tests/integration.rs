@@ -282,7 +282,8 @@ async fn request_errors() {
         Some("depends_on"),
     );
     let mut big = ok();
-    big.payload = Value::String("x".repeat(2 << 20));
+    // Over the 1 MiB payload limit, within the body limit (payload + 64 KiB).
+    big.payload = Value::String("x".repeat((1 << 20) + 1024));
     api_error(
         c.submit(&big).await,
         ErrorCode::PayloadTooLarge,
