@@ -210,6 +210,20 @@ mod tests {
         async fn release_claims(&self, owner: &str, now: Millis) -> store::Result<u64> {
             self.inner.release_claims(owner, now).await
         }
+
+        async fn record_kafka_dead_letter(
+            &self,
+            letter: &store::KafkaDeadLetter,
+        ) -> store::Result<()> {
+            self.inner.record_kafka_dead_letter(letter).await
+        }
+
+        async fn kafka_dead_letters(
+            &self,
+            limit: u32,
+        ) -> store::Result<Vec<store::KafkaDeadLetter>> {
+            self.inner.kafka_dead_letters(limit).await
+        }
     }
 
     /// A due task, claimed and started at T0 with a 1 s lease; its `(id, lease_token)`.
