@@ -11,6 +11,11 @@
 //! holding claims loses nothing: the rescuer hands them on when their hold lapses.
 //! Retries, 202 leases and dead letters then work exactly as for store-path tasks.
 //!
+//! A message the consumer cannot make a task of never blocks the partition: one that is
+//! no task envelope, or whose task the store refuses (found by splitting the batch, see
+//! `adopt_isolating`), is kept in the store's Kafka dead-letter table with its bytes
+//! and the reason, and its offset is committed with the rest of the batch.
+//!
 //! The API waits for a produce's acknowledgement at most `--kafka-delivery-timeout`
 //! (default 5 s); a task the broker did not acknowledge by then is stored instead under
 //! the same id (`api::ApiState`), so if the produce lands after all, the consumer's
