@@ -678,6 +678,112 @@ pub async fn create_topics(brokers: String, mut routes: Routes, shutdown: Cancel
 mod tests {
     use super::*;
 
+    fn task(id: &str, payload: &str, now: Millis) -> NewTask {
+        NewTask {
+            id: id.into(),
+            task_type: "work".into(),
+            payload: RawValue::from_string(format!("\"{payload}\"")).unwrap(),
+            priority: 0,
+            trigger_at: now,
+            max_retries: 0,
+            timeout_ms: 1000,
+            idempotency_key: None,
+            unique_key: None,
+            cron_key: None,
+            depends_on: Vec::new(),
+            source_service: None,
+        }
+    }
+
+    /// The store refuses two tasks of a batch (a trigger stands in for a value a backend
+    /// cannot store): every other task is stored and claimed, and each refused one comes
+    /// back alone as the dead letter of its own message.
+    #[tokio::test]
+    async fn a_batch_the_store_refuses_is_split_until_the_refused_task_is_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/tasks.db", dir.path().display());
+        let store = crate::store::open(&url).await.unwrap();
+        store.migrate().await.unwrap();
+        let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
+            .await
+            .unwrap();
+        sqlx::query(
+            "CREATE TRIGGER refuse_poison BEFORE INSERT ON tasks \
+             WHEN NEW.payload LIKE '%POISON%' \
+             BEGIN SELECT RAISE(ABORT, 'refused by the test trigger'); END",
+        )
+        .execute(&mut db)
+        .await
+        .unwrap();
+        let now = Millis::new(1_800_000_000_000);
+        let clock: SharedClock = crate::clock::ManualClock::at(
+            chrono::DateTime::from_timestamp_millis(now.as_i64()).unwrap(),
+        );
+        let mut batch = Batch::default();
+        for offset in 0..21 {
+            let payload = if offset == 3 || offset == 17 {
+                "POISON"
+            } else {
+                "ok"
+            };
+            let id = format!("t{offset:02}");
+            let raw = format!("message {offset}\0\u{ff}").into_bytes();
+            batch.push(
+                task(&id, payload, now),
+                Origin {
+                    partition: offset % 2,
+                    offset: i64::from(offset),
+                    raw,
+                },
+            );
+        }
+        let config = ConsumerConfig {
+            brokers: String::new(),
+            owner: "me".into(),
+            horizon: Duration::from_secs(30),
+            hold: Duration::from_secs(30),
+            create_topics: false,
+        };
+        let mut claimed = Vec::new();
+        let refused = adopt_isolating(
+            store.as_ref(),
+            batch,
+            "topic",
+            &config,
+            &clock,
+            &CancellationToken::new(),
+            |tasks| claimed.extend(tasks.into_iter().map(|t| t.id)),
+        )
+        .await
+        .unwrap();
+
+        claimed.sort();
+        let expected: Vec<String> = (0..21)
+            .filter(|o| *o != 3 && *o != 17)
+            .map(|o| format!("t{o:02}"))
+            .collect();
+        assert_eq!(claimed, expected, "everything else stored and claimed");
+        let places: Vec<(i32, i64, Vec<u8>)> = refused
+            .iter()
+            .map(|l| (l.partition, l.offset, l.message.clone()))
+            .collect();
+        assert_eq!(
+            places,
+            [
+                (1, 3, b"message 3\0\xc3\xbf".to_vec()),
+                (1, 17, b"message 17\0\xc3\xbf".to_vec())
+            ]
+        );
+        assert!(
+            refused
+                .iter()
+                .all(|l| l.reason.contains("refused by the test trigger")
+                    && l.reason.starts_with("the store refused task t")),
+            "{refused:?}"
+        );
+        assert!(store.get("t03").await.unwrap().is_none());
+    }
+
     #[test]
     fn after_a_failure_tasks_go_to_the_store_for_a_while() {
         let (_, job) = asyncd_spec::AsyncJobConfig::from_yaml(include_str!(
