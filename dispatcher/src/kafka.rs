@@ -11,6 +11,11 @@
 //! holding claims loses nothing: the rescuer hands them on when their hold lapses.
 //! Retries, 202 leases and dead letters then work exactly as for store-path tasks.
 //!
+//! A message the consumer cannot make a task of never blocks the partition: one that is
+//! no task envelope, or whose task the store refuses (found by splitting the batch, see
+//! `adopt_isolating`), is kept in the store's Kafka dead-letter table with its bytes
+//! and the reason, and its offset is committed with the rest of the batch.
+//!
 //! The API waits for a produce's acknowledgement at most `--kafka-delivery-timeout`
 //! (default 5 s); a task the broker did not acknowledge by then is stored instead under
 //! the same id (`api::ApiState`), so if the produce lands after all, the consumer's
@@ -43,9 +48,10 @@ use tokio_util::task::TaskTracker;
 
 use crate::clock::SharedClock;
 use crate::dispatcher::HeapSink;
+use crate::executor::sanitize_reason;
 use crate::metrics::Metrics;
 use crate::routing::Routes;
-use crate::store::{AdoptParams, Millis, NewTask, Store};
+use crate::store::{AdoptParams, ClaimedTask, KafkaDeadLetter, Millis, NewTask, Store};
 
 /// A task as it travels through Kafka: everything the store row will need.
 #[derive(Debug, Serialize, Deserialize)]
@@ -346,7 +352,8 @@ async fn consume(
                 Err(_) => break,
             }
         }
-        let mut tasks = Vec::with_capacity(messages.len());
+        let mut batch = Batch::default();
+        let mut letters = Vec::new();
         let mut offsets: HashMap<i32, i64> = HashMap::new();
         for message in messages {
             let message = match message {
@@ -358,14 +365,25 @@ async fn consume(
             };
             let next = offsets.entry(message.partition()).or_insert(0);
             *next = (*next).max(message.offset() + 1);
-            match message.payload().map(serde_json::from_slice::<Envelope>) {
-                Some(Ok(envelope)) => tasks.push(envelope.into_task()),
-                // A message no asyncd wrote: skip it rather than wedge the partition.
-                other => tracing::error!(%job, partition = message.partition(),
-                    offset = message.offset(), error = ?other.map(|r| r.err()), "skipping an unreadable message"),
+            let origin = Origin {
+                partition: message.partition(),
+                offset: message.offset(),
+                raw: message.payload().unwrap_or_default().to_vec(),
+            };
+            match serde_json::from_slice::<Envelope>(&origin.raw) {
+                Ok(envelope) => batch.push(envelope.into_task(), origin),
+                // A message no asyncd wrote: kept with its bytes, and its offset committed
+                // with the batch, rather than wedge the partition or lose it.
+                Err(err) => {
+                    let reason = match message.payload() {
+                        None => "the message has no value".to_string(),
+                        Some(_) => format!("not an asyncd task envelope: {err}"),
+                    };
+                    letters.push(origin.dead_letter(&topic, reason, clock.now_millis()));
+                }
             }
         }
-        if tasks.is_empty() && offsets.is_empty() {
+        if offsets.is_empty() {
             // Only errors (the broker is away): don't spin while librdkafka reconnects.
             tokio::select! {
                 _ = stop.cancelled() => break,
@@ -373,33 +391,27 @@ async fn consume(
             }
             continue;
         }
-        // Durable first, then commit: never the other way round.
-        let mut backoff = Duration::from_millis(50);
-        let adopted = loop {
-            let now = clock.now_millis();
-            match store
-                .adopt(AdoptParams {
-                    tasks: &tasks,
-                    horizon: now + config.horizon,
-                    now,
-                    hold: config.hold,
-                    owner: &config.owner,
-                })
-                .await
-            {
-                Ok(adopted) => break adopted,
-                Err(err) => {
-                    tracing::warn!(%job, %err, tasks = tasks.len(), "could not store consumed tasks; retrying");
-                    tokio::select! {
-                        // this batch is not stored: leave without committing it
-                        _ = stop.cancelled() => { close(consumer, lag, false).await; return }
-                        _ = tokio::time::sleep(backoff) => {}
-                    }
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                }
-            }
+        // Durable first, then commit: never the other way round. That includes the dead
+        // letters, whose offsets are committed with the rest.
+        let stored = async {
+            let refused = adopt_isolating(
+                store.as_ref(),
+                batch,
+                &topic,
+                &config,
+                &clock,
+                &stop,
+                |claimed| sink.push(claimed),
+            )
+            .await?;
+            letters.extend(refused);
+            record_dead_letters(store.as_ref(), &letters, &job, &stop).await
         };
-        sink.push(adopted);
+        if stored.await.is_err() {
+            // this batch is not stored: leave without committing it
+            close(consumer, lag, false).await;
+            return;
+        }
         let mut list = TopicPartitionList::new();
         for (partition, offset) in offsets {
             if let Err(err) = list.add_partition_offset(&topic, partition, Offset::Offset(offset)) {
@@ -417,6 +429,163 @@ async fn consume(
     // Commit what was consumed before leaving the group, so the next owner starts after it.
     close(consumer, lag, true).await;
     tracing::info!(%job, "consumer stopped");
+}
+
+/// Where a consumed task came from, kept with it so that a task the store refuses can
+/// be recorded as the message it was.
+struct Origin {
+    partition: i32,
+    offset: i64,
+    /// The message's value as read.
+    raw: Vec<u8>,
+}
+
+impl Origin {
+    fn dead_letter(&self, topic: &str, reason: String, now: Millis) -> KafkaDeadLetter {
+        KafkaDeadLetter::new(
+            topic,
+            self.partition,
+            self.offset,
+            &self.raw,
+            sanitize_reason(&reason),
+            now,
+        )
+    }
+}
+
+/// Consumed tasks and, index for index, the messages they came from: two vectors so the
+/// store is handed the tasks as the slice it takes, without copying them.
+#[derive(Default)]
+struct Batch {
+    tasks: Vec<NewTask>,
+    origins: Vec<Origin>,
+}
+
+impl Batch {
+    fn push(&mut self, task: NewTask, origin: Origin) {
+        self.tasks.push(task);
+        self.origins.push(origin);
+    }
+
+    fn split_off(&mut self, at: usize) -> Batch {
+        Batch {
+            tasks: self.tasks.split_off(at),
+            origins: self.origins.split_off(at),
+        }
+    }
+}
+
+/// The consumer is stopping with a batch not (wholly) stored: its offsets stay
+/// uncommitted, so the group's next owner reads it again.
+#[derive(Debug)]
+struct Stopped;
+
+/// Stores a consumed batch (`Store::adopt`), handing what it claimed to `claimed` part by
+/// part, and returns the dead letters of the tasks the store refused.
+///
+/// While the store is unavailable, the part at hand is tried again with backoff (up to
+/// 2 s) until it is stored or `stop`. A part the store refuses for any other reason (a
+/// value some backend cannot store, a constraint) is split in halves until the refused
+/// task is alone; that one becomes a dead letter with the store's error, so one task
+/// never blocks the partition behind it — nor, since the offsets of a batch are
+/// committed together, the partitions batched with it. Parts already stored stay stored.
+async fn adopt_isolating(
+    store: &dyn Store,
+    batch: Batch,
+    topic: &str,
+    config: &ConsumerConfig,
+    clock: &SharedClock,
+    stop: &CancellationToken,
+    mut claimed: impl FnMut(Vec<ClaimedTask>),
+) -> Result<Vec<KafkaDeadLetter>, Stopped> {
+    let mut refused = Vec::new();
+    // Parts still to store, the next one last.
+    let mut parts = vec![batch];
+    let mut backoff = Duration::from_millis(50);
+    while let Some(mut part) = parts.pop() {
+        if part.tasks.is_empty() {
+            continue;
+        }
+        let now = clock.now_millis();
+        let err = match store
+            .adopt(AdoptParams {
+                tasks: &part.tasks,
+                horizon: now + config.horizon,
+                now,
+                hold: config.hold,
+                owner: &config.owner,
+            })
+            .await
+        {
+            Ok(adopted) => {
+                claimed(adopted);
+                backoff = Duration::from_millis(50);
+                continue;
+            }
+            Err(err) => err,
+        };
+        if err.is_unavailable() {
+            tracing::warn!(%topic, %err, tasks = part.tasks.len(), "could not store consumed tasks; retrying");
+            parts.push(part);
+            tokio::select! {
+                _ = stop.cancelled() => return Err(Stopped),
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(2));
+            continue;
+        }
+        if part.tasks.len() > 1 {
+            let second = part.split_off(part.tasks.len() / 2);
+            parts.push(second);
+            parts.push(part);
+            continue;
+        }
+        let origin = &part.origins[0];
+        let id = &part.tasks[0].id;
+        tracing::warn!(%topic, partition = origin.partition, offset = origin.offset, %id, %err,
+            "the store refused a consumed task; keeping its message as a dead letter");
+        refused.push(origin.dead_letter(topic, format!("the store refused task {id}: {err}"), now));
+    }
+    Ok(refused)
+}
+
+/// Records Kafka dead letters before their offsets are committed, waiting out an
+/// unavailable store (until `stop`). A letter the store refuses for another reason is
+/// logged and dropped: its bytes are lost, but keeping the offset uncommitted would
+/// block the partition for good, the one thing this table exists to prevent.
+async fn record_dead_letters(
+    store: &dyn Store,
+    letters: &[KafkaDeadLetter],
+    job: &str,
+    stop: &CancellationToken,
+) -> Result<(), Stopped> {
+    for letter in letters {
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            match store.record_kafka_dead_letter(letter).await {
+                Ok(()) => {
+                    tracing::warn!(%job, topic = %letter.topic, partition = letter.partition,
+                        offset = letter.offset, reason = %letter.reason, "kept a Kafka message as a dead letter");
+                    break;
+                }
+                Err(err) if err.is_unavailable() => {
+                    tracing::warn!(%job, %err, "could not record a Kafka dead letter; retrying");
+                    tokio::select! {
+                        _ = stop.cancelled() => return Err(Stopped),
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+                Err(err) => {
+                    tracing::error!(%job, topic = %letter.topic, partition = letter.partition,
+                        offset = letter.offset, size = letter.message_size, reason = %letter.reason, %err,
+                        "the store refused a Kafka dead letter; going on without it");
+                    break;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Stops the lag reporter, then (on the blocking pool: librdkafka waits on the broker)
@@ -508,6 +677,112 @@ pub async fn create_topics(brokers: String, mut routes: Routes, shutdown: Cancel
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn task(id: &str, payload: &str, now: Millis) -> NewTask {
+        NewTask {
+            id: id.into(),
+            task_type: "work".into(),
+            payload: RawValue::from_string(format!("\"{payload}\"")).unwrap(),
+            priority: 0,
+            trigger_at: now,
+            max_retries: 0,
+            timeout_ms: 1000,
+            idempotency_key: None,
+            unique_key: None,
+            cron_key: None,
+            depends_on: Vec::new(),
+            source_service: None,
+        }
+    }
+
+    /// The store refuses two tasks of a batch (a trigger stands in for a value a backend
+    /// cannot store): every other task is stored and claimed, and each refused one comes
+    /// back alone as the dead letter of its own message.
+    #[tokio::test]
+    async fn a_batch_the_store_refuses_is_split_until_the_refused_task_is_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/tasks.db", dir.path().display());
+        let store = crate::store::open(&url).await.unwrap();
+        store.migrate().await.unwrap();
+        let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
+            .await
+            .unwrap();
+        sqlx::query(
+            "CREATE TRIGGER refuse_poison BEFORE INSERT ON tasks \
+             WHEN NEW.payload LIKE '%POISON%' \
+             BEGIN SELECT RAISE(ABORT, 'refused by the test trigger'); END",
+        )
+        .execute(&mut db)
+        .await
+        .unwrap();
+        let now = Millis::new(1_800_000_000_000);
+        let clock: SharedClock = crate::clock::ManualClock::at(
+            chrono::DateTime::from_timestamp_millis(now.as_i64()).unwrap(),
+        );
+        let mut batch = Batch::default();
+        for offset in 0..21 {
+            let payload = if offset == 3 || offset == 17 {
+                "POISON"
+            } else {
+                "ok"
+            };
+            let id = format!("t{offset:02}");
+            let raw = format!("message {offset}\0\u{ff}").into_bytes();
+            batch.push(
+                task(&id, payload, now),
+                Origin {
+                    partition: offset % 2,
+                    offset: i64::from(offset),
+                    raw,
+                },
+            );
+        }
+        let config = ConsumerConfig {
+            brokers: String::new(),
+            owner: "me".into(),
+            horizon: Duration::from_secs(30),
+            hold: Duration::from_secs(30),
+            create_topics: false,
+        };
+        let mut claimed = Vec::new();
+        let refused = adopt_isolating(
+            store.as_ref(),
+            batch,
+            "topic",
+            &config,
+            &clock,
+            &CancellationToken::new(),
+            |tasks| claimed.extend(tasks.into_iter().map(|t| t.id)),
+        )
+        .await
+        .unwrap();
+
+        claimed.sort();
+        let expected: Vec<String> = (0..21)
+            .filter(|o| *o != 3 && *o != 17)
+            .map(|o| format!("t{o:02}"))
+            .collect();
+        assert_eq!(claimed, expected, "everything else stored and claimed");
+        let places: Vec<(i32, i64, Vec<u8>)> = refused
+            .iter()
+            .map(|l| (l.partition, l.offset, l.message.clone()))
+            .collect();
+        assert_eq!(
+            places,
+            [
+                (1, 3, b"message 3\0\xc3\xbf".to_vec()),
+                (1, 17, b"message 17\0\xc3\xbf".to_vec())
+            ]
+        );
+        assert!(
+            refused
+                .iter()
+                .all(|l| l.reason.contains("refused by the test trigger")
+                    && l.reason.starts_with("the store refused task t")),
+            "{refused:?}"
+        );
+        assert!(store.get("t03").await.unwrap().is_none());
+    }
 
     #[test]
     fn after_a_failure_tasks_go_to_the_store_for_a_while() {

@@ -213,6 +213,20 @@ mod tests {
         async fn clock(&self) -> store::Result<Option<Millis>> {
             self.inner.clock().await
         }
+
+        async fn record_kafka_dead_letter(
+            &self,
+            letter: &store::KafkaDeadLetter,
+        ) -> store::Result<()> {
+            self.inner.record_kafka_dead_letter(letter).await
+        }
+
+        async fn kafka_dead_letters(
+            &self,
+            limit: u32,
+        ) -> store::Result<Vec<store::KafkaDeadLetter>> {
+            self.inner.kafka_dead_letters(limit).await
+        }
     }
 
     /// A due task, claimed and started at T0 with a 1 s lease; its `(id, lease_token)`.

@@ -563,3 +563,186 @@ async fn with_the_broker_unreachable_a_submit_falls_back_to_the_store_under_the_
         (Some("succeeded"), Some(1))
     );
 }
+
+/// The topic a [`kafka_job`] YAML names.
+fn topic_of(job: &str) -> String {
+    job.lines()
+        .find_map(|l| l.trim().strip_prefix("topic: "))
+        .unwrap()
+        .to_string()
+}
+
+/// Waits until `group` has committed, on every partition of `topic`, the partition's end:
+/// the consumer went on past everything produced so far.
+async fn wait_committed_to_the_end(topic: &str, group: &str) {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let (topic, group) = (topic.to_string(), group.to_string());
+    wait_for(
+        "the group's offsets committed past every message",
+        DEADLINE,
+        async || {
+            let (topic, group) = (topic.clone(), group.clone());
+            tokio::task::spawn_blocking(move || {
+                let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+                    .set("bootstrap.servers", brokers())
+                    .set("group.id", &group)
+                    .create()
+                    .ok()?;
+                let timeout = Duration::from_secs(5);
+                let metadata = consumer.fetch_metadata(Some(&topic), timeout).ok()?;
+                let partitions = metadata.topics().first()?.partitions().len() as i32;
+                let mut list = rdkafka::TopicPartitionList::new();
+                for p in 0..partitions {
+                    list.add_partition(&topic, p);
+                }
+                let committed = consumer.committed_offsets(list, timeout).ok()?;
+                (0..partitions)
+                    .all(|p| {
+                        let end = consumer.fetch_watermarks(&topic, p, timeout).map(|w| w.1);
+                        let at = committed
+                            .find_partition(&topic, p)
+                            .map(|e| e.offset());
+                        matches!((end, at), (Ok(end), Some(rdkafka::Offset::Offset(at))) if at >= end)
+                    })
+                    .then_some(())
+            })
+            .await
+            .ok()
+            .flatten()
+        },
+    )
+    .await;
+}
+
+/// Issue 10: a message that is no task envelope was skipped with a log line, its bytes
+/// lost. Now it is kept in the Kafka dead-letter table byte for byte, and its offset is
+/// committed with the valid task behind it.
+#[tokio::test]
+async fn an_unreadable_message_is_kept_with_its_bytes_and_passed() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let job = kafka_job("garbage", &executor.url(), 1);
+    let topic = topic_of(&job);
+    let cluster = Cluster::start(&job).await;
+    let _dispatcher = cluster.dispatcher("dispatcher");
+    // The API creates the topic; a first task through it shows the consumer is up.
+    let warm_up = cluster
+        .submit(vec![json!({"type": "garbage", "payload": "warm-up"})])
+        .await;
+    executor.wait_calls(&warm_up[0], 1).await;
+
+    let garbage: Vec<u8> = b"\x00not an envelope\xff\xfe{\"id\":\x00".to_vec();
+    let producer: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .create()
+        .unwrap();
+    let delivered = producer
+        .send(
+            rdkafka::producer::FutureRecord::<(), [u8]>::to(&topic).payload(&garbage[..]),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    let behind = cluster
+        .submit(vec![
+            json!({"type": "garbage", "payload": "behind the garbage"}),
+        ])
+        .await;
+    executor.wait_calls(&behind[0], 1).await;
+
+    let store = asyncd::store::open(&cluster.store).await.unwrap();
+    let letters = store.kafka_dead_letters(10).await.unwrap();
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    let letter = &letters[0];
+    assert_eq!(
+        (
+            letter.topic.as_str(),
+            letter.partition,
+            letter.offset,
+            &letter.message
+        ),
+        (
+            topic.as_str(),
+            delivered.partition,
+            delivered.offset,
+            &garbage
+        )
+    );
+    assert!(
+        letter.reason.starts_with("not an asyncd task envelope"),
+        "{}",
+        letter.reason
+    );
+    wait_committed_to_the_end(&topic, &format!("{topic}-cg")).await;
+}
+
+/// Issue 10: one consumed task the store refused made the consumer retry its whole batch
+/// forever, so nothing behind it on the partition ran again. Here a CHECK constraint in
+/// the test's own database refuses one task's payload (as PostgreSQL refuses a value it
+/// cannot store); the batch is split, the tasks around it run, and the refused one is
+/// kept in the Kafka dead-letter table with the store's reason.
+#[tokio::test]
+async fn a_task_the_store_refuses_is_kept_aside_and_blocks_no_other() {
+    use sqlx::Connection;
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let job = kafka_job("refused", &executor.url(), 1);
+    let topic = topic_of(&job);
+    let cluster = Cluster::start(&job).await;
+    let mut db = sqlx::PgConnection::connect(&cluster.store).await.unwrap();
+    sqlx::query(
+        "ALTER TABLE tasks ADD CONSTRAINT refuse_poison CHECK (payload NOT LIKE '%POISON%')",
+    )
+    .execute(&mut db)
+    .await
+    .unwrap();
+
+    // Submitted in one batch, so the consumer most likely reads them in one too.
+    let tasks: Vec<Value> = (0..21)
+        .map(|i| {
+            let payload = if i == 10 {
+                json!("POISON")
+            } else {
+                json!({"i": i})
+            };
+            json!({"type": "refused", "payload": payload})
+        })
+        .collect();
+    let ids = cluster.submit(tasks).await;
+    let poison = ids[10].clone();
+    // Started after the submits, so the whole batch is waiting for it.
+    let _dispatcher = cluster.dispatcher("dispatcher");
+    for (i, id) in ids.iter().enumerate() {
+        if i != 10 {
+            executor.wait_calls(id, 1).await;
+        }
+    }
+
+    let store = asyncd::store::open(&cluster.store).await.unwrap();
+    let letters = wait_for("the refused task's dead letter", DEADLINE, async || {
+        let letters = store.kafka_dead_letters(10).await.ok()?;
+        (!letters.is_empty()).then_some(letters)
+    })
+    .await;
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    let letter = &letters[0];
+    assert_eq!(
+        (letter.topic.as_str(), letter.partition, letter.offset),
+        (topic.as_str(), 0, 10),
+        "the 11th message of the only partition"
+    );
+    let envelope: Value = serde_json::from_slice(&letter.message).unwrap();
+    assert_eq!(
+        (envelope["id"].as_str(), envelope["payload"].as_str()),
+        (Some(poison.as_str()), Some("POISON"))
+    );
+    assert!(
+        letter
+            .reason
+            .contains(&format!("the store refused task {poison}"))
+            && letter.reason.contains("refuse_poison"),
+        "{}",
+        letter.reason
+    );
+    assert!(store.get(&poison).await.unwrap().is_none());
+    assert!(executor.calls_for(&poison).is_empty());
+    wait_committed_to_the_end(&topic, &format!("{topic}-cg")).await;
+}

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use asyncd::store::{
-    self, CancelOutcome, ClaimParams, Finish, FinishKind, InsertOutcome, MEMBER_RETENTION, Millis,
-    NewTask, RedriveOutcome, StartParams, Store, TaskState, TypeFilter,
+    self, CancelOutcome, ClaimParams, Finish, FinishKind, InsertOutcome, KafkaDeadLetter,
+    MEMBER_RETENTION, Millis, NewTask, RedriveOutcome, StartParams, Store, TaskState, TypeFilter,
 };
 use serde_json::value::RawValue;
 
@@ -660,6 +660,57 @@ async fn the_servers_clock_is_read_in_utc_milliseconds(store: &dyn Store) {
     }
 }
 
+/// A Kafka message the consumer could not make a task of is kept byte for byte — NUL,
+/// bytes that are no UTF-8 — once per (topic, partition, offset), however often it is
+/// re-delivered and recorded.
+async fn kafka_dead_letters_keep_messages_once_and_byte_for_byte(store: &dyn Store) {
+    let raw: Vec<u8> = b"\x00garbage\xff\xfe{\"id\":\x00}\xc3\x28"
+        .iter()
+        .copied()
+        .chain(0..=255)
+        .collect();
+    let letter = |partition: i32, offset: i64, message: &[u8], reason: &str, t: i64| {
+        KafkaDeadLetter::new(
+            "asyncd-topic",
+            partition,
+            offset,
+            message,
+            reason.to_string(),
+            at(t),
+        )
+    };
+    let first = letter(2, 41, &raw, "not an asyncd task envelope", 10);
+    store.record_kafka_dead_letter(&first).await.unwrap();
+    // Re-delivered after a crash, recorded again: still one row, the first.
+    store
+        .record_kafka_dead_letter(&letter(2, 41, b"other", "again", 20))
+        .await
+        .unwrap();
+    // The same offset of another partition, and of another topic, are other messages.
+    let other_partition = letter(3, 41, b"", "the message has no value", 30);
+    store
+        .record_kafka_dead_letter(&other_partition)
+        .await
+        .unwrap();
+    let mut other_topic = letter(2, 41, b"x", "the store refused task t", 40);
+    other_topic.topic = "asyncd-other".into();
+    store.record_kafka_dead_letter(&other_topic).await.unwrap();
+
+    let listed = store.kafka_dead_letters(10).await.unwrap();
+    assert_eq!(
+        listed,
+        vec![other_topic.clone(), other_partition.clone(), first.clone()],
+        "latest first, each once, bytes as recorded"
+    );
+    assert_eq!(listed[2].message, raw);
+    assert_eq!(listed[2].message_size, raw.len() as i64);
+    assert_eq!(
+        store.kafka_dead_letters(1).await.unwrap(),
+        vec![other_topic],
+        "limited"
+    );
+}
+
 /// Every scenario as one test per backend (`sqlite::…`, `mariadb::…`, `postgres::…`),
 /// each on a fresh, migrated database, so one failure hides none of the others.
 macro_rules! scenarios {
@@ -710,6 +761,7 @@ scenarios!(
     a_lease_extension_that_moves_nothing_still_applies,
     a_dead_owners_claims_come_back_at_once,
     the_servers_clock_is_read_in_utc_milliseconds,
+    kafka_dead_letters_keep_messages_once_and_byte_for_byte,
 );
 
 // ---------------------------------------------------------------------------------------

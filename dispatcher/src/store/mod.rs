@@ -478,10 +478,59 @@ pub trait Store: Send + Sync + 'static {
     /// The database server's clock, for a process to measure its own against; `None`
     /// for an embedded database, which has no clock but the process's.
     async fn clock(&self) -> Result<Option<Millis>>;
+    /// Keeps a Kafka message the consumer could not make a task of, so its offset can be
+    /// committed without losing it. A message already recorded (at the same topic,
+    /// partition and offset: re-delivered after a crash) is left as it is.
+    async fn record_kafka_dead_letter(&self, letter: &KafkaDeadLetter) -> Result<()>;
+    /// Up to `limit` recorded Kafka messages, latest first.
+    async fn kafka_dead_letters(&self, limit: u32) -> Result<Vec<KafkaDeadLetter>>;
 }
 
 /// How long a silent member's row is kept before a heartbeat of another deletes it.
 pub const MEMBER_RETENTION: Duration = Duration::from_secs(3600);
+
+/// A Kafka message the consumer could not make a task of: bytes that are no task
+/// envelope, or a task the store refused.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KafkaDeadLetter {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    /// The message's value as read, byte for byte, cut at [`KAFKA_DEAD_LETTER_BYTES`].
+    pub message: Vec<u8>,
+    /// The value's length as read: more than `message.len()` when it was cut.
+    pub message_size: i64,
+    pub reason: String,
+    pub recorded_at: Millis,
+}
+
+/// How much of a message a Kafka dead letter keeps. A broker accepts messages up to its
+/// `message.max.bytes` (1 MiB by default), so a message is cut only on a topic configured
+/// above 8 MiB; the bound keeps one row within MariaDB's default 16 MiB packet.
+pub const KAFKA_DEAD_LETTER_BYTES: usize = 8 << 20;
+
+impl KafkaDeadLetter {
+    /// The dead letter of the message at `offset` of `partition`, its value cut to
+    /// [`KAFKA_DEAD_LETTER_BYTES`].
+    pub fn new(
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        message: &[u8],
+        reason: String,
+        recorded_at: Millis,
+    ) -> Self {
+        Self {
+            topic: topic.to_string(),
+            partition,
+            offset,
+            message: message[..message.len().min(KAFKA_DEAD_LETTER_BYTES)].to_vec(),
+            message_size: i64::try_from(message.len()).unwrap_or(i64::MAX),
+            reason,
+            recorded_at,
+        }
+    }
+}
 
 /// Runs a transaction again when the database aborted it as a deadlock victim or a
 /// serialization failure (`transient` says which SQLSTATEs are those). Both roll the

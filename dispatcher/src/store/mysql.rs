@@ -119,6 +119,15 @@ const QUERIES: Queries = Queries {
     leave: "DELETE FROM dispatchers WHERE id = ?",
     release_claims: "UPDATE tasks SET state = 'pending', lease_until = NULL, owner = NULL, \
                      updated_at = ? WHERE state = 'claimed' AND owner = ?",
+    // Not INSERT IGNORE, which would also turn a value the table refuses into a warning
+    // and a row that is not the message: the no-op update skips only the duplicate key.
+    record_kafka_dead_letter: "INSERT INTO kafka_dead_letters (topic, kafka_partition, kafka_offset, message, \
+                               message_size, reason, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?) \
+                               ON DUPLICATE KEY UPDATE topic = topic",
+    kafka_dead_letters: "SELECT topic, kafka_partition, kafka_offset, message, message_size, \
+                         reason, recorded_at FROM kafka_dead_letters \
+                         ORDER BY recorded_at DESC, topic, kafka_partition, kafka_offset DESC \
+                         LIMIT ?",
 };
 
 /// The query naming the task that holds a key an insert conflicted on.
@@ -730,5 +739,13 @@ impl Store for MySqlStore {
                 .fetch_one(&self.pool)
                 .await?;
         Ok(Some(Millis::new(ms)))
+    }
+
+    async fn record_kafka_dead_letter(&self, letter: &KafkaDeadLetter) -> Result<()> {
+        shared::record_kafka_dead_letter(&self.pool, &QUERIES, letter).await
+    }
+
+    async fn kafka_dead_letters(&self, limit: u32) -> Result<Vec<KafkaDeadLetter>> {
+        shared::kafka_dead_letters(&self.pool, &QUERIES, limit).await
     }
 }

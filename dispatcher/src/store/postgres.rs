@@ -80,6 +80,13 @@ const QUERIES: Queries = Queries {
     leave: "DELETE FROM dispatchers WHERE id = $1",
     release_claims: "UPDATE tasks SET state = 'pending', lease_until = NULL, owner = NULL, \
                      updated_at = $1 WHERE state = 'claimed' AND owner = $2",
+    record_kafka_dead_letter: "INSERT INTO kafka_dead_letters (topic, kafka_partition, kafka_offset, message, \
+                               message_size, reason, recorded_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+                               ON CONFLICT DO NOTHING",
+    kafka_dead_letters: "SELECT topic, kafka_partition, kafka_offset, message, message_size, \
+                         reason, recorded_at FROM kafka_dead_letters \
+                         ORDER BY recorded_at DESC, topic, kafka_partition, kafka_offset DESC \
+                         LIMIT $1",
 };
 
 /// The query naming the task that holds a key an insert conflicted on.
@@ -586,5 +593,13 @@ impl Store for PostgresStore {
                 .fetch_one(&self.pool)
                 .await?;
         Ok(Some(Millis::new(ms)))
+    }
+
+    async fn record_kafka_dead_letter(&self, letter: &KafkaDeadLetter) -> Result<()> {
+        shared::record_kafka_dead_letter(&self.pool, &QUERIES, letter).await
+    }
+
+    async fn kafka_dead_letters(&self, limit: u32) -> Result<Vec<KafkaDeadLetter>> {
+        shared::kafka_dead_letters(&self.pool, &QUERIES, limit).await
     }
 }

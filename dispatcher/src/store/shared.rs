@@ -4,7 +4,7 @@
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
 use super::rows::{LapsedRow, TaskRow};
-use super::{Lapsed, MEMBER_RETENTION, Millis, Result, TaskRecord};
+use super::{KafkaDeadLetter, Lapsed, MEMBER_RETENTION, Millis, Result, TaskRecord};
 
 /// One backend's text for the statements below; each takes its parameters in the order
 /// the function binding it names.
@@ -27,6 +27,13 @@ pub struct Queries {
     /// Sets every task in `claimed` whose `owner` is `owner` back to `pending`, as a
     /// release does, stamped `now`; parameters `now`, `owner`.
     pub release_claims: &'static str,
+    /// Inserts a Kafka dead letter unless one is recorded at its (topic, partition,
+    /// offset); parameters `topic, kafka_partition, kafka_offset, message, message_size,
+    /// reason, recorded_at`.
+    pub record_kafka_dead_letter: &'static str,
+    /// The columns of `KafkaDeadLetterRow` of up to `limit` Kafka dead letters, latest
+    /// first.
+    pub kafka_dead_letters: &'static str,
 }
 
 pub async fn get<DB>(pool: &Pool<DB>, queries: &Queries, id: &str) -> Result<Option<TaskRecord>>
@@ -150,4 +157,74 @@ where
         .bind(owner)
         .execute(pool)
         .await?)
+}
+
+pub async fn record_kafka_dead_letter<DB>(
+    pool: &Pool<DB>,
+    queries: &Queries,
+    letter: &KafkaDeadLetter,
+) -> Result<()>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
+    for<'q> i32: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> Millis: Encode<'q, DB> + Type<DB>,
+{
+    sqlx::query::<DB>(queries.record_kafka_dead_letter)
+        .bind(letter.topic.as_str())
+        .bind(letter.partition)
+        .bind(letter.offset)
+        .bind(letter.message.as_slice())
+        .bind(letter.message_size)
+        .bind(letter.reason.as_str())
+        .bind(letter.recorded_at)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// A row of [`Queries::kafka_dead_letters`].
+#[derive(sqlx::FromRow)]
+pub struct KafkaDeadLetterRow {
+    topic: String,
+    kafka_partition: i32,
+    kafka_offset: i64,
+    message: Vec<u8>,
+    message_size: i64,
+    reason: String,
+    recorded_at: Millis,
+}
+
+pub async fn kafka_dead_letters<DB>(
+    pool: &Pool<DB>,
+    queries: &Queries,
+    limit: u32,
+) -> Result<Vec<KafkaDeadLetter>>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'r> KafkaDeadLetterRow: FromRow<'r, DB::Row>,
+{
+    let rows = sqlx::query_as::<DB, KafkaDeadLetterRow>(queries.kafka_dead_letters)
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| KafkaDeadLetter {
+            topic: row.topic,
+            partition: row.kafka_partition,
+            offset: row.kafka_offset,
+            message: row.message,
+            message_size: row.message_size,
+            reason: row.reason,
+            recorded_at: row.recorded_at,
+        })
+        .collect())
 }

@@ -66,6 +66,13 @@ const QUERIES: Queries = Queries {
     leave: "DELETE FROM dispatchers WHERE id = ?",
     release_claims: "UPDATE tasks SET state = 'pending', lease_until = NULL, owner = NULL, \
                      updated_at = ? WHERE state = 'claimed' AND owner = ?",
+    record_kafka_dead_letter: "INSERT INTO kafka_dead_letters (topic, kafka_partition, kafka_offset, message, \
+                               message_size, reason, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?) \
+                               ON CONFLICT DO NOTHING",
+    kafka_dead_letters: "SELECT topic, kafka_partition, kafka_offset, message, message_size, \
+                         reason, recorded_at FROM kafka_dead_letters \
+                         ORDER BY recorded_at DESC, topic, kafka_partition, kafka_offset DESC \
+                         LIMIT ?",
 };
 
 /// The query naming the task that holds a key an insert conflicted on.
@@ -528,5 +535,13 @@ impl Store for SqliteStore {
 
     async fn clock(&self) -> Result<Option<Millis>> {
         Ok(None)
+    }
+
+    async fn record_kafka_dead_letter(&self, letter: &KafkaDeadLetter) -> Result<()> {
+        shared::record_kafka_dead_letter(&self.writer, &QUERIES, letter).await
+    }
+
+    async fn kafka_dead_letters(&self, limit: u32) -> Result<Vec<KafkaDeadLetter>> {
+        shared::kafka_dead_letters(&self.reader, &QUERIES, limit).await
     }
 }
