@@ -746,3 +746,71 @@ async fn a_task_the_store_refuses_is_kept_aside_and_blocks_no_other() {
     assert!(executor.calls_for(&poison).is_empty());
     wait_committed_to_the_end(&topic, &format!("{topic}-cg")).await;
 }
+
+/// With the store away, a task for the Kafka route is still accepted: nothing on that
+/// route needs the store (the idempotency lookup is skipped; the id comes from the key),
+/// and the dispatchers, which reach the store, run it.
+#[tokio::test]
+async fn with_the_store_away_a_kafka_route_submit_is_still_accepted() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let job = kafka_job("nostore", &executor.url(), 1);
+    let store = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
+    let proxy = DbProxy::start(&store, true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = dir.path().join("jobs");
+    std::fs::create_dir(&jobs).unwrap();
+    std::fs::write(jobs.join("job.yaml"), &job).unwrap();
+    let role = |role: &str, listen: &str, store: &str| {
+        let args: Vec<String> = [
+            role,
+            "--store",
+            store,
+            "--config",
+            &jobs.display().to_string(),
+            "--listen",
+            listen,
+            "--kafka-brokers",
+            &brokers(),
+            "--create-topics",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        Role::start(role, listen, args, dir.path())
+    };
+    let api = format!("127.0.0.1:{}", free_port());
+    let _api = role("api", &api, &proxy.url(&store));
+    let dispatcher = format!("127.0.0.1:{}", free_port());
+    let _dispatcher = role("dispatcher", &dispatcher, &store);
+    let http = reqwest::Client::new();
+    let submit = async |key: &str| {
+        let r = http
+            .post(format!("http://{api}/v1/tasks"))
+            .json(&json!({"type": "nostore", "payload": key, "idempotency_key": key}))
+            .send()
+            .await
+            .ok()?;
+        let status = r.status().as_u16();
+        Some((status, r.json::<Value>().await.ok()?))
+    };
+    // A first task through Kafka while the store is up: the topic and consumer exist.
+    let first = wait_for("a first Kafka-route submit", DEADLINE, async || {
+        submit("first").await.filter(|(status, _)| *status == 201)
+    })
+    .await
+    .1;
+    assert_eq!(first["route"], "kafka", "{first}");
+    executor.wait_calls(first["id"].as_str().unwrap(), 1).await;
+
+    proxy.cut();
+    let (status, second) = submit("second").await.expect("an answer");
+    assert_eq!(
+        (status, second["route"].as_str()),
+        (201, Some("kafka")),
+        "{second}"
+    );
+    let id = second["id"].as_str().unwrap();
+    assert_eq!(id, asyncd::api::submit::task_id(Some("second")));
+    let calls = executor.wait_calls(id, 1).await;
+    assert_eq!(calls[0].attempt, 1);
+}

@@ -62,71 +62,26 @@ async fn stopping_a_role_hands_back_its_claims_and_ends_cleanly() {
     drop(kept);
 }
 
-/// A database server that is away: every connection is accepted and closed at once
-/// (what a restarting server looks like) until `up` is notified; from then on each
-/// connection is relayed to `target`.
-async fn restarting_database(
-    target: std::net::SocketAddr,
-) -> (
-    u16,
-    Arc<tokio::sync::Notify>,
-    Arc<std::sync::atomic::AtomicUsize>,
-) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let up = Arc::new(tokio::sync::Notify::new());
-    let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let (is_up, count) = (up.clone(), refused.clone());
-    tokio::spawn(async move {
-        let mut serving = false;
-        loop {
-            tokio::select! {
-                _ = is_up.notified(), if !serving => serving = true,
-                accepted = listener.accept() => {
-                    let (mut client, _) = accepted.unwrap();
-                    if !serving {
-                        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                        continue; // dropped: closed
-                    }
-                    tokio::spawn(async move {
-                        let mut server = tokio::net::TcpStream::connect(target).await.unwrap();
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-                    });
-                }
-            }
-        }
-    });
-    (port, up, refused)
-}
-
 #[tokio::test]
 async fn a_role_started_while_its_database_restarts_waits_for_it() {
     let database = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
-    let url = reqwest::Url::parse(&database).unwrap();
-    let target = std::net::SocketAddr::new(
-        url.host_str().unwrap().parse().unwrap(),
-        url.port().unwrap(),
-    );
-    let (port, up, refused) = restarting_database(target).await;
-    let mut through_proxy = url.clone();
-    through_proxy.set_port(Some(port)).unwrap();
-
+    let proxy = DbProxy::start(&database, false).await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("jobs")).unwrap();
     let mut settings = settings(&dir, ManualClock::at(chrono::Utc::now()));
-    settings.store_url = through_proxy.to_string();
+    settings.store_url = proxy.url(&database);
     settings.store_wait = Duration::from_secs(60);
     let shutdown = CancellationToken::new();
     let starting = tokio::spawn(roles::start(settings, Parts::ALL, shutdown.clone()));
     wait_for("refused connections", DEADLINE, async || {
-        (refused.load(std::sync::atomic::Ordering::SeqCst) >= 2).then_some(())
+        (proxy.refused.load(std::sync::atomic::Ordering::SeqCst) >= 2).then_some(())
     })
     .await;
     assert!(
         !starting.is_finished(),
         "start gave up while the database was away"
     );
-    up.notify_one();
+    proxy.restore();
     let running = tokio::time::timeout(DEADLINE, starting)
         .await
         .expect("start finishes once the database is back")

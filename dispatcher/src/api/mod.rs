@@ -208,7 +208,13 @@ impl ApiState {
             .filter(|(_, topic)| topic.is_none())
             .map(|(task, _)| task.clone())
             .collect();
-        let mut outcomes = self.store.insert(&stored, now).await?.into_iter();
+        // Kafka-route tasks alone must not need the store.
+        let mut outcomes = if stored.is_empty() {
+            Vec::new()
+        } else {
+            self.store.insert(&stored, now).await?
+        }
+        .into_iter();
         let mut produced = Vec::new();
         for (i, topic) in topics.iter().enumerate() {
             match topic {
@@ -220,10 +226,20 @@ impl ApiState {
             let sends = produced.iter().map(|&(i, topic)| async move {
                 let task = &tasks[i];
                 // A repeat of a key the store already holds answers with the first task.
-                if let Some(key) = &task.idempotency_key
-                    && let Some((id, trigger_at)) = self.store.find_idempotent(key).await?
-                {
-                    return Ok::<_, ApiError>((i, Some(accepted(InsertOutcome::Duplicate { id, trigger_at }))));
+                // With the store away the task is produced all the same: its id comes
+                // from its key, so a repeat names the same task and the consumer keeps
+                // one copy (the answer then says 201, not which copy came first).
+                if let Some(key) = &task.idempotency_key {
+                    match self.store.find_idempotent(key).await {
+                        Ok(Some((id, trigger_at))) => {
+                            return Ok::<_, ApiError>((i, Some(accepted(InsertOutcome::Duplicate { id, trigger_at }))));
+                        }
+                        Ok(None) => {}
+                        Err(err) if err.is_unavailable() => {
+                            tracing::debug!(%err, "store unavailable; producing without the idempotency lookup");
+                        }
+                        Err(err) => return Err(err.into()),
+                    }
                 }
                 match producer.send(topic, task).await {
                     Ok(()) => Ok((i, Some(Ok((

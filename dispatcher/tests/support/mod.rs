@@ -664,3 +664,72 @@ impl Drop for Role {
         self.kill9();
     }
 }
+
+/// A TCP relay to a database server that a test can cut, as an outage looks to a client:
+/// while cut, open connections are closed and new ones are closed as soon as accepted
+/// (counted in `refused`).
+pub struct DbProxy {
+    pub port: u16,
+    up: Arc<std::sync::atomic::AtomicBool>,
+    relays: Arc<Mutex<CancellationToken>>,
+    pub refused: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl DbProxy {
+    /// Relays to the server of `database_url`, starting cut unless `up`.
+    pub async fn start(database_url: &str, up: bool) -> Self {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let url = reqwest::Url::parse(database_url).unwrap();
+        let target = SocketAddr::new(
+            url.host_str().unwrap().parse().unwrap(),
+            url.port().unwrap(),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let up = Arc::new(AtomicBool::new(up));
+        let relays = Arc::new(Mutex::new(CancellationToken::new()));
+        let refused = Arc::new(AtomicUsize::new(0));
+        let (is_up, tokens, count) = (up.clone(), relays.clone(), refused.clone());
+        tokio::spawn(async move {
+            loop {
+                let (mut client, _) = listener.accept().await.unwrap();
+                if !is_up.load(Ordering::SeqCst) {
+                    count.fetch_add(1, Ordering::SeqCst);
+                    continue; // dropped: closed
+                }
+                let cut = tokens.lock().unwrap().clone();
+                tokio::spawn(async move {
+                    let mut server = tokio::net::TcpStream::connect(target).await.unwrap();
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = cut.cancelled() => {}
+                    }
+                });
+            }
+        });
+        Self {
+            port,
+            up,
+            relays,
+            refused,
+        }
+    }
+
+    /// `database_url` with its port replaced by the proxy's.
+    pub fn url(&self, database_url: &str) -> String {
+        let mut url = reqwest::Url::parse(database_url).unwrap();
+        url.set_port(Some(self.port)).unwrap();
+        url.to_string()
+    }
+
+    pub fn cut(&self) {
+        self.up.store(false, std::sync::atomic::Ordering::SeqCst);
+        let mut relays = self.relays.lock().unwrap();
+        relays.cancel();
+        *relays = CancellationToken::new();
+    }
+
+    pub fn restore(&self) {
+        self.up.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
