@@ -718,6 +718,14 @@ async fn begin(shared: &Arc<Shared>, batch: Vec<(ClaimedTask, OwnedSemaphorePerm
             return;
         }
     };
+    if let Some((task, _)) = batch.first() {
+        // A runner's batch is of one job.
+        shared.holdings.lock().expect("holdings lock").began(
+            &task.task_type,
+            started.len(),
+            Instant::now(),
+        );
+    }
     let mut started: HashMap<String, _> = started.into_iter().map(|s| (s.id.clone(), s)).collect();
     for (task, permit) in batch {
         // Missing: cancelled meanwhile, or the claim lapsed and went to someone else.
@@ -753,11 +761,6 @@ async fn execute(shared: &Shared, task: ClaimedTask, attempt: crate::store::Star
             let clock = Instant::now();
             let outcome = shared.executor.call(job, &task, &attempt).await;
             let took = clock.elapsed();
-            shared
-                .holdings
-                .lock()
-                .expect("holdings lock")
-                .attempt_took(task_type, took);
             metrics
                 .execution_duration
                 .with_label_values(&[task_type])

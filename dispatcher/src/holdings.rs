@@ -1,23 +1,30 @@
 //! How many tasks of each job a dispatcher may hold (claimed into its heap, queued for
-//! the job's runner, or running), so a slow or stalled executor stops the claimer
-//! instead of filling memory with claims that lapse before they can start.
+//! the job's runner, or running), so a slow or stalled executor — or a dispatcher or
+//! store that cannot begin attempts fast enough — stops the claimer instead of filling
+//! memory with claims that lapse before they can start.
 //!
-//! A job may hold its `concurrency` in flight plus as many waiting as can begin within
-//! half the claim hold at the pace its recent attempts took: a waiting claim then starts
-//! well before the rescuer would take it back, so claims never churn. Before any attempt
-//! of the job has finished, the job's timeout stands in for that pace (the worst case).
-//! A fast executor earns a room far larger than a claim batch, so this costs nothing
-//! there; an executor that takes 20 s at concurrency 1 with a 30 s hold gets one task
-//! at a time. Kafka adoption may overshoot the room: a task read from a partition is
-//! adopted whatever this says, since leaving it would stall the partition.
+//! A job may hold its `concurrency` in flight plus as many waiting as it can begin within
+//! half the claim hold at the rate it has been beginning attempts: a waiting claim then
+//! starts well before the rescuer would take it back, so claims do not churn. The rate
+//! is measured over windows of about a second in which attempts began; before the
+//! first, `concurrency / timeout` (the slowest the executor may be) stands in. A burst
+//! after an idle spell ramps up quickly: each second the room allows half a hold's worth
+//! more than the last second began. An executor that takes 20 s at concurrency 1 gets
+//! one task at a time; a fast one with a dispatcher beginning 10 000 a second gets some
+//! 150 000 with the default 30 s hold. Kafka adoption may overshoot the room: a task
+//! read from a partition is adopted whatever this says, since leaving it would stall the
+//! partition.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// Weight of the newest attempt in the pace (an exponentially weighted moving average):
-/// about the last ten attempts count, so the pace follows an executor that slows down
-/// within seconds without swinging on one outlier.
-const PACE_WEIGHT: f64 = 0.2;
+/// How long a window of beginnings must last before it counts: long enough that a
+/// batch of beginnings is not taken for a rate, short enough to follow a slowdown.
+const WINDOW: Duration = Duration::from_secs(1);
+
+/// Weight of the newest window in the rate (a moving average), so one odd second does
+/// not swing it.
+const RATE_WEIGHT: f64 = 0.5;
 
 #[derive(Debug, Default)]
 pub struct Holdings {
@@ -27,8 +34,10 @@ pub struct Holdings {
 #[derive(Debug, Default)]
 struct JobHolding {
     held: usize,
-    /// Moving average of how long an attempt took, once one has finished.
-    pace: Option<Duration>,
+    /// Attempts begun per second, once a window has been measured.
+    rate: Option<f64>,
+    /// The current window: when it began and how many attempts began in it.
+    window: Option<(Instant, usize)>,
     /// The claimer found no room; the next task to leave should wake it.
     full: bool,
 }
@@ -57,20 +66,30 @@ impl Holdings {
         std::mem::take(&mut job.full)
     }
 
-    pub fn attempt_took(&mut self, task_type: &str, took: Duration) {
+    /// `count` attempts of `task_type` began at `at`.
+    pub fn began(&mut self, task_type: &str, count: usize, at: Instant) {
         let job = self.jobs.entry(task_type.to_string()).or_default();
-        job.pace = Some(match job.pace {
-            None => took,
-            Some(pace) => pace.mul_f64(1.0 - PACE_WEIGHT) + took.mul_f64(PACE_WEIGHT),
-        });
+        let (since, begun) = job.window.get_or_insert((at, 0));
+        *begun += count;
+        let elapsed = at.saturating_duration_since(*since);
+        if elapsed >= WINDOW {
+            let measured = *begun as f64 / elapsed.as_secs_f64();
+            job.rate = Some(match job.rate {
+                None => measured,
+                Some(rate) => rate * (1.0 - RATE_WEIGHT) + measured * RATE_WEIGHT,
+            });
+            job.window = Some((at, 0));
+        }
     }
 
     /// How many more tasks of `task_type` the claimer may take now; when none, the job is
     /// marked full so that the next task to leave wakes the claimer.
     pub fn room(&mut self, task_type: &str, limits: JobLimits, hold: Duration) -> usize {
         let job = self.jobs.entry(task_type.to_string()).or_default();
-        let room = capacity(limits.concurrency, hold, job.pace.unwrap_or(limits.timeout))
-            .saturating_sub(job.held);
+        let rate = job.rate.unwrap_or_else(|| {
+            f64::from(limits.concurrency.max(1)) / limits.timeout.as_secs_f64().max(1e-3)
+        });
+        let room = capacity(limits.concurrency, hold, rate).saturating_sub(job.held);
         job.full = room == 0;
         room
     }
@@ -80,12 +99,11 @@ impl Holdings {
     }
 }
 
-/// `concurrency` in flight plus what can begin within half of `hold` at `pace`.
-pub fn capacity(concurrency: u32, hold: Duration, pace: Duration) -> usize {
-    let concurrency = concurrency.max(1) as f64;
-    let rounds = hold.as_secs_f64() / 2.0 / pace.as_secs_f64().max(1e-6);
-    // Saturating float-to-int casts: a 1 µs pace must not overflow.
-    (concurrency + concurrency * rounds.floor()) as usize
+/// `concurrency` in flight plus what begins within half of `hold` at `rate` per second.
+pub fn capacity(concurrency: u32, hold: Duration, rate: f64) -> usize {
+    let waiting = rate.max(0.0) * hold.as_secs_f64() / 2.0;
+    // Saturating float-to-int casts: an absurd rate must not overflow.
+    (concurrency.max(1) as usize).saturating_add(waiting.floor() as usize)
 }
 
 #[cfg(test)]
@@ -101,40 +119,65 @@ mod tests {
         }
     }
 
+    /// `count` beginnings spread evenly over `seconds`, from `t0`.
+    fn begin_over(holdings: &mut Holdings, t0: Instant, count: usize, seconds: u64) -> Instant {
+        let step = Duration::from_secs(seconds) / count as u32;
+        for i in 1..=count {
+            holdings.began("t", 1, t0 + step * i as u32);
+        }
+        t0 + Duration::from_secs(seconds)
+    }
+
     #[test]
     fn a_slow_executor_gets_its_concurrency_and_no_more() {
-        assert_eq!(capacity(1, HOLD, Duration::from_secs(20)), 1);
-        assert_eq!(capacity(4, HOLD, Duration::from_secs(20)), 4);
-    }
-
-    #[test]
-    fn waiting_claims_start_within_half_the_hold() {
-        // 5 s attempts, 15 s of waiting allowed: three rounds of 2 behind the 2 running.
-        assert_eq!(capacity(2, HOLD, Duration::from_secs(5)), 8);
-    }
-
-    #[test]
-    fn a_fast_executor_is_never_the_limit() {
-        assert!(capacity(1, HOLD, Duration::from_millis(1)) >= 15_000);
-        assert!(capacity(u32::MAX, HOLD, Duration::ZERO) > 0, "no overflow");
-    }
-
-    #[test]
-    fn the_timeout_stands_in_until_an_attempt_has_finished() {
+        // Concurrency 1, 20 s attempts: a twentieth of a beginning per second.
+        assert_eq!(capacity(1, HOLD, 0.05), 1);
         let mut holdings = Holdings::default();
-        assert_eq!(holdings.room("t", limits(1, 60), HOLD), 1);
-        holdings.attempt_took("t", Duration::from_millis(10));
-        assert!(holdings.room("t", limits(1, 60), HOLD) > 1000);
+        let t0 = Instant::now();
+        holdings.began("t", 1, t0);
+        holdings.began("t", 1, t0 + Duration::from_secs(20));
+        holdings.began("t", 1, t0 + Duration::from_secs(40));
+        assert_eq!(holdings.room("t", limits(1, 30), Duration::from_secs(2)), 1);
     }
 
     #[test]
-    fn the_pace_follows_an_executor_that_slows_down() {
+    fn waiting_claims_begin_within_half_the_hold_at_the_measured_rate() {
         let mut holdings = Holdings::default();
-        holdings.attempt_took("t", Duration::from_millis(10));
-        for _ in 0..30 {
-            holdings.attempt_took("t", Duration::from_secs(20));
+        begin_over(&mut holdings, Instant::now(), 400, 2);
+        // About 200 a second for 15 s, behind the 256 in flight.
+        let room = holdings.room("t", limits(256, 3), HOLD);
+        assert!((256 + 2970..=256 + 3030).contains(&room), "{room}");
+    }
+
+    #[test]
+    fn the_timeout_stands_in_until_a_rate_is_measured() {
+        let mut holdings = Holdings::default();
+        // 10 per 5 s timeout: 2 a second, 30 in half the hold.
+        assert_eq!(holdings.room("t", limits(10, 5), HOLD), 40);
+        holdings.began("t", 500, Instant::now());
+        assert_eq!(
+            holdings.room("t", limits(10, 5), HOLD),
+            40,
+            "one batch is no rate"
+        );
+    }
+
+    #[test]
+    fn the_rate_follows_a_dispatcher_that_slows_down() {
+        let mut holdings = Holdings::default();
+        let mut t = begin_over(&mut holdings, Instant::now(), 20_000, 2);
+        let fast = holdings.room("t", limits(1, 5), HOLD);
+        for _ in 0..20 {
+            t = begin_over(&mut holdings, t, 10, 1);
         }
-        assert_eq!(holdings.room("t", limits(1, 60), HOLD), 1);
+        let slow = holdings.room("t", limits(1, 5), HOLD);
+        assert!(fast > 100_000 && slow < 200, "{fast} then {slow}");
+    }
+
+    #[test]
+    fn absurd_rates_saturate() {
+        assert_eq!(capacity(u32::MAX, HOLD, f64::INFINITY), usize::MAX);
+        assert_eq!(capacity(3, HOLD, f64::NAN), 3);
     }
 
     #[test]
