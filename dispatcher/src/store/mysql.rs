@@ -212,20 +212,15 @@ impl Dialect for MySqlStore {
         done.rows_affected()
     }
 
-    /// Deduplicated here, as SQLite's INSERT OR IGNORE does, which keeps every other
-    /// error an error.
+    /// One row at a time, deduplicated first rather than with `INSERT IGNORE`, which
+    /// would also turn other errors into warnings.
     async fn insert_dependencies(conn: &mut MySqlConnection, task: &NewTask) -> Result<()> {
-        let mut deps: Vec<&String> = task.depends_on.iter().collect();
-        deps.sort();
-        deps.dedup();
-        for dep in deps {
-            sqlx::query("INSERT INTO task_deps (task_id, depends_on) VALUES (?, ?)")
-                .bind(&task.id)
-                .bind(dep)
-                .execute(&mut *conn)
-                .await?;
-        }
-        Ok(())
+        Tx::<Self>::insert_each_dependency(
+            conn,
+            "INSERT INTO task_deps (task_id, depends_on) VALUES (?, ?)",
+            task,
+        )
+        .await
     }
 
     /// The dependents are locked first and checked by later statements. When two

@@ -138,8 +138,8 @@ impl Dialect for PostgresStore {
         done.rows_affected()
     }
 
-    /// One statement for all of them; DO NOTHING records a dependency named twice once,
-    /// as on SQLite.
+    /// One statement for all of them (a round trip to the server saved per
+    /// dependency); DO NOTHING records a dependency named twice once.
     async fn insert_dependencies(conn: &mut PgConnection, task: &NewTask) -> Result<()> {
         sqlx::query(
             "INSERT INTO task_deps (task_id, depends_on) \

@@ -132,15 +132,14 @@ impl Dialect for SqliteStore {
         done.rows_affected()
     }
 
+    /// One row at a time: a task names few dependencies.
     async fn insert_dependencies(conn: &mut SqliteConnection, task: &NewTask) -> Result<()> {
-        for dep in &task.depends_on {
-            sqlx::query("INSERT OR IGNORE INTO task_deps (task_id, depends_on) VALUES (?, ?)")
-                .bind(&task.id)
-                .bind(dep)
-                .execute(&mut *conn)
-                .await?;
-        }
-        Ok(())
+        Tx::<Self>::insert_each_dependency(
+            conn,
+            "INSERT INTO task_deps (task_id, depends_on) VALUES (?, ?)",
+            task,
+        )
+        .await
     }
 
     /// One UPDATE: with one writer nothing can change between its check and its write.

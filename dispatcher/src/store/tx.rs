@@ -448,4 +448,24 @@ where
             .fetch_all(conn)
             .await?)
     }
+
+    /// [`Dialect::insert_dependencies`] one row at a time with `sql`, binding
+    /// `(task_id, depends_on)`; a dependency named twice is inserted once.
+    pub async fn insert_each_dependency(
+        conn: &mut DB::Connection,
+        sql: &'static str,
+        task: &NewTask,
+    ) -> Result<()> {
+        let mut deps: Vec<&str> = task.depends_on.iter().map(String::as_str).collect();
+        deps.sort_unstable();
+        deps.dedup();
+        for dep in deps {
+            sqlx::query::<DB>(sql)
+                .bind(task.id.as_str())
+                .bind(dep)
+                .execute(&mut *conn)
+                .await?;
+        }
+        Ok(())
+    }
 }
