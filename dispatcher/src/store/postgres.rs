@@ -16,11 +16,11 @@ use std::str::FromStr;
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgQueryResult};
-use sqlx::{PgConnection, PgPool, Postgres};
+use sqlx::{PgConnection, PgPool, Pool, Postgres};
 
 use super::rows::{self, ClaimRow, claim_columns, task_columns};
-use super::shared::{self, Queries};
-use super::tx::{Dialect, StartQueries, Tx};
+use super::shared::Queries;
+use super::tx::{Backend, Dialect, StartQueries, Tx};
 use super::*;
 
 pub struct PostgresStore {
@@ -204,8 +204,16 @@ impl Dialect for PostgresStore {
 }
 
 #[async_trait]
-impl Store for PostgresStore {
-    async fn migrate(&self) -> Result<()> {
+impl Backend for PostgresStore {
+    fn writer(&self) -> &Pool<Self::DB> {
+        &self.pool
+    }
+
+    fn reader(&self) -> &Pool<Self::DB> {
+        &self.pool
+    }
+
+    async fn run_migrations(&self) -> Result<()> {
         // sqlx serialises concurrent migrators with an advisory lock.
         sqlx::migrate!("./migrations/postgres")
             .run(&self.pool)
@@ -213,24 +221,7 @@ impl Store for PostgresStore {
         Ok(())
     }
 
-    async fn ping(&self) -> Result<()> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
-    }
-
-    async fn insert(&self, tasks: &[NewTask], now: Millis) -> Result<Vec<InsertOutcome>> {
-        Tx::<Self>::insert(&self.pool, tasks, now).await
-    }
-
-    async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
-        shared::get(&self.pool, &QUERIES, id).await
-    }
-
-    async fn cancel(&self, id: &str, now: Millis) -> Result<CancelOutcome> {
-        Tx::<Self>::cancel(&self.pool, id, now).await
-    }
-
-    async fn claim(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>> {
+    async fn claim_due(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>> {
         let type_list: Option<&[String]> = match params.types {
             TypeFilter::All => None,
             TypeFilter::Only(list) => Some(list),
@@ -270,7 +261,7 @@ impl Store for PostgresStore {
         rows::claimed(rows)
     }
 
-    async fn claim_ids(&self, params: ClaimIdsParams<'_>) -> Result<Vec<ClaimedTask>> {
+    async fn claim_named(&self, params: ClaimIdsParams<'_>) -> Result<Vec<ClaimedTask>> {
         let rows: Vec<ClaimRow> = retrying(Self::transient, || async {
             Ok(sqlx::query_as(concat!(
                 "UPDATE tasks SET state = 'claimed', lease_token = lease_token + 1, \
@@ -290,43 +281,11 @@ impl Store for PostgresStore {
         rows::claimed(rows)
     }
 
-    async fn find_idempotent(&self, key: &str) -> Result<Option<(String, Millis)>> {
-        Tx::<Self>::find_idempotent(&self.pool, key).await
-    }
-
-    async fn start(&self, params: StartParams<'_>) -> Result<Vec<Started>> {
+    async fn start_claims(&self, params: StartParams<'_>) -> Result<Vec<Started>> {
         Tx::<Self>::start(&self.pool, &START, params).await
     }
 
-    async fn finish(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
+    async fn finish_batch(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
         Tx::<Self>::finish(&self.pool, finishes, now).await
-    }
-
-    async fn lapsed(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>> {
-        shared::lapsed(&self.pool, &QUERIES, now, limit).await
-    }
-
-    async fn dead_letters(&self, task_type: Option<&str>, limit: u32) -> Result<Vec<TaskRecord>> {
-        Tx::<Self>::dead_letters(&self.pool, task_type, limit).await
-    }
-
-    async fn redrive(&self, id: &str, now: Millis) -> Result<RedriveOutcome> {
-        Tx::<Self>::redrive(&self.pool, id, now).await
-    }
-
-    async fn stats(&self, now: Millis) -> Result<Vec<TypeStats>> {
-        Tx::<Self>::stats(&self.pool, now).await
-    }
-
-    async fn heartbeat_member(&self, member: &str, now: Millis) -> Result<()> {
-        shared::heartbeat_member(&self.pool, &QUERIES, member, now).await
-    }
-
-    async fn live_members(&self, since: Millis) -> Result<Vec<String>> {
-        shared::live_members(&self.pool, &QUERIES, since).await
-    }
-
-    async fn leave(&self, member: &str) -> Result<()> {
-        shared::leave(&self.pool, &QUERIES, member).await
     }
 }

@@ -15,11 +15,11 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteQueryResult,
     SqliteSynchronous,
 };
-use sqlx::{Sqlite, SqliteConnection, SqlitePool};
+use sqlx::{Pool, Sqlite, SqliteConnection, SqlitePool};
 
 use super::rows::{self, ClaimRow, claim_columns, task_columns};
-use super::shared::{self, Queries};
-use super::tx::{Dialect, Tx};
+use super::shared::Queries;
+use super::tx::{Backend, Dialect, Tx};
 use super::*;
 
 pub struct SqliteStore {
@@ -177,32 +177,23 @@ impl Dialect for SqliteStore {
 }
 
 #[async_trait]
-impl Store for SqliteStore {
-    async fn migrate(&self) -> Result<()> {
+impl Backend for SqliteStore {
+    fn writer(&self) -> &Pool<Self::DB> {
+        &self.writer
+    }
+
+    fn reader(&self) -> &Pool<Self::DB> {
+        &self.reader
+    }
+
+    async fn run_migrations(&self) -> Result<()> {
         sqlx::migrate!("./migrations/sqlite")
             .run(&self.writer)
             .await?;
         Ok(())
     }
 
-    async fn ping(&self) -> Result<()> {
-        sqlx::query("SELECT 1").execute(&self.reader).await?;
-        Ok(())
-    }
-
-    async fn insert(&self, tasks: &[NewTask], now: Millis) -> Result<Vec<InsertOutcome>> {
-        Tx::<Self>::insert(&self.writer, tasks, now).await
-    }
-
-    async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
-        shared::get(&self.reader, &QUERIES, id).await
-    }
-
-    async fn cancel(&self, id: &str, now: Millis) -> Result<CancelOutcome> {
-        Tx::<Self>::cancel(&self.writer, id, now).await
-    }
-
-    async fn claim(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>> {
+    async fn claim_due(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>> {
         let type_list = match params.types {
             TypeFilter::All => None,
             TypeFilter::Only(list) => Some(serde_json::to_string(list).expect("strings serialize")),
@@ -229,7 +220,7 @@ impl Store for SqliteStore {
         rows::claimed(rows)
     }
 
-    async fn claim_ids(&self, params: ClaimIdsParams<'_>) -> Result<Vec<ClaimedTask>> {
+    async fn claim_named(&self, params: ClaimIdsParams<'_>) -> Result<Vec<ClaimedTask>> {
         let rows: Vec<ClaimRow> = sqlx::query_as(concat!(
             "UPDATE tasks SET state = 'claimed', lease_token = lease_token + 1, owner = ?, \
                     lease_until = MAX(trigger_at, ?) + ?, updated_at = ? \
@@ -247,11 +238,7 @@ impl Store for SqliteStore {
         rows::claimed(rows)
     }
 
-    async fn find_idempotent(&self, key: &str) -> Result<Option<(String, Millis)>> {
-        Tx::<Self>::find_idempotent(&self.reader, key).await
-    }
-
-    async fn start(&self, params: StartParams<'_>) -> Result<Vec<Started>> {
+    async fn start_claims(&self, params: StartParams<'_>) -> Result<Vec<Started>> {
         // One statement for the whole batch: each statement is a round trip to sqlx's
         // SQLite worker thread, and those hand-offs, not SQLite, were the cost.
         let rows: Vec<BatchStarted> = sqlx::query_as(
@@ -278,7 +265,7 @@ impl Store for SqliteStore {
             .collect())
     }
 
-    async fn finish(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
+    async fn finish_batch(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
         let mut tx = self.writer.begin().await?;
         let mut applied = vec![false; finishes.len()];
         // The common case, plain successes, in one statement (see `start`); tasks that
@@ -326,33 +313,5 @@ impl Store for SqliteStore {
         }
         tx.commit().await?;
         Ok(applied)
-    }
-
-    async fn lapsed(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>> {
-        shared::lapsed(&self.reader, &QUERIES, now, limit).await
-    }
-
-    async fn dead_letters(&self, task_type: Option<&str>, limit: u32) -> Result<Vec<TaskRecord>> {
-        Tx::<Self>::dead_letters(&self.reader, task_type, limit).await
-    }
-
-    async fn redrive(&self, id: &str, now: Millis) -> Result<RedriveOutcome> {
-        Tx::<Self>::redrive(&self.writer, id, now).await
-    }
-
-    async fn stats(&self, now: Millis) -> Result<Vec<TypeStats>> {
-        Tx::<Self>::stats(&self.reader, now).await
-    }
-
-    async fn heartbeat_member(&self, member: &str, now: Millis) -> Result<()> {
-        shared::heartbeat_member(&self.writer, &QUERIES, member, now).await
-    }
-
-    async fn live_members(&self, since: Millis) -> Result<Vec<String>> {
-        shared::live_members(&self.reader, &QUERIES, since).await
-    }
-
-    async fn leave(&self, member: &str) -> Result<()> {
-        shared::leave(&self.writer, &QUERIES, member).await
     }
 }

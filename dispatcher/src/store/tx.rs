@@ -11,12 +11,15 @@ use sqlx::{
 };
 
 use super::domain::{self, DependentsEffect, Initial};
-use super::rows::{self, Holder, StartedRow, StatsRow, TaskRow};
-use super::shared::Queries;
+use async_trait::async_trait;
+
+use super::rows::{self, Holder, LapsedRow, StartedRow, StatsRow, TaskRow};
+use super::shared::{self, Queries};
 use super::{
-    CancelOutcome, Finish, FinishKind, InsertOutcome, Millis, NewTask, RedriveOutcome, Result,
-    StartParams, Started, TaskRecord, TypeStats, duration_ms, is_unique_violation, retrying,
-    unnamed_insert_conflict, unnamed_redrive_conflict,
+    CancelOutcome, ClaimIdsParams, ClaimParams, ClaimedTask, Finish, FinishKind, InsertOutcome,
+    Lapsed, Millis, NewTask, RedriveOutcome, Result, StartParams, Started, Store, TaskRecord,
+    TypeStats, duration_ms, is_unique_violation, retrying, unnamed_insert_conflict,
+    unnamed_redrive_conflict,
 };
 
 /// A connection of a dialect's database.
@@ -467,5 +470,116 @@ where
                 .await?;
         }
         Ok(())
+    }
+}
+
+/// A SQL backend: its dialect, its pools, and what it does its own way; the rest of
+/// [`Store`] is implemented once, below, for all of them.
+#[async_trait]
+pub trait Backend: Dialect {
+    /// Where writes go (SQLite: its one writer connection).
+    fn writer(&self) -> &Pool<Self::DB>;
+    /// Where reads go.
+    fn reader(&self) -> &Pool<Self::DB>;
+    /// Applies this dialect's pending migrations.
+    async fn run_migrations(&self) -> Result<()>;
+    /// [`Store::claim`].
+    async fn claim_due(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>>;
+    /// [`Store::claim_ids`].
+    async fn claim_named(&self, params: ClaimIdsParams<'_>) -> Result<Vec<ClaimedTask>>;
+    /// [`Store::start`].
+    async fn start_claims(&self, params: StartParams<'_>) -> Result<Vec<Started>>;
+    /// [`Store::finish`].
+    async fn finish_batch(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>>;
+}
+
+#[async_trait]
+impl<B, DB> Store for B
+where
+    B: Backend<DB = DB>,
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    for<'q> &'q B::Key: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q B::Key>: Encode<'q, DB> + Type<DB>,
+    for<'q> Millis: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> i16: Encode<'q, DB> + Type<DB>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
+    for<'r> Holder: FromRow<'r, DB::Row>,
+    for<'r> StartedRow: FromRow<'r, DB::Row>,
+    for<'r> TaskRow: FromRow<'r, DB::Row>,
+    for<'r> StatsRow: FromRow<'r, DB::Row>,
+    for<'r> LapsedRow: FromRow<'r, DB::Row>,
+{
+    async fn migrate(&self) -> Result<()> {
+        self.run_migrations().await
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query::<DB>("SELECT 1").execute(self.reader()).await?;
+        Ok(())
+    }
+
+    async fn insert(&self, tasks: &[NewTask], now: Millis) -> Result<Vec<InsertOutcome>> {
+        Tx::<B>::insert(self.writer(), tasks, now).await
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
+        shared::get(self.reader(), &B::QUERIES, id).await
+    }
+
+    async fn cancel(&self, id: &str, now: Millis) -> Result<CancelOutcome> {
+        Tx::<B>::cancel(self.writer(), id, now).await
+    }
+
+    async fn claim(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>> {
+        self.claim_due(params).await
+    }
+
+    async fn claim_ids(&self, params: ClaimIdsParams<'_>) -> Result<Vec<ClaimedTask>> {
+        self.claim_named(params).await
+    }
+
+    async fn find_idempotent(&self, key: &str) -> Result<Option<(String, Millis)>> {
+        Tx::<B>::find_idempotent(self.reader(), key).await
+    }
+
+    async fn start(&self, params: StartParams<'_>) -> Result<Vec<Started>> {
+        self.start_claims(params).await
+    }
+
+    async fn finish(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
+        self.finish_batch(finishes, now).await
+    }
+
+    async fn lapsed(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>> {
+        shared::lapsed(self.reader(), &B::QUERIES, now, limit).await
+    }
+
+    async fn dead_letters(&self, task_type: Option<&str>, limit: u32) -> Result<Vec<TaskRecord>> {
+        Tx::<B>::dead_letters(self.reader(), task_type, limit).await
+    }
+
+    async fn redrive(&self, id: &str, now: Millis) -> Result<RedriveOutcome> {
+        Tx::<B>::redrive(self.writer(), id, now).await
+    }
+
+    async fn stats(&self, now: Millis) -> Result<Vec<TypeStats>> {
+        Tx::<B>::stats(self.reader(), now).await
+    }
+
+    async fn heartbeat_member(&self, member: &str, now: Millis) -> Result<()> {
+        shared::heartbeat_member(self.writer(), &B::QUERIES, member, now).await
+    }
+
+    async fn live_members(&self, since: Millis) -> Result<Vec<String>> {
+        shared::live_members(self.reader(), &B::QUERIES, since).await
+    }
+
+    async fn leave(&self, member: &str) -> Result<()> {
+        shared::leave(self.writer(), &B::QUERIES, member).await
     }
 }
