@@ -32,7 +32,10 @@
 //!   reads, written once over any sqlx database and run through each backend's
 //!   `tx::Dialect`: its statements and the few steps its database needs done its own
 //!   way (how a dedupe key is bound, how dependencies are recorded, released and
-//!   failed, whether a statement expected to fail needs a savepoint);
+//!   failed, whether a statement expected to fail needs a savepoint). [`Store`] itself
+//!   is implemented there once, for every `tx::Backend`: a dialect with its pools
+//!   (SQLite writes through one connection and reads through others) and its own
+//!   migrations, claims, `start` and `finish`;
 //! - [`sqlite`], [`postgres`], [`mysql`]: the SQL and those steps, each explained where
 //!   it is done — PostgreSQL releases dependents by locking them then updating them all
 //!   with one array, MariaDB has no `UPDATE … RETURNING` and locks then updates with

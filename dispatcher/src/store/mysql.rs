@@ -90,7 +90,7 @@ fn padded<T>(values: &[T]) -> impl Iterator<Item = &T> {
         .chain(std::iter::repeat_n(last, values.len().next_power_of_two() - values.len()).flatten())
 }
 
-/// The statements every backend runs alike (see [`shared`]).
+/// The statements every backend runs alike (see `shared` and `tx`).
 const QUERIES: Queries = Queries {
     get: concat!("SELECT ", task_columns!(), " FROM tasks WHERE id = ?"),
     dependencies: "SELECT depends_on FROM task_deps WHERE task_id = ? ORDER BY depends_on",

@@ -49,7 +49,7 @@ impl PostgresStore {
     }
 }
 
-/// The statements every backend runs alike (see [`shared`] and [`tx`]).
+/// The statements every backend runs alike (see `shared` and `tx`).
 const QUERIES: Queries = Queries {
     get: concat!("SELECT ", task_columns!(), " FROM tasks WHERE id = $1"),
     dependencies: "SELECT depends_on FROM task_deps WHERE task_id = $1 ORDER BY depends_on",

@@ -55,7 +55,7 @@ struct BatchStarted {
     started: rows::StartedRow,
 }
 
-/// The statements every backend runs alike (see [`shared`]).
+/// The statements every backend runs alike (see `shared` and `tx`).
 const QUERIES: Queries = Queries {
     get: concat!("SELECT ", task_columns!(), " FROM tasks WHERE id = ?"),
     dependencies: "SELECT depends_on FROM task_deps WHERE task_id = ? ORDER BY depends_on",

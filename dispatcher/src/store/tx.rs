@@ -1,7 +1,8 @@
 //! The write transactions, written once over any sqlx [`Database`]: inserting tasks,
 //! cancelling, beginning and ending attempts, redriving. Each backend implements
 //! [`Dialect`] — its statements ([`Queries`]) and the few steps its database needs done
-//! its own way — and runs these bodies through [`Tx`].
+//! its own way — and runs these bodies through [`Tx`]; it also implements [`Backend`],
+//! and with it gets [`Store`].
 
 use std::future::Future;
 use std::marker::PhantomData;
