@@ -23,13 +23,26 @@
 //!   what a refused cancel or redrive answers, the order a batch locks rows in;
 //! - `rows`: one `FromRow` struct per query shape, shared by the backends, each with one
 //!   conversion into [`TaskRecord`], [`ClaimedTask`], [`Lapsed`] and the rest;
-//! - `shared`: the operations whose shape is the same everywhere (reading a task, the
-//!   rescuer's scan, membership), written once over any sqlx database and run with
-//!   each backend's statements;
-//! - [`sqlite`], [`postgres`], [`mysql`]: the SQL, and what each database needs done its
-//!   own way — PostgreSQL claims with one `UPDATE … RETURNING`, MariaDB locks then
-//!   updates, with `IN` lists padded to powers of two, SQLite batches a whole `start`
-//!   or `finish` into one statement — each explained where it is done.
+//! - `shared`: `Queries`, each backend's named statements, and the
+//!   reads whose shape is the same everywhere (a task, the rescuer's scan, membership),
+//!   written once over any sqlx database;
+//! - `tx`: the write transactions — insert (dependency locks, the initial state, the
+//!   retry when a key's holder finished before it could be named), cancel, start,
+//!   finish with what it does to dependents, redrive — and the dead-letter and stats
+//!   reads, written once over any sqlx database and run through each backend's
+//!   `tx::Dialect`: its statements and the few steps its database needs done its own
+//!   way (how a dedupe key is bound, how dependencies are recorded, released and
+//!   failed, whether a statement expected to fail needs a savepoint). [`Store`] itself
+//!   is implemented there once, for every `tx::Backend`: a dialect with its pools
+//!   (SQLite writes through one connection and reads through others) and its own
+//!   migrations, claims, `start` and `finish`;
+//! - [`sqlite`], [`postgres`], [`mysql`]: the SQL and those steps, each explained where
+//!   it is done — PostgreSQL releases dependents by locking them then updating them all
+//!   with one array, MariaDB has no `UPDATE … RETURNING` and locks then updates with
+//!   `IN` lists padded to powers of two, SQLite, with one writer, does each in one
+//!   statement — and the fast paths that stay their own: PostgreSQL claims with one
+//!   `UPDATE … RETURNING`, MariaDB locks then updates, SQLite batches a whole `start`,
+//!   and a `finish` of plain successes, into one statement.
 //!
 //! `tests/store_conformance.rs` runs every scenario against every backend.
 
@@ -39,6 +52,7 @@ pub mod postgres;
 mod rows;
 mod shared;
 pub mod sqlite;
+mod tx;
 
 use std::future::Future;
 use std::time::Duration;

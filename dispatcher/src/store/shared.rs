@@ -6,8 +6,8 @@ use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 use super::rows::{LapsedRow, TaskRow};
 use super::{KafkaDeadLetter, Lapsed, MEMBER_RETENTION, Millis, Result, TaskRecord};
 
-/// One backend's text for the statements below; each takes its parameters in the order
-/// the function binding it names.
+/// One backend's text for the statements run here and in [`super::tx`]; each takes its
+/// parameters in the order its comment names (the function binding it uses that order).
 pub struct Queries {
     /// The task columns (`rows::task_columns!`) of task `id`.
     pub get: &'static str,
@@ -27,6 +27,8 @@ pub struct Queries {
     /// Sets every task in `claimed` whose `owner` is `owner` back to `pending`, as a
     /// release does, stamped `now`; parameters `now`, `owner`.
     pub release_claims: &'static str,
+    /// The database server's clock in UTC milliseconds; `None` for an embedded database.
+    pub clock: Option<&'static str>,
     /// Inserts a Kafka dead letter unless one is recorded at its (topic, partition,
     /// offset); parameters `topic, kafka_partition, kafka_offset, message, message_size,
     /// reason, recorded_at`.
@@ -34,6 +36,45 @@ pub struct Queries {
     /// The columns of `KafkaDeadLetterRow` of up to `limit` Kafka dead letters, latest
     /// first.
     pub kafka_dead_letters: &'static str,
+
+    /// The state of task `id`, a new task's dependency: locked, where rows lock, so it
+    /// cannot finish before the new task is committed.
+    pub dependency_state: &'static str,
+    /// Inserts a task, binding `(id, task_type, payload, state, priority, trigger_at,
+    /// max_retries, timeout_ms, idempotency_key, unique_key, unique_active, cron_key,
+    /// source_service, last_error, created_at, updated_at)`. On a unique key it either
+    /// inserts nothing or fails with a unique violation.
+    pub insert_task: &'static str,
+    /// `id, trigger_at` of the task holding idempotency key `key`.
+    pub holder_by_idempotency_key: &'static str,
+    /// The same for cron key `key`.
+    pub holder_by_cron_key: &'static str,
+    /// The same for task `id`.
+    pub holder_by_id: &'static str,
+    /// The same for the unique key `key` of an unfinished task (`unique_active`).
+    pub holder_by_unique_key: &'static str,
+    /// The state of task `id`, read to say why a transition did not apply.
+    pub state: &'static str,
+    /// Cancels task `id` at `now` (`now, id`) if it has not begun.
+    pub cancel: &'static str,
+    /// The finishes, each binding its own values, then `(now, id, lease_token)`:
+    /// `result`; `trigger_at, last_error`; `last_error`; nothing; `lease_until`.
+    pub succeed: &'static str,
+    pub retry: &'static str,
+    pub bury: &'static str,
+    pub release: &'static str,
+    pub extend: &'static str,
+    /// Dead task `id` back to pending at `now` (`now, now, id`), taking its unique key
+    /// back (which fails if another unfinished task holds it).
+    pub redrive: &'static str,
+    /// The id of the task holding the unique key of task `id`.
+    pub redrive_holder: &'static str,
+    /// Up to `limit` dead tasks, of type `task_type` unless it is NULL (`task_type,
+    /// task_type, limit`), latest first.
+    pub dead_letters: &'static str,
+    /// Per task type, the pending and claimed tasks and those of them due by `now` (`now,
+    /// now`).
+    pub stats: &'static str,
 }
 
 pub async fn get<DB>(pool: &Pool<DB>, queries: &Queries, id: &str) -> Result<Option<TaskRecord>>

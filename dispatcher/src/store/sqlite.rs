@@ -11,12 +11,15 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Sqlite, SqlitePool, Transaction};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteQueryResult,
+    SqliteSynchronous,
+};
+use sqlx::{Pool, Sqlite, SqliteConnection, SqlitePool};
 
-use super::domain::{self, DependentsEffect, Initial};
-use super::rows::{self, ClaimRow, Holder, StatsRow, TaskRow, claim_columns, task_columns};
-use super::shared::{self, Queries};
+use super::rows::{self, ClaimRow, claim_columns, task_columns};
+use super::shared::Queries;
+use super::tx::{Backend, Dialect, Tx};
 use super::*;
 
 pub struct SqliteStore {
@@ -52,7 +55,7 @@ struct BatchStarted {
     started: rows::StartedRow,
 }
 
-/// The statements every backend runs alike (see [`shared`]).
+/// The statements every backend runs alike (see `shared` and `tx`).
 const QUERIES: Queries = Queries {
     get: concat!("SELECT ", task_columns!(), " FROM tasks WHERE id = ?"),
     dependencies: "SELECT depends_on FROM task_deps WHERE task_id = ? ORDER BY depends_on",
@@ -66,6 +69,7 @@ const QUERIES: Queries = Queries {
     leave: "DELETE FROM dispatchers WHERE id = ?",
     release_claims: "UPDATE tasks SET state = 'pending', lease_until = NULL, owner = NULL, \
                      updated_at = ? WHERE state = 'claimed' AND owner = ?",
+    clock: None,
     record_kafka_dead_letter: "INSERT INTO kafka_dead_letters (topic, kafka_partition, kafka_offset, message, \
                                message_size, reason, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?) \
                                ON CONFLICT DO NOTHING",
@@ -73,105 +77,83 @@ const QUERIES: Queries = Queries {
                          reason, recorded_at FROM kafka_dead_letters \
                          ORDER BY recorded_at DESC, topic, kafka_partition, kafka_offset DESC \
                          LIMIT ?",
+    // One writer: nothing can finish a dependency while this transaction runs.
+    dependency_state: "SELECT state FROM tasks WHERE id = ?",
+    insert_task: "INSERT INTO tasks (id, task_type, payload, state, priority, trigger_at, \
+                  max_retries, timeout_ms, idempotency_key, unique_key, unique_active, \
+                  cron_key, source_service, last_error, created_at, updated_at) \
+                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+    holder_by_idempotency_key: "SELECT id, trigger_at FROM tasks WHERE idempotency_key = ?",
+    holder_by_cron_key: "SELECT id, trigger_at FROM tasks WHERE cron_key = ?",
+    holder_by_id: "SELECT id, trigger_at FROM tasks WHERE id = ?",
+    holder_by_unique_key: "SELECT id, trigger_at FROM tasks WHERE unique_active = ?",
+    state: "SELECT state FROM tasks WHERE id = ?",
+    cancel: "UPDATE tasks SET state = 'cancelled', unique_active = NULL, lease_until = NULL, \
+             lease_token = lease_token + 1, updated_at = ? \
+             WHERE id = ? AND state IN ('blocked', 'pending', 'claimed')",
+    succeed: "UPDATE tasks SET state = 'succeeded', result = ?, unique_active = NULL, \
+              lease_until = NULL, owner = NULL, updated_at = ? \
+              WHERE id = ? AND lease_token = ? AND state = 'running'",
+    retry: "UPDATE tasks SET state = 'pending', trigger_at = ?, last_error = ?, \
+            lease_until = NULL, owner = NULL, updated_at = ? \
+            WHERE id = ? AND lease_token = ? AND state = 'running'",
+    bury: "UPDATE tasks SET state = 'dead', last_error = ?, unique_active = NULL, \
+           lease_until = NULL, owner = NULL, updated_at = ? \
+           WHERE id = ? AND lease_token = ? AND state = 'running'",
+    release: "UPDATE tasks SET state = 'pending', lease_until = NULL, owner = NULL, updated_at = ? \
+              WHERE id = ? AND lease_token = ? AND state = 'claimed'",
+    extend: "UPDATE tasks SET lease_until = MAX(lease_until, ?), updated_at = ? \
+             WHERE id = ? AND lease_token = ? AND state = 'running'",
+    redrive: "UPDATE tasks SET state = 'pending', attempt = 0, trigger_at = ?, \
+              unique_active = unique_key, lease_until = NULL, updated_at = ? \
+              WHERE id = ? AND state = 'dead'",
+    redrive_holder: "SELECT b.id FROM tasks a JOIN tasks b ON b.unique_active = a.unique_key \
+                     WHERE a.id = ?",
+    dead_letters: concat!(
+        "SELECT ",
+        task_columns!(),
+        " FROM tasks WHERE state = 'dead' AND (? IS NULL OR task_type = ?) \
+         ORDER BY updated_at DESC, id DESC LIMIT ?"
+    ),
+    stats: "SELECT task_type, COUNT(*) AS pending, \
+                   SUM(CASE WHEN trigger_at <= ? THEN 1 ELSE 0 END) AS due, \
+                   MIN(CASE WHEN trigger_at <= ? THEN trigger_at END) AS oldest_due \
+            FROM tasks WHERE state IN ('pending', 'claimed') GROUP BY task_type ORDER BY task_type",
 };
 
-/// The query naming the task that holds a key an insert conflicted on.
-fn holder_sql(key: domain::ConflictKey<'_>) -> &'static str {
-    match key {
-        domain::ConflictKey::Idempotency(_) => {
-            "SELECT id, trigger_at FROM tasks WHERE idempotency_key = ?"
-        }
-        domain::ConflictKey::Cron(_) => "SELECT id, trigger_at FROM tasks WHERE cron_key = ?",
-        domain::ConflictKey::Id(_) => "SELECT id, trigger_at FROM tasks WHERE id = ?",
-        domain::ConflictKey::Unique(_) => {
-            "SELECT id, trigger_at FROM tasks WHERE unique_active = ?"
-        }
-    }
-}
+impl Dialect for SqliteStore {
+    type DB = Sqlite;
+    type Key = str;
 
-impl SqliteStore {
-    async fn insert_one(
-        tx: &mut Transaction<'_, Sqlite>,
-        task: &NewTask,
-        now: Millis,
-    ) -> Result<InsertOutcome> {
-        let mut dependencies = Vec::with_capacity(task.depends_on.len());
-        for dep in &task.depends_on {
-            let dep_state: Option<String> =
-                sqlx::query_scalar("SELECT state FROM tasks WHERE id = ?")
-                    .bind(dep)
-                    .fetch_optional(&mut **tx)
-                    .await?;
-            let dep_state = rows::state(dep_state)?;
-            dependencies.push((dep.as_str(), dep_state));
-            if dep_state.is_none() {
-                break;
-            }
-        }
-        let (state, error) = match domain::initial_state(dependencies) {
-            Initial::UnknownDependency(id) => return Ok(InsertOutcome::UnknownDependency { id }),
-            Initial::Start { state, last_error } => (state, last_error),
-        };
-        let unique_active = domain::unique_active(task, state);
-        let inserted = sqlx::query(
-            "INSERT INTO tasks (id, task_type, payload, state, priority, trigger_at, max_retries, \
-             timeout_ms, idempotency_key, unique_key, unique_active, cron_key, source_service, \
-             last_error, created_at, updated_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+    const QUERIES: Queries = QUERIES;
+    // A failed statement is rolled back alone (SQLite's default ABORT resolution).
+    const FAILED_STATEMENT_ABORTS: bool = false;
+
+    /// None: with one writer no transaction is aborted for another's sake.
+    fn transient(_: &str) -> bool {
+        false
+    }
+
+    fn key(key: &str) -> &str {
+        key
+    }
+
+    fn rows_affected(done: &SqliteQueryResult) -> u64 {
+        done.rows_affected()
+    }
+
+    /// One row at a time: a task names few dependencies.
+    async fn insert_dependencies(conn: &mut SqliteConnection, task: &NewTask) -> Result<()> {
+        Tx::<Self>::insert_each_dependency(
+            conn,
+            "INSERT INTO task_deps (task_id, depends_on) VALUES (?, ?)",
+            task,
         )
-        .bind(&task.id)
-        .bind(&task.task_type)
-        .bind(task.payload.get())
-        .bind(state.as_str())
-        .bind(task.priority as i64)
-        .bind(task.trigger_at)
-        .bind(task.max_retries as i64)
-        .bind(task.timeout_ms)
-        .bind(&task.idempotency_key)
-        .bind(&task.unique_key)
-        .bind(unique_active)
-        .bind(&task.cron_key)
-        .bind(&task.source_service)
-        .bind(&error)
-        .bind(now)
-        .bind(now)
-        .execute(&mut **tx)
-        .await?
-        .rows_affected();
-        if inserted == 1 {
-            for dep in &task.depends_on {
-                sqlx::query("INSERT OR IGNORE INTO task_deps (task_id, depends_on) VALUES (?, ?)")
-                    .bind(&task.id)
-                    .bind(dep)
-                    .execute(&mut **tx)
-                    .await?;
-            }
-            return Ok(InsertOutcome::Inserted {
-                id: task.id.clone(),
-                trigger_at: task.trigger_at,
-            });
-        }
-        // One writer: a key's holder cannot finish between the insert and this lookup,
-        // so there is nothing to try again.
-        for key in domain::conflict_keys(task) {
-            let holder: Option<Holder> = sqlx::query_as(holder_sql(key))
-                .bind(key.value())
-                .fetch_optional(&mut **tx)
-                .await?;
-            if let Some(holder) = holder {
-                return Ok(key.outcome(holder.id, holder.trigger_at));
-            }
-        }
-        Err(unnamed_insert_conflict(task))
+        .await
     }
 
-    /// After a task succeeded: its blocked dependents whose dependencies have all
-    /// succeeded become pending.
-    async fn release_dependents(
-        tx: &mut Transaction<'_, Sqlite>,
-        id: &str,
-        now: Millis,
-    ) -> Result<()> {
+    /// One UPDATE: with one writer nothing can change between its check and its write.
+    async fn release_dependents(conn: &mut SqliteConnection, id: &str, now: Millis) -> Result<()> {
         sqlx::query(
             "UPDATE tasks SET state = 'pending', trigger_at = MAX(trigger_at, ?), updated_at = ? \
              WHERE state = 'blocked' \
@@ -182,90 +164,46 @@ impl SqliteStore {
         .bind(now)
         .bind(now)
         .bind(id)
-        .execute(&mut **tx)
+        .execute(conn)
         .await?;
         Ok(())
     }
 
-    /// After a task failed for good: its blocked dependents, and theirs, go to dead letters.
-    async fn fail_dependents(
-        tx: &mut Transaction<'_, Sqlite>,
-        id: &str,
+    async fn fail_blocked_dependents(
+        conn: &mut SqliteConnection,
+        dep: &str,
         now: Millis,
-    ) -> Result<()> {
-        let mut failed = vec![id.to_string()];
-        while let Some(dep) = failed.pop() {
-            let dependents: Vec<String> = sqlx::query_scalar(
-                "UPDATE tasks SET state = 'dead', unique_active = NULL, last_error = ?, updated_at = ? \
-                 WHERE state = 'blocked' AND id IN (SELECT task_id FROM task_deps WHERE depends_on = ?) \
-                 RETURNING id",
-            )
-            .bind(domain::dependency_failed(&dep))
-            .bind(now)
-            .bind(&dep)
-            .fetch_all(&mut **tx)
-            .await?;
-            failed.extend(dependents);
-        }
-        Ok(())
+    ) -> Result<Vec<String>> {
+        Tx::<Self>::fail_returning(
+            conn,
+            "UPDATE tasks SET state = 'dead', unique_active = NULL, last_error = ?, updated_at = ? \
+             WHERE state = 'blocked' AND id IN (SELECT task_id FROM task_deps WHERE depends_on = ?) \
+             RETURNING id",
+            dep,
+            now,
+        )
+        .await
     }
 }
 
 #[async_trait]
-impl Store for SqliteStore {
-    async fn migrate(&self) -> Result<()> {
+impl Backend for SqliteStore {
+    fn writer(&self) -> &Pool<Self::DB> {
+        &self.writer
+    }
+
+    fn reader(&self) -> &Pool<Self::DB> {
+        &self.reader
+    }
+
+    async fn run_migrations(&self) -> Result<()> {
         sqlx::migrate!("./migrations/sqlite")
             .run(&self.writer)
             .await?;
         Ok(())
     }
 
-    async fn ping(&self) -> Result<()> {
-        sqlx::query("SELECT 1").execute(&self.reader).await?;
-        Ok(())
-    }
-
-    async fn insert(&self, tasks: &[NewTask], now: Millis) -> Result<Vec<InsertOutcome>> {
-        let mut tx = self.writer.begin().await?;
-        let mut outcomes = Vec::with_capacity(tasks.len());
-        for task in tasks {
-            outcomes.push(Self::insert_one(&mut tx, task, now).await?);
-        }
-        tx.commit().await?;
-        Ok(outcomes)
-    }
-
-    async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
-        shared::get(&self.reader, &QUERIES, id).await
-    }
-
-    async fn cancel(&self, id: &str, now: Millis) -> Result<CancelOutcome> {
-        let mut tx = self.writer.begin().await?;
-        let done = sqlx::query(
-            "UPDATE tasks SET state = 'cancelled', unique_active = NULL, lease_until = NULL, \
-             lease_token = lease_token + 1, updated_at = ? \
-             WHERE id = ? AND state IN ('blocked', 'pending', 'claimed')",
-        )
-        .bind(now)
-        .bind(id)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        let outcome = if done == 1 {
-            Self::fail_dependents(&mut tx, id, now).await?;
-            CancelOutcome::Cancelled
-        } else {
-            let state: Option<String> = sqlx::query_scalar("SELECT state FROM tasks WHERE id = ?")
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await?;
-            domain::cancel_refused(rows::state(state)?)
-        };
-        tx.commit().await?;
-        Ok(outcome)
-    }
-
-    async fn claim(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>> {
+    async fn claim_due(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>> {
         let type_list = match params.types {
             TypeFilter::All => None,
             TypeFilter::Only(list) => Some(serde_json::to_string(list).expect("strings serialize")),
@@ -292,7 +230,7 @@ impl Store for SqliteStore {
         rows::claimed(rows)
     }
 
-    async fn claim_ids(&self, params: ClaimIdsParams<'_>) -> Result<Vec<ClaimedTask>> {
+    async fn claim_named(&self, params: ClaimIdsParams<'_>) -> Result<Vec<ClaimedTask>> {
         let rows: Vec<ClaimRow> = sqlx::query_as(concat!(
             "UPDATE tasks SET state = 'claimed', lease_token = lease_token + 1, owner = ?, \
                     lease_until = MAX(trigger_at, ?) + ?, updated_at = ? \
@@ -310,16 +248,7 @@ impl Store for SqliteStore {
         rows::claimed(rows)
     }
 
-    async fn find_idempotent(&self, key: &str) -> Result<Option<(String, Millis)>> {
-        let holder: Option<Holder> =
-            sqlx::query_as("SELECT id, trigger_at FROM tasks WHERE idempotency_key = ?")
-                .bind(key)
-                .fetch_optional(&self.reader)
-                .await?;
-        Ok(holder.map(|h| (h.id, h.trigger_at)))
-    }
-
-    async fn start(&self, params: StartParams<'_>) -> Result<Vec<Started>> {
+    async fn start_claims(&self, params: StartParams<'_>) -> Result<Vec<Started>> {
         // One statement for the whole batch: each statement is a round trip to sqlx's
         // SQLite worker thread, and those hand-offs, not SQLite, were the cost.
         let rows: Vec<BatchStarted> = sqlx::query_as(
@@ -346,7 +275,7 @@ impl Store for SqliteStore {
             .collect())
     }
 
-    async fn finish(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
+    async fn finish_batch(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
         let mut tx = self.writer.begin().await?;
         let mut applied = vec![false; finishes.len()];
         // The common case, plain successes, in one statement (see `start`); tasks that
@@ -380,7 +309,7 @@ impl Store for SqliteStore {
             .fetch_all(&mut *tx)
             .await?;
             for id in with_dependents {
-                Self::release_dependents(&mut tx, &id, now).await?;
+                <Self as Dialect>::release_dependents(&mut *tx, &id, now).await?;
             }
             for (i, (id, _)) in &plain {
                 applied[*i] = done.contains(*id);
@@ -390,158 +319,9 @@ impl Store for SqliteStore {
             if matches!(finish.kind, FinishKind::Succeeded { result: None }) {
                 continue;
             }
-            let query = match &finish.kind {
-                FinishKind::Succeeded { result } => sqlx::query(
-                    "UPDATE tasks SET state = 'succeeded', result = ?, unique_active = NULL, \
-                     lease_until = NULL, owner = NULL, updated_at = ? \
-                     WHERE id = ? AND lease_token = ? AND state = 'running'",
-                )
-                .bind(result.as_ref().map(|r| r.get().to_string())),
-                FinishKind::Retry { at, error } => sqlx::query(
-                    "UPDATE tasks SET state = 'pending', trigger_at = ?, last_error = ?, \
-                     lease_until = NULL, owner = NULL, updated_at = ? \
-                     WHERE id = ? AND lease_token = ? AND state = 'running'",
-                )
-                .bind(at)
-                .bind(error),
-                FinishKind::Dead { error } => sqlx::query(
-                    "UPDATE tasks SET state = 'dead', last_error = ?, unique_active = NULL, \
-                     lease_until = NULL, owner = NULL, updated_at = ? \
-                     WHERE id = ? AND lease_token = ? AND state = 'running'",
-                )
-                .bind(error),
-                FinishKind::Release => sqlx::query(
-                    "UPDATE tasks SET state = 'pending', lease_until = NULL, owner = NULL, updated_at = ? \
-                     WHERE id = ? AND lease_token = ? AND state = 'claimed'",
-                ),
-                FinishKind::Extend { until } => sqlx::query(
-                    "UPDATE tasks SET lease_until = MAX(lease_until, ?), updated_at = ? \
-                     WHERE id = ? AND lease_token = ? AND state = 'running'",
-                )
-                .bind(until),
-            };
-            let done = query
-                .bind(now)
-                .bind(&finish.id)
-                .bind(finish.lease_token)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected()
-                == 1;
-            if done {
-                match domain::on_finish(&finish.kind) {
-                    DependentsEffect::Release => {
-                        Self::release_dependents(&mut tx, &finish.id, now).await?
-                    }
-                    DependentsEffect::Fail => {
-                        Self::fail_dependents(&mut tx, &finish.id, now).await?
-                    }
-                    DependentsEffect::None => {}
-                }
-            }
-            applied[i] = done;
+            applied[i] = Tx::<Self>::finish_one(&mut tx, finish, now).await?;
         }
         tx.commit().await?;
         Ok(applied)
-    }
-
-    async fn lapsed(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>> {
-        shared::lapsed(&self.reader, &QUERIES, now, limit).await
-    }
-
-    async fn dead_letters(&self, task_type: Option<&str>, limit: u32) -> Result<Vec<TaskRecord>> {
-        let rows: Vec<TaskRow> = sqlx::query_as(concat!(
-            "SELECT ",
-            task_columns!(),
-            " FROM tasks WHERE state = 'dead' AND (? IS NULL OR task_type = ?) \
-             ORDER BY updated_at DESC, id DESC LIMIT ?"
-        ))
-        .bind(task_type)
-        .bind(task_type)
-        .bind(i64::from(limit))
-        .fetch_all(&self.reader)
-        .await?;
-        rows.into_iter().map(TaskRow::into_record).collect()
-    }
-
-    async fn redrive(&self, id: &str, now: Millis) -> Result<RedriveOutcome> {
-        let mut tx = self.writer.begin().await?;
-        let updated = sqlx::query(
-            "UPDATE tasks SET state = 'pending', attempt = 0, trigger_at = ?, \
-             unique_active = unique_key, lease_until = NULL, updated_at = ? \
-             WHERE id = ? AND state = 'dead'",
-        )
-        .bind(now)
-        .bind(now)
-        .bind(id)
-        .execute(&mut *tx)
-        .await;
-        let outcome = match updated {
-            Ok(done) if done.rows_affected() == 1 => RedriveOutcome::Redriven { trigger_at: now },
-            Ok(_) => {
-                let state: Option<String> =
-                    sqlx::query_scalar("SELECT state FROM tasks WHERE id = ?")
-                        .bind(id)
-                        .fetch_optional(&mut *tx)
-                        .await?;
-                domain::redrive_refused(rows::state(state)?)
-            }
-            Err(err) if is_unique_violation(&err) => {
-                let existing_id: Option<String> = sqlx::query_scalar(
-                    "SELECT b.id FROM tasks a JOIN tasks b ON b.unique_active = a.unique_key WHERE a.id = ?",
-                )
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await?;
-                // One writer: the holder cannot have finished since the UPDATE failed.
-                domain::redrive_conflict(existing_id).ok_or_else(|| unnamed_redrive_conflict(id))?
-            }
-            Err(err) => return Err(err.into()),
-        };
-        tx.commit().await?;
-        Ok(outcome)
-    }
-
-    async fn stats(&self, now: Millis) -> Result<Vec<TypeStats>> {
-        let rows: Vec<StatsRow> = sqlx::query_as(
-            "SELECT task_type, COUNT(*) AS pending, \
-                    SUM(CASE WHEN trigger_at <= ? THEN 1 ELSE 0 END) AS due, \
-                    MIN(CASE WHEN trigger_at <= ? THEN trigger_at END) AS oldest_due \
-             FROM tasks WHERE state IN ('pending', 'claimed') GROUP BY task_type ORDER BY task_type",
-        )
-        .bind(now)
-        .bind(now)
-        .fetch_all(&self.reader)
-        .await?;
-        Ok(rows.into_iter().map(TypeStats::from).collect())
-    }
-
-    async fn heartbeat_member(&self, member: &str, now: Millis) -> Result<()> {
-        shared::heartbeat_member(&self.writer, &QUERIES, member, now).await
-    }
-
-    async fn live_members(&self, since: Millis) -> Result<Vec<String>> {
-        shared::live_members(&self.reader, &QUERIES, since).await
-    }
-
-    async fn leave(&self, member: &str) -> Result<()> {
-        shared::leave(&self.writer, &QUERIES, member).await
-    }
-
-    async fn release_claims(&self, owner: &str, now: Millis) -> Result<u64> {
-        let done = shared::release_claims(&self.writer, &QUERIES, owner, now).await?;
-        Ok(done.rows_affected())
-    }
-
-    async fn clock(&self) -> Result<Option<Millis>> {
-        Ok(None)
-    }
-
-    async fn record_kafka_dead_letter(&self, letter: &KafkaDeadLetter) -> Result<()> {
-        shared::record_kafka_dead_letter(&self.writer, &QUERIES, letter).await
-    }
-
-    async fn kafka_dead_letters(&self, limit: u32) -> Result<Vec<KafkaDeadLetter>> {
-        shared::kafka_dead_letters(&self.reader, &QUERIES, limit).await
     }
 }

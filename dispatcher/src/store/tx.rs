@@ -1,0 +1,613 @@
+//! The write transactions, written once over any sqlx [`Database`]: inserting tasks,
+//! cancelling, beginning and ending attempts, redriving. Each backend implements
+//! [`Dialect`] — its statements ([`Queries`]) and the few steps its database needs done
+//! its own way — and runs these bodies through [`Tx`]; it also implements [`Backend`],
+//! and with it gets [`Store`].
+
+use std::future::Future;
+use std::marker::PhantomData;
+
+use sqlx::{
+    Acquire, Arguments, Database, Encode, Executor, FromRow, IntoArguments, Pool, Transaction, Type,
+};
+
+use super::domain::{self, DependentsEffect, Initial};
+use async_trait::async_trait;
+
+use super::rows::{self, Holder, LapsedRow, StartedRow, StatsRow, TaskRow};
+use super::shared::{self, KafkaDeadLetterRow, Queries};
+use super::{
+    CancelOutcome, ClaimIdsParams, ClaimParams, ClaimedTask, Finish, FinishKind, InsertOutcome,
+    KafkaDeadLetter, Lapsed, Millis, NewTask, RedriveOutcome, Result, StartParams, Started, Store,
+    TaskRecord, TypeStats, duration_ms, is_unique_violation, retrying, unnamed_insert_conflict,
+    unnamed_redrive_conflict,
+};
+
+/// A connection of a dialect's database.
+pub type Conn<D> = <<D as Dialect>::DB as Database>::Connection;
+
+/// What a backend supplies to the shared transaction bodies.
+pub trait Dialect: Send + Sync + 'static {
+    type DB: Database;
+    /// What a dedupe key (idempotency, unique, cron key, or an id looked up as one) is
+    /// bound as: the columns' type.
+    type Key: ?Sized + Sync;
+
+    const QUERIES: Queries;
+    /// Whether a failed statement aborts the whole transaction, so that one expected to
+    /// fail (a redrive hitting the unique key) must run in a savepoint.
+    const FAILED_STATEMENT_ABORTS: bool;
+
+    /// Which SQLSTATEs mean the database rolled the transaction back and it may simply
+    /// run again (see [`retrying`]).
+    fn transient(code: &str) -> bool;
+
+    fn key(key: &str) -> &Self::Key;
+
+    /// sqlx has no database-generic way to read this.
+    fn rows_affected(done: &<Self::DB as Database>::QueryResult) -> u64;
+
+    /// Records that the new task `task` depends on each of its `depends_on` (a
+    /// dependency named twice is recorded once).
+    fn insert_dependencies<'a>(
+        conn: &'a mut Conn<Self>,
+        task: &'a NewTask,
+    ) -> impl Future<Output = Result<()>> + Send + 'a;
+
+    /// After task `id` succeeded: its blocked dependents whose dependencies have all
+    /// succeeded become pending, no longer due before `now`.
+    fn release_dependents<'a>(
+        conn: &'a mut Conn<Self>,
+        id: &'a str,
+        now: Millis,
+    ) -> impl Future<Output = Result<()>> + Send + 'a;
+
+    /// After task `dep` failed for good: its blocked dependents go to dead letters.
+    /// Returns their ids (their own dependents follow them).
+    fn fail_blocked_dependents<'a>(
+        conn: &'a mut Conn<Self>,
+        dep: &'a str,
+        now: Millis,
+    ) -> impl Future<Output = Result<Vec<String>>> + Send + 'a;
+}
+
+/// How a backend begins an attempt on one claim (SQLite batches a whole `start` instead).
+pub struct StartQueries {
+    /// Begins the attempt on task `id` if it is claimed with `lease_token`; binds
+    /// `(now, grace_ms, now, id, lease_token)`. With `read_back: None` it ends in
+    /// `RETURNING attempt, lease_token`.
+    pub update: &'static str,
+    /// Without `UPDATE … RETURNING`: the `attempt, lease_token` of task `id`, read after
+    /// the update (the row stays locked by the transaction until it commits).
+    pub read_back: Option<&'static str>,
+}
+
+/// The shared bodies, run with dialect `D`.
+pub struct Tx<D>(PhantomData<D>);
+
+impl<D, DB> Tx<D>
+where
+    D: Dialect<DB = DB>,
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    for<'q> &'q D::Key: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q D::Key>: Encode<'q, DB> + Type<DB>,
+    for<'q> Millis: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> i16: Encode<'q, DB> + Type<DB>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
+    for<'r> Holder: FromRow<'r, DB::Row>,
+    for<'r> StartedRow: FromRow<'r, DB::Row>,
+    for<'r> TaskRow: FromRow<'r, DB::Row>,
+    for<'r> StatsRow: FromRow<'r, DB::Row>,
+{
+    /// Inserts tasks in one transaction, one outcome per task in order.
+    pub async fn insert(
+        pool: &Pool<DB>,
+        tasks: &[NewTask],
+        now: Millis,
+    ) -> Result<Vec<InsertOutcome>> {
+        retrying(D::transient, || async {
+            let mut tx = pool.begin().await?;
+            let mut outcomes = Vec::with_capacity(tasks.len());
+            for task in tasks {
+                outcomes.push(Self::insert_one(&mut tx, task, now).await?);
+            }
+            tx.commit().await?;
+            Ok(outcomes)
+        })
+        .await
+    }
+
+    async fn insert_one(
+        tx: &mut Transaction<'_, DB>,
+        task: &NewTask,
+        now: Millis,
+    ) -> Result<InsertOutcome> {
+        // Where rows lock, reading a dependency's state locks it against finishing until
+        // this insert commits: its finish then finds this task among its dependents
+        // (without the lock it could finish in between, look for dependents before this
+        // one is visible, and leave it blocked forever).
+        let mut dependencies = Vec::with_capacity(task.depends_on.len());
+        for dep in &task.depends_on {
+            let dep_state = Self::state(tx, D::QUERIES.dependency_state, dep).await?;
+            dependencies.push((dep.as_str(), dep_state));
+            if dep_state.is_none() {
+                break;
+            }
+        }
+        let (state, error) = match domain::initial_state(dependencies) {
+            Initial::UnknownDependency(id) => return Ok(InsertOutcome::UnknownDependency { id }),
+            Initial::Start { state, last_error } => (state, last_error),
+        };
+        let unique_active = domain::unique_active(task, state);
+        for _ in 0..domain::CONFLICT_ATTEMPTS {
+            let inserted = sqlx::query::<DB>(D::QUERIES.insert_task)
+                .bind(task.id.as_str())
+                .bind(task.task_type.as_str())
+                .bind(task.payload.get())
+                .bind(state.as_str())
+                .bind(i16::from(task.priority))
+                .bind(task.trigger_at)
+                .bind(i64::from(task.max_retries))
+                .bind(task.timeout_ms)
+                .bind(task.idempotency_key.as_deref().map(D::key))
+                .bind(task.unique_key.as_deref().map(D::key))
+                .bind(unique_active.map(D::key))
+                .bind(task.cron_key.as_deref().map(D::key))
+                .bind(task.source_service.as_deref())
+                .bind(error.as_deref())
+                .bind(now)
+                .bind(now)
+                .execute(&mut **tx)
+                .await;
+            // A unique key either leaves the row out (affecting none) or fails the
+            // statement, depending on the dialect's `insert_task`.
+            match inserted {
+                Ok(done) if D::rows_affected(&done) == 1 => {
+                    D::insert_dependencies(&mut **tx, task).await?;
+                    return Ok(InsertOutcome::Inserted {
+                        id: task.id.clone(),
+                        trigger_at: task.trigger_at,
+                    });
+                }
+                Ok(_) => {}
+                Err(err) if is_unique_violation(&err) => {}
+                Err(err) => return Err(err.into()),
+            }
+            for key in domain::conflict_keys(task) {
+                let holder: Option<Holder> = sqlx::query_as(Self::holder_sql(key))
+                    .bind(D::key(key.value()))
+                    .fetch_optional(&mut **tx)
+                    .await?;
+                if let Some(holder) = holder {
+                    return Ok(key.outcome(holder.id, holder.trigger_at));
+                }
+            }
+            // No task holds any of the keys: the holder of the unique key finished in
+            // between (not possible with SQLite's one writer, where trying again finds
+            // the same and ends in the error below).
+        }
+        Err(unnamed_insert_conflict(task))
+    }
+
+    /// The statement naming the task that holds a key an insert conflicted on.
+    fn holder_sql(key: domain::ConflictKey<'_>) -> &'static str {
+        match key {
+            domain::ConflictKey::Idempotency(_) => D::QUERIES.holder_by_idempotency_key,
+            domain::ConflictKey::Cron(_) => D::QUERIES.holder_by_cron_key,
+            domain::ConflictKey::Id(_) => D::QUERIES.holder_by_id,
+            domain::ConflictKey::Unique(_) => D::QUERIES.holder_by_unique_key,
+        }
+    }
+
+    /// The state of task `id` as statement `sql` reads it (`None`: no such task).
+    async fn state(
+        tx: &mut Transaction<'_, DB>,
+        sql: &'static str,
+        id: &str,
+    ) -> Result<Option<super::TaskState>> {
+        let state: Option<String> = sqlx::query_scalar(sql)
+            .bind(id)
+            .fetch_optional(&mut **tx)
+            .await?;
+        rows::state(state)
+    }
+
+    /// The task holding an idempotency key, as `(id, trigger_at)`.
+    pub async fn find_idempotent(pool: &Pool<DB>, key: &str) -> Result<Option<(String, Millis)>> {
+        let holder: Option<Holder> = sqlx::query_as(D::QUERIES.holder_by_idempotency_key)
+            .bind(D::key(key))
+            .fetch_optional(pool)
+            .await?;
+        Ok(holder.map(|h| (h.id, h.trigger_at)))
+    }
+
+    pub async fn cancel(pool: &Pool<DB>, id: &str, now: Millis) -> Result<CancelOutcome> {
+        retrying(D::transient, || async {
+            let mut tx = pool.begin().await?;
+            let done = sqlx::query::<DB>(D::QUERIES.cancel)
+                .bind(now)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            let outcome = if D::rows_affected(&done) == 1 {
+                Self::fail_dependents(&mut tx, id, now).await?;
+                CancelOutcome::Cancelled
+            } else {
+                domain::cancel_refused(Self::state(&mut tx, D::QUERIES.state, id).await?)
+            };
+            tx.commit().await?;
+            Ok(outcome)
+        })
+        .await
+    }
+
+    /// After a task failed for good: its blocked dependents, and theirs, go to dead letters.
+    async fn fail_dependents(tx: &mut Transaction<'_, DB>, id: &str, now: Millis) -> Result<()> {
+        let mut failed = vec![id.to_string()];
+        while let Some(dep) = failed.pop() {
+            failed.extend(D::fail_blocked_dependents(&mut **tx, &dep, now).await?);
+        }
+        Ok(())
+    }
+
+    /// Begins attempts one claim at a time, in lock order, with `queries`.
+    pub async fn start(
+        pool: &Pool<DB>,
+        queries: &StartQueries,
+        params: StartParams<'_>,
+    ) -> Result<Vec<Started>> {
+        retrying(D::transient, || async {
+            let mut tx = pool.begin().await?;
+            let mut started = vec![None; params.claims.len()];
+            for i in domain::lock_order(params.claims.iter().map(|(id, _)| id)) {
+                let (id, token) = &params.claims[i];
+                let arguments = || -> Result<DB::Arguments, sqlx::Error> {
+                    let encode = sqlx::Error::Encode;
+                    let mut arguments = DB::Arguments::default();
+                    arguments.add(params.now).map_err(encode)?;
+                    arguments.add(duration_ms(params.grace)).map_err(encode)?;
+                    arguments.add(params.now).map_err(encode)?;
+                    arguments.add(id.as_str()).map_err(encode)?;
+                    arguments.add(*token).map_err(encode)?;
+                    Ok(arguments)
+                };
+                let row: Option<StartedRow> = match queries.read_back {
+                    None => {
+                        sqlx::query_as_with(queries.update, arguments()?)
+                            .fetch_optional(&mut *tx)
+                            .await?
+                    }
+                    Some(read_back) => {
+                        let done = sqlx::query_with(queries.update, arguments()?)
+                            .execute(&mut *tx)
+                            .await?;
+                        if D::rows_affected(&done) == 1 {
+                            Some(
+                                sqlx::query_as(read_back)
+                                    .bind(id.as_str())
+                                    .fetch_one(&mut *tx)
+                                    .await?,
+                            )
+                        } else {
+                            None
+                        }
+                    }
+                };
+                if let Some(row) = row {
+                    started[i] = Some(row.into_started(id.clone())?);
+                }
+            }
+            tx.commit().await?;
+            Ok(started.into_iter().flatten().collect())
+        })
+        .await
+    }
+
+    /// Applies each finish whose token still matches, in lock order; `true` where it
+    /// applied.
+    pub async fn finish(pool: &Pool<DB>, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
+        retrying(D::transient, || async {
+            let mut tx = pool.begin().await?;
+            let mut applied = vec![false; finishes.len()];
+            for i in domain::lock_order(finishes.iter().map(|f| &f.id)) {
+                applied[i] = Self::finish_one(&mut tx, &finishes[i], now).await?;
+            }
+            tx.commit().await?;
+            Ok(applied)
+        })
+        .await
+    }
+
+    /// Applies one finish if its token still matches, and what it does to the tasks
+    /// waiting on it; `true` where it applied.
+    pub async fn finish_one(
+        tx: &mut Transaction<'_, DB>,
+        finish: &Finish,
+        now: Millis,
+    ) -> Result<bool> {
+        let q = &D::QUERIES;
+        // Each statement ends in `updated_at = ? WHERE id = ? AND lease_token = ?`.
+        let query = match &finish.kind {
+            FinishKind::Succeeded { result } => {
+                sqlx::query::<DB>(q.succeed).bind(result.as_ref().map(|r| r.get()))
+            }
+            FinishKind::Retry { at, error } => sqlx::query(q.retry).bind(*at).bind(error.as_str()),
+            FinishKind::Dead { error } => sqlx::query(q.bury).bind(error.as_str()),
+            FinishKind::Release => sqlx::query(q.release),
+            FinishKind::Extend { until } => sqlx::query(q.extend).bind(*until),
+        };
+        let done = query
+            .bind(now)
+            .bind(finish.id.as_str())
+            .bind(finish.lease_token)
+            .execute(&mut **tx)
+            .await?;
+        let done = D::rows_affected(&done) == 1;
+        if done {
+            match domain::on_finish(&finish.kind) {
+                DependentsEffect::Release => {
+                    D::release_dependents(&mut **tx, &finish.id, now).await?
+                }
+                DependentsEffect::Fail => Self::fail_dependents(tx, &finish.id, now).await?,
+                DependentsEffect::None => {}
+            }
+        }
+        Ok(done)
+    }
+
+    pub async fn redrive(pool: &Pool<DB>, id: &str, now: Millis) -> Result<RedriveOutcome> {
+        for _ in 0..domain::CONFLICT_ATTEMPTS {
+            if let Some(outcome) =
+                retrying(D::transient, || Self::redrive_tx(pool, id, now)).await?
+            {
+                return Ok(outcome);
+            }
+        }
+        Err(unnamed_redrive_conflict(id))
+    }
+
+    /// One redrive; `None` when the task holding the unique key finished before it could
+    /// be named (not possible with SQLite's one writer), and the caller tries again.
+    async fn redrive_tx(pool: &Pool<DB>, id: &str, now: Millis) -> Result<Option<RedriveOutcome>> {
+        let mut tx = pool.begin().await?;
+        let update = sqlx::query::<DB>(D::QUERIES.redrive)
+            .bind(now)
+            .bind(now)
+            .bind(id);
+        // The UPDATE may hit the unique key; the transaction goes on to name the task
+        // holding it.
+        let updated = if D::FAILED_STATEMENT_ABORTS {
+            let mut savepoint = tx.begin().await?;
+            let updated = update.execute(&mut *savepoint).await;
+            match &updated {
+                Ok(_) => savepoint.commit().await?,
+                Err(err) if is_unique_violation(err) => savepoint.rollback().await?,
+                Err(_) => {}
+            }
+            updated
+        } else {
+            update.execute(&mut *tx).await
+        };
+        let outcome = match updated {
+            Ok(done) if D::rows_affected(&done) == 1 => {
+                RedriveOutcome::Redriven { trigger_at: now }
+            }
+            Ok(_) => domain::redrive_refused(Self::state(&mut tx, D::QUERIES.state, id).await?),
+            Err(err) if is_unique_violation(&err) => {
+                let existing_id: Option<String> = sqlx::query_scalar(D::QUERIES.redrive_holder)
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                match domain::redrive_conflict(existing_id) {
+                    Some(outcome) => outcome,
+                    None => return Ok(None),
+                }
+            }
+            Err(err) => return Err(err.into()),
+        };
+        tx.commit().await?;
+        Ok(Some(outcome))
+    }
+
+    pub async fn dead_letters(
+        pool: &Pool<DB>,
+        task_type: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<TaskRecord>> {
+        let rows: Vec<TaskRow> = sqlx::query_as(D::QUERIES.dead_letters)
+            .bind(task_type)
+            .bind(task_type)
+            .bind(i64::from(limit))
+            .fetch_all(pool)
+            .await?;
+        rows.into_iter().map(TaskRow::into_record).collect()
+    }
+
+    pub async fn stats(pool: &Pool<DB>, now: Millis) -> Result<Vec<TypeStats>> {
+        let rows: Vec<StatsRow> = sqlx::query_as(D::QUERIES.stats)
+            .bind(now)
+            .bind(now)
+            .fetch_all(pool)
+            .await?;
+        Ok(rows.into_iter().map(TypeStats::from).collect())
+    }
+
+    /// [`Dialect::fail_blocked_dependents`] where the database has `UPDATE …
+    /// RETURNING`: one statement, binding `(last_error, now, dep)`.
+    pub async fn fail_returning(
+        conn: &mut DB::Connection,
+        sql: &'static str,
+        dep: &str,
+        now: Millis,
+    ) -> Result<Vec<String>> {
+        Ok(sqlx::query_scalar::<DB, String>(sql)
+            .bind(domain::dependency_failed(dep).as_str())
+            .bind(now)
+            .bind(dep)
+            .fetch_all(conn)
+            .await?)
+    }
+
+    /// [`Dialect::insert_dependencies`] one row at a time with `sql`, binding
+    /// `(task_id, depends_on)`; a dependency named twice is inserted once.
+    pub async fn insert_each_dependency(
+        conn: &mut DB::Connection,
+        sql: &'static str,
+        task: &NewTask,
+    ) -> Result<()> {
+        let mut deps: Vec<&str> = task.depends_on.iter().map(String::as_str).collect();
+        deps.sort_unstable();
+        deps.dedup();
+        for dep in deps {
+            sqlx::query::<DB>(sql)
+                .bind(task.id.as_str())
+                .bind(dep)
+                .execute(&mut *conn)
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// A SQL backend: its dialect, its pools, and what it does its own way; the rest of
+/// [`Store`] is implemented once, below, for all of them.
+#[async_trait]
+pub trait Backend: Dialect {
+    /// Where writes go (SQLite: its one writer connection).
+    fn writer(&self) -> &Pool<Self::DB>;
+    /// Where reads go.
+    fn reader(&self) -> &Pool<Self::DB>;
+    /// Applies this dialect's pending migrations.
+    async fn run_migrations(&self) -> Result<()>;
+    /// [`Store::claim`].
+    async fn claim_due(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>>;
+    /// [`Store::claim_ids`].
+    async fn claim_named(&self, params: ClaimIdsParams<'_>) -> Result<Vec<ClaimedTask>>;
+    /// [`Store::start`].
+    async fn start_claims(&self, params: StartParams<'_>) -> Result<Vec<Started>>;
+    /// [`Store::finish`].
+    async fn finish_batch(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>>;
+}
+
+#[async_trait]
+impl<B, DB> Store for B
+where
+    B: Backend<DB = DB>,
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    for<'q> &'q B::Key: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q B::Key>: Encode<'q, DB> + Type<DB>,
+    for<'q> Millis: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> i16: Encode<'q, DB> + Type<DB>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
+    for<'r> Holder: FromRow<'r, DB::Row>,
+    for<'r> StartedRow: FromRow<'r, DB::Row>,
+    for<'r> TaskRow: FromRow<'r, DB::Row>,
+    for<'r> StatsRow: FromRow<'r, DB::Row>,
+    for<'r> LapsedRow: FromRow<'r, DB::Row>,
+    for<'r> KafkaDeadLetterRow: FromRow<'r, DB::Row>,
+    for<'r> (i64,): FromRow<'r, DB::Row>,
+    for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
+    for<'q> i32: Encode<'q, DB> + Type<DB>,
+{
+    async fn migrate(&self) -> Result<()> {
+        self.run_migrations().await
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query::<DB>("SELECT 1").execute(self.reader()).await?;
+        Ok(())
+    }
+
+    async fn insert(&self, tasks: &[NewTask], now: Millis) -> Result<Vec<InsertOutcome>> {
+        Tx::<B>::insert(self.writer(), tasks, now).await
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
+        shared::get(self.reader(), &B::QUERIES, id).await
+    }
+
+    async fn cancel(&self, id: &str, now: Millis) -> Result<CancelOutcome> {
+        Tx::<B>::cancel(self.writer(), id, now).await
+    }
+
+    async fn claim(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>> {
+        self.claim_due(params).await
+    }
+
+    async fn claim_ids(&self, params: ClaimIdsParams<'_>) -> Result<Vec<ClaimedTask>> {
+        self.claim_named(params).await
+    }
+
+    async fn find_idempotent(&self, key: &str) -> Result<Option<(String, Millis)>> {
+        Tx::<B>::find_idempotent(self.reader(), key).await
+    }
+
+    async fn start(&self, params: StartParams<'_>) -> Result<Vec<Started>> {
+        self.start_claims(params).await
+    }
+
+    async fn finish(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
+        self.finish_batch(finishes, now).await
+    }
+
+    async fn lapsed(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>> {
+        shared::lapsed(self.reader(), &B::QUERIES, now, limit).await
+    }
+
+    async fn dead_letters(&self, task_type: Option<&str>, limit: u32) -> Result<Vec<TaskRecord>> {
+        Tx::<B>::dead_letters(self.reader(), task_type, limit).await
+    }
+
+    async fn redrive(&self, id: &str, now: Millis) -> Result<RedriveOutcome> {
+        Tx::<B>::redrive(self.writer(), id, now).await
+    }
+
+    async fn stats(&self, now: Millis) -> Result<Vec<TypeStats>> {
+        Tx::<B>::stats(self.reader(), now).await
+    }
+
+    async fn heartbeat_member(&self, member: &str, now: Millis) -> Result<()> {
+        shared::heartbeat_member(self.writer(), &B::QUERIES, member, now).await
+    }
+
+    async fn live_members(&self, since: Millis) -> Result<Vec<String>> {
+        shared::live_members(self.reader(), &B::QUERIES, since).await
+    }
+
+    async fn leave(&self, member: &str) -> Result<()> {
+        shared::leave(self.writer(), &B::QUERIES, member).await
+    }
+
+    async fn release_claims(&self, owner: &str, now: Millis) -> Result<u64> {
+        let done = shared::release_claims(self.writer(), &B::QUERIES, owner, now).await?;
+        Ok(B::rows_affected(&done))
+    }
+
+    async fn clock(&self) -> Result<Option<Millis>> {
+        let Some(statement) = B::QUERIES.clock else {
+            return Ok(None);
+        };
+        let ms = sqlx::query_scalar::<DB, i64>(statement)
+            .fetch_one(self.reader())
+            .await?;
+        Ok(Some(Millis::new(ms)))
+    }
+
+    async fn record_kafka_dead_letter(&self, letter: &KafkaDeadLetter) -> Result<()> {
+        shared::record_kafka_dead_letter(self.writer(), &B::QUERIES, letter).await
+    }
+
+    async fn kafka_dead_letters(&self, limit: u32) -> Result<Vec<KafkaDeadLetter>> {
+        shared::kafka_dead_letters(self.reader(), &B::QUERIES, limit).await
+    }
+}
