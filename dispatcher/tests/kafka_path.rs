@@ -11,6 +11,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use support::*;
 
+/// The chaos test restarts the shared broker, which the other tests here would see as an
+/// outage mid-test (a produce falling back to the store, lag not reported): it runs
+/// alone, holding this for writing, while the others share it.
+static BROKER: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 fn brokers() -> String {
     std::env::var("ASYNCD_TEST_KAFKA_BROKERS").unwrap_or_else(|_| {
         panic!("ASYNCD_TEST_KAFKA_BROKERS is not set: start Kafka with e2e/services/kafka.sh start and export ASYNCD_TEST_KAFKA_BROKERS=$(e2e/services/kafka.sh url), or run bash e2e/run-tests.sh")
@@ -36,6 +41,7 @@ fn kafka_job(name: &str, url: &str, partitions: u32) -> String {
 
 #[tokio::test]
 async fn immediate_and_delayed_tasks_round_trip_through_the_broker() {
+    let _broker = BROKER.read().await;
     let executor = Executor::start(|_| Answer::ok()).await;
     let jobs = [("job.yaml", kafka_job("roundtrip", &executor.url(), 3))];
     let brokers = brokers();
@@ -114,6 +120,7 @@ async fn immediate_and_delayed_tasks_round_trip_through_the_broker() {
 /// store cannot see it. Both answers must name one task that exists and runs once.
 #[tokio::test]
 async fn a_repeat_while_the_first_is_in_kafka_answers_the_same_task() {
+    let _broker = BROKER.read().await;
     let executor = Executor::start(|_| Answer::ok()).await;
     let jobs = [("job.yaml", kafka_job("repeat", &executor.url(), 1))];
     let brokers = brokers();
@@ -261,6 +268,7 @@ impl Cluster {
 
 #[tokio::test]
 async fn chaos_sigkilled_dispatchers_and_a_broker_restart_lose_nothing() {
+    let _broker = BROKER.write().await;
     const WAVES: usize = 4;
     const WAVE: usize = 2500;
     let executor = Executor::start(|_| Answer::ok()).await;
@@ -326,6 +334,7 @@ async fn chaos_sigkilled_dispatchers_and_a_broker_restart_lose_nothing() {
 
 #[tokio::test]
 async fn a_joining_dispatcher_takes_partitions_without_losing_or_stalling_tasks() {
+    let _broker = BROKER.read().await;
     const WAVE: usize = 1500;
     let executor = Executor::start(|_| Answer::ok()).await;
     let cluster = Cluster::start(&kafka_job("rebalance", &executor.url(), 6)).await;
@@ -401,6 +410,7 @@ async fn a_joining_dispatcher_takes_partitions_without_losing_or_stalling_tasks(
 /// puts the late copy itself (a timed-out produce that landed after all).
 #[tokio::test]
 async fn with_the_broker_unreachable_a_submit_falls_back_to_the_store_under_the_same_id() {
+    let _broker = BROKER.read().await;
     const DELIVERY_TIMEOUT: Duration = Duration::from_secs(5);
     let executor = Executor::start(|_| Answer::ok()).await;
     let job = kafka_job("fallback", &executor.url(), 1);
@@ -625,6 +635,7 @@ async fn wait_committed_to_the_end(topic: &str, group: &str) {
 /// committed with the valid task behind it.
 #[tokio::test]
 async fn an_unreadable_message_is_kept_with_its_bytes_and_passed() {
+    let _broker = BROKER.read().await;
     let executor = Executor::start(|_| Answer::ok()).await;
     let job = kafka_job("garbage", &executor.url(), 1);
     let topic = topic_of(&job);
@@ -688,6 +699,7 @@ async fn an_unreadable_message_is_kept_with_its_bytes_and_passed() {
 /// kept in the Kafka dead-letter table with the store's reason.
 #[tokio::test]
 async fn a_task_the_store_refuses_is_kept_aside_and_blocks_no_other() {
+    let _broker = BROKER.read().await;
     use sqlx::Connection;
     let executor = Executor::start(|_| Answer::ok()).await;
     let job = kafka_job("refused", &executor.url(), 1);
@@ -758,6 +770,7 @@ async fn a_task_the_store_refuses_is_kept_aside_and_blocks_no_other() {
 /// and the dispatchers, which reach the store, run it.
 #[tokio::test]
 async fn with_the_store_away_a_kafka_route_submit_is_still_accepted() {
+    let _broker = BROKER.read().await;
     let executor = Executor::start(|_| Answer::ok()).await;
     let job = kafka_job("nostore", &executor.url(), 1);
     let store = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
