@@ -830,7 +830,7 @@ async fn complete(shared: Arc<Shared>, mut completions: mpsc::Receiver<Finish>) 
             // Only an unavailable store comes back as an error (with what is unwritten
             // left in `batch`); an outcome it refuses is isolated inside.
             match crate::outcomes::write(store.as_ref(), &mut batch, clock.now_millis()).await {
-                Ok(()) => {
+                Ok(_) => {
                     emit(&signals, || Signal::Finished {
                         ids,
                         at: clock.now_millis(),

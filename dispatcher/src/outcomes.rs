@@ -14,14 +14,19 @@ use crate::store::{Finish, FinishKind, Millis, Result, Store};
 /// error already begins so is not replaced again.
 const REFUSED: &str = "the store refused this attempt's outcome";
 
-/// Writes `outcomes` (emptied on success). When the store is unavailable, returns its
-/// error with what is still unwritten left in `outcomes`, to try again.
-pub async fn write(store: &dyn Store, outcomes: &mut Vec<Finish>, now: Millis) -> Result<()> {
+/// Writes `outcomes` (emptied on success) and returns how many applied (a finish whose
+/// token is stale applies nothing). When the store is unavailable, returns its error
+/// with what is still unwritten left in `outcomes`, to try again.
+pub async fn write(store: &dyn Store, outcomes: &mut Vec<Finish>, now: Millis) -> Result<usize> {
+    let mut applied = 0;
     // Parts still to write, the next one last.
     let mut parts = vec![std::mem::take(outcomes)];
     while let Some(mut part) = parts.pop() {
         let err = match store.finish(&part, now).await {
-            Ok(_) => continue,
+            Ok(done) => {
+                applied += done.iter().filter(|a| **a).count();
+                continue;
+            }
             Err(err) => err,
         };
         if err.is_unavailable() {
@@ -46,7 +51,7 @@ pub async fn write(store: &dyn Store, outcomes: &mut Vec<Finish>, now: Millis) -
             }
         }
     }
-    Ok(())
+    Ok(applied)
 }
 
 /// The dead letter to write in place of an outcome the store refused on its own, if any:

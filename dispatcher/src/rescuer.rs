@@ -110,7 +110,17 @@ impl Rescuer {
                 }
             })
             .collect();
-        let applied = self.store.finish(&finishes, now).await?;
+        let applied = match self.store.finish(&finishes, now).await {
+            Ok(applied) => applied,
+            Err(err) if err.is_unavailable() => return Err(err),
+            // One the store refuses must not stop every rescue behind it: write the
+            // batch in parts, the refused one as a dead letter naming why.
+            Err(err) => {
+                tracing::warn!(%err, "the store refused a batch of rescues; isolating the refused one");
+                let mut finishes = finishes;
+                return crate::outcomes::write(self.store.as_ref(), &mut finishes, now).await;
+            }
+        };
         for ((task_type, state), _) in labels.iter().zip(&applied).filter(|(_, a)| **a) {
             self.metrics
                 .rescued
@@ -265,6 +275,52 @@ mod tests {
             .await
             .unwrap();
         (id, started[0].lease_token)
+    }
+
+    #[tokio::test]
+    async fn a_rescue_the_store_refuses_blocks_no_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let database = format!("sqlite://{}/t.db", dir.path().display());
+        let store = crate::store::open(&database).await.unwrap();
+        store.migrate().await.unwrap();
+        let (refused, _) = running(store.as_ref()).await;
+        let (rescued, _) = running(store.as_ref()).await;
+        let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&database)
+            .await
+            .unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE TRIGGER refuse BEFORE UPDATE ON tasks \
+             WHEN NEW.id = '{refused}' AND NEW.last_error LIKE '%lease lapsed%' \
+             BEGIN SELECT RAISE(ABORT, 'refused by the test trigger'); END"
+        )))
+        .execute(&mut db)
+        .await
+        .unwrap();
+        let rescuer = Rescuer {
+            store: store.clone(),
+            routes: fixed(RouteTable::from_jobs(Vec::new())),
+            metrics: Arc::new(Metrics::new()),
+            clock: ManualClock::at(Utc.timestamp_millis_opt(T0 + 5_000).unwrap()),
+            interval: Duration::from_secs(1),
+            signals: None,
+        };
+        assert_eq!(rescuer.rescue_once(true).await.unwrap(), 2);
+        let task = |id: String| {
+            let store = store.clone();
+            async move { store.get(&id).await.unwrap().unwrap() }
+        };
+        let other = task(rescued).await;
+        assert_eq!(other.state, TaskState::Dead, "no retries left");
+        assert!(
+            other
+                .last_error
+                .unwrap()
+                .ends_with("attempt 1 lease lapsed")
+        );
+        let kept = task(refused).await;
+        assert_eq!(kept.state, TaskState::Dead);
+        let error = kept.last_error.unwrap();
+        assert!(error.contains("refused by the test trigger"), "{error}");
     }
 
     #[tokio::test]
