@@ -2,6 +2,7 @@
 //! its answer into an [`AttemptOutcome`]. What an outcome does to the task is [`crate::retry`]'s
 //! business.
 
+pub use crate::store::domain::{MAX_REASON_CHARS, sanitize_reason};
 use std::time::{Duration, SystemTime};
 
 use crate::clock::from_millis;
@@ -146,8 +147,6 @@ pub const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
 pub const MIN_LEASE: Duration = Duration::from_secs(1);
 /// The longest `Retry-After` obeyed; longer asks are cut to this.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
-/// How much of an executor's error text is kept in `last_error`.
-pub const MAX_REASON_CHARS: usize = 1024;
 
 /// Reads at most `cap` bytes of the body; the rest is left unread (the connection is
 /// dropped with the response, not returned to the pool).
@@ -161,27 +160,6 @@ async fn read_capped(mut response: reqwest::Response, cap: usize) -> reqwest::Re
         }
     }
     Ok(body)
-}
-
-/// Makes text from an executor fit to store on every backend: no NUL (PostgreSQL refuses
-/// it in text) or other control characters but tab and newline, at most
-/// [`MAX_REASON_CHARS`] characters.
-pub fn sanitize_reason(text: &str) -> String {
-    let mut out: String = text
-        .chars()
-        .map(|c| {
-            if c.is_control() && c != '\n' && c != '\t' {
-                '\u{FFFD}'
-            } else {
-                c
-            }
-        })
-        .take(MAX_REASON_CHARS)
-        .collect();
-    if text.chars().nth(MAX_REASON_CHARS).is_some() {
-        out.push('…');
-    }
-    out
 }
 
 /// A lease an executor asked for, in seconds, kept within [`MIN_LEASE`] and

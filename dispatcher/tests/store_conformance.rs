@@ -711,6 +711,144 @@ async fn kafka_dead_letters_keep_messages_once_and_byte_for_byte(store: &dyn Sto
     );
 }
 
+/// The longest string of `ch` within `len` bytes.
+fn key_of(ch: char, len: usize) -> String {
+    std::iter::repeat_n(ch, len / ch.len_utf8()).collect()
+}
+
+async fn values_at_the_apis_limits_are_stored_exactly(store: &dyn Store) {
+    // The API validates against the strictest backend; every value it can accept, at
+    // its limits, must be storable on each one and come back unchanged: keys of the
+    // longest length in 1- to 4-byte characters, the longest source name (written, not
+    // read back: no record carries it), the default
+    // largest payload (escapes that some databases refuse raw, like \u0000, included)
+    // and the largest executor answer kept as a result.
+    const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
+    const MAX_SOURCE_SERVICE_BYTES: usize = 128;
+    use asyncd::api::submit::MAX_KEY_LEN;
+    let prefix = "{\"s\":\"\\u0000é😀\",\"pad\":\"";
+    let suffix = "\"}";
+    let payload = format!(
+        "{prefix}{}{suffix}",
+        "x".repeat(DEFAULT_MAX_PAYLOAD_BYTES - prefix.len() - suffix.len())
+    );
+    assert_eq!(payload.len(), DEFAULT_MAX_PAYLOAD_BYTES);
+    let mut ids = Vec::new();
+    for (i, ch) in ['k', 'é', '€', '😀'].into_iter().enumerate() {
+        let mut task = new_task("a", at(i as i64));
+        let key = key_of(ch, MAX_KEY_LEN);
+        task.idempotency_key = Some(key.clone());
+        task.unique_key = Some(format!("u{}", &key[ch.len_utf8()..]));
+        task.source_service = Some(key_of(ch, MAX_SOURCE_SERVICE_BYTES));
+        task.payload = RawValue::from_string(payload.clone()).unwrap();
+        let id = insert(store, task.clone()).await;
+        let record = store.get(&id).await.unwrap().unwrap();
+        assert_eq!(
+            (
+                record.idempotency_key.as_deref(),
+                record.unique_key.as_deref(),
+                record.payload.get().len(),
+            ),
+            (
+                task.idempotency_key.as_deref(),
+                task.unique_key.as_deref(),
+                payload.len(),
+            ),
+            "{ch:?} keys"
+        );
+        assert_eq!(record.payload.get(), payload);
+        ids.push(id);
+    }
+    let claimed = claim_all(store, at(10), at(10)).await;
+    assert_eq!(claimed.len(), ids.len());
+    let claims: Vec<(String, i64)> = claimed
+        .iter()
+        .map(|c| (c.id.clone(), c.lease_token))
+        .collect();
+    let started = store.start(start_params(&claims, at(10), 0)).await.unwrap();
+    let answer = format!(
+        "\"{}\"",
+        "é".repeat((asyncd::executor::MAX_ANSWER_BYTES - 2) / 2)
+    );
+    let done = Finish {
+        id: started[0].id.clone(),
+        lease_token: started[0].lease_token,
+        kind: FinishKind::Succeeded {
+            result: Some(RawValue::from_string(answer.clone()).unwrap()),
+        },
+    };
+    assert_eq!(store.finish(&[done], at(11)).await.unwrap(), [true]);
+    assert_eq!(
+        store
+            .get(&started[0].id)
+            .await
+            .unwrap()
+            .unwrap()
+            .result
+            .unwrap()
+            .get(),
+        answer
+    );
+}
+
+async fn errors_from_executors_are_stored_sanitized_and_capped(store: &dyn Store) {
+    // An executor's error text reaches the store whatever it holds: NUL (PostgreSQL
+    // refuses it in text), escape sequences, megabytes. The store makes each storable
+    // itself, so no caller can get an outcome batch refused, and the other outcomes in
+    // the same batch apply.
+    let poison = format!("boom\0\u{1b}[31m\r{}", "é".repeat(100_000));
+    let ids = [
+        insert(store, new_task("a", T0)).await,
+        insert(store, new_task("a", T0)).await,
+        insert(store, new_task("a", T0)).await,
+    ];
+    let claims: Vec<(String, i64)> = claim_all(store, T0, T0)
+        .await
+        .iter()
+        .map(|c| (c.id.clone(), c.lease_token))
+        .collect();
+    let started = store.start(start_params(&claims, T0, 0)).await.unwrap();
+    let token = |id: &str| started.iter().find(|s| s.id == id).unwrap().lease_token;
+    let finishes = [
+        Finish {
+            id: ids[0].clone(),
+            lease_token: token(&ids[0]),
+            kind: FinishKind::Retry {
+                at: at(1000),
+                error: poison.clone(),
+            },
+        },
+        Finish {
+            id: ids[1].clone(),
+            lease_token: token(&ids[1]),
+            kind: FinishKind::Dead {
+                error: poison.clone(),
+            },
+        },
+        Finish {
+            id: ids[2].clone(),
+            lease_token: token(&ids[2]),
+            kind: FinishKind::Succeeded { result: None },
+        },
+    ];
+    assert_eq!(
+        store.finish(&finishes, at(1)).await.unwrap(),
+        [true, true, true]
+    );
+    for (id, state) in [(&ids[0], TaskState::Pending), (&ids[1], TaskState::Dead)] {
+        let record = store.get(id).await.unwrap().unwrap();
+        assert_eq!(record.state, state);
+        let error = record.last_error.unwrap();
+        assert_eq!(error, asyncd::executor::sanitize_reason(&poison));
+        assert!(
+            error.starts_with("boom\u{FFFD}\u{FFFD}[31m\u{FFFD}é"),
+            "{error:.20}"
+        );
+        assert!(error.chars().count() <= asyncd::executor::MAX_REASON_CHARS + 1);
+    }
+    assert_eq!(state(store, &ids[2]).await, TaskState::Succeeded);
+}
+
 /// Every scenario as one test per backend (`sqlite::…`, `mariadb::…`, `postgres::…`),
 /// each on a fresh, migrated database, so one failure hides none of the others.
 macro_rules! scenarios {
@@ -762,6 +900,8 @@ scenarios!(
     a_dead_owners_claims_come_back_at_once,
     the_servers_clock_is_read_in_utc_milliseconds,
     kafka_dead_letters_keep_messages_once_and_byte_for_byte,
+    values_at_the_apis_limits_are_stored_exactly,
+    errors_from_executors_are_stored_sanitized_and_capped,
 );
 
 // ---------------------------------------------------------------------------------------

@@ -11,6 +11,31 @@ use super::{
 /// holding the key finished (freeing it) before the conflict could be named.
 pub const CONFLICT_ATTEMPTS: usize = 3;
 
+/// How much of an executor's error text is kept in `last_error`.
+pub const MAX_REASON_CHARS: usize = 1024;
+
+/// Makes text from an executor fit to store on every backend (the store applies it to
+/// every error it writes, whoever sent it): no NUL (PostgreSQL refuses
+/// it in text) or other control characters but tab and newline, at most
+/// [`MAX_REASON_CHARS`] characters.
+pub fn sanitize_reason(text: &str) -> String {
+    let mut out: String = text
+        .chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' && c != '\t' {
+                '\u{FFFD}'
+            } else {
+                c
+            }
+        })
+        .take(MAX_REASON_CHARS)
+        .collect();
+    if text.chars().nth(MAX_REASON_CHARS).is_some() {
+        out.push('…');
+    }
+    out
+}
+
 /// What a new task starts as, decided by its dependencies.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Initial {

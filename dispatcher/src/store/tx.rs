@@ -332,12 +332,20 @@ where
     ) -> Result<bool> {
         let q = &D::QUERIES;
         // Each statement ends in `updated_at = ? WHERE id = ? AND lease_token = ?`.
+        // Whoever wrote an error, it is made storable here: one value a backend refuses
+        // would fail the whole batch of outcomes.
+        let error = match &finish.kind {
+            FinishKind::Retry { error, .. } | FinishKind::Dead { error } => {
+                domain::sanitize_reason(error)
+            }
+            _ => String::new(),
+        };
         let query = match &finish.kind {
             FinishKind::Succeeded { result } => {
                 sqlx::query::<DB>(q.succeed).bind(result.as_ref().map(|r| r.get()))
             }
-            FinishKind::Retry { at, error } => sqlx::query(q.retry).bind(*at).bind(error.as_str()),
-            FinishKind::Dead { error } => sqlx::query(q.bury).bind(error.as_str()),
+            FinishKind::Retry { at, .. } => sqlx::query(q.retry).bind(*at).bind(error.as_str()),
+            FinishKind::Dead { .. } => sqlx::query(q.bury).bind(error.as_str()),
             FinishKind::Release => sqlx::query(q.release),
             FinishKind::Extend { until } => sqlx::query(q.extend).bind(*until),
         };
