@@ -833,3 +833,93 @@ async fn with_the_store_away_a_kafka_route_submit_is_still_accepted() {
     let calls = executor.wait_calls(id, 1).await;
     assert_eq!(calls[0].attempt, 1);
 }
+
+/// Issue 10: with the broker and the store both down there is nowhere durable to put a
+/// task, so a Kafka-route submit must answer 503 with `Retry-After` within seconds (not
+/// hang, not 201), and the client's retry with the same idempotency key must land once
+/// the store is back.
+#[tokio::test]
+async fn with_the_broker_and_the_store_both_down_a_submit_answers_503_and_a_retry_lands() {
+    let _broker = BROKER.read().await;
+    const DELIVERY_TIMEOUT: Duration = Duration::from_secs(2);
+    let job = kafka_job("nowhere", "http://127.0.0.1:9/never-called", 1);
+    let store = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
+    let proxy = DbProxy::start(&store, true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = dir.path().join("jobs");
+    std::fs::create_dir(&jobs).unwrap();
+    std::fs::write(jobs.join("job.yaml"), &job).unwrap();
+    let api = format!("127.0.0.1:{}", free_port());
+    let args: Vec<String> = [
+        "api",
+        "--store",
+        &proxy.url(&store),
+        "--config",
+        &jobs.display().to_string(),
+        "--listen",
+        &api,
+        "--kafka-brokers",
+        &format!("127.0.0.1:{}", free_port()),
+        "--kafka-delivery-timeout",
+        "2s",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let _api = Role::start("api", &api, args, dir.path());
+    let http = reqwest::Client::new();
+    wait_for("api healthy", DEADLINE, async || {
+        http.get(format!("http://{api}/healthz"))
+            .send()
+            .await
+            .ok()
+            .filter(|r| r.status().is_success())
+    })
+    .await;
+
+    proxy.cut();
+    let submit = || {
+        http.post(format!("http://{api}/v1/tasks"))
+            .json(&json!({"type": "nowhere", "payload": 1, "idempotency_key": "nowhere-1"}))
+            .send()
+    };
+    let started = std::time::Instant::now();
+    let r = submit().await.unwrap();
+    let took = started.elapsed();
+    let status = r.status().as_u16();
+    let retry_after = r.headers().get("retry-after").cloned();
+    let answer: Value = r.json().await.unwrap();
+    assert_eq!(status, 503, "{answer}");
+    assert_eq!(answer["error"]["code"], "kafka_unavailable", "{answer}");
+    assert!(retry_after.is_some(), "no Retry-After: {answer}");
+    // Generous on a busy machine: the point is seconds, not sqlx's 30 s acquire timeout
+    // after a 30 s produce.
+    assert!(
+        took < DELIVERY_TIMEOUT + Duration::from_secs(8),
+        "the submit took {took:?}"
+    );
+
+    proxy.restore();
+    let (status, answer) = wait_for("the retried submit accepted", DEADLINE, async || {
+        let r = submit().await.ok()?;
+        let status = r.status().as_u16();
+        Some((status, r.json::<Value>().await.ok()?)).filter(|(s, _)| *s != 503)
+    })
+    .await;
+    assert_eq!(
+        (status, answer["route"].as_str()),
+        (201, Some("store")),
+        "{answer}"
+    );
+    let id = answer["id"].as_str().unwrap();
+    assert_eq!(id, asyncd::api::submit::task_id(Some("nowhere-1")));
+    let task: Value = http
+        .get(format!("http://{api}/v1/tasks/{id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(task["state"], "pending", "{task}");
+}
