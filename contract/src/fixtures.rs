@@ -222,6 +222,7 @@ pub fn all() -> Vec<Fixture> {
                     ..task_status()
                 }],
                 truncated: false,
+                next_cursor: None,
             },
         ),
         fixture(

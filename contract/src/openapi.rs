@@ -187,12 +187,15 @@ pub fn document() -> Value {
         }},
         "/v1/dead-letters": {"get": {
             "operationId": "deadLetters",
-            "summary": "Dead tasks, newest first, at most 8 MiB of them per answer",
+            "summary": "Dead tasks, latest due first, at most 8 MiB of them per answer",
             "parameters": [
                 {"name": "type", "in": "query", "required": false, "description": "Only this task type",
                  "schema": {"type": "string"}},
                 {"name": "limit", "in": "query", "required": false, "description": "At most this many (default 100)",
                  "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+                {"name": "cursor", "in": "query", "required": false,
+                 "description": "The previous page's next_cursor: list what comes after it",
+                 "schema": {"type": "string"}},
             ],
             "responses": responses(&[(200, ok("Dead tasks", s.answer::<DeadLetters>()))],
                 errors(&error, &[InvalidField, StoreUnavailable])),

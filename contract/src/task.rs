@@ -282,6 +282,9 @@ pub struct DeadLetters {
     /// listed although more exist.
     #[serde(default)]
     pub truncated: bool,
+    /// There may be more: pass this as `cursor` for the next page. Absent on the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 /// The answer to `POST /v1/dead-letters/{id}/redrive`.

@@ -197,10 +197,9 @@ mod tests {
         }
         async fn dead_letters(
             &self,
-            t: Option<&str>,
-            limit: u32,
+            params: store::DeadLetterParams<'_>,
         ) -> store::Result<Vec<TaskRecord>> {
-            self.inner.dead_letters(t, limit).await
+            self.inner.dead_letters(params).await
         }
         async fn redrive(&self, id: &str, now: Millis) -> store::Result<RedriveOutcome> {
             self.inner.redrive(id, now).await

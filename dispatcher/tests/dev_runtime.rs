@@ -1030,6 +1030,36 @@ async fn a_dead_letter_listing_stops_at_its_byte_cap() {
     assert_eq!(status, 200);
     assert_eq!(small["items"].as_array().unwrap().len(), 2);
     assert_eq!(small["truncated"], false);
+
+    // Following next_cursor from the cut page lists every dead task exactly once.
+    let mut seen: Vec<String> = Vec::new();
+    let mut page = answer;
+    loop {
+        seen.extend(
+            page["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["id"].as_str().unwrap().to_string()),
+        );
+        let Some(cursor) = page["next_cursor"].as_str() else {
+            break;
+        };
+        let (status, next) = asyncd
+            .get(&format!("/v1/dead-letters?limit=1000&cursor={cursor}"))
+            .await;
+        assert_eq!(status, 200, "{next}");
+        page = next;
+    }
+    seen.sort();
+    ids.sort();
+    assert_eq!(seen, ids);
+    let (status, bad) = asyncd.get("/v1/dead-letters?cursor=nope").await;
+    assert_eq!(
+        (status, bad["error"]["field"].as_str()),
+        (400, Some("cursor")),
+        "{bad}"
+    );
 }
 
 /// Issue 10: `source_service` is a Prometheus label, and any client could mint a new time

@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use asyncd::store::{
-    self, CancelOutcome, ClaimParams, Finish, FinishKind, InsertOutcome, KafkaDeadLetter,
-    MEMBER_RETENTION, Millis, NewTask, RedriveOutcome, StartParams, Store, TaskState, TypeFilter,
+    self, CancelOutcome, ClaimParams, DeadLetterParams, Finish, FinishKind, InsertOutcome,
+    KafkaDeadLetter, MEMBER_RETENTION, Millis, NewTask, RedriveOutcome, StartParams, Store,
+    TaskState, TypeFilter,
 };
 use serde_json::value::RawValue;
 
@@ -287,6 +288,79 @@ async fn lapsed_leases_come_back(store: &dyn Store) {
     );
 }
 
+fn dead_page<'a>(
+    task_type: Option<&'a str>,
+    after: Option<(Millis, &'a str)>,
+    limit: u32,
+) -> DeadLetterParams<'a> {
+    DeadLetterParams {
+        task_type,
+        after,
+        limit,
+    }
+}
+
+async fn dead_letters_page_by_cursor_latest_due_first(store: &dyn Store) {
+    // Five dead tasks of type a, two sharing a due time (the id orders those), one of
+    // type b; paging by twos from each page's last item lists every a once, in order.
+    let mut expected = Vec::new();
+    for (i, due) in [0, 5, 5, 9, 2].into_iter().enumerate() {
+        let mut task = new_task("a", at(due));
+        task.id = format!("0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5{i}");
+        expected.push((due, insert(store, task).await));
+    }
+    insert(store, new_task("b", at(3))).await;
+    let claims: Vec<(String, i64)> = claim_all(store, at(10), at(10))
+        .await
+        .iter()
+        .map(|c| (c.id.clone(), c.lease_token))
+        .collect();
+    let started = store.start(start_params(&claims, at(10), 0)).await.unwrap();
+    let deaths: Vec<Finish> = started
+        .iter()
+        .map(|s| Finish {
+            id: s.id.clone(),
+            lease_token: s.lease_token,
+            kind: FinishKind::Dead {
+                error: "bad".into(),
+            },
+        })
+        .collect();
+    assert!(
+        store
+            .finish(&deaths, at(11))
+            .await
+            .unwrap()
+            .iter()
+            .all(|a| *a)
+    );
+    expected.sort_by(|x, y| y.cmp(x));
+    let expected: Vec<String> = expected.into_iter().map(|(_, id)| id).collect();
+
+    let mut listed: Vec<String> = Vec::new();
+    let mut after: Option<(Millis, String)> = None;
+    loop {
+        let page = store
+            .dead_letters(dead_page(
+                Some("a"),
+                after.as_ref().map(|(at, id)| (*at, id.as_str())),
+                2,
+            ))
+            .await
+            .unwrap();
+        assert!(page.len() <= 2);
+        let Some(last) = page.last() else { break };
+        after = Some((last.trigger_at, last.id.clone()));
+        listed.extend(page.iter().map(|t| t.id.clone()));
+    }
+    assert_eq!(listed, expected);
+    let everything = store
+        .dead_letters(dead_page(None, None, 100))
+        .await
+        .unwrap();
+    assert_eq!(everything.len(), 6, "no type: every dead task");
+}
+
 async fn dead_letters_redrive_and_cancel(store: &dyn Store) {
     let id = insert(store, new_task("a", T0)).await;
     let claimed = claim_all(store, T0, T0).await.remove(0);
@@ -303,12 +377,21 @@ async fn dead_letters_redrive_and_cancel(store: &dyn Store) {
         },
     };
     assert_eq!(store.finish(&[dead], T0).await.unwrap(), [true]);
-    let letters = store.dead_letters(Some("a"), 10).await.unwrap();
+    let letters = store
+        .dead_letters(dead_page(Some("a"), None, 10))
+        .await
+        .unwrap();
     assert_eq!(
         letters.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
         [id.as_str()]
     );
-    assert!(store.dead_letters(Some("b"), 10).await.unwrap().is_empty());
+    assert!(
+        store
+            .dead_letters(dead_page(Some("b"), None, 10))
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(
         store.redrive(&id, at(1)).await.unwrap(),
         RedriveOutcome::Redriven { trigger_at: at(1) }
@@ -890,6 +973,7 @@ scenarios!(
     attempt_lifecycle_with_fencing,
     lapsed_leases_come_back,
     dead_letters_redrive_and_cancel,
+    dead_letters_page_by_cursor_latest_due_first,
     idempotency_unique_and_cron_keys,
     dependencies_release_and_fail,
     stats_count_pending_and_due,

@@ -30,8 +30,8 @@ use crate::metrics::Metrics;
 use crate::retry;
 use crate::routing::Routes;
 use crate::store::{
-    CancelOutcome, Finish, FinishKind, InsertOutcome, Millis, NewTask, RedriveOutcome, Store,
-    TaskRecord, TaskState,
+    CancelOutcome, DeadLetterParams, Finish, FinishKind, InsertOutcome, Millis, NewTask,
+    RedriveOutcome, Store, TaskRecord, TaskState,
 };
 use error::ApiError;
 use submit::Limits;
@@ -620,38 +620,62 @@ async fn dead_letters(
             _ => return Err(ApiError::field("limit", "must be 1..=1000")),
         },
     };
+    let after = query.get("cursor").map(|c| parse_cursor(c)).transpose()?;
     let tasks = state
         .store
-        .dead_letters(query.get("type").map(String::as_str), limit)
+        .dead_letters(DeadLetterParams {
+            task_type: query.get("type").map(String::as_str),
+            after: after.as_ref().map(|(at, id)| (*at, id.as_str())),
+            limit,
+        })
         .await?;
-    let (body, _) = listing(&tasks, MAX_LISTING_BYTES);
+    let (body, _) = listing(&tasks, limit, MAX_LISTING_BYTES);
     Ok(([("content-type", "application/json")], body).into_response())
 }
 
-/// A [`asyncd_contract::DeadLetters`] answer of `tasks`, cut after the last item that
-/// keeps the body within `max_bytes` (the first item always goes in, or a task larger
-/// than the cap could never be listed); the second value says whether items were cut.
+/// A listing cursor names the last task of a page by its place in the listing's order:
+/// `<trigger_at ms>.<id>`. Clients treat it as opaque.
+fn cursor_of(task: &TaskRecord) -> String {
+    format!("{}.{}", task.trigger_at.as_i64(), task.id)
+}
+
+fn parse_cursor(text: &str) -> Result<(Millis, String), ApiError> {
+    let invalid = || ApiError::field("cursor", "must be a next_cursor from a previous page");
+    let (at, id) = text.split_once('.').ok_or_else(invalid)?;
+    let at: i64 = at.parse().map_err(|_| invalid())?;
+    // Ids are UUIDs: anything else cannot have come from this server.
+    let id = uuid::Uuid::parse_str(id).map_err(|_| invalid())?;
+    Ok((Millis::new(at), id.to_string()))
+}
+
+/// A [`asyncd_contract::DeadLetters`] answer of `tasks` (a page asked with `limit`), cut
+/// after the last item that keeps the body within `max_bytes` (the first item always goes
+/// in, or a task larger than the cap could never be listed); the second value says
+/// whether items were cut. A cut page, or a full one, names the cursor of its last item.
 /// Written item by item, so a cut listing is never serialized whole.
-fn listing(tasks: &[TaskRecord], max_bytes: usize) -> (Vec<u8>, bool) {
-    const TAIL: &[u8] = br#"],"truncated":false}"#;
+fn listing(tasks: &[TaskRecord], limit: u32, max_bytes: usize) -> (Vec<u8>, bool) {
+    // The longest tail: `"truncated"` and a cursor of an i64 and a UUID.
+    const TAIL_BYTES: usize = 128;
     let mut body = br#"{"items":["#.to_vec();
-    let mut truncated = false;
+    let mut listed = 0;
     for (i, task) in tasks.iter().enumerate() {
         let item = serde_json::to_vec(&task_status(task)).expect("a task status serializes");
-        if i > 0 && body.len() + 1 + item.len() + TAIL.len() + 1 > max_bytes {
-            truncated = true;
+        if i > 0 && body.len() + 1 + item.len() + TAIL_BYTES > max_bytes {
             break;
         }
         if i > 0 {
             body.push(b',');
         }
         body.extend_from_slice(&item);
+        listed += 1;
     }
-    body.extend_from_slice(if truncated {
-        br#"],"truncated":true}"#
-    } else {
-        TAIL
-    });
+    let truncated = listed < tasks.len();
+    body.extend_from_slice(format!("],\"truncated\":{truncated}").as_bytes());
+    if truncated || (listed > 0 && tasks.len() == limit as usize) {
+        let cursor = cursor_of(&tasks[listed - 1]);
+        body.extend_from_slice(format!(",\"next_cursor\":\"{cursor}\"").as_bytes());
+    }
+    body.push(b'}');
     (body, truncated)
 }
 
@@ -738,33 +762,69 @@ mod tests {
     #[test]
     fn a_listing_stops_at_its_byte_cap_and_says_so() {
         let tasks: Vec<TaskRecord> = (0..10).map(|i| dead(i, 1000)).collect();
-        let (body, truncated) = listing(&tasks, 4500);
+        let (body, truncated) = listing(&tasks, 10, 4500);
         let answer: DeadLetters = serde_json::from_slice(&body).unwrap();
         assert!(body.len() <= 4500, "{} bytes", body.len());
         assert_eq!((answer.items.len(), answer.truncated), (3, true));
         assert!(truncated);
         assert_eq!(answer.items[2].id, "task-2", "the newest ones, in order");
+        assert_eq!(
+            answer.next_cursor.as_deref(),
+            Some("0.task-2"),
+            "the next page starts after the last one listed"
+        );
 
-        let (body, truncated) = listing(&tasks, usize::MAX);
-        let answer: DeadLetters = serde_json::from_slice(&body).unwrap();
+        let (full, truncated) = listing(&tasks, 10, usize::MAX);
+        let answer: DeadLetters = serde_json::from_slice(&full).unwrap();
         assert_eq!(
             (answer.items.len(), answer.truncated, truncated),
             (10, false, false)
         );
         assert_eq!(
-            body,
-            serde_json::to_vec(&answer).unwrap(),
-            "written as the contract type writes it"
+            answer.next_cursor.as_deref(),
+            Some("0.task-9"),
+            "a full page may have more behind it"
         );
+        let (body, _) = listing(&tasks, 11, usize::MAX);
+        let short: DeadLetters = serde_json::from_slice(&body).unwrap();
+        assert_eq!(short.next_cursor, None, "a short page is the last");
+        for (body, answer) in [(full, answer), (body, short)] {
+            assert_eq!(
+                body,
+                serde_json::to_vec(&answer).unwrap(),
+                "written as the contract type writes it"
+            );
+        }
     }
 
     #[test]
     fn a_task_larger_than_the_cap_is_still_listed_alone() {
         let tasks = [dead(0, 10_000), dead(1, 10)];
-        let (body, _) = listing(&tasks, 1000);
+        let (body, _) = listing(&tasks, 2, 1000);
         let answer: DeadLetters = serde_json::from_slice(&body).unwrap();
         assert_eq!((answer.items.len(), answer.truncated), (1, true));
-        let (body, _) = listing(&[], 1000);
+        let (body, _) = listing(&[], 2, 1000);
         assert_eq!(body, br#"{"items":[],"truncated":false}"#);
+    }
+
+    #[test]
+    fn a_cursor_is_refused_unless_this_server_could_have_written_it() {
+        let id = "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b";
+        assert_eq!(
+            parse_cursor(&format!("-5.{id}")).unwrap(),
+            (Millis::new(-5), id.to_string())
+        );
+        for bad in [
+            "",
+            "5",
+            ".x",
+            "x.y",
+            &format!("1e3.{id}"),
+            "5.task-1",
+            &format!("5.{id}\0"),
+        ] {
+            let error = parse_cursor(bad).unwrap_err();
+            assert_eq!(error.status, axum::http::StatusCode::BAD_REQUEST, "{bad:?}");
+        }
     }
 }

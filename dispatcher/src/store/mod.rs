@@ -393,6 +393,18 @@ pub struct ClaimParams<'a> {
     pub limit: u32,
 }
 
+/// What [`Store::dead_letters`] takes. Dead tasks are listed by `(trigger_at, id)`,
+/// descending — when each was last due, the latest first — because the claim's index on
+/// `(state, trigger_at, id)` already serves that order on every backend: listing needs
+/// no index of its own that every transition would have to maintain.
+#[derive(Debug, Clone, Copy)]
+pub struct DeadLetterParams<'a> {
+    pub task_type: Option<&'a str>,
+    /// Only tasks listed after this `(trigger_at, id)`: the last of the previous page.
+    pub after: Option<(Millis, &'a str)>,
+    pub limit: u32,
+}
+
 /// What [`Store::claim_ids`] takes.
 #[derive(Debug, Clone, Copy)]
 pub struct ClaimIdsParams<'a> {
@@ -473,7 +485,8 @@ pub trait Store: Send + Sync + 'static {
     async fn finish(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>>;
     async fn lapsed(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>>;
 
-    async fn dead_letters(&self, task_type: Option<&str>, limit: u32) -> Result<Vec<TaskRecord>>;
+    /// A page of dead tasks, latest due first (see [`DeadLetterParams`]).
+    async fn dead_letters(&self, params: DeadLetterParams<'_>) -> Result<Vec<TaskRecord>>;
     async fn redrive(&self, id: &str, now: Millis) -> Result<RedriveOutcome>;
     async fn stats(&self, now: Millis) -> Result<Vec<TypeStats>>;
 

@@ -164,7 +164,8 @@ const QUERIES: Queries = Queries {
         "SELECT ",
         task_columns!(),
         " FROM tasks WHERE state = 'dead' AND (? IS NULL OR task_type = ?) \
-         ORDER BY updated_at DESC, id DESC LIMIT ?"
+           AND (trigger_at < ? OR (trigger_at = ? AND id < ?)) \
+         ORDER BY trigger_at DESC, id DESC LIMIT ?"
     ),
     // SUM is DECIMAL on MySQL: cast it back to the BIGINT the other backends return.
     stats: "SELECT task_type, COUNT(*) AS pending, \

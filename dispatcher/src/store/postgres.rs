@@ -110,7 +110,8 @@ const QUERIES: Queries = Queries {
         "SELECT ",
         task_columns!(),
         " FROM tasks WHERE state = 'dead' AND ($1::text IS NULL OR task_type = $2) \
-         ORDER BY updated_at DESC, id DESC LIMIT $3"
+           AND (trigger_at < $3 OR (trigger_at = $4 AND id < $5)) \
+         ORDER BY trigger_at DESC, id DESC LIMIT $6"
     ),
     stats: "SELECT task_type, COUNT(*) AS pending, \
                    SUM(CASE WHEN trigger_at <= $1 THEN 1 ELSE 0 END) AS due, \

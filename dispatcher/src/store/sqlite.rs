@@ -113,7 +113,8 @@ const QUERIES: Queries = Queries {
         "SELECT ",
         task_columns!(),
         " FROM tasks WHERE state = 'dead' AND (? IS NULL OR task_type = ?) \
-         ORDER BY updated_at DESC, id DESC LIMIT ?"
+           AND (trigger_at < ? OR (trigger_at = ? AND id < ?)) \
+         ORDER BY trigger_at DESC, id DESC LIMIT ?"
     ),
     stats: "SELECT task_type, COUNT(*) AS pending, \
                    SUM(CASE WHEN trigger_at <= ? THEN 1 ELSE 0 END) AS due, \

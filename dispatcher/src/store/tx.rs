@@ -17,10 +17,10 @@ use async_trait::async_trait;
 use super::rows::{self, Holder, LapsedRow, StartedRow, StatsRow, TaskRow};
 use super::shared::{self, KafkaDeadLetterRow, Queries};
 use super::{
-    CancelOutcome, ClaimIdsParams, ClaimParams, ClaimedTask, Finish, FinishKind, InsertOutcome,
-    KafkaDeadLetter, Lapsed, Millis, NewTask, RedriveOutcome, Result, StartParams, Started, Store,
-    TaskRecord, TypeStats, duration_ms, is_unique_violation, retrying, unnamed_insert_conflict,
-    unnamed_redrive_conflict,
+    CancelOutcome, ClaimIdsParams, ClaimParams, ClaimedTask, DeadLetterParams, Finish, FinishKind,
+    InsertOutcome, KafkaDeadLetter, Lapsed, Millis, NewTask, RedriveOutcome, Result, StartParams,
+    Started, Store, TaskRecord, TypeStats, duration_ms, is_unique_violation, retrying,
+    unnamed_insert_conflict, unnamed_redrive_conflict,
 };
 
 /// A connection of a dialect's database.
@@ -424,13 +424,17 @@ where
 
     pub async fn dead_letters(
         pool: &Pool<DB>,
-        task_type: Option<&str>,
-        limit: u32,
+        params: DeadLetterParams<'_>,
     ) -> Result<Vec<TaskRecord>> {
+        // No cursor: everything sorts before one past the latest possible time.
+        let (at, id) = params.after.unwrap_or((Millis::new(i64::MAX), ""));
         let rows: Vec<TaskRow> = sqlx::query_as(D::QUERIES.dead_letters)
-            .bind(task_type)
-            .bind(task_type)
-            .bind(i64::from(limit))
+            .bind(params.task_type)
+            .bind(params.task_type)
+            .bind(at)
+            .bind(at)
+            .bind(id)
+            .bind(i64::from(params.limit))
             .fetch_all(pool)
             .await?;
         rows.into_iter().map(TaskRow::into_record).collect()
@@ -572,8 +576,8 @@ where
         shared::lapsed(self.reader(), &B::QUERIES, now, limit).await
     }
 
-    async fn dead_letters(&self, task_type: Option<&str>, limit: u32) -> Result<Vec<TaskRecord>> {
-        Tx::<B>::dead_letters(self.reader(), task_type, limit).await
+    async fn dead_letters(&self, params: DeadLetterParams<'_>) -> Result<Vec<TaskRecord>> {
+        Tx::<B>::dead_letters(self.reader(), params).await
     }
 
     async fn redrive(&self, id: &str, now: Millis) -> Result<RedriveOutcome> {
