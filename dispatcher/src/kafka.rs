@@ -336,7 +336,7 @@ async fn consume(
     let lag = tokio::spawn(report_lag(
         consumer.clone(),
         topic.clone(),
-        metrics,
+        metrics.clone(),
         stop.clone(),
     ));
     loop {
@@ -405,7 +405,7 @@ async fn consume(
             )
             .await?;
             letters.extend(refused);
-            record_dead_letters(store.as_ref(), &letters, &job, &stop).await
+            record_dead_letters(store.as_ref(), &letters, &job, &metrics, &stop).await
         };
         if stored.await.is_err() {
             // this batch is not stored: leave without committing it
@@ -557,6 +557,7 @@ async fn record_dead_letters(
     store: &dyn Store,
     letters: &[KafkaDeadLetter],
     job: &str,
+    metrics: &Metrics,
     stop: &CancellationToken,
 ) -> Result<(), Stopped> {
     for letter in letters {
@@ -564,6 +565,7 @@ async fn record_dead_letters(
         loop {
             match store.record_kafka_dead_letter(letter).await {
                 Ok(()) => {
+                    metrics.kafka_dead_letters.with_label_values(&[job]).inc();
                     tracing::warn!(%job, topic = %letter.topic, partition = letter.partition,
                         offset = letter.offset, reason = %letter.reason, "kept a Kafka message as a dead letter");
                     break;

@@ -32,6 +32,7 @@ pub struct Metrics {
     pub rescued: IntCounterVec,
     pub kafka_lag: IntGaugeVec,
     pub kafka_fallback: IntCounterVec,
+    pub kafka_dead_letters: IntCounterVec,
     pub pending: IntGaugeVec,
     pub poll_duration: Histogram,
     pub due_backlog: IntGaugeVec,
@@ -127,6 +128,12 @@ impl Metrics {
             "Kafka-route tasks the broker did not acknowledge in time, stored instead",
             &["task_type"],
         );
+        let kafka_dead_letters = counter(
+            "asyncd_kafka_dead_letters_total",
+            "Kafka messages that were no task or that the store refused, kept in the \
+             kafka_dead_letters table with their bytes and passed",
+            &["job"],
+        );
         let pending = gauge(
             "asyncd_mysql_pending_tasks",
             "Unfinished tasks waiting in the SQL store (any backend; the name is the reference system's)",
@@ -189,6 +196,7 @@ impl Metrics {
             rescued,
             kafka_lag,
             kafka_fallback,
+            kafka_dead_letters,
             pending,
             poll_duration,
             due_backlog,

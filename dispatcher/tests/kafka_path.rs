@@ -640,7 +640,7 @@ async fn an_unreadable_message_is_kept_with_its_bytes_and_passed() {
     let job = kafka_job("garbage", &executor.url(), 1);
     let topic = topic_of(&job);
     let cluster = Cluster::start(&job).await;
-    let _dispatcher = cluster.dispatcher("dispatcher");
+    let dispatcher = cluster.dispatcher("dispatcher");
     // The API creates the topic; a first task through it shows the consumer is up.
     let warm_up = cluster
         .submit(vec![json!({"type": "garbage", "payload": "warm-up"})])
@@ -688,6 +688,16 @@ async fn an_unreadable_message_is_kept_with_its_bytes_and_passed() {
         letter.reason.starts_with("not an asyncd task envelope"),
         "{}",
         letter.reason
+    );
+    let metrics = reqwest::get(format!("http://{}/metrics", dispatcher.listen))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("asyncd_kafka_dead_letters_total{job=\"garbage\"} 1"),
+        "{metrics}"
     );
     wait_committed_to_the_end(&topic, &format!("{topic}-cg")).await;
 }
