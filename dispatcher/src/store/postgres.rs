@@ -20,7 +20,7 @@ use sqlx::{PgConnection, PgPool, Pool, Postgres};
 
 use super::rows::{self, ClaimRow, claim_columns, task_columns};
 use super::shared::Queries;
-use super::tx::{Backend, Dialect, StartQueries, Tx};
+use super::tx::{Backend, Dialect, Tx};
 use super::*;
 
 pub struct PostgresStore {
@@ -120,15 +120,6 @@ const QUERIES: Queries = Queries {
 };
 
 /// `UPDATE … RETURNING` begins an attempt and answers its new number and token at once.
-const START: StartQueries = StartQueries {
-    update: "UPDATE tasks SET state = 'running', attempt = attempt + 1, \
-                    lease_token = lease_token + 1, lease_until = $1 + timeout_ms + $2, \
-                    updated_at = $3 \
-             WHERE id = $4 AND lease_token = $5 AND state = 'claimed' \
-             RETURNING attempt, lease_token",
-    read_back: None,
-};
-
 impl Dialect for PostgresStore {
     type DB = Postgres;
     type Key = str;
@@ -293,10 +284,102 @@ impl Backend for PostgresStore {
     }
 
     async fn start_claims(&self, params: StartParams<'_>) -> Result<Vec<Started>> {
-        Tx::<Self>::start(&self.pool, &START, params).await
+        // One statement for the whole batch, the claims joined in as arrays: a statement
+        // per claim made beginning attempts a round trip each, the dispatcher's ceiling on
+        // this backend. (Two batches never share a claim; a deadlock with the rescuer or
+        // a member's claims being released is retried like any other.)
+        let (ids, tokens): (Vec<&str>, Vec<i64>) = params
+            .claims
+            .iter()
+            .map(|(id, token)| (id.as_str(), *token))
+            .unzip();
+        let rows: Vec<rows::BatchStarted> = retrying(Self::transient, || async {
+            Ok(sqlx::query_as(
+                "UPDATE tasks SET state = 'running', attempt = attempt + 1, \
+                        lease_token = lease_token + 1, lease_until = $1 + timeout_ms + $2, \
+                        updated_at = $1 \
+                 FROM UNNEST($3::text[], $4::bigint[]) AS c(claim_id, claim_token) \
+                 WHERE tasks.id = c.claim_id AND tasks.lease_token = c.claim_token \
+                   AND tasks.state = 'claimed' \
+                 RETURNING tasks.id, tasks.attempt, tasks.lease_token",
+            )
+            .bind(params.now)
+            .bind(duration_ms(params.grace))
+            .bind(&ids)
+            .bind(&tokens)
+            .fetch_all(&self.pool)
+            .await?)
+        })
+        .await?;
+        rows::started_in_order(params.claims, rows)
     }
 
     async fn finish_batch(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
-        Tx::<Self>::finish(&self.pool, finishes, now).await
+        // Successes, nearly every outcome, in one statement (see `start_claims`); the
+        // rest one at a time, and the dependents of what succeeded after that.
+        let successes: Vec<(usize, &str, i64, Option<&str>)> = finishes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| match &f.kind {
+                FinishKind::Succeeded { result } => Some((
+                    i,
+                    f.id.as_str(),
+                    f.lease_token,
+                    result.as_ref().map(|r| r.get()),
+                )),
+                _ => None,
+            })
+            .collect();
+        let ids: Vec<&str> = successes.iter().map(|s| s.1).collect();
+        let tokens: Vec<i64> = successes.iter().map(|s| s.2).collect();
+        let results: Vec<Option<&str>> = successes.iter().map(|s| s.3).collect();
+        retrying(Self::transient, || async {
+            let mut tx = self.pool.begin().await?;
+            let mut applied = vec![false; finishes.len()];
+            if !successes.is_empty() {
+                // By id and token: a batch may hold a stale outcome and the live one of
+                // the same task.
+                let done: std::collections::HashSet<(String, i64)> = sqlx::query_as(
+                    "UPDATE tasks SET state = 'succeeded', result = s.outcome, \
+                            unique_active = NULL, lease_until = NULL, owner = NULL, \
+                            updated_at = $1 \
+                     FROM UNNEST($2::text[], $3::bigint[], $4::text[]) \
+                          AS s(finished_id, finished_token, outcome) \
+                     WHERE tasks.id = s.finished_id AND tasks.lease_token = s.finished_token \
+                       AND tasks.state = 'running' \
+                     RETURNING tasks.id, tasks.lease_token",
+                )
+                .bind(now)
+                .bind(&ids)
+                .bind(&tokens)
+                .bind(&results)
+                .fetch_all(&mut *tx)
+                .await?
+                .into_iter()
+                .collect();
+                for (i, id, token, _) in &successes {
+                    applied[*i] = done.contains(&(id.to_string(), *token));
+                }
+                let done: Vec<&str> = done.iter().map(|(id, _)| id.as_str()).collect();
+                let with_dependents: Vec<String> = sqlx::query_scalar(
+                    "SELECT DISTINCT depends_on FROM task_deps WHERE depends_on = ANY($1) \
+                     ORDER BY depends_on",
+                )
+                .bind(&done)
+                .fetch_all(&mut *tx)
+                .await?;
+                for id in with_dependents {
+                    Self::release_dependents(&mut tx, &id, now).await?;
+                }
+            }
+            for i in domain::lock_order(finishes.iter().map(|f| &f.id)) {
+                if !matches!(finishes[i].kind, FinishKind::Succeeded { .. }) {
+                    applied[i] = Tx::<Self>::finish_one(&mut tx, &finishes[i], now).await?;
+                }
+            }
+            tx.commit().await?;
+            Ok(applied)
+        })
+        .await
     }
 }

@@ -269,6 +269,30 @@ impl LapsedRow {
     }
 }
 
+/// A row of a batch `start`, which names the task it started.
+#[derive(sqlx::FromRow)]
+pub struct BatchStarted {
+    pub id: String,
+    #[sqlx(flatten)]
+    pub started: StartedRow,
+}
+
+/// The attempts of a batch `start` that began, in the order `claims` asked for them, as
+/// the backends that begin one claim at a time answer.
+pub fn started_in_order(
+    claims: &[(String, i64)],
+    rows: Vec<BatchStarted>,
+) -> Result<Vec<super::Started>> {
+    let mut started: std::collections::HashMap<String, super::Started> = rows
+        .into_iter()
+        .map(|row| Ok((row.id.clone(), row.started.into_started(row.id)?)))
+        .collect::<Result<_>>()?;
+    Ok(claims
+        .iter()
+        .filter_map(|(id, _)| started.remove(id))
+        .collect())
+}
+
 /// An attempt that began: the new attempt number and token.
 #[derive(sqlx::FromRow)]
 pub struct StartedRow {

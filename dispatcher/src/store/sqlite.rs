@@ -6,7 +6,6 @@
 //! every committed transaction through a process crash (`kill -9`); only a power cut
 //! can take the last few, which is the trade the embedded mode makes for speed.
 
-use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -45,14 +44,6 @@ impl SqliteStore {
             .await?;
         Ok(Self { writer, reader })
     }
-}
-
-/// A row of a batch `start`, which names the task it started.
-#[derive(sqlx::FromRow)]
-struct BatchStarted {
-    id: String,
-    #[sqlx(flatten)]
-    started: rows::StartedRow,
 }
 
 /// The statements every backend runs alike (see `shared` and `tx`).
@@ -252,7 +243,7 @@ impl Backend for SqliteStore {
     async fn start_claims(&self, params: StartParams<'_>) -> Result<Vec<Started>> {
         // One statement for the whole batch: each statement is a round trip to sqlx's
         // SQLite worker thread, and those hand-offs, not SQLite, were the cost.
-        let rows: Vec<BatchStarted> = sqlx::query_as(
+        let rows: Vec<rows::BatchStarted> = sqlx::query_as(
             "UPDATE tasks SET state = 'running', attempt = attempt + 1, \
                     lease_token = lease_token + 1, lease_until = ?1 + timeout_ms + ?2, updated_at = ?1 \
              WHERE id IN (SELECT value ->> 0 FROM json_each(?3)) AND state = 'claimed' \
@@ -264,16 +255,7 @@ impl Backend for SqliteStore {
         .bind(serde_json::to_string(params.claims).expect("pairs serialize"))
         .fetch_all(&self.writer)
         .await?;
-        let mut started: HashMap<String, Started> = rows
-            .into_iter()
-            .map(|row| Ok((row.id.clone(), row.started.into_started(row.id)?)))
-            .collect::<Result<_>>()?;
-        // In the order asked, as the other backends answer.
-        Ok(params
-            .claims
-            .iter()
-            .filter_map(|(id, _)| started.remove(id))
-            .collect())
+        rows::started_in_order(params.claims, rows)
     }
 
     async fn finish_batch(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
