@@ -932,6 +932,115 @@ async fn errors_from_executors_are_stored_sanitized_and_capped(store: &dyn Store
     assert_eq!(state(store, &ids[2]).await, TaskState::Succeeded);
 }
 
+async fn a_success_after_its_attempt_was_given_up_lands_until_a_new_claim(store: &dyn Store) {
+    // Issue 10, finding 3: a dispatcher starved of CPU wrote successes after their
+    // leases lapsed; the rescuer had queued the tasks again, the successes were refused
+    // as stale, and the work ran again and again. A success for a given-up attempt now
+    // lands while the task waits for a new attempt; once one is claimed (or after a
+    // redrive) the old attempt's token is spent.
+    async fn given_up(store: &dyn Store, id: &str, now: Millis) -> i64 {
+        let claimed = claim_all(store, now, now).await;
+        let claim = claimed.iter().find(|c| c.id == id).unwrap();
+        let attempt = store
+            .start(start_params(&[(id.to_string(), claim.lease_token)], now, 0))
+            .await
+            .unwrap()
+            .remove(0);
+        let lapsed = Finish {
+            id: id.to_string(),
+            lease_token: attempt.lease_token,
+            kind: FinishKind::Retry {
+                at: now,
+                error: "attempt 1 lease lapsed".into(),
+            },
+        };
+        assert_eq!(store.finish(&[lapsed], now).await.unwrap(), [true]);
+        attempt.lease_token
+    }
+    let late = |id: &str, token: i64| Finish {
+        id: id.to_string(),
+        lease_token: token,
+        kind: FinishKind::Succeeded {
+            result: Some(RawValue::from_string("\"late\"".into()).unwrap()),
+        },
+    };
+
+    let waiting = insert(store, new_task("a", T0)).await;
+    let token = given_up(store, &waiting, T0).await;
+    assert_eq!(state(store, &waiting).await, TaskState::Pending);
+    assert_eq!(
+        store.finish(&[late(&waiting, token)], at(1)).await.unwrap(),
+        [true]
+    );
+    let record = store.get(&waiting).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            record.state,
+            record.attempt,
+            record.result.map(|r| r.get().to_string())
+        ),
+        (TaskState::Succeeded, 1, Some("\"late\"".to_string()))
+    );
+    assert!(
+        claim_all(store, at(10), at(10)).await.is_empty(),
+        "nothing runs again"
+    );
+
+    let reclaimed = insert(store, new_task("a", at(20))).await;
+    let token = given_up(store, &reclaimed, at(20)).await;
+    let claim = claim_all(store, at(20), at(20)).await.remove(0);
+    assert_eq!(
+        store
+            .finish(&[late(&reclaimed, token)], at(21))
+            .await
+            .unwrap(),
+        [false],
+        "a new claim spent the old token"
+    );
+    let second = store
+        .start(start_params(
+            &[(reclaimed.clone(), claim.lease_token)],
+            at(21),
+            0,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(second.len(), 1, "the new claim still begins");
+
+    let redriven = insert(store, new_task("a", at(30))).await;
+    let claim = claim_all(store, at(30), at(30)).await.remove(0);
+    let attempt = store
+        .start(start_params(
+            &[(redriven.clone(), claim.lease_token)],
+            at(30),
+            0,
+        ))
+        .await
+        .unwrap()
+        .remove(0);
+    let dead = Finish {
+        id: redriven.clone(),
+        lease_token: attempt.lease_token,
+        kind: FinishKind::Dead {
+            error: "gone".into(),
+        },
+    };
+    assert_eq!(store.finish(&[dead], at(31)).await.unwrap(), [true]);
+    assert!(matches!(
+        store.redrive(&redriven, at(32)).await.unwrap(),
+        RedriveOutcome::Redriven { .. }
+    ));
+    assert_eq!(
+        store
+            .finish(&[late(&redriven, attempt.lease_token)], at(33))
+            .await
+            .unwrap(),
+        [false],
+        "a redrive spent the old token"
+    );
+    assert_eq!(state(store, &redriven).await, TaskState::Pending);
+}
+
 /// Every scenario as one test per backend (`sqlite::…`, `mariadb::…`, `postgres::…`),
 /// each on a fresh, migrated database, so one failure hides none of the others.
 macro_rules! scenarios {
@@ -971,6 +1080,7 @@ scenarios!(
     insert_get_and_order_within_one_millisecond,
     claim_respects_type_filter_and_limit,
     attempt_lifecycle_with_fencing,
+    a_success_after_its_attempt_was_given_up_lands_until_a_new_claim,
     lapsed_leases_come_back,
     dead_letters_redrive_and_cancel,
     dead_letters_page_by_cursor_latest_due_first,

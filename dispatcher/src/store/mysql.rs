@@ -139,7 +139,7 @@ const QUERIES: Queries = Queries {
     succeed: "UPDATE tasks FORCE INDEX (PRIMARY) \
               SET state = 'succeeded', result = ?, unique_active = NULL, \
                   lease_until = NULL, owner = NULL, updated_at = ? \
-              WHERE id = ? AND lease_token = ? AND state = 'running'",
+              WHERE id = ? AND lease_token = ? AND state IN ('running', 'pending')",
     retry: "UPDATE tasks FORCE INDEX (PRIMARY) \
             SET state = 'pending', trigger_at = ?, last_error = ?, \
                 lease_until = NULL, owner = NULL, updated_at = ? \
@@ -156,7 +156,7 @@ const QUERIES: Queries = Queries {
              WHERE id = ? AND lease_token = ? AND state = 'running'",
     redrive: "UPDATE tasks FORCE INDEX (PRIMARY) \
               SET state = 'pending', attempt = 0, trigger_at = ?, \
-                  unique_active = unique_key, lease_until = NULL, updated_at = ? \
+                  lease_token = lease_token + 1, unique_active = unique_key, lease_until = NULL, updated_at = ? \
               WHERE id = ? AND state = 'dead'",
     redrive_holder: "SELECT b.id FROM tasks a JOIN tasks b ON b.unique_active = a.unique_key \
                      WHERE a.id = ?",

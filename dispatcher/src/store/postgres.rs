@@ -89,7 +89,7 @@ const QUERIES: Queries = Queries {
              WHERE id = $2 AND state IN ('blocked', 'pending', 'claimed')",
     succeed: "UPDATE tasks SET state = 'succeeded', result = $1, unique_active = NULL, \
               lease_until = NULL, owner = NULL, updated_at = $2 \
-              WHERE id = $3 AND lease_token = $4 AND state = 'running'",
+              WHERE id = $3 AND lease_token = $4 AND state IN ('running', 'pending')",
     retry: "UPDATE tasks SET state = 'pending', trigger_at = $1, last_error = $2, \
             lease_until = NULL, owner = NULL, updated_at = $3 \
             WHERE id = $4 AND lease_token = $5 AND state = 'running'",
@@ -102,7 +102,7 @@ const QUERIES: Queries = Queries {
     extend: "UPDATE tasks SET lease_until = GREATEST(lease_until, $1), updated_at = $2 \
              WHERE id = $3 AND lease_token = $4 AND state = 'running'",
     redrive: "UPDATE tasks SET state = 'pending', attempt = 0, trigger_at = $1, \
-              unique_active = unique_key, lease_until = NULL, updated_at = $2 \
+              lease_token = lease_token + 1, unique_active = unique_key, lease_until = NULL, updated_at = $2 \
               WHERE id = $3 AND state = 'dead'",
     redrive_holder: "SELECT b.id FROM tasks a JOIN tasks b ON b.unique_active = a.unique_key \
                      WHERE a.id = $1",
@@ -346,7 +346,7 @@ impl Backend for PostgresStore {
                      FROM UNNEST($2::text[], $3::bigint[], $4::text[]) \
                           AS s(finished_id, finished_token, outcome) \
                      WHERE tasks.id = s.finished_id AND tasks.lease_token = s.finished_token \
-                       AND tasks.state = 'running' \
+                       AND tasks.state IN ('running', 'pending') \
                      RETURNING tasks.id, tasks.lease_token",
                 )
                 .bind(now)

@@ -84,7 +84,7 @@ const QUERIES: Queries = Queries {
              WHERE id = ? AND state IN ('blocked', 'pending', 'claimed')",
     succeed: "UPDATE tasks SET state = 'succeeded', result = ?, unique_active = NULL, \
               lease_until = NULL, owner = NULL, updated_at = ? \
-              WHERE id = ? AND lease_token = ? AND state = 'running'",
+              WHERE id = ? AND lease_token = ? AND state IN ('running', 'pending')",
     retry: "UPDATE tasks SET state = 'pending', trigger_at = ?, last_error = ?, \
             lease_until = NULL, owner = NULL, updated_at = ? \
             WHERE id = ? AND lease_token = ? AND state = 'running'",
@@ -96,7 +96,7 @@ const QUERIES: Queries = Queries {
     extend: "UPDATE tasks SET lease_until = MAX(lease_until, ?), updated_at = ? \
              WHERE id = ? AND lease_token = ? AND state = 'running'",
     redrive: "UPDATE tasks SET state = 'pending', attempt = 0, trigger_at = ?, \
-              unique_active = unique_key, lease_until = NULL, updated_at = ? \
+              lease_token = lease_token + 1, unique_active = unique_key, lease_until = NULL, updated_at = ? \
               WHERE id = ? AND state = 'dead'",
     redrive_holder: "SELECT b.id FROM tasks a JOIN tasks b ON b.unique_active = a.unique_key \
                      WHERE a.id = ?",
@@ -274,7 +274,8 @@ impl Backend for SqliteStore {
             let done: std::collections::HashSet<String> = sqlx::query_scalar(
                 "UPDATE tasks SET state = 'succeeded', result = NULL, unique_active = NULL, \
                         lease_until = NULL, owner = NULL, updated_at = ?1 \
-                 WHERE id IN (SELECT value ->> 0 FROM json_each(?2)) AND state = 'running' \
+                 WHERE id IN (SELECT value ->> 0 FROM json_each(?2)) \
+                   AND state IN ('running', 'pending') \
                    AND id || ' ' || lease_token IN (SELECT value ->> 0 || ' ' || (value ->> 1) FROM json_each(?2)) \
                  RETURNING id",
             )
