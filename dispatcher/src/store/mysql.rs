@@ -30,7 +30,7 @@ use super::domain;
 
 use super::rows::{self, ClaimRow, claim_columns, task_columns};
 use super::shared::Queries;
-use super::tx::{Backend, Dialect, StartQueries, Tx};
+use super::tx::{Backend, Dialect, Tx};
 use super::*;
 
 pub struct MySqlStore {
@@ -176,15 +176,6 @@ const QUERIES: Queries = Queries {
 
 /// No `UPDATE … RETURNING`: the started row is read back, still locked by the
 /// transaction.
-const START: StartQueries = StartQueries {
-    update: "UPDATE tasks FORCE INDEX (PRIMARY) \
-             SET state = 'running', attempt = attempt + 1, \
-                 lease_token = lease_token + 1, lease_until = ? + timeout_ms + ?, \
-                 updated_at = ? \
-             WHERE id = ? AND lease_token = ? AND state = 'claimed'",
-    read_back: Some("SELECT attempt, lease_token FROM tasks WHERE id = ?"),
-};
-
 /// The blocked dependents of `id`, locked.
 ///
 /// InnoDB locks the rows a locking read visits, so the plan is pinned: walk `id`'s
@@ -395,6 +386,24 @@ impl MySqlStore {
     }
 }
 
+/// `[[id, token], …]` sorted by id, for [`json_pairs!`]: the order rows are locked in.
+fn pairs_json<'a>(pairs: impl Iterator<Item = (&'a str, i64)>) -> String {
+    let mut pairs: Vec<(&str, i64)> = pairs.collect();
+    pairs.sort_unstable();
+    serde_json::to_string(&pairs).expect("pairs serialize")
+}
+
+/// A table `p(pair_id, pair_token)` of the JSON array of [`pairs_json`], bound as one
+/// parameter: one prepared statement whatever the batch size (IN lists would need one
+/// per length), compared byte-wise like the `id` column.
+macro_rules! json_pairs {
+    () => {
+        "JSON_TABLE(?, '$[*]' COLUMNS ( \
+             pair_id VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]', \
+             pair_token BIGINT PATH '$[1]')) AS p"
+    };
+}
+
 #[async_trait]
 impl Backend for MySqlStore {
     fn writer(&self) -> &Pool<Self::DB> {
@@ -441,10 +450,141 @@ impl Backend for MySqlStore {
     }
 
     async fn start_claims(&self, params: StartParams<'_>) -> Result<Vec<Started>> {
-        Tx::<Self>::start(&self.pool, &START, params).await
+        // A statement per claim made beginning attempts a round trip each, this backend's
+        // ceiling. Without UPDATE … RETURNING, the batch is two statements: lock and read
+        // the claims that still hold their tokens, then begin exactly those.
+        let claims = pairs_json(
+            params
+                .claims
+                .iter()
+                .map(|(id, token)| (id.as_str(), *token)),
+        );
+        let rows: Vec<rows::BatchStarted> = retrying(Self::transient, || async {
+            let mut tx = self.pool.begin().await?;
+            let held: Vec<rows::BatchStarted> = sqlx::query_as(concat!(
+                "SELECT tasks.id, tasks.attempt + 1 AS attempt, tasks.lease_token + 1 AS lease_token \
+                 FROM ",
+                json_pairs!(),
+                " JOIN tasks ON tasks.id = p.pair_id AND tasks.lease_token = p.pair_token \
+                 WHERE tasks.state = 'claimed' ORDER BY tasks.id FOR UPDATE"
+            ))
+            .bind(&claims)
+            .fetch_all(&mut *tx)
+            .await?;
+            if !held.is_empty() {
+                let ids = serde_json::to_string(&held.iter().map(|r| &r.id).collect::<Vec<_>>())
+                    .expect("ids serialize");
+                sqlx::query(
+                    "UPDATE tasks SET state = 'running', attempt = attempt + 1, \
+                            lease_token = lease_token + 1, lease_until = ? + timeout_ms + ?, \
+                            updated_at = ? \
+                     WHERE state = 'claimed' AND id IN (SELECT i.id FROM JSON_TABLE(?, '$[*]' \
+                           COLUMNS (id VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin \
+                                    PATH '$')) AS i)",
+                )
+                .bind(params.now)
+                .bind(duration_ms(params.grace))
+                .bind(params.now)
+                .bind(&ids)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(held)
+        })
+        .await?;
+        rows::started_in_order(params.claims, rows)
     }
 
     async fn finish_batch(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
-        Tx::<Self>::finish(&self.pool, finishes, now).await
+        // Successes, nearly every outcome, as one batch (see `start_claims`); the rest one
+        // at a time, and the dependents of what succeeded after that.
+        let successes: Vec<usize> = (0..finishes.len())
+            .filter(|&i| matches!(finishes[i].kind, FinishKind::Succeeded { .. }))
+            .collect();
+        let pairs = pairs_json(
+            successes
+                .iter()
+                .map(|&i| (finishes[i].id.as_str(), finishes[i].lease_token)),
+        );
+        retrying(Self::transient, || async {
+            let mut tx = self.pool.begin().await?;
+            let mut applied = vec![false; finishes.len()];
+            if !successes.is_empty() {
+                let held: std::collections::HashSet<(String, i64)> = sqlx::query_as(concat!(
+                    "SELECT tasks.id, tasks.lease_token FROM ",
+                    json_pairs!(),
+                    " JOIN tasks ON tasks.id = p.pair_id AND tasks.lease_token = p.pair_token \
+                     WHERE tasks.state IN ('running', 'pending') ORDER BY tasks.id FOR UPDATE"
+                ))
+                .bind(&pairs)
+                .fetch_all(&mut *tx)
+                .await?
+                .into_iter()
+                .collect();
+                if !held.is_empty() {
+                    let outcomes = serde_json::to_string(
+                        &successes
+                            .iter()
+                            .map(|&i| {
+                                let f = &finishes[i];
+                                let result = match &f.kind {
+                                    FinishKind::Succeeded { result } => {
+                                        result.as_ref().map(|r| r.get())
+                                    }
+                                    _ => None,
+                                };
+                                (f.id.as_str(), f.lease_token, result)
+                            })
+                            .collect::<Vec<_>>(),
+                    )
+                    .expect("outcomes serialize");
+                    // The result travels as a JSON string, so JSON_TABLE hands back its
+                    // text exactly (results are stored byte for byte, never re-encoded).
+                    sqlx::query(
+                        "UPDATE tasks JOIN JSON_TABLE(?, '$[*]' COLUMNS ( \
+                             pair_id VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin \
+                                 PATH '$[0]', \
+                             pair_token BIGINT PATH '$[1]', \
+                             outcome LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin \
+                                 PATH '$[2]')) AS p \
+                           ON tasks.id = p.pair_id AND tasks.lease_token = p.pair_token \
+                         SET tasks.state = 'succeeded', tasks.result = p.outcome, \
+                             tasks.unique_active = NULL, tasks.lease_until = NULL, \
+                             tasks.owner = NULL, tasks.updated_at = ? \
+                         WHERE tasks.state IN ('running', 'pending')",
+                    )
+                    .bind(&outcomes)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                    let done: Vec<&str> = held.iter().map(|(id, _)| id.as_str()).collect();
+                    let with_dependents: Vec<String> = sqlx::query_scalar(
+                        "SELECT DISTINCT depends_on FROM task_deps WHERE depends_on IN \
+                           (SELECT i.id FROM JSON_TABLE(?, '$[*]' COLUMNS ( \
+                              id VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin \
+                              PATH '$')) AS i) \
+                         ORDER BY depends_on",
+                    )
+                    .bind(serde_json::to_string(&done).expect("ids serialize"))
+                    .fetch_all(&mut *tx)
+                    .await?;
+                    for id in with_dependents {
+                        Self::release_dependents(&mut tx, &id, now).await?;
+                    }
+                }
+                for &i in &successes {
+                    applied[i] = held.contains(&(finishes[i].id.clone(), finishes[i].lease_token));
+                }
+            }
+            for i in domain::lock_order(finishes.iter().map(|f| &f.id)) {
+                if !matches!(finishes[i].kind, FinishKind::Succeeded { .. }) {
+                    applied[i] = Tx::<Self>::finish_one(&mut tx, &finishes[i], now).await?;
+                }
+            }
+            tx.commit().await?;
+            Ok(applied)
+        })
+        .await
     }
 }

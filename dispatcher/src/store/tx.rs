@@ -7,9 +7,7 @@
 use std::future::Future;
 use std::marker::PhantomData;
 
-use sqlx::{
-    Acquire, Arguments, Database, Encode, Executor, FromRow, IntoArguments, Pool, Transaction, Type,
-};
+use sqlx::{Acquire, Database, Encode, Executor, FromRow, IntoArguments, Pool, Transaction, Type};
 
 use super::domain::{self, DependentsEffect, Initial};
 use async_trait::async_trait;
@@ -19,8 +17,8 @@ use super::shared::{self, KafkaDeadLetterRow, Queries};
 use super::{
     CancelOutcome, ClaimIdsParams, ClaimParams, ClaimedTask, DeadLetterParams, Finish, FinishKind,
     InsertOutcome, KafkaDeadLetter, Lapsed, Millis, NewTask, RedriveOutcome, Result, StartParams,
-    Started, Store, TaskRecord, TypeStats, duration_ms, is_unique_violation, retrying,
-    unnamed_insert_conflict, unnamed_redrive_conflict,
+    Started, Store, TaskRecord, TypeStats, is_unique_violation, retrying, unnamed_insert_conflict,
+    unnamed_redrive_conflict,
 };
 
 /// A connection of a dialect's database.
@@ -69,17 +67,6 @@ pub trait Dialect: Send + Sync + 'static {
         dep: &'a str,
         now: Millis,
     ) -> impl Future<Output = Result<Vec<String>>> + Send + 'a;
-}
-
-/// How a backend begins an attempt on one claim (SQLite batches a whole `start` instead).
-pub struct StartQueries {
-    /// Begins the attempt on task `id` if it is claimed with `lease_token`; binds
-    /// `(now, grace_ms, now, id, lease_token)`. With `read_back: None` it ends in
-    /// `RETURNING attempt, lease_token`.
-    pub update: &'static str,
-    /// Without `UPDATE … RETURNING`: the `attempt, lease_token` of task `id`, read after
-    /// the update (the row stays locked by the transaction until it commits).
-    pub read_back: Option<&'static str>,
 }
 
 /// The shared bodies, run with dialect `D`.
@@ -253,74 +240,6 @@ where
             failed.extend(D::fail_blocked_dependents(&mut **tx, &dep, now).await?);
         }
         Ok(())
-    }
-
-    /// Begins attempts one claim at a time, in lock order, with `queries`.
-    pub async fn start(
-        pool: &Pool<DB>,
-        queries: &StartQueries,
-        params: StartParams<'_>,
-    ) -> Result<Vec<Started>> {
-        retrying(D::transient, || async {
-            let mut tx = pool.begin().await?;
-            let mut started = vec![None; params.claims.len()];
-            for i in domain::lock_order(params.claims.iter().map(|(id, _)| id)) {
-                let (id, token) = &params.claims[i];
-                let arguments = || -> Result<DB::Arguments, sqlx::Error> {
-                    let encode = sqlx::Error::Encode;
-                    let mut arguments = DB::Arguments::default();
-                    arguments.add(params.now).map_err(encode)?;
-                    arguments.add(duration_ms(params.grace)).map_err(encode)?;
-                    arguments.add(params.now).map_err(encode)?;
-                    arguments.add(id.as_str()).map_err(encode)?;
-                    arguments.add(*token).map_err(encode)?;
-                    Ok(arguments)
-                };
-                let row: Option<StartedRow> = match queries.read_back {
-                    None => {
-                        sqlx::query_as_with(queries.update, arguments()?)
-                            .fetch_optional(&mut *tx)
-                            .await?
-                    }
-                    Some(read_back) => {
-                        let done = sqlx::query_with(queries.update, arguments()?)
-                            .execute(&mut *tx)
-                            .await?;
-                        if D::rows_affected(&done) == 1 {
-                            Some(
-                                sqlx::query_as(read_back)
-                                    .bind(id.as_str())
-                                    .fetch_one(&mut *tx)
-                                    .await?,
-                            )
-                        } else {
-                            None
-                        }
-                    }
-                };
-                if let Some(row) = row {
-                    started[i] = Some(row.into_started(id.clone())?);
-                }
-            }
-            tx.commit().await?;
-            Ok(started.into_iter().flatten().collect())
-        })
-        .await
-    }
-
-    /// Applies each finish whose token still matches, in lock order; `true` where it
-    /// applied.
-    pub async fn finish(pool: &Pool<DB>, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
-        retrying(D::transient, || async {
-            let mut tx = pool.begin().await?;
-            let mut applied = vec![false; finishes.len()];
-            for i in domain::lock_order(finishes.iter().map(|f| &f.id)) {
-                applied[i] = Self::finish_one(&mut tx, &finishes[i], now).await?;
-            }
-            tx.commit().await?;
-            Ok(applied)
-        })
-        .await
     }
 
     /// Applies one finish if its token still matches, and what it does to the tasks
