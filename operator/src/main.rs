@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use asyncd_operator::builders::DispatcherSettings;
+use asyncd_kafka_admin::KafkaSecurity;
 use asyncd_operator::kafka::KafkaAdmin;
 use asyncd_operator::metrics::Metrics;
 use asyncd_operator::{controller, telemetry};
@@ -82,8 +83,10 @@ async fn main() -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("no kubeconfig (KUBECONFIG, ~/.kube/config) and not in a cluster")?;
+    let kafka_security = KafkaSecurity::from_env().context("Kafka security settings")?;
     let admin = KafkaAdmin::new(
         &args.kafka_brokers,
+        &kafka_security,
         "asyncd-operator",
         args.kafka_replication_factor,
         Duration::from_secs(15),

@@ -98,26 +98,20 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- required "dispatcher.serviceAccount.name is required" .Values.dispatcher.serviceAccount.name }}
 {{- end }}
 
-{{/* Secret holding the store URL, and its key. */}}
+{{/* Secret holding the store URL (the user's: the chart ships no credentials), and its key. */}}
 {{- define "asyncd.storeSecretName" -}}
-{{- if .Values.store.existingSecret }}
-{{- .Values.store.existingSecret }}
-{{- else }}
-{{- printf "%s-store" (include "asyncd.fullname" .) }}
-{{- end }}
+{{- required "store.existingSecret is required: create a Secret holding the store URL (kubectl create secret generic asyncd-store --from-literal=url=postgres://…) and name it; the chart ships no default credentials" .Values.store.existingSecret }}
 {{- end }}
 
 {{- define "asyncd.storeSecretKey" -}}
 {{- required "store.existingSecretKey is required" .Values.store.existingSecretKey }}
 {{- end }}
 
-{{/* Fail early on a store URL asyncd cannot share between pods. */}}
+{{/* Fail early, with the message that says what to do, when no store Secret is named. */}}
 {{- define "asyncd.validateStore" -}}
-{{- if not .Values.store.existingSecret }}
-{{- $url := required "store.url (or store.existingSecret) is required" .Values.store.url }}
-{{- if not (or (hasPrefix "mysql://" $url) (hasPrefix "postgres://" $url) (hasPrefix "postgresql://" $url)) }}
-{{- fail (printf "store.url must be a mysql:// or postgres:// URL (the embedded sqlite store is for `asyncd dev` only), got %q" (regexReplaceAll "//[^@/]*@" $url "//***@")) }}
-{{- end }}
+{{- $_ := include "asyncd.storeSecretName" . }}
+{{- if hasKey .Values.store "url" }}
+{{- fail "store.url is no longer supported: the chart ships no credentials; put the URL into a Secret and name it with store.existingSecret" }}
 {{- end }}
 {{- end }}
 

@@ -23,7 +23,9 @@ use crate::crd::AsyncJobConfig;
 
 pub const METRICS_PORT: i32 = 7700;
 
-/// The container's arguments (after the `asyncd` entrypoint).
+/// The container's arguments (after the `asyncd` entrypoint). The store URL is not among
+/// them: it holds the database password, which argv would show to every `ps` on the
+/// node; `asyncd` reads it from `ASYNCD_STORE` (see [`build`]).
 pub fn args(config: &AsyncJobConfig, settings: &DispatcherSettings) -> Vec<String> {
     vec![
         "dispatcher".into(),
@@ -31,8 +33,6 @@ pub fn args(config: &AsyncJobConfig, settings: &DispatcherSettings) -> Vec<Strin
         format!("{}/{ROUTING_CONFIGMAP}", config.namespace()),
         "--job".into(),
         config.name().into(),
-        "--store".into(),
-        "$(ASYNCD_STORE)".into(),
         "--kafka-brokers".into(),
         settings.kafka_brokers.clone(),
         "--listen".into(),
@@ -210,7 +210,7 @@ mod tests {
         assert_eq!(
             c.args.as_ref().unwrap().join(" "),
             "dispatcher --routing-configmap shop/asyncd-routing --job order-cancel-job \
-             --store $(ASYNCD_STORE) --kafka-brokers kafka-0:9092,kafka-1:9092 --listen 0.0.0.0:7700"
+             --kafka-brokers kafka-0:9092,kafka-1:9092 --listen 0.0.0.0:7700"
         );
         assert_eq!(c.ports.as_ref().unwrap()[0].container_port, 7700);
         let env = c.env.as_ref().unwrap();
