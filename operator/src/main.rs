@@ -53,6 +53,11 @@ struct Args {
     /// Secret holding executor signing secrets, one key per `signingSecretEnv` name.
     #[arg(long, default_value = "asyncd-signing")]
     signing_secret: String,
+    /// Secret (in each config's namespace) of ASYNCD_KAFKA_* settings (TLS, SASL) the
+    /// dispatchers get as environment variables. The operator's own Kafka client reads
+    /// the same variables from its own environment.
+    #[arg(long, env = "ASYNCD_DISPATCHER_KAFKA_SECRET")]
+    dispatcher_kafka_secret: Option<String>,
 }
 
 #[derive(Clone)]
@@ -99,6 +104,7 @@ async fn main() -> anyhow::Result<()> {
         store_secret: args.store_secret,
         service_account: args.dispatcher_service_account,
         signing_secret: args.signing_secret,
+        kafka_secret: args.dispatcher_kafka_secret,
     };
     let metrics = Arc::new(Metrics::default());
     let ready = Arc::new(AtomicBool::new(false));

@@ -152,6 +152,16 @@ app.kubernetes.io/component: {{ index . 1 }}
       fieldPath: metadata.name
 {{- end }}
 
+{{/* Kafka TLS/SASL settings (ASYNCD_KAFKA_* keys of kafka.securitySecret) as variables. */}}
+{{- define "asyncd.kafkaEnvFrom" -}}
+{{- with .Values.kafka.securitySecret }}
+envFrom:
+  - secretRef:
+      name: {{ . }}
+      optional: false
+{{- end }}
+{{- end }}
+
 {{/* Volumes and mounts of the routing folder. */}}
 {{- define "asyncd.routingVolume" -}}
 {{- if .Values.routing.mountAsFolder -}}
@@ -170,19 +180,23 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 {{- end }}
 
-{{/* Health probes of an asyncd container listening on the port named http. */}}
+{{/*
+Health probes of an asyncd container listening on the port named http:
+include "asyncd.probes" "HTTP" (or "HTTPS" when the listener serves TLS: the kubelet
+does not verify the certificate).
+*/}}
 {{- define "asyncd.probes" -}}
 startupProbe:
-  httpGet: {path: /healthz, port: http}
+  httpGet: {path: /healthz, port: http, scheme: {{ . }}}
   periodSeconds: 2
   failureThreshold: 30
 livenessProbe:
-  httpGet: {path: /healthz, port: http}
+  httpGet: {path: /healthz, port: http, scheme: {{ . }}}
   periodSeconds: 10
   timeoutSeconds: 3
   failureThreshold: 3
 readinessProbe:
-  httpGet: {path: /readyz, port: http}
+  httpGet: {path: /readyz, port: http, scheme: {{ . }}}
   periodSeconds: 5
   timeoutSeconds: 3
   failureThreshold: 2

@@ -6,9 +6,9 @@
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
+    Capabilities, Container, ContainerPort, EnvFromSource, EnvVar, EnvVarSource, HTTPGetAction,
     ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
-    SecretKeySelector, SecurityContext,
+    SecretEnvSource, SecretKeySelector, SecurityContext,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -103,6 +103,16 @@ pub fn build(config: &AsyncJobConfig, settings: &DispatcherSettings) -> Deployme
         command: Some(vec!["asyncd".into()]),
         args: Some(args(config, settings)),
         env: Some(env),
+        // Kafka TLS and SASL settings, the password among them: variables, never args.
+        env_from: settings.kafka_secret.as_ref().map(|name| {
+            vec![EnvFromSource {
+                secret_ref: Some(SecretEnvSource {
+                    name: name.clone(),
+                    optional: Some(false),
+                }),
+                ..EnvFromSource::default()
+            }]
+        }),
         ports: Some(vec![ContainerPort {
             name: Some("metrics".into()),
             container_port: METRICS_PORT,
@@ -268,6 +278,28 @@ mod tests {
             (key.name.as_str(), key.key.as_str()),
             ("asyncd-signing", "ORDER_CANCEL_SIGNING_SECRET")
         );
+    }
+
+    #[test]
+    fn secrets_reach_the_dispatcher_as_variables_never_as_arguments() {
+        let config = fixtures::config("order-cancel-job");
+        let mut settings = fixtures::settings();
+        let plain = build(&config, &settings);
+        let c = &plain.spec.unwrap().template.spec.unwrap().containers[0];
+        assert_eq!(c.env_from, None, "no Kafka Secret unless one is named");
+        let args = c.args.as_ref().unwrap().join(" ");
+        assert!(!args.contains("--store") && !args.contains("ASYNCD_STORE"), "{args}");
+
+        settings.kafka_secret = Some("asyncd-kafka".into());
+        let d = build(&config, &settings);
+        let c = &d.spec.unwrap().template.spec.unwrap().containers[0];
+        let from = c.env_from.as_ref().unwrap();
+        let secret = from[0].secret_ref.as_ref().unwrap();
+        assert_eq!(
+            (secret.name.as_str(), secret.optional),
+            ("asyncd-kafka", Some(false))
+        );
+        assert!(!c.args.as_ref().unwrap().join(" ").contains("sasl"));
     }
 
     #[test]
