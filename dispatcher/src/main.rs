@@ -89,7 +89,10 @@ impl StoreSource {
             (Some(url), _) => Ok(url),
             (None, Some(path)) => {
                 let text = std::fs::read_to_string(&path).with_context(|| {
-                    format!("--store-file (ASYNCD_STORE_FILE): reading {}", path.display())
+                    format!(
+                        "--store-file (ASYNCD_STORE_FILE): reading {}",
+                        path.display()
+                    )
                 })?;
                 Ok(text.trim().to_string())
             }

@@ -28,14 +28,14 @@ use crate::clock::SharedClock;
 use crate::dispatcher::{ClaimerWakeup, Dispatcher, DispatcherConfig};
 use crate::executor::ExecutorClient;
 use crate::kafka::{self, Producer};
-use asyncd_kafka_admin::KafkaSecurity;
 use crate::metrics::Metrics;
 use crate::rescuer::Rescuer;
 use crate::routing::{self, Routes};
 use crate::scheduler::Scheduler;
 use crate::signals::TestSignals;
-use crate::tls::{self, TlsFiles};
 use crate::store::{self, Store};
+use crate::tls::{self, TlsFiles};
+use asyncd_kafka_admin::KafkaSecurity;
 
 /// Where the job table comes from.
 #[derive(Debug, Clone)]
@@ -381,6 +381,7 @@ async fn wire(
         Some(files) => {
             let (listener, accepting, reloading) = tls::listen(
                 listener,
+                local,
                 files,
                 supervisor.tracker().clone(),
                 shutdown.clone(),

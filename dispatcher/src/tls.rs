@@ -89,7 +89,8 @@ fn certified_key(
     if chain.is_empty() {
         return Err(TlsError::NoCertificate(files.cert.clone()));
     }
-    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| TlsError::Pem(files.key.clone(), e))?;
+    let key =
+        PrivateKeyDer::from_pem_slice(key).map_err(|e| TlsError::Pem(files.key.clone(), e))?;
     CertifiedKey::from_der(chain, key, provider)
         .map(Arc::new)
         .map_err(|error| TlsError::Key {
@@ -138,6 +139,7 @@ impl axum::serve::Listener for TlsListener {
 /// certificate and key.
 pub fn listen(
     tcp: TcpListener,
+    local: SocketAddr,
     files: TlsFiles,
     tracker: TaskTracker,
     shutdown: CancellationToken,
@@ -160,9 +162,6 @@ pub fn listen(
         .with_cert_resolver(current.clone());
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     let acceptor = TlsAcceptor::from(Arc::new(config));
-    let local = tcp
-        .local_addr()
-        .map_err(|e| TlsError::Read("<listener>".into(), e))?;
     let (tx, accepted) = mpsc::channel(64);
     let accepting = accept_loop(tcp, acceptor, tx, tracker, shutdown.clone());
     let reloading = reload_loop(files, pems, current, provider, shutdown);
@@ -263,7 +262,10 @@ mod tests {
 
     fn write_pair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
         let made = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-        let (cert, key) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+        let (cert, key) = (
+            dir.join(format!("{name}.crt")),
+            dir.join(format!("{name}.key")),
+        );
         std::fs::write(&cert, made.cert.pem()).unwrap();
         std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
         (cert, key)
@@ -290,12 +292,20 @@ mod tests {
         assert!(load(&cert_a, &key_a).is_ok());
 
         let err = load(&cert_a, &key_b).unwrap_err().to_string();
-        assert!(err.contains("does not fit") && err.contains("b.key"), "{err}");
+        assert!(
+            err.contains("does not fit") && err.contains("b.key"),
+            "{err}"
+        );
         let err = load(&key_a, &key_a).unwrap_err().to_string();
-        assert!(err.contains("no PEM certificate") && err.contains("a.key"), "{err}");
+        assert!(
+            err.contains("no PEM certificate") && err.contains("a.key"),
+            "{err}"
+        );
         let err = load(&cert_a, &cert_a).unwrap_err().to_string();
         assert!(err.contains("a.crt"), "{err}");
-        let err = load(&dir.path().join("missing.crt"), &key_a).unwrap_err().to_string();
+        let err = load(&dir.path().join("missing.crt"), &key_a)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("missing.crt"), "{err}");
     }
 }

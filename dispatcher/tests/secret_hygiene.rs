@@ -55,14 +55,20 @@ fn run(dir: &Path, args: &[&str], env: &[(&str, String)]) -> Run {
         .stderr(file)
         .spawn()
         .expect("asyncd runs");
-    // Read while the process lives (a zombie's cmdline reads empty).
-    let cmdline = std::fs::read(format!("/proc/{}/cmdline", child.id()))
-        .unwrap_or_default()
-        .split(|b| *b == 0)
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
+    // Read while the process lives, once it has exec'd asyncd (before, it is a copy of
+    // this test; after exit, a zombie whose cmdline reads empty).
+    let binary = env!("CARGO_BIN_EXE_asyncd");
+    let mut cmdline: Vec<String> = Vec::new();
     let started = Instant::now();
     let status = loop {
+        let now: Vec<String> = std::fs::read(format!("/proc/{}/cmdline", child.id()))
+            .unwrap_or_default()
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if now.first().map(String::as_str) == Some(binary) {
+            cmdline = now;
+        }
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
@@ -124,9 +130,12 @@ fn the_store_password_is_in_no_log_line_and_no_argument() {
             vec![
                 (
                     "ASYNCD_STORE",
-                    format!("postgres://asyncd:{encoded}@127.0.0.1:{}/asyncd", closed_port()),
+                    format!(
+                        "postgres://asyncd:{encoded}@127.0.0.1:{}/asyncd",
+                        closed_port()
+                    ),
                 ),
-                ("ASYNCD_STORE_WAIT", "2s".into()),
+                ("ASYNCD_STORE_WAIT", "3s".into()),
             ],
             "store unavailable at start",
         ),
@@ -140,35 +149,35 @@ fn the_store_password_is_in_no_log_line_and_no_argument() {
     for (name, env, expected) in &cases {
         for role in ["api", "migrate"] {
             let args: Vec<&str> = match role {
-                "api" => vec!["api", "--config", &jobs, "--listen", "127.0.0.1:0"],
-                _ => vec!["migrate", "--store-wait", "2s"],
+                "api" => vec!["api", "--config", jobs.as_str(), "--listen", "127.0.0.1:0"],
+                _ => vec!["migrate"],
             };
-            let run = run(dir.path(), &args, env);
+            let outcome = run(dir.path(), &args, env);
             // the failure we meant to provoke, so the check below is not vacuous
             assert!(
-                run.output.contains(expected),
+                outcome.output.contains(expected),
                 "{role}, {name}: expected {expected:?} in:\n{}",
-                run.output
+                outcome.output
             );
-            for line in run.output.lines() {
+            for line in outcome.output.lines() {
                 assert!(
                     !line.contains(&secret),
                     "{role}, {name}: the password is in a log line: {line}"
                 );
             }
             assert!(
-                !run.output.contains(&decoded),
+                !outcome.output.contains(&decoded),
                 "{role}, {name}: {}",
-                run.output
+                outcome.output
             );
             assert!(
-                run.cmdline.iter().all(|arg| !arg.contains(&secret)),
+                outcome.cmdline.iter().all(|arg| !arg.contains(&secret)),
                 "{role}, {name}: the password is in argv: {:?}",
-                run.cmdline
+                outcome.cmdline
             );
             if *name == "unreachable host" {
                 // alive for the store wait: the command line was read from the process
-                assert_eq!(run.cmdline.get(1).map(String::as_str), Some(role));
+                assert_eq!(outcome.cmdline.get(1).map(String::as_str), Some(role));
             }
         }
     }
@@ -180,12 +189,18 @@ fn help_does_not_show_the_store_url_from_the_environment() {
     for role in ["api", "dispatcher", "scheduler", "migrate"] {
         let out = Command::new(env!("CARGO_BIN_EXE_asyncd"))
             .args([role, "--help"])
-            .env("ASYNCD_STORE", format!("postgres://asyncd:{secret}@db/asyncd"))
+            .env(
+                "ASYNCD_STORE",
+                format!("postgres://asyncd:{secret}@db/asyncd"),
+            )
             .stderr(Stdio::inherit())
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains("ASYNCD_STORE"), "{role}: {text}");
-        assert!(!text.contains(&secret), "{role} --help shows the URL: {text}");
+        assert!(
+            !text.contains(&secret),
+            "{role} --help shows the URL: {text}"
+        );
     }
 }

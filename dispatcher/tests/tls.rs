@@ -114,7 +114,9 @@ async fn https_with_a_certificate_replaced_while_running() {
     };
     assert_eq!((status, presented == first.der), (200, true));
     // the API and /metrics are on the same TLS listener
-    let (status, _) = get(&first, &format!("{base}/v1/dead-letters")).await.unwrap();
+    let (status, _) = get(&first, &format!("{base}/v1/dead-letters"))
+        .await
+        .unwrap();
     assert_eq!(status, 200);
     let (status, _) = get(&first, &format!("{base}/metrics")).await.unwrap();
     assert_eq!(status, 200);
@@ -134,7 +136,11 @@ async fn https_with_a_certificate_replaced_while_running() {
     replace(&cert, &second.cert_pem);
     let started = Instant::now();
     while !log().contains("new TLS files refused") {
-        assert!(started.elapsed() < DEADLINE, "mismatch not reported:\n{}", log());
+        assert!(
+            started.elapsed() < DEADLINE,
+            "mismatch not reported:\n{}",
+            log()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let (status, presented) = get(&first, &format!("{base}/healthz")).await.unwrap();

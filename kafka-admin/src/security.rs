@@ -19,7 +19,10 @@ const PASSWORD: (&str, &str) = ("ASYNCD_KAFKA_SASL_PASSWORD", "sasl.password");
 const PASSWORD_FILE: &str = "ASYNCD_KAFKA_SASL_PASSWORD_FILE";
 const SSL_FILES: [(&str, &str); 3] = [
     ("ASYNCD_KAFKA_SSL_CA_LOCATION", "ssl.ca.location"),
-    ("ASYNCD_KAFKA_SSL_CERTIFICATE_LOCATION", "ssl.certificate.location"),
+    (
+        "ASYNCD_KAFKA_SSL_CERTIFICATE_LOCATION",
+        "ssl.certificate.location",
+    ),
     ("ASYNCD_KAFKA_SSL_KEY_LOCATION", "ssl.key.location"),
 ];
 
@@ -42,7 +45,7 @@ pub enum SecurityError {
         variable: &'static str,
         problem: String,
     },
-    #[error("{PASSWORD_FILE}: cannot read {0}: {1}")]
+    #[error("ASYNCD_KAFKA_SASL_PASSWORD_FILE: cannot read {0}: {1}")]
     PasswordFile(PathBuf, String),
 }
 
@@ -144,7 +147,10 @@ impl KafkaSecurity {
                 ));
             }
             let username = username.ok_or_else(|| {
-                invalid(USERNAME.0, format!("required with {}={mechanism}", MECHANISM.0))
+                invalid(
+                    USERNAME.0,
+                    format!("required with {}={mechanism}", MECHANISM.0),
+                )
             })?;
             let password = password.ok_or_else(|| {
                 invalid(
@@ -262,7 +268,10 @@ mod tests {
         assert_eq!(config.get("security.protocol"), Some("sasl_ssl"));
         // the password stays out of Debug output (and so out of logs of it)
         let shown = format!("{security:?}");
-        assert!(!shown.contains("Kafka-Pw-1") && shown.contains("sasl.username"), "{shown}");
+        assert!(
+            !shown.contains("Kafka-Pw-1") && shown.contains("sasl.username"),
+            "{shown}"
+        );
     }
 
     #[test]
@@ -287,15 +296,24 @@ mod tests {
             ("ASYNCD_KAFKA_SASL_PASSWORD_FILE", missing.to_str().unwrap()),
         ])
         .unwrap_err();
-        assert!(matches!(err, SecurityError::PasswordFile(ref p, _) if *p == missing), "{err}");
+        assert!(
+            matches!(err, SecurityError::PasswordFile(ref p, _) if *p == missing),
+            "{err}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn inconsistent_settings_are_refused_naming_the_variable() {
         let cases: &[(&[(&str, &str)], &str)] = &[
-            (&[("ASYNCD_KAFKA_SECURITY_PROTOCOL", "tls")], "ASYNCD_KAFKA_SECURITY_PROTOCOL"),
-            (&[("ASYNCD_KAFKA_SECURITY_PROTOCOL", "sasl_ssl")], "ASYNCD_KAFKA_SASL_MECHANISM"),
+            (
+                &[("ASYNCD_KAFKA_SECURITY_PROTOCOL", "tls")],
+                "ASYNCD_KAFKA_SECURITY_PROTOCOL",
+            ),
+            (
+                &[("ASYNCD_KAFKA_SECURITY_PROTOCOL", "sasl_ssl")],
+                "ASYNCD_KAFKA_SASL_MECHANISM",
+            ),
             (
                 &[
                     ("ASYNCD_KAFKA_SECURITY_PROTOCOL", "sasl_ssl"),
@@ -319,7 +337,10 @@ mod tests {
                 ],
                 "ASYNCD_KAFKA_SASL_USERNAME",
             ),
-            (&[("ASYNCD_KAFKA_SASL_USERNAME", "u")], "ASYNCD_KAFKA_SASL_USERNAME"),
+            (
+                &[("ASYNCD_KAFKA_SASL_USERNAME", "u")],
+                "ASYNCD_KAFKA_SASL_USERNAME",
+            ),
             (
                 &[
                     ("ASYNCD_KAFKA_SECURITY_PROTOCOL", "sasl_plaintext"),

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use asyncd_operator::builders::DispatcherSettings;
 use asyncd_kafka_admin::KafkaSecurity;
+use asyncd_operator::builders::DispatcherSettings;
 use asyncd_operator::kafka::KafkaAdmin;
 use asyncd_operator::metrics::Metrics;
 use asyncd_operator::{controller, telemetry};

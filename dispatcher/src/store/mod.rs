@@ -706,7 +706,10 @@ mod tests {
                 "postgres://app:***@db:5432/q?sslmode=require",
             ),
             ("mysql://app:p@ss@db/q", "mysql://app:***@db/q"),
-            ("postgress://app:pw@db:notaport/q", "postgress://app:***@db:notaport/q"),
+            (
+                "postgress://app:pw@db:notaport/q",
+                "postgress://app:***@db:notaport/q",
+            ),
             ("mysql://app@db/q", "mysql://app@db/q"),
             ("sqlite://asyncd.db", "sqlite://asyncd.db"),
             ("not a url at all", "not a url at all"),

@@ -288,7 +288,10 @@ mod tests {
         let c = &plain.spec.unwrap().template.spec.unwrap().containers[0];
         assert_eq!(c.env_from, None, "no Kafka Secret unless one is named");
         let args = c.args.as_ref().unwrap().join(" ");
-        assert!(!args.contains("--store") && !args.contains("ASYNCD_STORE"), "{args}");
+        assert!(
+            !args.contains("--store") && !args.contains("ASYNCD_STORE"),
+            "{args}"
+        );
 
         settings.kafka_secret = Some("asyncd-kafka".into());
         let d = build(&config, &settings);
