@@ -34,6 +34,9 @@ fn closed_port() -> u16 {
         .port()
 }
 
+/// Variables set on the process.
+type Env<'a> = Vec<(&'a str, String)>;
+
 struct Run {
     output: String,
     cmdline: Vec<String>,
@@ -98,7 +101,7 @@ fn the_store_password_is_in_no_log_line_and_no_argument() {
     let password_file = dir.path().join("store-url");
     std::fs::write(&password_file, with_password(&mysql, &encoded) + "\n").unwrap();
 
-    let cases: Vec<(&str, Vec<(&str, String)>, &str)> = vec![
+    let cases: Vec<(&str, Env, &str)> = vec![
         (
             "unsupported scheme",
             vec![(
