@@ -179,14 +179,16 @@ crd_in_sync() {
 }
 check "CRD copy in sync with crds/asyncjobconfigs.yaml" crd_in_sync
 
+# the chart ships no credentials: every rendering names the store Secret
+base=(--set store.existingSecret=asyncd-store)
 monitoring=(--set metrics.serviceMonitor.enabled=true --set metrics.prometheusRule.enabled=true)
 other=(--set store.existingSecret=asyncd-db --set store.existingSecretKey=dsn
        --set 'kafka.brokers=kafka-0.kafka:9092\,kafka-1.kafka:9092' --set operator.enabled=false
        --set api.replicas=1 --set routing.mountAsFolder=false --set metrics.dashboard.enabled=false
        --set image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef)
 
-check "helm lint (default values)"              helm lint "$chart"
-check "helm lint --strict (monitoring enabled)" helm lint --strict "$chart" "${monitoring[@]}"
+check "helm lint (default values)"              helm lint "$chart" "${base[@]}"
+check "helm lint --strict (monitoring enabled)" helm lint --strict "$chart" "${base[@]}" "${monitoring[@]}"
 check "helm lint --strict (existing secret, Kafka, no operator)" helm lint --strict "$chart" "${other[@]}"
 
 packaged() {  # helm package works and the package carries the CRD and the dashboard
@@ -198,7 +200,7 @@ check "helm package (CRD and dashboard inside)" packaged
 
 render() {  # render OUT ARGS...
   local out=$1; shift
-  helm template "$release" "$chart" --namespace "$ns" "$@" >"$out"
+  helm template "$release" "$chart" --namespace "$ns" "${base[@]}" "$@" >"$out"
 }
 check "helm template (default values)"    render "$work/default.yaml"
 check "helm template (monitoring enabled)" render "$work/monitoring.yaml" "${monitoring[@]}"
@@ -209,11 +211,12 @@ check "helm template (operator.scope=cluster, existing store Secret)" render "$w
 assets() { python3 "$td/check_assets.py" "$@"; }
 fn=$release-asyncd
 check "default rendering: the expected objects" assets manifests "$work/default.yaml" \
-  Deployment=3 Service=4 Job=1 Secret=2 ServiceAccount=3 Role=3 RoleBinding=3 ConfigMap=1 \
+  Deployment=3 Service=4 Job=1 Secret=0 ServiceAccount=3 Role=2 RoleBinding=2 ConfigMap=1 \
   PodDisruptionBudget=1 Pod=1 ServiceMonitor=0 PrometheusRule=0 ClusterRole=0 ClusterRoleBinding=0 \
+  NetworkPolicy=1 "NetworkPolicy/$fn-dispatcher" \
   "Deployment/$fn-api" "Deployment/$fn-scheduler" "Deployment/$fn-operator" "Service/$fn-api" \
-  "Job/$fn-migrate" "Secret/$fn-store" "Secret/$fn-store-migrate" "ServiceAccount/asyncd-dispatcher" \
-  "Role/$fn-operator" "Role/$fn-operator-leader-election" "Role/$fn-routing-reader" \
+  "Job/$fn-migrate" "ServiceAccount/asyncd-dispatcher" \
+  "Role/$fn-operator" "Role/$fn-routing-reader" \
   "ConfigMap/$fn-dashboard" "Service/$fn-scheduler-metrics" "Service/$fn-dispatcher-metrics" \
   "Service/$fn-operator-metrics"
 check "monitoring rendering adds ServiceMonitor and PrometheusRule" assets manifests "$work/monitoring.yaml" \
@@ -221,9 +224,9 @@ check "monitoring rendering adds ServiceMonitor and PrometheusRule" assets manif
 check "existing secret / no operator: no Secret, no operator objects" assets manifests "$work/other.yaml" \
   Secret=0 Deployment=2 Service=3 Role=1 RoleBinding=1 ServiceAccount=2 ConfigMap=0 \
   PodDisruptionBudget=0 "!Deployment/$fn-operator"
-check "operator.scope=cluster: ClusterRole for the reconciled kinds, Role for leases" assets manifests "$work/cluster.yaml" \
-  ClusterRole=1 ClusterRoleBinding=1 Role=2 RoleBinding=2 Secret=0 \
-  "ClusterRole/$ns-$fn-operator" "Role/$fn-operator-leader-election"
+check "operator.scope=cluster: ClusterRole for the reconciled kinds" assets manifests "$work/cluster.yaml" \
+  ClusterRole=1 ClusterRoleBinding=1 Role=1 RoleBinding=1 Secret=0 \
+  "ClusterRole/$ns-$fn-operator" "Role/$fn-routing-reader"
 check "operator.scope=cluster: no --namespace" bash -c "! grep -q -- '--namespace=' '$work/cluster.yaml'"
 
 rendered_has() {  # rendered_has FILE PATTERN...: every fixed-string PATTERN occurs in FILE
@@ -231,11 +234,11 @@ rendered_has() {  # rendered_has FILE PATTERN...: every fixed-string PATTERN occ
   for p in "$@"; do grep -qF -- "$p" "$file" || { echo "missing in $(basename "$file"): $p"; return 1; }; done
 }
 check "api/scheduler env: store Secret, listen, routing ConfigMap, Kafka threshold" rendered_has "$work/default.yaml" \
-  "name: ASYNCD_STORE" "name: $fn-store" "value: \"0.0.0.0:7700\"" \
+  "name: ASYNCD_STORE" "name: asyncd-store" "value: \"0.0.0.0:7700\"" \
   "value: \"$ns/asyncd-routing\"" "name: ASYNCD_KAFKA_THRESHOLD" "- api" "- scheduler" "args: [migrate]"
 check "operator args: brokers, dispatcher image and ServiceAccount, store Secret, namespace" rendered_has "$work/default.yaml" \
   "- --kafka-brokers=kafka:9092" "- --dispatcher-image=asyncd:0.1.0" "- --namespace=$ns" \
-  "- --dispatcher-service-account=asyncd-dispatcher" "- --store-secret=$fn-store" \
+  "- --dispatcher-service-account=asyncd-dispatcher" "- --store-secret=asyncd-store" \
   "- --signing-secret=asyncd-signing" "- --listen=0.0.0.0:8080" "image: \"asyncd-operator:0.1.0\""
 check "Kafka brokers and existing Secret reach the pods" rendered_has "$work/other.yaml" \
   "name: ASYNCD_KAFKA_BROKERS" "value: \"kafka-0.kafka:9092,kafka-1.kafka:9092\"" "name: asyncd-db" "key: dsn" \
@@ -251,6 +254,13 @@ if [[ ! -x $asyncd_bin ]]; then
 fi
 check "default rendering: every asyncd container starts (the CLI accepts its args and env)" \
   assets cli "$work/default.yaml" "$asyncd_bin"
+check "helm template (api TLS, Kafka security Secret)" render "$work/tls.yaml" \
+  --set api.tls.secretName=asyncd-api-tls --set kafka.securitySecret=asyncd-kafka "${monitoring[@]}"
+check "api TLS: every asyncd container starts" assets cli "$work/tls.yaml" "$asyncd_bin"
+check "api TLS and the Kafka Secret reach the pods, probes and scrapes use HTTPS" rendered_has "$work/tls.yaml" \
+  "name: ASYNCD_TLS_CERT" "value: /etc/asyncd/tls/tls.crt" "name: ASYNCD_TLS_RELOAD_INTERVAL" "scheme: HTTPS" \
+  "secretName: asyncd-api-tls" "- name: https" "scheme: https" "- --dispatcher-kafka-secret=asyncd-kafka" \
+  "name: asyncd-kafka"
 check "helm template (routing.mountAsFolder=true)" render "$work/folder.yaml" --set routing.mountAsFolder=true
 check "routing.mountAsFolder=true: every asyncd container starts" assets cli "$work/folder.yaml" "$asyncd_bin"
 check "routing.mountAsFolder=true: job configs from the folder, not the ConfigMap" \
@@ -258,13 +268,29 @@ check "routing.mountAsFolder=true: job configs from the folder, not the ConfigMa
 
 refused() {  # refused MESSAGE ARGS...: helm template fails, naming MESSAGE
   local msg=$1 out; shift
-  if out=$(helm template "$release" "$chart" -n "$ns" "$@" 2>&1); then
+  if out=$(helm template "$release" "$chart" -n "$ns" "${base[@]}" "$@" 2>&1); then
     echo "was accepted: $*"; return 1
   fi
   grep -qF -- "$msg" <<<"$out" || { echo "error does not say '$msg': $out"; return 1; }
 }
-check "refused: sqlite store URL"      refused "embedded sqlite store is for \`asyncd dev\` only" --set store.url=sqlite:///data/asyncd.db
-check "refused: no store at all"       refused "store.url (or store.existingSecret) is required" --set store.url=
+check "refused: no store Secret named (no default credentials)" refused "store.existingSecret is required" --set store.existingSecret=
+check "refused: a store URL in values" refused "store.url is no longer supported" --set store.url=postgres://u:p@db/q
+check "store password not echoed in errors" bash -c "! $HELM template x '$chart' --set store.existingSecret=s --set store.url=postgres://u:s3cret@h/db 2>&1 | grep -q s3cret"
+no_credentials() {  # nothing in values.yaml looks like a URL with a password or a password value
+  if grep -nE '://[^/@ ]+:[^/@ ]+@|password: *[^ "]' "$chart/values.yaml"; then return 1; fi
+}
+check "values.yaml holds no credentials" no_credentials
+argv_has_no_store() {  # no rendered container passes the store URL as an argument
+  if grep -nE -- '--store(=| |$)|\$\(ASYNCD_STORE\)' "$@"; then return 1; fi
+}
+check "no rendering passes the store URL in argv" argv_has_no_store "$work/default.yaml" "$work/other.yaml" "$work/cluster.yaml"
+check "refused: NetworkPolicy egress without the API server" refused "egress.apiServer is required" \
+  --set networkPolicy.dispatcher.egress.enabled=true
+check "helm template (networkPolicy egress restricted)" render "$work/egress.yaml" \
+  --set networkPolicy.dispatcher.egress.enabled=true --set 'networkPolicy.dispatcher.egress.apiServer[0].ipBlock.cidr=10.0.0.1/32' \
+  --set 'networkPolicy.dispatcher.egress.to[0].ports[0].port=5432'
+check "networkPolicy.enabled=false: no NetworkPolicy" bash -c \
+  "! '$HELM' template x '$chart' --set store.existingSecret=s --set networkPolicy.enabled=false | grep -q 'kind: NetworkPolicy'"
 check "refused: serviceAccount.create=false without a name" refused "serviceAccount.name is required" --set serviceAccount.create=false
 check "refused: operator without Kafka brokers" refused "kafka.brokers is required by the operator" --set kafka.brokers=
 check "refused: operator with a store Secret key other than url" refused 'reads the store URL from the key "url"' \
@@ -345,7 +371,7 @@ if (( cluster )); then
   check "CRDs established" k wait --for=condition=Established --timeout=60s \
     crd/asyncjobconfigs.asyncd.example.io crd/servicemonitors.monitoring.coreos.com crd/prometheusrules.monitoring.coreos.com
   # leftovers of an interrupted earlier run on a control plane that stayed up
-  kinds=deploy,svc,job,pod,sa,role,rolebinding,cm,secret,pdb,servicemonitor,prometheusrule
+  kinds=deploy,svc,job,pod,sa,role,rolebinding,cm,secret,pdb,networkpolicy,servicemonitor,prometheusrule
   k -n "$ns" delete "$kinds" -l "app.kubernetes.io/instance=$release" --ignore-not-found --wait=false >/dev/null 2>&1 || true
 
   # The repository's job configs against the chart's CRD: files named *invalid* must be
@@ -380,13 +406,15 @@ EOF
   check "dry-run=server: monitoring enabled" k -n "$ns" apply --dry-run=server -f "$work/monitoring.yaml"
   check "dry-run=server: existing secret, Kafka, no operator" k -n "$ns" apply --dry-run=server -f "$work/other.yaml"
   check "dry-run=server: operator.scope=cluster" k -n "$ns" apply --dry-run=server -f "$work/cluster.yaml"
+  check "dry-run=server: api TLS, Kafka security Secret" k -n "$ns" apply --dry-run=server -f "$work/tls.yaml"
+  check "dry-run=server: NetworkPolicy with egress rules" k -n "$ns" apply --dry-run=server -f "$work/egress.yaml"
   # the stand-in CRDs do validate: a malformed scrape interval is refused
-  helm template "$release" "$chart" -n "$ns" -s templates/servicemonitor.yaml \
+  helm template "$release" "$chart" -n "$ns" "${base[@]}" -s templates/servicemonitor.yaml \
     --set metrics.serviceMonitor.enabled=true --set metrics.serviceMonitor.interval=thirty >"$work/bad-sm.yaml"
   check "dry-run=server refuses a ServiceMonitor with interval 'thirty'" invalid_by_api "$work/bad-sm.yaml"
   helm_dry_run() {  # helm's own install path against the server; NOTES render
     local out
-    out=$(helm install --dry-run=server "$release" "$chart" -n "$ns" "${monitoring[@]}" 2>&1) || { echo "$out"; return 1; }
+    out=$(helm install --dry-run=server "$release" "$chart" -n "$ns" "${base[@]}" "${monitoring[@]}" 2>&1) || { echo "$out"; return 1; }
     if ! grep -q '^NOTES:' <<<"$out" || ! grep -q "http://$fn-api.$ns.svc:7700" <<<"$out"; then
       echo "NOTES missing or wrong: $out"; return 1
     fi
@@ -400,7 +428,7 @@ EOF
   check "the dry-runs created nothing" nothing_created
 
   # RBAC for real, then probe it by impersonation.
-  helm template "$release" "$chart" -n "$ns" -s templates/serviceaccounts.yaml \
+  helm template "$release" "$chart" -n "$ns" "${base[@]}" -s templates/serviceaccounts.yaml \
     -s templates/routing-rbac.yaml -s templates/operator-rbac.yaml >"$work/rbac.yaml"
   check "apply ServiceAccounts, Roles, RoleBindings" k -n "$ns" apply -f "$work/rbac.yaml"
   can() {  # can yes|no SA VERB RESOURCE [more kubectl auth can-i args]
@@ -428,11 +456,13 @@ EOF
     can yes $sa patch asyncjobconfigs.asyncd.example.io --subresource=status &&
     can yes $sa update asyncjobconfigs.asyncd.example.io --subresource=finalizers &&
     can no $sa create asyncjobconfigs.asyncd.example.io && can no $sa delete asyncjobconfigs.asyncd.example.io &&
-    can yes $sa create configmaps && can yes $sa update configmaps/asyncd-routing &&
+    can yes $sa create configmaps && can yes $sa patch configmaps/asyncd-routing &&
     can yes $sa create deployments.apps && can yes $sa delete deployments.apps &&
-    can yes $sa create horizontalpodautoscalers.autoscaling && can yes $sa create events &&
-    can yes $sa create events.events.k8s.io && can yes $sa update leases.coordination.k8s.io &&
+    can yes $sa create horizontalpodautoscalers.autoscaling && can no $sa create events &&
+    can yes $sa create events.events.k8s.io && can no $sa update leases.coordination.k8s.io &&
     can yes $sa patch configmaps/asyncd-routing && can yes $sa patch horizontalpodautoscalers.autoscaling &&
+    can no $sa get configmaps/other && can no $sa patch configmaps/other && can no $sa delete configmaps/asyncd-routing &&
+    can no $sa list configmaps &&
     can no $sa get secrets && can no $sa create pods && can no $sa create roles.rbac.authorization.k8s.io &&
     can no $sa create serviceaccounts &&
     ! k auth can-i create deployments.apps -n default --as="system:serviceaccount:$ns:$sa" >/dev/null 2>&1 &&

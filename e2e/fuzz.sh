@@ -110,9 +110,9 @@ fuzz "asyncd dev (SQLite)" "$port" "${pids[-1]}" "$work/dev.log"
 
 "$root/e2e/services/postgres.sh" start >&2
 pg_url=$("$root/e2e/services/postgres.sh" createdb asyncd_fuzz)
-"$asyncd" migrate --store "$pg_url" >/dev/null
+ASYNCD_STORE=$pg_url "$asyncd" migrate >/dev/null
 port=$(free_port)
-"$asyncd" api --store "$pg_url" --config "$work/jobs" --listen "127.0.0.1:$port" \
+ASYNCD_STORE=$pg_url "$asyncd" api --config "$work/jobs" --listen "127.0.0.1:$port" \
   >"$work/api.log" 2>&1 &
 pids+=($!)
 wait_healthy "$port" "${pids[-1]}"

@@ -95,8 +95,11 @@ YAML
 kubectl -n "$NS" create configmap executor --from-file=examples/executor.py --dry-run=client -o yaml | kubectl apply -f -
 kubectl -n "$NS" rollout status deploy/kafka deploy/postgres deploy/executor --timeout=300s
 
+# the chart ships no credentials: the store URL goes into a Secret of our own
+kubectl -n "$NS" create secret generic asyncd-store \
+  --from-literal=url=postgres://asyncd:asyncd@postgres:5432/asyncd --dry-run=client -o yaml | kubectl apply -f -
 helm upgrade --install asyncd charts/asyncd -n "$NS" \
-  --set store.url=postgres://asyncd:asyncd@postgres:5432/asyncd \
+  --set store.existingSecret=asyncd-store \
   --set kafka.brokers=kafka:9092 \
   --set image.repository=asyncd --set image.tag=dev \
   --set operator.image.repository=asyncd-operator --set operator.image.tag=dev \

@@ -201,7 +201,7 @@ deployment_spec() {
   local d=asyncd-dispatcher-$OC
   expect_eq image "$(jp deploy/$d '{.spec.template.spec.containers[0].image}')" registry.example/asyncd:e2e &&
   expect_eq args "$(jp deploy/$d '{.spec.template.spec.containers[0].args}')" \
-    "[\"dispatcher\",\"--routing-configmap\",\"$NS/asyncd-routing\",\"--job\",\"$OC\",\"--store\",\"\$(ASYNCD_STORE)\",\"--kafka-brokers\",\"$BROKERS\",\"--listen\",\"0.0.0.0:7700\"]" &&
+    "[\"dispatcher\",\"--routing-configmap\",\"$NS/asyncd-routing\",\"--job\",\"$OC\",\"--kafka-brokers\",\"$BROKERS\",\"--listen\",\"0.0.0.0:7700\"]" &&
   expect_eq store-env "$(jp deploy/$d '{.spec.template.spec.containers[0].env[?(@.name=="ASYNCD_STORE")].valueFrom.secretKeyRef}')" '{"key":"url","name":"asyncd-store","optional":false}' &&
   expect_eq port "$(jp deploy/$d '{.spec.template.spec.containers[0].ports[0].containerPort}')" 7700 &&
   expect_eq serviceAccount "$(jp deploy/$d '{.spec.template.spec.serviceAccountName}')" asyncd-dispatcher &&
@@ -316,7 +316,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 EXEC_PORT=$(free_port); API_PORT=$(free_port); DISP_PORT=$(free_port)
 stop_roles() { for pid in "${role_pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done; }
 python3 examples/executor.py "$EXEC_PORT" >"$WORK/executor.log" 2>&1 & role_pids+=($!)
-"$ASYNCD_BIN" migrate --store "$STORE_URL" >/dev/null
+ASYNCD_STORE=$STORE_URL "$ASYNCD_BIN" migrate >/dev/null
 roles_env=(env ASYNCD_STORE="$STORE_URL" ASYNCD_ROUTING_CONFIGMAP="$NS/asyncd-routing" ASYNCD_KAFKA_BROKERS="$BROKERS")
 "${roles_env[@]}" "$ASYNCD_BIN" dispatcher --job "$OC" --listen "127.0.0.1:$DISP_PORT" >"$WORK/dispatcher.log" 2>&1 & role_pids+=($!)
 "${roles_env[@]}" "$ASYNCD_BIN" api --listen "127.0.0.1:$API_PORT" >"$WORK/api.log" 2>&1 & role_pids+=($!)
@@ -408,6 +408,19 @@ cannot() { ! k auth can-i "$@" -n "$NS"; }
 check "dispatcher may not read other ConfigMaps"   cannot get configmaps/other --as="system:serviceaccount:$NS:asyncd-dispatcher"
 check "dispatcher may not read Secrets"           cannot get secrets --as="system:serviceaccount:$NS:asyncd-dispatcher"
 check "operator may not read Secrets"             cannot get secrets --as=system:serviceaccount:asyncd-system:asyncd-operator
+op_as=(--as=system:serviceaccount:asyncd-system:asyncd-operator)
+check "operator may not read other ConfigMaps"     cannot get configmaps/other "${op_as[@]}"
+check "operator may not delete the routing ConfigMap" cannot delete configmaps/asyncd-routing "${op_as[@]}"
+op_cannot() {  # op_cannot VERB RESOURCE...: the operator may do VERB on none of them
+  local verb=$1 r; shift
+  for r in "$@"; do cannot "$verb" "$r" "${op_as[@]}" || { echo "operator may $verb $r"; return 1; }; done
+}
+no_config_writes() { op_cannot create asyncjobconfigs.asyncd.example.io && op_cannot delete asyncjobconfigs.asyncd.example.io; }
+check "operator may not create or delete AsyncJobConfigs" no_config_writes
+check "operator may not create Pods, RBAC or ServiceAccounts" \
+  op_cannot create pods roles.rbac.authorization.k8s.io rolebindings.rbac.authorization.k8s.io serviceaccounts
+check "operator may not create core Events"        cannot create events "${op_as[@]}"
+check "operator may not take Leases"              cannot create leases.coordination.k8s.io "${op_as[@]}"
 metrics_ok() {
   local m; m=$(curl -fsS "http://127.0.0.1:$port/metrics")
   expect_has metrics "$m" 'asyncd_operator_reconciliations_total{result="ok"}' &&

@@ -42,8 +42,7 @@ e2e/services/kafka.sh start >&2
 store=$(e2e/services/postgres.sh createdb soak)
 
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)"
-"$CARGO_TARGET_DIR/release/asyncd-bench" soak \
-  --store "$store" \
+ASYNCD_STORE=$store "$CARGO_TARGET_DIR/release/asyncd-bench" soak \
   --kafka-brokers "$(e2e/services/kafka.sh url)" \
   --db-restart "e2e/services/postgres.sh restart" \
   --broker-restart "e2e/services/kafka.sh restart" \

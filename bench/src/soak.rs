@@ -34,8 +34,9 @@ pub struct Args {
     /// Seed of every random choice (default: from the clock; printed either way).
     #[arg(long)]
     seed: Option<u64>,
-    /// PostgreSQL database for the run (a fresh one).
-    #[arg(long)]
+    /// PostgreSQL database for the run (a fresh one). Given to every asyncd process as
+    /// ASYNCD_STORE, never as an argument (it holds the password).
+    #[arg(long, env = "ASYNCD_STORE", hide_env_values = true)]
     store: String,
     /// Kafka bootstrap servers.
     #[arg(long)]
@@ -554,7 +555,8 @@ fn free_port() -> Result<u16> {
 
 async fn migrate(binary: &Path, store: &str) -> Result<()> {
     let status = tokio::process::Command::new(binary)
-        .args(["migrate", "--store", store])
+        .arg("migrate")
+        .env("ASYNCD_STORE", store)
         .stdout(Stdio::null())
         .status()
         .await
@@ -742,6 +744,8 @@ struct Proc {
 
 struct Fleet {
     binary: PathBuf,
+    /// The store URL, handed over in the environment.
+    store: String,
     logs: PathBuf,
     procs: Vec<Proc>,
     /// Highest VmHWM seen per role, across processes and restarts.
@@ -761,8 +765,6 @@ impl Fleet {
     ) -> Result<Self> {
         let common = |listen: &str, instance: &str| -> Vec<String> {
             [
-                "--store",
-                &args.store,
                 "--config",
                 &jobs.display().to_string(),
                 "--listen",
@@ -807,6 +809,7 @@ impl Fleet {
         }
         let mut fleet = Self {
             binary,
+            store: args.store.clone(),
             logs: logs.to_path_buf(),
             procs,
             peak_kib: BTreeMap::new(),
@@ -827,6 +830,7 @@ impl Fleet {
             .open(self.logs.join(format!("{}.log", p.name)))?;
         let child = Command::new(&self.binary)
             .args(&p.args)
+            .env("ASYNCD_STORE", &self.store)
             .env("ASYNCD_LOG", "warn")
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())

@@ -34,13 +34,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use asyncd_kafka_admin::{AdminError, KafkaAdmin};
+use asyncd_kafka_admin::{AdminError, KafkaAdmin, KafkaSecurity};
 use asyncd_spec::Job;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
@@ -133,13 +133,14 @@ impl Producer {
     /// the store row got, so the consumer's insert drops it by the primary key.
     pub fn new(
         brokers: &str,
+        security: &KafkaSecurity,
         threshold: Duration,
         delivery_timeout: Duration,
     ) -> Result<Self, KafkaError> {
         // librdkafka wants at least 1 ms, and a request to outlive no message.
         let timeout_ms = delivery_timeout.as_millis().clamp(1, i32::MAX as u128);
-        let inner = ClientConfig::new()
-            .set("bootstrap.servers", brokers)
+        let inner = security
+            .client_config(brokers)
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("linger.ms", "5")
@@ -195,13 +196,14 @@ impl Producer {
 }
 
 /// The admin client for `--create-topics`: created topics get one replica.
-fn topic_admin(brokers: &str) -> Result<KafkaAdmin, AdminError> {
-    KafkaAdmin::new(brokers, "asyncd", 1, Duration::from_secs(10))
+fn topic_admin(brokers: &str, security: &KafkaSecurity) -> Result<KafkaAdmin, AdminError> {
+    KafkaAdmin::new(brokers, security, "asyncd", 1, Duration::from_secs(10))
 }
 
 #[derive(Debug, Clone)]
 pub struct ConsumerConfig {
     pub brokers: String,
+    pub security: KafkaSecurity,
     pub owner: String,
     /// Consumed tasks due within this are claimed into the heap at once.
     pub horizon: Duration,
@@ -302,7 +304,7 @@ async fn consume(
         partitions,
     } = assignment;
     if config.create_topics {
-        let created = match topic_admin(&config.brokers) {
+        let created = match topic_admin(&config.brokers, &config.security) {
             Ok(admin) => admin.ensure(&topic, partitions).await,
             Err(err) => Err(err),
         };
@@ -310,8 +312,9 @@ async fn consume(
             tracing::warn!(%job, %topic, %err, "could not create the topic");
         }
     }
-    let consumer: StreamConsumer = match ClientConfig::new()
-        .set("bootstrap.servers", &config.brokers)
+    let consumer: StreamConsumer = match config
+        .security
+        .client_config(&config.brokers)
         .set("group.id", &group)
         .set("client.id", &config.owner)
         .set("enable.auto.commit", "false")
@@ -652,8 +655,13 @@ async fn report_lag(
 
 /// For `--create-topics` on the API: makes every routed job's topic exist, again after
 /// each routing change, so the first produce does not fail on a missing topic.
-pub async fn create_topics(brokers: String, mut routes: Routes, shutdown: CancellationToken) {
-    let admin = match topic_admin(&brokers) {
+pub async fn create_topics(
+    brokers: String,
+    security: KafkaSecurity,
+    mut routes: Routes,
+    shutdown: CancellationToken,
+) {
+    let admin = match topic_admin(&brokers, &security) {
         Ok(admin) => admin,
         Err(err) => {
             tracing::error!(%err, "cannot create the Kafka admin client; topics are not created");
@@ -741,6 +749,7 @@ mod tests {
         }
         let config = ConsumerConfig {
             brokers: String::new(),
+            security: KafkaSecurity::default(),
             owner: "me".into(),
             horizon: Duration::from_secs(30),
             hold: Duration::from_secs(30),
@@ -795,6 +804,7 @@ mod tests {
         // Nothing listens there; creating the client connects to nothing yet.
         let producer = Producer::new(
             "127.0.0.1:9",
+            &KafkaSecurity::default(),
             Duration::from_secs(600),
             Duration::from_secs(5),
         )

@@ -20,6 +20,7 @@
 //! - [`backlog`] and [`metrics`]: Prometheus gauges and counters.
 //! - [`clock`]: injected time; [`clock_check`]: this clock against the store's; [`signals`]: test-only event hooks, so tests wait for
 //!   events instead of polling.
+//! - [`tls`]: optional HTTPS on the listener, the certificate reloaded from its files.
 //! - [`roles`]: wires the parts into the `dev`, `api`, `dispatcher` and `scheduler` roles
 //!   under one supervisor that owns every task: one shutdown signal for all of them, and
 //!   the first part to fail stops the role with its error.
@@ -43,3 +44,4 @@ pub mod routing;
 pub mod scheduler;
 pub mod signals;
 pub mod store;
+pub mod tls;

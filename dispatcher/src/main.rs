@@ -10,6 +10,8 @@ use anyhow::Context;
 use asyncd::clock::SystemClock;
 use asyncd::dispatcher::DispatcherConfig;
 use asyncd::roles::{self, Parts, RoutingSource, Settings};
+use asyncd::tls::TlsFiles;
+use asyncd_kafka_admin::KafkaSecurity;
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
@@ -42,8 +44,8 @@ enum Role {
     Scheduler(Server),
     /// Applies the store's migrations and exits.
     Migrate {
-        #[arg(long, env = "ASYNCD_STORE")]
-        store: String,
+        #[command(flatten)]
+        store: StoreSource,
         #[arg(long, env = "ASYNCD_STORE_WAIT", default_value = "60s", value_parser = duration)]
         store_wait: Duration,
     },
@@ -51,15 +53,52 @@ enum Role {
 
 #[derive(Args)]
 struct Server {
-    /// Store URL: sqlite://PATH, mysql://… or postgres://….
-    #[arg(long, env = "ASYNCD_STORE")]
-    store: String,
+    #[command(flatten)]
+    store: StoreSource,
     /// How long to wait at start for a database that is down or restarting, before
     /// exiting with an error.
     #[arg(long, env = "ASYNCD_STORE_WAIT", default_value = "60s", value_parser = duration)]
     store_wait: Duration,
     #[command(flatten)]
     common: Common,
+}
+
+/// Where the store URL comes from. It carries the database password, so it is read from
+/// the environment or a file: a flag's value is visible to every user of the machine in
+/// `ps` and `/proc/<pid>/cmdline`.
+#[derive(Args)]
+struct StoreSource {
+    /// Store URL: sqlite://PATH, mysql://… or postgres://…. Prefer ASYNCD_STORE or
+    /// --store-file: the value of a flag is visible to every user in `ps`.
+    #[arg(
+        long,
+        env = "ASYNCD_STORE",
+        hide_env_values = true,
+        required_unless_present = "store_file",
+        conflicts_with = "store_file"
+    )]
+    store: Option<String>,
+    /// File whose content is the store URL (a mounted Secret key), read once at start.
+    #[arg(long, env = "ASYNCD_STORE_FILE")]
+    store_file: Option<PathBuf>,
+}
+
+impl StoreSource {
+    fn url(self) -> anyhow::Result<String> {
+        match (self.store, self.store_file) {
+            (Some(url), _) => Ok(url),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(&path).with_context(|| {
+                    format!(
+                        "--store-file (ASYNCD_STORE_FILE): reading {}",
+                        path.display()
+                    )
+                })?;
+                Ok(text.trim().to_string())
+            }
+            (None, None) => unreachable!("clap requires one of them"),
+        }
+    }
 }
 
 #[derive(Args)]
@@ -82,6 +121,17 @@ struct Common {
     /// Address for the API, /metrics and health endpoints.
     #[arg(long, env = "ASYNCD_LISTEN", default_value = "127.0.0.1:7700")]
     listen: SocketAddr,
+    /// Serve HTTPS with this PEM certificate chain (and --tls-key) instead of HTTP, on
+    /// the same listener: the API, callbacks, /metrics and the health endpoints alike.
+    #[arg(long, env = "ASYNCD_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, env = "ASYNCD_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// How often the certificate and key files are re-read; a changed pair is served to
+    /// new connections without a restart.
+    #[arg(long, env = "ASYNCD_TLS_RELOAD_INTERVAL", default_value = "10s", value_parser = duration)]
+    tls_reload_interval: Duration,
     /// Base URL executors use for heartbeats and results (default http://LISTEN; required
     /// for a dispatcher listening on 0.0.0.0 or [::]).
     #[arg(long, env = "ASYNCD_ADVERTISE_URL")]
@@ -132,8 +182,16 @@ fn duration(text: &str) -> Result<Duration, String> {
 }
 
 impl Common {
-    fn settings(self, store_url: String, store_wait: Duration) -> Settings {
-        Settings {
+    fn settings(self, store_url: String, store_wait: Duration) -> anyhow::Result<Settings> {
+        let tls = match (self.tls_cert, self.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert,
+                key,
+                reload_interval: self.tls_reload_interval,
+            }),
+            _ => None,
+        };
+        Ok(Settings {
             store_url,
             store_wait,
             routing: match (self.config, self.routing_configmap) {
@@ -143,6 +201,7 @@ impl Common {
             },
             job: self.job.clone(),
             listen: self.listen,
+            tls,
             advertise_url: self.advertise_url,
             dispatcher: DispatcherConfig {
                 owner: instance_name(self.instance),
@@ -156,13 +215,15 @@ impl Common {
             max_batch_body_bytes: self.max_batch_body_bytes,
             kafka_threshold: self.kafka_threshold,
             kafka_brokers: self.kafka_brokers,
+            // Environment only: a password in a flag would be in every `ps` listing.
+            kafka_security: KafkaSecurity::from_env().context("Kafka security settings")?,
             kafka_delivery_timeout: self.kafka_delivery_timeout,
             create_topics: self.create_topics,
             kafka_horizon: self.kafka_horizon,
             reload_interval: Duration::from_millis(500),
             clock: Arc::new(SystemClock),
             signals: None,
-        }
+        })
     }
 }
 
@@ -208,7 +269,7 @@ async fn main() -> ExitCode {
 async fn serve(cli: Cli) -> anyhow::Result<()> {
     let (settings, parts) = match cli.role {
         Role::Migrate { store, store_wait } => {
-            roles::migrate(&store, store_wait)
+            roles::migrate(&store.url()?, store_wait)
                 .await
                 .context("migrate")?;
             println!("migrations applied");
@@ -216,11 +277,11 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
         }
         Role::Dev { db, common } => (
             // An embedded database is never "restarting": fail at once.
-            common.settings(format!("sqlite://{}", db.display()), Duration::ZERO),
+            common.settings(format!("sqlite://{}", db.display()), Duration::ZERO)?,
             Parts::ALL,
         ),
         Role::Api(s) => (
-            s.common.settings(s.store, s.store_wait),
+            s.common.settings(s.store.url()?, s.store_wait)?,
             Parts {
                 api: true,
                 dispatcher: false,
@@ -228,7 +289,7 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
             },
         ),
         Role::Dispatcher(s) => (
-            s.common.settings(s.store, s.store_wait),
+            s.common.settings(s.store.url()?, s.store_wait)?,
             Parts {
                 api: false,
                 dispatcher: true,
@@ -236,7 +297,7 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
             },
         ),
         Role::Scheduler(s) => (
-            s.common.settings(s.store, s.store_wait),
+            s.common.settings(s.store.url()?, s.store_wait)?,
             Parts {
                 api: false,
                 dispatcher: false,

@@ -34,6 +34,8 @@ use crate::routing::{self, Routes};
 use crate::scheduler::Scheduler;
 use crate::signals::TestSignals;
 use crate::store::{self, Store};
+use crate::tls::{self, TlsFiles};
+use asyncd_kafka_admin::KafkaSecurity;
 
 /// Where the job table comes from.
 #[derive(Debug, Clone)]
@@ -68,7 +70,9 @@ pub struct Settings {
     /// Serve only this job (`--job`).
     pub job: Option<String>,
     pub listen: SocketAddr,
-    /// Where executors call back; defaults to `http://<listen>`.
+    /// Serve HTTPS with this certificate instead of HTTP ([`crate::tls`]).
+    pub tls: Option<TlsFiles>,
+    /// Where executors call back; defaults to `http://<listen>` (`https://` with TLS).
     pub advertise_url: Option<String>,
     pub dispatcher: DispatcherConfig,
     pub max_payload_bytes: usize,
@@ -77,6 +81,8 @@ pub struct Settings {
     /// Tasks due within this go through Kafka (when the job has a topic).
     pub kafka_threshold: Duration,
     pub kafka_brokers: Option<String>,
+    /// TLS and SASL settings of every Kafka client (`ASYNCD_KAFKA_*`).
+    pub kafka_security: KafkaSecurity,
     /// How long a Kafka-route submit waits for the broker before storing the task.
     pub kafka_delivery_timeout: Duration,
     pub create_topics: bool,
@@ -98,6 +104,8 @@ pub enum RoleError {
     RoutingConfigMap(#[from] routing::configmap::ConfigMapError),
     #[error("Kafka: {0}")]
     Kafka(#[from] rdkafka::error::KafkaError),
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
     #[error("cannot listen on {0}: {1}")]
     Listen(SocketAddr, std::io::Error),
     #[error("--advertise-url (ASYNCD_ADVERTISE_URL): {0}")]
@@ -336,6 +344,7 @@ async fn wire(
         kafka: match (&settings.kafka_brokers, parts.api) {
             (Some(brokers), true) => Some(Producer::new(
                 brokers,
+                &settings.kafka_security,
                 settings.kafka_threshold,
                 settings.kafka_delivery_timeout,
             )?),
@@ -351,21 +360,49 @@ async fn wire(
     {
         supervisor.spawn_loop(
             "Kafka topic creator",
-            kafka::create_topics(brokers.clone(), routes.clone(), shutdown.clone()),
+            kafka::create_topics(
+                brokers.clone(),
+                settings.kafka_security.clone(),
+                routes.clone(),
+                shutdown.clone(),
+            ),
         );
     }
     // Roles without the API still serve /metrics and the health endpoints.
     let app = api::router(state);
     let api_shutdown = shutdown.clone();
-    supervisor.spawn(
-        "HTTP server",
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { api_shutdown.cancelled().await })
-            .into_future(),
-    );
+    match settings.tls.clone() {
+        None => supervisor.spawn(
+            "HTTP server",
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move { api_shutdown.cancelled().await })
+                .into_future(),
+        ),
+        Some(files) => {
+            let (listener, accepting, reloading) = tls::listen(
+                listener,
+                local,
+                files,
+                supervisor.tracker().clone(),
+                shutdown.clone(),
+            )?;
+            supervisor.spawn_loop("TLS acceptor", accepting);
+            supervisor.spawn_loop("TLS certificate reloader", reloading);
+            supervisor.spawn(
+                "HTTPS server",
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(async move { api_shutdown.cancelled().await })
+                    .into_future(),
+            );
+        }
+    }
 
     if parts.dispatcher {
-        let callback = callback_url(settings.advertise_url.as_deref(), local)?;
+        let callback = callback_url(
+            settings.advertise_url.as_deref(),
+            local,
+            settings.tls.is_some(),
+        )?;
         let dispatcher = Dispatcher::new(
             store.clone(),
             routes.clone(),
@@ -382,6 +419,7 @@ async fn wire(
         if let Some(brokers) = &settings.kafka_brokers {
             let config = kafka::ConsumerConfig {
                 brokers: brokers.clone(),
+                security: settings.kafka_security.clone(),
                 owner: settings.dispatcher.owner.clone(),
                 horizon: settings.kafka_horizon,
                 hold: settings.dispatcher.hold,
@@ -438,14 +476,19 @@ async fn wire(
 /// an unspecified address (0.0.0.0, [::]) must be told one: executors cannot call
 /// 0.0.0.0, and in a cluster the pod's own address is the one to give (the operator sets
 /// `ASYNCD_ADVERTISE_URL` from the pod IP).
-fn callback_url(advertise: Option<&str>, local: SocketAddr) -> Result<String, RoleError> {
+fn callback_url(
+    advertise: Option<&str>,
+    local: SocketAddr,
+    tls: bool,
+) -> Result<String, RoleError> {
     let Some(url) = advertise else {
         if local.ip().is_unspecified() {
             return Err(RoleError::AdvertiseUrl(format!(
                 "required when listening on {local}: executors cannot call back to an unspecified address"
             )));
         }
-        return Ok(format!("http://{local}"));
+        let scheme = if tls { "https" } else { "http" };
+        return Ok(format!("{scheme}://{local}"));
     };
     let parsed = reqwest::Url::parse(url)
         .map_err(|e| RoleError::AdvertiseUrl(format!("{url:?} is not a URL: {e}")))?;
@@ -475,26 +518,30 @@ mod tests {
         let any: SocketAddr = "0.0.0.0:7700".parse().unwrap();
         let loopback: SocketAddr = "127.0.0.1:7700".parse().unwrap();
         assert_eq!(
-            callback_url(None, loopback).unwrap(),
+            callback_url(None, loopback, false).unwrap(),
             "http://127.0.0.1:7700"
         );
+        assert_eq!(
+            callback_url(None, loopback, true).unwrap(),
+            "https://127.0.0.1:7700"
+        );
         for refused in [
-            callback_url(None, any),
-            callback_url(None, "[::]:7700".parse().unwrap()),
-            callback_url(Some("http://0.0.0.0:7700"), loopback),
-            callback_url(Some("http://[::]:7700"), loopback),
-            callback_url(Some("not a url"), loopback),
-            callback_url(Some("ftp://10.1.2.3/"), loopback),
+            callback_url(None, any, false),
+            callback_url(None, "[::]:7700".parse().unwrap(), false),
+            callback_url(Some("http://0.0.0.0:7700"), loopback, false),
+            callback_url(Some("http://[::]:7700"), loopback, false),
+            callback_url(Some("not a url"), loopback, false),
+            callback_url(Some("ftp://10.1.2.3/"), loopback, false),
         ] {
             let err = refused.unwrap_err().to_string();
             assert!(err.contains("--advertise-url"), "{err}");
         }
         assert_eq!(
-            callback_url(Some("http://10.1.2.3:7700/"), any).unwrap(),
+            callback_url(Some("http://10.1.2.3:7700/"), any, false).unwrap(),
             "http://10.1.2.3:7700"
         );
         assert_eq!(
-            callback_url(Some("https://asyncd-api.shop.svc:7700"), any).unwrap(),
+            callback_url(Some("https://asyncd-api.shop.svc:7700"), any, false).unwrap(),
             "https://asyncd-api.shop.svc:7700"
         );
     }

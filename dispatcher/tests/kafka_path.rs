@@ -531,6 +531,7 @@ async fn with_the_broker_unreachable_a_submit_falls_back_to_the_store_under_the_
     // ran, the consumer has read the copy and gone on past it.
     let producer = asyncd::kafka::Producer::new(
         &brokers(),
+        &Default::default(),
         Duration::from_secs(600),
         Duration::from_secs(10),
     )

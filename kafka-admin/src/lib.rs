@@ -10,11 +10,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
+
+pub mod security;
+pub use security::KafkaSecurity;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
@@ -38,15 +40,16 @@ pub struct KafkaAdmin {
 
 impl KafkaAdmin {
     /// `replication_factor` -1 leaves it to the broker's `default.replication.factor`;
-    /// `timeout` bounds every request.
+    /// `timeout` bounds every request; `security` says how to reach the brokers.
     pub fn new(
         brokers: &str,
+        security: &KafkaSecurity,
         client_id: &str,
         replication_factor: i32,
         timeout: Duration,
     ) -> Result<Self, AdminError> {
-        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-            .set("bootstrap.servers", brokers)
+        let admin: AdminClient<DefaultClientContext> = security
+            .client_config(brokers)
             .set("client.id", client_id)
             .create()?;
         Ok(Self {

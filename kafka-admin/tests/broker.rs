@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use asyncd_kafka_admin::KafkaAdmin;
+use asyncd_kafka_admin::{KafkaAdmin, KafkaSecurity};
 
 fn brokers() -> String {
     std::env::var("ASYNCD_TEST_KAFKA_BROKERS").unwrap_or_else(|_| {
@@ -39,6 +39,7 @@ async fn partitions_become(admin: &KafkaAdmin, topic: &str, want: Option<u32>) {
 async fn creates_grows_keeps_and_deletes_a_topic() {
     let admin = KafkaAdmin::new(
         &brokers(),
+        &KafkaSecurity::default(),
         "asyncd-kafka-admin-test",
         1,
         Duration::from_secs(15),
@@ -68,6 +69,7 @@ async fn an_unreachable_broker_does_not_stall_the_runtime() {
     // one runtime thread: if the metadata call blocked it, the ticker could not run
     let admin = KafkaAdmin::new(
         "127.0.0.1:1",
+        &KafkaSecurity::default(),
         "asyncd-kafka-admin-test",
         1,
         Duration::from_secs(2),

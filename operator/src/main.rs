@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
+use asyncd_kafka_admin::KafkaSecurity;
 use asyncd_operator::builders::DispatcherSettings;
 use asyncd_operator::kafka::KafkaAdmin;
 use asyncd_operator::metrics::Metrics;
@@ -52,6 +53,11 @@ struct Args {
     /// Secret holding executor signing secrets, one key per `signingSecretEnv` name.
     #[arg(long, default_value = "asyncd-signing")]
     signing_secret: String,
+    /// Secret (in each config's namespace) of ASYNCD_KAFKA_* settings (TLS, SASL) the
+    /// dispatchers get as environment variables. The operator's own Kafka client reads
+    /// the same variables from its own environment.
+    #[arg(long, env = "ASYNCD_DISPATCHER_KAFKA_SECRET")]
+    dispatcher_kafka_secret: Option<String>,
 }
 
 #[derive(Clone)]
@@ -82,8 +88,10 @@ async fn main() -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("no kubeconfig (KUBECONFIG, ~/.kube/config) and not in a cluster")?;
+    let kafka_security = KafkaSecurity::from_env().context("Kafka security settings")?;
     let admin = KafkaAdmin::new(
         &args.kafka_brokers,
+        &kafka_security,
         "asyncd-operator",
         args.kafka_replication_factor,
         Duration::from_secs(15),
@@ -96,6 +104,7 @@ async fn main() -> anyhow::Result<()> {
         store_secret: args.store_secret,
         service_account: args.dispatcher_service_account,
         signing_secret: args.signing_secret,
+        kafka_secret: args.dispatcher_kafka_secret,
     };
     let metrics = Arc::new(Metrics::default());
     let ready = Arc::new(AtomicBool::new(false));

@@ -98,26 +98,20 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- required "dispatcher.serviceAccount.name is required" .Values.dispatcher.serviceAccount.name }}
 {{- end }}
 
-{{/* Secret holding the store URL, and its key. */}}
+{{/* Secret holding the store URL (the user's: the chart ships no credentials), and its key. */}}
 {{- define "asyncd.storeSecretName" -}}
-{{- if .Values.store.existingSecret }}
-{{- .Values.store.existingSecret }}
-{{- else }}
-{{- printf "%s-store" (include "asyncd.fullname" .) }}
-{{- end }}
+{{- required "store.existingSecret is required: create a Secret holding the store URL (kubectl create secret generic asyncd-store --from-literal=url=postgres://…) and name it; the chart ships no default credentials" .Values.store.existingSecret }}
 {{- end }}
 
 {{- define "asyncd.storeSecretKey" -}}
 {{- required "store.existingSecretKey is required" .Values.store.existingSecretKey }}
 {{- end }}
 
-{{/* Fail early on a store URL asyncd cannot share between pods. */}}
+{{/* Fail early, with the message that says what to do, when no store Secret is named. */}}
 {{- define "asyncd.validateStore" -}}
-{{- if not .Values.store.existingSecret }}
-{{- $url := required "store.url (or store.existingSecret) is required" .Values.store.url }}
-{{- if not (or (hasPrefix "mysql://" $url) (hasPrefix "postgres://" $url) (hasPrefix "postgresql://" $url)) }}
-{{- fail (printf "store.url must be a mysql:// or postgres:// URL (the embedded sqlite store is for `asyncd dev` only), got %q" (regexReplaceAll "//[^@/]*@" $url "//***@")) }}
-{{- end }}
+{{- $_ := include "asyncd.storeSecretName" . }}
+{{- if hasKey .Values.store "url" }}
+{{- fail "store.url is no longer supported: the chart ships no credentials; put the URL into a Secret and name it with store.existingSecret" }}
 {{- end }}
 {{- end }}
 
@@ -158,6 +152,16 @@ app.kubernetes.io/component: {{ index . 1 }}
       fieldPath: metadata.name
 {{- end }}
 
+{{/* Kafka TLS/SASL settings (ASYNCD_KAFKA_* keys of kafka.securitySecret) as variables. */}}
+{{- define "asyncd.kafkaEnvFrom" -}}
+{{- with .Values.kafka.securitySecret }}
+envFrom:
+  - secretRef:
+      name: {{ . }}
+      optional: false
+{{- end }}
+{{- end }}
+
 {{/* Volumes and mounts of the routing folder. */}}
 {{- define "asyncd.routingVolume" -}}
 {{- if .Values.routing.mountAsFolder -}}
@@ -176,19 +180,23 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 {{- end }}
 
-{{/* Health probes of an asyncd container listening on the port named http. */}}
+{{/*
+Health probes of an asyncd container listening on the port named http:
+include "asyncd.probes" "HTTP" (or "HTTPS" when the listener serves TLS: the kubelet
+does not verify the certificate).
+*/}}
 {{- define "asyncd.probes" -}}
 startupProbe:
-  httpGet: {path: /healthz, port: http}
+  httpGet: {path: /healthz, port: http, scheme: {{ . }}}
   periodSeconds: 2
   failureThreshold: 30
 livenessProbe:
-  httpGet: {path: /healthz, port: http}
+  httpGet: {path: /healthz, port: http, scheme: {{ . }}}
   periodSeconds: 10
   timeoutSeconds: 3
   failureThreshold: 3
 readinessProbe:
-  httpGet: {path: /readyz, port: http}
+  httpGet: {path: /readyz, port: http, scheme: {{ . }}}
   periodSeconds: 5
   timeoutSeconds: 3
   failureThreshold: 2

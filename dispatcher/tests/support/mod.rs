@@ -546,6 +546,7 @@ pub fn settings(dir: &tempfile::TempDir, clock: Arc<ManualClock>) -> Settings {
         job: None,
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         advertise_url: None,
+        tls: None,
         dispatcher: DispatcherConfig {
             owner: format!("test-{}", uuid::Uuid::now_v7().simple()),
             poll_interval: Duration::from_millis(20),
@@ -555,6 +556,7 @@ pub fn settings(dir: &tempfile::TempDir, clock: Arc<ManualClock>) -> Settings {
         max_batch_body_bytes: 16 * 1024 * 1024,
         kafka_threshold: Duration::from_secs(600),
         kafka_brokers: None,
+        kafka_security: Default::default(),
         kafka_delivery_timeout: Duration::from_secs(5),
         create_topics: false,
         kafka_horizon: Duration::from_secs(30),

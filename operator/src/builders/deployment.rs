@@ -6,9 +6,9 @@
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
+    Capabilities, Container, ContainerPort, EnvFromSource, EnvVar, EnvVarSource, HTTPGetAction,
     ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
-    SecretKeySelector, SecurityContext,
+    SecretEnvSource, SecretKeySelector, SecurityContext,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -23,7 +23,9 @@ use crate::crd::AsyncJobConfig;
 
 pub const METRICS_PORT: i32 = 7700;
 
-/// The container's arguments (after the `asyncd` entrypoint).
+/// The container's arguments (after the `asyncd` entrypoint). The store URL is not among
+/// them: it holds the database password, which argv would show to every `ps` on the
+/// node; `asyncd` reads it from `ASYNCD_STORE` (see [`build`]).
 pub fn args(config: &AsyncJobConfig, settings: &DispatcherSettings) -> Vec<String> {
     vec![
         "dispatcher".into(),
@@ -31,8 +33,6 @@ pub fn args(config: &AsyncJobConfig, settings: &DispatcherSettings) -> Vec<Strin
         format!("{}/{ROUTING_CONFIGMAP}", config.namespace()),
         "--job".into(),
         config.name().into(),
-        "--store".into(),
-        "$(ASYNCD_STORE)".into(),
         "--kafka-brokers".into(),
         settings.kafka_brokers.clone(),
         "--listen".into(),
@@ -103,6 +103,16 @@ pub fn build(config: &AsyncJobConfig, settings: &DispatcherSettings) -> Deployme
         command: Some(vec!["asyncd".into()]),
         args: Some(args(config, settings)),
         env: Some(env),
+        // Kafka TLS and SASL settings, the password among them: variables, never args.
+        env_from: settings.kafka_secret.as_ref().map(|name| {
+            vec![EnvFromSource {
+                secret_ref: Some(SecretEnvSource {
+                    name: name.clone(),
+                    optional: Some(false),
+                }),
+                ..EnvFromSource::default()
+            }]
+        }),
         ports: Some(vec![ContainerPort {
             name: Some("metrics".into()),
             container_port: METRICS_PORT,
@@ -210,7 +220,7 @@ mod tests {
         assert_eq!(
             c.args.as_ref().unwrap().join(" "),
             "dispatcher --routing-configmap shop/asyncd-routing --job order-cancel-job \
-             --store $(ASYNCD_STORE) --kafka-brokers kafka-0:9092,kafka-1:9092 --listen 0.0.0.0:7700"
+             --kafka-brokers kafka-0:9092,kafka-1:9092 --listen 0.0.0.0:7700"
         );
         assert_eq!(c.ports.as_ref().unwrap()[0].container_port, 7700);
         let env = c.env.as_ref().unwrap();
@@ -268,6 +278,31 @@ mod tests {
             (key.name.as_str(), key.key.as_str()),
             ("asyncd-signing", "ORDER_CANCEL_SIGNING_SECRET")
         );
+    }
+
+    #[test]
+    fn secrets_reach_the_dispatcher_as_variables_never_as_arguments() {
+        let config = fixtures::config("order-cancel-job");
+        let mut settings = fixtures::settings();
+        let plain = build(&config, &settings);
+        let c = &plain.spec.unwrap().template.spec.unwrap().containers[0];
+        assert_eq!(c.env_from, None, "no Kafka Secret unless one is named");
+        let args = c.args.as_ref().unwrap().join(" ");
+        assert!(
+            !args.contains("--store") && !args.contains("ASYNCD_STORE"),
+            "{args}"
+        );
+
+        settings.kafka_secret = Some("asyncd-kafka".into());
+        let d = build(&config, &settings);
+        let c = &d.spec.unwrap().template.spec.unwrap().containers[0];
+        let from = c.env_from.as_ref().unwrap();
+        let secret = from[0].secret_ref.as_ref().unwrap();
+        assert_eq!(
+            (secret.name.as_str(), secret.optional),
+            ("asyncd-kafka", Some(false))
+        );
+        assert!(!c.args.as_ref().unwrap().join(" ").contains("sasl"));
     }
 
     #[test]

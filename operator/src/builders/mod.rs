@@ -30,6 +30,9 @@ pub struct DispatcherSettings {
     pub service_account: String,
     /// Secret holding signing secrets, one key per `executor.signingSecretEnv` name.
     pub signing_secret: String,
+    /// Secret (in the config's namespace) whose keys are `ASYNCD_KAFKA_*` TLS and SASL
+    /// settings, given to the dispatchers as environment variables (`envFrom`).
+    pub kafka_secret: Option<String>,
 }
 
 impl Default for DispatcherSettings {
@@ -41,6 +44,7 @@ impl Default for DispatcherSettings {
             store_secret: "asyncd-store".into(),
             service_account: "asyncd-dispatcher".into(),
             signing_secret: "asyncd-signing".into(),
+            kafka_secret: None,
         }
     }
 }
