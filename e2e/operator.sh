@@ -448,7 +448,7 @@ out_of_scope() {
 check "every endpoint: an out-of-scope ServiceAccount is refused, hidden tasks look unknown" out_of_scope
 submit_delayed() {
   curl -fsS -XPOST "http://127.0.0.1:$API_PORT/v1/tasks" -H "Authorization: Bearer $TOKEN_A" \
-    -d '{"type": "cancel_expired_order", "delay": "1h"}' >"$WORK/delayed.json"
+    -d '{"type": "cancel_expired_order", "payload": {"order_id": 104}, "delay": "1h"}' >"$WORK/delayed.json"
 }
 check "submit a delayed task as team-a" submit_delayed
 DELAYED=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])' <"$WORK/delayed.json")

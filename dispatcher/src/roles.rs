@@ -489,13 +489,13 @@ async fn auth(settings: &Settings) -> Result<Auth, RoleError> {
                         .into(),
                 )
             })?;
-            Auth::Kubernetes(
+            Auth::Kubernetes(Box::new(
                 KubeAuth::connect(audience.clone(), namespace)
                     .await
                     .map_err(|e| {
                         RoleError::Auth(format!("cannot reach the Kubernetes API: {e}"))
                     })?,
-            )
+            ))
         }
     })
 }

@@ -71,20 +71,19 @@ impl Caller {
 pub enum Auth {
     None,
     Tokens(tokens::TokenFile),
-    Kubernetes(kubernetes::KubeAuth),
+    Kubernetes(Box<kubernetes::KubeAuth>),
 }
 
 impl Auth {
     /// The caller the request's `Authorization: Bearer` credential names, or 401.
     pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
-        if let Auth::None = self {
-            return Ok(Caller::Anyone);
-        }
-        let token = bearer(headers)?;
         match self {
-            Auth::None => unreachable!("handled above"),
-            Auth::Tokens(file) => file.authenticate(token).map(Caller::Token),
-            Auth::Kubernetes(kube) => kube.authenticate(token).await.map(Caller::Kubernetes),
+            Auth::None => Ok(Caller::Anyone),
+            Auth::Tokens(file) => file.authenticate(bearer(headers)?).map(Caller::Token),
+            Auth::Kubernetes(kube) => kube
+                .authenticate(bearer(headers)?)
+                .await
+                .map(Caller::Kubernetes),
         }
     }
 
