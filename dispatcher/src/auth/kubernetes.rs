@@ -81,6 +81,9 @@ impl<K: Eq + Hash, V: Clone> Cache<K, V> {
     }
 }
 
+/// Who asked to do what to which job (`None`: every job).
+type Decision = (User, Verb, Option<String>);
+
 pub struct KubeAuth {
     client: Client,
     audience: String,
@@ -88,7 +91,7 @@ pub struct KubeAuth {
     group: String,
     /// Keyed by the token's SHA-256, so no token is kept; `None` is a refused token.
     tokens: Mutex<Cache<String, Option<User>>>,
-    decisions: Mutex<Cache<(User, Verb, Option<String>), bool>>,
+    decisions: Mutex<Cache<Decision, bool>>,
 }
 
 fn unavailable(what: &str, err: kube::Error) -> ApiError {
@@ -168,7 +171,7 @@ impl KubeAuth {
         let for_us = status
             .audiences
             .as_ref()
-            .is_some_and(|a| a.iter().any(|a| *a == self.audience));
+            .is_some_and(|a| a.contains(&self.audience));
         if status.authenticated != Some(true) || !for_us {
             tracing::info!(
                 error = status.error.as_deref().unwrap_or(""),

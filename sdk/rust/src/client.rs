@@ -362,6 +362,8 @@ impl Client {
                 endpoint: endpoint.trim_end_matches('/').to_string(),
                 service_name: self.inner.service_name.clone(),
                 http: self.inner.http.clone(),
+                token: self.inner.token.clone(),
+                file_token: Mutex::new(None),
             }),
         }
     }
