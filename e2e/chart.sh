@@ -212,8 +212,9 @@ assets() { python3 "$td/check_assets.py" "$@"; }
 fn=$release-asyncd
 check "default rendering: the expected objects" assets manifests "$work/default.yaml" \
   Deployment=3 Service=4 Job=1 Secret=0 ServiceAccount=3 Role=2 RoleBinding=2 ConfigMap=1 \
-  PodDisruptionBudget=1 Pod=1 ServiceMonitor=0 PrometheusRule=0 ClusterRole=0 ClusterRoleBinding=0 \
+  PodDisruptionBudget=1 Pod=1 ServiceMonitor=0 PrometheusRule=0 ClusterRole=1 ClusterRoleBinding=1 \
   NetworkPolicy=1 "NetworkPolicy/$fn-dispatcher" \
+  "ClusterRole/$ns-$fn-api-auth" "ClusterRoleBinding/$ns-$fn-api-auth" \
   "Deployment/$fn-api" "Deployment/$fn-scheduler" "Deployment/$fn-operator" "Service/$fn-api" \
   "Job/$fn-migrate" "ServiceAccount/asyncd-dispatcher" \
   "Role/$fn-operator" "Role/$fn-routing-reader" \
@@ -225,8 +226,8 @@ check "existing secret / no operator: no Secret, no operator objects" assets man
   Secret=0 Deployment=2 Service=3 Role=1 RoleBinding=1 ServiceAccount=2 ConfigMap=0 \
   PodDisruptionBudget=0 "!Deployment/$fn-operator"
 check "operator.scope=cluster: ClusterRole for the reconciled kinds" assets manifests "$work/cluster.yaml" \
-  ClusterRole=1 ClusterRoleBinding=1 Role=1 RoleBinding=1 Secret=0 \
-  "ClusterRole/$ns-$fn-operator" "Role/$fn-routing-reader"
+  ClusterRole=2 ClusterRoleBinding=2 Role=1 RoleBinding=1 Secret=0 \
+  "ClusterRole/$ns-$fn-operator" "ClusterRole/$ns-$fn-api-auth" "Role/$fn-routing-reader"
 check "operator.scope=cluster: no --namespace" bash -c "! grep -q -- '--namespace=' '$work/cluster.yaml'"
 
 rendered_has() {  # rendered_has FILE PATTERN...: every fixed-string PATTERN occurs in FILE
@@ -243,6 +244,11 @@ check "operator args: brokers, dispatcher image and ServiceAccount, store Secret
 check "Kafka brokers and existing Secret reach the pods" rendered_has "$work/other.yaml" \
   "name: ASYNCD_KAFKA_BROKERS" "value: \"kafka-0.kafka:9092,kafka-1.kafka:9092\"" "name: asyncd-db" "key: dsn" \
   "image: \"asyncd@sha256:0123456789abcdef"
+check "api: kubernetes auth by default, its ServiceAccount may create token and access reviews" rendered_has "$work/default.yaml" \
+  "name: ASYNCD_AUTH" 'value: "kubernetes"' "name: ASYNCD_AUTH_AUDIENCE" "resources: [tokenreviews]" "resources: [subjectaccessreviews]"
+check "helm template (api.auth.mode=tokens)" render "$work/tokens.yaml" --set api.auth.mode=tokens --set api.auth.tokensSecret=asyncd-api-tokens
+check "api.auth.mode=tokens: the Secret's file, no review grants" bash -c \
+  "grep -qF 'value: /etc/asyncd/auth/tokens.yaml' '$work/tokens.yaml' && grep -qF 'secretName: \"asyncd-api-tokens\"' '$work/tokens.yaml' && ! grep -qF tokenreviews '$work/tokens.yaml'"
 check "every ASYNCD_* variable of the asyncd pods is read by the binary" \
   assets env "$work/default.yaml" "$root/dispatcher/src" ASYNCD_ROUTING_CONFIGMAP ASYNCD_KAFKA_BROKERS
 
@@ -429,7 +435,8 @@ EOF
 
   # RBAC for real, then probe it by impersonation.
   helm template "$release" "$chart" -n "$ns" "${base[@]}" -s templates/serviceaccounts.yaml \
-    -s templates/routing-rbac.yaml -s templates/operator-rbac.yaml >"$work/rbac.yaml"
+    -s templates/routing-rbac.yaml -s templates/operator-rbac.yaml -s templates/api-auth-rbac.yaml \
+    >"$work/rbac.yaml"
   check "apply ServiceAccounts, Roles, RoleBindings" k -n "$ns" apply -f "$work/rbac.yaml"
   can() {  # can yes|no SA VERB RESOURCE [more kubectl auth can-i args]
     local want=$1 sa=$2; shift 2
@@ -448,7 +455,10 @@ EOF
   rbac_api() {
     local sa=$fn
     can yes $sa get configmaps/asyncd-routing && can no $sa get configmaps/other &&
-    can no $sa get secrets && can no $sa create pods
+    can no $sa get secrets && can no $sa create pods &&
+    can yes $sa create tokenreviews.authentication.k8s.io &&
+    can yes $sa create subjectaccessreviews.authorization.k8s.io &&
+    can no $sa create serviceaccounts --subresource=token && can no $sa list asyncjobconfigs.asyncd.example.io
   }
   rbac_operator() {
     local sa=$fn-operator
@@ -469,7 +479,7 @@ EOF
     ! k auth can-i list asyncjobconfigs.asyncd.example.io --all-namespaces --as="system:serviceaccount:$ns:$sa" >/dev/null 2>&1
   }
   check "RBAC: dispatcher reads only the routing ConfigMap"  rbac_dispatcher
-  check "RBAC: api/scheduler read only the routing ConfigMap" rbac_api
+  check "RBAC: api/scheduler read only the routing ConfigMap, and may review tokens and access" rbac_api
   check "RBAC: operator has what it reconciles, in its namespace only" rbac_operator
   check "delete the RBAC objects again" k -n "$ns" delete -f "$work/rbac.yaml" --wait=true --timeout=30s
 

@@ -4,7 +4,9 @@
 # installed once into $ASYNCD_CACHE/schemathesis-<version>) sends generated valid and
 # invalid requests to
 #   1. `asyncd dev` on its embedded SQLite store, and
-#   2. `asyncd api` on PostgreSQL (e2e/services/postgres.sh, started if needed),
+#   2. `asyncd api` on PostgreSQL (e2e/services/postgres.sh, started if needed) with
+#      `--auth tokens`, Schemathesis sending the token (its generated requests without it,
+#      or with a broken header, must answer the documented 401),
 # and fails on any 5xx, any answer that does not match the schema (status code, content
 # type, body, headers), on a panic in asyncd's log, and on an asyncd process that is no
 # longer running afterwards. One worker: Schemathesis 4.32.5 with two workers sometimes
@@ -78,10 +80,11 @@ wait_healthy() {  # wait_healthy PORT PID
 }
 
 failed=0
-fuzz() {  # fuzz NAME PORT PID LOG
+fuzz() {  # fuzz NAME PORT PID LOG [SCHEMATHESIS ARGS...]
   local name=$1 port=$2 pid=$3 log=$4 status=0
+  shift 4
   echo "==> fuzzing $name on 127.0.0.1:$port ($examples examples per operation)"
-  "$venv/bin/schemathesis" run "$root/docs/openapi.json" \
+  "$venv/bin/schemathesis" run "$root/docs/openapi.json" "$@" \
     --url "http://127.0.0.1:$port" \
     --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance \
     --phases examples,coverage,fuzzing,stateful \
@@ -112,11 +115,17 @@ fuzz "asyncd dev (SQLite)" "$port" "${pids[-1]}" "$work/dev.log"
 pg_url=$("$root/e2e/services/postgres.sh" createdb asyncd_fuzz)
 ASYNCD_STORE=$pg_url "$asyncd" migrate >/dev/null
 port=$(free_port)
+token=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')
+cat >"$work/tokens.yaml" <<YAML
+tokens:
+  - {name: fuzzer, sha256: "$("$asyncd" hash-token <<<"$token")", jobs: ["*"], verbs: ["*"]}
+YAML
 ASYNCD_STORE=$pg_url "$asyncd" api --config "$work/jobs" --listen "127.0.0.1:$port" \
-  >"$work/api.log" 2>&1 &
+  --auth tokens --auth-tokens-file "$work/tokens.yaml" >"$work/api.log" 2>&1 &
 pids+=($!)
 wait_healthy "$port" "${pids[-1]}"
-fuzz "asyncd api (PostgreSQL)" "$port" "${pids[-1]}" "$work/api.log"
+fuzz "asyncd api (PostgreSQL, --auth tokens)" "$port" "${pids[-1]}" "$work/api.log" \
+  --header "Authorization: Bearer $token"
 
 passed=$((2 - failed))
 echo "fuzz: $passed passed, $failed failed"

@@ -111,11 +111,28 @@ kubectl -n "$NS" wait --for=condition=Ready asyncjobconfig/order-cancel-job --ti
 kubectl -n "$NS" rollout status deploy/asyncd-dispatcher-order-cancel-job --timeout=300s
 kubectl -n "$NS" get asyncjobs
 
+# The api authenticates callers with Kubernetes tokens (api.auth.mode=kubernetes): a
+# ServiceAccount allowed to submit to the job (docs/security.md) sends its token.
+kubectl -n "$NS" create serviceaccount submitter --dry-run=client -o yaml | kubectl apply -f -
+kubectl -n "$NS" apply -f - <<YAML
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: order-cancel-job-submitter}
+rules: [{apiGroups: [asyncd.example.io], resources: [asyncjobconfigs/tasks], resourceNames: [order-cancel-job], verbs: [create, get]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: submitter-order-cancel-job}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: order-cancel-job-submitter}
+subjects: [{kind: ServiceAccount, name: submitter, namespace: $NS}]
+YAML
+token=$(kubectl -n "$NS" create token submitter --audience asyncd)
 kubectl -n "$NS" port-forward svc/asyncd-api 17700:7700 >/dev/null 2>&1 &
 forward=$!
 trap 'kill $forward 2>/dev/null || true' EXIT
 for _ in $(seq 60); do curl -fsS localhost:17700/healthz >/dev/null 2>&1 && break; sleep 1; done
-id=$(curl -fsS -XPOST localhost:17700/v1/tasks -d '{"type": "cancel_expired_order", "payload": {"order_id": 7}}' \
+id=$(curl -fsS -XPOST localhost:17700/v1/tasks -H "Authorization: Bearer $token" \
+  -d '{"type": "cancel_expired_order", "payload": {"order_id": 7}}' \
   | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
 for _ in $(seq 60); do
   if kubectl -n "$NS" logs deploy/executor | grep -q "$id"; then echo "kind: task $id executed in the cluster"; exit 0; fi

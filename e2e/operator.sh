@@ -319,7 +319,31 @@ python3 examples/executor.py "$EXEC_PORT" >"$WORK/executor.log" 2>&1 & role_pids
 ASYNCD_STORE=$STORE_URL "$ASYNCD_BIN" migrate >/dev/null
 roles_env=(env ASYNCD_STORE="$STORE_URL" ASYNCD_ROUTING_CONFIGMAP="$NS/asyncd-routing" ASYNCD_KAFKA_BROKERS="$BROKERS")
 "${roles_env[@]}" "$ASYNCD_BIN" dispatcher --job "$OC" --listen "127.0.0.1:$DISP_PORT" >"$WORK/dispatcher.log" 2>&1 & role_pids+=($!)
-"${roles_env[@]}" "$ASYNCD_BIN" api --listen "127.0.0.1:$API_PORT" >"$WORK/api.log" 2>&1 & role_pids+=($!)
+# The api authenticates callers with TokenReview and authorizes them with
+# SubjectAccessReview (section 4c tests that); team-a's ServiceAccount may submit to and
+# read the job's tasks through an ordinary Role.
+job_role() {  # job_role NAME VERBS: a Role on $OC's tasks, bound to team-a (docs/security.md)
+  kn apply -f - <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: $1}
+rules:
+  - apiGroups: [asyncd.example.io]
+    resources: [asyncjobconfigs/tasks]
+    resourceNames: [$OC]
+    verbs: [$2]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: $1}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: $1}
+subjects: [{kind: ServiceAccount, name: team-a, namespace: $NS}]
+EOF
+}
+kn create serviceaccount team-a >/dev/null
+job_role order-cancel-tasks "create, get" >/dev/null
+TOKEN_A=$(kn create token team-a --audience asyncd)
+"${roles_env[@]}" "$ASYNCD_BIN" api --listen "127.0.0.1:$API_PORT" --auth kubernetes >"$WORK/api.log" 2>&1 & role_pids+=($!)
 check "dispatcher up"                wait_for 30 curl -fsS "http://127.0.0.1:$DISP_PORT/healthz"
 check "api up"                       wait_for 30 curl -fsS "http://127.0.0.1:$API_PORT/healthz"
 repoint() { sample order-cancel-job-12-partitions.yaml | sed -E "s#url: .*#url: http://127.0.0.1:$EXEC_PORT/tasks/cancel#" | kubectl -n "$NS" apply -f -; }
@@ -327,7 +351,7 @@ check "re-point the executor URL"    repoint
 routed_to_stub() { kn get configmap asyncd-routing -o jsonpath='{.data}' | grep -q "127.0.0.1:$EXEC_PORT"; }
 check "route carries the new URL"    wait_for 30 routed_to_stub
 submit_task() {  # submit_task ORDER: 201 from the api, answer kept for `ran`
-  curl -fsS -XPOST "http://127.0.0.1:$API_PORT/v1/tasks" \
+  curl -fsS -XPOST "http://127.0.0.1:$API_PORT/v1/tasks" -H "Authorization: Bearer $TOKEN_A" \
     -d "{\"type\": \"cancel_expired_order\", \"payload\": {\"order_id\": $1}}" >"$WORK/submit-$1.json"
 }
 ran() {  # ran ORDER: the local executor ran that task
@@ -341,6 +365,101 @@ check "the dispatcher that read the ConfigMap runs it" wait_for 40 ran 101
 check "a second task, no restart"    submit_task 102
 check "runs too"                     wait_for 30 ran 102
 check "dispatcher never restarted"   kill -0 "${role_pids[1]}"
+
+# ---- 4c. callers authenticated by TokenReview, authorized by RBAC on the job -----------------
+log "api --auth kubernetes: a ServiceAccount bound to $OC submits there and nowhere else"
+cat >"$WORK/other-job.yaml" <<EOF
+apiVersion: asyncd.example.io/v1
+kind: AsyncJobConfig
+metadata: {name: other-job}
+spec:
+  taskType: other_task
+  executor: {url: http://127.0.0.1:$EXEC_PORT/tasks/other}
+EOF
+call() {  # call METHOD PATH [TOKEN [BODY]]: prints "STATUS CODE" of the api's answer
+  local auth=() body=()
+  [[ -n ${3:-} ]] && auth=(-H "Authorization: Bearer $3")
+  [[ -n ${4:-} ]] && body=(-d "$4")
+  curl -sS -o "$WORK/answer.json" -w '%{http_code} ' -X "$1" "${auth[@]}" "${body[@]}" "http://127.0.0.1:$API_PORT$2"
+  python3 -c 'import json,sys
+try: print(json.load(open(sys.argv[1]))["error"]["code"])
+except Exception: print("-")' "$WORK/answer.json"
+}
+expect_call() {  # expect_call WANT METHOD PATH [TOKEN [BODY]]
+  local want=$1; shift
+  expect_eq "$1 $2" "$(call "$@")" "$want"
+}
+check "apply a second job, other-job" kn apply -f "$WORK/other-job.yaml"
+api_knows_other() { expect_call "403 forbidden" POST /v1/tasks "$TOKEN_A" '{"type": "other_task"}'; }
+check "the api learns other-job (team-a is refused there: 403)" wait_for 30 api_knows_other
+A_ID=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])' <"$WORK/submit-101.json")
+check "team-a reads its task"         expect_call "200 -" GET "/v1/tasks/$A_ID" "$TOKEN_A"
+check "team-a submits to $OC: 201"    expect_call "201 -" POST /v1/tasks "$TOKEN_A" '{"type": "cancel_expired_order", "payload": {"order_id": 103}}'
+check "team-a submits to other-job: 403" expect_call "403 forbidden" POST /v1/tasks "$TOKEN_A" '{"type": "other_task"}'
+can_i() {  # can_i WANT SA VERB JOB [SUBRESOURCE]: what kubectl auth can-i answers
+  expect_eq "can-i $3 $4/${5:-tasks} as $2" \
+    "$(k auth can-i "$3" "asyncjobconfigs.asyncd.example.io/$4" --subresource="${5:-tasks}" -n "$NS" --as="system:serviceaccount:$NS:$2" 2>/dev/null)" "$1"
+}
+check "kubectl auth can-i: team-a may create $OC/tasks" can_i yes team-a create "$OC"
+check "kubectl auth can-i: team-a may not create other-job/tasks" can_i no team-a create other-job
+check "kubectl auth can-i: team-a may not delete $OC/tasks" can_i no team-a delete "$OC"
+check "kubectl auth can-i: team-a may not redrive $OC" can_i no team-a update "$OC" deadletters
+
+# Every public endpoint refuses no token, a garbage one, one bound to another audience, the
+# token of a ServiceAccount that no longer exists (invalid), and one out of scope.
+kn create serviceaccount gone >/dev/null && kn create serviceaccount team-none >/dev/null
+TOKEN_GONE=$(kn create token gone --audience asyncd)
+kn delete serviceaccount gone --wait=true >/dev/null
+TOKEN_OTHER_AUD=$(kn create token team-a --audience someone-else)
+TOKEN_NONE=$(kn create token team-none --audience asyncd)
+endpoints=("POST /v1/tasks" "POST /v1/tasks:batch" "GET /v1/tasks/$A_ID" "DELETE /v1/tasks/$A_ID"
+           "GET /v1/dead-letters" "GET /v1/dead-letters?type=cancel_expired_order" "POST /v1/dead-letters/$A_ID/redrive")
+body_for() {
+  case $1 in
+    "POST /v1/tasks") echo '{"type": "cancel_expired_order"}' ;;
+    "POST /v1/tasks:batch") echo '{"tasks": [{"type": "cancel_expired_order"}]}' ;;
+    *) echo "" ;;
+  esac
+}
+refuses_bad_tokens() {
+  local e method path t
+  for e in "${endpoints[@]}"; do
+    read -r method path <<<"$e"
+    for t in "" not-a-token "$TOKEN_OTHER_AUD" "$TOKEN_GONE"; do
+      expect_call "401 unauthenticated" "$method" "$path" "$t" "$(body_for "$e")" || return 1
+    done
+  done
+}
+check "every endpoint: no, garbage, wrong-audience and invalid tokens answer 401" refuses_bad_tokens
+out_of_scope() {
+  expect_call "403 forbidden" POST /v1/tasks "$TOKEN_NONE" "$(body_for "POST /v1/tasks")" &&
+  expect_call "200 -" POST /v1/tasks:batch "$TOKEN_NONE" "$(body_for "POST /v1/tasks:batch")" &&
+  expect_has "batch item" "$(cat "$WORK/answer.json")" '"status":403' &&
+  # A task of a job the caller may not read answers as an unknown id.
+  expect_call "404 not_found" GET "/v1/tasks/$A_ID" "$TOKEN_NONE" &&
+  expect_call "404 not_found" DELETE "/v1/tasks/$A_ID" "$TOKEN_NONE" &&
+  expect_call "404 not_found" POST "/v1/dead-letters/$A_ID/redrive" "$TOKEN_NONE" &&
+  expect_call "403 forbidden" GET /v1/dead-letters "$TOKEN_NONE" &&
+  expect_call "403 forbidden" GET "/v1/dead-letters?type=cancel_expired_order" "$TOKEN_NONE" &&
+  # team-a may read the task but not cancel it (no delete in its Role): 403, not 404.
+  expect_call "403 forbidden" DELETE "/v1/tasks/$A_ID" "$TOKEN_A" &&
+  expect_call "403 forbidden" GET /v1/dead-letters "$TOKEN_A"
+}
+check "every endpoint: an out-of-scope ServiceAccount is refused, hidden tasks look unknown" out_of_scope
+submit_delayed() {
+  curl -fsS -XPOST "http://127.0.0.1:$API_PORT/v1/tasks" -H "Authorization: Bearer $TOKEN_A" \
+    -d '{"type": "cancel_expired_order", "payload": {"order_id": 104}, "delay": "1h"}' >"$WORK/delayed.json"
+}
+check "submit a delayed task as team-a" submit_delayed
+DELAYED=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])' <"$WORK/delayed.json")
+check "team-a may not cancel it yet"  expect_call "403 forbidden" DELETE "/v1/tasks/$DELAYED" "$TOKEN_A"
+check "grant team-a delete on $OC/tasks" job_role order-cancel-cancel delete
+check "kubectl auth can-i: now team-a may delete $OC/tasks" can_i yes team-a delete "$OC"
+# The api remembers a refusal for 2 s (docs/security.md), so the grant applies within that.
+cancel_delayed() { expect_call "200 -" DELETE "/v1/tasks/$DELAYED" "$TOKEN_A"; }
+check "the api lets team-a cancel once RBAC allows it" wait_for 15 cancel_delayed
+check "the api log holds no token"   bash -c "! grep -qF -- '$TOKEN_A' '$WORK/api.log'"
+check "delete other-job"             kn delete asyncjobconfig other-job --wait=true --timeout=30s
 stop_roles
 
 # ---- 5. deleting the config removes the route and keeps the topic ----------------------------

@@ -19,7 +19,12 @@ pub enum ErrorCode {
     UnknownTaskType,
     /// 413: the payload, or the whole request body, is over the server's limit.
     PayloadTooLarge,
-    /// 404: no task with that id.
+    /// 401: the request carries no credential (`Authorization: Bearer …`), or one the
+    /// server does not accept (unknown, expired, for another audience).
+    Unauthenticated,
+    /// 403: the caller is authenticated but not allowed this action on this job.
+    Forbidden,
+    /// 404: no task with that id (or one the caller may not see).
     NotFound,
     /// 409: a pending task already holds this unique key; `existing_id` names it.
     UniqueConflict,
@@ -34,6 +39,9 @@ pub enum ErrorCode {
     /// 503: Kafka did not acknowledge a Kafka-route task in time and the store, tried
     /// next, did not answer either; it was not accepted.
     KafkaUnavailable,
+    /// 503: in `--auth kubernetes` mode the Kubernetes API did not answer the token or
+    /// access review; nothing was done.
+    AuthUnavailable,
     /// 503, from `/readyz` only: this process's clock is too far from the store's, so it
     /// does not dispatch (`docs/design.md`, "Clocks").
     ClockSkew,
@@ -46,11 +54,13 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code the server sends.
-    pub const SERVER: [ErrorCode; 12] = [
+    pub const SERVER: [ErrorCode; 15] = [
         Self::MalformedJson,
         Self::InvalidField,
         Self::UnknownTaskType,
         Self::PayloadTooLarge,
+        Self::Unauthenticated,
+        Self::Forbidden,
         Self::NotFound,
         Self::UniqueConflict,
         Self::NotCancellable,
@@ -58,6 +68,7 @@ impl ErrorCode {
         Self::NotDead,
         Self::StoreUnavailable,
         Self::KafkaUnavailable,
+        Self::AuthUnavailable,
         Self::ClockSkew,
     ];
 
@@ -68,6 +79,8 @@ impl ErrorCode {
             Self::InvalidField => "invalid_field",
             Self::UnknownTaskType => "unknown_task_type",
             Self::PayloadTooLarge => "payload_too_large",
+            Self::Unauthenticated => "unauthenticated",
+            Self::Forbidden => "forbidden",
             Self::NotFound => "not_found",
             Self::UniqueConflict => "unique_conflict",
             Self::NotCancellable => "not_cancellable",
@@ -75,6 +88,7 @@ impl ErrorCode {
             Self::NotDead => "not_dead",
             Self::StoreUnavailable => "store_unavailable",
             Self::KafkaUnavailable => "kafka_unavailable",
+            Self::AuthUnavailable => "auth_unavailable",
             Self::ClockSkew => "clock_skew",
             Self::HttpError => "http_error",
             Self::Other(code) => code,
@@ -94,10 +108,15 @@ impl ErrorCode {
     pub fn status(&self) -> Option<u16> {
         Some(match self {
             Self::MalformedJson | Self::InvalidField | Self::UnknownTaskType => 400,
+            Self::Unauthenticated => 401,
+            Self::Forbidden => 403,
             Self::NotFound => 404,
             Self::UniqueConflict | Self::NotCancellable | Self::StaleLease | Self::NotDead => 409,
             Self::PayloadTooLarge => 413,
-            Self::StoreUnavailable | Self::KafkaUnavailable | Self::ClockSkew => 503,
+            Self::StoreUnavailable
+            | Self::KafkaUnavailable
+            | Self::AuthUnavailable
+            | Self::ClockSkew => 503,
             Self::HttpError | Self::Other(_) => return None,
         })
     }

@@ -87,6 +87,16 @@ fn errors() -> Vec<(ErrorCode, ErrorBody)> {
             &|o| o.state = Some(TaskState::Pending),
         ),
         with(
+            ErrorCode::Unauthenticated,
+            "Authorization: a bearer token is required",
+            &|_| {},
+        ),
+        with(
+            ErrorCode::Forbidden,
+            "not allowed to submit tasks of job send-email",
+            &|_| {},
+        ),
+        with(
             ErrorCode::StoreUnavailable,
             "the task store is unavailable; retry",
             &|_| {},
@@ -94,6 +104,11 @@ fn errors() -> Vec<(ErrorCode, ErrorBody)> {
         with(
             ErrorCode::KafkaUnavailable,
             "the task was not accepted: Kafka did not acknowledge it (timed out); retry",
+            &|_| {},
+        ),
+        with(
+            ErrorCode::AuthUnavailable,
+            "the Kubernetes API did not answer the token review; retry",
             &|_| {},
         ),
         with(

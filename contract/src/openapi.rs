@@ -117,6 +117,9 @@ pub fn document() -> Value {
             UniqueConflict,
             StoreUnavailable,
             KafkaUnavailable,
+            Unauthenticated,
+            Forbidden,
+            AuthUnavailable,
         ],
     );
     let callback_errors = errors(
@@ -152,7 +155,7 @@ pub fn document() -> Value {
                 "schema": {"type": "string", "maxLength": 128}}],
             "requestBody": {"required": true, "content": json_content(s.request::<BatchRequest>())},
             "responses": responses(&[(200, ok("One result per item, in order", s.answer::<BatchResponse>()))],
-                errors(&error, &[MalformedJson, InvalidField, PayloadTooLarge, StoreUnavailable])),
+                errors(&error, &[MalformedJson, InvalidField, PayloadTooLarge, StoreUnavailable, Unauthenticated, AuthUnavailable])),
         }},
         "/v1/tasks/{id}": {
             "parameters": [path_id("The task id")],
@@ -160,17 +163,17 @@ pub fn document() -> Value {
                 "operationId": "getTask",
                 "summary": "Inspect a task",
                 "responses": responses(&[(200, ok("The task", task.clone()))],
-                    errors(&error, &[NotFound, StoreUnavailable])),
+                    errors(&error, &[NotFound, StoreUnavailable, Unauthenticated, AuthUnavailable])),
             },
             "delete": {
                 "operationId": "cancelTask",
                 "summary": "Cancel a blocked, pending or claimed task",
                 "responses": responses(&[(200, ok("Cancelled", s.answer::<CancelResult>()))],
-                    errors(&error, &[NotFound, NotCancellable, StoreUnavailable])),
+                    errors(&error, &[NotFound, NotCancellable, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
             },
         },
         "/v1/tasks/{id}/heartbeat": {"post": {
-            "operationId": "heartbeat",
+            "operationId": "heartbeat", "security": [],
             "summary": "Keep a long-running attempt's lease",
             "parameters": [path_id("The task id"), lease_token_header()],
             "requestBody": {"required": false, "content": json_content(s.request::<HeartbeatRequest>())},
@@ -178,7 +181,7 @@ pub fn document() -> Value {
                 callback_errors.clone()),
         }},
         "/v1/tasks/{id}/result": {"post": {
-            "operationId": "postResult",
+            "operationId": "postResult", "security": [],
             "summary": "Report how a long-running attempt ended",
             "parameters": [path_id("The task id"), lease_token_header()],
             "requestBody": {"required": true, "content": json_content(s.request::<ResultRequest>())},
@@ -198,32 +201,32 @@ pub fn document() -> Value {
                  "schema": {"type": "string"}},
             ],
             "responses": responses(&[(200, ok("Dead tasks", s.answer::<DeadLetters>()))],
-                errors(&error, &[InvalidField, StoreUnavailable])),
+                errors(&error, &[InvalidField, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
         }},
         "/v1/dead-letters/{id}/redrive": {"post": {
             "operationId": "redrive",
             "summary": "Put a dead task back to pending, due now, attempts reset",
             "parameters": [path_id("The dead task's id")],
             "responses": responses(&[(200, ok("Redriven", s.answer::<RedriveResult>()))],
-                errors(&error, &[NotFound, NotDead, UniqueConflict, StoreUnavailable])),
+                errors(&error, &[NotFound, NotDead, UniqueConflict, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
         }},
         "/v1/openapi.json": {"get": {
-            "operationId": "openapi",
+            "operationId": "openapi", "security": [],
             "summary": "This document",
             "responses": {"200": ok("The OpenAPI document", json!({"type": "object"}))},
         }},
         "/metrics": {"get": {
-            "operationId": "metrics",
+            "operationId": "metrics", "security": [],
             "summary": "Prometheus metrics",
             "responses": {"200": text_plain("Prometheus text format")},
         }},
         "/healthz": {"get": {
-            "operationId": "healthz",
+            "operationId": "healthz", "security": [],
             "summary": "The process is up",
             "responses": {"200": text_plain("ok")},
         }},
         "/readyz": {"get": {
-            "operationId": "readyz",
+            "operationId": "readyz", "security": [],
             "summary": "The store answers, and a dispatcher's clock is within bounds of the store's",
             "responses": responses(&[(200, text_plain("ready"))], errors(&error, &[StoreUnavailable, ClockSkew])),
         }},
@@ -243,6 +246,14 @@ pub fn document() -> Value {
             "license": {"name": "Apache-2.0"},
         },
         "paths": paths,
-        "components": {"schemas": s.components()},
+        // Every operation needs the bearer token unless it says `"security": []` (the
+        // operational endpoints and the executor callbacks, which carry a lease token).
+        "security": [{"bearerAuth": []}],
+        "components": {
+            "schemas": s.components(),
+            "securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer",
+                "description": "An API token (--auth tokens) or a Kubernetes ServiceAccount token \
+                    (--auth kubernetes); docs/security.md. Not needed when the server runs with --auth none."}},
+        },
     })
 }

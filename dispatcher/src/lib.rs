@@ -5,6 +5,7 @@
 //! One binary, roles as subcommands (see `main.rs`); this library holds the parts:
 //!
 //! - [`api`]: the HTTP API — submit, inspect, cancel, dead letters, executor callbacks.
+//! - [`auth`]: who may call the API: API tokens or Kubernetes token and access reviews.
 //! - [`store`]: the task store behind one narrow trait (SQL lives only there).
 //! - [`dispatcher`]: claims due work into the [`heap`] and calls executors on time;
 //!   [`holdings`] sizes how much of each job it may claim.
@@ -26,6 +27,7 @@
 //!   the first part to fail stops the role with its error.
 
 pub mod api;
+pub mod auth;
 pub mod backlog;
 pub mod clock;
 pub mod clock_check;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use asyncd::clock::SystemClock;
 use asyncd::dispatcher::DispatcherConfig;
-use asyncd::roles::{self, Parts, RoutingSource, Settings};
+use asyncd::roles::{self, AuthSettings, Parts, RoutingSource, Settings};
 use asyncd::tls::TlsFiles;
 use asyncd_kafka_admin::KafkaSecurity;
 use clap::{Args, Parser, Subcommand};
@@ -42,6 +42,9 @@ enum Role {
     Dispatcher(Server),
     /// Creates cron firings.
     Scheduler(Server),
+    /// Prints the hex SHA-256 of a token, as `--auth-tokens-file` stores it. Reads the
+    /// token from stdin (one line), so it stays out of the shell history and `ps`.
+    HashToken,
     /// Applies the store's migrations and exits.
     Migrate {
         #[command(flatten)]
@@ -175,6 +178,36 @@ struct Common {
     /// payload limit would be 1 GB, more than one request may make the API hold.
     #[arg(long, env = "ASYNCD_MAX_BATCH_BODY_BYTES", default_value_t = 16 * 1024 * 1024)]
     max_batch_body_bytes: usize,
+    /// How API callers authenticate (docs/security.md): `none` (loopback listeners only,
+    /// unless --insecure-no-auth), `tokens` (--auth-tokens-file) or `kubernetes`
+    /// (TokenReview and SubjectAccessReview). Only the API and dev roles use it.
+    #[arg(long, env = "ASYNCD_AUTH", value_enum, default_value = "none")]
+    auth: AuthMode,
+    /// `--auth tokens`: the YAML file of hashed API tokens, re-read when it changes.
+    #[arg(
+        long,
+        env = "ASYNCD_AUTH_TOKENS_FILE",
+        required_if_eq("auth", "tokens")
+    )]
+    auth_tokens_file: Option<PathBuf>,
+    /// `--auth kubernetes`: the audience callers' tokens must be bound to.
+    #[arg(long, env = "ASYNCD_AUTH_AUDIENCE", default_value = "asyncd")]
+    auth_audience: String,
+    /// `--auth kubernetes`: the namespace of the jobs' AsyncJobConfigs, which access is
+    /// reviewed in (default: the --routing-configmap's).
+    #[arg(long, env = "ASYNCD_AUTH_NAMESPACE")]
+    auth_namespace: Option<String>,
+    /// `--auth none` on a non-loopback address: serve every job's tasks to anyone who can
+    /// reach the port.
+    #[arg(long, env = "ASYNCD_INSECURE_NO_AUTH")]
+    insecure_no_auth: bool,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum AuthMode {
+    None,
+    Tokens,
+    Kubernetes,
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
@@ -223,6 +256,19 @@ impl Common {
             reload_interval: Duration::from_millis(500),
             clock: Arc::new(SystemClock),
             signals: None,
+            auth: match self.auth {
+                AuthMode::None => AuthSettings::None {
+                    insecure: self.insecure_no_auth,
+                },
+                AuthMode::Tokens => AuthSettings::Tokens(
+                    self.auth_tokens_file
+                        .expect("clap requires it with --auth tokens"),
+                ),
+                AuthMode::Kubernetes => AuthSettings::Kubernetes {
+                    audience: self.auth_audience,
+                    namespace: self.auth_namespace,
+                },
+            },
         })
     }
 }
@@ -268,6 +314,16 @@ async fn main() -> ExitCode {
 
 async fn serve(cli: Cli) -> anyhow::Result<()> {
     let (settings, parts) = match cli.role {
+        Role::HashToken => {
+            let mut token = String::new();
+            std::io::stdin()
+                .read_line(&mut token)
+                .context("reading the token from stdin")?;
+            let token = token.trim_end_matches(['\r', '\n']);
+            anyhow::ensure!(!token.is_empty(), "no token on stdin");
+            println!("{}", asyncd::auth::tokens::hash(token));
+            return Ok(());
+        }
         Role::Migrate { store, store_wait } => {
             roles::migrate(&store.url()?, store_wait)
                 .await

@@ -24,6 +24,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::api::{self, ApiState, submit::Limits};
+use crate::auth::Auth;
+use crate::auth::kubernetes::KubeAuth;
+use crate::auth::tokens::TokenFile;
 use crate::clock::SharedClock;
 use crate::dispatcher::{ClaimerWakeup, Dispatcher, DispatcherConfig};
 use crate::executor::ExecutorClient;
@@ -43,6 +46,22 @@ pub enum RoutingSource {
     Dir(PathBuf),
     /// `NAMESPACE/NAME` of the operator's routing ConfigMap.
     ConfigMap(String),
+}
+
+/// How the public API authenticates its callers (`--auth`; docs/security.md).
+#[derive(Debug, Clone)]
+pub enum AuthSettings {
+    /// Every caller may do everything: refused on a non-loopback listener unless
+    /// `insecure` (`--insecure-no-auth`).
+    None { insecure: bool },
+    /// Hashed API tokens from this file.
+    Tokens(PathBuf),
+    /// TokenReview for this audience, SubjectAccessReview on the jobs of `namespace`
+    /// (default: the routing ConfigMap's).
+    Kubernetes {
+        audience: String,
+        namespace: Option<String>,
+    },
 }
 
 /// Which parts to run in this process.
@@ -92,6 +111,8 @@ pub struct Settings {
     pub clock: SharedClock,
     /// Test-only event hooks; `None` in production.
     pub signals: Option<TestSignals>,
+    /// Only the API part serves the public endpoints, so only it uses this.
+    pub auth: AuthSettings,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -110,6 +131,10 @@ pub enum RoleError {
     Listen(SocketAddr, std::io::Error),
     #[error("--advertise-url (ASYNCD_ADVERTISE_URL): {0}")]
     AdvertiseUrl(String),
+    #[error("--auth: {0}")]
+    Auth(String),
+    #[error(transparent)]
+    TokenFile(#[from] crate::auth::tokens::TokenFileError),
     /// The part that ended first and took the role down.
     #[error("{part} {failure}")]
     Part {
@@ -318,6 +343,11 @@ async fn wire(
             routes
         }
     };
+    let auth = if parts.api {
+        auth(&settings).await?
+    } else {
+        Auth::None
+    };
     let metrics = Arc::new(Metrics::new());
     let clock = settings.clock.clone();
     let waker = parts.dispatcher.then(ClaimerWakeup::default);
@@ -353,6 +383,7 @@ async fn wire(
         clock_check: parts
             .dispatcher
             .then(|| settings.dispatcher.clock_check.clone()),
+        auth,
     });
     if parts.api
         && settings.create_topics
@@ -368,8 +399,9 @@ async fn wire(
             ),
         );
     }
-    // Roles without the API still serve /metrics and the health endpoints.
-    let app = api::router(state);
+    // Roles without the API serve only the executor callbacks, /metrics and the health
+    // endpoints.
+    let app = api::router(state, parts.api);
     let api_shutdown = shutdown.clone();
     match settings.tls.clone() {
         None => supervisor.spawn(
@@ -470,6 +502,40 @@ async fn wire(
         shutdown.cancel();
     }
     Ok(local)
+}
+
+async fn auth(settings: &Settings) -> Result<Auth, RoleError> {
+    Ok(match &settings.auth {
+        AuthSettings::None { insecure } => {
+            crate::auth::check_no_auth(settings.listen, *insecure).map_err(RoleError::Auth)?;
+            Auth::None
+        }
+        AuthSettings::Tokens(path) => Auth::Tokens(TokenFile::open(path.clone())?),
+        AuthSettings::Kubernetes {
+            audience,
+            namespace,
+        } => {
+            let from_routing = match &settings.routing {
+                RoutingSource::ConfigMap(reference) => {
+                    reference.split_once('/').map(|(ns, _)| ns.to_string())
+                }
+                RoutingSource::Dir(_) => None,
+            };
+            let namespace = namespace.clone().or(from_routing).ok_or_else(|| {
+                RoleError::Auth(
+                    "kubernetes needs the jobs' namespace: --auth-namespace, or                      --routing-configmap NAMESPACE/NAME"
+                        .into(),
+                )
+            })?;
+            Auth::Kubernetes(Box::new(
+                KubeAuth::connect(audience.clone(), namespace)
+                    .await
+                    .map_err(|e| {
+                        RoleError::Auth(format!("cannot reach the Kubernetes API: {e}"))
+                    })?,
+            ))
+        }
+    })
 }
 
 /// The base URL executors call back on (heartbeats, results). A dispatcher listening on

@@ -28,6 +28,7 @@ type Client struct {
 	serviceName string
 	httpClient  *http.Client
 	secret      []byte
+	token       *tokenSource
 	now         func() time.Time
 
 	mu        sync.RWMutex
@@ -60,11 +61,26 @@ func WithSigningSecret(secret string) Option {
 	return func(c *Client) { c.secret = []byte(secret) }
 }
 
-// NewClient returns a Client; without options it talks to DefaultEndpoint.
+// WithToken sends token as "Authorization: Bearer <token>" on every API call (an API
+// token of `asyncd api --auth tokens`, or a Kubernetes token for --auth kubernetes).
+func WithToken(token string) Option {
+	return func(c *Client) { c.token = &tokenSource{static: token} }
+}
+
+// WithTokenFile sends the token read from path, re-read every TokenFileRefresh (a
+// projected ServiceAccount token rotates), as "Authorization: Bearer <token>". A missing
+// file sends no token.
+func WithTokenFile(path string) Option {
+	return func(c *Client) { c.token = &tokenSource{path: path} }
+}
+
+// NewClient returns a Client; without options it talks to DefaultEndpoint, with the token
+// in DefaultTokenFile when that file exists.
 func NewClient(opts ...Option) *Client {
 	c := &Client{
 		endpoint:   DefaultEndpoint,
 		httpClient: &http.Client{Timeout: 30 * time.Second},
+		token:      &tokenSource{path: DefaultTokenFile},
 		now:        time.Now,
 		executors:  map[string]executor{},
 	}
@@ -380,10 +396,16 @@ func (c *Client) Redrive(ctx context.Context, id string) (*RedriveResult, error)
 // do sends one API call to base+path (base defaults to the client's endpoint) and
 // decodes a 2xx answer into out.
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
-	return c.doAt(ctx, c.endpoint, method, path, in, out)
+	return c.send(ctx, c.endpoint, method, path, in, out, true)
 }
 
+// doAt is for the executor callbacks, which the lease token authenticates: the API token
+// is not sent to the dispatcher they go to.
 func (c *Client) doAt(ctx context.Context, base, method, path string, in, out any) error {
+	return c.send(ctx, base, method, path, in, out, false)
+}
+
+func (c *Client) send(ctx context.Context, base, method, path string, in, out any, withToken bool) error {
 	var body io.Reader
 	if in != nil {
 		raw, err := json.Marshal(in)
@@ -402,6 +424,11 @@ func (c *Client) doAt(ctx context.Context, base, method, path string, in, out an
 	req.Header.Set("Accept", "application/json")
 	if c.serviceName != "" {
 		req.Header.Set(SourceServiceHeader, c.serviceName)
+	}
+	if withToken && c.token != nil {
+		if token := c.token.get(c.now()); token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
 	}
 	resp, err := c.httpClient.Do(req)
 	if err != nil {

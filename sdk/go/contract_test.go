@@ -164,12 +164,12 @@ func TestContractErrorsDecode(t *testing.T) {
 		}
 		codes[got.Code] = true
 	}
-	if len(codes) != 12 {
-		t.Errorf("the contract has %d codes, this SDK 12", len(codes))
+	if len(codes) != 15 {
+		t.Errorf("the contract has %d codes, this SDK 15", len(codes))
 	}
 	for _, code := range []string{CodeMalformedJSON, CodeInvalidField, CodeUnknownTaskType, CodePayloadTooLarge,
-		CodeNotFound, CodeUniqueConflict, CodeNotCancellable, CodeStaleLease, CodeNotDead,
-		CodeStoreUnavailable, CodeKafkaUnavailable, CodeClockSkew} {
+		CodeUnauthenticated, CodeForbidden, CodeNotFound, CodeUniqueConflict, CodeNotCancellable, CodeStaleLease,
+		CodeNotDead, CodeStoreUnavailable, CodeKafkaUnavailable, CodeAuthUnavailable, CodeClockSkew} {
 		if !codes[code] {
 			t.Errorf("no contract fixture for %s", code)
 		}

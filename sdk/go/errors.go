@@ -13,16 +13,24 @@ const (
 	CodeInvalidField    = "invalid_field"
 	CodeUnknownTaskType = "unknown_task_type"
 	CodePayloadTooLarge = "payload_too_large"
-	CodeNotFound        = "not_found"
-	CodeUniqueConflict  = "unique_conflict"
-	CodeNotCancellable  = "not_cancellable"
-	CodeStaleLease      = "stale_lease"
-	CodeNotDead         = "not_dead"
+	// CodeUnauthenticated (401): no bearer token, or one the server does not accept
+	// (unknown, expired, for another audience).
+	CodeUnauthenticated = "unauthenticated"
+	// CodeForbidden (403): the caller may not do this to this job.
+	CodeForbidden      = "forbidden"
+	CodeNotFound       = "not_found"
+	CodeUniqueConflict = "unique_conflict"
+	CodeNotCancellable = "not_cancellable"
+	CodeStaleLease     = "stale_lease"
+	CodeNotDead        = "not_dead"
 	// CodeStoreUnavailable (503): the task store did not answer; nothing was accepted.
 	CodeStoreUnavailable = "store_unavailable"
 	// CodeKafkaUnavailable (503): Kafka did not acknowledge the task in time and the store
 	// did not answer either; it was not accepted.
 	CodeKafkaUnavailable = "kafka_unavailable"
+	// CodeAuthUnavailable (503): the Kubernetes API did not answer the server's token or
+	// access review; nothing was done.
+	CodeAuthUnavailable = "auth_unavailable"
 	// CodeClockSkew (503, /readyz only): the process's clock is too far from the store's;
 	// it does not dispatch.
 	CodeClockSkew = "clock_skew"
@@ -73,6 +81,8 @@ var (
 	ErrInvalidField    = &APIError{Code: CodeInvalidField}
 	ErrUnknownTaskType = &APIError{Code: CodeUnknownTaskType}
 	ErrPayloadTooLarge = &APIError{Code: CodePayloadTooLarge}
+	ErrUnauthenticated = &APIError{Code: CodeUnauthenticated}
+	ErrForbidden       = &APIError{Code: CodeForbidden}
 	ErrNotFound        = &APIError{Code: CodeNotFound}
 	ErrUniqueConflict  = &APIError{Code: CodeUniqueConflict}
 	ErrNotCancellable  = &APIError{Code: CodeNotCancellable}

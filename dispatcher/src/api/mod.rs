@@ -23,6 +23,7 @@ use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
+use crate::auth::{Auth, Caller, Verb};
 use crate::clock::{SharedClock, from_millis};
 use crate::dispatcher::ClaimerWakeup;
 use crate::executor::AttemptOutcome;
@@ -51,27 +52,47 @@ pub struct ApiState {
     pub kafka: Option<crate::kafka::Producer>,
     /// A dispatcher in this process: its clock's offset from the store's.
     pub clock_check: Option<Arc<crate::clock_check::ClockCheck>>,
+    /// Who may call the public endpoints (docs/security.md).
+    pub auth: Auth,
+}
+
+impl axum::extract::FromRequestParts<Arc<ApiState>> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &Arc<ApiState>,
+    ) -> Result<Self, ApiError> {
+        state.auth.authenticate(&parts.headers).await
+    }
 }
 
 type AppState = State<Arc<ApiState>>;
 
-pub fn router(state: Arc<ApiState>) -> Router {
+/// The endpoints of a role: `public` (the API role, and `dev`) adds submit, inspect,
+/// cancel and dead letters, which need a credential; every role serves the executor
+/// callbacks (authenticated by their lease token), `/metrics` and the health endpoints.
+pub fn router(state: Arc<ApiState>, public: bool) -> Router {
     // Enforced while the body is read: a body over its limit is refused as soon as the
     // limit is passed, never buffered whole first.
     let body_limit = state.limits.body_bytes();
     let batch_limit = state.limits.batch_body_bytes();
-    Router::new()
-        .route("/v1/tasks", post(submit_one))
-        // The route's own limit replaces the router-wide one below.
-        .route(
-            "/v1/tasks:batch",
-            post(submit_batch).layer(DefaultBodyLimit::max(batch_limit)),
-        )
-        .route("/v1/tasks/{id}", get(get_task).delete(cancel_task))
+    let mut router = Router::new();
+    if public {
+        router = router
+            .route("/v1/tasks", post(submit_one))
+            // The route's own limit replaces the router-wide one below.
+            .route(
+                "/v1/tasks:batch",
+                post(submit_batch).layer(DefaultBodyLimit::max(batch_limit)),
+            )
+            .route("/v1/tasks/{id}", get(get_task).delete(cancel_task))
+            .route("/v1/dead-letters", get(dead_letters))
+            .route("/v1/dead-letters/{id}/redrive", post(redrive));
+    }
+    router
         .route("/v1/tasks/{id}/heartbeat", post(heartbeat))
         .route("/v1/tasks/{id}/result", post(post_result))
-        .route("/v1/dead-letters", get(dead_letters))
-        .route("/v1/dead-letters/{id}/redrive", post(redrive))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
@@ -138,6 +159,64 @@ fn accepted(outcome: InsertOutcome) -> Answer {
 }
 
 impl ApiState {
+    /// The AsyncJobConfig that declares `task_type`, which is what access is granted on;
+    /// `None` when no job declares it (any more), which only a caller allowed on every
+    /// job may then act on.
+    fn job_name(&self, task_type: &str) -> Option<String> {
+        self.routes
+            .borrow()
+            .job(task_type)
+            .map(|job| job.name.clone())
+    }
+
+    /// 403 unless `caller` may submit `task_type`. An undeclared type is left for
+    /// validation to refuse (`unknown_task_type`): there is nothing to protect.
+    async fn may_submit(
+        &self,
+        caller: &Caller,
+        routes: &crate::routing::RouteTable,
+        task_type: &str,
+    ) -> Result<(), ApiError> {
+        match routes.job(task_type) {
+            Some(job) => {
+                self.auth
+                    .require(caller, Verb::Submit, Some(&job.name))
+                    .await
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// The task `id` when `caller` may do `verb` on it. A caller who may not even read
+    /// the task's job is answered exactly as for an unknown id, so nobody learns which
+    /// tasks exist in jobs they cannot see; one who may read it but not do `verb` gets 403.
+    async fn visible_task(
+        &self,
+        caller: &Caller,
+        id: &str,
+        verb: Verb,
+    ) -> Result<TaskRecord, ApiError> {
+        let task = self
+            .store
+            .get(id)
+            .await?
+            .ok_or_else(|| ApiError::not_found(id))?;
+        let job = self.job_name(&task.task_type);
+        if self.auth.allows(caller, verb, job.as_deref()).await? {
+            return Ok(task);
+        }
+        if verb != Verb::Get && self.auth.allows(caller, Verb::Get, job.as_deref()).await? {
+            return Err(crate::auth::forbidden(verb, job.as_deref()));
+        }
+        tracing::info!(
+            caller = caller.name(),
+            ?verb,
+            id,
+            "task hidden from a caller who may not read it"
+        );
+        Err(ApiError::not_found(id))
+    }
+
     /// The store route for tasks Kafka did not acknowledge in time, under the ids they
     /// were produced with: a produce that lands after all then reaches the consumer as a
     /// second copy of a stored id, which its insert drops (a duplicate, not an error), so
@@ -293,6 +372,7 @@ impl ApiState {
 
 async fn submit_one(
     State(state): AppState,
+    caller: Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -301,6 +381,9 @@ async fn submit_one(
     let request = submit::parse(&body)?;
     let now = state.clock.now_millis();
     let routes = state.routes.borrow().clone();
+    state
+        .may_submit(&caller, &routes, &request.task_type)
+        .await?;
     let task = submit::validate(
         request,
         &routes,
@@ -325,6 +408,7 @@ async fn submit_one(
 
 async fn submit_batch(
     State(state): AppState,
+    caller: Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -335,13 +419,17 @@ async fn submit_batch(
     let now = state.clock.now_millis();
     let routes = state.routes.borrow().clone();
     let source = source_header(&headers);
-    let checked: Vec<Result<NewTask, ApiError>> = items
-        .iter()
-        .map(|raw| {
-            submit::parse(raw.get().as_bytes())
-                .and_then(|req| submit::validate(req, &routes, &state.limits, now, source))
-        })
-        .collect();
+    let mut checked: Vec<Result<NewTask, ApiError>> = Vec::with_capacity(items.len());
+    for raw in &items {
+        let item = match submit::parse(raw.get().as_bytes()) {
+            Ok(req) => match state.may_submit(&caller, &routes, &req.task_type).await {
+                Ok(()) => submit::validate(req, &routes, &state.limits, now, source),
+                Err(err) => Err(err),
+            },
+            Err(err) => Err(err),
+        };
+        checked.push(item);
+    }
     let valid: Vec<NewTask> = checked
         .iter()
         .filter_map(|c| c.as_ref().ok().cloned())
@@ -398,16 +486,21 @@ pub fn task_status(task: &TaskRecord) -> TaskStatus {
     }
 }
 
-async fn get_task(State(state): AppState, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let task = state
-        .store
-        .get(&id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(&id))?;
+async fn get_task(
+    State(state): AppState,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let task = state.visible_task(&caller, &id, Verb::Get).await?;
     Ok(Json(task_status(&task)).into_response())
 }
 
-async fn cancel_task(State(state): AppState, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn cancel_task(
+    State(state): AppState,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    state.visible_task(&caller, &id, Verb::Cancel).await?;
     match state.store.cancel(&id, state.clock.now_millis()).await? {
         CancelOutcome::Cancelled => Ok(Json(CancelResult {
             id,
@@ -611,8 +704,16 @@ fn status_required() -> ApiError {
 
 async fn dead_letters(
     State(state): AppState,
+    caller: Caller,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
+    let job = query
+        .get("type")
+        .and_then(|task_type| state.job_name(task_type));
+    state
+        .auth
+        .require(&caller, Verb::ListDeadLetters, job.as_deref())
+        .await?;
     let limit = match query.get("limit") {
         None => 100,
         Some(text) => match text.parse::<u32>() {
@@ -679,7 +780,12 @@ fn listing(tasks: &[TaskRecord], limit: u32, max_bytes: usize) -> (Vec<u8>, bool
     (body, truncated)
 }
 
-async fn redrive(State(state): AppState, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn redrive(
+    State(state): AppState,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    state.visible_task(&caller, &id, Verb::Redrive).await?;
     let now = state.clock.now_millis();
     match state.store.redrive(&id, now).await? {
         RedriveOutcome::Redriven { trigger_at } => {

@@ -563,6 +563,7 @@ pub fn settings(dir: &tempfile::TempDir, clock: Arc<ManualClock>) -> Settings {
         reload_interval: Duration::from_millis(50),
         clock,
         signals: None,
+        auth: asyncd::roles::AuthSettings::None { insecure: false },
     }
 }
 pub fn millis(t: SystemTime) -> i64 {

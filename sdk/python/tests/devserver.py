@@ -9,7 +9,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Optional, Sequence
 
 
 class DevServerError(RuntimeError):
@@ -35,7 +35,7 @@ def free_port() -> int:
 
 
 class DevServer:
-    def __init__(self, workdir: Path, env: Optional[Dict[str, str]] = None) -> None:
+    def __init__(self, workdir: Path, env: Optional[Dict[str, str]] = None, args: Sequence[str] = ()) -> None:
         self.bin = asyncd_bin()
         self.workdir = workdir
         self.config_dir = workdir / "config"
@@ -45,12 +45,13 @@ class DevServer:
         self.log_path = workdir / "asyncd.log"
         self.env = {**os.environ, **(env or {})}
         self.proc: Optional[subprocess.Popen] = None
+        self.args = list(args)
 
     def start(self, timeout: float = 60.0) -> None:
         log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             [self.bin, "dev", "--config", str(self.config_dir), "--db", str(self.workdir / "asyncd.db"),
-             "--listen", f"127.0.0.1:{self.port}"],
+             "--listen", f"127.0.0.1:{self.port}", *self.args],
             stdout=log, stderr=subprocess.STDOUT, env=self.env,
         )
         log.close()

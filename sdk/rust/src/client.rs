@@ -2,8 +2,9 @@
 //! long-running callbacks (heartbeat, result).
 
 use std::fmt;
-use std::sync::Arc;
-use std::time::Duration;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use asyncd_contract::{
     BatchOutcome, BatchRequest, BatchResponse, DeadLetters, HeartbeatRequest, HeartbeatResponse,
@@ -29,6 +30,32 @@ pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:7700";
 /// Labels submits for `asyncd_task_submitted_total`.
 pub const SOURCE_SERVICE_HEADER: &str = headers::SOURCE_SERVICE;
 
+/// Where a client looks for its bearer token when given none: mount a projected
+/// ServiceAccount token for the audience `asyncd` there (docs/security.md).
+pub const DEFAULT_TOKEN_FILE: &str = "/var/run/secrets/asyncd/token";
+
+/// How long a token read from a file is used before the file is read again. The kubelet
+/// renews a projected token at 80% of its lifetime (at least 10 minutes), so a minute is
+/// always in time.
+pub const TOKEN_FILE_REFRESH: Duration = Duration::from_secs(60);
+
+/// Where the bearer token comes from.
+#[derive(Clone)]
+enum TokenSource {
+    Static(String),
+    File(PathBuf),
+}
+
+impl fmt::Debug for TokenSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            // Never the token itself: a Debug print ends up in logs.
+            TokenSource::Static(_) => f.write_str("Static(<redacted>)"),
+            TokenSource::File(path) => f.debug_tuple("File").field(path).finish(),
+        }
+    }
+}
+
 /// Configures a [`Client`].
 #[derive(Debug, Clone)]
 pub struct ClientBuilder {
@@ -36,6 +63,7 @@ pub struct ClientBuilder {
     service_name: Option<String>,
     http: Option<reqwest::Client>,
     timeout: Duration,
+    token: TokenSource,
 }
 
 impl Default for ClientBuilder {
@@ -45,6 +73,7 @@ impl Default for ClientBuilder {
             service_name: None,
             http: None,
             timeout: Duration::from_secs(30),
+            token: TokenSource::File(DEFAULT_TOKEN_FILE.into()),
         }
     }
 }
@@ -76,6 +105,20 @@ impl ClientBuilder {
         self
     }
 
+    /// Sends `token` as `Authorization: Bearer <token>` on every API call (an API token
+    /// of `asyncd api --auth tokens`, or a Kubernetes token for `--auth kubernetes`).
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = TokenSource::Static(token.into());
+        self
+    }
+
+    /// Reads the bearer token from `path`, again every [`TOKEN_FILE_REFRESH`] (projected
+    /// tokens rotate); a missing file sends no token. Default: [`DEFAULT_TOKEN_FILE`].
+    pub fn token_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.token = TokenSource::File(path.into());
+        self
+    }
+
     pub fn build(self) -> Result<Client, Error> {
         let endpoint = self.endpoint.trim_end_matches('/').to_string();
         if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
@@ -95,6 +138,8 @@ impl ClientBuilder {
                 endpoint,
                 service_name: self.service_name,
                 http,
+                token: self.token,
+                file_token: Mutex::new(None),
             }),
         })
     }
@@ -110,6 +155,32 @@ struct Inner {
     endpoint: String,
     service_name: Option<String>,
     http: reqwest::Client,
+    token: TokenSource,
+    /// The token last read from the file, and when.
+    file_token: Mutex<Option<(Option<String>, Instant)>>,
+}
+
+impl Inner {
+    fn bearer(&self, now: Instant) -> Option<String> {
+        let path = match &self.token {
+            TokenSource::Static(token) => return Some(token.clone()),
+            TokenSource::File(path) => path,
+        };
+        let mut cached = self.file_token.lock().expect("token lock");
+        match &*cached {
+            Some((token, read)) if now.duration_since(*read) < TOKEN_FILE_REFRESH => token.clone(),
+            _ => {
+                // No file (asyncd dev without auth): send nothing; a server that needs a
+                // token answers 401.
+                let token = std::fs::read_to_string(path)
+                    .ok()
+                    .map(|text| text.trim().to_string())
+                    .filter(|text| !text.is_empty());
+                *cached = Some((token.clone(), now));
+                token
+            }
+        }
+    }
 }
 
 impl fmt::Debug for Client {
@@ -291,6 +362,8 @@ impl Client {
                 endpoint: endpoint.trim_end_matches('/').to_string(),
                 service_name: self.inner.service_name.clone(),
                 http: self.inner.http.clone(),
+                token: self.inner.token.clone(),
+                file_token: Mutex::new(None),
             }),
         }
     }
@@ -457,7 +530,7 @@ impl Client {
         lease: Option<Duration>,
     ) -> Result<DateTime<Utc>, Error> {
         let resp: HeartbeatResponse = self
-            .call(
+            .callback(
                 Method::POST,
                 &format!("/v1/tasks/{}/heartbeat", escape(id)),
                 Some(&HeartbeatRequest {
@@ -479,7 +552,7 @@ impl Client {
             output: result.output.as_ref(),
             retry_after: result.retry_after.map(format_duration),
         };
-        self.call(
+        self.callback(
             Method::POST,
             &format!("/v1/tasks/{}/result", escape(id)),
             Some(&body),
@@ -491,12 +564,33 @@ impl Client {
         format!("{}{}", self.inner.endpoint, path)
     }
 
-    /// Sends one API call and decodes a 2xx answer.
+    /// Sends one API call with the bearer token and decodes a 2xx answer.
     async fn call<B: Serialize + ?Sized, T: DeserializeOwned>(
         &self,
         method: Method,
         path: &str,
         body: Option<&B>,
+    ) -> Result<T, Error> {
+        self.send(method, path, body, true).await
+    }
+
+    /// A heartbeat or result: the lease token authenticates it, and the API token is
+    /// not sent to the dispatcher it may go to.
+    async fn callback<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> Result<T, Error> {
+        self.send(method, path, body, false).await
+    }
+
+    async fn send<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        with_token: bool,
     ) -> Result<T, Error> {
         let url = self.url(path);
         let transport = |source| Error::Transport {
@@ -511,6 +605,9 @@ impl Client {
             .header(reqwest::header::ACCEPT, "application/json");
         if let Some(name) = &self.inner.service_name {
             req = req.header(SOURCE_SERVICE_HEADER, name);
+        }
+        if with_token && let Some(token) = self.inner.bearer(Instant::now()) {
+            req = req.bearer_auth(token);
         }
         if let Some(body) = body {
             let raw = serde_json::to_vec(body).map_err(Error::Payload)?;
@@ -615,6 +712,31 @@ mod tests {
         fn count(&self) -> usize {
             self.reqs.lock().unwrap().len()
         }
+    }
+
+    #[test]
+    fn the_token_file_is_re_read_after_the_refresh_period() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        let client = Client::builder().token_file(&path).build().unwrap();
+        let t0 = Instant::now();
+        assert_eq!(client.inner.bearer(t0), None, "no file, no token");
+        std::fs::write(&path, "first\n").unwrap();
+        assert_eq!(client.inner.bearer(t0), None, "cached within the period");
+        let t1 = t0 + TOKEN_FILE_REFRESH;
+        assert_eq!(client.inner.bearer(t1).as_deref(), Some("first"));
+        std::fs::write(&path, "rotated").unwrap();
+        assert_eq!(
+            client.inner.bearer(t1 + Duration::from_secs(1)).as_deref(),
+            Some("first")
+        );
+        assert_eq!(
+            client.inner.bearer(t1 + TOKEN_FILE_REFRESH).as_deref(),
+            Some("rotated")
+        );
+        let given = Client::builder().token("abc").build().unwrap();
+        assert_eq!(given.inner.bearer(t0).as_deref(), Some("abc"));
+        assert!(!format!("{:?}", Client::builder().token("abc")).contains("abc"));
     }
 
     #[tokio::test]

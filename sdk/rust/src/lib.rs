@@ -40,9 +40,9 @@ pub use asyncd_contract;
 
 pub use asyncd_contract::{SIGNATURE_TOLERANCE, SignatureError, sign, verify_signature};
 pub use client::{
-    BatchItem, CancelResult, Client, ClientBuilder, DEFAULT_ENDPOINT, MAX_BATCH, RedriveResult,
-    ResultAck, ResultStatus, SOURCE_SERVICE_HEADER, SubmitResult, Task, TaskResult, TaskState,
-    TaskStatus,
+    BatchItem, CancelResult, Client, ClientBuilder, DEFAULT_ENDPOINT, DEFAULT_TOKEN_FILE,
+    MAX_BATCH, RedriveResult, ResultAck, ResultStatus, SOURCE_SERVICE_HEADER, SubmitResult,
+    TOKEN_FILE_REFRESH, Task, TaskResult, TaskState, TaskStatus,
 };
 pub use error::{ApiError, Error, ErrorCode};
 pub use executor::{

@@ -10,6 +10,7 @@ from ._client import (
     CLAIMED,
     DEAD,
     DEFAULT_ENDPOINT,
+    DEFAULT_TOKEN_FILE,
     PENDING,
     RUNNING,
     SOURCE_SERVICE_HEADER,
@@ -27,6 +28,7 @@ from ._errors import (
     AsyncdError,
     BadSignature,
     Conflict,
+    Forbidden,
     InvalidField,
     MalformedJSON,
     MissingIdempotencyKey,
@@ -36,6 +38,7 @@ from ._errors import (
     PayloadTooLarge,
     StaleLease,
     TransportError,
+    Unauthenticated,
     UniqueConflict,
     UnknownTaskType,
 )
@@ -58,11 +61,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "APIError", "AsyncdError", "BadSignature", "BatchResult", "BLOCKED", "CANCELLED", "CLAIMED", "Client",
-    "Conflict", "DEAD", "DEFAULT_ENDPOINT", "DEFAULT_LEASE", "Executor", "InvalidCron", "InvalidField",
+    "Conflict", "DEAD", "DEFAULT_ENDPOINT", "DEFAULT_LEASE", "DEFAULT_TOKEN_FILE", "Executor", "Forbidden",
+    "InvalidCron", "InvalidField",
     "MalformedJSON", "MissingIdempotencyKey", "NotCancellable", "NotDead", "NotFound", "PENDING",
     "PayloadTooLarge", "Permanent", "RUNNING", "RedriveResult", "Retry", "SIGNATURE_TOLERANCE",
     "SOURCE_SERVICE_HEADER", "SUCCEEDED", "StaleLease", "SubmitResult", "Task", "TaskContext", "TaskStatus",
-    "ThreadingWSGIServer", "TransportError", "UniqueConflict", "UnknownTaskType", "canonical_json",
+    "ThreadingWSGIServer", "TransportError", "Unauthenticated", "UniqueConflict", "UnknownTaskType", "canonical_json",
     "format_duration", "idempotency_key_from", "is_valid_cron", "job_config", "job_config_yaml",
     "parse_duration", "sign", "to_yaml", "validate_cron", "verify_signature",
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -12,6 +14,13 @@ from ._executor import Executor, http_json
 from ._time import Duration, format_duration, format_time, parse_time
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:7700"
+# Where a pod mounts its projected ServiceAccount token for the audience "asyncd"
+# (docs/security.md); read when the client is given no ``token``.
+DEFAULT_TOKEN_FILE = "/var/run/secrets/asyncd/token"
+# Seconds a token read from a file is used before the file is read again: the kubelet
+# renews a projected token at 80% of its lifetime (at least 10 minutes), so a minute is
+# always in time.
+TOKEN_FILE_REFRESH = 60.0
 """Where ``asyncd dev`` listens unless told otherwise."""
 
 SOURCE_SERVICE_HEADER = "Asyncd-Source-Service"
@@ -110,7 +119,13 @@ class RedriveResult:
 
 class Client(Executor):
     """Talks to the asyncd API; also an :class:`Executor`, so the same object can
-    register handlers with ``@client.executor("type")`` and serve them."""
+    register handlers with ``@client.executor("type")`` and serve them.
+
+    ``token`` is sent as ``Authorization: Bearer <token>`` on every API call. Without it
+    the token is read from ``token_file`` (default :data:`DEFAULT_TOKEN_FILE`, where a pod
+    mounts its projected ServiceAccount token), re-read every
+    :data:`TOKEN_FILE_REFRESH` seconds since the kubelet rotates it; a missing file sends
+    no token (``asyncd dev`` needs none)."""
 
     def __init__(
         self,
@@ -119,11 +134,34 @@ class Client(Executor):
         *,
         timeout: float = 30.0,
         signing_secret: Optional[Union[str, bytes]] = None,
+        token: Optional[str] = None,
+        token_file: Optional[str] = DEFAULT_TOKEN_FILE,
     ) -> None:
         self.endpoint = endpoint.rstrip("/")
         self.service_name = service_name
         self.timeout = timeout
+        self._token = token
+        self._token_file = token_file
+        self._token_lock = threading.Lock()
+        self._file_token: Optional[str] = None
+        self._token_read_at: Optional[float] = None
         super().__init__(signing_secret, callback_endpoint=self.endpoint)
+
+    def _bearer(self) -> Optional[str]:
+        if self._token is not None:
+            return self._token
+        if not self._token_file:
+            return None
+        with self._token_lock:
+            now = time.monotonic()
+            if self._token_read_at is None or now - self._token_read_at >= TOKEN_FILE_REFRESH:
+                try:
+                    with open(self._token_file, encoding="utf-8") as f:
+                        self._file_token = f.read().strip() or None
+                except OSError:
+                    self._file_token = None
+                self._token_read_at = now
+            return self._file_token
 
     # -- submit ------------------------------------------------------------------
 
@@ -232,8 +270,11 @@ class Client(Executor):
         return RedriveResult(id=d["id"], state=d["state"], eta=parse_time(eta) if isinstance(eta, str) else None)
 
     def _request(self, method: str, path: str, body: Any = None) -> Any:
-        headers = {SOURCE_SERVICE_HEADER: self.service_name} if self.service_name else None
-        return http_json(method, self.endpoint + path, body, headers=headers, timeout=self.timeout)
+        headers = {SOURCE_SERVICE_HEADER: self.service_name} if self.service_name else {}
+        token = self._bearer()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return http_json(method, self.endpoint + path, body, headers=headers or None, timeout=self.timeout)
 
 
 def _q(task_id: str) -> str:

@@ -80,6 +80,19 @@ class NotFound(APIError):
     code_name = "not_found"
 
 
+class Unauthenticated(APIError):
+    """401: no bearer token, or one the server does not accept (unknown, expired, for
+    another audience). Give the client ``token=`` or ``token_file=``."""
+
+    code_name = "unauthenticated"
+
+
+class Forbidden(APIError):
+    """403: the token's caller may not do this to this job."""
+
+    code_name = "forbidden"
+
+
 class Conflict(APIError):
     """Base of the 409 answers."""
 
@@ -107,7 +120,7 @@ class NotDead(Conflict):
 _BY_CODE: Dict[str, Type[APIError]] = {
     cls.code_name: cls
     for cls in (MalformedJSON, InvalidField, UnknownTaskType, PayloadTooLarge, NotFound,
-                UniqueConflict, NotCancellable, StaleLease, NotDead)
+                Unauthenticated, Forbidden, UniqueConflict, NotCancellable, StaleLease, NotDead)
 }
 
 

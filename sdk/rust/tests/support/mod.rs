@@ -152,6 +152,15 @@ impl Dev {
     /// Serves `executor` on a loopback port, writes `jobs` pointing at it, and starts
     /// `asyncd dev`, returning once `/readyz` answers 200.
     pub async fn start(executor: Executor, jobs: &[Job]) -> Self {
+        Self::start_with_args(executor, jobs, |_| Vec::new()).await
+    }
+
+    /// [`Dev::start`] with more `asyncd dev` arguments, made from the test's folder.
+    pub async fn start_with_args(
+        executor: Executor,
+        jobs: &[Job],
+        args: impl FnOnce(&std::path::Path) -> Vec<String>,
+    ) -> Self {
         let bin = asyncd_bin();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let executor_base = format!("http://{}", listener.local_addr().unwrap());
@@ -183,6 +192,7 @@ impl Dev {
             .arg(dir.path().join("asyncd.db"))
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
+            .args(args(dir.path()))
             .env(SECRET_ENV, SECRET)
             .env(WRONG_SECRET_ENV, "not-the-executor-secret")
             .stdout(Stdio::null())
