@@ -49,9 +49,6 @@ struct Args {
     /// ServiceAccount the dispatchers run as (see config/rbac/dispatcher.yaml).
     #[arg(long, default_value = "asyncd-dispatcher")]
     dispatcher_service_account: String,
-    /// Secret holding executor signing secrets, one key per `signingSecretEnv` name.
-    #[arg(long, default_value = "asyncd-signing")]
-    signing_secret: String,
 }
 
 #[derive(Clone)]
@@ -95,7 +92,6 @@ async fn main() -> anyhow::Result<()> {
         kafka_brokers: args.kafka_brokers,
         store_secret: args.store_secret,
         service_account: args.dispatcher_service_account,
-        signing_secret: args.signing_secret,
     };
     let metrics = Arc::new(Metrics::default());
     let ready = Arc::new(AtomicBool::new(false));

@@ -118,7 +118,7 @@ class Client(Executor):
         service_name: Optional[str] = None,
         *,
         timeout: float = 30.0,
-        signing_secret: Optional[Union[str, bytes]] = None,
+        signing_secret: Optional[Union[str, bytes, Sequence[Union[str, bytes]]]] = None,
     ) -> None:
         self.endpoint = endpoint.rstrip("/")
         self.service_name = service_name
