@@ -645,9 +645,9 @@ mod tests {
                 keys: vec!["key".into()],
             })
         );
-        let secret_ref = |d: &mut AsyncJobConfig| -> &mut SecretKeysRef {
+        fn secret_ref(d: &mut AsyncJobConfig) -> &mut SecretKeysRef {
             &mut d.spec.executor.signing.as_mut().unwrap().secret_ref
-        };
+        }
         let field = "spec.executor.signing.secretRef";
         for bad in [
             "",

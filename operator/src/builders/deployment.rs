@@ -331,7 +331,7 @@ mod tests {
         a.metadata.name = Some("job-a".into());
         let mut b = a.clone();
         b.metadata.name = Some("job-b".into());
-        b.spec.executor.signing.as_mut().unwrap().secret_ref.name = "job-b-signing".into();
+        b.spec.0.executor.signing.as_mut().unwrap().secret_ref.name = "job-b-signing".into();
         let secrets = |config: &AsyncJobConfig| -> Vec<String> {
             let pod = build(config, &fixtures::settings())
                 .spec
