@@ -142,7 +142,9 @@ pub const SIGNING_TIMESTAMP: i64 = 1_700_000_000;
 pub const LEASE_TOKEN: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
 
 /// `signature.json`: a signed executor call (headers and body) and the verification
-/// cases every SDK's executor helper must decide alike. Each case runs its steps, in
+/// cases every SDK's executor helper must decide alike. A replay is a second call with
+/// the same task id, attempt and lease token (a redriven task starts at attempt 1 again,
+/// with a new token). Each case runs its steps, in
 /// order, against one fresh verifier holding the named keys; `want` is `ok`, `mismatch`,
 /// `stale`, `malformed_timestamp` or `replay`.
 fn signature_vectors(body: &str) -> Value {
@@ -154,7 +156,7 @@ fn signature_vectors(body: &str) -> Value {
             .1
             .as_bytes()
     };
-    let headers = |timestamp: i64, attempt: u32, signers: &[&str]| {
+    let headers_with = |timestamp: i64, attempt: u32, lease_token: &str, signers: &[&str]| {
         let timestamp = timestamp.to_string();
         let attempt = attempt.to_string();
         let call = SignedCall {
@@ -162,7 +164,7 @@ fn signature_vectors(body: &str) -> Value {
             task_id: ID,
             attempt: &attempt,
             idempotency_key: "order-42",
-            lease_token: LEASE_TOKEN,
+            lease_token,
             callback_url: "http://10.0.0.7:7700",
             body: body.as_bytes(),
         };
@@ -172,10 +174,13 @@ fn signature_vectors(body: &str) -> Value {
             (headers::TASK_ID): ID,
             (headers::ATTEMPT): attempt,
             (headers::IDEMPOTENCY_KEY): "order-42",
-            (headers::LEASE_TOKEN): LEASE_TOKEN,
+            (headers::LEASE_TOKEN): lease_token,
             (headers::CALLBACK_URL): "http://10.0.0.7:7700",
             (headers::SIGNATURE): sign(&keys, &call).expect("keys are set"),
         })
+    };
+    let headers = |timestamp: i64, attempt: u32, signers: &[&str]| {
+        headers_with(timestamp, attempt, LEASE_TOKEN, signers)
     };
     let with = |mut headers: Value, name: &str, value: &str| {
         headers[name] = json!(value);
@@ -235,6 +240,10 @@ fn signature_vectors(body: &str) -> Value {
             case("the next attempt is not a replay", &["primary"], vec![
                 step(signed.clone(), t, "ok"),
                 step(headers(t + 60, 2, &["primary"]), t + 60, "ok"),
+            ]),
+            case("a redriven task (attempt 1 again, a new lease token) is not a replay", &["primary"], vec![
+                step(signed.clone(), t, "ok"),
+                step(headers_with(t + 60, 1, &LEASE_TOKEN.replace('9', "7"), &["primary"]), t + 60, "ok"),
             ]),
             case("a refused call is not remembered", &["primary"], vec![
                 step(with(signed.clone(), headers::LEASE_TOKEN, "forged"), t, "mismatch"),

@@ -125,13 +125,15 @@ func verify(keys [][]byte, h http.Header, body []byte, now time.Time) (int64, er
 
 // Verifier checks signatures with VerifySignature and also refuses a second call for
 // the same (task, attempt) within the window: a captured call replayed, even signed
-// anew, never runs twice in this process. Safe for concurrent use.
+// anew, never runs twice in this process. The lease token is part of the identity: a
+// redriven task starts again at attempt 1, with a new token, and is not a replay. Safe
+// for concurrent use.
 type Verifier struct {
 	keys [][]byte
 	max  int
 
 	mu    sync.Mutex
-	seen  map[string]int64 // "<task id>\n<attempt>" → unix second it may be forgotten
+	seen  map[string]int64 // "<task id>\n<attempt>\n<lease token>" → unix second it may be forgotten
 	order []seenEntry      // insertion order, oldest first
 }
 
@@ -152,7 +154,7 @@ func (v *Verifier) Verify(h http.Header, body []byte, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	key := h.Get(HeaderTaskID) + "\n" + h.Get(HeaderAttempt)
+	key := h.Get(HeaderTaskID) + "\n" + h.Get(HeaderAttempt) + "\n" + h.Get(HeaderLeaseToken)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	nowUnix := now.Unix()

@@ -36,7 +36,7 @@ pub struct Verifier {
 
 #[derive(Debug, Default)]
 struct Seen {
-    /// `"<task id>\n<attempt>"` → the unix second it may be forgotten.
+    /// `"<task id>\n<attempt>\n<lease token>"` → the unix second it may be forgotten.
     until: HashMap<String, i64>,
     /// Insertion order, oldest first.
     order: VecDeque<(String, i64)>,
@@ -104,7 +104,8 @@ impl Verifier {
         let now = now
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
-        let key = format!("{}\n{}", call.task_id, call.attempt);
+        // The lease token too: a redriven task starts again at attempt 1, with a new token.
+        let key = format!("{}\n{}\n{}", call.task_id, call.attempt, call.lease_token);
         let mut seen = self.seen.lock().expect("replay cache lock");
         while let Some((_, until)) = seen.order.front() {
             if *until >= now {

@@ -327,12 +327,20 @@ async fn request_errors() {
         409,
         None,
     );
-    api_error(
+    // An unknown task answers exactly as a wrong token does: callbacks leak nothing.
+    let unknown = api_error(
         c.post_result(UNKNOWN_ID, &result).await,
-        ErrorCode::NotFound,
-        404,
-        None,
+        ErrorCode::StaleLease,
+        409,
+        Some("lease_token"),
     );
+    let wrong = api_error(
+        c.post_result(&done.id, &result).await,
+        ErrorCode::StaleLease,
+        409,
+        Some("lease_token"),
+    );
+    assert_eq!(unknown.message, wrong.message);
 
     // A missing idempotency key never reaches the server.
     let err = c.submit(&Task::new("rust_ok", 1)).await.unwrap_err();

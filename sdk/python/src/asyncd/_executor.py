@@ -137,7 +137,7 @@ class Verifier:
         self._keys = _keys(keys)
         self._max = max_entries
         self._lock = threading.Lock()
-        # "<task id>\n<attempt>" -> unix second it may be forgotten, oldest first.
+        # "<task id>\n<attempt>\n<lease token>" -> unix second it may be forgotten, oldest first.
         self._seen: "OrderedDict[str, int]" = OrderedDict()
 
     def verify(self, headers: Mapping[str, str], body: bytes, now: Optional[float] = None) -> None:
@@ -145,7 +145,8 @@ class Verifier:
         # block the real one.
         ts = _verify(self._keys, headers, body, now)
         h = _lower(headers)
-        key = h.get("asyncd-task-id", "") + "\n" + h.get("asyncd-attempt", "")
+        # The lease token too: a redriven task starts again at attempt 1, with a new token.
+        key = "\n".join(h.get(name, "") for name in ("asyncd-task-id", "asyncd-attempt", "asyncd-lease-token"))
         now = time.time() if now is None else now
         with self._lock:
             while self._seen:
