@@ -240,7 +240,7 @@ check "api/scheduler env: store Secret, listen, routing ConfigMap, Kafka thresho
 check "operator args: brokers, dispatcher image and ServiceAccount, store Secret, namespace" rendered_has "$work/default.yaml" \
   "- --kafka-brokers=kafka:9092" "- --dispatcher-image=asyncd:0.1.0" "- --namespace=$ns" \
   "- --dispatcher-service-account=asyncd-dispatcher" "- --store-secret=asyncd-store" \
-  "- --signing-secret=asyncd-signing" "- --listen=0.0.0.0:8080" "image: \"asyncd-operator:0.1.0\""
+  "- --listen=0.0.0.0:8080" "image: \"asyncd-operator:0.1.0\""
 check "Kafka brokers and existing Secret reach the pods" rendered_has "$work/other.yaml" \
   "name: ASYNCD_KAFKA_BROKERS" "value: \"kafka-0.kafka:9092,kafka-1.kafka:9092\"" "name: asyncd-db" "key: dsn" \
   "image: \"asyncd@sha256:0123456789abcdef"

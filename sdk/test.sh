@@ -110,7 +110,9 @@ spec:
   executor:
     url: http://127.0.0.1:$(cat "$tmp/$side.port")/tasks/$task_type
     timeout: 10s
-    signingSecretEnv: ASYNCD_CROSS_SIGNING_SECRET
+    signing:
+      secretRef:
+        name: cross-signing
   retry:
     maxRetries: 1
     backoff: fixed
@@ -118,8 +120,11 @@ spec:
 EOF
 done
 
-ASYNCD_CROSS_SIGNING_SECRET=$secret "$ASYNCD_BIN" dev --config "$tmp/config" --db "$tmp/asyncd.db" \
-	--listen "127.0.0.1:$port" >"$tmp/asyncd.log" 2>&1 &
+# The jobs' signing Secret, laid out as the operator mounts it: DIR/<secret name>/<key>.
+mkdir -p "$tmp/signing/cross-signing"
+printf '%s' "$secret" >"$tmp/signing/cross-signing/key"
+"$ASYNCD_BIN" dev --config "$tmp/config" --db "$tmp/asyncd.db" \
+	--listen "127.0.0.1:$port" --signing-dir "$tmp/signing" >"$tmp/asyncd.log" 2>&1 &
 pids+=($!)
 wait_for "asyncd dev /healthz" 60 curl -fsS "$endpoint/healthz"
 wait_for "asyncd dev /readyz" 60 curl -fsS "$endpoint/readyz"

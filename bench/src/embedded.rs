@@ -125,6 +125,7 @@ pub async fn run(args: &Args) -> Result<()> {
             timeout_ms: 1000,
             lease_token: 1,
             idempotency_key: None,
+            lease_secret: String::new(),
         })
         .collect();
     let start = Instant::now();

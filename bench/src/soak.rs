@@ -626,7 +626,7 @@ async fn execute(state: &ExecutorState, uri: &Uri, headers: &HeaderMap, body: &[
     };
     let id = header("asyncd-task-id");
     let attempt: u32 = header("asyncd-attempt").parse().unwrap_or(0);
-    let lease_token: i64 = header("asyncd-lease-token").parse().unwrap_or(-1);
+    let lease_token = header("asyncd-lease-token");
     let redirected = uri.query().is_some_and(|q| q.contains("redirected"));
     if !redirected {
         let mut etas = Vec::with_capacity(2);
@@ -685,7 +685,7 @@ async fn execute(state: &ExecutorState, uri: &Uri, headers: &HeaderMap, body: &[
         Behaviour::Callback | Behaviour::InvalidJson202 => {
             let state = state.clone();
             tokio::spawn(async move {
-                finish_later(&state, index, &id, lease_token).await;
+                finish_later(&state, index, &id, &lease_token).await;
             });
             if behaviour == Behaviour::Callback {
                 answer(202, r#"{"lease": "10s"}"#)
@@ -699,7 +699,7 @@ async fn execute(state: &ExecutorState, uri: &Uri, headers: &HeaderMap, body: &[
 
 /// The long-running half of a 202: a heartbeat, then the success result, through any API
 /// process that answers (they are being killed too).
-async fn finish_later(state: &ExecutorState, index: usize, id: &str, lease_token: i64) {
+async fn finish_later(state: &ExecutorState, index: usize, id: &str, lease_token: &str) {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let heartbeat = json!({"lease_token": lease_token, "lease": "10s"});
     let path = format!("/v1/tasks/{id}/heartbeat");

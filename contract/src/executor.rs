@@ -55,7 +55,7 @@ pub struct ExecutorAccepted {
 pub struct HeartbeatRequest {
     /// The attempt's `Asyncd-Lease-Token`; required here or in that header.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease_token: Option<i64>,
+    pub lease_token: Option<String>,
     /// The new lease from now (humantime, at most 24h); default the task's timeout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(
@@ -105,7 +105,7 @@ impl ResultStatus {
 pub struct ResultRequest<P = Value> {
     /// The attempt's `Asyncd-Lease-Token`; required here or in that header.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease_token: Option<i64>,
+    pub lease_token: Option<String>,
     /// Required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<ResultStatus>,

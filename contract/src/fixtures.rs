@@ -78,7 +78,7 @@ fn errors() -> Vec<(ErrorCode, ErrorBody)> {
         ),
         with(
             ErrorCode::StaleLease,
-            &format!("lease_token: not the current attempt of task {ID}"),
+            "lease_token: not the current attempt of this task",
             &|o| o.field = Some("lease_token".into()),
         ),
         with(
@@ -150,9 +150,123 @@ fn executor_call() -> ExecutorCall {
     }
 }
 
-/// The signing test vector: the body is an executor call as the server sends it.
-pub const SIGNING_SECRET: &str = "s3cret";
+/// The signing keys of `signature.json`: the primary, and the one being rotated out.
+pub const SIGNING_KEYS: [(&str, &str); 2] = [("primary", "s3cret"), ("secondary", "0ld-s3cret")];
 pub const SIGNING_TIMESTAMP: i64 = 1_700_000_000;
+/// A lease token as the server makes them (64 hex digits).
+pub const LEASE_TOKEN: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+
+/// `signature.json`: a signed executor call (headers and body) and the verification
+/// cases every SDK's executor helper must decide alike. A replay is a second call with
+/// the same task id, attempt and lease token (a redriven task starts at attempt 1 again,
+/// with a new token). Each case runs its steps, in
+/// order, against one fresh verifier holding the named keys; `want` is `ok`, `mismatch`,
+/// `stale`, `malformed_timestamp` or `replay`.
+fn signature_vectors(body: &str) -> Value {
+    let key = |name: &str| {
+        SIGNING_KEYS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .expect("a named key")
+            .1
+            .as_bytes()
+    };
+    let headers_with = |timestamp: i64, attempt: u32, lease_token: &str, signers: &[&str]| {
+        let timestamp = timestamp.to_string();
+        let attempt = attempt.to_string();
+        let call = SignedCall {
+            timestamp: &timestamp,
+            task_id: ID,
+            attempt: &attempt,
+            idempotency_key: "order-42",
+            lease_token,
+            callback_url: "http://10.0.0.7:7700",
+            body: body.as_bytes(),
+        };
+        let keys: Vec<&[u8]> = signers.iter().map(|n| key(n)).collect();
+        json!({
+            (headers::TIMESTAMP): timestamp,
+            (headers::TASK_ID): ID,
+            (headers::ATTEMPT): attempt,
+            (headers::IDEMPOTENCY_KEY): "order-42",
+            (headers::LEASE_TOKEN): lease_token,
+            (headers::CALLBACK_URL): "http://10.0.0.7:7700",
+            (headers::SIGNATURE): sign(&keys, &call).expect("keys are set"),
+        })
+    };
+    let headers = |timestamp: i64, attempt: u32, signers: &[&str]| {
+        headers_with(timestamp, attempt, LEASE_TOKEN, signers)
+    };
+    let with = |mut headers: Value, name: &str, value: &str| {
+        headers[name] = json!(value);
+        headers
+    };
+    let t = SIGNING_TIMESTAMP;
+    let step = |headers: Value, now: i64, want: &str| json!({"headers": headers, "body": body, "now": now, "want": want});
+    let case = |name: &str, keys: &[&str], steps: Vec<Value>| json!({"name": name, "keys": keys, "steps": steps});
+    let canonical = String::from_utf8(
+        SignedCall {
+            timestamp: &t.to_string(),
+            task_id: ID,
+            attempt: "1",
+            idempotency_key: "order-42",
+            lease_token: LEASE_TOKEN,
+            callback_url: "http://10.0.0.7:7700",
+            body: body.as_bytes(),
+        }
+        .canonical(),
+    )
+    .expect("UTF-8");
+    let signed = headers(t, 1, &["primary"]);
+    json!({
+        "keys": SIGNING_KEYS.iter().map(|(n, k)| (n.to_string(), json!(k))).collect::<serde_json::Map<_, _>>(),
+        "tolerance_seconds": SIGNATURE_TOLERANCE.as_secs(),
+        "canonical": canonical,
+        "headers": signed,
+        "body": body,
+        "cases": [
+            case("signed with the primary key", &["primary"], vec![step(signed.clone(), t, "ok")]),
+            case("within the window, late", &["primary"], vec![step(signed.clone(), t + 300, "ok")]),
+            case("within the window, early", &["primary"], vec![step(signed.clone(), t - 300, "ok")]),
+            case("stale timestamp", &["primary"], vec![step(signed.clone(), t + 301, "stale")]),
+            case("timestamp from the future", &["primary"], vec![step(signed.clone(), t - 301, "stale")]),
+            case("missing timestamp", &["primary"], vec![step(with(signed.clone(), headers::TIMESTAMP, ""), t, "malformed_timestamp")]),
+            case("timestamp not the signed one", &["primary"], vec![step(with(signed.clone(), headers::TIMESTAMP, &(t + 1).to_string()), t, "mismatch")]),
+            case("another lease token", &["primary"], vec![step(with(signed.clone(), headers::LEASE_TOKEN, &LEASE_TOKEN.replace('9', "8")), t, "mismatch")]),
+            case("another callback url", &["primary"], vec![step(with(signed.clone(), headers::CALLBACK_URL, "http://evil.example:7700"), t, "mismatch")]),
+            case("another attempt", &["primary"], vec![step(with(signed.clone(), headers::ATTEMPT, "2"), t, "mismatch")]),
+            case("another idempotency key", &["primary"], vec![step(with(signed.clone(), headers::IDEMPOTENCY_KEY, "order-43"), t, "mismatch")]),
+            case("another task id", &["primary"], vec![step(with(signed.clone(), headers::TASK_ID, DEP_ID), t, "mismatch")]),
+            case("tampered body", &["primary"], vec![json!({"headers": signed, "body": body.replace("a@b.c", "x@b.c"), "now": t, "want": "mismatch"})]),
+            case("signed with a key the verifier lacks", &["primary"], vec![step(headers(t, 1, &["secondary"]), t, "mismatch")]),
+            case("unsigned", &["primary"], vec![step(with(signed.clone(), headers::SIGNATURE, ""), t, "mismatch")]),
+            case("the old v1 scheme", &["primary"], vec![step(with(signed.clone(), headers::SIGNATURE, &signed[headers::SIGNATURE].as_str().unwrap().replace("v2=", "v1=")), t, "mismatch")]),
+            case("rotation: signed with both keys, verifier on the new key", &["primary"], vec![step(headers(t, 1, &["primary", "secondary"]), t, "ok")]),
+            case("rotation: signed with both keys, verifier still on the old key", &["secondary"], vec![step(headers(t, 1, &["primary", "secondary"]), t, "ok")]),
+            case("rotation: signed with the old key, verifier holding both", &["primary", "secondary"], vec![step(headers(t, 1, &["secondary"]), t, "ok")]),
+            case("replay of the same task and attempt", &["primary"], vec![
+                step(signed.clone(), t, "ok"),
+                step(signed.clone(), t + 10, "replay"),
+            ]),
+            case("a replay refused even when signed anew", &["primary"], vec![
+                step(signed.clone(), t, "ok"),
+                step(headers(t + 5, 1, &["primary"]), t + 10, "replay"),
+            ]),
+            case("the next attempt is not a replay", &["primary"], vec![
+                step(signed.clone(), t, "ok"),
+                step(headers(t + 60, 2, &["primary"]), t + 60, "ok"),
+            ]),
+            case("a redriven task (attempt 1 again, a new lease token) is not a replay", &["primary"], vec![
+                step(signed.clone(), t, "ok"),
+                step(headers_with(t + 60, 1, &LEASE_TOKEN.replace('9', "7"), &["primary"]), t + 60, "ok"),
+            ]),
+            case("a refused call is not remembered", &["primary"], vec![
+                step(with(signed.clone(), headers::LEASE_TOKEN, "forged"), t, "mismatch"),
+                step(signed.clone(), t, "ok"),
+            ]),
+        ],
+    })
+}
 
 /// Every fixture, in file-name order.
 pub fn all() -> Vec<Fixture> {
@@ -259,7 +373,7 @@ pub fn all() -> Vec<Fixture> {
         fixture(
             "heartbeat_request",
             &HeartbeatRequest {
-                lease_token: Some(7),
+                lease_token: Some(LEASE_TOKEN.into()),
                 lease: Some("1m".into()),
             },
         ),
@@ -272,7 +386,7 @@ pub fn all() -> Vec<Fixture> {
         fixture(
             "result_request",
             &ResultRequest::<Value> {
-                lease_token: Some(7),
+                lease_token: Some(LEASE_TOKEN.into()),
                 status: Some(ResultStatus::Retry),
                 error: Some("db down".into()),
                 output: None,
@@ -282,7 +396,7 @@ pub fn all() -> Vec<Fixture> {
         fixture(
             "result_request_success",
             &ResultRequest::<Value> {
-                lease_token: Some(7),
+                lease_token: Some(LEASE_TOKEN.into()),
                 status: Some(ResultStatus::Success),
                 error: None,
                 output: Some(json!({"rows": 12})),
@@ -309,12 +423,7 @@ pub fn all() -> Vec<Fixture> {
         },
         Fixture {
             name: "signature",
-            json: json!({
-                "secret": SIGNING_SECRET,
-                "timestamp": SIGNING_TIMESTAMP,
-                "body": body,
-                "signature": sign(SIGNING_SECRET.as_bytes(), SIGNING_TIMESTAMP, body.as_bytes()),
-            }),
+            json: signature_vectors(&body),
         },
     ];
     fixtures.sort_by_key(|f| f.name);

@@ -25,7 +25,9 @@ pub use executor::{
     ExecutorAccepted, ExecutorCall, HeartbeatRequest, HeartbeatResponse, ResultAck, ResultRequest,
     ResultStatus,
 };
-pub use signature::{SIGNATURE_TOLERANCE, SignatureError, sign, verify_signature};
+pub use signature::{
+    SIGNATURE_SCHEME, SIGNATURE_TOLERANCE, SignatureError, SignedCall, sign, verify_signature,
+};
 pub use state::{TaskState, UnknownState};
 pub use task::{
     BatchItemResult, BatchOutcome, BatchRequest, BatchResponse, CancelResult, DeadLetters,

@@ -60,8 +60,8 @@ fn path_id(what: &str) -> Value {
 
 fn lease_token_header() -> Value {
     json!({"name": headers::LEASE_TOKEN, "in": "header", "required": false,
-           "description": "The attempt's lease token, when the body carries no `lease_token`.",
-           "schema": {"type": "integer", "format": "int64"}})
+           "description": "The attempt's lease token (opaque, 64 hex digits), when the body carries no `lease_token`.",
+           "schema": {"type": "string"}})
 }
 
 fn text_plain(description: &str) -> Value {
@@ -128,7 +128,6 @@ pub fn document() -> Value {
             MalformedJson,
             InvalidField,
             PayloadTooLarge,
-            NotFound,
             StaleLease,
             StoreUnavailable,
         ],

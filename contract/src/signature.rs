@@ -1,14 +1,62 @@
-//! The executor call signature: `Asyncd-Signature: v1=<hex HMAC-SHA256(secret,
-//! "<timestamp>.<body>")>` with `Asyncd-Timestamp: <unix seconds>`.
+//! The executor call signature (`docs/security.md`, "Signed executor calls").
+//!
+//! The signed bytes are the call's headers, verbatim, and then its body, joined by LF
+//! (`\n`, 0x0A):
+//!
+//! ```text
+//! <Asyncd-Timestamp>\n<Asyncd-Task-Id>\n<Asyncd-Attempt>\n<Idempotency-Key>\n
+//! <Asyncd-Lease-Token>\n<Asyncd-Callback-Url>\n<body>
+//! ```
+//!
+//! No header value can hold an LF, so the fields cannot run into each other; the body,
+//! which may, comes last. `Asyncd-Signature` is `v2=<lowercase hex HMAC-SHA256(key,
+//! signed bytes)>`, once per signing key, comma-separated: while a key is rotated the
+//! dispatcher signs with both, and a verifier accepts the call when any of its keys
+//! matches any of the values.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-/// How far `Asyncd-Timestamp` may be from the executor's clock; beyond it a captured
-/// call cannot be replayed.
+/// How far `Asyncd-Timestamp` may be from the verifier's clock; beyond it a captured
+/// call is refused, and within it a verifier refuses the same (task, attempt) twice.
 pub const SIGNATURE_TOLERANCE: Duration = Duration::from_secs(5 * 60);
+
+/// The prefix of each value in `Asyncd-Signature`.
+pub const SIGNATURE_SCHEME: &str = "v2=";
+
+/// The signed parts of one executor call: header values exactly as sent, and the body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignedCall<'a> {
+    pub timestamp: &'a str,
+    pub task_id: &'a str,
+    pub attempt: &'a str,
+    pub idempotency_key: &'a str,
+    pub lease_token: &'a str,
+    pub callback_url: &'a str,
+    pub body: &'a [u8],
+}
+
+impl SignedCall<'_> {
+    /// The bytes the HMAC covers.
+    pub fn canonical(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(256 + self.body.len());
+        for field in [
+            self.timestamp,
+            self.task_id,
+            self.attempt,
+            self.idempotency_key,
+            self.lease_token,
+            self.callback_url,
+        ] {
+            out.extend_from_slice(field.as_bytes());
+            out.push(b'\n');
+        }
+        out.extend_from_slice(self.body);
+        out
+    }
+}
 
 /// Why an executor call's signature was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -16,40 +64,55 @@ pub enum SignatureError {
     #[error("bad signature: missing or malformed Asyncd-Timestamp")]
     MalformedTimestamp,
     #[error("bad signature: timestamp more than 5 minutes off")]
-    Skew,
+    Stale,
     #[error("bad signature: signature mismatch")]
     Mismatch,
+    #[error("bad signature: no signing key configured")]
+    NoKey,
 }
 
-fn mac(secret: &[u8], timestamp: i64, body: &[u8]) -> Hmac<Sha256> {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes keys of any size");
-    mac.update(timestamp.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(body);
+fn mac(key: &[u8], call: &SignedCall) -> Hmac<Sha256> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes keys of any size");
+    mac.update(&call.canonical());
     mac
 }
 
-/// The `Asyncd-Signature` value for `body` sent at unix time `timestamp`:
-/// `"v1=" + hex HMAC-SHA256(secret, "<timestamp>.<body>")`.
-pub fn sign(secret: &[u8], timestamp: i64, body: &[u8]) -> String {
-    format!(
-        "v1={}",
-        hex::encode(mac(secret, timestamp, body).finalize().into_bytes())
-    )
+/// The `Asyncd-Signature` value of `call`: one `v2=` value per key, in the order given
+/// (the primary key first), comma-separated. Refuses an empty key list or an empty key:
+/// a signature anyone could compute is never sent.
+pub fn sign(keys: &[&[u8]], call: &SignedCall) -> Result<String, SignatureError> {
+    if keys.is_empty() || keys.iter().any(|k| k.is_empty()) {
+        return Err(SignatureError::NoKey);
+    }
+    Ok(keys
+        .iter()
+        .map(|key| {
+            format!(
+                "{SIGNATURE_SCHEME}{}",
+                hex::encode(mac(key, call).finalize().into_bytes())
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(","))
 }
 
-/// Checks an executor call's `Asyncd-Timestamp` and `Asyncd-Signature` headers against
-/// `body` at time `now`. The signature header may list several comma-separated `v1=`
-/// values (a secret being rotated); one match is enough.
+/// Checks an executor call's `Asyncd-Signature` against `keys` (one, or two while a key
+/// is rotated; empty keys are ignored) at time `now`: the timestamp must be within
+/// [`SIGNATURE_TOLERANCE`] and one of the `v2=` values must match one of the keys. The
+/// comparison is constant-time. Replays within the window are the caller's to refuse
+/// (the SDKs keep the (task, attempt) pairs they have seen).
 pub fn verify_signature(
-    secret: &[u8],
-    timestamp: Option<&str>,
+    keys: &[&[u8]],
     signature: Option<&str>,
-    body: &[u8],
+    call: &SignedCall,
     now: SystemTime,
 ) -> Result<(), SignatureError> {
-    let ts: i64 = timestamp
-        .unwrap_or("")
+    let keys: Vec<&[u8]> = keys.iter().copied().filter(|k| !k.is_empty()).collect();
+    if keys.is_empty() {
+        return Err(SignatureError::NoKey);
+    }
+    let ts: i64 = call
+        .timestamp
         .trim()
         .parse()
         .map_err(|_| SignatureError::MalformedTimestamp)?;
@@ -58,156 +121,120 @@ pub fn verify_signature(
         Err(e) => -e.duration().as_secs_f64(),
     };
     if (now - ts as f64).abs() > SIGNATURE_TOLERANCE.as_secs_f64() {
-        return Err(SignatureError::Skew);
+        return Err(SignatureError::Stale);
     }
-    let expected = mac(secret, ts, body);
-    let matched = signature
+    let sent: Vec<Vec<u8>> = signature
         .unwrap_or("")
-        .split([',', ' '])
-        .filter_map(|part| part.strip_prefix("v1="))
+        .split(',')
+        .filter_map(|part| part.trim().strip_prefix(SIGNATURE_SCHEME))
         .filter_map(|hex_sig| hex::decode(hex_sig).ok())
-        .any(|sig| expected.clone().verify_slice(&sig).is_ok());
+        .collect();
+    let matched = keys.iter().any(|key| {
+        let expected = mac(key, call);
+        sent.iter()
+            .any(|sig| expected.clone().verify_slice(sig).is_ok())
+    });
     if matched {
         Ok(())
     } else {
         Err(SignatureError::Mismatch)
     }
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn call(body: &[u8]) -> SignedCall<'_> {
+        SignedCall {
+            timestamp: "1700000000",
+            task_id: "t1",
+            attempt: "1",
+            idempotency_key: "k1",
+            lease_token: "tok",
+            callback_url: "http://asyncd:7700",
+            body,
+        }
+    }
+
     #[test]
-    fn known_vector_shared_with_go_and_python() {
-        // sdk/go/executor_test.go TestSignKnownVector, computed with Python's hmac module.
+    fn canonical_bytes_are_the_documented_layout() {
         assert_eq!(
-            sign(b"s3cret", 1_700_000_000, br#"{"id":"t1","type":"x"}"#),
-            "v1=ea8ced2a98bbc34d295cf53301d8c7f2245096c1913fdd531dbbe9e17ab8f369"
+            call(b"{}\n").canonical(),
+            b"1700000000\nt1\n1\nk1\ntok\nhttp://asyncd:7700\n{}\n"
         );
     }
 
     #[test]
     fn known_vector_computed_with_openssl() {
-        // printf '1700000000.{}' | openssl dgst -sha256 -hmac secret
+        // printf '1700000000\nt1\n1\nk1\ntok\nhttp://asyncd:7700\n{}' \
+        //   | openssl dgst -sha256 -hmac secret
         assert_eq!(
-            sign(b"secret", 1_700_000_000, b"{}"),
-            "v1=b8569b78799ff9e3cbff0fc2d63a33a2b57f3282abd07c37ae5e8e7d79a5f163"
+            sign(&[b"secret"], &call(b"{}")).unwrap(),
+            "v2=cd88cff69ddbc13aa5456dcec7bb570ba5b8bf34c7bd1cc5e47a2821be952234"
         );
     }
 
     #[test]
+    fn never_signs_without_a_key() {
+        assert_eq!(sign(&[], &call(b"{}")), Err(SignatureError::NoKey));
+        assert_eq!(sign(&[b""], &call(b"{}")), Err(SignatureError::NoKey));
+        assert_eq!(sign(&[b"k", b""], &call(b"{}")), Err(SignatureError::NoKey));
+    }
+
+    #[test]
     fn verify_cases() {
-        let secret = b"s3cret";
-        let body = br#"{"id":"t1"}"#;
         let now = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
-        let sig = sign(secret, 1_700_000_000, body);
-        let ts = "1700000000";
-        let later = |s: u64| now + Duration::from_secs(s);
-        let earlier = |s: u64| now - Duration::from_secs(s);
-        let other = sign(b"other", 1_700_000_000, body);
-        let several = format!("v1=00,{sig}");
-        let bare = sig.trim_start_matches("v1=").to_string();
-        type Case<'a> = (
-            &'a str,
-            Option<&'a str>,
-            Option<&'a str>,
-            &'a [u8],
-            SystemTime,
-            Result<(), SignatureError>,
+        let body = br#"{"id":"t1"}"#;
+        let both = sign(&[b"new", b"old"], &call(body)).unwrap();
+        let old = sign(&[b"old"], &call(body)).unwrap();
+        let verify = |keys: &[&[u8]], sig: &str, c: SignedCall, at: SystemTime| {
+            verify_signature(keys, Some(sig), &c, at)
+        };
+        assert_eq!(verify(&[b"new"], &both, call(body), now), Ok(()));
+        assert_eq!(verify(&[b"old"], &both, call(body), now), Ok(()));
+        assert_eq!(verify(&[b"new", b"old"], &old, call(body), now), Ok(()));
+        assert_eq!(
+            verify(&[b"new"], &old, call(body), now),
+            Err(SignatureError::Mismatch)
         );
-        let cases: Vec<Case> = vec![
-            ("valid", Some(ts), Some(&sig), body, now, Ok(())),
-            (
-                "within tolerance",
-                Some(ts),
-                Some(&sig),
-                body,
-                later(299),
-                Ok(()),
-            ),
-            (
-                "one of several",
-                Some(ts),
-                Some(&several),
-                body,
-                now,
-                Ok(()),
-            ),
-            (
-                "tampered body",
-                Some(ts),
-                Some(&sig),
-                br#"{"id":"t2"}"#,
-                now,
-                Err(SignatureError::Mismatch),
-            ),
-            (
-                "wrong secret",
-                Some(ts),
-                Some(&other),
-                body,
-                now,
-                Err(SignatureError::Mismatch),
-            ),
-            (
-                "too old",
-                Some(ts),
-                Some(&sig),
-                body,
-                later(301),
-                Err(SignatureError::Skew),
-            ),
-            (
-                "from the future",
-                Some(ts),
-                Some(&sig),
-                body,
-                earlier(360),
-                Err(SignatureError::Skew),
-            ),
-            (
-                "timestamp not the signed one",
-                Some("1700000001"),
-                Some(&sig),
-                body,
-                now,
-                Err(SignatureError::Mismatch),
-            ),
-            (
-                "missing timestamp",
-                None,
-                Some(&sig),
-                body,
-                now,
-                Err(SignatureError::MalformedTimestamp),
-            ),
-            (
-                "garbled timestamp",
-                Some("soon"),
-                Some(&sig),
-                body,
-                now,
-                Err(SignatureError::MalformedTimestamp),
-            ),
-            (
-                "missing signature",
-                Some(ts),
-                None,
-                body,
-                now,
-                Err(SignatureError::Mismatch),
-            ),
-            (
-                "bare hex",
-                Some(ts),
-                Some(&bare),
-                body,
-                now,
-                Err(SignatureError::Mismatch),
-            ),
-        ];
-        for (name, ts, sig, body, at, want) in cases {
-            assert_eq!(verify_signature(secret, ts, sig, body, at), want, "{name}");
-        }
+        assert_eq!(
+            verify(&[b"", b""], &old, call(body), now),
+            Err(SignatureError::NoKey)
+        );
+        let later = now + Duration::from_secs(301);
+        assert_eq!(
+            verify(&[b"old"], &old, call(body), later),
+            Err(SignatureError::Stale)
+        );
+        // Every signed field matters.
+        let mut other = call(body);
+        other.lease_token = "tok2";
+        assert_eq!(
+            verify(&[b"old"], &old, other, now),
+            Err(SignatureError::Mismatch)
+        );
+        let mut other = call(body);
+        other.callback_url = "http://evil";
+        assert_eq!(
+            verify(&[b"old"], &old, other, now),
+            Err(SignatureError::Mismatch)
+        );
+        let mut other = call(body);
+        other.timestamp = "soon";
+        assert_eq!(
+            verify(&[b"old"], &old, other, now),
+            Err(SignatureError::MalformedTimestamp)
+        );
+        let bare = old.trim_start_matches(SIGNATURE_SCHEME).to_string();
+        assert_eq!(
+            verify(&[b"old"], &bare, call(body), now),
+            Err(SignatureError::Mismatch)
+        );
+        let v1 = format!("v1={bare}");
+        assert_eq!(
+            verify(&[b"old"], &v1, call(body), now),
+            Err(SignatureError::Mismatch)
+        );
     }
 }

@@ -50,6 +50,7 @@ use crate::ownership::Ownership;
 use crate::retry;
 use crate::routing::Routes;
 use crate::signals::{Signal, TestSignals, emit};
+use crate::signing::{Keys, SigningKeys};
 use crate::store::{ClaimParams, ClaimedTask, Finish, FinishKind, StartParams, Store, TypeFilter};
 
 /// How many times the completer retries a batch once shutdown has begun, before leaving
@@ -80,6 +81,8 @@ pub struct DispatcherConfig {
     /// Where the membership loop records this clock's offset from the store's; `/readyz`
     /// reads it too.
     pub clock_check: Arc<ClockCheck>,
+    /// Where each job's signing Secret is mounted ([`crate::signing`]).
+    pub signing_dir: std::path::PathBuf,
     /// Test-only event hooks.
     pub signals: Option<TestSignals>,
 }
@@ -99,6 +102,7 @@ impl Default for DispatcherConfig {
             heartbeat_interval: Duration::from_secs(1),
             member_ttl: Duration::from_secs(4),
             clock_check: Arc::default(),
+            signing_dir: crate::signing::DEFAULT_DIR.into(),
             signals: None,
         }
     }
@@ -137,6 +141,7 @@ struct Shared {
     metrics: Arc<Metrics>,
     clock: SharedClock,
     executor: ExecutorClient,
+    signing: SigningKeys,
     config: DispatcherConfig,
     heap: Mutex<EtaHeap>,
     heap_changed: Notify,
@@ -211,6 +216,10 @@ impl Dispatcher {
         let (tx, rx) = mpsc::channel(config.max_heap.max(1));
         let member = crate::ownership::member_name(config.job.as_deref(), &config.owner);
         let ownership = Ownership::new(member, config.member_ttl);
+        let signing = SigningKeys::new(
+            config.signing_dir.clone(),
+            metrics.signing_unavailable.clone(),
+        );
         Self {
             shared: Arc::new(Shared {
                 store,
@@ -218,6 +227,7 @@ impl Dispatcher {
                 metrics,
                 clock,
                 executor,
+                signing,
                 config,
                 heap: Mutex::new(EtaHeap::default()),
                 heap_changed: Notify::new(),
@@ -480,8 +490,10 @@ async fn claim(shared: Arc<Shared>) {
 fn claim_plan(shared: &Shared) -> Vec<(Vec<String>, u32)> {
     let config = &shared.config;
     let routes = shared.routes.borrow().clone();
+    // A job whose signing keys are unavailable is not claimed: its tasks wait, pending.
     let jobs: Vec<(String, String)> = routes
         .jobs()
+        .filter(|job| shared.signing.may_dispatch(job))
         .map(|job| (job.task_type.clone(), job.name.clone()))
         .collect();
     let owned = shared
@@ -694,6 +706,19 @@ impl ConcurrencyLimit {
 }
 
 async fn begin(shared: &Arc<Shared>, batch: Vec<(ClaimedTask, OwnedSemaphorePermit)>) {
+    // A runner's batch is of one job. Its keys are read once, before any attempt
+    // begins: held tasks of a job whose keys went missing (or that Kafka delivered) are
+    // handed back to wait in the store, where the claimer leaves them until the keys
+    // are back.
+    let keys = batch
+        .first()
+        .and_then(|(task, _)| shared.routes.borrow().job(&task.task_type).cloned())
+        .map_or(Keys::Unsigned, |job| shared.signing.keys(&job));
+    if let Keys::Unavailable(_) = keys {
+        release(shared, batch.into_iter().map(|(task, _)| task).collect()).await;
+        return;
+    }
+    let keys = Arc::new(keys);
     let claims: Vec<(String, i64)> = batch
         .iter()
         .map(|(task, _)| (task.id.clone(), task.lease_token))
@@ -734,10 +759,11 @@ async fn begin(shared: &Arc<Shared>, batch: Vec<(ClaimedTask, OwnedSemaphorePerm
             continue;
         };
         let shared = shared.clone();
+        let keys = keys.clone();
         shared.inflight.clone().spawn(async move {
             let task_type = task.task_type.clone();
             tokio::select! {
-                _ = execute(&shared, task, attempt) => {}
+                _ = execute(&shared, task, attempt, &keys) => {}
                 _ = shared.abandon.cancelled() => {}
             }
             drop(permit);
@@ -746,7 +772,7 @@ async fn begin(shared: &Arc<Shared>, batch: Vec<(ClaimedTask, OwnedSemaphorePerm
     }
 }
 
-async fn execute(shared: &Shared, task: ClaimedTask, attempt: crate::store::Started) {
+async fn execute(shared: &Shared, task: ClaimedTask, attempt: crate::store::Started, keys: &Keys) {
     let job = shared.routes.borrow().job(&task.task_type).cloned();
     let metrics = &shared.metrics;
     let task_type = task.task_type.as_str();
@@ -759,7 +785,7 @@ async fn execute(shared: &Shared, task: ClaimedTask, attempt: crate::store::Star
                 .with_label_values(&[task_type])
                 .observe(began.since(task.trigger_at).as_secs_f64());
             let clock = Instant::now();
-            let outcome = shared.executor.call(job, &task, &attempt).await;
+            let outcome = shared.executor.call(job, &task, &attempt, keys).await;
             let took = clock.elapsed();
             metrics
                 .execution_duration

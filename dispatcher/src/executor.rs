@@ -6,7 +6,8 @@ pub use crate::store::domain::{MAX_REASON_CHARS, sanitize_reason};
 use std::time::{Duration, SystemTime};
 
 use crate::clock::from_millis;
-use asyncd_contract::{ExecutorAccepted, ExecutorCall, headers, sign};
+use crate::signing::Keys;
+use asyncd_contract::{ExecutorAccepted, ExecutorCall, SignedCall, headers, sign};
 use asyncd_spec::Job;
 use serde_json::value::RawValue;
 
@@ -75,7 +76,15 @@ impl ExecutorClient {
         }
     }
 
-    pub async fn call(&self, job: &Job, task: &ClaimedTask, started: &Started) -> AttemptOutcome {
+    /// One attempt. `keys` are the job's signing keys as read when the attempt began
+    /// ([`crate::signing`]); the dispatcher begins no attempt while they are unavailable.
+    pub async fn call(
+        &self,
+        job: &Job,
+        task: &ClaimedTask,
+        started: &Started,
+        keys: &Keys,
+    ) -> AttemptOutcome {
         let timeout = Duration::from_millis(task.timeout_ms.max(1) as u64);
         let body = serde_json::to_vec(&ExecutorCall::<&RawValue> {
             id: task.id.clone(),
@@ -85,35 +94,59 @@ impl ExecutorClient {
             eta: Some(from_millis(task.trigger_at)),
         })
         .expect("task body serializes");
+        let idempotency_key = task.idempotency_key.as_deref().unwrap_or(&task.id);
+        let attempt = started.attempt.to_string();
+        let lease_token = crate::lease::token(&task.lease_secret, &task.id, started.lease_token);
         let mut request = self
             .client
             .post(&job.executor_url)
             .timeout(timeout)
             .header("content-type", "application/json")
-            .header(
-                headers::IDEMPOTENCY_KEY,
-                task.idempotency_key.as_deref().unwrap_or(&task.id),
-            )
+            .header(headers::IDEMPOTENCY_KEY, idempotency_key)
             .header(headers::TASK_ID, &task.id)
-            .header(headers::ATTEMPT, started.attempt.to_string())
-            .header(headers::LEASE_TOKEN, started.lease_token.to_string())
+            .header(headers::ATTEMPT, &attempt)
+            .header(headers::LEASE_TOKEN, &lease_token)
             .header(headers::CALLBACK_URL, &self.callback_url)
             .header(headers::DISPATCHER, &self.dispatcher);
-        if let Some(secret) = job
-            .signing_secret_env
-            .as_deref()
-            .and_then(|var| std::env::var(var).ok())
-        {
-            let timestamp = SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_secs() as i64;
-            request = request
-                .header(headers::TIMESTAMP, timestamp.to_string())
-                .header(
-                    headers::SIGNATURE,
-                    sign(secret.as_bytes(), timestamp, &body),
-                );
+        match keys {
+            Keys::Unsigned => {}
+            Keys::Ready(keys) => {
+                let timestamp = SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_secs()
+                    .to_string();
+                let call = SignedCall {
+                    timestamp: &timestamp,
+                    task_id: &task.id,
+                    attempt: &attempt,
+                    idempotency_key,
+                    lease_token: &lease_token,
+                    callback_url: &self.callback_url,
+                    body: &body,
+                };
+                let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+                let signature = match sign(&keys, &call) {
+                    Ok(signature) => signature,
+                    // `Keys::Ready` holds no empty key; never send a call unsigned
+                    // when it should be signed.
+                    Err(err) => {
+                        return AttemptOutcome::Retry {
+                            reason: format!("not called: {err}"),
+                            timed_out: false,
+                        };
+                    }
+                };
+                request = request
+                    .header(headers::TIMESTAMP, timestamp)
+                    .header(headers::SIGNATURE, signature);
+            }
+            Keys::Unavailable(why) => {
+                return AttemptOutcome::Retry {
+                    reason: format!("not called: {why}"),
+                    timed_out: false,
+                };
+            }
         }
         let response = match request.body(body).send().await {
             Ok(response) => response,
@@ -269,6 +302,26 @@ fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     )
 }
 
+/// A job calling `url`, for tests.
+#[cfg(test)]
+pub(crate) fn test_job(url: &str) -> Job {
+    Job {
+        name: "job".into(),
+        task_type: "t".into(),
+        executor_url: url.into(),
+        timeout: Duration::from_secs(30),
+        signing: None,
+        max_retries: 3,
+        backoff: asyncd_spec::job::BackoffKind::Exponential,
+        initial_backoff: Duration::from_secs(1),
+        max_backoff: Duration::from_secs(60),
+        unique_key: None,
+        concurrency: 1,
+        kafka: None,
+        cron: Vec::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -394,7 +447,9 @@ mod tests {
         let client = ExecutorClient::new("http://127.0.0.1:1".into(), "test".into());
         for (path, status) in [("found", "302"), ("temporary", "307")] {
             let job = test_job(&format!("http://{addr}/{path}"));
-            let outcome = client.call(&job, &test_task(), &test_started()).await;
+            let outcome = client
+                .call(&job, &test_task(), &test_started(), &Keys::Unsigned)
+                .await;
             assert!(
                 matches!(&outcome, AttemptOutcome::Retry { reason, .. } if reason.contains(status) && reason.contains("/target")),
                 "{path}: {outcome:?}"
@@ -433,30 +488,13 @@ mod tests {
                 &test_job(&format!("http://{addr}/")),
                 &test_task(),
                 &test_started(),
+                &Keys::Unsigned,
             )
             .await;
         assert!(
             matches!(&outcome, AttemptOutcome::Retry { reason, timed_out: false } if reason.contains("500") && reason.chars().count() <= MAX_REASON_CHARS + 1),
             "{outcome:?}"
         );
-    }
-
-    fn test_job(url: &str) -> Job {
-        Job {
-            name: "job".into(),
-            task_type: "t".into(),
-            executor_url: url.into(),
-            timeout: Duration::from_secs(30),
-            signing_secret_env: None,
-            max_retries: 3,
-            backoff: asyncd_spec::job::BackoffKind::Exponential,
-            initial_backoff: Duration::from_secs(1),
-            max_backoff: Duration::from_secs(60),
-            unique_key: None,
-            concurrency: 1,
-            kafka: None,
-            cron: Vec::new(),
-        }
     }
 
     fn test_task() -> ClaimedTask {
@@ -471,6 +509,7 @@ mod tests {
             timeout_ms: 30_000,
             lease_token: 1,
             idempotency_key: None,
+            lease_secret: "secret".into(),
         }
     }
 

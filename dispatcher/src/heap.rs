@@ -85,6 +85,7 @@ pub(crate) fn task(id: &str, trigger_at: i64, priority: u8) -> ClaimedTask {
         timeout_ms: 1000,
         lease_token: 1,
         idempotency_key: None,
+        lease_secret: String::new(),
     }
 }
 

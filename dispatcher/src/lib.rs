@@ -11,11 +11,13 @@
 //!   [`holdings`] sizes how much of each job it may claim.
 //! - [`kafka`]: the short-delay path through Kafka — produce at submit, consume into
 //!   the store and the heap, commit only what is durable.
+//! - [`lease`]: the unguessable lease token executors receive, checked on callbacks.
 //! - [`executor`]: the executor contract's client side; [`retry`]: what each outcome
 //!   does to the task (shared by dispatcher, callbacks and rescuer).
 //! - [`rescuer`]: brings back tasks whose lease lapsed (crashed holders, silent executors).
 //! - [`outcomes`]: writes outcomes in batches so that one the store refuses blocks none.
 //! - [`scheduler`]: creates cron firings, exactly once each.
+//! - [`signing`]: each job's signing keys, read from its mounted Secret.
 //! - [`ownership`]: which task types each dispatcher polls (rendezvous hashing).
 //! - [`routing`]: the job table, hot-reloaded from AsyncJobConfig files.
 //! - [`backlog`] and [`metrics`]: Prometheus gauges and counters.
@@ -36,6 +38,7 @@ pub mod executor;
 pub mod heap;
 pub mod holdings;
 pub mod kafka;
+pub mod lease;
 pub mod metrics;
 pub mod outcomes;
 pub mod ownership;
@@ -45,5 +48,6 @@ pub mod roles;
 pub mod routing;
 pub mod scheduler;
 pub mod signals;
+pub mod signing;
 pub mod store;
 pub mod tls;

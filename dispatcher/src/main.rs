@@ -139,6 +139,10 @@ struct Common {
     /// for a dispatcher listening on 0.0.0.0 or [::]).
     #[arg(long, env = "ASYNCD_ADVERTISE_URL")]
     advertise_url: Option<String>,
+    /// Where each job's signing Secret is: key files at DIR/<secret name>/<key> (the
+    /// operator mounts the job's Secret there; spec.executor.signing names both).
+    #[arg(long, env = "ASYNCD_SIGNING_DIR", default_value = asyncd::signing::DEFAULT_DIR)]
+    signing_dir: PathBuf,
     /// Store poll interval.
     #[arg(long, env = "ASYNCD_POLL_INTERVAL", default_value = "200ms", value_parser = duration)]
     poll_interval: Duration,
@@ -242,6 +246,7 @@ impl Common {
                 poll_interval: self.poll_interval,
                 lookahead: self.lookahead.max(self.poll_interval),
                 hold: self.claim_hold,
+                signing_dir: self.signing_dir,
                 ..DispatcherConfig::default()
             },
             max_payload_bytes: self.max_payload_bytes,

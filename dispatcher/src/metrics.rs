@@ -39,6 +39,7 @@ pub struct Metrics {
     pub oldest_due_age: GaugeVec,
     pub heap_size: IntGauge,
     pub clock_offset: Gauge,
+    pub signing_unavailable: IntGaugeVec,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -134,6 +135,11 @@ impl Metrics {
              kafka_dead_letters table with their bytes and passed",
             &["job"],
         );
+        let signing_unavailable = gauge(
+            "asyncd_signing_unavailable",
+            "1 while a job's signing secret is missing or empty: its tasks wait undispatched",
+            &["job"],
+        );
         let pending = gauge(
             "asyncd_mysql_pending_tasks",
             "Unfinished tasks waiting in the SQL store (any backend; the name is the reference system's)",
@@ -203,6 +209,7 @@ impl Metrics {
             oldest_due_age,
             heap_size,
             clock_offset,
+            signing_unavailable,
         }
     }
 

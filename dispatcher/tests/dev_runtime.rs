@@ -235,9 +235,9 @@ async fn a_lapsed_202_lease_is_retried() {
     let done = asyncd.wait_state(&id, "succeeded").await;
     assert_eq!(done["attempt"], 2);
     let calls = executor.calls_for(&id);
-    assert!(
-        calls[1].lease_token > calls[0].lease_token,
-        "each attempt has a newer token"
+    assert_ne!(
+        calls[1].lease_token, calls[0].lease_token,
+        "each attempt has its own token"
     );
 }
 
@@ -302,7 +302,7 @@ async fn a_lapsed_attempts_late_result_is_refused() {
     assert_eq!(asyncd.rescue_pass(lease_until + 1).await, 1);
     run_when_due(&asyncd, &id).await;
     let calls = executor.wait_calls(&id, 2).await;
-    let (old, new) = (calls[0].lease_token, calls[1].lease_token);
+    let (old, new) = (&calls[0].lease_token, &calls[1].lease_token);
     wait_for("second attempt leased", DEADLINE, async || {
         let t = asyncd.task(&id).await;
         (t["state"] == "running" && t["attempt"] == 2).then_some(())
@@ -749,31 +749,6 @@ async fn config_changes_apply_without_restart() {
     second.wait_calls(&id, 1).await;
 }
 
-#[tokio::test]
-async fn signed_calls_carry_a_valid_hmac() {
-    use hmac::{Hmac, Mac};
-    let executor = Executor::start(|_| Answer::ok()).await;
-    let extra = "  executor:\n    url: URL\n    signingSecretEnv: ASYNCD_TEST_SECRET\n";
-    let yaml = format!(
-        "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata:\n  name: signed\nspec:\n  taskType: work\n{}",
-        extra.replace("URL", &executor.url())
-    );
-    let asyncd = Asyncd::start_with_env(
-        &[("job.yaml", yaml)],
-        &[],
-        &[("ASYNCD_TEST_SECRET", "s3cret")],
-    )
-    .await;
-    let id = asyncd.submit(task("work", json!({"x": 1}))).await;
-    let call = executor.wait_calls(&id, 1).await.remove(0);
-    let timestamp = &call.headers["asyncd-timestamp"];
-    let body = &call.raw;
-    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(b"s3cret").unwrap();
-    mac.update(format!("{timestamp}.").as_bytes());
-    mac.update(body);
-    let expected = format!("v1={}", hex::encode(mac.finalize().into_bytes()));
-    assert_eq!(call.headers["asyncd-signature"], expected);
-}
 // Multi-threaded: the executor below blocks its thread for the in-flight work, and the
 // test must keep polling meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

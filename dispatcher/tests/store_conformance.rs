@@ -231,6 +231,102 @@ async fn attempt_lifecycle_with_fencing(store: &dyn Store) {
     );
 }
 
+/// Each task gets its own random `lease_secret` at insert, kept as it is through claims
+/// and attempts; the token an executor receives derives from it and the attempt's
+/// counter, so another task's token, an earlier attempt's, or a guess matches nothing,
+/// and a finish naming an earlier attempt's counter still changes nothing.
+async fn lease_secrets_make_each_attempts_token_its_own(store: &dyn Store) {
+    use asyncd::lease;
+    let a = insert(store, new_task("a", T0)).await;
+    let b = insert(store, new_task("a", T0)).await;
+    let claimed = claim_all(store, T0, T0).await;
+    assert_eq!(claimed.len(), 2);
+    let secret = |id: &str| {
+        claimed
+            .iter()
+            .find(|c| c.id == id)
+            .unwrap()
+            .lease_secret
+            .clone()
+    };
+    for id in [&a, &b] {
+        let s = secret(id);
+        assert_eq!(s.len(), 64, "256 random bits, hex: {s:?}");
+        assert!(s.bytes().all(|c| c.is_ascii_hexdigit()));
+    }
+    assert_ne!(secret(&a), secret(&b));
+    let claims: Vec<(String, i64)> = claimed
+        .iter()
+        .map(|c| (c.id.clone(), c.lease_token))
+        .collect();
+    let started = store.start(start_params(&claims, T0, 0)).await.unwrap();
+    let counter = |id: &str| started.iter().find(|s| s.id == id).unwrap().lease_token;
+    let record = store.get(&a).await.unwrap().unwrap();
+    assert_eq!(
+        record.lease_secret,
+        secret(&a),
+        "the secret is the insert's"
+    );
+    assert_eq!(record.lease_token, counter(&a));
+    let first = lease::token(&record.lease_secret, &a, counter(&a));
+    let other = lease::token(&secret(&b), &b, counter(&b));
+    assert!(lease::matches(
+        &record.lease_secret,
+        &a,
+        record.lease_token,
+        &first
+    ));
+    assert!(!lease::matches(
+        &record.lease_secret,
+        &a,
+        record.lease_token,
+        &other
+    ));
+    assert!(!lease::matches(
+        &record.lease_secret,
+        &a,
+        record.lease_token,
+        &record.lease_token.to_string()
+    ));
+
+    let retry = Finish {
+        id: a.clone(),
+        lease_token: counter(&a),
+        kind: FinishKind::Retry {
+            at: at(50),
+            error: "boom".into(),
+        },
+    };
+    assert_eq!(store.finish(&[retry], T0).await.unwrap(), [true]);
+    let again = claim_all(store, at(50), at(50)).await.remove(0);
+    assert_eq!(again.lease_secret, secret(&a));
+    let second = store
+        .start(start_params(&[(a.clone(), again.lease_token)], at(50), 0))
+        .await
+        .unwrap()
+        .remove(0);
+    let record = store.get(&a).await.unwrap().unwrap();
+    let current = lease::token(&record.lease_secret, &a, second.lease_token);
+    assert_ne!(current, first);
+    assert!(lease::matches(
+        &record.lease_secret,
+        &a,
+        record.lease_token,
+        &current
+    ));
+    assert!(
+        !lease::matches(&record.lease_secret, &a, record.lease_token, &first),
+        "the earlier attempt's token is refused"
+    );
+    let late = Finish {
+        id: a.clone(),
+        lease_token: counter(&a),
+        kind: FinishKind::Succeeded { result: None },
+    };
+    assert_eq!(store.finish(&[late], at(60)).await.unwrap(), [false]);
+    assert_eq!(state(store, &a).await, TaskState::Running);
+}
+
 async fn lapsed_leases_come_back(store: &dyn Store) {
     let held = insert(store, new_task("a", T0)).await;
     let running = insert(store, new_task("a", T0)).await;
@@ -1081,6 +1177,7 @@ scenarios!(
     claim_respects_type_filter_and_limit,
     attempt_lifecycle_with_fencing,
     a_success_after_its_attempt_was_given_up_lands_until_a_new_claim,
+    lease_secrets_make_each_attempts_token_its_own,
     lapsed_leases_come_back,
     dead_letters_redrive_and_cancel,
     dead_letters_page_by_cursor_latest_due_first,

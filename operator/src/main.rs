@@ -50,9 +50,6 @@ struct Args {
     /// ServiceAccount the dispatchers run as (see config/rbac/dispatcher.yaml).
     #[arg(long, default_value = "asyncd-dispatcher")]
     dispatcher_service_account: String,
-    /// Secret holding executor signing secrets, one key per `signingSecretEnv` name.
-    #[arg(long, default_value = "asyncd-signing")]
-    signing_secret: String,
     /// Secret (in each config's namespace) of ASYNCD_KAFKA_* settings (TLS, SASL) the
     /// dispatchers get as environment variables. The operator's own Kafka client reads
     /// the same variables from its own environment.
@@ -103,7 +100,6 @@ async fn main() -> anyhow::Result<()> {
         kafka_brokers: args.kafka_brokers,
         store_secret: args.store_secret,
         service_account: args.dispatcher_service_account,
-        signing_secret: args.signing_secret,
         kafka_secret: args.dispatcher_kafka_secret,
     };
     let metrics = Arc::new(Metrics::default());

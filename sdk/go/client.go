@@ -27,7 +27,7 @@ type Client struct {
 	endpoint    string
 	serviceName string
 	httpClient  *http.Client
-	secret      []byte
+	verifier    *Verifier
 	token       *tokenSource
 	now         func() time.Time
 
@@ -55,10 +55,19 @@ func WithHTTPClient(hc *http.Client) Option {
 }
 
 // WithSigningSecret makes the executor handler refuse (401) any call whose
-// Asyncd-Signature does not verify with secret — the value of the job's
-// spec.executor.signingSecretEnv.
-func WithSigningSecret(secret string) Option {
-	return func(c *Client) { c.secret = []byte(secret) }
+// Asyncd-Signature verifies with none of the keys — the values in the job's signing
+// Secret (spec.executor.signing.secretRef) — whose Asyncd-Timestamp is more than
+// SignatureTolerance off, or that repeats a (task, attempt) already delivered within
+// that window. Pass two keys while rotating. An empty key is never accepted: with no
+// usable key every call is refused.
+func WithSigningSecret(key string, more ...string) Option {
+	return func(c *Client) {
+		keys := [][]byte{[]byte(key)}
+		for _, k := range more {
+			keys = append(keys, []byte(k))
+		}
+		c.verifier = NewVerifier(keys...)
+	}
 }
 
 // WithToken sends token as "Authorization: Bearer <token>" on every API call (an API

@@ -6,6 +6,8 @@ package asyncd
 
 import (
 	"encoding/json"
+	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -176,19 +178,113 @@ func TestContractErrorsDecode(t *testing.T) {
 	}
 }
 
-func TestContractSigningVector(t *testing.T) {
+// The signature vectors: the canonical string and signature of the contract's call,
+// and every verification case, each on a fresh Verifier holding the case's keys.
+func TestContractSignatureVectors(t *testing.T) {
 	var v struct {
-		Secret, Body, Signature string
-		Timestamp               int64
+		Keys      map[string]string `json:"keys"`
+		Tolerance int64             `json:"tolerance_seconds"`
+		Canonical string            `json:"canonical"`
+		Headers   map[string]string `json:"headers"`
+		Body      string            `json:"body"`
+		Cases     []struct {
+			Name  string   `json:"name"`
+			Keys  []string `json:"keys"`
+			Steps []struct {
+				Headers map[string]string `json:"headers"`
+				Body    string            `json:"body"`
+				Now     int64             `json:"now"`
+				Want    string            `json:"want"`
+			} `json:"steps"`
+		} `json:"cases"`
 	}
 	if err := json.Unmarshal(fixture(t, "signature"), &v); err != nil {
 		t.Fatal(err)
 	}
-	if got := Sign([]byte(v.Secret), v.Timestamp, []byte(v.Body)); got != v.Signature {
-		t.Fatalf("Sign = %s, the contract %s", got, v.Signature)
+	if time.Duration(v.Tolerance)*time.Second != SignatureTolerance {
+		t.Fatalf("tolerance %ds, the contract's %ds", int64(SignatureTolerance/time.Second), v.Tolerance)
 	}
-	ts := time.Unix(v.Timestamp, 0)
-	if err := VerifySignature([]byte(v.Secret), strconv.FormatInt(v.Timestamp, 10), v.Signature, []byte(v.Body), ts); err != nil {
-		t.Fatalf("VerifySignature: %v", err)
+	header := func(m map[string]string) http.Header {
+		h := http.Header{}
+		for k, val := range m {
+			h.Set(k, val)
+		}
+		return h
+	}
+	h := header(v.Headers)
+	if got := string(CanonicalString(h, []byte(v.Body))); got != v.Canonical {
+		t.Fatalf("CanonicalString = %q, the contract %q", got, v.Canonical)
+	}
+	if got := Sign([][]byte{[]byte(v.Keys["primary"])}, h, []byte(v.Body)); got != v.Headers[HeaderSignature] {
+		t.Fatalf("Sign = %s, the contract %s", got, v.Headers[HeaderSignature])
+	}
+	outcome := func(err error) string {
+		switch {
+		case err == nil:
+			return "ok"
+		case errors.Is(err, ErrReplayed):
+			return "replay"
+		case errors.Is(err, ErrStaleTimestamp):
+			return "stale"
+		case errors.Is(err, ErrMalformedTimestamp):
+			return "malformed_timestamp"
+		case errors.Is(err, ErrBadSignature):
+			return "mismatch"
+		}
+		return err.Error()
+	}
+	if len(v.Cases) < 20 {
+		t.Fatalf("only %d cases", len(v.Cases))
+	}
+	for _, c := range v.Cases {
+		var keys [][]byte
+		for _, name := range c.Keys {
+			keys = append(keys, []byte(v.Keys[name]))
+		}
+		verifier := NewVerifier(keys...)
+		for i, step := range c.Steps {
+			got := outcome(verifier.Verify(header(step.Headers), []byte(step.Body), time.Unix(step.Now, 0)))
+			if got != step.Want {
+				t.Errorf("%s, step %d: %s, want %s", c.Name, i+1, got, step.Want)
+			}
+		}
+	}
+}
+
+// The cache is bounded: past MaxReplayEntries the oldest entries are forgotten, and
+// entries whose window has passed are dropped as new calls come.
+func TestVerifierReplayCacheIsBounded(t *testing.T) {
+	key := []byte("k")
+	verifier := NewVerifier(key)
+	verifier.max = 3
+	now := time.Unix(1_700_000_000, 0)
+	call := func(id string, at time.Time) error {
+		h := http.Header{}
+		h.Set(HeaderTimestamp, strconv.FormatInt(at.Unix(), 10))
+		h.Set(HeaderTaskID, id)
+		h.Set(HeaderAttempt, "1")
+		h.Set(HeaderSignature, Sign([][]byte{key}, h, nil))
+		return verifier.Verify(h, nil, at)
+	}
+	for _, id := range []string{"a", "b", "c", "d"} {
+		if err := call(id, now); err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+	}
+	if len(verifier.seen) != 3 || len(verifier.order) != 3 {
+		t.Fatalf("%d entries, %d in order", len(verifier.seen), len(verifier.order))
+	}
+	if err := call("d", now); !errors.Is(err, ErrReplayed) {
+		t.Fatalf("d again: %v", err)
+	}
+	if err := call("a", now); err != nil {
+		t.Fatalf("the evicted a: %v", err)
+	}
+	later := now.Add(SignatureTolerance + time.Second)
+	if err := call("e", later); err != nil {
+		t.Fatal(err)
+	}
+	if len(verifier.seen) != 1 {
+		t.Fatalf("expired entries kept: %v", verifier.seen)
 	}
 }

@@ -69,7 +69,7 @@ func TestJobConfigYAML(t *testing.T) {
 	j := asyncd.JobConfig{
 		Name: "order-cancel-job", TaskType: "cancel_expired_order",
 		ExecutorURL: "http://order-service:8080/tasks/cancel", Timeout: 30 * time.Second,
-		SigningSecretEnv: "ORDER_CANCEL_SIGNING_SECRET", MaxRetries: asyncd.Retries(3),
+		SigningSecret: "order-cancel-signing", SigningKeys: []string{"key", "previous"}, MaxRetries: asyncd.Retries(3),
 		Backoff: "exponential", InitialBackoff: time.Second, MaxBackoff: 10 * time.Minute,
 		UniqueKey: "order:{order_id}", Concurrency: 64,
 		Cron: []asyncd.CronSchedule{{Name: "nightly-sweep", Schedule: "CRON_TZ=Asia/Singapore 0 0 * * *",
@@ -88,7 +88,12 @@ spec:
   executor:
     url: "http://order-service:8080/tasks/cancel"
     timeout: "30s"
-    signingSecretEnv: "ORDER_CANCEL_SIGNING_SECRET"
+    signing:
+      secretRef:
+        name: "order-cancel-signing"
+        keys:
+          - "key"
+          - "previous"
   retry:
     maxRetries: 3
     backoff: "exponential"

@@ -32,8 +32,8 @@ type TaskInfo struct {
 	// IdempotencyKey is the task's idempotency key, else its id: key side effects on it,
 	// since asyncd delivers at least once.
 	IdempotencyKey string
-	Attempt        int // 1-based
-	LeaseToken     int64
+	Attempt        int    // 1-based
+	LeaseToken     string // opaque: echo it in callbacks
 	ETA            time.Time
 	CallbackURL    string
 }
@@ -139,8 +139,8 @@ func (c *Client) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusRequestEntityTooLarge, errJSON("body too large"))
 		return
 	}
-	if len(c.secret) > 0 {
-		if err := VerifySignature(c.secret, r.Header.Get(HeaderTimestamp), r.Header.Get(HeaderSignature), body, c.now()); err != nil {
+	if c.verifier != nil {
+		if err := c.verifier.Verify(r.Header, body, c.now()); err != nil {
 			writeJSON(w, http.StatusUnauthorized, errJSON(err.Error()))
 			return
 		}
@@ -195,7 +195,7 @@ func taskInfoFromRequest(r *http.Request, env *envelope) TaskInfo {
 	if n, err := strconv.Atoi(r.Header.Get(HeaderAttempt)); err == nil && info.Attempt == 0 {
 		info.Attempt = n
 	}
-	info.LeaseToken, _ = strconv.ParseInt(r.Header.Get(HeaderLeaseToken), 10, 64)
+	info.LeaseToken = r.Header.Get(HeaderLeaseToken)
 	info.ETA, _ = time.Parse(time.RFC3339Nano, env.ETA)
 	return info
 }
@@ -248,7 +248,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 type resultBody struct {
-	LeaseToken int64  `json:"lease_token"`
+	LeaseToken string `json:"lease_token"`
 	Status     string `json:"status"`
 	Error      string `json:"error,omitempty"`
 	RetryAfter string `json:"retry_after,omitempty"`

@@ -25,9 +25,9 @@ import (
 )
 
 const (
-	itSecret    = "go-it-signing-secret"
-	itSecretEnv = "ASYNCD_GO_IT_SIGNING_SECRET"
-	itLease     = 2 * time.Second
+	itSecret     = "go-it-signing-secret"
+	itSecretName = "go-it-signing"
+	itLease      = 2 * time.Second
 )
 
 type execRecord struct {
@@ -163,9 +163,16 @@ func startDev() (*devEnv, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The job's signing Secret as the operator mounts it: DIR/<secret name>/<key>.
+	signingDir := filepath.Join(dir, "signing")
+	if err := os.MkdirAll(filepath.Join(signingDir, itSecretName), 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(signingDir, itSecretName, "key"), []byte(itSecret), 0o600); err != nil {
+		return nil, err
+	}
 	e.cmd = exec.Command(bin, "dev", "--config", cfgDir, "--db", filepath.Join(dir, "asyncd.db"),
-		"--listen", fmt.Sprintf("127.0.0.1:%d", port))
-	e.cmd.Env = append(os.Environ(), itSecretEnv+"="+itSecret)
+		"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--signing-dir", signingDir)
 	e.cmd.Stdout, e.cmd.Stderr = logf, logf
 	if err := e.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
@@ -186,16 +193,16 @@ func startDev() (*devEnv, error) {
 
 func (e *devEnv) job(taskType, uniqueKey string) asyncd.JobConfig {
 	return asyncd.JobConfig{
-		Name:             strings.ReplaceAll(taskType, "_", "-") + "-job",
-		TaskType:         taskType,
-		ExecutorURL:      e.exec.URL + "/tasks/" + taskType,
-		Timeout:          10 * time.Second,
-		SigningSecretEnv: itSecretEnv,
-		MaxRetries:       asyncd.Retries(2),
-		Backoff:          "exponential",
-		InitialBackoff:   100 * time.Millisecond,
-		MaxBackoff:       500 * time.Millisecond,
-		UniqueKey:        uniqueKey,
+		Name:           strings.ReplaceAll(taskType, "_", "-") + "-job",
+		TaskType:       taskType,
+		ExecutorURL:    e.exec.URL + "/tasks/" + taskType,
+		Timeout:        10 * time.Second,
+		SigningSecret:  itSecretName,
+		MaxRetries:     asyncd.Retries(2),
+		Backoff:        "exponential",
+		InitialBackoff: 100 * time.Millisecond,
+		MaxBackoff:     500 * time.Millisecond,
+		UniqueKey:      uniqueKey,
 	}
 }
 

@@ -18,12 +18,15 @@ type JobConfig struct {
 	// ExecutorURL is where asyncd POSTs the tasks: a Client mounted as http.Handler.
 	ExecutorURL string
 	Timeout     time.Duration // per attempt; 0 keeps the server default
-	// SigningSecretEnv names the environment variable holding the HMAC secret.
-	SigningSecretEnv string
-	MaxRetries       *int
-	Backoff          string // "exponential" or "fixed"; empty keeps the default
-	InitialBackoff   time.Duration
-	MaxBackoff       time.Duration
+	// SigningSecret names the Secret, in the job's namespace, whose keys sign every
+	// call (spec.executor.signing.secretRef.name); SigningKeys are its keys, the
+	// primary first (default ["key"]; two while rotating).
+	SigningSecret  string
+	SigningKeys    []string
+	MaxRetries     *int
+	Backoff        string // "exponential" or "fixed"; empty keeps the default
+	InitialBackoff time.Duration
+	MaxBackoff     time.Duration
 	// UniqueKey is a template over payload fields, e.g. "order:{order_id}".
 	UniqueKey   string
 	Concurrency int
@@ -53,8 +56,16 @@ func (j JobConfig) YAML() (string, error) {
 	if j.Timeout > 0 {
 		exec = append(exec, kv{"timeout", formatDuration(j.Timeout)})
 	}
-	if j.SigningSecretEnv != "" {
-		exec = append(exec, kv{"signingSecretEnv", j.SigningSecretEnv})
+	if j.SigningSecret != "" {
+		ref := ordered{{"name", j.SigningSecret}}
+		if len(j.SigningKeys) > 0 {
+			keys := make([]any, len(j.SigningKeys))
+			for i, k := range j.SigningKeys {
+				keys[i] = k
+			}
+			ref = append(ref, kv{"keys", keys})
+		}
+		exec = append(exec, kv{"signing", ordered{{"secretRef", ref}}})
 	}
 	spec := ordered{{"taskType", j.TaskType}, {"executor", exec}}
 	var retry ordered

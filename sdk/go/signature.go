@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -22,40 +24,167 @@ const (
 	HeaderSignature      = "Asyncd-Signature"
 )
 
-// SignatureTolerance is how far Asyncd-Timestamp may be from the executor's clock;
-// beyond it a captured call cannot be replayed.
+// SignatureTolerance is how far Asyncd-Timestamp may be from the executor's clock:
+// beyond it a call is refused as stale, and within it the same (task, attempt) is
+// refused as a replay.
 const SignatureTolerance = 5 * time.Minute
 
-// ErrBadSignature is returned by VerifySignature for any call that must be refused.
-var ErrBadSignature = errors.New("asyncd: bad signature")
+// MaxReplayEntries bounds the (task, attempt) pairs a Verifier remembers. An entry is
+// kept only until its call's timestamp leaves the window (after that the call is
+// refused as stale anyway), so the bound is reached only past about 160 verified calls
+// per second sustained over a window; each entry is about 100 bytes, so the cache stays
+// near 10 MiB. Past the bound the oldest entries are forgotten first: memory must not
+// grow with what callers send.
+const MaxReplayEntries = 100_000
 
-// Sign returns the Asyncd-Signature value for body sent at unix time timestamp:
-// "v1=" + hex HMAC-SHA256(secret, "<timestamp>.<body>").
-func Sign(secret []byte, timestamp int64, body []byte) string {
-	mac := hmac.New(sha256.New, secret)
-	mac.Write([]byte(strconv.FormatInt(timestamp, 10)))
-	mac.Write([]byte{'.'})
-	mac.Write(body)
-	return "v1=" + hex.EncodeToString(mac.Sum(nil))
+// Errors VerifySignature and Verifier.Verify return; each matches ErrBadSignature.
+var (
+	ErrBadSignature       = errors.New("asyncd: bad signature")
+	ErrMalformedTimestamp = fmt.Errorf("%w: missing or malformed %s", ErrBadSignature, HeaderTimestamp)
+	ErrStaleTimestamp     = fmt.Errorf("%w: timestamp more than 5 minutes off", ErrBadSignature)
+	ErrReplayed           = fmt.Errorf("%w: this task attempt was already delivered", ErrBadSignature)
+	ErrNoSigningKey       = fmt.Errorf("%w: no signing key configured", ErrBadSignature)
+)
+
+// CanonicalString returns the bytes Asyncd-Signature covers: the values of
+// Asyncd-Timestamp, Asyncd-Task-Id, Asyncd-Attempt, Idempotency-Key,
+// Asyncd-Lease-Token and Asyncd-Callback-Url, exactly as sent, each followed by a
+// line feed, then the body (docs/security.md).
+func CanonicalString(h http.Header, body []byte) []byte {
+	var b []byte
+	for _, name := range []string{HeaderTimestamp, HeaderTaskID, HeaderAttempt, HeaderIdempotencyKey, HeaderLeaseToken, HeaderCallbackURL} {
+		b = append(b, h.Get(name)...)
+		b = append(b, '\n')
+	}
+	return append(b, body...)
 }
 
-// VerifySignature checks an executor call's Asyncd-Timestamp and Asyncd-Signature
-// headers against body. The signature header may list several comma-separated
-// "v1=" values (a secret being rotated); one match is enough.
-func VerifySignature(secret []byte, timestamp, signature string, body []byte, now time.Time) error {
-	ts, err := strconv.ParseInt(strings.TrimSpace(timestamp), 10, 64)
+func mac(key, canonical []byte) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write(canonical)
+	return m.Sum(nil)
+}
+
+// Sign returns the Asyncd-Signature value asyncd sends for a call with these headers
+// and body: "v2=<hex HMAC-SHA256(key, CanonicalString)>" per key, comma-separated.
+// Useful in tests of an executor.
+func Sign(keys [][]byte, h http.Header, body []byte) string {
+	canonical := CanonicalString(h, body)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, "v2="+hex.EncodeToString(mac(k, canonical)))
+	}
+	return strings.Join(parts, ",")
+}
+
+// VerifySignature checks a call's Asyncd-Timestamp (within SignatureTolerance of now)
+// and Asyncd-Signature against keys: one of its comma-separated "v2=" values must match
+// one of the keys (two while a key is rotated; empty keys are ignored). It does not
+// refuse replays: a Verifier does.
+func VerifySignature(keys [][]byte, h http.Header, body []byte, now time.Time) error {
+	_, err := verify(keys, h, body, now)
+	return err
+}
+
+func verify(keys [][]byte, h http.Header, body []byte, now time.Time) (int64, error) {
+	usable := 0
+	for _, k := range keys {
+		if len(k) > 0 {
+			usable++
+		}
+	}
+	if usable == 0 {
+		return 0, ErrNoSigningKey
+	}
+	ts, err := strconv.ParseInt(strings.TrimSpace(h.Get(HeaderTimestamp)), 10, 64)
 	if err != nil {
-		return fmt.Errorf("%w: missing or malformed %s", ErrBadSignature, HeaderTimestamp)
+		return 0, ErrMalformedTimestamp
 	}
 	skew := now.Sub(time.Unix(ts, 0))
 	if skew > SignatureTolerance || skew < -SignatureTolerance {
-		return fmt.Errorf("%w: timestamp more than 5 minutes off", ErrBadSignature)
+		return 0, ErrStaleTimestamp
 	}
-	want := Sign(secret, ts, body)
-	for _, part := range strings.FieldsFunc(signature, func(r rune) bool { return r == ',' || r == ' ' }) {
-		if hmac.Equal([]byte(part), []byte(want)) {
-			return nil
+	canonical := CanonicalString(h, body)
+	for _, part := range strings.Split(h.Get(HeaderSignature), ",") {
+		sig, ok := strings.CutPrefix(strings.TrimSpace(part), "v2=")
+		if !ok {
+			continue
+		}
+		got, err := hex.DecodeString(sig)
+		if err != nil {
+			continue
+		}
+		for _, k := range keys {
+			if len(k) > 0 && hmac.Equal(got, mac(k, canonical)) {
+				return ts, nil
+			}
 		}
 	}
-	return ErrBadSignature
+	return 0, ErrBadSignature
+}
+
+// Verifier checks signatures with VerifySignature and also refuses a second call for
+// the same (task, attempt) within the window: a captured call replayed, even signed
+// anew, never runs twice in this process. The lease token is part of the identity: a
+// redriven task starts again at attempt 1, with a new token, and is not a replay. Safe
+// for concurrent use.
+type Verifier struct {
+	keys [][]byte
+	max  int
+
+	mu    sync.Mutex
+	seen  map[string]int64 // "<task id>\n<attempt>\n<lease token>" → unix second it may be forgotten
+	order []seenEntry      // insertion order, oldest first
+}
+
+type seenEntry struct {
+	key   string
+	until int64
+}
+
+// NewVerifier returns a Verifier accepting calls signed with any of keys.
+func NewVerifier(keys ...[]byte) *Verifier {
+	return &Verifier{keys: keys, max: MaxReplayEntries, seen: map[string]int64{}}
+}
+
+// Verify checks the call and records its (task, attempt). Only a verified call is
+// recorded, so forged calls cannot fill the cache or block a real one.
+func (v *Verifier) Verify(h http.Header, body []byte, now time.Time) error {
+	ts, err := verify(v.keys, h, body, now)
+	if err != nil {
+		return err
+	}
+	key := h.Get(HeaderTaskID) + "\n" + h.Get(HeaderAttempt) + "\n" + h.Get(HeaderLeaseToken)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	nowUnix := now.Unix()
+	v.prune(nowUnix)
+	if until, ok := v.seen[key]; ok && until >= nowUnix {
+		return ErrReplayed
+	}
+	for len(v.order) >= v.max {
+		v.forget(v.order[0])
+		v.order = v.order[1:]
+	}
+	until := ts + int64(SignatureTolerance/time.Second)
+	v.seen[key] = until
+	v.order = append(v.order, seenEntry{key, until})
+	return nil
+}
+
+// forget drops e unless its key was recorded again since.
+func (v *Verifier) forget(e seenEntry) {
+	if v.seen[e.key] == e.until {
+		delete(v.seen, e.key)
+	}
+}
+
+// prune forgets entries from the front that have left the window.
+func (v *Verifier) prune(nowUnix int64) {
+	n := 0
+	for n < len(v.order) && v.order[n].until < nowUnix {
+		v.forget(v.order[n])
+		n++
+	}
+	v.order = v.order[n:]
 }

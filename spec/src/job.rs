@@ -74,10 +74,41 @@ pub struct ExecutorSpec {
     /// Per-attempt timeout; default 30s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
-    /// Name of an environment variable holding the HMAC signing secret.
+    /// HMAC-SHA256 signing of every call with keys from a Secret in the job's
+    /// namespace. Without it calls go unsigned (a warning is logged).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signing_secret_env: Option<String>,
+    pub signing: Option<SigningSpec>,
 }
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SigningSpec {
+    /// The Secret holding the signing keys; the operator mounts it into this job's
+    /// dispatchers only. While it is missing, or a listed key is missing or empty, the
+    /// job's tasks wait undispatched.
+    pub secret_ref: SecretKeysRef,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecretKeysRef {
+    /// A Secret in the job's namespace.
+    pub name: String,
+    /// The Secret's keys that hold signing keys, the primary first (default `[key]`).
+    /// Two while a key is rotated: every call then carries a signature by each.
+    #[serde(default = "default_signing_keys")]
+    #[cfg_attr(feature = "kube", schemars(length(min = 1, max = 2)))]
+    pub keys: Vec<String>,
+}
+
+fn default_signing_keys() -> Vec<String> {
+    vec![DEFAULT_SIGNING_KEY.to_string()]
+}
+
+/// The Secret key a signing config reads when it names none.
+pub const DEFAULT_SIGNING_KEY: &str = "key";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
@@ -246,7 +277,7 @@ pub struct Job {
     pub task_type: String,
     pub executor_url: String,
     pub timeout: Duration,
-    pub signing_secret_env: Option<String>,
+    pub signing: Option<Signing>,
     pub max_retries: u32,
     pub backoff: BackoffKind,
     pub initial_backoff: Duration,
@@ -255,6 +286,13 @@ pub struct Job {
     pub concurrency: u32,
     pub kafka: Option<KafkaSpec>,
     pub cron: Vec<CronEntry>,
+}
+
+/// A validated signing config: a Secret name and its one or two keys, primary first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signing {
+    pub secret: String,
+    pub keys: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -405,7 +443,12 @@ impl JobSpec {
             task_type: task_type.to_string(),
             executor_url: url.to_string(),
             timeout,
-            signing_secret_env: self.executor.signing_secret_env.clone(),
+            signing: self
+                .executor
+                .signing
+                .as_ref()
+                .map(validate_signing)
+                .transpose()?,
             max_retries: self.retry.max_retries,
             backoff: self.retry.backoff,
             initial_backoff,
@@ -416,6 +459,59 @@ impl JobSpec {
             cron,
         })
     }
+}
+
+fn validate_signing(signing: &SigningSpec) -> Result<Signing, SpecError> {
+    let field = "spec.executor.signing.secretRef";
+    let name = &signing.secret_ref.name;
+    let dns_label = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 63
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !s.starts_with('-')
+            && !s.ends_with('-')
+    };
+    // A DNS subdomain, as Kubernetes names Secrets: it also becomes a directory name,
+    // so no `/` and no `..` can reach outside the signing directory.
+    if name.len() > 253 || !name.split('.').all(dns_label) {
+        return Err(SpecError::new(
+            format!("{field}.name"),
+            format!("{name:?} is not a Secret name (lowercase DNS subdomain)"),
+        ));
+    }
+    let keys = &signing.secret_ref.keys;
+    if keys.is_empty() || keys.len() > 2 {
+        return Err(SpecError::new(
+            format!("{field}.keys"),
+            "must list one key, or two while rotating",
+        ));
+    }
+    for (index, key) in keys.iter().enumerate() {
+        let valid = !key.is_empty()
+            && key.len() <= 253
+            && key != "."
+            && key != ".."
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+        if !valid {
+            return Err(SpecError::new(
+                format!("{field}.keys[{index}]"),
+                format!("{key:?} is not a Secret key ([-._a-zA-Z0-9]+)"),
+            ));
+        }
+        if keys[..index].contains(key) {
+            return Err(SpecError::new(
+                format!("{field}.keys[{index}]"),
+                format!("{key:?} is listed twice"),
+            ));
+        }
+    }
+    Ok(Signing {
+        secret: name.clone(),
+        keys: keys.clone(),
+    })
 }
 
 /// Schema of a field that holds any JSON value (a cron payload): kept as written.
@@ -537,6 +633,62 @@ mod tests {
             "spec.uniqueKey"
         );
         assert_eq!(with(|d| d.kind = "Job".into()).field, "kind");
+    }
+
+    #[test]
+    fn the_signing_secret_and_keys_are_checked() {
+        let (_, job) = AsyncJobConfig::from_yaml(SAMPLE).unwrap();
+        assert_eq!(
+            job.signing,
+            Some(Signing {
+                secret: "order-cancel-signing".into(),
+                keys: vec!["key".into()],
+            })
+        );
+        fn secret_ref(d: &mut AsyncJobConfig) -> &mut SecretKeysRef {
+            &mut d.spec.executor.signing.as_mut().unwrap().secret_ref
+        }
+        let field = "spec.executor.signing.secretRef";
+        for bad in [
+            "",
+            "../other",
+            "a/b",
+            "UPPER",
+            "-x",
+            "x..y",
+            &"a".repeat(254),
+        ] {
+            let err = with(|d| secret_ref(d).name = bad.into());
+            assert_eq!(err.field, format!("{field}.name"), "{bad:?}");
+        }
+        assert_eq!(
+            with(|d| secret_ref(d).keys = vec![]).field,
+            format!("{field}.keys")
+        );
+        assert_eq!(
+            with(|d| secret_ref(d).keys = vec!["a".into(), "b".into(), "c".into()]).field,
+            format!("{field}.keys")
+        );
+        for bad in ["", "..", "a/b", "a b"] {
+            let err = with(|d| secret_ref(d).keys = vec!["key".into(), bad.into()]);
+            assert_eq!(err.field, format!("{field}.keys[1]"), "{bad:?}");
+        }
+        assert_eq!(
+            with(|d| secret_ref(d).keys = vec!["key".into(), "key".into()]).field,
+            format!("{field}.keys[1]")
+        );
+        // Two keys while rotating; the default is `key`.
+        let text = SAMPLE.replace("keys: [key]", "keys: [next, key]");
+        let (_, job) = AsyncJobConfig::from_yaml(&text).unwrap();
+        assert_eq!(job.signing.unwrap().keys, ["next", "key"]);
+        let text = SAMPLE.replace("        keys: [key]\n", "");
+        let (_, job) = AsyncJobConfig::from_yaml(&text).unwrap();
+        assert_eq!(job.signing.unwrap().keys, [DEFAULT_SIGNING_KEY]);
+        let text = SAMPLE.replace("    signing:", "    signingSecretEnv: X\n    signing:");
+        assert!(
+            AsyncJobConfig::from_yaml(&text).is_err(),
+            "the old field is gone"
+        );
     }
 
     #[test]

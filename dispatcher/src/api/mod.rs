@@ -521,15 +521,15 @@ async fn cancel_task(
 fn parse_callback<T: DeserializeOwned>(
     headers: &HeaderMap,
     body: &[u8],
-    body_token: impl FnOnce(&T) -> Option<i64>,
-) -> Result<(T, i64), ApiError> {
+    body_token: impl FnOnce(&mut T) -> Option<String>,
+) -> Result<(T, String), ApiError> {
     let body = if body.iter().all(u8::is_ascii_whitespace) {
         b"{}"
     } else {
         body
     };
     let mut de = serde_json::Deserializer::from_slice(body);
-    let callback: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+    let mut callback: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         ApiError::new(
             ErrorCode::MalformedJson,
@@ -541,34 +541,42 @@ fn parse_callback<T: DeserializeOwned>(
         headers
             .get(headers::LEASE_TOKEN)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse().ok())
+            .map(|v| v.trim().to_string())
     };
-    let token = body_token(&callback).or_else(header_token).ok_or_else(|| {
-        ApiError::field(
-            "lease_token",
-            "is required (or the Asyncd-Lease-Token header)",
-        )
-    })?;
+    let token = body_token(&mut callback)
+        .or_else(header_token)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            ApiError::field(
+                "lease_token",
+                "is required (or the Asyncd-Lease-Token header)",
+            )
+        })?;
     Ok((callback, token))
 }
 
-/// The running attempt a callback refers to, or why the callback is refused.
-async fn current_attempt(state: &ApiState, id: &str, token: i64) -> Result<TaskRecord, ApiError> {
-    let task = state
-        .store
-        .get(id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(id))?;
-    if task.state != TaskState::Running || task.lease_token != token {
-        return Err(stale(id));
+/// The running attempt a callback's token belongs to. An unknown task, a task not
+/// running, and a token that is not its current attempt's all answer the same
+/// [`stale`]: a caller without the token learns nothing, not even whether the task
+/// exists. The token is compared in constant time ([`crate::lease::matches`]).
+async fn current_attempt(state: &ApiState, id: &str, token: &str) -> Result<TaskRecord, ApiError> {
+    match state.store.get(id).await? {
+        Some(task)
+            if task.state == TaskState::Running
+                && crate::lease::matches(&task.lease_secret, id, task.lease_token, token) =>
+        {
+            Ok(task)
+        }
+        _ => Err(stale()),
     }
-    Ok(task)
 }
 
-fn stale(id: &str) -> ApiError {
+/// The one answer to every refused callback. It names nothing from the store, so its
+/// bytes are the same for an unknown task, a finished one, and a wrong token.
+fn stale() -> ApiError {
     ApiError::new(
         ErrorCode::StaleLease,
-        format!("lease_token: not the current attempt of task {id}"),
+        "lease_token: not the current attempt of this task",
     )
     .with_field("lease_token")
 }
@@ -580,8 +588,10 @@ async fn heartbeat(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body_bytes(body, state.limits.body_bytes())?;
-    let (callback, token) = parse_callback(&headers, &body, |c: &HeartbeatRequest| c.lease_token)?;
-    let task = current_attempt(&state, &id, token).await?;
+    let (callback, token) = parse_callback(&headers, &body, |c: &mut HeartbeatRequest| {
+        c.lease_token.take()
+    })?;
+    let task = current_attempt(&state, &id, &token).await?;
     let lease = match callback.lease {
         Some(text) => {
             asyncd_spec::parse_duration(&text).map_err(|m| ApiError::field("lease", m))?
@@ -593,13 +603,15 @@ async fn heartbeat(
     }
     let now = state.clock.now_millis();
     let until = now + lease;
+    // The counter read with the token fences the write: if a newer attempt began in
+    // between, this changes nothing.
     let finish = Finish {
         id: id.clone(),
-        lease_token: token,
+        lease_token: task.lease_token,
         kind: FinishKind::Extend { until },
     };
     if !state.store.finish(&[finish], now).await?[0] {
-        return Err(stale(&id));
+        return Err(stale());
     }
     Ok(Json(HeartbeatResponse {
         lease_until: from_millis(until.max(task.lease_until.unwrap_or_default())),
@@ -614,14 +626,15 @@ async fn post_result(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body_bytes(body, state.limits.body_bytes())?;
-    let (callback, token) = parse_callback(&headers, &body, |c: &ResultRequest<Box<RawValue>>| {
-        c.lease_token
-    })
-    // An unknown status is a bad value, as a missing one is, not a JSON type error.
-    .map_err(|e| match e.error.field.as_deref() {
-        Some("status") => status_required(),
-        _ => e,
-    })?;
+    let (callback, token) =
+        parse_callback(&headers, &body, |c: &mut ResultRequest<Box<RawValue>>| {
+            c.lease_token.take()
+        })
+        // An unknown status is a bad value, as a missing one is, not a JSON type error.
+        .map_err(|e| match e.error.field.as_deref() {
+            Some("status") => status_required(),
+            _ => e,
+        })?;
     let reason = || {
         callback.error.as_deref().map_or_else(
             || "executor reported failure".into(),
@@ -644,7 +657,7 @@ async fn post_result(
         },
         None => return Err(status_required()),
     };
-    let task = current_attempt(&state, &id, token).await?;
+    let task = current_attempt(&state, &id, &token).await?;
     let now = state.clock.now_millis();
     let routes = state.routes.borrow().clone();
     state
@@ -679,14 +692,14 @@ async fn post_result(
         .finish(
             &[Finish {
                 id: id.clone(),
-                lease_token: token,
+                lease_token: task.lease_token,
                 kind,
             }],
             now,
         )
         .await?[0]
     {
-        return Err(stale(&id));
+        return Err(stale());
     }
     if let Some(waker) = &state.waker {
         waker.wake();
@@ -862,6 +875,7 @@ mod tests {
             result: None,
             created_at: Millis::new(0),
             updated_at: Millis::new(0),
+            lease_secret: String::new(),
         }
     }
 

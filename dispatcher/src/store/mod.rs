@@ -1,7 +1,8 @@
 //! The task store: the one narrow interface every backend implements, and no SQL
 //! anywhere else.
 //!
-//! A task row moves through these states (`lease_token` is the fencing token):
+//! A task row moves through these states (`lease_token` is the fencing token; what an
+//! executor receives is derived from it and the row's `lease_secret`, see [`crate::lease`]):
 //!
 //! ```text
 //!   blocked ──deps succeeded──► pending ──claim──► claimed ──start──► running ──► succeeded
@@ -287,6 +288,9 @@ pub struct TaskRecord {
     pub result: Option<Box<RawValue>>,
     pub created_at: Millis,
     pub updated_at: Millis,
+    /// Where each attempt's executor-facing lease token comes from ([`crate::lease`]);
+    /// empty only for a row written by hand, whose callbacks are then refused.
+    pub lease_secret: String,
 }
 
 /// A task claimed into a dispatcher's heap.
@@ -302,6 +306,8 @@ pub struct ClaimedTask {
     pub timeout_ms: i64,
     pub lease_token: i64,
     pub idempotency_key: Option<String>,
+    /// See [`TaskRecord::lease_secret`].
+    pub lease_secret: String,
 }
 
 /// A claimed task whose attempt has begun: `attempt` and `lease_token` are the new ones.

@@ -142,7 +142,7 @@ macro_rules! task_columns {
     () => {
         "id, task_type, payload, state, priority, trigger_at, attempt, max_retries, \
          timeout_ms, lease_token, lease_until, idempotency_key, unique_key, last_error, \
-         result, created_at, updated_at"
+         result, created_at, updated_at, lease_secret"
     };
 }
 pub(crate) use task_columns;
@@ -151,7 +151,7 @@ pub(crate) use task_columns;
 macro_rules! claim_columns {
     () => {
         "id, task_type, payload, priority, trigger_at, attempt, max_retries, timeout_ms, \
-         lease_token, idempotency_key"
+         lease_token, idempotency_key, lease_secret"
     };
 }
 pub(crate) use claim_columns;
@@ -176,6 +176,7 @@ pub struct TaskRow {
     result: Option<String>,
     created_at: Millis,
     updated_at: Millis,
+    lease_secret: Option<String>,
 }
 
 impl TaskRow {
@@ -200,6 +201,7 @@ impl TaskRow {
             result: self.result.map(raw).transpose()?,
             created_at: self.created_at,
             updated_at: self.updated_at,
+            lease_secret: self.lease_secret.unwrap_or_default(),
         })
     }
 }
@@ -217,6 +219,7 @@ pub struct ClaimRow {
     timeout_ms: i64,
     lease_token: i64,
     idempotency_key: Option<Key>,
+    lease_secret: Option<String>,
 }
 
 impl ClaimRow {
@@ -232,6 +235,7 @@ impl ClaimRow {
             timeout_ms: self.timeout_ms,
             lease_token: self.lease_token,
             idempotency_key: self.idempotency_key.map(|k| k.0),
+            lease_secret: self.lease_secret.unwrap_or_default(),
         })
     }
 }

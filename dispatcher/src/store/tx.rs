@@ -131,6 +131,7 @@ where
             Initial::Start { state, last_error } => (state, last_error),
         };
         let unique_active = domain::unique_active(task, state);
+        let lease_secret = crate::lease::new_secret();
         for _ in 0..domain::CONFLICT_ATTEMPTS {
             let inserted = sqlx::query::<DB>(D::QUERIES.insert_task)
                 .bind(task.id.as_str())
@@ -149,6 +150,7 @@ where
                 .bind(error.as_deref())
                 .bind(now)
                 .bind(now)
+                .bind(lease_secret.as_str())
                 .execute(&mut **tx)
                 .await;
             // A unique key either leaves the row out (affecting none) or fails the

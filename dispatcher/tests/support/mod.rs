@@ -58,7 +58,7 @@ pub struct Call {
     pub at: SystemTime,
     pub id: String,
     pub attempt: u32,
-    pub lease_token: i64,
+    pub lease_token: String,
     pub body: Value,
     pub raw: Vec<u8>,
     pub headers: HashMap<String, String>,
@@ -124,7 +124,7 @@ impl Executor {
                     at: SystemTime::now(),
                     id: header("asyncd-task-id"),
                     attempt: header("asyncd-attempt").parse().unwrap_or(0),
-                    lease_token: header("asyncd-lease-token").parse().unwrap_or(-1),
+                    lease_token: header("asyncd-lease-token"),
                     body,
                     raw,
                     headers: headers

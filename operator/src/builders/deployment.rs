@@ -8,7 +8,7 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy}
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EnvFromSource, EnvVar, EnvVarSource, HTTPGetAction,
     ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
-    SecretEnvSource, SecretKeySelector, SecurityContext,
+    SecretEnvSource, SecretKeySelector, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -22,6 +22,36 @@ use super::{DispatcherSettings, dispatcher_name, labels, selector_labels};
 use crate::crd::AsyncJobConfig;
 
 pub const METRICS_PORT: i32 = 7700;
+/// Where dispatchers read signing keys (`asyncd --signing-dir`): the job's Secret is
+/// mounted at `<this>/<secret name>`, so each key is `<this>/<secret name>/<key>`.
+pub const SIGNING_DIR: &str = "/var/run/asyncd/signing";
+const SIGNING_VOLUME: &str = "signing";
+
+/// The job's own signing Secret, and nothing else, as a read-only volume. Optional: a
+/// pod starts while the Secret is missing and the dispatcher holds the job's tasks back
+/// (saying why) until the kubelet fills the volume; a rotated key reaches the running
+/// pod the same way, without a rollout.
+fn signing_volume(config: &AsyncJobConfig) -> Option<(Volume, VolumeMount)> {
+    let secret = &config.spec.executor.signing.as_ref()?.secret_ref.name;
+    Some((
+        Volume {
+            name: SIGNING_VOLUME.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret.clone()),
+                optional: Some(true),
+                default_mode: Some(0o440),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        VolumeMount {
+            name: SIGNING_VOLUME.into(),
+            mount_path: format!("{SIGNING_DIR}/{secret}"),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        },
+    ))
+}
 
 /// The container's arguments (after the `asyncd` entrypoint). The store URL is not among
 /// them: it holds the database password, which argv would show to every `ps` on the
@@ -37,6 +67,8 @@ pub fn args(config: &AsyncJobConfig, settings: &DispatcherSettings) -> Vec<Strin
         settings.kafka_brokers.clone(),
         "--listen".into(),
         format!("0.0.0.0:{METRICS_PORT}"),
+        "--signing-dir".into(),
+        SIGNING_DIR.into(),
     ]
 }
 
@@ -70,9 +102,6 @@ fn probe(path: &str) -> Probe {
 
 pub fn build(config: &AsyncJobConfig, settings: &DispatcherSettings) -> Deployment {
     let mut env = vec![secret_env("ASYNCD_STORE", &settings.store_secret, "url")];
-    if let Some(name) = &config.spec.executor.signing_secret_env {
-        env.push(secret_env(name, &settings.signing_secret, name));
-    }
     env.push(EnvVar {
         name: "ASYNCD_LOG".into(),
         value: Some("info".into()),
@@ -96,6 +125,7 @@ pub fn build(config: &AsyncJobConfig, settings: &DispatcherSettings) -> Deployme
         value: Some(format!("http://$(ASYNCD_POD_IP):{METRICS_PORT}")),
         ..EnvVar::default()
     });
+    let signing = signing_volume(config);
     let container = Container {
         name: "dispatcher".into(),
         image: Some(settings.image.clone()),
@@ -141,6 +171,7 @@ pub fn build(config: &AsyncJobConfig, settings: &DispatcherSettings) -> Deployme
             }),
             ..SecurityContext::default()
         }),
+        volume_mounts: signing.as_ref().map(|(_, mount)| vec![mount.clone()]),
         ..Container::default()
     };
     let pod_annotations = BTreeMap::from([
@@ -184,6 +215,7 @@ pub fn build(config: &AsyncJobConfig, settings: &DispatcherSettings) -> Deployme
                         ..PodSecurityContext::default()
                     }),
                     containers: vec![container],
+                    volumes: signing.map(|(volume, _)| vec![volume]),
                     ..PodSpec::default()
                 }),
             },
@@ -220,7 +252,8 @@ mod tests {
         assert_eq!(
             c.args.as_ref().unwrap().join(" "),
             "dispatcher --routing-configmap shop/asyncd-routing --job order-cancel-job \
-             --kafka-brokers kafka-0:9092,kafka-1:9092 --listen 0.0.0.0:7700"
+             --kafka-brokers kafka-0:9092,kafka-1:9092 --listen 0.0.0.0:7700 \
+             --signing-dir /var/run/asyncd/signing"
         );
         assert_eq!(c.ports.as_ref().unwrap()[0].container_port, 7700);
         let env = c.env.as_ref().unwrap();
@@ -262,22 +295,78 @@ mod tests {
             env[advertise].value.as_deref(),
             Some("http://$(ASYNCD_POD_IP):7700")
         );
-        // the sample signs calls: the secret named by signingSecretEnv is provided
-        let signing = env
-            .iter()
-            .find(|e| e.name == "ORDER_CANCEL_SIGNING_SECRET")
-            .unwrap();
-        let key = signing
-            .value_from
-            .as_ref()
-            .unwrap()
-            .secret_key_ref
-            .as_ref()
-            .unwrap();
-        assert_eq!(
-            (key.name.as_str(), key.key.as_str()),
-            ("asyncd-signing", "ORDER_CANCEL_SIGNING_SECRET")
+        // the sample signs calls: its own Secret, and only it, is mounted read-only
+        // where --signing-dir points, optional so the pod starts while it is missing
+        assert!(
+            c.args
+                .as_ref()
+                .unwrap()
+                .join(" ")
+                .ends_with("--signing-dir /var/run/asyncd/signing"),
         );
+        let mounts = c.volume_mounts.as_ref().unwrap();
+        assert_eq!(mounts.len(), 1);
+        assert_eq!(
+            (mounts[0].mount_path.as_str(), mounts[0].read_only),
+            ("/var/run/asyncd/signing/order-cancel-signing", Some(true))
+        );
+        let volumes = pod.volumes.as_ref().unwrap();
+        assert_eq!(volumes.len(), 1);
+        assert_eq!(volumes[0].name, mounts[0].name);
+        let secret = volumes[0].secret.as_ref().unwrap();
+        assert_eq!(
+            (
+                secret.secret_name.as_deref(),
+                secret.optional,
+                secret.items.as_ref()
+            ),
+            (Some("order-cancel-signing"), Some(true), None)
+        );
+        // no secret reaches the pod through its environment but the store URL
+        let from_secrets: Vec<&str> = env
+            .iter()
+            .filter(|e| {
+                e.value_from
+                    .as_ref()
+                    .is_some_and(|v| v.secret_key_ref.is_some())
+            })
+            .map(|e| e.name.as_str())
+            .collect();
+        assert_eq!(from_secrets, ["ASYNCD_STORE"]);
+    }
+
+    #[test]
+    fn each_job_mounts_only_its_own_signing_secret_and_unsigned_jobs_none() {
+        let mut a = fixtures::sample("order-cancel-job.yaml");
+        a.metadata.name = Some("job-a".into());
+        let mut b = a.clone();
+        b.metadata.name = Some("job-b".into());
+        b.spec.0.executor.signing.as_mut().unwrap().secret_ref.name = "job-b-signing".into();
+        let secrets = |config: &AsyncJobConfig| -> Vec<String> {
+            let pod = build(config, &fixtures::settings())
+                .spec
+                .unwrap()
+                .template
+                .spec
+                .unwrap();
+            pod.volumes
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|v| v.secret.as_ref()?.secret_name.clone())
+                .collect()
+        };
+        assert_eq!(secrets(&a), ["order-cancel-signing"]);
+        assert_eq!(secrets(&b), ["job-b-signing"]);
+        let unsigned = fixtures::config("job-c");
+        assert!(unsigned.spec.executor.signing.is_none());
+        assert!(secrets(&unsigned).is_empty());
+        let pod = build(&unsigned, &fixtures::settings())
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap();
+        assert!(pod.containers[0].volume_mounts.is_none());
     }
 
     #[test]

@@ -28,8 +28,6 @@ pub struct DispatcherSettings {
     /// Secret (in the config's namespace) whose `url` key is the store URL.
     pub store_secret: String,
     pub service_account: String,
-    /// Secret holding signing secrets, one key per `executor.signingSecretEnv` name.
-    pub signing_secret: String,
     /// Secret (in the config's namespace) whose keys are `ASYNCD_KAFKA_*` TLS and SASL
     /// settings, given to the dispatchers as environment variables (`envFrom`).
     pub kafka_secret: Option<String>,
@@ -43,7 +41,6 @@ impl Default for DispatcherSettings {
             kafka_brokers: "kafka:9092".into(),
             store_secret: "asyncd-store".into(),
             service_account: "asyncd-dispatcher".into(),
-            signing_secret: "asyncd-signing".into(),
             kafka_secret: None,
         }
     }

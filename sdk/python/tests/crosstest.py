@@ -22,7 +22,7 @@ KEY_FIELDS = ("nonce", "amount", "text")
 
 
 def serve(args: argparse.Namespace) -> int:
-    client = asyncd.Client(args.endpoint, signing_secret=args.secret)
+    client = asyncd.Client(args.endpoint, signing_secret=args.secret or None)
 
     @client.executor("cross_py")
     def cross_py(payload: Any, ctx: asyncd.TaskContext) -> None:

@@ -35,7 +35,11 @@ def free_port() -> int:
 
 
 class DevServer:
-    def __init__(self, workdir: Path, env: Optional[Dict[str, str]] = None, args: Sequence[str] = ()) -> None:
+    def __init__(self, workdir: Path, env: Optional[Dict[str, str]] = None, args: Sequence[str] = (),
+                 signing: Optional[Dict[str, Dict[str, str]]] = None) -> None:
+        """``args`` are extra flags for ``asyncd dev``; ``signing`` maps a signing Secret's
+        name to its keys, written where ``--signing-dir`` points as the operator mounts
+        them: DIR/<name>/<key>."""
         self.bin = asyncd_bin()
         self.workdir = workdir
         self.config_dir = workdir / "config"
@@ -44,6 +48,11 @@ class DevServer:
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / "asyncd.log"
         self.env = {**os.environ, **(env or {})}
+        self.signing_dir = workdir / "signing"
+        for name, keys in (signing or {}).items():
+            (self.signing_dir / name).mkdir(parents=True, exist_ok=True)
+            for key, value in keys.items():
+                (self.signing_dir / name / key).write_text(value)
         self.proc: Optional[subprocess.Popen] = None
         self.args = list(args)
 
@@ -51,7 +60,7 @@ class DevServer:
         log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             [self.bin, "dev", "--config", str(self.config_dir), "--db", str(self.workdir / "asyncd.db"),
-             "--listen", f"127.0.0.1:{self.port}", *self.args],
+             "--listen", f"127.0.0.1:{self.port}", "--signing-dir", str(self.signing_dir), *self.args],
             stdout=log, stderr=subprocess.STDOUT, env=self.env,
         )
         log.close()

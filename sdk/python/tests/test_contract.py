@@ -86,7 +86,28 @@ def test_executor_call_is_read_into_the_context():
     assert (ctx.id, ctx.type, ctx.attempt, ctx.eta) == (call["id"], call["type"], call["attempt"], parse_time(call["eta"]))
 
 
-def test_signing_vector():
+def _outcome(verifier, step):
+    try:
+        verifier.verify(step["headers"], step["body"].encode(), now=step["now"])
+    except asyncd.Replayed:
+        return "replay"
+    except asyncd.StaleTimestamp:
+        return "stale"
+    except asyncd.MalformedTimestamp:
+        return "malformed_timestamp"
+    except asyncd.BadSignature:
+        return "mismatch"
+    return "ok"
+
+
+def test_signature_vectors():
     v = fixture("signature")
-    assert sign(v["secret"], v["timestamp"], v["body"].encode()) == v["signature"]
-    verify_signature(v["secret"], str(v["timestamp"]), v["signature"], v["body"].encode(), now=v["timestamp"])
+    assert v["tolerance_seconds"] == asyncd.SIGNATURE_TOLERANCE.total_seconds()
+    assert asyncd.canonical_string(v["headers"], v["body"].encode()) == v["canonical"].encode()
+    assert sign(v["keys"]["primary"], v["headers"], v["body"].encode()) == v["headers"]["Asyncd-Signature"]
+    verify_signature(v["keys"]["primary"], v["headers"], v["body"].encode(), now=int(v["headers"]["Asyncd-Timestamp"]))
+    assert len(v["cases"]) >= 20
+    for case in v["cases"]:
+        verifier = asyncd.Verifier([v["keys"][name] for name in case["keys"]])
+        got = [_outcome(verifier, step) for step in case["steps"]]
+        assert got == [step["want"] for step in case["steps"]], case["name"]

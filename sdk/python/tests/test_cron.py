@@ -64,7 +64,8 @@ def test_invalid_cron_is_a_value_error():
 def test_job_config_yaml():
     got = asyncd.job_config_yaml(
         "order-cancel-job", "cancel_expired_order", "http://order-service:8080/tasks/cancel",
-        timeout=30, signing_secret_env="ORDER_CANCEL_SIGNING_SECRET", max_retries=3, backoff="exponential",
+        timeout=30, signing_secret="order-cancel-signing",
+        signing_keys=["key", "previous"], max_retries=3, backoff="exponential",
         initial_backoff=1, max_backoff="10m", unique_key="order:{order_id}", concurrency=64,
         cron=[{"name": "nightly-sweep", "schedule": "CRON_TZ=Asia/Singapore 0 0 * * *",
                "payload": {"nested": {"a b": 1}, "on": [], "sweep": True}}],
@@ -78,7 +79,12 @@ spec:
   executor:
     url: "http://order-service:8080/tasks/cancel"
     timeout: "30s"
-    signingSecretEnv: "ORDER_CANCEL_SIGNING_SECRET"
+    signing:
+      secretRef:
+        name: "order-cancel-signing"
+        keys:
+          - "key"
+          - "previous"
   retry:
     maxRetries: 3
     backoff: "exponential"

@@ -14,40 +14,52 @@ from fakeapi import wait_until
 SECRET = "s3cret"
 
 
+KNOWN = {
+    "Asyncd-Timestamp": "1700000000", "Asyncd-Task-Id": "t1", "Asyncd-Attempt": "1",
+    "Idempotency-Key": "k1", "Asyncd-Lease-Token": "tok", "Asyncd-Callback-Url": "http://asyncd:7700",
+}
+
+
 def test_sign_known_vector():
-    # Computed independently; the same vector is in sdk/go/executor_test.go.
-    assert asyncd.sign(SECRET, 1700000000, b'{"id":"t1","type":"x"}') == (
-        "v1=ea8ced2a98bbc34d295cf53301d8c7f2245096c1913fdd531dbbe9e17ab8f369"
+    # printf '1700000000\nt1\n1\nk1\ntok\nhttp://asyncd:7700\n{}' | openssl dgst -sha256 -hmac secret
+    assert asyncd.canonical_string(KNOWN, b"{}") == b"1700000000\nt1\n1\nk1\ntok\nhttp://asyncd:7700\n{}"
+    assert asyncd.sign("secret", KNOWN, b"{}") == (
+        "v2=cd88cff69ddbc13aa5456dcec7bb570ba5b8bf34c7bd1cc5e47a2821be952234"
     )
+    # Header names are matched whatever their case.
+    assert asyncd.sign("secret", {k.lower(): v for k, v in KNOWN.items()}, b"{}") == asyncd.sign("secret", KNOWN, b"{}")
 
 
-@pytest.mark.parametrize(
-    "name,ts,sig,body,at,ok",
-    [
-        ("valid", 1700000000, None, b'{"id":"t1"}', 1700000000, True),
-        ("within tolerance", 1700000000, None, b'{"id":"t1"}', 1700000000 + 299, True),
-        ("tampered", 1700000000, None, b'{"id":"t2"}', 1700000000, False),
-        ("too old", 1700000000, None, b'{"id":"t1"}', 1700000000 + 301, False),
-        ("future", 1700000000, None, b'{"id":"t1"}', 1700000000 - 360, False),
-        ("wrong secret", 1700000000, asyncd.sign("other", 1700000000, b'{"id":"t1"}'), b'{"id":"t1"}', 1700000000, False),
-        ("one of several", 1700000000, "v1=00," + asyncd.sign(SECRET, 1700000000, b'{"id":"t1"}'), b'{"id":"t1"}', 1700000000, True),
-        ("bare hex", 1700000000, asyncd.sign(SECRET, 1700000000, b'{"id":"t1"}')[3:], b'{"id":"t1"}', 1700000000, False),
-    ],
-)
-def test_verify_signature(name, ts, sig, body, at, ok):
-    sig = sig if sig is not None else asyncd.sign(SECRET, ts, b'{"id":"t1"}')
-    if ok:
-        asyncd.verify_signature(SECRET, str(ts), sig, body, now=at)
-    else:
-        with pytest.raises(asyncd.BadSignature):
-            asyncd.verify_signature(SECRET, str(ts), sig, body, now=at)
+def test_verify_signature_errors_and_keys():
+    signed = {**KNOWN, "Asyncd-Signature": asyncd.sign(["new", "old"], KNOWN, b"{}")}
+    asyncd.verify_signature("old", signed, b"{}", now=1700000000)
+    asyncd.verify_signature(["other", "new"], signed, b"{}", now=1700000000)
+    with pytest.raises(asyncd.StaleTimestamp):
+        asyncd.verify_signature("new", signed, b"{}", now=1700000000 + 301)
+    with pytest.raises(asyncd.MalformedTimestamp):
+        asyncd.verify_signature("new", {**signed, "Asyncd-Timestamp": ""}, b"{}", now=1700000000)
+    with pytest.raises(asyncd.BadSignature, match="no signing key"):
+        asyncd.verify_signature(["", b""], signed, b"{}", now=1700000000)
+    with pytest.raises(asyncd.BadSignature, match="mismatch"):
+        asyncd.verify_signature("other", signed, b"{}", now=1700000000)
 
 
-def test_verify_signature_missing_headers():
-    with pytest.raises(asyncd.BadSignature, match="Timestamp"):
-        asyncd.verify_signature(SECRET, None, "v1=00", b"{}")
-    with pytest.raises(asyncd.BadSignature):
-        asyncd.verify_signature(SECRET, str(int(time.time())), None, b"{}")
+def test_replay_cache_is_bounded_and_forgets_expired_entries():
+    verifier = asyncd.Verifier("k", max_entries=3)
+
+    def call(task_id, at):
+        h = {"Asyncd-Timestamp": str(at), "Asyncd-Task-Id": task_id, "Asyncd-Attempt": "1"}
+        h["Asyncd-Signature"] = asyncd.sign("k", h, b"")
+        verifier.verify(h, b"", now=at)
+
+    for task_id in "abcd":
+        call(task_id, 1700000000)
+    assert len(verifier) == 3
+    with pytest.raises(asyncd.Replayed):
+        call("d", 1700000000)
+    call("a", 1700000000)  # the oldest was forgotten
+    call("e", 1700000000 + 301)
+    assert len(verifier) == 1, "expired entries are dropped"
 
 
 def task_body(task_type, payload=None, attempt=2):
@@ -59,7 +71,7 @@ HEADERS = {
     "Idempotency-Key": "order-42",
     "Asyncd-Task-Id": "0193t",
     "Asyncd-Attempt": "2",
-    "Asyncd-Lease-Token": "7",
+    "Asyncd-Lease-Token": "tok-7",
     "Asyncd-Callback-Url": "http://127.0.0.1:7700",
 }
 
@@ -168,7 +180,7 @@ def test_outcome_mapping(call):
     assert seen["payload"] == {"order_id": 42}
     ctx = seen["ctx"]
     assert (ctx.id, ctx.type, ctx.idempotency_key, ctx.attempt, ctx.lease_token, ctx.callback_url) == (
-        "0193t", "ok", "order-42", 2, 7, "http://127.0.0.1:7700")
+        "0193t", "ok", "order-42", 2, "tok-7", "http://127.0.0.1:7700")
     assert ctx.eta == datetime(2026, 11, 30, 6, 0, 0, 123000, tzinfo=timezone.utc)
 
     assert call(app, task_body("payload_only", [1, 2]), HEADERS)[0] == 200
@@ -195,21 +207,29 @@ def test_idempotency_key_falls_back_to_id():
 
 @pytest.mark.parametrize("call", [call_wsgi, call_asgi], ids=["wsgi", "asgi"])
 def test_signature_enforced(call):
-    ex = asyncd.Executor(signing_secret=SECRET)
+    ex = asyncd.Executor(signing_secret=["new", "old"])
     runs = []
     ex.register("ok", lambda payload: runs.append(payload))
     app = ex.wsgi_app() if call is call_wsgi else ex.asgi_app()
     body = task_body("ok", 1)
     now = int(time.time())
 
-    def signed(ts, b=body):
-        return {"Asyncd-Timestamp": str(ts), "Asyncd-Signature": asyncd.sign(SECRET, ts, b)}
+    def signed(key, ts, attempt="1", b=body):
+        h = {"Asyncd-Timestamp": str(ts), "Asyncd-Task-Id": "0193t", "Asyncd-Attempt": attempt,
+             "Asyncd-Lease-Token": "tok"}
+        return {**h, "Asyncd-Signature": asyncd.sign(key, h, b)}
 
-    assert call(app, body, signed(now))[0] == 200
-    for hdrs in ({}, signed(now, body + b" "), signed(now - 301), signed(now + 301),
-                 {"Asyncd-Timestamp": "soon", "Asyncd-Signature": "v1=00"}):
+    assert call(app, body, signed("new", now))[0] == 200
+    assert call(app, body, signed("old", now, attempt="2"))[0] == 200
+    for hdrs in ({}, signed("new", now), signed("new", now, "3", body + b" "), signed("other", now, "3"),
+                 signed("new", now - 301, "3"), signed("new", now + 301, "3"),
+                 {"Asyncd-Timestamp": "soon", "Asyncd-Signature": "v2=00"}):
         assert call(app, body, hdrs)[0] == 401
-    assert runs == [1]
+    assert runs == [1, 1]
+    empty = asyncd.Executor(signing_secret="")
+    empty.register("ok", lambda payload: runs.append("ran with an empty key"))
+    assert call(empty.wsgi_app() if call is call_wsgi else empty.asgi_app(), body, signed("", now))[0] == 401
+    assert runs == [1, 1]
 
 
 def test_asgi_lifespan():
@@ -278,11 +298,11 @@ def test_long_running_heartbeats_and_posts_result(fake_api, outcome, status, ext
     assert ex.wait(5)
     hb = fake_api.matching("/heartbeat")[0]
     assert hb.method == "POST" and hb.path == "/v1/tasks/0193t/heartbeat"
-    assert hb.body == {"lease_token": 7, "lease": "300ms"}
+    assert hb.body == {"lease_token": "tok-7", "lease": "300ms"}
     results = fake_api.matching("/result")
     assert len(results) == 1
     res = results[0].body
-    assert res["lease_token"] == 7 and res["status"] == status
+    assert res["lease_token"] == "tok-7" and res["status"] == status
     for k, v in extra.items():
         assert res[k] == v
 

@@ -21,7 +21,7 @@ from devserver import DevServer
 from fakeapi import wait_until
 
 SECRET = "py-it-signing-secret"
-SECRET_ENV = "ASYNCD_PY_IT_SIGNING_SECRET"
+SECRET_NAME = "py-it-signing"
 LEASE = 2.0
 UNKNOWN_ID = "01934a6e-0000-7000-8000-000000000000"
 
@@ -124,7 +124,7 @@ TYPES = ["py_ok", "py_async", "py_permanent", "py_flaky", "py_retry_after", "py_
 @pytest.fixture(scope="module")
 def dev_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Union[Env, Exception]]:
     try:
-        server = DevServer(tmp_path_factory.mktemp("asyncd-py-it"), env={SECRET_ENV: SECRET})
+        server = DevServer(tmp_path_factory.mktemp("asyncd-py-it"), signing={SECRET_NAME: {"key": SECRET}})
     except Exception as e:  # reported by need() as a failure of each test
         yield e
         return
@@ -136,7 +136,7 @@ def dev_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Union[Env, Exc
     for t in TYPES:
         doc = asyncd.job_config_yaml(
             t.replace("_", "-") + "-job", t, f"http://127.0.0.1:{executor.server_port}/tasks/{t}",
-            timeout=10, signing_secret_env=SECRET_ENV, max_retries=2, backoff="exponential",
+            timeout=10, signing_secret=SECRET_NAME, max_retries=2, backoff="exponential",
             initial_backoff=0.1, max_backoff=0.5, unique_key="order:{order_id}" if t == "py_unique" else None,
         )
         (server.config_dir / f"{t}.yaml").write_text(doc)

@@ -32,7 +32,7 @@ async fn cancel_expired_order(ctx: TaskContext, order: CancelOrder) -> Result<()
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Executor side: an axum Router serving the executor contract.
     let app = Executor::new()
-        .signing_secret("dev-secret") // the job's signingSecretEnv value
+        .signing_secret("dev-secret") // the key in the job's signing Secret
         .register("cancel_expired_order", cancel_expired_order)
         .into_router();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;

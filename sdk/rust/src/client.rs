@@ -322,7 +322,7 @@ pub struct BatchItem {
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaskResult {
     /// The `Asyncd-Lease-Token` of the attempt.
-    pub lease_token: i64,
+    pub lease_token: String,
     pub status: ResultStatus,
     pub error: Option<String>,
     /// Stored as the task's `result` on success.
@@ -526,7 +526,7 @@ impl Client {
     pub async fn heartbeat(
         &self,
         id: &str,
-        lease_token: i64,
+        lease_token: &str,
         lease: Option<Duration>,
     ) -> Result<DateTime<Utc>, Error> {
         let resp: HeartbeatResponse = self
@@ -534,7 +534,7 @@ impl Client {
                 Method::POST,
                 &format!("/v1/tasks/{}/heartbeat", escape(id)),
                 Some(&HeartbeatRequest {
-                    lease_token: Some(lease_token),
+                    lease_token: Some(lease_token.to_string()),
                     lease: lease.map(format_duration),
                 }),
             )
@@ -546,7 +546,7 @@ impl Client {
     /// these for you.
     pub async fn post_result(&self, id: &str, result: &TaskResult) -> Result<ResultAck, Error> {
         let body = ResultRequest {
-            lease_token: Some(result.lease_token),
+            lease_token: Some(result.lease_token.clone()),
             status: Some(result.status),
             error: result.error.clone(),
             output: result.output.as_ref(),
@@ -1006,21 +1006,21 @@ mod tests {
     async fn heartbeat_and_result_bodies() {
         let (fake, c) = Fake::start(200, r#"{"lease_until":"2026-11-30T06:00:00.000Z"}"#).await;
         let until = c
-            .heartbeat("t1", 7, Some(Duration::from_secs(60)))
+            .heartbeat("t1", "tok-7", Some(Duration::from_secs(60)))
             .await
             .unwrap();
         assert_eq!(until, Utc.with_ymd_and_hms(2026, 11, 30, 6, 0, 0).unwrap());
         let r = fake.last();
         assert_eq!(r.path, "/v1/tasks/t1/heartbeat");
-        assert_eq!(r.body, json!({"lease_token": 7, "lease": "1m"}));
-        c.heartbeat("t1", 7, None).await.unwrap();
-        assert_eq!(fake.last().body, json!({"lease_token": 7}));
+        assert_eq!(r.body, json!({"lease_token": "tok-7", "lease": "1m"}));
+        c.heartbeat("t1", "tok-7", None).await.unwrap();
+        assert_eq!(fake.last().body, json!({"lease_token": "tok-7"}));
 
         fake.answer(200, r#"{"id":"t1","state":"pending"}"#);
         c.post_result(
             "t1",
             &TaskResult {
-                lease_token: 7,
+                lease_token: "tok-7".into(),
                 status: ResultStatus::Retry,
                 error: Some("later".into()),
                 output: None,
@@ -1033,7 +1033,7 @@ mod tests {
         assert_eq!(r.path, "/v1/tasks/t1/result");
         assert_eq!(
             r.body,
-            json!({"lease_token": 7, "status": "retry", "error": "later", "retry_after": "10s"})
+            json!({"lease_token": "tok-7", "status": "retry", "error": "later", "retry_after": "10s"})
         );
     }
 

@@ -10,7 +10,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use asyncd_contract::{ExecutorAccepted, ExecutorCall, headers, verify_signature};
+use asyncd_contract::{ExecutorAccepted, ExecutorCall, headers};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -28,6 +28,7 @@ use tokio_util::task::TaskTracker;
 use crate::client::{Client, DEFAULT_ENDPOINT, ResultStatus, TaskResult};
 use crate::error::ErrorCode;
 use crate::time::{format_duration, retry_after_seconds};
+use crate::verifier::Verifier;
 
 /// Executor call headers ([`asyncd_contract::headers`]).
 pub const HEADER_IDEMPOTENCY_KEY: &str = headers::IDEMPOTENCY_KEY;
@@ -55,8 +56,8 @@ pub struct TaskContext {
     /// The task's idempotency key, else its id: key your side effects on it, since
     /// asyncd delivers at least once.
     pub idempotency_key: String,
-    /// The fencing token of this attempt, for heartbeats and results.
-    pub lease_token: i64,
+    /// This attempt's lease token (opaque), for heartbeats and results.
+    pub lease_token: String,
     /// Base URL of the asyncd API that sent the call (for heartbeats and results).
     pub callback_url: String,
     /// The task's due time.
@@ -156,7 +157,7 @@ struct Registration {
 ///
 /// # async fn run() -> std::io::Result<()> {
 /// let app = Executor::new()
-///     .signing_secret("from ORDER_CANCEL_SIGNING_SECRET")
+///     .signing_secret("the key in the job's signing Secret")
 ///     .register("cancel_expired_order", cancel)
 ///     .into_router();
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
@@ -165,7 +166,7 @@ struct Registration {
 /// ```
 pub struct Executor {
     handlers: HashMap<String, Registration>,
-    secret: Option<Vec<u8>>,
+    keys: Option<Vec<Vec<u8>>>,
     callback_endpoint: Option<String>,
     http: Option<reqwest::Client>,
     tracker: TaskTracker,
@@ -183,7 +184,7 @@ impl fmt::Debug for Executor {
         types.sort();
         f.debug_struct("Executor")
             .field("task_types", &types)
-            .field("signed", &self.secret.is_some())
+            .field("signed", &self.keys.is_some())
             .finish()
     }
 }
@@ -192,19 +193,25 @@ impl Executor {
     pub fn new() -> Self {
         Self {
             handlers: HashMap::new(),
-            secret: None,
+            keys: None,
             callback_endpoint: None,
             http: None,
             tracker: TaskTracker::new(),
         }
     }
 
-    /// Refuse (401) every call whose `Asyncd-Signature` does not verify with `secret`
-    /// — the value of the job's `spec.executor.signingSecretEnv` — or whose
-    /// `Asyncd-Timestamp` is more than 5 minutes off.
-    pub fn signing_secret(mut self, secret: impl AsRef<[u8]>) -> Self {
-        let secret = secret.as_ref();
-        self.secret = (!secret.is_empty()).then(|| secret.to_vec());
+    /// Refuse (401) every call whose `Asyncd-Signature` verifies with none of the
+    /// keys given here — the values in the job's signing Secret
+    /// (`spec.executor.signing.secretRef`); call it twice while a key is rotated —
+    /// whose `Asyncd-Timestamp` is more than [`SIGNATURE_TOLERANCE`] off, or that
+    /// repeats a (task, attempt) already delivered within that window. An empty key
+    /// is never accepted: with no other key every call is refused.
+    ///
+    /// [`SIGNATURE_TOLERANCE`]: asyncd_contract::SIGNATURE_TOLERANCE
+    pub fn signing_secret(mut self, key: impl AsRef<[u8]>) -> Self {
+        self.keys
+            .get_or_insert_with(Vec::new)
+            .push(key.as_ref().to_vec());
         self
     }
 
@@ -320,7 +327,7 @@ impl Executor {
             .expect("Executor::callback_endpoint must be an http:// or https:// URL");
         let shared = Arc::new(Shared {
             handlers: self.handlers,
-            secret: self.secret,
+            verifier: self.keys.map(Verifier::new),
             callbacks,
             tracker: self.tracker,
         });
@@ -359,7 +366,7 @@ impl InFlight {
 
 struct Shared {
     handlers: HashMap<String, Registration>,
-    secret: Option<Vec<u8>>,
+    verifier: Option<Verifier>,
     callbacks: Client,
     tracker: TaskTracker,
 }
@@ -406,8 +413,8 @@ fn context(headers: &HeaderMap, env: &Envelope, default_callback: &str) -> TaskC
         task_type: env.task_type.clone(),
         attempt,
         lease_token: header_str(headers, HEADER_LEASE_TOKEN)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0),
+            .unwrap_or("")
+            .to_string(),
         callback_url: header_str(headers, HEADER_CALLBACK_URL)
             .unwrap_or(default_callback)
             .trim_end_matches('/')
@@ -436,14 +443,8 @@ async fn serve(
         }
         Err(rejection) => return error_answer(StatusCode::BAD_REQUEST, rejection.body_text()),
     };
-    if let Some(secret) = &shared.secret
-        && let Err(e) = verify_signature(
-            secret,
-            header_str(&headers, HEADER_TIMESTAMP),
-            header_str(&headers, HEADER_SIGNATURE),
-            &body,
-            SystemTime::now(),
-        )
+    if let Some(verifier) = &shared.verifier
+        && let Err(e) = verifier.verify(&headers, &body, SystemTime::now())
     {
         return error_answer(StatusCode::UNAUTHORIZED, e);
     }
@@ -522,7 +523,7 @@ fn outcome_answer(ctx: &TaskContext, outcome: Result<Value, Outcome>) -> Respons
 
 fn result_of(ctx: &TaskContext, outcome: Result<Value, Outcome>) -> TaskResult {
     let mut res = TaskResult {
-        lease_token: ctx.lease_token,
+        lease_token: ctx.lease_token.clone(),
         status: ResultStatus::Success,
         error: None,
         output: None,
@@ -560,7 +561,7 @@ async fn run_long(shared: Arc<Shared>, ctx: TaskContext, lease: Duration, fut: H
         tokio::select! {
             joined = &mut handler => break joined,
             _ = ticker.tick() => {
-                let beat = tokio::time::timeout(period, api.heartbeat(&ctx.id, ctx.lease_token, Some(lease))).await;
+                let beat = tokio::time::timeout(period, api.heartbeat(&ctx.id, &ctx.lease_token, Some(lease))).await;
                 match beat {
                     Ok(Ok(_)) => lease_until = Instant::now() + lease,
                     Ok(Err(e)) if e.is(&ErrorCode::StaleLease) || e.is(&ErrorCode::NotFound) => {
@@ -693,7 +694,7 @@ mod tests {
             ("Idempotency-Key", "order-42".to_string()),
             ("Asyncd-Task-Id", "0193t".to_string()),
             ("Asyncd-Attempt", "2".to_string()),
-            ("Asyncd-Lease-Token", "7".to_string()),
+            ("Asyncd-Lease-Token", "tok-7".to_string()),
             ("Asyncd-Callback-Url", "http://127.0.0.1:7700/".to_string()),
             ("Asyncd-Dispatcher", "d-1".to_string()),
         ];
@@ -714,7 +715,7 @@ mod tests {
                 task_type: "ok".into(),
                 attempt: 2,
                 idempotency_key: "order-42".into(),
-                lease_token: 7,
+                lease_token: "tok-7".into(),
                 callback_url: "http://127.0.0.1:7700".into(),
                 eta: Some("2026-11-30T06:00:00.123Z".parse().unwrap()),
                 dispatcher: Some("d-1".into()),
@@ -794,7 +795,10 @@ mod tests {
         assert_eq!(ctx.idempotency_key, "from-header", "no key: the id");
         assert_eq!(ctx.attempt, 3);
         assert_eq!(ctx.callback_url, "http://asyncd:7700");
-        assert_eq!((ctx.lease_token, ctx.eta, ctx.dispatcher), (0, None, None));
+        assert_eq!(
+            (ctx.lease_token.as_str(), ctx.eta, ctx.dispatcher),
+            ("", None, None)
+        );
     }
 
     #[tokio::test]
@@ -802,7 +806,8 @@ mod tests {
         let calls = Arc::new(AtomicUsize::new(0));
         let c = calls.clone();
         let app = Executor::new()
-            .signing_secret("s3cret")
+            .signing_secret("new")
+            .signing_secret("old")
             .register("ok", move |_, _: Value| {
                 c.fetch_add(1, Ordering::SeqCst);
                 async { Ok(()) }
@@ -813,39 +818,60 @@ mod tests {
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap()
             .as_secs() as i64;
-        let signed = |ts: i64, body: &str| {
-            vec![
+        let signed = |key: &[u8], ts: i64, attempt: &str, body: &str| {
+            let mut h = vec![
                 ("Asyncd-Timestamp", ts.to_string()),
-                ("Asyncd-Signature", sign(b"s3cret", ts, body.as_bytes())),
-            ]
+                ("Asyncd-Task-Id", "0193t".to_string()),
+                ("Asyncd-Attempt", attempt.to_string()),
+                ("Asyncd-Lease-Token", "tok".to_string()),
+            ];
+            let mut map = HeaderMap::new();
+            for (k, v) in &h {
+                map.insert(*k, v.parse().unwrap());
+            }
+            let sig = sign(&[key], &crate::signed_call(&map, body.as_bytes()))
+                .unwrap_or_else(|_| "v2=00".into());
+            h.push(("Asyncd-Signature", sig));
+            h
         };
-        let (status, _, _) = call(&app, "POST", &body, &signed(now, &body)).await;
-        assert_eq!(status, 200);
+        for ok in [
+            signed(b"new", now, "1", &body),
+            signed(b"old", now, "2", &body),
+        ] {
+            let (status, _, resp) = call(&app, "POST", &body, &ok).await;
+            assert_eq!(status, 200, "{resp}");
+        }
         let cases = [
             ("unsigned", vec![]),
-            ("mismatch", signed(now, &format!("{body} "))),
-            ("stale", signed(now - 301, &body)),
-            ("future", signed(now + 301, &body)),
+            ("replay", signed(b"new", now, "1", &body)),
+            ("mismatch", signed(b"new", now, "3", &format!("{body} "))),
+            ("stale", signed(b"new", now - 301, "3", &body)),
+            ("future", signed(b"new", now + 301, "3", &body)),
             (
                 "bad stamp",
                 vec![
                     ("Asyncd-Timestamp", "soon".to_string()),
-                    ("Asyncd-Signature", "v1=00".to_string()),
+                    ("Asyncd-Signature", "v2=00".to_string()),
                 ],
             ),
-            (
-                "other secret",
-                vec![
-                    ("Asyncd-Timestamp", now.to_string()),
-                    ("Asyncd-Signature", sign(b"other", now, body.as_bytes())),
-                ],
-            ),
+            ("other key", signed(b"other", now, "3", &body)),
         ];
         for (name, headers) in cases {
             let (status, _, resp) = call(&app, "POST", &body, &headers).await;
             assert_eq!(status, 401, "{name}: {resp}");
         }
-        assert_eq!(calls.load(Ordering::SeqCst), 1, "only the signed call ran");
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "only the signed calls ran");
+
+        let empty = Executor::new()
+            .signing_secret("")
+            .register("ok", |_, _: Value| async {
+                panic!("ran with an empty key");
+                #[allow(unreachable_code)]
+                Ok(())
+            })
+            .into_router();
+        let (status, _, _) = call(&empty, "POST", &body, &signed(b"x", now, "1", &body)).await;
+        assert_eq!(status, 401, "an empty key accepts nothing");
     }
 
     /// Stands in for asyncd's heartbeat and result endpoints.
@@ -912,27 +938,27 @@ mod tests {
             (
                 "success",
                 || Ok(Value::Null),
-                json!({"lease_token": 7, "status": "success"}),
+                json!({"lease_token": "tok-7", "status": "success"}),
             ),
             (
                 "output",
                 || Ok(json!({"rows": 3})),
-                json!({"lease_token": 7, "status": "success", "output": {"rows": 3}}),
+                json!({"lease_token": "tok-7", "status": "success", "output": {"rows": 3}}),
             ),
             (
                 "permanent",
                 || Err(Outcome::permanent("bad input")),
-                json!({"lease_token": 7, "status": "failed", "error": "bad input"}),
+                json!({"lease_token": "tok-7", "status": "failed", "error": "bad input"}),
             ),
             (
                 "retry",
                 || Err(Outcome::retry_after(Duration::from_secs(10))),
-                json!({"lease_token": 7, "status": "retry", "error": "retry after 10s", "retry_after": "10s"}),
+                json!({"lease_token": "tok-7", "status": "retry", "error": "retry after 10s", "retry_after": "10s"}),
             ),
             (
                 "error",
                 || Err(DbDown.into()),
-                json!({"lease_token": 7, "status": "retry", "error": "db down"}),
+                json!({"lease_token": "tok-7", "status": "retry", "error": "db down"}),
             ),
         ];
         for (name, outcome, want) in cases {
@@ -951,7 +977,7 @@ mod tests {
             let in_flight = executor.in_flight();
             let app = executor.into_router();
             let headers = [
-                ("Asyncd-Lease-Token", "7".to_string()),
+                ("Asyncd-Lease-Token", "tok-7".to_string()),
                 ("Asyncd-Callback-Url", url),
             ];
             let (status, _, body) = call(&app, "POST", &task_body("long", "{}"), &headers).await;
@@ -968,7 +994,7 @@ mod tests {
                 .expect("the long-running handler finishes");
             assert_eq!(
                 api.heartbeats()[0],
-                json!({"lease_token": 7, "lease": "300ms"}),
+                json!({"lease_token": "tok-7", "lease": "300ms"}),
                 "{name}"
             );
             assert_eq!(api.results(), vec![want], "{name}");
@@ -1006,7 +1032,7 @@ mod tests {
         let in_flight = executor.in_flight();
         let app = executor.into_router();
         let headers = [
-            ("Asyncd-Lease-Token", "3".to_string()),
+            ("Asyncd-Lease-Token", "tok-3".to_string()),
             ("Asyncd-Callback-Url", url),
         ];
         let (status, _, _) = call(&app, "POST", &task_body("long", "null"), &headers).await;

@@ -35,10 +35,13 @@ mod error;
 mod executor;
 mod idempotency;
 mod time;
+mod verifier;
 
 pub use asyncd_contract;
 
-pub use asyncd_contract::{SIGNATURE_TOLERANCE, SignatureError, sign, verify_signature};
+pub use asyncd_contract::{
+    SIGNATURE_TOLERANCE, SignatureError, SignedCall, sign, verify_signature,
+};
 pub use client::{
     BatchItem, CancelResult, Client, ClientBuilder, DEFAULT_ENDPOINT, DEFAULT_TOKEN_FILE,
     MAX_BATCH, RedriveResult, ResultAck, ResultStatus, SOURCE_SERVICE_HEADER, SubmitResult,
@@ -52,3 +55,4 @@ pub use executor::{
 };
 pub use idempotency::{canonical_json, idempotency_key_from};
 pub use time::{format_duration, format_time};
+pub use verifier::{MAX_REPLAY_ENTRIES, Verifier, VerifyError, signed_call};

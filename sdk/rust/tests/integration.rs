@@ -13,7 +13,7 @@ use asyncd_client::{
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use support::{DEADLINE, Dev, Job, Recorder, SECRET, WRONG_SECRET_ENV, uniq};
+use support::{DEADLINE, Dev, Job, Recorder, SECRET, WRONG_SECRET_NAME, uniq};
 
 const UNKNOWN_ID: &str = "01934a6e-0000-7000-8000-000000000000";
 
@@ -309,13 +309,13 @@ async fn request_errors() {
 
     // The long-running callbacks refuse a token that is not the current attempt's.
     api_error(
-        c.heartbeat(&done.id, 1, None).await,
+        c.heartbeat(&done.id, "1", None).await,
         ErrorCode::StaleLease,
         409,
         None,
     );
     let result = TaskResult {
-        lease_token: 1,
+        lease_token: "1".into(),
         status: ResultStatus::Success,
         error: None,
         output: None,
@@ -327,12 +327,20 @@ async fn request_errors() {
         409,
         None,
     );
-    api_error(
+    // An unknown task answers exactly as a wrong token does: callbacks leak nothing.
+    let unknown = api_error(
         c.post_result(UNKNOWN_ID, &result).await,
-        ErrorCode::NotFound,
-        404,
-        None,
+        ErrorCode::StaleLease,
+        409,
+        Some("lease_token"),
     );
+    let wrong = api_error(
+        c.post_result(&done.id, &result).await,
+        ErrorCode::StaleLease,
+        409,
+        Some("lease_token"),
+    );
+    assert_eq!(unknown.message, wrong.message);
 
     // A missing idempotency key never reaches the server.
     let err = c.submit(&Task::new("rust_ok", 1)).await.unwrap_err();
@@ -765,7 +773,7 @@ async fn bad_signature_is_refused_into_dead_letters() {
     let rec = Recorder::default();
     let dev = Dev::start(
         recording_executor(&rec),
-        &[Job::new("rust_ok").secret_env(WRONG_SECRET_ENV)],
+        &[Job::new("rust_ok").secret(WRONG_SECRET_NAME)],
     )
     .await;
     let res = submit(&dev, Task::new("rust_ok", Value::Null)).await;

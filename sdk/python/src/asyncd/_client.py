@@ -133,7 +133,7 @@ class Client(Executor):
         service_name: Optional[str] = None,
         *,
         timeout: float = 30.0,
-        signing_secret: Optional[Union[str, bytes]] = None,
+        signing_secret: Optional[Union[str, bytes, Sequence[Union[str, bytes]]]] = None,
         token: Optional[str] = None,
         token_file: Optional[str] = DEFAULT_TOKEN_FILE,
     ) -> None:

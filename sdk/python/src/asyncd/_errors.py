@@ -26,6 +26,18 @@ class BadSignature(AsyncdError):
     """An executor call whose Asyncd-Signature does not verify."""
 
 
+class MalformedTimestamp(BadSignature):
+    """An executor call without a readable Asyncd-Timestamp."""
+
+
+class StaleTimestamp(BadSignature):
+    """An executor call whose Asyncd-Timestamp is more than five minutes off."""
+
+
+class Replayed(BadSignature):
+    """A second executor call for a (task, attempt) already delivered within the window."""
+
+
 class APIError(AsyncdError):
     """A refusal by the asyncd API. ``code`` is the API's error code; subclasses exist
     per code so callers can ``except asyncd.NotFound``."""

@@ -16,54 +16,155 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Awaitable, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+from typing import Any, Awaitable, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server as _make_server
 
-from ._errors import APIError, BadSignature, NotFound, StaleLease, TransportError, error_from_response
+from ._errors import (
+    APIError,
+    BadSignature,
+    MalformedTimestamp,
+    NotFound,
+    Replayed,
+    StaleLease,
+    StaleTimestamp,
+    TransportError,
+    error_from_response,
+)
 from ._time import Duration, duration_seconds, format_duration, parse_duration, parse_time
 
 log = logging.getLogger("asyncd")
 
 SIGNATURE_TOLERANCE = timedelta(minutes=5)
-"""How far Asyncd-Timestamp may be from the executor's clock; beyond it a captured
-call cannot be replayed."""
+"""How far Asyncd-Timestamp may be from the executor's clock: beyond it a call is
+refused as stale, and within it the same (task, attempt) is refused as a replay."""
+
+MAX_REPLAY_ENTRIES = 100_000
+"""The (task, attempt) pairs a :class:`Verifier` remembers. An entry is kept only until
+its call's timestamp leaves the window (the call is refused as stale after that), so
+the bound is reached only past about 160 verified calls per second sustained over a
+window; it keeps the cache to some tens of MiB whatever callers send. Past it the
+oldest entries are forgotten first."""
 
 DEFAULT_LEASE = timedelta(seconds=30)
 
 _MAX_BODY = 32 << 20
 
+_SIGNED_HEADERS = (
+    "asyncd-timestamp",
+    "asyncd-task-id",
+    "asyncd-attempt",
+    "idempotency-key",
+    "asyncd-lease-token",
+    "asyncd-callback-url",
+)
 
-def sign(secret: Union[str, bytes], timestamp: int, body: bytes) -> str:
-    """The Asyncd-Signature value: ``"v1=" + hex HMAC-SHA256(secret, "<ts>.<body>")``."""
-    key = secret.encode() if isinstance(secret, str) else secret
-    mac = hmac.new(key, str(timestamp).encode() + b"." + body, hashlib.sha256)
-    return "v1=" + mac.hexdigest()
+Key = Union[str, bytes]
+Keys = Union[Key, Sequence[Key]]
 
 
-def verify_signature(
-    secret: Union[str, bytes],
-    timestamp: Optional[str],
-    signature: Optional[str],
-    body: bytes,
-    now: Optional[float] = None,
-) -> None:
-    """Raises :class:`BadSignature` unless ``signature`` (one or more comma-separated
-    ``v1=`` values, for a secret being rotated) signs ``body`` at ``timestamp``, and
-    ``timestamp`` is within five minutes of ``now``."""
+def _keys(keys: Optional[Keys]) -> List[bytes]:
+    if keys is None:
+        return []
+    if isinstance(keys, (str, bytes)):
+        keys = [keys]
+    return [k.encode() if isinstance(k, str) else bytes(k) for k in keys]
+
+
+def _lower(headers: Mapping[str, str]) -> Dict[str, str]:
+    return {k.lower(): v for k, v in headers.items()}
+
+
+def canonical_string(headers: Mapping[str, str], body: bytes) -> bytes:
+    """The bytes Asyncd-Signature covers: the values of Asyncd-Timestamp,
+    Asyncd-Task-Id, Asyncd-Attempt, Idempotency-Key, Asyncd-Lease-Token and
+    Asyncd-Callback-Url, exactly as sent, each followed by a line feed, then the body."""
+    h = _lower(headers)
+    return b"".join(h.get(name, "").encode() + b"\n" for name in _SIGNED_HEADERS) + body
+
+
+def sign(keys: Keys, headers: Mapping[str, str], body: bytes) -> str:
+    """The Asyncd-Signature value asyncd sends for a call with these headers and body:
+    ``"v2=" + hex HMAC-SHA256(key, canonical_string)`` per key, comma-separated."""
+    canonical = canonical_string(headers, body)
+    return ",".join("v2=" + hmac.new(k, canonical, hashlib.sha256).hexdigest() for k in _keys(keys))
+
+
+def _verify(keys: List[bytes], headers: Mapping[str, str], body: bytes, now: Optional[float]) -> int:
+    usable = [k for k in keys if k]
+    if not usable:
+        raise BadSignature("no signing key configured")
+    h = _lower(headers)
     try:
-        ts = int((timestamp or "").strip())
+        ts = int((h.get("asyncd-timestamp") or "").strip())
     except ValueError:
-        raise BadSignature("missing or malformed Asyncd-Timestamp") from None
+        raise MalformedTimestamp("missing or malformed Asyncd-Timestamp") from None
     now = time.time() if now is None else now
     if abs(now - ts) > SIGNATURE_TOLERANCE.total_seconds():
-        raise BadSignature("timestamp more than 5 minutes off")
-    want = sign(secret, ts, body)
-    for part in (signature or "").replace(" ", ",").split(","):
-        if part and hmac.compare_digest(part, want):
-            return
+        raise StaleTimestamp("timestamp more than 5 minutes off")
+    canonical = canonical_string(h, body)
+    sent = []
+    for part in (h.get("asyncd-signature") or "").split(","):
+        part = part.strip()
+        if part.startswith("v2="):
+            try:
+                sent.append(bytes.fromhex(part[3:]))
+            except ValueError:
+                continue
+    for key in usable:
+        want = hmac.new(key, canonical, hashlib.sha256).digest()
+        if any(hmac.compare_digest(got, want) for got in sent):
+            return ts
     raise BadSignature("signature mismatch")
+
+
+def verify_signature(keys: Keys, headers: Mapping[str, str], body: bytes, now: Optional[float] = None) -> None:
+    """Raises :class:`BadSignature` (or its subclasses :class:`MalformedTimestamp`,
+    :class:`StaleTimestamp`) unless the call's Asyncd-Timestamp is within five minutes
+    of ``now`` and one of its ``v2=`` signatures matches one of ``keys`` (two while a
+    key is rotated; empty keys are ignored). Replays are refused by a :class:`Verifier`."""
+    _verify(_keys(keys), headers, body, now)
+
+
+class Verifier:
+    """Checks signatures like :func:`verify_signature` and also refuses, with
+    :class:`Replayed`, a second call for the same (task, attempt) within the window, so
+    a captured call never runs twice in this process. Thread-safe."""
+
+    def __init__(self, keys: Keys, max_entries: int = MAX_REPLAY_ENTRIES) -> None:
+        self._keys = _keys(keys)
+        self._max = max_entries
+        self._lock = threading.Lock()
+        # "<task id>\n<attempt>\n<lease token>" -> unix second it may be forgotten, oldest first.
+        self._seen: "OrderedDict[str, int]" = OrderedDict()
+
+    def verify(self, headers: Mapping[str, str], body: bytes, now: Optional[float] = None) -> None:
+        # Only a verified call is recorded: forged calls can neither fill the cache nor
+        # block the real one.
+        ts = _verify(self._keys, headers, body, now)
+        h = _lower(headers)
+        # The lease token too: a redriven task starts again at attempt 1, with a new token.
+        key = "\n".join(h.get(name, "") for name in ("asyncd-task-id", "asyncd-attempt", "asyncd-lease-token"))
+        now = time.time() if now is None else now
+        with self._lock:
+            while self._seen:
+                first, until = next(iter(self._seen.items()))
+                if until >= now:
+                    break
+                del self._seen[first]
+            until = self._seen.get(key)
+            if until is not None and until >= now:
+                raise Replayed("this task attempt was already delivered")
+            self._seen.pop(key, None)
+            while len(self._seen) >= self._max:
+                self._seen.popitem(last=False)
+            self._seen[key] = ts + int(SIGNATURE_TOLERANCE.total_seconds())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._seen)
 
 
 class Retry(Exception):
@@ -89,7 +190,8 @@ class TaskContext:
     #: delivers at least once.
     idempotency_key: str
     attempt: int
-    lease_token: int
+    #: Opaque: echoed in heartbeats and results.
+    lease_token: str
     eta: Optional[datetime]
     callback_url: str
     #: Set when asyncd refused a heartbeat as stale: a newer attempt owns the task and
@@ -141,12 +243,14 @@ class Executor:
 
     def __init__(
         self,
-        signing_secret: Optional[Union[str, bytes]] = None,
+        signing_secret: Optional[Keys] = None,
         *,
         callback_endpoint: Optional[str] = None,
         callback_timeout: float = 10.0,
     ) -> None:
-        self._secret = signing_secret.encode() if isinstance(signing_secret, str) else signing_secret
+        # None: calls are not checked. Otherwise every call must verify with one of the
+        # keys (two while rotating); an empty key is never accepted.
+        self._verifier = None if signing_secret is None else Verifier(signing_secret)
         self._callback_endpoint = callback_endpoint
         self._callback_timeout = callback_timeout
         self._handlers: Dict[str, _Registration] = {}
@@ -188,9 +292,9 @@ class Executor:
     ) -> Union[_Answer, Tuple[_Registration, Any, TaskContext]]:
         if method != "POST":
             return _Answer(405, {"error": "method not allowed"}, [("Allow", "POST")])
-        if self._secret:
+        if self._verifier is not None:
             try:
-                verify_signature(self._secret, headers.get("asyncd-timestamp"), headers.get("asyncd-signature"), body)
+                self._verifier.verify(headers, body)
             except BadSignature as e:
                 return _Answer(401, {"error": f"bad signature: {e}"})
         try:
@@ -217,10 +321,7 @@ class Executor:
                 attempt = int(headers.get("asyncd-attempt", "0"))
             except ValueError:
                 attempt = 0
-        try:
-            token = int(headers.get("asyncd-lease-token", "0"))
-        except ValueError:
-            token = 0
+        token = headers.get("asyncd-lease-token", "")
         eta = None
         if isinstance(env.get("eta"), str):
             try:

@@ -16,7 +16,8 @@ def job_config(
     executor_url: str,
     *,
     timeout: Optional[Duration] = None,
-    signing_secret_env: Optional[str] = None,
+    signing_secret: Optional[str] = None,
+    signing_keys: Optional[Sequence[str]] = None,
     max_retries: Optional[int] = None,
     backoff: Optional[str] = None,
     initial_backoff: Optional[Duration] = None,
@@ -26,12 +27,18 @@ def job_config(
     cron: Optional[Sequence[Mapping[str, Any]]] = None,
 ) -> Dict[str, Any]:
     """Builds an AsyncJobConfig as a dict, refusing cron schedules without CRON_TZ.
-    ``cron`` entries are ``{"name": ..., "schedule": ..., "payload": ...}``."""
+    ``cron`` entries are ``{"name": ..., "schedule": ..., "payload": ...}``.
+    ``signing_secret`` names the job's signing Secret (in its namespace) and
+    ``signing_keys`` its keys, the primary first (default ``["key"]``; two while
+    rotating)."""
     executor: Dict[str, Any] = {"url": executor_url}
     if timeout is not None:
         executor["timeout"] = format_duration(timeout)
-    if signing_secret_env:
-        executor["signingSecretEnv"] = signing_secret_env
+    if signing_secret:
+        ref: Dict[str, Any] = {"name": signing_secret}
+        if signing_keys:
+            ref["keys"] = list(signing_keys)
+        executor["signing"] = {"secretRef": ref}
     spec: Dict[str, Any] = {"taskType": task_type, "executor": executor}
     retry: Dict[str, Any] = {}
     if max_retries is not None:

@@ -15,9 +15,12 @@ use serde_json::Value;
 
 pub const DEADLINE: Duration = Duration::from_secs(20);
 pub const SECRET: &str = "rust-it-signing-secret";
-pub const SECRET_ENV: &str = "ASYNCD_RUST_IT_SIGNING_SECRET";
-/// Holds a secret the tests' executor does not know: its calls are refused with 401.
-pub const WRONG_SECRET_ENV: &str = "ASYNCD_RUST_IT_WRONG_SECRET";
+/// The signing Secret (a folder under `--signing-dir`, as the operator mounts it) whose
+/// `key` is [`SECRET`].
+pub const SECRET_NAME: &str = "rust-it-signing";
+/// A signing Secret whose key the tests' executor does not know: its calls are refused
+/// with 401.
+pub const WRONG_SECRET_NAME: &str = "rust-it-wrong";
 const DEFAULT_BIN: &str = "/var/cache/asyncd/target/debug/asyncd";
 
 /// Polls `check` every 20 ms until it returns `Some`, or panics naming `what`.
@@ -86,7 +89,7 @@ impl Recorder {
 pub struct Job {
     pub task_type: &'static str,
     pub unique_key: Option<&'static str>,
-    pub secret_env: &'static str,
+    pub secret: &'static str,
     pub max_retries: u32,
 }
 
@@ -95,7 +98,7 @@ impl Job {
         Self {
             task_type,
             unique_key: None,
-            secret_env: SECRET_ENV,
+            secret: SECRET_NAME,
             max_retries: 2,
         }
     }
@@ -105,17 +108,17 @@ impl Job {
         self
     }
 
-    pub fn secret_env(mut self, env: &'static str) -> Self {
-        self.secret_env = env;
+    pub fn secret(mut self, name: &'static str) -> Self {
+        self.secret = name;
         self
     }
 
     fn yaml(&self, executor_base: &str) -> String {
         let mut doc = format!(
-            "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata:\n  name: {name}-job\nspec:\n  taskType: {t}\n  executor:\n    url: {executor_base}/tasks/{t}\n    timeout: 10s\n    signingSecretEnv: {env}\n  retry:\n    maxRetries: {retries}\n    backoff: exponential\n    initialBackoff: 100ms\n    maxBackoff: 500ms\n",
+            "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata:\n  name: {name}-job\nspec:\n  taskType: {t}\n  executor:\n    url: {executor_base}/tasks/{t}\n    timeout: 10s\n    signing:\n      secretRef:\n        name: {secret}\n  retry:\n    maxRetries: {retries}\n    backoff: exponential\n    initialBackoff: 100ms\n    maxBackoff: 500ms\n",
             name = self.task_type.replace('_', "-"),
             t = self.task_type,
-            env = self.secret_env,
+            secret = self.secret,
             retries = self.max_retries,
         );
         if let Some(template) = self.unique_key {
@@ -177,6 +180,14 @@ impl Dev {
             )
             .unwrap();
         }
+        let signing = dir.path().join("signing");
+        for (name, key) in [
+            (SECRET_NAME, SECRET),
+            (WRONG_SECRET_NAME, "not-the-executor-secret"),
+        ] {
+            std::fs::create_dir_all(signing.join(name)).unwrap();
+            std::fs::write(signing.join(name).join("key"), key).unwrap();
+        }
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -193,8 +204,8 @@ impl Dev {
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
             .args(args(dir.path()))
-            .env(SECRET_ENV, SECRET)
-            .env(WRONG_SECRET_ENV, "not-the-executor-secret")
+            .arg("--signing-dir")
+            .arg(&signing)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
