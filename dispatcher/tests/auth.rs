@@ -268,16 +268,21 @@ async fn callbacks_and_operational_endpoints_need_no_credential() {
         let (status, _) = call(&asyncd, Method::GET, path, None, None).await;
         assert_eq!(status, 200, "{path}");
     }
-    // Refused for the lease token, not for want of a bearer token.
+    // Refused for the lease token (an unknown task answers as a wrong token does), not
+    // for want of a bearer token.
     for (path, body) in [
-        ("/v1/tasks/x/heartbeat", json!({"lease_token": 2})),
+        ("/v1/tasks/x/heartbeat", json!({"lease_token": "guessed"})),
         (
             "/v1/tasks/x/result",
-            json!({"lease_token": 2, "status": "success"}),
+            json!({"lease_token": "guessed", "status": "success"}),
         ),
     ] {
         let (status, answer) = call(&asyncd, Method::POST, path, Some(body), None).await;
-        assert_eq!(status, 404, "{path}: {answer}");
+        assert_eq!(
+            (status, answer["error"]["code"].as_str()),
+            (409, Some("stale_lease")),
+            "{path}: {answer}"
+        );
         assert_ne!(answer["error"]["message"], "no such endpoint", "{path}");
     }
 }

@@ -167,6 +167,12 @@ impl StoreError {
 fn sqlx_unavailable(err: &sqlx::Error) -> bool {
     match err {
         sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
+        // A connection cut during the handshake: with TLS support built in, the
+        // PostgreSQL driver first asks for TLS, and a server (or proxy) that closes the
+        // socket then is reported as a protocol error ("unexpected response from
+        // SSLRequest"), not as I/O. Waiting out a peer that speaks no PostgreSQL costs
+        // only `--store-wait`, each failure logged.
+        sqlx::Error::Protocol(_) => true,
         sqlx::Error::Database(db) => db.code().as_deref().is_some_and(unavailable_sqlstate),
         _ => false,
     }
