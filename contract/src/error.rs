@@ -45,6 +45,10 @@ pub enum ErrorCode {
     /// 503, from `/readyz` only: this process's clock is too far from the store's, so it
     /// does not dispatch (`docs/design.md`, "Clocks").
     ClockSkew,
+    /// 503, from `/readyz` only: a job this process dispatches has a signing Secret
+    /// (`spec.executor.signing`) that is missing or lacks a listed key, so that job's
+    /// tasks are not dispatched; the message names the job, the Secret and the key.
+    SigningUnavailable,
     /// Never sent by the server: what a client calls an answer without this error
     /// shape (a proxy's 502 page, say).
     HttpError,
@@ -54,7 +58,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code the server sends.
-    pub const SERVER: [ErrorCode; 15] = [
+    pub const SERVER: [ErrorCode; 16] = [
         Self::MalformedJson,
         Self::InvalidField,
         Self::UnknownTaskType,
@@ -70,6 +74,7 @@ impl ErrorCode {
         Self::KafkaUnavailable,
         Self::AuthUnavailable,
         Self::ClockSkew,
+        Self::SigningUnavailable,
     ];
 
     /// The code as it appears on the wire.
@@ -90,6 +95,7 @@ impl ErrorCode {
             Self::KafkaUnavailable => "kafka_unavailable",
             Self::AuthUnavailable => "auth_unavailable",
             Self::ClockSkew => "clock_skew",
+            Self::SigningUnavailable => "signing_unavailable",
             Self::HttpError => "http_error",
             Self::Other(code) => code,
         }
@@ -116,7 +122,8 @@ impl ErrorCode {
             Self::StoreUnavailable
             | Self::KafkaUnavailable
             | Self::AuthUnavailable
-            | Self::ClockSkew => 503,
+            | Self::ClockSkew
+            | Self::SigningUnavailable => 503,
             Self::HttpError | Self::Other(_) => return None,
         })
     }

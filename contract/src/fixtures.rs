@@ -116,6 +116,11 @@ fn errors() -> Vec<(ErrorCode, ErrorBody)> {
             "this process's clock is 2000 ms ahead of the store's (±1 ms), beyond the 500 ms allowed; not dispatching until it is fixed",
             &|_| {},
         ),
+        with(
+            ErrorCode::SigningUnavailable,
+            "job order-cancel is not dispatched: key \"key\" of signing Secret \"order-cancel-signing\" cannot be read",
+            &|_| {},
+        ),
     ]
 }
 

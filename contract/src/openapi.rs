@@ -227,7 +227,7 @@ pub fn document() -> Value {
         "/readyz": {"get": {
             "operationId": "readyz", "security": [],
             "summary": "The store answers, and a dispatcher's clock is within bounds of the store's",
-            "responses": responses(&[(200, text_plain("ready"))], errors(&error, &[StoreUnavailable, ClockSkew])),
+            "responses": responses(&[(200, text_plain("ready"))], errors(&error, &[StoreUnavailable, ClockSkew, SigningUnavailable])),
         }},
     });
     // The executor side of the contract is no endpoint of asyncd's; its shapes are

@@ -83,6 +83,8 @@ pub struct DispatcherConfig {
     pub clock_check: Arc<ClockCheck>,
     /// Where each job's signing Secret is mounted ([`crate::signing`]).
     pub signing_dir: std::path::PathBuf,
+    /// Jobs not dispatched for want of their signing keys; `/readyz` reports them.
+    pub signing_status: Arc<crate::signing::SigningStatus>,
     /// Test-only event hooks.
     pub signals: Option<TestSignals>,
 }
@@ -103,6 +105,7 @@ impl Default for DispatcherConfig {
             member_ttl: Duration::from_secs(4),
             clock_check: Arc::default(),
             signing_dir: crate::signing::DEFAULT_DIR.into(),
+            signing_status: Arc::default(),
             signals: None,
         }
     }
@@ -219,6 +222,7 @@ impl Dispatcher {
         let signing = SigningKeys::new(
             config.signing_dir.clone(),
             metrics.signing_unavailable.clone(),
+            config.signing_status.clone(),
         );
         Self {
             shared: Arc::new(Shared {

@@ -383,6 +383,9 @@ async fn wire(
         clock_check: parts
             .dispatcher
             .then(|| settings.dispatcher.clock_check.clone()),
+        signing_status: parts
+            .dispatcher
+            .then(|| settings.dispatcher.signing_status.clone()),
         auth,
     });
     if parts.api

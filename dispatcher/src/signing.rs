@@ -10,10 +10,12 @@
 //! A job whose secret or any of its listed keys is missing or empty is not dispatched:
 //! the dispatcher neither claims its tasks nor begins attempts of those it holds, so they
 //! wait, pending, until the keys appear. A warning names the job and the file at fault
-//! when it becomes unavailable, and `asyncd_signing_unavailable{job}` is 1 meanwhile.
+//! when it becomes unavailable, `asyncd_signing_unavailable{job}` is 1 meanwhile, and
+//! `/readyz` answers 503 `signing_unavailable` with the same reason ([`SigningStatus`]),
+//! so the pod shows not Ready and `kubectl describe` / a probe of `/readyz` says why.
 //! A job with no signing configured sends unsigned calls; one warning per job says so.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -39,6 +41,37 @@ pub enum Keys {
     Unavailable(String),
 }
 
+/// Why each job this process dispatches cannot be signed now, shared by the dispatcher
+/// (which records it) and `/readyz` (which reports it).
+#[derive(Debug, Default)]
+pub struct SigningStatus(Mutex<BTreeMap<String, String>>);
+
+impl SigningStatus {
+    fn record(&self, job: &str, keys: &Keys) {
+        let mut unavailable = self.0.lock().expect("signing status lock");
+        match keys {
+            Keys::Unavailable(why) => {
+                unavailable.insert(job.to_string(), why.clone());
+            }
+            Keys::Ready(_) | Keys::Unsigned => {
+                unavailable.remove(job);
+            }
+        }
+    }
+
+    /// `job: reason` for every job among `routed` that is not dispatched for want of its
+    /// keys; jobs no longer routed here are not reported.
+    pub fn unavailable(&self, routed: impl Fn(&str) -> bool) -> Vec<String> {
+        self.0
+            .lock()
+            .expect("signing status lock")
+            .iter()
+            .filter(|(job, _)| routed(job))
+            .map(|(job, why)| format!("job {job} is not dispatched: {why}"))
+            .collect()
+    }
+}
+
 struct Cached {
     signing: Signing,
     read_at: Instant,
@@ -48,16 +81,18 @@ struct Cached {
 pub struct SigningKeys {
     dir: PathBuf,
     unavailable: IntGaugeVec,
+    status: Arc<SigningStatus>,
     /// Per job name.
     cache: Mutex<HashMap<String, Cached>>,
     warned_unsigned: Mutex<HashSet<String>>,
 }
 
 impl SigningKeys {
-    pub fn new(dir: PathBuf, unavailable: IntGaugeVec) -> Self {
+    pub fn new(dir: PathBuf, unavailable: IntGaugeVec, status: Arc<SigningStatus>) -> Self {
         Self {
             dir,
             unavailable,
+            status,
             cache: Mutex::new(HashMap::new()),
             warned_unsigned: Mutex::new(HashSet::new()),
         }
@@ -79,6 +114,7 @@ impl SigningKeys {
                     job.name
                 );
             }
+            self.status.record(&job.name, &Keys::Unsigned);
             return Keys::Unsigned;
         };
         let mut cache = self.cache.lock().expect("signing cache lock");
@@ -103,6 +139,7 @@ impl SigningKeys {
         self.unavailable
             .with_label_values(&[job.name.as_str()])
             .set(i64::from(matches!(keys, Keys::Unavailable(_))));
+        self.status.record(&job.name, &keys);
         cache.insert(
             job.name.clone(),
             Cached {
@@ -172,7 +209,9 @@ mod tests {
     fn missing_or_empty_keys_stop_the_job_until_they_appear() {
         let dir = tempfile::tempdir().unwrap();
         let unavailable = gauge();
-        let keys = SigningKeys::new(dir.path().into(), unavailable.clone());
+        let status = Arc::new(SigningStatus::default());
+        let keys = SigningKeys::new(dir.path().into(), unavailable.clone(), status.clone());
+        let reported = || status.unavailable(|job| job == "job");
         let job = job(signing(&["key", "old"]));
         let read = || {
             keys.cache.lock().unwrap().clear();
@@ -180,6 +219,15 @@ mod tests {
         };
         assert!(matches!(read(), Keys::Unavailable(why) if why.contains("\"key\"")));
         assert_eq!(unavailable.with_label_values(&["job"]).get(), 1);
+        assert!(
+            matches!(reported().as_slice(), [why] if why.starts_with("job job is not dispatched: key \"key\" of signing Secret \"job-signing\"")),
+            "{:?}",
+            reported()
+        );
+        assert!(
+            status.unavailable(|_| false).is_empty(),
+            "unrouted jobs are not reported"
+        );
         let secret = dir.path().join("job-signing");
         std::fs::create_dir(&secret).unwrap();
         std::fs::write(secret.join("key"), b"k1").unwrap();
@@ -195,6 +243,7 @@ mod tests {
             Keys::Ready(Arc::new(vec![b"k1".to_vec(), b"k0".to_vec()]))
         );
         assert_eq!(unavailable.with_label_values(&["job"]).get(), 0);
+        assert!(reported().is_empty());
         assert!(keys.may_dispatch(&job));
     }
 
@@ -204,7 +253,7 @@ mod tests {
         let secret = dir.path().join("job-signing");
         std::fs::create_dir(&secret).unwrap();
         std::fs::write(secret.join("key"), b"before").unwrap();
-        let keys = SigningKeys::new(dir.path().into(), gauge());
+        let keys = SigningKeys::new(dir.path().into(), gauge(), Arc::default());
         let job = job(signing(&["key"]));
         assert_eq!(
             keys.keys(&job),
@@ -231,7 +280,7 @@ mod tests {
 
     #[test]
     fn a_job_without_signing_is_unsigned_not_stopped() {
-        let keys = SigningKeys::new("/nonexistent".into(), gauge());
+        let keys = SigningKeys::new("/nonexistent".into(), gauge(), Arc::default());
         assert_eq!(keys.keys(&job(None)), Keys::Unsigned);
         assert!(keys.may_dispatch(&job(None)));
     }

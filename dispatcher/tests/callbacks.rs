@@ -252,8 +252,8 @@ async fn calls_are_signed_over_the_canonical_string_with_each_key() {
 }
 
 /// A job whose signing Secret is missing is not dispatched — its task waits, pending,
-/// with a metric saying why — and runs, signed, once the key appears; an empty key is
-/// as good as missing.
+/// with a metric and `/readyz` saying why — and runs, signed, once the key appears; an
+/// empty key is as good as missing.
 #[tokio::test]
 async fn a_job_without_its_signing_secret_waits_until_the_secret_appears() {
     let executor = Executor::start(|_| Answer::ok()).await;
@@ -269,6 +269,18 @@ async fn a_job_without_its_signing_secret_waits_until_the_secret_appears() {
         asyncd.metrics().await.contains(unavailable).then_some(())
     })
     .await;
+    let (status, body) = asyncd.get("/readyz").await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (503, Some("signing_unavailable"))
+    );
+    let why = body["error"]["message"].as_str().unwrap();
+    assert!(
+        why.starts_with(
+            "job signed is not dispatched: key \"current\" of signing Secret \"test-signing\""
+        ),
+        "{why}"
+    );
     let secret = keys.path().join("test-signing");
     std::fs::create_dir(&secret).unwrap();
     std::fs::write(secret.join("current"), "new-key").unwrap();
@@ -300,4 +312,5 @@ async fn a_job_without_its_signing_secret_waits_until_the_secret_appears() {
             .await
             .contains("asyncd_signing_unavailable{job=\"signed\"} 0")
     );
+    assert_eq!(asyncd.get("/readyz").await.0, 200);
 }

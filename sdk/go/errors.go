@@ -34,6 +34,9 @@ const (
 	// CodeClockSkew (503, /readyz only): the process's clock is too far from the store's;
 	// it does not dispatch.
 	CodeClockSkew = "clock_skew"
+	// CodeSigningUnavailable (503, /readyz only): a job the dispatcher serves lacks its
+	// signing keys; that job is not dispatched.
+	CodeSigningUnavailable = "signing_unavailable"
 	// CodeHTTPError is set when an answer carried no error body of the API's shape,
 	// e.g. a proxy's 502 page.
 	CodeHTTPError = "http_error"

@@ -52,6 +52,8 @@ pub struct ApiState {
     pub kafka: Option<crate::kafka::Producer>,
     /// A dispatcher in this process: its clock's offset from the store's.
     pub clock_check: Option<Arc<crate::clock_check::ClockCheck>>,
+    /// A dispatcher in this process: the jobs it cannot sign calls for.
+    pub signing_status: Option<Arc<crate::signing::SigningStatus>>,
     /// Who may call the public endpoints (docs/security.md).
     pub auth: Auth,
 }
@@ -838,6 +840,16 @@ async fn ready(State(state): AppState) -> Result<&'static str, ApiError> {
     state.store.ping().await?;
     if let Some(why) = state.clock_check.as_ref().and_then(|check| check.skew()) {
         return Err(ApiError::new(ErrorCode::ClockSkew, why));
+    }
+    if let Some(status) = &state.signing_status {
+        let routes = state.routes.borrow().clone();
+        let unavailable = status.unavailable(|job| routes.jobs().any(|j| j.name == job));
+        if !unavailable.is_empty() {
+            return Err(ApiError::new(
+                ErrorCode::SigningUnavailable,
+                unavailable.join("; "),
+            ));
+        }
     }
     Ok("ready")
 }
