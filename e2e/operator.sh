@@ -411,12 +411,45 @@ check "kubectl auth can-i: team-a may not delete $OC/tasks" can_i no team-a dele
 check "kubectl auth can-i: team-a may not redrive $OC" can_i no team-a update "$OC" deadletters
 
 # Every public endpoint refuses no token, a garbage one, one bound to another audience, the
-# token of a ServiceAccount that no longer exists (invalid), and one out of scope.
+# token of a ServiceAccount that no longer exists (invalid), an expired one, and one out of
+# scope.
 kn create serviceaccount gone >/dev/null && kn create serviceaccount team-none >/dev/null
 TOKEN_GONE=$(kn create token gone --audience asyncd)
 kn delete serviceaccount gone --wait=true >/dev/null
 TOKEN_OTHER_AUD=$(kn create token team-a --audience someone-else)
 TOKEN_NONE=$(kn create token team-none --audience asyncd)
+# An expired token: the API server issues none shorter than ten minutes, so these are
+# minted as it mints its own — its claims, ES256-signed with the test bed's
+# service-account key. The unexpired twin must be accepted, so it is the expiry alone
+# that refuses the first.
+PKI=${ASYNCD_CONTROLPLANE_DIR:-${ASYNCD_CACHE:-/var/cache/asyncd}/run/controlplane}/pki
+b64url() { openssl base64 -A | tr '+/' '-_' | tr -d '='; }
+# JWS wants ES256 as the raw 32-byte r and s; openssl writes a DER SEQUENCE of two INTEGERs.
+der_to_jws() {
+  python3 -c 'import sys
+d = sys.stdin.buffer.read()
+def integer(i):
+    assert d[i] == 2, "DER INTEGER expected"
+    n = d[i + 1]
+    return int.from_bytes(d[i + 2:i + 2 + n], "big"), i + 2 + n
+r, i = integer(2 if d[1] < 0x80 else 3)
+s, _ = integer(i)
+sys.stdout.buffer.write(r.to_bytes(32, "big") + s.to_bytes(32, "big"))'
+}
+mint_token() {  # mint_token SA EXPIRES_IN_SECONDS: a token of SA for audience asyncd
+  local uid now header payload sig
+  uid=$(kn get serviceaccount "$1" -o jsonpath='{.metadata.uid}')
+  now=$(date +%s)
+  header=$(printf '{"alg":"ES256","typ":"JWT"}' | b64url)
+  payload=$(printf '{"aud":["asyncd"],"iss":"https://kubernetes.default.svc.cluster.local","sub":"system:serviceaccount:%s:%s","iat":%d,"nbf":%d,"exp":%d,"kubernetes.io":{"namespace":"%s","serviceaccount":{"name":"%s","uid":"%s"}}}' \
+    "$NS" "$1" $((now - 900)) $((now - 900)) $((now + $2)) "$NS" "$1" "$uid" | b64url)
+  sig=$(printf '%s.%s' "$header" "$payload" | openssl dgst -sha256 -sign "$PKI/sa.key" | der_to_jws | b64url)
+  printf '%s.%s.%s' "$header" "$payload" "$sig"
+}
+TOKEN_EXPIRED=$(mint_token team-a -60)
+TOKEN_MINTED=$(mint_token team-a 600)
+check "a token minted like the API server's own is accepted (201)" \
+  expect_call "201 -" POST /v1/tasks "$TOKEN_MINTED" '{"type": "cancel_expired_order", "payload": {"order_id": 105}}'
 endpoints=("POST /v1/tasks" "POST /v1/tasks:batch" "GET /v1/tasks/$A_ID" "DELETE /v1/tasks/$A_ID"
            "GET /v1/dead-letters" "GET /v1/dead-letters?type=cancel_expired_order" "POST /v1/dead-letters/$A_ID/redrive")
 body_for() {
@@ -430,12 +463,12 @@ refuses_bad_tokens() {
   local e method path t
   for e in "${endpoints[@]}"; do
     read -r method path <<<"$e"
-    for t in "" not-a-token "$TOKEN_OTHER_AUD" "$TOKEN_GONE"; do
+    for t in "" not-a-token "$TOKEN_OTHER_AUD" "$TOKEN_GONE" "$TOKEN_EXPIRED"; do
       expect_call "401 unauthenticated" "$method" "$path" "$t" "$(body_for "$e")" || return 1
     done
   done
 }
-check "every endpoint: no, garbage, wrong-audience and invalid tokens answer 401" refuses_bad_tokens
+check "every endpoint: no, garbage, wrong-audience, invalid and expired tokens answer 401" refuses_bad_tokens
 out_of_scope() {
   expect_call "403 forbidden" POST /v1/tasks "$TOKEN_NONE" "$(body_for "POST /v1/tasks")" &&
   expect_call "200 -" POST /v1/tasks:batch "$TOKEN_NONE" "$(body_for "POST /v1/tasks:batch")" &&
