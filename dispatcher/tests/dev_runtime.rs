@@ -285,6 +285,123 @@ async fn heartbeats_keep_a_lease_and_the_result_completes_it() {
     assert_eq!(executor.calls_for(&id).len(), 1);
 }
 
+/// Issue 10, finding 3, through the result callback: an executor whose attempt was given
+/// up (its lease lapsed) and queued again, or dead-lettered on its last try, reports
+/// success before any new attempt is claimed — the work did succeed, so it lands instead
+/// of running again or staying in dead letters. A late failure or heartbeat is refused.
+#[tokio::test]
+async fn a_lapsed_attempts_success_lands_until_a_new_attempt() {
+    let executor = Executor::start(|_| Answer::status(202).with_body(r#"{"lease":"1s"}"#)).await;
+    // One retry, an hour away: the given-up attempt's task waits, pending, meanwhile.
+    let mut asyncd = InProcess::start(&one_job(
+        &executor,
+        "  retry:\n    maxRetries: 1\n    initialBackoff: 1h\n    maxBackoff: 1h\n",
+    ))
+    .await;
+    let lapse = async |asyncd: &mut InProcess, id: &str| -> String {
+        let token = executor.wait_calls(id, 1).await.pop().unwrap().lease_token;
+        wait_for("the 202's lease recorded", DEADLINE, async || {
+            let t = asyncd.task(id).await;
+            (t["state"] == "running" && !t["lease_until"].is_null()).then_some(())
+        })
+        .await;
+        let lease_until = parse_time(&asyncd.task(id).await["lease_until"]);
+        asyncd.clock.set_millis(Millis::new(lease_until + 1));
+        assert_eq!(asyncd.rescue_pass(lease_until + 1).await, 1);
+        token
+    };
+
+    let queued = asyncd.submit(task("work", json!({"n": 1}))).await;
+    let token = lapse(&mut asyncd, &queued).await;
+    assert_eq!(asyncd.task(&queued).await["state"], "pending");
+    for (path, body) in [
+        ("heartbeat", json!({"lease_token": token})),
+        (
+            "result",
+            json!({"lease_token": token, "status": "failed", "error": "late"}),
+        ),
+    ] {
+        let (status, answer) = asyncd
+            .post(&format!("/v1/tasks/{queued}/{path}"), body)
+            .await;
+        assert_eq!(
+            (status, answer["error"]["code"].as_str()),
+            (409, Some("stale_lease")),
+            "late {path}"
+        );
+    }
+    let (status, answer) = asyncd
+        .post(
+            &format!("/v1/tasks/{queued}/result"),
+            json!({"lease_token": token, "status": "success", "output": "late"}),
+        )
+        .await;
+    assert_eq!(
+        (status, answer["state"].as_str()),
+        (200, Some("succeeded")),
+        "{answer}"
+    );
+    let done = asyncd.task(&queued).await;
+    assert_eq!(
+        (done["attempt"].as_i64(), &done["result"]),
+        (Some(1), &json!("late"))
+    );
+
+    // Its last attempt lapsed: dead-lettered, until the success comes in.
+    let last = asyncd.submit(task("work", json!({"n": 2}))).await;
+    let first = lapse(&mut asyncd, &last).await;
+    let (status, _) = asyncd
+        .post(
+            &format!("/v1/tasks/{last}/result"),
+            json!({"lease_token": first, "status": "retry"}),
+        )
+        .await;
+    assert_eq!(status, 409, "a late retry is refused too");
+    run_when_due(&asyncd, &last).await;
+    let calls = executor.wait_calls(&last, 2).await;
+    let second = calls[1].lease_token.clone();
+    assert_ne!(second, first);
+    wait_for(
+        "the second attempt's lease recorded",
+        DEADLINE,
+        async || {
+            let t = asyncd.task(&last).await;
+            (t["attempt"] == 2 && !t["lease_until"].is_null()).then_some(())
+        },
+    )
+    .await;
+    let lease_until = parse_time(&asyncd.task(&last).await["lease_until"]);
+    asyncd.clock.set_millis(Millis::new(lease_until + 1));
+    assert_eq!(asyncd.rescue_pass(lease_until + 1).await, 1);
+    assert_eq!(asyncd.task(&last).await["state"], "dead");
+    let (status, _) = asyncd
+        .post(
+            &format!("/v1/tasks/{last}/result"),
+            json!({"lease_token": first, "status": "success"}),
+        )
+        .await;
+    assert_eq!(
+        status, 409,
+        "the first attempt's token was spent by the second claim"
+    );
+    let (status, answer) = asyncd
+        .post(
+            &format!("/v1/tasks/{last}/result"),
+            json!({"lease_token": second, "status": "success", "output": "late"}),
+        )
+        .await;
+    assert_eq!(
+        (status, answer["state"].as_str()),
+        (200, Some("succeeded")),
+        "{answer}"
+    );
+    assert_eq!(
+        executor.calls_for(&last).len(),
+        2,
+        "nothing ran a third time"
+    );
+}
+
 #[tokio::test]
 async fn a_lapsed_attempts_late_result_is_refused() {
     let executor = Executor::start(|call| {

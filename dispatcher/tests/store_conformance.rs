@@ -1103,6 +1103,36 @@ async fn a_success_after_its_attempt_was_given_up_lands_until_a_new_claim(store:
         .unwrap();
     assert_eq!(second.len(), 1, "the new claim still begins");
 
+    // Given up on its last attempt: dead-lettered, until the success comes in.
+    let buried = insert(store, new_task("a", at(25))).await;
+    let claim = claim_all(store, at(25), at(25)).await.remove(0);
+    let attempt = store
+        .start(start_params(
+            &[(buried.clone(), claim.lease_token)],
+            at(25),
+            0,
+        ))
+        .await
+        .unwrap()
+        .remove(0);
+    let lapsed = Finish {
+        id: buried.clone(),
+        lease_token: attempt.lease_token,
+        kind: FinishKind::Dead {
+            error: "attempt 1 lease lapsed".into(),
+        },
+    };
+    assert_eq!(store.finish(&[lapsed], at(26)).await.unwrap(), [true]);
+    assert_eq!(
+        store
+            .finish(&[late(&buried, attempt.lease_token)], at(27))
+            .await
+            .unwrap(),
+        [true],
+        "a success lands on the dead-lettered attempt"
+    );
+    assert_eq!(state(store, &buried).await, TaskState::Succeeded);
+
     let redriven = insert(store, new_task("a", at(30))).await;
     let claim = claim_all(store, at(30), at(30)).await.remove(0);
     let attempt = store

@@ -557,14 +557,23 @@ fn parse_callback<T: DeserializeOwned>(
     Ok((callback, token))
 }
 
-/// The running attempt a callback's token belongs to. An unknown task, a task not
-/// running, and a token that is not its current attempt's all answer the same
-/// [`stale`]: a caller without the token learns nothing, not even whether the task
-/// exists. The token is compared in constant time ([`crate::lease::matches`]).
-async fn current_attempt(state: &ApiState, id: &str, token: &str) -> Result<TaskRecord, ApiError> {
+/// The attempt a callback's token belongs to: the running one — or, for a success, an
+/// attempt that was given up (queued again, or dead-lettered on its last try) with no
+/// new attempt claimed since, because that work did succeed (the store's `succeed`
+/// fences the same way). An unknown task, any other state, and a token that is not the
+/// current one all answer the same [`stale`]: a caller without the token learns nothing,
+/// not even whether the task exists. The token is compared in constant time
+/// ([`crate::lease::matches`]).
+async fn current_attempt(
+    state: &ApiState,
+    id: &str,
+    token: &str,
+    success: bool,
+) -> Result<TaskRecord, ApiError> {
     match state.store.get(id).await? {
         Some(task)
-            if task.state == TaskState::Running
+            if (task.state == TaskState::Running
+                || (success && matches!(task.state, TaskState::Pending | TaskState::Dead)))
                 && crate::lease::matches(&task.lease_secret, id, task.lease_token, token) =>
         {
             Ok(task)
@@ -593,7 +602,7 @@ async fn heartbeat(
     let (callback, token) = parse_callback(&headers, &body, |c: &mut HeartbeatRequest| {
         c.lease_token.take()
     })?;
-    let task = current_attempt(&state, &id, &token).await?;
+    let task = current_attempt(&state, &id, &token, false).await?;
     let lease = match callback.lease {
         Some(text) => {
             asyncd_spec::parse_duration(&text).map_err(|m| ApiError::field("lease", m))?
@@ -659,7 +668,8 @@ async fn post_result(
         },
         None => return Err(status_required()),
     };
-    let task = current_attempt(&state, &id, &token).await?;
+    let success = matches!(outcome, AttemptOutcome::Succeeded);
+    let task = current_attempt(&state, &id, &token, success).await?;
     let now = state.clock.now_millis();
     let routes = state.routes.borrow().clone();
     state

@@ -139,7 +139,7 @@ const QUERIES: Queries = Queries {
     succeed: "UPDATE tasks FORCE INDEX (PRIMARY) \
               SET state = 'succeeded', result = ?, unique_active = NULL, \
                   lease_until = NULL, owner = NULL, updated_at = ? \
-              WHERE id = ? AND lease_token = ? AND state IN ('running', 'pending')",
+              WHERE id = ? AND lease_token = ? AND state IN ('running', 'pending', 'dead')",
     retry: "UPDATE tasks FORCE INDEX (PRIMARY) \
             SET state = 'pending', trigger_at = ?, last_error = ?, \
                 lease_until = NULL, owner = NULL, updated_at = ? \
@@ -515,7 +515,7 @@ impl Backend for MySqlStore {
                     "SELECT tasks.id, tasks.lease_token FROM ",
                     json_pairs!(),
                     " JOIN tasks ON tasks.id = p.pair_id AND tasks.lease_token = p.pair_token \
-                     WHERE tasks.state IN ('running', 'pending') ORDER BY tasks.id FOR UPDATE"
+                     WHERE tasks.state IN ('running', 'pending', 'dead') ORDER BY tasks.id FOR UPDATE"
                 ))
                 .bind(&pairs)
                 .fetch_all(&mut *tx)
@@ -552,7 +552,7 @@ impl Backend for MySqlStore {
                          SET tasks.state = 'succeeded', tasks.result = p.outcome, \
                              tasks.unique_active = NULL, tasks.lease_until = NULL, \
                              tasks.owner = NULL, tasks.updated_at = ? \
-                         WHERE tasks.state IN ('running', 'pending')",
+                         WHERE tasks.state IN ('running', 'pending', 'dead')",
                     )
                     .bind(&outcomes)
                     .bind(now)

@@ -89,7 +89,7 @@ const QUERIES: Queries = Queries {
              WHERE id = $2 AND state IN ('blocked', 'pending', 'claimed')",
     succeed: "UPDATE tasks SET state = 'succeeded', result = $1, unique_active = NULL, \
               lease_until = NULL, owner = NULL, updated_at = $2 \
-              WHERE id = $3 AND lease_token = $4 AND state IN ('running', 'pending')",
+              WHERE id = $3 AND lease_token = $4 AND state IN ('running', 'pending', 'dead')",
     retry: "UPDATE tasks SET state = 'pending', trigger_at = $1, last_error = $2, \
             lease_until = NULL, owner = NULL, updated_at = $3 \
             WHERE id = $4 AND lease_token = $5 AND state = 'running'",
@@ -346,7 +346,7 @@ impl Backend for PostgresStore {
                      FROM UNNEST($2::text[], $3::bigint[], $4::text[]) \
                           AS s(finished_id, finished_token, outcome) \
                      WHERE tasks.id = s.finished_id AND tasks.lease_token = s.finished_token \
-                       AND tasks.state IN ('running', 'pending') \
+                       AND tasks.state IN ('running', 'pending', 'dead') \
                      RETURNING tasks.id, tasks.lease_token",
                 )
                 .bind(now)

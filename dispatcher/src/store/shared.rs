@@ -60,12 +60,14 @@ pub struct Queries {
     /// The finishes, each binding its own values, then `(now, id, lease_token)`:
     /// `result`; `trigger_at, last_error`; `last_error`; nothing; `lease_until`.
     ///
-    /// A success also lands on a `pending` task still holding the attempt's token: the
-    /// attempt was given up (its lease lapsed, or the dispatcher stopped waiting) and
-    /// queued again, but no new attempt has been claimed (a claim, like a redrive or a
-    /// cancel, moves the token on). The work did succeed; running it again would be
-    /// the duplicate. (A claim that was released, not started, never shares its token
-    /// with an attempt: starting moves the token on too.)
+    /// A success also lands on a `pending` or `dead` task still holding the attempt's
+    /// token: the attempt was given up (its lease lapsed, or the dispatcher stopped
+    /// waiting) and queued again — or, on its last attempt, dead-lettered — but no new
+    /// attempt has been claimed (a claim, like a redrive or a cancel, moves the token
+    /// on). The work did succeed; running it again would be the duplicate, and leaving it
+    /// in dead letters would be a lie. (A claim that was released, not started, never
+    /// shares its token with an attempt: starting moves the token on too. Dependents
+    /// failed by the death stay failed: a success does not revive them.)
     pub succeed: &'static str,
     pub retry: &'static str,
     pub bury: &'static str,

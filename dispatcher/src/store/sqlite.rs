@@ -84,7 +84,7 @@ const QUERIES: Queries = Queries {
              WHERE id = ? AND state IN ('blocked', 'pending', 'claimed')",
     succeed: "UPDATE tasks SET state = 'succeeded', result = ?, unique_active = NULL, \
               lease_until = NULL, owner = NULL, updated_at = ? \
-              WHERE id = ? AND lease_token = ? AND state IN ('running', 'pending')",
+              WHERE id = ? AND lease_token = ? AND state IN ('running', 'pending', 'dead')",
     retry: "UPDATE tasks SET state = 'pending', trigger_at = ?, last_error = ?, \
             lease_until = NULL, owner = NULL, updated_at = ? \
             WHERE id = ? AND lease_token = ? AND state = 'running'",
@@ -275,7 +275,7 @@ impl Backend for SqliteStore {
                 "UPDATE tasks SET state = 'succeeded', result = NULL, unique_active = NULL, \
                         lease_until = NULL, owner = NULL, updated_at = ?1 \
                  WHERE id IN (SELECT value ->> 0 FROM json_each(?2)) \
-                   AND state IN ('running', 'pending') \
+                   AND state IN ('running', 'pending', 'dead') \
                    AND id || ' ' || lease_token IN (SELECT value ->> 0 || ' ' || (value ->> 1) FROM json_each(?2)) \
                  RETURNING id",
             )
