@@ -43,6 +43,7 @@ pub mod metrics;
 pub mod outcomes;
 pub mod ownership;
 pub mod rescuer;
+pub mod retention;
 pub mod retry;
 pub mod roles;
 pub mod routing;

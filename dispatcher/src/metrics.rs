@@ -30,6 +30,7 @@ pub struct Metrics {
     pub retries: IntCounterVec,
     pub claimed: IntCounterVec,
     pub rescued: IntCounterVec,
+    pub purged: IntCounterVec,
     pub kafka_lag: IntGaugeVec,
     pub kafka_fallback: IntCounterVec,
     pub kafka_dead_letters: IntCounterVec,
@@ -119,6 +120,11 @@ impl Metrics {
             "Tasks the rescuer took back, by the state whose hold or lease lapsed (claimed or running)",
             &["task_type", "state"],
         );
+        let purged = counter(
+            "asyncd_tasks_purged_total",
+            "Finished tasks deleted past their job's retention, by the state they finished in",
+            &["task_type", "state"],
+        );
         let kafka_lag = gauge(
             "asyncd_kafka_consumer_lag",
             "Kafka consumer lag in messages",
@@ -200,6 +206,7 @@ impl Metrics {
             retries,
             claimed,
             rescued,
+            purged,
             kafka_lag,
             kafka_fallback,
             kafka_dead_letters,

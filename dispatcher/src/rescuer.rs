@@ -207,6 +207,9 @@ mod tests {
         async fn stats(&self, now: Millis) -> store::Result<Vec<TypeStats>> {
             self.inner.stats(now).await
         }
+        async fn purge(&self, params: store::PurgeParams<'_>) -> store::Result<u64> {
+            self.inner.purge(params).await
+        }
         async fn heartbeat_member(&self, member: &str, now: Millis) -> store::Result<()> {
             self.inner.heartbeat_member(member, now).await
         }

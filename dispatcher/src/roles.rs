@@ -484,6 +484,15 @@ async fn wire(
             signals: settings.signals.clone(),
         };
         supervisor.spawn_loop("rescuer", rescuer.run(shutdown.clone()));
+        let purger = crate::retention::Purger {
+            store: store.clone(),
+            routes: routes.clone(),
+            metrics: metrics.clone(),
+            clock: clock.clone(),
+            interval: Duration::from_secs(1),
+            signals: settings.signals.clone(),
+        };
+        supervisor.spawn_loop("retention purger", purger.run(shutdown.clone()));
         supervisor.spawn_loop(
             "backlog gauges",
             crate::backlog::run(

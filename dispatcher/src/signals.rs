@@ -29,6 +29,9 @@ pub enum Signal {
     MemberGone { member: String },
     /// A rescuer pass ended, bringing back `count` tasks.
     Rescued { count: usize, at: Millis },
+    /// A retention pass that read the clock at `at` ended, deleting `purged` finished
+    /// tasks.
+    Purged { purged: u64, at: Millis },
     /// A cron pass ended, creating `created` firings.
     Scheduled { created: usize, at: Millis },
 }

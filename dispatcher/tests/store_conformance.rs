@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use asyncd::store::{
     self, CancelOutcome, ClaimParams, DeadLetterParams, Finish, FinishKind, InsertOutcome,
-    KafkaDeadLetter, MEMBER_RETENTION, Millis, NewTask, RedriveOutcome, StartParams, Store,
-    TaskState, TypeFilter,
+    KafkaDeadLetter, MEMBER_RETENTION, Millis, NewTask, PurgeParams, RedriveOutcome, StartParams,
+    Store, TaskState, TypeFilter,
 };
 use serde_json::value::RawValue;
 
@@ -1167,6 +1167,118 @@ async fn a_success_after_its_attempt_was_given_up_lands_until_a_new_claim(store:
     assert_eq!(state(store, &redriven).await, TaskState::Pending);
 }
 
+/// Issue 15, retention: finished tasks older than the cutoff go, oldest first and at most
+/// `limit` per call, one job and one state at a time, with their dependency edges; a
+/// finished task a blocked task still waits on stays; the idempotency key of a purged
+/// task is free again.
+async fn finished_tasks_are_purged_after_their_retention(store: &dyn Store) {
+    // Runs the one due task `id` at `when` to the outcome `kind`.
+    async fn finish_at(store: &dyn Store, id: &str, when: Millis, kind: FinishKind) {
+        let claimed = claim_all(store, when, when).await;
+        assert_eq!(claimed.len(), 1, "only {id} is due at {when:?}");
+        let attempt = store
+            .start(start_params(
+                &[(id.to_string(), claimed[0].lease_token)],
+                when,
+                0,
+            ))
+            .await
+            .unwrap()
+            .remove(0);
+        let finish = Finish {
+            id: id.to_string(),
+            lease_token: attempt.lease_token,
+            kind,
+        };
+        assert_eq!(store.finish(&[finish], when).await.unwrap(), [true]);
+    }
+    let succeeded = || FinishKind::Succeeded { result: None };
+    let purge = |task_type: &'static str, state: TaskState, before: i64, limit: u32| async move {
+        store
+            .purge(PurgeParams {
+                task_type,
+                state,
+                finished_before: at(before),
+                limit,
+            })
+            .await
+            .unwrap()
+    };
+    let exists = |id: String| async move { store.get(&id).await.unwrap().is_some() };
+
+    let far = at(10_000_000);
+    let other = insert(store, new_task("a", far)).await;
+    let parent = insert(store, new_task("a", at(5))).await;
+    let mut child = new_task("a", at(5));
+    child.depends_on = vec![parent.clone(), other.clone()];
+    let child = insert(store, child).await;
+    finish_at(store, &parent, at(5), succeeded()).await;
+    assert_eq!(
+        state(store, &child).await,
+        TaskState::Blocked,
+        "still waits on {other}"
+    );
+
+    let mut keyed = new_task("a", at(10));
+    keyed.idempotency_key = Some("purge-key".into());
+    let s1 = insert(store, keyed).await;
+    finish_at(store, &s1, at(10), succeeded()).await;
+    let s2 = insert(store, new_task("a", at(20))).await;
+    finish_at(store, &s2, at(20), succeeded()).await;
+    let s3 = insert(store, new_task("a", at(30))).await;
+    finish_at(store, &s3, at(30), succeeded()).await;
+    let d1 = insert(store, new_task("a", at(40))).await;
+    finish_at(
+        store,
+        &d1,
+        at(40),
+        FinishKind::Dead {
+            error: "gone".into(),
+        },
+    )
+    .await;
+    let b1 = insert(store, new_task("b", at(50))).await;
+    finish_at(store, &b1, at(50), succeeded()).await;
+    let c1 = insert(store, new_task("a", far)).await;
+    assert_eq!(
+        store.cancel(&c1, at(60)).await.unwrap(),
+        CancelOutcome::Cancelled
+    );
+
+    assert_eq!(
+        purge("a", TaskState::Succeeded, 25, 1).await,
+        1,
+        "one per limit"
+    );
+    assert!(!exists(s1.clone()).await, "the oldest goes first");
+    assert!(exists(s2.clone()).await);
+    assert_eq!(
+        purge("a", TaskState::Succeeded, 25, 10).await,
+        1,
+        "{s2} only: {parent} has a blocked dependent, {s3} finished after the cutoff"
+    );
+    assert!(exists(parent.clone()).await && exists(s3.clone()).await);
+    assert_eq!(purge("a", TaskState::Succeeded, 1_000, 10).await, 1);
+    assert!(!exists(s3).await);
+    assert_eq!(purge("a", TaskState::Dead, 1_000, 10).await, 1);
+    assert!(!exists(d1).await);
+    assert_eq!(purge("a", TaskState::Cancelled, 1_000, 10).await, 1);
+    assert!(!exists(c1).await);
+    assert_eq!(purge("a", TaskState::Cancelled, 1_000, 10).await, 0);
+    assert!(exists(b1).await, "another job's tasks are not this purge's");
+    assert_eq!(state(store, &other).await, TaskState::Pending);
+    assert_eq!(
+        store.get(&child).await.unwrap().unwrap().depends_on.len(),
+        2,
+        "the blocked child keeps its edges"
+    );
+
+    let mut again = new_task("a", far);
+    again.idempotency_key = Some("purge-key".into());
+    let again = insert(store, again).await;
+    assert_ne!(again, s1, "the purged task's key is free");
+}
+
 /// Every scenario as one test per backend (`sqlite::…`, `mariadb::…`, `postgres::…`),
 /// each on a fresh, migrated database, so one failure hides none of the others.
 macro_rules! scenarios {
@@ -1223,6 +1335,7 @@ scenarios!(
     kafka_dead_letters_keep_messages_once_and_byte_for_byte,
     values_at_the_apis_limits_are_stored_exactly,
     errors_from_executors_are_stored_sanitized_and_capped,
+    finished_tasks_are_purged_after_their_retention,
 );
 
 // ---------------------------------------------------------------------------------------

@@ -63,6 +63,46 @@ pub struct JobSpec {
     /// Dispatcher replicas (in a cluster: the HPA on due backlog).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scaling: Option<ScalingSpec>,
+    /// How long finished tasks are kept before they are purged (and with them their
+    /// idempotency keys).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<RetentionSpec>,
+}
+
+/// How long a finished task stays in the store, by how it finished, counted from when
+/// it finished. While it stays, `GET /v1/tasks/{id}` finds it and its idempotency key
+/// still answers with it; after, both are gone.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RetentionSpec {
+    /// Succeeded tasks (default 24h).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub succeeded: Option<String>,
+    /// Cancelled tasks (default 24h).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancelled: Option<String>,
+    /// Dead letters (default 7d).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead: Option<String>,
+}
+
+/// A validated [`RetentionSpec`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    pub succeeded: Duration,
+    pub cancelled: Duration,
+    pub dead: Duration,
+}
+
+impl Retention {
+    pub const DEFAULT: Retention = Retention {
+        succeeded: Duration::from_secs(24 * 3600),
+        cancelled: Duration::from_secs(24 * 3600),
+        dead: Duration::from_secs(7 * 24 * 3600),
+    };
+    /// The longest retention accepted: ten years.
+    pub const MAX: Duration = Duration::from_secs(3650 * 24 * 3600);
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -286,6 +326,7 @@ pub struct Job {
     pub concurrency: u32,
     pub kafka: Option<KafkaSpec>,
     pub cron: Vec<CronEntry>,
+    pub retention: Retention,
 }
 
 /// A validated signing config: a Secret name and its one or two keys, primary first.
@@ -414,6 +455,7 @@ impl JobSpec {
                 "must not be below minReplicas",
             ));
         }
+        let retention = validate_retention(self.retention.as_ref())?;
         let mut cron = Vec::with_capacity(self.cron.len());
         for (index, entry) in self.cron.iter().enumerate() {
             let field = format!("spec.cron[{index}]");
@@ -457,8 +499,31 @@ impl JobSpec {
             concurrency: self.concurrency.unwrap_or(100),
             kafka: self.kafka.clone(),
             cron,
+            retention,
         })
     }
+}
+
+fn validate_retention(spec: Option<&RetentionSpec>) -> Result<Retention, SpecError> {
+    let spec = spec.cloned().unwrap_or_default();
+    let d = Retention::DEFAULT;
+    let each = |field: &str, value: &Option<String>, default: Duration| {
+        let kept = value
+            .as_deref()
+            .map(parse_duration)
+            .transpose()
+            .map_err(|message| SpecError::new(field, message))?
+            .unwrap_or(default);
+        if kept > Retention::MAX {
+            return Err(SpecError::new(field, "must be at most 3650d"));
+        }
+        Ok(kept)
+    };
+    Ok(Retention {
+        succeeded: each("spec.retention.succeeded", &spec.succeeded, d.succeeded)?,
+        cancelled: each("spec.retention.cancelled", &spec.cancelled, d.cancelled)?,
+        dead: each("spec.retention.dead", &spec.dead, d.dead)?,
+    })
 }
 
 fn validate_signing(signing: &SigningSpec) -> Result<Signing, SpecError> {
@@ -619,6 +684,22 @@ mod tests {
         assert_eq!(
             with(|d| d.spec.executor.timeout = Some("-1s".into())).field,
             "spec.executor.timeout"
+        );
+        assert_eq!(
+            with(|d| d.spec.retention = Some(RetentionSpec {
+                dead: Some("3651d".into()),
+                ..RetentionSpec::default()
+            }))
+            .field,
+            "spec.retention.dead"
+        );
+        assert_eq!(
+            with(|d| d.spec.retention = Some(RetentionSpec {
+                succeeded: Some("soon".into()),
+                ..RetentionSpec::default()
+            }))
+            .field,
+            "spec.retention.succeeded"
         );
         assert_eq!(
             with(|d| d.spec.retry.max_retries = 1000).field,

@@ -421,6 +421,18 @@ pub struct DeadLetterParams<'a> {
     pub limit: u32,
 }
 
+/// What [`Store::purge`] takes: up to `limit` tasks of `task_type` in the finished
+/// `state` whose last change — when they finished — is before `finished_before`, oldest
+/// first. A task that a blocked task still waits on is kept (its dependents would never
+/// be released without it).
+#[derive(Debug, Clone, Copy)]
+pub struct PurgeParams<'a> {
+    pub task_type: &'a str,
+    pub state: TaskState,
+    pub finished_before: Millis,
+    pub limit: u32,
+}
+
 /// What [`Store::claim_ids`] takes.
 #[derive(Debug, Clone, Copy)]
 pub struct ClaimIdsParams<'a> {
@@ -504,6 +516,9 @@ pub trait Store: Send + Sync + 'static {
     /// A page of dead tasks, latest due first (see [`DeadLetterParams`]).
     async fn dead_letters(&self, params: DeadLetterParams<'_>) -> Result<Vec<TaskRecord>>;
     async fn redrive(&self, id: &str, now: Millis) -> Result<RedriveOutcome>;
+    /// Deletes finished tasks past their retention ([`PurgeParams`]) with their
+    /// dependency edges, in one short transaction; returns how many went.
+    async fn purge(&self, params: PurgeParams<'_>) -> Result<u64>;
     async fn stats(&self, now: Millis) -> Result<Vec<TypeStats>>;
 
     /// Records that dispatcher `member` is alive at `now` (and forgets members silent

@@ -172,6 +172,11 @@ const QUERIES: Queries = Queries {
                    CAST(SUM(CASE WHEN trigger_at <= ? THEN 1 ELSE 0 END) AS SIGNED) AS due, \
                    MIN(CASE WHEN trigger_at <= ? THEN trigger_at END) AS oldest_due \
             FROM tasks WHERE state IN ('pending', 'claimed') GROUP BY task_type ORDER BY task_type",
+    purgeable: "SELECT id FROM tasks \
+                WHERE task_type = ? AND state = ? AND updated_at < ? \
+                  AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks c ON c.id = d.task_id \
+                                 WHERE d.depends_on = tasks.id AND c.state = 'blocked') \
+                ORDER BY updated_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
 };
 
 /// No `UPDATE … RETURNING`: the started row is read back, still locked by the

@@ -117,6 +117,11 @@ const QUERIES: Queries = Queries {
                    SUM(CASE WHEN trigger_at <= $1 THEN 1 ELSE 0 END) AS due, \
                    MIN(CASE WHEN trigger_at <= $2 THEN trigger_at END) AS oldest_due \
             FROM tasks WHERE state IN ('pending', 'claimed') GROUP BY task_type ORDER BY task_type",
+    purgeable: "SELECT id FROM tasks \
+                WHERE task_type = $1 AND state = $2 AND updated_at < $3 \
+                  AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks c ON c.id = d.task_id \
+                                 WHERE d.depends_on = tasks.id AND c.state = 'blocked') \
+                ORDER BY updated_at, id LIMIT $4 FOR UPDATE SKIP LOCKED",
 };
 
 /// `UPDATE … RETURNING` begins an attempt and answers its new number and token at once.

@@ -4,7 +4,7 @@
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
 use super::rows::{LapsedRow, TaskRow};
-use super::{KafkaDeadLetter, Lapsed, MEMBER_RETENTION, Millis, Result, TaskRecord};
+use super::{KafkaDeadLetter, Lapsed, MEMBER_RETENTION, Millis, PurgeParams, Result, TaskRecord};
 
 /// One backend's text for the statements run here and in [`super::tx`]; each takes its
 /// parameters in the order its comment names (the function binding it uses that order).
@@ -84,6 +84,10 @@ pub struct Queries {
     /// Per task type, the pending and claimed tasks and those of them due by `now` (`now,
     /// now`).
     pub stats: &'static str,
+    /// The ids of up to `limit` tasks [`super::Store::purge`] may delete (`task_type,
+    /// state, finished_before, limit`), oldest first, locked where rows lock (skipping
+    /// those another purger holds).
+    pub purgeable: &'static str,
 }
 
 pub async fn get<DB>(pool: &Pool<DB>, queries: &Queries, id: &str) -> Result<Option<TaskRecord>>
@@ -173,6 +177,43 @@ where
         .bind(since)
         .fetch_all(pool)
         .await?)
+}
+
+/// [`super::Store::purge`]: picks the tasks, then deletes them and the dependency edges
+/// they own by id, in one transaction.
+pub async fn purge<DB>(pool: &Pool<DB>, queries: &Queries, params: PurgeParams<'_>) -> Result<u64>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Millis: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
+{
+    let mut tx = pool.begin().await?;
+    let ids: Vec<String> = sqlx::query_scalar::<DB, String>(queries.purgeable)
+        .bind(params.task_type)
+        .bind(params.state.as_str())
+        .bind(params.finished_before)
+        .bind(i64::from(params.limit))
+        .fetch_all(&mut *tx)
+        .await?;
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    for (table, column) in [("task_deps", "task_id"), ("tasks", "id")] {
+        let mut delete =
+            sqlx::QueryBuilder::<DB>::new(format!("DELETE FROM {table} WHERE {column} IN ("));
+        let mut list = delete.separated(", ");
+        for id in &ids {
+            list.push_bind(id.as_str());
+        }
+        delete.push(")");
+        delete.build().execute(&mut *tx).await?;
+    }
+    tx.commit().await?;
+    Ok(ids.len() as u64)
 }
 
 pub async fn leave<DB>(pool: &Pool<DB>, queries: &Queries, member: &str) -> Result<()>

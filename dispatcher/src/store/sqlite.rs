@@ -111,6 +111,11 @@ const QUERIES: Queries = Queries {
                    SUM(CASE WHEN trigger_at <= ? THEN 1 ELSE 0 END) AS due, \
                    MIN(CASE WHEN trigger_at <= ? THEN trigger_at END) AS oldest_due \
             FROM tasks WHERE state IN ('pending', 'claimed') GROUP BY task_type ORDER BY task_type",
+    purgeable: "SELECT id FROM tasks \
+                WHERE task_type = ? AND state = ? AND updated_at < ? \
+                  AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks c ON c.id = d.task_id \
+                                 WHERE d.depends_on = tasks.id AND c.state = 'blocked') \
+                ORDER BY updated_at, id LIMIT ?",
 };
 
 impl Dialect for SqliteStore {

@@ -16,9 +16,9 @@ use super::rows::{self, Holder, LapsedRow, StartedRow, StatsRow, TaskRow};
 use super::shared::{self, KafkaDeadLetterRow, Queries};
 use super::{
     CancelOutcome, ClaimIdsParams, ClaimParams, ClaimedTask, DeadLetterParams, Finish, FinishKind,
-    InsertOutcome, KafkaDeadLetter, Lapsed, Millis, NewTask, RedriveOutcome, Result, StartParams,
-    Started, Store, TaskRecord, TypeStats, is_unique_violation, retrying, unnamed_insert_conflict,
-    unnamed_redrive_conflict,
+    InsertOutcome, KafkaDeadLetter, Lapsed, Millis, NewTask, PurgeParams, RedriveOutcome, Result,
+    StartParams, Started, Store, TaskRecord, TypeStats, is_unique_violation, retrying,
+    unnamed_insert_conflict, unnamed_redrive_conflict,
 };
 
 /// A connection of a dialect's database.
@@ -503,6 +503,13 @@ where
 
     async fn redrive(&self, id: &str, now: Millis) -> Result<RedriveOutcome> {
         Tx::<B>::redrive(self.writer(), id, now).await
+    }
+
+    async fn purge(&self, params: PurgeParams<'_>) -> Result<u64> {
+        retrying(B::transient, || {
+            shared::purge(self.writer(), &B::QUERIES, params)
+        })
+        .await
     }
 
     async fn stats(&self, now: Millis) -> Result<Vec<TypeStats>> {

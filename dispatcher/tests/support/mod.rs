@@ -510,6 +510,15 @@ impl InProcess {
         .await
     }
 
+    /// Waits for a retention pass that read the clock at `at` or later.
+    pub async fn purge_pass(&mut self, at: i64) -> u64 {
+        self.next("a retention pass", |s| match s {
+            Signal::Purged { purged, at: when } if when.as_i64() >= at => Some(purged),
+            _ => None,
+        })
+        .await
+    }
+
     /// Stops the role and returns how it ended.
     pub async fn stop(mut self) -> Result<(), RoleError> {
         self.shutdown.cancel();
