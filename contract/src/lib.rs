@@ -32,5 +32,5 @@ pub use state::{TaskState, UnknownState};
 pub use task::{
     BatchItemResult, BatchOutcome, BatchRequest, BatchResponse, CancelResult, DeadLetters,
     MAX_BATCH, MAX_DEPENDENCIES, MAX_LISTING_BYTES, RedriveResult, Route, SubmitRequest,
-    SubmitResult, TaskStatus,
+    SubmitResult, TaskPage, TaskStatus,
 };

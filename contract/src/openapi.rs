@@ -135,7 +135,31 @@ pub fn document() -> Value {
     let submit_result = s.answer::<SubmitResult>();
     let task = s.answer::<TaskStatus>();
     let paths = json!({
-        "/v1/tasks": {"post": {
+        "/v1/tasks": {"get": {
+            "operationId": "searchTasks",
+            "summary": "Tasks matching every filter given, newest first, at most 8 MiB of them per answer",
+            "parameters": [
+                {"name": "job", "in": "query", "required": false, "description": "Only this AsyncJobConfig's tasks",
+                 "schema": {"type": "string"}},
+                {"name": "type", "in": "query", "required": false, "description": "Only this task type",
+                 "schema": {"type": "string"}},
+                {"name": "state", "in": "query", "required": false, "description": "Only tasks in this state",
+                 "schema": {"type": "string", "enum": ["blocked", "pending", "claimed", "running", "succeeded", "dead", "cancelled"]}},
+                {"name": "unique_key", "in": "query", "required": false, "description": "Only tasks with this unique key",
+                 "schema": {"type": "string"}},
+                {"name": "created_after", "in": "query", "required": false, "description": "Only tasks created after this instant (RFC 3339)",
+                 "schema": {"type": "string", "format": "date-time"}},
+                {"name": "eta_before", "in": "query", "required": false, "description": "Only tasks due before this instant (RFC 3339)",
+                 "schema": {"type": "string", "format": "date-time"}},
+                {"name": "limit", "in": "query", "required": false, "description": "At most this many (default 100)",
+                 "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+                {"name": "cursor", "in": "query", "required": false,
+                 "description": "The previous page's next_cursor: list what comes after it",
+                 "schema": {"type": "string"}},
+            ],
+            "responses": responses(&[(200, ok("Tasks", s.answer::<TaskPage>()))],
+                errors(&error, &[InvalidField, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+        }, "post": {
             "operationId": "submitTask",
             "summary": "Submit a task",
             "parameters": [{"name": headers::SOURCE_SERVICE, "in": "header", "required": false,

@@ -273,10 +273,11 @@ pub struct CancelResult {
 /// sent, however large).
 pub const MAX_LISTING_BYTES: usize = 8 << 20;
 
-/// The answer to `GET /v1/dead-letters`: newest first.
+/// A page of a listing — `GET /v1/tasks` (newest first) and `GET /v1/dead-letters`
+/// (latest due first).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
-pub struct DeadLetters {
+pub struct TaskPage {
     pub items: Vec<TaskStatus>,
     /// Items were left out to keep the answer within 8 MiB: fewer than `limit` are
     /// listed although more exist.
@@ -286,6 +287,9 @@ pub struct DeadLetters {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
 }
+
+/// The answer to `GET /v1/dead-letters`.
+pub type DeadLetters = TaskPage;
 
 /// The answer to `POST /v1/dead-letters/{id}/redrive`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

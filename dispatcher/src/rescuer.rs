@@ -210,6 +210,9 @@ mod tests {
         async fn purge(&self, params: store::PurgeParams<'_>) -> store::Result<u64> {
             self.inner.purge(params).await
         }
+        async fn search(&self, params: store::SearchParams<'_>) -> store::Result<Vec<TaskRecord>> {
+            self.inner.search(params).await
+        }
         async fn heartbeat_member(&self, member: &str, now: Millis) -> store::Result<()> {
             self.inner.heartbeat_member(member, now).await
         }

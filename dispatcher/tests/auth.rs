@@ -117,6 +117,8 @@ async fn every_public_endpoint_refuses_missing_wrong_expired_and_out_of_scope_cr
         ),
         (Method::GET, format!("/v1/tasks/{b}"), None),
         (Method::DELETE, format!("/v1/tasks/{b_pending}"), None),
+        (Method::GET, "/v1/tasks?type=b".to_string(), None),
+        (Method::GET, "/v1/tasks".to_string(), None),
         (Method::GET, "/v1/dead-letters?type=b".to_string(), None),
         (Method::GET, "/v1/dead-letters".to_string(), None),
         (Method::POST, format!("/v1/dead-letters/{b}/redrive"), None),
@@ -315,6 +317,7 @@ async fn roles_without_the_api_serve_no_public_endpoint() {
         for (method, path) in [
             (Method::POST, "/v1/tasks"),
             (Method::POST, "/v1/tasks:batch"),
+            (Method::GET, "/v1/tasks"),
             (Method::GET, "/v1/tasks/x"),
             (Method::DELETE, "/v1/tasks/x"),
             (Method::GET, "/v1/dead-letters"),

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use asyncd::store::{
     self, CancelOutcome, ClaimParams, DeadLetterParams, Finish, FinishKind, InsertOutcome,
-    KafkaDeadLetter, MEMBER_RETENTION, Millis, NewTask, PurgeParams, RedriveOutcome, StartParams,
-    Store, TaskState, TypeFilter,
+    KafkaDeadLetter, MEMBER_RETENTION, Millis, NewTask, PurgeParams, RedriveOutcome, SearchParams,
+    StartParams, Store, TaskState, TypeFilter,
 };
 use serde_json::value::RawValue;
 
@@ -1279,6 +1279,110 @@ async fn finished_tasks_are_purged_after_their_retention(store: &dyn Store) {
     assert_ne!(again, s1, "the purged task's key is free");
 }
 
+/// Issue 15, task search: every filter narrows, the newest come first, and the cursor
+/// of a page's last task continues where it ended, through ties on `created_at`.
+async fn tasks_are_found_by_filter_newest_first_page_by_page(store: &dyn Store) {
+    let mut ids = Vec::new();
+    for (n, (task_type, unique, created)) in [
+        ("a", None, 1),
+        ("a", Some("k1"), 2),
+        ("b", None, 2),
+        ("a", None, 2),
+        ("a", Some("k2"), 3),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut task = new_task(task_type, at(100 + n as i64));
+        task.unique_key = unique.map(String::from);
+        match store.insert(&[task], at(created)).await.unwrap().remove(0) {
+            InsertOutcome::Inserted { id, .. } => ids.push(id),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(
+        store.cancel(&ids[3], at(4)).await.unwrap(),
+        CancelOutcome::Cancelled
+    );
+    let search = |params: SearchParams<'static>| async move {
+        store
+            .search(params)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.id)
+            .collect::<Vec<_>>()
+    };
+    let all = SearchParams {
+        limit: 100,
+        ..SearchParams::default()
+    };
+    // Newest first; ties on created_at by id, descending.
+    let mut tied = vec![ids[1].clone(), ids[2].clone(), ids[3].clone()];
+    tied.sort();
+    tied.reverse();
+    let newest_first: Vec<String> = [vec![ids[4].clone()], tied, vec![ids[0].clone()]].concat();
+    assert_eq!(search(all).await, newest_first);
+
+    let only_a = search(SearchParams {
+        task_type: Some("a"),
+        ..all
+    })
+    .await;
+    assert_eq!(only_a.len(), 4);
+    assert!(!only_a.contains(&ids[2]));
+    assert_eq!(
+        search(SearchParams {
+            state: Some(TaskState::Cancelled),
+            ..all
+        })
+        .await,
+        [ids[3].clone()]
+    );
+    assert_eq!(
+        search(SearchParams {
+            unique_key: Some("k2"),
+            ..all
+        })
+        .await,
+        [ids[4].clone()]
+    );
+    assert_eq!(
+        search(SearchParams {
+            created_after: Some(at(2)),
+            ..all
+        })
+        .await,
+        [ids[4].clone()]
+    );
+    assert_eq!(
+        search(SearchParams {
+            eta_before: Some(at(101)),
+            ..all
+        })
+        .await,
+        [ids[0].clone()]
+    );
+
+    // Two at a time, each page starting after the last one's (created_at, id).
+    let mut paged = Vec::new();
+    let mut cursor: Option<(Millis, String)> = None;
+    loop {
+        let page = store
+            .search(SearchParams {
+                after: cursor.as_ref().map(|(at, id)| (*at, id.as_str())),
+                limit: 2,
+                ..SearchParams::default()
+            })
+            .await
+            .unwrap();
+        let Some(last) = page.last() else { break };
+        cursor = Some((last.created_at, last.id.clone()));
+        paged.extend(page.into_iter().map(|t| t.id));
+    }
+    assert_eq!(paged, newest_first);
+}
+
 /// Every scenario as one test per backend (`sqlite::…`, `mariadb::…`, `postgres::…`),
 /// each on a fresh, migrated database, so one failure hides none of the others.
 macro_rules! scenarios {
@@ -1336,6 +1440,7 @@ scenarios!(
     values_at_the_apis_limits_are_stored_exactly,
     errors_from_executors_are_stored_sanitized_and_capped,
     finished_tasks_are_purged_after_their_retention,
+    tasks_are_found_by_filter_newest_first_page_by_page,
 );
 
 // ---------------------------------------------------------------------------------------

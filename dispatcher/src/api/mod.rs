@@ -32,7 +32,7 @@ use crate::retry;
 use crate::routing::Routes;
 use crate::store::{
     CancelOutcome, DeadLetterParams, Finish, FinishKind, InsertOutcome, Millis, NewTask,
-    RedriveOutcome, Store, TaskRecord, TaskState,
+    RedriveOutcome, SearchParams, Store, TaskRecord, TaskState,
 };
 use error::ApiError;
 use submit::Limits;
@@ -82,7 +82,7 @@ pub fn router(state: Arc<ApiState>, public: bool) -> Router {
     let mut router = Router::new();
     if public {
         router = router
-            .route("/v1/tasks", post(submit_one))
+            .route("/v1/tasks", post(submit_one).get(search_tasks))
             // The route's own limit replaces the router-wide one below.
             .route(
                 "/v1/tasks:batch",
@@ -739,13 +739,7 @@ async fn dead_letters(
         .auth
         .require(&caller, Verb::ListDeadLetters, job.as_deref())
         .await?;
-    let limit = match query.get("limit") {
-        None => 100,
-        Some(text) => match text.parse::<u32>() {
-            Ok(n @ 1..=1000) => n,
-            _ => return Err(ApiError::field("limit", "must be 1..=1000")),
-        },
-    };
+    let limit = listing_limit(&query)?;
     let after = query.get("cursor").map(|c| parse_cursor(c)).transpose()?;
     let tasks = state
         .store
@@ -755,14 +749,94 @@ async fn dead_letters(
             limit,
         })
         .await?;
-    let (body, _) = listing(&tasks, limit, MAX_LISTING_BYTES);
+    let (body, _) = listing(&tasks, limit, MAX_LISTING_BYTES, |t| t.trigger_at);
     Ok(([("content-type", "application/json")], body).into_response())
 }
 
+/// `GET /v1/tasks`: tasks by filter, newest first, paged like dead letters. Reading
+/// them needs the same right as reading one (`get`), on the job filtered by or, without
+/// one, on every job.
+async fn search_tasks(
+    State(state): AppState,
+    caller: Caller,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let task_type = match (query.get("job"), query.get("type")) {
+        (Some(job), _) => {
+            let routes = state.routes.borrow().clone();
+            let Some(found) = routes.jobs().find(|j| j.name == *job) else {
+                return Err(ApiError::field(
+                    "job",
+                    format!("no AsyncJobConfig is named {job:?}"),
+                ));
+            };
+            Some(found.task_type.clone())
+        }
+        (None, task_type) => task_type.cloned(),
+    };
+    let job = task_type.as_deref().and_then(|t| state.job_name(t));
+    state
+        .auth
+        .require(&caller, Verb::Get, job.as_deref())
+        .await?;
+    let limit = listing_limit(&query)?;
+    let task_state = query
+        .get("state")
+        .map(|text| {
+            TaskState::parse(text).map_err(|_| {
+                ApiError::field(
+                    "state",
+                    "must be one of blocked, pending, claimed, running, succeeded, dead, cancelled",
+                )
+            })
+        })
+        .transpose()?;
+    let instant = |field: &'static str| {
+        query
+            .get(field)
+            .map(|text| {
+                chrono::DateTime::parse_from_rfc3339(text)
+                    .map(|t| Millis::new(t.timestamp_millis()))
+                    .map_err(|e| {
+                        ApiError::field(field, format!("{text:?} is not an RFC 3339 time ({e})"))
+                    })
+            })
+            .transpose()
+    };
+    let created_after = instant("created_after")?;
+    let eta_before = instant("eta_before")?;
+    let after = query.get("cursor").map(|c| parse_cursor(c)).transpose()?;
+    let tasks = state
+        .store
+        .search(SearchParams {
+            task_type: task_type.as_deref(),
+            state: task_state,
+            unique_key: query.get("unique_key").map(String::as_str),
+            created_after,
+            eta_before,
+            after: after.as_ref().map(|(at, id)| (*at, id.as_str())),
+            limit,
+        })
+        .await?;
+    let (body, _) = listing(&tasks, limit, MAX_LISTING_BYTES, |t| t.created_at);
+    Ok(([("content-type", "application/json")], body).into_response())
+}
+
+fn listing_limit(query: &HashMap<String, String>) -> Result<u32, ApiError> {
+    match query.get("limit") {
+        None => Ok(100),
+        Some(text) => match text.parse::<u32>() {
+            Ok(n @ 1..=1000) => Ok(n),
+            _ => Err(ApiError::field("limit", "must be 1..=1000")),
+        },
+    }
+}
+
 /// A listing cursor names the last task of a page by its place in the listing's order:
-/// `<trigger_at ms>.<id>`. Clients treat it as opaque.
-fn cursor_of(task: &TaskRecord) -> String {
-    format!("{}.{}", task.trigger_at.as_i64(), task.id)
+/// `<ms>.<id>`, the ms being the time the listing orders by (`trigger_at` for dead
+/// letters, `created_at` for a search). Clients treat it as opaque.
+fn cursor_of(task: &TaskRecord, order: fn(&TaskRecord) -> Millis) -> String {
+    format!("{}.{}", order(task).as_i64(), task.id)
 }
 
 fn parse_cursor(text: &str) -> Result<(Millis, String), ApiError> {
@@ -779,7 +853,12 @@ fn parse_cursor(text: &str) -> Result<(Millis, String), ApiError> {
 /// in, or a task larger than the cap could never be listed); the second value says
 /// whether items were cut. A cut page, or a full one, names the cursor of its last item.
 /// Written item by item, so a cut listing is never serialized whole.
-fn listing(tasks: &[TaskRecord], limit: u32, max_bytes: usize) -> (Vec<u8>, bool) {
+fn listing(
+    tasks: &[TaskRecord],
+    limit: u32,
+    max_bytes: usize,
+    order: fn(&TaskRecord) -> Millis,
+) -> (Vec<u8>, bool) {
     // The longest tail: `"truncated"` and a cursor of an i64 and a UUID.
     const TAIL_BYTES: usize = 128;
     let mut body = br#"{"items":["#.to_vec();
@@ -798,7 +877,7 @@ fn listing(tasks: &[TaskRecord], limit: u32, max_bytes: usize) -> (Vec<u8>, bool
     let truncated = listed < tasks.len();
     body.extend_from_slice(format!("],\"truncated\":{truncated}").as_bytes());
     if truncated || (listed > 0 && tasks.len() == limit as usize) {
-        let cursor = cursor_of(&tasks[listed - 1]);
+        let cursor = cursor_of(&tasks[listed - 1], order);
         body.extend_from_slice(format!(",\"next_cursor\":\"{cursor}\"").as_bytes());
     }
     body.push(b'}');
@@ -904,7 +983,7 @@ mod tests {
     #[test]
     fn a_listing_stops_at_its_byte_cap_and_says_so() {
         let tasks: Vec<TaskRecord> = (0..10).map(|i| dead(i, 1000)).collect();
-        let (body, truncated) = listing(&tasks, 10, 4500);
+        let (body, truncated) = listing(&tasks, 10, 4500, |t| t.trigger_at);
         let answer: DeadLetters = serde_json::from_slice(&body).unwrap();
         assert!(body.len() <= 4500, "{} bytes", body.len());
         assert_eq!((answer.items.len(), answer.truncated), (3, true));
@@ -916,7 +995,7 @@ mod tests {
             "the next page starts after the last one listed"
         );
 
-        let (full, truncated) = listing(&tasks, 10, usize::MAX);
+        let (full, truncated) = listing(&tasks, 10, usize::MAX, |t| t.trigger_at);
         let answer: DeadLetters = serde_json::from_slice(&full).unwrap();
         assert_eq!(
             (answer.items.len(), answer.truncated, truncated),
@@ -927,7 +1006,7 @@ mod tests {
             Some("0.task-9"),
             "a full page may have more behind it"
         );
-        let (body, _) = listing(&tasks, 11, usize::MAX);
+        let (body, _) = listing(&tasks, 11, usize::MAX, |t| t.trigger_at);
         let short: DeadLetters = serde_json::from_slice(&body).unwrap();
         assert_eq!(short.next_cursor, None, "a short page is the last");
         for (body, answer) in [(full, answer), (body, short)] {
@@ -942,10 +1021,10 @@ mod tests {
     #[test]
     fn a_task_larger_than_the_cap_is_still_listed_alone() {
         let tasks = [dead(0, 10_000), dead(1, 10)];
-        let (body, _) = listing(&tasks, 2, 1000);
+        let (body, _) = listing(&tasks, 2, 1000, |t| t.trigger_at);
         let answer: DeadLetters = serde_json::from_slice(&body).unwrap();
         assert_eq!((answer.items.len(), answer.truncated), (1, true));
-        let (body, _) = listing(&[], 2, 1000);
+        let (body, _) = listing(&[], 2, 1000, |t| t.trigger_at);
         assert_eq!(body, br#"{"items":[],"truncated":false}"#);
     }
 

@@ -433,6 +433,20 @@ pub struct PurgeParams<'a> {
     pub limit: u32,
 }
 
+/// What [`Store::search`] takes: tasks matching every filter given, newest first (by
+/// `created_at`, then id), up to `limit`, after the cursor `(created_at, id)` of the
+/// last task of the previous page.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SearchParams<'a> {
+    pub task_type: Option<&'a str>,
+    pub state: Option<TaskState>,
+    pub unique_key: Option<&'a str>,
+    pub created_after: Option<Millis>,
+    pub eta_before: Option<Millis>,
+    pub after: Option<(Millis, &'a str)>,
+    pub limit: u32,
+}
+
 /// What [`Store::claim_ids`] takes.
 #[derive(Debug, Clone, Copy)]
 pub struct ClaimIdsParams<'a> {
@@ -519,6 +533,8 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes finished tasks past their retention ([`PurgeParams`]) with their
     /// dependency edges, in one short transaction; returns how many went.
     async fn purge(&self, params: PurgeParams<'_>) -> Result<u64>;
+    /// Tasks by filter ([`SearchParams`]), without their `depends_on`.
+    async fn search(&self, params: SearchParams<'_>) -> Result<Vec<TaskRecord>>;
     async fn stats(&self, now: Millis) -> Result<Vec<TypeStats>>;
 
     /// Records that dispatcher `member` is alive at `now` (and forgets members silent

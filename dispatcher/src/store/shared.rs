@@ -3,8 +3,11 @@
 
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
-use super::rows::{LapsedRow, TaskRow};
-use super::{KafkaDeadLetter, Lapsed, MEMBER_RETENTION, Millis, PurgeParams, Result, TaskRecord};
+use super::rows::{LapsedRow, TaskRow, task_columns};
+use super::{
+    KafkaDeadLetter, Lapsed, MEMBER_RETENTION, Millis, PurgeParams, Result, SearchParams,
+    TaskRecord,
+};
 
 /// One backend's text for the statements run here and in [`super::tx`]; each takes its
 /// parameters in the order its comment names (the function binding it uses that order).
@@ -214,6 +217,55 @@ where
     }
     tx.commit().await?;
     Ok(ids.len() as u64)
+}
+
+/// [`super::Store::search`]: one statement with only the filters given, so each can use
+/// its index (`tasks_created` leads with the type).
+pub async fn search<DB>(pool: &Pool<DB>, params: SearchParams<'_>) -> Result<Vec<TaskRecord>>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Millis: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'r> TaskRow: FromRow<'r, DB::Row>,
+{
+    let mut query = sqlx::QueryBuilder::<DB>::new(concat!(
+        "SELECT ",
+        task_columns!(),
+        " FROM tasks WHERE 1 = 1"
+    ));
+    if let Some(task_type) = params.task_type {
+        query.push(" AND task_type = ").push_bind(task_type);
+    }
+    if let Some(state) = params.state {
+        query.push(" AND state = ").push_bind(state.as_str());
+    }
+    if let Some(key) = params.unique_key {
+        query.push(" AND unique_key = ").push_bind(key);
+    }
+    if let Some(after) = params.created_after {
+        query.push(" AND created_at > ").push_bind(after);
+    }
+    if let Some(before) = params.eta_before {
+        query.push(" AND trigger_at < ").push_bind(before);
+    }
+    if let Some((created, id)) = params.after {
+        query
+            .push(" AND (created_at < ")
+            .push_bind(created)
+            .push(" OR (created_at = ")
+            .push_bind(created)
+            .push(" AND id < ")
+            .push_bind(id)
+            .push("))");
+    }
+    query
+        .push(" ORDER BY created_at DESC, id DESC LIMIT ")
+        .push_bind(i64::from(params.limit));
+    let rows: Vec<TaskRow> = query.build_query_as().fetch_all(pool).await?;
+    rows.into_iter().map(TaskRow::into_record).collect()
 }
 
 pub async fn leave<DB>(pool: &Pool<DB>, queries: &Queries, member: &str) -> Result<()>

@@ -17,8 +17,8 @@ use super::shared::{self, KafkaDeadLetterRow, Queries};
 use super::{
     CancelOutcome, ClaimIdsParams, ClaimParams, ClaimedTask, DeadLetterParams, Finish, FinishKind,
     InsertOutcome, KafkaDeadLetter, Lapsed, Millis, NewTask, PurgeParams, RedriveOutcome, Result,
-    StartParams, Started, Store, TaskRecord, TypeStats, is_unique_violation, retrying,
-    unnamed_insert_conflict, unnamed_redrive_conflict,
+    SearchParams, StartParams, Started, Store, TaskRecord, TypeStats, is_unique_violation,
+    retrying, unnamed_insert_conflict, unnamed_redrive_conflict,
 };
 
 /// A connection of a dialect's database.
@@ -503,6 +503,10 @@ where
 
     async fn redrive(&self, id: &str, now: Millis) -> Result<RedriveOutcome> {
         Tx::<B>::redrive(self.writer(), id, now).await
+    }
+
+    async fn search(&self, params: SearchParams<'_>) -> Result<Vec<TaskRecord>> {
+        shared::search(self.reader(), params).await
     }
 
     async fn purge(&self, params: PurgeParams<'_>) -> Result<u64> {
