@@ -512,6 +512,8 @@ async fn tasks_are_searched_by_filter_page_by_page() {
         ("eta_before=1", "eta_before"),
         ("limit=0", "limit"),
         ("cursor=garbage", "cursor"),
+        ("unique_key=a%00b", "unique_key"),
+        ("type=a%00b", "type"),
     ] {
         let (status, answer) = asyncd.get(&format!("/v1/tasks?{query}")).await;
         assert_eq!(

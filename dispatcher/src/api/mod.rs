@@ -732,6 +732,9 @@ async fn dead_letters(
     caller: Caller,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
+    if let Some(task_type) = query.get("type") {
+        submit::plain_text("type", task_type)?;
+    }
     let job = query
         .get("type")
         .and_then(|task_type| state.job_name(task_type));
@@ -761,6 +764,13 @@ async fn search_tasks(
     caller: Caller,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
+    // No stored name or key has a control character, and PostgreSQL cannot even
+    // compare with a NUL: such a filter is a bad request, not a store error.
+    for field in ["job", "type", "unique_key"] {
+        if let Some(value) = query.get(field) {
+            submit::plain_text(field, value)?;
+        }
+    }
     let task_type = match (query.get("job"), query.get("type")) {
         (Some(job), _) => {
             let routes = state.routes.borrow().clone();

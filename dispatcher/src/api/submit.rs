@@ -171,7 +171,7 @@ fn key(field: &str, value: Option<String>) -> Result<Option<String>, ApiError> {
 /// PostgreSQL refuses NUL in text (a task accepted with one could never be written — on
 /// the Kafka route it would block its partition), and no key or name needs a control
 /// character.
-fn plain_text(field: &str, value: &str) -> Result<(), ApiError> {
+pub(super) fn plain_text(field: &str, value: &str) -> Result<(), ApiError> {
     match value.chars().find(|c| c.is_control()) {
         Some(c) => Err(ApiError::field(
             field,
