@@ -238,7 +238,7 @@ def test_request_errors(dev_env):
     c = env.client
     with pytest.raises(asyncd.UnknownTaskType) as info:
         c.submit("no_such_type", idempotency_key=key())
-    assert isinstance(info.value, asyncd.InvalidField)
+    assert not isinstance(info.value, asyncd.InvalidField)
     assert (info.value.status, info.value.code, info.value.field) == (400, "unknown_task_type", "type")
 
     for kwargs, fld in [({"priority": 10}, "priority"), ({"max_retries": 101}, "max_retries"),
