@@ -227,7 +227,7 @@ func refusalHint(h http.Header, err error) string {
 	case errors.Is(err, ErrNoSigningKey):
 		return "this executor has no usable signing key (is the variable holding the job's signing secret empty?): it refuses every call"
 	case h.Get(HeaderSignature) == "":
-		return "the call is unsigned: the job's signing Secret (spec.executor.signing.secretRef) is missing where asyncd runs, or the caller is not asyncd"
+		return "the call is unsigned: the job has no spec.executor.signing (asyncd signs the calls of jobs that configure it), or the caller is not asyncd"
 	case errors.Is(err, ErrStaleTimestamp):
 		return "the clocks of asyncd and this executor differ by more than 5 minutes"
 	case errors.Is(err, ErrReplayed):

@@ -100,7 +100,7 @@ func TestExecutorLogsEveryFailedRefusedAndTimedOutTask(t *testing.T) {
 	}
 }
 
-// A job whose signing Secret is missing where asyncd runs sends unsigned calls; an
+// A job without spec.executor.signing sends unsigned calls; an
 // executor without a key (its variable unset) refuses everything. Both are logged with
 // what to fix.
 func TestExecutorLogsRefusedCallsWithAHint(t *testing.T) {
@@ -117,7 +117,7 @@ func TestExecutorLogsRefusedCallsWithAHint(t *testing.T) {
 		logs *syncBuffer
 		id   string
 		hint string
-	}{{logs, "0193t", "signing Secret"}, {logs2, "0193u", "no usable signing key"}} {
+	}{{logs, "0193t", "no spec.executor.signing"}, {logs2, "0193u", "no usable signing key"}} {
 		recs := tc.logs.records(t)
 		if len(recs) != 1 || recs[0]["level"] != "ERROR" || recs[0]["task_id"] != tc.id ||
 			!strings.Contains(recs[0]["msg"].(string), "401") || !strings.Contains(recs[0]["hint"].(string), tc.hint) {

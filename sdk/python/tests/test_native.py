@@ -56,7 +56,7 @@ def test_every_failed_refused_or_timed_out_task_is_logged(call, caplog: pytest.L
 
 def test_refused_calls_are_logged_with_what_to_fix(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="asyncd")
-    # The job's signing Secret is missing where asyncd runs: it sends unsigned calls.
+    # A job without spec.executor.signing sends unsigned calls.
     ex = asyncd.Executor(signing_secret="s3cret")
     ex.register("ok", lambda p: None)
     assert call_wsgi(ex.wsgi_app(), task_body("ok"), HEADERS)[0] == 401
@@ -67,7 +67,7 @@ def test_refused_calls_are_logged_with_what_to_fix(caplog: pytest.LogCaptureFixt
     msgs = [(r.levelname, r.getMessage()) for r in _records(caplog)]
     assert len(msgs) == 2, msgs
     assert msgs[0][0] == "ERROR" and "401" in msgs[0][1] and "0193t" in msgs[0][1]
-    assert "signing Secret (spec.executor.signing.secretRef) is missing" in msgs[0][1]
+    assert "the job has no spec.executor.signing" in msgs[0][1]
     assert "no usable signing key" in msgs[1][1]
 
 

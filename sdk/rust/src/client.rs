@@ -586,7 +586,7 @@ impl Client {
             None => self.send(method.clone(), path, body, true).await,
             Some(policy) => {
                 policy
-                    .run(|| self.send(method.clone(), path, body, true))
+                    .run(move || self.send(method.clone(), path, body, true))
                     .await
             }
         }

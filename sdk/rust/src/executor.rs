@@ -543,8 +543,8 @@ fn refusal_hint(headers: &HeaderMap, err: &VerifyError) -> &'static str {
              empty?): it refuses every call"
         }
         _ if header_str(headers, HEADER_SIGNATURE).is_none() => {
-            "the call is unsigned: the job's signing Secret (spec.executor.signing.secretRef) is missing \
-             where asyncd runs, or the caller is not asyncd"
+            "the call is unsigned: the job has no spec.executor.signing (asyncd signs the calls of \
+             jobs that configure it), or the caller is not asyncd"
         }
         VerifyError::Signature(SignatureError::Stale) => {
             "the clocks of asyncd and this executor differ by more than 5 minutes"
@@ -825,7 +825,7 @@ mod tests {
         }
     }
 
-    /// Unsigned calls (the job's signing Secret is missing where asyncd runs) and an
+    /// Unsigned calls (a job without `spec.executor.signing`) and an
     /// executor without a key (its variable unset) are logged with what to fix.
     #[tokio::test]
     async fn refused_calls_are_logged_with_a_hint() {
@@ -848,7 +848,7 @@ mod tests {
             lines[0].contains("ERROR")
                 && lines[0].contains("401")
                 && lines[0].contains("task=0193t")
-                && lines[0].contains("signing Secret (spec.executor.signing.secretRef) is missing"),
+                && lines[0].contains("the job has no spec.executor.signing"),
             "{}",
             lines[0]
         );

@@ -663,8 +663,8 @@ def _refusal_hint(headers: Mapping[str, str], err: BadSignature) -> str:
         return ("this executor has no usable signing key (is the variable holding the job's signing secret "
                 "empty?): it refuses every call")
     if not headers.get("asyncd-signature"):
-        return ("the call is unsigned: the job's signing Secret (spec.executor.signing.secretRef) is missing "
-                "where asyncd runs, or the caller is not asyncd")
+        return ("the call is unsigned: the job has no spec.executor.signing (asyncd signs the calls of jobs "
+                "that configure it), or the caller is not asyncd")
     if isinstance(err, StaleTimestamp):
         return "the clocks of asyncd and this executor differ by more than 5 minutes"
     if isinstance(err, Replayed):
