@@ -21,6 +21,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::{ApiError, Error};
+use crate::retry::RetryPolicy;
 use crate::idempotency::idempotency_key_from;
 use crate::time::{format_duration, format_time};
 
@@ -375,6 +376,8 @@ impl Client {
                 http: self.inner.http.clone(),
                 token: self.inner.token.clone(),
                 file_token: Mutex::new(None),
+                // Callbacks are not retried by a policy: the executor handles them.
+                retry: None,
             }),
         }
     }

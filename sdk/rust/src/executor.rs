@@ -448,8 +448,8 @@ async fn serve(
         && let Err(e) = verifier.verify(&headers, &body, SystemTime::now())
     {
         tracing::error!(
-            task = header_str(&headers, HEADER_TASK_ID).unwrap_or(""),
-            attempt = header_str(&headers, HEADER_ATTEMPT).unwrap_or(""),
+            task = %header_str(&headers, HEADER_TASK_ID).unwrap_or(""),
+            attempt = %header_str(&headers, HEADER_ATTEMPT).unwrap_or(""),
             reason = %e,
             hint = refusal_hint(&headers, &e),
             "asyncd: refused an executor call (401: asyncd will not retry it; redrive the task once fixed)"
@@ -461,7 +461,7 @@ async fn serve(
         // The same body would come again on a retry, so this is permanent (400).
         _ => {
             tracing::error!(
-                task = header_str(&headers, HEADER_TASK_ID).unwrap_or(""),
+                task = %header_str(&headers, HEADER_TASK_ID).unwrap_or(""),
                 "asyncd: refused an executor call (400): the body is not an asyncd task"
             );
             return error_answer(StatusCode::BAD_REQUEST, "body is not an asyncd task");
@@ -471,7 +471,7 @@ async fn serve(
         // 501, not 404: a 4xx would dead-letter the task, while the usual cause is a
         // rollout that has not reached this replica yet; a 5xx is retried.
         tracing::warn!(
-            task = header_str(&headers, HEADER_TASK_ID).unwrap_or(""),
+            task = %header_str(&headers, HEADER_TASK_ID).unwrap_or(""),
             task_type = %env.task_type,
             "asyncd: refused an executor call (501): no executor for this task type; asyncd will retry"
         );
@@ -513,7 +513,7 @@ async fn serve(
     };
     abandoned.ctx = None;
     log_outcome(&ctx, &outcome, started.elapsed());
-    outcome_answer(&ctx, outcome)
+    outcome_answer(outcome)
 }
 
 /// Logs, when dropped armed, that asyncd closed the call before the handler returned:
@@ -580,7 +580,7 @@ fn panic_message(e: tokio::task::JoinError) -> String {
     format!("handler panicked: {msg}")
 }
 
-fn outcome_answer(ctx: &TaskContext, outcome: Result<Value, Outcome>) -> Response {
+fn outcome_answer(outcome: Result<Value, Outcome>) -> Response {
     match outcome {
         Ok(Value::Null) => answer(StatusCode::OK, json!({})),
         Ok(output) => answer(StatusCode::OK, json!({ "output": output })),
