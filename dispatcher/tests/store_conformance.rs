@@ -571,17 +571,32 @@ async fn idempotency_unique_and_cron_keys(store: &dyn Store) {
         existing_id: first_id.clone(),
     };
     let outcomes = store
-        .insert(&[other_payload.clone(), other_type.clone(), respaced.clone()], T0)
+        .insert(
+            &[other_payload.clone(), other_type.clone(), respaced.clone()],
+            T0,
+        )
         .await
         .unwrap();
     let repeat = InsertOutcome::Duplicate {
         id: first_id.clone(),
         trigger_at: T0,
     };
-    assert_eq!(outcomes, [mismatch.clone(), mismatch.clone(), repeat.clone()]);
-    assert_eq!(store.find_idempotent(&other_payload).await.unwrap(), Some(mismatch.clone()));
-    assert_eq!(store.find_idempotent(&other_type).await.unwrap(), Some(mismatch));
-    assert_eq!(store.find_idempotent(&respaced).await.unwrap(), Some(repeat));
+    assert_eq!(
+        outcomes,
+        [mismatch.clone(), mismatch.clone(), repeat.clone()]
+    );
+    assert_eq!(
+        store.find_idempotent(&other_payload).await.unwrap(),
+        Some(mismatch.clone())
+    );
+    assert_eq!(
+        store.find_idempotent(&other_type).await.unwrap(),
+        Some(mismatch)
+    );
+    assert_eq!(
+        store.find_idempotent(&respaced).await.unwrap(),
+        Some(repeat)
+    );
     let mut unheld = new_task("a", T0);
     unheld.idempotency_key = Some("nobody".into());
     assert_eq!(store.find_idempotent(&unheld).await.unwrap(), None);

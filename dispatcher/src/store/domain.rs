@@ -327,8 +327,16 @@ mod tests {
         let mut t = task();
         t.payload = RawValue::from_string(r#"{"a": 1, "b": [2]}"#.into()).unwrap();
         assert!(same_request(&t, &t.task_type.clone(), r#"{"b":[2],"a":1}"#));
-        assert!(!same_request(&t, &t.task_type.clone(), r#"{"a":1,"b":[3]}"#));
-        assert!(!same_request(&t, &t.task_type.clone(), r#"{"a":1.0,"b":[2]}"#));
+        assert!(!same_request(
+            &t,
+            &t.task_type.clone(),
+            r#"{"a":1,"b":[3]}"#
+        ));
+        assert!(!same_request(
+            &t,
+            &t.task_type.clone(),
+            r#"{"a":1.0,"b":[2]}"#
+        ));
         assert!(!same_request(&t, "other", r#"{"a":1,"b":[2]}"#));
     }
 

@@ -331,7 +331,9 @@ impl Holder {
     /// without its type and payload (any key but an idempotency key).
     pub fn same_request(&self, task: &super::NewTask) -> bool {
         match (&self.task_type, &self.payload) {
-            (Some(task_type), Some(payload)) => super::domain::same_request(task, task_type, payload),
+            (Some(task_type), Some(payload)) => {
+                super::domain::same_request(task, task_type, payload)
+            }
             _ => true,
         }
     }

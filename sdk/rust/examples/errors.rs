@@ -20,7 +20,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     let key = "order-7-cancel";
     let first = Task::new("cancel_expired_order", json!({"order_id": 7})).idempotency_key(key);
-    client.submit_delayed(&first, Duration::from_secs(3600)).await?;
+    client
+        .submit_delayed(&first, Duration::from_secs(3600))
+        .await?;
     let other = Task::new("cancel_expired_order", json!({"order_id": 8})).idempotency_key(key);
     match client.submit(&other).await {
         Err(e) if e.is(&ErrorCode::IdempotencyMismatch) => println!(

@@ -51,7 +51,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let task = Task::new("cancel_expired_order", json!({"order_id": 42}))
         .derive_idempotency_key(&["order_id"])?;
     let res = client.submit_delayed(&task, Duration::from_secs(2)).await?;
-    println!("submitted {}, due {} (duplicate: {})", res.id, res.eta, res.duplicate);
+    println!(
+        "submitted {}, due {} (duplicate: {})",
+        res.id, res.eta, res.duplicate
+    );
     loop {
         let t = client.get(&res.id).await?;
         if t.state.is_final() {

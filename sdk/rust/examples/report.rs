@@ -29,18 +29,19 @@ async fn build_report(_ctx: TaskContext, report: Report) -> Result<Summary, Outc
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt().with_target(false).init();
-    let executor = Executor::new().signing_secret("dev-secret").register_long_running(
-        "build_report",
-        Duration::from_secs(30),
-        build_report,
-    );
+    let executor = Executor::new()
+        .signing_secret("dev-secret")
+        .register_long_running("build_report", Duration::from_secs(30), build_report);
     let in_flight = executor.in_flight();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
     let app = executor.into_router();
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let client = Client::builder().endpoint("http://127.0.0.1:7700").build()?;
-    let task = Task::new("build_report", json!({"month": "2026-11"})).idempotency_key("report-2026-11");
+    let client = Client::builder()
+        .endpoint("http://127.0.0.1:7700")
+        .build()?;
+    let task =
+        Task::new("build_report", json!({"month": "2026-11"})).idempotency_key("report-2026-11");
     let res = client.submit(&task).await?;
     let done = loop {
         let t = client.get(&res.id).await?;
@@ -49,10 +50,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    println!("report {}: {}, result {:?}, last error {:?}", done.id, done.state, done.result, done.last_error);
+    println!(
+        "report {}: {}, result {:?}, last error {:?}",
+        done.id, done.state, done.result, done.last_error
+    );
     server.abort();
     in_flight.wait().await; // on shutdown: let running handlers post their results
-    if done.state != TaskState::Succeeded || done.result != Some(json!({"month": "2026-11", "rows": 1234})) {
+    if done.state != TaskState::Succeeded
+        || done.result != Some(json!({"month": "2026-11", "rows": 1234}))
+    {
         return Err("the report did not succeed with its summary".into());
     }
     Ok(())

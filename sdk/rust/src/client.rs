@@ -21,8 +21,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::{ApiError, Error};
-use crate::retry::RetryPolicy;
 use crate::idempotency::idempotency_key_from;
+use crate::retry::RetryPolicy;
 use crate::time::{format_duration, format_time};
 
 /// Where `asyncd dev` listens unless told otherwise.

@@ -120,7 +120,11 @@ pub(crate) fn parse_retry_after(
         return Some(Duration::from_secs(secs));
     }
     let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
-    Some((at.with_timezone(&chrono::Utc) - now).to_std().unwrap_or_default())
+    Some(
+        (at.with_timezone(&chrono::Utc) - now)
+            .to_std()
+            .unwrap_or_default(),
+    )
 }
 
 /// `err` and its sources, joined by ": ", as a transport error shows them: reqwest's own

@@ -795,7 +795,11 @@ mod tests {
             .into_router();
         let headers = [("Asyncd-Task-Id", "0193t".to_string())];
         call(&app, "POST", &task_body("ok", "{}"), &headers).await;
-        assert_eq!(logs.lines(), Vec::<String>::new(), "a success is not logged");
+        assert_eq!(
+            logs.lines(),
+            Vec::<String>::new(),
+            "a success is not logged"
+        );
         for (task_type, payload) in [
             ("later", "{}"),
             ("bad", "{}"),
@@ -880,11 +884,22 @@ mod tests {
         assert!(err.is_timeout());
         let deadline = Instant::now() + Duration::from_secs(5);
         while !logs.lines().iter().any(|l| l.contains("timed out")) {
-            assert!(Instant::now() < deadline, "no timed-out record: {:#?}", logs.lines());
+            assert!(
+                Instant::now() < deadline,
+                "no timed-out record: {:#?}",
+                logs.lines()
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let line = logs.lines().into_iter().find(|l| l.contains("timed out")).unwrap();
-        assert!(line.contains("ERROR") && line.contains("task_type=slow"), "{line}");
+        let line = logs
+            .lines()
+            .into_iter()
+            .find(|l| l.contains("timed out"))
+            .unwrap();
+        assert!(
+            line.contains("ERROR") && line.contains("task_type=slow"),
+            "{line}"
+        );
     }
 
     #[tokio::test]

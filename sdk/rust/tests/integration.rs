@@ -136,7 +136,8 @@ async fn submit_runs_the_executor_and_dedupes() {
     );
 
     // A repeat of the key and payload returns the first task.
-    let again = Task::new("rust_order", json!({"order_id": 42, "note": "héllo"})).idempotency_key(&key);
+    let again =
+        Task::new("rust_order", json!({"order_id": 42, "note": "héllo"})).idempotency_key(&key);
     let dup = dev.client.submit(&again).await.unwrap();
     assert!(dup.duplicate, "{dup:?}");
     assert_eq!((dup.id.as_str(), dup.eta), (res.id.as_str(), res.eta));

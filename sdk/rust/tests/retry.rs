@@ -41,11 +41,9 @@ impl Scripted {
                 };
                 let answers = f.answers.lock().unwrap();
                 let (status, retry_after, body) = answers[(n - 1).min(answers.len() - 1)].clone();
-                let mut resp =
-                    (StatusCode::from_u16(status).unwrap(), body).into_response();
+                let mut resp = (StatusCode::from_u16(status).unwrap(), body).into_response();
                 if let Some(v) = retry_after {
-                    resp.headers_mut()
-                        .insert("retry-after", v.parse().unwrap());
+                    resp.headers_mut().insert("retry-after", v.parse().unwrap());
                 }
                 resp
             }
@@ -85,7 +83,10 @@ async fn every_code_of_the_shared_table_is_typed_and_classed() {
         let client = Client::builder().endpoint(endpoint).build().unwrap();
         let err = client.get("x").await.unwrap_err();
         let parsed = ErrorCode::parse(code);
-        assert!(!matches!(parsed, ErrorCode::Other(_)), "{code} has a variant");
+        assert!(
+            !matches!(parsed, ErrorCode::Other(_)),
+            "{code} has a variant"
+        );
         assert!(err.is(&parsed), "{code}: {err}");
         assert_eq!(ErrorCode::parse(code).status(), Some(status), "{code}");
         assert_eq!(err.is_retryable(), retryable, "{code}");
@@ -97,11 +98,16 @@ async fn every_code_of_the_shared_table_is_typed_and_classed() {
     }
     for row in table["http_errors"].as_array().unwrap() {
         let status = row["status"].as_u64().unwrap() as u16;
-        let (_, endpoint) = Scripted::start(vec![(status, None, "<html>proxy</html>".into())]).await;
+        let (_, endpoint) =
+            Scripted::start(vec![(status, None, "<html>proxy</html>".into())]).await;
         let client = Client::builder().endpoint(endpoint).build().unwrap();
         let err = client.get("x").await.unwrap_err();
         assert!(err.is(&ErrorCode::HttpError), "{status}: {err}");
-        assert_eq!(err.is_retryable(), row["retryable"].as_bool().unwrap(), "{status}");
+        assert_eq!(
+            err.is_retryable(),
+            row["retryable"].as_bool().unwrap(),
+            "{status}"
+        );
     }
 }
 
@@ -116,13 +122,17 @@ async fn a_transport_error_shows_its_cause_and_is_retryable() {
     assert!(err.is_retryable());
     // In its Display, not only in {:?}.
     assert!(
-        err.to_string().to_lowercase().contains("connection refused"),
+        err.to_string()
+            .to_lowercase()
+            .contains("connection refused"),
         "{err}"
     );
 }
 
-const UNAVAILABLE: &str = r#"{"error":{"code":"store_unavailable","message":"the store did not answer"}}"#;
-const CREATED: &str = r#"{"id":"t1","eta":"2026-12-01T00:00:00Z","route":"store","duplicate":false}"#;
+const UNAVAILABLE: &str =
+    r#"{"error":{"code":"store_unavailable","message":"the store did not answer"}}"#;
+const CREATED: &str =
+    r#"{"id":"t1","eta":"2026-12-01T00:00:00Z","route":"store","duplicate":false}"#;
 
 fn recording_policy(max_attempts: u32, waits: &Arc<Mutex<Vec<Duration>>>) -> RetryPolicy {
     let w = waits.clone();
@@ -148,7 +158,9 @@ async fn retries_honour_retry_after_and_resend_the_same_key() {
     let client = Client::builder()
         .endpoint(endpoint)
         .retry(recording_policy(4, &waits).on_retry(move |n, err, _| {
-            r.lock().unwrap().push(format!("{n}:{}", err.code().unwrap()));
+            r.lock()
+                .unwrap()
+                .push(format!("{n}:{}", err.code().unwrap()));
         }))
         .build()
         .unwrap();
@@ -185,8 +197,7 @@ async fn retries_give_up_and_never_repeat_a_refusal() {
     assert_eq!(s.calls(), 3);
     assert_eq!(*waits.lock().unwrap(), [Duration::from_secs(1); 2]);
 
-    let (s, endpoint) =
-        Scripted::start(vec![(409, None, api_error("idempotency_mismatch"))]).await;
+    let (s, endpoint) = Scripted::start(vec![(409, None, api_error("idempotency_mismatch"))]).await;
     let client = Client::builder()
         .endpoint(endpoint)
         .retry(recording_policy(3, &waits))
