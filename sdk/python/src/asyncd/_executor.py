@@ -419,9 +419,10 @@ class Executor:
         extra = {"task_id": ctx.id, "task_type": ctx.type, "attempt": ctx.attempt}
         timed_out = ctx.deadline is not None and time.monotonic() >= ctx.deadline
         if timed_out or isinstance(exc, (Cancelled, asyncio.TimeoutError)):
-            log.error("asyncd: task %s (%s) attempt %d timed out after %.3fs (%s): asyncd has given up on the "
-                      "call and will run it again%s", ctx.id, ctx.type, ctx.attempt, took,
-                      ctx.cancel_reason or "deadline passed", f"; error: {exc}" if exc else "", extra=extra)
+            detail = "" if exc is None or isinstance(exc, Cancelled) else f"; error: {type(exc).__name__}: {exc}"
+            log.error("asyncd: task %s (%s) attempt %d %s (the handler ran %.3fs): asyncd has given up on the "
+                      "call and will run it again%s", ctx.id, ctx.type, ctx.attempt,
+                      ctx.cancel_reason or "timed out: its deadline passed", took, detail, extra=extra)
         elif exc is None:
             return
         elif isinstance(exc, Permanent):
