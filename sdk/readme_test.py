@@ -42,7 +42,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 FENCE = re.compile(r"^```(\S*)[ \t]*(.*)$")
 BLOCK_TIMEOUT = 120
@@ -122,7 +122,6 @@ class Session:
     def __init__(self, readme: Path, root: Path, env: Dict[str, str]) -> None:
         self.readme, self.root, self.env = readme, root, env
         self.servers: List[subprocess.Popen] = []
-        self.go_programs = 0
 
     def close(self) -> None:
         for s in self.servers:
