@@ -46,6 +46,8 @@ from typing import Dict, List
 
 FENCE = re.compile(r"^```(\S*)[ \t]*(.*)$")
 BLOCK_TIMEOUT = 120
+# An install block may build asyncd (a no-op when ASYNCD_BIN is up to date, minutes when not).
+INSTALL_TIMEOUT = 1800
 
 
 @dataclass
@@ -90,12 +92,12 @@ class Failure(Exception):
     pass
 
 
-def run(cmd: List[str], cwd: Path, env: Dict[str, str], what: str) -> str:
+def run(cmd: List[str], cwd: Path, env: Dict[str, str], what: str, timeout: int = BLOCK_TIMEOUT) -> str:
     try:
         p = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, timeout=BLOCK_TIMEOUT)
+                           text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
-        raise Failure(f"{what}: timed out after {BLOCK_TIMEOUT}s; output:\n{e.stdout or ''}") from None
+        raise Failure(f"{what}: timed out after {timeout}s; output:\n{e.stdout or ''}") from None
     if p.returncode != 0:
         raise Failure(f"{what}: exit {p.returncode}; output:\n{p.stdout}")
     return p.stdout
@@ -245,7 +247,7 @@ def main(argv: List[str]) -> int:
                 if "install" in block.flags:
                     print(f"--- {block.where(readme)} (install, in {repo})", flush=True)
                     sys.stdout.write(run(["bash", "-c", "set -euo pipefail\n" + block.code], repo, env,
-                                         block.where(readme)))
+                                         block.where(readme), INSTALL_TIMEOUT))
         except Failure as e:
             print(f"readme_test: {e}", file=sys.stderr)
             failed += 1
