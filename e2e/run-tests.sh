@@ -68,7 +68,7 @@ step "chaos soak: 10^5 tasks, every role SIGKILLed, PostgreSQL and Kafka restart
 bash e2e/soak.sh --tasks 100000
 
 if [ -x sdk/test.sh ]; then
-  step "SDK tests against a real asyncd dev"
+  step "SDK tests, cross-language checks and every SDK README block against a real asyncd dev"
   cargo build -p asyncd --locked
   ASYNCD_BIN="$CARGO_TARGET_DIR/debug/asyncd" sdk/test.sh
 fi

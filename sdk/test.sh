@@ -2,7 +2,10 @@
 # Tests the Go, Python and Rust SDKs against a real `asyncd dev`, then checks them
 # against each other: a Go client's task run by a Python executor and a Python client's
 # by a Go one; Go and Python clients' tasks run by a Rust executor; and a Rust executor's
-# permanent failure landing the Go and Python clients' tasks in dead letters.
+# permanent failure landing the Go and Python clients' tasks in dead letters. Last, it
+# runs every code block of the three SDK READMEs, in order, against a real `asyncd dev`
+# (readme_test.py; needs `unshare --net`, i.e. root, to give each README its own
+# loopback).
 #
 #   ASYNCD_BIN        the asyncd binary (default $ASYNCD_CACHE/target/debug/asyncd)
 #   ASYNCD_CACHE      where the venv lives (default /var/cache/asyncd)
@@ -64,15 +67,18 @@ wait_for() {
 }
 
 (cd "$sdk/go" && go build -o "$tmp/crosstest" ./internal/crosstest)
-# The Rust executor (sdk/rust/examples/executor.rs); cargo names the binary it built.
-rust_executor=$(cd "$sdk/.." && cargo build -q -p asyncd-client --example executor \
-	--message-format=json-render-diagnostics | "$venv/bin/python" -c '
-import json, sys
+# The Rust examples: the executor (sdk/rust/examples/executor.rs) and the README's;
+# cargo names the binaries it built, linked here as $tmp/examples/<example name>.
+mkdir "$tmp/examples"
+(cd "$sdk/.." && cargo build -q -p asyncd-client --examples \
+	--message-format=json-render-diagnostics) | "$venv/bin/python" -c '
+import json, os, sys
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "executor" and m.get("executable"):
-        print(m["executable"])
-')
+    if m.get("reason") == "compiler-artifact" and "example" in m["target"]["kind"] and m.get("executable"):
+        os.symlink(m["executable"], os.path.join(sys.argv[1], m["target"]["name"]))
+' "$tmp/examples"
+rust_executor=$tmp/examples/executor
 if [[ ! -x $rust_executor ]]; then
 	echo "sdk/test.sh: cargo built no executor example binary" >&2
 	exit 1
@@ -193,3 +199,7 @@ passed=$((passed + 1))
 
 cat "$tmp/go-executor.log" "$tmp/py-executor.log" "$tmp/rust-executor.log" "$tmp/rust-dead-executor.log"
 echo "cross-language: $passed passed, 0 failed"
+
+echo "== README blocks: sdk/{go,python,rust}/README.md against asyncd dev"
+ASYNCD_VENV=$venv ASYNCD_REPO=$(cd "$sdk/.." && pwd) ASYNCD_RUST_EXAMPLES=$tmp/examples \
+	"$venv/bin/python" "$sdk/readme_test.py" "$sdk/go/README.md" "$sdk/python/README.md" "$sdk/rust/README.md"

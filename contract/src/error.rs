@@ -28,6 +28,9 @@ pub enum ErrorCode {
     NotFound,
     /// 409: a pending task already holds this unique key; `existing_id` names it.
     UniqueConflict,
+    /// 409: this idempotency key belongs to a task with another type or payload;
+    /// `existing_id` names it.
+    IdempotencyMismatch,
     /// 409: the task is no longer pending; `state` names its state.
     NotCancellable,
     /// 409: a heartbeat or result carried a lease token that is not the current attempt's.
@@ -58,7 +61,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code the server sends.
-    pub const SERVER: [ErrorCode; 16] = [
+    pub const SERVER: [ErrorCode; 17] = [
         Self::MalformedJson,
         Self::InvalidField,
         Self::UnknownTaskType,
@@ -67,6 +70,7 @@ impl ErrorCode {
         Self::Forbidden,
         Self::NotFound,
         Self::UniqueConflict,
+        Self::IdempotencyMismatch,
         Self::NotCancellable,
         Self::StaleLease,
         Self::NotDead,
@@ -88,6 +92,7 @@ impl ErrorCode {
             Self::Forbidden => "forbidden",
             Self::NotFound => "not_found",
             Self::UniqueConflict => "unique_conflict",
+            Self::IdempotencyMismatch => "idempotency_mismatch",
             Self::NotCancellable => "not_cancellable",
             Self::StaleLease => "stale_lease",
             Self::NotDead => "not_dead",
@@ -117,7 +122,11 @@ impl ErrorCode {
             Self::Unauthenticated => 401,
             Self::Forbidden => 403,
             Self::NotFound => 404,
-            Self::UniqueConflict | Self::NotCancellable | Self::StaleLease | Self::NotDead => 409,
+            Self::UniqueConflict
+            | Self::IdempotencyMismatch
+            | Self::NotCancellable
+            | Self::StaleLease
+            | Self::NotDead => 409,
             Self::PayloadTooLarge => 413,
             Self::StoreUnavailable
             | Self::KafkaUnavailable
@@ -171,7 +180,8 @@ pub struct ErrorObject {
     /// The field at fault, when one is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
-    /// `unique_conflict`: the pending task holding the unique key.
+    /// `unique_conflict`: the pending task holding the unique key;
+    /// `idempotency_mismatch`: the task holding the idempotency key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub existing_id: Option<String>,
     /// `not_cancellable`, `not_dead`: the state the task is in.

@@ -72,6 +72,17 @@ fn errors() -> Vec<(ErrorCode, ErrorBody)> {
             },
         ),
         with(
+            ErrorCode::IdempotencyMismatch,
+            &format!(
+                "idempotency_key: task {ID} was submitted with this key and another type or \
+                 payload; use a new key for a new request"
+            ),
+            &|o| {
+                o.field = Some("idempotency_key".into());
+                o.existing_id = Some(ID.into());
+            },
+        ),
+        with(
             ErrorCode::NotCancellable,
             &format!("task {ID} is running and can no longer be cancelled"),
             &|o| o.state = Some(TaskState::Running),

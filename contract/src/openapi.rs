@@ -115,6 +115,7 @@ pub fn document() -> Value {
             UnknownTaskType,
             PayloadTooLarge,
             UniqueConflict,
+            IdempotencyMismatch,
             StoreUnavailable,
             KafkaUnavailable,
             Unauthenticated,

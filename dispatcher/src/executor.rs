@@ -150,7 +150,7 @@ impl ExecutorClient {
         }
         let response = match request.body(body).send().await {
             Ok(response) => response,
-            Err(err) => return transport_failure(&err),
+            Err(err) => return transport_failure(&err, timeout),
         };
         let status = response.status().as_u16();
         let header = |name: &str| response.headers().get(name).map(|v| v.as_bytes().to_vec());
@@ -158,7 +158,7 @@ impl ExecutorClient {
         let location = header(reqwest::header::LOCATION.as_str());
         let body = match read_capped(response, MAX_ANSWER_BYTES).await {
             Ok(body) => body,
-            Err(err) => return transport_failure(&err),
+            Err(err) => return transport_failure(&err, timeout),
         };
         let answer = ExecutorAnswer {
             status,
@@ -210,11 +210,35 @@ fn bounded_lease(lease: Duration) -> Duration {
     lease.clamp(MIN_LEASE, MAX_LEASE)
 }
 
-fn transport_failure(err: &reqwest::Error) -> AttemptOutcome {
+/// The attempt's error for a call that got no (whole) answer. reqwest's own text ("error
+/// sending request for url …") names neither a timeout nor the cause, so a timeout says
+/// so with the attempt's timeout, and any other failure carries its causes.
+fn transport_failure(err: &reqwest::Error, timeout: Duration) -> AttemptOutcome {
+    let timed_out = err.is_timeout();
     AttemptOutcome::Retry {
-        reason: format!("executor call failed: {err}"),
-        timed_out: err.is_timeout(),
+        reason: transport_reason(err, timed_out, timeout),
+        timed_out,
     }
+}
+
+fn transport_reason(err: &dyn std::error::Error, timed_out: bool, timeout: Duration) -> String {
+    if timed_out {
+        return format!(
+            "executor call timed out after {} (the attempt's timeout)",
+            humantime::format_duration(timeout)
+        );
+    }
+    let mut reason = format!("executor call failed: {err}");
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !reason.contains(&text) {
+            reason.push_str(": ");
+            reason.push_str(&text);
+        }
+        source = cause.source();
+    }
+    sanitize_reason(&reason)
 }
 
 /// What an executor answered, as far as the contract reads it. Header values are raw
@@ -328,6 +352,39 @@ mod tests {
     use super::*;
 
     const LEASE: Duration = Duration::from_secs(30);
+
+    /// A call that times out says so and after how long; a refused connection names its
+    /// cause (reqwest's own text says only "error sending request").
+    #[tokio::test]
+    async fn transport_failures_say_what_happened() {
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", silent.local_addr().unwrap());
+        let timeout = Duration::from_millis(300);
+        let err = reqwest::Client::new()
+            .post(&url)
+            .timeout(timeout)
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(
+            transport_failure(&err, timeout),
+            AttemptOutcome::Retry {
+                reason: "executor call timed out after 300ms (the attempt's timeout)".into(),
+                timed_out: true
+            }
+        );
+        drop(silent);
+        let err = reqwest::Client::new().post(&url).send().await.unwrap_err();
+        let AttemptOutcome::Retry { reason, timed_out } = transport_failure(&err, timeout) else {
+            panic!("not a retry");
+        };
+        assert!(!timed_out);
+        assert!(
+            reason.starts_with("executor call failed: ")
+                && reason.to_lowercase().contains("connection refused"),
+            "{reason}"
+        );
+    }
 
     fn outcome(status: u16, retry_after: Option<&str>, body: &str) -> AttemptOutcome {
         let answer = ExecutorAnswer {

@@ -179,8 +179,8 @@ mod tests {
         async fn claim_ids(&self, p: ClaimIdsParams<'_>) -> store::Result<Vec<ClaimedTask>> {
             self.inner.claim_ids(p).await
         }
-        async fn find_idempotent(&self, key: &str) -> store::Result<Option<(String, Millis)>> {
-            self.inner.find_idempotent(key).await
+        async fn find_idempotent(&self, task: &NewTask) -> store::Result<Option<InsertOutcome>> {
+            self.inner.find_idempotent(task).await
         }
         async fn start(&self, p: StartParams<'_>) -> store::Result<Vec<Started>> {
             self.inner.start(p).await

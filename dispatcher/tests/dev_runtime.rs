@@ -632,7 +632,7 @@ async fn idempotency_key_returns_the_first_task() {
     let (s3, third) = asyncd
         .post(
             "/v1/tasks",
-            json!({"type": "work", "idempotency_key": "order-42"}),
+            json!({"type": "work", "payload": {}, "idempotency_key": "order-42"}),
         )
         .await;
     assert_eq!(
@@ -640,6 +640,20 @@ async fn idempotency_key_returns_the_first_task() {
         (200, Some(id)),
         "still the same task after it ran"
     );
+    // The key with another payload (or none) is another request: refused, naming the
+    // task that holds the key, however long ago that task ran.
+    for other in [json!({"order_id": 43}), json!(null)] {
+        let (status, refused) = asyncd
+            .post(
+                "/v1/tasks",
+                json!({"type": "work", "payload": other, "idempotency_key": "order-42"}),
+            )
+            .await;
+        assert_eq!(status, 409, "{refused}");
+        assert_eq!(refused["error"]["code"], "idempotency_mismatch");
+        assert_eq!(refused["error"]["field"], "idempotency_key");
+        assert_eq!(refused["error"]["existing_id"].as_str(), Some(id));
+    }
     let call = &executor.calls_for(id)[0];
     assert_eq!(call.headers["idempotency-key"], "order-42");
     assert_eq!(executor.calls().len(), 1);
@@ -804,6 +818,7 @@ async fn batch_answers_each_item_in_order() {
                 {"type": "work", "payload": 1},
                 {"type": "nope"},
                 {"type": "work", "payload": 2, "idempotency_key": "k"},
+                {"type": "work", "payload": 2, "idempotency_key": "k"},
                 {"type": "work", "payload": 3, "idempotency_key": "k"},
             ]}),
         )
@@ -814,12 +829,14 @@ async fn batch_answers_each_item_in_order() {
         .iter()
         .map(|r| r["status"].as_u64().unwrap())
         .collect();
-    assert_eq!(statuses, [201, 400, 201, 200]);
+    assert_eq!(statuses, [201, 400, 201, 200, 409]);
     assert_eq!(results[1]["error"]["field"], "type");
     assert_eq!(
         results[2]["id"], results[3]["id"],
         "a repeat inside one batch is a duplicate too"
     );
+    assert_eq!(results[4]["error"]["code"], "idempotency_mismatch");
+    assert_eq!(results[4]["error"]["existing_id"], results[2]["id"]);
     wait_for("two executions", DEADLINE, async || {
         (executor.calls().len() == 2).then_some(())
     })

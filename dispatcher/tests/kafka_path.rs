@@ -96,6 +96,16 @@ async fn immediate_and_delayed_tasks_round_trip_through_the_broker() {
         (status, again["id"].as_str(), again["duplicate"].as_bool()),
         (200, Some(id), Some(true))
     );
+    // The key with another payload is another request: refused on this route too.
+    let (status, refused) = asyncd
+        .post(
+            "/v1/tasks",
+            json!({"type": "roundtrip", "payload": "other", "idempotency_key": "rt-1"}),
+        )
+        .await;
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(refused["error"]["code"], "idempotency_mismatch");
+    assert_eq!(refused["error"]["existing_id"].as_str(), Some(id));
 
     // Lag is reported every 5 s, and the chaos test in this binary restarts the shared
     // broker meanwhile (10-15 s without watermarks): allow for both.

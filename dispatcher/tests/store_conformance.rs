@@ -556,6 +556,51 @@ async fn idempotency_unique_and_cron_keys(store: &dyn Store) {
         }
     );
 
+    // The idempotency key again with another payload or type is refused, in an insert
+    // and in the lookup the Kafka route makes; the same payload spaced and ordered
+    // differently is a repeat.
+    let mut other_payload = new_task("a", T0);
+    other_payload.idempotency_key = Some("idem".into());
+    other_payload.payload = RawValue::from_string(r#"{"k":2}"#.into()).unwrap();
+    let mut other_type = new_task("b", T0);
+    other_type.idempotency_key = Some("idem".into());
+    let mut respaced = new_task("a", T0);
+    respaced.idempotency_key = Some("idem".into());
+    respaced.payload = RawValue::from_string(r#"{ "k" : 1 }"#.into()).unwrap();
+    let mismatch = InsertOutcome::IdempotencyMismatch {
+        existing_id: first_id.clone(),
+    };
+    let outcomes = store
+        .insert(
+            &[other_payload.clone(), other_type.clone(), respaced.clone()],
+            T0,
+        )
+        .await
+        .unwrap();
+    let repeat = InsertOutcome::Duplicate {
+        id: first_id.clone(),
+        trigger_at: T0,
+    };
+    assert_eq!(
+        outcomes,
+        [mismatch.clone(), mismatch.clone(), repeat.clone()]
+    );
+    assert_eq!(
+        store.find_idempotent(&other_payload).await.unwrap(),
+        Some(mismatch.clone())
+    );
+    assert_eq!(
+        store.find_idempotent(&other_type).await.unwrap(),
+        Some(mismatch)
+    );
+    assert_eq!(
+        store.find_idempotent(&respaced).await.unwrap(),
+        Some(repeat)
+    );
+    let mut unheld = new_task("a", T0);
+    unheld.idempotency_key = Some("nobody".into());
+    assert_eq!(store.find_idempotent(&unheld).await.unwrap(), None);
+
     // Once the holder finished, the key is free again.
     assert_eq!(
         store.cancel(&first_id, T0).await.unwrap(),

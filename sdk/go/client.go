@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -30,6 +31,13 @@ type Client struct {
 	verifier    *Verifier
 	token       *tokenSource
 	now         func() time.Time
+
+	retry *RetryPolicy
+	log   *slog.Logger
+	// stopHandlers cancels the contexts of long-running handlers still at work when
+	// Shutdown's grace period ends.
+	handlerCtx   context.Context
+	stopHandlers context.CancelFunc
 
 	mu        sync.RWMutex
 	executors map[string]executor
@@ -70,6 +78,19 @@ func WithSigningSecret(key string, more ...string) Option {
 	}
 }
 
+// WithLogger sets where the executor helper logs every task it did not run to success
+// (failed, refused, timed out). Default: slog.Default() at the time of logging.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *Client) { c.log = l }
+}
+
+func (c *Client) logger() *slog.Logger {
+	if c.log != nil {
+		return c.log
+	}
+	return slog.Default()
+}
+
 // WithToken sends token as "Authorization: Bearer <token>" on every API call (an API
 // token of `asyncd api --auth tokens`, or a Kubernetes token for --auth kubernetes).
 func WithToken(token string) Option {
@@ -86,12 +107,15 @@ func WithTokenFile(path string) Option {
 // NewClient returns a Client; without options it talks to DefaultEndpoint, with the token
 // in DefaultTokenFile when that file exists.
 func NewClient(opts ...Option) *Client {
+	handlerCtx, stopHandlers := context.WithCancel(context.Background())
 	c := &Client{
-		endpoint:   DefaultEndpoint,
-		httpClient: &http.Client{Timeout: 30 * time.Second},
-		token:      &tokenSource{path: DefaultTokenFile},
-		now:        time.Now,
-		executors:  map[string]executor{},
+		handlerCtx:   handlerCtx,
+		stopHandlers: stopHandlers,
+		endpoint:     DefaultEndpoint,
+		httpClient:   &http.Client{Timeout: 30 * time.Second},
+		token:        &tokenSource{path: DefaultTokenFile},
+		now:          time.Now,
+		executors:    map[string]executor{},
 	}
 	for _, o := range opts {
 		o(c)
@@ -404,8 +428,14 @@ func (c *Client) Redrive(ctx context.Context, id string) (*RedriveResult, error)
 
 // do sends one API call to base+path (base defaults to the client's endpoint) and
 // decodes a 2xx answer into out.
+// With WithRetry, a retryable failure is sent again (see RetryPolicy).
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
-	return c.send(ctx, c.endpoint, method, path, in, out, true)
+	if c.retry == nil {
+		return c.send(ctx, c.endpoint, method, path, in, out, true)
+	}
+	return c.retry.run(ctx, func() error {
+		return c.send(ctx, c.endpoint, method, path, in, out, true)
+	})
 }
 
 // doAt is for the executor callbacks, which the lease token authenticates: the API token
@@ -441,7 +471,7 @@ func (c *Client) send(ctx context.Context, base, method, path string, in, out an
 	}
 	resp, err := c.httpClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("asyncd: %s %s: %w", method, path, err)
+		return &TransportError{Method: method, Path: path, Err: err}
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
@@ -449,7 +479,9 @@ func (c *Client) send(ctx context.Context, base, method, path string, in, out an
 		return fmt.Errorf("asyncd: %s %s: read answer: %w", method, path, err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return parseAPIError(resp.StatusCode, raw)
+		apiErr := parseAPIError(resp.StatusCode, raw)
+		apiErr.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), c.now())
+		return apiErr
 	}
 	if out == nil || len(bytes.TrimSpace(raw)) == 0 {
 		return nil

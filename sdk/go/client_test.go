@@ -21,6 +21,7 @@ type fakeAPI struct {
 	reqs   []recorded
 	status int
 	body   string
+	header http.Header
 }
 
 type recorded struct {
@@ -35,8 +36,11 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.Unmarshal(raw, &body)
 	f.mu.Lock()
 	f.reqs = append(f.reqs, recorded{r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Clone(), body})
-	status, resp := f.status, f.body
+	status, resp, header := f.status, f.body, f.header
 	f.mu.Unlock()
+	for k, v := range header {
+		w.Header()[k] = v
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = io.WriteString(w, resp)

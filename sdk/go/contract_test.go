@@ -166,11 +166,11 @@ func TestContractErrorsDecode(t *testing.T) {
 		}
 		codes[got.Code] = true
 	}
-	if len(codes) != 15 {
-		t.Errorf("the contract has %d codes, this SDK 15", len(codes))
+	if len(codes) != 16 {
+		t.Errorf("the contract has %d codes, this SDK 16", len(codes))
 	}
 	for _, code := range []string{CodeMalformedJSON, CodeInvalidField, CodeUnknownTaskType, CodePayloadTooLarge,
-		CodeUnauthenticated, CodeForbidden, CodeNotFound, CodeUniqueConflict, CodeNotCancellable, CodeStaleLease,
+		CodeUnauthenticated, CodeForbidden, CodeNotFound, CodeUniqueConflict, CodeIdempotencyMismatch, CodeNotCancellable, CodeStaleLease,
 		CodeNotDead, CodeStoreUnavailable, CodeKafkaUnavailable, CodeAuthUnavailable, CodeClockSkew} {
 		if !codes[code] {
 			t.Errorf("no contract fixture for %s", code)

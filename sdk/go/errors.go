@@ -1,10 +1,14 @@
 package asyncd
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Error codes the API answers with (docs/api.md, "Errors").
@@ -20,9 +24,12 @@ const (
 	CodeForbidden      = "forbidden"
 	CodeNotFound       = "not_found"
 	CodeUniqueConflict = "unique_conflict"
-	CodeNotCancellable = "not_cancellable"
-	CodeStaleLease     = "stale_lease"
-	CodeNotDead        = "not_dead"
+	// CodeIdempotencyMismatch (409): the idempotency key belongs to a task with another
+	// type or payload; ExistingID names it. Use a new key for a new request.
+	CodeIdempotencyMismatch = "idempotency_mismatch"
+	CodeNotCancellable      = "not_cancellable"
+	CodeStaleLease          = "stale_lease"
+	CodeNotDead             = "not_dead"
 	// CodeStoreUnavailable (503): the task store did not answer; nothing was accepted.
 	CodeStoreUnavailable = "store_unavailable"
 	// CodeKafkaUnavailable (503): Kafka did not acknowledge the task in time and the store
@@ -49,10 +56,81 @@ type APIError struct {
 	Code    string // one of the Code* constants
 	Message string
 	Field   string // the field at fault, when there is one
-	// ExistingID names the pending task holding the key (unique_conflict).
+	// ExistingID names the task holding the key (unique_conflict,
+	// idempotency_mismatch).
 	ExistingID string
 	// State names the task's current state (not_cancellable, not_dead).
 	State string
+	// RetryAfter is the answer's Retry-After (the 503s send one); 0 when absent.
+	RetryAfter time.Duration
+}
+
+// Retryable reports whether the same call may succeed if sent again: the 503s
+// (store_unavailable, kafka_unavailable, auth_unavailable) and a proxy's 429, 502, 503
+// or 504. Every other refusal is about the request and answers the same again.
+func (e *APIError) Retryable() bool {
+	switch e.Status {
+	case http.StatusServiceUnavailable:
+		return true
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusGatewayTimeout:
+		return e.Code == CodeHTTPError
+	}
+	return false
+}
+
+// TransportError is a call that got no answer: connection refused, a timeout, TLS.
+// Err is the cause (errors.Is(err, context.DeadlineExceeded) works through it).
+type TransportError struct {
+	Method, Path string
+	Err          error
+}
+
+func (e *TransportError) Error() string {
+	return fmt.Sprintf("asyncd: %s %s: %v", e.Method, e.Path, e.Err)
+}
+
+func (e *TransportError) Unwrap() error { return e.Err }
+
+// IsRetryable reports whether err is worth retrying: a retryable APIError (see
+// APIError.Retryable) or a TransportError (a timeout included) that the caller did not
+// cause by cancelling. Retrying a submit is safe because it carries its idempotency key.
+func IsRetryable(err error) bool {
+	var api *APIError
+	if errors.As(err, &api) {
+		return api.Retryable()
+	}
+	var tr *TransportError
+	if errors.As(err, &tr) {
+		return !errors.Is(err, context.Canceled)
+	}
+	return false
+}
+
+// RetryAfter returns the Retry-After of an API refusal in err, and whether it had one.
+func RetryAfter(err error) (time.Duration, bool) {
+	var api *APIError
+	if errors.As(err, &api) && api.RetryAfter > 0 {
+		return api.RetryAfter, true
+	}
+	return 0, false
+}
+
+// parseRetryAfter reads a Retry-After header: seconds or an HTTP date.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs < 0 {
+			return 0
+		}
+		return time.Duration(secs) * time.Second
+	}
+	if at, err := http.ParseTime(v); err == nil && at.After(now) {
+		return at.Sub(now)
+	}
+	return 0
 }
 
 func (e *APIError) Error() string {
@@ -88,9 +166,17 @@ var (
 	ErrForbidden       = &APIError{Code: CodeForbidden}
 	ErrNotFound        = &APIError{Code: CodeNotFound}
 	ErrUniqueConflict  = &APIError{Code: CodeUniqueConflict}
-	ErrNotCancellable  = &APIError{Code: CodeNotCancellable}
-	ErrStaleLease      = &APIError{Code: CodeStaleLease}
-	ErrNotDead         = &APIError{Code: CodeNotDead}
+	// ErrIdempotencyMismatch: the key was used before with another type or payload.
+	ErrIdempotencyMismatch = &APIError{Code: CodeIdempotencyMismatch}
+	ErrNotCancellable      = &APIError{Code: CodeNotCancellable}
+	ErrStaleLease          = &APIError{Code: CodeStaleLease}
+	ErrNotDead             = &APIError{Code: CodeNotDead}
+	// ErrStoreUnavailable, ErrKafkaUnavailable, ErrAuthUnavailable: 503s; retry
+	// (IsRetryable says so; WithRetry does it).
+	ErrStoreUnavailable = &APIError{Code: CodeStoreUnavailable}
+	ErrKafkaUnavailable = &APIError{Code: CodeKafkaUnavailable}
+	ErrAuthUnavailable  = &APIError{Code: CodeAuthUnavailable}
+	ErrClockSkew        = &APIError{Code: CodeClockSkew}
 )
 
 // ErrMissingIdempotencyKey is returned, before anything is sent, for a task without

@@ -101,14 +101,48 @@ func LongRunning(lease time.Duration) ExecutorOption {
 	}
 }
 
+// outputHandler is what every registration becomes: the payload as sent in, the
+// output (JSON, or nil for none) out.
+type outputHandler func(ctx context.Context, payload string) (json.RawMessage, error)
+
 type executor struct {
-	handler HandlerFunc
+	handler outputHandler
 	lease   time.Duration // > 0: long-running
 }
 
 // RegisterExecutor makes the Client, as an http.Handler, run h for tasks of taskType.
-// Registering a type again replaces its handler.
+// Registering a type again replaces its handler. Handle is the typed form.
 func (c *Client) RegisterExecutor(taskType string, h func(ctx context.Context, payload string) error, opts ...ExecutorOption) {
+	c.register(taskType, func(ctx context.Context, payload string) (json.RawMessage, error) {
+		return nil, h(ctx, payload)
+	}, opts)
+}
+
+// Handle registers h for tasks of taskType on c with the payload decoded into P (with
+// encoding/json) and h's output O kept as the task's result: a LongRunning executor
+// posts it as the result's output, which GET /v1/tasks/{id} shows as "result" (the
+// body of a plain 2xx answer is not stored, so a plain executor's output is only
+// sent). A payload that does not decode into P fails the task permanently: the same
+// payload would fail again. Use struct{} for O when there is no output.
+func Handle[P, O any](c *Client, taskType string, h func(ctx context.Context, payload P) (O, error), opts ...ExecutorOption) {
+	c.register(taskType, func(ctx context.Context, raw string) (json.RawMessage, error) {
+		var p P
+		if err := json.Unmarshal([]byte(raw), &p); err != nil {
+			return nil, Permanent(fmt.Errorf("payload does not decode into %T: %w", p, err))
+		}
+		out, err := h(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		encoded, err := json.Marshal(out)
+		if err != nil {
+			return nil, Permanent(fmt.Errorf("output does not encode: %w", err))
+		}
+		return encoded, nil
+	}, opts)
+}
+
+func (c *Client) register(taskType string, h outputHandler, opts []ExecutorOption) {
 	ex := executor{handler: h}
 	for _, o := range opts {
 		o(&ex)
@@ -141,6 +175,9 @@ func (c *Client) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if c.verifier != nil {
 		if err := c.verifier.Verify(r.Header, body, c.now()); err != nil {
+			c.logger().Error("asyncd: refused an executor call (401: asyncd will not retry it; redrive the task once fixed)",
+				"task_id", r.Header.Get(HeaderTaskID), "attempt", r.Header.Get(HeaderAttempt),
+				"reason", err.Error(), "hint", refusalHint(r.Header, err))
 			writeJSON(w, http.StatusUnauthorized, errJSON(err.Error()))
 			return
 		}
@@ -148,6 +185,8 @@ func (c *Client) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var env envelope
 	if err := json.Unmarshal(body, &env); err != nil || env.Type == "" {
 		// The same body would come again on a retry, so this is permanent (400).
+		c.logger().Error("asyncd: refused an executor call (400): the body is not an asyncd task",
+			"task_id", r.Header.Get(HeaderTaskID))
 		writeJSON(w, http.StatusBadRequest, errJSON("body is not an asyncd task"))
 		return
 	}
@@ -157,6 +196,8 @@ func (c *Client) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		// 501, not 404: a 4xx would dead-letter the task, while the usual cause is a
 		// rollout that has not reached this replica yet; a 5xx is retried.
+		c.logger().Warn("asyncd: refused an executor call (501): no executor for this task type; asyncd will retry",
+			"task_id", env.ID, "task_type", env.Type, "attempt", env.Attempt)
 		writeJSON(w, http.StatusNotImplemented, errJSON(fmt.Sprintf("no executor for task type %q", env.Type)))
 		return
 	}
@@ -174,8 +215,47 @@ func (c *Client) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusAccepted, map[string]string{"lease": formatDuration(ex.lease)})
 		return
 	}
-	err = safeCall(withTaskInfo(r.Context(), info), ex.handler, payload)
-	writeOutcome(w, err)
+	started := time.Now()
+	out, err := safeCall(withTaskInfo(r.Context(), info), ex.handler, payload)
+	c.logOutcome(info, err, r.Context().Err() != nil, time.Since(started))
+	writeOutcome(w, out, err)
+}
+
+// refusalHint says what usually causes a signature refusal.
+func refusalHint(h http.Header, err error) string {
+	switch {
+	case errors.Is(err, ErrNoSigningKey):
+		return "this executor has no usable signing key (is the variable holding the job's signing secret empty?): it refuses every call"
+	case h.Get(HeaderSignature) == "":
+		return "the call is unsigned: the job has no spec.executor.signing (asyncd signs the calls of jobs that configure it), or the caller is not asyncd"
+	case errors.Is(err, ErrStaleTimestamp):
+		return "the clocks of asyncd and this executor differ by more than 5 minutes"
+	case errors.Is(err, ErrReplayed):
+		return "this attempt was delivered before (a replayed call)"
+	default:
+		return "the signing key differs from the job's signing Secret"
+	}
+}
+
+// logOutcome logs a task attempt that did not succeed: how asyncd will treat it, and
+// whether asyncd had already given up on the call (its executor timeout).
+func (c *Client) logOutcome(info TaskInfo, err error, timedOut bool, took time.Duration) {
+	if err == nil && !timedOut {
+		return
+	}
+	attrs := []any{"task_id", info.ID, "task_type", info.Type, "attempt", info.Attempt, "took", took}
+	if err != nil {
+		attrs = append(attrs, "error", err.Error())
+	}
+	var perm *PermanentError
+	switch {
+	case timedOut:
+		c.logger().Error("asyncd: task timed out: asyncd closed the call before the handler returned (the job's executor timeout is shorter than the handler); it counts as a failed attempt and may run again", attrs...)
+	case errors.As(err, &perm):
+		c.logger().Error("asyncd: task failed permanently; it goes to dead letters", attrs...)
+	default:
+		c.logger().Warn("asyncd: task failed; asyncd will retry it", attrs...)
+	}
 }
 
 func taskInfoFromRequest(r *http.Request, env *envelope) TaskInfo {
@@ -206,7 +286,7 @@ func withTaskInfo(ctx context.Context, info TaskInfo) context.Context {
 
 // safeCall runs h, turning a panic into an ordinary (retryable) error so that one bad
 // task cannot take the executor process down.
-func safeCall(ctx context.Context, h HandlerFunc, payload string) (err error) {
+func safeCall(ctx context.Context, h outputHandler, payload string) (out json.RawMessage, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("panic: %v", p)
@@ -215,10 +295,12 @@ func safeCall(ctx context.Context, h HandlerFunc, payload string) (err error) {
 	return h(ctx, payload)
 }
 
-func writeOutcome(w http.ResponseWriter, err error) {
+func writeOutcome(w http.ResponseWriter, out json.RawMessage, err error) {
 	var retry *RetryError
 	var perm *PermanentError
 	switch {
+	case err == nil && out != nil:
+		writeJSON(w, http.StatusOK, out)
 	case err == nil:
 		writeJSON(w, http.StatusOK, map[string]any{})
 	case errors.As(err, &retry):
@@ -248,15 +330,17 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 type resultBody struct {
-	LeaseToken string `json:"lease_token"`
-	Status     string `json:"status"`
-	Error      string `json:"error,omitempty"`
-	RetryAfter string `json:"retry_after,omitempty"`
+	LeaseToken string          `json:"lease_token"`
+	Status     string          `json:"status"`
+	Error      string          `json:"error,omitempty"`
+	Output     json.RawMessage `json:"output,omitempty"`
+	RetryAfter string          `json:"retry_after,omitempty"`
 }
 
 func (c *Client) runLongRunning(info TaskInfo, ex executor, payload string) {
 	defer c.inflight.Done()
-	ctx, cancel := context.WithCancel(context.Background())
+	// Cancelled by a refused heartbeat, or by Shutdown when its grace period ends.
+	ctx, cancel := context.WithCancel(c.handlerCtx)
 	defer cancel()
 
 	var mu sync.Mutex
@@ -290,15 +374,22 @@ func (c *Client) runLongRunning(info TaskInfo, ex executor, payload string) {
 		}
 	}()
 
-	err := safeCall(withTaskInfo(ctx, info), ex.handler, payload)
+	started := time.Now()
+	out, err := safeCall(withTaskInfo(ctx, info), ex.handler, payload)
 	close(stop)
 	<-hbDone
 	mu.Lock()
 	defer mu.Unlock()
 	if lost {
+		c.logger().Warn("asyncd: long-running task lost its lease (a heartbeat was refused): a newer attempt owns it; this attempt's result is dropped",
+			"task_id", info.ID, "task_type", info.Type, "attempt", info.Attempt)
 		return // a newer attempt owns the task; asyncd would refuse our result
 	}
-	res := resultBody{LeaseToken: info.LeaseToken, Status: "success"}
+	if c.handlerCtx.Err() != nil && err != nil {
+		err = fmt.Errorf("executor shutting down: %w", err)
+	}
+	c.logOutcome(info, err, false, time.Since(started))
+	res := resultBody{LeaseToken: info.LeaseToken, Status: "success", Output: out}
 	var retry *RetryError
 	var perm *PermanentError
 	switch {
@@ -344,7 +435,10 @@ func (c *Client) postResult(info TaskInfo, res resultBody, leaseUntil time.Time)
 }
 
 // Shutdown waits until the long-running handlers still at work have posted their
-// results, or ctx ends. Stop the HTTP server first so no new ones start.
+// results, or ctx ends (the grace period). Then it cancels the contexts of the handlers
+// still running, so they can stop (a handler that returns posts a "retry" result, and
+// asyncd runs the task again), and returns ctx's error. Stop the HTTP server first so
+// no new ones start.
 func (c *Client) Shutdown(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
@@ -355,6 +449,8 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
+		c.logger().Warn("asyncd: shutdown grace period over: cancelling the long-running handlers still at work")
+		c.stopHandlers()
 		return ctx.Err()
 	}
 }

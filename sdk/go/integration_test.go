@@ -392,9 +392,16 @@ func TestIntegrationIdempotentDuplicateReturnsFirstID(t *testing.T) {
 	e := itEnv(t)
 	key := uniq("dup")
 	first := submit(t, e, &asyncd.Task{Type: "go_ok", Payload: 1, IdempotencyKey: key})
-	second := submit(t, e, &asyncd.Task{Type: "go_ok", Payload: 2, IdempotencyKey: key})
+	second := submit(t, e, &asyncd.Task{Type: "go_ok", Payload: 1, IdempotencyKey: key})
 	if first.Duplicate || !second.Duplicate || second.ID != first.ID || !second.ETA.Equal(first.ETA) {
 		t.Fatalf("first %+v, second %+v", first, second)
+	}
+	// The key with another payload is another request: refused, naming the first task.
+	_, err := e.client.Submit(ctx(t), &asyncd.Task{Type: "go_ok", Payload: 2, IdempotencyKey: key})
+	var apiErr *asyncd.APIError
+	if !errors.Is(err, asyncd.ErrIdempotencyMismatch) || !errors.As(err, &apiErr) || apiErr.Status != 409 ||
+		apiErr.ExistingID != first.ID || apiErr.Field != "idempotency_key" || asyncd.IsRetryable(err) {
+		t.Fatalf("another payload under the key: %v", err)
 	}
 	e.waitState(t, first.ID, asyncd.StateSucceeded, 20*time.Second)
 	if n := len(e.rec.get(first.ID)); n != 1 {
@@ -606,7 +613,7 @@ func TestIntegrationSubmitBatch(t *testing.T) {
 		{Type: "go_ok", Payload: map[string]any{"n": 1}, IdempotencyKey: uniq("b1")},
 		{Type: "no_such_type", IdempotencyKey: uniq("b2")},
 		{Type: "go_ok", IdempotencyKey: uniq("b3"), Delay: time.Hour},
-		{Type: "go_ok", IdempotencyKey: func() string { got, _ := e.client.Get(ctx(t), seen.ID); return got.IdempotencyKey }()},
+		{Type: "go_ok", Payload: "first", IdempotencyKey: func() string { got, _ := e.client.Get(ctx(t), seen.ID); return got.IdempotencyKey }()},
 	})
 	if err != nil {
 		t.Fatal(err)

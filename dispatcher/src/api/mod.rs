@@ -154,6 +154,15 @@ fn accepted(outcome: InsertOutcome) -> Answer {
         )
         .with_field("unique_key")
         .with_existing_id(existing_id)),
+        InsertOutcome::IdempotencyMismatch { existing_id } => Err(ApiError::new(
+            ErrorCode::IdempotencyMismatch,
+            format!(
+                "idempotency_key: task {existing_id} was submitted with this key and another \
+                 type or payload; use a new key for a new request"
+            ),
+        )
+        .with_field("idempotency_key")
+        .with_existing_id(existing_id)),
         InsertOutcome::UnknownDependency { id } => {
             Err(ApiError::field("depends_on", format!("no task {id}")))
         }
@@ -306,14 +315,15 @@ impl ApiState {
         if let Some(producer) = &self.kafka {
             let sends = produced.iter().map(|&(i, topic)| async move {
                 let task = &tasks[i];
-                // A repeat of a key the store already holds answers with the first task.
-                // With the store away the task is produced all the same: its id comes
-                // from its key, so a repeat names the same task and the consumer keeps
-                // one copy (the answer then says 201, not which copy came first).
-                if let Some(key) = &task.idempotency_key {
-                    match self.store.find_idempotent(key).await {
-                        Ok(Some((id, trigger_at))) => {
-                            return Ok::<_, ApiError>((i, Some(accepted(InsertOutcome::Duplicate { id, trigger_at }))));
+                // A repeat of a key the store already holds answers with the first task
+                // (or 409 when the key's task has another type or payload). With the
+                // store away the task is produced all the same: its id comes from its
+                // key, so a repeat names the same task and the consumer keeps one copy
+                // (the answer then says 201, not which copy came first).
+                if task.idempotency_key.is_some() {
+                    match self.store.find_idempotent(task).await {
+                        Ok(Some(outcome)) => {
+                            return Ok::<_, ApiError>((i, Some(accepted(outcome))));
                         }
                         Ok(None) => {}
                         Err(err) if err.is_unavailable() => {

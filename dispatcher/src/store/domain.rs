@@ -102,12 +102,32 @@ impl<'a> ConflictKey<'a> {
         }
     }
 
-    /// The outcome when task `id` (triggering at `trigger_at`) holds this key.
-    pub fn outcome(self, id: String, trigger_at: Millis) -> InsertOutcome {
+    /// The outcome when task `id` (triggering at `trigger_at`) holds this key;
+    /// `same_request` says whether the holder has the new task's type and payload
+    /// ([`same_request`]), which only an idempotency key needs: a key reused for a
+    /// different request is refused rather than silently answered with the first task.
+    pub fn outcome(self, id: String, trigger_at: Millis, same_request: bool) -> InsertOutcome {
         match self {
             Self::Unique(_) => InsertOutcome::UniqueConflict { existing_id: id },
+            Self::Idempotency(_) if !same_request => {
+                InsertOutcome::IdempotencyMismatch { existing_id: id }
+            }
             _ => InsertOutcome::Duplicate { id, trigger_at },
         }
+    }
+}
+
+/// Whether a stored task (its type and payload text) is the request `task` repeats.
+/// Payloads compare as JSON values, so spacing and member order do not matter (a client
+/// that re-encodes the same value on a retry is repeating it); `1` and `1.0` differ.
+pub fn same_request(task: &NewTask, task_type: &str, payload: &str) -> bool {
+    if task.task_type != task_type {
+        return false;
+    }
+    let parse = |text: &str| serde_json::from_str::<serde_json::Value>(text).ok();
+    match (parse(task.payload.get()), parse(payload)) {
+        (Some(new), Some(stored)) => new == stored,
+        _ => task.payload.get() == payload,
     }
 }
 
@@ -296,10 +316,35 @@ mod tests {
     }
 
     #[test]
+    fn a_reused_idempotency_key_is_a_mismatch_only_for_another_request() {
+        let at = Millis::new(7);
+        assert_eq!(
+            ConflictKey::Idempotency("i").outcome("x".into(), at, false),
+            InsertOutcome::IdempotencyMismatch {
+                existing_id: "x".into()
+            }
+        );
+        let mut t = task();
+        t.payload = RawValue::from_string(r#"{"a": 1, "b": [2]}"#.into()).unwrap();
+        assert!(same_request(&t, &t.task_type.clone(), r#"{"b":[2],"a":1}"#));
+        assert!(!same_request(
+            &t,
+            &t.task_type.clone(),
+            r#"{"a":1,"b":[3]}"#
+        ));
+        assert!(!same_request(
+            &t,
+            &t.task_type.clone(),
+            r#"{"a":1.0,"b":[2]}"#
+        ));
+        assert!(!same_request(&t, "other", r#"{"a":1,"b":[2]}"#));
+    }
+
+    #[test]
     fn a_held_unique_key_is_a_conflict_anything_else_a_duplicate() {
         let at = Millis::new(7);
         assert_eq!(
-            ConflictKey::Unique("u").outcome("x".into(), at),
+            ConflictKey::Unique("u").outcome("x".into(), at, true),
             InsertOutcome::UniqueConflict {
                 existing_id: "x".into()
             }
@@ -310,7 +355,7 @@ mod tests {
             ConflictKey::Id("t"),
         ] {
             assert_eq!(
-                key.outcome("x".into(), at),
+                key.outcome("x".into(), at, true),
                 InsertOutcome::Duplicate {
                     id: "x".into(),
                     trigger_at: at

@@ -263,6 +263,10 @@ pub enum InsertOutcome {
         id: String,
         trigger_at: Millis,
     },
+    /// The idempotency key is held by a task with another type or payload.
+    IdempotencyMismatch {
+        existing_id: String,
+    },
     /// Another unfinished task holds the unique key.
     UniqueConflict {
         existing_id: String,
@@ -518,8 +522,11 @@ pub trait Store: Send + Sync + 'static {
         })
         .await
     }
-    /// The task holding an idempotency key, as `(id, trigger_at)`.
-    async fn find_idempotent(&self, key: &str) -> Result<Option<(String, Millis)>>;
+    /// What inserting `task` would answer against the task already holding its
+    /// idempotency key: [`InsertOutcome::Duplicate`] or, for another type or payload,
+    /// [`InsertOutcome::IdempotencyMismatch`]; `None` when no task holds it (or the task
+    /// has no key). Inserts nothing.
+    async fn find_idempotent(&self, task: &NewTask) -> Result<Option<InsertOutcome>>;
     /// Begins attempts on claimed tasks whose token still matches; each lease runs
     /// until `now + its timeout + grace`. Returns the ones that started.
     async fn start(&self, params: StartParams<'_>) -> Result<Vec<Started>>;

@@ -124,7 +124,8 @@ const QUERIES: Queries = Queries {
                   max_retries, timeout_ms, idempotency_key, unique_key, unique_active, \
                   cron_key, source_service, last_error, created_at, updated_at, lease_secret) \
                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    holder_by_idempotency_key: "SELECT id, trigger_at FROM tasks WHERE idempotency_key = ?",
+    holder_by_idempotency_key: "SELECT id, trigger_at, task_type, payload FROM tasks \
+                                WHERE idempotency_key = ?",
     holder_by_cron_key: "SELECT id, trigger_at FROM tasks WHERE cron_key = ?",
     holder_by_id: "SELECT id, trigger_at FROM tasks WHERE id = ?",
     holder_by_unique_key: "SELECT id, trigger_at FROM tasks WHERE unique_active = ?",

@@ -79,7 +79,8 @@ const QUERIES: Queries = Queries {
                   cron_key, source_service, last_error, created_at, updated_at, lease_secret) \
                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
                   ON CONFLICT DO NOTHING",
-    holder_by_idempotency_key: "SELECT id, trigger_at FROM tasks WHERE idempotency_key = $1",
+    holder_by_idempotency_key: "SELECT id, trigger_at, task_type, payload FROM tasks \
+                                WHERE idempotency_key = $1",
     holder_by_cron_key: "SELECT id, trigger_at FROM tasks WHERE cron_key = $1",
     holder_by_id: "SELECT id, trigger_at FROM tasks WHERE id = $1",
     holder_by_unique_key: "SELECT id, trigger_at FROM tasks WHERE unique_active = $1",

@@ -314,11 +314,29 @@ impl StartedRow {
     }
 }
 
-/// The task holding a key: `SELECT id, trigger_at`.
+/// The task holding a key: `SELECT id, trigger_at`, and for an idempotency key also
+/// `task_type, payload`, which tell a repeat from a different request under the key.
 #[derive(sqlx::FromRow)]
 pub struct Holder {
     pub id: String,
     pub trigger_at: Millis,
+    #[sqlx(default)]
+    pub task_type: Option<String>,
+    #[sqlx(default)]
+    pub payload: Option<String>,
+}
+
+impl Holder {
+    /// Whether the holder is the request `task` repeats; `true` for a holder read
+    /// without its type and payload (any key but an idempotency key).
+    pub fn same_request(&self, task: &super::NewTask) -> bool {
+        match (&self.task_type, &self.payload) {
+            (Some(task_type), Some(payload)) => {
+                super::domain::same_request(task, task_type, payload)
+            }
+            _ => true,
+        }
+    }
 }
 
 #[derive(sqlx::FromRow)]

@@ -48,7 +48,7 @@ pub struct Queries {
     /// source_service, last_error, created_at, updated_at)`. On a unique key it either
     /// inserts nothing or fails with a unique violation.
     pub insert_task: &'static str,
-    /// `id, trigger_at` of the task holding idempotency key `key`.
+    /// `id, trigger_at, task_type, payload` of the task holding idempotency key `key`.
     pub holder_by_idempotency_key: &'static str,
     /// The same for cron key `key`.
     pub holder_by_cron_key: &'static str,

@@ -173,7 +173,8 @@ where
                     .fetch_optional(&mut **tx)
                     .await?;
                 if let Some(holder) = holder {
-                    return Ok(key.outcome(holder.id, holder.trigger_at));
+                    let same = holder.same_request(task);
+                    return Ok(key.outcome(holder.id, holder.trigger_at, same));
                 }
             }
             // No task holds any of the keys: the holder of the unique key finished in
@@ -206,13 +207,19 @@ where
         rows::state(state)
     }
 
-    /// The task holding an idempotency key, as `(id, trigger_at)`.
-    pub async fn find_idempotent(pool: &Pool<DB>, key: &str) -> Result<Option<(String, Millis)>> {
+    /// [`super::Store::find_idempotent`].
+    pub async fn find_idempotent(pool: &Pool<DB>, task: &NewTask) -> Result<Option<InsertOutcome>> {
+        let Some(key) = task.idempotency_key.as_deref() else {
+            return Ok(None);
+        };
         let holder: Option<Holder> = sqlx::query_as(D::QUERIES.holder_by_idempotency_key)
             .bind(D::key(key))
             .fetch_optional(pool)
             .await?;
-        Ok(holder.map(|h| (h.id, h.trigger_at)))
+        Ok(holder.map(|h| {
+            let same = h.same_request(task);
+            domain::ConflictKey::Idempotency(key).outcome(h.id, h.trigger_at, same)
+        }))
     }
 
     pub async fn cancel(pool: &Pool<DB>, id: &str, now: Millis) -> Result<CancelOutcome> {
@@ -481,8 +488,8 @@ where
         self.claim_named(params).await
     }
 
-    async fn find_idempotent(&self, key: &str) -> Result<Option<(String, Millis)>> {
-        Tx::<B>::find_idempotent(self.reader(), key).await
+    async fn find_idempotent(&self, task: &NewTask) -> Result<Option<InsertOutcome>> {
+        Tx::<B>::find_idempotent(self.reader(), task).await
     }
 
     async fn start(&self, params: StartParams<'_>) -> Result<Vec<Started>> {

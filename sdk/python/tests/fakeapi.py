@@ -21,8 +21,9 @@ class Recorded:
 class FakeAPI:
     status: int = 200
     body: Any = field(default_factory=dict)
-    #: When set, answers (status, body) per request instead of the fixed ones.
-    route: Optional[Callable[[Recorded], Tuple[int, Any]]] = None
+    #: When set, answers (status, body) or (status, body, headers) per request instead
+    #: of the fixed ones.
+    route: Optional[Callable[[Recorded], Tuple[Any, ...]]] = None
     requests: List[Recorded] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     url: str = ""
@@ -49,9 +50,13 @@ def serve(api: FakeAPI) -> ThreadingHTTPServer:
             rec = Recorded(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
             with api.lock:
                 api.requests.append(rec)
-            status, answer = api.route(rec) if api.route else (api.status, api.body)
+            reply = api.route(rec) if api.route else (api.status, api.body)
+            status, answer = reply[0], reply[1]
+            extra: Dict[str, str] = reply[2] if len(reply) > 2 else {}
             out = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
             self.send_response(status)
+            for k, v in extra.items():
+                self.send_header(k, v)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(out)))
             self.end_headers()

@@ -187,9 +187,14 @@ def test_idempotent_duplicate_returns_first_id(dev_env):
     env = need(dev_env)
     k = key("dup")
     first = env.client.submit("py_ok", 1, idempotency_key=k)
-    second = env.client.submit("py_ok", 2, idempotency_key=k)
+    second = env.client.submit("py_ok", 1, idempotency_key=k)
     assert not first.duplicate and second.duplicate
     assert (second.id, second.eta) == (first.id, first.eta)
+    # The key with another payload is another request: refused, naming the first task.
+    with pytest.raises(asyncd.IdempotencyMismatch) as info:
+        env.client.submit("py_ok", 2, idempotency_key=k)
+    err = info.value
+    assert (err.status, err.existing_id, err.field, err.retryable) == (409, first.id, "idempotency_key", False)
     env.wait_state(first.id, asyncd.SUCCEEDED)
     assert len(env.runs_of(first.id)) == 1
 
@@ -238,7 +243,7 @@ def test_request_errors(dev_env):
     c = env.client
     with pytest.raises(asyncd.UnknownTaskType) as info:
         c.submit("no_such_type", idempotency_key=key())
-    assert isinstance(info.value, asyncd.InvalidField)
+    assert not isinstance(info.value, asyncd.InvalidField)
     assert (info.value.status, info.value.code, info.value.field) == (400, "unknown_task_type", "type")
 
     for kwargs, fld in [({"priority": 10}, "priority"), ({"max_retries": 101}, "max_retries"),
@@ -326,7 +331,7 @@ def test_submit_batch(dev_env):
         asyncd.Task("py_ok", {"n": 1}, idempotency_key=key()),
         {"type": "no_such_type", "idempotency_key": key()},
         asyncd.Task("py_ok", idempotency_key=key(), delay=timedelta(hours=1)),
-        asyncd.Task("py_ok", idempotency_key=seen_key),
+        asyncd.Task("py_ok", "first", idempotency_key=seen_key),
     ])
     assert [r.status for r in res] == [201, 400, 201, 200]
     assert isinstance(res[1].error, asyncd.UnknownTaskType) and res[1].error.field == "type"

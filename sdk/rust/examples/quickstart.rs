@@ -1,7 +1,8 @@
-//! The README's example: serves the executor for `cancel_expired_order` on
+//! The README's quickstart: serves the executor for `cancel_expired_order` on
 //! 127.0.0.1:8080, submits a task due in two seconds to `asyncd dev` on
-//! 127.0.0.1:7700 and waits for it. See sdk/rust/README.md for the job config and
-//! the `asyncd dev` command line.
+//! 127.0.0.1:7700, waits for it and prints how it ended. See sdk/rust/README.md for the
+//! job config and the `asyncd dev` command line; `sdk/readme_test.py` checks that the
+//! README's block is this file's and runs it.
 //!
 //! ```text
 //! cargo run -p asyncd-client --example quickstart
@@ -9,7 +10,7 @@
 
 use std::time::Duration;
 
-use asyncd_client::{Client, Executor, Outcome, Task, TaskContext};
+use asyncd_client::{Client, Executor, Outcome, RetryPolicy, Task, TaskContext, TaskState};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -30,6 +31,9 @@ async fn cancel_expired_order(ctx: TaskContext, order: CancelOrder) -> Result<()
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // The executor logs every task it did not run to success through `tracing`.
+    tracing_subscriber::fmt().with_target(false).init();
+
     // Executor side: an axum Router serving the executor contract.
     let app = Executor::new()
         .signing_secret("dev-secret") // the key in the job's signing Secret
@@ -38,10 +42,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    // Client side.
+    // Client side; retries 503s and lost connections.
     let client = Client::builder()
         .endpoint("http://127.0.0.1:7700")
         .service_name("orders")
+        .retry(RetryPolicy::default())
         .build()?;
     let task = Task::new("cancel_expired_order", json!({"order_id": 42}))
         .derive_idempotency_key(&["order_id"])?;
@@ -53,7 +58,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     loop {
         let t = client.get(&res.id).await?;
         if t.state.is_final() {
-            println!("task {}: {} after {} attempt(s)", t.id, t.state, t.attempt);
+            println!(
+                "task {}: {} after {} attempt(s); last error: {:?}",
+                t.id, t.state, t.attempt, t.last_error
+            );
+            if t.state != TaskState::Succeeded {
+                return Err(format!("task {} is {}", t.id, t.state).into());
+            }
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

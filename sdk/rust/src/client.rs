@@ -22,6 +22,7 @@ use serde_json::Value;
 
 use crate::error::{ApiError, Error};
 use crate::idempotency::idempotency_key_from;
+use crate::retry::RetryPolicy;
 use crate::time::{format_duration, format_time};
 
 /// Where `asyncd dev` listens unless told otherwise.
@@ -64,6 +65,7 @@ pub struct ClientBuilder {
     http: Option<reqwest::Client>,
     timeout: Duration,
     token: TokenSource,
+    retry: Option<RetryPolicy>,
 }
 
 impl Default for ClientBuilder {
@@ -74,6 +76,7 @@ impl Default for ClientBuilder {
             http: None,
             timeout: Duration::from_secs(30),
             token: TokenSource::File(DEFAULT_TOKEN_FILE.into()),
+            retry: None,
         }
     }
 }
@@ -119,6 +122,13 @@ impl ClientBuilder {
         self
     }
 
+    /// Sends an API call again after a retryable failure, as `policy` says (off unless
+    /// set): see [`RetryPolicy`]. Heartbeats and results are not retried.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = Some(policy);
+        self
+    }
+
     pub fn build(self) -> Result<Client, Error> {
         let endpoint = self.endpoint.trim_end_matches('/').to_string();
         if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
@@ -140,6 +150,7 @@ impl ClientBuilder {
                 http,
                 token: self.token,
                 file_token: Mutex::new(None),
+                retry: self.retry,
             }),
         })
     }
@@ -158,6 +169,7 @@ struct Inner {
     token: TokenSource,
     /// The token last read from the file, and when.
     file_token: Mutex<Option<(Option<String>, Instant)>>,
+    retry: Option<RetryPolicy>,
 }
 
 impl Inner {
@@ -364,6 +376,8 @@ impl Client {
                 http: self.inner.http.clone(),
                 token: self.inner.token.clone(),
                 file_token: Mutex::new(None),
+                // Callbacks are not retried by a policy: the executor handles them.
+                retry: None,
             }),
         }
     }
@@ -571,7 +585,14 @@ impl Client {
         path: &str,
         body: Option<&B>,
     ) -> Result<T, Error> {
-        self.send(method, path, body, true).await
+        match &self.inner.retry {
+            None => self.send(method.clone(), path, body, true).await,
+            Some(policy) => {
+                policy
+                    .run(move || self.send(method.clone(), path, body, true))
+                    .await
+            }
+        }
     }
 
     /// A heartbeat or result: the lease token authenticates it, and the API token is
@@ -617,9 +638,16 @@ impl Client {
         }
         let resp = req.send().await.map_err(transport)?;
         let status = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| crate::error::parse_retry_after(v, Utc::now()));
         let raw = resp.bytes().await.map_err(transport)?;
         if !(200..300).contains(&status) {
-            return Err(ApiError::from_response(status, &raw).into());
+            let mut err = ApiError::from_response(status, &raw);
+            err.retry_after = retry_after;
+            return Err(err.into());
         }
         serde_json::from_slice(&raw).map_err(|source| Error::Decode {
             method: method.to_string(),

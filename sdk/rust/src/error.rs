@@ -2,6 +2,7 @@
 //! code) and everything that can go wrong before or around a call ([`Error`]).
 
 use std::fmt;
+use std::time::Duration;
 
 pub use asyncd_contract::ErrorCode;
 use asyncd_contract::{ErrorObject, TaskState};
@@ -16,10 +17,26 @@ pub struct ApiError {
     pub message: String,
     /// The field at fault, when there is one.
     pub field: Option<String>,
-    /// The pending task holding the unique key (`unique_conflict`).
+    /// The task holding the key (`unique_conflict`, `idempotency_mismatch`).
     pub existing_id: Option<String>,
     /// The task's current state (`not_cancellable`, `not_dead`).
     pub state: Option<TaskState>,
+    /// The answer's `Retry-After` (the 503s send one).
+    pub retry_after: Option<Duration>,
+}
+
+impl ApiError {
+    /// Whether the same call may succeed if sent again: the 503s (`store_unavailable`,
+    /// `kafka_unavailable`, `auth_unavailable`, `clock_skew`) and a proxy's 429, 502, 503
+    /// or 504 without the API's error body. Every other refusal is about the request and
+    /// answers the same again.
+    pub fn is_retryable(&self) -> bool {
+        match self.status {
+            503 => true,
+            429 | 502 | 504 => self.code == ErrorCode::HttpError,
+            _ => false,
+        }
+    }
 }
 
 impl fmt::Display for ApiError {
@@ -46,6 +63,7 @@ impl ApiError {
             field: error.field,
             existing_id: error.existing_id,
             state: error.state,
+            retry_after: None,
         }
     }
 }
@@ -87,8 +105,42 @@ impl ApiError {
             field: None,
             existing_id: None,
             state: None,
+            retry_after: None,
         }
     }
+}
+
+/// A `Retry-After` value: seconds or an HTTP date (`now` is the current time).
+pub(crate) fn parse_retry_after(
+    value: &str,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    Some(
+        (at.with_timezone(&chrono::Utc) - now)
+            .to_std()
+            .unwrap_or_default(),
+    )
+}
+
+/// `err` and its sources, joined by ": ", as a transport error shows them: reqwest's own
+/// text ("error sending request for url …") names no cause.
+fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// Everything a [`Client`](crate::Client) call can fail with.
@@ -114,8 +166,9 @@ pub enum Error {
     /// The API refused the call (boxed: it is the largest variant).
     #[error(transparent)]
     Api(Box<ApiError>),
-    /// The call did not get an answer: connection refused, timeout, TLS, …
-    #[error("asyncd: {method} {url}: {source}")]
+    /// The call did not get an answer: connection refused, timeout, TLS, … Its text
+    /// includes the cause ("… Connection refused").
+    #[error("asyncd: {method} {url}: {}", chain(.source))]
     Transport {
         method: String,
         url: String,
@@ -173,6 +226,22 @@ impl Error {
     pub fn is(&self, code: &ErrorCode) -> bool {
         self.code() == Some(code)
     }
+
+    /// Whether sending the same call again may succeed: a retryable API refusal
+    /// ([`ApiError::is_retryable`]) or a transport failure. Retrying a submit is safe: it
+    /// carries its idempotency key. [`RetryPolicy`](crate::RetryPolicy) does it for you.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Api(e) => e.is_retryable(),
+            Self::Transport { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// The `Retry-After` of an API refusal, when it carried one.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.api().and_then(|e| e.retry_after)
+    }
 }
 
 #[cfg(test)]
@@ -227,6 +296,9 @@ mod tests {
             "payload_too_large",
             "not_found",
             "unique_conflict",
+            "idempotency_mismatch",
+            "store_unavailable",
+            "kafka_unavailable",
             "not_cancellable",
             "stale_lease",
             "not_dead",

@@ -28,7 +28,8 @@ use tokio_util::task::TaskTracker;
 use crate::client::{Client, DEFAULT_ENDPOINT, ResultStatus, TaskResult};
 use crate::error::ErrorCode;
 use crate::time::{format_duration, retry_after_seconds};
-use crate::verifier::Verifier;
+use crate::verifier::{Verifier, VerifyError};
+use asyncd_contract::SignatureError;
 
 /// Executor call headers ([`asyncd_contract::headers`]).
 pub const HEADER_IDEMPOTENCY_KEY: &str = headers::IDEMPOTENCY_KEY;
@@ -446,16 +447,34 @@ async fn serve(
     if let Some(verifier) = &shared.verifier
         && let Err(e) = verifier.verify(&headers, &body, SystemTime::now())
     {
+        tracing::error!(
+            task = %header_str(&headers, HEADER_TASK_ID).unwrap_or(""),
+            attempt = %header_str(&headers, HEADER_ATTEMPT).unwrap_or(""),
+            reason = %e,
+            hint = refusal_hint(&headers, &e),
+            "asyncd: refused an executor call (401: asyncd will not retry it; redrive the task once fixed)"
+        );
         return error_answer(StatusCode::UNAUTHORIZED, e);
     }
     let env = match serde_json::from_slice::<Envelope>(&body) {
         Ok(env) if !env.task_type.is_empty() => env,
         // The same body would come again on a retry, so this is permanent (400).
-        _ => return error_answer(StatusCode::BAD_REQUEST, "body is not an asyncd task"),
+        _ => {
+            tracing::error!(
+                task = %header_str(&headers, HEADER_TASK_ID).unwrap_or(""),
+                "asyncd: refused an executor call (400): the body is not an asyncd task"
+            );
+            return error_answer(StatusCode::BAD_REQUEST, "body is not an asyncd task");
+        }
     };
     let Some(reg) = shared.handlers.get(&env.task_type) else {
         // 501, not 404: a 4xx would dead-letter the task, while the usual cause is a
         // rollout that has not reached this replica yet; a 5xx is retried.
+        tracing::warn!(
+            task = %header_str(&headers, HEADER_TASK_ID).unwrap_or(""),
+            task_type = %env.task_type,
+            "asyncd: refused an executor call (501): no executor for this task type; asyncd will retry"
+        );
         return error_answer(
             StatusCode::NOT_IMPLEMENTED,
             format!("no executor for task type {:?}", env.task_type),
@@ -465,7 +484,11 @@ async fn serve(
     let raw = env.payload.as_deref().map_or("null", RawValue::get);
     let fut = match (reg.handler)(ctx.clone(), raw) {
         Ok(fut) => fut,
-        Err(msg) => return error_answer(StatusCode::UNPROCESSABLE_ENTITY, msg),
+        Err(msg) => {
+            tracing::error!(task = %ctx.id, task_type = %ctx.task_type, attempt = ctx.attempt, error = %msg,
+                "asyncd: task failed permanently (its payload does not decode); it goes to dead letters");
+            return error_answer(StatusCode::UNPROCESSABLE_ENTITY, msg);
+        }
     };
     if let Some(lease) = reg.lease {
         let s = shared.clone();
@@ -479,11 +502,69 @@ async fn serve(
         return (StatusCode::ACCEPTED, axum::Json(accepted)).into_response();
     }
     // Spawned so that a panic is a 500 rather than a dropped connection.
+    let started = Instant::now();
+    let mut abandoned = Abandoned {
+        ctx: Some(ctx.clone()),
+        started,
+    };
     let outcome = match tokio::spawn(fut).await {
         Ok(outcome) => outcome,
         Err(e) => Err(Outcome::Error(panic_message(e).into())),
     };
-    outcome_answer(&ctx, outcome)
+    abandoned.ctx = None;
+    log_outcome(&ctx, &outcome, started.elapsed());
+    outcome_answer(outcome)
+}
+
+/// Logs, when dropped armed, that asyncd closed the call before the handler returned:
+/// the attempt timed out (the job's executor timeout is shorter than the handler). The
+/// server drops the answering future when the caller hangs up; the handler runs on.
+struct Abandoned {
+    ctx: Option<TaskContext>,
+    started: Instant,
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        if let Some(ctx) = &self.ctx {
+            tracing::error!(task = %ctx.id, task_type = %ctx.task_type, attempt = ctx.attempt,
+                took = ?self.started.elapsed(),
+                "asyncd: task timed out: asyncd closed the call before the handler returned (the job's \
+                 executor timeout is shorter than the handler); it counts as a failed attempt and may run again");
+        }
+    }
+}
+
+/// What usually causes a signature refusal.
+fn refusal_hint(headers: &HeaderMap, err: &VerifyError) -> &'static str {
+    match err {
+        VerifyError::Signature(SignatureError::NoKey) => {
+            "this executor has no usable signing key (is the variable holding the job's signing secret \
+             empty?): it refuses every call"
+        }
+        _ if header_str(headers, HEADER_SIGNATURE).is_none() => {
+            "the call is unsigned: the job has no spec.executor.signing (asyncd signs the calls of \
+             jobs that configure it), or the caller is not asyncd"
+        }
+        VerifyError::Signature(SignatureError::Stale) => {
+            "the clocks of asyncd and this executor differ by more than 5 minutes"
+        }
+        VerifyError::Replayed => "this attempt was delivered before (a replayed call)",
+        _ => "the signing key differs from the job's signing Secret",
+    }
+}
+
+/// Logs an attempt that did not succeed, at a level saying whether asyncd retries it.
+fn log_outcome(ctx: &TaskContext, outcome: &Result<Value, Outcome>, took: Duration) {
+    let Err(o) = outcome else { return };
+    match o {
+        Outcome::Retry { .. } => tracing::warn!(task = %ctx.id, task_type = %ctx.task_type,
+            attempt = ctx.attempt, ?took, error = %o, "asyncd: task asked to be retried"),
+        Outcome::Permanent(_) => tracing::error!(task = %ctx.id, task_type = %ctx.task_type,
+            attempt = ctx.attempt, ?took, error = %o, "asyncd: task failed permanently; it goes to dead letters"),
+        Outcome::Error(_) => tracing::error!(task = %ctx.id, task_type = %ctx.task_type,
+            attempt = ctx.attempt, ?took, error = %o, "asyncd: task failed; asyncd will retry it"),
+    }
 }
 
 fn panic_message(e: tokio::task::JoinError) -> String {
@@ -499,7 +580,7 @@ fn panic_message(e: tokio::task::JoinError) -> String {
     format!("handler panicked: {msg}")
 }
 
-fn outcome_answer(ctx: &TaskContext, outcome: Result<Value, Outcome>) -> Response {
+fn outcome_answer(outcome: Result<Value, Outcome>) -> Response {
     match outcome {
         Ok(Value::Null) => answer(StatusCode::OK, json!({})),
         Ok(output) => answer(StatusCode::OK, json!({ "output": output })),
@@ -514,10 +595,7 @@ fn outcome_answer(ctx: &TaskContext, outcome: Result<Value, Outcome>) -> Respons
             resp
         }
         Err(o @ Outcome::Permanent(_)) => error_answer(StatusCode::UNPROCESSABLE_ENTITY, o),
-        Err(o @ Outcome::Error(_)) => {
-            tracing::warn!(task = %ctx.id, task_type = %ctx.task_type, attempt = ctx.attempt, error = %o, "asyncd task failed");
-            error_answer(StatusCode::INTERNAL_SERVER_ERROR, o)
-        }
+        Err(o @ Outcome::Error(_)) => error_answer(StatusCode::INTERNAL_SERVER_ERROR, o),
     }
 }
 
@@ -540,10 +618,7 @@ fn result_of(ctx: &TaskContext, outcome: Result<Value, Outcome>) -> TaskResult {
                     res.status = ResultStatus::Retry;
                     res.retry_after = after;
                 }
-                Outcome::Error(_) => {
-                    tracing::warn!(task = %ctx.id, task_type = %ctx.task_type, error = %o, "asyncd long-running task failed");
-                    res.status = ResultStatus::Retry;
-                }
+                Outcome::Error(_) => res.status = ResultStatus::Retry,
             }
         }
     }
@@ -553,6 +628,7 @@ fn result_of(ctx: &TaskContext, outcome: Result<Value, Outcome>) -> TaskResult {
 async fn run_long(shared: Arc<Shared>, ctx: TaskContext, lease: Duration, fut: HandlerFuture) {
     let api = shared.callbacks.at(&ctx.callback_url);
     let period = (lease / 3).max(Duration::from_millis(1));
+    let started = Instant::now();
     let mut handler = tokio::spawn(fut);
     let mut lease_until = Instant::now() + lease;
     let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
@@ -566,7 +642,8 @@ async fn run_long(shared: Arc<Shared>, ctx: TaskContext, lease: Duration, fut: H
                     Ok(Ok(_)) => lease_until = Instant::now() + lease,
                     Ok(Err(e)) if e.is(&ErrorCode::StaleLease) || e.is(&ErrorCode::NotFound) => {
                         // A newer attempt owns the task; asyncd would refuse our result.
-                        tracing::warn!(task = %ctx.id, error = %e, "asyncd lease lost; stopping the handler");
+                        tracing::warn!(task = %ctx.id, task_type = %ctx.task_type, attempt = ctx.attempt, error = %e,
+                            "asyncd: long-running task lost its lease (a heartbeat was refused): a newer attempt owns it; stopping the handler");
                         handler.abort();
                         return;
                     }
@@ -577,6 +654,7 @@ async fn run_long(shared: Arc<Shared>, ctx: TaskContext, lease: Duration, fut: H
         }
     };
     let outcome = joined.unwrap_or_else(|e| Err(Outcome::Error(panic_message(e).into())));
+    log_outcome(&ctx, &outcome, started.elapsed());
     let result = result_of(&ctx, outcome);
     // Transport failures and 5xx are retried until the lease would have lapsed
     // anyway; after that asyncd retries the task itself.
@@ -649,6 +727,180 @@ mod tests {
     #[derive(Debug, thiserror::Error)]
     #[error("db down")]
     struct DbDown;
+
+    /// What a `tracing_subscriber::fmt` subscriber wrote, shared with the test.
+    #[derive(Clone, Default)]
+    struct Logs(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Logs {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+        type Writer = Logs;
+        fn make_writer(&'a self) -> Logs {
+            self.clone()
+        }
+    }
+
+    impl Logs {
+        /// Installs a subscriber writing here for this thread (the test's current-thread
+        /// runtime runs every spawned task on it too).
+        fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
+            let logs = Logs::default();
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(logs.clone())
+                .with_ansi(false)
+                .finish();
+            (logs.clone(), tracing::subscriber::set_default(subscriber))
+        }
+
+        fn lines(&self) -> Vec<String> {
+            String::from_utf8_lossy(&self.0.lock().unwrap())
+                .lines()
+                .map(str::to_string)
+                .collect()
+        }
+    }
+
+    /// Every attempt that did not succeed is logged through `tracing`, at a level that
+    /// says whether asyncd retries it; a success is not.
+    #[tokio::test]
+    async fn every_failed_or_refused_task_is_logged() {
+        let (logs, _guard) = Logs::capture();
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Order {
+            order_id: u64,
+        }
+        let app = Executor::new()
+            .register("ok", |_, _: Value| async { Ok(()) })
+            .register("later", |_, _: Value| async {
+                Err::<(), _>(Outcome::retry_after(Duration::from_secs(10)))
+            })
+            .register("bad", |_, _: Value| async {
+                Err::<(), _>(Outcome::permanent("card declined"))
+            })
+            .register("flaky", |_, _: Value| async {
+                Err::<(), DbDown>(DbDown)?;
+                Ok(())
+            })
+            .register("typed", |_, _: Order| async { Ok(()) })
+            .into_router();
+        let headers = [("Asyncd-Task-Id", "0193t".to_string())];
+        call(&app, "POST", &task_body("ok", "{}"), &headers).await;
+        assert_eq!(
+            logs.lines(),
+            Vec::<String>::new(),
+            "a success is not logged"
+        );
+        for (task_type, payload) in [
+            ("later", "{}"),
+            ("bad", "{}"),
+            ("flaky", "{}"),
+            ("typed", r#"{"order_id":"x"}"#),
+            ("nobody", "{}"),
+        ] {
+            call(&app, "POST", &task_body(task_type, payload), &headers).await;
+        }
+        let lines = logs.lines();
+        let want = [
+            ("WARN", "later", "asked to be retried"),
+            ("ERROR", "bad", "failed permanently"),
+            ("ERROR", "flaky", "asyncd will retry it"),
+            ("ERROR", "typed", "its payload does not decode"),
+            ("WARN", "nobody", "no executor for this task type"),
+        ];
+        assert_eq!(lines.len(), want.len(), "{lines:#?}");
+        for (line, (level, task_type, msg)) in lines.iter().zip(want) {
+            assert!(
+                line.contains(level)
+                    && line.contains(&format!("task_type={task_type}"))
+                    && line.contains(msg)
+                    && line.contains("0193t"),
+                "{line} lacks {level} {task_type} {msg}"
+            );
+        }
+    }
+
+    /// Unsigned calls (a job without `spec.executor.signing`) and an
+    /// executor without a key (its variable unset) are logged with what to fix.
+    #[tokio::test]
+    async fn refused_calls_are_logged_with_a_hint() {
+        let (logs, _guard) = Logs::capture();
+        let headers = [("Asyncd-Task-Id", "0193t".to_string())];
+        let signed = Executor::new()
+            .signing_secret("s3cret")
+            .register("ok", |_, _: Value| async { Ok(()) })
+            .into_router();
+        let (status, _, _) = call(&signed, "POST", &task_body("ok", "{}"), &headers).await;
+        assert_eq!(status, 401);
+        let keyless = Executor::new()
+            .signing_secret("")
+            .register("ok", |_, _: Value| async { Ok(()) })
+            .into_router();
+        call(&keyless, "POST", &task_body("ok", "{}"), &headers).await;
+        let lines = logs.lines();
+        assert_eq!(lines.len(), 2, "{lines:#?}");
+        assert!(
+            lines[0].contains("ERROR")
+                && lines[0].contains("401")
+                && lines[0].contains("task=0193t")
+                && lines[0].contains("the job has no spec.executor.signing"),
+            "{}",
+            lines[0]
+        );
+        assert!(lines[1].contains("no usable signing key"), "{}", lines[1]);
+    }
+
+    /// asyncd hangs up when the job's executor timeout passes; the attempt is logged as
+    /// timed out.
+    #[tokio::test]
+    async fn a_call_asyncd_gave_up_on_is_logged_as_timed_out() {
+        let (logs, _guard) = Logs::capture();
+        let app = Executor::new()
+            .register("slow", |_, _: Value| async {
+                std::future::pending::<()>().await;
+                Ok(())
+            })
+            .into_router();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/tasks", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let err = reqwest::Client::new()
+            .post(&url)
+            .header("Asyncd-Task-Id", "0193t")
+            .body(task_body("slow", "{}"))
+            .timeout(Duration::from_millis(200))
+            .send()
+            .await
+            .unwrap_err();
+        assert!(err.is_timeout());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !logs.lines().iter().any(|l| l.contains("timed out")) {
+            assert!(
+                Instant::now() < deadline,
+                "no timed-out record: {:#?}",
+                logs.lines()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let line = logs
+            .lines()
+            .into_iter()
+            .find(|l| l.contains("timed out"))
+            .unwrap();
+        assert!(
+            line.contains("ERROR") && line.contains("task_type=slow"),
+            "{line}"
+        );
+    }
 
     #[tokio::test]
     async fn outcome_mapping() {

@@ -34,6 +34,7 @@ pub mod cron;
 mod error;
 mod executor;
 mod idempotency;
+mod retry;
 mod time;
 mod verifier;
 
@@ -54,5 +55,6 @@ pub use executor::{
     InFlight, Outcome, TaskContext,
 };
 pub use idempotency::{canonical_json, idempotency_key_from};
+pub use retry::RetryPolicy;
 pub use time::{format_duration, format_time};
 pub use verifier::{MAX_REPLAY_ENTRIES, Verifier, VerifyError, signed_call};

@@ -135,11 +135,22 @@ async fn submit_runs_the_executor_and_dedupes() {
         "ran before its ETA"
     );
 
-    // A repeat of the key returns the first task, whatever its payload.
-    let again = Task::new("rust_order", json!({"order_id": 43, "note": ""})).idempotency_key(&key);
+    // A repeat of the key and payload returns the first task.
+    let again =
+        Task::new("rust_order", json!({"order_id": 42, "note": "héllo"})).idempotency_key(&key);
     let dup = dev.client.submit(&again).await.unwrap();
     assert!(dup.duplicate, "{dup:?}");
     assert_eq!((dup.id.as_str(), dup.eta), (res.id.as_str(), res.eta));
+    // The key with another payload is another request: refused, naming the first task.
+    let other = Task::new("rust_order", json!({"order_id": 43, "note": ""})).idempotency_key(&key);
+    let err = dev.client.submit(&other).await.unwrap_err();
+    assert!(err.is(&ErrorCode::IdempotencyMismatch), "{err}");
+    assert!(!err.is_retryable());
+    let api = err.api().unwrap();
+    assert_eq!(
+        (api.status, api.existing_id.as_deref(), api.field.as_deref()),
+        (409, Some(res.id.as_str()), Some("idempotency_key"))
+    );
     assert_eq!(rec.runs(&res.id).len(), 1, "executed twice");
 
     // Submits are labelled with the service name.
@@ -596,7 +607,7 @@ async fn submit_batch() {
             Task::new("rust_ok", Value::Null)
                 .idempotency_key(uniq("b3"))
                 .delay(Duration::from_secs(3600)),
-            Task::new("rust_ok", Value::Null).idempotency_key(&seen_key),
+            Task::new("rust_ok", "first").idempotency_key(&seen_key),
             Task::new("rust_ok", Value::Null)
                 .idempotency_key(uniq("b5"))
                 .priority(10),

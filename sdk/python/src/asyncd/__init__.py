@@ -15,6 +15,7 @@ from ._client import (
     RUNNING,
     SOURCE_SERVICE_HEADER,
     SUCCEEDED,
+    AsyncClient,
     BatchResult,
     Client,
     RedriveResult,
@@ -26,6 +27,13 @@ from ._cron import InvalidCron, is_valid_cron, validate_cron
 from ._errors import (
     APIError,
     AsyncdError,
+    AuthUnavailable,
+    ClockSkew,
+    IdempotencyMismatch,
+    KafkaUnavailable,
+    StoreUnavailable,
+    Unavailable,
+    is_retryable,
     BadSignature,
     Conflict,
     Forbidden,
@@ -48,6 +56,7 @@ from ._errors import (
 from ._executor import (
     DEFAULT_LEASE,
     MAX_REPLAY_ENTRIES,
+    Cancelled,
     SIGNATURE_TOLERANCE,
     Executor,
     Permanent,
@@ -59,6 +68,7 @@ from ._executor import (
     sign,
     verify_signature,
 )
+from ._retry import RetryPolicy
 from ._idempotency import canonical_json, idempotency_key_from
 from ._jobconfig import job_config, job_config_yaml, to_yaml
 from ._time import format_duration, parse_duration
@@ -66,6 +76,8 @@ from ._time import format_duration, parse_duration
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncClient", "AuthUnavailable", "Cancelled", "ClockSkew", "IdempotencyMismatch", "KafkaUnavailable",
+    "RetryPolicy", "StoreUnavailable", "Unavailable", "is_retryable",
     "APIError", "AsyncdError", "BadSignature", "BatchResult", "BLOCKED", "CANCELLED", "CLAIMED", "Client",
     "canonical_json", "canonical_string", "Conflict", "DEAD", "DEFAULT_ENDPOINT",
     "DEFAULT_LEASE", "DEFAULT_TOKEN_FILE", "Executor", "Forbidden", "InvalidCron",

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, TypeVar, Union
 
 from ._errors import APIError, MissingIdempotencyKey, error_from_body
 from ._executor import Executor, http_json
+from ._retry import RetryPolicy
 from ._time import Duration, format_duration, format_time, parse_time
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:7700"
@@ -125,7 +128,10 @@ class Client(Executor):
     the token is read from ``token_file`` (default :data:`DEFAULT_TOKEN_FILE`, where a pod
     mounts its projected ServiceAccount token), re-read every
     :data:`TOKEN_FILE_REFRESH` seconds since the kubelet rotates it; a missing file sends
-    no token (``asyncd dev`` needs none)."""
+    no token (``asyncd dev`` needs none).
+
+    ``retry`` (off unless given) sends an API call again after a retryable failure:
+    see :class:`asyncd.RetryPolicy`."""
 
     def __init__(
         self,
@@ -136,8 +142,10 @@ class Client(Executor):
         signing_secret: Optional[Union[str, bytes, Sequence[Union[str, bytes]]]] = None,
         token: Optional[str] = None,
         token_file: Optional[str] = DEFAULT_TOKEN_FILE,
+        retry: Optional[RetryPolicy] = None,
     ) -> None:
         self.endpoint = endpoint.rstrip("/")
+        self.retry = retry
         self.service_name = service_name
         self.timeout = timeout
         self._token = token
@@ -270,6 +278,11 @@ class Client(Executor):
         return RedriveResult(id=d["id"], state=d["state"], eta=parse_time(eta) if isinstance(eta, str) else None)
 
     def _request(self, method: str, path: str, body: Any = None) -> Any:
+        if self.retry is None:
+            return self._send(method, path, body)
+        return self.retry.run(lambda: self._send(method, path, body))
+
+    def _send(self, method: str, path: str, body: Any = None) -> Any:
         headers = {SOURCE_SERVICE_HEADER: self.service_name} if self.service_name else {}
         token = self._bearer()
         if token:
@@ -279,3 +292,62 @@ class Client(Executor):
 
 def _q(task_id: str) -> str:
     return urllib.parse.quote(task_id, safe="")
+
+
+T = TypeVar("T")
+
+
+class AsyncClient:
+    """The :class:`Client` API for asyncio code (an ASGI app, say): every call is a
+    coroutine, and the blocking HTTP request runs in a worker thread
+    (``asyncio.to_thread``), so awaiting it never blocks the event loop. Retries
+    (``retry=``) wait with ``asyncio.sleep``; cancelling the awaiting task stops them.
+    Takes the same arguments as :class:`Client`."""
+
+    def __init__(self, endpoint: str = DEFAULT_ENDPOINT, service_name: Optional[str] = None, *,
+                 retry: Optional[RetryPolicy] = None, **kwargs: Any) -> None:
+        # The wrapped client sends single attempts; the retries happen here, off the thread.
+        self._client = Client(endpoint, service_name, **kwargs)
+        self.endpoint = self._client.endpoint
+        self.retry = retry
+
+    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        def attempt() -> Awaitable[T]:
+            return asyncio.get_running_loop().run_in_executor(None, functools.partial(fn, *args, **kwargs))
+
+        if self.retry is None:
+            return await attempt()
+        return await self.retry.run_async(attempt)
+
+    async def submit(self, task_type: str, payload: Any = None, **kwargs: Any) -> SubmitResult:
+        """:meth:`Client.submit`."""
+        return await self._call(self._client.submit, task_type, payload, **kwargs)
+
+    async def submit_delayed(self, task_type: str, payload: Any = None, *, delay: Duration,
+                             **kwargs: Any) -> SubmitResult:
+        """:meth:`Client.submit_delayed`."""
+        return await self._call(self._client.submit, task_type, payload, delay=delay, **kwargs)
+
+    async def submit_at(self, task_type: str, payload: Any = None, *, eta: datetime, **kwargs: Any) -> SubmitResult:
+        """:meth:`Client.submit_at`."""
+        return await self._call(self._client.submit, task_type, payload, eta=eta, **kwargs)
+
+    async def submit_batch(self, tasks: Sequence[Union[Task, Mapping[str, Any]]]) -> List[BatchResult]:
+        """:meth:`Client.submit_batch`."""
+        return await self._call(self._client.submit_batch, tasks)
+
+    async def get(self, task_id: str) -> TaskStatus:
+        """:meth:`Client.get`."""
+        return await self._call(self._client.get, task_id)
+
+    async def cancel(self, task_id: str) -> None:
+        """:meth:`Client.cancel`."""
+        await self._call(self._client.cancel, task_id)
+
+    async def dead_letters(self, type: Optional[str] = None, limit: Optional[int] = None) -> List[TaskStatus]:  # noqa: A002
+        """:meth:`Client.dead_letters`."""
+        return await self._call(self._client.dead_letters, type, limit)
+
+    async def redrive(self, task_id: str) -> RedriveResult:
+        """:meth:`Client.redrive`."""
+        return await self._call(self._client.redrive, task_id)

@@ -19,7 +19,11 @@ class MissingIdempotencyKey(AsyncdError, ValueError):
 
 
 class TransportError(AsyncdError):
-    """The API could not be reached (connection refused, timeout, TLS, ...)."""
+    """The API could not be reached (connection refused, timeout, TLS, ...). Retryable:
+    a submit carries its idempotency key, so sending it again cannot enqueue twice."""
+
+    retryable = True
+    retry_after: Optional[float] = None
 
 
 class BadSignature(AsyncdError):
@@ -53,6 +57,7 @@ class APIError(AsyncdError):
         existing_id: Optional[str] = None,
         state: Optional[str] = None,
         body: Any = None,
+        retry_after: Optional[float] = None,
     ) -> None:
         self.status = status
         self.code = code
@@ -61,12 +66,23 @@ class APIError(AsyncdError):
         self.existing_id = existing_id
         self.state = state
         self.body = body
+        #: The answer's ``Retry-After`` in seconds (the 503s send one), else None.
+        self.retry_after = retry_after
         text = f"{code} ({status})"
         if field:
             text += f" field {field}"
         if message:
             text += f": {message}"
         super().__init__(text)
+
+    @property
+    def retryable(self) -> bool:
+        """Whether the same call may succeed if sent again: the 503s
+        (:class:`Unavailable`) and a proxy's 429, 502, 503 or 504. Every other refusal is
+        about the request and answers the same again."""
+        if self.status == 503:
+            return True
+        return self.code == "http_error" and self.status in (429, 502, 504)
 
 
 class MalformedJSON(APIError):
@@ -77,9 +93,9 @@ class InvalidField(APIError):
     code_name = "invalid_field"
 
 
-class UnknownTaskType(InvalidField):
-    """No AsyncJobConfig declares the task type. A subclass of InvalidField: the
-    ``type`` field is what is wrong."""
+class UnknownTaskType(APIError):
+    """No AsyncJobConfig declares the task type (``field`` is ``"type"``). Its own class,
+    as in the Go and Rust SDKs (not an :class:`InvalidField`)."""
 
     code_name = "unknown_task_type"
 
@@ -121,6 +137,13 @@ class NotCancellable(Conflict):
     code_name = "not_cancellable"
 
 
+class IdempotencyMismatch(Conflict):
+    """The idempotency key belongs to a task with another type or payload;
+    ``existing_id`` names it. Use a new key for a new request."""
+
+    code_name = "idempotency_mismatch"
+
+
 class StaleLease(Conflict):
     code_name = "stale_lease"
 
@@ -129,14 +152,59 @@ class NotDead(Conflict):
     code_name = "not_dead"
 
 
+class Unavailable(APIError):
+    """Base of the 503 answers: nothing was done; retry (``retry_after`` says when).
+    :class:`asyncd.RetryPolicy` does it for you."""
+
+
+class StoreUnavailable(Unavailable):
+    code_name = "store_unavailable"
+
+
+class KafkaUnavailable(Unavailable):
+    code_name = "kafka_unavailable"
+
+
+class AuthUnavailable(Unavailable):
+    code_name = "auth_unavailable"
+
+
+class ClockSkew(Unavailable):
+    code_name = "clock_skew"
+
+
 _BY_CODE: Dict[str, Type[APIError]] = {
     cls.code_name: cls
     for cls in (MalformedJSON, InvalidField, UnknownTaskType, PayloadTooLarge, NotFound,
-                Unauthenticated, Forbidden, UniqueConflict, NotCancellable, StaleLease, NotDead)
+                Unauthenticated, Forbidden, UniqueConflict, IdempotencyMismatch, NotCancellable,
+                StaleLease, NotDead, StoreUnavailable, KafkaUnavailable, AuthUnavailable, ClockSkew)
 }
 
 
-def error_from_response(status: int, raw: bytes) -> APIError:
+def is_retryable(err: BaseException) -> bool:
+    """Whether ``err`` is worth sending again: a retryable :class:`APIError` or a
+    :class:`TransportError`."""
+    return isinstance(err, TransportError) or (isinstance(err, APIError) and err.retryable)
+
+
+def parse_retry_after(value: Optional[str], now: Optional[float] = None) -> Optional[float]:
+    """A ``Retry-After`` header (seconds or an HTTP date) in seconds, or None."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(int(value))
+    try:
+        from email.utils import parsedate_to_datetime
+        import time as _time
+
+        at = parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError):
+        return None
+    return max(0.0, at - (_time.time() if now is None else now))
+
+
+def error_from_response(status: int, raw: bytes, retry_after: Optional[float] = None) -> APIError:
     """Builds the APIError subclass for an answer's status and body."""
     try:
         body = json.loads(raw.decode("utf-8")) if raw else None
@@ -145,7 +213,9 @@ def error_from_response(status: int, raw: bytes) -> APIError:
     text = raw.decode("utf-8", "replace").strip()
     if len(text) > 512:
         text = text[:512] + "…"
-    return error_from_body(status, body, text)
+    err = error_from_body(status, body, text)
+    err.retry_after = retry_after
+    return err
 
 
 def error_from_body(status: int, body: Any, text: str = "") -> APIError:

@@ -32,6 +32,7 @@ from ._errors import (
     StaleTimestamp,
     TransportError,
     error_from_response,
+    parse_retry_after,
 )
 from ._time import Duration, duration_seconds, format_duration, parse_duration, parse_time
 
@@ -180,6 +181,12 @@ class Permanent(Exception):
     """Raise when no retry can fix the failure: the task goes to dead letters (422)."""
 
 
+class Cancelled(Exception):
+    """Raised by :meth:`TaskContext.check` once the attempt is cancelled: its deadline
+    passed (asyncd has given up on the call and will run the task again), its lease was
+    lost, or the executor is shutting down. Asyncd retries the task."""
+
+
 @dataclass
 class TaskContext:
     """The task and attempt a handler is running."""
@@ -197,6 +204,29 @@ class TaskContext:
     #: Set when asyncd refused a heartbeat as stale: a newer attempt owns the task and
     #: a long-running handler should stop.
     lease_lost: threading.Event = field(default_factory=threading.Event, repr=False)
+    #: When the attempt's time is up (``time.monotonic()`` seconds), for a handler
+    #: registered with ``timeout=``; None otherwise.
+    deadline: Optional[float] = None
+    #: Set once the handler should stop: the deadline passed, the lease was lost, or
+    #: the executor is shutting down. Wait on it (``ctx.cancelled.wait(5)``) instead of
+    #: sleeping, or call :meth:`check` between steps.
+    cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
+    #: Why ``cancelled`` was set.
+    cancel_reason: str = ""
+
+    def remaining(self) -> Optional[float]:
+        """Seconds left before the deadline (never negative), or None without one."""
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
+    def check(self) -> None:
+        """Raises :class:`Cancelled` once the attempt is cancelled."""
+        if self.cancelled.is_set():
+            raise Cancelled(self.cancel_reason or "cancelled")
+
+    def cancel(self, reason: str) -> None:
+        if not self.cancelled.is_set():
+            self.cancel_reason = reason
+            self.cancelled.set()
 
 
 Handler = Callable[..., Any]
@@ -208,6 +238,7 @@ class _Registration:
     wants_ctx: bool
     is_async: bool
     lease: Optional[float]  # seconds; set for long-running executors
+    timeout: Optional[float] = None  # seconds: the attempt's deadline, when given
 
 
 @dataclass
@@ -260,28 +291,41 @@ class Executor:
     # -- registration ---------------------------------------------------------
 
     def executor(
-        self, task_type: str, *, long_running: bool = False, lease: Duration = DEFAULT_LEASE
+        self, task_type: str, *, long_running: bool = False, lease: Duration = DEFAULT_LEASE,
+        timeout: Optional[Duration] = None,
     ) -> Callable[[Handler], Handler]:
         """Decorator registering a handler for ``task_type``.
 
         With ``long_running=True`` the call is answered 202 ``{"lease": ...}`` at once,
         the handler runs in a background thread, a heartbeat is sent every lease/3 and
         the outcome is posted to the task's result endpoint (the return value as
-        ``output``). Use it for work that may outlast the job's timeout."""
+        ``output``). Use it for work that may outlast the job's timeout. ``lease`` and
+        ``timeout`` take a timedelta, seconds or a string (``"30s"``).
+
+        ``timeout`` (set it to the job's ``spec.executor.timeout``) gives each attempt
+        a deadline: ``ctx.deadline``/``ctx.remaining()`` tell it, and ``ctx.cancelled``
+        is set when it passes, since asyncd has then given up on the call and will run
+        the task again; a handler that goes on would overlap the next attempt. An
+        ``async`` handler is cancelled at the deadline. A sync one cannot be stopped
+        from outside: it should wait on ``ctx.cancelled`` or call ``ctx.check()``."""
 
         def register(fn: Handler) -> Handler:
-            self.register(task_type, fn, long_running=long_running, lease=lease)
+            self.register(task_type, fn, long_running=long_running, lease=lease, timeout=timeout)
             return fn
 
         return register
 
     def register(
-        self, task_type: str, fn: Handler, *, long_running: bool = False, lease: Duration = DEFAULT_LEASE
+        self, task_type: str, fn: Handler, *, long_running: bool = False, lease: Duration = DEFAULT_LEASE,
+        timeout: Optional[Duration] = None,
     ) -> None:
-        seconds = duration_seconds(lease) if long_running else None
+        seconds = _seconds(lease) if long_running else None
         if seconds is not None and seconds <= 0:
             raise ValueError("lease must be positive")
-        reg = _Registration(fn, _wants_ctx(fn), inspect.iscoroutinefunction(fn), seconds)
+        deadline = None if timeout is None else _seconds(timeout)
+        if deadline is not None and deadline <= 0:
+            raise ValueError("timeout must be positive")
+        reg = _Registration(fn, _wants_ctx(fn), inspect.iscoroutinefunction(fn), seconds, deadline)
         with self._lock:
             self._handlers[task_type] = reg
 
@@ -292,10 +336,15 @@ class Executor:
     ) -> Union[_Answer, Tuple[_Registration, Any, TaskContext]]:
         if method != "POST":
             return _Answer(405, {"error": "method not allowed"}, [("Allow", "POST")])
+        h = _lower(headers)
         if self._verifier is not None:
             try:
                 self._verifier.verify(headers, body)
             except BadSignature as e:
+                log.error("asyncd: refused an executor call (401: asyncd will not retry it; redrive the task "
+                          "once fixed): task %s attempt %s: %s; %s", h.get("asyncd-task-id", ""),
+                          h.get("asyncd-attempt", ""), e, _refusal_hint(h, e),
+                          extra={"task_id": h.get("asyncd-task-id", ""), "status": 401})
                 return _Answer(401, {"error": f"bad signature: {e}"})
         try:
             env = json.loads(body)
@@ -303,14 +352,21 @@ class Executor:
                 raise ValueError
         except ValueError:
             # The same body would come again on a retry, so this is permanent.
+            log.error("asyncd: refused an executor call (400): task %s: the body is not an asyncd task",
+                      h.get("asyncd-task-id", ""), extra={"task_id": h.get("asyncd-task-id", ""), "status": 400})
             return _Answer(400, {"error": "body is not an asyncd task"})
         with self._lock:
             reg = self._handlers.get(env["type"])
         if reg is None:
             # 501, not 404: a 4xx would dead-letter the task, while the usual cause is
             # a rollout that has not reached this replica yet; a 5xx is retried.
+            log.warning("asyncd: refused an executor call (501): task %s: no executor for task type %r; "
+                        "asyncd will retry", env.get("id"), env["type"],
+                        extra={"task_id": env.get("id"), "task_type": env["type"], "status": 501})
             return _Answer(501, {"error": f"no executor for task type {env['type']!r}"})
         ctx = self._context(headers, env)
+        if reg.timeout is not None:
+            ctx.deadline = time.monotonic() + reg.timeout
         return reg, env.get("payload"), ctx
 
     def _context(self, headers: Mapping[str, str], env: Dict[str, Any]) -> TaskContext:
@@ -343,10 +399,41 @@ class Executor:
         return (payload, ctx) if reg.wants_ctx else (payload,)
 
     def _run_sync(self, reg: _Registration, payload: Any, ctx: TaskContext) -> Any:
-        result = reg.fn(*self._args(reg, payload, ctx))
-        if inspect.isawaitable(result):
-            result = asyncio.run(_await(result))
-        return result
+        timer = None
+        if reg.timeout is not None:
+            timer = threading.Timer(reg.timeout, ctx.cancel, (f"timed out after {format_duration(timedelta(seconds=reg.timeout))}",))
+            timer.daemon = True
+            timer.start()
+        try:
+            result = reg.fn(*self._args(reg, payload, ctx))
+            if inspect.isawaitable(result):
+                result = asyncio.run(_await(result, ctx.remaining()))
+            return result
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    @staticmethod
+    def _log_outcome(ctx: TaskContext, exc: Optional[BaseException], took: float) -> None:
+        """Logs an attempt that did not succeed, and one that outlived its deadline."""
+        extra = {"task_id": ctx.id, "task_type": ctx.type, "attempt": ctx.attempt}
+        timed_out = ctx.deadline is not None and time.monotonic() >= ctx.deadline
+        if timed_out or isinstance(exc, (Cancelled, asyncio.TimeoutError)):
+            detail = "" if exc is None or isinstance(exc, Cancelled) else f"; error: {type(exc).__name__}: {exc}"
+            log.error("asyncd: task %s (%s) attempt %d %s (the handler ran %.3fs): asyncd has given up on the "
+                      "call and will run it again%s", ctx.id, ctx.type, ctx.attempt,
+                      ctx.cancel_reason or "timed out: its deadline passed", took, detail, extra=extra)
+        elif exc is None:
+            return
+        elif isinstance(exc, Permanent):
+            log.error("asyncd: task %s (%s) attempt %d failed permanently; it goes to dead letters: %s",
+                      ctx.id, ctx.type, ctx.attempt, exc, extra=extra)
+        elif isinstance(exc, Retry):
+            log.warning("asyncd: task %s (%s) attempt %d asked to be retried: %s", ctx.id, ctx.type,
+                        ctx.attempt, exc, extra=extra)
+        else:
+            log.error("asyncd: task %s (%s) attempt %d failed; asyncd will retry it: %s: %s", ctx.id, ctx.type,
+                      ctx.attempt, type(exc).__name__, exc, exc_info=exc, extra=extra)
 
     @staticmethod
     def _outcome(exc: Optional[BaseException], result: Any = None) -> _Answer:
@@ -380,12 +467,13 @@ class Executor:
         reg, payload, ctx = prepared
         if reg.lease is not None:
             return _encode(self._start_long_running(reg, payload, ctx))
+        started = time.monotonic()
         try:
             result = self._run_sync(reg, payload, ctx)
         except Exception as e:  # noqa: BLE001 - every failure maps onto an answer
-            if not isinstance(e, (Retry, Permanent)):
-                log.exception("asyncd task %s (%s) failed", ctx.id, ctx.type)
+            self._log_outcome(ctx, e, time.monotonic() - started)
             return _encode(self._outcome(e))
+        self._log_outcome(ctx, None, time.monotonic() - started)
         return _encode(self._outcome(None, result))
 
     # -- long-running -----------------------------------------------------------
@@ -402,6 +490,7 @@ class Executor:
                     lease_until[0] = time.monotonic() + lease
                 except (StaleLease, NotFound):
                     ctx.lease_lost.set()
+                    ctx.cancel("lease lost: a newer attempt owns the task")
                     return
                 except (APIError, TransportError) as e:
                     log.warning("asyncd heartbeat for %s failed: %s", ctx.id, e)
@@ -410,16 +499,19 @@ class Executor:
         hb.start()
         exc: Optional[BaseException] = None
         result: Any = None
+        started = time.monotonic()
         try:
             result = self._run_sync(reg, payload, ctx)
         except Exception as e:  # noqa: BLE001
             exc = e
-            if not isinstance(e, (Retry, Permanent)):
-                log.exception("asyncd task %s (%s) failed", ctx.id, ctx.type)
         stop.set()
         hb.join()
         if ctx.lease_lost.is_set():
+            log.warning("asyncd: long-running task %s (%s) attempt %d lost its lease (a heartbeat was refused): "
+                        "a newer attempt owns it; this attempt's result is dropped", ctx.id, ctx.type, ctx.attempt,
+                        extra={"task_id": ctx.id, "task_type": ctx.type, "attempt": ctx.attempt})
             return  # a newer attempt owns the task; asyncd would refuse our result
+        self._log_outcome(ctx, exc, time.monotonic() - started)
         body: Dict[str, Any] = {"lease_token": ctx.lease_token, "status": "success"}
         if isinstance(exc, Permanent):
             body.update(status="failed", error=str(exc) or type(exc).__name__)
@@ -534,16 +626,17 @@ class Executor:
         reg, payload, ctx = prepared
         if reg.lease is not None:
             return _encode(self._start_long_running(reg, payload, ctx))
+        started = time.monotonic()
         try:
             if reg.is_async:
-                result = await reg.fn(*self._args(reg, payload, ctx))
+                result = await asyncio.wait_for(reg.fn(*self._args(reg, payload, ctx)), ctx.remaining())
             else:
                 loop = asyncio.get_running_loop()
                 result = await loop.run_in_executor(None, self._run_sync, reg, payload, ctx)
         except Exception as e:  # noqa: BLE001
-            if not isinstance(e, (Retry, Permanent)):
-                log.exception("asyncd task %s (%s) failed", ctx.id, ctx.type)
+            self._log_outcome(ctx, e, time.monotonic() - started)
             return _encode(self._outcome(e))
+        self._log_outcome(ctx, None, time.monotonic() - started)
         return _encode(self._outcome(None, result))
 
     def make_server(self, host: str = "127.0.0.1", port: int = 8080) -> WSGIServer:
@@ -561,8 +654,23 @@ class _QuietHandler(WSGIRequestHandler):
         log.debug("%s - %s", self.address_string(), format % args)
 
 
-async def _await(aw: Awaitable[Any]) -> Any:
-    return await aw
+async def _await(aw: Awaitable[Any], timeout: Optional[float] = None) -> Any:
+    return await asyncio.wait_for(aw, timeout)
+
+
+def _refusal_hint(headers: Mapping[str, str], err: BadSignature) -> str:
+    """What usually causes a signature refusal."""
+    if str(err) == "no signing key configured":
+        return ("this executor has no usable signing key (is the variable holding the job's signing secret "
+                "empty?): it refuses every call")
+    if not headers.get("asyncd-signature"):
+        return ("the call is unsigned: the job has no spec.executor.signing (asyncd signs the calls of jobs "
+                "that configure it), or the caller is not asyncd")
+    if isinstance(err, StaleTimestamp):
+        return "the clocks of asyncd and this executor differ by more than 5 minutes"
+    if isinstance(err, Replayed):
+        return "this attempt was delivered before (a replayed call)"
+    return "the signing key differs from the job's signing Secret"
 
 
 async def _asgi_send(send: Callable[[Dict[str, Any]], Awaitable[None]], answer: Tuple[int, List[Tuple[str, str]], bytes]) -> None:
@@ -610,7 +718,8 @@ def http_json(method: str, url: str, body: Any = None, *, headers: Optional[Mapp
             raw = resp.read()
     except urllib.error.HTTPError as e:
         raw = e.read() if e.fp is not None else b""
-        raise error_from_response(e.code, raw) from None
+        retry_after = parse_retry_after(e.headers.get("Retry-After") if e.headers else None)
+        raise error_from_response(e.code, raw, retry_after) from None
     except (urllib.error.URLError, OSError) as e:
         raise TransportError(f"{method} {url}: {getattr(e, 'reason', e)}") from e
     if not raw.strip():

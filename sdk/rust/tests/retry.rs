@@ -1,0 +1,216 @@
+//! The shared error taxonomy (sdk/testdata/errors.json) and opt-in retries, against a
+//! scripted stand-in for the API.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use asyncd_client::{Client, Error, ErrorCode, RetryPolicy, Task};
+use axum::Router;
+use axum::body::Bytes;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde_json::{Value, json};
+
+/// One canned answer: status, Retry-After, body.
+type Answer = (u16, Option<&'static str>, String);
+
+/// Answers each request with the next canned answer (then keeps the last) and records
+/// each request's idempotency key.
+#[derive(Clone, Default)]
+struct Scripted {
+    answers: Arc<Mutex<Vec<Answer>>>,
+    keys: Arc<Mutex<Vec<Option<String>>>>,
+}
+
+impl Scripted {
+    async fn start(answers: Vec<Answer>) -> (Scripted, String) {
+        let s = Scripted {
+            answers: Arc::new(Mutex::new(answers)),
+            keys: Arc::default(),
+        };
+        let f = s.clone();
+        let app = Router::new().fallback(move |body: Bytes| {
+            let f = f.clone();
+            async move {
+                let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let n = {
+                    let mut keys = f.keys.lock().unwrap();
+                    keys.push(body["idempotency_key"].as_str().map(str::to_string));
+                    keys.len()
+                };
+                let answers = f.answers.lock().unwrap();
+                let (status, retry_after, body) = answers[(n - 1).min(answers.len() - 1)].clone();
+                let mut resp = (StatusCode::from_u16(status).unwrap(), body).into_response();
+                if let Some(v) = retry_after {
+                    resp.headers_mut().insert("retry-after", v.parse().unwrap());
+                }
+                resp
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (s, format!("http://{addr}"))
+    }
+
+    fn calls(&self) -> usize {
+        self.keys.lock().unwrap().len()
+    }
+}
+
+fn api_error(code: &str) -> String {
+    json!({"error": {"code": code, "message": "m", "existing_id": "t0"}}).to_string()
+}
+
+#[tokio::test]
+async fn every_code_of_the_shared_table_is_typed_and_classed() {
+    let table: Value = serde_json::from_str(include_str!("../../testdata/errors.json")).unwrap();
+    let codes: BTreeSet<&str> = table["codes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row["code"].as_str().unwrap())
+        .collect();
+    let server: BTreeSet<&str> = ErrorCode::SERVER.iter().map(ErrorCode::as_str).collect();
+    assert_eq!(codes, server, "the table lists every code the server sends");
+    for row in table["codes"].as_array().unwrap() {
+        let code = row["code"].as_str().unwrap();
+        let status = row["status"].as_u64().unwrap() as u16;
+        let retryable = row["retryable"].as_bool().unwrap();
+        let retry_after = retryable.then_some("1");
+        let (_, endpoint) = Scripted::start(vec![(status, retry_after, api_error(code))]).await;
+        let client = Client::builder().endpoint(endpoint).build().unwrap();
+        let err = client.get("x").await.unwrap_err();
+        let parsed = ErrorCode::parse(code);
+        assert!(
+            !matches!(parsed, ErrorCode::Other(_)),
+            "{code} has a variant"
+        );
+        assert!(err.is(&parsed), "{code}: {err}");
+        assert_eq!(ErrorCode::parse(code).status(), Some(status), "{code}");
+        assert_eq!(err.is_retryable(), retryable, "{code}");
+        assert_eq!(
+            err.retry_after(),
+            retryable.then_some(Duration::from_secs(1)),
+            "{code}"
+        );
+    }
+    for row in table["http_errors"].as_array().unwrap() {
+        let status = row["status"].as_u64().unwrap() as u16;
+        let (_, endpoint) =
+            Scripted::start(vec![(status, None, "<html>proxy</html>".into())]).await;
+        let client = Client::builder().endpoint(endpoint).build().unwrap();
+        let err = client.get("x").await.unwrap_err();
+        assert!(err.is(&ErrorCode::HttpError), "{status}: {err}");
+        assert_eq!(
+            err.is_retryable(),
+            row["retryable"].as_bool().unwrap(),
+            "{status}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_transport_error_shows_its_cause_and_is_retryable() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let client = Client::builder().endpoint(endpoint).build().unwrap();
+    let err = client.get("x").await.unwrap_err();
+    assert!(matches!(err, Error::Transport { .. }), "{err:?}");
+    assert!(err.is_retryable());
+    // In its Display, not only in {:?}.
+    assert!(
+        err.to_string()
+            .to_lowercase()
+            .contains("connection refused"),
+        "{err}"
+    );
+}
+
+const UNAVAILABLE: &str =
+    r#"{"error":{"code":"store_unavailable","message":"the store did not answer"}}"#;
+const CREATED: &str =
+    r#"{"id":"t1","eta":"2026-12-01T00:00:00Z","route":"store","duplicate":false}"#;
+
+fn recording_policy(max_attempts: u32, waits: &Arc<Mutex<Vec<Duration>>>) -> RetryPolicy {
+    let w = waits.clone();
+    RetryPolicy::new(max_attempts)
+        .backoff(Duration::from_millis(100), Duration::from_secs(1))
+        .sleep_with(move |d| {
+            w.lock().unwrap().push(d);
+            async {}
+        })
+}
+
+#[tokio::test]
+async fn retries_honour_retry_after_and_resend_the_same_key() {
+    let (s, endpoint) = Scripted::start(vec![
+        (503, Some("2"), UNAVAILABLE.into()),
+        (503, None, api_error("kafka_unavailable")),
+        (201, None, CREATED.into()),
+    ])
+    .await;
+    let waits = Arc::new(Mutex::new(Vec::new()));
+    let retried = Arc::new(Mutex::new(Vec::new()));
+    let r = retried.clone();
+    let client = Client::builder()
+        .endpoint(endpoint)
+        .retry(recording_policy(4, &waits).on_retry(move |n, err, _| {
+            r.lock()
+                .unwrap()
+                .push(format!("{n}:{}", err.code().unwrap()));
+        }))
+        .build()
+        .unwrap();
+    let task = Task::new("t", json!({"a": 1})).idempotency_key("k-1");
+    let res = client.submit(&task).await.unwrap();
+    assert_eq!(res.id, "t1");
+    assert_eq!(*s.keys.lock().unwrap(), vec![Some("k-1".to_string()); 3]);
+    let waits = waits.lock().unwrap().clone();
+    // Retry-After first; then the backoff's second step, 200 ms with equal jitter.
+    assert_eq!(waits.len(), 2);
+    assert_eq!(waits[0], Duration::from_secs(2));
+    assert!(
+        (Duration::from_millis(100)..=Duration::from_millis(200)).contains(&waits[1]),
+        "{waits:?}"
+    );
+    assert_eq!(
+        *retried.lock().unwrap(),
+        ["1:store_unavailable", "2:kafka_unavailable"]
+    );
+}
+
+#[tokio::test]
+async fn retries_give_up_and_never_repeat_a_refusal() {
+    let (s, endpoint) = Scripted::start(vec![(503, Some("1"), UNAVAILABLE.into())]).await;
+    let waits = Arc::new(Mutex::new(Vec::new()));
+    let client = Client::builder()
+        .endpoint(endpoint)
+        .retry(recording_policy(3, &waits))
+        .build()
+        .unwrap();
+    let task = Task::new("t", json!({})).idempotency_key("k");
+    let err = client.submit(&task).await.unwrap_err();
+    assert!(err.is(&ErrorCode::StoreUnavailable), "{err}");
+    assert_eq!(s.calls(), 3);
+    assert_eq!(*waits.lock().unwrap(), [Duration::from_secs(1); 2]);
+
+    let (s, endpoint) = Scripted::start(vec![(409, None, api_error("idempotency_mismatch"))]).await;
+    let client = Client::builder()
+        .endpoint(endpoint)
+        .retry(recording_policy(3, &waits))
+        .build()
+        .unwrap();
+    let err = client.submit(&task).await.unwrap_err();
+    assert!(err.is(&ErrorCode::IdempotencyMismatch), "{err}");
+    assert_eq!(err.api().unwrap().existing_id.as_deref(), Some("t0"));
+    assert_eq!(s.calls(), 1);
+
+    // Without a policy a 503 comes back at once.
+    let (s, endpoint) = Scripted::start(vec![(503, Some("1"), UNAVAILABLE.into())]).await;
+    let client = Client::builder().endpoint(endpoint).build().unwrap();
+    assert!(client.submit(&task).await.unwrap_err().is_retryable());
+    assert_eq!(s.calls(), 1);
+}
