@@ -297,3 +297,25 @@ pub struct RedriveResult {
     #[cfg_attr(feature = "openapi", schemars(schema_with = "crate::time::schema"))]
     pub eta: DateTime<Utc>,
 }
+
+/// The answer to `GET /v1/jobs/{name}`, `POST /v1/jobs/{name}/pause` and
+/// `POST /v1/jobs/{name}/resume`: whether the job's attempts may begin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub struct JobStatus {
+    /// The AsyncJobConfig's name.
+    pub job: String,
+    pub task_type: String,
+    /// No attempt of the job begins: it is paused through the API, by its config, or
+    /// both. Its tasks wait in the store.
+    pub paused: bool,
+    /// When it was paused through the API; null while it is not.
+    #[serde(default, with = "crate::time::rfc3339_option")]
+    #[cfg_attr(
+        feature = "openapi",
+        schemars(schema_with = "crate::time::schema_option")
+    )]
+    pub paused_at: Option<DateTime<Utc>>,
+    /// The config says `spec.paused: true`: only a change of the config resumes it.
+    pub paused_by_config: bool,
+}

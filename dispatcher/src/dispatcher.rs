@@ -360,6 +360,7 @@ async fn keep_membership(shared: Arc<Shared>) {
             }
             Err(err) => tracing::warn!(%err, "membership heartbeat failed; keeping the last view"),
         }
+        observe_pauses(&shared, now).await;
         tokio::select! {
             _ = shared.shutdown.cancelled() => break,
             _ = tokio::time::sleep(config.heartbeat_interval) => {}
@@ -368,6 +369,36 @@ async fn keep_membership(shared: Arc<Shared>) {
     if let Err(err) = shared.store.leave(&member).await {
         tracing::warn!(%err, "could not leave the dispatcher set; it will expire");
     }
+}
+
+/// Exports which jobs are paused, by their config or through the API, as
+/// `asyncd_job_paused{job}`. Only for the metric: pausing does not depend on it (the
+/// store's claim and start skip paused types; the claimer and runners read the config).
+async fn observe_pauses(shared: &Shared, now: crate::store::Millis) {
+    let in_store: BTreeSet<String> = match shared.store.pauses().await {
+        Ok(pauses) => pauses.into_iter().map(|(task_type, _)| task_type).collect(),
+        Err(err) => {
+            tracing::debug!(%err, "could not read the paused jobs");
+            return;
+        }
+    };
+    let routes = shared.routes.borrow().clone();
+    let mut paused = Vec::new();
+    for job in routes.jobs() {
+        let is = job.paused || in_store.contains(&job.task_type);
+        shared
+            .metrics
+            .job_paused
+            .with_label_values(&[job.name.as_str()])
+            .set(i64::from(is));
+        if is {
+            paused.push(job.name.clone());
+        }
+    }
+    emit(&shared.config.signals, || Signal::PausesSeen {
+        paused,
+        at: now,
+    });
 }
 
 /// Reads the store's clock between two readings of ours and records the offset (see
@@ -428,12 +459,15 @@ async fn release_claims_of(shared: &Shared, gone: &str, now: crate::store::Milli
 
 async fn claim(shared: Arc<Shared>) {
     let config = &shared.config;
+    let mut last_pass = None;
     loop {
         tokio::select! {
             _ = shared.shutdown.cancelled() => return,
             _ = tokio::time::sleep(config.poll_interval) => {}
             _ = shared.waker.0.notified() => {}
         }
+        // Every claim of this pass reads the clock at or after this.
+        let now = shared.clock.now_millis();
         loop {
             let unstarted =
                 shared.heap.lock().expect("heap lock").len() + shared.queued.load(Ordering::SeqCst);
@@ -481,6 +515,11 @@ async fn claim(shared: Arc<Shared>) {
                 break;
             }
         }
+        // Once per clock reading, so a test on a manual clock is not flooded.
+        if config.signals.is_some() && last_pass != Some(now) {
+            last_pass = Some(now);
+            emit(&config.signals, || Signal::ClaimPass { at: now });
+        }
     }
 }
 
@@ -491,9 +530,11 @@ fn claim_plan(shared: &Shared) -> Vec<(Vec<String>, u32)> {
     let config = &shared.config;
     let routes = shared.routes.borrow().clone();
     // A job whose signing keys are unavailable is not claimed: its tasks wait, pending.
+    // Nor is a job paused by its config (`spec.paused`); one paused through the API is
+    // left out by the claim itself (`Store::pause`).
     let jobs: Vec<(String, String)> = routes
         .jobs()
-        .filter(|job| shared.signing.may_dispatch(job))
+        .filter(|job| !job.paused && shared.signing.may_dispatch(job))
         .map(|job| (job.task_type.clone(), job.name.clone()))
         .collect();
     let owned = shared
@@ -710,11 +751,14 @@ async fn begin(shared: &Arc<Shared>, batch: Vec<(ClaimedTask, OwnedSemaphorePerm
     // begins: held tasks of a job whose keys went missing (or that Kafka delivered) are
     // handed back to wait in the store, where the claimer leaves them until the keys
     // are back.
-    let keys = batch
+    let job = batch
         .first()
-        .and_then(|(task, _)| shared.routes.borrow().job(&task.task_type).cloned())
-        .map_or(Keys::Unsigned, |job| shared.signing.keys(&job));
-    if let Keys::Unavailable(_) = keys {
+        .and_then(|(task, _)| shared.routes.borrow().job(&task.task_type).cloned());
+    let keys = job
+        .as_ref()
+        .map_or(Keys::Unsigned, |job| shared.signing.keys(job));
+    // Likewise the held tasks of a job its config has paused since they were claimed.
+    if matches!(keys, Keys::Unavailable(_)) || job.is_some_and(|job| job.paused) {
         release(shared, batch.into_iter().map(|(task, _)| task).collect()).await;
         return;
     }
@@ -752,10 +796,14 @@ async fn begin(shared: &Arc<Shared>, batch: Vec<(ClaimedTask, OwnedSemaphorePerm
         );
     }
     let mut started: HashMap<String, _> = started.into_iter().map(|s| (s.id.clone(), s)).collect();
+    let mut unstarted = Vec::new();
     for (task, permit) in batch {
-        // Missing: cancelled meanwhile, or the claim lapsed and went to someone else.
+        // Missing: its job was paused (`Store::pause`; the claim is still ours and goes
+        // back to the store, where it waits for the resume), cancelled meanwhile, or the
+        // claim lapsed and went to someone else (then the release, fenced by the token,
+        // changes nothing).
         let Some(attempt) = started.remove(&task.id) else {
-            shared.let_go(&task.task_type);
+            unstarted.push(task);
             continue;
         };
         let shared = shared.clone();
@@ -769,6 +817,9 @@ async fn begin(shared: &Arc<Shared>, batch: Vec<(ClaimedTask, OwnedSemaphorePerm
             drop(permit);
             shared.let_go(&task_type);
         });
+    }
+    if !unstarted.is_empty() {
+        release(shared, unstarted).await;
     }
 }
 

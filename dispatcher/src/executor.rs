@@ -319,6 +319,7 @@ pub(crate) fn test_job(url: &str) -> Job {
         concurrency: 1,
         kafka: None,
         cron: Vec::new(),
+        paused: false,
     }
 }
 

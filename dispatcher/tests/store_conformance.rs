@@ -1137,6 +1137,96 @@ async fn a_success_after_its_attempt_was_given_up_lands_until_a_new_claim(store:
     assert_eq!(state(store, &redriven).await, TaskState::Pending);
 }
 
+/// A paused task type is neither claimed (by a poll or by id) nor started, and keeps its
+/// tasks pending; other types go on; a resume hands every one of them out again, in order.
+async fn a_paused_type_waits_and_resumes_in_order(store: &dyn Store) {
+    let mut paused = Vec::new();
+    for i in 0..5 {
+        paused.push(insert(store, new_task("held", at(i))).await);
+    }
+    let other = insert(store, new_task("free", T0)).await;
+    // Claimed before the pause: held, but its attempt must not begin.
+    let early = store
+        .claim(claim_params(
+            &TypeFilter::Only(vec!["held".into()]),
+            T0,
+            T0,
+            5_000,
+            "me",
+            1,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(early.len(), 1);
+    assert_eq!(early[0].id, paused[0]);
+
+    assert_eq!(store.pause("held", at(10)).await.unwrap(), at(10));
+    assert_eq!(
+        store.pause("held", at(20)).await.unwrap(),
+        at(10),
+        "pausing again keeps the first pause"
+    );
+    assert_eq!(store.pauses().await.unwrap(), vec![("held".into(), at(10))]);
+
+    let claimed: Vec<String> = claim_all(store, at(100), at(100))
+        .await
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(claimed, vec![other], "only the unpaused type is claimed");
+    let by_id = store
+        .claim_ids(asyncd::store::ClaimIdsParams {
+            ids: &paused[1..],
+            now: at(100),
+            hold: Duration::from_secs(5),
+            owner: "consumer",
+        })
+        .await
+        .unwrap();
+    assert!(by_id.is_empty(), "a Kafka consumer's claim skips it too");
+    let claims = vec![(early[0].id.clone(), early[0].lease_token)];
+    let started = store
+        .start(start_params(&claims, at(100), 1000))
+        .await
+        .unwrap();
+    assert!(
+        started.is_empty(),
+        "a claim held from before the pause does not start"
+    );
+    // The dispatcher hands the unstarted claim back; it waits with the others.
+    let released = store
+        .finish(
+            &[Finish {
+                id: early[0].id.clone(),
+                lease_token: early[0].lease_token,
+                kind: FinishKind::Release,
+            }],
+            at(100),
+        )
+        .await
+        .unwrap();
+    assert_eq!(released, vec![true]);
+    for id in &paused {
+        assert_eq!(state(store, id).await, TaskState::Pending);
+    }
+
+    assert!(store.resume("held").await.unwrap());
+    assert!(
+        !store.resume("held").await.unwrap(),
+        "a second resume changes nothing"
+    );
+    assert!(store.pauses().await.unwrap().is_empty());
+    let claimed: Vec<String> = claim_all(store, at(100), at(100))
+        .await
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(
+        claimed, paused,
+        "every waiting task, in (trigger_at, id) order"
+    );
+}
+
 /// Every scenario as one test per backend (`sqlite::…`, `mariadb::…`, `postgres::…`),
 /// each on a fresh, migrated database, so one failure hides none of the others.
 macro_rules! scenarios {
@@ -1193,6 +1283,7 @@ scenarios!(
     kafka_dead_letters_keep_messages_once_and_byte_for_byte,
     values_at_the_apis_limits_are_stored_exactly,
     errors_from_executors_are_stored_sanitized_and_capped,
+    a_paused_type_waits_and_resumes_in_order,
 );
 
 // ---------------------------------------------------------------------------------------

@@ -49,6 +49,12 @@ pub const FINALIZER: &str = "asyncd.example.io/cleanup";
         description = "Dispatcher replicas"
     ),
     printcolumn(
+        name = "Paused",
+        type_ = "boolean",
+        json_path = ".spec.paused",
+        description = "spec.paused: no attempt begins (a pause through the API shows in asyncd_job_paused and GET /v1/jobs/{name})"
+    ),
+    printcolumn(
         name = "Ready",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
@@ -228,6 +234,7 @@ mod tests {
                 "Topic",
                 "Partitions",
                 "Replicas",
+                "Paused",
                 "Ready",
                 "Reason",
                 "Age"

@@ -63,6 +63,11 @@ pub struct JobSpec {
     /// Dispatcher replicas (in a cluster: the HPA on due backlog).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scaling: Option<ScalingSpec>,
+    /// While true, no attempt of this job begins: its tasks (cron firings included) wait
+    /// in the store and run, in order, once it is false again. `POST
+    /// /v1/jobs/{name}/pause` pauses a job as well, without changing its config.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -286,6 +291,8 @@ pub struct Job {
     pub concurrency: u32,
     pub kafka: Option<KafkaSpec>,
     pub cron: Vec<CronEntry>,
+    /// `spec.paused`: see [`JobSpec::paused`].
+    pub paused: bool,
 }
 
 /// A validated signing config: a Secret name and its one or two keys, primary first.
@@ -457,6 +464,7 @@ impl JobSpec {
             concurrency: self.concurrency.unwrap_or(100),
             kafka: self.kafka.clone(),
             cron,
+            paused: self.paused,
         })
     }
 }

@@ -114,6 +114,9 @@ const QUERIES: Queries = Queries {
                          reason, recorded_at FROM kafka_dead_letters \
                          ORDER BY recorded_at DESC, topic, kafka_partition, kafka_offset DESC \
                          LIMIT ?",
+    pause: "INSERT IGNORE INTO job_pauses (task_type, paused_at) VALUES (?, ?)",
+    resume: "DELETE FROM job_pauses WHERE task_type = ?",
+    pauses: "SELECT task_type, paused_at FROM job_pauses ORDER BY task_type",
     dependency_state: "SELECT state FROM tasks WHERE id = ? LOCK IN SHARE MODE",
     // A duplicate key fails the INSERT, which InnoDB rolls back alone (the transaction
     // goes on), and is told apart from every other error by its code. `INSERT IGNORE`
@@ -325,6 +328,7 @@ impl MySqlStore {
                 let sql = format!(
                     "SELECT id FROM tasks FORCE INDEX (tasks_due) \
                      WHERE state = 'pending' AND trigger_at <= ?{type_filter} \
+                       AND NOT EXISTS (SELECT 1 FROM job_pauses p WHERE p.task_type = tasks.task_type) \
                      ORDER BY trigger_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
                 );
                 let mut query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).bind(horizon);
@@ -337,7 +341,9 @@ impl MySqlStore {
             Selection::Ids(ids) => {
                 let sql = format!(
                     "SELECT id FROM tasks FORCE INDEX (PRIMARY) \
-                     WHERE state = 'pending' AND id IN ({}) FOR UPDATE SKIP LOCKED",
+                     WHERE state = 'pending' AND id IN ({}) \
+                       AND NOT EXISTS (SELECT 1 FROM job_pauses p WHERE p.task_type = tasks.task_type) \
+                     FOR UPDATE SKIP LOCKED",
                     placeholders(ids.len())
                 );
                 let mut query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql));
@@ -466,7 +472,9 @@ impl Backend for MySqlStore {
                  FROM ",
                 json_pairs!(),
                 " JOIN tasks ON tasks.id = p.pair_id AND tasks.lease_token = p.pair_token \
-                 WHERE tasks.state = 'claimed' ORDER BY tasks.id FOR UPDATE"
+                 WHERE tasks.state = 'claimed' \
+                   AND NOT EXISTS (SELECT 1 FROM job_pauses q WHERE q.task_type = tasks.task_type) \
+                 ORDER BY tasks.id FOR UPDATE"
             ))
             .bind(&claims)
             .fetch_all(&mut *tx)
