@@ -39,7 +39,8 @@ pub struct SubmitRequest<P = Value> {
         schemars(schema_with = "crate::time::schema_option")
     )]
     pub eta: Option<String>,
-    /// 0..=9, higher runs first among equal ETAs; default 0.
+    /// 0..=9, default 0. Among due tasks of a job each level counts as 10 s of waiting: a
+    /// priority-9 task goes before the lower-priority tasks due up to 90 s before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schemars(range(min = 0, max = 9)))]
     pub priority: Option<i64>,

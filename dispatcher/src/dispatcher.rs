@@ -43,7 +43,7 @@ use tokio_util::task::TaskTracker;
 use crate::clock::SharedClock;
 use crate::clock_check::{ClockCheck, Reading};
 use crate::executor::ExecutorClient;
-use crate::heap::EtaHeap;
+use crate::heap::{EtaHeap, ReadyHeap};
 use crate::holdings::{Holdings, JobLimits};
 use crate::metrics::Metrics;
 use crate::ownership::Ownership;
@@ -566,9 +566,65 @@ fn claim_plan(shared: &Shared) -> Vec<(Vec<String>, u32)> {
     plan
 }
 
+/// A job's due tasks between the ticker and the job's runner, which takes the best
+/// ranked ([`crate::heap::rank`]) whenever it may begin an attempt. A heap rather than a
+/// channel: a high-priority task that comes due behind a backlog goes before it.
+#[derive(Default)]
+struct ReadyQueue {
+    state: Mutex<(ReadyHeap, bool)>,
+    changed: Notify,
+}
+
+impl ReadyQueue {
+    fn push(&self, task: ClaimedTask) {
+        self.state.lock().expect("ready lock").0.push(task);
+        self.changed.notify_one();
+    }
+
+    /// No more tasks will come (the ticker ended).
+    fn close(&self) {
+        self.state.lock().expect("ready lock").1 = true;
+        self.changed.notify_one();
+    }
+
+    fn try_pop(&self) -> Option<ClaimedTask> {
+        self.state.lock().expect("ready lock").0.pop()
+    }
+
+    /// The best task, waiting for one; `None` once closed and empty. One consumer (the
+    /// runner): `notify_one` keeps a wake-up for it when it is not waiting yet.
+    async fn pop(&self) -> Option<ClaimedTask> {
+        loop {
+            {
+                let mut state = self.state.lock().expect("ready lock");
+                if let Some(task) = state.0.pop() {
+                    return Some(task);
+                }
+                if state.1 {
+                    return None;
+                }
+            }
+            self.changed.notified().await;
+        }
+    }
+}
+
+/// The ticker's queues, closed when it ends for any reason (a panic included), so every
+/// runner hands back what waits in its queue and ends.
+#[derive(Default)]
+struct Queues(HashMap<String, Arc<ReadyQueue>>);
+
+impl Drop for Queues {
+    fn drop(&mut self) {
+        for queue in self.0.values() {
+            queue.close();
+        }
+    }
+}
+
 /// The ticker. Returns the runners it started (in `tasks`), for shutdown to wait on.
 async fn tick(shared: Arc<Shared>, tasks: TaskTracker) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut queues: HashMap<String, mpsc::Sender<ClaimedTask>> = HashMap::new();
+    let mut queues = Queues::default();
     let mut runners = Vec::new();
     loop {
         let now = shared.clock.now_millis();
@@ -590,15 +646,15 @@ async fn tick(shared: Arc<Shared>, tasks: TaskTracker) -> Vec<tokio::task::JoinH
                 release(&shared, vec![task]).await;
                 continue;
             }
-            let queue = queues.entry(task.task_type.clone()).or_insert_with(|| {
-                // The claimer keeps heap plus queues within `max_heap`, so this bound is
-                // only reached when Kafka adoption overshoots it; then the ticker waits.
-                let (tx, rx) = mpsc::channel(shared.config.max_heap.max(1));
+            // The claimer keeps heap plus queues within `max_heap` (Kafka adoption may
+            // overshoot it by a batch).
+            let queue = queues.0.entry(task.task_type.clone()).or_insert_with(|| {
+                let queue = Arc::new(ReadyQueue::default());
                 runners.push(tasks.spawn(stop_on_exit(
                     shared.shutdown.clone(),
-                    run_job(shared.clone(), task.task_type.clone(), rx),
+                    run_job(shared.clone(), task.task_type.clone(), queue.clone()),
                 )));
-                tx
+                queue
             });
             emit(&shared.config.signals, || Signal::Dispatched {
                 id: task.id.clone(),
@@ -606,11 +662,9 @@ async fn tick(shared: Arc<Shared>, tasks: TaskTracker) -> Vec<tokio::task::JoinH
                 at: now,
             });
             shared.queued.fetch_add(1, Ordering::SeqCst);
-            if let Err(mpsc::error::SendError(task)) = queue.send(task).await {
-                // Its runner is gone (it panicked): the claim goes back to the store.
-                shared.queued.fetch_sub(1, Ordering::SeqCst);
-                release(&shared, vec![task]).await;
-            }
+            // (A runner that panicked has stopped the dispatcher: what waits in its
+            // queue comes back when the claims' hold lapses.)
+            queue.push(task);
         }
         if shared.shutdown.is_cancelled() {
             return runners;
@@ -627,8 +681,10 @@ async fn tick(shared: Arc<Shared>, tasks: TaskTracker) -> Vec<tokio::task::JoinH
     }
 }
 
-/// One job's runner: attempts begin in heap order, at most `concurrency` at once.
-async fn run_job(shared: Arc<Shared>, task_type: String, mut queue: mpsc::Receiver<ClaimedTask>) {
+/// One job's runner: at most `concurrency` attempts at once, each permit going to the
+/// best ranked due task at the moment it is free (a permit is taken first, then the
+/// task, so a task that came due meanwhile with a better rank is not passed over).
+async fn run_job(shared: Arc<Shared>, task_type: String, queue: Arc<ReadyQueue>) {
     let taken = |task: ClaimedTask| {
         shared.queued.fetch_sub(1, Ordering::SeqCst);
         task
@@ -640,46 +696,36 @@ async fn run_job(shared: Arc<Shared>, task_type: String, mut queue: mpsc::Receiv
             .job(&task_type)
             .map_or(1, |job| job.concurrency as usize),
     );
-    let mut carried: Option<ClaimedTask> = None;
-    loop {
-        let first = match carried.take() {
-            Some(task) => task,
-            None => match queue.recv().await {
-                Some(task) => taken(task),
-                None => return,
-            },
-        };
-        if shared.shutdown.is_cancelled() {
-            release(&shared, vec![first]).await;
-            while let Ok(task) = queue.try_recv() {
-                release(&shared, vec![taken(task)]).await;
-            }
-            continue;
-        }
+    while !shared.shutdown.is_cancelled() {
         // Follow a changed concurrency limit without a restart.
         if let Some(job) = shared.routes.borrow().job(&task_type) {
             limit.resize(job.concurrency as usize);
         }
         let permit = tokio::select! {
             permit = limit.acquire() => permit,
-            _ = shared.shutdown.cancelled() => {
-                carried = Some(first);
-                continue;
-            }
+            _ = shared.shutdown.cancelled() => break,
+        };
+        let first = tokio::select! {
+            task = queue.pop() => match task {
+                Some(task) => taken(task),
+                None => break,
+            },
+            _ = shared.shutdown.cancelled() => break,
         };
         let mut batch: Vec<(ClaimedTask, OwnedSemaphorePermit)> = vec![(first, permit)];
         while batch.len() < 256 {
-            let Ok(task) = queue.try_recv() else { break };
-            let task = taken(task);
-            match limit.try_acquire() {
-                Some(permit) => batch.push((task, permit)),
-                None => {
-                    carried = Some(task);
-                    break;
-                }
-            }
+            let Some(permit) = limit.try_acquire() else {
+                break;
+            };
+            let Some(task) = queue.try_pop() else { break };
+            batch.push((taken(task), permit));
         }
         begin(&shared, batch).await;
+    }
+    // Shutdown: hand back what waits here, and what the ticker adds until it closes the
+    // queue.
+    while let Some(task) = queue.pop().await {
+        release(&shared, vec![taken(task)]).await;
     }
 }
 

@@ -1227,6 +1227,48 @@ async fn a_paused_type_waits_and_resumes_in_order(store: &dyn Store) {
     );
 }
 
+/// Claims take due work by rank: the trigger time moved 10 s earlier per priority level.
+/// A priority-9 task overtakes the priority-0 backlog due up to 90 s before it, a task
+/// due longer than that still goes first (ageing), and one not due by the horizon is
+/// left however high its priority.
+async fn claims_rank_priority_among_due_work_with_ageing(store: &dyn Store) {
+    let mut low = Vec::new();
+    for i in 0..20 {
+        low.push(insert(store, new_task("r", at(i * 3_000))).await);
+    }
+    let mut high = new_task("r", at(60_000));
+    high.priority = 9;
+    let high = insert(store, high).await;
+    let aged = insert(store, new_task("r", at(-31_000))).await;
+    let mut later = new_task("r", at(60_001));
+    later.priority = 9;
+    let later = insert(store, later).await;
+    let ids = |claimed: Vec<asyncd::store::ClaimedTask>| -> Vec<String> {
+        claimed.into_iter().map(|c| c.id).collect()
+    };
+    let first = store
+        .claim(claim_params(
+            &TypeFilter::All,
+            at(60_000),
+            at(60_000),
+            5_000,
+            "me",
+            2,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(ids(first), vec![aged, high], "ageing, then priority");
+    let rest = ids(claim_all(store, at(60_000), at(60_000)).await);
+    assert_eq!(
+        rest, low,
+        "then the backlog by trigger time; not the task due later"
+    );
+    assert_eq!(
+        ids(claim_all(store, at(60_001), at(60_001)).await),
+        vec![later]
+    );
+}
+
 /// Every scenario as one test per backend (`sqlite::…`, `mariadb::…`, `postgres::…`),
 /// each on a fresh, migrated database, so one failure hides none of the others.
 macro_rules! scenarios {
@@ -1284,6 +1326,7 @@ scenarios!(
     values_at_the_apis_limits_are_stored_exactly,
     errors_from_executors_are_stored_sanitized_and_capped,
     a_paused_type_waits_and_resumes_in_order,
+    claims_rank_priority_among_due_work_with_ageing,
 );
 
 // ---------------------------------------------------------------------------------------

@@ -461,8 +461,9 @@ pub trait Store: Send + Sync + 'static {
     async fn get(&self, id: &str) -> Result<Option<TaskRecord>>;
     async fn cancel(&self, id: &str, now: Millis) -> Result<CancelOutcome>;
 
-    /// Claims up to `limit` pending tasks due by `horizon`, earliest `(trigger_at, id)`
-    /// first, holding each until `max(trigger_at, now) + hold`. Tasks of a paused type
+    /// Claims up to `limit` pending tasks due by `horizon`, best `(claim_rank, id)` first
+    /// (the trigger time moved 10 s earlier per priority level, [`crate::heap::rank`]),
+    /// holding each until `max(trigger_at, now) + hold`. Tasks of a paused type
     /// ([`Store::pause`]) are never claimed, here or by [`Store::claim_ids`].
     async fn claim(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>>;
     /// Claims these tasks if they are still pending, as [`Store::claim`] would.

@@ -311,7 +311,7 @@ impl MySqlStore {
     ) -> Result<Vec<ClaimedTask>> {
         let mut tx = self.pool.begin().await?;
         let ids: Vec<String> = match selection {
-            // Walk tasks_due in (trigger_at, id) order and lock up to `limit` rows,
+            // Walk tasks_ranked in (claim_rank, id) order and lock up to `limit` rows,
             // skipping rows another claimer has locked (it is claiming them). FORCE
             // INDEX: a plan that scanned and sorted instead would lock every due row,
             // not just `limit` of them, and starve the other claimers; statistics on a
@@ -326,10 +326,10 @@ impl MySqlStore {
                     Some(list) => format!(" AND task_type IN ({})", placeholders(list.len())),
                 };
                 let sql = format!(
-                    "SELECT id FROM tasks FORCE INDEX (tasks_due) \
+                    "SELECT id FROM tasks FORCE INDEX (tasks_ranked) \
                      WHERE state = 'pending' AND trigger_at <= ?{type_filter} \
                        AND NOT EXISTS (SELECT 1 FROM job_pauses p WHERE p.task_type = tasks.task_type) \
-                     ORDER BY trigger_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
+                     ORDER BY claim_rank, id LIMIT ? FOR UPDATE SKIP LOCKED"
                 );
                 let mut query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).bind(horizon);
                 for task_type in padded(types.unwrap_or_default()) {

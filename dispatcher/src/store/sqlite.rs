@@ -209,7 +209,7 @@ impl Backend for SqliteStore {
              WHERE id IN (SELECT id FROM tasks WHERE state = 'pending' AND trigger_at <= ? \
                             AND (? IS NULL OR task_type IN (SELECT value FROM json_each(?))) \
                             AND task_type NOT IN (SELECT task_type FROM job_pauses) \
-                          ORDER BY trigger_at, id LIMIT ?) \
+                          ORDER BY claim_rank, id LIMIT ?) \
              RETURNING ",
             claim_columns!()
         ))
