@@ -104,6 +104,7 @@ fn paused_metric(metrics: &str) -> Option<i64> {
 }
 
 async fn pause_holds_across_a_restart_and_resume_runs_each_task_once(store_url: Option<String>) {
+    let server = store_url.is_some();
     let executor = Executor::start(|_| Answer::ok()).await;
     let mut asyncd = start(&executor, store_url).await;
     let mut etas: Vec<(i64, String)> = Vec::new();
@@ -184,6 +185,24 @@ async fn pause_holds_across_a_restart_and_resume_runs_each_task_once(store_url: 
     nothing_claimed_until(&mut asyncd, all_due + 500, &ids).await;
     pauses_seen(&mut asyncd, true, 0, &ids).await;
     assert_eq!(paused_metric(&asyncd.metrics().await), Some(1));
+    // Waiting, but no backlog a replica could work off.
+    let line = |metrics: &str, name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}{{task_type=\"work\"}} ")))
+            .map(|v| v.to_string())
+    };
+    wait_for("the backlog gauges", DEADLINE, async || {
+        let metrics = asyncd.metrics().await;
+        (line(&metrics, "asyncd_mysql_pending_tasks").as_deref() == Some("105")).then_some(())
+    })
+    .await;
+    let metrics = asyncd.metrics().await;
+    assert_eq!(line(&metrics, "asyncd_due_backlog").as_deref(), Some("0"));
+    assert_eq!(
+        line(&metrics, "asyncd_oldest_due_age_seconds").as_deref(),
+        Some("0")
+    );
     assert!(
         executor.calls().is_empty(),
         "a paused task reached the executor"
@@ -224,7 +243,10 @@ async fn pause_holds_across_a_restart_and_resume_runs_each_task_once(store_url: 
         assert!(ids.contains(id), "an unknown task ran: {id}");
         assert_eq!(calls.len(), 1, "{id} ran {} times", calls.len());
     }
-    // Concurrency 1: released in order of their trigger times.
+    // Concurrency 1: released in order of their trigger times. On a database server a
+    // claim passes over rows another transaction holds locked at that instant (SKIP
+    // LOCKED), so a task may begin a few places late there: by at most one claim batch.
+    let slack = if server { 8 } else { 0 };
     let eta_of: std::collections::HashMap<&str, i64> =
         etas.iter().map(|(eta, id)| (id.as_str(), *eta)).collect();
     let order: Vec<i64> = executor
@@ -232,10 +254,13 @@ async fn pause_holds_across_a_restart_and_resume_runs_each_task_once(store_url: 
         .iter()
         .map(|c| eta_of[c.id.as_str()])
         .collect();
-    assert!(
-        order.windows(2).all(|w| w[0] <= w[1]),
-        "not in ETA order: {order:?}"
-    );
+    for (i, eta) in order.iter().enumerate() {
+        let overtaken_by = order[i + 1..].iter().filter(|later| *later < eta).count();
+        assert!(
+            overtaken_by <= slack,
+            "the task due at {eta} ran before {overtaken_by} due earlier: {order:?}"
+        );
+    }
     pauses_seen(&mut asyncd, false, 0, &HashSet::new()).await;
     assert_eq!(paused_metric(&asyncd.metrics().await), Some(0));
 }

@@ -52,7 +52,7 @@ pub const FINALIZER: &str = "asyncd.example.io/cleanup";
         name = "Paused",
         type_ = "boolean",
         json_path = ".spec.paused",
-        description = "spec.paused: no attempt begins (a pause through the API shows in asyncd_job_paused and GET /v1/jobs/{name})"
+        description = "No attempt begins (spec.paused; a pause through the API shows in asyncd_job_paused)"
     ),
     printcolumn(
         name = "Ready",

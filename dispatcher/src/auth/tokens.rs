@@ -285,8 +285,27 @@ tokens:
         assert!(!a.allows(Verb::Cancel, Some("job-a")));
         assert!(!a.allows(Verb::Submit, Some("job-b")));
         assert!(!a.allows(Verb::Get, None), "not every job");
+        assert!(
+            !a.allows(Verb::Pause, Some("job-a")),
+            "pause is a verb of its own"
+        );
         let all = file.authenticate("t-all").unwrap();
         assert!(all.allows(Verb::Redrive, None));
+        assert!(
+            all.allows(Verb::Pause, Some("job-a")),
+            "\"*\" includes pause"
+        );
+        let dir2 = tempfile::tempdir().unwrap();
+        let pauser = TokenFile::open(write(
+            dir2.path(),
+            "tokens:\n  - {name: p, sha256: \"HASH_A\", jobs: [job-a], verbs: [pause]}\n",
+        ))
+        .unwrap()
+        .authenticate("t-a")
+        .unwrap();
+        assert!(pauser.allows(Verb::Pause, Some("job-a")));
+        assert!(!pauser.allows(Verb::Submit, Some("job-a")));
+        assert!(!pauser.allows(Verb::Pause, Some("job-b")));
         for refused in ["t-old", "nope", &hash("t-a")] {
             let err = file.authenticate(refused).unwrap_err();
             assert_eq!(err.status.as_u16(), 401, "{refused}");
