@@ -327,11 +327,15 @@ impl MySqlStore {
                 };
                 let sql = format!(
                     "SELECT id FROM tasks FORCE INDEX (tasks_ranked) \
-                     WHERE state = 'pending' AND trigger_at <= ?{type_filter} \
+                     WHERE state = 'pending' AND claim_rank <= ? AND trigger_at <= ?{type_filter} \
                        AND NOT EXISTS (SELECT 1 FROM job_pauses p WHERE p.task_type = tasks.task_type) \
                      ORDER BY claim_rank, id LIMIT ? FOR UPDATE SKIP LOCKED"
                 );
-                let mut query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).bind(horizon);
+                // `claim_rank <= horizon` bounds the walk: a task due by the horizon ranks
+                // no later, and the tasks due after it are never read.
+                let mut query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                    .bind(horizon)
+                    .bind(horizon);
                 for task_type in padded(types.unwrap_or_default()) {
                     query = query.bind(task_type);
                 }

@@ -232,7 +232,9 @@ impl Backend for PostgresStore {
             TypeFilter::Only(list) => Some(list),
         };
         // One statement, so one transaction. The ARRAY(…) subquery (run once, before
-        // the update) walks tasks_ranked in (claim_rank, id) order, locks up to `limit`
+        // the update) walks tasks_ranked in (claim_rank, id) order — from the start to
+        // the horizon: a task due by then ranks no later (`claim_rank <= trigger_at`), so
+        // the walk never reads the tasks due after it — locks up to `limit`
         // rows and skips rows another claimer has locked (it is claiming them); the
         // UPDATE then marks exactly the rows locked, found by primary key. (Joining a
         // CTE instead lets a generic plan, which does not know `limit`, hash-join it
@@ -244,7 +246,7 @@ impl Backend for PostgresStore {
                         updated_at = $5 \
                  WHERE id = ANY(ARRAY( \
                      SELECT id FROM tasks \
-                     WHERE state = 'pending' AND trigger_at <= $1 \
+                     WHERE state = 'pending' AND claim_rank <= $1 AND trigger_at <= $1 \
                        AND ($2::text[] IS NULL OR task_type = ANY($2)) \
                        AND NOT EXISTS (SELECT 1 FROM job_pauses p WHERE p.task_type = tasks.task_type) \
                      ORDER BY claim_rank, id \
