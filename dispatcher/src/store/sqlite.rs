@@ -206,8 +206,8 @@ impl Backend for SqliteStore {
         let rows: Vec<ClaimRow> = sqlx::query_as(concat!(
             "UPDATE tasks SET state = 'claimed', lease_token = lease_token + 1, owner = ?, \
                     lease_until = MAX(trigger_at, ?) + ?, updated_at = ? \
-             WHERE id IN (SELECT id FROM tasks WHERE state = 'pending' AND claim_rank <= ?5 \
-                            AND trigger_at <= ?5 \
+             WHERE id IN (SELECT id FROM tasks WHERE state = 'pending' AND claim_rank <= ? \
+                            AND trigger_at <= ? \
                             AND (? IS NULL OR task_type IN (SELECT value FROM json_each(?))) \
                             AND task_type NOT IN (SELECT task_type FROM job_pauses) \
                           ORDER BY claim_rank, id LIMIT ?) \
@@ -218,6 +218,7 @@ impl Backend for SqliteStore {
         .bind(params.now)
         .bind(duration_ms(params.hold))
         .bind(params.now)
+        .bind(params.horizon)
         .bind(params.horizon)
         .bind(&type_list)
         .bind(&type_list)
