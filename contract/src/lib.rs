@@ -31,6 +31,6 @@ pub use signature::{
 pub use state::{TaskState, UnknownState};
 pub use task::{
     BatchItemResult, BatchOutcome, BatchRequest, BatchResponse, CancelResult, DeadLetters,
-    MAX_BATCH, MAX_DEPENDENCIES, MAX_LISTING_BYTES, RedriveResult, Route, SubmitRequest,
+    JobStatus, MAX_BATCH, MAX_DEPENDENCIES, MAX_LISTING_BYTES, RedriveResult, Route, SubmitRequest,
     SubmitResult, TaskPage, TaskStatus,
 };

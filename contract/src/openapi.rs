@@ -58,6 +58,12 @@ fn path_id(what: &str) -> Value {
            "schema": {"type": "string"}})
 }
 
+fn job_name() -> Value {
+    json!({"name": "name", "in": "path", "required": true,
+           "description": "The AsyncJobConfig's name (metadata.name)",
+           "schema": {"type": "string"}})
+}
+
 fn lease_token_header() -> Value {
     json!({"name": headers::LEASE_TOKEN, "in": "header", "required": false,
            "description": "The attempt's lease token (opaque, 64 hex digits), when the body carries no `lease_token`.",
@@ -135,6 +141,7 @@ pub fn document() -> Value {
     );
     let submit_result = s.answer::<SubmitResult>();
     let task = s.answer::<TaskStatus>();
+    let job = s.answer::<JobStatus>();
     let paths = json!({
         "/v1/tasks": {"get": {
             "operationId": "searchTasks",
@@ -233,6 +240,29 @@ pub fn document() -> Value {
             "parameters": [path_id("The dead task's id")],
             "responses": responses(&[(200, ok("Redriven", s.answer::<RedriveResult>()))],
                 errors(&error, &[NotFound, NotDead, UniqueConflict, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+        }},
+        "/v1/jobs/{name}": {
+            "parameters": [job_name()],
+            "get": {
+                "operationId": "getJob",
+                "summary": "Whether a job is paused",
+                "responses": responses(&[(200, ok("The job", job.clone()))],
+                    errors(&error, &[NotFound, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+            },
+        },
+        "/v1/jobs/{name}/pause": {"post": {
+            "operationId": "pauseJob",
+            "summary": "Pause a job: no attempt of it begins, its tasks wait in the store (idempotent)",
+            "parameters": [job_name()],
+            "responses": responses(&[(200, ok("Paused", job.clone()))],
+                errors(&error, &[NotFound, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+        }},
+        "/v1/jobs/{name}/resume": {"post": {
+            "operationId": "resumeJob",
+            "summary": "Lift the API's pause of a job; its waiting tasks run in order (idempotent)",
+            "parameters": [job_name()],
+            "responses": responses(&[(200, ok("Resumed, or still paused by its config", job))],
+                errors(&error, &[NotFound, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
         }},
         "/v1/openapi.json": {"get": {
             "operationId": "openapi", "security": [],

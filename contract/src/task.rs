@@ -39,7 +39,8 @@ pub struct SubmitRequest<P = Value> {
         schemars(schema_with = "crate::time::schema_option")
     )]
     pub eta: Option<String>,
-    /// 0..=9, higher runs first among equal ETAs; default 0.
+    /// 0..=9, default 0. Among due tasks of a job each level counts as 10 s of waiting: a
+    /// priority-9 task goes before the lower-priority tasks due up to 90 s before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schemars(range(min = 0, max = 9)))]
     pub priority: Option<i64>,
@@ -300,4 +301,26 @@ pub struct RedriveResult {
     #[serde(with = "crate::time::rfc3339")]
     #[cfg_attr(feature = "openapi", schemars(schema_with = "crate::time::schema"))]
     pub eta: DateTime<Utc>,
+}
+
+/// The answer to `GET /v1/jobs/{name}`, `POST /v1/jobs/{name}/pause` and
+/// `POST /v1/jobs/{name}/resume`: whether the job's attempts may begin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub struct JobStatus {
+    /// The AsyncJobConfig's name.
+    pub job: String,
+    pub task_type: String,
+    /// No attempt of the job begins: it is paused through the API, by its config, or
+    /// both. Its tasks wait in the store.
+    pub paused: bool,
+    /// When it was paused through the API; null while it is not.
+    #[serde(default, with = "crate::time::rfc3339_option")]
+    #[cfg_attr(
+        feature = "openapi",
+        schemars(schema_with = "crate::time::schema_option")
+    )]
+    pub paused_at: Option<DateTime<Utc>>,
+    /// The config says `spec.paused: true`: only a change of the config resumes it.
+    pub paused_by_config: bool,
 }

@@ -43,7 +43,7 @@ use tokio_util::task::TaskTracker;
 use crate::clock::SharedClock;
 use crate::clock_check::{ClockCheck, Reading};
 use crate::executor::ExecutorClient;
-use crate::heap::EtaHeap;
+use crate::heap::{EtaHeap, ReadyHeap};
 use crate::holdings::{Holdings, JobLimits};
 use crate::metrics::Metrics;
 use crate::ownership::Ownership;
@@ -364,6 +364,7 @@ async fn keep_membership(shared: Arc<Shared>) {
             }
             Err(err) => tracing::warn!(%err, "membership heartbeat failed; keeping the last view"),
         }
+        observe_pauses(&shared, now).await;
         tokio::select! {
             _ = shared.shutdown.cancelled() => break,
             _ = tokio::time::sleep(config.heartbeat_interval) => {}
@@ -372,6 +373,36 @@ async fn keep_membership(shared: Arc<Shared>) {
     if let Err(err) = shared.store.leave(&member).await {
         tracing::warn!(%err, "could not leave the dispatcher set; it will expire");
     }
+}
+
+/// Exports which jobs are paused, by their config or through the API, as
+/// `asyncd_job_paused{job}`. Only for the metric: pausing does not depend on it (the
+/// store's claim and start skip paused types; the claimer and runners read the config).
+async fn observe_pauses(shared: &Shared, now: crate::store::Millis) {
+    let in_store: BTreeSet<String> = match shared.store.pauses().await {
+        Ok(pauses) => pauses.into_iter().map(|(task_type, _)| task_type).collect(),
+        Err(err) => {
+            tracing::debug!(%err, "could not read the paused jobs");
+            return;
+        }
+    };
+    let routes = shared.routes.borrow().clone();
+    let mut paused = Vec::new();
+    for job in routes.jobs() {
+        let is = job.paused || in_store.contains(&job.task_type);
+        shared
+            .metrics
+            .job_paused
+            .with_label_values(&[job.name.as_str()])
+            .set(i64::from(is));
+        if is {
+            paused.push(job.name.clone());
+        }
+    }
+    emit(&shared.config.signals, || Signal::PausesSeen {
+        paused,
+        at: now,
+    });
 }
 
 /// Reads the store's clock between two readings of ours and records the offset (see
@@ -432,12 +463,15 @@ async fn release_claims_of(shared: &Shared, gone: &str, now: crate::store::Milli
 
 async fn claim(shared: Arc<Shared>) {
     let config = &shared.config;
+    let mut last_pass = None;
     loop {
         tokio::select! {
             _ = shared.shutdown.cancelled() => return,
             _ = tokio::time::sleep(config.poll_interval) => {}
             _ = shared.waker.0.notified() => {}
         }
+        // Every claim of this pass reads the clock at or after this.
+        let now = shared.clock.now_millis();
         loop {
             let unstarted =
                 shared.heap.lock().expect("heap lock").len() + shared.queued.load(Ordering::SeqCst);
@@ -485,6 +519,11 @@ async fn claim(shared: Arc<Shared>) {
                 break;
             }
         }
+        // Once per clock reading, so a test on a manual clock is not flooded.
+        if config.signals.is_some() && last_pass != Some(now) {
+            last_pass = Some(now);
+            emit(&config.signals, || Signal::ClaimPass { at: now });
+        }
     }
 }
 
@@ -495,9 +534,11 @@ fn claim_plan(shared: &Shared) -> Vec<(Vec<String>, u32)> {
     let config = &shared.config;
     let routes = shared.routes.borrow().clone();
     // A job whose signing keys are unavailable is not claimed: its tasks wait, pending.
+    // Nor is a job paused by its config (`spec.paused`); one paused through the API is
+    // left out by the claim itself (`Store::pause`).
     let jobs: Vec<(String, String)> = routes
         .jobs()
-        .filter(|job| shared.signing.may_dispatch(job))
+        .filter(|job| !job.paused && shared.signing.may_dispatch(job))
         .map(|job| (job.task_type.clone(), job.name.clone()))
         .collect();
     let owned = shared
@@ -529,9 +570,65 @@ fn claim_plan(shared: &Shared) -> Vec<(Vec<String>, u32)> {
     plan
 }
 
+/// A job's due tasks between the ticker and the job's runner, which takes the best
+/// ranked ([`crate::heap::rank`]) whenever it may begin an attempt. A heap rather than a
+/// channel: a high-priority task that comes due behind a backlog goes before it.
+#[derive(Default)]
+struct ReadyQueue {
+    state: Mutex<(ReadyHeap, bool)>,
+    changed: Notify,
+}
+
+impl ReadyQueue {
+    fn push(&self, task: ClaimedTask) {
+        self.state.lock().expect("ready lock").0.push(task);
+        self.changed.notify_one();
+    }
+
+    /// No more tasks will come (the ticker ended).
+    fn close(&self) {
+        self.state.lock().expect("ready lock").1 = true;
+        self.changed.notify_one();
+    }
+
+    fn try_pop(&self) -> Option<ClaimedTask> {
+        self.state.lock().expect("ready lock").0.pop()
+    }
+
+    /// The best task, waiting for one; `None` once closed and empty. One consumer (the
+    /// runner): `notify_one` keeps a wake-up for it when it is not waiting yet.
+    async fn pop(&self) -> Option<ClaimedTask> {
+        loop {
+            {
+                let mut state = self.state.lock().expect("ready lock");
+                if let Some(task) = state.0.pop() {
+                    return Some(task);
+                }
+                if state.1 {
+                    return None;
+                }
+            }
+            self.changed.notified().await;
+        }
+    }
+}
+
+/// The ticker's queues, closed when it ends for any reason (a panic included), so every
+/// runner hands back what waits in its queue and ends.
+#[derive(Default)]
+struct Queues(HashMap<String, Arc<ReadyQueue>>);
+
+impl Drop for Queues {
+    fn drop(&mut self) {
+        for queue in self.0.values() {
+            queue.close();
+        }
+    }
+}
+
 /// The ticker. Returns the runners it started (in `tasks`), for shutdown to wait on.
 async fn tick(shared: Arc<Shared>, tasks: TaskTracker) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut queues: HashMap<String, mpsc::Sender<ClaimedTask>> = HashMap::new();
+    let mut queues = Queues::default();
     let mut runners = Vec::new();
     loop {
         let now = shared.clock.now_millis();
@@ -553,15 +650,15 @@ async fn tick(shared: Arc<Shared>, tasks: TaskTracker) -> Vec<tokio::task::JoinH
                 release(&shared, vec![task]).await;
                 continue;
             }
-            let queue = queues.entry(task.task_type.clone()).or_insert_with(|| {
-                // The claimer keeps heap plus queues within `max_heap`, so this bound is
-                // only reached when Kafka adoption overshoots it; then the ticker waits.
-                let (tx, rx) = mpsc::channel(shared.config.max_heap.max(1));
+            // The claimer keeps heap plus queues within `max_heap` (Kafka adoption may
+            // overshoot it by a batch).
+            let queue = queues.0.entry(task.task_type.clone()).or_insert_with(|| {
+                let queue = Arc::new(ReadyQueue::default());
                 runners.push(tasks.spawn(stop_on_exit(
                     shared.shutdown.clone(),
-                    run_job(shared.clone(), task.task_type.clone(), rx),
+                    run_job(shared.clone(), task.task_type.clone(), queue.clone()),
                 )));
-                tx
+                queue
             });
             emit(&shared.config.signals, || Signal::Dispatched {
                 id: task.id.clone(),
@@ -569,11 +666,9 @@ async fn tick(shared: Arc<Shared>, tasks: TaskTracker) -> Vec<tokio::task::JoinH
                 at: now,
             });
             shared.queued.fetch_add(1, Ordering::SeqCst);
-            if let Err(mpsc::error::SendError(task)) = queue.send(task).await {
-                // Its runner is gone (it panicked): the claim goes back to the store.
-                shared.queued.fetch_sub(1, Ordering::SeqCst);
-                release(&shared, vec![task]).await;
-            }
+            // (A runner that panicked has stopped the dispatcher: what waits in its
+            // queue comes back when the claims' hold lapses.)
+            queue.push(task);
         }
         if shared.shutdown.is_cancelled() {
             return runners;
@@ -590,8 +685,10 @@ async fn tick(shared: Arc<Shared>, tasks: TaskTracker) -> Vec<tokio::task::JoinH
     }
 }
 
-/// One job's runner: attempts begin in heap order, at most `concurrency` at once.
-async fn run_job(shared: Arc<Shared>, task_type: String, mut queue: mpsc::Receiver<ClaimedTask>) {
+/// One job's runner: at most `concurrency` attempts at once, each permit going to the
+/// best ranked due task at the moment it is free (a permit is taken first, then the
+/// task, so a task that came due meanwhile with a better rank is not passed over).
+async fn run_job(shared: Arc<Shared>, task_type: String, queue: Arc<ReadyQueue>) {
     let taken = |task: ClaimedTask| {
         shared.queued.fetch_sub(1, Ordering::SeqCst);
         task
@@ -603,46 +700,36 @@ async fn run_job(shared: Arc<Shared>, task_type: String, mut queue: mpsc::Receiv
             .job(&task_type)
             .map_or(1, |job| job.concurrency as usize),
     );
-    let mut carried: Option<ClaimedTask> = None;
-    loop {
-        let first = match carried.take() {
-            Some(task) => task,
-            None => match queue.recv().await {
-                Some(task) => taken(task),
-                None => return,
-            },
-        };
-        if shared.shutdown.is_cancelled() {
-            release(&shared, vec![first]).await;
-            while let Ok(task) = queue.try_recv() {
-                release(&shared, vec![taken(task)]).await;
-            }
-            continue;
-        }
+    while !shared.shutdown.is_cancelled() {
         // Follow a changed concurrency limit without a restart.
         if let Some(job) = shared.routes.borrow().job(&task_type) {
             limit.resize(job.concurrency as usize);
         }
         let permit = tokio::select! {
             permit = limit.acquire() => permit,
-            _ = shared.shutdown.cancelled() => {
-                carried = Some(first);
-                continue;
-            }
+            _ = shared.shutdown.cancelled() => break,
+        };
+        let first = tokio::select! {
+            task = queue.pop() => match task {
+                Some(task) => taken(task),
+                None => break,
+            },
+            _ = shared.shutdown.cancelled() => break,
         };
         let mut batch: Vec<(ClaimedTask, OwnedSemaphorePermit)> = vec![(first, permit)];
         while batch.len() < 256 {
-            let Ok(task) = queue.try_recv() else { break };
-            let task = taken(task);
-            match limit.try_acquire() {
-                Some(permit) => batch.push((task, permit)),
-                None => {
-                    carried = Some(task);
-                    break;
-                }
-            }
+            let Some(permit) = limit.try_acquire() else {
+                break;
+            };
+            let Some(task) = queue.try_pop() else { break };
+            batch.push((taken(task), permit));
         }
         begin(&shared, batch).await;
+    }
+    // Shutdown: hand back what waits here, and what the ticker adds until it closes the
+    // queue.
+    while let Some(task) = queue.pop().await {
+        release(&shared, vec![taken(task)]).await;
     }
 }
 
@@ -714,11 +801,14 @@ async fn begin(shared: &Arc<Shared>, batch: Vec<(ClaimedTask, OwnedSemaphorePerm
     // begins: held tasks of a job whose keys went missing (or that Kafka delivered) are
     // handed back to wait in the store, where the claimer leaves them until the keys
     // are back.
-    let keys = batch
+    let job = batch
         .first()
-        .and_then(|(task, _)| shared.routes.borrow().job(&task.task_type).cloned())
-        .map_or(Keys::Unsigned, |job| shared.signing.keys(&job));
-    if let Keys::Unavailable(_) = keys {
+        .and_then(|(task, _)| shared.routes.borrow().job(&task.task_type).cloned());
+    let keys = job
+        .as_ref()
+        .map_or(Keys::Unsigned, |job| shared.signing.keys(job));
+    // Likewise the held tasks of a job its config has paused since they were claimed.
+    if matches!(keys, Keys::Unavailable(_)) || job.is_some_and(|job| job.paused) {
         release(shared, batch.into_iter().map(|(task, _)| task).collect()).await;
         return;
     }
@@ -756,10 +846,14 @@ async fn begin(shared: &Arc<Shared>, batch: Vec<(ClaimedTask, OwnedSemaphorePerm
         );
     }
     let mut started: HashMap<String, _> = started.into_iter().map(|s| (s.id.clone(), s)).collect();
+    let mut unstarted = Vec::new();
     for (task, permit) in batch {
-        // Missing: cancelled meanwhile, or the claim lapsed and went to someone else.
+        // Missing: its job was paused (`Store::pause`; the claim is still ours and goes
+        // back to the store, where it waits for the resume), cancelled meanwhile, or the
+        // claim lapsed and went to someone else (then the release, fenced by the token,
+        // changes nothing).
         let Some(attempt) = started.remove(&task.id) else {
-            shared.let_go(&task.task_type);
+            unstarted.push(task);
             continue;
         };
         let shared = shared.clone();
@@ -773,6 +867,9 @@ async fn begin(shared: &Arc<Shared>, batch: Vec<(ClaimedTask, OwnedSemaphorePerm
             drop(permit);
             shared.let_go(&task_type);
         });
+    }
+    if !unstarted.is_empty() {
+        release(shared, unstarted).await;
     }
 }
 

@@ -344,6 +344,7 @@ pub(crate) fn test_job(url: &str) -> Job {
         kafka: None,
         cron: Vec::new(),
         retention: asyncd_spec::Retention::DEFAULT,
+        paused: false,
     }
 }
 

@@ -1,12 +1,79 @@
-//! The ETA min-heap each dispatcher holds claimed tasks in until they are due.
+//! The ETA min-heap each dispatcher holds claimed tasks in until they are due, and the
+//! order a job's due tasks then begin in ([`ReadyHeap`]).
 //!
-//! Ordered by ETA, then priority (higher first), then id (older first), so tasks due at
-//! the same instant leave in priority order and otherwise in submission order.
+//! The ETA heap is ordered by ETA, then priority (higher first), then id (older first).
+//! Once due, a task waits for its job's runner in the job's [`ReadyHeap`], ordered by
+//! [`rank`]: priority counts among due work, not only between tasks due at the same
+//! instant, so a high-priority task is not stuck behind a low-priority backlog. The store
+//! claims in the same order (`claim_rank`, migration 0006).
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
 use crate::store::{ClaimedTask, Millis};
+
+/// What one priority level is worth among due tasks: a task of priority `p` due at `t`
+/// ranks as if it were due at `t - p × PRIORITY_STEP`. So a priority-9 task overtakes the
+/// lower-priority tasks that became due up to 90 s before it, and ageing bounds what a
+/// low-priority task waits: once it has been due for `(9 - p) × PRIORITY_STEP`, no task
+/// that comes due later ranks before it. Migration `0006_claim_rank.sql` computes the
+/// store's `claim_rank` with the same step; change both together.
+pub const PRIORITY_STEP: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A task's place among its job's due work: lower first, ties by id (older first).
+pub fn rank(task: &ClaimedTask) -> (i64, &str) {
+    let step = crate::store::duration_ms(PRIORITY_STEP);
+    (
+        task.trigger_at
+            .as_i64()
+            .saturating_sub(i64::from(task.priority).saturating_mul(step)),
+        &task.id,
+    )
+}
+
+#[derive(Debug)]
+struct Ranked(ClaimedTask);
+
+impl PartialEq for Ranked {
+    fn eq(&self, other: &Self) -> bool {
+        rank(&self.0) == rank(&other.0)
+    }
+}
+impl Eq for Ranked {}
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Ranked {
+    fn cmp(&self, other: &Self) -> Ordering {
+        rank(&self.0).cmp(&rank(&other.0))
+    }
+}
+
+/// One job's due tasks, best [`rank`] first.
+#[derive(Debug, Default)]
+pub struct ReadyHeap {
+    inner: BinaryHeap<Reverse<Ranked>>,
+}
+
+impl ReadyHeap {
+    pub fn push(&mut self, task: ClaimedTask) {
+        self.inner.push(Reverse(Ranked(task)));
+    }
+
+    pub fn pop(&mut self) -> Option<ClaimedTask> {
+        self.inner.pop().map(|Reverse(r)| r.0)
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.inner.is_empty()
+    }
+}
 
 #[derive(Debug)]
 struct Entry(ClaimedTask);
@@ -105,6 +172,25 @@ mod tests {
             .map(|t| t.id)
             .collect();
         assert_eq!(order, ["e", "d", "a", "b", "c"]);
+    }
+
+    #[test]
+    fn due_work_begins_by_rank_priority_worth_ten_seconds_a_level() {
+        let mut ready = ReadyHeap::default();
+        // A backlog of priority 0 due over the last minute, and a priority-9 task due now.
+        for (i, due) in [0, 10_000, 30_000, 59_000].into_iter().enumerate() {
+            ready.push(task(&format!("low{i}"), due, 0));
+        }
+        ready.push(task("high", 60_000, 9));
+        // Due 91 s before the high one: ageing puts it first even so.
+        ready.push(task("aged", -31_000, 0));
+        // Same rank as low1 (10 s - 0): the id breaks the tie.
+        ready.push(task("equal", 20_000, 1));
+        let order: Vec<_> = std::iter::from_fn(|| ready.pop()).map(|t| t.id).collect();
+        assert_eq!(
+            order,
+            ["aged", "high", "low0", "equal", "low1", "low2", "low3"]
+        );
     }
 
     #[test]

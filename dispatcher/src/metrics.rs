@@ -41,6 +41,7 @@ pub struct Metrics {
     pub heap_size: IntGauge,
     pub clock_offset: Gauge,
     pub signing_unavailable: IntGaugeVec,
+    pub job_paused: IntGaugeVec,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -146,6 +147,12 @@ impl Metrics {
             "1 while a job's signing secret is missing or empty: its tasks wait undispatched",
             &["job"],
         );
+        let job_paused = gauge(
+            "asyncd_job_paused",
+            "1 while a job is paused (spec.paused, or POST /v1/jobs/{name}/pause): its tasks \
+             wait in the store",
+            &["job"],
+        );
         let pending = gauge(
             "asyncd_mysql_pending_tasks",
             "Unfinished tasks waiting in the SQL store (any backend; the name is the reference system's)",
@@ -217,6 +224,7 @@ impl Metrics {
             heap_size,
             clock_offset,
             signing_unavailable,
+            job_paused,
         }
     }
 

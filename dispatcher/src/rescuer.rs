@@ -242,6 +242,15 @@ mod tests {
         ) -> store::Result<Vec<store::KafkaDeadLetter>> {
             self.inner.kafka_dead_letters(limit).await
         }
+        async fn pause(&self, task_type: &str, now: Millis) -> store::Result<Millis> {
+            self.inner.pause(task_type, now).await
+        }
+        async fn resume(&self, task_type: &str) -> store::Result<bool> {
+            self.inner.resume(task_type).await
+        }
+        async fn pauses(&self) -> store::Result<Vec<(String, Millis)>> {
+            self.inner.pauses().await
+        }
     }
 
     /// A due task, claimed and started at T0 with a 1 s lease; its `(id, lease_token)`.

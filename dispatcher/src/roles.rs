@@ -497,6 +497,7 @@ async fn wire(
             "backlog gauges",
             crate::backlog::run(
                 store.clone(),
+                routes.clone(),
                 metrics.clone(),
                 clock.clone(),
                 Duration::from_secs(2),

@@ -25,6 +25,11 @@ pub enum Signal {
     Released { id: String },
     /// The dispatcher wrote its membership heartbeat.
     Heartbeat { at: Millis },
+    /// The claimer ended a pass over the store (claiming nothing, possibly): every task
+    /// it could take by `at` is in the heap.
+    ClaimPass { at: Millis },
+    /// The membership loop read which jobs are paused (config or API) at `at`.
+    PausesSeen { paused: Vec<String>, at: Millis },
     /// A member seen alive at the last heartbeat is gone; its claims were handed back.
     MemberGone { member: String },
     /// A rescuer pass ended, bringing back `count` tasks.

@@ -122,6 +122,10 @@ async fn every_public_endpoint_refuses_missing_wrong_expired_and_out_of_scope_cr
         (Method::GET, "/v1/dead-letters?type=b".to_string(), None),
         (Method::GET, "/v1/dead-letters".to_string(), None),
         (Method::POST, format!("/v1/dead-letters/{b}/redrive"), None),
+        // The admin's pause is undone by its resume, the next endpoint.
+        (Method::POST, "/v1/jobs/job-b/pause".to_string(), None),
+        (Method::POST, "/v1/jobs/job-b/resume".to_string(), None),
+        (Method::GET, "/v1/jobs/job-b".to_string(), None),
     ];
     for (method, path, body) in &endpoints {
         for (token, why) in [
@@ -259,6 +263,26 @@ async fn every_public_endpoint_refuses_missing_wrong_expired_and_out_of_scope_cr
     assert_eq!(
         (status, &answer["error"]["code"]),
         (403, &json!("forbidden")),
+        "{answer}"
+    );
+    // Pausing its own job needs the pause verb, which team-a lacks; reading it does not.
+    let (status, answer) = call(
+        &asyncd,
+        Method::POST,
+        "/v1/jobs/job-a/pause",
+        None,
+        Some(TEAM_A),
+    )
+    .await;
+    assert_eq!(
+        (status, &answer["error"]["code"]),
+        (403, &json!("forbidden")),
+        "{answer}"
+    );
+    let (status, answer) = call(&asyncd, Method::GET, "/v1/jobs/job-a", None, Some(READ_A)).await;
+    assert_eq!(
+        (status, &answer["paused"]),
+        (200, &json!(false)),
         "{answer}"
     );
 }

@@ -1426,6 +1426,136 @@ async fn tasks_are_found_by_filter_newest_first_page_by_page(store: &dyn Store) 
         paged.extend(page.into_iter().map(|t| t.id));
     }
     assert_eq!(paged, newest_first);
+/// A paused task type is neither claimed (by a poll or by id) nor started, and keeps its
+/// tasks pending; other types go on; a resume hands every one of them out again, in order.
+async fn a_paused_type_waits_and_resumes_in_order(store: &dyn Store) {
+    let mut paused = Vec::new();
+    for i in 0..5 {
+        paused.push(insert(store, new_task("held", at(i))).await);
+    }
+    let other = insert(store, new_task("free", T0)).await;
+    // Claimed before the pause: held, but its attempt must not begin.
+    let early = store
+        .claim(claim_params(
+            &TypeFilter::Only(vec!["held".into()]),
+            T0,
+            T0,
+            5_000,
+            "me",
+            1,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(early.len(), 1);
+    assert_eq!(early[0].id, paused[0]);
+
+    assert_eq!(store.pause("held", at(10)).await.unwrap(), at(10));
+    assert_eq!(
+        store.pause("held", at(20)).await.unwrap(),
+        at(10),
+        "pausing again keeps the first pause"
+    );
+    assert_eq!(store.pauses().await.unwrap(), vec![("held".into(), at(10))]);
+
+    let claimed: Vec<String> = claim_all(store, at(100), at(100))
+        .await
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(claimed, vec![other], "only the unpaused type is claimed");
+    let by_id = store
+        .claim_ids(asyncd::store::ClaimIdsParams {
+            ids: &paused[1..],
+            now: at(100),
+            hold: Duration::from_secs(5),
+            owner: "consumer",
+        })
+        .await
+        .unwrap();
+    assert!(by_id.is_empty(), "a Kafka consumer's claim skips it too");
+    let claims = vec![(early[0].id.clone(), early[0].lease_token)];
+    let started = store
+        .start(start_params(&claims, at(100), 1000))
+        .await
+        .unwrap();
+    assert!(
+        started.is_empty(),
+        "a claim held from before the pause does not start"
+    );
+    // The dispatcher hands the unstarted claim back; it waits with the others.
+    let released = store
+        .finish(
+            &[Finish {
+                id: early[0].id.clone(),
+                lease_token: early[0].lease_token,
+                kind: FinishKind::Release,
+            }],
+            at(100),
+        )
+        .await
+        .unwrap();
+    assert_eq!(released, vec![true]);
+    for id in &paused {
+        assert_eq!(state(store, id).await, TaskState::Pending);
+    }
+
+    assert!(store.resume("held").await.unwrap());
+    assert!(
+        !store.resume("held").await.unwrap(),
+        "a second resume changes nothing"
+    );
+    assert!(store.pauses().await.unwrap().is_empty());
+    let claimed: Vec<String> = claim_all(store, at(100), at(100))
+        .await
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(
+        claimed, paused,
+        "every waiting task, in (trigger_at, id) order"
+    );
+}
+
+/// Claims take due work by rank: the trigger time moved 10 s earlier per priority level.
+/// A priority-9 task overtakes the priority-0 backlog due up to 90 s before it, a task
+/// due longer than that still goes first (ageing), and one not due by the horizon is
+/// left however high its priority.
+async fn claims_rank_priority_among_due_work_with_ageing(store: &dyn Store) {
+    let mut low = Vec::new();
+    for i in 0..20 {
+        low.push(insert(store, new_task("r", at(i * 3_000))).await);
+    }
+    let mut high = new_task("r", at(60_000));
+    high.priority = 9;
+    let high = insert(store, high).await;
+    let aged = insert(store, new_task("r", at(-31_000))).await;
+    let mut later = new_task("r", at(60_001));
+    later.priority = 9;
+    let later = insert(store, later).await;
+    let ids = |claimed: Vec<asyncd::store::ClaimedTask>| -> Vec<String> {
+        claimed.into_iter().map(|c| c.id).collect()
+    };
+    let first = store
+        .claim(claim_params(
+            &TypeFilter::All,
+            at(60_000),
+            at(60_000),
+            5_000,
+            "me",
+            2,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(ids(first), vec![aged, high], "ageing, then priority");
+    let rest = ids(claim_all(store, at(60_000), at(60_000)).await);
+    assert_eq!(
+        rest, low,
+        "then the backlog by trigger time; not the task due later"
+    );
+    assert_eq!(
+        ids(claim_all(store, at(60_001), at(60_001)).await),
+        vec![later]
+    );
 }
 
 /// Every scenario as one test per backend (`sqlite::…`, `mariadb::…`, `postgres::…`),
@@ -1486,6 +1616,8 @@ scenarios!(
     errors_from_executors_are_stored_sanitized_and_capped,
     finished_tasks_are_purged_after_their_retention,
     tasks_are_found_by_filter_newest_first_page_by_page,
+    a_paused_type_waits_and_resumes_in_order,
+    claims_rank_priority_among_due_work_with_ageing,
 );
 
 // ---------------------------------------------------------------------------------------

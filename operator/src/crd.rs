@@ -49,6 +49,12 @@ pub const FINALIZER: &str = "asyncd.example.io/cleanup";
         description = "Dispatcher replicas"
     ),
     printcolumn(
+        name = "Paused",
+        type_ = "boolean",
+        json_path = ".spec.paused",
+        description = "No attempt begins (spec.paused; a pause through the API shows in asyncd_job_paused)"
+    ),
+    printcolumn(
         name = "Ready",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
@@ -228,6 +234,7 @@ mod tests {
                 "Topic",
                 "Partitions",
                 "Replicas",
+                "Paused",
                 "Ready",
                 "Reason",
                 "Age"

@@ -417,6 +417,37 @@ func (c *Client) DeadLetters(ctx context.Context, taskType string, limit int) ([
 	return res.Items, nil
 }
 
+// JobStatus is the API's answer to PauseJob and ResumeJob: whether the job's attempts
+// may begin. PausedAt is set while it is paused through the API; PausedByConfig while
+// its AsyncJobConfig says spec.paused.
+type JobStatus struct {
+	Job            string     `json:"job"`
+	TaskType       string     `json:"task_type"`
+	Paused         bool       `json:"paused"`
+	PausedAt       *time.Time `json:"paused_at"`
+	PausedByConfig bool       `json:"paused_by_config"`
+}
+
+// PauseJob pauses the job named job (its AsyncJobConfig's name): no attempt of it begins
+// and its tasks wait in the store until ResumeJob. Idempotent.
+func (c *Client) PauseJob(ctx context.Context, job string) (*JobStatus, error) {
+	return c.jobCall(ctx, job, "pause")
+}
+
+// ResumeJob lifts the API's pause of job; the answer still says Paused while its config
+// pauses it.
+func (c *Client) ResumeJob(ctx context.Context, job string) (*JobStatus, error) {
+	return c.jobCall(ctx, job, "resume")
+}
+
+func (c *Client) jobCall(ctx context.Context, job, action string) (*JobStatus, error) {
+	var res JobStatus
+	if err := c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(job)+"/"+action, nil, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
 // Redrive puts a dead task back to pending, due now, with its attempts reset.
 func (c *Client) Redrive(ctx context.Context, id string) (*RedriveResult, error) {
 	var res RedriveResult

@@ -261,6 +261,23 @@ func TestBatchGetDeadLettersRedrive(t *testing.T) {
 		t.Fatalf("%s %s", r.method, r.path)
 	}
 
+	f.body = `{"job":"j","task_type":"t","paused":true,"paused_at":"2026-12-01T00:00:00.000Z","paused_by_config":false}`
+	job, err := c.PauseJob(context.Background(), "j")
+	if err != nil || !job.Paused || job.PausedAt == nil || job.TaskType != "t" {
+		t.Fatalf("pause = %+v, %v", job, err)
+	}
+	if r := f.last(t); r.method != "POST" || r.path != "/v1/jobs/j/pause" {
+		t.Fatalf("%s %s", r.method, r.path)
+	}
+	f.body = `{"job":"j","task_type":"t","paused":false,"paused_at":null,"paused_by_config":false}`
+	job, err = c.ResumeJob(context.Background(), "j")
+	if err != nil || job.Paused || job.PausedAt != nil {
+		t.Fatalf("resume = %+v, %v", job, err)
+	}
+	if r := f.last(t); r.method != "POST" || r.path != "/v1/jobs/j/resume" {
+		t.Fatalf("%s %s", r.method, r.path)
+	}
+
 	f.body = `{"id":"a","state":"cancelled"}`
 	if err := c.Cancel(context.Background(), "a"); err != nil {
 		t.Fatal(err)

@@ -67,6 +67,11 @@ pub struct JobSpec {
     /// idempotency keys).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<RetentionSpec>,
+    /// While true, no attempt of this job begins: its tasks (cron firings included) wait
+    /// in the store and run, in order, once it is false again. `POST
+    /// /v1/jobs/{name}/pause` pauses a job as well, without changing its config.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
 }
 
 /// How long a finished task stays in the store, by how it finished, counted from when
@@ -327,6 +332,8 @@ pub struct Job {
     pub kafka: Option<KafkaSpec>,
     pub cron: Vec<CronEntry>,
     pub retention: Retention,
+    /// `spec.paused`: see [`JobSpec::paused`].
+    pub paused: bool,
 }
 
 /// A validated signing config: a Secret name and its one or two keys, primary first.
@@ -500,6 +507,7 @@ impl JobSpec {
             kafka: self.kafka.clone(),
             cron,
             retention,
+            paused: self.paused,
         })
     }
 }

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use asyncd_contract::{
     BatchItemResult, BatchOutcome, BatchResponse, CancelResult, ErrorCode, HeartbeatRequest,
-    HeartbeatResponse, MAX_LISTING_BYTES, RedriveResult, ResultAck, ResultRequest, ResultStatus,
-    Route, SubmitResult, TaskStatus, headers,
+    HeartbeatResponse, JobStatus, MAX_LISTING_BYTES, RedriveResult, ResultAck, ResultRequest,
+    ResultStatus, Route, SubmitResult, TaskStatus, headers,
 };
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -90,7 +90,10 @@ pub fn router(state: Arc<ApiState>, public: bool) -> Router {
             )
             .route("/v1/tasks/{id}", get(get_task).delete(cancel_task))
             .route("/v1/dead-letters", get(dead_letters))
-            .route("/v1/dead-letters/{id}/redrive", post(redrive));
+            .route("/v1/dead-letters/{id}/redrive", post(redrive))
+            .route("/v1/jobs/{name}", get(get_job))
+            .route("/v1/jobs/{name}/pause", post(pause_job))
+            .route("/v1/jobs/{name}/resume", post(resume_job));
     }
     router
         .route("/v1/tasks/{id}/heartbeat", post(heartbeat))
@@ -935,6 +938,86 @@ async fn redrive(
         )
         .with_existing_id(existing_id)),
     }
+}
+
+/// The job named `name` (an AsyncJobConfig), when `caller` may do `verb` on it: 404 for a
+/// name no config declares, 403 for a job the caller may not act on.
+async fn named_job(
+    state: &ApiState,
+    caller: &Caller,
+    name: &str,
+    verb: Verb,
+) -> Result<Arc<asyncd_spec::Job>, ApiError> {
+    let job = state
+        .routes
+        .borrow()
+        .jobs()
+        .find(|job| job.name == name)
+        .cloned()
+        .ok_or_else(|| {
+            ApiError::new(ErrorCode::NotFound, format!("no job {name:?}")).with_field("name")
+        })?;
+    state.auth.require(caller, verb, Some(&job.name)).await?;
+    Ok(job)
+}
+
+/// How `job` stands, the API's pause read from the store (`paused_at`, as given).
+fn job_status(job: &asyncd_spec::Job, paused_at: Option<Millis>) -> JobStatus {
+    JobStatus {
+        job: job.name.clone(),
+        task_type: job.task_type.clone(),
+        paused: job.paused || paused_at.is_some(),
+        paused_at: paused_at.map(from_millis),
+        paused_by_config: job.paused,
+    }
+}
+
+async fn get_job(
+    State(state): AppState,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Result<Json<JobStatus>, ApiError> {
+    let job = named_job(&state, &caller, &name, Verb::Get).await?;
+    let paused_at = state
+        .store
+        .pauses()
+        .await?
+        .into_iter()
+        .find_map(|(task_type, at)| (task_type == job.task_type).then_some(at));
+    Ok(Json(job_status(&job, paused_at)))
+}
+
+/// Pauses the job's task type in the store, where every claim and attempt start of every
+/// dispatcher checks it: once this answers, no attempt of the job begins.
+async fn pause_job(
+    State(state): AppState,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Result<Json<JobStatus>, ApiError> {
+    let job = named_job(&state, &caller, &name, Verb::Pause).await?;
+    let since = state
+        .store
+        .pause(&job.task_type, state.clock.now_millis())
+        .await?;
+    tracing::info!(caller = caller.name(), job = job.name, "job paused");
+    Ok(Json(job_status(&job, Some(since))))
+}
+
+async fn resume_job(
+    State(state): AppState,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Result<Json<JobStatus>, ApiError> {
+    let job = named_job(&state, &caller, &name, Verb::Pause).await?;
+    if state.store.resume(&job.task_type).await? {
+        tracing::info!(caller = caller.name(), job = job.name, "job resumed");
+    }
+    // The waiting tasks are due: a dispatcher in this process claims them now rather
+    // than at its next poll.
+    if let Some(waker) = &state.waker {
+        waker.wake();
+    }
+    Ok(Json(job_status(&job, None)))
 }
 
 async fn metrics(State(state): AppState) -> Response {

@@ -10,6 +10,8 @@
 //! | cancel | `delete` | `asyncjobconfigs/tasks` |
 //! | list dead letters | `list` | `asyncjobconfigs/deadletters` |
 //! | redrive | `update` | `asyncjobconfigs/deadletters` |
+//! | pause or resume the job | `update` | `asyncjobconfigs/pause` |
+//! | read whether the job is paused | `get` | `asyncjobconfigs/tasks` |
 //!
 //! The resource name is the AsyncJobConfig's name; "every job" is a review without a
 //! name, which RBAC grants only to a rule without `resourceNames`.
@@ -243,6 +245,7 @@ pub fn rbac(verb: Verb) -> (&'static str, &'static str) {
         Verb::Cancel => ("delete", "tasks"),
         Verb::ListDeadLetters => ("list", "deadletters"),
         Verb::Redrive => ("update", "deadletters"),
+        Verb::Pause => ("update", "pause"),
     }
 }
 

@@ -31,6 +31,8 @@ pub enum Verb {
     Cancel,
     /// `POST /v1/dead-letters/{id}/redrive`.
     Redrive,
+    /// `POST /v1/jobs/{name}/pause` and `…/resume`.
+    Pause,
 }
 
 impl Verb {
@@ -42,6 +44,7 @@ impl Verb {
             Verb::ListDeadLetters => "list dead letters of",
             Verb::Cancel => "cancel tasks of",
             Verb::Redrive => "redrive dead letters of",
+            Verb::Pause => "pause or resume",
         }
     }
 }

@@ -6,7 +6,7 @@
 //!   - name: orders-ci                 # names the caller in logs
 //!     sha256: 9f86d081884c7d65…       # asyncd hash-token <TOKEN>
 //!     jobs: [order-cancel-job]        # AsyncJobConfig names, or "*"
-//!     verbs: [submit, read]           # submit, read, cancel, redrive, or "*"
+//!     verbs: [submit, read]           # submit, read, cancel, redrive, pause, or "*"
 //!     expires: 2027-01-01T00:00:00Z   # optional
 //! ```
 //!
@@ -73,6 +73,7 @@ pub struct Grant {
     read: bool,
     cancel: bool,
     redrive: bool,
+    pause: bool,
     expires: Option<DateTime<Utc>>,
 }
 
@@ -83,6 +84,7 @@ impl Grant {
             Verb::Get | Verb::ListDeadLetters => self.read,
             Verb::Cancel => self.cancel,
             Verb::Redrive => self.redrive,
+            Verb::Pause => self.pause,
         };
         let job_ok = match (&self.jobs, job) {
             (None, _) => true,
@@ -120,7 +122,7 @@ fn parse(file: &Path, text: &str) -> Result<HashMap<String, Arc<Grant>>, TokenFi
                 "must name at least one job, or \"*\"".into(),
             ));
         }
-        let mut verbs = [false; 4];
+        let mut verbs = [false; 5];
         if entry.verbs.is_empty() {
             return Err(invalid(
                 at("verbs"),
@@ -133,11 +135,14 @@ fn parse(file: &Path, text: &str) -> Result<HashMap<String, Arc<Grant>>, TokenFi
                 "read" => verbs[1] = true,
                 "cancel" => verbs[2] = true,
                 "redrive" => verbs[3] = true,
-                "*" => verbs = [true; 4],
+                "pause" => verbs[4] = true,
+                "*" => verbs = [true; 5],
                 other => {
                     return Err(invalid(
                         at("verbs"),
-                        format!("{other:?} is not one of submit, read, cancel, redrive, \"*\""),
+                        format!(
+                            "{other:?} is not one of submit, read, cancel, redrive, pause, \"*\""
+                        ),
                     ));
                 }
             }
@@ -149,6 +154,7 @@ fn parse(file: &Path, text: &str) -> Result<HashMap<String, Arc<Grant>>, TokenFi
             read: verbs[1],
             cancel: verbs[2],
             redrive: verbs[3],
+            pause: verbs[4],
             expires: entry.expires,
         };
         if grants.insert(sha, Arc::new(grant)).is_some() {
@@ -279,8 +285,27 @@ tokens:
         assert!(!a.allows(Verb::Cancel, Some("job-a")));
         assert!(!a.allows(Verb::Submit, Some("job-b")));
         assert!(!a.allows(Verb::Get, None), "not every job");
+        assert!(
+            !a.allows(Verb::Pause, Some("job-a")),
+            "pause is a verb of its own"
+        );
         let all = file.authenticate("t-all").unwrap();
         assert!(all.allows(Verb::Redrive, None));
+        assert!(
+            all.allows(Verb::Pause, Some("job-a")),
+            "\"*\" includes pause"
+        );
+        let dir2 = tempfile::tempdir().unwrap();
+        let pauser = TokenFile::open(write(
+            dir2.path(),
+            "tokens:\n  - {name: p, sha256: \"HASH_A\", jobs: [job-a], verbs: [pause]}\n",
+        ))
+        .unwrap()
+        .authenticate("t-a")
+        .unwrap();
+        assert!(pauser.allows(Verb::Pause, Some("job-a")));
+        assert!(!pauser.allows(Verb::Submit, Some("job-a")));
+        assert!(!pauser.allows(Verb::Pause, Some("job-b")));
         for refused in ["t-old", "nope", &hash("t-a")] {
             let err = file.authenticate(refused).unwrap_err();
             assert_eq!(err.status.as_u16(), 401, "{refused}");

@@ -190,10 +190,10 @@ pub fn redrive_conflict(holder: Option<String>) -> Option<RedriveOutcome> {
     holder.map(|existing_id| RedriveOutcome::UniqueConflict { existing_id })
 }
 
-/// Claims are answered earliest `(trigger_at, id)` first, whatever order the database
-/// returned the rows in (`RETURNING` promises none).
+/// Claims are answered best [`crate::heap::rank`] first (the order they were claimed
+/// in), whatever order the database returned the rows in (`RETURNING` promises none).
 pub fn sort_claimed(claimed: &mut [ClaimedTask]) {
-    claimed.sort_by(|a, b| (a.trigger_at, &a.id).cmp(&(b.trigger_at, &b.id)));
+    claimed.sort_by(|a, b| crate::heap::rank(a).cmp(&crate::heap::rank(b)));
 }
 
 /// The order in which to apply a batch: by id, so concurrent batches lock shared rows in

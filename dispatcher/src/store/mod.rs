@@ -491,8 +491,10 @@ pub trait Store: Send + Sync + 'static {
     async fn get(&self, id: &str) -> Result<Option<TaskRecord>>;
     async fn cancel(&self, id: &str, now: Millis) -> Result<CancelOutcome>;
 
-    /// Claims up to `limit` pending tasks due by `horizon`, earliest `(trigger_at, id)`
-    /// first, holding each until `max(trigger_at, now) + hold`.
+    /// Claims up to `limit` pending tasks due by `horizon`, best `(claim_rank, id)` first
+    /// (the trigger time moved 10 s earlier per priority level, [`crate::heap::rank`]),
+    /// holding each until `max(trigger_at, now) + hold`. Tasks of a paused type
+    /// ([`Store::pause`]) are never claimed, here or by [`Store::claim_ids`].
     async fn claim(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>>;
     /// Claims these tasks if they are still pending, as [`Store::claim`] would.
     async fn claim_ids(&self, params: ClaimIdsParams<'_>) -> Result<Vec<ClaimedTask>>;
@@ -527,8 +529,9 @@ pub trait Store: Send + Sync + 'static {
     /// [`InsertOutcome::IdempotencyMismatch`]; `None` when no task holds it (or the task
     /// has no key). Inserts nothing.
     async fn find_idempotent(&self, task: &NewTask) -> Result<Option<InsertOutcome>>;
-    /// Begins attempts on claimed tasks whose token still matches; each lease runs
-    /// until `now + its timeout + grace`. Returns the ones that started.
+    /// Begins attempts on claimed tasks whose token still matches and whose type is not
+    /// paused; each lease runs until `now + its timeout + grace`. Returns the ones that
+    /// started.
     async fn start(&self, params: StartParams<'_>) -> Result<Vec<Started>>;
     /// Applies each finish whose token still matches; `true` where it applied.
     async fn finish(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>>;
@@ -565,6 +568,16 @@ pub trait Store: Send + Sync + 'static {
     async fn record_kafka_dead_letter(&self, letter: &KafkaDeadLetter) -> Result<()>;
     /// Up to `limit` recorded Kafka messages, latest first.
     async fn kafka_dead_letters(&self, limit: u32) -> Result<Vec<KafkaDeadLetter>>;
+
+    /// Pauses task type `task_type` (the API's pause of its job): from the commit on, no
+    /// claim takes its tasks and no attempt of it begins (a claim already held is left
+    /// unstarted, for its dispatcher to hand back). Returns since when it is paused: `now`,
+    /// or the earlier pause it was already under.
+    async fn pause(&self, task_type: &str, now: Millis) -> Result<Millis>;
+    /// Lifts the pause of `task_type`; `false` if it was not paused.
+    async fn resume(&self, task_type: &str) -> Result<bool>;
+    /// Every paused task type with since when, sorted by type.
+    async fn pauses(&self) -> Result<Vec<(String, Millis)>>;
 }
 
 /// How long a silent member's row is kept before a heartbeat of another deletes it.

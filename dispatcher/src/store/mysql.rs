@@ -114,6 +114,9 @@ const QUERIES: Queries = Queries {
                          reason, recorded_at FROM kafka_dead_letters \
                          ORDER BY recorded_at DESC, topic, kafka_partition, kafka_offset DESC \
                          LIMIT ?",
+    pause: "INSERT IGNORE INTO job_pauses (task_type, paused_at) VALUES (?, ?)",
+    resume: "DELETE FROM job_pauses WHERE task_type = ?",
+    pauses: "SELECT task_type, paused_at FROM job_pauses ORDER BY task_type",
     dependency_state: "SELECT state FROM tasks WHERE id = ? LOCK IN SHARE MODE",
     // A duplicate key fails the INSERT, which InnoDB rolls back alone (the transaction
     // goes on), and is told apart from every other error by its code. `INSERT IGNORE`
@@ -314,7 +317,7 @@ impl MySqlStore {
     ) -> Result<Vec<ClaimedTask>> {
         let mut tx = self.pool.begin().await?;
         let ids: Vec<String> = match selection {
-            // Walk tasks_due in (trigger_at, id) order and lock up to `limit` rows,
+            // Walk tasks_ranked in (claim_rank, id) order and lock up to `limit` rows,
             // skipping rows another claimer has locked (it is claiming them). FORCE
             // INDEX: a plan that scanned and sorted instead would lock every due row,
             // not just `limit` of them, and starve the other claimers; statistics on a
@@ -329,11 +332,16 @@ impl MySqlStore {
                     Some(list) => format!(" AND task_type IN ({})", placeholders(list.len())),
                 };
                 let sql = format!(
-                    "SELECT id FROM tasks FORCE INDEX (tasks_due) \
-                     WHERE state = 'pending' AND trigger_at <= ?{type_filter} \
-                     ORDER BY trigger_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
+                    "SELECT id FROM tasks FORCE INDEX (tasks_ranked) \
+                     WHERE state = 'pending' AND claim_rank <= ? AND trigger_at <= ?{type_filter} \
+                       AND NOT EXISTS (SELECT 1 FROM job_pauses p WHERE p.task_type = tasks.task_type) \
+                     ORDER BY claim_rank, id LIMIT ? FOR UPDATE SKIP LOCKED"
                 );
-                let mut query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).bind(horizon);
+                // `claim_rank <= horizon` bounds the walk: a task due by the horizon ranks
+                // no later, and the tasks due after it are never read.
+                let mut query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                    .bind(horizon)
+                    .bind(horizon);
                 for task_type in padded(types.unwrap_or_default()) {
                     query = query.bind(task_type);
                 }
@@ -343,7 +351,9 @@ impl MySqlStore {
             Selection::Ids(ids) => {
                 let sql = format!(
                     "SELECT id FROM tasks FORCE INDEX (PRIMARY) \
-                     WHERE state = 'pending' AND id IN ({}) FOR UPDATE SKIP LOCKED",
+                     WHERE state = 'pending' AND id IN ({}) \
+                       AND NOT EXISTS (SELECT 1 FROM job_pauses p WHERE p.task_type = tasks.task_type) \
+                     FOR UPDATE SKIP LOCKED",
                     placeholders(ids.len())
                 );
                 let mut query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql));
@@ -472,7 +482,9 @@ impl Backend for MySqlStore {
                  FROM ",
                 json_pairs!(),
                 " JOIN tasks ON tasks.id = p.pair_id AND tasks.lease_token = p.pair_token \
-                 WHERE tasks.state = 'claimed' ORDER BY tasks.id FOR UPDATE"
+                 WHERE tasks.state = 'claimed' \
+                   AND NOT EXISTS (SELECT 1 FROM job_pauses q WHERE q.task_type = tasks.task_type) \
+                 ORDER BY tasks.id FOR UPDATE"
             ))
             .bind(&claims)
             .fetch_all(&mut *tx)

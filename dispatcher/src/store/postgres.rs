@@ -71,6 +71,9 @@ const QUERIES: Queries = Queries {
                          reason, recorded_at FROM kafka_dead_letters \
                          ORDER BY recorded_at DESC, topic, kafka_partition, kafka_offset DESC \
                          LIMIT $1",
+    pause: "INSERT INTO job_pauses (task_type, paused_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+    resume: "DELETE FROM job_pauses WHERE task_type = $1",
+    pauses: "SELECT task_type, paused_at FROM job_pauses ORDER BY task_type",
     dependency_state: "SELECT state FROM tasks WHERE id = $1 FOR SHARE",
     // ON CONFLICT DO NOTHING, with no target, covers every unique constraint, like
     // SQLite's; an error would abort the whole transaction and the batch with it.
@@ -235,7 +238,9 @@ impl Backend for PostgresStore {
             TypeFilter::Only(list) => Some(list),
         };
         // One statement, so one transaction. The ARRAY(…) subquery (run once, before
-        // the update) walks tasks_due in (trigger_at, id) order, locks up to `limit`
+        // the update) walks tasks_ranked in (claim_rank, id) order — from the start to
+        // the horizon: a task due by then ranks no later (`claim_rank <= trigger_at`), so
+        // the walk never reads the tasks due after it — locks up to `limit`
         // rows and skips rows another claimer has locked (it is claiming them); the
         // UPDATE then marks exactly the rows locked, found by primary key. (Joining a
         // CTE instead lets a generic plan, which does not know `limit`, hash-join it
@@ -247,9 +252,10 @@ impl Backend for PostgresStore {
                         updated_at = $5 \
                  WHERE id = ANY(ARRAY( \
                      SELECT id FROM tasks \
-                     WHERE state = 'pending' AND trigger_at <= $1 \
+                     WHERE state = 'pending' AND claim_rank <= $1 AND trigger_at <= $1 \
                        AND ($2::text[] IS NULL OR task_type = ANY($2)) \
-                     ORDER BY trigger_at, id \
+                       AND NOT EXISTS (SELECT 1 FROM job_pauses p WHERE p.task_type = tasks.task_type) \
+                     ORDER BY claim_rank, id \
                      LIMIT $3 \
                      FOR UPDATE SKIP LOCKED)) \
                  RETURNING ",
@@ -275,6 +281,7 @@ impl Backend for PostgresStore {
                 "UPDATE tasks SET state = 'claimed', lease_token = lease_token + 1, \
                         owner = $2, lease_until = GREATEST(trigger_at, $3) + $4, updated_at = $3 \
                  WHERE state = 'pending' AND id = ANY($1) \
+                   AND NOT EXISTS (SELECT 1 FROM job_pauses p WHERE p.task_type = tasks.task_type) \
                  RETURNING ",
                 claim_columns!()
             ))
@@ -307,6 +314,7 @@ impl Backend for PostgresStore {
                  FROM UNNEST($3::text[], $4::bigint[]) AS c(claim_id, claim_token) \
                  WHERE tasks.id = c.claim_id AND tasks.lease_token = c.claim_token \
                    AND tasks.state = 'claimed' \
+                   AND NOT EXISTS (SELECT 1 FROM job_pauses p WHERE p.task_type = tasks.task_type) \
                  RETURNING tasks.id, tasks.attempt, tasks.lease_token",
             )
             .bind(params.now)

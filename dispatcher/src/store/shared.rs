@@ -39,6 +39,13 @@ pub struct Queries {
     /// The columns of `KafkaDeadLetterRow` of up to `limit` Kafka dead letters, latest
     /// first.
     pub kafka_dead_letters: &'static str,
+    /// Records task type `task_type` paused at `paused_at` unless it is already paused
+    /// (then its row is left as it is); parameters `task_type, paused_at`.
+    pub pause: &'static str,
+    /// Deletes the pause of task type `task_type`.
+    pub resume: &'static str,
+    /// `task_type, paused_at` of every paused task type, sorted by type.
+    pub pauses: &'static str,
 
     /// The state of task `id`, a new task's dependency: locked, where rows lock, so it
     /// cannot finish before the new task is committed.

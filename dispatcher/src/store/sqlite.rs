@@ -68,6 +68,9 @@ const QUERIES: Queries = Queries {
                          reason, recorded_at FROM kafka_dead_letters \
                          ORDER BY recorded_at DESC, topic, kafka_partition, kafka_offset DESC \
                          LIMIT ?",
+    pause: "INSERT INTO job_pauses (task_type, paused_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
+    resume: "DELETE FROM job_pauses WHERE task_type = ?",
+    pauses: "SELECT task_type, paused_at FROM job_pauses ORDER BY task_type",
     // One writer: nothing can finish a dependency while this transaction runs.
     dependency_state: "SELECT state FROM tasks WHERE id = ?",
     insert_task: "INSERT INTO tasks (id, task_type, payload, state, priority, trigger_at, \
@@ -209,9 +212,11 @@ impl Backend for SqliteStore {
         let rows: Vec<ClaimRow> = sqlx::query_as(concat!(
             "UPDATE tasks SET state = 'claimed', lease_token = lease_token + 1, owner = ?, \
                     lease_until = MAX(trigger_at, ?) + ?, updated_at = ? \
-             WHERE id IN (SELECT id FROM tasks WHERE state = 'pending' AND trigger_at <= ? \
+             WHERE id IN (SELECT id FROM tasks WHERE state = 'pending' AND claim_rank <= ? \
+                            AND trigger_at <= ? \
                             AND (? IS NULL OR task_type IN (SELECT value FROM json_each(?))) \
-                          ORDER BY trigger_at, id LIMIT ?) \
+                            AND task_type NOT IN (SELECT task_type FROM job_pauses) \
+                          ORDER BY claim_rank, id LIMIT ?) \
              RETURNING ",
             claim_columns!()
         ))
@@ -219,6 +224,7 @@ impl Backend for SqliteStore {
         .bind(params.now)
         .bind(duration_ms(params.hold))
         .bind(params.now)
+        .bind(params.horizon)
         .bind(params.horizon)
         .bind(&type_list)
         .bind(&type_list)
@@ -233,6 +239,7 @@ impl Backend for SqliteStore {
             "UPDATE tasks SET state = 'claimed', lease_token = lease_token + 1, owner = ?, \
                     lease_until = MAX(trigger_at, ?) + ?, updated_at = ? \
              WHERE state = 'pending' AND id IN (SELECT value FROM json_each(?)) \
+               AND task_type NOT IN (SELECT task_type FROM job_pauses) \
              RETURNING ",
             claim_columns!()
         ))
@@ -254,6 +261,7 @@ impl Backend for SqliteStore {
                     lease_token = lease_token + 1, lease_until = ?1 + timeout_ms + ?2, updated_at = ?1 \
              WHERE id IN (SELECT value ->> 0 FROM json_each(?3)) AND state = 'claimed' \
                AND id || ' ' || lease_token IN (SELECT value ->> 0 || ' ' || (value ->> 1) FROM json_each(?3)) \
+               AND task_type NOT IN (SELECT task_type FROM job_pauses) \
              RETURNING id, attempt, lease_token",
         )
         .bind(params.now)

@@ -456,6 +456,7 @@ where
     for<'r> LapsedRow: FromRow<'r, DB::Row>,
     for<'r> KafkaDeadLetterRow: FromRow<'r, DB::Row>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
+    for<'r> (String, i64): FromRow<'r, DB::Row>,
     for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
     for<'q> i32: Encode<'q, DB> + Type<DB>,
 {
@@ -560,5 +561,39 @@ where
 
     async fn kafka_dead_letters(&self, limit: u32) -> Result<Vec<KafkaDeadLetter>> {
         shared::kafka_dead_letters(self.reader(), &B::QUERIES, limit).await
+    }
+
+    async fn pause(&self, task_type: &str, now: Millis) -> Result<Millis> {
+        let mut tx = self.writer().begin().await?;
+        sqlx::query::<DB>(B::QUERIES.pause)
+            .bind(task_type)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        let since = sqlx::query_as::<DB, (String, i64)>(B::QUERIES.pauses)
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .find(|(paused, _)| paused == task_type)
+            .map_or(now, |(_, at)| Millis::new(at));
+        tx.commit().await?;
+        Ok(since)
+    }
+
+    async fn resume(&self, task_type: &str) -> Result<bool> {
+        let done = sqlx::query::<DB>(B::QUERIES.resume)
+            .bind(task_type)
+            .execute(self.writer())
+            .await?;
+        Ok(B::rows_affected(&done) > 0)
+    }
+
+    async fn pauses(&self) -> Result<Vec<(String, Millis)>> {
+        Ok(sqlx::query_as::<DB, (String, i64)>(B::QUERIES.pauses)
+            .fetch_all(self.reader())
+            .await?
+            .into_iter()
+            .map(|(task_type, at)| (task_type, Millis::new(at)))
+            .collect())
     }
 }

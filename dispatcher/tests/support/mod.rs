@@ -415,6 +415,8 @@ pub struct InProcess {
     pub signals: broadcast::Receiver<Signal>,
     shutdown: CancellationToken,
     role: Option<tokio::task::JoinHandle<Result<(), RoleError>>>,
+    /// What the role was started with, for [`InProcess::restart`].
+    settings: Settings,
 }
 
 impl InProcess {
@@ -435,7 +437,7 @@ impl InProcess {
         settings.signals = Some(signals);
         adjust(&mut settings);
         let shutdown = CancellationToken::new();
-        let running = roles::start(settings, Parts::ALL, shutdown.clone())
+        let running = roles::start(settings.clone(), Parts::ALL, shutdown.clone())
             .await
             .expect("the dev role starts");
         let addr = running.addr();
@@ -447,7 +449,26 @@ impl InProcess {
             signals: receiver,
             shutdown,
             role: Some(tokio::spawn(running.wait())),
+            settings,
         }
+    }
+
+    /// Stops the role as SIGTERM would and starts it again on the same store, folder,
+    /// clock and signals (a new listener address): a dispatcher restart.
+    pub async fn restart(&mut self) {
+        self.shutdown.cancel();
+        let role = self.role.take().expect("running");
+        tokio::time::timeout(DEADLINE, role)
+            .await
+            .expect("the role stops")
+            .expect("the role task does not panic")
+            .expect("the role ends cleanly");
+        self.shutdown = CancellationToken::new();
+        let running = roles::start(self.settings.clone(), Parts::ALL, self.shutdown.clone())
+            .await
+            .expect("the dev role starts again");
+        self.addr = running.addr();
+        self.role = Some(tokio::spawn(running.wait()));
     }
 
     pub fn now(&self) -> i64 {

@@ -149,6 +149,16 @@ def test_batch_get_dead_letters_redrive_cancel(fake_api):
     assert (rd.id, rd.state, rd.eta.year) == ("a", "pending", 2026)
     assert (fake_api.last().method, fake_api.last().path) == ("POST", "/v1/dead-letters/a/redrive")
 
+    fake_api.body = {"job": "j", "task_type": "t", "paused": True,
+                     "paused_at": "2026-12-01T00:00:00.000Z", "paused_by_config": False}
+    job = c.pause_job("j")
+    assert (job.paused, job.paused_at.year, job.paused_by_config) == (True, 2026, False)
+    assert (fake_api.last().method, fake_api.last().path) == ("POST", "/v1/jobs/j/pause")
+    fake_api.body = {"job": "j", "task_type": "t", "paused": False, "paused_at": None,
+                     "paused_by_config": False}
+    assert c.resume_job("j").paused_at is None
+    assert (fake_api.last().method, fake_api.last().path) == ("POST", "/v1/jobs/j/resume")
+
     fake_api.body = {"id": "a", "state": "cancelled"}
     assert c.cancel("a") is None
     assert (fake_api.last().method, fake_api.last().path) == ("DELETE", "/v1/tasks/a")

@@ -1,5 +1,5 @@
-//! The API client: submit, inspect, cancel, dead letters, redrive, and the
-//! long-running callbacks (heartbeat, result).
+//! The API client: submit, inspect, cancel, dead letters, redrive, pause and resume a
+//! job, and the long-running callbacks (heartbeat, result).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -11,8 +11,8 @@ use asyncd_contract::{
     ResultRequest, SubmitRequest, headers,
 };
 pub use asyncd_contract::{
-    CancelResult, MAX_BATCH, RedriveResult, ResultAck, ResultStatus, SubmitResult, TaskState,
-    TaskStatus,
+    CancelResult, JobStatus, MAX_BATCH, RedriveResult, ResultAck, ResultStatus, SubmitResult,
+    TaskState, TaskStatus,
 };
 use chrono::{DateTime, Utc};
 use reqwest::Method;
@@ -534,6 +534,20 @@ impl Client {
         .await
     }
 
+    /// Pauses the job named `job` (its AsyncJobConfig's name): no attempt of it begins
+    /// and its tasks wait in the store until [`Client::resume_job`]. Idempotent.
+    pub async fn pause_job(&self, job: &str) -> Result<JobStatus, Error> {
+        let path = format!("/v1/jobs/{}/pause", escape(job));
+        self.call(Method::POST, &path, None::<&()>).await
+    }
+
+    /// Lifts the API's pause of `job`; the answer still says `paused` while its config
+    /// (`spec.paused`) pauses it.
+    pub async fn resume_job(&self, job: &str) -> Result<JobStatus, Error> {
+        let path = format!("/v1/jobs/{}/resume", escape(job));
+        self.call(Method::POST, &path, None::<&()>).await
+    }
+
     /// Keeps a long-running attempt's lease (`None`: the task's timeout); returns the
     /// new `lease_until`. A token that is not the current attempt's is refused with
     /// `stale_lease`. [`Executor`](crate::Executor) sends these for you.
@@ -1019,6 +1033,23 @@ mod tests {
             (r.method.as_str(), r.path.as_str()),
             ("POST", "/v1/dead-letters/a/redrive")
         );
+
+        let job = r#"{"job":"j","task_type":"t","paused":true,"paused_at":"2026-12-01T00:00:00.000Z","paused_by_config":false}"#;
+        fake.answer(200, job);
+        let paused = c.pause_job("j").await.unwrap();
+        assert!(paused.paused && !paused.paused_by_config);
+        assert!(paused.paused_at.is_some());
+        let r = fake.last();
+        assert_eq!(
+            (r.method.as_str(), r.path.as_str()),
+            ("POST", "/v1/jobs/j/pause")
+        );
+        fake.answer(
+            200,
+            r#"{"job":"j","task_type":"t","paused":false,"paused_at":null,"paused_by_config":false}"#,
+        );
+        assert!(!c.resume_job("j").await.unwrap().paused);
+        assert_eq!(fake.last().path, "/v1/jobs/j/resume");
 
         fake.answer(200, r#"{"id":"a","state":"cancelled"}"#);
         let cancelled = c.cancel("a").await.unwrap();

@@ -45,8 +45,8 @@ pub use asyncd_contract::{
 };
 pub use client::{
     BatchItem, CancelResult, Client, ClientBuilder, DEFAULT_ENDPOINT, DEFAULT_TOKEN_FILE,
-    MAX_BATCH, RedriveResult, ResultAck, ResultStatus, SOURCE_SERVICE_HEADER, SubmitResult,
-    TOKEN_FILE_REFRESH, Task, TaskResult, TaskState, TaskStatus,
+    JobStatus, MAX_BATCH, RedriveResult, ResultAck, ResultStatus, SOURCE_SERVICE_HEADER,
+    SubmitResult, TOKEN_FILE_REFRESH, Task, TaskResult, TaskState, TaskStatus,
 };
 pub use error::{ApiError, Error, ErrorCode};
 pub use executor::{

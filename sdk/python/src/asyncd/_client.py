@@ -120,6 +120,18 @@ class RedriveResult:
     eta: Optional[datetime]
 
 
+@dataclass(frozen=True)
+class JobStatus:
+    """Whether a job's attempts may begin: ``paused_at`` is set while it is paused through
+    the API, ``paused_by_config`` while its AsyncJobConfig says ``spec.paused``."""
+
+    job: str
+    task_type: str
+    paused: bool
+    paused_at: Optional[datetime]
+    paused_by_config: bool
+
+
 class Client(Executor):
     """Talks to the asyncd API; also an :class:`Executor`, so the same object can
     register handlers with ``@client.executor("type")`` and serve them.
@@ -276,6 +288,26 @@ class Client(Executor):
         d = self._request("POST", f"/v1/dead-letters/{_q(task_id)}/redrive")
         eta = d.get("eta")
         return RedriveResult(id=d["id"], state=d["state"], eta=parse_time(eta) if isinstance(eta, str) else None)
+
+    def pause_job(self, job: str) -> JobStatus:
+        """Pauses the job (its AsyncJobConfig's name): no attempt of it begins, its tasks
+        wait in the store until :meth:`resume_job`. Idempotent."""
+        return self._job_status(self._request("POST", f"/v1/jobs/{_q(job)}/pause"))
+
+    def resume_job(self, job: str) -> JobStatus:
+        """Lifts the API's pause; ``paused`` stays true while the config pauses the job."""
+        return self._job_status(self._request("POST", f"/v1/jobs/{_q(job)}/resume"))
+
+    @staticmethod
+    def _job_status(d: Any) -> JobStatus:
+        at = d.get("paused_at")
+        return JobStatus(
+            job=d["job"],
+            task_type=d["task_type"],
+            paused=bool(d["paused"]),
+            paused_at=parse_time(at) if isinstance(at, str) else None,
+            paused_by_config=bool(d["paused_by_config"]),
+        )
 
     def _request(self, method: str, path: str, body: Any = None) -> Any:
         if self.retry is None:
