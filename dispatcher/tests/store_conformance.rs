@@ -1426,6 +1426,8 @@ async fn tasks_are_found_by_filter_newest_first_page_by_page(store: &dyn Store) 
         paged.extend(page.into_iter().map(|t| t.id));
     }
     assert_eq!(paged, newest_first);
+}
+
 /// A paused task type is neither claimed (by a poll or by id) nor started, and keeps its
 /// tasks pending; other types go on; a resume hands every one of them out again, in order.
 async fn a_paused_type_waits_and_resumes_in_order(store: &dyn Store) {
