@@ -166,12 +166,12 @@ func TestContractErrorsDecode(t *testing.T) {
 		}
 		codes[got.Code] = true
 	}
-	if len(codes) != 16 {
-		t.Errorf("the contract has %d codes, this SDK 16", len(codes))
+	if len(codes) != 17 {
+		t.Errorf("the contract has %d codes, this SDK 17", len(codes))
 	}
 	for _, code := range []string{CodeMalformedJSON, CodeInvalidField, CodeUnknownTaskType, CodePayloadTooLarge,
 		CodeUnauthenticated, CodeForbidden, CodeNotFound, CodeUniqueConflict, CodeIdempotencyMismatch, CodeNotCancellable, CodeStaleLease,
-		CodeNotDead, CodeStoreUnavailable, CodeKafkaUnavailable, CodeAuthUnavailable, CodeClockSkew} {
+		CodeNotDead, CodeStoreUnavailable, CodeKafkaUnavailable, CodeAuthUnavailable, CodeClockSkew, CodeSigningUnavailable} {
 		if !codes[code] {
 			t.Errorf("no contract fixture for %s", code)
 		}

@@ -173,10 +173,11 @@ var (
 	ErrNotDead             = &APIError{Code: CodeNotDead}
 	// ErrStoreUnavailable, ErrKafkaUnavailable, ErrAuthUnavailable: 503s; retry
 	// (IsRetryable says so; WithRetry does it).
-	ErrStoreUnavailable = &APIError{Code: CodeStoreUnavailable}
-	ErrKafkaUnavailable = &APIError{Code: CodeKafkaUnavailable}
-	ErrAuthUnavailable  = &APIError{Code: CodeAuthUnavailable}
-	ErrClockSkew        = &APIError{Code: CodeClockSkew}
+	ErrStoreUnavailable   = &APIError{Code: CodeStoreUnavailable}
+	ErrKafkaUnavailable   = &APIError{Code: CodeKafkaUnavailable}
+	ErrAuthUnavailable    = &APIError{Code: CodeAuthUnavailable}
+	ErrClockSkew          = &APIError{Code: CodeClockSkew}
+	ErrSigningUnavailable = &APIError{Code: CodeSigningUnavailable}
 )
 
 // ErrMissingIdempotencyKey is returned, before anything is sent, for a task without

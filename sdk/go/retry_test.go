@@ -34,6 +34,7 @@ var sentinels = map[string]error{
 	"kafka_unavailable":    asyncd.ErrKafkaUnavailable,
 	"auth_unavailable":     asyncd.ErrAuthUnavailable,
 	"clock_skew":           asyncd.ErrClockSkew,
+	"signing_unavailable":  asyncd.ErrSigningUnavailable,
 }
 
 type taxonomy struct {

@@ -23,6 +23,7 @@ CLASSES = {
     "stale_lease": asyncd.StaleLease, "not_dead": asyncd.NotDead,
     "store_unavailable": asyncd.StoreUnavailable, "kafka_unavailable": asyncd.KafkaUnavailable,
     "auth_unavailable": asyncd.AuthUnavailable, "clock_skew": asyncd.ClockSkew,
+    "signing_unavailable": asyncd.SigningUnavailable,
 }
 
 

@@ -30,6 +30,7 @@ from ._errors import (
     AsyncdError,
     AuthUnavailable,
     ClockSkew,
+    SigningUnavailable,
     IdempotencyMismatch,
     KafkaUnavailable,
     StoreUnavailable,
@@ -77,7 +78,7 @@ from ._time import format_duration, parse_duration
 __version__ = "0.1.0"
 
 __all__ = [
-    "AsyncClient", "AuthUnavailable", "Cancelled", "ClockSkew", "IdempotencyMismatch", "KafkaUnavailable",
+    "AsyncClient", "AuthUnavailable", "Cancelled", "ClockSkew", "SigningUnavailable", "IdempotencyMismatch", "KafkaUnavailable",
     "RetryPolicy", "StoreUnavailable", "Unavailable", "is_retryable",
     "APIError", "AsyncdError", "BadSignature", "BatchResult", "BLOCKED", "CANCELLED", "CLAIMED", "Client",
     "canonical_json", "canonical_string", "Conflict", "DEAD", "DEFAULT_ENDPOINT",

@@ -173,11 +173,16 @@ class ClockSkew(Unavailable):
     code_name = "clock_skew"
 
 
+class SigningUnavailable(Unavailable):
+    code_name = "signing_unavailable"
+
+
 _BY_CODE: Dict[str, Type[APIError]] = {
     cls.code_name: cls
     for cls in (MalformedJSON, InvalidField, UnknownTaskType, PayloadTooLarge, NotFound,
                 Unauthenticated, Forbidden, UniqueConflict, IdempotencyMismatch, NotCancellable,
-                StaleLease, NotDead, StoreUnavailable, KafkaUnavailable, AuthUnavailable, ClockSkew)
+                StaleLease, NotDead, StoreUnavailable, KafkaUnavailable, AuthUnavailable, ClockSkew,
+                SigningUnavailable)
 }
 
 
