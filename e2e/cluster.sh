@@ -47,6 +47,7 @@ API_URL=https://$NODE_IP:6443
 
 KUBE_BIN=$ASYNCD_CACHE/kube-$KUBE_VERSION
 CTRD_BIN=$ASYNCD_CACHE/containerd-$CONTAINERD_VERSION
+PAUSE_DIR=$ASYNCD_CACHE/pause-$KUBE_VERSION
 COREDNS_DIR=$ASYNCD_CACHE/coredns-$COREDNS_VERSION
 CMA_VERSION=${ASYNCD_CUSTOM_METRICS_APISERVER_VERSION:-v1.36.0}
 ADAPTER_DIR=$ASYNCD_CACHE/metrics-adapter-$CMA_VERSION-$(sha256sum <"$root/e2e/cluster/metrics-adapter/main.go" | cut -c1-12)
@@ -153,8 +154,8 @@ build_adapter() {
 
 build_pause() {  # the sandbox's pause process, from the kubernetes module's build/pause
   local mod
-  mod=$(cd "$KUBE_BIN/src" && go_env GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' k8s.io/kubernetes)
-  gcc -Os -static -Wall -Werror -DVERSION="$KUBE_VERSION" -o "$KUBE_BIN/.build/pause" "$mod/build/pause/linux/pause.c"
+  mod=$(go_env go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  gcc -Os -static -Wall -Werror -DVERSION="$KUBE_VERSION" -o "$PAUSE_DIR/.build/pause" "$mod/build/pause/linux/pause.c"
 }
 
 tools() {
@@ -164,7 +165,7 @@ tools() {
   for c in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
     "$root/e2e/controlplane/controlplane.sh" build "$c" >/dev/null
   done
-  cached "$KUBE_BIN" pause build_pause
+  cached "$PAUSE_DIR" pause build_pause
   cached "$CTRD_BIN" containerd build_containerd
   cached "$COREDNS_DIR" coredns build_coredns
   cached "$ADAPTER_DIR" metrics-adapter build_adapter
@@ -526,7 +527,7 @@ load_images() {
   build_rust
   ASYNCD_IMAGES_DIR=$ASYNCD_CACHE/images "$root/e2e/cluster/images.sh" \
     --asyncd "$RUST_OUT/asyncd" --operator "$RUST_OUT/asyncd-operator" \
-    --pause "$KUBE_BIN/pause" --coredns "$COREDNS_DIR/coredns" --kube-version "$KUBE_VERSION" \
+    --pause "$PAUSE_DIR/pause" --coredns "$COREDNS_DIR/coredns" --kube-version "$KUBE_VERSION" \
     --coredns-version "$COREDNS_VERSION" --prometheus /usr/bin/prometheus \
     --adapter "$ADAPTER_DIR/metrics-adapter" --import "$CTRD_BIN/ctr --address $CTRD_SOCK"
 }
@@ -625,5 +626,13 @@ case $cmd in
   exec) nsx env KUBECONFIG="$KUBECONFIG_ADMIN" PATH="$KUBE_BIN:$CTRD_BIN:$PATH" "$@" ;;
   images) load_images ;;
   tools) tools ;;
-  *) echo "usage: $0 up|down|test|exec CMD...|images|tools" >&2; exit 2 ;;
+  build)  # build PART: one part only (containerd, coredns, metrics-adapter, pause)
+    case ${1:-} in
+      containerd) cached "$CTRD_BIN" containerd build_containerd ;;
+      coredns) cached "$COREDNS_DIR" coredns build_coredns ;;
+      metrics-adapter) cached "$ADAPTER_DIR" metrics-adapter build_adapter ;;
+      pause) cached "$PAUSE_DIR" pause build_pause ;;
+      *) die "build containerd|coredns|metrics-adapter|pause" ;;
+    esac ;;
+  *) echo "usage: $0 up|down|test|exec CMD...|images|tools|build PART" >&2; exit 2 ;;
 esac

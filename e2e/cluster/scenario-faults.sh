@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2154  # sourced by scenario.sh, which sets here, WORK, NS, X, ...
 # Faults, sourced by scenario.sh after the install: tasks keep being submitted while
 #   - a dispatcher pod is deleted with --grace-period=0 --force,
 #   - the dispatchers' image is rolled (helm upgrade image.tag=<appVersion>-roll: the

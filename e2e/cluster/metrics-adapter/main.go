@@ -4,8 +4,10 @@
 // this machine's Go module proxy; this uses the library prometheus-adapter is built on,
 // sigs.k8s.io/custom-metrics-apiserver, and the same query shape as its default rules:
 //
-//	<metric>{namespace="<ns>",pod=~"<pod1>|<pod2>|..."}  summed per pod
+//	sum by (pod) (<metric>{namespace="<ns>",pod=~"<pod1>|<pod2>|...",<metric selector>})
 //
+// The HPA's metric selector (the operator sets task_type=<the job's task type>) becomes
+// label matchers, as prometheus-adapter does.
 // Flags: --prometheus-url (http://prometheus.monitoring.svc:9090), --metrics (comma-
 // separated series names served for pods, default asyncd_due_backlog), plus the
 // apiserver flags of custom-metrics-apiserver (--secure-port, --cert-dir, ...).
@@ -28,6 +30,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/component-base/logs"
@@ -49,13 +52,42 @@ type promProvider struct {
 	http    *http.Client
 }
 
-// query returns the value of `metric` per pod name among `pods` of `namespace`.
-func (p *promProvider) query(ctx context.Context, metric, namespace string, pods []string) (map[string]float64, error) {
-	quoted := make([]string, len(pods))
-	for i, n := range pods {
-		quoted[i] = strings.ReplaceAll(n, ".", `\\.`)
+// matchers turns a label selector into PromQL label matchers (",a=\"b\",...").
+func matchers(sel labels.Selector) (string, error) {
+	if sel == nil {
+		return "", nil
 	}
-	q := fmt.Sprintf(`sum by (pod) (%s{namespace=%q,pod=~"%s"})`, metric, namespace, strings.Join(quoted, "|"))
+	reqs, _ := sel.Requirements()
+	out := ""
+	for _, r := range reqs {
+		vals := r.Values().List()
+		switch r.Operator() {
+		case selection.Equals, selection.DoubleEquals:
+			out += fmt.Sprintf(",%s=%q", r.Key(), vals[0])
+		case selection.NotEquals:
+			out += fmt.Sprintf(",%s!=%q", r.Key(), vals[0])
+		case selection.In:
+			out += fmt.Sprintf(",%s=~%q", r.Key(), strings.Join(vals, "|"))
+		case selection.NotIn:
+			out += fmt.Sprintf(",%s!~%q", r.Key(), strings.Join(vals, "|"))
+		case selection.Exists:
+			out += fmt.Sprintf(",%s!=\"\"", r.Key())
+		case selection.DoesNotExist:
+			out += fmt.Sprintf(",%s=\"\"", r.Key())
+		default:
+			return "", fmt.Errorf("metric selector operator %q is not supported", r.Operator())
+		}
+	}
+	return out, nil
+}
+
+// query returns the value of `metric` (matching `sel`) per pod among `pods` of `namespace`.
+func (p *promProvider) query(ctx context.Context, metric, namespace string, pods []string, sel labels.Selector) (map[string]float64, error) {
+	extra, err := matchers(sel)
+	if err != nil {
+		return nil, err
+	}
+	q := fmt.Sprintf(`sum by (pod) (%s{namespace=%q,pod=~"%s"%s})`, metric, namespace, strings.Join(pods, "|"), extra)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.promURL+"/api/v1/query?query="+url.QueryEscape(q), nil)
 	if err != nil {
 		return nil, err
@@ -110,11 +142,11 @@ func (p *promProvider) served(info provider.CustomMetricInfo) bool {
 	return info.GroupResource == podsResource && info.Namespaced && p.metrics[info.Metric]
 }
 
-func (p *promProvider) GetMetricByName(ctx context.Context, name types.NamespacedName, info provider.CustomMetricInfo, _ labels.Selector) (*custom_metrics.MetricValue, error) {
+func (p *promProvider) GetMetricByName(ctx context.Context, name types.NamespacedName, info provider.CustomMetricInfo, metricSelector labels.Selector) (*custom_metrics.MetricValue, error) {
 	if !p.served(info) {
 		return nil, provider.NewMetricNotFoundError(info.GroupResource, info.Metric)
 	}
-	values, err := p.query(ctx, info.Metric, name.Namespace, []string{name.Name})
+	values, err := p.query(ctx, info.Metric, name.Namespace, []string{name.Name}, metricSelector)
 	if err != nil {
 		return nil, apierr.NewServiceUnavailable(err.Error())
 	}
@@ -125,7 +157,7 @@ func (p *promProvider) GetMetricByName(ctx context.Context, name types.Namespace
 	return p.value(info, name, v)
 }
 
-func (p *promProvider) GetMetricBySelector(ctx context.Context, namespace string, selector labels.Selector, info provider.CustomMetricInfo, _ labels.Selector) (*custom_metrics.MetricValueList, error) {
+func (p *promProvider) GetMetricBySelector(ctx context.Context, namespace string, selector labels.Selector, info provider.CustomMetricInfo, metricSelector labels.Selector) (*custom_metrics.MetricValueList, error) {
 	if !p.served(info) {
 		return nil, provider.NewMetricNotFoundError(info.GroupResource, info.Metric)
 	}
@@ -137,7 +169,7 @@ func (p *promProvider) GetMetricBySelector(ctx context.Context, namespace string
 	if len(names) == 0 {
 		return list, nil
 	}
-	values, err := p.query(ctx, info.Metric, namespace, names)
+	values, err := p.query(ctx, info.Metric, namespace, names, metricSelector)
 	if err != nil {
 		return nil, apierr.NewServiceUnavailable(err.Error())
 	}
