@@ -78,6 +78,7 @@ apt_tools() {  # Debian packages the node needs
   command -v etcd >/dev/null || missing+=(etcd-server)
   command -v kubectl >/dev/null || missing+=(kubernetes-client)
   [[ -x /usr/bin/prometheus ]] || missing+=(prometheus)
+  [[ -x /usr/bin/python3 ]] || missing+=(python3)
   (( ${#missing[@]} )) || return 0
   log "installing ${missing[*]} (apt)"
   local made_policy=0
@@ -268,7 +269,6 @@ extendedKeyUsage=clientAuth"
     kubeconfig "$RUN/$name.kubeconfig" "$token"
   done
   chmod 600 "$PKI/tokens.csv"
-  cp "$RUN/admin.kubeconfig" "$KUBECONFIG_ADMIN"
 }
 
 kubeconfig() {  # kubeconfig FILE TOKEN
@@ -610,6 +610,9 @@ down() {
   rm -rf "$SOCK_DIR" "$RUN/etcd-data" "$RUN/kubelet" "$RUN/cni/ipam" "$RUN/containerd-state"
   [[ -n $quiet ]] || log "stopped"
 }
+
+# sourced (e.g. to call one function while debugging): define, run nothing
+[[ ${BASH_SOURCE[0]} == "$0" ]] || return 0
 
 cmd=${1:-}; shift || true
 case $cmd in

@@ -70,8 +70,9 @@ if [[ -n $operator ]]; then
     --entrypoint /usr/local/bin/asyncd-operator
 fi
 if [[ -n $asyncd || -n $operator ]]; then
-  py=$(readlink -f "$(command -v python3)")
-  pyver=$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+  # Debian's interpreter (a python3 earlier on PATH may be a pyenv shim script)
+  py=$(readlink -f /usr/bin/python3)
+  pyver=$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
   build asyncd-e2e:dev asyncd-e2e.tar --file "$py:/usr/bin/python$pyver" --link "/usr/bin/python3:python$pyver" \
     --tree "/usr/lib/python$pyver:/usr/lib/python$pyver" \
     --exclude "*/__pycache__" --exclude "*/test" --exclude "*/idlelib" --exclude "*/tkinter" \

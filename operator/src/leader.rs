@@ -228,3 +228,122 @@ impl Elector {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::fixtures::{ApiServer, Reply};
+
+    const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/shop/leases";
+    const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/shop/leases/asyncd-operator";
+
+    fn elector(client: Client) -> Elector {
+        Elector::new(
+            client,
+            LeaseSettings {
+                namespace: "shop".into(),
+                name: "asyncd-operator".into(),
+                identity: "me".into(),
+                lease_duration: Duration::from_secs(15),
+                renew_deadline: Duration::from_secs(10),
+                retry_period: Duration::from_secs(2),
+            },
+        )
+    }
+
+    fn lease(holder: Option<&str>, renewed: &str, duration: i32, transitions: i32) -> Reply {
+        Reply::Json(json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "asyncd-operator", "namespace": "shop", "resourceVersion": "42"},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration,
+                     "acquireTime": "2026-01-01T00:00:00.000000Z", "renewTime": renewed,
+                     "leaseTransitions": transitions},
+        }))
+    }
+
+    #[tokio::test]
+    async fn creates_the_lease_when_there_is_none() {
+        let (server, client) = ApiServer::start();
+        server
+            .expect("GET", LEASE, Reply::Status(404))
+            .expect("POST", LEASES, Reply::Echo);
+        let e = elector(client);
+        assert_eq!(e.try_acquire_or_renew().await.unwrap(), Attempt::Held);
+        let calls = server.verify();
+        let spec = &calls[1].body["spec"];
+        assert_eq!(spec["holderIdentity"], "me");
+        assert_eq!(spec["leaseDurationSeconds"], 15);
+        assert_eq!(spec["leaseTransitions"], 0);
+    }
+
+    #[tokio::test]
+    async fn a_lost_create_race_is_standing_by() {
+        let (server, client) = ApiServer::start();
+        server
+            .expect("GET", LEASE, Reply::Status(404))
+            .expect("POST", LEASES, Reply::Status(409));
+        let e = elector(client);
+        assert_eq!(e.try_acquire_or_renew().await.unwrap(), Attempt::HeldByOther);
+        server.verify();
+    }
+
+    #[tokio::test]
+    async fn waits_out_a_live_lease_then_takes_over_an_unrenewed_one() {
+        let (server, client) = ApiServer::start();
+        let renewed = "2026-01-01T00:00:10.000000Z";
+        server
+            // the holder renews: the record changes, so it stays live however old its time
+            .expect("GET", LEASE, lease(Some("other"), renewed, 1, 3))
+            .expect("GET", LEASE, lease(Some("other"), "2026-01-01T00:00:11.000000Z", 1, 3))
+            // then it stops renewing: once the same record has been seen for the lease's
+            // duration (by our clock), the lease is ours, with the version we read
+            .expect("GET", LEASE, lease(Some("other"), "2026-01-01T00:00:11.000000Z", 1, 3))
+            .expect("PUT", LEASE, Reply::Echo);
+        let e = elector(client);
+        assert_eq!(e.try_acquire_or_renew().await.unwrap(), Attempt::HeldByOther);
+        assert_eq!(e.try_acquire_or_renew().await.unwrap(), Attempt::HeldByOther);
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        assert_eq!(e.try_acquire_or_renew().await.unwrap(), Attempt::Held);
+        let calls = server.verify();
+        let put = &calls[3].body;
+        assert_eq!(put["metadata"]["resourceVersion"], "42");
+        assert_eq!(put["spec"]["holderIdentity"], "me");
+        assert_eq!(put["spec"]["leaseTransitions"], 4);
+        assert_eq!(put["spec"]["leaseDurationSeconds"], 15);
+        assert_ne!(put["spec"]["acquireTime"], "2026-01-01T00:00:00.000000Z");
+    }
+
+    #[tokio::test]
+    async fn a_released_lease_is_taken_at_once_and_a_conflict_means_someone_was_faster() {
+        let (server, client) = ApiServer::start();
+        server
+            .expect("GET", LEASE, lease(None, "2026-01-01T00:00:10.000000Z", 1, 3))
+            .expect("PUT", LEASE, Reply::Status(409));
+        let e = elector(client);
+        assert_eq!(e.try_acquire_or_renew().await.unwrap(), Attempt::HeldByOther);
+        server.verify();
+    }
+
+    #[tokio::test]
+    async fn renews_its_own_lease_and_releases_it() {
+        let (server, client) = ApiServer::start();
+        server
+            .expect("GET", LEASE, lease(Some("me"), "2026-01-01T00:00:10.000000Z", 15, 2))
+            .expect("PUT", LEASE, Reply::Echo)
+            .expect("GET", LEASE, lease(Some("me"), "2026-01-01T00:00:12.000000Z", 15, 2))
+            .expect("PUT", LEASE, Reply::Echo);
+        let e = elector(client);
+        assert_eq!(e.try_acquire_or_renew().await.unwrap(), Attempt::Held);
+        e.release().await;
+        let calls = server.verify();
+        let renew = &calls[1].body["spec"];
+        assert_eq!(renew["acquireTime"], "2026-01-01T00:00:00.000000Z");
+        assert_eq!(renew["leaseTransitions"], 2);
+        assert_ne!(renew["renewTime"], "2026-01-01T00:00:10.000000Z");
+        let release = &calls[3].body["spec"];
+        assert!(release["holderIdentity"].is_null(), "{release}");
+        assert_eq!(release["leaseDurationSeconds"], 1);
+    }
+}
