@@ -64,7 +64,9 @@ TIMEOUT=${ASYNCD_CLUSTER_TIMEOUT:-180}
 
 log() { printf '[cluster %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
-nsx() { ip netns exec "$NETNS" "$@"; }
+# Enter only the network namespace: `ip netns exec` also makes a mount namespace with a
+# fresh /sys, which hides /sys/fs/cgroup from the kubelet and runc.
+nsx() { nsenter --net="/run/netns/$NETNS" "$@"; }
 kc() { nsx env KUBECONFIG="$KUBECONFIG_ADMIN" kubectl --request-timeout=30s "$@"; }
 
 # ------------------------------------------------------------------------- tools
@@ -185,7 +187,7 @@ running() {  # running NAME: the process of pidfile NAME is alive
 spawn() {
   local name=$1; shift
   [[ -f $RUN/$name.log ]] && mv -f "$RUN/$name.log" "$RUN/$name.log.prev"
-  PATH="$CTRD_BIN:$KUBE_BIN:$PATH" setsid ip netns exec "$NETNS" "$@" </dev/null >"$RUN/$name.log" 2>&1 8>&- 9>&- &
+  PATH="$CTRD_BIN:$KUBE_BIN:$PATH" setsid nsenter --net="/run/netns/$NETNS" "$@" </dev/null >"$RUN/$name.log" 2>&1 8>&- 9>&- &
   echo $! >"$(pidfile "$name")"
 }
 stop_proc() {  # stop_proc NAME [GRACE]: SIGTERM, then SIGKILL after GRACE seconds
@@ -210,7 +212,7 @@ wait_for() {  # wait_for WHAT PROCESS CMD...: until CMD succeeds; fail if PROCES
 # ---------------------------------------------------------------------- network
 
 netns_up() {
-  ip netns list | grep -qw "^$NETNS" || ip netns add "$NETNS"
+  [[ -e /run/netns/$NETNS ]] || ip netns add "$NETNS"
   nsx ip link set lo up
   if ! nsx ip link show node0 >/dev/null 2>&1; then
     # a veth pair inside the namespace: node0 carries the node's address
@@ -219,6 +221,9 @@ netns_up() {
   fi
   nsx ip link set node0 up
   nsx ip link set node1 up
+  # the node's own connections to ClusterIPs need a route before kube-proxy's DNAT; there
+  # is no default route: nothing leaves the namespace
+  nsx ip route replace "$SERVICE_CIDR" dev node0 src "$NODE_IP"
   nsx sysctl -qw net.ipv4.ip_forward=1
   # bridged pod-to-pod replies of Service traffic must pass kube-proxy's NAT rules
   nsx sysctl -qw net.bridge.bridge-nf-call-iptables=1 2>/dev/null || log "note: no br_netfilter here"
@@ -621,7 +626,7 @@ case $cmd in
   test)
     trap 'rc=$?; [[ ${ASYNCD_CLUSTER_KEEP:-} == 1 ]] || down; exit $rc' EXIT
     up
-    ASYNCD_CLUSTER_EXEC="ip netns exec $NETNS" KUBECONFIG=$KUBECONFIG_ADMIN \
+    ASYNCD_CLUSTER_EXEC="nsenter --net=/run/netns/$NETNS" KUBECONFIG=$KUBECONFIG_ADMIN \
       ASYNCD_CLUSTER_LOCAL=1 ASYNCD_CLUSTER_NODE_IP=$NODE_IP ASYNCD_CLUSTER_RUN=$RUN \
       ASYNCD_CLUSTER_IMPORT="$CTRD_BIN/ctr --address $CTRD_SOCK" \
       bash "$root/e2e/cluster/scenario.sh" "$@"

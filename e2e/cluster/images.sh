@@ -50,9 +50,15 @@ app_version=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$root/ch
 oci() { python3 "$here/oci-image.py" "$@"; }
 
 archives=()
-build() {  # build NAME FILE oci-image.py-args...
-  local name=$1 file=$out/$2; shift 2
-  oci --name "docker.io/library/$name" --out "$file" "$@" >&2
+build() {  # build NAME FILE oci-image.py-args...: unless the archive's inputs are unchanged
+  local name=$1 file=$out/$2 key a; shift 2
+  # the key: the arguments, and the size and mtime of every file they name
+  key=$( { echo "$name $*"; for a in "$@"; do a=${a%%:*}; [[ -e $a ]] && stat -c '%n %s %Y' "$a"; done
+           stat -c '%n %s %Y' "$here/oci-image.py"; } | sha256sum | cut -c1-16)
+  if [[ ! -f $file || $(cat "$file.key" 2>/dev/null) != "$key" ]]; then
+    oci --name "docker.io/library/$name" --out "$file" "$@" >&2
+    echo "$key" >"$file.key"
+  fi
   archives+=("docker.io/library/$name=$file")
 }
 

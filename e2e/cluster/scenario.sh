@@ -7,7 +7,7 @@
 # the images asyncd:<appVersion>, asyncd:<appVersion>-roll, asyncd-operator:<appVersion>
 # and asyncd-e2e:dev on the node (e2e/cluster/images.sh).
 # ASYNCD_CLUSTER_EXEC: a prefix every kubectl/helm command runs under (the local node's
-# `ip netns exec …`). ASYNCD_CLUSTER_DEPS: "netns" (Kafka and MariaDB of e2e/services run
+# `nsenter --net=…`). ASYNCD_CLUSTER_DEPS: "netns" (Kafka and MariaDB of e2e/services run
 # in the node's network namespace at ASYNCD_CLUSTER_NODE_IP, reached through selector-less
 # Services) or "pods" (Kafka and MariaDB as pods from public images: kind).
 #
@@ -42,7 +42,7 @@ check() {  # check NAME CMD...
 }
 require() {  # require NAME CMD...: a check the rest depends on
   check "$@"
-  if (( failed )); then diagnose; exit 1; fi
+  if (( failed )); then exit 1; fi  # the EXIT trap prints the diagnostics
 }
 k() { "${X[@]}" kubectl --request-timeout=30s "$@"; }
 kn() { k -n "$NS" "$@"; }
