@@ -521,7 +521,9 @@ EOF
 # ----------------------------------------------------------------------- images
 
 # asyncd and asyncd-operator from a release build of this tree (CARGO_TARGET_DIR)
+# (ASYNCD_CLUSTER_BIN_DIR: take the two binaries from there instead)
 build_rust() {
+  if [[ -n ${ASYNCD_CLUSTER_BIN_DIR:-} ]]; then RUST_OUT=$ASYNCD_CLUSTER_BIN_DIR; return; fi
   local target=${CARGO_TARGET_DIR:-$ASYNCD_CACHE/target}
   ( cd "$root" && CARGO_TARGET_DIR=$target cargo build --release --locked -p asyncd -p asyncd-operator >&2 ) ||
     die "cargo build --release failed"
@@ -545,6 +547,7 @@ up() {
   tools
   if running kubelet && running kube-apiserver && kc get --raw /readyz >/dev/null 2>&1; then
     log "already up (KUBECONFIG=$KUBECONFIG_ADMIN inside netns $NETNS)"
+    load_images
   else
     down quiet
     mkdir -p "$RUN"; chmod 700 "$RUN"
@@ -628,7 +631,7 @@ case $cmd in
     up
     ASYNCD_CLUSTER_EXEC="nsenter --net=/run/netns/$NETNS" KUBECONFIG=$KUBECONFIG_ADMIN \
       ASYNCD_CLUSTER_LOCAL=1 ASYNCD_CLUSTER_NODE_IP=$NODE_IP ASYNCD_CLUSTER_RUN=$RUN \
-      ASYNCD_CLUSTER_IMPORT="$CTRD_BIN/ctr --address $CTRD_SOCK" \
+      ASYNCD_CLUSTER_CTR="$CTRD_BIN/ctr --address $CTRD_SOCK" \
       bash "$root/e2e/cluster/scenario.sh" "$@"
     ;;
   exec) nsx env KUBECONFIG="$KUBECONFIG_ADMIN" PATH="$KUBE_BIN:$CTRD_BIN:$PATH" "$@" ;;

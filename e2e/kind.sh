@@ -49,5 +49,6 @@ kind load docker-image --name "$CLUSTER" "asyncd:$app" "asyncd:$app-roll" "async
 
 KUBECONFIG=$(mktemp)
 kind get kubeconfig --name "$CLUSTER" >"$KUBECONFIG"
-export KUBECONFIG ASYNCD_CLUSTER_DEPS=pods
+# the scenario SIGKILLs the operator leader's container through the node's containerd
+export KUBECONFIG ASYNCD_CLUSTER_DEPS=pods ASYNCD_CLUSTER_CTR="docker exec $CLUSTER-control-plane ctr"
 exec bash e2e/cluster/scenario.sh

@@ -22,6 +22,7 @@ NS=${ASYNCD_CLUSTER_NAMESPACE:-asyncd}
 DEPS=${ASYNCD_CLUSTER_DEPS:-netns}
 NODE_IP=${ASYNCD_CLUSTER_NODE_IP:-}
 RELEASE=asyncd
+FN=asyncd  # the chart's "<release>-asyncd" prefix: just the release name when it contains "asyncd"
 read -ra X <<<"${ASYNCD_CLUSTER_EXEC:-}"
 WORK=$(mktemp -d /tmp/asyncd-cluster.XXXXXX)
 APP_VERSION=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' charts/asyncd/Chart.yaml)
@@ -269,7 +270,7 @@ spec:
         - name: submit
           image: asyncd-e2e:dev
           imagePullPolicy: IfNotPresent
-          args: [/app/submit.py, ${args} "--url", "http://$RELEASE-asyncd-api.$NS.svc:7700"]
+          args: [/app/submit.py, ${args} "--url", "http://$FN-api.$NS.svc:7700"]
           volumeMounts: [{name: token, mountPath: /var/run/secrets/asyncd}]
       volumes:
         - name: token
@@ -283,29 +284,23 @@ submit_wait() {  # submit_wait NAME TIMEOUT: the Job completed; its summary save
     kn logs "job/$name" --tail=20; return 1
   fi
   kn logs "job/$name" | tail -n 1 >"$WORK/$name.json"
-  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(f"count: {d[\"submitted\"]} submitted, {d[\"failed\"]} failed"); sys.exit(d["failed"] != 0 or d["submitted"] == 0)' "$WORK/$name.json"
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("count: %d submitted, %d failed" % (d["submitted"], d["failed"])); sys.exit(d["failed"] != 0 or d["submitted"] == 0)' "$WORK/$name.json"
 }
 
 stats() {  # the executor's counts, as JSON, into $WORK/stats.json
   kn exec deploy/executor -- python3 -c \
     'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:8080/stats").read().decode())' >"$WORK/stats.json"
 }
-# all_run TIMEOUT FILE...: every id submitted in FILEs was executed (within TIMEOUT s)
+# all_run TIMEOUT FILE...: every id submitted in FILEs was executed (within TIMEOUT s);
+# prints the last count
 all_run() {
   local timeout=$1; shift
-  local deadline=$((SECONDS + timeout))
+  local deadline=$((SECONDS + timeout)) out=""
   while :; do
-    if stats && python3 - "$WORK/stats.json" "$@" <<'EOF'
-import json, sys
-stats = json.load(open(sys.argv[1]))
-ids = [i for f in sys.argv[2:] for i in json.load(open(f))["ids"]]
-missing = [i for i in ids if i not in stats["ids"]]
-dups = sum(stats["ids"][i] - 1 for i in ids if i in stats["ids"])
-print(f"count: {len(ids)} submitted, {len(ids) - len(missing)} executed, {len(missing)} missing, {dups} executed more than once")
-sys.exit(1 if missing else 0)
-EOF
-    then return 0; fi
-    (( SECONDS < deadline )) || return 1
+    if stats && out=$(python3 "$here/count.py" "$WORK/stats.json" "$@"); then
+      echo "$out"; return 0
+    fi
+    if (( SECONDS >= deadline )); then echo "$out"; return 1; fi
     sleep 2
   done
 }

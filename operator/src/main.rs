@@ -66,7 +66,8 @@ struct Args {
     /// Name of the Lease.
     #[arg(long, env = "ASYNCD_LEADER_ELECTION_ID", default_value = "asyncd-operator")]
     leader_election_id: String,
-    /// This replica's identity in the Lease (default: the host name, i.e. the pod name).
+    /// This replica's identity in the Lease (default: the host name, i.e. the pod name);
+    /// `_<nonce>` is appended, so each process is a new holder.
     #[arg(long, env = "POD_NAME")]
     leader_identity: Option<String>,
     /// Seconds a standby waits on a Lease whose holder stopped renewing before taking it.
@@ -86,6 +87,15 @@ fn own_namespace() -> Option<String> {
         .ok()
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
+}
+
+/// A few hex digits that differ between processes (pid and start time).
+fn process_nonce() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    format!("{:08x}", nanos ^ std::process::id().rotate_left(16))
 }
 
 fn host_name() -> Option<String> {
@@ -175,6 +185,9 @@ async fn main() -> anyhow::Result<()> {
             .leader_identity
             .or_else(host_name)
             .context("--leader-elect needs --leader-identity (POD_NAME) when there is no host name")?;
+        // one identity per process, as client-go does: a container restarted in the same
+        // pod must not take the Lease back as if it had never stopped renewing it
+        let identity = format!("{identity}_{}", process_nonce());
         let elector = Elector::new(
             client.clone(),
             LeaseSettings {

@@ -2,9 +2,14 @@
 // Pods metrics, so an HPA can scale on them: what prometheus-adapter does, reduced to the
 // one rule the asyncd HPA needs. prometheus-adapter's own module cannot be fetched from
 // this machine's Go module proxy; this uses the library prometheus-adapter is built on,
-// sigs.k8s.io/custom-metrics-apiserver, and the same query shape as its default rules:
+// sigs.k8s.io/custom-metrics-apiserver.
 //
-//	sum by (pod) (<metric>{namespace="<ns>",pod=~"<pod1>|<pod2>|...",<metric selector>})
+// Debian's Prometheus is built without Kubernetes service discovery, so the scenario's
+// Prometheus finds the dispatchers through DNS (the chart's headless dispatcher metrics
+// Service) and its series carry `instance="<pod IP>:<port>"`, not pod names. The adapter
+// therefore looks the pods up (name and IP) and asks
+//
+//	sum by (instance) (<metric>{instance=~"<ip1>:.*|<ip2>:.*",<metric selector>})
 //
 // The HPA's metric selector (the operator sets task_type=<the job's task type>) becomes
 // label matchers, as prometheus-adapter does.
@@ -28,6 +33,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
@@ -81,13 +87,43 @@ func matchers(sel labels.Selector) (string, error) {
 	return out, nil
 }
 
-// query returns the value of `metric` (matching `sel`) per pod among `pods` of `namespace`.
-func (p *promProvider) query(ctx context.Context, metric, namespace string, pods []string, sel labels.Selector) (map[string]float64, error) {
+var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+
+// podIPs returns the IP of each running pod among `names` (all matching `selector` when
+// names is nil) in `namespace`.
+func (p *promProvider) podIPs(ctx context.Context, namespace string, selector labels.Selector) (map[string]string, error) {
+	opts := metav1.ListOptions{}
+	if selector != nil {
+		opts.LabelSelector = selector.String()
+	}
+	list, err := p.client.Resource(podsGVR).Namespace(namespace).List(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, item := range list.Items {
+		ip, _, _ := unstructured.NestedString(item.Object, "status", "podIP")
+		if ip != "" {
+			out[item.GetName()] = ip
+		}
+	}
+	return out, nil
+}
+
+// query returns the value of `metric` (matching `sel`) per pod, for the pods of `ips`
+// (pod name -> IP).
+func (p *promProvider) query(ctx context.Context, metric string, ips map[string]string, sel labels.Selector) (map[string]float64, error) {
 	extra, err := matchers(sel)
 	if err != nil {
 		return nil, err
 	}
-	q := fmt.Sprintf(`sum by (pod) (%s{namespace=%q,pod=~"%s"%s})`, metric, namespace, strings.Join(pods, "|"), extra)
+	byIP := map[string]string{}
+	alts := []string{}
+	for name, ip := range ips {
+		byIP[ip] = name
+		alts = append(alts, strings.ReplaceAll(ip, ".", `\\.`)+":.*")
+	}
+	q := fmt.Sprintf(`sum by (instance) (%s{instance=~"%s"%s})`, metric, strings.Join(alts, "|"), extra)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.promURL+"/api/v1/query?query="+url.QueryEscape(q), nil)
 	if err != nil {
 		return nil, err
@@ -120,7 +156,13 @@ func (p *promProvider) query(ctx context.Context, metric, namespace string, pods
 		if err != nil {
 			continue
 		}
-		out[r.Metric["pod"]] = v
+		host := r.Metric["instance"]
+		if i := strings.LastIndex(host, ":"); i >= 0 {
+			host = host[:i]
+		}
+		if name, ok := byIP[host]; ok {
+			out[name] += v
+		}
 	}
 	return out, nil
 }
@@ -146,7 +188,15 @@ func (p *promProvider) GetMetricByName(ctx context.Context, name types.Namespace
 	if !p.served(info) {
 		return nil, provider.NewMetricNotFoundError(info.GroupResource, info.Metric)
 	}
-	values, err := p.query(ctx, info.Metric, name.Namespace, []string{name.Name}, metricSelector)
+	ips, err := p.podIPs(ctx, name.Namespace, nil)
+	if err != nil {
+		return nil, err
+	}
+	ip, ok := ips[name.Name]
+	if !ok {
+		return nil, provider.NewMetricNotFoundForError(info.GroupResource, info.Metric, name.Name)
+	}
+	values, err := p.query(ctx, info.Metric, map[string]string{name.Name: ip}, metricSelector)
 	if err != nil {
 		return nil, apierr.NewServiceUnavailable(err.Error())
 	}
@@ -161,19 +211,19 @@ func (p *promProvider) GetMetricBySelector(ctx context.Context, namespace string
 	if !p.served(info) {
 		return nil, provider.NewMetricNotFoundError(info.GroupResource, info.Metric)
 	}
-	names, err := helpers.ListObjectNames(p.mapper, p.client, namespace, selector, info)
+	ips, err := p.podIPs(ctx, namespace, selector)
 	if err != nil {
 		return nil, err
 	}
 	list := &custom_metrics.MetricValueList{Items: []custom_metrics.MetricValue{}}
-	if len(names) == 0 {
+	if len(ips) == 0 {
 		return list, nil
 	}
-	values, err := p.query(ctx, info.Metric, namespace, names, metricSelector)
+	values, err := p.query(ctx, info.Metric, ips, metricSelector)
 	if err != nil {
 		return nil, apierr.NewServiceUnavailable(err.Error())
 	}
-	for _, n := range names {
+	for n := range ips {
 		v, ok := values[n]
 		if !ok {
 			continue // not scraped yet: the HPA treats a missing pod conservatively
