@@ -94,7 +94,9 @@ impl Elector {
                         waiting_logged = true;
                     }
                 }
-                Err(e) => warn!(lease = %self.settings.name, error = %e, "lease: could not read or take it"),
+                Err(e) => {
+                    warn!(lease = %self.settings.name, error = %e, "lease: could not read or take it")
+                }
             }
             tokio::time::sleep(self.settings.retry_period).await;
         }
@@ -221,7 +223,11 @@ impl Elector {
         new_spec.lease_duration_seconds = Some(duration_secs);
         new_spec.renew_time = Some(now);
         // `lease` still carries the resourceVersion we read: a concurrent writer gets 409
-        match self.api.replace(&s.name, &PostParams::default(), &lease).await {
+        match self
+            .api
+            .replace(&s.name, &PostParams::default(), &lease)
+            .await
+        {
             Ok(_) => Ok(Attempt::Held),
             Err(Error::Api(e)) if e.code == 409 => Ok(Attempt::HeldByOther),
             Err(e) => Err(e),
@@ -285,7 +291,10 @@ mod tests {
             .expect("GET", LEASE, Reply::Status(404))
             .expect("POST", LEASES, Reply::Status(409));
         let e = elector(client);
-        assert_eq!(e.try_acquire_or_renew().await.unwrap(), Attempt::HeldByOther);
+        assert_eq!(
+            e.try_acquire_or_renew().await.unwrap(),
+            Attempt::HeldByOther
+        );
         server.verify();
     }
 
@@ -296,14 +305,28 @@ mod tests {
         server
             // the holder renews: the record changes, so it stays live however old its time
             .expect("GET", LEASE, lease(Some("other"), renewed, 1, 3))
-            .expect("GET", LEASE, lease(Some("other"), "2026-01-01T00:00:11.000000Z", 1, 3))
+            .expect(
+                "GET",
+                LEASE,
+                lease(Some("other"), "2026-01-01T00:00:11.000000Z", 1, 3),
+            )
             // then it stops renewing: once the same record has been seen for the lease's
             // duration (by our clock), the lease is ours, with the version we read
-            .expect("GET", LEASE, lease(Some("other"), "2026-01-01T00:00:11.000000Z", 1, 3))
+            .expect(
+                "GET",
+                LEASE,
+                lease(Some("other"), "2026-01-01T00:00:11.000000Z", 1, 3),
+            )
             .expect("PUT", LEASE, Reply::Echo);
         let e = elector(client);
-        assert_eq!(e.try_acquire_or_renew().await.unwrap(), Attempt::HeldByOther);
-        assert_eq!(e.try_acquire_or_renew().await.unwrap(), Attempt::HeldByOther);
+        assert_eq!(
+            e.try_acquire_or_renew().await.unwrap(),
+            Attempt::HeldByOther
+        );
+        assert_eq!(
+            e.try_acquire_or_renew().await.unwrap(),
+            Attempt::HeldByOther
+        );
         tokio::time::sleep(Duration::from_millis(1100)).await;
         assert_eq!(e.try_acquire_or_renew().await.unwrap(), Attempt::Held);
         let calls = server.verify();
@@ -319,10 +342,17 @@ mod tests {
     async fn a_released_lease_is_taken_at_once_and_a_conflict_means_someone_was_faster() {
         let (server, client) = ApiServer::start();
         server
-            .expect("GET", LEASE, lease(None, "2026-01-01T00:00:10.000000Z", 1, 3))
+            .expect(
+                "GET",
+                LEASE,
+                lease(None, "2026-01-01T00:00:10.000000Z", 1, 3),
+            )
             .expect("PUT", LEASE, Reply::Status(409));
         let e = elector(client);
-        assert_eq!(e.try_acquire_or_renew().await.unwrap(), Attempt::HeldByOther);
+        assert_eq!(
+            e.try_acquire_or_renew().await.unwrap(),
+            Attempt::HeldByOther
+        );
         server.verify();
     }
 
@@ -330,9 +360,17 @@ mod tests {
     async fn renews_its_own_lease_and_releases_it() {
         let (server, client) = ApiServer::start();
         server
-            .expect("GET", LEASE, lease(Some("me"), "2026-01-01T00:00:10.000000Z", 15, 2))
+            .expect(
+                "GET",
+                LEASE,
+                lease(Some("me"), "2026-01-01T00:00:10.000000Z", 15, 2),
+            )
             .expect("PUT", LEASE, Reply::Echo)
-            .expect("GET", LEASE, lease(Some("me"), "2026-01-01T00:00:12.000000Z", 15, 2))
+            .expect(
+                "GET",
+                LEASE,
+                lease(Some("me"), "2026-01-01T00:00:12.000000Z", 15, 2),
+            )
             .expect("PUT", LEASE, Reply::Echo);
         let e = elector(client);
         assert_eq!(e.try_acquire_or_renew().await.unwrap(), Attempt::Held);

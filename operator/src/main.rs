@@ -64,7 +64,11 @@ struct Args {
     #[arg(long, env = "ASYNCD_LEADER_ELECTION_NAMESPACE")]
     leader_election_namespace: Option<String>,
     /// Name of the Lease.
-    #[arg(long, env = "ASYNCD_LEADER_ELECTION_ID", default_value = "asyncd-operator")]
+    #[arg(
+        long,
+        env = "ASYNCD_LEADER_ELECTION_ID",
+        default_value = "asyncd-operator"
+    )]
     leader_election_id: String,
     /// This replica's identity in the Lease (default: the host name, i.e. the pod name);
     /// `_<nonce>` is appended, so each process is a new holder.
@@ -181,10 +185,9 @@ async fn main() -> anyhow::Result<()> {
             .or_else(|| args.namespace.clone())
             .or_else(own_namespace)
             .context("--leader-elect needs --leader-election-namespace outside a pod")?;
-        let identity = args
-            .leader_identity
-            .or_else(host_name)
-            .context("--leader-elect needs --leader-identity (POD_NAME) when there is no host name")?;
+        let identity = args.leader_identity.or_else(host_name).context(
+            "--leader-elect needs --leader-identity (POD_NAME) when there is no host name",
+        )?;
         // one identity per process, as client-go does: a container restarted in the same
         // pod must not take the Lease back as if it had never stopped renewing it
         let identity = format!("{identity}_{}", process_nonce());
