@@ -525,7 +525,8 @@ EOF
 build_rust() {
   if [[ -n ${ASYNCD_CLUSTER_BIN_DIR:-} ]]; then RUST_OUT=$ASYNCD_CLUSTER_BIN_DIR; return; fi
   local target=${CARGO_TARGET_DIR:-$ASYNCD_CACHE/target}
-  ( cd "$root" && CARGO_TARGET_DIR=$target cargo build --release --locked -p asyncd -p asyncd-operator >&2 ) ||
+  # the package set of e2e/soak.sh's release build too: one set, one build
+  ( cd "$root" && CARGO_TARGET_DIR=$target cargo build --release --locked -p asyncd -p asyncd-bench -p asyncd-operator >&2 ) ||
     die "cargo build --release failed"
   RUST_OUT=$target/release
 }

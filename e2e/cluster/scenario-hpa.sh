@@ -46,9 +46,12 @@ check "custom.metrics.k8s.io serves asyncd_due_backlog to the HPA (ScalingActive
 # A due backlog: 1500 tasks at 40/s, each holding the executor 400 ms; one dispatcher
 # runs 8 at a time (concurrency 8), so the backlog grows until more dispatchers run.
 replicas() { kn get deploy/asyncd-dispatcher-burst-job -o jsonpath='{.spec.replicas}'; }
-watch_replicas() {  # watch_replicas SECONDS: prints the replica count every 2 s to $WORK/replicas
-  local end=$((SECONDS + $1))
-  while (( SECONDS < end )); do replicas >>"$WORK/replicas" 2>/dev/null || true; echo >>"$WORK/replicas"; sleep 2; done
+watch_replicas() {  # watch_replicas SECONDS: the replica count every 2 s, to $WORK/replicas
+  local end=$((SECONDS + $1)) r
+  while (( SECONDS < end )); do
+    if r=$(replicas 2>>"$WORK/replicas.err"); then echo "$r" >>"$WORK/replicas"; fi
+    sleep 2
+  done
 }
 : >"$WORK/replicas"
 watch_replicas 900 &
@@ -75,12 +78,14 @@ scaled_down() {
   kn describe hpa/asyncd-dispatcher-burst-job | tail -15; return 1
 }
 check "with the backlog gone the HPA scales back to 1" scaled_down
+sleep 4  # one more sample of the watcher
 kill "$watcher" 2>/dev/null || true
 never_above() {
   local max
   max=$(sort -n "$WORK/replicas" | tail -n 1)
   # replicas seen every 2 s, run-length encoded: "1x4 2x2 3x40 2x30 1x5"
   echo "note: replicas seen (every 2 s): $(grep . "$WORK/replicas" | uniq -c | awk '{printf "%sx%s ", $2, $1}')"
+  if [[ -s $WORK/replicas.err ]]; then echo "note: watcher errors: $(tail -n 2 "$WORK/replicas.err")"; fi
   echo "count: at most $max dispatchers"
   (( max <= 3 ))
 }
