@@ -380,6 +380,8 @@ state = "$SOCK_DIR/state"
 
 [plugins."io.containerd.cri.v1.runtime"]
   enable_selinux = false
+  # the pods' network namespaces under our state dir (not /run/netns), so down finds them
+  netns_mounts_under_state_dir = true
   # runc cannot give the sandbox a negative OOM score here (no CAP_SYS_RESOURCE)
   restrict_oom_score_adj = true
   [plugins."io.containerd.cri.v1.runtime".containerd]
