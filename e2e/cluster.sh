@@ -78,7 +78,6 @@ apt_tools() {  # Debian packages the node needs
   command -v iptables >/dev/null || missing+=(iptables)
   command -v conntrack >/dev/null || missing+=(conntrack)
   command -v etcd >/dev/null || missing+=(etcd-server)
-  command -v kubectl >/dev/null || missing+=(kubernetes-client)
   [[ -x /usr/bin/prometheus ]] || missing+=(prometheus)
   [[ -x /usr/bin/python3 ]] || missing+=(python3)
   (( ${#missing[@]} )) || return 0
@@ -165,6 +164,11 @@ tools() {
   apt_tools
   command -v go >/dev/null || die "go is needed to build the Kubernetes parts"
   local c
+  # no kubectl on PATH: build one of the cluster's own version (Debian's is far older)
+  if ! command -v kubectl >/dev/null; then
+    "$root/e2e/controlplane/controlplane.sh" build kubectl >/dev/null
+    export PATH="$KUBE_BIN:$PATH"
+  fi
   for c in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
     "$root/e2e/controlplane/controlplane.sh" build "$c" >/dev/null
   done
