@@ -21,6 +21,7 @@
 #   e2e/chart.sh                 everything
 #   e2e/chart.sh --no-cluster    skip the control-plane part
 #   e2e/chart.sh --sync-crd      copy crds/asyncjobconfigs.yaml into the chart and exit
+#   e2e/chart.sh --tools         only build (or find in the cache) helm and promql-check
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -45,8 +46,9 @@ case "${1:-}" in
     echo "copied $repo_crd -> $chart_crd"
     exit 0 ;;
   --no-cluster) cluster=0 ;;
+  --tools) cluster=-1 ;;
   "") ;;
-  *) echo "usage: $0 [--no-cluster | --sync-crd]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--no-cluster | --sync-crd | --tools]" >&2; exit 2 ;;
 esac
 
 work=$(mktemp -d)
@@ -159,6 +161,7 @@ command -v go >/dev/null || fail_now "go is needed to build helm"
 echo "==> tools"
 get_tools >"$work/tools.log" 2>&1 || { cat "$work/tools.log"; fail_now "build helm $HELM_VERSION and promql-check"; }
 passed=$((passed + 1)); echo "ok   - helm $HELM_VERSION and promql-check"; sed 's/^/       /' "$work/tools.log"
+if (( cluster < 0 )); then exit 0; fi  # --tools: only build (or find) helm and promql-check
 helm() { "$HELM" "$@"; }
 # keep helm's caches, config and plugins out of $HOME
 export HELM_CACHE_HOME=$work/helm/cache HELM_CONFIG_HOME=$work/helm/config HELM_DATA_HOME=$work/helm/data
@@ -211,13 +214,13 @@ check "helm template (operator.scope=cluster, existing store Secret)" render "$w
 assets() { python3 "$td/check_assets.py" "$@"; }
 fn=$release-asyncd
 check "default rendering: the expected objects" assets manifests "$work/default.yaml" \
-  Deployment=3 Service=4 Job=1 Secret=0 ServiceAccount=3 Role=2 RoleBinding=2 ConfigMap=1 \
+  Deployment=3 Service=4 Job=1 Secret=0 ServiceAccount=3 Role=3 RoleBinding=3 ConfigMap=1 \
   PodDisruptionBudget=1 Pod=1 ServiceMonitor=0 PrometheusRule=0 ClusterRole=1 ClusterRoleBinding=1 \
   NetworkPolicy=1 "NetworkPolicy/$fn-dispatcher" \
   "ClusterRole/$ns-$fn-api-auth" "ClusterRoleBinding/$ns-$fn-api-auth" \
   "Deployment/$fn-api" "Deployment/$fn-scheduler" "Deployment/$fn-operator" "Service/$fn-api" \
   "Job/$fn-migrate" "ServiceAccount/asyncd-dispatcher" \
-  "Role/$fn-operator" "Role/$fn-routing-reader" \
+  "Role/$fn-operator" "Role/$fn-routing-reader" "Role/$fn-operator-lease" "RoleBinding/$fn-operator-lease" \
   "ConfigMap/$fn-dashboard" "Service/$fn-scheduler-metrics" "Service/$fn-dispatcher-metrics" \
   "Service/$fn-operator-metrics"
 check "monitoring rendering adds ServiceMonitor and PrometheusRule" assets manifests "$work/monitoring.yaml" \
@@ -226,7 +229,7 @@ check "existing secret / no operator: no Secret, no operator objects" assets man
   Secret=0 Deployment=2 Service=3 Role=1 RoleBinding=1 ServiceAccount=2 ConfigMap=0 \
   PodDisruptionBudget=0 "!Deployment/$fn-operator"
 check "operator.scope=cluster: ClusterRole for the reconciled kinds" assets manifests "$work/cluster.yaml" \
-  ClusterRole=2 ClusterRoleBinding=2 Role=1 RoleBinding=1 Secret=0 \
+  ClusterRole=2 ClusterRoleBinding=2 Role=2 RoleBinding=2 Secret=0 "Role/$fn-operator-lease" \
   "ClusterRole/$ns-$fn-operator" "ClusterRole/$ns-$fn-api-auth" "Role/$fn-routing-reader"
 check "operator.scope=cluster: no --namespace" bash -c "! grep -q -- '--namespace=' '$work/cluster.yaml'"
 
@@ -240,7 +243,8 @@ check "api/scheduler env: store Secret, listen, routing ConfigMap, Kafka thresho
 check "operator args: brokers, dispatcher image and ServiceAccount, store Secret, namespace" rendered_has "$work/default.yaml" \
   "- --kafka-brokers=kafka:9092" "- --dispatcher-image=asyncd:0.1.0" "- --namespace=$ns" \
   "- --dispatcher-service-account=asyncd-dispatcher" "- --store-secret=asyncd-store" \
-  "- --listen=0.0.0.0:8080" "image: \"asyncd-operator:0.1.0\""
+  "- --listen=0.0.0.0:8080" "image: \"asyncd-operator:0.1.0\"" "replicas: 2" "- --leader-elect" \
+  "- --leader-election-namespace=$ns" "- --leader-election-id=$fn-operator" "fieldPath: metadata.name"
 check "Kafka brokers and existing Secret reach the pods" rendered_has "$work/other.yaml" \
   "name: ASYNCD_KAFKA_BROKERS" "value: \"kafka-0.kafka:9092,kafka-1.kafka:9092\"" "name: asyncd-db" "key: dsn" \
   "image: \"asyncd@sha256:0123456789abcdef"
@@ -260,6 +264,14 @@ if [[ ! -x $asyncd_bin ]]; then
 fi
 check "default rendering: every asyncd container starts (the CLI accepts its args and env)" \
   assets cli "$work/default.yaml" "$asyncd_bin"
+operator_bin=${ASYNCD_OPERATOR_BIN:-${CARGO_TARGET_DIR:-$ASYNCD_CACHE/target}/debug/asyncd-operator}
+if [[ ! -x $operator_bin ]]; then
+  (cd "$root" && CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ASYNCD_CACHE/target} cargo build -q -p asyncd-operator --bin asyncd-operator --locked) ||
+    fail_now "could not build the asyncd-operator binary"
+fi
+check "default rendering: the operator container starts (its CLI accepts the args and env)" \
+  assets operator-cli "$work/default.yaml" "$operator_bin"
+check "cluster scope: the operator container starts" assets operator-cli "$work/cluster.yaml" "$operator_bin"
 check "helm template (api TLS, Kafka security Secret)" render "$work/tls.yaml" \
   --set api.tls.secretName=asyncd-api-tls --set kafka.securitySecret=asyncd-kafka "${monitoring[@]}"
 check "api TLS: every asyncd container starts" assets cli "$work/tls.yaml" "$asyncd_bin"
@@ -280,6 +292,8 @@ refused() {  # refused MESSAGE ARGS...: helm template fails, naming MESSAGE
   grep -qF -- "$msg" <<<"$out" || { echo "error does not say '$msg': $out"; return 1; }
 }
 check "refused: no store Secret named (no default credentials)" refused "store.existingSecret is required" --set store.existingSecret=
+check "refused: two operator replicas without leader election" refused "needs operator.leaderElection.enabled" \
+  --set operator.leaderElection.enabled=false
 check "refused: a store URL in values" refused "store.url is no longer supported" --set store.url=postgres://u:p@db/q
 check "store password not echoed in errors" bash -c "! $HELM template x '$chart' --set store.existingSecret=s --set store.url=postgres://u:s3cret@h/db 2>&1 | grep -q s3cret"
 no_credentials() {  # nothing in values.yaml looks like a URL with a password or a password value
@@ -469,7 +483,9 @@ EOF
     can yes $sa create configmaps && can yes $sa patch configmaps/asyncd-routing &&
     can yes $sa create deployments.apps && can yes $sa delete deployments.apps &&
     can yes $sa create horizontalpodautoscalers.autoscaling && can no $sa create events &&
-    can yes $sa create events.events.k8s.io && can no $sa update leases.coordination.k8s.io &&
+    can yes $sa create events.events.k8s.io && can yes $sa update leases.coordination.k8s.io/$fn-operator &&
+    can yes $sa create leases.coordination.k8s.io && can no $sa update leases.coordination.k8s.io/other &&
+    can no $sa delete leases.coordination.k8s.io/$fn-operator &&
     can yes $sa patch configmaps/asyncd-routing && can yes $sa patch horizontalpodautoscalers.autoscaling &&
     can no $sa get configmaps/other && can no $sa patch configmaps/other && can no $sa delete configmaps/asyncd-routing &&
     can no $sa list configmaps &&

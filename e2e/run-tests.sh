@@ -3,8 +3,10 @@
 # need: the Rust toolchain's lints, MariaDB and PostgreSQL for the store suite and the
 # multi-process tests, a Kafka broker (KRaft) for the Kafka path, a kube-apiserver + etcd
 # control plane (built once from k8s.io/kubernetes) for the operator and the Helm chart,
-# and the SDK suites against a real `asyncd dev`. Heavy builds are cached outside the clone in
-# $ASYNCD_CACHE (default /var/cache/asyncd), so a second run is quick.
+# a one-node Kubernetes cluster with a container runtime running asyncd as pods
+# (e2e/cluster.sh), and the SDK suites against a real `asyncd dev`. Heavy builds are
+# cached outside the clone in $ASYNCD_CACHE (default /var/cache/asyncd), so a second run
+# is quick.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -66,6 +68,9 @@ bash e2e/chart.sh
 
 step "chaos soak: 10^5 tasks, every role SIGKILLed, PostgreSQL and Kafka restarted (e2e/soak.sh)"
 bash e2e/soak.sh --tasks 100000
+
+step "Kubernetes cluster: the chart installed, asyncd as pods, faults, leader election, HPA (e2e/cluster.sh test)"
+bash e2e/cluster.sh test
 
 if [ -x sdk/test.sh ]; then
   step "SDK tests, cross-language checks and every SDK README block against a real asyncd dev"

@@ -18,7 +18,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export ASYNCD_CACHE=${ASYNCD_CACHE:-/var/cache/asyncd}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ASYNCD_CACHE/target}
-cargo build --release --locked -p asyncd -p asyncd-bench
+# the same package set as e2e/cluster.sh builds, so both share one release build (another
+# set can unify dependency features differently and compile everything a second time)
+cargo build --release --locked -p asyncd -p asyncd-bench -p asyncd-operator
 
 shared_cache=$ASYNCD_CACHE
 kafka_version=${ASYNCD_KAFKA_VERSION:-4.1.1}

@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 import yaml
 
@@ -332,6 +333,42 @@ def cli(path, binary):
     return problems
 
 
+def operator_cli(path, binary):
+    """The operator container of the rendering: the real asyncd-operator parses its args
+    and environment (clap exits 2 on a usage error) and gets as far as looking for a
+    cluster, which is not there (an empty KUBECONFIG file, no in-cluster variables)."""
+    problems = []
+    runs = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        kubeconfig = os.path.join(tmp, "kubeconfig")
+        open(kubeconfig, "w").close()
+        for d in docs(path):
+            if d["kind"] != "Deployment":
+                continue
+            for c in d["spec"]["template"]["spec"].get("containers", []):
+                if c["name"] != "operator":
+                    continue
+                env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "KUBECONFIG": kubeconfig,
+                       "HOME": tmp}
+                for e in c.get("env", []):
+                    env[e["name"]] = str(e.get("value", "from-a-reference"))
+                what = f"{d['kind']} {d['metadata']['name']} container {c['name']}"
+                try:
+                    run = subprocess.run([binary, *c.get("args", [])], env=env,
+                                         capture_output=True, text=True, timeout=60)
+                except subprocess.TimeoutExpired:
+                    problems.append(f"{what}: still running after 60 s")
+                    continue
+                runs += 1
+                if run.returncode != 1 or "kubeconfig" not in run.stderr:
+                    problems.append(f"{what}: exit {run.returncode}, expected to look for a cluster; "
+                                    f"stderr: {run.stderr.strip()[-400:]}")
+    if runs == 0:
+        problems.append("no operator container found in the rendering")
+    print(f"cli: ran {runs} operator containers")
+    return problems
+
+
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "dashboard":
@@ -344,6 +381,8 @@ def main():
         problems = manifests(args[0], args[1:])
     elif cmd == "cli":
         problems = cli(*args)
+    elif cmd == "operator-cli":
+        problems = operator_cli(*args)
     elif cmd == "env":
         problems = env(args[0], args[1], set(args[2:]))
     else:

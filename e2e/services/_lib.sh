@@ -2,7 +2,10 @@
 # Shared helpers for e2e/services/*.sh. Sourced, not executed.
 
 ASYNCD_CACHE="${ASYNCD_CACHE:-/var/cache/asyncd}"
-ASYNCD_RUN="${ASYNCD_CACHE}/run"
+# ASYNCD_SERVICES_RUN: another run dir, for a second instance (e2e/cluster.sh runs one in
+# its network namespace); ASYNCD_SERVICE_HOST: the address to listen on and advertise.
+ASYNCD_RUN="${ASYNCD_SERVICES_RUN:-${ASYNCD_CACHE}/run}"
+HOST="${ASYNCD_SERVICE_HOST:-127.0.0.1}"
 
 log() { printf '[%s %s] %s\n' "${SERVICE:-svc}" "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -13,9 +16,9 @@ now_s() { date +%s; }
 # elapsed START: seconds since START (an $EPOCHREALTIME value), e.g. "1.42s"
 elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2fs", b - a }'; }
 
-# port_open PORT: true if something accepts TCP connections on 127.0.0.1:PORT
+# port_open PORT: true if something accepts TCP connections on $HOST:PORT
 port_open() {
-  timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null
+  timeout 2 bash -c "exec 3<>/dev/tcp/$HOST/$1" 2>/dev/null
 }
 
 # proc_matches PID PATTERN: PID is alive and its command line contains PATTERN

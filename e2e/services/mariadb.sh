@@ -26,7 +26,7 @@ if (( ${#SOCK} > 100 )); then SOCK="/tmp/asyncd-mariadb-$PORT.sock"; fi
 
 MARIADBD=/usr/sbin/mariadbd
 
-url() { echo "mysql://$USER_NAME:$USER_PASS@127.0.0.1:$PORT"; }
+url() { echo "mysql://$USER_NAME:$USER_PASS@$HOST:$PORT"; }
 
 # root over the private unix socket (unix_socket auth, we are OS root)
 sql_root() { mariadb --no-defaults --protocol=socket --socket="$SOCK" -uroot --batch --skip-column-names "$@"; }
@@ -44,7 +44,7 @@ user = root
 datadir = $DATA_DIR
 socket = $SOCK
 port = $PORT
-bind-address = 127.0.0.1
+bind-address = $HOST
 pid-file = $PID_FILE
 log-error = $LOG_FILE
 skip-name-resolve
@@ -122,16 +122,16 @@ EOF
 
 start() {
   local t0=$EPOCHREALTIME
-  if is_running; then log "already running on 127.0.0.1:$PORT (pid $(server_pid))"; return 0; fi
+  if is_running; then log "already running on $HOST:$PORT (pid $(server_pid))"; return 0; fi
   ensure_installed
   # a server of ours that is alive but not answering: stop it first
   local old; if old="$(server_pid)"; then log "stale mariadbd pid $old not answering; stopping it"; kill_pid "$old" 30; fi
-  if port_open "$PORT"; then die "port 127.0.0.1:$PORT is in use by another process (set ASYNCD_MARIADB_PORT)"; fi
+  if port_open "$PORT"; then die "port $HOST:$PORT is in use by another process (set ASYNCD_MARIADB_PORT)"; fi
   rm -f "$PID_FILE" "$SOCK"
   write_cnf
   local fresh=0
   if [[ ! -f "$INIT_MARK" || ! -d "$DATA_DIR/mysql" ]]; then init_datadir; fresh=1; fi
-  log "starting mariadbd on 127.0.0.1:$PORT (data $DATA_DIR)"
+  log "starting mariadbd on $HOST:$PORT (data $DATA_DIR)"
   if ! launch_and_wait; then
     (( fresh )) && die "mariadbd failed to start (log: $LOG_FILE)"
     # data dir left by an earlier run may be damaged (e.g. machine reset): it only holds

@@ -13,6 +13,7 @@
 //!   `error_policy`, the finalizer, and the `Controller` wiring.
 //! - [`builders`]: one pure builder per resource; [`conflicts`]: who owns a task type or
 //!   topic; [`status`]: conditions from what a pass did. All unit-tested without a client.
+//! - [`leader`]: leader election on a Lease, so several replicas can run.
 //! - [`kafka`]: the topic admin seam (`asyncd-kafka-admin`). [`metrics`], [`telemetry`]: observability.
 
 pub mod builders;
@@ -20,6 +21,7 @@ pub mod conflicts;
 pub mod controller;
 pub mod crd;
 pub mod kafka;
+pub mod leader;
 pub mod metrics;
 pub mod status;
 pub mod telemetry;

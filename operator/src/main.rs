@@ -11,6 +11,7 @@ use anyhow::Context as _;
 use asyncd_kafka_admin::KafkaSecurity;
 use asyncd_operator::builders::DispatcherSettings;
 use asyncd_operator::kafka::KafkaAdmin;
+use asyncd_operator::leader::{Elector, LeaseSettings};
 use asyncd_operator::metrics::Metrics;
 use asyncd_operator::{controller, telemetry};
 use axum::Router;
@@ -55,12 +56,65 @@ struct Args {
     /// the same variables from its own environment.
     #[arg(long, env = "ASYNCD_DISPATCHER_KAFKA_SECRET")]
     dispatcher_kafka_secret: Option<String>,
+    /// Run several replicas: only the one holding the Lease reconciles, the others stand
+    /// by (ready, not reconciling) and take over when it goes.
+    #[arg(long, env = "ASYNCD_LEADER_ELECT")]
+    leader_elect: bool,
+    /// Namespace of the Lease (default: --namespace, else the pod's own namespace).
+    #[arg(long, env = "ASYNCD_LEADER_ELECTION_NAMESPACE")]
+    leader_election_namespace: Option<String>,
+    /// Name of the Lease.
+    #[arg(
+        long,
+        env = "ASYNCD_LEADER_ELECTION_ID",
+        default_value = "asyncd-operator"
+    )]
+    leader_election_id: String,
+    /// This replica's identity in the Lease (default: the host name, i.e. the pod name);
+    /// `_<nonce>` is appended, so each process is a new holder.
+    #[arg(long, env = "POD_NAME")]
+    leader_identity: Option<String>,
+    /// Seconds a standby waits on a Lease whose holder stopped renewing before taking it.
+    #[arg(long, default_value_t = 15)]
+    lease_duration_seconds: u64,
+    /// Seconds the leader keeps trying to renew before it gives leadership up.
+    #[arg(long, default_value_t = 10)]
+    renew_deadline_seconds: u64,
+    /// Seconds between tries to take or renew the Lease.
+    #[arg(long, default_value_t = 2)]
+    retry_period_seconds: u64,
+}
+
+/// The namespace this pod runs in, from its ServiceAccount mount.
+fn own_namespace() -> Option<String> {
+    std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// A few hex digits that differ between processes (pid and start time).
+fn process_nonce() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    format!("{:08x}", nanos ^ std::process::id().rotate_left(16))
+}
+
+fn host_name() -> Option<String> {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
 }
 
 #[derive(Clone)]
 struct Http {
     metrics: Arc<Metrics>,
     ready: Arc<AtomicBool>,
+    standby: Arc<AtomicBool>,
 }
 
 async fn render_metrics(State(http): State<Http>) -> String {
@@ -68,7 +122,10 @@ async fn render_metrics(State(http): State<Http>) -> String {
 }
 
 async fn readyz(State(http): State<Http>) -> (StatusCode, &'static str) {
-    if http.ready.load(Ordering::SeqCst) {
+    // a standby replica is healthy and ready to take over; it reconciles nothing
+    if http.standby.load(Ordering::SeqCst) {
+        (StatusCode::OK, "standby\n")
+    } else if http.ready.load(Ordering::SeqCst) {
         (StatusCode::OK, "ready\n")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "starting\n")
@@ -104,10 +161,12 @@ async fn main() -> anyhow::Result<()> {
     };
     let metrics = Arc::new(Metrics::default());
     let ready = Arc::new(AtomicBool::new(false));
+    let standby = Arc::new(AtomicBool::new(args.leader_elect));
 
     let http = Http {
         metrics: metrics.clone(),
         ready: ready.clone(),
+        standby: standby.clone(),
     };
     let app = Router::new()
         .route("/metrics", get(render_metrics))
@@ -120,15 +179,78 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(listen = %args.listen, "serving /metrics, /healthz, /readyz");
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
 
-    controller::run(
+    let elector = if args.leader_elect {
+        let namespace = args
+            .leader_election_namespace
+            .or_else(|| args.namespace.clone())
+            .or_else(own_namespace)
+            .context("--leader-elect needs --leader-election-namespace outside a pod")?;
+        let identity = args.leader_identity.or_else(host_name).context(
+            "--leader-elect needs --leader-identity (POD_NAME) when there is no host name",
+        )?;
+        // one identity per process, as client-go does: a container restarted in the same
+        // pod must not take the Lease back as if it had never stopped renewing it
+        let identity = format!("{identity}_{}", process_nonce());
+        let elector = Elector::new(
+            client.clone(),
+            LeaseSettings {
+                namespace,
+                name: args.leader_election_id,
+                identity,
+                lease_duration: Duration::from_secs(args.lease_duration_seconds.max(1)),
+                renew_deadline: Duration::from_secs(args.renew_deadline_seconds.max(1)),
+                retry_period: Duration::from_secs(args.retry_period_seconds.max(1)),
+            },
+        );
+        metrics.leader.set(0);
+        // stand by until this replica holds the Lease (or the pod is told to stop)
+        tokio::select! {
+            _ = elector.acquire() => {}
+            _ = shutdown_signal() => {
+                server.abort();
+                return Ok(());
+            }
+        }
+        standby.store(false, Ordering::SeqCst);
+        Some(elector)
+    } else {
+        None
+    };
+    metrics.leader.set(1);
+
+    let run = controller::run(
         client,
         Arc::new(admin),
         settings,
         args.namespace,
-        metrics,
+        metrics.clone(),
         ready,
-    )
-    .await;
+    );
+    match &elector {
+        None => run.await,
+        Some(elector) => {
+            tokio::select! {
+                // the controller returns on SIGTERM / Ctrl-C: hand the Lease over at once
+                _ = run => elector.release().await,
+                _ = elector.hold() => {
+                    // someone else may lead now: stop reconciling at once; the restarted
+                    // pod stands by again
+                    metrics.leader.set(0);
+                    server.abort();
+                    anyhow::bail!("lost the leader Lease");
+                }
+            }
+        }
+    }
     server.abort();
     Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
 }

@@ -3,7 +3,8 @@
 use std::time::Instant;
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
 #[derive(Clone)]
@@ -19,6 +20,9 @@ pub struct Metrics {
     pub topic_ops: IntCounterVec,
     /// `asyncd_operator_configs{namespace,state}`: ready, not_ready, conflict, invalid.
     pub configs: IntGaugeVec,
+    /// `asyncd_operator_leader`: 1 while this replica holds the leader Lease (or runs
+    /// without leader election), 0 while it stands by.
+    pub leader: IntGauge,
 }
 
 impl Default for Metrics {
@@ -65,12 +69,18 @@ impl Default for Metrics {
             &["namespace", "name", "state"],
         )
         .unwrap();
+        let leader = IntGauge::new(
+            "asyncd_operator_leader",
+            "1 while this replica leads (holds the Lease), 0 while it stands by",
+        )
+        .unwrap();
         for c in [
             Box::new(reconciliations.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(failures.clone()),
             Box::new(duration.clone()),
             Box::new(topic_ops.clone()),
             Box::new(configs.clone()),
+            Box::new(leader.clone()),
         ] {
             registry.register(c).unwrap();
         }
@@ -81,6 +91,7 @@ impl Default for Metrics {
             duration,
             topic_ops,
             configs,
+            leader,
         }
     }
 }

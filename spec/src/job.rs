@@ -296,6 +296,12 @@ pub struct ScalingSpec {
     #[serde(default)]
     #[cfg_attr(feature = "kube", schemars(range(min = 1)))]
     pub target_due_backlog: Option<u32>,
+    /// Seconds the autoscaler waits, after the backlog fell, before it removes replicas
+    /// (the HPA's scale-down stabilization window; default 300). Replicas then go one a
+    /// minute, each handing its partitions and claims over.
+    #[serde(default)]
+    #[cfg_attr(feature = "kube", schemars(range(max = 3600)))]
+    pub scale_down_stabilization_seconds: Option<u32>,
 }
 
 /// A spec that failed validation: the dotted path of the field, and what is wrong.

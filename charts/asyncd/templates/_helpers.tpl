@@ -210,4 +210,12 @@ readinessProbe:
 {{- if ne .Values.store.existingSecretKey "url" }}
 {{- fail (printf "the operator reads the store URL from the key \"url\" of the store Secret; store.existingSecretKey is %q" .Values.store.existingSecretKey) }}
 {{- end }}
+{{- if and (gt (int .Values.operator.replicas) 1) (not .Values.operator.leaderElection.enabled) }}
+{{- fail "operator.replicas above 1 needs operator.leaderElection.enabled: without it every replica reconciles" }}
+{{- end }}
+{{- end }}
+
+{{/* Name of the operator's leader-election Lease. */}}
+{{- define "asyncd.operatorLease" -}}
+{{- printf "%s-operator" (include "asyncd.fullname" .) }}
 {{- end }}

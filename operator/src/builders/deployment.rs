@@ -56,6 +56,9 @@ fn signing_volume(config: &AsyncJobConfig) -> Option<(Volume, VolumeMount)> {
 /// The container's arguments (after the `asyncd` entrypoint). The store URL is not among
 /// them: it holds the database password, which argv would show to every `ps` on the
 /// node; `asyncd` reads it from `ASYNCD_STORE` (see [`build`]).
+/// Group of the asyncd image's user (`USER 65532:65532` in dispatcher/Dockerfile).
+pub const DISPATCHER_GID: i64 = 65532;
+
 pub fn args(config: &AsyncJobConfig, settings: &DispatcherSettings) -> Vec<String> {
     vec![
         "dispatcher".into(),
@@ -208,6 +211,11 @@ pub fn build(config: &AsyncJobConfig, settings: &DispatcherSettings) -> Deployme
                     termination_grace_period_seconds: Some(60),
                     security_context: Some(PodSecurityContext {
                         run_as_non_root: Some(true),
+                        // the asyncd image's user (65532:65532) reads the signing Secret
+                        // (mode 0440) through its group: the kubelet gives the files to
+                        // the fsGroup. Without it the key is root's and the job is never
+                        // dispatched (found by e2e/cluster.sh, the first run in real pods).
+                        fs_group: Some(DISPATCHER_GID),
                         seccomp_profile: Some(k8s_openapi::api::core::v1::SeccompProfile {
                             type_: "RuntimeDefault".into(),
                             ..Default::default()
@@ -247,6 +255,10 @@ mod tests {
             pod.service_account_name.as_deref(),
             Some("asyncd-dispatcher")
         );
+        // the image's user reads the 0440 signing Secret through the fsGroup
+        let psc = pod.security_context.as_ref().unwrap();
+        assert_eq!(psc.fs_group, Some(65532));
+        assert_eq!(psc.run_as_non_root, Some(true));
         let c = &pod.containers[0];
         assert_eq!(c.image.as_deref(), Some("registry.example/asyncd:1.2.3"));
         assert_eq!(

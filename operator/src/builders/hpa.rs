@@ -11,7 +11,10 @@ use k8s_openapi::api::autoscaling::v2::{
     HorizontalPodAutoscalerBehavior, HorizontalPodAutoscalerSpec, MetricIdentifier, MetricSpec,
     MetricTarget, PodsMetricSource,
 };
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Resource;
 use kube::api::ObjectMeta;
 
@@ -21,6 +24,10 @@ use crate::crd::AsyncJobConfig;
 pub const METRIC: &str = "asyncd_due_backlog";
 pub const DEFAULT_TARGET_DUE_BACKLOG: u32 = 100;
 pub const DEFAULT_MIN_REPLICAS: u32 = 1;
+pub const DEFAULT_SCALE_DOWN_STABILIZATION_SECONDS: u32 = 300;
+/// The label of `asyncd_due_backlog` naming the task type: every dispatcher reports the
+/// due backlog of every type in the store, so the HPA selects its own job's.
+pub const TASK_TYPE_LABEL: &str = "task_type";
 
 /// Replica bounds after defaults and the partition clamp.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,9 +68,16 @@ pub fn target_due_backlog(scaling: Option<&ScalingSpec>) -> u32 {
         .max(1)
 }
 
+pub fn scale_down_stabilization_seconds(scaling: Option<&ScalingSpec>) -> u32 {
+    scaling
+        .and_then(|s| s.scale_down_stabilization_seconds)
+        .unwrap_or(DEFAULT_SCALE_DOWN_STABILIZATION_SECONDS)
+}
+
 pub fn build(config: &AsyncJobConfig, bounds: Bounds) -> HorizontalPodAutoscaler {
     let name = dispatcher_name(config);
     let target = target_due_backlog(config.spec.scaling.as_ref());
+    let stabilization = scale_down_stabilization_seconds(config.spec.scaling.as_ref());
     HorizontalPodAutoscaler {
         metadata: ObjectMeta {
             name: Some(name.clone()),
@@ -85,7 +99,13 @@ pub fn build(config: &AsyncJobConfig, bounds: Bounds) -> HorizontalPodAutoscaler
                 pods: Some(PodsMetricSource {
                     metric: MetricIdentifier {
                         name: METRIC.into(),
-                        selector: None,
+                        selector: Some(LabelSelector {
+                            match_labels: Some(BTreeMap::from([(
+                                TASK_TYPE_LABEL.to_string(),
+                                config.spec.task_type.clone(),
+                            )])),
+                            ..LabelSelector::default()
+                        }),
                     },
                     target: MetricTarget {
                         type_: "AverageValue".into(),
@@ -98,7 +118,7 @@ pub fn build(config: &AsyncJobConfig, bounds: Bounds) -> HorizontalPodAutoscaler
             // scale in slowly: a dispatcher leaving hands its partitions and claims over
             behavior: Some(HorizontalPodAutoscalerBehavior {
                 scale_down: Some(HPAScalingRules {
-                    stabilization_window_seconds: Some(300),
+                    stabilization_window_seconds: Some(stabilization as i32),
                     policies: Some(vec![HPAScalingPolicy {
                         type_: "Pods".into(),
                         value: 1,
@@ -122,7 +142,7 @@ mod tests {
         ScalingSpec {
             min_replicas: min,
             max_replicas: max,
-            target_due_backlog: None,
+            ..ScalingSpec::default()
         }
     }
 
@@ -156,6 +176,7 @@ mod tests {
                 min_replicas: Some(2),
                 max_replicas: Some(3),
                 target_due_backlog: Some(250),
+                scale_down_stabilization_seconds: Some(30),
             })
         });
         let hpa = build(&config, bounds(config.spec.scaling.as_ref(), Some(6)));
@@ -173,6 +194,14 @@ mod tests {
         assert_eq!(pods.metric.name, "asyncd_due_backlog");
         assert_eq!(pods.target.type_, "AverageValue");
         assert_eq!(pods.target.average_value, Some(Quantity("250".into())));
+        // this job's task type only
+        let selector = pods.metric.selector.unwrap().match_labels.unwrap();
+        assert_eq!(
+            selector.get("task_type").map(String::as_str),
+            Some(config.spec.task_type.as_str())
+        );
+        let down = spec.behavior.unwrap().scale_down.unwrap();
+        assert_eq!(down.stabilization_window_seconds, Some(30));
         // default target
         let config = fixtures::config("job-b");
         let pods = build(&config, bounds(None, Some(6)))
@@ -183,5 +212,8 @@ mod tests {
             .pods
             .unwrap();
         assert_eq!(pods.target.average_value, Some(Quantity("100".into())));
+        let hpa = build(&config, bounds(None, Some(6)));
+        let down = hpa.spec.behavior.unwrap().scale_down.unwrap();
+        assert_eq!(down.stabilization_window_seconds, Some(300));
     }
 }
