@@ -13,6 +13,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 export ASYNCD_CACHE=${ASYNCD_CACHE:-/var/cache/asyncd}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ASYNCD_CACHE/target}
+# Each run builds the workspace crates from a fresh clone anyway; incremental state would
+# only pile up gigabytes per clone in the shared target dir.
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 mkdir -p "$ASYNCD_CACHE"
 
 # Each phase prints how long the previous one took, so a slow phase is visible in CI logs.
