@@ -6,8 +6,15 @@
 //! schedulers can run at once and each firing is created exactly once.
 //!
 //! A scheduler that could not create firings for a while (the store was down) catches
-//! up on the ones it missed, at most [`CATCH_UP`] back; they run at once. A scheduler
-//! starting fresh does not back-fill: it begins with the next firing.
+//! up on the ones it missed, at most the entry's `catchUp` back (default an hour; none
+//! with "0s"); they run at once. A scheduler starting fresh does not back-fill: it
+//! begins with the next firing.
+//!
+//! Per entry: `paused` creates nothing (and forgets where the entry was, so a resumed
+//! entry starts with its next firing instead of catching up); `overlap: Skip` gives each
+//! firing the entry's unique key, so a firing whose predecessor has not finished is
+//! refused by the store and skipped — which is why such firings are created only when
+//! due (within one pass), not a horizon ahead.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,11 +28,7 @@ use crate::dispatcher::ClaimerWakeup;
 use crate::routing::Routes;
 use crate::signals::{Signal, TestSignals, emit};
 use crate::store::{InsertOutcome, Millis, NewTask, Store};
-
-/// How far back a scheduler creates the firings it missed while it could not write them.
-/// An hour covers a database failover or restart; a firing older than that is stale
-/// news and is skipped.
-pub const CATCH_UP: Duration = Duration::from_secs(3600);
+use asyncd_spec::job::Overlap;
 
 pub struct Scheduler {
     pub store: Arc<dyn Store>,
@@ -92,18 +95,33 @@ impl Scheduler {
                     entry.name.clone(),
                     entry.schedule.as_str().to_string(),
                 );
+                if entry.paused {
+                    self.created.remove(&key);
+                    continue;
+                }
+                let skip_overlap = entry.overlap == Overlap::Skip;
+                // Whether a firing is skipped is decided by the store when it is
+                // inserted, so that must happen when it is due, not a horizon ahead.
+                let entry_horizon = if skip_overlap {
+                    now_ms + self.interval
+                } else {
+                    horizon
+                };
                 // Continue after the last firing this scheduler created (within the
                 // catch-up window, so an outage loses nothing); a fresh one starts now.
                 let known = self.created.get(&key).copied();
                 let mut after = known
-                    .map(|at| crate::clock::from_millis(at.max(now_ms.saturating_sub(CATCH_UP))))
+                    .map(|at| {
+                        crate::clock::from_millis(at.max(now_ms.saturating_sub(entry.catch_up)))
+                    })
                     .unwrap_or(now);
                 let mut last = None;
                 while let Some(next) = entry.schedule.next_after(after) {
                     let at = Millis::from(next);
-                    // Always the next firing, then every one within the horizon.
+                    // Always the next firing (unless it may be skipped), then every one
+                    // within the horizon.
                     let next_exists = known.into_iter().chain(last).any(|t| t > now_ms);
-                    if at > horizon && next_exists {
+                    if at > entry_horizon && (next_exists || skip_overlap) {
                         break;
                     }
                     let payload = RawValue::from_string(entry.payload.to_string())
@@ -117,7 +135,8 @@ impl Scheduler {
                         max_retries: job.max_retries,
                         timeout_ms: job.timeout.as_millis() as i64,
                         idempotency_key: None,
-                        unique_key: None,
+                        unique_key: skip_overlap
+                            .then(|| format!("cron:{}/{}", job.task_type, entry.name)),
                         cron_key: Some(format!("{}/{}/{at}", job.task_type, entry.name)),
                         depends_on: Vec::new(),
                         source_service: Some("asyncd-scheduler".into()),
@@ -146,8 +165,19 @@ impl Scheduler {
         Ok(firings
             .into_iter()
             .zip(outcomes)
-            .filter(|(_, o)| matches!(o, InsertOutcome::Inserted { .. }))
-            .map(|(f, _)| f)
+            .filter_map(|(firing, outcome)| match outcome {
+                InsertOutcome::Inserted { .. } => Some(firing),
+                InsertOutcome::UniqueConflict { existing_id } => {
+                    tracing::info!(
+                        task_type = firing.task_type,
+                        firing = firing.cron_key,
+                        running = existing_id,
+                        "cron firing skipped: the entry skips overlaps and its previous firing has not finished"
+                    );
+                    None
+                }
+                _ => None,
+            })
             .collect())
     }
 }
@@ -167,10 +197,15 @@ mod tests {
     }
 
     fn routes(schedule: &str) -> Routes {
+        entry_routes(schedule, "")
+    }
+
+    /// One job with one cron entry `nightly`; `policy` adds lines to the entry.
+    fn entry_routes(schedule: &str, policy: &str) -> Routes {
         let yaml = format!(
             "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata: {{name: j}}\n\
              spec:\n  taskType: report\n  executor: {{url: 'http://127.0.0.1:1/'}}\n  \
-             cron:\n    - name: nightly\n      schedule: \"{schedule}\"\n"
+             cron:\n    - name: nightly\n      schedule: \"{schedule}\"\n{policy}"
         );
         let (_, job) = AsyncJobConfig::from_yaml(&yaml).unwrap();
         fixed(RouteTable::from_jobs([job]))
@@ -266,6 +301,84 @@ mod tests {
             Some(&(start + chrono::Duration::seconds(2 * 3600 + 10)))
         );
         assert_eq!(late.len(), 360 + 6);
+    }
+
+    /// Issue 15, cron policies: `catchUp: 0s` creates none of the firings an outage
+    /// missed, only what is ahead.
+    #[tokio::test]
+    async fn an_entry_without_catch_up_skips_what_an_outage_missed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir).await;
+        let routes = entry_routes("CRON_TZ=UTC */10 * * * * *", "      catchUp: 0s\n");
+        let start = utc("2026-11-30T00:00:00Z");
+        let clock = ManualClock::at(start);
+        let mut s = scheduler(&store, &routes, &clock);
+        assert_eq!(s.schedule_once().await.unwrap().len(), 6);
+        clock.set(start + chrono::Duration::minutes(5));
+        let after = times(&s.schedule_once().await.unwrap());
+        let expected: Vec<_> = (31..=36)
+            .map(|i| start + chrono::Duration::seconds(i * 10))
+            .collect();
+        assert_eq!(after, expected, "only 00:05:10 through 00:06:00");
+    }
+
+    /// Issue 15, cron policies: a paused entry creates nothing, and once resumed starts
+    /// with its next firing rather than catching up on the pause.
+    #[tokio::test]
+    async fn a_paused_entry_creates_nothing_and_resumes_without_catching_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir).await;
+        let start = utc("2026-11-30T00:00:00Z");
+        let clock = ManualClock::at(start);
+        let running = routes("CRON_TZ=UTC */10 * * * * *");
+        let mut s = scheduler(&store, &running, &clock);
+        assert_eq!(s.schedule_once().await.unwrap().len(), 6);
+        let paused = entry_routes("CRON_TZ=UTC */10 * * * * *", "      paused: true\n");
+        s.routes = paused;
+        clock.set(start + chrono::Duration::minutes(5));
+        assert!(s.schedule_once().await.unwrap().is_empty(), "paused");
+        s.routes = running;
+        clock.set(start + chrono::Duration::minutes(10));
+        let resumed = times(&s.schedule_once().await.unwrap());
+        assert_eq!(
+            resumed.first(),
+            Some(&(start + chrono::Duration::seconds(610))),
+            "the next firing after the resume, none from the pause"
+        );
+    }
+
+    /// Issue 15, cron policies: with `overlap: Skip` a firing is created when due, and
+    /// skipped while the previous firing has not finished.
+    #[tokio::test]
+    async fn an_entry_that_skips_overlaps_skips_while_the_previous_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir).await;
+        let routes = entry_routes("CRON_TZ=UTC */10 * * * * *", "      overlap: Skip\n");
+        let start = utc("2026-11-30T00:00:09.500Z");
+        let clock = ManualClock::at(start);
+        let mut s = scheduler(&store, &routes, &clock);
+        let first = s.schedule_once().await.unwrap();
+        assert_eq!(
+            times(&first),
+            [utc("2026-11-30T00:00:10Z")],
+            "only the one due within a pass"
+        );
+        clock.set(utc("2026-11-30T00:00:19.500Z"));
+        assert!(
+            s.schedule_once().await.unwrap().is_empty(),
+            "00:00:20 skipped: 00:00:10 has not finished"
+        );
+        let now = Millis::from(utc("2026-11-30T00:00:25Z"));
+        assert_eq!(
+            store.cancel(&first[0].id, now).await.unwrap(),
+            crate::store::CancelOutcome::Cancelled
+        );
+        clock.set(utc("2026-11-30T00:00:29.500Z"));
+        assert_eq!(
+            times(&s.schedule_once().await.unwrap()),
+            [utc("2026-11-30T00:00:30Z")],
+            "the previous one finished"
+        );
     }
 
     #[tokio::test]

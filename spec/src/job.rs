@@ -270,6 +270,28 @@ pub struct CronSpec {
     #[serde(default)]
     #[cfg_attr(feature = "kube", schemars(range(max = 9)))]
     pub priority: u8,
+    /// `Allow` (default): a firing runs even while the previous one has not finished.
+    /// `Skip`: a firing is skipped while the previous one has not finished.
+    #[serde(default)]
+    pub overlap: Overlap,
+    /// How far back firings missed while no scheduler could write them (an outage)
+    /// are still created, and run at once: a duration up to 7d, or "0s" for none
+    /// (default 1h).
+    #[serde(default)]
+    pub catch_up: Option<String>,
+    /// While true, this entry creates no firings (those already created, at most the
+    /// scheduler's horizon ahead, still run). The job's other entries go on.
+    #[serde(default)]
+    pub paused: bool,
+}
+
+/// What a cron entry does when a firing comes while the previous one has not finished.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+pub enum Overlap {
+    #[default]
+    Allow,
+    Skip,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -355,6 +377,16 @@ pub struct CronEntry {
     pub schedule: CronSchedule,
     pub payload: serde_json::Value,
     pub priority: u8,
+    pub overlap: Overlap,
+    /// How far back missed firings are created after an outage (zero: none).
+    pub catch_up: Duration,
+    pub paused: bool,
+}
+
+impl CronEntry {
+    /// The default and the most of [`CronSpec::catch_up`].
+    pub const DEFAULT_CATCH_UP: Duration = Duration::from_secs(3600);
+    pub const MAX_CATCH_UP: Duration = Duration::from_secs(7 * 24 * 3600);
 }
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -486,11 +518,27 @@ impl JobSpec {
             }
             let schedule = CronSchedule::parse(&entry.schedule)
                 .map_err(|m| SpecError::new(format!("{field}.schedule"), m))?;
+            let catch_up = entry
+                .catch_up
+                .as_deref()
+                .map(parse_duration)
+                .transpose()
+                .map_err(|m| SpecError::new(format!("{field}.catchUp"), m))?
+                .unwrap_or(CronEntry::DEFAULT_CATCH_UP);
+            if catch_up > CronEntry::MAX_CATCH_UP {
+                return Err(SpecError::new(
+                    format!("{field}.catchUp"),
+                    "must be at most 7d",
+                ));
+            }
             cron.push(CronEntry {
                 name: entry.name.clone(),
                 schedule,
                 payload: entry.payload.clone(),
                 priority: entry.priority,
+                overlap: entry.overlap,
+                catch_up,
+                paused: entry.paused,
             });
         }
         Ok(Job {
@@ -690,6 +738,14 @@ mod tests {
         assert_eq!(
             with(|d| d.spec.cron[0].schedule = "0 0 * * *".into()).field,
             "spec.cron[0].schedule"
+        );
+        assert_eq!(
+            with(|d| d.spec.cron[0].catch_up = Some("8d".into())).field,
+            "spec.cron[0].catchUp"
+        );
+        assert_eq!(
+            with(|d| d.spec.cron[0].catch_up = Some("soon".into())).field,
+            "spec.cron[0].catchUp"
         );
         assert_eq!(
             with(|d| d.spec.executor.url = "ftp://x".into()).field,
