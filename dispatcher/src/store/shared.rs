@@ -30,6 +30,10 @@ pub struct Queries {
     /// Sets every task in `claimed` whose `owner` is `owner` back to `pending`, as a
     /// release does, stamped `now`; parameters `now`, `owner`.
     pub release_claims: &'static str,
+    /// What ends a SELECT that picks rows a transaction then changes, so that concurrent
+    /// pickers skip each other's rows instead of waiting; empty for SQLite, whose one
+    /// writer needs no row locks.
+    pub skip_locked: &'static str,
     /// The database server's clock in UTC milliseconds; `None` for an embedded database.
     pub clock: Option<&'static str>,
     /// Inserts a Kafka dead letter unless one is recorded at its (topic, partition,
@@ -83,8 +87,9 @@ pub struct Queries {
     pub bury: &'static str,
     pub release: &'static str,
     pub extend: &'static str,
-    /// Dead task `id` back to pending at `now` (`now, now, id`), taking its unique key
-    /// back (which fails if another unfinished task holds it).
+    /// Dead task `id` back to `state` (pending, or blocked while a dependency has not
+    /// succeeded) at `now` (`state, now, now, id`), taking its unique key back (which
+    /// fails if another unfinished task holds it).
     pub redrive: &'static str,
     /// The id of the task holding the unique key of task `id`.
     pub redrive_holder: &'static str,

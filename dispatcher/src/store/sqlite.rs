@@ -60,6 +60,7 @@ const QUERIES: Queries = Queries {
     leave: "DELETE FROM dispatchers WHERE id = ?",
     release_claims: "UPDATE tasks SET state = 'pending', lease_until = NULL, owner = NULL, \
                      updated_at = ? WHERE state = 'claimed' AND owner = ?",
+    skip_locked: "",
     clock: None,
     record_kafka_dead_letter: "INSERT INTO kafka_dead_letters (topic, kafka_partition, kafka_offset, message, \
                                message_size, reason, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?) \
@@ -85,7 +86,7 @@ const QUERIES: Queries = Queries {
     state: "SELECT state FROM tasks WHERE id = ?",
     cancel: "UPDATE tasks SET state = 'cancelled', unique_active = NULL, lease_until = NULL, \
              lease_token = lease_token + 1, updated_at = ? \
-             WHERE id = ? AND state IN ('blocked', 'pending', 'claimed')",
+             WHERE id = ? AND state IN ('blocked', 'pending', 'claimed', 'running')",
     succeed: "UPDATE tasks SET state = 'succeeded', result = ?, unique_active = NULL, \
               lease_until = NULL, owner = NULL, updated_at = ? \
               WHERE id = ? AND lease_token = ? AND state IN ('running', 'pending', 'dead')",
@@ -99,7 +100,7 @@ const QUERIES: Queries = Queries {
               WHERE id = ? AND lease_token = ? AND state = 'claimed'",
     extend: "UPDATE tasks SET lease_until = MAX(lease_until, ?), updated_at = ? \
              WHERE id = ? AND lease_token = ? AND state = 'running'",
-    redrive: "UPDATE tasks SET state = 'pending', attempt = 0, trigger_at = ?, \
+    redrive: "UPDATE tasks SET state = ?, attempt = 0, trigger_at = ?, \
               lease_token = lease_token + 1, unique_active = unique_key, lease_until = NULL, updated_at = ? \
               WHERE id = ? AND state = 'dead'",
     redrive_holder: "SELECT b.id FROM tasks a JOIN tasks b ON b.unique_active = a.unique_key \

@@ -12,11 +12,13 @@ use sqlx::{Acquire, Database, Encode, Executor, FromRow, IntoArguments, Pool, Tr
 use super::domain::{self, DependentsEffect, Initial};
 use async_trait::async_trait;
 
+use super::bulk;
 use super::rows::{self, Holder, JobCountsRow, LapsedRow, StartedRow, StatsRow, TaskRow};
 use super::shared::{self, KafkaDeadLetterRow, Queries};
 use super::{
-    CancelOutcome, ClaimIdsParams, ClaimParams, ClaimedTask, DeadLetterParams, Finish, FinishKind,
-    InsertOutcome, JobCountParams, JobCounts, KafkaDeadLetter, Lapsed, Millis, NewTask,
+    BulkAction, CancelOutcome, ClaimIdsParams, ClaimParams, ClaimedTask, DeadCount, DeadFilter,
+    DeadLetterParams, Finish, FinishKind, InsertOutcome, JobCountParams, JobCounts,
+    KafkaDeadLetter, Lapsed, Millis, NewTask,
     PurgeParams, RedriveOutcome, Result, SearchParams, StartParams, Started, Store, TaskRecord,
     TypeStats, is_unique_violation, retrying, unnamed_insert_conflict, unnamed_redrive_conflict,
 };
@@ -242,6 +244,42 @@ where
         .await
     }
 
+    /// [`super::Store::insert_cancelled`]: the task row, already `cancelled`, with no
+    /// payload, keys or attempts.
+    pub async fn insert_cancelled(
+        pool: &Pool<DB>,
+        id: &str,
+        task_type: &str,
+        now: Millis,
+    ) -> Result<bool> {
+        let no_key: Option<&D::Key> = None;
+        let inserted = sqlx::query::<DB>(D::QUERIES.insert_task)
+            .bind(id)
+            .bind(task_type)
+            .bind("null")
+            .bind(super::TaskState::Cancelled.as_str())
+            .bind(0i16)
+            .bind(now)
+            .bind(0i64)
+            .bind(0i64)
+            .bind(no_key)
+            .bind(no_key)
+            .bind(no_key)
+            .bind(no_key)
+            .bind(None::<&str>)
+            .bind(Some("cancelled before it was consumed from Kafka"))
+            .bind(now)
+            .bind(now)
+            .bind(crate::lease::new_secret().as_str())
+            .execute(pool)
+            .await;
+        match inserted {
+            Ok(done) => Ok(D::rows_affected(&done) == 1),
+            Err(err) if is_unique_violation(&err) => Ok(false),
+            Err(err) => Err(err.into()),
+        }
+    }
+
     /// After a task failed for good: its blocked dependents, and theirs, go to dead letters.
     async fn fail_dependents(tx: &mut Transaction<'_, DB>, id: &str, now: Millis) -> Result<()> {
         let mut failed = vec![id.to_string()];
@@ -307,11 +345,32 @@ where
         Err(unnamed_redrive_conflict(id))
     }
 
+    /// What a redriven task `id` goes back to: `blocked` while one of its dependencies
+    /// has not succeeded (it died because one did not), `pending` otherwise. Each
+    /// dependency's state is read as an insert reads it — locked where rows lock — so
+    /// the dependency cannot finish unseen before the task is back among its dependents.
+    /// A dependency no longer stored (purged) is no longer waited on.
+    async fn redriven_state(tx: &mut Transaction<'_, DB>, id: &str) -> Result<super::TaskState> {
+        let deps: Vec<String> = sqlx::query_scalar(D::QUERIES.dependencies)
+            .bind(id)
+            .fetch_all(&mut **tx)
+            .await?;
+        for dep in &deps {
+            let state = Self::state(tx, D::QUERIES.dependency_state, dep).await?;
+            if state.is_some_and(|s| s != super::TaskState::Succeeded) {
+                return Ok(super::TaskState::Blocked);
+            }
+        }
+        Ok(super::TaskState::Pending)
+    }
+
     /// One redrive; `None` when the task holding the unique key finished before it could
     /// be named (not possible with SQLite's one writer), and the caller tries again.
     async fn redrive_tx(pool: &Pool<DB>, id: &str, now: Millis) -> Result<Option<RedriveOutcome>> {
         let mut tx = pool.begin().await?;
+        let state = Self::redriven_state(&mut tx, id).await?;
         let update = sqlx::query::<DB>(D::QUERIES.redrive)
+            .bind(state.as_str())
             .bind(now)
             .bind(now)
             .bind(id);
@@ -330,9 +389,10 @@ where
             update.execute(&mut *tx).await
         };
         let outcome = match updated {
-            Ok(done) if D::rows_affected(&done) == 1 => {
-                RedriveOutcome::Redriven { trigger_at: now }
-            }
+            Ok(done) if D::rows_affected(&done) == 1 => RedriveOutcome::Redriven {
+                trigger_at: now,
+                state,
+            },
             Ok(_) => domain::redrive_refused(Self::state(&mut tx, D::QUERIES.state, id).await?),
             Err(err) if is_unique_violation(&err) => {
                 let existing_id: Option<String> = sqlx::query_scalar(D::QUERIES.redrive_holder)
@@ -482,6 +542,10 @@ where
         Tx::<B>::cancel(self.writer(), id, now).await
     }
 
+    async fn insert_cancelled(&self, id: &str, task_type: &str, now: Millis) -> Result<bool> {
+        Tx::<B>::insert_cancelled(self.writer(), id, task_type, now).await
+    }
+
     async fn claim(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>> {
         self.claim_due(params).await
     }
@@ -523,6 +587,42 @@ where
             shared::purge(self.writer(), &B::QUERIES, params)
         })
         .await
+    }
+
+    async fn count_dead(&self, filter: DeadFilter<'_>) -> Result<DeadCount> {
+        bulk::count(self.reader(), filter).await
+    }
+
+    async fn act_on_dead(&self, filter: DeadFilter<'_>, limit: u32, now: Millis) -> Result<u64> {
+        match filter.action {
+            BulkAction::Purge => {
+                retrying(B::transient, || {
+                    bulk::purge::<B, DB>(self.writer(), filter, limit)
+                })
+                .await
+            }
+            BulkAction::Redrive => {
+                let (ids, bulk) = retrying(B::transient, || {
+                    bulk::redrive_picked::<B, DB>(self.writer(), filter, limit, now)
+                })
+                .await?;
+                let mut redriven = bulk.unwrap_or(0);
+                if redriven == ids.len() as u64 {
+                    return Ok(redriven);
+                }
+                // Tasks with dependencies, or a unique key the one UPDATE hit: one at a
+                // time, each as `POST /v1/dead-letters/{id}/redrive` (those the UPDATE
+                // redrove are no longer dead and are left alone).
+                for id in &ids {
+                    if let RedriveOutcome::Redriven { .. } =
+                        Tx::<B>::redrive(self.writer(), id, now).await?
+                    {
+                        redriven += 1;
+                    }
+                }
+                Ok(redriven)
+            }
+        }
     }
 
     async fn stats(&self, now: Millis) -> Result<Vec<TypeStats>> {
