@@ -285,6 +285,58 @@ fn signature_vectors(body: &str) -> Value {
 }
 
 /// Every fixture, in file-name order.
+/// An overview of one job with a cron entry and one without.
+fn jobs() -> JobList {
+    let stats = JobStats {
+        due: 12,
+        scheduled: 340,
+        running: 4,
+        dead: 2,
+        oldest_due_seconds: Some(1.25),
+        finished_last_minute: FinishedCounts {
+            succeeded: 600,
+            dead: 1,
+        },
+    };
+    JobList {
+        jobs: vec![
+            JobOverview {
+                status: JobStatus {
+                    job: "order-cancel-job".into(),
+                    task_type: "cancel_expired_order".into(),
+                    paused: true,
+                    paused_at: Some(from_millis(NOW)),
+                    paused_by_config: false,
+                },
+                stats: stats.clone(),
+                cron: vec![CronOverview {
+                    name: "nightly".into(),
+                    schedule: "CRON_TZ=Europe/Berlin 0 3 * * *".into(),
+                    // 03:00 in Berlin, from 2026-12-01 on.
+                    next: [0, 1, 2]
+                        .map(|day| from_millis(1_796_090_400_000 + day * 86_400_000))
+                        .to_vec(),
+                }],
+            },
+            JobOverview {
+                status: JobStatus {
+                    job: "send-email-job".into(),
+                    task_type: "send_email".into(),
+                    paused: false,
+                    paused_at: None,
+                    paused_by_config: false,
+                },
+                stats: JobStats {
+                    oldest_due_seconds: None,
+                    due: 0,
+                    ..stats
+                },
+                cron: vec![],
+            },
+        ],
+    }
+}
+
 pub fn all() -> Vec<Fixture> {
     let submit = SubmitRequest {
         payload: Some(json!({"to": "a@b.c"})),
@@ -378,6 +430,7 @@ pub fn all() -> Vec<Fixture> {
                 eta: from_millis(NOW),
             },
         ),
+        fixture("jobs_response", &jobs()),
         fixture("executor_call", &executor_call()),
         fixture(
             "executor_accepted",

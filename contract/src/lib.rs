@@ -13,6 +13,7 @@ mod error;
 mod executor;
 pub mod fixtures;
 pub mod headers;
+mod jobs;
 #[cfg(feature = "openapi")]
 pub mod openapi;
 mod signature;
@@ -24,6 +25,9 @@ pub use error::{ErrorBody, ErrorCode, ErrorObject};
 pub use executor::{
     ExecutorAccepted, ExecutorCall, HeartbeatRequest, HeartbeatResponse, ResultAck, ResultRequest,
     ResultStatus,
+};
+pub use jobs::{
+    CRON_FIRINGS, CronOverview, FinishedCounts, JobList, JobOverview, JobStats, MAX_JOB_COUNT,
 };
 pub use signature::{
     SIGNATURE_SCHEME, SIGNATURE_TOLERANCE, SignatureError, SignedCall, sign, verify_signature,

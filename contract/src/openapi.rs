@@ -241,12 +241,18 @@ pub fn document() -> Value {
             "responses": responses(&[(200, ok("Redriven", s.answer::<RedriveResult>()))],
                 errors(&error, &[NotFound, NotDead, UniqueConflict, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
         }},
+        "/v1/jobs": {"get": {
+            "operationId": "listJobs",
+            "summary": "Every job the caller may read, sorted by name: pause, backlog, lateness, dead letters, finishes in the last minute, cron entries and their next firings",
+            "responses": responses(&[(200, ok("The jobs", s.answer::<JobList>()))],
+                errors(&error, &[StoreUnavailable, Unauthenticated, AuthUnavailable])),
+        }},
         "/v1/jobs/{name}": {
             "parameters": [job_name()],
             "get": {
                 "operationId": "getJob",
-                "summary": "Whether a job is paused",
-                "responses": responses(&[(200, ok("The job", job.clone()))],
+                "summary": "How a job stands: paused or not, backlog, lateness, dead letters, finishes in the last minute, cron entries",
+                "responses": responses(&[(200, ok("The job", s.answer::<JobOverview>()))],
                     errors(&error, &[NotFound, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
             },
         },

@@ -47,6 +47,29 @@ pub mod rfc3339_option {
     }
 }
 
+/// `#[serde(with = "crate::time::rfc3339_vec")]` for a `Vec<DateTime<Utc>>` field.
+pub mod rfc3339_vec {
+    use super::*;
+    use serde::ser::SerializeSeq;
+
+    pub fn serialize<S: Serializer>(times: &[DateTime<Utc>], s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(times.len()))?;
+        for t in times {
+            seq.serialize_element(&format_time(*t))?;
+        }
+        seq.end()
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<DateTime<Utc>>, D::Error> {
+        Vec::<DateTime<Utc>>::deserialize(d)
+    }
+}
+
+#[cfg(feature = "openapi")]
+pub(crate) fn schema_vec(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "array", "items": {"type": "string", "format": "date-time"}})
+}
+
 #[cfg(feature = "openapi")]
 pub(crate) fn schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({"type": "string", "format": "date-time"})

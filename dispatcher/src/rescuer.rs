@@ -207,6 +207,9 @@ mod tests {
         async fn stats(&self, now: Millis) -> store::Result<Vec<TypeStats>> {
             self.inner.stats(now).await
         }
+        async fn job_counts(&self, p: store::JobCountParams<'_>) -> store::Result<JobCounts> {
+            self.inner.job_counts(p).await
+        }
         async fn purge(&self, params: store::PurgeParams<'_>) -> store::Result<u64> {
             self.inner.purge(params).await
         }

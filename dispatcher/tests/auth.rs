@@ -288,6 +288,31 @@ async fn every_public_endpoint_refuses_missing_wrong_expired_and_out_of_scope_cr
 }
 
 #[tokio::test]
+async fn the_jobs_overview_lists_only_the_jobs_a_caller_may_read() {
+    let (asyncd, _executor, _secrets) = start().await;
+    let listed = |answer: &Value| -> Vec<String> {
+        answer["jobs"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{answer}"))
+            .iter()
+            .map(|j| j["job"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (status, answer) = call(&asyncd, Method::GET, "/v1/jobs", None, None).await;
+    assert_eq!(
+        (status, &answer["error"]["code"]),
+        (401, &json!("unauthenticated")),
+        "{answer}"
+    );
+    let (status, answer) = call(&asyncd, Method::GET, "/v1/jobs", None, Some(ADMIN)).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(listed(&answer), ["job-a", "job-b"]);
+    let (status, answer) = call(&asyncd, Method::GET, "/v1/jobs", None, Some(READ_A)).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(listed(&answer), ["job-a"], "job-b is not theirs to read");
+}
+
+#[tokio::test]
 async fn callbacks_and_operational_endpoints_need_no_credential() {
     let (asyncd, _executor, _secrets) = start().await;
     for path in ["/healthz", "/readyz", "/metrics", "/v1/openapi.json"] {

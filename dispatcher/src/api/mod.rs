@@ -1,6 +1,7 @@
 //! The HTTP API (docs/api.md): submit, inspect, cancel, dead letters, the executor
 //! callbacks (heartbeat, result), and the operational endpoints.
 
+pub mod console;
 pub mod error;
 pub mod submit;
 
@@ -9,9 +10,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use asyncd_contract::{
-    BatchItemResult, BatchOutcome, BatchResponse, CancelResult, CronTriggerResult, ErrorCode,
-    HeartbeatRequest,
-    HeartbeatResponse, JobStatus, MAX_LISTING_BYTES, RedriveResult, ResultAck, ResultRequest,
+    BatchItemResult, BatchOutcome, BatchResponse, CRON_FIRINGS, CancelResult, CronOverview,
+    CronTriggerResult, ErrorCode, FinishedCounts, HeartbeatRequest, HeartbeatResponse, JobList,
+    JobOverview, JobStats, JobStatus, MAX_JOB_COUNT, MAX_LISTING_BYTES, RedriveResult, ResultAck,
+    ResultRequest,
     ResultStatus, Route, SubmitResult, TaskStatus, headers,
 };
 use axum::body::Bytes;
@@ -32,8 +34,8 @@ use crate::metrics::Metrics;
 use crate::retry;
 use crate::routing::Routes;
 use crate::store::{
-    CancelOutcome, DeadLetterParams, Finish, FinishKind, InsertOutcome, Millis, NewTask,
-    RedriveOutcome, SearchParams, Store, TaskRecord, TaskState,
+    CancelOutcome, DeadLetterParams, Finish, FinishKind, InsertOutcome, JobCountParams, Millis,
+    NewTask, RedriveOutcome, SearchParams, Store, TaskRecord, TaskState,
 };
 use error::ApiError;
 use submit::Limits;
@@ -73,7 +75,8 @@ impl axum::extract::FromRequestParts<Arc<ApiState>> for Caller {
 type AppState = State<Arc<ApiState>>;
 
 /// The endpoints of a role: `public` (the API role, and `dev`) adds submit, inspect,
-/// cancel and dead letters, which need a credential; every role serves the executor
+/// cancel, dead letters and jobs, which need a credential, and the web console at `/ui`
+/// (which asks the browser's user for one); every role serves the executor
 /// callbacks (authenticated by their lease token), `/metrics` and the health endpoints.
 pub fn router(state: Arc<ApiState>, public: bool) -> Router {
     // Enforced while the body is read: a body over its limit is refused as soon as the
@@ -92,10 +95,12 @@ pub fn router(state: Arc<ApiState>, public: bool) -> Router {
             .route("/v1/tasks/{id}", get(get_task).delete(cancel_task))
             .route("/v1/dead-letters", get(dead_letters))
             .route("/v1/dead-letters/{id}/redrive", post(redrive))
+            .route("/v1/jobs", get(list_jobs))
             .route("/v1/jobs/{name}", get(get_job))
             .route("/v1/jobs/{name}/pause", post(pause_job))
             .route("/v1/jobs/{name}/resume", post(resume_job))
-            .route("/v1/jobs/{name}/cron/{entry}/trigger", post(trigger_cron));
+            .route("/v1/jobs/{name}/cron/{entry}/trigger", post(trigger_cron))
+            .merge(console::routes());
     }
     router
         .route("/v1/tasks/{id}/heartbeat", post(heartbeat))
@@ -974,19 +979,94 @@ fn job_status(job: &asyncd_spec::Job, paused_at: Option<Millis>) -> JobStatus {
     }
 }
 
+/// How far back the overview's finished counts reach.
+const FINISHED_WINDOW: Duration = Duration::from_secs(60);
+
+/// `job` as the jobs overview shows it at `now`, `paused_at` being the API's pause of it.
+async fn job_overview(
+    state: &ApiState,
+    job: &asyncd_spec::Job,
+    paused_at: Option<Millis>,
+    now: Millis,
+) -> Result<JobOverview, ApiError> {
+    let counts = state
+        .store
+        .job_counts(JobCountParams {
+            task_type: &job.task_type,
+            now,
+            finished_since: now.saturating_sub(FINISHED_WINDOW),
+            cap: u32::try_from(MAX_JOB_COUNT).expect("the cap fits"),
+        })
+        .await?;
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    let cron = job
+        .cron
+        .iter()
+        .map(|entry| CronOverview {
+            name: entry.name.clone(),
+            schedule: entry.schedule.as_str().to_string(),
+            next: std::iter::successors(entry.schedule.next_after(from_millis(now)), |t| {
+                entry.schedule.next_after(*t)
+            })
+            .take(CRON_FIRINGS)
+            .collect(),
+        })
+        .collect();
+    Ok(JobOverview {
+        status: job_status(job, paused_at),
+        stats: JobStats {
+            due: count(counts.due),
+            scheduled: count(counts.scheduled),
+            running: count(counts.running),
+            dead: count(counts.dead),
+            oldest_due_seconds: counts.oldest_due.map(|at| now.since(at).as_secs_f64()),
+            finished_last_minute: FinishedCounts {
+                succeeded: count(counts.succeeded_since),
+                dead: count(counts.dead_since),
+            },
+        },
+        cron,
+    })
+}
+
+/// The API's pause of `task_type`, from the store's list of pauses.
+fn paused_since(pauses: &[(String, Millis)], task_type: &str) -> Option<Millis> {
+    pauses
+        .iter()
+        .find_map(|(paused, at)| (paused == task_type).then_some(*at))
+}
+
+/// `GET /v1/jobs`: every job the caller may read (`get`), sorted by name. A job the
+/// caller may not read is left out, as `GET /v1/jobs/{name}` would refuse it.
+async fn list_jobs(State(state): AppState, caller: Caller) -> Result<Json<JobList>, ApiError> {
+    let mut jobs: Vec<Arc<asyncd_spec::Job>> = state.routes.borrow().jobs().cloned().collect();
+    jobs.sort_by(|a, b| a.name.cmp(&b.name));
+    let pauses = state.store.pauses().await?;
+    let now = state.clock.now_millis();
+    let mut overviews = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        if !state
+            .auth
+            .allows(&caller, Verb::Get, Some(&job.name))
+            .await?
+        {
+            continue;
+        }
+        let paused_at = paused_since(&pauses, &job.task_type);
+        overviews.push(job_overview(&state, &job, paused_at, now).await?);
+    }
+    Ok(Json(JobList { jobs: overviews }))
+}
+
 async fn get_job(
     State(state): AppState,
     caller: Caller,
     Path(name): Path<String>,
-) -> Result<Json<JobStatus>, ApiError> {
+) -> Result<Json<JobOverview>, ApiError> {
     let job = named_job(&state, &caller, &name, Verb::Get).await?;
-    let paused_at = state
-        .store
-        .pauses()
-        .await?
-        .into_iter()
-        .find_map(|(task_type, at)| (task_type == job.task_type).then_some(at));
-    Ok(Json(job_status(&job, paused_at)))
+    let paused_at = paused_since(&state.store.pauses().await?, &job.task_type);
+    let now = state.clock.now_millis();
+    Ok(Json(job_overview(&state, &job, paused_at, now).await?))
 }
 
 /// Pauses the job's task type in the store, where every claim and attempt start of every

@@ -392,6 +392,34 @@ pub struct TypeStats {
     pub oldest_due: Option<Millis>,
 }
 
+/// What the jobs overview (`GET /v1/jobs`) shows of one task type, from
+/// [`Store::job_counts`]. Each count stops at the `cap` it was asked with.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JobCounts {
+    /// Pending or claimed, due by `now`.
+    pub due: i64,
+    /// Pending or claimed, due after `now`.
+    pub scheduled: i64,
+    pub running: i64,
+    pub dead: i64,
+    /// The earliest trigger time among the due tasks.
+    pub oldest_due: Option<Millis>,
+    /// Succeeded at or after `finished_since`.
+    pub succeeded_since: i64,
+    /// Went dead at or after `finished_since`.
+    pub dead_since: i64,
+}
+
+/// What [`Store::job_counts`] takes.
+#[derive(Debug, Clone, Copy)]
+pub struct JobCountParams<'a> {
+    pub task_type: &'a str,
+    pub now: Millis,
+    pub finished_since: Millis,
+    /// Each count stops here: a count equal to it means "at least".
+    pub cap: u32,
+}
+
 /// Which task types a claim may take: all of them (embedded mode) or the ones this
 /// dispatcher owns.
 #[derive(Debug, Clone)]
@@ -546,6 +574,10 @@ pub trait Store: Send + Sync + 'static {
     /// Tasks by filter ([`SearchParams`]), without their `depends_on`.
     async fn search(&self, params: SearchParams<'_>) -> Result<Vec<TaskRecord>>;
     async fn stats(&self, now: Millis) -> Result<Vec<TypeStats>>;
+    /// One task type's counts for the jobs overview, each an index range walked at most
+    /// `cap` entries deep (see [`JobCountParams`]): `tasks_by_type_state` (migration
+    /// 0008) for the waiting and running tasks, `tasks_finished` for the finished ones.
+    async fn job_counts(&self, params: JobCountParams<'_>) -> Result<JobCounts>;
 
     /// Records that dispatcher `member` is alive at `now` (and forgets members silent
     /// for an hour).

@@ -14,7 +14,9 @@ use sqlx::postgres::{PgTypeInfo, PgValueRef, Postgres};
 use sqlx::sqlite::{Sqlite, SqliteTypeInfo, SqliteValueRef};
 use sqlx::types::Type;
 
-use super::{ClaimedTask, Lapsed, Millis, Result, StoreError, TaskRecord, TaskState, TypeStats};
+use super::{
+    ClaimedTask, JobCounts, Lapsed, Millis, Result, StoreError, TaskRecord, TaskState, TypeStats,
+};
 
 /// An integer column of any width.
 #[derive(Debug, Clone, Copy)]
@@ -354,6 +356,36 @@ impl From<StatsRow> for TypeStats {
             pending: row.pending.0,
             due: row.due.0,
             oldest_due: row.oldest_due,
+        }
+    }
+}
+
+/// The row of `shared::job_counts`.
+#[derive(sqlx::FromRow)]
+pub struct JobCountsRow {
+    due: Int,
+    scheduled: Int,
+    running: Int,
+    dead: Int,
+    oldest_pending: Option<Millis>,
+    oldest_claimed: Option<Millis>,
+    succeeded_since: Int,
+    dead_since: Int,
+}
+
+impl From<JobCountsRow> for JobCounts {
+    fn from(row: JobCountsRow) -> Self {
+        JobCounts {
+            due: row.due.0,
+            scheduled: row.scheduled.0,
+            running: row.running.0,
+            dead: row.dead.0,
+            oldest_due: match (row.oldest_pending, row.oldest_claimed) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+            succeeded_since: row.succeeded_since.0,
+            dead_since: row.dead_since.0,
         }
     }
 }

@@ -3,10 +3,10 @@
 
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
-use super::rows::{LapsedRow, TaskRow, task_columns};
+use super::rows::{JobCountsRow, LapsedRow, TaskRow, task_columns};
 use super::{
-    KafkaDeadLetter, Lapsed, MEMBER_RETENTION, Millis, PurgeParams, Result, SearchParams,
-    TaskRecord,
+    JobCountParams, JobCounts, KafkaDeadLetter, Lapsed, MEMBER_RETENTION, Millis, PurgeParams,
+    Result, SearchParams, TaskRecord,
 };
 
 /// One backend's text for the statements run here and in [`super::tx`]; each takes its
@@ -273,6 +273,107 @@ where
         .push_bind(i64::from(params.limit));
     let rows: Vec<TaskRow> = query.build_query_as().fetch_all(pool).await?;
     rows.into_iter().map(TaskRow::into_record).collect()
+}
+
+/// [`super::Store::job_counts`]: one statement of scalar subqueries, each on an index
+/// range that leads with the task type and the state. A count wraps a `LIMIT cap`
+/// subquery, so it stops after `cap` index entries however many match; the two minimums
+/// (one per waiting state) read the first entry of their range.
+pub async fn job_counts<DB>(pool: &Pool<DB>, params: JobCountParams<'_>) -> Result<JobCounts>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Millis: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'r> JobCountsRow: FromRow<'r, DB::Row>,
+{
+    let JobCountParams {
+        task_type,
+        now,
+        finished_since,
+        cap,
+    } = params;
+    // Each condition starts with the predicate of the partial index it walks
+    // (`tasks_by_type_state` or `tasks_finished`), word for word: SQLite uses a partial
+    // index only for a query that repeats its predicate; elsewhere the term is a no-op.
+    macro_rules! active {
+        ($rest:literal) => {
+            concat!("state IN ('pending', 'claimed', 'running') AND ", $rest)
+        };
+    }
+    macro_rules! finished {
+        ($rest:literal) => {
+            concat!("state IN ('succeeded', 'cancelled', 'dead') AND ", $rest)
+        };
+    }
+    // (alias, a minimum rather than a count, condition, the instant it ends with)
+    let columns: [(&str, bool, &str, Option<Millis>); 8] = [
+        (
+            "due",
+            false,
+            active!("state IN ('pending', 'claimed') AND trigger_at <= "),
+            Some(now),
+        ),
+        (
+            "scheduled",
+            false,
+            active!("state IN ('pending', 'claimed') AND trigger_at > "),
+            Some(now),
+        ),
+        ("running", false, active!("state = 'running'"), None),
+        ("dead", false, finished!("state = 'dead'"), None),
+        (
+            "oldest_pending",
+            true,
+            active!("state = 'pending' AND trigger_at <= "),
+            Some(now),
+        ),
+        (
+            "oldest_claimed",
+            true,
+            active!("state = 'claimed' AND trigger_at <= "),
+            Some(now),
+        ),
+        (
+            "succeeded_since",
+            false,
+            finished!("state = 'succeeded' AND updated_at >= "),
+            Some(finished_since),
+        ),
+        (
+            "dead_since",
+            false,
+            finished!("state = 'dead' AND updated_at >= "),
+            Some(finished_since),
+        ),
+    ];
+    let cap = i64::from(cap);
+    let mut query = sqlx::QueryBuilder::<DB>::new("SELECT ");
+    for (i, (alias, min, condition, instant)) in columns.into_iter().enumerate() {
+        if i > 0 {
+            query.push(", ");
+        }
+        query.push(if min {
+            "(SELECT MIN(trigger_at) FROM tasks WHERE task_type = "
+        } else {
+            "(SELECT COUNT(*) FROM (SELECT 1 AS one FROM tasks WHERE task_type = "
+        });
+        query.push_bind(task_type).push(" AND ").push(condition);
+        if let Some(instant) = instant {
+            query.push_bind(instant);
+        }
+        if !min {
+            query
+                .push(" LIMIT ")
+                .push_bind(cap)
+                .push(format_args!(") {alias}_rows"));
+        }
+        query.push(format_args!(") AS {alias}"));
+    }
+    let row: JobCountsRow = query.build_query_as().fetch_one(pool).await?;
+    Ok(row.into())
 }
 
 pub async fn leave<DB>(pool: &Pool<DB>, queries: &Queries, member: &str) -> Result<()>

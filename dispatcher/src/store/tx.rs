@@ -12,13 +12,13 @@ use sqlx::{Acquire, Database, Encode, Executor, FromRow, IntoArguments, Pool, Tr
 use super::domain::{self, DependentsEffect, Initial};
 use async_trait::async_trait;
 
-use super::rows::{self, Holder, LapsedRow, StartedRow, StatsRow, TaskRow};
+use super::rows::{self, Holder, JobCountsRow, LapsedRow, StartedRow, StatsRow, TaskRow};
 use super::shared::{self, KafkaDeadLetterRow, Queries};
 use super::{
     CancelOutcome, ClaimIdsParams, ClaimParams, ClaimedTask, DeadLetterParams, Finish, FinishKind,
-    InsertOutcome, KafkaDeadLetter, Lapsed, Millis, NewTask, PurgeParams, RedriveOutcome, Result,
-    SearchParams, StartParams, Started, Store, TaskRecord, TypeStats, is_unique_violation,
-    retrying, unnamed_insert_conflict, unnamed_redrive_conflict,
+    InsertOutcome, JobCountParams, JobCounts, KafkaDeadLetter, Lapsed, Millis, NewTask,
+    PurgeParams, RedriveOutcome, Result, SearchParams, StartParams, Started, Store, TaskRecord,
+    TypeStats, is_unique_violation, retrying, unnamed_insert_conflict, unnamed_redrive_conflict,
 };
 
 /// A connection of a dialect's database.
@@ -453,6 +453,7 @@ where
     for<'r> StartedRow: FromRow<'r, DB::Row>,
     for<'r> TaskRow: FromRow<'r, DB::Row>,
     for<'r> StatsRow: FromRow<'r, DB::Row>,
+    for<'r> JobCountsRow: FromRow<'r, DB::Row>,
     for<'r> LapsedRow: FromRow<'r, DB::Row>,
     for<'r> KafkaDeadLetterRow: FromRow<'r, DB::Row>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
@@ -526,6 +527,10 @@ where
 
     async fn stats(&self, now: Millis) -> Result<Vec<TypeStats>> {
         Tx::<B>::stats(self.reader(), now).await
+    }
+
+    async fn job_counts(&self, params: JobCountParams<'_>) -> Result<JobCounts> {
+        shared::job_counts(self.reader(), params).await
     }
 
     async fn heartbeat_member(&self, member: &str, now: Millis) -> Result<()> {

@@ -1,0 +1,82 @@
+//! The jobs overview: `GET /v1/jobs` and `GET /v1/jobs/{name}`, what operators' tools
+//! (the web console, `asyncctl jobs`) show per job.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::JobStatus;
+
+/// Where the overview stops counting: a count at this value means "at least this many".
+/// Each count walks an index range and stops here, so an overview costs the same
+/// however deep a backlog or a dead-letter queue is (docs/api.md, "Jobs overview").
+pub const MAX_JOB_COUNT: u64 = 100_000;
+
+/// How many upcoming firings of each cron entry the overview names.
+pub const CRON_FIRINGS: usize = 3;
+
+/// The answer to `GET /v1/jobs`: the jobs the caller may read, sorted by name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub struct JobList {
+    pub jobs: Vec<JobOverview>,
+}
+
+/// One job as `GET /v1/jobs` and `GET /v1/jobs/{name}` show it: its [`JobStatus`]
+/// (the same members, at the top level), what is waiting and running, and its cron entries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub struct JobOverview {
+    #[serde(flatten)]
+    pub status: JobStatus,
+    pub stats: JobStats,
+    /// The job's cron entries in config order; empty for a job without cron.
+    #[serde(default)]
+    pub cron: Vec<CronOverview>,
+}
+
+/// What the store holds of a job's tasks at the moment of the answer. Each count stops
+/// at [`MAX_JOB_COUNT`] (100 000): that value means "at least".
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub struct JobStats {
+    /// Waiting tasks (pending, or claimed by a dispatcher but not begun) due now. A
+    /// paused job's tasks count too: they are what a resume releases.
+    pub due: u64,
+    /// Waiting tasks not due yet (a delay, an ETA, a retry's backoff).
+    pub scheduled: u64,
+    /// Attempts in flight.
+    pub running: u64,
+    /// Tasks in dead letters (until their job's retention purges them).
+    pub dead: u64,
+    /// How long the oldest due task has been due, in seconds: the job's lateness. Null
+    /// when nothing is due.
+    pub oldest_due_seconds: Option<f64>,
+    /// Tasks that finished in the 60 s before the answer. Divided by 60, the rate over
+    /// the last minute in tasks per second.
+    pub finished_last_minute: FinishedCounts,
+}
+
+/// Tasks finished in a window, by how they ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub struct FinishedCounts {
+    pub succeeded: u64,
+    /// Tasks that went to dead letters: out of retries, failed permanently, or a
+    /// dependency died.
+    pub dead: u64,
+}
+
+/// A cron entry of the job and its next firings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub struct CronOverview {
+    /// The entry's name in the config.
+    pub name: String,
+    /// As written in the config: `CRON_TZ=<zone> <expression>`.
+    pub schedule: String,
+    /// The next three firings after the answer (fewer for an expression that stops
+    /// firing, such as one that names 30 February).
+    #[serde(with = "crate::time::rfc3339_vec")]
+    #[cfg_attr(feature = "openapi", schemars(schema_with = "crate::time::schema_vec"))]
+    pub next: Vec<DateTime<Utc>>,
+}

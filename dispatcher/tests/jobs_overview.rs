@@ -1,0 +1,148 @@
+//! The jobs overview, `GET /v1/jobs` and `GET /v1/jobs/{name}` (docs/api.md, "Jobs
+//! overview"), on the `dev` role in-process with a manual clock: each job's due,
+//! scheduled, running and dead tasks, its lateness to the millisecond, what finished in
+//! the last minute, its pause and its cron entries' next firings. The store's counting on
+//! every backend, caps included, is `job_counts_by_state_stop_at_their_cap` in
+//! store_conformance.rs; who sees which job is in auth.rs.
+
+mod support;
+
+use std::time::Duration;
+
+use asyncd::signals::Signal;
+use serde_json::{Value, json};
+use support::*;
+
+const CRON_JOB: &str = "a-nightly-job";
+const WORK_JOB: &str = "b-work-job";
+
+#[tokio::test]
+async fn the_overview_counts_each_jobs_tasks_and_names_its_next_cron_firings() {
+    // A payload {"fail": true} fails for good (400, no retries): a dead letter at once.
+    let executor = Executor::start(|call| {
+        if call.body["payload"]["fail"] == true {
+            Answer::status(400)
+        } else {
+            Answer::ok()
+        }
+    })
+    .await;
+    let jobs = [
+        (
+            "a.yaml",
+            job_yaml(
+                CRON_JOB,
+                "nightly",
+                &executor.url(),
+                "  cron:\n    - name: cleanup\n      schedule: \"CRON_TZ=UTC 0 3 * * *\"\n",
+            ),
+        ),
+        (
+            "b.yaml",
+            job_yaml(
+                WORK_JOB,
+                "work",
+                &executor.url(),
+                "  retry: {maxRetries: 0}\n",
+            ),
+        ),
+    ];
+    let mut asyncd = InProcess::start(&jobs).await;
+    // The scheduler creates each entry's next firing ahead of time: a scheduled task.
+    asyncd
+        .next("the next cron firing created", |s| match s {
+            Signal::Scheduled { created, .. } if created > 0 => Some(()),
+            _ => None,
+        })
+        .await;
+
+    // The nightly job is paused, so its tasks wait and their lateness grows.
+    let (status, answer) = asyncd
+        .post(&format!("/v1/jobs/{CRON_JOB}/pause"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    for _ in 0..2 {
+        asyncd.submit(json!({"type": "nightly"})).await;
+    }
+    asyncd
+        .submit(json!({"type": "nightly", "delay": "1h"}))
+        .await;
+    let ok = asyncd.submit(json!({"type": "work"})).await;
+    asyncd.finished(&ok).await;
+    let failed = asyncd
+        .submit(json!({"type": "work", "payload": {"fail": true}}))
+        .await;
+    asyncd.finished(&failed).await;
+    assert_eq!(asyncd.task(&failed).await["state"], "dead");
+
+    asyncd.clock.advance(Duration::from_millis(5_250));
+    let (status, list) = asyncd.get("/v1/jobs").await;
+    assert_eq!(status, 200, "{list}");
+    let names: Vec<&str> = list["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["job"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, [CRON_JOB, WORK_JOB], "every job, sorted by name");
+    let nightly = &list["jobs"][0];
+    assert_eq!(
+        (
+            &nightly["task_type"],
+            &nightly["paused"],
+            &nightly["paused_by_config"]
+        ),
+        (&json!("nightly"), &json!(true), &json!(false)),
+        "{nightly}"
+    );
+    assert!(nightly["paused_at"].is_string(), "{nightly}");
+    assert_eq!(
+        nightly["stats"],
+        json!({"due": 2, "scheduled": 2, "running": 0, "dead": 0,
+               "oldest_due_seconds": 5.25,
+               "finished_last_minute": {"succeeded": 0, "dead": 0}})
+    );
+    // T0 is 2027-01-15T08:00:00Z: the next three 03:00 UTC firings.
+    assert_eq!(
+        nightly["cron"],
+        json!([{"name": "cleanup", "schedule": "CRON_TZ=UTC 0 3 * * *",
+                "next": ["2027-01-16T03:00:00.000Z", "2027-01-17T03:00:00.000Z",
+                         "2027-01-18T03:00:00.000Z"]}])
+    );
+    let work = &list["jobs"][1];
+    assert_eq!(work["paused"], false);
+    assert_eq!(
+        work["stats"],
+        json!({"due": 0, "scheduled": 0, "running": 0, "dead": 1,
+               "oldest_due_seconds": null,
+               "finished_last_minute": {"succeeded": 1, "dead": 1}})
+    );
+    assert_eq!(work["cron"], json!([]));
+    let (status, one) = asyncd.get(&format!("/v1/jobs/{WORK_JOB}")).await;
+    assert_eq!(status, 200, "{one}");
+    assert_eq!(&one, work, "one job answers as it is listed");
+
+    // A minute on, the finishes have left the window; the dead letter and the waiting
+    // tasks stay.
+    asyncd.clock.advance(Duration::from_secs(60));
+    let (_, one) = asyncd.get(&format!("/v1/jobs/{WORK_JOB}")).await;
+    assert_eq!(
+        one["stats"]["finished_last_minute"],
+        json!({"succeeded": 0, "dead": 0})
+    );
+    assert_eq!(one["stats"]["dead"], 1);
+    let (_, nightly) = asyncd.get(&format!("/v1/jobs/{CRON_JOB}")).await;
+    let stats: &Value = &nightly["stats"];
+    assert_eq!(
+        (
+            &stats["due"],
+            &stats["scheduled"],
+            &stats["oldest_due_seconds"]
+        ),
+        (&json!(2), &json!(2), &json!(65.25))
+    );
+
+    let (status, answer) = asyncd.get("/v1/jobs/nope").await;
+    assert_eq!(status, 404, "{answer}");
+    assert_eq!(answer["error"]["field"], "name");
+}
