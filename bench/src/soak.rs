@@ -1175,6 +1175,10 @@ async fn drain(
         .collect();
     let mut last_print = Instant::now();
     loop {
+        // A pass over 10⁶ tasks takes minutes: only a read begun after the deadline may
+        // call a task unfinished, or one that finished while an earlier pass went on
+        // would be counted lost.
+        let pass_began = start.elapsed();
         let pending_before = pending.len();
         let read: Vec<(usize, String, String)> = futures::stream::iter(pending)
             .map(|(i, id, last)| async move {
@@ -1209,7 +1213,7 @@ async fn drain(
             last_print = Instant::now();
         }
         pending = still;
-        if pending.is_empty() || start.elapsed() > deadline {
+        if pending.is_empty() || pass_began > deadline {
             return pending.into_iter().map(|(i, _, s)| (i, s)).collect();
         }
         tokio::time::sleep(Duration::from_secs(2)).await;

@@ -37,6 +37,9 @@ pub enum ErrorCode {
     StaleLease,
     /// 409: redrive of a task that is not in dead letters.
     NotDead,
+    /// 410: a heartbeat or result of an attempt whose task was cancelled while it ran:
+    /// stop the work, nothing will be recorded.
+    TaskCancelled,
     /// 503: the task store did not answer; nothing was accepted.
     StoreUnavailable,
     /// 503: Kafka did not acknowledge a Kafka-route task in time and the store, tried
@@ -61,7 +64,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code the server sends.
-    pub const SERVER: [ErrorCode; 17] = [
+    pub const SERVER: [ErrorCode; 18] = [
         Self::MalformedJson,
         Self::InvalidField,
         Self::UnknownTaskType,
@@ -74,6 +77,7 @@ impl ErrorCode {
         Self::NotCancellable,
         Self::StaleLease,
         Self::NotDead,
+        Self::TaskCancelled,
         Self::StoreUnavailable,
         Self::KafkaUnavailable,
         Self::AuthUnavailable,
@@ -96,6 +100,7 @@ impl ErrorCode {
             Self::NotCancellable => "not_cancellable",
             Self::StaleLease => "stale_lease",
             Self::NotDead => "not_dead",
+            Self::TaskCancelled => "task_cancelled",
             Self::StoreUnavailable => "store_unavailable",
             Self::KafkaUnavailable => "kafka_unavailable",
             Self::AuthUnavailable => "auth_unavailable",
@@ -127,6 +132,7 @@ impl ErrorCode {
             | Self::NotCancellable
             | Self::StaleLease
             | Self::NotDead => 409,
+            Self::TaskCancelled => 410,
             Self::PayloadTooLarge => 413,
             Self::StoreUnavailable
             | Self::KafkaUnavailable

@@ -98,6 +98,11 @@ fn errors() -> Vec<(ErrorCode, ErrorBody)> {
             &|o| o.state = Some(TaskState::Pending),
         ),
         with(
+            ErrorCode::TaskCancelled,
+            &format!("task {ID} was cancelled while this attempt ran; stop, nothing is recorded"),
+            &|o| o.state = Some(TaskState::Cancelled),
+        ),
+        with(
             ErrorCode::Unauthenticated,
             "Authorization: a bearer token is required",
             &|_| {},
@@ -431,6 +436,27 @@ pub fn all() -> Vec<Fixture> {
             },
         ),
         fixture("jobs_response", &jobs()),
+        fixture(
+            "dead_letter_bulk_request",
+            &DeadLetterBulk {
+                job: Some("send-email".into()),
+                error_prefix: Some("executor answered 503".into()),
+                dead_before: Some(from_millis(NOW)),
+                dry_run: true,
+                ..DeadLetterBulk::default()
+            },
+        ),
+        fixture(
+            "dead_letter_bulk_response",
+            &DeadLetterBulkResult {
+                matched: 1500,
+                affected: 1000,
+                skipped: 0,
+                remaining: 500,
+                dry_run: false,
+                dead_before: from_millis(NOW),
+            },
+        ),
         fixture("executor_call", &executor_call()),
         fixture(
             "executor_accepted",

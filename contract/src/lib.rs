@@ -35,7 +35,7 @@ pub use signature::{
 pub use state::{TaskState, UnknownState};
 pub use task::{
     BatchItemResult, BatchOutcome, BatchRequest, BatchResponse, CancelResult, CronTriggerResult,
-    DeadLetters,
-    JobStatus, MAX_BATCH, MAX_DEPENDENCIES, MAX_LISTING_BYTES, RedriveResult, Route, SubmitRequest,
-    SubmitResult, TaskPage, TaskStatus,
+    DeadLetterBulk, DeadLetterBulkResult, DeadLetters, JobStatus, MAX_BATCH, MAX_BULK,
+    MAX_DEPENDENCIES, MAX_LISTING_BYTES, RedriveResult, Route, SubmitRequest, SubmitResult,
+    TaskPage, TaskStatus,
 };

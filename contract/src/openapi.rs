@@ -136,6 +136,7 @@ pub fn document() -> Value {
             InvalidField,
             PayloadTooLarge,
             StaleLease,
+            TaskCancelled,
             StoreUnavailable,
         ],
     );
@@ -167,6 +168,18 @@ pub fn document() -> Value {
             ],
             "responses": responses(&[(200, ok("Tasks", s.answer::<TaskPage>()))],
                 errors(&error, &[InvalidField, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+        }, "delete": {
+            "operationId": "cancelByUniqueKey",
+            "summary": "Cancel the unfinished task of a job holding a unique key",
+            "parameters": [
+                {"name": "job", "in": "query", "required": false, "description": "The AsyncJobConfig (or give type)",
+                 "schema": {"type": "string"}},
+                {"name": "type", "in": "query", "required": false, "description": "The task type (or give job)",
+                 "schema": {"type": "string"}},
+                {"name": "unique_key", "in": "query", "required": true, "schema": {"type": "string"}},
+            ],
+            "responses": responses(&[(200, ok("Cancelled", s.answer::<CancelResult>()))],
+                errors(&error, &[InvalidField, NotFound, NotCancellable, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
         }, "post": {
             "operationId": "submitTask",
             "summary": "Submit a task",
@@ -198,9 +211,16 @@ pub fn document() -> Value {
             },
             "delete": {
                 "operationId": "cancelTask",
-                "summary": "Cancel a blocked, pending or claimed task",
+                "summary": "Cancel a task that has not finished; a running attempt learns it on its next heartbeat",
+                "parameters": [
+                    {"name": "job", "in": "query", "required": false,
+                     "description": "A Kafka-routed job: an id not consumed yet is recorded as cancelled",
+                     "schema": {"type": "string"}},
+                    {"name": "type", "in": "query", "required": false, "description": "The task type, instead of job",
+                     "schema": {"type": "string"}},
+                ],
                 "responses": responses(&[(200, ok("Cancelled", s.answer::<CancelResult>()))],
-                    errors(&error, &[NotFound, NotCancellable, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+                    errors(&error, &[InvalidField, NotFound, NotCancellable, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
             },
         },
         "/v1/tasks/{id}/heartbeat": {"post": {
@@ -233,6 +253,20 @@ pub fn document() -> Value {
             ],
             "responses": responses(&[(200, ok("Dead tasks", s.answer::<DeadLetters>()))],
                 errors(&error, &[InvalidField, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+        }},
+        "/v1/dead-letters/redrive": {"post": {
+            "operationId": "redriveDeadLetters",
+            "summary": "Redrive up to `limit` dead letters matching a filter, oldest death first; repeat until none remain",
+            "requestBody": {"required": true, "content": json_content(s.request::<DeadLetterBulk>())},
+            "responses": responses(&[(200, ok("Counts", s.answer::<DeadLetterBulkResult>()))],
+                errors(&error, &[MalformedJson, InvalidField, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+        }},
+        "/v1/dead-letters/purge": {"post": {
+            "operationId": "purgeDeadLetters",
+            "summary": "Delete up to `limit` dead letters matching a filter, oldest death first; repeat until none remain",
+            "requestBody": {"required": true, "content": json_content(s.request::<DeadLetterBulk>())},
+            "responses": responses(&[(200, ok("Counts", s.answer::<DeadLetterBulkResult>()))],
+                errors(&error, &[MalformedJson, InvalidField, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
         }},
         "/v1/dead-letters/{id}/redrive": {"post": {
             "operationId": "redrive",

@@ -303,6 +303,82 @@ pub struct RedriveResult {
     pub eta: DateTime<Utc>,
 }
 
+/// The most dead letters one `POST /v1/dead-letters/redrive` or `…/purge` acts on: each
+/// call is one short pass over the store, so a bulk action over millions of dead letters
+/// never holds locks or a request for long; the client loops.
+pub const MAX_BULK: u32 = 1000;
+
+/// The body of `POST /v1/dead-letters/redrive` and `POST /v1/dead-letters/purge`: which
+/// dead letters to act on. Naming a job or a task type is required.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct DeadLetterBulk {
+    /// Only this AsyncJobConfig's dead letters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    /// Only this task type's (if `job` is given too, it must be that job's type).
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub task_type: Option<String>,
+    /// Only dead letters whose last error starts with this text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_prefix: Option<String>,
+    /// Only dead letters that died at or after this instant.
+    #[serde(
+        default,
+        with = "crate::time::rfc3339_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(
+        feature = "openapi",
+        schemars(schema_with = "crate::time::schema_option")
+    )]
+    pub dead_after: Option<DateTime<Utc>>,
+    /// Only dead letters that died before this instant. Without it, the instant of the
+    /// call; the answer carries the instant used, and a client passes it back on the
+    /// following calls of one bulk action, so a task that dies again after its redrive
+    /// is not redriven a second time.
+    #[serde(
+        default,
+        with = "crate::time::rfc3339_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(
+        feature = "openapi",
+        schemars(schema_with = "crate::time::schema_option")
+    )]
+    pub dead_before: Option<DateTime<Utc>>,
+    /// Count only: change nothing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+    /// The most dead letters this call acts on (1 to 1000, default 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// The answer to `POST /v1/dead-letters/redrive` and `POST /v1/dead-letters/purge`. A
+/// client repeats the call (with the same filter and `dead_before`) until `remaining` is
+/// 0 or `affected` is 0; every call is idempotent, so an interrupted loop is resumed by
+/// running it again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub struct DeadLetterBulkResult {
+    /// Dead letters matching the filter before this call.
+    pub matched: u64,
+    /// Redriven or purged by this call (0 on a dry run).
+    pub affected: u64,
+    /// Matching dead letters left untouched by this call because another task holds
+    /// their unique key (redrive) or a blocked task still waits on them (purge).
+    pub skipped: u64,
+    /// Dead letters still matching after this call.
+    pub remaining: u64,
+    pub dry_run: bool,
+    /// The `dead_before` instant this call used.
+    #[serde(with = "crate::time::rfc3339")]
+    #[cfg_attr(feature = "openapi", schemars(schema_with = "crate::time::schema"))]
+    pub dead_before: DateTime<Utc>,
+}
+
 /// The answer to `GET /v1/jobs/{name}`, `POST /v1/jobs/{name}/pause` and
 /// `POST /v1/jobs/{name}/resume`: whether the job's attempts may begin.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

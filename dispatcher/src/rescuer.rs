@@ -213,6 +213,28 @@ mod tests {
         async fn purge(&self, params: store::PurgeParams<'_>) -> store::Result<u64> {
             self.inner.purge(params).await
         }
+        async fn count_dead(
+            &self,
+            filter: store::DeadFilter<'_>,
+        ) -> store::Result<store::DeadCount> {
+            self.inner.count_dead(filter).await
+        }
+        async fn act_on_dead(
+            &self,
+            filter: store::DeadFilter<'_>,
+            limit: u32,
+            now: Millis,
+        ) -> store::Result<u64> {
+            self.inner.act_on_dead(filter, limit, now).await
+        }
+        async fn insert_cancelled(
+            &self,
+            id: &str,
+            task_type: &str,
+            now: Millis,
+        ) -> store::Result<bool> {
+            self.inner.insert_cancelled(id, task_type, now).await
+        }
         async fn search(&self, params: store::SearchParams<'_>) -> store::Result<Vec<TaskRecord>> {
             self.inner.search(params).await
         }

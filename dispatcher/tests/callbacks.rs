@@ -171,6 +171,121 @@ async fn postgres_forged_callbacks_are_refused_and_change_nothing() {
     forged_callbacks_are_refused_and_change_nothing(Some(url)).await;
 }
 
+/// Issue 15: cancelling a running task revokes its attempt's lease. The executor learns
+/// it on its next heartbeat (and its result) as `410 task_cancelled` — not the `409
+/// stale_lease` of a forged or outdated token —, nothing it sends is recorded, and the
+/// task's unique key is free at once.
+async fn a_running_task_is_cancelled_and_its_attempt_told(store_url: Option<String>) {
+    let executor = Executor::start(|_| Answer::status(202).with_body(r#"{"lease":"60s"}"#)).await;
+    let mut asyncd = InProcess::start_with(&long_job(&executor, ""), |settings| {
+        settings.clock = Arc::new(SystemClock);
+        if let Some(url) = store_url {
+            settings.store_url = url;
+        }
+    })
+    .await;
+    let id = asyncd
+        .submit(json!({"type": "work", "payload": {"n": 1}, "unique_key": "order:1"}))
+        .await;
+    let call = executor.wait_calls(&id, 1).await.remove(0);
+    asyncd.finished(&id).await;
+    wait_for("the attempt to run", DEADLINE, async || {
+        (asyncd.task(&id).await["state"] == "running").then_some(())
+    })
+    .await;
+
+    let (status, answer) = asyncd.delete(&format!("/v1/tasks/{id}")).await;
+    assert_eq!(
+        (status, answer["state"].as_str()),
+        (200, Some("cancelled")),
+        "{answer}"
+    );
+
+    for (path, body) in [
+        ("heartbeat", json!({"lease_token": call.lease_token})),
+        (
+            "result",
+            json!({"lease_token": call.lease_token, "status": "success", "output": "late"}),
+        ),
+    ] {
+        let (status, answer) = asyncd.post(&format!("/v1/tasks/{id}/{path}"), body).await;
+        assert_eq!(status, 410, "{path}: {answer}");
+        assert_eq!(
+            answer["error"]["code"], "task_cancelled",
+            "{path}: {answer}"
+        );
+    }
+    let (status, answer) = asyncd
+        .post(
+            &format!("/v1/tasks/{id}/heartbeat"),
+            json!({"lease_token": "0".repeat(64)}),
+        )
+        .await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (409, Some("stale_lease")),
+        "only the cancelled attempt's own token learns of the cancel"
+    );
+    let task = asyncd.task(&id).await;
+    assert_eq!(task["state"], "cancelled");
+    assert_eq!(
+        task["result"],
+        Value::Null,
+        "the late result is not recorded"
+    );
+    let (status, answer) = asyncd.delete(&format!("/v1/tasks/{id}")).await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (409, Some("not_cancellable"))
+    );
+    let next = asyncd
+        .submit(
+            json!({"type": "work", "payload": {"n": 2}, "unique_key": "order:1", "delay": "1h"}),
+        )
+        .await;
+
+    // Cancel by unique key: the unfinished holder of the key, whatever its id.
+    let (status, answer) = asyncd
+        .delete("/v1/tasks?job=test-job&unique_key=order:1")
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        (answer["id"].as_str(), answer["state"].as_str()),
+        (Some(next.as_str()), Some("cancelled"))
+    );
+    let (status, answer) = asyncd
+        .delete("/v1/tasks?job=test-job&unique_key=order:1")
+        .await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (404, Some("not_found")),
+        "{answer}"
+    );
+    let (status, answer) = asyncd.delete("/v1/tasks?job=test-job").await;
+    assert_eq!(
+        (status, answer["error"]["field"].as_str()),
+        (400, Some("unique_key")),
+        "{answer}"
+    );
+}
+
+#[tokio::test]
+async fn sqlite_a_running_task_is_cancelled_and_its_attempt_told() {
+    a_running_task_is_cancelled_and_its_attempt_told(None).await;
+}
+
+#[tokio::test]
+async fn mariadb_a_running_task_is_cancelled_and_its_attempt_told() {
+    let url = fresh_database("ASYNCD_TEST_MYSQL_URL").await;
+    a_running_task_is_cancelled_and_its_attempt_told(Some(url)).await;
+}
+
+#[tokio::test]
+async fn postgres_a_running_task_is_cancelled_and_its_attempt_told() {
+    let url = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
+    a_running_task_is_cancelled_and_its_attempt_told(Some(url)).await;
+}
+
 const SIGNING: &str = "  executor:\n    url: URL\n    signing:\n      secretRef:\n        name: test-signing\n        keys: [current, previous]\n";
 
 /// The job `signed` (task type `work`), signing with `test-signing`, and the unsigned

@@ -276,6 +276,62 @@ impl Cluster {
     }
 }
 
+/// Issue 15: a Kafka-routed task cancelled while its message waits in the topic (no
+/// dispatcher consumes it yet) is cancelled — it never reaches the executor — and the
+/// task submitted after it on the same partition still runs.
+#[tokio::test]
+async fn a_task_cancelled_before_it_is_consumed_never_runs() {
+    let _broker = BROKER.read().await;
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let cluster = Cluster::start(&kafka_job("precancel", &executor.url(), 1)).await;
+    let ids = cluster
+        .submit(vec![
+            json!({"type": "precancel", "payload": "cancel me"}),
+            json!({"type": "precancel", "payload": "run me"}),
+        ])
+        .await;
+    let (cancelled, runs) = (&ids[0], &ids[1]);
+    let http = &cluster.http;
+    let api = &cluster.api;
+    let answer = http
+        .delete(format!("http://{api}/v1/tasks/{cancelled}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        answer.status(),
+        404,
+        "without ?job= an id not in the store is unknown"
+    );
+    let answer = http
+        .delete(format!("http://{api}/v1/tasks/{cancelled}?job=precancel"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let body: Value = answer.json().await.unwrap();
+    assert_eq!(
+        (body["id"].as_str(), body["state"].as_str()),
+        (Some(cancelled.as_str()), Some("cancelled"))
+    );
+
+    let _dispatcher = cluster.dispatcher("dispatcher-0");
+    executor.wait_calls(runs, 1).await;
+    let task: Value = http
+        .get(format!("http://{api}/v1/tasks/{cancelled}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(task["state"], "cancelled", "{task}");
+    assert!(
+        executor.calls_for(cancelled).is_empty(),
+        "the message before {runs} on the one partition was consumed, and not run"
+    );
+}
+
 #[tokio::test]
 async fn chaos_sigkilled_dispatchers_and_a_broker_restart_lose_nothing() {
     let _broker = BROKER.write().await;

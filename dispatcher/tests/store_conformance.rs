@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use asyncd::store::{
-    self, CancelOutcome, ClaimParams, DeadLetterParams, Finish, FinishKind, InsertOutcome,
-    JobCountParams, JobCounts, KafkaDeadLetter, MEMBER_RETENTION, Millis, NewTask, PurgeParams,
+    self, BulkAction, CancelOutcome, ClaimParams, DeadCount, DeadFilter, DeadLetterParams, Finish,
+    FinishKind, InsertOutcome, JobCountParams, JobCounts, KafkaDeadLetter, MEMBER_RETENTION,
+    Millis, NewTask, PurgeParams,
     RedriveOutcome, SearchParams, StartParams, Store, TaskState, TypeFilter,
 };
 use serde_json::value::RawValue;
@@ -1446,6 +1447,193 @@ async fn finished_tasks_are_purged_after_their_retention(store: &dyn Store) {
     assert_ne!(again, s1, "the purged task's key is free");
 }
 
+/// Issue 15, dead letters in bulk: the filter narrows by type, error prefix (literally:
+/// `%` is no wildcard) and time of death; each pass acts on the oldest deaths first, up
+/// to its limit; what it cannot act on is counted apart; and a task that dies again after
+/// the action's cutoff is not matched again.
+async fn dead_letters_are_redriven_and_purged_in_bulk(store: &dyn Store) {
+    // Task `id`, due at `when`, dies there with `error`.
+    async fn bury(store: &dyn Store, id: &str, when: Millis, error: &str) {
+        let claimed = claim_all(store, when, when).await;
+        assert_eq!(claimed.len(), 1, "only {id} is due at {when:?}");
+        let attempt = store
+            .start(start_params(
+                &[(id.to_string(), claimed[0].lease_token)],
+                when,
+                0,
+            ))
+            .await
+            .unwrap()
+            .remove(0);
+        let dead = Finish {
+            id: id.to_string(),
+            lease_token: attempt.lease_token,
+            kind: FinishKind::Dead {
+                error: error.into(),
+            },
+        };
+        assert_eq!(store.finish(&[dead], when).await.unwrap(), [true]);
+    }
+    async fn dead_at(store: &dyn Store, task: NewTask, error: &str) -> String {
+        let when = task.trigger_at;
+        let id = insert(store, task).await;
+        bury(store, &id, when, error).await;
+        id
+    }
+    let filter = |action, error_prefix, dead_after, dead_before| DeadFilter {
+        task_type: "a",
+        error_prefix,
+        dead_after,
+        dead_before,
+        action,
+    };
+    let count = |filter| async move { store.count_dead(filter).await.unwrap() };
+    let act =
+        |filter, limit| async move { store.act_on_dead(filter, limit, at(5_000)).await.unwrap() };
+    let cutoff = at(1_000);
+    let busy = Some("executor answered 503");
+
+    let d1 = dead_at(store, new_task("a", at(10)), "executor answered 503: busy").await;
+    let d2 = dead_at(store, new_task("a", at(20)), "executor answered 503: busy").await;
+    let d3 = dead_at(store, new_task("a", at(30)), "timed out after 30s").await;
+    let mut keyed = new_task("a", at(40));
+    keyed.unique_key = Some("order:7".into());
+    let d4 = dead_at(store, keyed, "executor answered 503").await;
+    let mut holder = new_task("a", at(10_000_000));
+    holder.unique_key = Some("order:7".into());
+    insert(store, holder).await;
+    let other_type = dead_at(store, new_task("b", at(50)), "executor answered 503").await;
+
+    let everything = filter(BulkAction::Redrive, None, None, cutoff);
+    assert_eq!(
+        count(everything).await,
+        DeadCount {
+            matched: 4,
+            actionable: 3
+        },
+        "{d4}'s unique key is held by a pending task"
+    );
+    assert_eq!(
+        count(filter(BulkAction::Purge, None, None, cutoff)).await,
+        DeadCount {
+            matched: 4,
+            actionable: 4
+        }
+    );
+    assert_eq!(
+        count(filter(BulkAction::Redrive, busy, None, cutoff)).await,
+        DeadCount {
+            matched: 3,
+            actionable: 2
+        }
+    );
+    assert_eq!(
+        count(filter(BulkAction::Redrive, Some("executor%"), None, cutoff)).await,
+        DeadCount::default(),
+        "a prefix is literal text"
+    );
+    assert_eq!(
+        count(filter(BulkAction::Redrive, None, Some(at(20)), at(35)))
+            .await
+            .matched,
+        2,
+        "{d2} and {d3} died in [20, 35)"
+    );
+
+    assert_eq!(
+        act(filter(BulkAction::Redrive, busy, None, cutoff), 1).await,
+        1
+    );
+    assert_eq!(
+        state(store, &d1).await,
+        TaskState::Pending,
+        "the oldest death first"
+    );
+    assert_eq!(state(store, &d2).await, TaskState::Dead);
+    let d1_record = store.get(&d1).await.unwrap().unwrap();
+    assert_eq!((d1_record.attempt, d1_record.trigger_at), (0, at(5_000)));
+    assert_eq!(
+        act(filter(BulkAction::Redrive, busy, None, cutoff), 10).await,
+        1
+    );
+    assert_eq!(state(store, &d2).await, TaskState::Pending);
+    assert_eq!(
+        act(filter(BulkAction::Redrive, busy, None, cutoff), 10).await,
+        0,
+        "a repeat finds nothing more to do"
+    );
+    assert_eq!(state(store, &d4).await, TaskState::Dead);
+
+    // d1 runs again and dies again, after the cutoff: the same action does not match it.
+    assert_eq!(
+        store.cancel(&d2, at(5_000)).await.unwrap(),
+        CancelOutcome::Cancelled
+    );
+    bury(store, &d1, at(5_000), "executor answered 503: busy").await;
+    assert_eq!(
+        count(filter(BulkAction::Redrive, busy, None, cutoff)).await,
+        DeadCount {
+            matched: 1,
+            actionable: 0
+        }
+    );
+
+    // Two dead letters that share a unique key (the first died, freeing it, before the
+    // second took it): one redrive at a time, the second refused.
+    let mut e1 = new_task("a", at(60));
+    e1.unique_key = Some("order:8".into());
+    let e1 = dead_at(store, e1, "twin").await;
+    let mut e2 = new_task("a", at(70));
+    e2.unique_key = Some("order:8".into());
+    let e2 = dead_at(store, e2, "twin").await;
+    let twins = filter(BulkAction::Redrive, Some("twin"), None, cutoff);
+    assert_eq!(
+        count(twins).await,
+        DeadCount {
+            matched: 2,
+            actionable: 2
+        }
+    );
+    assert_eq!(act(twins, 10).await, 1);
+    assert_eq!(state(store, &e1).await, TaskState::Pending);
+    assert_eq!(state(store, &e2).await, TaskState::Dead);
+    assert_eq!(
+        count(twins).await,
+        DeadCount {
+            matched: 1,
+            actionable: 0
+        }
+    );
+
+    let purge = filter(BulkAction::Purge, None, None, cutoff);
+    assert_eq!(
+        count(purge).await,
+        DeadCount {
+            matched: 3,
+            actionable: 3
+        }
+    );
+    assert_eq!(act(purge, 2).await, 2);
+    assert!(
+        store.get(&d3).await.unwrap().is_none(),
+        "the oldest death first"
+    );
+    assert!(store.get(&d4).await.unwrap().is_none());
+    assert_eq!(act(purge, 10).await, 1);
+    assert!(store.get(&e2).await.unwrap().is_none());
+    assert_eq!(act(purge, 10).await, 0);
+    assert_eq!(
+        state(store, &other_type).await,
+        TaskState::Dead,
+        "another type's"
+    );
+    assert_eq!(
+        state(store, &d1).await,
+        TaskState::Dead,
+        "died after the cutoff"
+    );
+}
+
 /// Issue 15, task search: every filter narrows, the newest come first, and the cursor
 /// of a page's last task continues where it ended, through ties on `created_at`.
 async fn tasks_are_found_by_filter_newest_first_page_by_page(store: &dyn Store) {
@@ -1740,6 +1928,7 @@ scenarios!(
     values_at_the_apis_limits_are_stored_exactly,
     errors_from_executors_are_stored_sanitized_and_capped,
     finished_tasks_are_purged_after_their_retention,
+    dead_letters_are_redriven_and_purged_in_bulk,
     tasks_are_found_by_filter_newest_first_page_by_page,
     a_paused_type_waits_and_resumes_in_order,
     claims_rank_priority_among_due_work_with_ageing,

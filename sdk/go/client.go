@@ -388,8 +388,9 @@ func (c *Client) Get(ctx context.Context, id string) (*TaskStatus, error) {
 	return &s, nil
 }
 
-// Cancel cancels a blocked, pending or claimed task. A task past that point gets an
-// error matching ErrNotCancellable whose State names where it is.
+// Cancel cancels a task that has not finished (blocked, pending, claimed or running;
+// a running attempt is told on its next heartbeat). A finished task gets an error
+// matching ErrNotCancellable whose State names where it is.
 func (c *Client) Cancel(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/tasks/"+url.PathEscape(id), nil, nil)
 }
@@ -415,6 +416,99 @@ func (c *Client) DeadLetters(ctx context.Context, taskType string, limit int) ([
 		return nil, err
 	}
 	return res.Items, nil
+}
+
+// SearchFilter narrows SearchTasks; zero fields do not filter.
+type SearchFilter struct {
+	Job          string // an AsyncJobConfig's name
+	Type         string // a task type
+	State        string // one of the task states (PENDING, DEAD, ...)
+	UniqueKey    string
+	CreatedAfter time.Time // exclusive
+	EtaBefore    time.Time // exclusive
+	Limit        int       // 1..1000; 0 takes the server's default (100)
+	Cursor       string    // the previous page's NextCursor
+}
+
+// TaskPage is one page of SearchTasks, newest first. NextCursor is set while there may
+// be more: pass it as SearchFilter.Cursor.
+type TaskPage struct {
+	Items      []TaskStatus `json:"items"`
+	Truncated  bool         `json:"truncated"`
+	NextCursor string       `json:"next_cursor"`
+}
+
+// SearchTasks lists the tasks matching every filter given, newest first, one page at a
+// time (GET /v1/tasks).
+func (c *Client) SearchTasks(ctx context.Context, f SearchFilter) (*TaskPage, error) {
+	q := url.Values{}
+	for k, v := range map[string]string{"job": f.Job, "type": f.Type, "state": f.State, "unique_key": f.UniqueKey, "cursor": f.Cursor} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if !f.CreatedAfter.IsZero() {
+		q.Set("created_after", f.CreatedAfter.UTC().Format(time.RFC3339Nano))
+	}
+	if !f.EtaBefore.IsZero() {
+		q.Set("eta_before", f.EtaBefore.UTC().Format(time.RFC3339Nano))
+	}
+	if f.Limit > 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
+	}
+	path := "/v1/tasks"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var page TaskPage
+	if err := c.do(ctx, http.MethodGet, path, nil, &page); err != nil {
+		return nil, err
+	}
+	return &page, nil
+}
+
+// DeadLetterFilter says which dead letters RedriveDeadLetters and PurgeDeadLetters act
+// on. Job or Type is required. DeadBefore zero means the instant of the call; pass the
+// previous answer's DeadBefore on the following calls of one bulk action.
+type DeadLetterFilter struct {
+	Job         string     `json:"job,omitempty"`
+	Type        string     `json:"type,omitempty"`
+	ErrorPrefix string     `json:"error_prefix,omitempty"`
+	DeadAfter   *time.Time `json:"dead_after,omitempty"`
+	DeadBefore  *time.Time `json:"dead_before,omitempty"`
+	DryRun      bool       `json:"dry_run,omitempty"`
+	Limit       int        `json:"limit,omitempty"` // 1..1000; 0 takes 1000
+}
+
+// BulkResult is the answer to one call of RedriveDeadLetters or PurgeDeadLetters.
+type BulkResult struct {
+	Matched    uint64    `json:"matched"`
+	Affected   uint64    `json:"affected"`
+	Skipped    uint64    `json:"skipped"`
+	Remaining  uint64    `json:"remaining"`
+	DryRun     bool      `json:"dry_run"`
+	DeadBefore time.Time `json:"dead_before"`
+}
+
+// RedriveDeadLetters redrives up to f.Limit dead letters matching f, oldest death
+// first. Call it again with the answer's DeadBefore until Remaining is 0 (or Affected
+// is 0): every call is idempotent, so an interrupted loop is finished by running it again.
+func (c *Client) RedriveDeadLetters(ctx context.Context, f DeadLetterFilter) (*BulkResult, error) {
+	return c.bulk(ctx, "redrive", f)
+}
+
+// PurgeDeadLetters deletes up to f.Limit dead letters matching f, oldest death first;
+// loop as with RedriveDeadLetters.
+func (c *Client) PurgeDeadLetters(ctx context.Context, f DeadLetterFilter) (*BulkResult, error) {
+	return c.bulk(ctx, "purge", f)
+}
+
+func (c *Client) bulk(ctx context.Context, action string, f DeadLetterFilter) (*BulkResult, error) {
+	var res BulkResult
+	if err := c.do(ctx, http.MethodPost, "/v1/dead-letters/"+action, f, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
 }
 
 // JobStatus is the API's answer to PauseJob and ResumeJob: whether the job's attempts

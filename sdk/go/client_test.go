@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -276,6 +277,33 @@ func TestBatchGetDeadLettersRedrive(t *testing.T) {
 	}
 	if r := f.last(t); r.method != "POST" || r.path != "/v1/jobs/j/resume" {
 		t.Fatalf("%s %s", r.method, r.path)
+	}
+
+	f.body = `{"items":[` + task + `],"truncated":false,"next_cursor":"c2"}`
+	page, err := c.SearchTasks(context.Background(), asyncd.SearchFilter{Job: "j", State: asyncd.StateDead,
+		CreatedAfter: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), Limit: 2, Cursor: "c1"})
+	if err != nil || len(page.Items) != 1 || page.NextCursor != "c2" || page.Items[0].ID != "a" {
+		t.Fatalf("search = %+v, %v", page, err)
+	}
+	if r := f.last(t); r.method != "GET" || r.path != "/v1/tasks" ||
+		r.query != "created_after=2026-12-01T00%3A00%3A00Z&cursor=c1&job=j&limit=2&state=dead" {
+		t.Fatalf("%s %s?%s", r.method, r.path, r.query)
+	}
+
+	f.body = `{"matched":3,"affected":2,"skipped":0,"remaining":1,"dry_run":false,"dead_before":"2026-12-01T00:00:00.000Z"}`
+	bulk, err := c.RedriveDeadLetters(context.Background(), asyncd.DeadLetterFilter{Job: "j", ErrorPrefix: "boom", Limit: 2})
+	if err != nil || bulk.Affected != 2 || bulk.Remaining != 1 || bulk.DeadBefore.IsZero() {
+		t.Fatalf("bulk redrive = %+v, %v", bulk, err)
+	}
+	if r := f.last(t); r.method != "POST" || r.path != "/v1/dead-letters/redrive" ||
+		!reflect.DeepEqual(r.body, map[string]any{"job": "j", "error_prefix": "boom", "limit": 2.0}) {
+		t.Fatalf("%s %s %v", r.method, r.path, r.body)
+	}
+	if _, err := c.PurgeDeadLetters(context.Background(), asyncd.DeadLetterFilter{Type: "t", DeadBefore: &bulk.DeadBefore}); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.last(t); r.path != "/v1/dead-letters/purge" || r.body["dead_before"] != "2026-12-01T00:00:00Z" {
+		t.Fatalf("%s %v", r.path, r.body)
 	}
 
 	f.body = `{"id":"a","state":"cancelled"}`

@@ -117,11 +117,13 @@ func TestContractRequestsEncodeAsTheServerReadsThem(t *testing.T) {
 	// The heartbeat and 202 bodies are maps in executor.go.
 	roundTrip(t, "heartbeat_request", &map[string]any{}, true)
 	roundTrip(t, "executor_accepted", &map[string]string{}, true)
+	roundTrip(t, "dead_letter_bulk_request", &DeadLetterFilter{}, true)
 }
 
 func TestContractAnswersDecode(t *testing.T) {
 	roundTrip(t, "submit_response", &SubmitResult{}, true)
 	roundTrip(t, "redrive_response", &RedriveResult{}, true)
+	roundTrip(t, "dead_letter_bulk_response", &BulkResult{}, true)
 	roundTrip(t, "executor_call", &envelope{}, true)
 
 	var st TaskStatus
@@ -166,12 +168,12 @@ func TestContractErrorsDecode(t *testing.T) {
 		}
 		codes[got.Code] = true
 	}
-	if len(codes) != 17 {
-		t.Errorf("the contract has %d codes, this SDK 17", len(codes))
+	if len(codes) != 18 {
+		t.Errorf("the contract has %d codes, this SDK 18", len(codes))
 	}
 	for _, code := range []string{CodeMalformedJSON, CodeInvalidField, CodeUnknownTaskType, CodePayloadTooLarge,
 		CodeUnauthenticated, CodeForbidden, CodeNotFound, CodeUniqueConflict, CodeIdempotencyMismatch, CodeNotCancellable, CodeStaleLease,
-		CodeNotDead, CodeStoreUnavailable, CodeKafkaUnavailable, CodeAuthUnavailable, CodeClockSkew, CodeSigningUnavailable} {
+		CodeNotDead, CodeTaskCancelled, CodeStoreUnavailable, CodeKafkaUnavailable, CodeAuthUnavailable, CodeClockSkew, CodeSigningUnavailable} {
 		if !codes[code] {
 			t.Errorf("no contract fixture for %s", code)
 		}

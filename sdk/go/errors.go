@@ -30,6 +30,9 @@ const (
 	CodeNotCancellable      = "not_cancellable"
 	CodeStaleLease          = "stale_lease"
 	CodeNotDead             = "not_dead"
+	// CodeTaskCancelled (410): a heartbeat or result of an attempt whose task was
+	// cancelled while it ran; the executor helpers cancel the handler's context.
+	CodeTaskCancelled = "task_cancelled"
 	// CodeStoreUnavailable (503): the task store did not answer; nothing was accepted.
 	CodeStoreUnavailable = "store_unavailable"
 	// CodeKafkaUnavailable (503): Kafka did not acknowledge the task in time and the store
@@ -171,6 +174,8 @@ var (
 	ErrNotCancellable      = &APIError{Code: CodeNotCancellable}
 	ErrStaleLease          = &APIError{Code: CodeStaleLease}
 	ErrNotDead             = &APIError{Code: CodeNotDead}
+	// ErrTaskCancelled: the task was cancelled while this attempt ran; stop.
+	ErrTaskCancelled = &APIError{Code: CodeTaskCancelled}
 	// ErrStoreUnavailable, ErrKafkaUnavailable, ErrAuthUnavailable: 503s; retry
 	// (IsRetryable says so; WithRetry does it).
 	ErrStoreUnavailable   = &APIError{Code: CodeStoreUnavailable}

@@ -90,8 +90,9 @@ type ExecutorOption func(*executor)
 // LongRunning makes the executor answer 202 {"lease": lease} at once and run the
 // handler in the background, heartbeating every lease/3 and posting the outcome to
 // the task's result endpoint. Use it for work that may outlast the job's timeout.
-// The handler's ctx is cancelled if asyncd refuses a heartbeat as stale (the lease
-// lapsed and a newer attempt owns the task). Zero means DefaultLease.
+// The handler's ctx is cancelled if asyncd refuses a heartbeat: the task was cancelled
+// (ErrTaskCancelled) or the lease lapsed and a newer attempt owns it (ErrStaleLease).
+// Zero means DefaultLease.
 func LongRunning(lease time.Duration) ExecutorOption {
 	return func(e *executor) {
 		if lease <= 0 {
@@ -339,13 +340,14 @@ type resultBody struct {
 
 func (c *Client) runLongRunning(info TaskInfo, ex executor, payload string) {
 	defer c.inflight.Done()
-	// Cancelled by a refused heartbeat, or by Shutdown when its grace period ends.
+	// Cancelled by a refused heartbeat (the task was cancelled, or a newer attempt owns
+	// it), or by Shutdown when its grace period ends.
 	ctx, cancel := context.WithCancel(c.handlerCtx)
 	defer cancel()
 
 	var mu sync.Mutex
 	leaseUntil := c.now().Add(ex.lease)
-	lost := false
+	lost, cancelled := false, false
 	stop := make(chan struct{})
 	hbDone := make(chan struct{})
 	go func() {
@@ -363,6 +365,9 @@ func (c *Client) runLongRunning(info TaskInfo, ex executor, payload string) {
 			switch {
 			case err == nil:
 				leaseUntil = c.now().Add(ex.lease)
+			case errors.Is(err, ErrTaskCancelled):
+				lost, cancelled = true, true
+				cancel()
 			case errors.Is(err, ErrStaleLease) || errors.Is(err, ErrNotFound):
 				lost = true
 				cancel()
@@ -380,6 +385,11 @@ func (c *Client) runLongRunning(info TaskInfo, ex executor, payload string) {
 	<-hbDone
 	mu.Lock()
 	defer mu.Unlock()
+	if cancelled {
+		c.logger().Info("asyncd: task was cancelled while it ran (its heartbeat said so); the handler's context was cancelled and its result is dropped",
+			"task_id", info.ID, "task_type", info.Type, "attempt", info.Attempt)
+		return
+	}
 	if lost {
 		c.logger().Warn("asyncd: long-running task lost its lease (a heartbeat was refused): a newer attempt owns it; this attempt's result is dropped",
 			"task_id", info.ID, "task_type", info.Type, "attempt", info.Attempt)

@@ -183,6 +183,8 @@ type callbackAPI struct {
 	heartbeats []map[string]any
 	results    []map[string]any
 	staleAfter int // refuse heartbeats as stale after this many (0: never)
+	// answer heartbeats with 410 task_cancelled after this many (0: never)
+	cancelledAfter int
 }
 
 func (a *callbackAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -197,6 +199,11 @@ func (a *callbackAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if a.staleAfter > 0 && len(a.heartbeats) > a.staleAfter {
 			w.WriteHeader(409)
 			_, _ = io.WriteString(w, `{"error":{"code":"stale_lease","message":"lease lapsed"}}`)
+			return
+		}
+		if a.cancelledAfter > 0 && len(a.heartbeats) > a.cancelledAfter {
+			w.WriteHeader(410)
+			_, _ = io.WriteString(w, `{"error":{"code":"task_cancelled","message":"task was cancelled","state":"cancelled"}}`)
 			return
 		}
 		_, _ = io.WriteString(w, `{"lease_until":"2026-11-30T06:00:00.000Z"}`)
@@ -289,7 +296,16 @@ func TestLongRunningHeartbeatsAndPostsResult(t *testing.T) {
 }
 
 func TestLongRunningStaleLeaseCancelsHandler(t *testing.T) {
-	api := &callbackAPI{staleAfter: 1}
+	testRefusedHeartbeatCancelsHandler(t, &callbackAPI{staleAfter: 1})
+}
+
+// Issue 15: a task cancelled while it runs is told on the next heartbeat (410
+// task_cancelled); the handler's context is cancelled and no result is posted.
+func TestLongRunningCancelledTaskCancelsHandler(t *testing.T) {
+	testRefusedHeartbeatCancelsHandler(t, &callbackAPI{cancelledAfter: 1})
+}
+
+func testRefusedHeartbeatCancelsHandler(t *testing.T, api *callbackAPI) {
 	srv := httptest.NewServer(api)
 	defer srv.Close()
 	c := asyncd.NewClient()
@@ -308,7 +324,7 @@ func TestLongRunningStaleLeaseCancelsHandler(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("handler context not cancelled after a stale heartbeat")
+		t.Fatal("handler context not cancelled after a refused heartbeat")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -316,7 +332,7 @@ func TestLongRunningStaleLeaseCancelsHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, results := api.counts(); results != 0 {
-		t.Fatalf("a result was posted for a lost lease")
+		t.Fatalf("a result was posted for a lost lease or a cancelled task")
 	}
 }
 

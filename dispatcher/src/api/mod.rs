@@ -1,6 +1,7 @@
 //! The HTTP API (docs/api.md): submit, inspect, cancel, dead letters, the executor
 //! callbacks (heartbeat, result), and the operational endpoints.
 
+mod bulk;
 pub mod console;
 pub mod error;
 pub mod submit;
@@ -86,7 +87,12 @@ pub fn router(state: Arc<ApiState>, public: bool) -> Router {
     let mut router = Router::new();
     if public {
         router = router
-            .route("/v1/tasks", post(submit_one).get(search_tasks))
+            .route(
+                "/v1/tasks",
+                post(submit_one)
+                    .get(search_tasks)
+                    .delete(cancel_by_unique_key),
+            )
             // The route's own limit replaces the router-wide one below.
             .route(
                 "/v1/tasks:batch",
@@ -94,6 +100,8 @@ pub fn router(state: Arc<ApiState>, public: bool) -> Router {
             )
             .route("/v1/tasks/{id}", get(get_task).delete(cancel_task))
             .route("/v1/dead-letters", get(dead_letters))
+            .route("/v1/dead-letters/redrive", post(bulk::redrive_matching))
+            .route("/v1/dead-letters/purge", post(bulk::purge_matching))
             .route("/v1/dead-letters/{id}/redrive", post(redrive))
             .route("/v1/jobs", get(list_jobs))
             .route("/v1/jobs/{name}", get(get_job))
@@ -517,13 +525,123 @@ async fn get_task(
     Ok(Json(task_status(&task)).into_response())
 }
 
+/// `DELETE /v1/tasks/{id}`: cancels a task that has not finished. With `?job=` (or
+/// `?type=`) naming a Kafka-routed job, an id not in the store yet — its message still
+/// waits in the topic — is recorded as cancelled, so the consumer's insert drops it.
 async fn cancel_task(
     State(state): AppState,
     caller: Caller,
     Path(id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    state.visible_task(&caller, &id, Verb::Cancel).await?;
-    match state.store.cancel(&id, state.clock.now_millis()).await? {
+    let now = state.clock.now_millis();
+    if let Some(job) = query_job(&state, &query)?
+        && job.kafka.is_some()
+        && uuid::Uuid::parse_str(&id).is_ok()
+        && state.store.get(&id).await?.is_none()
+    {
+        state
+            .auth
+            .require(&caller, Verb::Cancel, Some(&job.name))
+            .await?;
+        if state
+            .store
+            .insert_cancelled(&id, &job.task_type, now)
+            .await?
+        {
+            tracing::info!(
+                caller = caller.name(),
+                job = job.name,
+                task_id = id,
+                "task cancelled before it was consumed from Kafka"
+            );
+            return Ok(Json(CancelResult {
+                id,
+                state: TaskState::Cancelled,
+            })
+            .into_response());
+        }
+        // Consumed in the meantime: cancel the stored task.
+    }
+    cancel_stored(&state, &caller, id, now).await
+}
+
+/// `DELETE /v1/tasks?job=J&unique_key=K` (or `type=T`): cancels the unfinished task of
+/// that job holding unique key `K`.
+async fn cancel_by_unique_key(
+    State(state): AppState,
+    caller: Caller,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let Some(key) = query.get("unique_key") else {
+        return Err(ApiError::field(
+            "unique_key",
+            "name the unique key of the task to cancel (DELETE /v1/tasks/{id} cancels by id)",
+        ));
+    };
+    submit::plain_text("unique_key", key)?;
+    let Some(job) = query_job(&state, &query)? else {
+        return Err(ApiError::field(
+            "job",
+            "name the job (or type) whose task holds the key",
+        ));
+    };
+    state
+        .auth
+        .require(&caller, Verb::Cancel, Some(&job.name))
+        .await?;
+    let holders = state
+        .store
+        .search(SearchParams {
+            task_type: Some(&job.task_type),
+            unique_key: Some(key),
+            limit: 100,
+            ..SearchParams::default()
+        })
+        .await?;
+    let Some(holder) = holders.into_iter().find(|t| !t.state.is_final()) else {
+        return Err(ApiError::new(
+            ErrorCode::NotFound,
+            format!(
+                "no unfinished task of job {} holds unique key {key:?}",
+                job.name
+            ),
+        ));
+    };
+    cancel_stored(&state, &caller, holder.id, state.clock.now_millis()).await
+}
+
+/// The job a `job=` or `type=` query parameter names, if either is given.
+fn query_job(
+    state: &ApiState,
+    query: &HashMap<String, String>,
+) -> Result<Option<Arc<asyncd_spec::Job>>, ApiError> {
+    let routes = state.routes.borrow().clone();
+    match (query.get("job"), query.get("type")) {
+        (Some(name), _) => routes
+            .jobs()
+            .find(|j| j.name == *name)
+            .cloned()
+            .map(Some)
+            .ok_or_else(|| ApiError::field("job", format!("no AsyncJobConfig is named {name:?}"))),
+        (None, Some(task_type)) => routes.job(task_type).cloned().map(Some).ok_or_else(|| {
+            ApiError::field(
+                "type",
+                format!("no AsyncJobConfig runs tasks of type {task_type:?}"),
+            )
+        }),
+        (None, None) => Ok(None),
+    }
+}
+
+async fn cancel_stored(
+    state: &ApiState,
+    caller: &Caller,
+    id: String,
+    now: Millis,
+) -> Result<Response, ApiError> {
+    state.visible_task(caller, &id, Verb::Cancel).await?;
+    match state.store.cancel(&id, now).await? {
         CancelOutcome::Cancelled => Ok(Json(CancelResult {
             id,
             state: TaskState::Cancelled,
@@ -597,6 +715,20 @@ async fn current_attempt(
                 && crate::lease::matches(&task.lease_secret, id, task.lease_token, token) =>
         {
             Ok(task)
+        }
+        // A cancel moves the token on by one: the attempt it stopped holds the one before.
+        // Only that attempt's holder learns it was cancelled; anyone else gets `stale`.
+        Some(task)
+            if task.state == TaskState::Cancelled
+                && crate::lease::matches(&task.lease_secret, id, task.lease_token - 1, token) =>
+        {
+            Err(ApiError::new(
+                ErrorCode::TaskCancelled,
+                format!(
+                    "task {id} was cancelled while this attempt ran; stop, nothing is recorded"
+                ),
+            )
+            .with_state(TaskState::Cancelled))
         }
         _ => Err(stale()),
     }

@@ -245,6 +245,7 @@ pub fn rbac(verb: Verb) -> (&'static str, &'static str) {
         Verb::Cancel => ("delete", "tasks"),
         Verb::ListDeadLetters => ("list", "deadletters"),
         Verb::Redrive => ("update", "deadletters"),
+        Verb::Purge => ("delete", "deadletters"),
         Verb::Pause => ("update", "pause"),
     }
 }

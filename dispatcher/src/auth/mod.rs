@@ -29,8 +29,10 @@ pub enum Verb {
     ListDeadLetters,
     /// `DELETE /v1/tasks/{id}`.
     Cancel,
-    /// `POST /v1/dead-letters/{id}/redrive`.
+    /// `POST /v1/dead-letters/{id}/redrive`, `POST /v1/dead-letters/redrive`.
     Redrive,
+    /// `POST /v1/dead-letters/purge`.
+    Purge,
     /// `POST /v1/jobs/{name}/pause` and `…/resume`.
     Pause,
 }
@@ -45,6 +47,7 @@ impl Verb {
             Verb::Cancel => "cancel tasks of",
             Verb::Redrive => "redrive dead letters of",
             Verb::Pause => "pause or resume",
+            Verb::Purge => "purge dead letters of",
         }
     }
 }

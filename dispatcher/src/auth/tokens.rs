@@ -74,6 +74,7 @@ pub struct Grant {
     cancel: bool,
     redrive: bool,
     pause: bool,
+    purge: bool,
     expires: Option<DateTime<Utc>>,
 }
 
@@ -85,6 +86,7 @@ impl Grant {
             Verb::Cancel => self.cancel,
             Verb::Redrive => self.redrive,
             Verb::Pause => self.pause,
+            Verb::Purge => self.purge,
         };
         let job_ok = match (&self.jobs, job) {
             (None, _) => true,
@@ -122,7 +124,7 @@ fn parse(file: &Path, text: &str) -> Result<HashMap<String, Arc<Grant>>, TokenFi
                 "must name at least one job, or \"*\"".into(),
             ));
         }
-        let mut verbs = [false; 5];
+        let mut verbs = [false; 6];
         if entry.verbs.is_empty() {
             return Err(invalid(
                 at("verbs"),
@@ -136,12 +138,13 @@ fn parse(file: &Path, text: &str) -> Result<HashMap<String, Arc<Grant>>, TokenFi
                 "cancel" => verbs[2] = true,
                 "redrive" => verbs[3] = true,
                 "pause" => verbs[4] = true,
-                "*" => verbs = [true; 5],
+                "purge" => verbs[5] = true,
+                "*" => verbs = [true; 6],
                 other => {
                     return Err(invalid(
                         at("verbs"),
                         format!(
-                            "{other:?} is not one of submit, read, cancel, redrive, pause, \"*\""
+                            "{other:?} is not one of submit, read, cancel, redrive, pause, purge, \"*\""
                         ),
                     ));
                 }
@@ -155,6 +158,7 @@ fn parse(file: &Path, text: &str) -> Result<HashMap<String, Arc<Grant>>, TokenFi
             cancel: verbs[2],
             redrive: verbs[3],
             pause: verbs[4],
+            purge: verbs[5],
             expires: entry.expires,
         };
         if grants.insert(sha, Arc::new(grant)).is_some() {

@@ -47,6 +47,7 @@
 //!
 //! `tests/store_conformance.rs` runs every scenario against every backend.
 
+mod bulk;
 pub mod domain;
 pub mod mysql;
 pub mod postgres;
@@ -453,6 +454,36 @@ pub struct DeadLetterParams<'a> {
     pub limit: u32,
 }
 
+/// What a bulk dead-letter action does; it decides which matches it can act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BulkAction {
+    /// Not one whose unique key another task holds (its redrive would be refused).
+    Redrive,
+    /// Not one that a blocked task waits on (its dependents would never be released).
+    Purge,
+}
+
+/// Which dead letters a bulk action is about: one task type's, by when they died
+/// (`updated_at`, which nothing changes while a task stays dead) and how their last
+/// error starts.
+#[derive(Debug, Clone, Copy)]
+pub struct DeadFilter<'a> {
+    pub task_type: &'a str,
+    pub error_prefix: Option<&'a str>,
+    pub dead_after: Option<Millis>,
+    pub dead_before: Millis,
+    pub action: BulkAction,
+}
+
+/// What [`Store::count_dead`] answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeadCount {
+    /// Every dead letter matching the filter.
+    pub matched: u64,
+    /// Those the action can act on.
+    pub actionable: u64,
+}
+
 /// What [`Store::purge`] takes: up to `limit` tasks of `task_type` in the finished
 /// `state` whose last change — when they finished — is before `finished_before`, oldest
 /// first. A task that a blocked task still waits on is kept (its dependents would never
@@ -518,6 +549,11 @@ pub trait Store: Send + Sync + 'static {
     async fn insert(&self, tasks: &[NewTask], now: Millis) -> Result<Vec<InsertOutcome>>;
     async fn get(&self, id: &str) -> Result<Option<TaskRecord>>;
     async fn cancel(&self, id: &str, now: Millis) -> Result<CancelOutcome>;
+    /// Records task `id` of `task_type` as cancelled before it exists: a Kafka-routed
+    /// task cancelled while its message still waits in the topic. When the consumer
+    /// stores the message, the insert finds the id taken and nothing runs. `false` when
+    /// a task with this id exists already (cancel that one instead).
+    async fn insert_cancelled(&self, id: &str, task_type: &str, now: Millis) -> Result<bool>;
 
     /// Claims up to `limit` pending tasks due by `horizon`, best `(claim_rank, id)` first
     /// (the trigger time moved 10 s earlier per priority level, [`crate::heap::rank`]),
@@ -572,6 +608,12 @@ pub trait Store: Send + Sync + 'static {
     /// dependency edges, in one short transaction; returns how many went.
     async fn purge(&self, params: PurgeParams<'_>) -> Result<u64>;
     /// Tasks by filter ([`SearchParams`]), without their `depends_on`.
+    /// How many dead letters match `filter`, and how many of them its action can act on.
+    async fn count_dead(&self, filter: DeadFilter<'_>) -> Result<DeadCount>;
+    /// Acts (redrive or purge) on up to `limit` of the dead letters `filter`'s action can
+    /// act on, oldest death first; returns how many it acted on. A redrive does to each
+    /// what [`Store::redrive`] does.
+    async fn act_on_dead(&self, filter: DeadFilter<'_>, limit: u32, now: Millis) -> Result<u64>;
     async fn search(&self, params: SearchParams<'_>) -> Result<Vec<TaskRecord>>;
     async fn stats(&self, now: Millis) -> Result<Vec<TypeStats>>;
     /// One task type's counts for the jobs overview, each an index range walked at most

@@ -104,6 +104,7 @@ const QUERIES: Queries = Queries {
     leave: "DELETE FROM dispatchers WHERE id = ?",
     release_claims: "UPDATE tasks SET state = 'pending', lease_until = NULL, owner = NULL, \
                      updated_at = ? WHERE state = 'claimed' AND owner = ?",
+    skip_locked: " FOR UPDATE SKIP LOCKED",
     clock: Some("SELECT CAST(UNIX_TIMESTAMP(SYSDATE(3)) * 1000 AS SIGNED)"),
     // Not INSERT IGNORE, which would also turn a value the table refuses into a warning
     // and a row that is not the message: the no-op update skips only the duplicate key.
@@ -136,7 +137,7 @@ const QUERIES: Queries = Queries {
     cancel: "UPDATE tasks FORCE INDEX (PRIMARY) \
              SET state = 'cancelled', unique_active = NULL, lease_until = NULL, \
                  lease_token = lease_token + 1, updated_at = ? \
-             WHERE id = ? AND state IN ('blocked', 'pending', 'claimed')",
+             WHERE id = ? AND state IN ('blocked', 'pending', 'claimed', 'running')",
     // rows_affected counts matched rows, not changed ones (sqlx sets CLIENT_FOUND_ROWS),
     // so an extension that moves nothing still reports that its token matched, as on
     // SQLite.

@@ -63,6 +63,7 @@ const QUERIES: Queries = Queries {
     leave: "DELETE FROM dispatchers WHERE id = $1",
     release_claims: "UPDATE tasks SET state = 'pending', lease_until = NULL, owner = NULL, \
                      updated_at = $1 WHERE state = 'claimed' AND owner = $2",
+    skip_locked: " FOR UPDATE SKIP LOCKED",
     clock: Some("SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT"),
     record_kafka_dead_letter: "INSERT INTO kafka_dead_letters (topic, kafka_partition, kafka_offset, message, \
                                message_size, reason, recorded_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
@@ -90,7 +91,7 @@ const QUERIES: Queries = Queries {
     state: "SELECT state FROM tasks WHERE id = $1",
     cancel: "UPDATE tasks SET state = 'cancelled', unique_active = NULL, lease_until = NULL, \
              lease_token = lease_token + 1, updated_at = $1 \
-             WHERE id = $2 AND state IN ('blocked', 'pending', 'claimed')",
+             WHERE id = $2 AND state IN ('blocked', 'pending', 'claimed', 'running')",
     succeed: "UPDATE tasks SET state = 'succeeded', result = $1, unique_active = NULL, \
               lease_until = NULL, owner = NULL, updated_at = $2 \
               WHERE id = $3 AND lease_token = $4 AND state IN ('running', 'pending', 'dead')",

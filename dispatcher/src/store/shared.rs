@@ -30,6 +30,10 @@ pub struct Queries {
     /// Sets every task in `claimed` whose `owner` is `owner` back to `pending`, as a
     /// release does, stamped `now`; parameters `now`, `owner`.
     pub release_claims: &'static str,
+    /// What ends a SELECT that picks rows a transaction then changes, so that concurrent
+    /// pickers skip each other's rows instead of waiting; empty for SQLite, whose one
+    /// writer needs no row locks.
+    pub skip_locked: &'static str,
     /// The database server's clock in UTC milliseconds; `None` for an embedded database.
     pub clock: Option<&'static str>,
     /// Inserts a Kafka dead letter unless one is recorded at its (topic, partition,

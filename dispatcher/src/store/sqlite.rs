@@ -60,6 +60,7 @@ const QUERIES: Queries = Queries {
     leave: "DELETE FROM dispatchers WHERE id = ?",
     release_claims: "UPDATE tasks SET state = 'pending', lease_until = NULL, owner = NULL, \
                      updated_at = ? WHERE state = 'claimed' AND owner = ?",
+    skip_locked: "",
     clock: None,
     record_kafka_dead_letter: "INSERT INTO kafka_dead_letters (topic, kafka_partition, kafka_offset, message, \
                                message_size, reason, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?) \
@@ -85,7 +86,7 @@ const QUERIES: Queries = Queries {
     state: "SELECT state FROM tasks WHERE id = ?",
     cancel: "UPDATE tasks SET state = 'cancelled', unique_active = NULL, lease_until = NULL, \
              lease_token = lease_token + 1, updated_at = ? \
-             WHERE id = ? AND state IN ('blocked', 'pending', 'claimed')",
+             WHERE id = ? AND state IN ('blocked', 'pending', 'claimed', 'running')",
     succeed: "UPDATE tasks SET state = 'succeeded', result = ?, unique_active = NULL, \
               lease_until = NULL, owner = NULL, updated_at = ? \
               WHERE id = ? AND lease_token = ? AND state IN ('running', 'pending', 'dead')",

@@ -12,11 +12,13 @@ use sqlx::{Acquire, Database, Encode, Executor, FromRow, IntoArguments, Pool, Tr
 use super::domain::{self, DependentsEffect, Initial};
 use async_trait::async_trait;
 
+use super::bulk;
 use super::rows::{self, Holder, JobCountsRow, LapsedRow, StartedRow, StatsRow, TaskRow};
 use super::shared::{self, KafkaDeadLetterRow, Queries};
 use super::{
-    CancelOutcome, ClaimIdsParams, ClaimParams, ClaimedTask, DeadLetterParams, Finish, FinishKind,
-    InsertOutcome, JobCountParams, JobCounts, KafkaDeadLetter, Lapsed, Millis, NewTask,
+    BulkAction, CancelOutcome, ClaimIdsParams, ClaimParams, ClaimedTask, DeadCount, DeadFilter,
+    DeadLetterParams, Finish, FinishKind, InsertOutcome, JobCountParams, JobCounts,
+    KafkaDeadLetter, Lapsed, Millis, NewTask,
     PurgeParams, RedriveOutcome, Result, SearchParams, StartParams, Started, Store, TaskRecord,
     TypeStats, is_unique_violation, retrying, unnamed_insert_conflict, unnamed_redrive_conflict,
 };
@@ -240,6 +242,42 @@ where
             Ok(outcome)
         })
         .await
+    }
+
+    /// [`super::Store::insert_cancelled`]: the task row, already `cancelled`, with no
+    /// payload, keys or attempts.
+    pub async fn insert_cancelled(
+        pool: &Pool<DB>,
+        id: &str,
+        task_type: &str,
+        now: Millis,
+    ) -> Result<bool> {
+        let no_key: Option<&D::Key> = None;
+        let inserted = sqlx::query::<DB>(D::QUERIES.insert_task)
+            .bind(id)
+            .bind(task_type)
+            .bind("null")
+            .bind(super::TaskState::Cancelled.as_str())
+            .bind(0i16)
+            .bind(now)
+            .bind(0i64)
+            .bind(0i64)
+            .bind(no_key)
+            .bind(no_key)
+            .bind(no_key)
+            .bind(no_key)
+            .bind(None::<&str>)
+            .bind(Some("cancelled before it was consumed from Kafka"))
+            .bind(now)
+            .bind(now)
+            .bind(crate::lease::new_secret().as_str())
+            .execute(pool)
+            .await;
+        match inserted {
+            Ok(done) => Ok(D::rows_affected(&done) == 1),
+            Err(err) if is_unique_violation(&err) => Ok(false),
+            Err(err) => Err(err.into()),
+        }
     }
 
     /// After a task failed for good: its blocked dependents, and theirs, go to dead letters.
@@ -482,6 +520,10 @@ where
         Tx::<B>::cancel(self.writer(), id, now).await
     }
 
+    async fn insert_cancelled(&self, id: &str, task_type: &str, now: Millis) -> Result<bool> {
+        Tx::<B>::insert_cancelled(self.writer(), id, task_type, now).await
+    }
+
     async fn claim(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>> {
         self.claim_due(params).await
     }
@@ -523,6 +565,41 @@ where
             shared::purge(self.writer(), &B::QUERIES, params)
         })
         .await
+    }
+
+    async fn count_dead(&self, filter: DeadFilter<'_>) -> Result<DeadCount> {
+        bulk::count(self.reader(), filter).await
+    }
+
+    async fn act_on_dead(&self, filter: DeadFilter<'_>, limit: u32, now: Millis) -> Result<u64> {
+        match filter.action {
+            BulkAction::Purge => {
+                retrying(B::transient, || {
+                    bulk::purge::<B, DB>(self.writer(), filter, limit)
+                })
+                .await
+            }
+            BulkAction::Redrive => {
+                let (ids, redriven) = retrying(B::transient, || {
+                    bulk::redrive_picked::<B, DB>(self.writer(), filter, limit, now)
+                })
+                .await?;
+                if let Some(redriven) = redriven {
+                    return Ok(redriven);
+                }
+                // Two of them share a unique key, or another task took one since the
+                // pick: one at a time, each as `POST /v1/dead-letters/{id}/redrive`.
+                let mut redriven = 0;
+                for id in &ids {
+                    if let RedriveOutcome::Redriven { .. } =
+                        Tx::<B>::redrive(self.writer(), id, now).await?
+                    {
+                        redriven += 1;
+                    }
+                }
+                Ok(redriven)
+            }
+        }
     }
 
     async fn stats(&self, now: Millis) -> Result<Vec<TypeStats>> {

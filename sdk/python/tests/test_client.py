@@ -159,6 +159,23 @@ def test_batch_get_dead_letters_redrive_cancel(fake_api):
     assert c.resume_job("j").paused_at is None
     assert (fake_api.last().method, fake_api.last().path) == ("POST", "/v1/jobs/j/resume")
 
+    fake_api.body = {"items": [TASK], "truncated": False, "next_cursor": "c2"}
+    page = c.search(job="j", state=asyncd.DEAD, created_after=datetime(2026, 12, 1, tzinfo=timezone.utc),
+                    limit=2, cursor="c1")
+    assert (len(page.items), page.items[0].id, page.next_cursor, page.truncated) == (1, "a", "c2", False)
+    assert fake_api.last().path == ("/v1/tasks?job=j&state=dead&limit=2&cursor=c1"
+                                    "&created_after=2026-12-01T00%3A00%3A00.000Z")
+
+    fake_api.body = {"matched": 3, "affected": 2, "skipped": 0, "remaining": 1, "dry_run": False,
+                     "dead_before": "2026-12-01T00:00:00.000Z"}
+    bulk = c.redrive_dead_letters(job="j", error_prefix="boom", limit=2)
+    assert (bulk.affected, bulk.remaining, bulk.dead_before.year) == (2, 1, 2026)
+    assert (fake_api.last().method, fake_api.last().path, fake_api.last().body) == (
+        "POST", "/v1/dead-letters/redrive", {"job": "j", "error_prefix": "boom", "limit": 2})
+    c.purge_dead_letters(type="t", dead_before=bulk.dead_before)
+    assert (fake_api.last().path, fake_api.last().body) == (
+        "/v1/dead-letters/purge", {"type": "t", "dead_before": "2026-12-01T00:00:00.000Z"})
+
     fake_api.body = {"id": "a", "state": "cancelled"}
     assert c.cancel("a") is None
     assert (fake_api.last().method, fake_api.last().path) == ("DELETE", "/v1/tasks/a")

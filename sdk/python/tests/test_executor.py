@@ -251,12 +251,14 @@ def test_asgi_lifespan():
     assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
 
 
-def callback_route(stale_after=0):
+def callback_route(stale_after=0, cancelled_after=0):
     def route(rec):
         if rec.path.endswith("/heartbeat"):
             n = len([r for r in route.api.requests if r.path.endswith("/heartbeat")])
             if stale_after and n > stale_after:
                 return 409, {"error": {"code": "stale_lease", "message": "lease lapsed"}}
+            if cancelled_after and n > cancelled_after:
+                return 410, {"error": {"code": "task_cancelled", "message": "task was cancelled", "state": "cancelled"}}
             return 200, {"lease_until": "2026-11-30T06:00:00.000Z"}
         if rec.path.endswith("/result"):
             return 200, {"id": "0193t", "state": "succeeded"}
@@ -322,6 +324,30 @@ def test_long_running_stale_lease_stops(fake_api):
     assert call_wsgi(ex.wsgi_app(), task_body("long"), headers)[0] == 202
     assert ex.wait(5)
     assert stopped.is_set()
+    assert fake_api.matching("/result") == []
+
+
+def test_long_running_cancelled_task_cancels_the_coroutine(fake_api):
+    """Issue 15: a task cancelled in asyncd while it runs is told on the next heartbeat
+    (410 task_cancelled); a coroutine handler gets Python's own cancellation, and no
+    result is posted."""
+    fake_api.route = callback_route(cancelled_after=1)
+    fake_api.route.api = fake_api
+    ex = asyncd.Executor(callback_endpoint=fake_api.url)
+    seen = {}
+
+    @ex.executor("long", long_running=True, lease=timedelta(milliseconds=150))
+    async def long(payload, ctx):
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen["cancelled"] = ctx.cancel_reason
+            raise
+
+    headers = {k: v for k, v in HEADERS.items() if k != "Asyncd-Callback-Url"}
+    assert call_wsgi(ex.wsgi_app(), task_body("long"), headers)[0] == 202
+    assert ex.wait(10)
+    assert seen == {"cancelled": "the task was cancelled in asyncd"}
     assert fake_api.matching("/result") == []
 
 

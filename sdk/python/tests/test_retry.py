@@ -20,7 +20,7 @@ CLASSES = {
     "unauthenticated": asyncd.Unauthenticated, "forbidden": asyncd.Forbidden,
     "not_found": asyncd.NotFound, "unique_conflict": asyncd.UniqueConflict,
     "idempotency_mismatch": asyncd.IdempotencyMismatch, "not_cancellable": asyncd.NotCancellable,
-    "stale_lease": asyncd.StaleLease, "not_dead": asyncd.NotDead,
+    "stale_lease": asyncd.StaleLease, "not_dead": asyncd.NotDead, "task_cancelled": asyncd.TaskCancelled,
     "store_unavailable": asyncd.StoreUnavailable, "kafka_unavailable": asyncd.KafkaUnavailable,
     "auth_unavailable": asyncd.AuthUnavailable, "clock_skew": asyncd.ClockSkew,
     "signing_unavailable": asyncd.SigningUnavailable,

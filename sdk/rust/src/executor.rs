@@ -253,8 +253,9 @@ impl Executor {
     /// the background, a heartbeat keeps the lease every `lease / 3`, and the outcome
     /// is posted to `{callback}/v1/tasks/{id}/result` (`success` with the `Ok` value
     /// as `output`, `retry` with `retry_after`, or `failed`). If asyncd refuses a
-    /// heartbeat as `stale_lease` (the lease lapsed and a newer attempt owns the task)
-    /// the handler's future is dropped and no result is posted. `Duration::ZERO`
+    /// heartbeat — `task_cancelled` (the task was cancelled while it ran) or
+    /// `stale_lease` (the lease lapsed and a newer attempt owns the task) — the
+    /// handler's future is dropped and no result is posted. `Duration::ZERO`
     /// means [`DEFAULT_LEASE`].
     pub fn register_long_running<P, T, F, Fut>(
         self,
@@ -640,6 +641,14 @@ async fn run_long(shared: Arc<Shared>, ctx: TaskContext, lease: Duration, fut: H
                 let beat = tokio::time::timeout(period, api.heartbeat(&ctx.id, &ctx.lease_token, Some(lease))).await;
                 match beat {
                     Ok(Ok(_)) => lease_until = Instant::now() + lease,
+                    Ok(Err(e)) if e.is(&ErrorCode::TaskCancelled) => {
+                        // Dropping the handler's future is how Rust cancels it: it stops
+                        // at its next await, and its destructors run.
+                        tracing::info!(task = %ctx.id, task_type = %ctx.task_type, attempt = ctx.attempt,
+                            "asyncd: task was cancelled while it ran (its heartbeat said so); stopping the handler, its result is dropped");
+                        handler.abort();
+                        return;
+                    }
                     Ok(Err(e)) if e.is(&ErrorCode::StaleLease) || e.is(&ErrorCode::NotFound) => {
                         // A newer attempt owns the task; asyncd would refuse our result.
                         tracing::warn!(task = %ctx.id, task_type = %ctx.task_type, attempt = ctx.attempt, error = %e,
@@ -1133,6 +1142,8 @@ mod tests {
         results: Arc<Mutex<Vec<Value>>>,
         /// Refuse heartbeats as stale after this many (0: never).
         stale_after: usize,
+        /// Answer heartbeats `410 task_cancelled` after this many (0: never).
+        cancelled_after: usize,
     }
 
     impl CallbackApi {
@@ -1149,6 +1160,12 @@ mod tests {
                             return answer(
                                 StatusCode::CONFLICT,
                                 json!({"error": {"code": "stale_lease", "message": "lease lapsed"}}),
+                            );
+                        }
+                        if api.cancelled_after > 0 && hbs.len() > api.cancelled_after {
+                            return answer(
+                                StatusCode::GONE,
+                                json!({"error": {"code": "task_cancelled", "message": "task was cancelled", "state": "cancelled"}}),
                             );
                         }
                         answer(StatusCode::OK, json!({"lease_until": "2026-11-30T06:00:00.000Z"}))
@@ -1255,12 +1272,25 @@ mod tests {
 
     #[tokio::test]
     async fn long_running_stale_lease_stops_the_handler() {
-        let (api, url) = CallbackApi {
+        a_refused_heartbeat_drops_the_handler(CallbackApi {
             stale_after: 1,
             ..CallbackApi::default()
-        }
-        .start()
+        })
         .await;
+    }
+
+    /// Issue 15: a task cancelled while it runs is told on its next heartbeat.
+    #[tokio::test]
+    async fn long_running_cancelled_task_stops_the_handler() {
+        a_refused_heartbeat_drops_the_handler(CallbackApi {
+            cancelled_after: 1,
+            ..CallbackApi::default()
+        })
+        .await;
+    }
+
+    async fn a_refused_heartbeat_drops_the_handler(api: CallbackApi) {
+        let (api, url) = api.start().await;
         struct Dropped(Arc<AtomicUsize>);
         impl Drop for Dropped {
             fn drop(&mut self) {
@@ -1299,7 +1329,7 @@ mod tests {
         assert_eq!(api.heartbeats().len(), 2);
         assert!(
             api.results().is_empty(),
-            "a result was posted for a lost lease"
+            "a result was posted for a lost lease or a cancelled task"
         );
     }
 

@@ -121,6 +121,30 @@ class RedriveResult:
 
 
 @dataclass(frozen=True)
+class TaskPage:
+    """One page of :meth:`Client.search`, newest first. ``next_cursor`` is set while there
+    may be more: pass it as ``cursor``."""
+
+    items: List[TaskStatus]
+    next_cursor: Optional[str]
+    truncated: bool
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    """One call of :meth:`Client.redrive_dead_letters` or :meth:`Client.purge_dead_letters`:
+    matching before it, acted on by it, left alone (unique key held / waited on), still
+    to do after it, and the ``dead_before`` cutoff it used."""
+
+    matched: int
+    affected: int
+    skipped: int
+    remaining: int
+    dry_run: bool
+    dead_before: datetime
+
+
+@dataclass(frozen=True)
 class JobStatus:
     """Whether a job's attempts may begin: ``paused_at`` is set while it is paused through
     the API, ``paused_by_config`` while its AsyncJobConfig says ``spec.paused``."""
@@ -268,8 +292,9 @@ class Client(Executor):
         return TaskStatus.from_json(self._request("GET", f"/v1/tasks/{_q(task_id)}"))
 
     def cancel(self, task_id: str) -> None:
-        """Cancels a blocked, pending or claimed task; raises
-        :class:`asyncd.NotCancellable` (``.state`` says where it is) otherwise."""
+        """Cancels a task that has not finished (a running attempt is told on its next
+        heartbeat); raises :class:`asyncd.NotCancellable` (``.state`` says where it is)
+        for a finished one."""
         self._request("DELETE", f"/v1/tasks/{_q(task_id)}")
 
     def dead_letters(self, type: Optional[str] = None, limit: Optional[int] = None) -> List[TaskStatus]:  # noqa: A002
@@ -288,6 +313,42 @@ class Client(Executor):
         d = self._request("POST", f"/v1/dead-letters/{_q(task_id)}/redrive")
         eta = d.get("eta")
         return RedriveResult(id=d["id"], state=d["state"], eta=parse_time(eta) if isinstance(eta, str) else None)
+
+    def search(self, *, job: Optional[str] = None, type: Optional[str] = None,  # noqa: A002
+               state: Optional[str] = None, unique_key: Optional[str] = None,
+               created_after: Optional[datetime] = None, eta_before: Optional[datetime] = None,
+               limit: Optional[int] = None, cursor: Optional[str] = None) -> TaskPage:
+        """Tasks matching every filter given, newest first, one page (``GET /v1/tasks``)."""
+        q: Dict[str, Any] = {k: v for k, v in (("job", job), ("type", type), ("state", state),
+                                                ("unique_key", unique_key), ("limit", limit),
+                                                ("cursor", cursor)) if v is not None}
+        if created_after is not None:
+            q["created_after"] = format_time(created_after)
+        if eta_before is not None:
+            q["eta_before"] = format_time(eta_before)
+        d = self._request("GET", "/v1/tasks" + ("?" + urllib.parse.urlencode(q) if q else "")) or {}
+        return TaskPage(items=[TaskStatus.from_json(i) for i in d.get("items", [])],
+                        next_cursor=d.get("next_cursor"), truncated=bool(d.get("truncated")))
+
+    def redrive_dead_letters(self, **filter: Any) -> BulkResult:
+        """Redrives up to ``limit`` (default 1000) dead letters matching the filter —
+        ``job`` or ``type`` (required), ``error_prefix``, ``dead_after``, ``dead_before``
+        (datetimes), ``dry_run`` — oldest death first. Call again with the answer's
+        ``dead_before`` until ``remaining`` is 0: each call is idempotent, so an
+        interrupted loop is finished by running it again."""
+        return self._bulk("redrive", filter)
+
+    def purge_dead_letters(self, **filter: Any) -> BulkResult:
+        """Deletes dead letters matching the filter, as :meth:`redrive_dead_letters`
+        redrives them."""
+        return self._bulk("purge", filter)
+
+    def _bulk(self, action: str, filter: Mapping[str, Any]) -> BulkResult:  # noqa: A002
+        body = {k: (format_time(v) if isinstance(v, datetime) else v) for k, v in filter.items() if v is not None}
+        d = self._request("POST", f"/v1/dead-letters/{action}", body)
+        return BulkResult(matched=d["matched"], affected=d["affected"], skipped=d["skipped"],
+                          remaining=d["remaining"], dry_run=bool(d["dry_run"]),
+                          dead_before=parse_time(d["dead_before"]))
 
     def pause_job(self, job: str) -> JobStatus:
         """Pauses the job (its AsyncJobConfig's name): no attempt of it begins, its tasks
@@ -383,3 +444,15 @@ class AsyncClient:
     async def redrive(self, task_id: str) -> RedriveResult:
         """:meth:`Client.redrive`."""
         return await self._call(self._client.redrive, task_id)
+
+    async def search(self, **filters: Any) -> TaskPage:
+        """:meth:`Client.search`."""
+        return await self._call(self._client.search, **filters)
+
+    async def redrive_dead_letters(self, **filter: Any) -> BulkResult:  # noqa: A002
+        """:meth:`Client.redrive_dead_letters`."""
+        return await self._call(self._client.redrive_dead_letters, **filter)
+
+    async def purge_dead_letters(self, **filter: Any) -> BulkResult:  # noqa: A002
+        """:meth:`Client.purge_dead_letters`."""
+        return await self._call(self._client.purge_dead_letters, **filter)

@@ -152,6 +152,13 @@ class NotDead(Conflict):
     code_name = "not_dead"
 
 
+class TaskCancelled(APIError):
+    """410: a heartbeat or result of an attempt whose task was cancelled while it ran.
+    The executor helpers cancel the handler; nothing it sends is recorded."""
+
+    code_name = "task_cancelled"
+
+
 class Unavailable(APIError):
     """Base of the 503 answers: nothing was done; retry (``retry_after`` says when).
     :class:`asyncd.RetryPolicy` does it for you."""
@@ -181,7 +188,7 @@ _BY_CODE: Dict[str, Type[APIError]] = {
     cls.code_name: cls
     for cls in (MalformedJSON, InvalidField, UnknownTaskType, PayloadTooLarge, NotFound,
                 Unauthenticated, Forbidden, UniqueConflict, IdempotencyMismatch, NotCancellable,
-                StaleLease, NotDead, StoreUnavailable, KafkaUnavailable, AuthUnavailable, ClockSkew,
+                StaleLease, NotDead, TaskCancelled, StoreUnavailable, KafkaUnavailable, AuthUnavailable, ClockSkew,
                 SigningUnavailable)
 }
 

@@ -30,6 +30,7 @@ from ._errors import (
     Replayed,
     StaleLease,
     StaleTimestamp,
+    TaskCancelled,
     TransportError,
     error_from_response,
     parse_retry_after,
@@ -201,8 +202,8 @@ class TaskContext:
     lease_token: str
     eta: Optional[datetime]
     callback_url: str
-    #: Set when asyncd refused a heartbeat as stale: a newer attempt owns the task and
-    #: a long-running handler should stop.
+    #: Set when asyncd refused a heartbeat: the task was cancelled, or a newer attempt
+    #: owns it; a long-running handler should stop (``cancelled`` is set too).
     lease_lost: threading.Event = field(default_factory=threading.Event, repr=False)
     #: When the attempt's time is up (``time.monotonic()`` seconds), for a handler
     #: registered with ``timeout=``; None otherwise.
@@ -213,6 +214,8 @@ class TaskContext:
     cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
     #: Why ``cancelled`` was set.
     cancel_reason: str = ""
+    _on_cancel: List[Callable[[], None]] = field(default_factory=list, repr=False)
+    _cancel_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def remaining(self) -> Optional[float]:
         """Seconds left before the deadline (never negative), or None without one."""
@@ -224,9 +227,22 @@ class TaskContext:
             raise Cancelled(self.cancel_reason or "cancelled")
 
     def cancel(self, reason: str) -> None:
-        if not self.cancelled.is_set():
+        with self._cancel_lock:
+            if self.cancelled.is_set():
+                return
             self.cancel_reason = reason
             self.cancelled.set()
+            callbacks, self._on_cancel = self._on_cancel, []
+        for callback in callbacks:
+            callback()
+
+    def _when_cancelled(self, callback: Callable[[], None]) -> None:
+        """Runs ``callback`` once the attempt is cancelled (at once if it already is)."""
+        with self._cancel_lock:
+            if not self.cancelled.is_set():
+                self._on_cancel.append(callback)
+                return
+        callback()
 
 
 Handler = Callable[..., Any]
@@ -407,7 +423,7 @@ class Executor:
         try:
             result = reg.fn(*self._args(reg, payload, ctx))
             if inspect.isawaitable(result):
-                result = asyncio.run(_await(result, ctx.remaining()))
+                result = asyncio.run(_await_cancellable(result, ctx))
             return result
         finally:
             if timer is not None:
@@ -488,6 +504,10 @@ class Executor:
                 try:
                     self._callback(ctx, "heartbeat", {"lease_token": ctx.lease_token, "lease": format_duration(timedelta(seconds=lease))})
                     lease_until[0] = time.monotonic() + lease
+                except TaskCancelled:
+                    ctx.lease_lost.set()
+                    ctx.cancel("the task was cancelled in asyncd")
+                    return
                 except (StaleLease, NotFound):
                     ctx.lease_lost.set()
                     ctx.cancel("lease lost: a newer attempt owns the task")
@@ -506,6 +526,11 @@ class Executor:
             exc = e
         stop.set()
         hb.join()
+        if ctx.lease_lost.is_set() and ctx.cancel_reason == "the task was cancelled in asyncd":
+            log.info("asyncd: long-running task %s (%s) attempt %d was cancelled while it ran (its heartbeat said "
+                     "so); the handler was cancelled and its result is dropped", ctx.id, ctx.type, ctx.attempt,
+                     extra={"task_id": ctx.id, "task_type": ctx.type, "attempt": ctx.attempt})
+            return
         if ctx.lease_lost.is_set():
             log.warning("asyncd: long-running task %s (%s) attempt %d lost its lease (a heartbeat was refused): "
                         "a newer attempt owns it; this attempt's result is dropped", ctx.id, ctx.type, ctx.attempt,
@@ -654,8 +679,26 @@ class _QuietHandler(WSGIRequestHandler):
         log.debug("%s - %s", self.address_string(), format % args)
 
 
-async def _await(aw: Awaitable[Any], timeout: Optional[float] = None) -> Any:
-    return await asyncio.wait_for(aw, timeout)
+async def _await_cancellable(aw: Awaitable[Any], ctx: TaskContext) -> Any:
+    """Awaits a coroutine handler in its own event loop, cancelling it (Python's own
+    cancellation: ``CancelledError`` inside the handler) once ``ctx`` is cancelled — the
+    task was cancelled in asyncd, its lease was lost, or its deadline passed."""
+    task = asyncio.ensure_future(aw)
+    loop = asyncio.get_running_loop()
+
+    def cancel_task() -> None:
+        try:
+            loop.call_soon_threadsafe(task.cancel)
+        except RuntimeError:  # the loop has closed: the handler is done anyway
+            pass
+
+    ctx._when_cancelled(cancel_task)
+    try:
+        return await asyncio.wait_for(task, ctx.remaining())
+    except asyncio.CancelledError:
+        if ctx.cancelled.is_set():
+            raise Cancelled(ctx.cancel_reason or "cancelled") from None
+        raise
 
 
 def _refusal_hint(headers: Mapping[str, str], err: BadSignature) -> str:

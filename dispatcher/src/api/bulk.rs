@@ -1,0 +1,173 @@
+//! Dead letters in bulk: `POST /v1/dead-letters/redrive` and `POST /v1/dead-letters/purge`.
+//!
+//! One call acts on at most [`MAX_BULK`] dead letters (see the store's `bulk` module for
+//! why), and answers how many matched before and remain after; a client repeats the call
+//! with the answer's `dead_before` until none remain. Fixing `dead_before` at the first
+//! call is what makes the loop idempotent and resumable: a redriven task that dies again
+//! has died after it, so no later call of the same action redrives it a second time.
+
+use asyncd_contract::{DeadLetterBulk, DeadLetterBulkResult, MAX_BULK};
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+
+use super::error::ApiError;
+use super::{AppState, body_bytes, submit};
+use crate::auth::{Caller, Verb};
+use crate::clock::from_millis;
+use crate::store::{BulkAction, DeadFilter, Millis, domain::MAX_REASON_CHARS};
+use asyncd_contract::ErrorCode;
+
+/// A body is a filter of a few fields; anything larger is not one.
+const MAX_BODY_BYTES: usize = 16 * 1024;
+
+pub(super) async fn redrive_matching(
+    state: AppState,
+    caller: Caller,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<DeadLetterBulkResult>, ApiError> {
+    act(state, caller, body, BulkAction::Redrive).await
+}
+
+pub(super) async fn purge_matching(
+    state: AppState,
+    caller: Caller,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<DeadLetterBulkResult>, ApiError> {
+    act(state, caller, body, BulkAction::Purge).await
+}
+
+async fn act(
+    State(state): AppState,
+    caller: Caller,
+    body: Result<Bytes, BytesRejection>,
+    action: BulkAction,
+) -> Result<Json<DeadLetterBulkResult>, ApiError> {
+    let body = body_bytes(body, MAX_BODY_BYTES)?;
+    if body.len() > MAX_BODY_BYTES {
+        return Err(ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("the request body is over this endpoint's limit of {MAX_BODY_BYTES} bytes"),
+        ));
+    }
+    let request = parse(&body)?;
+    for (field, value) in [
+        ("job", &request.job),
+        ("type", &request.task_type),
+        ("error_prefix", &request.error_prefix),
+    ] {
+        if let Some(value) = value {
+            submit::plain_text(field, value)?;
+        }
+    }
+    if request
+        .error_prefix
+        .as_ref()
+        .is_some_and(|p| p.chars().count() > MAX_REASON_CHARS)
+    {
+        return Err(ApiError::field(
+            "error_prefix",
+            format!("must be at most {MAX_REASON_CHARS} characters, as much as a last error keeps"),
+        ));
+    }
+    let limit = request.limit.unwrap_or(MAX_BULK);
+    if !(1..=MAX_BULK).contains(&limit) {
+        return Err(ApiError::field(
+            "limit",
+            format!("must be from 1 to {MAX_BULK}"),
+        ));
+    }
+    let task_type = match (&request.job, &request.task_type) {
+        (Some(job), task_type) => {
+            let routes = state.routes.borrow().clone();
+            let Some(found) = routes.jobs().find(|j| j.name == *job) else {
+                return Err(ApiError::field(
+                    "job",
+                    format!("no AsyncJobConfig is named {job:?}"),
+                ));
+            };
+            if task_type.as_ref().is_some_and(|t| *t != found.task_type) {
+                return Err(ApiError::field(
+                    "type",
+                    format!(
+                        "job {job:?} runs tasks of type {:?}; leave type out or name that one",
+                        found.task_type
+                    ),
+                ));
+            }
+            found.task_type.clone()
+        }
+        (None, Some(task_type)) => task_type.clone(),
+        (None, None) => {
+            return Err(ApiError::field(
+                "job",
+                "name a job or a task type (\"job\" or \"type\")",
+            ));
+        }
+    };
+    let job = state.job_name(&task_type);
+    let verb = match action {
+        BulkAction::Redrive => Verb::Redrive,
+        BulkAction::Purge => Verb::Purge,
+    };
+    state.auth.require(&caller, verb, job.as_deref()).await?;
+
+    let now = state.clock.now_millis();
+    let dead_before = request.dead_before.map(Millis::from).unwrap_or(now);
+    let filter = DeadFilter {
+        task_type: &task_type,
+        error_prefix: request.error_prefix.as_deref(),
+        dead_after: request.dead_after.map(Millis::from),
+        dead_before,
+        action,
+    };
+    let before = state.store.count_dead(filter).await?;
+    let (affected, after) = if request.dry_run || before.actionable == 0 {
+        (0, before)
+    } else {
+        let affected = state.store.act_on_dead(filter, limit, now).await?;
+        (affected, state.store.count_dead(filter).await?)
+    };
+    if affected > 0 {
+        tracing::info!(
+            caller = caller.name(),
+            task_type,
+            ?action,
+            affected,
+            remaining = after.actionable,
+            "dead letters acted on in bulk"
+        );
+        if action == BulkAction::Redrive
+            && let Some(waker) = &state.waker
+        {
+            waker.wake();
+        }
+    }
+    Ok(Json(DeadLetterBulkResult {
+        matched: before.matched,
+        affected,
+        skipped: after.matched.saturating_sub(after.actionable),
+        remaining: after.actionable,
+        dry_run: request.dry_run,
+        dead_before: from_millis(dead_before),
+    }))
+}
+
+/// The filter, or a 400 naming the field at fault (unknown fields included: a misspelt
+/// filter must not widen a purge).
+fn parse(body: &[u8]) -> Result<DeadLetterBulk, ApiError> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let request: DeadLetterBulk = serde_path_to_error::deserialize(&mut de).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.into_inner();
+        if path == "." || path == "?" {
+            ApiError::new(ErrorCode::MalformedJson, inner.to_string())
+        } else {
+            ApiError::new(ErrorCode::MalformedJson, format!("{path}: {inner}")).with_field(path)
+        }
+    })?;
+    de.end()
+        .map_err(|e| ApiError::new(ErrorCode::MalformedJson, e.to_string()))?;
+    Ok(request)
+}
