@@ -108,7 +108,11 @@ mod tests {
     fn a_flag_beats_the_file_which_beats_the_defaults() {
         let both = "server: http://file:1\ntoken: from-file\n";
         assert_eq!(
-            resolve(Some("http://flag:1".into()), Some("flag".into()), file(both)),
+            resolve(
+                Some("http://flag:1".into()),
+                Some("flag".into()),
+                file(both)
+            ),
             Resolved {
                 server: "http://flag:1".into(),
                 token: Token::Given("flag".into())

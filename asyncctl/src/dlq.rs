@@ -127,7 +127,12 @@ pub async fn run(client: &Client, out: Format, command: Dlq) -> Result<(), Failu
         Dlq::Redrive { id: Some(id), .. } => {
             let result = client.redrive(&id).await?;
             if !output::structured(out, &result)? {
-                println!("{} {} due {}", result.id, result.state, output::time(result.eta));
+                println!(
+                    "{} {} due {}",
+                    result.id,
+                    result.state,
+                    output::time(result.eta)
+                );
             }
             Ok(())
         }

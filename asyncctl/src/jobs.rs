@@ -3,8 +3,8 @@
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
-use asyncd_client::asyncd_contract::{JobOverview, JobStatus};
 use asyncd_client::Client;
+use asyncd_client::asyncd_contract::{JobOverview, JobStatus};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
@@ -89,7 +89,15 @@ fn count(n: u64) -> String {
 
 fn overview_table(jobs: &[JobOverview]) -> Table {
     let mut table = Table::new(&[
-        "JOB", "TYPE", "PAUSED", "DUE", "LATE", "SCHEDULED", "RUNNING", "DEAD", "OK/MIN",
+        "JOB",
+        "TYPE",
+        "PAUSED",
+        "DUE",
+        "LATE",
+        "SCHEDULED",
+        "RUNNING",
+        "DEAD",
+        "OK/MIN",
         "DEAD/MIN",
     ]);
     for job in jobs {
@@ -248,7 +256,15 @@ fn top_lines(jobs: &[JobOverview]) -> Vec<TopLine<'_>> {
 
 fn top_table(lines: &[TopLine]) -> Table {
     let mut table = Table::new(&[
-        "JOB", "PAUSED", "DUE", "LATE", "SCHEDULED", "RUNNING", "OK/S", "DEAD/S", "DEAD",
+        "JOB",
+        "PAUSED",
+        "DUE",
+        "LATE",
+        "SCHEDULED",
+        "RUNNING",
+        "OK/S",
+        "DEAD/S",
+        "DEAD",
     ]);
     for l in lines {
         table.row(vec![

@@ -65,8 +65,7 @@ fn payload(arg: Option<&str>) -> Result<Value, Failure> {
             None => (arg.to_string(), "the argument".to_string()),
         },
     };
-    serde_json::from_str(&text)
-        .map_err(|e| usage(format!("PAYLOAD: {source} is not JSON ({e})")))
+    serde_json::from_str(&text).map_err(|e| usage(format!("PAYLOAD: {source} is not JSON ({e})")))
 }
 
 pub async fn submit(client: &Client, out: Format, args: SubmitArgs) -> Result<(), Failure> {
@@ -139,7 +138,10 @@ pub async fn get(client: &Client, out: Format, id: &str) -> Result<(), Failure> 
         ("created_at", output::time(task.created_at)),
         ("updated_at", output::time(task.updated_at)),
         ("payload", task.payload.to_string()),
-        ("result", or_dash(task.result.as_ref().map(Value::to_string))),
+        (
+            "result",
+            or_dash(task.result.as_ref().map(Value::to_string)),
+        ),
     ];
     for (field, value) in rows {
         table.row(vec![field.into(), value]);
@@ -251,7 +253,11 @@ mod tests {
         );
         let err = payload(Some("{nope")).unwrap_err();
         assert_eq!(err.code, crate::exit::USAGE);
-        assert!(err.message.starts_with("PAYLOAD: the argument is not JSON"), "{}", err.message);
+        assert!(
+            err.message.starts_with("PAYLOAD: the argument is not JSON"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]

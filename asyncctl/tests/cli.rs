@@ -140,7 +140,10 @@ impl Dev {
     fn ctl(&self, args: &[&str]) -> Output {
         self.ctl_with(
             args,
-            &[("ASYNCD_SERVER", self.server.as_str()), ("ASYNCD_TOKEN", TOKEN)],
+            &[
+                ("ASYNCD_SERVER", self.server.as_str()),
+                ("ASYNCD_TOKEN", TOKEN),
+            ],
         )
     }
 
@@ -230,7 +233,10 @@ fn tasks_dead_letters_jobs_and_cron_through_the_cli() {
     assert_eq!(code(&table), Some(0), "{}", stderr(&table));
     let table = String::from_utf8(table.stdout).unwrap();
     assert!(table.starts_with("ID "), "{table}");
-    assert!(table.contains(&waiting) && !table.contains('\x1b'), "{table}");
+    assert!(
+        table.contains(&waiting) && !table.contains('\x1b'),
+        "{table}"
+    );
     let cancelled = dev.json(&["cancel", &waiting]);
     assert_eq!(cancelled["state"], "cancelled");
     let again = dev.ctl(&["cancel", &waiting]);
@@ -262,16 +268,27 @@ fn tasks_dead_letters_jobs_and_cron_through_the_cli() {
         (&json!(2), &json!(0), &json!(true)),
         "{dry}"
     );
-    assert_eq!(dev.json(&["get", &dead[0]])["state"], "dead", "a dry run changes nothing");
+    assert_eq!(
+        dev.json(&["get", &dead[0]])["state"],
+        "dead",
+        "a dry run changes nothing"
+    );
     let redriven = dev.json(&["dlq", "redrive", "--job", "work-job"]);
     assert_eq!(
-        (&redriven["affected"], &redriven["remaining"], &redriven["dry_run"]),
+        (
+            &redriven["affected"],
+            &redriven["remaining"],
+            &redriven["dry_run"]
+        ),
         (&json!(2), &json!(0), &json!(false)),
         "{redriven}"
     );
     let pending = dev.json(&["ls", "--job", "work-job", "--state", "pending"]);
     for id in &dead {
-        assert!(ids(&pending).contains(&id.as_str()), "{id} waits: {pending}");
+        assert!(
+            ids(&pending).contains(&id.as_str()),
+            "{id} waits: {pending}"
+        );
         assert_eq!(dev.json(&["get", id])["attempt"], 0, "attempts reset");
     }
 
@@ -341,11 +358,7 @@ fn the_server_and_token_come_from_the_config_file_when_not_given() {
     let xdg = dev.dir.path().join("xdg");
     std::fs::create_dir_all(xdg.join("asyncctl")).unwrap();
     let config = xdg.join("asyncctl").join("config.yaml");
-    std::fs::write(
-        &config,
-        format!("server: {}\ntoken: {TOKEN}\n", dev.server),
-    )
-    .unwrap();
+    std::fs::write(&config, format!("server: {}\ntoken: {TOKEN}\n", dev.server)).unwrap();
     let out = dev.ctl_with(&["jobs", "get", "work-job", "-o", "yaml"], &[]);
     assert_eq!(code(&out), Some(0), "{}", stderr(&out));
     assert!(

@@ -28,9 +28,7 @@ pub fn init(format: LogFormat, default_filter: &str) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     match format {
-        LogFormat::Text => builder
-            .with_ansi(std::io::stderr().is_terminal())
-            .init(),
+        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
         LogFormat::Json => builder
             .json()
             .flatten_event(true)

@@ -6,8 +6,8 @@ use std::time::Duration;
 use asyncd::store::{
     self, BulkAction, CancelOutcome, ClaimParams, DeadCount, DeadFilter, DeadLetterParams, Finish,
     FinishKind, InsertOutcome, JobCountParams, JobCounts, KafkaDeadLetter, MEMBER_RETENTION,
-    Millis, NewTask, PurgeParams,
-    RedriveOutcome, SearchParams, StartParams, Store, TaskState, TypeFilter,
+    Millis, NewTask, PurgeParams, RedriveOutcome, SearchParams, StartParams, Store, TaskState,
+    TypeFilter,
 };
 use serde_json::value::RawValue;
 

@@ -14,8 +14,7 @@ use asyncd_contract::{
     BatchItemResult, BatchOutcome, BatchResponse, CRON_FIRINGS, CancelResult, CronOverview,
     CronTriggerResult, ErrorCode, FinishedCounts, HeartbeatRequest, HeartbeatResponse, JobList,
     JobOverview, JobStats, JobStatus, MAX_JOB_COUNT, MAX_LISTING_BYTES, RedriveResult, ResultAck,
-    ResultRequest,
-    ResultStatus, Route, SubmitResult, TaskStatus, headers,
+    ResultRequest, ResultStatus, Route, SubmitResult, TaskStatus, headers,
 };
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;

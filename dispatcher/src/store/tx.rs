@@ -18,9 +18,9 @@ use super::shared::{self, KafkaDeadLetterRow, Queries};
 use super::{
     BulkAction, CancelOutcome, ClaimIdsParams, ClaimParams, ClaimedTask, DeadCount, DeadFilter,
     DeadLetterParams, Finish, FinishKind, InsertOutcome, JobCountParams, JobCounts,
-    KafkaDeadLetter, Lapsed, Millis, NewTask,
-    PurgeParams, RedriveOutcome, Result, SearchParams, StartParams, Started, Store, TaskRecord,
-    TypeStats, is_unique_violation, retrying, unnamed_insert_conflict, unnamed_redrive_conflict,
+    KafkaDeadLetter, Lapsed, Millis, NewTask, PurgeParams, RedriveOutcome, Result, SearchParams,
+    StartParams, Started, Store, TaskRecord, TypeStats, is_unique_violation, retrying,
+    unnamed_insert_conflict, unnamed_redrive_conflict,
 };
 
 /// A connection of a dialect's database.

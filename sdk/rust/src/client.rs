@@ -12,9 +12,9 @@ use asyncd_contract::{
     JobList, ResultRequest, SubmitRequest, headers,
 };
 pub use asyncd_contract::{
-    CancelResult, CronTriggerResult, DeadLetterBulk, DeadLetterBulkResult, JobOverview,
-    JobStatus, MAX_BATCH, RedriveResult, ResultAck, ResultStatus, SubmitResult, TaskPage,
-    TaskState, TaskStatus,
+    CancelResult, CronTriggerResult, DeadLetterBulk, DeadLetterBulkResult, JobOverview, JobStatus,
+    MAX_BATCH, RedriveResult, ResultAck, ResultStatus, SubmitResult, TaskPage, TaskState,
+    TaskStatus,
 };
 use chrono::{DateTime, Utc};
 use reqwest::Method;
@@ -1200,7 +1200,11 @@ mod tests {
         );
         let fired = c.trigger_cron("j", "night ly").await.unwrap();
         assert_eq!(
-            (fired.id.as_str(), fired.entry.as_str(), fired.task_type.as_str()),
+            (
+                fired.id.as_str(),
+                fired.entry.as_str(),
+                fired.task_type.as_str()
+            ),
             ("t1", "nightly", "report")
         );
         let r = fake.last();
@@ -1228,7 +1232,11 @@ mod tests {
         assert_eq!(fake.last().path, "/v1/jobs");
         assert_eq!(jobs.len(), 1);
         assert_eq!(
-            (jobs[0].status.job.as_str(), jobs[0].stats.due, jobs[0].stats.finished_last_minute.succeeded),
+            (
+                jobs[0].status.job.as_str(),
+                jobs[0].stats.due,
+                jobs[0].stats.finished_last_minute.succeeded
+            ),
             ("j", 3, 120)
         );
         assert_eq!(jobs[0].cron[0].name, "nightly");
@@ -1248,7 +1256,10 @@ mod tests {
             ..DeadLetterBulk::default()
         };
         let result = c.redrive_dead_letters(&filter).await.unwrap();
-        assert_eq!((result.matched, result.affected, result.remaining), (5, 5, 0));
+        assert_eq!(
+            (result.matched, result.affected, result.remaining),
+            (5, 5, 0)
+        );
         let r = fake.last();
         assert_eq!(
             (r.method.as_str(), r.path.as_str()),
