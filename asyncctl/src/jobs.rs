@@ -300,9 +300,10 @@ pub async fn top(client: &Client, out: Format, args: TopArgs) -> Result<(), Fail
             }
             writeln!(
                 stdout,
-                "asyncd {} at {now}: {} jobs (rates over the last minute)",
+                "asyncd {} at {now}: {} job{} (rates over the last minute)",
                 client.endpoint(),
-                lines.len()
+                lines.len(),
+                if lines.len() == 1 { "" } else { "s" }
             )
             .map_err(anyhow::Error::from)?;
             write!(stdout, "{}", top_table(&lines).render()).map_err(anyhow::Error::from)?;
