@@ -176,3 +176,21 @@ async fn json_logs_are_one_object_per_line_with_the_task_on_its_lines() {
     );
     assert!(failed["retry_at"].is_string(), "{failed}");
 }
+
+#[test]
+fn the_format_comes_from_asyncd_log_format_too() {
+    let out = Command::new(env!("CARGO_BIN_EXE_asyncd"))
+        .args(["migrate", "--store", "unsupported://logs-test"])
+        .env("ASYNCD_LOG_FORMAT", "json")
+        .env_remove("ASYNCD_STORE_FILE")
+        .output()
+        .expect("asyncd runs");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("is not supported"))
+        .unwrap_or_else(|| panic!("the reason it stopped: {stderr}"));
+    let line: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert_eq!(line["level"], "ERROR", "{line}");
+}
