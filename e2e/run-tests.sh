@@ -63,6 +63,9 @@ step "HTTP fuzzing from docs/openapi.json (Schemathesis) against asyncd dev and 
 cargo build -p asyncd --locked
 ASYNCD_BIN="$CARGO_TARGET_DIR/debug/asyncd" bash e2e/fuzz.sh
 
+step "web console in headless Chromium (Selenium) against asyncd dev (e2e/console.sh)"
+ASYNCD_BIN="$CARGO_TARGET_DIR/debug/asyncd" bash e2e/console.sh "$ASYNCD_CACHE/console-screenshots"
+
 step "operator e2e: kube-apiserver + etcd, Kafka, MariaDB, the operator and a dispatcher as local processes"
 bash e2e/operator.sh
 

@@ -310,16 +310,17 @@ function filterForm(page, fields) {
   return form;
 }
 
-function jobSelect(list, selected, name = "job") {
+// The form fields; `prefix` keeps ids unique when two forms share a page.
+function jobSelect(list, selected, prefix = "filter") {
   return h("label", {}, "Job",
-    h("select", { name, id: "filter-" + name },
+    h("select", { name: "job", id: prefix + "-job" },
       h("option", { value: "" }, "any"),
       list.map((job) => h("option", { value: job.job, selected: job.job === selected }, job.job)),
     ));
 }
 
-function input(label, name, value, attrs = {}) {
-  return h("label", {}, label, h("input", { name, id: "filter-" + name, value: value || "", ...attrs }));
+function input(label, name, value, attrs = {}, prefix = "filter") {
+  return h("label", {}, label, h("input", { name, id: prefix + "-" + name, value: value || "", ...attrs }));
 }
 
 const STATES = ["blocked", "pending", "claimed", "running", "succeeded", "dead", "cancelled"];
@@ -445,10 +446,11 @@ async function taskPage(view, live, params, id) {
 function bulkPanel(list, params) {
   const status = h("p", { class: "hint", id: "bulk-status" });
   const fields = h("form", { class: "filters", id: "bulk-filters" },
-    jobSelect(list, params.get("job")),
-    input("Task type", "type", params.get("type")),
-    input("Error starts with", "error_prefix", ""),
-    input("Dead before (RFC 3339)", "dead_before", "", { placeholder: "2026-11-30T06:00:00Z" }),
+    jobSelect(list, params.get("job"), "bulk"),
+    input("Task type", "type", params.get("type"), {}, "bulk"),
+    input("Error starts with", "error_prefix", "", {}, "bulk"),
+    input("Dead after (RFC 3339)", "dead_after", "", { placeholder: "2026-11-30T00:00:00Z" }, "bulk"),
+    input("Dead before (RFC 3339)", "dead_before", "", { placeholder: "2026-11-30T06:00:00Z" }, "bulk"),
   );
   fields.addEventListener("submit", (event) => event.preventDefault());
   const run = async (verb) => {
@@ -465,15 +467,23 @@ function bulkPanel(list, params) {
         status.textContent = "No dead letter matches.";
         return;
       }
-      if (!confirm((verb === "purge" ? "Delete " : "Redrive ") + preview.matched + " dead letters for good?")) return;
-      let done = 0;
-      for (;;) {
-        const step = await api("POST", path, { ...filter, dry_run: false, limit: 1000 });
-        done += step.affected;
-        status.textContent = (verb === "purge" ? "Purged " : "Redrove ") + done + ", " + step.remaining + " remaining.";
-        if (step.remaining === 0 || step.affected === 0) break;
-      }
-      notice((verb === "purge" ? "Purged " : "Redrove ") + done + " dead letters.");
+      const question = verb === "purge"
+        ? "Delete " + preview.matched + " dead letters for good?"
+        : "Redrive " + preview.matched + " dead letters?";
+      if (!confirm(question)) return;
+      // Every call keeps the dry run's cutoff: a redriven task that dies again meanwhile
+      // died after it, so this loop never takes it twice.
+      const pinned = { ...filter, dead_before: preview.dead_before, dry_run: false, limit: 1000 };
+      const done = verb === "purge" ? "Purged " : "Redrove ";
+      let affected = 0;
+      let step;
+      do {
+        step = await api("POST", path, pinned);
+        affected += step.affected;
+        status.textContent = done + affected + " of " + preview.matched + ", " + step.remaining + " remaining" +
+          (step.skipped ? ", " + step.skipped + " left alone (a unique key held elsewhere, or a blocked task waits on it)" : "") + ".";
+      } while (step.remaining > 0 && step.affected > 0);
+      notice(done + affected + " dead letters.");
       render();
     } catch (error) {
       const missing = error.status === 404 && error.code === "not_found" && /no such endpoint/.test(error.message);

@@ -491,7 +491,10 @@ async fn dead_letters_redrive_and_cancel(store: &dyn Store) {
     );
     assert_eq!(
         store.redrive(&id, at(1)).await.unwrap(),
-        RedriveOutcome::Redriven { trigger_at: at(1) }
+        RedriveOutcome::Redriven {
+            trigger_at: at(1),
+            state: TaskState::Pending
+        }
     );
     let record = store.get(&id).await.unwrap().unwrap();
     assert_eq!((record.state, record.attempt), (TaskState::Pending, 0));
@@ -1447,6 +1450,99 @@ async fn finished_tasks_are_purged_after_their_retention(store: &dyn Store) {
     assert_ne!(again, s1, "the purged task's key is free");
 }
 
+/// Issue 15: a task that died because its dependency died waits on it again when
+/// redriven — alone or in bulk — and runs once the dependency, redriven too, succeeds.
+async fn a_redriven_task_waits_again_on_its_dead_dependency(store: &dyn Store) {
+    // Runs the one due task `id` at `when` to the outcome `kind`.
+    async fn run(store: &dyn Store, id: &str, when: Millis, kind: FinishKind) {
+        let claimed = claim_all(store, when, when).await;
+        assert_eq!(claimed.len(), 1, "only {id} is due at {when:?}");
+        assert_eq!(claimed[0].id, id);
+        let attempt = store
+            .start(start_params(
+                &[(id.to_string(), claimed[0].lease_token)],
+                when,
+                0,
+            ))
+            .await
+            .unwrap()
+            .remove(0);
+        let finish = Finish {
+            id: id.to_string(),
+            lease_token: attempt.lease_token,
+            kind,
+        };
+        assert_eq!(store.finish(&[finish], when).await.unwrap(), [true]);
+    }
+    let dead = || FinishKind::Dead {
+        error: "boom".into(),
+    };
+    for bulk in [false, true] {
+        let base = if bulk { 100_000 } else { 0 };
+        let parent = insert(store, new_task("a", at(base + 10))).await;
+        let mut child = new_task("a", at(base + 10));
+        child.depends_on = vec![parent.clone()];
+        let child = insert(store, child).await;
+        run(store, &parent, at(base + 10), dead()).await;
+        assert_eq!(
+            state(store, &child).await,
+            TaskState::Dead,
+            "died with its parent"
+        );
+
+        let now = at(base + 20);
+        if bulk {
+            let filter = DeadFilter {
+                task_type: "a",
+                error_prefix: None,
+                dead_after: Some(at(base)),
+                dead_before: now,
+                action: BulkAction::Redrive,
+            };
+            assert_eq!(store.act_on_dead(filter, 10, now).await.unwrap(), 2);
+        } else {
+            assert_eq!(
+                store.redrive(&child, now).await.unwrap(),
+                RedriveOutcome::Redriven {
+                    trigger_at: now,
+                    state: TaskState::Blocked
+                },
+                "its parent is dead: it waits on it again"
+            );
+            assert_eq!(
+                store.redrive(&parent, now).await.unwrap(),
+                RedriveOutcome::Redriven {
+                    trigger_at: now,
+                    state: TaskState::Pending
+                }
+            );
+        }
+        assert_eq!(
+            state(store, &child).await,
+            TaskState::Blocked,
+            "bulk: {bulk}"
+        );
+        assert_eq!(
+            state(store, &parent).await,
+            TaskState::Pending,
+            "bulk: {bulk}"
+        );
+        run(store, &parent, now, FinishKind::Succeeded { result: None }).await;
+        assert_eq!(
+            state(store, &child).await,
+            TaskState::Pending,
+            "bulk: {bulk}"
+        );
+        run(
+            store,
+            &child,
+            at(base + 30),
+            FinishKind::Succeeded { result: None },
+        )
+        .await;
+    }
+}
+
 /// Issue 15, dead letters in bulk: the filter narrows by type, error prefix (literally:
 /// `%` is no wildcard) and time of death; each pass acts on the oldest deaths first, up
 /// to its limit; what it cannot act on is counted apart; and a task that dies again after
@@ -1929,6 +2025,7 @@ scenarios!(
     errors_from_executors_are_stored_sanitized_and_capped,
     finished_tasks_are_purged_after_their_retention,
     dead_letters_are_redriven_and_purged_in_bulk,
+    a_redriven_task_waits_again_on_its_dead_dependency,
     tasks_are_found_by_filter_newest_first_page_by_page,
     a_paused_type_waits_and_resumes_in_order,
     claims_rank_priority_among_due_work_with_ageing,

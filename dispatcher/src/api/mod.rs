@@ -1053,13 +1053,16 @@ async fn redrive(
     state.visible_task(&caller, &id, Verb::Redrive).await?;
     let now = state.clock.now_millis();
     match state.store.redrive(&id, now).await? {
-        RedriveOutcome::Redriven { trigger_at } => {
+        RedriveOutcome::Redriven {
+            trigger_at,
+            state: redriven,
+        } => {
             if let Some(waker) = &state.waker {
                 waker.wake();
             }
             Ok(Json(RedriveResult {
                 id,
-                state: TaskState::Pending,
+                state: redriven,
                 eta: from_millis(trigger_at),
             })
             .into_response())

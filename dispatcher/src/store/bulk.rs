@@ -115,10 +115,11 @@ where
     Ok(rows.into_iter().map(|(id,)| id).collect())
 }
 
-/// Redrives the picked dead letters with one UPDATE, as [`super::Store::redrive`] does
-/// each: pending, due `now`, attempts reset, the unique key taken back. `None` when the
-/// statement hit a unique key (two of them share one, or another task took it since the
-/// pick): the caller then redrives them one by one, which names the holder.
+/// Redrives the picked dead letters that have no dependencies with one UPDATE, as
+/// [`super::Store::redrive`] does each: pending, due `now`, attempts reset, the unique
+/// key taken back. Returns the picked ids and how many the UPDATE redrove: `None` when
+/// it hit a unique key (two of them share one, or another task took one since the pick)
+/// and changed nothing. The caller redrives what is left one by one.
 pub async fn redrive_picked<D, DB>(
     pool: &Pool<DB>,
     filter: DeadFilter<'_>,
@@ -149,7 +150,12 @@ where
              lease_until = NULL, updated_at = ",
         )
         .push_bind(now)
-        .push(" WHERE state = 'dead' AND id IN (");
+        // A task with dependencies may have to go back to `blocked`: the caller redrives
+        // those one at a time, as the single redrive does.
+        .push(
+            " WHERE state = 'dead' \
+             AND NOT EXISTS (SELECT 1 FROM task_deps d WHERE d.task_id = tasks.id) AND id IN (",
+        );
     let mut list = update.separated(", ");
     for id in &ids {
         list.push_bind(id.as_str());

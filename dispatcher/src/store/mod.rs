@@ -367,10 +367,17 @@ pub enum CancelOutcome {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum RedriveOutcome {
-    Redriven { trigger_at: Millis },
+    /// Back to `pending`, or to `blocked` while one of its dependencies has not
+    /// succeeded (it waits on them again, as when it was submitted).
+    Redriven {
+        trigger_at: Millis,
+        state: TaskState,
+    },
     NotFound,
     NotDead(TaskState),
-    UniqueConflict { existing_id: String },
+    UniqueConflict {
+        existing_id: String,
+    },
 }
 
 /// A claim or attempt whose lease ran out: the rescuer decides what becomes of it.

@@ -160,7 +160,7 @@ const QUERIES: Queries = Queries {
              SET lease_until = GREATEST(lease_until, ?), updated_at = ? \
              WHERE id = ? AND lease_token = ? AND state = 'running'",
     redrive: "UPDATE tasks FORCE INDEX (PRIMARY) \
-              SET state = 'pending', attempt = 0, trigger_at = ?, \
+              SET state = ?, attempt = 0, trigger_at = ?, \
                   lease_token = lease_token + 1, unique_active = unique_key, lease_until = NULL, updated_at = ? \
               WHERE id = ? AND state = 'dead'",
     redrive_holder: "SELECT b.id FROM tasks a JOIN tasks b ON b.unique_active = a.unique_key \

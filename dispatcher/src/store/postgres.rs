@@ -106,9 +106,9 @@ const QUERIES: Queries = Queries {
               WHERE id = $2 AND lease_token = $3 AND state = 'claimed'",
     extend: "UPDATE tasks SET lease_until = GREATEST(lease_until, $1), updated_at = $2 \
              WHERE id = $3 AND lease_token = $4 AND state = 'running'",
-    redrive: "UPDATE tasks SET state = 'pending', attempt = 0, trigger_at = $1, \
-              lease_token = lease_token + 1, unique_active = unique_key, lease_until = NULL, updated_at = $2 \
-              WHERE id = $3 AND state = 'dead'",
+    redrive: "UPDATE tasks SET state = $1, attempt = 0, trigger_at = $2, \
+              lease_token = lease_token + 1, unique_active = unique_key, lease_until = NULL, updated_at = $3 \
+              WHERE id = $4 AND state = 'dead'",
     redrive_holder: "SELECT b.id FROM tasks a JOIN tasks b ON b.unique_active = a.unique_key \
                      WHERE a.id = $1",
     dead_letters: concat!(

@@ -87,8 +87,9 @@ pub struct Queries {
     pub bury: &'static str,
     pub release: &'static str,
     pub extend: &'static str,
-    /// Dead task `id` back to pending at `now` (`now, now, id`), taking its unique key
-    /// back (which fails if another unfinished task holds it).
+    /// Dead task `id` back to `state` (pending, or blocked while a dependency has not
+    /// succeeded) at `now` (`state, now, now, id`), taking its unique key back (which
+    /// fails if another unfinished task holds it).
     pub redrive: &'static str,
     /// The id of the task holding the unique key of task `id`.
     pub redrive_holder: &'static str,

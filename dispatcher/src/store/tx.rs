@@ -345,11 +345,32 @@ where
         Err(unnamed_redrive_conflict(id))
     }
 
+    /// What a redriven task `id` goes back to: `blocked` while one of its dependencies
+    /// has not succeeded (it died because one did not), `pending` otherwise. Each
+    /// dependency's state is read as an insert reads it — locked where rows lock — so
+    /// the dependency cannot finish unseen before the task is back among its dependents.
+    /// A dependency no longer stored (purged) is no longer waited on.
+    async fn redriven_state(tx: &mut Transaction<'_, DB>, id: &str) -> Result<super::TaskState> {
+        let deps: Vec<String> = sqlx::query_scalar(D::QUERIES.dependencies)
+            .bind(id)
+            .fetch_all(&mut **tx)
+            .await?;
+        for dep in &deps {
+            let state = Self::state(tx, D::QUERIES.dependency_state, dep).await?;
+            if state.is_some_and(|s| s != super::TaskState::Succeeded) {
+                return Ok(super::TaskState::Blocked);
+            }
+        }
+        Ok(super::TaskState::Pending)
+    }
+
     /// One redrive; `None` when the task holding the unique key finished before it could
     /// be named (not possible with SQLite's one writer), and the caller tries again.
     async fn redrive_tx(pool: &Pool<DB>, id: &str, now: Millis) -> Result<Option<RedriveOutcome>> {
         let mut tx = pool.begin().await?;
+        let state = Self::redriven_state(&mut tx, id).await?;
         let update = sqlx::query::<DB>(D::QUERIES.redrive)
+            .bind(state.as_str())
             .bind(now)
             .bind(now)
             .bind(id);
@@ -368,9 +389,10 @@ where
             update.execute(&mut *tx).await
         };
         let outcome = match updated {
-            Ok(done) if D::rows_affected(&done) == 1 => {
-                RedriveOutcome::Redriven { trigger_at: now }
-            }
+            Ok(done) if D::rows_affected(&done) == 1 => RedriveOutcome::Redriven {
+                trigger_at: now,
+                state,
+            },
             Ok(_) => domain::redrive_refused(Self::state(&mut tx, D::QUERIES.state, id).await?),
             Err(err) if is_unique_violation(&err) => {
                 let existing_id: Option<String> = sqlx::query_scalar(D::QUERIES.redrive_holder)
@@ -580,16 +602,17 @@ where
                 .await
             }
             BulkAction::Redrive => {
-                let (ids, redriven) = retrying(B::transient, || {
+                let (ids, bulk) = retrying(B::transient, || {
                     bulk::redrive_picked::<B, DB>(self.writer(), filter, limit, now)
                 })
                 .await?;
-                if let Some(redriven) = redriven {
+                let mut redriven = bulk.unwrap_or(0);
+                if redriven == ids.len() as u64 {
                     return Ok(redriven);
                 }
-                // Two of them share a unique key, or another task took one since the
-                // pick: one at a time, each as `POST /v1/dead-letters/{id}/redrive`.
-                let mut redriven = 0;
+                // Tasks with dependencies, or a unique key the one UPDATE hit: one at a
+                // time, each as `POST /v1/dead-letters/{id}/redrive` (those the UPDATE
+                // redrove are no longer dead and are left alone).
                 for id in &ids {
                     if let RedriveOutcome::Redriven { .. } =
                         Tx::<B>::redrive(self.writer(), id, now).await?
