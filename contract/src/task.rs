@@ -75,6 +75,21 @@ pub struct SubmitRequest<P = Value> {
     )]
     #[cfg_attr(feature = "openapi", schemars(length(max = 100)))]
     pub depends_on: Option<Vec<String>>,
+    /// In a batch only: this item's name within the batch (at most 64 characters, unique
+    /// in it), for other items' `depends_on_refs`. A batch with refs is a workflow:
+    /// stored all together or not at all.
+    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schemars(length(max = 64)))]
+    pub reference: Option<String>,
+    /// In a batch only: the `ref`s of items of the same batch this task waits on, as
+    /// `depends_on` waits on stored tasks (the two together at most 100).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "dependencies"
+    )]
+    #[cfg_attr(feature = "openapi", schemars(length(max = 100)))]
+    pub depends_on_refs: Option<Vec<String>>,
     /// Label for `asyncd_task_submitted_total` (at most 128 bytes); wins over the
     /// `Asyncd-Source-Service` header.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -96,6 +111,8 @@ impl<P> SubmitRequest<P> {
             max_retries: None,
             timeout: None,
             depends_on: None,
+            reference: None,
+            depends_on_refs: None,
             source_service: None,
         }
     }

@@ -213,6 +213,13 @@ mod tests {
         async fn purge(&self, params: store::PurgeParams<'_>) -> store::Result<u64> {
             self.inner.purge(params).await
         }
+        async fn insert_workflow(
+            &self,
+            t: &[NewTask],
+            now: Millis,
+        ) -> store::Result<store::WorkflowOutcome> {
+            self.inner.insert_workflow(t, now).await
+        }
         async fn count_dead(
             &self,
             filter: store::DeadFilter<'_>,

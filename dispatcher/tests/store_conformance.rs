@@ -7,7 +7,7 @@ use asyncd::store::{
     self, BulkAction, CancelOutcome, ClaimParams, DeadCount, DeadFilter, DeadLetterParams, Finish,
     FinishKind, InsertOutcome, JobCountParams, JobCounts, KafkaDeadLetter, MEMBER_RETENTION,
     Millis, NewTask, PurgeParams, RedriveOutcome, SearchParams, StartParams, Store, TaskState,
-    TypeFilter,
+    TypeFilter, WorkflowOutcome,
 };
 use serde_json::value::RawValue;
 
@@ -1543,6 +1543,81 @@ async fn a_redriven_task_waits_again_on_its_dead_dependency(store: &dyn Store) {
     }
 }
 
+/// Issue 15, workflows in one call: stored parents first in one transaction; a child's
+/// dependency on a parent that turns out to be a repeat is the first task's id; and one
+/// refused task leaves nothing of the workflow behind.
+async fn a_workflow_is_stored_whole_or_not_at_all(store: &dyn Store) {
+    let mut parent = new_task("a", T0);
+    parent.idempotency_key = Some("wf-parent".into());
+    let mut child = new_task("a", T0);
+    child.depends_on = vec![parent.id.clone()];
+    let (parent_id, child_id) = (parent.id.clone(), child.id.clone());
+    match store.insert_workflow(&[parent, child], T0).await.unwrap() {
+        WorkflowOutcome::Stored(outcomes) => assert!(
+            outcomes
+                .iter()
+                .all(|o| matches!(o, InsertOutcome::Inserted { .. })),
+            "{outcomes:?}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(state(store, &child_id).await, TaskState::Blocked);
+
+    // The same workflow again with fresh ids: the parent is a repeat of its key.
+    let mut again = new_task("a", T0);
+    again.idempotency_key = Some("wf-parent".into());
+    let mut second_child = new_task("a", T0);
+    second_child.depends_on = vec![again.id.clone()];
+    let second_child_id = second_child.id.clone();
+    match store
+        .insert_workflow(&[again, second_child], T0)
+        .await
+        .unwrap()
+    {
+        WorkflowOutcome::Stored(outcomes) => {
+            assert!(
+                matches!(&outcomes[0], InsertOutcome::Duplicate { id, .. } if *id == parent_id),
+                "{outcomes:?}"
+            );
+            assert!(matches!(outcomes[1], InsertOutcome::Inserted { .. }));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        store
+            .get(&second_child_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .depends_on,
+        [parent_id],
+        "waits on the first task, not on the repeat's unused id"
+    );
+
+    let mut holder = new_task("a", at(1_000_000));
+    holder.unique_key = Some("wf-key".into());
+    insert(store, holder).await;
+    let first = new_task("a", T0);
+    let first_id = first.id.clone();
+    let mut clash = new_task("a", T0);
+    clash.unique_key = Some("wf-key".into());
+    clash.depends_on = vec![first_id.clone()];
+    match store.insert_workflow(&[first, clash], T0).await.unwrap() {
+        WorkflowOutcome::Refused { index, outcome } => {
+            assert_eq!(index, 1);
+            assert!(
+                matches!(outcome, InsertOutcome::UniqueConflict { .. }),
+                "{outcome:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        store.get(&first_id).await.unwrap().is_none(),
+        "nothing of a refused workflow is stored"
+    );
+}
+
 /// Issue 15, dead letters in bulk: the filter narrows by type, error prefix (literally:
 /// `%` is no wildcard) and time of death; each pass acts on the oldest deaths first, up
 /// to its limit; what it cannot act on is counted apart; and a task that dies again after
@@ -2026,6 +2101,7 @@ scenarios!(
     finished_tasks_are_purged_after_their_retention,
     dead_letters_are_redriven_and_purged_in_bulk,
     a_redriven_task_waits_again_on_its_dead_dependency,
+    a_workflow_is_stored_whole_or_not_at_all,
     tasks_are_found_by_filter_newest_first_page_by_page,
     a_paused_type_waits_and_resumes_in_order,
     claims_rank_priority_among_due_work_with_ageing,

@@ -5,6 +5,7 @@ mod bulk;
 pub mod console;
 pub mod error;
 pub mod submit;
+mod workflow;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,7 +36,7 @@ use crate::retry;
 use crate::routing::Routes;
 use crate::store::{
     CancelOutcome, DeadLetterParams, Finish, FinishKind, InsertOutcome, JobCountParams, Millis,
-    NewTask, RedriveOutcome, SearchParams, Store, TaskRecord, TaskState,
+    NewTask, RedriveOutcome, SearchParams, Store, TaskRecord, TaskState, WorkflowOutcome,
 };
 use error::ApiError;
 use submit::Limits;
@@ -374,10 +375,20 @@ impl ApiState {
             }
         }
 
+        let answers: Vec<Answer> = answers
+            .into_iter()
+            .map(|a| a.expect("every task answered"))
+            .collect();
+        self.count_and_wake(tasks, &answers, now);
+        Ok(answers)
+    }
+
+    /// Counts the tasks newly accepted and wakes the claimer if one is due soon.
+    fn count_and_wake(&self, tasks: &[NewTask], answers: &[Answer], now: Millis) {
         let horizon = now + Duration::from_millis(self.lookahead_ms as u64);
         let mut wake = false;
-        for (task, answer) in tasks.iter().zip(&answers) {
-            if let Some(Ok((StatusCode::CREATED, _))) = answer {
+        for (task, answer) in tasks.iter().zip(answers) {
+            if let Ok((StatusCode::CREATED, _)) = answer {
                 self.metrics
                     .submitted
                     .with_label_values(&[
@@ -392,10 +403,6 @@ impl ApiState {
         if wake && let Some(waker) = &self.waker {
             waker.wake();
         }
-        Ok(answers
-            .into_iter()
-            .map(|a| a.expect("every task answered"))
-            .collect())
     }
 }
 
@@ -449,15 +456,26 @@ async fn submit_batch(
     let routes = state.routes.borrow().clone();
     let source = source_header(&headers);
     let mut checked: Vec<Result<NewTask, ApiError>> = Vec::with_capacity(items.len());
+    let mut refs = Vec::with_capacity(items.len());
     for raw in &items {
         let item = match submit::parse(raw.get().as_bytes()) {
-            Ok(req) => match state.may_submit(&caller, &routes, &req.task_type).await {
-                Ok(()) => submit::validate(req, &routes, &state.limits, now, source),
-                Err(err) => Err(err),
-            },
-            Err(err) => Err(err),
+            Ok(mut req) => {
+                refs.push(workflow::Refs::take(&mut req));
+                match state.may_submit(&caller, &routes, &req.task_type).await {
+                    Ok(()) => submit::validate(req, &routes, &state.limits, now, source),
+                    Err(err) => Err(err),
+                }
+            }
+            Err(err) => {
+                refs.push(workflow::Refs::default());
+                Err(err)
+            }
         };
         checked.push(item);
+    }
+    if workflow::is_workflow(&refs) {
+        let results = submit_workflow(&state, checked, &refs, now).await?;
+        return Ok(Json(BatchResponse { results }).into_response());
     }
     let valid: Vec<NewTask> = checked
         .iter()
@@ -488,6 +506,57 @@ async fn submit_batch(
             .observe(started.elapsed().as_secs_f64());
     }
     Ok(Json(BatchResponse { results }).into_response())
+}
+
+/// A batch that is a workflow (`api::workflow`): every item valid, refs resolved, the
+/// tasks stored parents first in one transaction — or one refusal for the whole batch.
+async fn submit_workflow(
+    state: &ApiState,
+    checked: Vec<Result<NewTask, ApiError>>,
+    refs: &[workflow::Refs],
+    now: Millis,
+) -> Result<Vec<BatchItemResult>, ApiError> {
+    let mut tasks = Vec::with_capacity(checked.len());
+    for (i, item) in checked.into_iter().enumerate() {
+        tasks.push(item.map_err(|err| workflow::in_item(i, err))?);
+    }
+    let own_dependencies: Vec<usize> = tasks.iter().map(|t| t.depends_on.len()).collect();
+    let (ordered, parents) = workflow::order(refs, &own_dependencies)?;
+    for (child, mine) in parents.iter().enumerate() {
+        let ids: Vec<String> = mine.iter().map(|&p| tasks[p].id.clone()).collect();
+        tasks[child].depends_on.extend(ids);
+    }
+    let in_order: Vec<NewTask> = ordered.iter().map(|&i| tasks[i].clone()).collect();
+    let outcomes = match state.store.insert_workflow(&in_order, now).await? {
+        WorkflowOutcome::Stored(outcomes) => outcomes,
+        WorkflowOutcome::Refused { index, outcome } => {
+            let err = accepted(outcome).expect_err("a refused outcome");
+            return Err(workflow::in_item(ordered[index], err));
+        }
+    };
+    let mut answers: Vec<Option<Answer>> =
+        std::iter::repeat_with(|| None).take(tasks.len()).collect();
+    for (&i, outcome) in ordered.iter().zip(outcomes) {
+        answers[i] = Some(accepted(outcome));
+    }
+    let answers: Vec<Answer> = answers
+        .into_iter()
+        .map(|a| a.expect("every task answered"))
+        .collect();
+    state.count_and_wake(&tasks, &answers, now);
+    Ok(answers
+        .into_iter()
+        .map(|answer| match answer {
+            Ok((status, result)) => BatchItemResult {
+                status: status.as_u16(),
+                outcome: BatchOutcome::Accepted(result),
+            },
+            Err(err) => BatchItemResult {
+                status: err.status.as_u16(),
+                outcome: BatchOutcome::Refused(err.body()),
+            },
+        })
+        .collect())
 }
 
 fn raw_or_null(raw: &RawValue) -> serde_json::Value {

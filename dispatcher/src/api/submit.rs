@@ -193,6 +193,19 @@ pub fn validate(
     now: Millis,
     source_header: Option<&str>,
 ) -> Result<NewTask, ApiError> {
+    // A batch takes these out before validating its items (api::workflow).
+    if req.reference.is_some() {
+        return Err(ApiError::field(
+            "ref",
+            "only items of a batch (POST /v1/tasks:batch) have refs",
+        ));
+    }
+    if req.depends_on_refs.is_some() {
+        return Err(ApiError::field(
+            "depends_on_refs",
+            "only items of a batch (POST /v1/tasks:batch) depend on refs",
+        ));
+    }
     let job = routes.job(&req.task_type).ok_or_else(|| {
         ApiError::new(
             ErrorCode::UnknownTaskType,

@@ -461,6 +461,18 @@ pub struct DeadLetterParams<'a> {
     pub limit: u32,
 }
 
+/// What [`Store::insert_workflow`] answers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkflowOutcome {
+    /// Every task stored (or found as a repeat), one outcome per task.
+    Stored(Vec<InsertOutcome>),
+    /// Nothing stored: task `index` was refused so.
+    Refused {
+        index: usize,
+        outcome: InsertOutcome,
+    },
+}
+
 /// What a bulk dead-letter action does; it decides which matches it can act on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BulkAction {
@@ -554,6 +566,12 @@ pub trait Store: Send + Sync + 'static {
 
     /// Inserts tasks in one transaction, one outcome per task in order.
     async fn insert(&self, tasks: &[NewTask], now: Millis) -> Result<Vec<InsertOutcome>>;
+    /// Inserts a workflow — tasks that may depend on earlier ones of the same list — in
+    /// one transaction, all or nothing. A `depends_on` id of an earlier task is read as
+    /// the id that task ends up with (a repeat of an idempotency key answers with the
+    /// first task's). The first outcome that is neither an insert nor such a repeat
+    /// rolls everything back and is returned with its index.
+    async fn insert_workflow(&self, tasks: &[NewTask], now: Millis) -> Result<WorkflowOutcome>;
     async fn get(&self, id: &str) -> Result<Option<TaskRecord>>;
     async fn cancel(&self, id: &str, now: Millis) -> Result<CancelOutcome>;
     /// Records task `id` of `task_type` as cancelled before it exists: a Kafka-routed

@@ -427,6 +427,8 @@ impl Client {
             max_retries: t.max_retries.map(i64::from),
             timeout: t.timeout.map(format_duration),
             depends_on: Some(t.depends_on.clone()).filter(|d| !d.is_empty()),
+            reference: None,
+            depends_on_refs: None,
             source_service: self.inner.service_name.clone(),
         })
     }
