@@ -253,6 +253,14 @@ check "api: kubernetes auth by default, its ServiceAccount may create token and 
 check "helm template (api.auth.mode=tokens)" render "$work/tokens.yaml" --set api.auth.mode=tokens --set api.auth.tokensSecret=asyncd-api-tokens
 check "api.auth.mode=tokens: the Secret's file, no review grants" bash -c \
   "grep -qF 'value: /etc/asyncd/auth/tokens.yaml' '$work/tokens.yaml' && grep -qF 'secretName: \"asyncd-api-tokens\"' '$work/tokens.yaml' && ! grep -qF tokenreviews '$work/tokens.yaml'"
+json_logs() {  # json_logs FILE: every container given ASYNCD_LOG also gets ASYNCD_LOG_FORMAT=json
+  local file=$1 levels formats
+  levels=$(grep -c -- '- name: ASYNCD_LOG$' "$file")
+  formats=$(grep -A1 -- '- name: ASYNCD_LOG_FORMAT$' "$file" | grep -c 'value: "json"')
+  echo "ASYNCD_LOG on $levels containers, ASYNCD_LOG_FORMAT=json on $formats"
+  ((levels > 0 && levels == formats))
+}
+check "JSON log lines on every asyncd and operator container" json_logs "$work/default.yaml"
 check "every ASYNCD_* variable of the asyncd pods is read by the binary" \
   assets env "$work/default.yaml" "$root/dispatcher/src" ASYNCD_ROUTING_CONFIGMAP ASYNCD_KAFKA_BROKERS
 

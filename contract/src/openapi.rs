@@ -304,6 +304,16 @@ pub fn document() -> Value {
             "responses": responses(&[(200, ok("Resumed, or still paused by its config", job))],
                 errors(&error, &[NotFound, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
         }},
+        "/v1/jobs/{name}/cron/{entry}/trigger": {"post": {
+            "operationId": "triggerCron",
+            "summary": "Fire a cron entry of a job once, now, besides its schedule: a new task with the entry's payload and priority",
+            "parameters": [job_name(),
+                {"name": "entry", "in": "path", "required": true,
+                 "description": "The cron entry's name (spec.cron[].name)",
+                 "schema": {"type": "string"}}],
+            "responses": responses(&[(201, ok("The task it fired", s.answer::<CronTriggerResult>()))],
+                errors(&error, &[NotFound, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+        }},
         "/v1/openapi.json": {"get": {
             "operationId": "openapi", "security": [],
             "summary": "This document",

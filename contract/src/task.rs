@@ -417,3 +417,22 @@ pub struct JobStatus {
     /// The config says `spec.paused: true`: only a change of the config resumes it.
     pub paused_by_config: bool,
 }
+
+/// The answer to `POST /v1/jobs/{name}/cron/{entry}/trigger`: the task the cron entry
+/// fired, now, once, besides its schedule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub struct CronTriggerResult {
+    /// The new task's id.
+    pub id: String,
+    /// The AsyncJobConfig's name.
+    pub job: String,
+    /// The cron entry's name.
+    pub entry: String,
+    #[serde(rename = "type")]
+    pub task_type: String,
+    /// When it is due: the time of the trigger.
+    #[serde(with = "crate::time::rfc3339")]
+    #[cfg_attr(feature = "openapi", schemars(schema_with = "crate::time::schema"))]
+    pub eta: DateTime<Utc>,
+}

@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use crate::clock::SharedClock;
 use crate::clock_check::{ClockCheck, Reading};
@@ -858,15 +859,25 @@ async fn begin(shared: &Arc<Shared>, batch: Vec<(ClaimedTask, OwnedSemaphorePerm
         };
         let shared = shared.clone();
         let keys = keys.clone();
-        shared.inflight.clone().spawn(async move {
-            let task_type = task.task_type.clone();
-            tokio::select! {
-                _ = execute(&shared, task, attempt, &keys) => {}
-                _ = shared.abandon.cancelled() => {}
+        // Every line logged during the attempt carries the task it is about.
+        let span = tracing::info_span!(
+            "attempt",
+            task_id = %task.id,
+            task_type = %task.task_type,
+            attempt = attempt.attempt
+        );
+        shared.inflight.clone().spawn(
+            async move {
+                let task_type = task.task_type.clone();
+                tokio::select! {
+                    _ = execute(&shared, task, attempt, &keys) => {}
+                    _ = shared.abandon.cancelled() => {}
+                }
+                drop(permit);
+                shared.let_go(&task_type);
             }
-            drop(permit);
-            shared.let_go(&task_type);
-        });
+            .instrument(span),
+        );
     }
     if !unstarted.is_empty() {
         release(shared, unstarted).await;
@@ -896,11 +907,6 @@ async fn execute(shared: &Shared, task: ClaimedTask, attempt: crate::store::Star
                 .executed
                 .with_label_values(&[task_type, outcome.status_label()])
                 .inc();
-            if let crate::executor::AttemptOutcome::Permanent { reason }
-            | crate::executor::AttemptOutcome::Retry { reason, .. } = &outcome
-            {
-                tracing::debug!(id = %task.id, attempt = attempt.attempt, %reason, "attempt failed");
-            }
             retry::settle(
                 outcome,
                 attempt.attempt,
@@ -921,6 +927,7 @@ async fn execute(shared: &Shared, task: ClaimedTask, attempt: crate::store::Star
             shared.clock.now_millis(),
         ),
     };
+    log_outcome(&kind);
     if let FinishKind::Retry { at, .. } = &kind {
         metrics.retries.with_label_values(&[task_type]).inc();
         if *at <= shared.clock.now_millis() + shared.config.lookahead {
@@ -935,6 +942,28 @@ async fn execute(shared: &Shared, task: ClaimedTask, attempt: crate::store::Star
             kind,
         })
         .await;
+}
+
+/// One line per attempt outcome, inside the attempt's span: failures at `info` (a
+/// retry) and `warn` (a dead letter), so they are in the default log; successes at
+/// `debug`, as a busy queue has millions.
+fn log_outcome(kind: &FinishKind) {
+    match kind {
+        FinishKind::Succeeded { .. } => tracing::debug!("attempt succeeded"),
+        FinishKind::Extend { until } => tracing::debug!(
+            lease_until = %crate::clock::from_millis(*until).to_rfc3339(),
+            "attempt accepted; the executor holds the lease"
+        ),
+        FinishKind::Retry { at, error } => tracing::info!(
+            error = error.as_str(),
+            retry_at = %crate::clock::from_millis(*at).to_rfc3339(),
+            "attempt failed; retrying"
+        ),
+        FinishKind::Dead { error } => {
+            tracing::warn!(error = error.as_str(), "attempt failed; the task is dead")
+        }
+        FinishKind::Release => tracing::debug!("attempt released"),
+    }
 }
 
 async fn complete(shared: Arc<Shared>, mut completions: mpsc::Receiver<Finish>) {

@@ -23,6 +23,7 @@
 //! - [`backlog`] and [`metrics`]: Prometheus gauges and counters.
 //! - [`clock`]: injected time; [`clock_check`]: this clock against the store's; [`signals`]: test-only event hooks, so tests wait for
 //!   events instead of polling.
+//! - [`logging`]: text or JSON log lines on stderr, an attempt's lines tagged with its task.
 //! - [`tls`]: optional HTTPS on the listener, the certificate reloaded from its files.
 //! - [`roles`]: wires the parts into the `dev`, `api`, `dispatcher` and `scheduler` roles
 //!   under one supervisor that owns every task: one shutdown signal for all of them, and
@@ -39,6 +40,7 @@ pub mod heap;
 pub mod holdings;
 pub mod kafka;
 pub mod lease;
+pub mod logging;
 pub mod metrics;
 pub mod outcomes;
 pub mod ownership;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use asyncd::clock::SystemClock;
 use asyncd::dispatcher::DispatcherConfig;
+use asyncd::logging::LogFormat;
 use asyncd::roles::{self, AuthSettings, Parts, RoutingSource, Settings};
 use asyncd::tls::TlsFiles;
 use asyncd_kafka_admin::KafkaSecurity;
@@ -22,6 +23,17 @@ use tokio_util::sync::CancellationToken;
     about = "A distributed asynchronous task queue"
 )]
 struct Cli {
+    /// How log lines look: `text` (colour only on a terminal) or `json` (one object per
+    /// line, the task's id, type and attempt as fields of an attempt's lines). The filter
+    /// is ASYNCD_LOG (default `info`).
+    #[arg(
+        long,
+        global = true,
+        env = "ASYNCD_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     role: Role,
 }
@@ -295,17 +307,11 @@ fn instance_name(instance: Option<String>) -> String {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("ASYNCD_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let cli = Cli::parse();
+    asyncd::logging::init(cli.log_format, "info");
     // reqwest brings rustls with aws-lc-rs and kube with ring; with both compiled in,
     // rustls cannot pick a process default on its own, and the Kubernetes client needs one.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let cli = Cli::parse();
     match serve(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

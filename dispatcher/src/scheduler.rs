@@ -20,6 +20,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use asyncd_spec::Job;
+use asyncd_spec::job::CronEntry;
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
@@ -124,23 +126,12 @@ impl Scheduler {
                     if at > entry_horizon && (next_exists || skip_overlap) {
                         break;
                     }
-                    let payload = RawValue::from_string(entry.payload.to_string())
-                        .expect("a JSON value prints as JSON");
-                    firings.push(NewTask {
-                        id: uuid::Uuid::now_v7().to_string(),
-                        task_type: job.task_type.clone(),
-                        payload,
-                        priority: entry.priority,
-                        trigger_at: at,
-                        max_retries: job.max_retries,
-                        timeout_ms: job.timeout.as_millis() as i64,
-                        idempotency_key: None,
-                        unique_key: skip_overlap
-                            .then(|| format!("cron:{}/{}", job.task_type, entry.name)),
-                        cron_key: Some(format!("{}/{}/{at}", job.task_type, entry.name)),
-                        depends_on: Vec::new(),
-                        source_service: Some("asyncd-scheduler".into()),
-                    });
+                    firings.push(firing(
+                        job,
+                        entry,
+                        at,
+                        Some(format!("{}/{}/{at}", job.task_type, entry.name)),
+                    ));
                     last = Some(at);
                     after = next;
                 }
@@ -179,6 +170,32 @@ impl Scheduler {
                 _ => None,
             })
             .collect())
+    }
+}
+
+/// The task a firing of `entry` at `at` is: the entry's payload and priority, the job's
+/// retries and timeout. `cron_key` is a scheduled firing's identity, which makes it
+/// exactly-once; a firing triggered through the API has none, so it never takes the place
+/// of the scheduled firing of the same instant.
+pub fn firing(job: &Job, entry: &CronEntry, at: Millis, cron_key: Option<String>) -> NewTask {
+    let payload =
+        RawValue::from_string(entry.payload.to_string()).expect("a JSON value prints as JSON");
+    NewTask {
+        id: uuid::Uuid::now_v7().to_string(),
+        task_type: job.task_type.clone(),
+        payload,
+        priority: entry.priority,
+        trigger_at: at,
+        max_retries: job.max_retries,
+        timeout_ms: job.timeout.as_millis() as i64,
+        idempotency_key: None,
+        // One key for every firing of an entry that skips overlaps: the store refuses a
+        // firing while the previous one holds it (unfinished).
+        unique_key: (entry.overlap == Overlap::Skip)
+            .then(|| format!("cron:{}/{}", job.task_type, entry.name)),
+        cron_key,
+        depends_on: Vec::new(),
+        source_service: Some("asyncd-scheduler".into()),
     }
 }
 

@@ -27,6 +27,10 @@ use clap::Parser;
     about = "Reconciles asyncd AsyncJobConfig resources"
 )]
 struct Args {
+    /// How log lines look: `text` (colour only on a terminal) or `json` (one object per
+    /// line). The filter is ASYNCD_LOG.
+    #[arg(long, env = "ASYNCD_LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: telemetry::LogFormat,
     /// Kafka bootstrap servers, for topic admin and for the dispatchers.
     #[arg(long, env = "ASYNCD_KAFKA_BROKERS")]
     kafka_brokers: String,
@@ -134,8 +138,8 @@ async fn readyz(State(http): State<Http>) -> (StatusCode, &'static str) {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    telemetry::init();
     let args = Args::parse();
+    telemetry::init(args.log_format);
     // kube's TLS needs a process-level rustls provider; a workspace build compiles in two
     // (kube's ring, the dispatcher's aws-lc-rs) and rustls refuses to pick one itself.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();

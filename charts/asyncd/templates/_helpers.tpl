@@ -146,6 +146,8 @@ app.kubernetes.io/component: {{ index . 1 }}
   value: {{ $.Values.kafka.threshold | quote }}
 - name: ASYNCD_LOG
   value: {{ $.Values.logLevel | quote }}
+- name: ASYNCD_LOG_FORMAT
+  value: {{ $.Values.logFormat | quote }}
 - name: ASYNCD_INSTANCE
   valueFrom:
     fieldRef:

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use asyncd_contract::{
     BatchItemResult, BatchOutcome, BatchResponse, CRON_FIRINGS, CancelResult, CronOverview,
-    ErrorCode, FinishedCounts, HeartbeatRequest, HeartbeatResponse, JobList, JobOverview, JobStats,
-    JobStatus, MAX_JOB_COUNT, MAX_LISTING_BYTES, RedriveResult, ResultAck, ResultRequest,
-    ResultStatus, Route, SubmitResult, TaskStatus, headers,
+    CronTriggerResult, ErrorCode, FinishedCounts, HeartbeatRequest, HeartbeatResponse, JobList,
+    JobOverview, JobStats, JobStatus, MAX_JOB_COUNT, MAX_LISTING_BYTES, RedriveResult, ResultAck,
+    ResultRequest, ResultStatus, Route, SubmitResult, TaskStatus, headers,
 };
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -107,6 +107,7 @@ pub fn router(state: Arc<ApiState>, public: bool) -> Router {
             .route("/v1/jobs/{name}", get(get_job))
             .route("/v1/jobs/{name}/pause", post(pause_job))
             .route("/v1/jobs/{name}/resume", post(resume_job))
+            .route("/v1/jobs/{name}/cron/{entry}/trigger", post(trigger_cron))
             .merge(console::routes());
     }
     router
@@ -1302,6 +1303,66 @@ async fn resume_job(
         waker.wake();
     }
     Ok(Json(job_status(&job, None)))
+}
+
+/// Fires a cron entry once, now: the task the scheduler would create for a firing due
+/// at this instant, besides the schedule's own firings. Creating a task of the job needs
+/// the right to submit to it.
+async fn trigger_cron(
+    State(state): AppState,
+    caller: Caller,
+    Path((name, entry)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let job = named_job(&state, &caller, &name, Verb::Submit).await?;
+    let Some(cron) = job.cron.iter().find(|c| c.name == entry) else {
+        let known: Vec<&str> = job.cron.iter().map(|c| c.name.as_str()).collect();
+        return Err(ApiError::new(
+            ErrorCode::NotFound,
+            format!(
+                "job {name:?} has no cron entry {entry:?} (its entries: {})",
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            ),
+        )
+        .with_field("entry"));
+    };
+    let now = state.clock.now_millis();
+    let task = crate::scheduler::firing(&job, cron, now, None);
+    let outcome = state.store.insert(std::slice::from_ref(&task), now).await?;
+    let (id, trigger_at) = match outcome.into_iter().next() {
+        Some(InsertOutcome::Inserted { id, trigger_at }) => (id, trigger_at),
+        other => {
+            // A firing carries no key that could clash: nothing else can come back.
+            return Err(ApiError::new(
+                ErrorCode::StoreUnavailable,
+                format!("the store did not insert the firing: {other:?}"),
+            ));
+        }
+    };
+    if let Some(waker) = &state.waker {
+        waker.wake();
+    }
+    tracing::info!(
+        caller = caller.name(),
+        job = job.name.as_str(),
+        entry = entry.as_str(),
+        task_id = id.as_str(),
+        "cron entry triggered"
+    );
+    Ok((
+        StatusCode::CREATED,
+        Json(CronTriggerResult {
+            id,
+            job: job.name.clone(),
+            entry,
+            task_type: job.task_type.clone(),
+            eta: from_millis(trigger_at),
+        }),
+    )
+        .into_response())
 }
 
 async fn metrics(State(state): AppState) -> Response {

@@ -110,6 +110,12 @@ pub fn build(config: &AsyncJobConfig, settings: &DispatcherSettings) -> Deployme
         value: Some("info".into()),
         ..EnvVar::default()
     });
+    // A cluster's log collector parses JSON lines; an attempt's carry the task's fields.
+    env.push(EnvVar {
+        name: "ASYNCD_LOG_FORMAT".into(),
+        value: Some("json".into()),
+        ..EnvVar::default()
+    });
     // Executors of long tasks call back on the pod's own address; the dispatcher refuses
     // to advertise the 0.0.0.0 it listens on.
     env.push(EnvVar {
@@ -284,6 +290,12 @@ mod tests {
             ),
             ("ASYNCD_STORE", "asyncd-store", "url")
         );
+        // JSON log lines for the cluster's log collector
+        let format = env
+            .iter()
+            .find(|e| e.name == "ASYNCD_LOG_FORMAT")
+            .expect("the log format is set");
+        assert_eq!(format.value.as_deref(), Some("json"));
         // executors call back on the pod's address, defined before it is referenced
         let names: Vec<&str> = env.iter().map(|e| e.name.as_str()).collect();
         let pod_ip = names.iter().position(|n| *n == "ASYNCD_POD_IP").unwrap();

@@ -1,5 +1,6 @@
-//! The API client: submit, inspect, cancel, dead letters, redrive, pause and resume a
-//! job, and the long-running callbacks (heartbeat, result).
+//! The API client: submit, inspect, search, cancel, dead letters (one by one and in
+//! bulk), the jobs overview, pause and resume a job, trigger a cron entry, and the
+//! long-running callbacks (heartbeat, result).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -8,11 +9,12 @@ use std::time::{Duration, Instant};
 
 use asyncd_contract::{
     BatchOutcome, BatchRequest, BatchResponse, DeadLetters, HeartbeatRequest, HeartbeatResponse,
-    ResultRequest, SubmitRequest, headers,
+    JobList, ResultRequest, SubmitRequest, headers,
 };
 pub use asyncd_contract::{
-    CancelResult, JobStatus, MAX_BATCH, RedriveResult, ResultAck, ResultStatus, SubmitResult,
-    TaskState, TaskStatus,
+    CancelResult, CronTriggerResult, DeadLetterBulk, DeadLetterBulkResult, JobOverview, JobStatus,
+    MAX_BATCH, RedriveResult, ResultAck, ResultStatus, SubmitResult, TaskPage, TaskState,
+    TaskStatus,
 };
 use chrono::{DateTime, Utc};
 use reqwest::Method;
@@ -343,6 +345,25 @@ pub struct TaskResult {
     pub retry_after: Option<Duration>,
 }
 
+/// The filters of [`Client::search`]: each one set narrows the search; none lists every
+/// task (newest first) the caller may read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TaskQuery {
+    /// Only this AsyncJobConfig's tasks.
+    pub job: Option<String>,
+    pub task_type: Option<String>,
+    pub state: Option<TaskState>,
+    pub unique_key: Option<String>,
+    /// Only tasks created after this instant.
+    pub created_after: Option<DateTime<Utc>>,
+    /// Only tasks due before this instant.
+    pub eta_before: Option<DateTime<Utc>>,
+    /// At most this many (1..=1000; the server's default, 100, when unset).
+    pub limit: Option<u32>,
+    /// A previous page's `next_cursor`.
+    pub cursor: Option<String>,
+}
+
 /// Percent-encodes one path segment or query value.
 pub(crate) fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -548,6 +569,86 @@ impl Client {
     pub async fn resume_job(&self, job: &str) -> Result<JobStatus, Error> {
         let path = format!("/v1/jobs/{}/resume", escape(job));
         self.call(Method::POST, &path, None::<&()>).await
+    }
+
+    /// Tasks matching every filter of `query`, newest first, one page (`GET /v1/tasks`):
+    /// pass the page's `next_cursor` as [`TaskQuery::cursor`] for the next one.
+    pub async fn search(&self, query: &TaskQuery) -> Result<TaskPage, Error> {
+        let mut params = Vec::new();
+        let mut add = |name: &str, value: &str| params.push(format!("{name}={}", escape(value)));
+        if let Some(job) = &query.job {
+            add("job", job);
+        }
+        if let Some(t) = &query.task_type {
+            add("type", t);
+        }
+        if let Some(state) = query.state {
+            add("state", state.as_str());
+        }
+        if let Some(key) = &query.unique_key {
+            add("unique_key", key);
+        }
+        if let Some(at) = query.created_after {
+            add("created_after", &format_time(at));
+        }
+        if let Some(at) = query.eta_before {
+            add("eta_before", &format_time(at));
+        }
+        if let Some(limit) = query.limit {
+            add("limit", &limit.to_string());
+        }
+        if let Some(cursor) = &query.cursor {
+            add("cursor", cursor);
+        }
+        let mut path = "/v1/tasks".to_string();
+        if !params.is_empty() {
+            path.push('?');
+            path.push_str(&params.join("&"));
+        }
+        self.call(Method::GET, &path, None::<&()>).await
+    }
+
+    /// Fires the cron entry `entry` of the job `job` once, now, besides its schedule;
+    /// returns the task it created. An unknown job or entry is `not_found` (its
+    /// [`ApiError::field`] says which).
+    pub async fn trigger_cron(&self, job: &str, entry: &str) -> Result<CronTriggerResult, Error> {
+        let path = format!("/v1/jobs/{}/cron/{}/trigger", escape(job), escape(entry));
+        self.call(Method::POST, &path, None::<&()>).await
+    }
+
+    /// Every job the caller may read, sorted by name: its pause, due backlog, lateness,
+    /// running and dead counts, finishes over the last minute and cron entries
+    /// (`GET /v1/jobs`).
+    pub async fn jobs(&self) -> Result<Vec<JobOverview>, Error> {
+        let list: JobList = self.call(Method::GET, "/v1/jobs", None::<&()>).await?;
+        Ok(list.jobs)
+    }
+
+    /// The job named `job` (its AsyncJobConfig's name), as [`Client::jobs`] shows it.
+    pub async fn job(&self, job: &str) -> Result<JobOverview, Error> {
+        let path = format!("/v1/jobs/{}", escape(job));
+        self.call(Method::GET, &path, None::<&()>).await
+    }
+
+    /// Redrives up to `filter.limit` (default 1000) dead letters matching `filter` in one
+    /// call. Call again with the answer's `dead_before` until `remaining` or `affected`
+    /// is 0; each call is idempotent, so an interrupted loop is resumed by running it again.
+    pub async fn redrive_dead_letters(
+        &self,
+        filter: &DeadLetterBulk,
+    ) -> Result<DeadLetterBulkResult, Error> {
+        self.call(Method::POST, "/v1/dead-letters/redrive", Some(filter))
+            .await
+    }
+
+    /// Deletes up to `filter.limit` dead letters matching `filter` for good; loop as
+    /// with [`Client::redrive_dead_letters`].
+    pub async fn purge_dead_letters(
+        &self,
+        filter: &DeadLetterBulk,
+    ) -> Result<DeadLetterBulkResult, Error> {
+        self.call(Method::POST, "/v1/dead-letters/purge", Some(filter))
+            .await
     }
 
     /// Keeps a long-running attempt's lease (`None`: the task's timeout); returns the
@@ -1061,6 +1162,117 @@ mod tests {
             (r.method.as_str(), r.path.as_str()),
             ("DELETE", "/v1/tasks/a")
         );
+    }
+
+    #[tokio::test]
+    async fn search_and_cron_trigger() {
+        let (fake, c) = Fake::start(
+            200,
+            &format!(r#"{{"items":[{TASK}],"truncated":false,"next_cursor":"5.x"}}"#),
+        )
+        .await;
+        let page = c
+            .search(&TaskQuery {
+                job: Some("j 1".into()),
+                state: Some(TaskState::Dead),
+                created_after: Some(Utc.with_ymd_and_hms(2026, 11, 30, 6, 0, 0).unwrap()),
+                limit: Some(5),
+                cursor: Some("4.y".into()),
+                ..TaskQuery::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(page.items.len(), 1);
+        assert_eq!(page.next_cursor.as_deref(), Some("5.x"));
+        let r = fake.last();
+        assert_eq!(
+            (r.method.as_str(), r.path.as_str(), r.query.as_str()),
+            (
+                "GET",
+                "/v1/tasks",
+                "job=j%201&state=dead&created_after=2026-11-30T06%3A00%3A00.000Z&limit=5&cursor=4.y"
+            )
+        );
+        c.search(&TaskQuery::default()).await.unwrap();
+        assert_eq!(fake.last().query, "", "no filter, no query");
+
+        fake.answer(
+            201,
+            r#"{"id":"t1","job":"j","entry":"nightly","type":"report","eta":"2026-11-30T06:00:00.000Z"}"#,
+        );
+        let fired = c.trigger_cron("j", "night ly").await.unwrap();
+        assert_eq!(
+            (
+                fired.id.as_str(),
+                fired.entry.as_str(),
+                fired.task_type.as_str()
+            ),
+            ("t1", "nightly", "report")
+        );
+        let r = fake.last();
+        assert_eq!(
+            (r.method.as_str(), r.path.as_str()),
+            ("POST", "/v1/jobs/j/cron/night%20ly/trigger")
+        );
+        fake.answer(
+            404,
+            r#"{"error":{"code":"not_found","message":"job \"j\" has no cron entry \"x\"","field":"entry"}}"#,
+        );
+        let err = c.trigger_cron("j", "x").await.unwrap_err();
+        assert!(err.is(&ErrorCode::NotFound), "{err}");
+        assert_eq!(err.api().unwrap().field.as_deref(), Some("entry"));
+    }
+
+    #[tokio::test]
+    async fn job_overview_and_bulk_dead_letters() {
+        let job = r#"{"job":"j","task_type":"t","paused":false,"paused_at":null,"paused_by_config":false,
+            "stats":{"due":3,"scheduled":4,"running":1,"dead":2,"oldest_due_seconds":1.5,
+                     "finished_last_minute":{"succeeded":120,"dead":1}},
+            "cron":[{"name":"nightly","schedule":"CRON_TZ=UTC 0 2 * * *","next":["2026-12-01T02:00:00.000Z"]}]}"#;
+        let (fake, c) = Fake::start(200, &format!(r#"{{"jobs":[{job}]}}"#)).await;
+        let jobs = c.jobs().await.unwrap();
+        assert_eq!(fake.last().path, "/v1/jobs");
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(
+            (
+                jobs[0].status.job.as_str(),
+                jobs[0].stats.due,
+                jobs[0].stats.finished_last_minute.succeeded
+            ),
+            ("j", 3, 120)
+        );
+        assert_eq!(jobs[0].cron[0].name, "nightly");
+        fake.answer(200, job);
+        let one = c.job("j/1").await.unwrap();
+        assert_eq!(one.stats.oldest_due_seconds, Some(1.5));
+        assert_eq!(fake.last().path, "/v1/jobs/j%2F1");
+
+        fake.answer(
+            200,
+            r#"{"matched":5,"affected":5,"skipped":0,"remaining":0,"dry_run":false,"dead_before":"2026-12-01T00:00:00.000Z"}"#,
+        );
+        let filter = DeadLetterBulk {
+            job: Some("j".into()),
+            error_prefix: Some("boom".into()),
+            dry_run: true,
+            ..DeadLetterBulk::default()
+        };
+        let result = c.redrive_dead_letters(&filter).await.unwrap();
+        assert_eq!(
+            (result.matched, result.affected, result.remaining),
+            (5, 5, 0)
+        );
+        let r = fake.last();
+        assert_eq!(
+            (r.method.as_str(), r.path.as_str()),
+            ("POST", "/v1/dead-letters/redrive")
+        );
+        assert_eq!(
+            r.body,
+            json!({"job": "j", "error_prefix": "boom", "dry_run": true})
+        );
+        c.purge_dead_letters(&filter).await.unwrap();
+        assert_eq!(fake.last().path, "/v1/dead-letters/purge");
     }
 
     #[tokio::test]

@@ -44,9 +44,10 @@ pub use asyncd_contract::{
     SIGNATURE_TOLERANCE, SignatureError, SignedCall, sign, verify_signature,
 };
 pub use client::{
-    BatchItem, CancelResult, Client, ClientBuilder, DEFAULT_ENDPOINT, DEFAULT_TOKEN_FILE,
-    JobStatus, MAX_BATCH, RedriveResult, ResultAck, ResultStatus, SOURCE_SERVICE_HEADER,
-    SubmitResult, TOKEN_FILE_REFRESH, Task, TaskResult, TaskState, TaskStatus,
+    BatchItem, CancelResult, Client, ClientBuilder, CronTriggerResult, DEFAULT_ENDPOINT,
+    DEFAULT_TOKEN_FILE, DeadLetterBulk, DeadLetterBulkResult, JobOverview, JobStatus, MAX_BATCH,
+    RedriveResult, ResultAck, ResultStatus, SOURCE_SERVICE_HEADER, SubmitResult,
+    TOKEN_FILE_REFRESH, Task, TaskPage, TaskQuery, TaskResult, TaskState, TaskStatus,
 };
 pub use error::{ApiError, Error, ErrorCode};
 pub use executor::{

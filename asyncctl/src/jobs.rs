@@ -1,0 +1,332 @@
+//! `jobs ls|get|pause|resume`, `cron ls|trigger` and `top`.
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use asyncd_client::Client;
+use asyncd_client::asyncd_contract::{JobOverview, JobStatus};
+use clap::{Args, Subcommand};
+use serde::Serialize;
+
+use crate::exit::{Failure, usage};
+use crate::output::{self, Format, Table, or_dash};
+
+#[derive(Subcommand)]
+pub enum Jobs {
+    /// Every job you may read: paused, due backlog, lateness, running, dead letters.
+    Ls,
+    /// One job, with its cron entries.
+    Get {
+        /// The AsyncJobConfig's name.
+        name: String,
+    },
+    /// Pause a job: no attempt of it begins; its tasks wait.
+    Pause {
+        /// The AsyncJobConfig's name.
+        name: String,
+    },
+    /// Lift the API's pause of a job.
+    Resume {
+        /// The AsyncJobConfig's name.
+        name: String,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum Cron {
+    /// Cron entries with their next firings.
+    Ls {
+        /// Only this job's entries.
+        #[arg(long)]
+        job: Option<String>,
+    },
+    /// Fire a cron entry once, now, besides its schedule.
+    Trigger {
+        /// The AsyncJobConfig's name.
+        job: String,
+        /// The cron entry's name (spec.cron[].name).
+        entry: String,
+    },
+}
+
+#[derive(Args)]
+pub struct TopArgs {
+    /// Time between refreshes.
+    #[arg(long, default_value = "2s", value_parser = crate::duration)]
+    interval: Duration,
+    /// Print one sample and exit (for scripts and tests).
+    #[arg(long)]
+    once: bool,
+}
+
+fn paused(status: &JobStatus) -> &'static str {
+    match (status.paused, status.paused_by_config) {
+        (false, _) => "no",
+        (true, true) => "config",
+        (true, false) => "api",
+    }
+}
+
+fn pause_table(status: &JobStatus) -> Table {
+    let mut table = Table::new(&["JOB", "TYPE", "PAUSED", "PAUSED AT"]);
+    table.row(vec![
+        status.job.clone(),
+        status.task_type.clone(),
+        paused(status).into(),
+        or_dash(status.paused_at.map(output::time)),
+    ]);
+    table
+}
+
+/// The overview's counts stop at a cap: a count at it means "at least".
+fn count(n: u64) -> String {
+    if n >= asyncd_client::asyncd_contract::MAX_JOB_COUNT {
+        format!("{n}+")
+    } else {
+        n.to_string()
+    }
+}
+
+fn overview_table(jobs: &[JobOverview]) -> Table {
+    let mut table = Table::new(&[
+        "JOB",
+        "TYPE",
+        "PAUSED",
+        "DUE",
+        "LATE",
+        "SCHEDULED",
+        "RUNNING",
+        "DEAD",
+        "OK/MIN",
+        "DEAD/MIN",
+    ]);
+    for job in jobs {
+        let s = &job.stats;
+        table.row(vec![
+            job.status.job.clone(),
+            job.status.task_type.clone(),
+            paused(&job.status).into(),
+            count(s.due),
+            or_dash(s.oldest_due_seconds.map(output::seconds)),
+            count(s.scheduled),
+            count(s.running),
+            count(s.dead),
+            s.finished_last_minute.succeeded.to_string(),
+            s.finished_last_minute.dead.to_string(),
+        ]);
+    }
+    table
+}
+
+fn cron_table(jobs: &[JobOverview]) -> Table {
+    let mut table = Table::new(&["JOB", "ENTRY", "SCHEDULE", "NEXT"]);
+    for job in jobs {
+        for entry in &job.cron {
+            let next: Vec<String> = entry.next.iter().map(|t| output::time(*t)).collect();
+            table.row(vec![
+                job.status.job.clone(),
+                entry.name.clone(),
+                entry.schedule.clone(),
+                if next.is_empty() {
+                    "-".into()
+                } else {
+                    next.join(", ")
+                },
+            ]);
+        }
+    }
+    table
+}
+
+pub async fn jobs(client: &Client, out: Format, command: Jobs) -> Result<(), Failure> {
+    match command {
+        Jobs::Ls => {
+            let jobs = client.jobs().await?;
+            if !output::structured(out, &jobs)? {
+                overview_table(&jobs).print();
+            }
+        }
+        Jobs::Get { name } => {
+            let job = client.job(&name).await?;
+            if !output::structured(out, &job)? {
+                let one = std::slice::from_ref(&job);
+                overview_table(one).print();
+                if !job.cron.is_empty() {
+                    println!();
+                    cron_table(one).print();
+                }
+            }
+        }
+        Jobs::Pause { name } => {
+            let status = client.pause_job(&name).await?;
+            if !output::structured(out, &status)? {
+                pause_table(&status).print();
+            }
+        }
+        Jobs::Resume { name } => {
+            let status = client.resume_job(&name).await?;
+            if !output::structured(out, &status)? {
+                pause_table(&status).print();
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A cron entry as `cron ls -o json|yaml` prints it.
+#[derive(Serialize)]
+struct CronLine<'a> {
+    job: &'a str,
+    #[serde(flatten)]
+    entry: &'a asyncd_client::asyncd_contract::CronOverview,
+}
+
+pub async fn cron(client: &Client, out: Format, command: Cron) -> Result<(), Failure> {
+    match command {
+        Cron::Ls { job } => {
+            let jobs = match job {
+                Some(name) => vec![client.job(&name).await?],
+                None => client.jobs().await?,
+            };
+            let lines: Vec<CronLine> = jobs
+                .iter()
+                .flat_map(|job| {
+                    job.cron.iter().map(|entry| CronLine {
+                        job: &job.status.job,
+                        entry,
+                    })
+                })
+                .collect();
+            if !output::structured(out, &lines)? {
+                cron_table(&jobs).print();
+            }
+        }
+        Cron::Trigger { job, entry } => {
+            let fired = client.trigger_cron(&job, &entry).await?;
+            if !output::structured(out, &fired)? {
+                let mut table = Table::new(&["ID", "JOB", "ENTRY", "TYPE", "ETA"]);
+                table.row(vec![
+                    fired.id.clone(),
+                    fired.job.clone(),
+                    fired.entry.clone(),
+                    fired.task_type.clone(),
+                    output::time(fired.eta),
+                ]);
+                table.print();
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One job's line in `top`: the overview's figures and the rates over the last minute.
+#[derive(Serialize)]
+struct TopLine<'a> {
+    job: &'a str,
+    paused: bool,
+    due: u64,
+    oldest_due_seconds: Option<f64>,
+    scheduled: u64,
+    running: u64,
+    dead: u64,
+    /// Tasks that succeeded per second, over the minute before the sample.
+    succeeded_per_second: f64,
+    /// Tasks that went to dead letters per second, over the same minute.
+    dead_per_second: f64,
+}
+
+fn top_lines(jobs: &[JobOverview]) -> Vec<TopLine<'_>> {
+    jobs.iter()
+        .map(|job| {
+            let s = &job.stats;
+            TopLine {
+                job: &job.status.job,
+                paused: job.status.paused,
+                due: s.due,
+                oldest_due_seconds: s.oldest_due_seconds,
+                scheduled: s.scheduled,
+                running: s.running,
+                dead: s.dead,
+                succeeded_per_second: s.finished_last_minute.succeeded as f64 / 60.0,
+                dead_per_second: s.finished_last_minute.dead as f64 / 60.0,
+            }
+        })
+        .collect()
+}
+
+fn top_table(lines: &[TopLine]) -> Table {
+    let mut table = Table::new(&[
+        "JOB",
+        "PAUSED",
+        "DUE",
+        "LATE",
+        "SCHEDULED",
+        "RUNNING",
+        "OK/S",
+        "DEAD/S",
+        "DEAD",
+    ]);
+    for l in lines {
+        table.row(vec![
+            l.job.to_string(),
+            if l.paused { "yes" } else { "no" }.into(),
+            count(l.due),
+            or_dash(l.oldest_due_seconds.map(output::seconds)),
+            count(l.scheduled),
+            count(l.running),
+            format!("{:.2}", l.succeeded_per_second),
+            format!("{:.2}", l.dead_per_second),
+            count(l.dead),
+        ]);
+    }
+    table
+}
+
+pub async fn top(client: &Client, out: Format, args: TopArgs) -> Result<(), Failure> {
+    if args.interval.is_zero() {
+        return Err(usage("--interval: must be more than 0s"));
+    }
+    // Redraw in place only on a terminal; a pipe gets one block per sample.
+    let redraw = std::io::stdout().is_terminal() && out == Format::Table && !args.once;
+    loop {
+        let jobs = client.jobs().await?;
+        let lines = top_lines(&jobs);
+        let now = output::time(chrono::Utc::now());
+        if !output::structured(out, &lines)? {
+            let mut stdout = std::io::stdout().lock();
+            if redraw {
+                // Home the cursor and clear the screen.
+                write!(stdout, "\x1b[H\x1b[2J").map_err(anyhow::Error::from)?;
+            }
+            writeln!(
+                stdout,
+                "asyncd {} at {now}: {} job{} (rates over the last minute)",
+                client.endpoint(),
+                lines.len(),
+                if lines.len() == 1 { "" } else { "s" }
+            )
+            .map_err(anyhow::Error::from)?;
+            write!(stdout, "{}", top_table(&lines).render()).map_err(anyhow::Error::from)?;
+            stdout.flush().map_err(anyhow::Error::from)?;
+        }
+        if args.once {
+            return Ok(());
+        }
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+            _ = tokio::time::sleep(args.interval) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capped_counts_say_at_least() {
+        let cap = asyncd_client::asyncd_contract::MAX_JOB_COUNT;
+        assert_eq!(count(3), "3");
+        assert_eq!(count(cap), format!("{cap}+"));
+    }
+}

@@ -1,0 +1,421 @@
+//! The real `asyncctl` binary against a real `asyncd dev` (SQLite, a free port, API
+//! tokens): every command a script would use, its `-o json` output and its exit codes.
+//! The asyncd binary is `ASYNCD_BIN`, else the one `cargo test --workspace` built next to
+//! this test.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const DEADLINE: Duration = Duration::from_secs(20);
+const TOKEN: &str = "asyncctl-test-token";
+
+fn asyncd_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("ASYNCD_BIN") {
+        return PathBuf::from(bin);
+    }
+    // target/debug/deps/cli-<hash> → target/debug/asyncd
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe.parent().unwrap().parent().unwrap().join("asyncd");
+    assert!(
+        bin.is_file(),
+        "no asyncd binary at {}: build it (cargo build -p asyncd) or set ASYNCD_BIN",
+        bin.display()
+    );
+    bin
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET /readyz` answered 200.
+fn ready(addr: &str) -> bool {
+    let Ok(mut stream) = TcpStream::connect(addr) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    if stream
+        .write_all(b"GET /readyz HTTP/1.0\r\nHost: asyncd\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer
+        .lines()
+        .next()
+        .is_some_and(|status| status.contains(" 200 "))
+}
+
+/// Polls `check` until it returns `Some`, or panics naming `what`.
+fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `asyncd dev` with API tokens: one job, `work`, whose executor refuses connections and
+/// which has no retries, so its tasks die at their first attempt; and a cron entry.
+struct Dev {
+    server: String,
+    dir: tempfile::TempDir,
+    child: Child,
+}
+
+impl Dev {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let jobs = dir.path().join("jobs");
+        std::fs::create_dir(&jobs).unwrap();
+        std::fs::write(
+            jobs.join("work.yaml"),
+            "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata:\n  name: work-job\n\
+             spec:\n  taskType: work\n  executor:\n    url: http://127.0.0.1:1/\n    timeout: 2s\n  \
+             retry:\n    maxRetries: 0\n  cron:\n    - name: yearly\n      \
+             schedule: \"CRON_TZ=UTC 0 3 1 1 *\"\n      payload: {from: cron}\n",
+        )
+        .unwrap();
+        let mut hash = Command::new(asyncd_bin())
+            .arg("hash-token")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        writeln!(hash.stdin.take().unwrap(), "{TOKEN}").unwrap();
+        let hashed = hash.wait_with_output().unwrap();
+        assert!(hashed.status.success());
+        let sha = String::from_utf8(hashed.stdout).unwrap();
+        let tokens = dir.path().join("tokens.yaml");
+        std::fs::write(
+            &tokens,
+            format!(
+                "tokens:\n  - {{name: ctl, sha256: \"{}\", jobs: [\"*\"], verbs: [\"*\"]}}\n",
+                sha.trim()
+            ),
+        )
+        .unwrap();
+        let addr = format!("127.0.0.1:{}", free_port());
+        let log = std::fs::File::create(dir.path().join("asyncd.log")).unwrap();
+        let child = Command::new(asyncd_bin())
+            .arg("dev")
+            .arg("--config")
+            .arg(&jobs)
+            .arg("--db")
+            .arg(dir.path().join("asyncd.db"))
+            .arg("--listen")
+            .arg(&addr)
+            .arg("--auth")
+            .arg("tokens")
+            .arg("--auth-tokens-file")
+            .arg(&tokens)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let dev = Dev {
+            server: format!("http://{addr}"),
+            dir,
+            child,
+        };
+        wait_for("asyncd /readyz", || ready(&addr).then_some(()));
+        dev
+    }
+
+    /// `asyncctl ARGS` with the server and token from the environment and no config file.
+    fn ctl(&self, args: &[&str]) -> Output {
+        self.ctl_with(
+            args,
+            &[
+                ("ASYNCD_SERVER", self.server.as_str()),
+                ("ASYNCD_TOKEN", TOKEN),
+            ],
+        )
+    }
+
+    fn ctl_with(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_asyncctl"))
+            .args(args)
+            .env_remove("ASYNCD_SERVER")
+            .env_remove("ASYNCD_TOKEN")
+            .env_remove("ASYNCCTL_CONFIG")
+            .env_remove("ASYNCCTL_OUTPUT")
+            // An empty config folder: no file of the machine's user leaks in.
+            .env("XDG_CONFIG_HOME", self.dir.path().join("xdg"))
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    }
+
+    /// `asyncctl ARGS -o json`, which must succeed; its output parsed.
+    fn json(&self, args: &[&str]) -> Value {
+        let out = self.ctl(&[args, &["-o", "json"]].concat());
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "asyncctl {args:?}: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "asyncctl {args:?} -o json is not JSON ({e}): {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        })
+    }
+
+    fn wait_state(&self, id: &str, state: &str) -> Value {
+        wait_for(&format!("task {id} to be {state}"), || {
+            let task = self.json(&["get", id]);
+            (task["state"] == state).then_some(task)
+        })
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("asyncd.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn code(out: &Output) -> Option<i32> {
+    out.status.code()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn ids(page: &Value) -> Vec<&str> {
+    page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect()
+}
+
+#[test]
+fn tasks_dead_letters_jobs_and_cron_through_the_cli() {
+    let dev = Dev::start();
+
+    // submit → get → ls finds it; the table and -o json agree; cancel.
+    let submitted = dev.json(&["submit", "work", r#"{"order": 42}"#, "--delay", "1h"]);
+    let waiting = submitted["id"].as_str().unwrap().to_string();
+    let task = dev.json(&["get", &waiting]);
+    assert_eq!(
+        (&task["type"], &task["state"], &task["payload"]),
+        (&json!("work"), &json!("pending"), &json!({"order": 42}))
+    );
+    let page = dev.json(&["ls", "--job", "work-job", "--state", "pending"]);
+    assert!(ids(&page).contains(&waiting.as_str()), "{page}");
+    let table = dev.ctl(&["ls", "--type", "work"]);
+    assert_eq!(code(&table), Some(0), "{}", stderr(&table));
+    let table = String::from_utf8(table.stdout).unwrap();
+    assert!(table.starts_with("ID "), "{table}");
+    assert!(
+        table.contains(&waiting) && !table.contains('\x1b'),
+        "{table}"
+    );
+    let cancelled = dev.json(&["cancel", &waiting]);
+    assert_eq!(cancelled["state"], "cancelled");
+    let again = dev.ctl(&["cancel", &waiting]);
+    assert_eq!(code(&again), Some(5), "a conflict: {}", stderr(&again));
+
+    // Two tasks that die at once, redriven by filter while the job is paused, so they
+    // wait where the test can see them.
+    let dead: Vec<String> = (0..2)
+        .map(|i| {
+            dev.json(&["submit", "work", &format!("{{\"n\": {i}}}")])["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    for id in &dead {
+        let task = dev.wait_state(id, "dead");
+        assert!(task["last_error"].is_string(), "{task}");
+    }
+    let listed = dev.json(&["dlq", "ls", "--type", "work"]);
+    assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
+    let paused = dev.json(&["jobs", "pause", "work-job"]);
+    assert_eq!(paused["paused"], true, "{paused}");
+    assert_eq!(dev.json(&["jobs", "get", "work-job"])["paused"], true);
+
+    let dry = dev.json(&["dlq", "redrive", "--job", "work-job", "--dry-run"]);
+    assert_eq!(
+        (&dry["matched"], &dry["affected"], &dry["dry_run"]),
+        (&json!(2), &json!(0), &json!(true)),
+        "{dry}"
+    );
+    assert_eq!(
+        dev.json(&["get", &dead[0]])["state"],
+        "dead",
+        "a dry run changes nothing"
+    );
+    let redriven = dev.json(&["dlq", "redrive", "--job", "work-job"]);
+    assert_eq!(
+        (
+            &redriven["affected"],
+            &redriven["remaining"],
+            &redriven["dry_run"]
+        ),
+        (&json!(2), &json!(0), &json!(false)),
+        "{redriven}"
+    );
+    let pending = dev.json(&["ls", "--job", "work-job", "--state", "pending"]);
+    for id in &dead {
+        assert!(
+            ids(&pending).contains(&id.as_str()),
+            "{id} waits: {pending}"
+        );
+        assert_eq!(dev.json(&["get", id])["attempt"], 0, "attempts reset");
+    }
+
+    // jobs ls and top show the job; resuming lets the redriven tasks run (and die again).
+    let jobs = dev.json(&["jobs", "ls"]);
+    let job = jobs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["job"] == "work-job")
+        .unwrap_or_else(|| panic!("work-job in {jobs}"));
+    assert_eq!(job["paused"], true);
+    assert!(job["stats"]["due"].as_u64().unwrap() >= 2, "{job}");
+    let top = dev.json(&["top", "--once"]);
+    assert_eq!(top[0]["job"], "work-job", "{top}");
+    assert!(top[0]["due"].as_u64().unwrap() >= 2, "{top}");
+    let resumed = dev.json(&["jobs", "resume", "work-job"]);
+    assert_eq!(resumed["paused"], false, "{resumed}");
+    for id in &dead {
+        dev.wait_state(id, "dead");
+    }
+
+    // Purged by filter: gone.
+    let purged = dev.json(&["dlq", "purge", "--type", "work"]);
+    assert_eq!(purged["affected"], 2, "{purged}");
+    let gone = dev.ctl(&["get", &dead[0]]);
+    assert_eq!(code(&gone), Some(3), "{}", stderr(&gone));
+
+    // Cron: listed with the next firings, and triggered now.
+    let cron = dev.json(&["cron", "ls"]);
+    assert_eq!(cron[0]["job"], "work-job", "{cron}");
+    assert_eq!(cron[0]["name"], "yearly", "{cron}");
+    assert_eq!(cron[0]["next"].as_array().unwrap().len(), 3, "{cron}");
+    let fired = dev.json(&["cron", "trigger", "work-job", "yearly"]);
+    let task = dev.json(&["get", fired["id"].as_str().unwrap()]);
+    assert_eq!(
+        (&task["type"], &task["payload"]),
+        (&json!("work"), &json!({"from": "cron"})),
+        "{task}"
+    );
+    let unknown = dev.ctl(&["cron", "trigger", "work-job", "hourly"]);
+    assert_eq!(code(&unknown), Some(3), "{}", stderr(&unknown));
+    assert!(
+        stderr(&unknown).contains("hourly") && stderr(&unknown).contains("yearly"),
+        "names the entry and the job's entries: {}",
+        stderr(&unknown)
+    );
+
+    // Exit codes: not found, unauthenticated.
+    let missing = dev.ctl(&["get", "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"]);
+    assert_eq!(code(&missing), Some(3), "{}", stderr(&missing));
+    let denied = dev.ctl_with(
+        &["jobs", "ls"],
+        &[
+            ("ASYNCD_SERVER", dev.server.as_str()),
+            ("ASYNCD_TOKEN", "not-the-token"),
+        ],
+    );
+    assert_eq!(code(&denied), Some(4), "{}", stderr(&denied));
+    let anonymous = dev.ctl_with(&["jobs", "ls"], &[("ASYNCD_SERVER", dev.server.as_str())]);
+    assert_eq!(code(&anonymous), Some(4), "{}", stderr(&anonymous));
+}
+
+#[test]
+fn the_server_and_token_come_from_the_config_file_when_not_given() {
+    let dev = Dev::start();
+    let xdg = dev.dir.path().join("xdg");
+    std::fs::create_dir_all(xdg.join("asyncctl")).unwrap();
+    let config = xdg.join("asyncctl").join("config.yaml");
+    std::fs::write(&config, format!("server: {}\ntoken: {TOKEN}\n", dev.server)).unwrap();
+    let out = dev.ctl_with(&["jobs", "get", "work-job", "-o", "yaml"], &[]);
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("job: work-job"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // The flag wins over the file.
+    let out = dev.ctl_with(&["jobs", "ls", "--token", "wrong"], &[]);
+    assert_eq!(code(&out), Some(4), "{}", stderr(&out));
+    // A file that does not parse is a usage error naming it.
+    let other = dev.dir.path().join("bad.yaml");
+    std::fs::write(&other, "servr: x\n").unwrap();
+    let out = dev.ctl_with(&["jobs", "ls", "--config", path(&other)], &[]);
+    assert_eq!(code(&out), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("bad.yaml"), "{}", stderr(&out));
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn usage_errors_exit_2_and_completions_print() {
+    let home = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_asyncctl"))
+            .args(args)
+            .env_remove("ASYNCD_SERVER")
+            .env_remove("ASYNCD_TOKEN")
+            .env_remove("ASYNCCTL_CONFIG")
+            .env("XDG_CONFIG_HOME", home.path())
+            .output()
+            .unwrap()
+    };
+    for bad in [
+        &["ls", "--bogus"][..],
+        &["ls", "--state", "gone"],
+        &["submit", "work", "--delay", "soon"],
+        &["frobnicate"],
+    ] {
+        let out = run(bad);
+        assert_eq!(code(&out), Some(2), "{bad:?}: {}", stderr(&out));
+    }
+    let out = run(&["dlq", "purge", "--dry-run"]);
+    assert_eq!(code(&out), Some(2), "a bulk action needs a filter");
+    assert!(stderr(&out).contains("--job or --type"), "{}", stderr(&out));
+    let closed = format!("http://127.0.0.1:{}", free_port());
+    let unreachable = run(&["get", "x", "--server", closed.as_str()]);
+    assert_eq!(code(&unreachable), Some(1), "{}", stderr(&unreachable));
+    for shell in ["bash", "zsh", "fish"] {
+        let out = run(&["completion", shell]);
+        assert_eq!(code(&out), Some(0));
+        let script = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            script.contains("asyncctl") && script.contains("redrive"),
+            "{shell}: {script}"
+        );
+    }
+}
