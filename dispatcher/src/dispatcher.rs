@@ -9,8 +9,10 @@
 //!   before their ETA instead of waiting for the next tick;
 //! - the **ticker** sleeps until the heap's earliest ETA or a new arrival, then moves
 //!   due tasks to their job's runner;
-//! - one **runner per job** keeps that job's order and concurrency limit, begins attempts
-//!   in batches and spawns the executor calls, so a slow job never holds up another;
+//! - one **runner per job** keeps that job's order, begins attempts in batches within
+//!   its `concurrency` and `rateLimit` — kept in total across dispatchers by the store
+//!   ([`Store::start_limited`]) — and spawns the executor calls, so a slow job never
+//!   holds up another;
 //! - the **completer** writes attempt outcomes back in batches.
 //!
 //! Shutdown: stop claiming, hand unstarted tasks back to the store, let in-flight calls
@@ -717,9 +719,11 @@ async fn tick(shared: Arc<Shared>, tasks: TaskTracker) -> Vec<tokio::task::JoinH
     }
 }
 
-/// One job's runner: at most `concurrency` attempts at once, each permit going to the
-/// best ranked due task at the moment it is free (a permit is taken first, then the
-/// task, so a task that came due meanwhile with a better rank is not passed over).
+/// One job's runner: at most `concurrency` attempts at once here (a permit is held until
+/// the attempt's outcome is written), and within the job's limits in total as the store
+/// admits them ([`begin`]); each permit goes to the best ranked due task at the moment
+/// it is free (a permit is taken first, then the task, so a task that came due
+/// meanwhile with a better rank is not passed over).
 async fn run_job(shared: Arc<Shared>, task_type: String, queue: Arc<ReadyQueue>) {
     let taken = |task: ClaimedTask| {
         shared.queued.fetch_sub(1, Ordering::SeqCst);

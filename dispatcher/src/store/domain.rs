@@ -279,10 +279,9 @@ pub fn admit(
     } else {
         // Thousandths of a token short of the next one, at `per_second` thousandths a
         // millisecond.
-        let short = 1000 - (milli_tokens - allowed as i64 * 1000);
-        let ms = short.max(0).div_ceil(i64::from(rate.per_second));
+        let short = u64::try_from(1000 - (milli_tokens - allowed as i64 * 1000)).unwrap_or(0);
         Some(HeldBy::Rate {
-            next_token: Duration::from_millis(u64::try_from(ms).unwrap_or(0)),
+            next_token: Duration::from_millis(short.div_ceil(u64::from(rate.per_second))),
         })
     };
     Admission {

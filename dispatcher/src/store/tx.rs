@@ -552,7 +552,7 @@ where
                 Vec::new()
             } else {
                 let claims = &params.claims[..admission.allowed];
-                B::start_on(&mut tx, StartParams { claims, ..params }).await?
+                B::start_on(&mut *tx, StartParams { claims, ..params }).await?
             };
             if gate.rate.is_some() {
                 // A claim that did not start (cancelled, paused, lapsed) took no token.
