@@ -590,6 +590,7 @@ fn claim_plan(shared: &Shared) -> Vec<(Vec<String>, u32)> {
         let limits = JobLimits {
             concurrency: job.concurrency,
             timeout: job.timeout,
+            per_second: job.rate_limit.map(|r| r.per_second),
         };
         let room = holdings.room(&task_type, limits, config.hold);
         match u32::try_from(room) {
