@@ -181,7 +181,8 @@ pub async fn run(args: &Args) -> Result<()> {
             arrival - submitted,
             before - ran
         );
-        sink.wait_for(args.backlog, Duration::from_secs(600)).await?;
+        sink.wait_for(args.backlog, Duration::from_secs(600))
+            .await?;
     }
 
     println!("\n## ETA heap\n");

@@ -255,7 +255,9 @@ async fn concurrency_holds_in_total_and_follows_a_config_change(database: Option
         )])))
         .unwrap();
     pair.give(TASKS).await;
-    executor.wait_calls(2 * TASKS, Duration::from_secs(60)).await;
+    executor
+        .wait_calls(2 * TASKS, Duration::from_secs(60))
+        .await;
     let most = executor.reset_most();
     eprintln!("after the change, at most {most} calls at once (limit {LOWER})");
     assert!(most <= LOWER, "{most} calls at once, above the new limit");

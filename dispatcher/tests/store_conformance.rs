@@ -1985,8 +1985,8 @@ impl Server {
                         .start_limited(start_params(&held, T0, 60_000), gate)
                         .await
                         .unwrap();
-                    let now = running.fetch_add(admitted.started.len(), SeqCst)
-                        + admitted.started.len();
+                    let now =
+                        running.fetch_add(admitted.started.len(), SeqCst) + admitted.started.len();
                     most.fetch_max(now, SeqCst);
                     assert!(now <= K as usize, "{now} running, above {K}");
                     held.drain(..held.len() - admitted.deferred);

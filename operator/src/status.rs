@@ -345,7 +345,12 @@ mod tests {
         no_rate.limits.as_mut().unwrap().rate_limit = None;
         let json = serde_json::to_value(&no_rate).unwrap();
         assert!(json["limits"]["rateLimit"].is_null());
-        assert!(json["limits"].as_object().unwrap().contains_key("rateLimit"));
+        assert!(
+            json["limits"]
+                .as_object()
+                .unwrap()
+                .contains_key("rateLimit")
+        );
     }
 
     #[test]

@@ -484,7 +484,11 @@ impl JobSpec {
         if self.concurrency == Some(0) {
             return Err(SpecError::new("spec.concurrency", "must be at least 1"));
         }
-        let rate_limit = self.rate_limit.as_ref().map(validate_rate_limit).transpose()?;
+        let rate_limit = self
+            .rate_limit
+            .as_ref()
+            .map(validate_rate_limit)
+            .transpose()?;
         if let Some(kafka) = &self.kafka {
             if kafka.topic.trim().is_empty() {
                 return Err(SpecError::new("spec.kafka.topic", "must not be empty"));

@@ -7,8 +7,8 @@ use std::time::Duration;
 use asyncd_spec::RateLimit;
 
 use super::{
-    CancelOutcome, ClaimedTask, FinishKind, HeldBy, InsertOutcome, Millis, NewTask,
-    RedriveOutcome, TaskState,
+    CancelOutcome, ClaimedTask, FinishKind, HeldBy, InsertOutcome, Millis, NewTask, RedriveOutcome,
+    TaskState,
 };
 
 /// How often an insert or a redrive that hit a unique key is tried again when the task
@@ -294,9 +294,11 @@ pub fn admit(
 /// The bucket after `started` attempts took a token each.
 pub fn spend(bucket: Bucket, started: usize) -> Bucket {
     Bucket {
-        milli_tokens: bucket
-            .milli_tokens
-            .saturating_sub(i64::try_from(started).unwrap_or(i64::MAX).saturating_mul(1000)),
+        milli_tokens: bucket.milli_tokens.saturating_sub(
+            i64::try_from(started)
+                .unwrap_or(i64::MAX)
+                .saturating_mul(1000),
+        ),
         at: bucket.at,
     }
 }

@@ -570,8 +570,7 @@ pub trait Store: Send + Sync + 'static {
     /// attempts stay within `gate.concurrency` and its token bucket has a token for each
     /// (`store::domain::admit`), and takes a token for each attempt begun. The claims
     /// left over stay claimed, for the caller to try again.
-    async fn start_limited(&self, params: StartParams<'_>, gate: JobGate<'_>)
-    -> Result<Admitted>;
+    async fn start_limited(&self, params: StartParams<'_>, gate: JobGate<'_>) -> Result<Admitted>;
     /// Applies each finish whose token still matches; `true` where it applied.
     async fn finish(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>>;
     async fn lapsed(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>>;
