@@ -1691,9 +1691,9 @@ async fn limits_hold_in_total_across_starters(store: &dyn Store) {
         .await
         .unwrap();
     assert_eq!(one.started.len(), 1);
-    // 2.5 tokens by 350 ms: two begin, half a token stays.
+    // Two tokens by 300 ms (the burst; not more): two begin.
     let two = store
-        .start_limited(start_params(&b[1..], at(350), 0), gate)
+        .start_limited(start_params(&b[1..], at(300), 0), gate)
         .await
         .unwrap();
     assert_eq!(two.started.len(), 2);
