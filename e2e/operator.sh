@@ -181,6 +181,7 @@ check "order-cancel-job Ready"       kn wait --for=condition=Ready --timeout=60s
 check "topic has 6 partitions"       topic_has "$OC_TOPIC" 6
 check "status.partitions is 6"       expect_eq partitions "$(jp asyncjobconfig/$OC '{.status.partitions}')" 6
 check "observedGeneration"           expect_eq observedGeneration "$(jp asyncjobconfig/$OC '{.status.observedGeneration}')" "$(jp asyncjobconfig/$OC '{.metadata.generation}')"
+check "status.limits in effect"      expect_eq limits "$(jp asyncjobconfig/$OC '{.status.limits.concurrency}')/$(jp asyncjobconfig/$OC '{.status.paused}')" 64/false
 check "finalizer set"                expect_eq finalizers "$(jp asyncjobconfig/$OC '{.metadata.finalizers}')" '["asyncd.example.io/cleanup"]'
 
 routing_entry() {  # the document under KEY, checked against what the loader needs

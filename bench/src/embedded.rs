@@ -24,6 +24,12 @@ pub struct Args {
     /// Concurrent single submits in flight.
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
+    /// Tasks for the rows comparing the end-to-end rate with and without a rate limit.
+    #[arg(long, default_value_t = 100_000)]
+    limits: usize,
+    /// Overdue priority-0 tasks a priority-9 task is submitted behind.
+    #[arg(long, default_value_t = 50_000)]
+    backlog: usize,
 }
 
 /// The embedded figures: submit, end-to-end, lateness, heap.
@@ -108,6 +114,75 @@ pub async fn run(args: &Args) -> Result<()> {
             "| random 1–10 s delays | {} | {} ms | {} ms | {} ms |",
             args.random, l.p50, l.p99, l.max
         );
+    }
+
+    println!("\n## Limits that do not bind\n");
+    println!(
+        "Every attempt begins through the store's limits (`concurrency`, counted in total); \
+         the second row adds a `rateLimit` far above the rate reached, whose token bucket \
+         is one more statement per batch.\n"
+    );
+    println!("| job spec | tasks | end-to-end | asyncd CPU |");
+    println!("|---|---:|---:|---:|");
+    for (label, extra) in [
+        ("`concurrency: 256`", ""),
+        (
+            "`concurrency: 256`, `rateLimit: {perSecond: 1000000}`",
+            "  rateLimit: {perSecond: 1000000}\n",
+        ),
+    ] {
+        let n = args.limits;
+        let asyncd = Asyncd::start_with(&executor, &http, None, extra).await?;
+        sink.take();
+        let start = Instant::now();
+        submit_batches(&http, &asyncd.base, (0..n).map(|_| task(0)).collect()).await?;
+        let done = sink.wait_for(n, Duration::from_secs(600)).await?;
+        println!(
+            "| {label} | {n} | {} | {:.1} s |",
+            rate(n, done - start),
+            asyncd.cpu_seconds()
+        );
+    }
+
+    println!("\n## Priority under backlog\n");
+    {
+        let asyncd = Asyncd::start(&executor, &http, None).await?;
+        sink.take();
+        // The backlog due at once, so all of it is overdue when the probe comes.
+        submit_batches(
+            &http,
+            &asyncd.base,
+            (0..args.backlog).map(|_| task(0)).collect(),
+        )
+        .await?;
+        let submitted = now_ms();
+        let ran = sink.count();
+        let probe = serde_json::json!({"type": "noop", "payload": {"probe": true}, "priority": 9});
+        submit_single(&http, &asyncd.base, vec![probe], 1).await?;
+        let start = Instant::now();
+        let (arrival, before) = loop {
+            if let Some(seen) = sink.probe() {
+                break seen;
+            }
+            anyhow::ensure!(
+                start.elapsed() < Duration::from_secs(300),
+                "the priority-9 task did not run"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        println!(
+            "| priority-0 tasks submitted | still waiting at the probe's submit | priority-9 probe: submit to call | backlog calls between |"
+        );
+        println!("|---:|---:|---:|---:|");
+        println!(
+            "| {} | {} | {} ms | {} |",
+            args.backlog,
+            args.backlog - ran,
+            arrival - submitted,
+            before - ran
+        );
+        sink.wait_for(args.backlog, Duration::from_secs(600))
+            .await?;
     }
 
     println!("\n## ETA heap\n");

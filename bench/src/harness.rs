@@ -17,24 +17,34 @@ pub fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
-/// The no-op executor: answers 200 and notes (eta, arrival) of each call.
+/// The no-op executor: answers 200 and notes (eta, arrival) of each call, and of the
+/// one task whose payload is `{"probe": true}` its arrival and how many calls came
+/// before it.
 #[derive(Clone, Default)]
-pub struct Sink(Arc<Mutex<Vec<(i64, i64)>>>);
+pub struct Sink {
+    seen: Arc<Mutex<Vec<(i64, i64)>>>,
+    probe: Arc<Mutex<Option<(i64, usize)>>>,
+}
 
 impl Sink {
     pub async fn serve(&self) -> Result<String> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let seen = self.0.clone();
+        let (seen, probe) = (self.seen.clone(), self.probe.clone());
         let app = axum::Router::new().fallback(move |body: Bytes| {
-            let seen = seen.clone();
+            let (seen, probe) = (seen.clone(), probe.clone());
             async move {
                 let arrival = now_ms();
-                if let Ok(task) = serde_json::from_slice::<Value>(&body)
-                    && let Some(eta) = task["eta"].as_str()
-                    && let Ok(eta) = chrono::DateTime::parse_from_rfc3339(eta)
-                {
-                    seen.lock().unwrap().push((eta.timestamp_millis(), arrival));
+                if let Ok(task) = serde_json::from_slice::<Value>(&body) {
+                    let mut seen = seen.lock().unwrap();
+                    if task["payload"]["probe"] == true {
+                        *probe.lock().unwrap() = Some((arrival, seen.len()));
+                    }
+                    if let Some(eta) = task["eta"].as_str()
+                        && let Ok(eta) = chrono::DateTime::parse_from_rfc3339(eta)
+                    {
+                        seen.push((eta.timestamp_millis(), arrival));
+                    }
                 }
                 ""
             }
@@ -43,12 +53,18 @@ impl Sink {
         Ok(format!("http://{addr}/"))
     }
 
+    /// The probe's arrival and how many calls came before it, once it came.
+    pub fn probe(&self) -> Option<(i64, usize)> {
+        *self.probe.lock().unwrap()
+    }
+
     pub fn count(&self) -> usize {
-        self.0.lock().unwrap().len()
+        self.seen.lock().unwrap().len()
     }
 
     pub fn take(&self) -> Vec<(i64, i64)> {
-        std::mem::take(&mut *self.0.lock().unwrap())
+        self.probe.lock().unwrap().take();
+        std::mem::take(&mut *self.seen.lock().unwrap())
     }
 
     pub async fn wait_for(&self, n: usize, deadline: Duration) -> Result<Instant> {
@@ -80,13 +96,23 @@ impl Asyncd {
         http: &reqwest::Client,
         kafka: Option<(&str, &str)>,
     ) -> Result<Self> {
+        Self::start_with(executor_url, http, kafka, "").await
+    }
+
+    /// [`Asyncd::start`] with `extra_spec` (indented YAML lines) added to the job's spec.
+    pub async fn start_with(
+        executor_url: &str,
+        http: &reqwest::Client,
+        kafka: Option<(&str, &str)>,
+        extra_spec: &str,
+    ) -> Result<Self> {
         let dir = tempfile::tempdir()?;
         let jobs = dir.path().join("jobs");
         std::fs::create_dir(&jobs)?;
         std::fs::write(
             jobs.join("bench.yaml"),
             format!(
-                "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata: {{name: bench}}\nspec:\n  taskType: noop\n  executor: {{url: '{executor_url}', timeout: 30s}}\n  concurrency: 256\n{}",
+                "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata: {{name: bench}}\nspec:\n  taskType: noop\n  executor: {{url: '{executor_url}', timeout: 30s}}\n  concurrency: 256\n{}{extra_spec}",
                 kafka.map_or(String::new(), |(_, topic)| format!(
                     "  kafka: {{topic: {topic}, partitions: 6}}\n"
                 ))

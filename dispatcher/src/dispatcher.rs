@@ -9,8 +9,10 @@
 //!   before their ETA instead of waiting for the next tick;
 //! - the **ticker** sleeps until the heap's earliest ETA or a new arrival, then moves
 //!   due tasks to their job's runner;
-//! - one **runner per job** keeps that job's order and concurrency limit, begins attempts
-//!   in batches and spawns the executor calls, so a slow job never holds up another;
+//! - one **runner per job** keeps that job's order, begins attempts in batches within
+//!   its `concurrency` and `rateLimit` — kept in total across dispatchers by the store
+//!   ([`Store::start_limited`]) — and spawns the executor calls, so a slow job never
+//!   holds up another;
 //! - the **completer** writes attempt outcomes back in batches.
 //!
 //! Shutdown: stop claiming, hand unstarted tasks back to the store, let in-flight calls
@@ -52,7 +54,32 @@ use crate::retry;
 use crate::routing::Routes;
 use crate::signals::{Signal, TestSignals, emit};
 use crate::signing::{Keys, SigningKeys};
-use crate::store::{ClaimParams, ClaimedTask, Finish, FinishKind, StartParams, Store, TypeFilter};
+use crate::store::{
+    ClaimParams, ClaimedTask, Finish, FinishKind, HeldBy, JobGate, StartParams, Store, TypeFilter,
+};
+
+/// How often a runner held back by its job's concurrency (slots taken by attempts other
+/// dispatchers began, or by long attempts an executor accepted with 202) asks the store
+/// again when no outcome of its own was written meanwhile: the store is the only place
+/// that learns when another dispatcher's attempt ends.
+const SLOT_POLL: Duration = Duration::from_millis(50);
+
+/// An outcome for the completer, with the concurrency permit its attempt held: the
+/// permit goes once the outcome is written, when the store stops counting the attempt
+/// as running, so the runner does not begin an attempt the store's count would refuse.
+struct Completion {
+    finish: Finish,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl From<Finish> for Completion {
+    fn from(finish: Finish) -> Self {
+        Self {
+            finish,
+            permit: None,
+        }
+    }
+}
 
 /// How many times the completer retries a batch once shutdown has begun, before leaving
 /// those tasks to their leases rather than holding the process up while the store is away.
@@ -153,7 +180,10 @@ struct Shared {
     holdings: Mutex<Holdings>,
     ownership: Mutex<Ownership>,
     waker: ClaimerWakeup,
-    completions: mpsc::Sender<Finish>,
+    completions: mpsc::Sender<Completion>,
+    /// Notified each time the completer has written a batch of outcomes: runners held
+    /// back by their job's concurrency look again.
+    outcomes_written: Arc<Notify>,
     /// Tasks handed to runners but not yet taken by them; counts against `max_heap`.
     queued: AtomicUsize,
     inflight: TaskTracker,
@@ -202,7 +232,7 @@ impl Shared {
 
 pub struct Dispatcher {
     shared: Arc<Shared>,
-    completions: mpsc::Receiver<Finish>,
+    completions: mpsc::Receiver<Completion>,
 }
 
 impl Dispatcher {
@@ -240,6 +270,7 @@ impl Dispatcher {
                 ownership: Mutex::new(ownership),
                 waker,
                 completions: tx,
+                outcomes_written: Arc::default(),
                 queued: AtomicUsize::new(0),
                 inflight: TaskTracker::new(),
                 abandon: CancellationToken::new(),
@@ -325,11 +356,14 @@ async fn release(shared: &Shared, tasks: Vec<ClaimedTask>) {
         shared.let_go(&task.task_type);
         let _ = shared
             .completions
-            .send(Finish {
-                id: task.id,
-                lease_token: task.lease_token,
-                kind: FinishKind::Release,
-            })
+            .send(
+                Finish {
+                    id: task.id,
+                    lease_token: task.lease_token,
+                    kind: FinishKind::Release,
+                }
+                .into(),
+            )
             .await;
     }
 }
@@ -557,6 +591,7 @@ fn claim_plan(shared: &Shared) -> Vec<(Vec<String>, u32)> {
         let limits = JobLimits {
             concurrency: job.concurrency,
             timeout: job.timeout,
+            per_second: job.rate_limit.map(|r| r.per_second),
         };
         let room = holdings.room(&task_type, limits, config.hold);
         match u32::try_from(room) {
@@ -686,9 +721,11 @@ async fn tick(shared: Arc<Shared>, tasks: TaskTracker) -> Vec<tokio::task::JoinH
     }
 }
 
-/// One job's runner: at most `concurrency` attempts at once, each permit going to the
-/// best ranked due task at the moment it is free (a permit is taken first, then the
-/// task, so a task that came due meanwhile with a better rank is not passed over).
+/// One job's runner: at most `concurrency` attempts at once here (a permit is held until
+/// the attempt's outcome is written), and within the job's limits in total as the store
+/// admits them ([`begin`]); each permit goes to the best ranked due task at the moment
+/// it is free (a permit is taken first, then the task, so a task that came due
+/// meanwhile with a better rank is not passed over).
 async fn run_job(shared: Arc<Shared>, task_type: String, queue: Arc<ReadyQueue>) {
     let taken = |task: ClaimedTask| {
         shared.queued.fetch_sub(1, Ordering::SeqCst);
@@ -725,7 +762,20 @@ async fn run_job(shared: Arc<Shared>, task_type: String, queue: Arc<ReadyQueue>)
             let Some(task) = queue.try_pop() else { break };
             batch.push((taken(task), permit));
         }
-        begin(&shared, batch).await;
+        // Created before the store is asked, so an outcome written meanwhile is not
+        // missed (a `Notified` receives `notify_waiters` from its creation on).
+        let written = shared.outcomes_written.notified();
+        let (pause, on_outcome) = match begin(&shared, &queue, batch).await {
+            None => continue,
+            // No outcome brings the next token sooner.
+            Some(HeldBy::Rate { next_token }) => (next_token.max(Duration::from_millis(1)), false),
+            Some(HeldBy::Concurrency) => (SLOT_POLL, true),
+        };
+        tokio::select! {
+            _ = written, if on_outcome => {}
+            _ = tokio::time::sleep(pause) => {}
+            _ = shared.shutdown.cancelled() => break,
+        }
     }
     // Shutdown: hand back what waits here, and what the ticker adds until it closes the
     // queue.
@@ -797,7 +847,15 @@ impl ConcurrencyLimit {
     }
 }
 
-async fn begin(shared: &Arc<Shared>, batch: Vec<(ClaimedTask, OwnedSemaphorePermit)>) {
+/// Begins attempts on `batch` (in rank order) within the job's limits, which the store
+/// keeps across every dispatcher ([`Store::start_limited`]). What the limits leave for
+/// later goes back to `queue`, still claimed, and the limit that held it back is
+/// returned for the runner to wait on.
+async fn begin(
+    shared: &Arc<Shared>,
+    queue: &ReadyQueue,
+    batch: Vec<(ClaimedTask, OwnedSemaphorePermit)>,
+) -> Option<HeldBy> {
     // A runner's batch is of one job. Its keys are read once, before any attempt
     // begins: held tasks of a job whose keys went missing (or that Kafka delivered) are
     // handed back to wait in the store, where the claimer leaves them until the keys
@@ -808,36 +866,62 @@ async fn begin(shared: &Arc<Shared>, batch: Vec<(ClaimedTask, OwnedSemaphorePerm
     let keys = job
         .as_ref()
         .map_or(Keys::Unsigned, |job| shared.signing.keys(job));
-    // Likewise the held tasks of a job its config has paused since they were claimed.
-    if matches!(keys, Keys::Unavailable(_)) || job.is_some_and(|job| job.paused) {
-        release(shared, batch.into_iter().map(|(task, _)| task).collect()).await;
-        return;
-    }
+    // Likewise the held tasks of a job its config has paused since they were claimed,
+    // and those of a job whose config is gone.
+    let job = match job {
+        Some(job) if !job.paused && !matches!(keys, Keys::Unavailable(_)) => job,
+        _ => {
+            release(shared, batch.into_iter().map(|(task, _)| task).collect()).await;
+            return None;
+        }
+    };
     let keys = Arc::new(keys);
     let claims: Vec<(String, i64)> = batch
         .iter()
         .map(|(task, _)| (task.id.clone(), task.lease_token))
         .collect();
     let now = shared.clock.now_millis();
-    let started = match shared
+    let admitted = shared
         .store
-        .start(StartParams {
-            claims: &claims,
-            now,
-            grace: shared.config.grace,
-        })
-        .await
-    {
-        Ok(started) => started,
+        .start_limited(
+            StartParams {
+                claims: &claims,
+                now,
+                grace: shared.config.grace,
+            },
+            JobGate {
+                task_type: &job.task_type,
+                concurrency: job.concurrency,
+                rate: job.rate_limit,
+            },
+        )
+        .await;
+    let admitted = match admitted {
+        Ok(admitted) => admitted,
         Err(err) => {
             // The claims stay held; the rescuer hands them back when the hold lapses.
             tracing::warn!(%err, tasks = batch.len(), "could not begin attempts");
             for (task, _) in &batch {
                 shared.let_go(&task.task_type);
             }
-            return;
+            return None;
         }
     };
+    let mut batch = batch;
+    let deferred = batch.split_off(batch.len() - admitted.deferred);
+    if !deferred.is_empty() {
+        shared
+            .metrics
+            .limited
+            .with_label_values(&[job.name.as_str(), held_by_label(admitted.held_by)])
+            .inc_by(deferred.len() as u64);
+    }
+    for (task, permit) in deferred {
+        drop(permit);
+        shared.queued.fetch_add(1, Ordering::SeqCst);
+        queue.push(task);
+    }
+    let started = admitted.started;
     if let Some((task, _)) = batch.first() {
         // A runner's batch is of one job.
         shared.holdings.lock().expect("holdings lock").began(
@@ -870,10 +954,9 @@ async fn begin(shared: &Arc<Shared>, batch: Vec<(ClaimedTask, OwnedSemaphorePerm
             async move {
                 let task_type = task.task_type.clone();
                 tokio::select! {
-                    _ = execute(&shared, task, attempt, &keys) => {}
+                    _ = execute(&shared, task, attempt, &keys, permit) => {}
                     _ = shared.abandon.cancelled() => {}
                 }
-                drop(permit);
                 shared.let_go(&task_type);
             }
             .instrument(span),
@@ -882,9 +965,23 @@ async fn begin(shared: &Arc<Shared>, batch: Vec<(ClaimedTask, OwnedSemaphorePerm
     if !unstarted.is_empty() {
         release(shared, unstarted).await;
     }
+    admitted.held_by
 }
 
-async fn execute(shared: &Shared, task: ClaimedTask, attempt: crate::store::Started, keys: &Keys) {
+fn held_by_label(held_by: Option<HeldBy>) -> &'static str {
+    match held_by {
+        Some(HeldBy::Rate { .. }) => "rate",
+        _ => "concurrency",
+    }
+}
+
+async fn execute(
+    shared: &Shared,
+    task: ClaimedTask,
+    attempt: crate::store::Started,
+    keys: &Keys,
+    permit: OwnedSemaphorePermit,
+) {
     let job = shared.routes.borrow().job(&task.task_type).cloned();
     let metrics = &shared.metrics;
     let task_type = task.task_type.as_str();
@@ -936,10 +1033,13 @@ async fn execute(shared: &Shared, task: ClaimedTask, attempt: crate::store::Star
     }
     let _ = shared
         .completions
-        .send(Finish {
-            id: task.id,
-            lease_token: attempt.lease_token,
-            kind,
+        .send(Completion {
+            finish: Finish {
+                id: task.id,
+                lease_token: attempt.lease_token,
+                kind,
+            },
+            permit: Some(permit),
         })
         .await;
 }
@@ -966,16 +1066,21 @@ fn log_outcome(kind: &FinishKind) {
     }
 }
 
-async fn complete(shared: Arc<Shared>, mut completions: mpsc::Receiver<Finish>) {
+async fn complete(shared: Arc<Shared>, mut completions: mpsc::Receiver<Completion>) {
     // Hold only a weak interest in `shared`: the channel closing is what ends this loop.
     let store = shared.store.clone();
     let clock = shared.clock.clone();
     let waker = shared.waker.clone();
     let signals = shared.config.signals.clone();
     let shutdown = shared.shutdown.clone();
+    let written = shared.outcomes_written.clone();
     drop(shared);
-    let mut batch = Vec::with_capacity(512);
-    while completions.recv_many(&mut batch, 512).await > 0 {
+    let mut received = Vec::with_capacity(512);
+    while completions.recv_many(&mut received, 512).await > 0 {
+        let (mut batch, permits): (Vec<Finish>, Vec<_>) = received
+            .drain(..)
+            .map(|c: Completion| (c.finish, c.permit))
+            .unzip();
         let ids: Vec<String> = batch.iter().map(|f| f.id.clone()).collect();
         let wake = batch
             .iter()
@@ -1005,10 +1110,11 @@ async fn complete(shared: Arc<Shared>, mut completions: mpsc::Receiver<Finish>) 
                 }
             }
         }
+        drop(permits);
+        written.notify_waiters();
         if wake {
             waker.wake();
         }
-        batch.clear();
     }
 }
 

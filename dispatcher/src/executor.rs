@@ -341,6 +341,7 @@ pub(crate) fn test_job(url: &str) -> Job {
         max_backoff: Duration::from_secs(60),
         unique_key: None,
         concurrency: 1,
+        rate_limit: None,
         kafka: None,
         cron: Vec::new(),
         retention: asyncd_spec::Retention::DEFAULT,

@@ -47,6 +47,9 @@ struct JobHolding {
 pub struct JobLimits {
     pub concurrency: u32,
     pub timeout: Duration,
+    /// `rateLimit.perSecond`: no dispatcher begins attempts faster, so neither is its
+    /// rate taken to be faster, measured or not.
+    pub per_second: Option<u32>,
 }
 
 impl Holdings {
@@ -89,6 +92,9 @@ impl Holdings {
         let rate = job.rate.unwrap_or_else(|| {
             f64::from(limits.concurrency.max(1)) / limits.timeout.as_secs_f64().max(1e-3)
         });
+        let rate = limits
+            .per_second
+            .map_or(rate, |limit| rate.min(f64::from(limit)));
         let room = capacity(limits.concurrency, hold, rate).saturating_sub(job.held);
         job.full = room == 0;
         room
@@ -116,7 +122,21 @@ mod tests {
         JobLimits {
             concurrency,
             timeout: Duration::from_secs(timeout_s),
+            per_second: None,
         }
+    }
+
+    #[test]
+    fn a_rate_limit_caps_the_rate_claims_are_sized_by() {
+        let mut holdings = Holdings::default();
+        let limited = JobLimits {
+            per_second: Some(2),
+            ..limits(100, 1)
+        };
+        // Not 100 a second by the timeout: 2, so 30 waiting in half the hold.
+        assert_eq!(holdings.room("t", limited, HOLD), 130);
+        begin_over(&mut holdings, Instant::now(), 400, 2);
+        assert_eq!(holdings.room("t", limited, HOLD), 130, "nor as measured");
     }
 
     /// `count` beginnings spread evenly over `seconds`, from `t0`.

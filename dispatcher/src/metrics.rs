@@ -42,6 +42,7 @@ pub struct Metrics {
     pub clock_offset: Gauge,
     pub signing_unavailable: IntGaugeVec,
     pub job_paused: IntGaugeVec,
+    pub limited: IntCounterVec,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -153,6 +154,13 @@ impl Metrics {
              wait in the store",
             &["job"],
         );
+        let limited = counter(
+            "asyncd_job_limited_total",
+            "Attempts a job's limits held back when a dispatcher would have begun them, by \
+             the limit that did (concurrency: in total across dispatchers; rate); each \
+             waits, claimed, and is tried again",
+            &["job", "limit"],
+        );
         let pending = gauge(
             "asyncd_mysql_pending_tasks",
             "Unfinished tasks waiting in the SQL store (any backend; the name is the reference system's)",
@@ -225,6 +233,7 @@ impl Metrics {
             clock_offset,
             signing_unavailable,
             job_paused,
+            limited,
         }
     }
 

@@ -185,6 +185,13 @@ mod tests {
         async fn start(&self, p: StartParams<'_>) -> store::Result<Vec<Started>> {
             self.inner.start(p).await
         }
+        async fn start_limited(
+            &self,
+            p: StartParams<'_>,
+            gate: store::JobGate<'_>,
+        ) -> store::Result<store::Admitted> {
+            self.inner.start_limited(p, gate).await
+        }
         async fn finish(&self, f: &[Finish], now: Millis) -> store::Result<Vec<bool>> {
             self.inner.finish(f, now).await
         }

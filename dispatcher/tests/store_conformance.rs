@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use asyncd::store::{
     self, BulkAction, CancelOutcome, ClaimParams, DeadCount, DeadFilter, DeadLetterParams, Finish,
-    FinishKind, InsertOutcome, JobCountParams, JobCounts, KafkaDeadLetter, MEMBER_RETENTION,
-    Millis, NewTask, PurgeParams, RedriveOutcome, SearchParams, StartParams, Store, TaskState,
-    TypeFilter, WorkflowOutcome,
+    FinishKind, HeldBy, InsertOutcome, JobCountParams, JobCounts, JobGate, KafkaDeadLetter,
+    MEMBER_RETENTION, Millis, NewTask, PurgeParams, RedriveOutcome, SearchParams, StartParams,
+    Store, TaskState, TypeFilter, WorkflowOutcome,
 };
+use asyncd_spec::RateLimit;
 use serde_json::value::RawValue;
 
 const T0: Millis = Millis::new(T0_MS);
@@ -2041,6 +2042,159 @@ async fn claims_rank_priority_among_due_work_with_ageing(store: &dyn Store) {
     );
 }
 
+/// Claims `n` due tasks of `task_type` for `owner`, as `(id, token)` pairs in rank order.
+async fn claims_of(
+    store: &dyn Store,
+    task_type: &str,
+    owner: &str,
+    n: u32,
+    now: Millis,
+) -> Vec<(String, i64)> {
+    store
+        .claim(claim_params(
+            &TypeFilter::Only(vec![task_type.into()]),
+            now,
+            now,
+            60_000,
+            owner,
+            n,
+        ))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.id, c.lease_token))
+        .collect()
+}
+
+async fn limits_hold_in_total_across_starters(store: &dyn Store) {
+    for _ in 0..10 {
+        insert(store, new_task("slots", T0)).await;
+    }
+    let gate = JobGate {
+        task_type: "slots",
+        concurrency: 3,
+        rate: None,
+    };
+    // Two dispatchers' claims: the first may begin 3, the second none until one ends.
+    let a = claims_of(store, "slots", "a", 5, T0).await;
+    let b = claims_of(store, "slots", "b", 5, T0).await;
+    let first = store
+        .start_limited(start_params(&a, T0, 0), gate)
+        .await
+        .unwrap();
+    assert_eq!(first.started.len(), 3);
+    assert_eq!(
+        first.started.iter().map(|s| &s.id).collect::<Vec<_>>(),
+        a[..3].iter().map(|(id, _)| id).collect::<Vec<_>>(),
+        "the first claims given begin"
+    );
+    assert_eq!(
+        (first.deferred, first.held_by),
+        (2, Some(HeldBy::Concurrency))
+    );
+    assert_eq!(state(store, &a[3].0).await, TaskState::Claimed);
+    let second = store
+        .start_limited(start_params(&b, T0, 0), gate)
+        .await
+        .unwrap();
+    assert_eq!((second.started.len(), second.deferred), (0, 5));
+    let done = &first.started[0];
+    store
+        .finish(
+            &[Finish {
+                id: done.id.clone(),
+                lease_token: done.lease_token,
+                kind: FinishKind::Succeeded { result: None },
+            }],
+            at(1),
+        )
+        .await
+        .unwrap();
+    let third = store
+        .start_limited(start_params(&b, at(1), 0), gate)
+        .await
+        .unwrap();
+    assert_eq!((third.started.len(), third.deferred), (1, 4));
+    // A raised limit (a config change) takes effect at the next start.
+    let raised = store
+        .start_limited(
+            start_params(&b[1..], at(2), 0),
+            JobGate {
+                concurrency: 5,
+                ..gate
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!((raised.started.len(), raised.deferred), (2, 2));
+
+    // A rate of 10/s with a burst of 2, on claims of two owners.
+    for _ in 0..10 {
+        insert(store, new_task("rated", T0)).await;
+    }
+    let gate = JobGate {
+        task_type: "rated",
+        concurrency: 100,
+        rate: Some(RateLimit {
+            per_second: 10,
+            burst: 2,
+        }),
+    };
+    let a = claims_of(store, "rated", "a", 5, T0).await;
+    let b = claims_of(store, "rated", "b", 5, T0).await;
+    let burst = store
+        .start_limited(start_params(&a, T0, 0), gate)
+        .await
+        .unwrap();
+    assert_eq!(burst.started.len(), 2, "the burst");
+    assert_eq!(
+        burst.held_by,
+        Some(HeldBy::Rate {
+            next_token: Duration::from_millis(100)
+        })
+    );
+    let empty = store
+        .start_limited(start_params(&b, at(40), 0), gate)
+        .await
+        .unwrap();
+    assert_eq!(
+        (empty.started.len(), empty.held_by),
+        (
+            0,
+            Some(HeldBy::Rate {
+                next_token: Duration::from_millis(60)
+            })
+        ),
+        "the other owner shares the bucket"
+    );
+    let one = store
+        .start_limited(start_params(&b, at(100), 0), gate)
+        .await
+        .unwrap();
+    assert_eq!(one.started.len(), 1);
+    // Two tokens by 300 ms (the burst; not more): two begin.
+    let two = store
+        .start_limited(start_params(&b[1..], at(300), 0), gate)
+        .await
+        .unwrap();
+    assert_eq!(two.started.len(), 2);
+    // A claim that does not begin (cancelled meanwhile) takes no token.
+    assert_eq!(
+        store.cancel(&b[3].0, at(360)).await.unwrap(),
+        CancelOutcome::Cancelled
+    );
+    let cancelled = store
+        .start_limited(start_params(&b[3..4], at(400), 0), gate)
+        .await
+        .unwrap();
+    assert_eq!((cancelled.started.len(), cancelled.deferred), (0, 0));
+    let after = store
+        .start_limited(start_params(&b[4..], at(400), 0), gate)
+        .await
+        .unwrap();
+    assert_eq!(after.started.len(), 1, "the token the cancelled claim left");
+}
+
 /// Every scenario as one test per backend (`sqlite::…`, `mariadb::…`, `postgres::…`),
 /// each on a fresh, migrated database, so one failure hides none of the others.
 macro_rules! scenarios {
@@ -2105,6 +2259,7 @@ scenarios!(
     tasks_are_found_by_filter_newest_first_page_by_page,
     a_paused_type_waits_and_resumes_in_order,
     claims_rank_priority_among_due_work_with_ageing,
+    limits_hold_in_total_across_starters,
 );
 
 // ---------------------------------------------------------------------------------------
@@ -2281,6 +2436,81 @@ impl Server {
         self.drop_created().await;
     }
 
+    /// Several dispatchers (each its own store and pool) beginning attempts of one job
+    /// at once never have more running than its concurrency between them: each counts
+    /// an attempt from after its start committed until before its finish does, a subset
+    /// of what the store counts, and checks the total.
+    async fn starters_never_exceed_the_concurrency_in_total(&self) {
+        const TASKS: usize = 300;
+        const STARTERS: usize = 4;
+        const K: u32 = 5;
+        let url = self.create_db().await;
+        let setup = store::open(&url).await.unwrap();
+        setup.migrate().await.unwrap();
+        let tasks: Vec<NewTask> = (0..TASKS).map(|_| new_task("k", T0)).collect();
+        setup.insert(&tasks, T0).await.unwrap();
+        let running = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut starters = Vec::new();
+        for n in 0..STARTERS {
+            let (url, running, most) = (url.clone(), running.clone(), most.clone());
+            starters.push(tokio::spawn(async move {
+                use std::sync::atomic::Ordering::SeqCst;
+                let store = store::open(&url).await.unwrap();
+                let owner = format!("starter-{n}");
+                let gate = JobGate {
+                    task_type: "k",
+                    concurrency: K,
+                    rate: None,
+                };
+                let mut done = 0;
+                let mut held = claims_of(store.as_ref(), "k", &owner, 3, T0).await;
+                while !held.is_empty() {
+                    let admitted = store
+                        .start_limited(start_params(&held, T0, 60_000), gate)
+                        .await
+                        .unwrap();
+                    let now =
+                        running.fetch_add(admitted.started.len(), SeqCst) + admitted.started.len();
+                    most.fetch_max(now, SeqCst);
+                    assert!(now <= K as usize, "{now} running, above {K}");
+                    held.drain(..held.len() - admitted.deferred);
+                    // The attempts' work: long enough for the others to try meanwhile.
+                    tokio::task::yield_now().await;
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    running.fetch_sub(admitted.started.len(), SeqCst);
+                    let finishes: Vec<Finish> = admitted
+                        .started
+                        .iter()
+                        .map(|s| Finish {
+                            id: s.id.clone(),
+                            lease_token: s.lease_token,
+                            kind: FinishKind::Succeeded { result: None },
+                        })
+                        .collect();
+                    done += finishes.len();
+                    store.finish(&finishes, at(1)).await.unwrap();
+                    if held.len() < 3 {
+                        held.extend(claims_of(store.as_ref(), "k", &owner, 3, T0).await);
+                    }
+                }
+                done
+            }));
+        }
+        let mut done = 0;
+        for starter in starters {
+            done += starter.await.unwrap();
+        }
+        assert_eq!(done, TASKS, "every task ran");
+        let most = most.load(std::sync::atomic::Ordering::SeqCst);
+        eprintln!("at most {most} of {K} running at once");
+        // One starter holds at most 3: more means the starters overlapped, so the limit
+        // was shared, not met by taking turns.
+        assert!(most > 3, "the starters never overlapped (at most {most})");
+        drop(setup);
+        self.drop_created().await;
+    }
+
     /// A task waiting on two dependencies that succeed at the same moment, in two
     /// dispatchers, is released: neither finisher may decide "the other one is still
     /// running" on a view from before the other committed.
@@ -2368,5 +2598,19 @@ async fn mariadb_concurrent_finishes_release_their_dependent() {
 async fn postgres_concurrent_finishes_release_their_dependent() {
     postgres()
         .concurrent_finishes_release_their_dependent()
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mariadb_starters_never_exceed_the_concurrency_in_total() {
+    mariadb()
+        .starters_never_exceed_the_concurrency_in_total()
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_starters_never_exceed_the_concurrency_in_total() {
+    postgres()
+        .starters_never_exceed_the_concurrency_in_total()
         .await;
 }

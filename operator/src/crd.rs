@@ -101,6 +101,34 @@ pub struct AsyncJobConfigStatus {
     /// Dispatcher replicas that are ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_replicas: Option<i32>,
+    /// Whether the config pauses the job (`spec.paused`) as last applied. A pause
+    /// through the API (`POST /v1/jobs/{name}/pause`) is kept in the store, not here: it
+    /// shows in `GET /v1/jobs/{name}` and `asyncd_job_paused{job}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
+    /// The job's limits in effect, defaults filled in, each in total across every
+    /// dispatcher replica.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<LimitsStatus>,
+}
+
+/// `status.limits`: what the dispatchers keep (docs/api.md, "Concurrency and rate
+/// limits of a job").
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LimitsStatus {
+    /// Attempts in flight at once.
+    pub concurrency: u32,
+    /// Attempts begun per second and the burst; null without a rate limit (written as
+    /// null, so a merge patch removes a rate limit the spec no longer has).
+    pub rate_limit: Option<RateLimitStatus>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RateLimitStatus {
+    pub per_second: u32,
+    pub burst: u32,
 }
 
 impl AsyncJobConfigStatus {

@@ -6,8 +6,10 @@
 //! step of the pipeline), `Conflict`, and `Ready` (all four steps True). A step that did
 //! not run because an earlier one failed is `Unknown` with reason `Pending`.
 
+use asyncd_spec::Job;
+
 use crate::conflicts::Conflict;
-use crate::crd::{AsyncJobConfigStatus, Condition};
+use crate::crd::{AsyncJobConfigStatus, Condition, LimitsStatus, RateLimitStatus};
 
 pub const READY: &str = "Ready";
 pub const TOPIC_READY: &str = "TopicReady";
@@ -235,7 +237,25 @@ pub fn status(
         partitions,
         replicas,
         ready_replicas,
+        paused: previous.and_then(|p| p.paused),
+        limits: previous.and_then(|p| p.limits.clone()),
     }
+}
+
+/// `status.paused` and `status.limits` from the validated config; an invalid one keeps
+/// what the last valid one showed.
+pub fn with_job(mut status: AsyncJobConfigStatus, job: Option<&Job>) -> AsyncJobConfigStatus {
+    if let Some(job) = job {
+        status.paused = Some(job.paused);
+        status.limits = Some(LimitsStatus {
+            concurrency: job.concurrency,
+            rate_limit: job.rate_limit.map(|r| RateLimitStatus {
+                per_second: r.per_second,
+                burst: r.burst,
+            }),
+        });
+    }
+    status
 }
 
 /// Condition changes worth an Event: `(warning, reason, message)` for each condition whose
@@ -293,6 +313,44 @@ mod tests {
 
     fn get<'a>(s: &'a AsyncJobConfigStatus, t: &str) -> &'a Condition {
         s.condition(t).unwrap()
+    }
+
+    #[test]
+    fn limits_and_the_pause_show_with_their_defaults_and_stay_through_an_invalid_spec() {
+        let yaml = "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata: {name: j}\n\
+                    spec:\n  taskType: t\n  executor: {url: 'http://e/'}\n  paused: true\n  \
+                    rateLimit: {perSecond: 20}\n";
+        let (_, job) = asyncd_spec::AsyncJobConfig::from_yaml(yaml).unwrap();
+        let verdict = Verdict::Reconciled(all_ok());
+        let s = with_job(status(None, &verdict, Some(1), "t1"), Some(&job));
+        assert_eq!(s.paused, Some(true));
+        assert_eq!(
+            s.limits,
+            Some(LimitsStatus {
+                concurrency: 100,
+                rate_limit: Some(RateLimitStatus {
+                    per_second: 20,
+                    burst: 20
+                }),
+            })
+        );
+        let invalid = Verdict::Invalid {
+            field: "spec.rateLimit.perSecond".into(),
+            message: "must be 1 to 1000000, not 0".into(),
+        };
+        let kept = with_job(status(Some(&s), &invalid, Some(2), "t2"), None);
+        assert_eq!((kept.paused, kept.limits), (s.paused, s.limits.clone()));
+        // Written as null, so a merge patch removes a rate limit the spec dropped.
+        let mut no_rate = s.clone();
+        no_rate.limits.as_mut().unwrap().rate_limit = None;
+        let json = serde_json::to_value(&no_rate).unwrap();
+        assert!(json["limits"]["rateLimit"].is_null());
+        assert!(
+            json["limits"]
+                .as_object()
+                .unwrap()
+                .contains_key("rateLimit")
+        );
     }
 
     #[test]

@@ -49,9 +49,14 @@ pub struct JobSpec {
     /// `"order:{order_id}"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unique_key: Option<String>,
-    /// Attempts in flight at once per dispatcher.
+    /// Attempts in flight at once, in total across every dispatcher replica and both
+    /// routes (default 100). Counted in the store when an attempt begins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<u32>,
+    /// Attempts begun per second, in total across every dispatcher replica and both
+    /// routes: a token bucket kept in the store. Without it, no rate limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimitSpec>,
     /// The job's Kafka topic, for tasks due soon; without it every task goes through the
     /// SQL store.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -72,6 +77,34 @@ pub struct JobSpec {
     /// /v1/jobs/{name}/pause` pauses a job as well, without changing its config.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+}
+
+/// `spec.rateLimit`: a token bucket shared by every dispatcher of the job.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RateLimitSpec {
+    /// Attempts begun per second, on average.
+    #[cfg_attr(feature = "kube", schemars(range(min = 1, max = 1000000)))]
+    pub per_second: u32,
+    /// Attempts that may begin at once after an idle spell (default: `perSecond`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "kube", schemars(range(min = 1, max = 1000000)))]
+    pub burst: Option<u32>,
+}
+
+/// A validated [`RateLimitSpec`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    pub per_second: u32,
+    pub burst: u32,
+}
+
+impl RateLimit {
+    /// The highest `perSecond` and `burst` accepted: far above what one job's executor
+    /// takes, and low enough that the store's token arithmetic (thousandths of a token
+    /// in 64 bits) cannot overflow.
+    pub const MAX: u32 = 1_000_000;
 }
 
 /// How long a finished task stays in the store, by how it finished, counted from when
@@ -356,7 +389,10 @@ pub struct Job {
     pub initial_backoff: Duration,
     pub max_backoff: Duration,
     pub unique_key: Option<String>,
+    /// In total across every dispatcher; see [`JobSpec::concurrency`].
     pub concurrency: u32,
+    /// See [`JobSpec::rate_limit`].
+    pub rate_limit: Option<RateLimit>,
     pub kafka: Option<KafkaSpec>,
     pub cron: Vec<CronEntry>,
     pub retention: Retention,
@@ -480,6 +516,11 @@ impl JobSpec {
         if self.concurrency == Some(0) {
             return Err(SpecError::new("spec.concurrency", "must be at least 1"));
         }
+        let rate_limit = self
+            .rate_limit
+            .as_ref()
+            .map(validate_rate_limit)
+            .transpose()?;
         if let Some(kafka) = &self.kafka {
             if kafka.topic.trim().is_empty() {
                 return Err(SpecError::new("spec.kafka.topic", "must not be empty"));
@@ -558,12 +599,33 @@ impl JobSpec {
             max_backoff,
             unique_key: self.unique_key.clone(),
             concurrency: self.concurrency.unwrap_or(100),
+            rate_limit,
             kafka: self.kafka.clone(),
             cron,
             retention,
             paused: self.paused,
         })
     }
+}
+
+fn validate_rate_limit(spec: &RateLimitSpec) -> Result<RateLimit, SpecError> {
+    let check = |field: &str, value: u32| {
+        if (1..=RateLimit::MAX).contains(&value) {
+            Ok(value)
+        } else {
+            Err(SpecError::new(
+                field,
+                format!("must be 1 to {}, not {value}", RateLimit::MAX),
+            ))
+        }
+    };
+    Ok(RateLimit {
+        per_second: check("spec.rateLimit.perSecond", spec.per_second)?,
+        burst: check(
+            "spec.rateLimit.burst",
+            spec.burst.unwrap_or(spec.per_second),
+        )?,
+    })
 }
 
 fn validate_retention(spec: Option<&RetentionSpec>) -> Result<Retention, SpecError> {
@@ -784,6 +846,41 @@ mod tests {
             "spec.uniqueKey"
         );
         assert_eq!(with(|d| d.kind = "Job".into()).field, "kind");
+        assert_eq!(
+            with(|d| d.spec.rate_limit = Some(RateLimitSpec {
+                per_second: 0,
+                burst: None
+            }))
+            .field,
+            "spec.rateLimit.perSecond"
+        );
+        assert_eq!(
+            with(|d| d.spec.rate_limit = Some(RateLimitSpec {
+                per_second: 5,
+                burst: Some(RateLimit::MAX + 1)
+            }))
+            .field,
+            "spec.rateLimit.burst"
+        );
+    }
+
+    #[test]
+    fn a_rate_limit_bursts_one_seconds_worth_unless_told() {
+        let (mut doc, _) = AsyncJobConfig::from_yaml(SAMPLE).unwrap();
+        doc.spec.rate_limit = Some(RateLimitSpec {
+            per_second: 20,
+            burst: None,
+        });
+        let job = doc.validate().unwrap();
+        assert_eq!(
+            job.rate_limit,
+            Some(RateLimit {
+                per_second: 20,
+                burst: 20
+            })
+        );
+        doc.spec.rate_limit.as_mut().unwrap().burst = Some(1);
+        assert_eq!(doc.validate().unwrap().rate_limit.unwrap().burst, 1);
     }
 
     #[test]

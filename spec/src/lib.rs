@@ -20,5 +20,7 @@ pub mod job;
 pub mod schedule;
 
 pub use duration::{format_duration, parse_duration};
-pub use job::{AsyncJobConfig, DeletePolicy, Job, JobSpec, Retention, SpecError};
+pub use job::{
+    AsyncJobConfig, DeletePolicy, Job, JobSpec, RateLimit, RateLimitSpec, Retention, SpecError,
+};
 pub use schedule::CronSchedule;

@@ -2,8 +2,12 @@
 //! transition does and only carries it out in its dialect, so the three backends cannot
 //! drift apart on what a state or a conflict means.
 
+use std::time::Duration;
+
+use asyncd_spec::RateLimit;
+
 use super::{
-    CancelOutcome, ClaimedTask, FinishKind, InsertOutcome, Millis, NewTask, RedriveOutcome,
+    CancelOutcome, ClaimedTask, FinishKind, HeldBy, InsertOutcome, Millis, NewTask, RedriveOutcome,
     TaskState,
 };
 
@@ -204,6 +208,99 @@ pub fn lock_order<S: AsRef<str>>(ids: impl Iterator<Item = S>) -> Vec<usize> {
     let mut order: Vec<usize> = (0..ids.len()).collect();
     order.sort_by(|&a, &b| ids[a].as_ref().cmp(ids[b].as_ref()));
     order
+}
+
+/// A job's token bucket as its `job_limits` row keeps it: thousandths of a token (so a
+/// refill over a few milliseconds at a low rate is not lost to rounding) as of `at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bucket {
+    pub milli_tokens: i64,
+    pub at: Millis,
+}
+
+impl Bucket {
+    /// A new job's bucket: full.
+    pub fn full(rate: Option<RateLimit>, now: Millis) -> Self {
+        Self {
+            milli_tokens: rate.map_or(0, |r| i64::from(r.burst) * 1000),
+            at: now,
+        }
+    }
+}
+
+/// How many of the attempts asked for may begin now, and the bucket refilled to `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admission {
+    pub allowed: usize,
+    pub bucket: Bucket,
+    /// Why fewer than asked for may begin.
+    pub held_by: Option<HeldBy>,
+}
+
+/// The start of `wanted` attempts of a job with `running` attempts under way (in the
+/// store, by every dispatcher): at most `concurrency` in all, and with a rate limit one
+/// token each. The bucket fills at `per_second` tokens a second up to `burst`, by the
+/// time between the last start seen and `now`; a `now` before that (another
+/// dispatcher's clock ahead of this one, within the clock check's 500 ms) adds nothing
+/// and does not move the bucket back, so no clock makes tokens faster than the rate.
+pub fn admit(
+    wanted: usize,
+    running: i64,
+    concurrency: u32,
+    rate: Option<RateLimit>,
+    bucket: Bucket,
+    now: Millis,
+) -> Admission {
+    let room = usize::try_from(i64::from(concurrency).saturating_sub(running)).unwrap_or(0);
+    let Some(rate) = rate else {
+        let allowed = wanted.min(room);
+        return Admission {
+            allowed,
+            bucket,
+            held_by: (allowed < wanted).then_some(HeldBy::Concurrency),
+        };
+    };
+    let elapsed = now.as_i64().saturating_sub(bucket.at.as_i64()).max(0);
+    let cap = i64::from(rate.burst) * 1000;
+    let milli_tokens = bucket
+        .milli_tokens
+        .saturating_add(elapsed.saturating_mul(i64::from(rate.per_second)))
+        .min(cap);
+    let bucket = Bucket {
+        milli_tokens,
+        at: Millis::new(bucket.at.as_i64().max(now.as_i64())),
+    };
+    let tokens = usize::try_from(milli_tokens.max(0) / 1000).unwrap_or(0);
+    let allowed = wanted.min(room).min(tokens);
+    let held_by = if allowed == wanted {
+        None
+    } else if room <= tokens {
+        Some(HeldBy::Concurrency)
+    } else {
+        // Thousandths of a token short of the next one, at `per_second` thousandths a
+        // millisecond.
+        let short = u64::try_from(1000 - (milli_tokens - allowed as i64 * 1000)).unwrap_or(0);
+        Some(HeldBy::Rate {
+            next_token: Duration::from_millis(short.div_ceil(u64::from(rate.per_second))),
+        })
+    };
+    Admission {
+        allowed,
+        bucket,
+        held_by,
+    }
+}
+
+/// The bucket after `started` attempts took a token each.
+pub fn spend(bucket: Bucket, started: usize) -> Bucket {
+    Bucket {
+        milli_tokens: bucket.milli_tokens.saturating_sub(
+            i64::try_from(started)
+                .unwrap_or(i64::MAX)
+                .saturating_mul(1000),
+        ),
+        at: bucket.at,
+    }
 }
 
 #[cfg(test)]
@@ -415,5 +512,88 @@ mod tests {
     #[test]
     fn batches_lock_by_id_keeping_repeats_in_order() {
         assert_eq!(lock_order(["b", "a", "b", "a"].iter()), [1, 3, 0, 2]);
+    }
+
+    const RATE: RateLimit = RateLimit {
+        per_second: 10,
+        burst: 5,
+    };
+
+    /// Starts as many as admitted at each instant, as the store does, and counts them.
+    fn run(times: impl IntoIterator<Item = i64>, wanted: usize) -> (usize, Bucket) {
+        let mut bucket = Bucket::full(Some(RATE), Millis::new(0));
+        let mut begun = 0;
+        for now in times {
+            let admitted = admit(wanted, 0, 1000, Some(RATE), bucket, Millis::new(now));
+            bucket = spend(admitted.bucket, admitted.allowed);
+            begun += admitted.allowed;
+        }
+        (begun, bucket)
+    }
+
+    #[test]
+    fn a_full_bucket_lets_its_burst_through_then_the_rate() {
+        // The burst at once, then one every 100 ms: 5 + 10 over the next second, however
+        // often the dispatchers ask.
+        assert_eq!(run([0], 100).0, 5);
+        assert_eq!(run((0..=1000).step_by(1), 100).0, 15);
+        assert_eq!(run((0..=1000).step_by(5), 1).0, 15);
+        assert_eq!(run((0..=10_000).step_by(250), 100).0, 105);
+    }
+
+    #[test]
+    fn an_idle_bucket_fills_to_its_burst_and_no_more() {
+        let (_, bucket) = run([0], 100);
+        assert_eq!(bucket.milli_tokens, 0);
+        let later = admit(100, 0, 1000, Some(RATE), bucket, Millis::new(60_000));
+        assert_eq!(later.allowed, 5);
+        assert_eq!(later.bucket.milli_tokens, 5_000);
+    }
+
+    #[test]
+    fn fractions_of_a_token_are_kept_and_the_wait_for_the_next_is_told() {
+        let empty = spend(Bucket::full(Some(RATE), Millis::new(0)), 5);
+        // 40 ms at 10/s: 0.4 token, none to spend; the next in 60 ms.
+        let at_40 = admit(1, 0, 1000, Some(RATE), empty, Millis::new(40));
+        assert_eq!(at_40.allowed, 0);
+        assert_eq!(
+            at_40.held_by,
+            Some(HeldBy::Rate {
+                next_token: Duration::from_millis(60)
+            })
+        );
+        assert_eq!(at_40.bucket.milli_tokens, 400);
+        let at_100 = admit(1, 0, 1000, Some(RATE), at_40.bucket, Millis::new(100));
+        assert_eq!((at_100.allowed, at_100.held_by), (1, None));
+    }
+
+    #[test]
+    fn a_clock_behind_the_last_start_adds_nothing_and_moves_nothing_back() {
+        let empty = spend(Bucket::full(Some(RATE), Millis::new(1_000)), 5);
+        let behind = admit(1, 0, 1000, Some(RATE), empty, Millis::new(600));
+        assert_eq!(behind.allowed, 0);
+        assert_eq!(behind.bucket, empty);
+    }
+
+    #[test]
+    fn running_attempts_count_against_the_concurrency_in_total() {
+        let bucket = Bucket::full(None, Millis::new(0));
+        let admitted = admit(10, 6, 8, None, bucket, Millis::new(0));
+        assert_eq!(
+            (admitted.allowed, admitted.held_by),
+            (2, Some(HeldBy::Concurrency))
+        );
+        // More running than the limit (it was lowered): none, not an underflow.
+        assert_eq!(admit(10, 9, 8, None, bucket, Millis::new(0)).allowed, 0);
+        // Both limits: the tighter one holds, and says so.
+        let full = Bucket::full(Some(RATE), Millis::new(0));
+        let by_rate = admit(10, 0, 8, Some(RATE), full, Millis::new(0));
+        assert_eq!(by_rate.allowed, 5);
+        assert!(matches!(by_rate.held_by, Some(HeldBy::Rate { .. })));
+        let by_slots = admit(10, 6, 8, Some(RATE), full, Millis::new(0));
+        assert_eq!(
+            (by_slots.allowed, by_slots.held_by),
+            (2, Some(HeldBy::Concurrency))
+        );
     }
 }

@@ -558,6 +558,37 @@ pub struct StartParams<'a> {
     pub grace: Duration,
 }
 
+/// A job's limits, which [`Store::start_limited`] keeps in total across every
+/// dispatcher: the job's config as this dispatcher reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct JobGate<'a> {
+    pub task_type: &'a str,
+    /// Running attempts of the type, at most.
+    pub concurrency: u32,
+    pub rate: Option<asyncd_spec::RateLimit>,
+}
+
+/// Which limit kept claims from beginning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldBy {
+    /// As many attempts are running as the job allows; one ends when its outcome is
+    /// written (by any dispatcher).
+    Concurrency,
+    /// The token bucket is empty; the next token comes in this long.
+    Rate { next_token: Duration },
+}
+
+/// What [`Store::start_limited`] did.
+#[derive(Debug, Clone)]
+pub struct Admitted {
+    /// The attempts that began.
+    pub started: Vec<Started>,
+    /// How many of the claims, the last ones given, the limits left for later: not
+    /// tried, still claimed.
+    pub deferred: usize,
+    pub held_by: Option<HeldBy>,
+}
+
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Applies pending migrations.
@@ -622,6 +653,13 @@ pub trait Store: Send + Sync + 'static {
     /// paused; each lease runs until `now + its timeout + grace`. Returns the ones that
     /// started.
     async fn start(&self, params: StartParams<'_>) -> Result<Vec<Started>>;
+    /// [`Store::start`] within a job's limits, kept in total across every dispatcher: in
+    /// one transaction that takes the job's `job_limits` row first (so dispatchers take
+    /// turns), begins attempts on the first claims given while the type's running
+    /// attempts stay within `gate.concurrency` and its token bucket has a token for each
+    /// (`store::domain::admit`), and takes a token for each attempt begun. The claims
+    /// left over stay claimed, for the caller to try again.
+    async fn start_limited(&self, params: StartParams<'_>, gate: JobGate<'_>) -> Result<Admitted>;
     /// Applies each finish whose token still matches; `true` where it applied.
     async fn finish(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>>;
     async fn lapsed(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>>;

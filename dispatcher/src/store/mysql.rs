@@ -118,6 +118,12 @@ const QUERIES: Queries = Queries {
     pause: "INSERT IGNORE INTO job_pauses (task_type, paused_at) VALUES (?, ?)",
     resume: "DELETE FROM job_pauses WHERE task_type = ?",
     pauses: "SELECT task_type, paused_at FROM job_pauses ORDER BY task_type",
+    new_limits: "INSERT IGNORE INTO job_limits (task_type, tokens, refilled_at) VALUES (?, ?, ?)",
+    lock_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = ? FOR UPDATE",
+    // Pinned, as the other statements on the state index are (see the top of this file).
+    running: "SELECT COUNT(*) FROM tasks FORCE INDEX (tasks_finished) \
+              WHERE state = 'running' AND task_type = ?",
+    save_limits: "UPDATE job_limits SET tokens = ?, refilled_at = ? WHERE task_type = ?",
     dependency_state: "SELECT state FROM tasks WHERE id = ? LOCK IN SHARE MODE",
     // A duplicate key fails the INSERT, which InnoDB rolls back alone (the transaction
     // goes on), and is told apart from every other error by its code. `INSERT IGNORE`
@@ -467,52 +473,57 @@ impl Backend for MySqlStore {
     }
 
     async fn start_claims(&self, params: StartParams<'_>) -> Result<Vec<Started>> {
+        retrying(Self::transient, || async {
+            let mut tx = self.pool.begin().await?;
+            let started = Self::start_on(&mut tx, params).await?;
+            tx.commit().await?;
+            Ok(started)
+        })
+        .await
+    }
+
+    async fn start_on(conn: &mut MySqlConnection, params: StartParams<'_>) -> Result<Vec<Started>> {
         // A statement per claim made beginning attempts a round trip each, this backend's
-        // ceiling. Without UPDATE … RETURNING, the batch is two statements: lock and read
-        // the claims that still hold their tokens, then begin exactly those.
+        // ceiling. Without UPDATE … RETURNING, the batch is two statements (in the
+        // caller's transaction): lock and read the claims that still hold their tokens,
+        // then begin exactly those.
         let claims = pairs_json(
             params
                 .claims
                 .iter()
                 .map(|(id, token)| (id.as_str(), *token)),
         );
-        let rows: Vec<rows::BatchStarted> = retrying(Self::transient, || async {
-            let mut tx = self.pool.begin().await?;
-            let held: Vec<rows::BatchStarted> = sqlx::query_as(concat!(
-                "SELECT tasks.id, tasks.attempt + 1 AS attempt, tasks.lease_token + 1 AS lease_token \
-                 FROM ",
-                json_pairs!(),
-                " JOIN tasks ON tasks.id = p.pair_id AND tasks.lease_token = p.pair_token \
-                 WHERE tasks.state = 'claimed' \
-                   AND NOT EXISTS (SELECT 1 FROM job_pauses q WHERE q.task_type = tasks.task_type) \
-                 ORDER BY tasks.id FOR UPDATE"
-            ))
-            .bind(&claims)
-            .fetch_all(&mut *tx)
-            .await?;
-            if !held.is_empty() {
-                let ids = serde_json::to_string(&held.iter().map(|r| &r.id).collect::<Vec<_>>())
-                    .expect("ids serialize");
-                sqlx::query(
-                    "UPDATE tasks SET state = 'running', attempt = attempt + 1, \
-                            lease_token = lease_token + 1, lease_until = ? + timeout_ms + ?, \
-                            updated_at = ? \
-                     WHERE state = 'claimed' AND id IN (SELECT i.id FROM JSON_TABLE(?, '$[*]' \
-                           COLUMNS (id VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin \
-                                    PATH '$')) AS i)",
-                )
-                .bind(params.now)
-                .bind(duration_ms(params.grace))
-                .bind(params.now)
-                .bind(&ids)
-                .execute(&mut *tx)
-                .await?;
-            }
-            tx.commit().await?;
-            Ok(held)
-        })
+        let held: Vec<rows::BatchStarted> = sqlx::query_as(concat!(
+            "SELECT tasks.id, tasks.attempt + 1 AS attempt, tasks.lease_token + 1 AS lease_token \
+             FROM ",
+            json_pairs!(),
+            " JOIN tasks ON tasks.id = p.pair_id AND tasks.lease_token = p.pair_token \
+             WHERE tasks.state = 'claimed' \
+               AND NOT EXISTS (SELECT 1 FROM job_pauses q WHERE q.task_type = tasks.task_type) \
+             ORDER BY tasks.id FOR UPDATE"
+        ))
+        .bind(&claims)
+        .fetch_all(&mut *conn)
         .await?;
-        rows::started_in_order(params.claims, rows)
+        if !held.is_empty() {
+            let ids = serde_json::to_string(&held.iter().map(|r| &r.id).collect::<Vec<_>>())
+                .expect("ids serialize");
+            sqlx::query(
+                "UPDATE tasks SET state = 'running', attempt = attempt + 1, \
+                        lease_token = lease_token + 1, lease_until = ? + timeout_ms + ?, \
+                        updated_at = ? \
+                 WHERE state = 'claimed' AND id IN (SELECT i.id FROM JSON_TABLE(?, '$[*]' \
+                       COLUMNS (id VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin \
+                                PATH '$')) AS i)",
+            )
+            .bind(params.now)
+            .bind(duration_ms(params.grace))
+            .bind(params.now)
+            .bind(&ids)
+            .execute(&mut *conn)
+            .await?;
+        }
+        rows::started_in_order(params.claims, held)
     }
 
     async fn finish_batch(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {

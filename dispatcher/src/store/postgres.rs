@@ -75,6 +75,11 @@ const QUERIES: Queries = Queries {
     pause: "INSERT INTO job_pauses (task_type, paused_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
     resume: "DELETE FROM job_pauses WHERE task_type = $1",
     pauses: "SELECT task_type, paused_at FROM job_pauses ORDER BY task_type",
+    new_limits: "INSERT INTO job_limits (task_type, tokens, refilled_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT DO NOTHING",
+    lock_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = $1 FOR UPDATE",
+    running: "SELECT COUNT(*) FROM tasks WHERE task_type = $1 AND state = 'running'",
+    save_limits: "UPDATE job_limits SET tokens = $1, refilled_at = $2 WHERE task_type = $3",
     dependency_state: "SELECT state FROM tasks WHERE id = $1 FOR SHARE",
     // ON CONFLICT DO NOTHING, with no target, covers every unique constraint, like
     // SQLite's; an error would abort the whole transaction and the batch with it.
@@ -298,33 +303,39 @@ impl Backend for PostgresStore {
     }
 
     async fn start_claims(&self, params: StartParams<'_>) -> Result<Vec<Started>> {
+        // A deadlock with the rescuer or a member's claims being released is retried
+        // like any other.
+        retrying(Self::transient, || async {
+            let mut conn = self.pool.acquire().await?;
+            Self::start_on(&mut conn, params).await
+        })
+        .await
+    }
+
+    async fn start_on(conn: &mut PgConnection, params: StartParams<'_>) -> Result<Vec<Started>> {
         // One statement for the whole batch, the claims joined in as arrays: a statement
         // per claim made beginning attempts a round trip each, the dispatcher's ceiling on
-        // this backend. (Two batches never share a claim; a deadlock with the rescuer or
-        // a member's claims being released is retried like any other.)
+        // this backend. (Two batches never share a claim.)
         let (ids, tokens): (Vec<&str>, Vec<i64>) = params
             .claims
             .iter()
             .map(|(id, token)| (id.as_str(), *token))
             .unzip();
-        let rows: Vec<rows::BatchStarted> = retrying(Self::transient, || async {
-            Ok(sqlx::query_as(
-                "UPDATE tasks SET state = 'running', attempt = attempt + 1, \
-                        lease_token = lease_token + 1, lease_until = $1 + timeout_ms + $2, \
-                        updated_at = $1 \
-                 FROM UNNEST($3::text[], $4::bigint[]) AS c(claim_id, claim_token) \
-                 WHERE tasks.id = c.claim_id AND tasks.lease_token = c.claim_token \
-                   AND tasks.state = 'claimed' \
-                   AND NOT EXISTS (SELECT 1 FROM job_pauses p WHERE p.task_type = tasks.task_type) \
-                 RETURNING tasks.id, tasks.attempt, tasks.lease_token",
-            )
-            .bind(params.now)
-            .bind(duration_ms(params.grace))
-            .bind(&ids)
-            .bind(&tokens)
-            .fetch_all(&self.pool)
-            .await?)
-        })
+        let rows: Vec<rows::BatchStarted> = sqlx::query_as(
+            "UPDATE tasks SET state = 'running', attempt = attempt + 1, \
+                    lease_token = lease_token + 1, lease_until = $1 + timeout_ms + $2, \
+                    updated_at = $1 \
+             FROM UNNEST($3::text[], $4::bigint[]) AS c(claim_id, claim_token) \
+             WHERE tasks.id = c.claim_id AND tasks.lease_token = c.claim_token \
+               AND tasks.state = 'claimed' \
+               AND NOT EXISTS (SELECT 1 FROM job_pauses p WHERE p.task_type = tasks.task_type) \
+             RETURNING tasks.id, tasks.attempt, tasks.lease_token",
+        )
+        .bind(params.now)
+        .bind(duration_ms(params.grace))
+        .bind(&ids)
+        .bind(&tokens)
+        .fetch_all(conn)
         .await?;
         rows::started_in_order(params.claims, rows)
     }

@@ -50,6 +50,16 @@ pub struct Queries {
     pub resume: &'static str,
     /// `task_type, paused_at` of every paused task type, sorted by type.
     pub pauses: &'static str,
+    /// Inserts the `job_limits` row of `task_type` with `tokens, refilled_at` unless it
+    /// exists; parameters `task_type, tokens, refilled_at`.
+    pub new_limits: &'static str,
+    /// `tokens, refilled_at` of the `job_limits` row of `task_type`, locked where rows
+    /// lock.
+    pub lock_limits: &'static str,
+    /// How many attempts of `task_type` are running.
+    pub running: &'static str,
+    /// Sets the bucket of `task_type`; parameters `tokens, refilled_at, task_type`.
+    pub save_limits: &'static str,
 
     /// The state of task `id`, a new task's dependency: locked, where rows lock, so it
     /// cannot finish before the new task is committed.

@@ -72,6 +72,12 @@ const QUERIES: Queries = Queries {
     pause: "INSERT INTO job_pauses (task_type, paused_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
     resume: "DELETE FROM job_pauses WHERE task_type = ?",
     pauses: "SELECT task_type, paused_at FROM job_pauses ORDER BY task_type",
+    new_limits: "INSERT INTO job_limits (task_type, tokens, refilled_at) VALUES (?, ?, ?) \
+                 ON CONFLICT DO NOTHING",
+    // One writer: the transaction itself keeps others out.
+    lock_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = ?",
+    running: "SELECT COUNT(*) FROM tasks WHERE task_type = ? AND state = 'running'",
+    save_limits: "UPDATE job_limits SET tokens = ?, refilled_at = ? WHERE task_type = ?",
     // One writer: nothing can finish a dependency while this transaction runs.
     dependency_state: "SELECT state FROM tasks WHERE id = ?",
     insert_task: "INSERT INTO tasks (id, task_type, payload, state, priority, trigger_at, \
@@ -255,6 +261,14 @@ impl Backend for SqliteStore {
     }
 
     async fn start_claims(&self, params: StartParams<'_>) -> Result<Vec<Started>> {
+        let mut conn = self.writer.acquire().await?;
+        Self::start_on(&mut conn, params).await
+    }
+
+    async fn start_on(
+        conn: &mut SqliteConnection,
+        params: StartParams<'_>,
+    ) -> Result<Vec<Started>> {
         // One statement for the whole batch: each statement is a round trip to sqlx's
         // SQLite worker thread, and those hand-offs, not SQLite, were the cost.
         let rows: Vec<rows::BatchStarted> = sqlx::query_as(
@@ -268,7 +282,7 @@ impl Backend for SqliteStore {
         .bind(params.now)
         .bind(duration_ms(params.grace))
         .bind(serde_json::to_string(params.claims).expect("pairs serialize"))
-        .fetch_all(&self.writer)
+        .fetch_all(conn)
         .await?;
         rows::started_in_order(params.claims, rows)
     }

@@ -16,11 +16,11 @@ use super::bulk;
 use super::rows::{self, Holder, JobCountsRow, LapsedRow, StartedRow, StatsRow, TaskRow};
 use super::shared::{self, KafkaDeadLetterRow, Queries};
 use super::{
-    BulkAction, CancelOutcome, ClaimIdsParams, ClaimParams, ClaimedTask, DeadCount, DeadFilter,
-    DeadLetterParams, Finish, FinishKind, InsertOutcome, JobCountParams, JobCounts,
-    KafkaDeadLetter, Lapsed, Millis, NewTask, PurgeParams, RedriveOutcome, Result, SearchParams,
-    StartParams, Started, Store, TaskRecord, TypeStats, is_unique_violation, retrying,
-    unnamed_insert_conflict, unnamed_redrive_conflict,
+    Admitted, BulkAction, CancelOutcome, ClaimIdsParams, ClaimParams, ClaimedTask, DeadCount,
+    DeadFilter, DeadLetterParams, Finish, FinishKind, InsertOutcome, JobCountParams, JobCounts,
+    JobGate, KafkaDeadLetter, Lapsed, Millis, NewTask, PurgeParams, RedriveOutcome, Result,
+    SearchParams, StartParams, Started, Store, StoreError, TaskRecord, TypeStats,
+    is_unique_violation, retrying, unnamed_insert_conflict, unnamed_redrive_conflict,
 };
 
 /// A connection of a dialect's database.
@@ -526,6 +526,11 @@ pub trait Backend: Dialect {
     async fn claim_named(&self, params: ClaimIdsParams<'_>) -> Result<Vec<ClaimedTask>>;
     /// [`Store::start`].
     async fn start_claims(&self, params: StartParams<'_>) -> Result<Vec<Started>>;
+    /// [`Store::start`] over `conn`, in the caller's transaction ([`Store::start_limited`]).
+    async fn start_on(
+        conn: &mut <Self::DB as Database>::Connection,
+        params: StartParams<'_>,
+    ) -> Result<Vec<Started>>;
     /// [`Store::finish`].
     async fn finish_batch(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>>;
 }
@@ -554,6 +559,7 @@ where
     for<'r> KafkaDeadLetterRow: FromRow<'r, DB::Row>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> (String, i64): FromRow<'r, DB::Row>,
+    for<'r> (i64, i64): FromRow<'r, DB::Row>,
     for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
     for<'q> i32: Encode<'q, DB> + Type<DB>,
 {
@@ -604,6 +610,77 @@ where
 
     async fn start(&self, params: StartParams<'_>) -> Result<Vec<Started>> {
         self.start_claims(params).await
+    }
+
+    async fn start_limited(&self, params: StartParams<'_>, gate: JobGate<'_>) -> Result<Admitted> {
+        let q = &B::QUERIES;
+        retrying(B::transient, || async {
+            let mut tx = self.writer().begin().await?;
+            // Locked before it is inserted, then inserted only if missing: an insert that
+            // finds the row takes a shared lock on it (InnoDB), and two transactions
+            // upgrading theirs would deadlock on every start.
+            let mut row: Option<(i64, i64)> = sqlx::query_as(q.lock_limits)
+                .bind(gate.task_type)
+                .fetch_optional(&mut *tx)
+                .await?;
+            if row.is_none() {
+                let fresh = domain::Bucket::full(gate.rate, params.now);
+                sqlx::query::<DB>(q.new_limits)
+                    .bind(gate.task_type)
+                    .bind(fresh.milli_tokens)
+                    .bind(fresh.at)
+                    .execute(&mut *tx)
+                    .await?;
+                row = sqlx::query_as(q.lock_limits)
+                    .bind(gate.task_type)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            }
+            let (milli_tokens, at) = row.ok_or_else(|| {
+                StoreError::Corrupt(format!("no job_limits row for {:?}", gate.task_type))
+            })?;
+            // Read after the row lock was granted, so it counts every attempt begun by
+            // the transactions that held it before (READ COMMITTED: a statement sees what
+            // was committed when it began).
+            let (running,): (i64,) = sqlx::query_as(q.running)
+                .bind(gate.task_type)
+                .fetch_one(&mut *tx)
+                .await?;
+            let admission = domain::admit(
+                params.claims.len(),
+                running,
+                gate.concurrency,
+                gate.rate,
+                domain::Bucket {
+                    milli_tokens,
+                    at: Millis::new(at),
+                },
+                params.now,
+            );
+            let started = if admission.allowed == 0 {
+                Vec::new()
+            } else {
+                let claims = &params.claims[..admission.allowed];
+                B::start_on(&mut *tx, StartParams { claims, ..params }).await?
+            };
+            if gate.rate.is_some() {
+                // A claim that did not start (cancelled, paused, lapsed) took no token.
+                let bucket = domain::spend(admission.bucket, started.len());
+                sqlx::query::<DB>(q.save_limits)
+                    .bind(bucket.milli_tokens)
+                    .bind(bucket.at)
+                    .bind(gate.task_type)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            Ok(Admitted {
+                started,
+                deferred: params.claims.len() - admission.allowed,
+                held_by: admission.held_by,
+            })
+        })
+        .await
     }
 
     async fn finish(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {

@@ -18,7 +18,11 @@ pub(super) async fn write_status(
     let name = config.name();
     let previous = config.status.as_ref();
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let next = status::status(previous, verdict, config.metadata.generation, &now);
+    let job = super::validate::validate(config).ok();
+    let next = status::with_job(
+        status::status(previous, verdict, config.metadata.generation, &now),
+        job.as_ref(),
+    );
     ctx.metrics.set_state(
         ns,
         name,

@@ -1,0 +1,334 @@
+//! A job's `concurrency` and `rateLimit` hold in total across dispatchers
+//! (docs/design.md, "Limits"): two `Dispatcher`s on one store — one shared store on
+//! SQLite, each its own store and pool on MariaDB and PostgreSQL, as two processes would
+//! be — each given half of the job's tasks, claimed for it and pushed into its heap as
+//! the Kafka route's consumer does with what it reads (on the store route only one
+//! dispatcher polls a job at a time, but a new owner overlaps the old one while
+//! membership changes). Each dispatcher alone would keep the limit, so twice the limit
+//! is what a per-replica limit would allow; the executor measures what arrives.
+//!
+//! On the system clock: the server backends' clock check needs a clock that moves with
+//! theirs, and the rate is measured in real time, over a window long enough (six
+//! seconds) that a busy machine's scheduling delays are small beside it.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use asyncd::clock::{Clock, SharedClock, SystemClock};
+use asyncd::clock_check::ClockCheck;
+use asyncd::dispatcher::{ClaimerWakeup, Dispatcher, DispatcherConfig, HeapSink};
+use asyncd::executor::ExecutorClient;
+use asyncd::metrics::Metrics;
+use asyncd::routing::RouteTable;
+use asyncd::store::{self, ClaimParams, NewTask, Store, TypeFilter};
+use asyncd_spec::{AsyncJobConfig, Job};
+use axum::http::HeaderMap;
+use serde_json::value::RawValue;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use support::{fresh_database, wait_for};
+
+const TASK_TYPE: &str = "limited";
+
+/// An executor that counts the calls it is answering at once, and records when each
+/// arrived and from which dispatcher.
+#[derive(Clone, Default)]
+struct Counting {
+    inflight: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+    calls: Arc<Mutex<Vec<(Instant, String)>>>,
+}
+
+impl Counting {
+    async fn start(work: Duration) -> (Self, String) {
+        let counting = Self::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/run", listener.local_addr().unwrap());
+        let c = counting.clone();
+        let app = axum::Router::new().fallback(move |headers: HeaderMap| {
+            let c = c.clone();
+            async move {
+                let now = c.inflight.fetch_add(1, Ordering::SeqCst) + 1;
+                c.most.fetch_max(now, Ordering::SeqCst);
+                let from = headers
+                    .get("asyncd-dispatcher")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                c.calls.lock().unwrap().push((Instant::now(), from));
+                tokio::time::sleep(work).await;
+                c.inflight.fetch_sub(1, Ordering::SeqCst);
+                "{}"
+            }
+        });
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (counting, url)
+    }
+
+    fn calls(&self) -> Vec<(Instant, String)> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    /// The most calls answered at once since the last reset.
+    fn reset_most(&self) -> usize {
+        self.most.swap(0, Ordering::SeqCst)
+    }
+
+    async fn wait_calls(&self, n: usize, deadline: Duration) {
+        wait_for(&format!("{n} executor calls"), deadline, async || {
+            (self.calls.lock().unwrap().len() >= n).then_some(())
+        })
+        .await;
+    }
+}
+
+fn job(url: &str, limits: &str) -> Job {
+    let yaml = format!(
+        "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata: {{name: limited-job}}\n\
+         spec:\n  taskType: {TASK_TYPE}\n  executor: {{url: '{url}', timeout: 5s}}\n{limits}"
+    );
+    AsyncJobConfig::from_yaml(&yaml).unwrap().1
+}
+
+/// Two dispatchers of one job on one database, the job's config shared (a change to it
+/// reaches both, as a ConfigMap change would).
+struct Pair {
+    stores: Vec<Arc<dyn Store>>,
+    sinks: Vec<HeapSink>,
+    config: watch::Sender<Arc<RouteTable>>,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+    runs: Vec<tokio::task::JoinHandle<()>>,
+}
+
+const OWNERS: [&str; 2] = ["limits-a", "limits-b"];
+
+impl Pair {
+    async fn start(database: Option<String>, job: Job) -> (Self, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let sqlite = format!("sqlite://{}/tasks.db", dir.path().display());
+        let stores: Vec<Arc<dyn Store>> = match &database {
+            Some(url) => vec![
+                store::open(url).await.unwrap(),
+                store::open(url).await.unwrap(),
+            ],
+            None => {
+                // SQLite is one process's store: both dispatchers share it.
+                let shared = store::open(&sqlite).await.unwrap();
+                vec![shared.clone(), shared]
+            }
+        };
+        stores[0].migrate().await.unwrap();
+        let (config, routes) = watch::channel(Arc::new(RouteTable::from_jobs([job])));
+        let shutdown = CancellationToken::new();
+        let tasks = TaskTracker::new();
+        let clock: SharedClock = Arc::new(SystemClock);
+        let mut sinks = Vec::new();
+        let mut runs = Vec::new();
+        let mut checks = Vec::new();
+        for (store, owner) in stores.iter().zip(OWNERS) {
+            let clock_check = Arc::new(ClockCheck::default());
+            checks.push(clock_check.clone());
+            let dispatcher = Dispatcher::new(
+                store.clone(),
+                routes.clone(),
+                Arc::new(Metrics::new()),
+                clock.clone(),
+                ExecutorClient::new("http://127.0.0.1:1".into(), owner.into()),
+                DispatcherConfig {
+                    owner: owner.into(),
+                    // Scoped to another job, so neither claims this job's tasks from the
+                    // store: each runs exactly the half the test hands it.
+                    job: Some("elsewhere".into()),
+                    poll_interval: Duration::from_millis(20),
+                    hold: Duration::from_secs(60),
+                    clock_check,
+                    ..DispatcherConfig::default()
+                },
+                ClaimerWakeup::default(),
+                shutdown.clone(),
+            );
+            sinks.push(dispatcher.sink());
+            runs.push(tokio::spawn(dispatcher.run(tasks.clone())));
+        }
+        // Until its clock is checked against the store's, a dispatcher hands due tasks
+        // back instead of running them.
+        wait_for("both clocks checked", Duration::from_secs(20), async || {
+            checks.iter().all(|c| c.may_dispatch()).then_some(())
+        })
+        .await;
+        let pair = Self {
+            stores,
+            sinks,
+            config,
+            shutdown,
+            tasks,
+            runs,
+        };
+        (pair, dir)
+    }
+
+    /// `n` tasks due now, half claimed for each dispatcher and handed to it.
+    async fn give(&self, n: usize) {
+        let now = SystemClock.now_millis();
+        let tasks: Vec<NewTask> = (0..n)
+            .map(|i| NewTask {
+                id: uuid::Uuid::now_v7().to_string(),
+                task_type: TASK_TYPE.into(),
+                payload: RawValue::from_string(format!("{{\"n\":{i}}}")).unwrap(),
+                priority: 0,
+                trigger_at: now,
+                max_retries: 0,
+                timeout_ms: 5_000,
+                idempotency_key: None,
+                unique_key: None,
+                cron_key: None,
+                depends_on: Vec::new(),
+                source_service: None,
+            })
+            .collect();
+        self.stores[0].insert(&tasks, now).await.unwrap();
+        let types = TypeFilter::Only(vec![TASK_TYPE.into()]);
+        for ((store, sink), owner) in self.stores.iter().zip(&self.sinks).zip(OWNERS) {
+            let claimed = store
+                .claim(ClaimParams {
+                    types: &types,
+                    horizon: now,
+                    now,
+                    hold: Duration::from_secs(60),
+                    owner,
+                    limit: (n / 2) as u32,
+                })
+                .await
+                .unwrap();
+            assert_eq!(claimed.len(), n / 2);
+            sink.push(claimed);
+        }
+    }
+
+    async fn stop(self) {
+        self.shutdown.cancel();
+        for run in self.runs {
+            tokio::time::timeout(Duration::from_secs(30), run)
+                .await
+                .expect("the dispatcher stops")
+                .expect("without a panic");
+        }
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+}
+
+/// How many calls came from each dispatcher.
+fn per_dispatcher(calls: &[(Instant, String)]) -> Vec<usize> {
+    OWNERS
+        .iter()
+        .map(|owner| calls.iter().filter(|(_, from)| from == owner).count())
+        .collect()
+}
+
+async fn concurrency_holds_in_total_and_follows_a_config_change(database: Option<String>) {
+    const K: usize = 4;
+    const TASKS: usize = 200;
+    let (executor, url) = Counting::start(Duration::from_millis(10)).await;
+    let (pair, _dir) = Pair::start(database, job(&url, &format!("  concurrency: {K}\n"))).await;
+    pair.give(TASKS).await;
+    executor.wait_calls(TASKS, Duration::from_secs(60)).await;
+    let most = executor.reset_most();
+    let from = per_dispatcher(&executor.calls());
+    eprintln!("at most {most} calls at once (limit {K}), by dispatcher {from:?}");
+    assert!(most <= K, "{most} calls at once, above the limit of {K}");
+    assert_eq!(most, K, "the limit was reached: the dispatchers were busy");
+    assert_eq!(from, [TASKS / 2, TASKS / 2], "each ran its half");
+
+    // Lowered without a restart: the next attempts keep the new limit.
+    const LOWER: usize = 2;
+    pair.config
+        .send(Arc::new(RouteTable::from_jobs([job(
+            &url,
+            &format!("  concurrency: {LOWER}\n"),
+        )])))
+        .unwrap();
+    pair.give(TASKS).await;
+    executor
+        .wait_calls(2 * TASKS, Duration::from_secs(60))
+        .await;
+    let most = executor.reset_most();
+    eprintln!("after the change, at most {most} calls at once (limit {LOWER})");
+    assert!(most <= LOWER, "{most} calls at once, above the new limit");
+    pair.stop().await;
+}
+
+async fn rate_holds_in_total_within_ten_percent(database: Option<String>) {
+    const RATE: f64 = 50.0;
+    const TASKS: usize = 300;
+    /// The calls the burst let through at once, and a few more, left out of the window.
+    const SKIP: usize = 10;
+    let (executor, url) = Counting::start(Duration::ZERO).await;
+    let limits = "  concurrency: 100\n  rateLimit: {perSecond: 50, burst: 5}\n";
+    let (pair, _dir) = Pair::start(database, job(&url, limits)).await;
+    pair.give(TASKS).await;
+    executor
+        .wait_calls(TASKS, Duration::from_secs(3 * TASKS as u64 / RATE as u64))
+        .await;
+    let calls = executor.calls();
+    let window = calls[TASKS - 1].0.duration_since(calls[SKIP - 1].0);
+    let rate = (TASKS - SKIP) as f64 / window.as_secs_f64();
+    let from = per_dispatcher(&calls);
+    eprintln!("{rate:.1} calls/s over {window:?} (limit {RATE}/s), by dispatcher {from:?}");
+    assert_eq!(from, [TASKS / 2, TASKS / 2], "each ran its half");
+    assert!(
+        (RATE * 0.9..=RATE * 1.1).contains(&rate),
+        "{rate:.1} calls/s, not within 10 % of {RATE}/s"
+    );
+    pair.stop().await;
+}
+
+mod sqlite {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrency_holds_in_total_and_follows_a_config_change() {
+        super::concurrency_holds_in_total_and_follows_a_config_change(None).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn rate_holds_in_total_within_ten_percent() {
+        super::rate_holds_in_total_within_ten_percent(None).await;
+    }
+}
+
+mod mariadb {
+    use super::fresh_database;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrency_holds_in_total_and_follows_a_config_change() {
+        let url = fresh_database("ASYNCD_TEST_MYSQL_URL").await;
+        super::concurrency_holds_in_total_and_follows_a_config_change(Some(url)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn rate_holds_in_total_within_ten_percent() {
+        let url = fresh_database("ASYNCD_TEST_MYSQL_URL").await;
+        super::rate_holds_in_total_within_ten_percent(Some(url)).await;
+    }
+}
+
+mod postgres {
+    use super::fresh_database;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrency_holds_in_total_and_follows_a_config_change() {
+        let url = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
+        super::concurrency_holds_in_total_and_follows_a_config_change(Some(url)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn rate_holds_in_total_within_ten_percent() {
+        let url = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
+        super::rate_holds_in_total_within_ten_percent(Some(url)).await;
+    }
+}
