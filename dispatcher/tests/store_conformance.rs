@@ -1808,6 +1808,76 @@ async fn dead_letters_are_redriven_and_purged_in_bulk(store: &dyn Store) {
 
 /// Issue 15, task search: every filter narrows, the newest come first, and the cursor
 /// of a page's last task continues where it ended, through ties on `created_at`.
+/// Issue 15: paging through 10 000 tasks while more are inserted meets each of them
+/// exactly once — the new ones sort before the cursor (newest first), so no page
+/// shifts under the reader.
+async fn search_pages_through_10_000_tasks_under_concurrent_inserts(store: &dyn Store) {
+    const TASKS: usize = 10_000;
+    let mut stored = std::collections::BTreeSet::new();
+    for chunk in 0..TASKS / 1_000 {
+        let batch: Vec<NewTask> = (0..1_000).map(|_| new_task("a", T0)).collect();
+        // Created over ten instants, so the cursor crosses ties and instants alike.
+        let created = at(chunk as i64);
+        for outcome in store.insert(&batch, created).await.unwrap() {
+            match outcome {
+                InsertOutcome::Inserted { id, .. } => assert!(stored.insert(id)),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    let read = async {
+        let mut seen = Vec::with_capacity(TASKS);
+        let mut after: Option<(Millis, String)> = None;
+        loop {
+            let page = store
+                .search(SearchParams {
+                    task_type: Some("a"),
+                    after: after.as_ref().map(|(at, id)| (*at, id.as_str())),
+                    limit: 250,
+                    ..SearchParams::default()
+                })
+                .await
+                .unwrap();
+            let Some(last) = page.last() else {
+                return seen;
+            };
+            after = Some((last.created_at, last.id.clone()));
+            seen.extend(page.into_iter().map(|t| t.id));
+            // Let the writer in between pages.
+            tokio::task::yield_now().await;
+        }
+    };
+    let write = async {
+        let mut added = Vec::new();
+        for n in 0..40 {
+            let task = new_task("a", T0);
+            let created = at(10 + n);
+            match store.insert(&[task], created).await.unwrap().remove(0) {
+                InsertOutcome::Inserted { id, .. } => added.push(id),
+                other => panic!("{other:?}"),
+            }
+            tokio::task::yield_now().await;
+        }
+        added
+    };
+    let (seen, added) = tokio::join!(read, write);
+    let mut unique = seen.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), seen.len(), "no task on two pages");
+    let seen: std::collections::BTreeSet<String> = seen.into_iter().collect();
+    assert!(
+        stored.is_subset(&seen),
+        "{} of the first 10 000 never listed",
+        stored.difference(&seen).count()
+    );
+    assert!(
+        seen.iter()
+            .all(|id| stored.contains(id) || added.contains(id)),
+        "only stored tasks are listed"
+    );
+}
+
 async fn tasks_are_found_by_filter_newest_first_page_by_page(store: &dyn Store) {
     let mut ids = Vec::new();
     for (n, (task_type, unique, created)) in [
@@ -2257,6 +2327,7 @@ scenarios!(
     a_redriven_task_waits_again_on_its_dead_dependency,
     a_workflow_is_stored_whole_or_not_at_all,
     tasks_are_found_by_filter_newest_first_page_by_page,
+    search_pages_through_10_000_tasks_under_concurrent_inserts,
     a_paused_type_waits_and_resumes_in_order,
     claims_rank_priority_among_due_work_with_ageing,
     limits_hold_in_total_across_starters,

@@ -98,3 +98,66 @@ async fn a_batch_with_refs_runs_as_a_dag_and_a_bad_one_stores_nothing() {
         (400, Some("ref"))
     );
 }
+
+/// Issue 15: a DAG of 50 tasks — five layers of ten, each task after two of the layer
+/// before, so diamonds everywhere — submitted children first in one batch, runs every
+/// task after each of its parents.
+#[tokio::test]
+async fn a_dag_of_50_with_diamonds_runs_in_dependency_order() {
+    const LAYERS: usize = 5;
+    const WIDTH: usize = 10;
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let jobs = [("job.yaml", job_yaml("dag", "step", &executor.url(), ""))];
+    let asyncd = Asyncd::start(&jobs, &[]).await;
+    let name = |layer: usize, i: usize| format!("l{layer}-{i}");
+    let parents = |layer: usize, i: usize| -> Vec<String> {
+        if layer == 0 {
+            Vec::new()
+        } else {
+            vec![name(layer - 1, i), name(layer - 1, (i + 1) % WIDTH)]
+        }
+    };
+    // The deepest layer first: the server orders the batch, not the client.
+    let mut items = Vec::new();
+    for layer in (0..LAYERS).rev() {
+        for i in 0..WIDTH {
+            items.push(json!({
+                "type": "step",
+                "payload": name(layer, i),
+                "ref": name(layer, i),
+                "depends_on_refs": parents(layer, i),
+            }));
+        }
+    }
+    let (status, answer) = asyncd
+        .post("/v1/tasks:batch", json!({ "tasks": items }))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let mut id_of = std::collections::HashMap::new();
+    for (item, result) in items.iter().zip(answer["results"].as_array().unwrap()) {
+        assert_eq!(result["status"], 201, "{result}");
+        id_of.insert(
+            item["ref"].as_str().unwrap().to_string(),
+            result["id"].as_str().unwrap().to_string(),
+        );
+    }
+    for id in id_of.values() {
+        asyncd.wait_state(id, "succeeded").await;
+    }
+    let started = |r: &str| {
+        let calls = executor.calls_for(&id_of[r]);
+        assert_eq!(calls.len(), 1, "{r} ran once");
+        calls[0].at
+    };
+    for layer in 1..LAYERS {
+        for i in 0..WIDTH {
+            let child = name(layer, i);
+            for parent in parents(layer, i) {
+                assert!(
+                    started(&parent) < started(&child),
+                    "{child} began before its parent {parent} was done"
+                );
+            }
+        }
+    }
+}

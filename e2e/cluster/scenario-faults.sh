@@ -42,6 +42,17 @@ roll_image() {
 }
 check "dispatcher image rolled mid-run (helm upgrade image.tag=$APP_VERSION-roll): nothing lost" run_during fault-roll roll_image
 rolled() {
+  # The operator, itself rolled by the upgrade, writes the new image into each dispatcher
+  # Deployment once it leads: until then a Deployment's rollout is "complete" on the old
+  # image, so wait (with a deadline) for the spec first, then for the rollouts.
+  local deadline=$((SECONDS + 120)) specs
+  while :; do
+    specs=$(kn get deploy -l app.kubernetes.io/name=asyncd-dispatcher \
+      -o jsonpath='{range .items[*]}{.spec.template.spec.containers[0].image}{"\n"}{end}' | sort -u)
+    [[ $specs == "asyncd:$APP_VERSION-roll" ]] && break
+    if (( SECONDS >= deadline )); then echo "note: dispatcher Deployments still at: $(tr '\n' ' ' <<<"$specs")"; return 1; fi
+    sleep 1
+  done
   kn rollout status deploy/asyncd-dispatcher-burst-job --timeout=180s >/dev/null &&
     kn rollout status deploy/asyncd-dispatcher-order-cancel-job --timeout=180s >/dev/null || return 1
   local imgs
