@@ -51,7 +51,8 @@ async fn act(
             format!("the request body is over this endpoint's limit of {MAX_BODY_BYTES} bytes"),
         ));
     }
-    let request = parse(&body)?;
+    // Unknown fields are refused too: a misspelt filter must not widen a purge.
+    let request: DeadLetterBulk = submit::parse_json(&body)?;
     for (field, value) in [
         ("job", &request.job),
         ("type", &request.task_type),
@@ -152,22 +153,4 @@ async fn act(
         dry_run: request.dry_run,
         dead_before: from_millis(dead_before),
     }))
-}
-
-/// The filter, or a 400 naming the field at fault (unknown fields included: a misspelt
-/// filter must not widen a purge).
-fn parse(body: &[u8]) -> Result<DeadLetterBulk, ApiError> {
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let request: DeadLetterBulk = serde_path_to_error::deserialize(&mut de).map_err(|err| {
-        let path = err.path().to_string();
-        let inner = err.into_inner();
-        if path == "." || path == "?" {
-            ApiError::new(ErrorCode::MalformedJson, inner.to_string())
-        } else {
-            ApiError::new(ErrorCode::MalformedJson, format!("{path}: {inner}")).with_field(path)
-        }
-    })?;
-    de.end()
-        .map_err(|e| ApiError::new(ErrorCode::MalformedJson, e.to_string()))?;
-    Ok(request)
 }

@@ -27,8 +27,14 @@ pub type SubmitRequest = asyncd_contract::SubmitRequest<Box<RawValue>>;
 
 /// Parses a submit body; a type error names the JSON path at fault.
 pub fn parse(body: &[u8]) -> Result<SubmitRequest, ApiError> {
+    parse_json(body)
+}
+
+/// Parses a JSON request body into `T`; a type error (an unknown field included) is
+/// `malformed_json` naming the JSON path at fault.
+pub(super) fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let mut de = serde_json::Deserializer::from_slice(body);
-    let request: SubmitRequest = serde_path_to_error::deserialize(&mut de).map_err(|err| {
+    let request: T = serde_path_to_error::deserialize(&mut de).map_err(|err| {
         let path = err.path().to_string();
         let inner = err.into_inner();
         // serde_path_to_error says "." for the root and "?" where it lost track.

@@ -42,6 +42,19 @@ where
     }
 }
 
+/// Appends `ids` as bound parameters and closes the `IN (` the statement ends with.
+fn push_ids<DB>(query: &mut QueryBuilder<DB>, ids: &[String])
+where
+    DB: Database,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+{
+    let mut list = query.separated(", ");
+    for id in ids {
+        list.push_bind(id.as_str());
+    }
+    query.push(")");
+}
+
 /// Appends what makes a match actionable for `action`.
 fn push_actionable<DB: Database>(query: &mut QueryBuilder<DB>, action: BulkAction) {
     query.push(match action {
@@ -156,11 +169,7 @@ where
             " WHERE state = 'dead' \
              AND NOT EXISTS (SELECT 1 FROM task_deps d WHERE d.task_id = tasks.id) AND id IN (",
         );
-    let mut list = update.separated(", ");
-    for id in &ids {
-        list.push_bind(id.as_str());
-    }
-    update.push(")");
+    push_ids(&mut update, &ids);
     match update.build().execute(pool).await {
         Ok(done) => Ok((ids, Some(D::rows_affected(&done)))),
         Err(err) if super::is_unique_violation(&err) => Ok((ids, None)),
@@ -191,11 +200,7 @@ where
     for (table, column) in [("task_deps", "task_id"), ("tasks", "id")] {
         let mut delete =
             QueryBuilder::<DB>::new(format!("DELETE FROM {table} WHERE {column} IN ("));
-        let mut list = delete.separated(", ");
-        for id in &ids {
-            list.push_bind(id.as_str());
-        }
-        delete.push(")");
+        push_ids(&mut delete, &ids);
         let done = delete.build().execute(&mut *tx).await?;
         deleted = D::rows_affected(&done);
     }
