@@ -378,10 +378,14 @@ pub async fn run(args: &Args) -> Result<()> {
 
     let jobs = logs.join("jobs");
     std::fs::create_dir_all(&jobs)?;
+    // `concurrency` is a total across the three dispatchers: 768 is the 256 each they had
+    // before limits held across replicas. Less, and the long 202 tasks (which hold a slot
+    // for their whole lease) leave dispatch far behind the submit rate, so a full run
+    // measures capacity instead of reliability.
     std::fs::write(
         jobs.join("soak.yaml"),
         format!(
-            "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata: {{name: soak}}\nspec:\n  taskType: soak\n  executor: {{url: '{executor}', timeout: {}s}}\n  concurrency: 256\n  retry: {{maxRetries: {MAX_RETRIES}, initialBackoff: 200ms, maxBackoff: 2s}}\n  kafka: {{topic: asyncd-soak-{seed}-{}, partitions: 6}}\n",
+            "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata: {{name: soak}}\nspec:\n  taskType: soak\n  executor: {{url: '{executor}', timeout: {}s}}\n  concurrency: 768\n  retry: {{maxRetries: {MAX_RETRIES}, initialBackoff: 200ms, maxBackoff: 2s}}\n  kafka: {{topic: asyncd-soak-{seed}-{}, partitions: 6}}\n",
             EXECUTOR_TIMEOUT.as_secs(),
             std::process::id()
         ),
