@@ -211,9 +211,6 @@ mod tests {
         async fn redrive(&self, id: &str, now: Millis) -> store::Result<RedriveOutcome> {
             self.inner.redrive(id, now).await
         }
-        async fn stats(&self, now: Millis) -> store::Result<Vec<TypeStats>> {
-            self.inner.stats(now).await
-        }
         async fn job_counts(&self, p: store::JobCountParams<'_>) -> store::Result<JobCounts> {
             self.inner.job_counts(p).await
         }

@@ -462,8 +462,11 @@ async fn a_joining_dispatcher_takes_partitions_without_losing_or_stalling_tasks(
     );
     assert!(by_second > 0, "the new dispatcher got partitions");
     assert!(lateness[0] >= 0, "nothing ran early");
+    // A hand-over that stalls waits out the consumer's 10 s session timeout (or a claim
+    // hold) before another member takes the partition; below that, lateness measures how
+    // busy this machine is, not the rebalance, so the bound is the timeout itself.
     assert!(
-        p99 < 3000,
+        p99 < 10_000,
         "the rebalance stalled tasks: p99 lateness {p99} ms"
     );
 }

@@ -780,14 +780,6 @@ async fn a_lease_extension_that_moves_nothing_still_applies(store: &dyn Store) {
     );
 }
 
-async fn stats_count_pending_and_due(store: &dyn Store) {
-    insert(store, new_task("s", at(-2_000))).await;
-    insert(store, new_task("s", at(2_000))).await;
-    let stats = store.stats(T0).await.unwrap();
-    let s = stats.iter().find(|s| s.task_type == "s").unwrap();
-    assert_eq!((s.pending, s.due, s.oldest_due), (2, 1, Some(at(-2_000))));
-}
-
 /// Inserts a task of `task_type` due at `when` and begins its attempt at `when`, which
 /// ends then as `kind` says (`None`: it goes on running); nothing else may be due then.
 /// Returns its id.
@@ -2311,7 +2303,6 @@ scenarios!(
     dead_letters_page_by_cursor_latest_due_first,
     idempotency_unique_and_cron_keys,
     dependencies_release_and_fail,
-    stats_count_pending_and_due,
     job_counts_by_state_stop_at_their_cap,
     membership_by_heartbeat,
     payloads_and_results_are_kept_byte_for_byte,

@@ -391,15 +391,6 @@ pub struct Lapsed {
     pub lease_token: i64,
 }
 
-/// Per task type: what is waiting, and what of it is already due.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TypeStats {
-    pub task_type: String,
-    pub pending: i64,
-    pub due: i64,
-    pub oldest_due: Option<Millis>,
-}
-
 /// What the jobs overview (`GET /v1/jobs`) shows of one task type, from
 /// [`Store::job_counts`]. Each count stops at the `cap` it was asked with.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -678,7 +669,6 @@ pub trait Store: Send + Sync + 'static {
     /// what [`Store::redrive`] does.
     async fn act_on_dead(&self, filter: DeadFilter<'_>, limit: u32, now: Millis) -> Result<u64>;
     async fn search(&self, params: SearchParams<'_>) -> Result<Vec<TaskRecord>>;
-    async fn stats(&self, now: Millis) -> Result<Vec<TypeStats>>;
     /// One task type's counts for the jobs overview, each an index range walked at most
     /// `cap` entries deep (see [`JobCountParams`]): `tasks_by_type_state` (migration
     /// 0008) for the waiting and running tasks, `tasks_finished` for the finished ones.

@@ -179,10 +179,6 @@ const QUERIES: Queries = Queries {
          ORDER BY trigger_at DESC, id DESC LIMIT ?"
     ),
     // SUM is DECIMAL on MySQL: cast it back to the BIGINT the other backends return.
-    stats: "SELECT task_type, COUNT(*) AS pending, \
-                   CAST(SUM(CASE WHEN trigger_at <= ? THEN 1 ELSE 0 END) AS SIGNED) AS due, \
-                   MIN(CASE WHEN trigger_at <= ? THEN trigger_at END) AS oldest_due \
-            FROM tasks WHERE state IN ('pending', 'claimed') GROUP BY task_type ORDER BY task_type",
     purgeable: "SELECT id FROM tasks \
                 WHERE task_type = ? AND state = ? AND updated_at < ? \
                   AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks c ON c.id = d.task_id \

@@ -123,10 +123,6 @@ const QUERIES: Queries = Queries {
            AND (trigger_at < $3 OR (trigger_at = $4 AND id < $5)) \
          ORDER BY trigger_at DESC, id DESC LIMIT $6"
     ),
-    stats: "SELECT task_type, COUNT(*) AS pending, \
-                   SUM(CASE WHEN trigger_at <= $1 THEN 1 ELSE 0 END) AS due, \
-                   MIN(CASE WHEN trigger_at <= $2 THEN trigger_at END) AS oldest_due \
-            FROM tasks WHERE state IN ('pending', 'claimed') GROUP BY task_type ORDER BY task_type",
     purgeable: "SELECT id FROM tasks \
                 WHERE task_type = $1 AND state = $2 AND updated_at < $3 \
                   AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks c ON c.id = d.task_id \

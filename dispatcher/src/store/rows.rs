@@ -14,9 +14,7 @@ use sqlx::postgres::{PgTypeInfo, PgValueRef, Postgres};
 use sqlx::sqlite::{Sqlite, SqliteTypeInfo, SqliteValueRef};
 use sqlx::types::Type;
 
-use super::{
-    ClaimedTask, JobCounts, Lapsed, Millis, Result, StoreError, TaskRecord, TaskState, TypeStats,
-};
+use super::{ClaimedTask, JobCounts, Lapsed, Millis, Result, StoreError, TaskRecord, TaskState};
 
 /// An integer column of any width.
 #[derive(Debug, Clone, Copy)]
@@ -337,25 +335,6 @@ impl Holder {
                 super::domain::same_request(task, task_type, payload)
             }
             _ => true,
-        }
-    }
-}
-
-#[derive(sqlx::FromRow)]
-pub struct StatsRow {
-    task_type: String,
-    pending: Int,
-    due: Int,
-    oldest_due: Option<Millis>,
-}
-
-impl From<StatsRow> for TypeStats {
-    fn from(row: StatsRow) -> Self {
-        TypeStats {
-            task_type: row.task_type,
-            pending: row.pending.0,
-            due: row.due.0,
-            oldest_due: row.oldest_due,
         }
     }
 }

@@ -106,9 +106,6 @@ pub struct Queries {
     /// Up to `limit` dead tasks, of type `task_type` unless it is NULL (`task_type,
     /// task_type, limit`), latest first.
     pub dead_letters: &'static str,
-    /// Per task type, the pending and claimed tasks and those of them due by `now` (`now,
-    /// now`).
-    pub stats: &'static str,
     /// The ids of up to `limit` tasks [`super::Store::purge`] may delete (`task_type,
     /// state, finished_before, limit`), oldest first, locked where rows lock (skipping
     /// those another purger holds).

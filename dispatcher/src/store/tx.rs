@@ -13,14 +13,14 @@ use super::domain::{self, DependentsEffect, Initial};
 use async_trait::async_trait;
 
 use super::bulk;
-use super::rows::{self, Holder, JobCountsRow, LapsedRow, StartedRow, StatsRow, TaskRow};
+use super::rows::{self, Holder, JobCountsRow, LapsedRow, StartedRow, TaskRow};
 use super::shared::{self, KafkaDeadLetterRow, Queries};
 use super::{
     Admitted, BulkAction, CancelOutcome, ClaimIdsParams, ClaimParams, ClaimedTask, DeadCount,
     DeadFilter, DeadLetterParams, Finish, FinishKind, InsertOutcome, JobCountParams, JobCounts,
     JobGate, KafkaDeadLetter, Lapsed, Millis, NewTask, PurgeParams, RedriveOutcome, Result,
-    SearchParams, StartParams, Started, Store, StoreError, TaskRecord, TypeStats,
-    is_unique_violation, retrying, unnamed_insert_conflict, unnamed_redrive_conflict,
+    SearchParams, StartParams, Started, Store, StoreError, TaskRecord, is_unique_violation,
+    retrying, unnamed_insert_conflict, unnamed_redrive_conflict,
 };
 
 /// A connection of a dialect's database.
@@ -91,7 +91,6 @@ where
     for<'r> Holder: FromRow<'r, DB::Row>,
     for<'r> StartedRow: FromRow<'r, DB::Row>,
     for<'r> TaskRow: FromRow<'r, DB::Row>,
-    for<'r> StatsRow: FromRow<'r, DB::Row>,
 {
     /// Inserts tasks in one transaction, one outcome per task in order.
     pub async fn insert(
@@ -464,15 +463,6 @@ where
         rows.into_iter().map(TaskRow::into_record).collect()
     }
 
-    pub async fn stats(pool: &Pool<DB>, now: Millis) -> Result<Vec<TypeStats>> {
-        let rows: Vec<StatsRow> = sqlx::query_as(D::QUERIES.stats)
-            .bind(now)
-            .bind(now)
-            .fetch_all(pool)
-            .await?;
-        Ok(rows.into_iter().map(TypeStats::from).collect())
-    }
-
     /// [`Dialect::fail_blocked_dependents`] where the database has `UPDATE …
     /// RETURNING`: one statement, binding `(last_error, now, dep)`.
     pub async fn fail_returning(
@@ -553,7 +543,6 @@ where
     for<'r> Holder: FromRow<'r, DB::Row>,
     for<'r> StartedRow: FromRow<'r, DB::Row>,
     for<'r> TaskRow: FromRow<'r, DB::Row>,
-    for<'r> StatsRow: FromRow<'r, DB::Row>,
     for<'r> JobCountsRow: FromRow<'r, DB::Row>,
     for<'r> LapsedRow: FromRow<'r, DB::Row>,
     for<'r> KafkaDeadLetterRow: FromRow<'r, DB::Row>,
@@ -744,10 +733,6 @@ where
                 Ok(redriven)
             }
         }
-    }
-
-    async fn stats(&self, now: Millis) -> Result<Vec<TypeStats>> {
-        Tx::<B>::stats(self.reader(), now).await
     }
 
     async fn job_counts(&self, params: JobCountParams<'_>) -> Result<JobCounts> {
