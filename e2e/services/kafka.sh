@@ -208,8 +208,11 @@ launch_and_wait() {
     if ! kill -0 "$pid" 2>/dev/null; then
       log "broker exited during startup"; show_log_tail "$LOG_FILE"; return 1
     fi
-    # the port is bound early; a metadata call answers once the broker is really serving
-    if port_open "$PORT" && kafka_tool timeout 30 org.apache.kafka.tools.TopicCommand --bootstrap-server "$BOOTSTRAP" --list >/dev/null 2>&1; then
+    # The port is bound early; the broker logs "Kafka Server started" once it is unfenced
+    # and serving. (A metadata call through Kafka's CLI tools also answers then, but it
+    # starts a JVM of its own: on a loaded 2-core machine that took over its 30 s, and
+    # the script killed a broker that had been serving for minutes.)
+    if port_open "$PORT" && grep -q "Kafka Server started" "$LOG_FILE"; then
       return 0
     fi
     if (( $(now_s) >= deadline )); then
