@@ -246,7 +246,12 @@ impl Backend for PostgresStore {
         // rows and skips rows another claimer has locked (it is claiming them); the
         // UPDATE then marks exactly the rows locked, found by primary key. (Joining a
         // CTE instead lets a generic plan, which does not know `limit`, hash-join it
-        // against a scan of the whole table.)
+        // against a scan of the whole table.) The pause test is a CASE, not a `NOT
+        // EXISTS`: the planner turns that into an anti-join and, with few task types in
+        // the statistics and a never-analysed `job_pauses`, estimates that one due row
+        // survives it — then it sorts every due row instead of walking the index to
+        // `limit` (2.7 s instead of 16 ms a claim with 366 000 due tasks in the soak).
+        // A CASE is opaque to it: half the rows, and the walk wins.
         let rows: Vec<ClaimRow> = retrying(Self::transient, || async {
             let rows = sqlx::query_as(concat!(
                 "UPDATE tasks SET state = 'claimed', lease_token = lease_token + 1, \
@@ -256,7 +261,9 @@ impl Backend for PostgresStore {
                      SELECT id FROM tasks \
                      WHERE state = 'pending' AND claim_rank <= $1 AND trigger_at <= $1 \
                        AND ($2::text[] IS NULL OR task_type = ANY($2)) \
-                       AND NOT EXISTS (SELECT 1 FROM job_pauses p WHERE p.task_type = tasks.task_type) \
+                       AND CASE WHEN EXISTS (SELECT 1 FROM job_pauses p \
+                                             WHERE p.task_type = tasks.task_type) \
+                                THEN false ELSE true END \
                      ORDER BY claim_rank, id \
                      LIMIT $3 \
                      FOR UPDATE SKIP LOCKED)) \
