@@ -11,6 +11,11 @@
 //! claims it shares the database with. The gauges saturate there: 100 000 due (and
 //! 200 000 pending) reads "at least", far above any autoscaling target. Only the task
 //! types of configured jobs are sampled: a type no job names has no dispatcher to scale.
+//!
+//! Walking 100 000 entries still takes about half a second on PostgreSQL, so a pass that
+//! takes long waits longer before the next: sampling spends at most [`DUTY`] of the time
+//! (every 2 s while the backlog is small, about every 10 s under such a backlog — the
+//! autoscaler looks every 15 s).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -24,6 +29,21 @@ use crate::metrics::Metrics;
 use crate::routing::Routes;
 use crate::store::{JobCountParams, Store};
 
+/// The most of its time the sampler spends counting.
+const DUTY: f64 = 0.05;
+
+/// The longest wait between passes, in intervals: a pass slowed by a moment of load
+/// must not leave the gauges stale for long.
+const MAX_PAUSE: u32 = 5;
+
+/// How long to wait after a pass that took `took`: `interval`, or longer so that
+/// counting takes at most [`DUTY`] of the time, up to [`MAX_PAUSE`] intervals.
+fn pause_after(took: Duration, interval: Duration) -> Duration {
+    interval
+        .max(took.mul_f64((1.0 - DUTY) / DUTY))
+        .min(interval * MAX_PAUSE)
+}
+
 pub async fn run(
     store: Arc<dyn Store>,
     routes: Routes,
@@ -35,6 +55,7 @@ pub async fn run(
     let cap = u32::try_from(MAX_JOB_COUNT).expect("the cap fits");
     let mut seen: HashSet<String> = HashSet::new();
     loop {
+        let began = std::time::Instant::now();
         let now = clock.now_millis();
         let mut paused: HashSet<String> = match store.pauses().await {
             Ok(pauses) => pauses.into_iter().map(|(task_type, _)| task_type).collect(),
@@ -92,7 +113,28 @@ pub async fn run(
         seen = current;
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(interval) => {}
+            _ = tokio::time::sleep(pause_after(began.elapsed(), interval)) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slow_pass_spaces_out_the_next() {
+        let interval = Duration::from_secs(2);
+        assert_eq!(pause_after(Duration::from_millis(30), interval), interval);
+        assert_eq!(
+            pause_after(Duration::from_millis(500), interval),
+            Duration::from_millis(9_500),
+            "half a second of counting in every ten"
+        );
+        assert_eq!(
+            pause_after(Duration::from_secs(3), interval),
+            Duration::from_secs(10),
+            "never staler than five intervals"
+        );
     }
 }
