@@ -360,8 +360,12 @@ async fn wire(
         .local_addr()
         .map_err(|e| RoleError::Listen(settings.listen, e))?;
     tracing::info!(%local, "listening");
+    let (inserts, writer) = api::group_commit::new(store.clone());
+    // Ends once the API's state is dropped, after writing what was queued before.
+    supervisor.spawn_loop("submit group commit", writer.run());
     let state = Arc::new(ApiState {
         store: store.clone(),
+        inserts,
         routes: routes.clone(),
         metrics: metrics.clone(),
         clock: clock.clone(),

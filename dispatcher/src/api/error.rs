@@ -61,6 +61,19 @@ impl ApiError {
 
 impl From<crate::store::StoreError> for ApiError {
     fn from(err: crate::store::StoreError) -> Self {
+        Self::from(&err)
+    }
+}
+
+/// A store error several requests share (a group commit's, see `group_commit`).
+impl From<std::sync::Arc<crate::store::StoreError>> for ApiError {
+    fn from(err: std::sync::Arc<crate::store::StoreError>) -> Self {
+        Self::from(&*err)
+    }
+}
+
+impl From<&crate::store::StoreError> for ApiError {
+    fn from(err: &crate::store::StoreError) -> Self {
         // The one non-4xx answer: the store is down, which the client may retry.
         tracing::error!(%err, "store error while serving a request");
         Self::new(

@@ -4,6 +4,7 @@
 mod bulk;
 pub mod console;
 pub mod error;
+pub mod group_commit;
 pub mod submit;
 mod workflow;
 
@@ -45,6 +46,9 @@ pub use asyncd_contract::MAX_BATCH;
 
 pub struct ApiState {
     pub store: Arc<dyn Store>,
+    /// Where a submit of one store-routed task is written: with the others arriving
+    /// meanwhile, in one transaction (`group_commit`).
+    pub inserts: group_commit::GroupCommit,
     pub routes: Routes,
     pub metrics: Arc<Metrics>,
     pub clock: SharedClock,
@@ -316,11 +320,12 @@ impl ApiState {
             .filter(|(_, topic)| topic.is_none())
             .map(|(task, _)| task.clone())
             .collect();
-        // Kafka-route tasks alone must not need the store.
-        let mut outcomes = if stored.is_empty() {
-            Vec::new()
-        } else {
-            self.store.insert(&stored, now).await?
+        // Kafka-route tasks alone must not need the store. One task shares a
+        // transaction with the other single submits of the moment; a batch is one already.
+        let mut outcomes = match stored.len() {
+            0 => Vec::new(),
+            1 => self.inserts.insert(stored, now).await?,
+            _ => self.store.insert(&stored, now).await?,
         }
         .into_iter();
         let mut produced = Vec::new();
