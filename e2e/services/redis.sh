@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Private Redis server on 127.0.0.1 for asyncd benchmarks (e2e/bench.sh peers: BullMQ).
-#   redis.sh start|stop|restart|status|url|reset
+#   redis.sh start|stop|restart|status|url|pidfile|reset
 # See README.md in this folder.
 set -euo pipefail
 
@@ -92,10 +92,11 @@ status() {
 cmd="${1:-}"; shift || true
 case "$cmd" in
   url) url ;;
+  pidfile) echo "$PID_FILE" ;;
   start) with_lock redis; start ;;
   stop) with_lock redis; stop ;;
   restart) with_lock redis; stop; start ;;
   status) status ;;
   reset) with_lock redis; stop; rm -rf "$RUN_DIR"; log "removed $RUN_DIR" ;;
-  *) echo "usage: $0 start|stop|restart|status|url|reset" >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|restart|status|url|pidfile|reset" >&2; exit 2 ;;
 esac

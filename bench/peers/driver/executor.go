@@ -89,7 +89,7 @@ func (e *executor) stats() Stats {
 }
 
 // quantiles sorts late (ms) and returns p50, p99, max and how many were negative.
-func quantiles(late []int64) (p50, p99, max int64, early int) {
+func quantiles(late []int64) (p50, p99, most int64, early int) {
 	if len(late) == 0 {
 		return 0, 0, 0, 0
 	}
