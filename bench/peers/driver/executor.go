@@ -48,6 +48,14 @@ func (e *executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("content-type", "application/json")
 		_ = json.NewEncoder(w).Encode(e.stats())
 		return
+	case r.Method == http.MethodGet && r.URL.Path == "/count":
+		// Polled while waiting, so it sorts nothing.
+		e.mu.Lock()
+		s := Stats{Count: e.count, LastMs: e.last}
+		e.mu.Unlock()
+		w.Header().Set("content-type", "application/json")
+		_ = json.NewEncoder(w).Encode(s)
+		return
 	case r.Method == http.MethodPost && r.URL.Path == "/reset":
 		e.mu.Lock()
 		e.seen, e.count, e.last, e.badBody = e.seen[:0], 0, 0, 0

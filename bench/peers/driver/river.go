@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -142,7 +143,7 @@ func runRiver(args []string) error {
 }
 
 func riverInsert(ctx context.Context, pool *pgxpool.Pool, f *peerFlags) error {
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: quietLogger()})
 	if err != nil {
 		return err
 	}
@@ -272,6 +273,7 @@ func riverWork(ctx context.Context, pool *pgxpool.Pool, f *peerFlags) error {
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: f.concurrency}},
 		Workers: workers,
+		Logger:  quietLogger(),
 	})
 	if err != nil {
 		return err
@@ -298,3 +300,7 @@ func riverWork(ctx context.Context, pool *pgxpool.Pool, f *peerFlags) error {
 	return nil
 }
 
+// quietLogger: warnings and errors only, like the other peers.
+func quietLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
