@@ -113,12 +113,14 @@ export function handler(f, done) {
       req.end(text);
     });
   let count = 0;
+  let first = 0;
   const finished = () => {
     count += 1;
     if (f.expect > 0 && count === f.expect) done();
   };
   const run = async (data) => {
     if (f.handler === "noop") {
+      if (first === 0) first = Date.now();
       if (late.length < 4000000) late.push(Date.now() - Date.parse(data.eta));
       finished();
       return;
@@ -130,6 +132,7 @@ export function handler(f, done) {
     late.sort((a, b) => a - b);
     const pick = (q) => (late.length ? late[Math.min(late.length - 1, Math.floor(late.length * q))] : 0);
     return {
+      first_ms: first,
       done_ms: Date.now(),
       count,
       p50: pick(0.5),

@@ -27,6 +27,7 @@ type executor struct {
 	mu      sync.Mutex
 	seen    []arrival
 	count   int
+	first   int64
 	last    int64
 	badBody int
 }
@@ -34,6 +35,7 @@ type executor struct {
 // Stats is what GET /stats answers.
 type Stats struct {
 	Count   int   `json:"count"`
+	FirstMs int64 `json:"first_ms"`
 	LastMs  int64 `json:"last_ms"`
 	P50     int64 `json:"p50"`
 	P99     int64 `json:"p99"`
@@ -58,7 +60,7 @@ func (e *executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case r.Method == http.MethodPost && r.URL.Path == "/reset":
 		e.mu.Lock()
-		e.seen, e.count, e.last, e.badBody = e.seen[:0], 0, 0, 0
+		e.seen, e.count, e.first, e.last, e.badBody = e.seen[:0], 0, 0, 0, 0
 		e.mu.Unlock()
 		return
 	}
@@ -75,6 +77,9 @@ func (e *executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	e.mu.Lock()
 	e.count++
+	if e.first == 0 {
+		e.first = now
+	}
 	e.last = now
 	if eta < 0 {
 		e.badBody++
@@ -90,7 +95,7 @@ func (e *executor) stats() Stats {
 	for i, a := range e.seen {
 		late[i] = a.at - a.eta
 	}
-	s := Stats{Count: e.count, LastMs: e.last, BadBody: e.badBody}
+	s := Stats{Count: e.count, FirstMs: e.first, LastMs: e.last, BadBody: e.badBody}
 	e.mu.Unlock()
 	s.P50, s.P99, s.Max, s.Early = quantiles(late)
 	return s

@@ -204,8 +204,9 @@ func riverInsert(ctx context.Context, pool *pgxpool.Pool, f *peerFlags) error {
 
 // lateRecorder keeps the lateness of each task a no-op handler ran, bounded.
 type lateRecorder struct {
-	mu   sync.Mutex
-	late []int64
+	mu    sync.Mutex
+	late  []int64
+	first int64
 }
 
 func (r *lateRecorder) add(etaIso string) {
@@ -213,8 +214,12 @@ func (r *lateRecorder) add(etaIso string) {
 	if err != nil {
 		return
 	}
-	l := time.Now().UnixMilli() - t.UnixMilli()
+	now := time.Now().UnixMilli()
+	l := now - t.UnixMilli()
 	r.mu.Lock()
+	if r.first == 0 {
+		r.first = now
+	}
 	if len(r.late) < maxRecords {
 		r.late = append(r.late, l)
 	}
@@ -292,8 +297,9 @@ func riverWork(ctx context.Context, pool *pgxpool.Pool, f *peerFlags) error {
 	doneMs := time.Now().UnixMilli()
 	rec.mu.Lock()
 	p50, p99, mx, early := quantiles(rec.late)
+	first := rec.first
 	rec.mu.Unlock()
-	emit(map[string]any{"done_ms": doneMs, "count": done.Load(), "p50": p50, "p99": p99, "max": mx, "early": early})
+	emit(map[string]any{"first_ms": first, "done_ms": doneMs, "count": done.Load(), "p50": p50, "p99": p99, "max": mx, "early": early})
 	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	_ = client.Stop(stopCtx)

@@ -380,10 +380,10 @@ type insertSpec struct {
 // workResult: when consuming started and, for the in-process handler, the lateness the
 // handler saw and when the last task was done.
 type workResult struct {
-	startedMs int64
-	doneMs    int64
-	count     int
-	late      Stats
+	firstMs int64
+	doneMs  int64
+	count   int
+	late    Stats
 }
 
 type target interface {
@@ -526,12 +526,13 @@ func (p *peerTarget) Start(ctx context.Context, handler string, expect int) (int
 
 func (p *peerTarget) summary() (workResult, error) {
 	var r struct {
-		DoneMs int64 `json:"done_ms"`
-		Count  int   `json:"count"`
-		P50    int64 `json:"p50"`
-		P99    int64 `json:"p99"`
-		Max    int64 `json:"max"`
-		Early  int   `json:"early"`
+		FirstMs int64 `json:"first_ms"`
+		DoneMs  int64 `json:"done_ms"`
+		Count   int   `json:"count"`
+		P50     int64 `json:"p50"`
+		P99     int64 `json:"p99"`
+		Max     int64 `json:"max"`
+		Early   int   `json:"early"`
 	}
 	if !p.lines.Scan() {
 		return workResult{}, fmt.Errorf("%s work ended without a summary", p.name)
@@ -539,7 +540,7 @@ func (p *peerTarget) summary() (workResult, error) {
 	if err := json.Unmarshal(p.lines.Bytes(), &r); err != nil {
 		return workResult{}, err
 	}
-	return workResult{doneMs: r.DoneMs, count: r.Count, late: Stats{Count: r.Count, P50: r.P50, P99: r.P99, Max: r.Max, Early: r.Early}}, nil
+	return workResult{firstMs: r.FirstMs, doneMs: r.DoneMs, count: r.Count, late: Stats{Count: r.Count, P50: r.P50, P99: r.P99, Max: r.Max, Early: r.Early}}, nil
 }
 
 func (p *peerTarget) Wait(ctx context.Context, deadline time.Duration) (workResult, error) {
@@ -784,7 +785,7 @@ func (a *asyncdTarget) Start(ctx context.Context, handler string, expect int) (i
 
 func (a *asyncdTarget) Wait(ctx context.Context, deadline time.Duration) (workResult, error) {
 	s, err := a.exec.waitCount(ctx, a.expect, deadline)
-	return workResult{doneMs: s.LastMs, count: s.Count, late: s}, err
+	return workResult{firstMs: s.FirstMs, doneMs: s.LastMs, count: s.Count, late: s}, err
 }
 
 func (a *asyncdTarget) Pids(ctx context.Context) ([]int, []int) {
@@ -811,6 +812,22 @@ func (a *asyncdTarget) Stop() {
 
 // ---- workloads ----
 
+// reset: Reset, tried once more after a pause if it fails (the shared PostgreSQL server
+// may be restarting under another user of the machine).
+func reset(ctx context.Context, t target) error {
+	err := t.Reset(ctx)
+	if err == nil {
+		return nil
+	}
+	logf("%s: reset failed (%v); trying again in 5 s", t.Name(), err)
+	select {
+	case <-time.After(5 * time.Second):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return t.Reset(ctx)
+}
+
 func deadlineFor(n int) time.Duration {
 	return max(120*time.Second, time.Duration(n)*5*time.Millisecond)
 }
@@ -830,7 +847,7 @@ func runWorkload(ctx context.Context, c *config, e *executorProc, t target, w st
 				return errNA
 			}
 		}
-		if err := t.Reset(ctx); err != nil {
+		if err := reset(ctx, t); err != nil {
 			return err
 		}
 		secs, err := t.Insert(ctx, insertSpec{count: c.drain})
@@ -840,15 +857,14 @@ func runWorkload(ctx context.Context, c *config, e *executorProc, t target, w st
 		if w == "drain" {
 			res.set("enqueue-batch", sys, rateCell(c.drain, secs))
 		}
-		started, err := t.Start(ctx, handler, c.drain)
-		if err != nil {
+		if _, err := t.Start(ctx, handler, c.drain); err != nil {
 			return err
 		}
 		r, err := t.Wait(ctx, deadlineFor(c.drain))
 		if err != nil {
 			return err
 		}
-		end := r.doneMs
+		first, end := r.firstMs, r.doneMs
 		if handler == "http" {
 			s, err := e.stats()
 			if err != nil {
@@ -857,11 +873,13 @@ func runWorkload(ctx context.Context, c *config, e *executorProc, t target, w st
 			if s.Count < c.drain {
 				return fmt.Errorf("the executor saw %d of %d calls", s.Count, c.drain)
 			}
-			end = s.LastMs
+			first, end = s.FirstMs, s.LastMs
 		}
-		res.set(w, sys, rateCell(c.drain, float64(end-started)/1000))
+		// From the first call to the last: start-up (a worker process, leader
+		// election, noticing the resume) is left out for every system alike.
+		res.set(w, sys, rateCell(c.drain-1, float64(max(end-first, 1))/1000))
 	case "enqueue-single":
-		if err := t.Reset(ctx); err != nil {
+		if err := reset(ctx, t); err != nil {
 			return err
 		}
 		secs, err := t.Insert(ctx, insertSpec{count: c.enqueue, single: true, delayMin: 3_600_000, delayMax: 3_600_000})
@@ -876,7 +894,7 @@ func runWorkload(ctx context.Context, c *config, e *executorProc, t target, w st
 			n = c.random
 			spec = insertSpec{count: n, delayMin: 1000, delayMax: 10_000}
 		}
-		if err := t.Reset(ctx); err != nil {
+		if err := reset(ctx, t); err != nil {
 			return err
 		}
 		if _, err := t.Start(ctx, "http", n); err != nil {
@@ -903,7 +921,7 @@ func runWorkload(ctx context.Context, c *config, e *executorProc, t target, w st
 		}
 		res.set(w, sys, latenessCell(s))
 	case "idle":
-		if err := t.Reset(ctx); err != nil {
+		if err := reset(ctx, t); err != nil {
 			return err
 		}
 		if _, err := t.Insert(ctx, insertSpec{count: c.pending, delayMin: 3_600_000, delayMax: 3_600_000}); err != nil {
@@ -1024,9 +1042,10 @@ concurrency; River: MaxWorkers; graphile-worker: concurrency; BullMQ: Worker
 concurrency); single enqueues %d in flight; batch enqueues of %d, %d in flight; %d
 PostgreSQL connections per peer process (asyncd's pool: 10); every handler POSTs the task's
 JSON body to one no-op HTTP executor (a separate Go process) over keep-alive
-connections; lateness is the executor's arrival time minus the task's ETA; drain time runs
-from the start of consuming (asyncd: resuming the paused job; a peer: starting its worker)
-to the executor's last call (in-process no-op: the handler's last call). Poll intervals and
+connections; lateness is the executor's arrival time minus the task's ETA; the drain rate is
+taken from the executor's first call to its last (in-process no-op: the handler's first
+and last call), after starting to consume (asyncd: resuming the paused job; a peer:
+starting its worker process), so start-up is left out alike. Poll intervals and
 retention are each system's defaults. asyncd has no in-process handler (every task is an
 HTTP call to an executor), so it has no figure on that row. Idle CPU counts the worker
 process and its store's server processes (PostgreSQL: the backends connected to the
