@@ -60,6 +60,7 @@ type peerFlags struct {
 	url         string
 	expect      int
 	pool        int
+	cooldown    time.Duration
 }
 
 func parsePeerFlags(name string, args []string) *peerFlags {
@@ -78,6 +79,7 @@ func parsePeerFlags(name string, args []string) *peerFlags {
 	fs.StringVar(&f.url, "url", "", "the executor's URL")
 	fs.IntVar(&f.expect, "expect", 0, "exit once this many tasks are done (0: run until SIGTERM)")
 	fs.IntVar(&f.pool, "pool", 10, "database connections")
+	fs.DurationVar(&f.cooldown, "fetch-cooldown", 0, "River's FetchCooldown (0: River's default, 100 ms)")
 	_ = fs.Parse(args)
 	return f
 }
@@ -276,9 +278,10 @@ func riverWork(ctx context.Context, pool *pgxpool.Pool, f *peerFlags) error {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: f.concurrency}},
-		Workers: workers,
-		Logger:  quietLogger(),
+		Queues:        map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: f.concurrency}},
+		Workers:       workers,
+		Logger:        quietLogger(),
+		FetchCooldown: f.cooldown,
 	})
 	if err != nil {
 		return err

@@ -34,6 +34,7 @@ type config struct {
 	batch       int
 	inflight    int
 	pool        int
+	cooldown    time.Duration
 	lead        time.Duration
 	idleWindow  time.Duration
 	asyncd      string
@@ -62,6 +63,7 @@ func runBench(args []string) error {
 	fs.IntVar(&c.batch, "batch", 1000, "tasks per batch enqueue, for every system")
 	fs.IntVar(&c.inflight, "inflight", 4, "batch enqueues in flight, for every system")
 	fs.IntVar(&c.pool, "pool", 10, "PostgreSQL connections of each peer process (asyncd's pool is 10)")
+	fs.DurationVar(&c.cooldown, "river-fetch-cooldown", 0, "River's FetchCooldown (0: River's default, 100 ms, which caps a River worker at MaxWorkers jobs per 100 ms)")
 	fs.DurationVar(&c.lead, "lead", 8*time.Second, "same-second burst: how far ahead of the insert its ETA lies")
 	fs.DurationVar(&c.idleWindow, "idle-window", 10*time.Second, "how long CPU is sampled with the pending tasks not yet due")
 	fs.StringVar(&c.asyncd, "asyncd", "", "the release asyncd binary")
@@ -411,7 +413,11 @@ func newTarget(name string, c *config, e *executorProc) (target, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &peerTarget{name: "River", c: c, exec: e, argv: []string{self, "river"}, db: "peers_river"}, nil
+		argv := []string{self, "river"}
+		if c.cooldown > 0 {
+			argv = append(argv, "--fetch-cooldown", c.cooldown.String())
+		}
+		return &peerTarget{name: "River", c: c, exec: e, argv: argv, db: "peers_river"}, nil
 	case "graphile":
 		return &peerTarget{name: "graphile-worker", c: c, exec: e, argv: []string{c.node, filepath.Join(c.peersDir, "graphile", "peer.mjs")}, db: "peers_graphile"}, nil
 	case "bullmq":
@@ -437,8 +443,10 @@ type peerTarget struct {
 func (p *peerTarget) Name() string { return p.name }
 
 func (p *peerTarget) command(sub string, extra ...string) *exec.Cmd {
-	args := append([]string{}, p.argv[1:]...)
-	args = append(args, sub, "--db", p.url, "--pool", strconv.Itoa(p.c.pool),
+	// argv: the program, its script or subcommand, then flags that go after sub.
+	args := []string{p.argv[1], sub}
+	args = append(args, p.argv[2:]...)
+	args = append(args, "--db", p.url, "--pool", strconv.Itoa(p.c.pool),
 		"--concurrency", strconv.Itoa(p.c.concurrency), "--batch", strconv.Itoa(p.c.batch),
 		"--inflight", strconv.Itoa(p.c.inflight))
 	args = append(args, extra...)
@@ -1046,10 +1054,17 @@ connections; lateness is the executor's arrival time minus the task's ETA; the d
 taken from the executor's first call to its last (in-process no-op: the handler's first
 and last call), after starting to consume (asyncd: resuming the paused job; a peer:
 starting its worker process), so start-up is left out alike. Poll intervals and
-retention are each system's defaults. asyncd has no in-process handler (every task is an
+retention are each system's defaults%s. asyncd has no in-process handler (every task is an
 HTTP call to an executor), so it has no figure on that row. Idle CPU counts the worker
 process and its store's server processes (PostgreSQL: the backends connected to the
 system's database; Redis: redis-server; asyncd dev: SQLite is in the process) over %s,
 after 5 s for start-up; RSS is the worker process's (asyncd PG: the dispatcher).
-`, c.concurrency, c.concurrency, c.batch, c.inflight, c.pool, c.idleWindow)
+`, c.concurrency, c.concurrency, c.batch, c.inflight, c.pool, riverNote(c), c.idleWindow)
+}
+
+func riverNote(c *config) string {
+	if c.cooldown > 0 {
+		return fmt.Sprintf(", except River's FetchCooldown, set to %s", c.cooldown)
+	}
+	return " (River's FetchCooldown of 100 ms lets one River worker fetch at most its MaxWorkers jobs per 100 ms)"
 }
