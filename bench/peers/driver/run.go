@@ -909,7 +909,13 @@ func runWorkload(ctx context.Context, c *config, e *executorProc, t target, w st
 			return err
 		}
 		if w == "burst" {
-			spec.etaMs = (time.Now().Add(c.lead).UnixMilli()/1000 + 1) * 1000
+			// At least --lead ahead, more if this system's batch enqueue (measured by the
+			// drain row) would take longer than half of that.
+			lead := c.lead
+			if b, ok := res["enqueue-batch"][sys]; ok && b.value > 0 {
+				lead = max(lead, 2*time.Duration(float64(n)/b.value*float64(time.Second))+2*time.Second)
+			}
+			spec.etaMs = (time.Now().Add(lead).UnixMilli()/1000 + 1) * 1000
 		}
 		if _, err := t.Insert(ctx, spec); err != nil {
 			return err
@@ -917,7 +923,7 @@ func runWorkload(ctx context.Context, c *config, e *executorProc, t target, w st
 		if w == "burst" && time.Now().UnixMilli() >= spec.etaMs {
 			return fmt.Errorf("inserting the burst took past its ETA (raise --lead)")
 		}
-		if _, err := t.Wait(ctx, deadlineFor(n)+c.lead+10*time.Second); err != nil {
+		if _, err := t.Wait(ctx, deadlineFor(n)+time.Until(time.UnixMilli(spec.etaMs))+10*time.Second); err != nil {
 			return err
 		}
 		s, err := e.stats()
