@@ -923,7 +923,11 @@ func runWorkload(ctx context.Context, c *config, e *executorProc, t target, w st
 		if w == "burst" && time.Now().UnixMilli() >= spec.etaMs {
 			return fmt.Errorf("inserting the burst took past its ETA (raise --lead)")
 		}
-		if _, err := t.Wait(ctx, deadlineFor(n)+time.Until(time.UnixMilli(spec.etaMs))+10*time.Second); err != nil {
+		deadline := deadlineFor(n) + time.Duration(spec.delayMax)*time.Millisecond + 10*time.Second
+		if spec.etaMs > 0 {
+			deadline += max(0, time.Until(time.UnixMilli(spec.etaMs)))
+		}
+		if _, err := t.Wait(ctx, deadline); err != nil {
 			return err
 		}
 		s, err := e.stats()
