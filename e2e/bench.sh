@@ -4,11 +4,51 @@
 #   e2e/bench.sh embedded [--sizes 10000,100000 …]   asyncd dev on SQLite
 #   e2e/bench.sh store    [--rows 20000 …]           MariaDB and PostgreSQL claim paths
 #   e2e/bench.sh kafka    [--sizes …]                the Kafka path
+#   e2e/bench.sh peers    [--scale 0.02 …]           asyncd side by side with River,
+#                                                    graphile-worker and BullMQ (bench/peers)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export ASYNCD_CACHE=${ASYNCD_CACHE:-/var/cache/asyncd}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ASYNCD_CACHE/target}
 bench=${1:-embedded}
+machine() {
+  echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+
+if [[ $bench == peers ]]; then
+  # The peers are installed from their registries into a cache folder named by their
+  # versions (read from the pinned manifests), never into the repository.
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    echo "installing Node.js (apt)" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs npm >&2
+  fi
+  command -v go >/dev/null || { echo "bench.sh peers needs Go (bench/peers/driver/go.mod names the version)" >&2; exit 1; }
+  river=$(awk '$1 == "github.com/riverqueue/river" {print $2}' bench/peers/driver/go.mod)
+  graphile=$(node -p 'require("./bench/peers/graphile/package.json").dependencies["graphile-worker"]')
+  bullmq=$(node -p 'require("./bench/peers/bullmq/package.json").dependencies.bullmq')
+  peers=$ASYNCD_CACHE/peers-river$river-graphile$graphile-bullmq$bullmq
+  mkdir -p "$peers"
+  cargo build --release --locked -p asyncd
+  e2e/services/postgres.sh start >&2
+  e2e/services/redis.sh start >&2
+  GOMODCACHE=$peers/gomod GOCACHE=$peers/gocache GOFLAGS=-modcacherw \
+    go build -C bench/peers/driver -o "$peers/peers" .
+  cp bench/peers/common.mjs "$peers/"
+  for p in graphile bullmq; do
+    mkdir -p "$peers/$p"
+    if ! cmp -s "bench/peers/$p/package-lock.json" "$peers/$p/package-lock.json" || [[ ! -d $peers/$p/node_modules ]]; then
+      cp "bench/peers/$p/package.json" "bench/peers/$p/package-lock.json" "$peers/$p/"
+      (cd "$peers/$p" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >&2)
+    fi
+    cp "bench/peers/$p/peer.mjs" "$peers/$p/"
+  done
+  machine
+  echo "versions: River $river (riverpgxv5, pgx), graphile-worker $graphile, BullMQ $bullmq (ioredis), Node.js $(node --version), $(go version | cut -d' ' -f3), PostgreSQL $(psql --version | awk '{print $3}'), Redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')"
+  exec "$peers/peers" run --asyncd "$CARGO_TARGET_DIR/release/asyncd" --peers-dir "$peers" \
+    --createdb e2e/services/postgres.sh --redis "$(e2e/services/redis.sh url)" \
+    --redis-pid-file "$(e2e/services/redis.sh pidfile)" "${@:2}"
+fi
+
 cargo build --release --locked -p asyncd -p asyncd-bench
 case $bench in
   store)
@@ -24,5 +64,5 @@ case $bench in
     export ASYNCD_TEST_KAFKA_BROKERS
     ;;
 esac
-echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+machine
 "$CARGO_TARGET_DIR/release/asyncd-bench" "$@"

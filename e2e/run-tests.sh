@@ -45,6 +45,10 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 command -v shellcheck >/dev/null ||
   apt-get install -y shellcheck || { apt-get update && apt-get install -y shellcheck; }
 git ls-files -z '*.sh' .ci/run | xargs -0 shellcheck -x
+# The side-by-side benchmark's peer programs compile and parse (e2e/bench.sh peers runs them;
+# the benchmark itself is not part of the tests).
+(cd bench/peers/driver && go vet .)
+for f in bench/peers/common.mjs bench/peers/graphile/peer.mjs bench/peers/bullmq/peer.mjs; do node --check "$f"; done
 
 step "starting MariaDB, PostgreSQL and Kafka on loopback"
 for service in mariadb postgres kafka; do
