@@ -68,6 +68,10 @@ struct Envelope {
     idempotency_key: Option<String>,
     #[serde(default)]
     source_service: Option<String>,
+    /// Rendered at submit, so the consumer need not know the job's template (and a
+    /// message written before the job had one carries none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    concurrency_key: Option<String>,
 }
 
 impl Envelope {
@@ -82,6 +86,7 @@ impl Envelope {
             timeout_ms: task.timeout_ms,
             idempotency_key: task.idempotency_key.clone(),
             source_service: task.source_service.clone(),
+            concurrency_key: task.concurrency_key.clone(),
         }
     }
 
@@ -99,6 +104,7 @@ impl Envelope {
             cron_key: None,
             depends_on: Vec::new(),
             source_service: self.source_service,
+            concurrency_key: self.concurrency_key,
         }
     }
 }
@@ -702,6 +708,7 @@ mod tests {
             cron_key: None,
             depends_on: Vec::new(),
             source_service: None,
+            concurrency_key: None,
         }
     }
 
@@ -823,6 +830,7 @@ mod tests {
             cron_key: None,
             depends_on: Vec::new(),
             source_service: None,
+            concurrency_key: None,
         };
         let topic = job.kafka.as_ref().unwrap().topic.as_str();
         assert_eq!(producer.topic_for(&task, &job, now), Some(topic));

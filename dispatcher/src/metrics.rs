@@ -43,6 +43,7 @@ pub struct Metrics {
     pub signing_unavailable: IntGaugeVec,
     pub job_paused: IntGaugeVec,
     pub limited: IntCounterVec,
+    pub effective_concurrency: IntGaugeVec,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -161,6 +162,12 @@ impl Metrics {
              waits, claimed, and is tried again",
             &["job", "limit"],
         );
+        let effective_concurrency = gauge(
+            "asyncd_job_effective_concurrency",
+            "Attempts of a job this dispatcher lets run at once: its concurrency, backed off \
+             while the executor answers 429 or 503 (spec.adaptiveConcurrency)",
+            &["job"],
+        );
         let pending = gauge(
             "asyncd_mysql_pending_tasks",
             "Unfinished tasks waiting in the SQL store (any backend; the name is the reference system's)",
@@ -234,6 +241,7 @@ impl Metrics {
             signing_unavailable,
             job_paused,
             limited,
+            effective_concurrency,
         }
     }
 

@@ -185,6 +185,9 @@ mod tests {
         async fn start(&self, p: StartParams<'_>) -> store::Result<Vec<Started>> {
             self.inner.start(p).await
         }
+        async fn claim_fair(&self, p: ClaimParams<'_>, per_key: u32) -> store::Result<Vec<ClaimedTask>> {
+            self.inner.claim_fair(p, per_key).await
+        }
         async fn start_limited(
             &self,
             p: StartParams<'_>,
@@ -308,6 +311,7 @@ mod tests {
             cron_key: None,
             depends_on: Vec::new(),
             source_service: None,
+            concurrency_key: None,
         };
         store.insert(&[task], Millis::new(T0)).await.unwrap();
         let claimed = store

@@ -287,31 +287,17 @@ pub fn validate(
         }
     };
     let idempotency_key = key("idempotency_key", req.idempotency_key)?;
+    // Parsed once, and only for a job with a template to fill.
+    let value: serde_json::Value = if job.unique_key.is_some() || job.concurrency_key.is_some() {
+        serde_json::from_str(payload.get()).map_err(|e| ApiError::field("payload", e))?
+    } else {
+        serde_json::Value::Null
+    };
     let unique_key = match key("unique_key", req.unique_key)? {
         Some(k) => Some(k),
-        None => {
-            let value: serde_json::Value =
-                serde_json::from_str(payload.get()).map_err(|e| ApiError::field("payload", e))?;
-            let rendered = job
-                .render_unique_key(&value)
-                .map_err(|m| ApiError::field("payload", m))?;
-            // The template is the job's, the values the payload's: a long or odd value
-            // makes a key the store cannot hold, so it is checked like a given one.
-            if let Some(rendered) = &rendered {
-                if rendered.len() > MAX_KEY_LEN {
-                    return Err(ApiError::field(
-                        "payload",
-                        format!(
-                            "the job's uniqueKey renders to {} bytes from this payload; at most {MAX_KEY_LEN}",
-                            rendered.len()
-                        ),
-                    ));
-                }
-                plain_text("payload", rendered)?;
-            }
-            rendered
-        }
+        None => checked_render("uniqueKey", job.render_unique_key(&value))?,
     };
+    let concurrency_key = checked_render("concurrencyKey", job.render_concurrency_key(&value))?;
     let depends_on = req.depends_on.unwrap_or_default();
     if depends_on.len() > MAX_DEPENDENCIES {
         return Err(ApiError::field(
@@ -353,7 +339,30 @@ pub fn validate(
         cron_key: None,
         depends_on,
         source_service,
+        concurrency_key,
     })
+}
+
+/// A key rendered from the job's template `what` and the payload's values: a long or
+/// odd value makes a key the store cannot hold, so it is checked like a given one.
+fn checked_render(
+    what: &str,
+    rendered: Result<Option<String>, String>,
+) -> Result<Option<String>, ApiError> {
+    let rendered = rendered.map_err(|m| ApiError::field("payload", m))?;
+    if let Some(rendered) = &rendered {
+        if rendered.len() > MAX_KEY_LEN {
+            return Err(ApiError::field(
+                "payload",
+                format!(
+                    "the job's {what} renders to {} bytes from this payload; at most {MAX_KEY_LEN}",
+                    rendered.len()
+                ),
+            ));
+        }
+        plain_text("payload", rendered)?;
+    }
+    Ok(rendered)
 }
 
 /// A new task's id: time-ordered (UUIDv7), except that a task with an idempotency key gets

@@ -4,6 +4,7 @@
 //! its own way — and runs these bodies through [`Tx`]; it also implements [`Backend`],
 //! and with it gets [`Store`].
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::marker::PhantomData;
 
@@ -189,6 +190,7 @@ where
                 .bind(now)
                 .bind(now)
                 .bind(lease_secret.as_str())
+                .bind(task.concurrency_key.as_deref().map(D::key))
                 .execute(&mut **tx)
                 .await;
             // A unique key either leaves the row out (affecting none) or fails the
@@ -562,6 +564,7 @@ where
     for<'r> (i64, i64): FromRow<'r, DB::Row>,
     for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
     for<'q> i32: Encode<'q, DB> + Type<DB>,
+    for<'r> (rows::Key, i64): FromRow<'r, DB::Row>,
 {
     async fn migrate(&self) -> Result<()> {
         self.run_migrations().await
@@ -646,8 +649,38 @@ where
                 .bind(gate.task_type)
                 .fetch_one(&mut *tx)
                 .await?;
+            // The running attempts of the batch's keys, read under the same row lock
+            // as the job's count (served by tasks_keyed).
+            let mut key_running = HashMap::new();
+            let mut batch_keys: Vec<&str> = gate.keys.iter().flatten().copied().collect();
+            batch_keys.sort_unstable();
+            batch_keys.dedup();
+            if gate.key_limit.is_some() && !batch_keys.is_empty() {
+                let mut query = sqlx::QueryBuilder::<DB>::new(
+                    "SELECT concurrency_key, COUNT(*) FROM tasks WHERE task_type = ",
+                );
+                query
+                    .push_bind(gate.task_type)
+                    .push(" AND state = 'running' AND concurrency_key IN (");
+                let mut list = query.separated(", ");
+                for key in &batch_keys {
+                    list.push_bind(B::key(key));
+                }
+                query.push(") GROUP BY concurrency_key");
+                let counts: Vec<(rows::Key, i64)> =
+                    query.build_query_as().fetch_all(&mut *tx).await?;
+                key_running.extend(counts.into_iter().map(|(key, n)| (key.0, n)));
+            }
+            // The keys first, so a full key's claims do not take the job's slots or
+            // tokens from the others'.
+            let keys: Vec<Option<&str>> = if gate.key_limit.is_some() {
+                gate.keys.to_vec()
+            } else {
+                vec![None; params.claims.len()]
+            };
+            let (room, key_held) = domain::key_room(&keys, gate.key_limit, &key_running);
             let admission = domain::admit(
-                params.claims.len(),
+                room.len(),
                 running,
                 gate.concurrency,
                 gate.rate,
@@ -657,11 +690,21 @@ where
                 },
                 params.now,
             );
-            let started = if admission.allowed == 0 {
+            let tried: Vec<(String, i64)> = room[..admission.allowed]
+                .iter()
+                .map(|&index| params.claims[index].clone())
+                .collect();
+            let started = if tried.is_empty() {
                 Vec::new()
             } else {
-                let claims = &params.claims[..admission.allowed];
-                B::start_on(&mut *tx, StartParams { claims, ..params }).await?
+                B::start_on(
+                    &mut *tx,
+                    StartParams {
+                        claims: &tried,
+                        ..params
+                    },
+                )
+                .await?
             };
             if gate.rate.is_some() {
                 // A claim that did not start (cancelled, paused, lapsed) took no token.
@@ -674,11 +717,39 @@ where
                     .await?;
             }
             tx.commit().await?;
+            let mut deferred = vec![true; params.claims.len()];
+            for &index in &room[..admission.allowed] {
+                deferred[index] = false;
+            }
             Ok(Admitted {
                 started,
-                deferred: params.claims.len() - admission.allowed,
-                held_by: admission.held_by,
+                deferred: (0..params.claims.len()).filter(|&i| deferred[i]).collect(),
+                held_by: admission
+                    .held_by
+                    .or(key_held.then_some(super::HeldBy::Key)),
             })
+        })
+        .await
+    }
+
+    async fn claim_fair(&self, params: ClaimParams<'_>, per_key: u32) -> Result<Vec<ClaimedTask>> {
+        let super::TypeFilter::Only(types) = params.types else {
+            return Err(StoreError::Corrupt("a fair claim is of one job".into()));
+        };
+        let [task_type] = types.as_slice() else {
+            return Err(StoreError::Corrupt("a fair claim is of one job".into()));
+        };
+        let ids = shared::fair_due(self.writer(), task_type, params, per_key).await?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Claimed by id, only those still pending: another dispatcher's claim between
+        // the two statements takes a task from this one, never twice.
+        self.claim_named(ClaimIdsParams {
+            ids: &ids,
+            now: params.now,
+            hold: params.hold,
+            owner: params.owner,
         })
         .await
     }
