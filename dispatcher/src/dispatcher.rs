@@ -56,7 +56,8 @@ use crate::routing::Routes;
 use crate::signals::{Signal, TestSignals, emit};
 use crate::signing::{Keys, SigningKeys};
 use crate::store::{
-    ClaimParams, ClaimedTask, Finish, FinishKind, HeldBy, JobGate, StartParams, Store, TypeFilter,
+    ClaimParams, ClaimedTask, FairParams, Finish, FinishKind, HeldBy, JobGate, StartParams, Store,
+    TypeFilter,
 };
 
 /// How often a runner held back by its job's concurrency (slots taken by attempts other
@@ -186,6 +187,8 @@ struct Shared {
     /// Per job: this dispatcher's share of its concurrency, as the executor's answers
     /// have it ([`crate::adaptive`]).
     adaptive: Mutex<Adaptive>,
+    /// Per keyed job: the key its last fair claim ended at.
+    fair_after: Mutex<HashMap<String, String>>,
     ownership: Mutex<Ownership>,
     waker: ClaimerWakeup,
     completions: mpsc::Sender<Completion>,
@@ -276,6 +279,7 @@ impl Dispatcher {
                 heap_changed: Notify::new(),
                 holdings: Mutex::new(Holdings::default()),
                 adaptive: Mutex::new(Adaptive::default()),
+                fair_after: Mutex::default(),
                 ownership: Mutex::new(ownership),
                 waker,
                 completions: tx,
@@ -545,7 +549,7 @@ async fn claim(shared: Arc<Shared>) {
                     limit,
                 };
                 let claimed = match per_key {
-                    Some(per_key) => shared.store.claim_fair(params, per_key).await,
+                    Some(per_key) => claim_fair(&shared, params, per_key).await,
                     None => shared.store.claim(params).await,
                 };
                 shared
@@ -579,6 +583,43 @@ async fn claim(shared: Arc<Shared>) {
             emit(&config.signals, || Signal::ClaimPass { at: now });
         }
     }
+}
+
+/// A keyed job's claim ([`Store::claim_fair`]), its keys' rotation going on from where
+/// this dispatcher's last claim of the job left it.
+async fn claim_fair(
+    shared: &Shared,
+    params: ClaimParams<'_>,
+    per_key: u32,
+) -> crate::store::Result<Vec<ClaimedTask>> {
+    let TypeFilter::Only(types) = params.types else {
+        return Ok(Vec::new());
+    };
+    let task_type = types.first().cloned().unwrap_or_default();
+    let after = shared
+        .fair_after
+        .lock()
+        .expect("rotation lock")
+        .get(&task_type)
+        .cloned();
+    let claim = shared
+        .store
+        .claim_fair(
+            params,
+            FairParams {
+                per_key,
+                after: after.as_deref(),
+            },
+        )
+        .await?;
+    if let Some(last) = claim.last_key {
+        shared
+            .fair_after
+            .lock()
+            .expect("rotation lock")
+            .insert(task_type, last);
+    }
+    Ok(claim.tasks)
 }
 
 /// One claim of a pass: of these task types, up to `limit` tasks; with `per_key`, of one
@@ -1078,15 +1119,17 @@ async fn execute(
                 .dispatch_delay
                 .with_label_values(&[task_type])
                 .observe(began.since(task.trigger_at).as_secs_f64());
-            let epoch = shared
-                .adaptive
-                .lock()
-                .expect("adaptive lock")
-                .epoch(&job.task_type, job.concurrency);
+            let epoch = job.adaptive.enabled.then(|| {
+                shared
+                    .adaptive
+                    .lock()
+                    .expect("adaptive lock")
+                    .begin(&job.task_type, job.concurrency)
+            });
             let clock = Instant::now();
             let outcome = shared.executor.call(job, &task, &attempt, keys).await;
             let took = clock.elapsed();
-            if job.adaptive.enabled {
+            if let Some(epoch) = epoch {
                 let signal = match &outcome {
                     AttemptOutcome::RetryAfter { .. } | AttemptOutcome::Overloaded { .. } => {
                         adaptive::Signal::Overload

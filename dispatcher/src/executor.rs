@@ -574,6 +574,7 @@ mod tests {
             lease_token: 1,
             idempotency_key: None,
             lease_secret: "secret".into(),
+            concurrency_key: None,
         }
     }
 

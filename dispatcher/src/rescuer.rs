@@ -185,8 +185,12 @@ mod tests {
         async fn start(&self, p: StartParams<'_>) -> store::Result<Vec<Started>> {
             self.inner.start(p).await
         }
-        async fn claim_fair(&self, p: ClaimParams<'_>, per_key: u32) -> store::Result<Vec<ClaimedTask>> {
-            self.inner.claim_fair(p, per_key).await
+        async fn claim_fair(
+            &self,
+            p: ClaimParams<'_>,
+            fair: store::FairParams<'_>,
+        ) -> store::Result<store::FairClaim> {
+            self.inner.claim_fair(p, fair).await
         }
         async fn start_limited(
             &self,

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use asyncd::store::{
-    self, BulkAction, CancelOutcome, ClaimParams, DeadCount, DeadFilter, DeadLetterParams, Finish,
+    self, BulkAction, CancelOutcome, ClaimParams, DeadCount, DeadFilter, DeadLetterParams,
+    FairParams, Finish,
     FinishKind, HeldBy, InsertOutcome, JobCountParams, JobCounts, JobGate, KafkaDeadLetter,
     MEMBER_RETENTION, Millis, NewTask, PurgeParams, RedriveOutcome, SearchParams, StartParams,
     Store, TaskState, TypeFilter, WorkflowOutcome,
@@ -2156,13 +2157,17 @@ async fn keys_are_claimed_in_turn_and_limited_in_total(store: &dyn Store) {
     let _later = insert(store, keyed("c", 60_000)).await;
     let other = insert(store, new_task("unkeyed", T0)).await;
     let only = TypeFilter::Only(vec!["keyed".into()]);
-    let fair = |limit: u32, now: Millis, owner: &'static str| {
+    let fair_after = |limit: u32, now: Millis, owner: &'static str, after: Option<&'static str>| {
         let only = only.clone();
         async move {
             let mut ids: Vec<String> = store
-                .claim_fair(claim_params(&only, now, now, 60_000, owner, limit), 2)
+                .claim_fair(
+                    claim_params(&only, now, now, 60_000, owner, limit),
+                    FairParams { per_key: 2, after },
+                )
                 .await
                 .unwrap()
+                .tasks
                 .into_iter()
                 .map(|c| c.id)
                 .collect();
@@ -2170,14 +2175,17 @@ async fn keys_are_claimed_in_turn_and_limited_in_total(store: &dyn Store) {
             ids
         }
     };
+    let fair = |limit: u32, now: Millis, owner: &'static str| fair_after(limit, now, owner, None);
     let sorted = |mut ids: Vec<String>| {
         ids.sort();
         ids
     };
-    // Room for three: each key's first, not a's first three.
+    // Room for one, after "a" in the rotation: b's first, though a's rank better.
+    assert_eq!(fair_after(1, at(20), "x", Some("a")).await, vec![b[0].clone()]);
+    // Room for two: the first turn's other keys, not a's first two.
     assert_eq!(
-        fair(3, at(20), "x").await,
-        sorted(vec![a[0].clone(), b[0].clone(), c.clone()])
+        fair(2, at(20), "x").await,
+        sorted(vec![a[0].clone(), c.clone()])
     );
     // Each key's share is 2, claimed tasks counted: one more of a and b, none of c due.
     assert_eq!(

@@ -552,6 +552,24 @@ pub struct AdoptParams<'a> {
     pub owner: &'a str,
 }
 
+/// What [`Store::claim_fair`] takes besides the claim's.
+#[derive(Debug, Clone, Copy)]
+pub struct FairParams<'a> {
+    /// `concurrencyKey.limit`: each key's claimed and running tasks, at most.
+    pub per_key: u32,
+    /// The last key the previous claim took ([`FairClaim::last_key`]).
+    pub after: Option<&'a str>,
+}
+
+/// What [`Store::claim_fair`] did.
+#[derive(Debug, Clone)]
+pub struct FairClaim {
+    pub tasks: Vec<ClaimedTask>,
+    /// The key of the last task picked in turn order, for the next claim's `after`: the
+    /// rotation goes on where this claim stopped.
+    pub last_key: Option<String>,
+}
+
 /// What [`Store::start`] takes.
 #[derive(Debug, Clone, Copy)]
 pub struct StartParams<'a> {
@@ -675,9 +693,10 @@ pub trait Store: Send + Sync + 'static {
     /// Claims up to `params.limit` of one keyed job's due tasks (`params.types` names
     /// it) fairly among its concurrency keys: each key's claimed and running tasks
     /// count first, so a key that has `per_key` of them gets no more, and the rest go
-    /// to the keys in turn — every key's best ranked task before any key's second —
-    /// then by `(claim_rank, id)` (docs/design.md, "Per-key limits").
-    async fn claim_fair(&self, params: ClaimParams<'_>, per_key: u32) -> Result<Vec<ClaimedTask>>;
+    /// to the keys in turns — every key's best ranked task before any key's second,
+    /// the keys of a turn in rotation from the one after `after` (docs/design.md,
+    /// "Per-key limits").
+    async fn claim_fair(&self, params: ClaimParams<'_>, fair: FairParams<'_>) -> Result<FairClaim>;
     /// Applies each finish whose token still matches; `true` where it applied.
     async fn finish(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>>;
     async fn lapsed(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>>;

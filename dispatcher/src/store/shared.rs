@@ -5,8 +5,7 @@ use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
 use super::rows::{JobCountsRow, LapsedRow, TaskRow, task_columns};
 use super::{
-    ClaimParams, JobCountParams, JobCounts, KafkaDeadLetter, Lapsed, MEMBER_RETENTION, Millis,
-    PurgeParams,
+    JobCountParams, JobCounts, KafkaDeadLetter, Lapsed, MEMBER_RETENTION, Millis, PurgeParams,
     Result, SearchParams, TaskRecord,
 };
 
@@ -240,52 +239,6 @@ where
     }
     tx.commit().await?;
     Ok(ids.len() as u64)
-}
-
-/// The ids [`super::Store::claim_fair`] claims: `task_type`'s tasks numbered within
-/// each key — its claimed and running ones first, then its due pending ones by
-/// `(claim_rank, id)` — and the pending ones whose number is at most `per_key` taken by
-/// that number (each key's first before any key's second), then by rank. The window
-/// reads the job's active tasks in `tasks_keyed` order (task type, key, rank), so it
-/// needs no sort to number them; the one sort is of the numbered pending rows.
-pub async fn fair_due<DB>(
-    pool: &Pool<DB>,
-    task_type: &str,
-    params: ClaimParams<'_>,
-    per_key: u32,
-) -> Result<Vec<String>>
-where
-    DB: Database,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    DB::Arguments: IntoArguments<DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> Millis: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'r> (String,): FromRow<'r, DB::Row>,
-{
-    let mut query = sqlx::QueryBuilder::<DB>::new(
-        "SELECT id FROM (SELECT id, state, claim_rank, ROW_NUMBER() OVER ( \
-             PARTITION BY concurrency_key \
-             ORDER BY CASE WHEN state = 'pending' THEN 1 ELSE 0 END, claim_rank, id) AS turn \
-           FROM tasks WHERE task_type = ",
-    );
-    query
-        .push_bind(task_type)
-        .push(
-            " AND state IN ('pending', 'claimed', 'running') \
-              AND (state <> 'pending' OR (claim_rank <= ",
-        )
-        .push_bind(params.horizon)
-        .push(" AND trigger_at <= ")
-        .push_bind(params.horizon)
-        .push(
-            "))) ranked WHERE state = 'pending' AND turn <= ",
-        )
-        .push_bind(i64::from(per_key))
-        .push(" ORDER BY turn, claim_rank, id LIMIT ")
-        .push_bind(i64::from(params.limit));
-    let rows: Vec<(String,)> = query.build_query_as().fetch_all(pool).await?;
-    Ok(rows.into_iter().map(|(id,)| id).collect())
 }
 
 /// [`super::Store::search`]: one statement with only the filters given, so each can use

@@ -18,7 +18,7 @@ use super::rows::{self, Holder, JobCountsRow, LapsedRow, StartedRow, StatsRow, T
 use super::shared::{self, KafkaDeadLetterRow, Queries};
 use super::{
     Admitted, BulkAction, CancelOutcome, ClaimIdsParams, ClaimParams, ClaimedTask, DeadCount,
-    DeadFilter, DeadLetterParams, Finish, FinishKind, InsertOutcome, JobCountParams, JobCounts,
+    DeadFilter, DeadLetterParams, FairClaim, FairParams, Finish, FinishKind, InsertOutcome, JobCountParams, JobCounts,
     JobGate, KafkaDeadLetter, Lapsed, Millis, NewTask, PurgeParams, RedriveOutcome, Result,
     SearchParams, StartParams, Started, Store, StoreError, TaskRecord, TypeStats,
     is_unique_violation, retrying, unnamed_insert_conflict, unnamed_redrive_conflict,
@@ -565,6 +565,7 @@ where
     for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
     for<'q> i32: Encode<'q, DB> + Type<DB>,
     for<'r> (rows::Key, i64): FromRow<'r, DB::Row>,
+    for<'r> (String, Option<rows::Key>): FromRow<'r, DB::Row>,
 {
     async fn migrate(&self) -> Result<()> {
         self.run_migrations().await
@@ -732,26 +733,59 @@ where
         .await
     }
 
-    async fn claim_fair(&self, params: ClaimParams<'_>, per_key: u32) -> Result<Vec<ClaimedTask>> {
+    async fn claim_fair(&self, params: ClaimParams<'_>, fair: FairParams<'_>) -> Result<FairClaim> {
         let super::TypeFilter::Only(types) = params.types else {
             return Err(StoreError::Corrupt("a fair claim is of one job".into()));
         };
         let [task_type] = types.as_slice() else {
             return Err(StoreError::Corrupt("a fair claim is of one job".into()));
         };
-        let ids = shared::fair_due(self.writer(), task_type, params, per_key).await?;
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
+        // The job's active tasks numbered within each key (`turn`) — its claimed and
+        // running ones first — read in tasks_keyed order (type, key, rank), so the
+        // window needs no sort; the one sort is of the pending rows within their key's
+        // share. The keys take each turn in rotation, starting after `after`.
+        let mut query = sqlx::QueryBuilder::<DB>::new(
+            "SELECT id, concurrency_key FROM (SELECT id, state, claim_rank, concurrency_key, \
+               ROW_NUMBER() OVER (PARTITION BY concurrency_key \
+                 ORDER BY CASE WHEN state = 'pending' THEN 1 ELSE 0 END, claim_rank, id) AS turn \
+             FROM tasks WHERE task_type = ",
+        );
+        query
+            .push_bind(task_type.as_str())
+            .push(
+                " AND state IN ('pending', 'claimed', 'running') \
+                  AND (state <> 'pending' OR (claim_rank <= ",
+            )
+            .push_bind(params.horizon)
+            .push(" AND trigger_at <= ")
+            .push_bind(params.horizon)
+            .push(")) ) ranked WHERE state = 'pending' AND turn <= ")
+            .push_bind(i64::from(fair.per_key))
+            .push(" ORDER BY turn, CASE WHEN concurrency_key > ")
+            .push_bind(B::key(fair.after.unwrap_or("")))
+            .push(" THEN 0 ELSE 1 END, concurrency_key, claim_rank, id LIMIT ")
+            .push_bind(i64::from(params.limit));
+        let picked: Vec<(String, Option<rows::Key>)> =
+            query.build_query_as().fetch_all(self.writer()).await?;
+        let Some((_, last_key)) = picked.last() else {
+            return Ok(FairClaim {
+                tasks: Vec::new(),
+                last_key: None,
+            });
+        };
+        let last_key = last_key.as_ref().map(|key| key.0.clone());
+        let ids: Vec<String> = picked.into_iter().map(|(id, _)| id).collect();
         // Claimed by id, only those still pending: another dispatcher's claim between
         // the two statements takes a task from this one, never twice.
-        self.claim_named(ClaimIdsParams {
-            ids: &ids,
-            now: params.now,
-            hold: params.hold,
-            owner: params.owner,
-        })
-        .await
+        let tasks = self
+            .claim_named(ClaimIdsParams {
+                ids: &ids,
+                now: params.now,
+                hold: params.hold,
+                owner: params.owner,
+            })
+            .await?;
+        Ok(FairClaim { tasks, last_key })
     }
 
     async fn finish(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
