@@ -674,11 +674,9 @@ where
             }
             // The keys first, so a full key's claims do not take the job's slots or
             // tokens from the others'.
-            let keys: Vec<Option<&str>> = if gate.key_limit.is_some() {
-                gate.keys.to_vec()
-            } else {
-                vec![None; params.claims.len()]
-            };
+            let keys: Vec<Option<&str>> = (0..params.claims.len())
+                .map(|index| gate.keys.get(index).copied().flatten())
+                .collect();
             let (room, key_held) = domain::key_room(&keys, gate.key_limit, &key_running);
             let admission = domain::admit(
                 room.len(),
