@@ -144,6 +144,10 @@ mod tests {
         assert_eq!(adaptive.limit("t", 8), 1);
         let mut other = Adaptive::default();
         assert_eq!(other.limit("t", 64), 64);
-        assert_eq!(other.limit("t", 10), 10, "a config change lowers it at once");
+        assert_eq!(
+            other.limit("t", 10),
+            10,
+            "a config change lowers it at once"
+        );
     }
 }

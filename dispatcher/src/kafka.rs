@@ -803,6 +803,24 @@ mod tests {
     }
 
     #[test]
+    fn the_envelope_carries_the_concurrency_key_and_reads_one_without_it() {
+        let mut keyed = task("a", "{}", Millis::new(0));
+        keyed.concurrency_key = Some("merchant:7".into());
+        let body = serde_json::to_vec(&Envelope::from_task(&keyed)).unwrap();
+        let read: Envelope = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            read.into_task().concurrency_key.as_deref(),
+            Some("merchant:7")
+        );
+        // Written by a dispatcher from before the field, or for a job without a key.
+        let plain =
+            serde_json::to_vec(&Envelope::from_task(&task("b", "{}", Millis::new(0)))).unwrap();
+        assert!(!String::from_utf8_lossy(&plain).contains("concurrency_key"));
+        let read: Envelope = serde_json::from_slice(&plain).unwrap();
+        assert_eq!(read.into_task().concurrency_key, None);
+    }
+
+    #[test]
     fn after_a_failure_tasks_go_to_the_store_for_a_while() {
         let (_, job) = asyncd_spec::AsyncJobConfig::from_yaml(include_str!(
             "../../config/samples/order-cancel-job.yaml"

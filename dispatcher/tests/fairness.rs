@@ -121,9 +121,7 @@ async fn a_flood_of_one_key_does_not_hold_back_the_others_first_tasks() {
     // Every key's first task, within the bound.
     let calls = wait_for("every key's first call", DEADLINE, async || {
         let calls = executor.calls();
-        (0..KEYS)
-            .all(|k| calls.contains(&key(k)))
-            .then_some(calls)
+        (0..KEYS).all(|k| calls.contains(&key(k))).then_some(calls)
     })
     .await;
     let firsts: Vec<usize> = (0..KEYS)
@@ -244,10 +242,14 @@ async fn the_effective_concurrency_backs_off_to_what_the_executor_takes() {
             clock.advance(Duration::from_millis(1));
         }
     });
-    let answers = wait_for("every task answered 200", Duration::from_secs(60), async || {
-        let answers = executor.answers.lock().unwrap().clone();
-        (answers.iter().filter(|a| **a == 200).count() >= TASKS).then_some(answers)
-    })
+    let answers = wait_for(
+        "every task answered 200",
+        Duration::from_secs(60),
+        async || {
+            let answers = executor.answers.lock().unwrap().clone();
+            (answers.iter().filter(|a| **a == 200).count() >= TASKS).then_some(answers)
+        },
+    )
     .await;
     ticking.abort();
     let late = &answers[answers.len() / 2..];

@@ -297,7 +297,8 @@ async fn a_key_limit_holds_in_total(database: Option<String>) {
     const KEYS: usize = 5;
     const TASKS: usize = 200;
     let (executor, url) = Counting::start(Duration::from_millis(10)).await;
-    let limits = format!("  concurrency: 50\n  concurrencyKey: {{key: '{{m}}', limit: {PER_KEY}}}\n");
+    let limits =
+        format!("  concurrency: 50\n  concurrencyKey: {{key: '{{m}}', limit: {PER_KEY}}}\n");
     let (pair, _dir) = Pair::start(database, job(&url, &limits)).await;
     pair.give_keyed(TASKS, KEYS).await;
     executor.wait_calls(TASKS, Duration::from_secs(60)).await;
@@ -306,7 +307,10 @@ async fn a_key_limit_holds_in_total(database: Option<String>) {
     eprintln!("the most calls of one key at once, by key: {keys:?}; by dispatcher {from:?}");
     assert_eq!(keys.len(), KEYS);
     for (key, (_, most)) in &keys {
-        assert!(*most <= PER_KEY, "{most} calls of key {key} at once, above {PER_KEY}");
+        assert!(
+            *most <= PER_KEY,
+            "{most} calls of key {key} at once, above {PER_KEY}"
+        );
     }
     assert!(
         keys.values().any(|(_, most)| *most == PER_KEY),
@@ -342,12 +346,12 @@ async fn rate_holds_in_total_within_ten_percent(database: Option<String>) {
 }
 
 mod sqlite {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_key_limit_holds_in_total() {
         super::a_key_limit_holds_in_total(None).await;
     }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrency_holds_in_total_and_follows_a_config_change() {
         super::concurrency_holds_in_total_and_follows_a_config_change(None).await;
     }
@@ -361,13 +365,13 @@ mod sqlite {
 mod mariadb {
     use super::fresh_database;
 
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_key_limit_holds_in_total() {
         let url = fresh_database("ASYNCD_TEST_MYSQL_URL").await;
         super::a_key_limit_holds_in_total(Some(url)).await;
     }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrency_holds_in_total_and_follows_a_config_change() {
         let url = fresh_database("ASYNCD_TEST_MYSQL_URL").await;
         super::concurrency_holds_in_total_and_follows_a_config_change(Some(url)).await;
@@ -383,13 +387,13 @@ mod mariadb {
 mod postgres {
     use super::fresh_database;
 
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_key_limit_holds_in_total() {
         let url = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
         super::a_key_limit_holds_in_total(Some(url)).await;
     }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrency_holds_in_total_and_follows_a_config_change() {
         let url = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
         super::concurrency_holds_in_total_and_follows_a_config_change(Some(url)).await;

@@ -5,10 +5,9 @@ use std::time::Duration;
 
 use asyncd::store::{
     self, BulkAction, CancelOutcome, ClaimParams, DeadCount, DeadFilter, DeadLetterParams,
-    FairParams, Finish,
-    FinishKind, HeldBy, InsertOutcome, JobCountParams, JobCounts, JobGate, KafkaDeadLetter,
-    MEMBER_RETENTION, Millis, NewTask, PurgeParams, RedriveOutcome, SearchParams, StartParams,
-    Store, TaskState, TypeFilter, WorkflowOutcome,
+    FairParams, Finish, FinishKind, HeldBy, InsertOutcome, JobCountParams, JobCounts, JobGate,
+    KafkaDeadLetter, MEMBER_RETENTION, Millis, NewTask, PurgeParams, RedriveOutcome, SearchParams,
+    StartParams, Store, TaskState, TypeFilter, WorkflowOutcome,
 };
 use asyncd_spec::RateLimit;
 use serde_json::value::RawValue;
@@ -2152,7 +2151,11 @@ async fn keys_are_claimed_in_turn_and_limited_in_total(store: &dyn Store) {
     for i in 0..6 {
         a.push(insert(store, keyed("a", i)).await);
     }
-    let b: Vec<String> = [insert(store, keyed("b", 10)).await, insert(store, keyed("b", 11)).await].into();
+    let b: Vec<String> = [
+        insert(store, keyed("b", 10)).await,
+        insert(store, keyed("b", 11)).await,
+    ]
+    .into();
     let c = insert(store, keyed("c", 12)).await;
     let _later = insert(store, keyed("c", 60_000)).await;
     let other = insert(store, new_task("unkeyed", T0)).await;
@@ -2181,7 +2184,10 @@ async fn keys_are_claimed_in_turn_and_limited_in_total(store: &dyn Store) {
         ids
     };
     // Room for one, after "a" in the rotation: b's first, though a's rank better.
-    assert_eq!(fair_after(1, at(20), "x", Some("a")).await, vec![b[0].clone()]);
+    assert_eq!(
+        fair_after(1, at(20), "x", Some("a")).await,
+        vec![b[0].clone()]
+    );
     // Room for two: the first turn's other keys, not a's first two.
     assert_eq!(
         fair(2, at(20), "x").await,
@@ -2192,8 +2198,15 @@ async fn keys_are_claimed_in_turn_and_limited_in_total(store: &dyn Store) {
         fair(100, at(20), "x").await,
         sorted(vec![a[1].clone(), b[1].clone()])
     );
-    assert!(fair(100, at(20), "y").await.is_empty(), "every key has its share");
-    assert_eq!(state(store, &other).await, TaskState::Pending, "another type's task");
+    assert!(
+        fair(100, at(20), "y").await.is_empty(),
+        "every key has its share"
+    );
+    assert_eq!(
+        state(store, &other).await,
+        TaskState::Pending,
+        "another type's task"
+    );
 
     // The claims as the dispatcher holds them: tokens from the store.
     let mut held = Vec::new();
@@ -2230,7 +2243,10 @@ async fn keys_are_claimed_in_turn_and_limited_in_total(store: &dyn Store) {
     let mut started: Vec<String> = first.started.iter().map(|s| s.id.clone()).collect();
     started.sort();
     assert_eq!(started, sorted(vec![a[0].clone(), b[0].clone(), c.clone()]));
-    assert_eq!((first.deferred.clone(), first.held_by), (vec![1], Some(HeldBy::Key)));
+    assert_eq!(
+        (first.deferred.clone(), first.held_by),
+        (vec![1], Some(HeldBy::Key))
+    );
     // Another starter (another dispatcher) finds a's slot taken too.
     let again = vec![held[1].clone()];
     let keys = keys_of(&again);

@@ -1025,10 +1025,12 @@ mod tests {
         assert_eq!(err.field, "spec.concurrencyKey.limit");
         assert!(err.message.contains("must be 1 to"), "{}", err.message);
         assert_eq!(
-            with(|d| d.spec.adaptive_concurrency = Some(AdaptiveConcurrencySpec {
-                enabled: None,
-                latency: Some("fast".into()),
-            }))
+            with(
+                |d| d.spec.adaptive_concurrency = Some(AdaptiveConcurrencySpec {
+                    enabled: None,
+                    latency: Some("fast".into()),
+                })
+            )
             .field,
             "spec.adaptiveConcurrency.latency"
         );
@@ -1037,7 +1039,10 @@ mod tests {
             "spec:\n  concurrencyKey: {key: '{merchant_id}', limit: 0}\n",
         ))
         .unwrap_err();
-        assert!(err.to_string().contains("spec.concurrencyKey.limit"), "{err}");
+        assert!(
+            err.to_string().contains("spec.concurrencyKey.limit"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -1052,7 +1057,9 @@ mod tests {
             job.render_concurrency_key(&serde_json::json!({"merchant_id": 7})),
             Ok(Some("m:7".into()))
         );
-        let missing = job.render_concurrency_key(&serde_json::json!({})).unwrap_err();
+        let missing = job
+            .render_concurrency_key(&serde_json::json!({}))
+            .unwrap_err();
         assert!(missing.contains("concurrencyKey") && missing.contains("merchant_id"));
         assert_eq!(job.adaptive, Adaptive::default());
         assert!(job.adaptive.enabled);

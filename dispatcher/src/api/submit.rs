@@ -434,6 +434,56 @@ mod tests {
     }
 
     #[test]
+    fn a_concurrency_key_is_rendered_from_the_payload_and_a_missing_field_named() {
+        let yaml = include_str!("../../../config/samples/order-cancel-job.yaml").replace(
+            "spec:\n",
+            "spec:\n  concurrencyKey: {key: 'merchant:{merchant_id}', limit: 2}\n",
+        );
+        let (_, job) = AsyncJobConfig::from_yaml(&yaml).unwrap();
+        let routes = RouteTable::from_jobs([job]);
+        let limits = Limits {
+            max_payload_bytes: 4096,
+            max_batch_body_bytes: 1 << 20,
+        };
+        let submit =
+            |body: &str| validate(parse(body.as_bytes()).unwrap(), &routes, &limits, NOW, None);
+        let task = submit(
+            r#"{"type":"cancel_expired_order","payload":{"order_id":1,"merchant_id":"m7"}}"#,
+        )
+        .unwrap();
+        assert_eq!(task.concurrency_key.as_deref(), Some("merchant:m7"));
+        let err =
+            submit(r#"{"type":"cancel_expired_order","payload":{"order_id":1}}"#).unwrap_err();
+        assert_eq!(
+            (err.status.as_u16(), err.error.field.as_deref()),
+            (400, Some("payload"))
+        );
+        assert!(
+            err.error.message.contains("concurrencyKey")
+                && err.error.message.contains("merchant_id"),
+            "{}",
+            err.error.message
+        );
+        let long = "9".repeat(MAX_KEY_LEN);
+        let err = submit(&format!(
+            r#"{{"type":"cancel_expired_order","payload":{{"order_id":1,"merchant_id":"{long}"}}}}"#
+        ))
+        .unwrap_err();
+        assert!(
+            err.error.message.contains("concurrencyKey renders to"),
+            "{}",
+            err.error.message
+        );
+        // A job without a template stores no key.
+        assert_eq!(
+            check(r#"{"type":"cancel_expired_order","payload":{"order_id":7}}"#)
+                .unwrap()
+                .concurrency_key,
+            None
+        );
+    }
+
+    #[test]
     fn accepts_a_delayed_task_with_defaults_from_the_job() {
         let task =
             check(r#"{"type":"cancel_expired_order","payload":{"order_id":7},"delay":"90s"}"#)

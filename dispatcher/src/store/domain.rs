@@ -634,7 +634,15 @@ mod tests {
     #[test]
     fn a_full_key_is_skipped_and_the_claims_behind_it_still_have_room() {
         let running = HashMap::from([("a".to_string(), 1), ("b".to_string(), 2)]);
-        let keys = [Some("a"), Some("a"), Some("b"), None, Some("c"), Some("c"), Some("c")];
+        let keys = [
+            Some("a"),
+            Some("a"),
+            Some("b"),
+            None,
+            Some("c"),
+            Some("c"),
+            Some("c"),
+        ];
         let (room, held) = key_room(&keys, Some(2), &running);
         // "a" has one slot left, "b" none, "c" two; the keyless claim always fits.
         assert_eq!(room, vec![0, 3, 4, 5]);

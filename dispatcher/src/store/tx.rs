@@ -18,10 +18,10 @@ use super::rows::{self, Holder, JobCountsRow, LapsedRow, StartedRow, StatsRow, T
 use super::shared::{self, KafkaDeadLetterRow, Queries};
 use super::{
     Admitted, BulkAction, CancelOutcome, ClaimIdsParams, ClaimParams, ClaimedTask, DeadCount,
-    DeadFilter, DeadLetterParams, FairClaim, FairParams, Finish, FinishKind, InsertOutcome, JobCountParams, JobCounts,
-    JobGate, KafkaDeadLetter, Lapsed, Millis, NewTask, PurgeParams, RedriveOutcome, Result,
-    SearchParams, StartParams, Started, Store, StoreError, TaskRecord, TypeStats,
-    is_unique_violation, retrying, unnamed_insert_conflict, unnamed_redrive_conflict,
+    DeadFilter, DeadLetterParams, FairClaim, FairParams, Finish, FinishKind, InsertOutcome,
+    JobCountParams, JobCounts, JobGate, KafkaDeadLetter, Lapsed, Millis, NewTask, PurgeParams,
+    RedriveOutcome, Result, SearchParams, StartParams, Started, Store, StoreError, TaskRecord,
+    TypeStats, is_unique_violation, retrying, unnamed_insert_conflict, unnamed_redrive_conflict,
 };
 
 /// A connection of a dialect's database.
@@ -723,9 +723,7 @@ where
             Ok(Admitted {
                 started,
                 deferred: (0..params.claims.len()).filter(|&i| deferred[i]).collect(),
-                held_by: admission
-                    .held_by
-                    .or(key_held.then_some(super::HeldBy::Key)),
+                held_by: admission.held_by.or(key_held.then_some(super::HeldBy::Key)),
             })
         })
         .await
