@@ -736,10 +736,10 @@ where
         let [task_type] = types.as_slice() else {
             return Err(StoreError::Corrupt("a fair claim is of one job".into()));
         };
-        // The job's active tasks numbered within each key (`turn`) — its claimed and
-        // running ones first — read in tasks_keyed order (type, key, rank), so the
-        // window needs no sort; the one sort is of the pending rows within their key's
-        // share. The keys take each turn in rotation, starting after `after`.
+        // The job's active tasks, found through tasks_keyed (type, key, rank), numbered
+        // within each key (`turn`), its claimed and running ones first: linear in the
+        // job's due backlog (docs/design.md, "Per-key limits", on the cost). The keys
+        // take each turn in rotation, starting after `after`.
         let mut query = sqlx::QueryBuilder::<DB>::new(
             "SELECT id, concurrency_key FROM (SELECT id, state, claim_rank, concurrency_key, \
                ROW_NUMBER() OVER (PARTITION BY concurrency_key \
