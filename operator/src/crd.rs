@@ -125,7 +125,9 @@ pub struct LimitsStatus {
     /// Attempts of one `concurrencyKey` in flight at once; null without one.
     pub per_key: Option<u32>,
     /// Whether each dispatcher backs its share off on 429/503 (`adaptiveConcurrency`):
-    /// its share in effect is `asyncd_job_effective_concurrency{job}`.
+    /// its share in effect is `asyncd_job_effective_concurrency{job}`. (Absent from a
+    /// status an older operator wrote.)
+    #[serde(default)]
     pub adaptive: bool,
 }
 
