@@ -9,8 +9,9 @@
 //!   before their ETA instead of waiting for the next tick;
 //! - the **ticker** sleeps until the heap's earliest ETA or a new arrival, then moves
 //!   due tasks to their job's runner;
-//! - one **runner per job** keeps that job's order, begins attempts in batches within
-//!   its `concurrency` and `rateLimit` — kept in total across dispatchers by the store
+//! - one **runner per job** keeps that job's order (its keys in turns), begins attempts
+//!   in batches within its `concurrency`, `rateLimit` and per-key limit — kept in total
+//!   across dispatchers by the store
 //!   ([`Store::start_limited`]) — and spawns the executor calls, so a slow job never
 //!   holds up another;
 //! - the **completer** writes attempt outcomes back in batches.

@@ -158,7 +158,8 @@ impl Metrics {
         let limited = counter(
             "asyncd_job_limited_total",
             "Attempts a job's limits held back when a dispatcher would have begun them, by \
-             the limit that did (concurrency: in total across dispatchers; rate); each \
+             the limit that did (concurrency: in total across dispatchers; rate; key: the \
+             task's concurrencyKey); each \
              waits, claimed, and is tried again",
             &["job", "limit"],
         );
