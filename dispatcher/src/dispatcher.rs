@@ -9,8 +9,9 @@
 //!   before their ETA instead of waiting for the next tick;
 //! - the **ticker** sleeps until the heap's earliest ETA or a new arrival, then moves
 //!   due tasks to their job's runner;
-//! - one **runner per job** keeps that job's order, begins attempts in batches within
-//!   its `concurrency` and `rateLimit` — kept in total across dispatchers by the store
+//! - one **runner per job** keeps that job's order (its keys in turns), begins attempts
+//!   in batches within its `concurrency`, `rateLimit` and per-key limit — kept in total
+//!   across dispatchers by the store
 //!   ([`Store::start_limited`]) — and spawns the executor calls, so a slow job never
 //!   holds up another;
 //! - the **completer** writes attempt outcomes back in batches.
@@ -43,9 +44,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use crate::adaptive::{self, Adaptive};
 use crate::clock::SharedClock;
 use crate::clock_check::{ClockCheck, Reading};
-use crate::executor::ExecutorClient;
+use crate::executor::{AttemptOutcome, ExecutorClient};
 use crate::heap::{EtaHeap, ReadyHeap};
 use crate::holdings::{Holdings, JobLimits};
 use crate::metrics::Metrics;
@@ -55,7 +57,8 @@ use crate::routing::Routes;
 use crate::signals::{Signal, TestSignals, emit};
 use crate::signing::{Keys, SigningKeys};
 use crate::store::{
-    ClaimParams, ClaimedTask, Finish, FinishKind, HeldBy, JobGate, StartParams, Store, TypeFilter,
+    ClaimParams, ClaimedTask, FairParams, Finish, FinishKind, HeldBy, JobGate, StartParams, Store,
+    TypeFilter,
 };
 
 /// How often a runner held back by its job's concurrency (slots taken by attempts other
@@ -70,6 +73,9 @@ const SLOT_POLL: Duration = Duration::from_millis(50);
 struct Completion {
     finish: Finish,
     permit: Option<OwnedSemaphorePermit>,
+    /// The attempt held a slot of its concurrency key: once its outcome is written the
+    /// key's next task may be claimed, so the claimer looks at once.
+    frees_key: bool,
 }
 
 impl From<Finish> for Completion {
@@ -77,6 +83,7 @@ impl From<Finish> for Completion {
         Self {
             finish,
             permit: None,
+            frees_key: false,
         }
     }
 }
@@ -178,6 +185,11 @@ struct Shared {
     heap_changed: Notify,
     /// Per job: how many tasks this dispatcher holds and may claim.
     holdings: Mutex<Holdings>,
+    /// Per job: this dispatcher's share of its concurrency, as the executor's answers
+    /// have it ([`crate::adaptive`]).
+    adaptive: Mutex<Adaptive>,
+    /// Per keyed job: the key its last fair claim ended at.
+    fair_after: Mutex<HashMap<String, String>>,
     ownership: Mutex<Ownership>,
     waker: ClaimerWakeup,
     completions: mpsc::Sender<Completion>,
@@ -267,6 +279,8 @@ impl Dispatcher {
                 heap: Mutex::new(EtaHeap::default()),
                 heap_changed: Notify::new(),
                 holdings: Mutex::new(Holdings::default()),
+                adaptive: Mutex::new(Adaptive::default()),
+                fair_after: Mutex::default(),
                 ownership: Mutex::new(ownership),
                 waker,
                 completions: tx,
@@ -518,20 +532,27 @@ async fn claim(shared: Arc<Shared>) {
                 break;
             }
             let mut more = false;
-            for (types, limit) in plan {
+            for Claim {
+                types,
+                limit,
+                per_key,
+            } in plan
+            {
                 let now = shared.clock.now_millis();
                 let started = Instant::now();
-                let claimed = shared
-                    .store
-                    .claim(ClaimParams {
-                        types: &TypeFilter::Only(types),
-                        horizon: now + config.lookahead,
-                        now,
-                        hold: config.hold,
-                        owner: &config.owner,
-                        limit,
-                    })
-                    .await;
+                let types = TypeFilter::Only(types);
+                let params = ClaimParams {
+                    types: &types,
+                    horizon: now + config.lookahead,
+                    now,
+                    hold: config.hold,
+                    owner: &config.owner,
+                    limit,
+                };
+                let claimed = match per_key {
+                    Some(per_key) => claim_fair(&shared, params, per_key).await,
+                    None => shared.store.claim(params).await,
+                };
                 shared
                     .metrics
                     .poll_duration
@@ -544,8 +565,11 @@ async fn claim(shared: Arc<Shared>) {
                     }
                 };
                 // Only a full batch of the unconstrained jobs says more is waiting now;
-                // a constrained job has taken all its room.
-                more |= limit == config.claim_batch && claimed.len() as u32 == limit;
+                // a constrained job has taken all its room, and a keyed one each key's
+                // share (the next comes when an outcome frees a key).
+                more |= per_key.is_none()
+                    && limit == config.claim_batch
+                    && claimed.len() as u32 == limit;
                 if !claimed.is_empty() {
                     shared.push(claimed);
                 }
@@ -562,10 +586,55 @@ async fn claim(shared: Arc<Shared>) {
     }
 }
 
+/// A keyed job's claim ([`Store::claim_fair`]), its keys' rotation going on from where
+/// this dispatcher's last claim of the job left it.
+async fn claim_fair(
+    shared: &Shared,
+    params: ClaimParams<'_>,
+    per_key: u32,
+) -> crate::store::Result<Vec<ClaimedTask>> {
+    let TypeFilter::Only(types) = params.types else {
+        return Ok(Vec::new());
+    };
+    let task_type = types.first().cloned().unwrap_or_default();
+    let after = shared
+        .fair_after
+        .lock()
+        .expect("rotation lock")
+        .get(&task_type)
+        .cloned();
+    let claim = shared
+        .store
+        .claim_fair(
+            params,
+            FairParams {
+                per_key,
+                after: after.as_deref(),
+            },
+        )
+        .await?;
+    if let Some(last) = claim.last_key {
+        shared
+            .fair_after
+            .lock()
+            .expect("rotation lock")
+            .insert(task_type, last);
+    }
+    Ok(claim.tasks)
+}
+
+/// One claim of a pass: of these task types, up to `limit` tasks; with `per_key`, of one
+/// keyed job, fairly among its keys ([`Store::claim_fair`]).
+struct Claim {
+    types: Vec<String>,
+    limit: u32,
+    per_key: Option<u32>,
+}
+
 /// The claims to make now: one for the owned jobs with room for a whole batch, and one
-/// per job with less room (limited to it); jobs without room are left out until a task
-/// of theirs leaves (see [`crate::holdings`]).
-fn claim_plan(shared: &Shared) -> Vec<(Vec<String>, u32)> {
+/// per job with less room (limited to it) or with a concurrency key; jobs without room
+/// are left out until a task of theirs leaves (see [`crate::holdings`]).
+fn claim_plan(shared: &Shared) -> Vec<Claim> {
     let config = &shared.config;
     let routes = shared.routes.borrow().clone();
     // A job whose signing keys are unavailable is not claimed: its tasks wait, pending.
@@ -594,14 +663,31 @@ fn claim_plan(shared: &Shared) -> Vec<(Vec<String>, u32)> {
             per_second: job.rate_limit.map(|r| r.per_second),
         };
         let room = holdings.room(&task_type, limits, config.hold);
+        let per_key = job.concurrency_key.as_ref().map(|key| key.limit);
         match u32::try_from(room) {
             Ok(0) => {}
-            Ok(room) if room < config.claim_batch => plan.push((vec![task_type], room)),
+            Ok(room) if room < config.claim_batch || per_key.is_some() => plan.push(Claim {
+                types: vec![task_type],
+                limit: room.min(config.claim_batch),
+                per_key,
+            }),
+            Err(_) if per_key.is_some() => plan.push(Claim {
+                types: vec![task_type],
+                limit: config.claim_batch,
+                per_key,
+            }),
             _ => open.push(task_type),
         }
     }
     if !open.is_empty() {
-        plan.insert(0, (open, config.claim_batch));
+        plan.insert(
+            0,
+            Claim {
+                types: open,
+                limit: config.claim_batch,
+                per_key: None,
+            },
+        );
     }
     plan
 }
@@ -739,9 +825,11 @@ async fn run_job(shared: Arc<Shared>, task_type: String, queue: Arc<ReadyQueue>)
             .map_or(1, |job| job.concurrency as usize),
     );
     while !shared.shutdown.is_cancelled() {
-        // Follow a changed concurrency limit without a restart.
-        if let Some(job) = shared.routes.borrow().job(&task_type) {
-            limit.resize(job.concurrency as usize);
+        // Follow a changed concurrency limit without a restart, and this dispatcher's
+        // share of it as the executor's answers have it.
+        let job = shared.routes.borrow().job(&task_type).cloned();
+        if let Some(job) = job {
+            limit.resize(effective_concurrency(&shared, &job) as usize);
         }
         let permit = tokio::select! {
             permit = limit.acquire() => permit,
@@ -769,7 +857,7 @@ async fn run_job(shared: Arc<Shared>, task_type: String, queue: Arc<ReadyQueue>)
             None => continue,
             // No outcome brings the next token sooner.
             Some(HeldBy::Rate { next_token }) => (next_token.max(Duration::from_millis(1)), false),
-            Some(HeldBy::Concurrency) => (SLOT_POLL, true),
+            Some(HeldBy::Concurrency | HeldBy::Key) => (SLOT_POLL, true),
         };
         tokio::select! {
             _ = written, if on_outcome => {}
@@ -782,6 +870,26 @@ async fn run_job(shared: Arc<Shared>, task_type: String, queue: Arc<ReadyQueue>)
     while let Some(task) = queue.pop().await {
         release(&shared, vec![taken(task)]).await;
     }
+}
+
+/// The attempts of `job` this dispatcher lets run at once: its `concurrency`, or less
+/// while adaptive concurrency has backed it off. Also the job's gauge.
+fn effective_concurrency(shared: &Shared, job: &asyncd_spec::Job) -> u32 {
+    let limit = if job.adaptive.enabled {
+        shared
+            .adaptive
+            .lock()
+            .expect("adaptive lock")
+            .limit(&job.task_type, job.concurrency)
+    } else {
+        job.concurrency
+    };
+    shared
+        .metrics
+        .effective_concurrency
+        .with_label_values(&[job.name.as_str()])
+        .set(i64::from(limit));
+    limit
 }
 
 /// A job's concurrency limit, which a config change may lower while attempts hold its
@@ -880,6 +988,13 @@ async fn begin(
         .iter()
         .map(|(task, _)| (task.id.clone(), task.lease_token))
         .collect();
+    let task_keys: Vec<Option<&str>> = match job.concurrency_key {
+        Some(_) => batch
+            .iter()
+            .map(|(task, _)| task.concurrency_key.as_deref())
+            .collect(),
+        None => Vec::new(),
+    };
     let now = shared.clock.now_millis();
     let admitted = shared
         .store
@@ -893,6 +1008,8 @@ async fn begin(
                 task_type: &job.task_type,
                 concurrency: job.concurrency,
                 rate: job.rate_limit,
+                key_limit: job.concurrency_key.as_ref().map(|key| key.limit),
+                keys: &task_keys,
             },
         )
         .await;
@@ -907,8 +1024,17 @@ async fn begin(
             return None;
         }
     };
-    let mut batch = batch;
-    let deferred = batch.split_off(batch.len() - admitted.deferred);
+    let mut deferred = Vec::with_capacity(admitted.deferred.len());
+    let mut tried = Vec::with_capacity(batch.len() - admitted.deferred.len());
+    let mut later = admitted.deferred.iter().peekable();
+    for (index, entry) in batch.into_iter().enumerate() {
+        if later.next_if_eq(&&index).is_some() {
+            deferred.push(entry);
+        } else {
+            tried.push(entry);
+        }
+    }
+    let batch = tried;
     if !deferred.is_empty() {
         shared
             .metrics
@@ -971,6 +1097,7 @@ async fn begin(
 fn held_by_label(held_by: Option<HeldBy>) -> &'static str {
     match held_by {
         Some(HeldBy::Rate { .. }) => "rate",
+        Some(HeldBy::Key) => "key",
         _ => "concurrency",
     }
 }
@@ -993,9 +1120,40 @@ async fn execute(
                 .dispatch_delay
                 .with_label_values(&[task_type])
                 .observe(began.since(task.trigger_at).as_secs_f64());
+            let epoch = job.adaptive.enabled.then(|| {
+                shared
+                    .adaptive
+                    .lock()
+                    .expect("adaptive lock")
+                    .begin(&job.task_type, job.concurrency)
+            });
             let clock = Instant::now();
             let outcome = shared.executor.call(job, &task, &attempt, keys).await;
             let took = clock.elapsed();
+            if let Some(epoch) = epoch {
+                let signal = match &outcome {
+                    AttemptOutcome::RetryAfter { .. } | AttemptOutcome::Overloaded { .. } => {
+                        adaptive::Signal::Overload
+                    }
+                    _ if job.adaptive.latency.is_some_and(|latency| took > latency) => {
+                        adaptive::Signal::Overload
+                    }
+                    AttemptOutcome::Succeeded | AttemptOutcome::Accepted { .. } => {
+                        adaptive::Signal::Success
+                    }
+                    _ => adaptive::Signal::Neither,
+                };
+                let limit = shared.adaptive.lock().expect("adaptive lock").answered(
+                    &job.task_type,
+                    job.concurrency,
+                    epoch,
+                    signal,
+                );
+                metrics
+                    .effective_concurrency
+                    .with_label_values(&[job.name.as_str()])
+                    .set(i64::from(limit));
+            }
             metrics
                 .execution_duration
                 .with_label_values(&[task_type])
@@ -1014,7 +1172,7 @@ async fn execute(
         }
         // The job vanished between start and call: count it as a failed attempt.
         None => retry::settle(
-            crate::executor::AttemptOutcome::Retry {
+            AttemptOutcome::Retry {
                 reason: format!("no job config for task type {task_type:?}"),
                 timed_out: false,
             },
@@ -1031,6 +1189,7 @@ async fn execute(
             shared.waker.wake();
         }
     }
+    let frees_key = task.concurrency_key.is_some();
     let _ = shared
         .completions
         .send(Completion {
@@ -1040,6 +1199,7 @@ async fn execute(
                 kind,
             },
             permit: Some(permit),
+            frees_key,
         })
         .await;
 }
@@ -1077,14 +1237,16 @@ async fn complete(shared: Arc<Shared>, mut completions: mpsc::Receiver<Completio
     drop(shared);
     let mut received = Vec::with_capacity(512);
     while completions.recv_many(&mut received, 512).await > 0 {
+        let frees_key = received.iter().any(|c: &Completion| c.frees_key);
         let (mut batch, permits): (Vec<Finish>, Vec<_>) = received
             .drain(..)
             .map(|c: Completion| (c.finish, c.permit))
             .unzip();
         let ids: Vec<String> = batch.iter().map(|f| f.id.clone()).collect();
-        let wake = batch
-            .iter()
-            .any(|f| matches!(f.kind, FinishKind::Release | FinishKind::Retry { .. }));
+        let wake = frees_key
+            || batch
+                .iter()
+                .any(|f| matches!(f.kind, FinishKind::Release | FinishKind::Retry { .. }));
         let mut backoff = Duration::from_millis(50);
         let mut tries = 0;
         loop {
@@ -1319,6 +1481,7 @@ mod tests {
             cron_key: None,
             depends_on: Vec::new(),
             source_service: None,
+            concurrency_key: None,
         }
     }
 

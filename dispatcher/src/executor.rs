@@ -26,7 +26,12 @@ pub enum AttemptOutcome {
         after: Duration,
         reason: String,
     },
-    /// 5xx, connection error, or timeout: retry with backoff.
+    /// 429/503 without `Retry-After`: retry with backoff, and a sign of overload for
+    /// adaptive concurrency ([`crate::adaptive`]).
+    Overloaded {
+        reason: String,
+    },
+    /// Other 5xx, connection error, or timeout: retry with backoff.
     Retry {
         reason: String,
         timed_out: bool,
@@ -287,10 +292,7 @@ pub fn classify(
                 after,
                 reason: snippet(),
             },
-            None => AttemptOutcome::Retry {
-                reason: snippet(),
-                timed_out: false,
-            },
+            None => AttemptOutcome::Overloaded { reason: snippet() },
         },
         400..=499 => AttemptOutcome::Permanent { reason: snippet() },
         _ => AttemptOutcome::Retry {
@@ -342,6 +344,8 @@ pub(crate) fn test_job(url: &str) -> Job {
         unique_key: None,
         concurrency: 1,
         rate_limit: None,
+        concurrency_key: None,
+        adaptive: asyncd_spec::Adaptive::default(),
         kafka: None,
         cron: Vec::new(),
         retention: asyncd_spec::Retention::DEFAULT,
@@ -426,7 +430,7 @@ mod tests {
         );
         assert!(matches!(
             outcome(503, None, ""),
-            AttemptOutcome::Retry { .. }
+            AttemptOutcome::Overloaded { .. }
         ));
         assert!(
             matches!(outcome(404, None, "nope"), AttemptOutcome::Permanent { reason } if reason.contains("404") && reason.contains("nope"))
@@ -570,6 +574,7 @@ mod tests {
             lease_token: 1,
             idempotency_key: None,
             lease_secret: "secret".into(),
+            concurrency_key: None,
         }
     }
 
@@ -649,8 +654,12 @@ mod tests {
                         prop_assert!(*after <= MAX_RETRY_AFTER);
                         prop_assert!(storable(reason));
                     }
+                    AttemptOutcome::Overloaded { reason } => {
+                        prop_assert!(status == 429 || status == 503);
+                        prop_assert!(storable(reason));
+                    }
                     AttemptOutcome::Retry { reason, .. } => {
-                        prop_assert!(!(200..300).contains(&status) && !(400..500).contains(&status) || status == 429);
+                        prop_assert!(!(200..300).contains(&status) && !(400..500).contains(&status) && status != 503);
                         prop_assert!(storable(reason));
                     }
                     AttemptOutcome::Permanent { reason } => {

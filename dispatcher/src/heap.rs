@@ -6,9 +6,16 @@
 //! [`rank`]: priority counts among due work, not only between tasks due at the same
 //! instant, so a high-priority task is not stuck behind a low-priority backlog. The store
 //! claims in the same order (`claim_rank`, migration 0006).
+//!
+//! A job with a `concurrencyKey` takes its keys in turn before rank: each key's queued
+//! tasks are numbered in turns (start-time fair queueing), a key's next task one turn
+//! after its last queued one and never before the turn being served, so every key with
+//! a task waiting is served once before any key a second time, whatever their ranks.
+//! Rank orders the tasks within a turn. Tasks without a key (and every task of a job
+//! without one) are all of turn 0: rank alone orders them.
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 
 use crate::store::{ClaimedTask, Millis};
 
@@ -31,12 +38,19 @@ pub fn rank(task: &ClaimedTask) -> (i64, &str) {
     )
 }
 
+/// A due task and its turn.
 #[derive(Debug)]
-struct Ranked(ClaimedTask);
+struct Ranked(u64, ClaimedTask);
+
+impl Ranked {
+    fn key(&self) -> (u64, (i64, &str)) {
+        (self.0, rank(&self.1))
+    }
+}
 
 impl PartialEq for Ranked {
     fn eq(&self, other: &Self) -> bool {
-        rank(&self.0) == rank(&other.0)
+        self.key() == other.key()
     }
 }
 impl Eq for Ranked {}
@@ -47,23 +61,46 @@ impl PartialOrd for Ranked {
 }
 impl Ord for Ranked {
     fn cmp(&self, other: &Self) -> Ordering {
-        rank(&self.0).cmp(&rank(&other.0))
+        self.key().cmp(&other.key())
     }
 }
 
-/// One job's due tasks, best [`rank`] first.
+/// One job's due tasks, in turns of their keys, then best [`rank`] first.
 #[derive(Debug, Default)]
 pub struct ReadyHeap {
     inner: BinaryHeap<Reverse<Ranked>>,
+    /// The turn of each key's last queued task. Only keys whose turn is not behind
+    /// `serving` are kept (the others' next turn is `serving` anyway), so this holds at
+    /// most one entry per queued task or key served in the current turn.
+    turns: HashMap<String, u64>,
+    /// The turn of the last task taken.
+    serving: u64,
 }
 
 impl ReadyHeap {
     pub fn push(&mut self, task: ClaimedTask) {
-        self.inner.push(Reverse(Ranked(task)));
+        let turn = match &task.concurrency_key {
+            None => 0,
+            Some(key) => {
+                let next = self
+                    .turns
+                    .get(key)
+                    .map_or(self.serving, |last| (last + 1).max(self.serving));
+                self.turns.insert(key.clone(), next);
+                next
+            }
+        };
+        self.inner.push(Reverse(Ranked(turn, task)));
     }
 
     pub fn pop(&mut self) -> Option<ClaimedTask> {
-        self.inner.pop().map(|Reverse(r)| r.0)
+        let Reverse(Ranked(turn, task)) = self.inner.pop()?;
+        if turn > self.serving {
+            self.serving = turn;
+            let serving = self.serving;
+            self.turns.retain(|_, last| *last >= serving);
+        }
+        Some(task)
     }
 
     pub fn len(&self) -> usize {
@@ -153,6 +190,7 @@ pub(crate) fn task(id: &str, trigger_at: i64, priority: u8) -> ClaimedTask {
         lease_token: 1,
         idempotency_key: None,
         lease_secret: String::new(),
+        concurrency_key: None,
     }
 }
 
@@ -201,5 +239,36 @@ mod tests {
         assert_eq!(heap.next_eta(), Some(Millis::new(50)));
         assert_eq!(heap.pop_due(Millis::new(50)).unwrap().id, "a");
         assert!(heap.is_empty());
+    }
+
+    #[test]
+    fn keys_take_turns_before_rank_and_a_new_key_waits_no_longer_than_one_turn() {
+        let keyed = |id: &str, at: i64, key: &str| ClaimedTask {
+            concurrency_key: Some(key.into()),
+            ..task(id, at, 0)
+        };
+        let mut ready = ReadyHeap::default();
+        // "a" floods with the best ranks.
+        for i in 0..5 {
+            ready.push(keyed(&format!("a{i}"), i, "a"));
+        }
+        ready.push(keyed("b0", 100, "b"));
+        ready.push(keyed("b1", 101, "b"));
+        let mut order = vec![ready.pop().unwrap().id, ready.pop().unwrap().id];
+        assert_eq!(order, ["a0", "b0"], "one each in the first turn");
+        // A key that comes now joins the turn being served or the next.
+        ready.push(keyed("c0", 200, "c"));
+        order.extend(std::iter::from_fn(|| ready.pop().map(|t| t.id)));
+        assert_eq!(order, ["a0", "b0", "c0", "a1", "b1", "a2", "a3", "a4"]);
+        // Keyless tasks keep rank order among themselves, ahead of the turns.
+        ready.push(task("x", 50, 0));
+        ready.push(keyed("d0", 1, "d"));
+        ready.push(task("w", 40, 9));
+        let order: Vec<_> = std::iter::from_fn(|| ready.pop().map(|t| t.id)).collect();
+        assert_eq!(order, ["w", "x", "d0"]);
+        assert!(
+            !ready.turns.contains_key("b") && !ready.turns.contains_key("c"),
+            "the keys served in earlier turns are forgotten"
+        );
     }
 }

@@ -68,6 +68,10 @@ struct Envelope {
     idempotency_key: Option<String>,
     #[serde(default)]
     source_service: Option<String>,
+    /// Rendered at submit, so the consumer need not know the job's template (and a
+    /// message written before the job had one carries none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    concurrency_key: Option<String>,
 }
 
 impl Envelope {
@@ -82,6 +86,7 @@ impl Envelope {
             timeout_ms: task.timeout_ms,
             idempotency_key: task.idempotency_key.clone(),
             source_service: task.source_service.clone(),
+            concurrency_key: task.concurrency_key.clone(),
         }
     }
 
@@ -99,6 +104,7 @@ impl Envelope {
             cron_key: None,
             depends_on: Vec::new(),
             source_service: self.source_service,
+            concurrency_key: self.concurrency_key,
         }
     }
 }
@@ -702,6 +708,7 @@ mod tests {
             cron_key: None,
             depends_on: Vec::new(),
             source_service: None,
+            concurrency_key: None,
         }
     }
 
@@ -796,6 +803,24 @@ mod tests {
     }
 
     #[test]
+    fn the_envelope_carries_the_concurrency_key_and_reads_one_without_it() {
+        let mut keyed = task("a", "{}", Millis::new(0));
+        keyed.concurrency_key = Some("merchant:7".into());
+        let body = serde_json::to_vec(&Envelope::from_task(&keyed)).unwrap();
+        let read: Envelope = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            read.into_task().concurrency_key.as_deref(),
+            Some("merchant:7")
+        );
+        // Written by a dispatcher from before the field, or for a job without a key.
+        let plain =
+            serde_json::to_vec(&Envelope::from_task(&task("b", "{}", Millis::new(0)))).unwrap();
+        assert!(!String::from_utf8_lossy(&plain).contains("concurrency_key"));
+        let read: Envelope = serde_json::from_slice(&plain).unwrap();
+        assert_eq!(read.into_task().concurrency_key, None);
+    }
+
+    #[test]
     fn after_a_failure_tasks_go_to_the_store_for_a_while() {
         let (_, job) = asyncd_spec::AsyncJobConfig::from_yaml(include_str!(
             "../../config/samples/order-cancel-job.yaml"
@@ -823,6 +848,7 @@ mod tests {
             cron_key: None,
             depends_on: Vec::new(),
             source_service: None,
+            concurrency_key: None,
         };
         let topic = job.kafka.as_ref().unwrap().topic.as_str();
         assert_eq!(producer.topic_for(&task, &job, now), Some(topic));

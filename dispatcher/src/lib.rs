@@ -8,7 +8,8 @@
 //! - [`auth`]: who may call the API: API tokens or Kubernetes token and access reviews.
 //! - [`store`]: the task store behind one narrow trait (SQL lives only there).
 //! - [`dispatcher`]: claims due work into the [`heap`] and calls executors on time;
-//!   [`holdings`] sizes how much of each job it may claim.
+//!   [`holdings`] sizes how much of each job it may claim; [`adaptive`] backs a job's
+//!   concurrency off while its executor answers 429 or 503.
 //! - [`kafka`]: the short-delay path through Kafka — produce at submit, consume into
 //!   the store and the heap, commit only what is durable.
 //! - [`lease`]: the unguessable lease token executors receive, checked on callbacks.
@@ -29,6 +30,7 @@
 //!   under one supervisor that owns every task: one shutdown signal for all of them, and
 //!   the first part to fail stops the role with its error.
 
+pub mod adaptive;
 pub mod api;
 pub mod auth;
 pub mod backlog;

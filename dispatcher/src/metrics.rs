@@ -43,6 +43,7 @@ pub struct Metrics {
     pub signing_unavailable: IntGaugeVec,
     pub job_paused: IntGaugeVec,
     pub limited: IntCounterVec,
+    pub effective_concurrency: IntGaugeVec,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -157,9 +158,16 @@ impl Metrics {
         let limited = counter(
             "asyncd_job_limited_total",
             "Attempts a job's limits held back when a dispatcher would have begun them, by \
-             the limit that did (concurrency: in total across dispatchers; rate); each \
+             the limit that did (concurrency: in total across dispatchers; rate; key: the \
+             task's concurrencyKey); each \
              waits, claimed, and is tried again",
             &["job", "limit"],
+        );
+        let effective_concurrency = gauge(
+            "asyncd_job_effective_concurrency",
+            "Attempts of a job this dispatcher lets run at once: its concurrency, backed off \
+             while the executor answers 429 or 503 (spec.adaptiveConcurrency)",
+            &["job"],
         );
         let pending = gauge(
             "asyncd_mysql_pending_tasks",
@@ -234,6 +242,7 @@ impl Metrics {
             signing_unavailable,
             job_paused,
             limited,
+            effective_concurrency,
         }
     }
 

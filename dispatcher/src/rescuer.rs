@@ -185,6 +185,13 @@ mod tests {
         async fn start(&self, p: StartParams<'_>) -> store::Result<Vec<Started>> {
             self.inner.start(p).await
         }
+        async fn claim_fair(
+            &self,
+            p: ClaimParams<'_>,
+            fair: store::FairParams<'_>,
+        ) -> store::Result<store::FairClaim> {
+            self.inner.claim_fair(p, fair).await
+        }
         async fn start_limited(
             &self,
             p: StartParams<'_>,
@@ -305,6 +312,7 @@ mod tests {
             cron_key: None,
             depends_on: Vec::new(),
             source_service: None,
+            concurrency_key: None,
         };
         store.insert(&[task], Millis::new(T0)).await.unwrap();
         let claimed = store

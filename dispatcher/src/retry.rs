@@ -29,7 +29,9 @@ pub fn settle(
             until: retry_at(lease.min(MAX_LEASE)),
         },
         AttemptOutcome::Permanent { reason } => FinishKind::Dead { error: reason },
-        AttemptOutcome::RetryAfter { reason, .. } | AttemptOutcome::Retry { reason, .. }
+        AttemptOutcome::RetryAfter { reason, .. }
+        | AttemptOutcome::Overloaded { reason }
+        | AttemptOutcome::Retry { reason, .. }
             if exhausted =>
         {
             FinishKind::Dead {
@@ -40,10 +42,12 @@ pub fn settle(
             at: retry_at(after.min(MAX_RETRY_AFTER)),
             error: reason,
         },
-        AttemptOutcome::Retry { reason, .. } => FinishKind::Retry {
-            at: retry_at(jittered(backoff(job, attempt))),
-            error: reason,
-        },
+        AttemptOutcome::Overloaded { reason } | AttemptOutcome::Retry { reason, .. } => {
+            FinishKind::Retry {
+                at: retry_at(jittered(backoff(job, attempt))),
+                error: reason,
+            }
+        }
     }
 }
 

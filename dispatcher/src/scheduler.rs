@@ -196,6 +196,10 @@ pub fn firing(job: &Job, entry: &CronEntry, at: Millis, cron_key: Option<String>
         cron_key,
         depends_on: Vec::new(),
         source_service: Some("asyncd-scheduler".into()),
+        // A payload the job's template cannot fill (the entry or the template changed
+        // since the config was checked) leaves the firing keyless: it is claimed as the
+        // keyless tasks' own key rather than lost.
+        concurrency_key: job.render_concurrency_key(&entry.payload).ok().flatten(),
     }
 }
 

@@ -13,6 +13,7 @@
 
 mod support;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,6 +26,7 @@ use asyncd::metrics::Metrics;
 use asyncd::routing::RouteTable;
 use asyncd::store::{self, ClaimParams, NewTask, Store, TypeFilter};
 use asyncd_spec::{AsyncJobConfig, Job};
+use axum::body::Bytes;
 use axum::http::HeaderMap;
 use serde_json::value::RawValue;
 use tokio::sync::watch;
@@ -42,6 +44,8 @@ struct Counting {
     inflight: Arc<AtomicUsize>,
     most: Arc<AtomicUsize>,
     calls: Arc<Mutex<Vec<(Instant, String)>>>,
+    /// Per payload `m` (the concurrency key): calls in flight now, and the most at once.
+    keys: Arc<Mutex<HashMap<String, (usize, usize)>>>,
 }
 
 impl Counting {
@@ -50,9 +54,17 @@ impl Counting {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/run", listener.local_addr().unwrap());
         let c = counting.clone();
-        let app = axum::Router::new().fallback(move |headers: HeaderMap| {
+        let app = axum::Router::new().fallback(move |headers: HeaderMap, body: Bytes| {
             let c = c.clone();
             async move {
+                let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                let key = body["payload"]["m"].as_str().map(str::to_string);
+                if let Some(key) = &key {
+                    let mut keys = c.keys.lock().unwrap();
+                    let (now, most) = keys.entry(key.clone()).or_default();
+                    *now += 1;
+                    *most = (*most).max(*now);
+                }
                 let now = c.inflight.fetch_add(1, Ordering::SeqCst) + 1;
                 c.most.fetch_max(now, Ordering::SeqCst);
                 let from = headers
@@ -63,6 +75,9 @@ impl Counting {
                 c.calls.lock().unwrap().push((Instant::now(), from));
                 tokio::time::sleep(work).await;
                 c.inflight.fetch_sub(1, Ordering::SeqCst);
+                if let Some(key) = &key {
+                    c.keys.lock().unwrap().get_mut(key).unwrap().0 -= 1;
+                }
                 "{}"
             }
         });
@@ -175,12 +190,22 @@ impl Pair {
 
     /// `n` tasks due now, half claimed for each dispatcher and handed to it.
     async fn give(&self, n: usize) {
+        self.give_keyed(n, 0).await;
+    }
+
+    /// As [`Pair::give`], the tasks' concurrency keys (payload `m`) taking `keys`
+    /// values in turn; none when 0.
+    async fn give_keyed(&self, n: usize, keys: usize) {
         let now = SystemClock.now_millis();
         let tasks: Vec<NewTask> = (0..n)
             .map(|i| NewTask {
                 id: uuid::Uuid::now_v7().to_string(),
                 task_type: TASK_TYPE.into(),
-                payload: RawValue::from_string(format!("{{\"n\":{i}}}")).unwrap(),
+                payload: RawValue::from_string(match keys {
+                    0 => format!("{{\"n\":{i}}}"),
+                    _ => format!("{{\"n\":{i},\"m\":\"k{}\"}}", i % keys),
+                })
+                .unwrap(),
                 priority: 0,
                 trigger_at: now,
                 max_retries: 0,
@@ -190,6 +215,7 @@ impl Pair {
                 cron_key: None,
                 depends_on: Vec::new(),
                 source_service: None,
+                concurrency_key: (keys > 0).then(|| format!("k{}", i % keys)),
             })
             .collect();
         self.stores[0].insert(&tasks, now).await.unwrap();
@@ -264,6 +290,36 @@ async fn concurrency_holds_in_total_and_follows_a_config_change(database: Option
     pair.stop().await;
 }
 
+/// `concurrencyKey` with limit 2: both dispatchers hold claims of every key, and the
+/// executor never sees more than 2 calls of one key at once.
+async fn a_key_limit_holds_in_total(database: Option<String>) {
+    const PER_KEY: usize = 2;
+    const KEYS: usize = 5;
+    const TASKS: usize = 200;
+    let (executor, url) = Counting::start(Duration::from_millis(10)).await;
+    let limits =
+        format!("  concurrency: 50\n  concurrencyKey: {{key: '{{m}}', limit: {PER_KEY}}}\n");
+    let (pair, _dir) = Pair::start(database, job(&url, &limits)).await;
+    pair.give_keyed(TASKS, KEYS).await;
+    executor.wait_calls(TASKS, Duration::from_secs(60)).await;
+    let keys = executor.keys.lock().unwrap().clone();
+    let from = per_dispatcher(&executor.calls());
+    eprintln!("the most calls of one key at once, by key: {keys:?}; by dispatcher {from:?}");
+    assert_eq!(keys.len(), KEYS);
+    for (key, (_, most)) in &keys {
+        assert!(
+            *most <= PER_KEY,
+            "{most} calls of key {key} at once, above {PER_KEY}"
+        );
+    }
+    assert!(
+        keys.values().any(|(_, most)| *most == PER_KEY),
+        "some key reached its limit"
+    );
+    assert_eq!(from, [TASKS / 2, TASKS / 2], "each ran its half");
+    pair.stop().await;
+}
+
 async fn rate_holds_in_total_within_ten_percent(database: Option<String>) {
     const RATE: f64 = 50.0;
     const TASKS: usize = 300;
@@ -291,6 +347,11 @@ async fn rate_holds_in_total_within_ten_percent(database: Option<String>) {
 
 mod sqlite {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_key_limit_holds_in_total() {
+        super::a_key_limit_holds_in_total(None).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrency_holds_in_total_and_follows_a_config_change() {
         super::concurrency_holds_in_total_and_follows_a_config_change(None).await;
     }
@@ -303,6 +364,12 @@ mod sqlite {
 
 mod mariadb {
     use super::fresh_database;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_key_limit_holds_in_total() {
+        let url = fresh_database("ASYNCD_TEST_MYSQL_URL").await;
+        super::a_key_limit_holds_in_total(Some(url)).await;
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrency_holds_in_total_and_follows_a_config_change() {
@@ -319,6 +386,12 @@ mod mariadb {
 
 mod postgres {
     use super::fresh_database;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_key_limit_holds_in_total() {
+        let url = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
+        super::a_key_limit_holds_in_total(Some(url)).await;
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrency_holds_in_total_and_follows_a_config_change() {

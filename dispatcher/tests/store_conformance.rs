@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use asyncd::store::{
-    self, BulkAction, CancelOutcome, ClaimParams, DeadCount, DeadFilter, DeadLetterParams, Finish,
-    FinishKind, HeldBy, InsertOutcome, JobCountParams, JobCounts, JobGate, KafkaDeadLetter,
-    MEMBER_RETENTION, Millis, NewTask, PurgeParams, RedriveOutcome, SearchParams, StartParams,
-    Store, TaskState, TypeFilter, WorkflowOutcome,
+    self, BulkAction, CancelOutcome, ClaimParams, DeadCount, DeadFilter, DeadLetterParams,
+    FairParams, Finish, FinishKind, HeldBy, InsertOutcome, JobCountParams, JobCounts, JobGate,
+    KafkaDeadLetter, MEMBER_RETENTION, Millis, NewTask, PurgeParams, RedriveOutcome, SearchParams,
+    StartParams, Store, TaskState, TypeFilter, WorkflowOutcome,
 };
 use asyncd_spec::RateLimit;
 use serde_json::value::RawValue;
@@ -60,6 +60,7 @@ fn new_task(task_type: &str, trigger_at: Millis) -> NewTask {
         cron_key: None,
         depends_on: Vec::new(),
         source_service: None,
+        concurrency_key: None,
     }
 }
 
@@ -2128,6 +2129,157 @@ async fn claims_of(
         .collect()
 }
 
+/// `concurrencyKey`: the fair claim takes each key's best task before any key's second,
+/// counts a key's claimed and running tasks against its share, and the start keeps each
+/// key's running attempts within its limit across starters, skipping a full key's claims
+/// without holding back the claims behind them.
+async fn keys_are_claimed_in_turn_and_limited_in_total(store: &dyn Store) {
+    let keyed = |key: &str, ms: i64| NewTask {
+        concurrency_key: Some(key.into()),
+        ..new_task("keyed", at(ms))
+    };
+    // "a" floods first, each of its tasks due earlier than any other key's.
+    let mut a = Vec::new();
+    for i in 0..6 {
+        a.push(insert(store, keyed("a", i)).await);
+    }
+    let b: Vec<String> = [
+        insert(store, keyed("b", 10)).await,
+        insert(store, keyed("b", 11)).await,
+    ]
+    .into();
+    let c = insert(store, keyed("c", 12)).await;
+    let _later = insert(store, keyed("c", 60_000)).await;
+    let other = insert(store, new_task("unkeyed", T0)).await;
+    let only = TypeFilter::Only(vec!["keyed".into()]);
+    let fair_after = |limit: u32, now: Millis, owner: &'static str, after: Option<&'static str>| {
+        let only = only.clone();
+        async move {
+            let mut ids: Vec<String> = store
+                .claim_fair(
+                    claim_params(&only, now, now, 60_000, owner, limit),
+                    FairParams { per_key: 2, after },
+                )
+                .await
+                .unwrap()
+                .tasks
+                .into_iter()
+                .map(|c| c.id)
+                .collect();
+            ids.sort();
+            ids
+        }
+    };
+    let fair = |limit: u32, now: Millis, owner: &'static str| fair_after(limit, now, owner, None);
+    let sorted = |mut ids: Vec<String>| {
+        ids.sort();
+        ids
+    };
+    // Room for one, after "a" in the rotation: b's first, though a's rank better.
+    assert_eq!(
+        fair_after(1, at(20), "x", Some("a")).await,
+        vec![b[0].clone()]
+    );
+    // Room for two: the first turn's other keys, not a's first two.
+    assert_eq!(
+        fair(2, at(20), "x").await,
+        sorted(vec![a[0].clone(), c.clone()])
+    );
+    // Each key's share is 2, claimed tasks counted: one more of a and b, none of c due.
+    assert_eq!(
+        fair(100, at(20), "x").await,
+        sorted(vec![a[1].clone(), b[1].clone()])
+    );
+    assert!(
+        fair(100, at(20), "y").await.is_empty(),
+        "every key has its share"
+    );
+    assert_eq!(
+        state(store, &other).await,
+        TaskState::Pending,
+        "another type's task"
+    );
+
+    // The claims as the dispatcher holds them: tokens from the store.
+    let mut held = Vec::new();
+    for id in [&a[0], &a[1], &b[0], &c] {
+        let task = store.get(id).await.unwrap().unwrap();
+        held.push((task.id, task.lease_token));
+    }
+    let keys_of = |held: &[(String, i64)]| -> Vec<Option<&'static str>> {
+        held.iter()
+            .map(|(id, _)| {
+                Some(if a.contains(id) {
+                    "a"
+                } else if b.contains(id) {
+                    "b"
+                } else {
+                    "c"
+                })
+            })
+            .collect()
+    };
+    let keys = keys_of(&held);
+    let gate = JobGate {
+        task_type: "keyed",
+        concurrency: 10,
+        rate: None,
+        key_limit: Some(1),
+        keys: &keys,
+    };
+    let first = store
+        .start_limited(start_params(&held, at(20), 0), gate)
+        .await
+        .unwrap();
+    // a's second waits for its first; b and c behind it begin.
+    let mut started: Vec<String> = first.started.iter().map(|s| s.id.clone()).collect();
+    started.sort();
+    assert_eq!(started, sorted(vec![a[0].clone(), b[0].clone(), c.clone()]));
+    assert_eq!(
+        (first.deferred.clone(), first.held_by),
+        (vec![1], Some(HeldBy::Key))
+    );
+    // Another starter (another dispatcher) finds a's slot taken too.
+    let again = vec![held[1].clone()];
+    let keys = keys_of(&again);
+    let second = store
+        .start_limited(
+            start_params(&again, at(21), 0),
+            JobGate {
+                keys: &keys,
+                ..gate
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!((second.started.len(), second.deferred.len()), (0, 1));
+    let done = first.started.iter().find(|s| s.id == a[0]).unwrap();
+    store
+        .finish(
+            &[Finish {
+                id: done.id.clone(),
+                lease_token: done.lease_token,
+                kind: FinishKind::Succeeded { result: None },
+            }],
+            at(22),
+        )
+        .await
+        .unwrap();
+    let third = store
+        .start_limited(
+            start_params(&again, at(23), 0),
+            JobGate {
+                keys: &keys,
+                ..gate
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!((third.started.len(), third.held_by), (1, None));
+    // a's first is done: its share has room for its third task.
+    assert_eq!(fair(100, at(24), "x").await, vec![a[2].clone()]);
+}
+
 async fn limits_hold_in_total_across_starters(store: &dyn Store) {
     for _ in 0..10 {
         insert(store, new_task("slots", T0)).await;
@@ -2136,6 +2288,8 @@ async fn limits_hold_in_total_across_starters(store: &dyn Store) {
         task_type: "slots",
         concurrency: 3,
         rate: None,
+        key_limit: None,
+        keys: &[],
     };
     // Two dispatchers' claims: the first may begin 3, the second none until one ends.
     let a = claims_of(store, "slots", "a", 5, T0).await;
@@ -2151,7 +2305,7 @@ async fn limits_hold_in_total_across_starters(store: &dyn Store) {
         "the first claims given begin"
     );
     assert_eq!(
-        (first.deferred, first.held_by),
+        (first.deferred.len(), first.held_by),
         (2, Some(HeldBy::Concurrency))
     );
     assert_eq!(state(store, &a[3].0).await, TaskState::Claimed);
@@ -2159,7 +2313,7 @@ async fn limits_hold_in_total_across_starters(store: &dyn Store) {
         .start_limited(start_params(&b, T0, 0), gate)
         .await
         .unwrap();
-    assert_eq!((second.started.len(), second.deferred), (0, 5));
+    assert_eq!((second.started.len(), second.deferred.len()), (0, 5));
     let done = &first.started[0];
     store
         .finish(
@@ -2176,7 +2330,7 @@ async fn limits_hold_in_total_across_starters(store: &dyn Store) {
         .start_limited(start_params(&b, at(1), 0), gate)
         .await
         .unwrap();
-    assert_eq!((third.started.len(), third.deferred), (1, 4));
+    assert_eq!((third.started.len(), third.deferred.len()), (1, 4));
     // A raised limit (a config change) takes effect at the next start.
     let raised = store
         .start_limited(
@@ -2188,7 +2342,7 @@ async fn limits_hold_in_total_across_starters(store: &dyn Store) {
         )
         .await
         .unwrap();
-    assert_eq!((raised.started.len(), raised.deferred), (2, 2));
+    assert_eq!((raised.started.len(), raised.deferred.len()), (2, 2));
 
     // A rate of 10/s with a burst of 2, on claims of two owners.
     for _ in 0..10 {
@@ -2201,6 +2355,8 @@ async fn limits_hold_in_total_across_starters(store: &dyn Store) {
             per_second: 10,
             burst: 2,
         }),
+        key_limit: None,
+        keys: &[],
     };
     let a = claims_of(store, "rated", "a", 5, T0).await;
     let b = claims_of(store, "rated", "b", 5, T0).await;
@@ -2249,7 +2405,7 @@ async fn limits_hold_in_total_across_starters(store: &dyn Store) {
         .start_limited(start_params(&b[3..4], at(400), 0), gate)
         .await
         .unwrap();
-    assert_eq!((cancelled.started.len(), cancelled.deferred), (0, 0));
+    assert_eq!((cancelled.started.len(), cancelled.deferred.len()), (0, 0));
     let after = store
         .start_limited(start_params(&b[4..], at(400), 0), gate)
         .await
@@ -2322,6 +2478,7 @@ scenarios!(
     a_paused_type_waits_and_resumes_in_order,
     claims_rank_priority_among_due_work_with_ageing,
     limits_hold_in_total_across_starters,
+    keys_are_claimed_in_turn_and_limited_in_total,
 );
 
 // ---------------------------------------------------------------------------------------
@@ -2524,6 +2681,8 @@ impl Server {
                     task_type: "k",
                     concurrency: K,
                     rate: None,
+                    key_limit: None,
+                    keys: &[],
                 };
                 let mut done = 0;
                 let mut held = claims_of(store.as_ref(), "k", &owner, 3, T0).await;
@@ -2536,7 +2695,7 @@ impl Server {
                         running.fetch_add(admitted.started.len(), SeqCst) + admitted.started.len();
                     most.fetch_max(now, SeqCst);
                     assert!(now <= K as usize, "{now} running, above {K}");
-                    held.drain(..held.len() - admitted.deferred);
+                    held.drain(..held.len() - admitted.deferred.len());
                     // The attempts' work: long enough for the others to try meanwhile.
                     tokio::task::yield_now().await;
                     tokio::time::sleep(Duration::from_millis(2)).await;

@@ -122,6 +122,13 @@ pub struct LimitsStatus {
     /// Attempts begun per second and the burst; null without a rate limit (written as
     /// null, so a merge patch removes a rate limit the spec no longer has).
     pub rate_limit: Option<RateLimitStatus>,
+    /// Attempts of one `concurrencyKey` in flight at once; null without one.
+    pub per_key: Option<u32>,
+    /// Whether each dispatcher backs its share off on 429/503 (`adaptiveConcurrency`):
+    /// its share in effect is `asyncd_job_effective_concurrency{job}`. (Absent from a
+    /// status an older operator wrote.)
+    #[serde(default)]
+    pub adaptive: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

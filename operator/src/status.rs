@@ -253,6 +253,8 @@ pub fn with_job(mut status: AsyncJobConfigStatus, job: Option<&Job>) -> AsyncJob
                 per_second: r.per_second,
                 burst: r.burst,
             }),
+            per_key: job.concurrency_key.as_ref().map(|key| key.limit),
+            adaptive: job.adaptive.enabled,
         });
     }
     status
@@ -319,7 +321,7 @@ mod tests {
     fn limits_and_the_pause_show_with_their_defaults_and_stay_through_an_invalid_spec() {
         let yaml = "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata: {name: j}\n\
                     spec:\n  taskType: t\n  executor: {url: 'http://e/'}\n  paused: true\n  \
-                    rateLimit: {perSecond: 20}\n";
+                    rateLimit: {perSecond: 20}\n  concurrencyKey: {key: '{m}', limit: 3}\n";
         let (_, job) = asyncd_spec::AsyncJobConfig::from_yaml(yaml).unwrap();
         let verdict = Verdict::Reconciled(all_ok());
         let s = with_job(status(None, &verdict, Some(1), "t1"), Some(&job));
@@ -332,6 +334,8 @@ mod tests {
                     per_second: 20,
                     burst: 20
                 }),
+                per_key: Some(3),
+                adaptive: true,
             })
         );
         let invalid = Verdict::Invalid {

@@ -57,6 +57,15 @@ pub struct JobSpec {
     /// routes: a token bucket kept in the store. Without it, no rate limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<RateLimitSpec>,
+    /// Attempts in flight at once per key, a key rendered from each task's payload at
+    /// submit: in total across every dispatcher replica and both routes, with the
+    /// keys' due tasks claimed in turn so one key's flood does not starve the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_key: Option<ConcurrencyKeySpec>,
+    /// How each dispatcher backs its share of `concurrency` off when the executor says
+    /// it is overloaded (on by default for 429 and 503).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive_concurrency: Option<AdaptiveConcurrencySpec>,
     /// The job's Kafka topic, for tasks due soon; without it every task goes through the
     /// SQL store.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -91,6 +100,57 @@ pub struct RateLimitSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "kube", schemars(range(min = 1, max = 1000000)))]
     pub burst: Option<u32>,
+}
+
+/// `spec.concurrencyKey`: a limit per key, the key rendered from the payload.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConcurrencyKeySpec {
+    /// Template filled from the payload's top-level fields, like `uniqueKey`:
+    /// `"{merchant_id}"`. A submit whose payload lacks a field is refused.
+    pub key: String,
+    /// Attempts of one key in flight at once, in total.
+    #[cfg_attr(feature = "kube", schemars(range(min = 1, max = 1000000)))]
+    pub limit: u32,
+}
+
+/// A validated [`ConcurrencyKeySpec`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConcurrencyKey {
+    pub template: String,
+    pub limit: u32,
+}
+
+/// `spec.adaptiveConcurrency`: additive increase, multiplicative decrease of each
+/// dispatcher's share of `concurrency` (docs/design.md, "Adaptive concurrency").
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AdaptiveConcurrencySpec {
+    /// Back off on 429 and 503 answers (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// An attempt that takes longer than this counts as an overload signal too
+    /// (default: latency is not a signal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<String>,
+}
+
+/// A validated [`AdaptiveConcurrencySpec`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Adaptive {
+    pub enabled: bool,
+    pub latency: Option<Duration>,
+}
+
+impl Default for Adaptive {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            latency: None,
+        }
+    }
 }
 
 /// A validated [`RateLimitSpec`].
@@ -393,6 +453,10 @@ pub struct Job {
     pub concurrency: u32,
     /// See [`JobSpec::rate_limit`].
     pub rate_limit: Option<RateLimit>,
+    /// See [`JobSpec::concurrency_key`].
+    pub concurrency_key: Option<ConcurrencyKey>,
+    /// See [`JobSpec::adaptive_concurrency`].
+    pub adaptive: Adaptive,
     pub kafka: Option<KafkaSpec>,
     pub cron: Vec<CronEntry>,
     pub retention: Retention,
@@ -521,6 +585,32 @@ impl JobSpec {
             .as_ref()
             .map(validate_rate_limit)
             .transpose()?;
+        let concurrency_key = self
+            .concurrency_key
+            .as_ref()
+            .map(validate_concurrency_key)
+            .transpose()?;
+        let adaptive = match &self.adaptive_concurrency {
+            None => Adaptive::default(),
+            Some(spec) => {
+                let latency = spec
+                    .latency
+                    .as_deref()
+                    .map(parse_duration)
+                    .transpose()
+                    .map_err(|m| SpecError::new("spec.adaptiveConcurrency.latency", m))?;
+                if latency.is_some_and(|l| l.is_zero()) {
+                    return Err(SpecError::new(
+                        "spec.adaptiveConcurrency.latency",
+                        "must be above zero",
+                    ));
+                }
+                Adaptive {
+                    enabled: spec.enabled.unwrap_or(true),
+                    latency,
+                }
+            }
+        };
         if let Some(kafka) = &self.kafka {
             if kafka.topic.trim().is_empty() {
                 return Err(SpecError::new("spec.kafka.topic", "must not be empty"));
@@ -600,6 +690,8 @@ impl JobSpec {
             unique_key: self.unique_key.clone(),
             concurrency: self.concurrency.unwrap_or(100),
             rate_limit,
+            concurrency_key,
+            adaptive,
             kafka: self.kafka.clone(),
             cron,
             retention,
@@ -625,6 +717,34 @@ fn validate_rate_limit(spec: &RateLimitSpec) -> Result<RateLimit, SpecError> {
             "spec.rateLimit.burst",
             spec.burst.unwrap_or(spec.per_second),
         )?,
+    })
+}
+
+fn validate_concurrency_key(spec: &ConcurrencyKeySpec) -> Result<ConcurrencyKey, SpecError> {
+    let field = "spec.concurrencyKey.key";
+    check_template(&spec.key).map_err(|m| SpecError::new(field, m))?;
+    if !spec.key.contains('{') {
+        // One key for every task is what `concurrency` is for.
+        return Err(SpecError::new(
+            field,
+            format!("{:?} names no payload field ({{field}})", spec.key),
+        ));
+    }
+    if spec.key.contains("{}") {
+        return Err(SpecError::new(
+            field,
+            format!("{:?} has an empty {{}}", spec.key),
+        ));
+    }
+    if !(1..=RateLimit::MAX).contains(&spec.limit) {
+        return Err(SpecError::new(
+            "spec.concurrencyKey.limit",
+            format!("must be 1 to {}, not {}", RateLimit::MAX, spec.limit),
+        ));
+    }
+    Ok(ConcurrencyKey {
+        template: spec.key.clone(),
+        limit: spec.limit,
     })
 }
 
@@ -711,6 +831,31 @@ fn any_json(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     })
 }
 
+/// Fills `{field}` in `template` from the payload's top-level fields; `what` names the
+/// template in the error for a missing field.
+fn render(template: &str, what: &str, payload: &serde_json::Value) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = template;
+    while let Some(start) = rest.find('{') {
+        out.push_str(&rest[..start]);
+        let end = rest[start..]
+            .find('}')
+            .map(|e| start + e)
+            .unwrap_or(rest.len());
+        let field = &rest[start + 1..end];
+        let value = payload
+            .get(field)
+            .ok_or_else(|| format!("the job's {what} needs payload field {field:?}"))?;
+        match value {
+            serde_json::Value::String(s) => out.push_str(s),
+            other => out.push_str(&other.to_string()),
+        }
+        rest = &rest[(end + 1).min(rest.len())..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
 fn check_template(template: &str) -> Result<(), String> {
     let mut open = false;
     for c in template.chars() {
@@ -733,29 +878,21 @@ impl Job {
     /// Renders the job's unique-key template from a payload's top-level fields; `None`
     /// when the job has no template. A missing field is an error naming it.
     pub fn render_unique_key(&self, payload: &serde_json::Value) -> Result<Option<String>, String> {
-        let Some(template) = &self.unique_key else {
-            return Ok(None);
-        };
-        let mut out = String::new();
-        let mut rest = template.as_str();
-        while let Some(start) = rest.find('{') {
-            out.push_str(&rest[..start]);
-            let end = rest[start..]
-                .find('}')
-                .map(|e| start + e)
-                .unwrap_or(rest.len());
-            let field = &rest[start + 1..end];
-            let value = payload
-                .get(field)
-                .ok_or_else(|| format!("the job's uniqueKey needs payload field {field:?}"))?;
-            match value {
-                serde_json::Value::String(s) => out.push_str(s),
-                other => out.push_str(&other.to_string()),
-            }
-            rest = &rest[(end + 1).min(rest.len())..];
-        }
-        out.push_str(rest);
-        Ok(Some(out))
+        self.unique_key
+            .as_deref()
+            .map(|template| render(template, "uniqueKey", payload))
+            .transpose()
+    }
+
+    /// Renders the job's `concurrencyKey` template, as [`Job::render_unique_key`] does.
+    pub fn render_concurrency_key(
+        &self,
+        payload: &serde_json::Value,
+    ) -> Result<Option<String>, String> {
+        self.concurrency_key
+            .as_ref()
+            .map(|key| render(&key.template, "concurrencyKey", payload))
+            .transpose()
     }
 
     /// The retry delay after the given failed attempt (1-based), before jitter.
@@ -862,6 +999,70 @@ mod tests {
             .field,
             "spec.rateLimit.burst"
         );
+    }
+
+    #[test]
+    fn a_bad_concurrency_key_is_named() {
+        let key = |key: &str, limit: u32| {
+            with(|d| {
+                d.spec.concurrency_key = Some(ConcurrencyKeySpec {
+                    key: key.into(),
+                    limit,
+                })
+            })
+        };
+        for (bad, message) in [
+            ("{merchant_id", "unclosed"),
+            ("merchant}", "unbalanced"),
+            ("merchant", "names no payload field"),
+            ("m:{}", "empty"),
+        ] {
+            let err = key(bad, 2);
+            assert_eq!(err.field, "spec.concurrencyKey.key", "{bad}");
+            assert!(err.message.contains(message), "{bad}: {}", err.message);
+        }
+        let err = key("{merchant_id}", 0);
+        assert_eq!(err.field, "spec.concurrencyKey.limit");
+        assert!(err.message.contains("must be 1 to"), "{}", err.message);
+        assert_eq!(
+            with(
+                |d| d.spec.adaptive_concurrency = Some(AdaptiveConcurrencySpec {
+                    enabled: None,
+                    latency: Some("fast".into()),
+                })
+            )
+            .field,
+            "spec.adaptiveConcurrency.latency"
+        );
+        let err = AsyncJobConfig::from_yaml(&SAMPLE.replace(
+            "spec:\n",
+            "spec:\n  concurrencyKey: {key: '{merchant_id}', limit: 0}\n",
+        ))
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("spec.concurrencyKey.limit"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_concurrency_key_renders_from_the_payload_and_adaptive_is_on_by_default() {
+        let yaml = SAMPLE.replace(
+            "spec:\n",
+            "spec:\n  concurrencyKey: {key: 'm:{merchant_id}', limit: 2}\n",
+        );
+        let (_, job) = AsyncJobConfig::from_yaml(&yaml).unwrap();
+        assert_eq!(job.concurrency_key.as_ref().unwrap().limit, 2);
+        assert_eq!(
+            job.render_concurrency_key(&serde_json::json!({"merchant_id": 7})),
+            Ok(Some("m:7".into()))
+        );
+        let missing = job
+            .render_concurrency_key(&serde_json::json!({}))
+            .unwrap_err();
+        assert!(missing.contains("concurrencyKey") && missing.contains("merchant_id"));
+        assert_eq!(job.adaptive, Adaptive::default());
+        assert!(job.adaptive.enabled);
     }
 
     #[test]

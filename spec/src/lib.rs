@@ -21,6 +21,7 @@ pub mod schedule;
 
 pub use duration::{format_duration, parse_duration};
 pub use job::{
-    AsyncJobConfig, DeletePolicy, Job, JobSpec, RateLimit, RateLimitSpec, Retention, SpecError,
+    Adaptive, AdaptiveConcurrencySpec, AsyncJobConfig, ConcurrencyKey, ConcurrencyKeySpec,
+    DeletePolicy, Job, JobSpec, RateLimit, RateLimitSpec, Retention, SpecError,
 };
 pub use schedule::CronSchedule;

@@ -180,6 +180,7 @@ mod tests {
             cron_key: None,
             depends_on: Vec::new(),
             source_service: None,
+            concurrency_key: None,
         }
     }
 

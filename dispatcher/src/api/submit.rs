@@ -287,31 +287,17 @@ pub fn validate(
         }
     };
     let idempotency_key = key("idempotency_key", req.idempotency_key)?;
+    // Parsed once, and only for a job with a template to fill.
+    let value: serde_json::Value = if job.unique_key.is_some() || job.concurrency_key.is_some() {
+        serde_json::from_str(payload.get()).map_err(|e| ApiError::field("payload", e))?
+    } else {
+        serde_json::Value::Null
+    };
     let unique_key = match key("unique_key", req.unique_key)? {
         Some(k) => Some(k),
-        None => {
-            let value: serde_json::Value =
-                serde_json::from_str(payload.get()).map_err(|e| ApiError::field("payload", e))?;
-            let rendered = job
-                .render_unique_key(&value)
-                .map_err(|m| ApiError::field("payload", m))?;
-            // The template is the job's, the values the payload's: a long or odd value
-            // makes a key the store cannot hold, so it is checked like a given one.
-            if let Some(rendered) = &rendered {
-                if rendered.len() > MAX_KEY_LEN {
-                    return Err(ApiError::field(
-                        "payload",
-                        format!(
-                            "the job's uniqueKey renders to {} bytes from this payload; at most {MAX_KEY_LEN}",
-                            rendered.len()
-                        ),
-                    ));
-                }
-                plain_text("payload", rendered)?;
-            }
-            rendered
-        }
+        None => checked_render("uniqueKey", job.render_unique_key(&value))?,
     };
+    let concurrency_key = checked_render("concurrencyKey", job.render_concurrency_key(&value))?;
     let depends_on = req.depends_on.unwrap_or_default();
     if depends_on.len() > MAX_DEPENDENCIES {
         return Err(ApiError::field(
@@ -353,7 +339,30 @@ pub fn validate(
         cron_key: None,
         depends_on,
         source_service,
+        concurrency_key,
     })
+}
+
+/// A key rendered from the job's template `what` and the payload's values: a long or
+/// odd value makes a key the store cannot hold, so it is checked like a given one.
+fn checked_render(
+    what: &str,
+    rendered: Result<Option<String>, String>,
+) -> Result<Option<String>, ApiError> {
+    let rendered = rendered.map_err(|m| ApiError::field("payload", m))?;
+    if let Some(rendered) = &rendered {
+        if rendered.len() > MAX_KEY_LEN {
+            return Err(ApiError::field(
+                "payload",
+                format!(
+                    "the job's {what} renders to {} bytes from this payload; at most {MAX_KEY_LEN}",
+                    rendered.len()
+                ),
+            ));
+        }
+        plain_text("payload", rendered)?;
+    }
+    Ok(rendered)
 }
 
 /// A new task's id: time-ordered (UUIDv7), except that a task with an idempotency key gets
@@ -422,6 +431,56 @@ mod tests {
             err.error.code.to_string(),
             err.error.field,
         )
+    }
+
+    #[test]
+    fn a_concurrency_key_is_rendered_from_the_payload_and_a_missing_field_named() {
+        let yaml = include_str!("../../../config/samples/order-cancel-job.yaml").replace(
+            "spec:\n",
+            "spec:\n  concurrencyKey: {key: 'merchant:{merchant_id}', limit: 2}\n",
+        );
+        let (_, job) = AsyncJobConfig::from_yaml(&yaml).unwrap();
+        let routes = RouteTable::from_jobs([job]);
+        let limits = Limits {
+            max_payload_bytes: 4096,
+            max_batch_body_bytes: 1 << 20,
+        };
+        let submit =
+            |body: &str| validate(parse(body.as_bytes()).unwrap(), &routes, &limits, NOW, None);
+        let task = submit(
+            r#"{"type":"cancel_expired_order","payload":{"order_id":1,"merchant_id":"m7"}}"#,
+        )
+        .unwrap();
+        assert_eq!(task.concurrency_key.as_deref(), Some("merchant:m7"));
+        let err =
+            submit(r#"{"type":"cancel_expired_order","payload":{"order_id":1}}"#).unwrap_err();
+        assert_eq!(
+            (err.status.as_u16(), err.error.field.as_deref()),
+            (400, Some("payload"))
+        );
+        assert!(
+            err.error.message.contains("concurrencyKey")
+                && err.error.message.contains("merchant_id"),
+            "{}",
+            err.error.message
+        );
+        let long = "9".repeat(MAX_KEY_LEN);
+        let err = submit(&format!(
+            r#"{{"type":"cancel_expired_order","payload":{{"order_id":1,"merchant_id":"{long}"}}}}"#
+        ))
+        .unwrap_err();
+        assert!(
+            err.error.message.contains("concurrencyKey renders to"),
+            "{}",
+            err.error.message
+        );
+        // A job without a template stores no key.
+        assert_eq!(
+            check(r#"{"type":"cancel_expired_order","payload":{"order_id":7}}"#)
+                .unwrap()
+                .concurrency_key,
+            None
+        );
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! transition does and only carries it out in its dialect, so the three backends cannot
 //! drift apart on what a state or a conflict means.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use asyncd_spec::RateLimit;
@@ -291,6 +292,38 @@ pub fn admit(
     }
 }
 
+/// Which claims, in the order given, their keys leave room for: a claim whose key
+/// already has `limit` attempts running (`running`, per key, in the store) or admitted
+/// ahead of it in this batch is skipped, and the claims after it are still considered,
+/// so one held-back key does not hold back the others. Claims without a key always
+/// have room. The second value says whether a key held any claim back.
+pub fn key_room(
+    keys: &[Option<&str>],
+    limit: Option<u32>,
+    running: &HashMap<String, i64>,
+) -> (Vec<usize>, bool) {
+    let Some(limit) = limit else {
+        return ((0..keys.len()).collect(), false);
+    };
+    let mut taken: HashMap<&str, i64> = HashMap::new();
+    let mut room = Vec::with_capacity(keys.len());
+    for (index, key) in keys.iter().enumerate() {
+        let Some(key) = key else {
+            room.push(index);
+            continue;
+        };
+        let count = taken
+            .entry(key)
+            .or_insert_with(|| running.get(*key).copied().unwrap_or(0));
+        if *count < i64::from(limit) {
+            *count += 1;
+            room.push(index);
+        }
+    }
+    let held = room.len() < keys.len();
+    (room, held)
+}
+
 /// The bucket after `started` attempts took a token each.
 pub fn spend(bucket: Bucket, started: usize) -> Bucket {
     Bucket {
@@ -323,6 +356,7 @@ mod tests {
             cron_key: None,
             depends_on: Vec::new(),
             source_service: None,
+            concurrency_key: None,
         }
     }
 
@@ -595,5 +629,25 @@ mod tests {
             (by_slots.allowed, by_slots.held_by),
             (2, Some(HeldBy::Concurrency))
         );
+    }
+
+    #[test]
+    fn a_full_key_is_skipped_and_the_claims_behind_it_still_have_room() {
+        let running = HashMap::from([("a".to_string(), 1), ("b".to_string(), 2)]);
+        let keys = [
+            Some("a"),
+            Some("a"),
+            Some("b"),
+            None,
+            Some("c"),
+            Some("c"),
+            Some("c"),
+        ];
+        let (room, held) = key_room(&keys, Some(2), &running);
+        // "a" has one slot left, "b" none, "c" two; the keyless claim always fits.
+        assert_eq!(room, vec![0, 3, 4, 5]);
+        assert!(held);
+        let (room, held) = key_room(&keys, None, &running);
+        assert_eq!((room.len(), held), (keys.len(), false));
     }
 }

@@ -251,6 +251,8 @@ pub struct NewTask {
     pub cron_key: Option<String>,
     pub depends_on: Vec<String>,
     pub source_service: Option<String>,
+    /// The job's `concurrencyKey` rendered from the payload.
+    pub concurrency_key: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -319,6 +321,8 @@ pub struct ClaimedTask {
     pub idempotency_key: Option<String>,
     /// See [`TaskRecord::lease_secret`].
     pub lease_secret: String,
+    /// See [`NewTask::concurrency_key`].
+    pub concurrency_key: Option<String>,
 }
 
 /// A claimed task whose attempt has begun: `attempt` and `lease_token` are the new ones.
@@ -539,6 +543,24 @@ pub struct AdoptParams<'a> {
     pub owner: &'a str,
 }
 
+/// What [`Store::claim_fair`] takes besides the claim's.
+#[derive(Debug, Clone, Copy)]
+pub struct FairParams<'a> {
+    /// `concurrencyKey.limit`: each key's claimed and running tasks, at most.
+    pub per_key: u32,
+    /// The last key the previous claim took ([`FairClaim::last_key`]).
+    pub after: Option<&'a str>,
+}
+
+/// What [`Store::claim_fair`] did.
+#[derive(Debug, Clone)]
+pub struct FairClaim {
+    pub tasks: Vec<ClaimedTask>,
+    /// The key of the last task picked in turn order, for the next claim's `after`: the
+    /// rotation goes on where this claim stopped.
+    pub last_key: Option<String>,
+}
+
 /// What [`Store::start`] takes.
 #[derive(Debug, Clone, Copy)]
 pub struct StartParams<'a> {
@@ -557,6 +579,11 @@ pub struct JobGate<'a> {
     /// Running attempts of the type, at most.
     pub concurrency: u32,
     pub rate: Option<asyncd_spec::RateLimit>,
+    /// `concurrencyKey.limit`: running attempts of one key, at most.
+    pub key_limit: Option<u32>,
+    /// Each claim's concurrency key, in the order of [`StartParams::claims`] (empty
+    /// without a key limit).
+    pub keys: &'a [Option<&'a str>],
 }
 
 /// Which limit kept claims from beginning.
@@ -567,6 +594,9 @@ pub enum HeldBy {
     Concurrency,
     /// The token bucket is empty; the next token comes in this long.
     Rate { next_token: Duration },
+    /// Some claims' keys have as many attempts running as `concurrencyKey.limit`
+    /// allows (the others' claims were tried); one ends when its outcome is written.
+    Key,
 }
 
 /// What [`Store::start_limited`] did.
@@ -574,9 +604,9 @@ pub enum HeldBy {
 pub struct Admitted {
     /// The attempts that began.
     pub started: Vec<Started>,
-    /// How many of the claims, the last ones given, the limits left for later: not
-    /// tried, still claimed.
-    pub deferred: usize,
+    /// The claims (indexes into [`StartParams::claims`], in order) the limits left for
+    /// later: not tried, still claimed.
+    pub deferred: Vec<usize>,
     pub held_by: Option<HeldBy>,
 }
 
@@ -651,6 +681,13 @@ pub trait Store: Send + Sync + 'static {
     /// (`store::domain::admit`), and takes a token for each attempt begun. The claims
     /// left over stay claimed, for the caller to try again.
     async fn start_limited(&self, params: StartParams<'_>, gate: JobGate<'_>) -> Result<Admitted>;
+    /// Claims up to `params.limit` of one keyed job's due tasks (`params.types` names
+    /// it) fairly among its concurrency keys: each key's claimed and running tasks
+    /// count first, so a key that has `per_key` of them gets no more, and the rest go
+    /// to the keys in turns — every key's best ranked task before any key's second,
+    /// the keys of a turn in rotation from the one after `after` (docs/design.md,
+    /// "Per-key limits").
+    async fn claim_fair(&self, params: ClaimParams<'_>, fair: FairParams<'_>) -> Result<FairClaim>;
     /// Applies each finish whose token still matches; `true` where it applied.
     async fn finish(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>>;
     async fn lapsed(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>>;

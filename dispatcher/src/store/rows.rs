@@ -151,7 +151,7 @@ pub(crate) use task_columns;
 macro_rules! claim_columns {
     () => {
         "id, task_type, payload, priority, trigger_at, attempt, max_retries, timeout_ms, \
-         lease_token, idempotency_key, lease_secret"
+         lease_token, idempotency_key, lease_secret, concurrency_key"
     };
 }
 pub(crate) use claim_columns;
@@ -220,6 +220,7 @@ pub struct ClaimRow {
     lease_token: i64,
     idempotency_key: Option<Key>,
     lease_secret: Option<String>,
+    concurrency_key: Option<Key>,
 }
 
 impl ClaimRow {
@@ -236,6 +237,7 @@ impl ClaimRow {
             lease_token: self.lease_token,
             idempotency_key: self.idempotency_key.map(|k| k.0),
             lease_secret: self.lease_secret.unwrap_or_default(),
+            concurrency_key: self.concurrency_key.map(|k| k.0),
         })
     }
 }

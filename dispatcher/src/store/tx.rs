@@ -4,6 +4,7 @@
 //! its own way — and runs these bodies through [`Tx`]; it also implements [`Backend`],
 //! and with it gets [`Store`].
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::marker::PhantomData;
 
@@ -17,10 +18,10 @@ use super::rows::{self, Holder, JobCountsRow, LapsedRow, StartedRow, TaskRow};
 use super::shared::{self, KafkaDeadLetterRow, Queries};
 use super::{
     Admitted, BulkAction, CancelOutcome, ClaimIdsParams, ClaimParams, ClaimedTask, DeadCount,
-    DeadFilter, DeadLetterParams, Finish, FinishKind, InsertOutcome, JobCountParams, JobCounts,
-    JobGate, KafkaDeadLetter, Lapsed, Millis, NewTask, PurgeParams, RedriveOutcome, Result,
-    SearchParams, StartParams, Started, Store, StoreError, TaskRecord, is_unique_violation,
-    retrying, unnamed_insert_conflict, unnamed_redrive_conflict,
+    DeadFilter, DeadLetterParams, FairClaim, FairParams, Finish, FinishKind, InsertOutcome,
+    JobCountParams, JobCounts, JobGate, KafkaDeadLetter, Lapsed, Millis, NewTask, PurgeParams,
+    RedriveOutcome, Result, SearchParams, StartParams, Started, Store, StoreError, TaskRecord,
+    is_unique_violation, retrying, unnamed_insert_conflict, unnamed_redrive_conflict,
 };
 
 /// A connection of a dialect's database.
@@ -188,6 +189,7 @@ where
                 .bind(now)
                 .bind(now)
                 .bind(lease_secret.as_str())
+                .bind(task.concurrency_key.as_deref().map(D::key))
                 .execute(&mut **tx)
                 .await;
             // A unique key either leaves the row out (affecting none) or fails the
@@ -551,6 +553,8 @@ where
     for<'r> (i64, i64): FromRow<'r, DB::Row>,
     for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
     for<'q> i32: Encode<'q, DB> + Type<DB>,
+    for<'r> (rows::Key, i64): FromRow<'r, DB::Row>,
+    for<'r> (String, Option<rows::Key>): FromRow<'r, DB::Row>,
 {
     async fn migrate(&self) -> Result<()> {
         self.run_migrations().await
@@ -635,8 +639,36 @@ where
                 .bind(gate.task_type)
                 .fetch_one(&mut *tx)
                 .await?;
+            // The running attempts of the batch's keys, read under the same row lock
+            // as the job's count (served by tasks_keyed).
+            let mut key_running = HashMap::new();
+            let mut batch_keys: Vec<&str> = gate.keys.iter().flatten().copied().collect();
+            batch_keys.sort_unstable();
+            batch_keys.dedup();
+            if gate.key_limit.is_some() && !batch_keys.is_empty() {
+                let mut query = sqlx::QueryBuilder::<DB>::new(
+                    "SELECT concurrency_key, COUNT(*) FROM tasks WHERE task_type = ",
+                );
+                query
+                    .push_bind(gate.task_type)
+                    .push(" AND state = 'running' AND concurrency_key IN (");
+                let mut list = query.separated(", ");
+                for key in &batch_keys {
+                    list.push_bind(B::key(key));
+                }
+                query.push(") GROUP BY concurrency_key");
+                let counts: Vec<(rows::Key, i64)> =
+                    query.build_query_as().fetch_all(&mut *tx).await?;
+                key_running.extend(counts.into_iter().map(|(key, n)| (key.0, n)));
+            }
+            // The keys first, so a full key's claims do not take the job's slots or
+            // tokens from the others'.
+            let keys: Vec<Option<&str>> = (0..params.claims.len())
+                .map(|index| gate.keys.get(index).copied().flatten())
+                .collect();
+            let (room, key_held) = domain::key_room(&keys, gate.key_limit, &key_running);
             let admission = domain::admit(
-                params.claims.len(),
+                room.len(),
                 running,
                 gate.concurrency,
                 gate.rate,
@@ -646,11 +678,21 @@ where
                 },
                 params.now,
             );
-            let started = if admission.allowed == 0 {
+            let tried: Vec<(String, i64)> = room[..admission.allowed]
+                .iter()
+                .map(|&index| params.claims[index].clone())
+                .collect();
+            let started = if tried.is_empty() {
                 Vec::new()
             } else {
-                let claims = &params.claims[..admission.allowed];
-                B::start_on(&mut *tx, StartParams { claims, ..params }).await?
+                B::start_on(
+                    &mut *tx,
+                    StartParams {
+                        claims: &tried,
+                        ..params
+                    },
+                )
+                .await?
             };
             if gate.rate.is_some() {
                 // A claim that did not start (cancelled, paused, lapsed) took no token.
@@ -663,13 +705,72 @@ where
                     .await?;
             }
             tx.commit().await?;
+            let mut deferred = vec![true; params.claims.len()];
+            for &index in &room[..admission.allowed] {
+                deferred[index] = false;
+            }
             Ok(Admitted {
                 started,
-                deferred: params.claims.len() - admission.allowed,
-                held_by: admission.held_by,
+                deferred: (0..params.claims.len()).filter(|&i| deferred[i]).collect(),
+                held_by: admission.held_by.or(key_held.then_some(super::HeldBy::Key)),
             })
         })
         .await
+    }
+
+    async fn claim_fair(&self, params: ClaimParams<'_>, fair: FairParams<'_>) -> Result<FairClaim> {
+        let super::TypeFilter::Only(types) = params.types else {
+            return Err(StoreError::Corrupt("a fair claim is of one job".into()));
+        };
+        let [task_type] = types.as_slice() else {
+            return Err(StoreError::Corrupt("a fair claim is of one job".into()));
+        };
+        // The job's active tasks, found through tasks_keyed (type, key, rank), numbered
+        // within each key (`turn`), its claimed and running ones first: linear in the
+        // job's due backlog (docs/design.md, "Per-key limits", on the cost). The keys
+        // take each turn in rotation, starting after `after`.
+        let mut query = sqlx::QueryBuilder::<DB>::new(
+            "SELECT id, concurrency_key FROM (SELECT id, state, claim_rank, concurrency_key, \
+               ROW_NUMBER() OVER (PARTITION BY concurrency_key \
+                 ORDER BY CASE WHEN state = 'pending' THEN 1 ELSE 0 END, claim_rank, id) AS turn \
+             FROM tasks WHERE task_type = ",
+        );
+        query
+            .push_bind(task_type.as_str())
+            .push(
+                " AND state IN ('pending', 'claimed', 'running') \
+                  AND (state <> 'pending' OR (claim_rank <= ",
+            )
+            .push_bind(params.horizon)
+            .push(" AND trigger_at <= ")
+            .push_bind(params.horizon)
+            .push(")) ) ranked WHERE state = 'pending' AND turn <= ")
+            .push_bind(i64::from(fair.per_key))
+            .push(" ORDER BY turn, CASE WHEN concurrency_key > ")
+            .push_bind(B::key(fair.after.unwrap_or("")))
+            .push(" THEN 0 ELSE 1 END, concurrency_key, claim_rank, id LIMIT ")
+            .push_bind(i64::from(params.limit));
+        let picked: Vec<(String, Option<rows::Key>)> =
+            query.build_query_as().fetch_all(self.writer()).await?;
+        let Some((_, last_key)) = picked.last() else {
+            return Ok(FairClaim {
+                tasks: Vec::new(),
+                last_key: None,
+            });
+        };
+        let last_key = last_key.as_ref().map(|key| key.0.clone());
+        let ids: Vec<String> = picked.into_iter().map(|(id, _)| id).collect();
+        // Claimed by id, only those still pending: another dispatcher's claim between
+        // the two statements takes a task from this one, never twice.
+        let tasks = self
+            .claim_named(ClaimIdsParams {
+                ids: &ids,
+                now: params.now,
+                hold: params.hold,
+                owner: params.owner,
+            })
+            .await?;
+        Ok(FairClaim { tasks, last_key })
     }
 
     async fn finish(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
