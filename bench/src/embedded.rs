@@ -201,6 +201,7 @@ pub async fn run(args: &Args) -> Result<()> {
             lease_token: 1,
             idempotency_key: None,
             lease_secret: String::new(),
+            trace: None,
         })
         .collect();
     let start = Instant::now();

@@ -70,6 +70,7 @@ fn task(i: usize, trigger_at: i64) -> NewTask {
         cron_key: None,
         depends_on: Vec::new(),
         source_service: None,
+        trace: None,
     }
 }
 

@@ -153,6 +153,7 @@ pub(crate) fn task(id: &str, trigger_at: i64, priority: u8) -> ClaimedTask {
         lease_token: 1,
         idempotency_key: None,
         lease_secret: String::new(),
+        trace: None,
     }
 }
 

@@ -52,6 +52,7 @@ use crate::executor::sanitize_reason;
 use crate::metrics::Metrics;
 use crate::routing::Routes;
 use crate::store::{AdoptParams, ClaimedTask, KafkaDeadLetter, Millis, NewTask, Store};
+use crate::trace::TraceContext;
 
 /// A task as it travels through Kafka: everything the store row will need.
 #[derive(Debug, Serialize, Deserialize)]
@@ -68,6 +69,12 @@ struct Envelope {
     idempotency_key: Option<String>,
     #[serde(default)]
     source_service: Option<String>,
+    /// The submitter's `traceparent` and `tracestate`, so the Kafka route keeps the
+    /// trace as the store route does; absent in envelopes written before they existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    traceparent: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tracestate: Option<String>,
 }
 
 impl Envelope {
@@ -82,6 +89,8 @@ impl Envelope {
             timeout_ms: task.timeout_ms,
             idempotency_key: task.idempotency_key.clone(),
             source_service: task.source_service.clone(),
+            traceparent: task.trace.as_ref().map(TraceContext::traceparent),
+            tracestate: task.trace.as_ref().and_then(|t| t.state.clone()),
         }
     }
 
@@ -99,6 +108,10 @@ impl Envelope {
             cron_key: None,
             depends_on: Vec::new(),
             source_service: self.source_service,
+            // Validated at submit; an envelope is as untrusted as a header, though.
+            trace: self
+                .traceparent
+                .and_then(|parent| TraceContext::parse(&parent, self.tracestate.as_deref())),
         }
     }
 }
@@ -702,6 +715,7 @@ mod tests {
             cron_key: None,
             depends_on: Vec::new(),
             source_service: None,
+            trace: None,
         }
     }
 
@@ -823,6 +837,7 @@ mod tests {
             cron_key: None,
             depends_on: Vec::new(),
             source_service: None,
+            trace: None,
         };
         let topic = job.kafka.as_ref().unwrap().topic.as_str();
         assert_eq!(producer.topic_for(&task, &job, now), Some(topic));

@@ -43,6 +43,7 @@ pub struct Metrics {
     pub signing_unavailable: IntGaugeVec,
     pub job_paused: IntGaugeVec,
     pub limited: IntCounterVec,
+    pub trace_spans_dropped: IntCounterVec,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -161,6 +162,12 @@ impl Metrics {
              waits, claimed, and is tried again",
             &["job", "limit"],
         );
+        let trace_spans_dropped = counter(
+            "asyncd_trace_spans_dropped_total",
+            "Spans not exported over OTLP, by reason: queue_full (the bounded export queue \
+             was full) or export_failed (the collector did not take them)",
+            &["reason"],
+        );
         let pending = gauge(
             "asyncd_mysql_pending_tasks",
             "Unfinished tasks waiting in the SQL store (any backend; the name is the reference system's)",
@@ -234,6 +241,7 @@ impl Metrics {
             signing_unavailable,
             job_paused,
             limited,
+            trace_spans_dropped,
         }
     }
 

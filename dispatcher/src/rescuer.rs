@@ -308,6 +308,7 @@ mod tests {
             cron_key: None,
             depends_on: Vec::new(),
             source_service: None,
+            trace: None,
         };
         store.insert(&[task], Millis::new(T0)).await.unwrap();
         let claimed = store

@@ -196,6 +196,7 @@ pub fn firing(job: &Job, entry: &CronEntry, at: Millis, cron_key: Option<String>
         cron_key,
         depends_on: Vec::new(),
         source_service: Some("asyncd-scheduler".into()),
+        trace: None,
     }
 }
 

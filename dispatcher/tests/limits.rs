@@ -190,6 +190,7 @@ impl Pair {
                 cron_key: None,
                 depends_on: Vec::new(),
                 source_service: None,
+                trace: None,
             })
             .collect();
         self.stores[0].insert(&tasks, now).await.unwrap();

@@ -60,6 +60,7 @@ fn new_task(task_type: &str, trigger_at: Millis) -> NewTask {
         cron_key: None,
         depends_on: Vec::new(),
         source_service: None,
+        trace: None,
     }
 }
 

@@ -353,6 +353,8 @@ pub fn validate(
         cron_key: None,
         depends_on,
         source_service,
+        // The API sets it from the request's headers.
+        trace: None,
     })
 }
 

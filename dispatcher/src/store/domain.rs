@@ -323,6 +323,7 @@ mod tests {
             cron_key: None,
             depends_on: Vec::new(),
             source_service: None,
+            trace: None,
         }
     }
 

@@ -228,6 +228,7 @@ pub async fn open_migrated(
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub use asyncd_contract::TaskState;
+use crate::trace::TraceContext;
 
 impl From<asyncd_contract::UnknownState> for StoreError {
     fn from(err: asyncd_contract::UnknownState) -> Self {
@@ -251,6 +252,8 @@ pub struct NewTask {
     pub cron_key: Option<String>,
     pub depends_on: Vec<String>,
     pub source_service: Option<String>,
+    /// The submitter's trace, continued by every attempt ([`crate::trace`]).
+    pub trace: Option<TraceContext>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -319,6 +322,8 @@ pub struct ClaimedTask {
     pub idempotency_key: Option<String>,
     /// See [`TaskRecord::lease_secret`].
     pub lease_secret: String,
+    /// See [`NewTask::trace`].
+    pub trace: Option<TraceContext>,
 }
 
 /// A claimed task whose attempt has begun: `attempt` and `lease_token` are the new ones.

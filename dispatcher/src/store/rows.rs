@@ -153,7 +153,7 @@ pub(crate) use task_columns;
 macro_rules! claim_columns {
     () => {
         "id, task_type, payload, priority, trigger_at, attempt, max_retries, timeout_ms, \
-         lease_token, idempotency_key, lease_secret"
+         lease_token, idempotency_key, lease_secret, traceparent, tracestate"
     };
 }
 pub(crate) use claim_columns;
@@ -222,6 +222,8 @@ pub struct ClaimRow {
     lease_token: i64,
     idempotency_key: Option<Key>,
     lease_secret: Option<String>,
+    traceparent: Option<String>,
+    tracestate: Option<String>,
 }
 
 impl ClaimRow {
@@ -238,6 +240,11 @@ impl ClaimRow {
             lease_token: self.lease_token,
             idempotency_key: self.idempotency_key.map(|k| k.0),
             lease_secret: self.lease_secret.unwrap_or_default(),
+            // Written only after validation, so always valid unless written by hand;
+            // an invalid one is then left out, as a receiver ignores a bad header.
+            trace: self.traceparent.and_then(|parent| {
+                crate::trace::TraceContext::parse(&parent, self.tracestate.as_deref())
+            }),
         })
     }
 }

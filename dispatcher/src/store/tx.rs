@@ -9,6 +9,7 @@ use std::marker::PhantomData;
 
 use sqlx::{Acquire, Database, Encode, Executor, FromRow, IntoArguments, Pool, Transaction, Type};
 
+use crate::trace::TraceContext;
 use super::domain::{self, DependentsEffect, Initial};
 use async_trait::async_trait;
 
@@ -189,6 +190,8 @@ where
                 .bind(now)
                 .bind(now)
                 .bind(lease_secret.as_str())
+                .bind(task.trace.as_ref().map(TraceContext::traceparent))
+                .bind(task.trace.as_ref().and_then(|t| t.state.as_deref()))
                 .execute(&mut **tx)
                 .await;
             // A unique key either leaves the row out (affecting none) or fails the
@@ -307,6 +310,8 @@ where
             .bind(now)
             .bind(now)
             .bind(crate::lease::new_secret().as_str())
+            .bind(None::<&str>)
+            .bind(None::<&str>)
             .execute(pool)
             .await;
         match inserted {
