@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use asyncd_contract::{
-    BatchItemResult, BatchOutcome, BatchResponse, CRON_FIRINGS, CancelResult, CronOverview,
+    BatchItemResult, BatchOutcome, BatchResponse, CRON_FIRINGS, CancelResult, CronOverlap, CronOverview,
     CronTriggerResult, ErrorCode, FinishedCounts, HeartbeatRequest, HeartbeatResponse, JobList,
     JobOverview, JobStats, JobStatus, MAX_JOB_COUNT, MAX_LISTING_BYTES, RedriveResult, ResultAck,
     ResultRequest, ResultStatus, Route, SubmitResult, TaskStatus, headers,
@@ -1308,6 +1308,16 @@ async fn job_overview(
             })
             .take(CRON_FIRINGS)
             .collect(),
+            overlap: match entry.overlap {
+                asyncd_spec::job::Overlap::Allow => CronOverlap::Allow,
+                asyncd_spec::job::Overlap::Skip => CronOverlap::Skip,
+            },
+            catch_up: if entry.catch_up.is_zero() {
+                "0s".into()
+            } else {
+                asyncd_spec::format_duration(entry.catch_up)
+            },
+            paused: entry.paused,
         })
         .collect();
     Ok(JobOverview {

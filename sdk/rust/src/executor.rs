@@ -65,6 +65,11 @@ pub struct TaskContext {
     pub eta: Option<DateTime<Utc>>,
     /// The dispatcher instance that made the call, for logs.
     pub dispatcher: Option<String>,
+    /// The call's W3C `traceparent` (the submitter's trace, under the attempt's span
+    /// when asyncd exports spans) and `tracestate`: give them to
+    /// [`crate::Task::trace`] (or an OpenTelemetry propagator) to continue the trace.
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
 }
 
 /// Any error a handler may fail with: it becomes a 500 (retried with backoff).
@@ -423,6 +428,8 @@ fn context(headers: &HeaderMap, env: &Envelope, default_callback: &str) -> TaskC
             .to_string(),
         eta: env.eta,
         dispatcher: header_str(headers, HEADER_DISPATCHER).map(str::to_string),
+        traceparent: header_str(headers, headers::TRACEPARENT).map(str::to_string),
+        tracestate: header_str(headers, headers::TRACESTATE).map(str::to_string),
     }
 }
 
@@ -980,6 +987,8 @@ mod tests {
                 callback_url: "http://127.0.0.1:7700".into(),
                 eta: Some("2026-11-30T06:00:00.123Z".parse().unwrap()),
                 dispatcher: Some("d-1".into()),
+                traceparent: None,
+                tracestate: None,
             }
         );
 
