@@ -993,6 +993,38 @@ mod tests {
         );
     }
 
+    /// A task's trace goes as headers; a batch's tasks must share theirs.
+    #[tokio::test]
+    async fn the_trace_context_is_sent_as_headers() {
+        let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let (fake, c) = Fake::start(
+            201,
+            r#"{"id":"a","eta":"2026-11-30T06:00:00.000Z","route":"store","duplicate":false}"#,
+        )
+        .await;
+        let task = Task::new("t", json!(null)).idempotency_key("k");
+        c.submit(&task).await.unwrap();
+        c.submit(&task.clone().trace(parent, Some("vendor=1".into())))
+            .await
+            .unwrap();
+        {
+            let reqs = fake.reqs.lock().unwrap();
+            assert!(!reqs[0].headers.contains_key("traceparent"));
+            assert_eq!(reqs[1].headers["traceparent"], parent);
+            assert_eq!(reqs[1].headers["tracestate"], "vendor=1");
+            assert!(
+                !reqs[1].body.as_object().unwrap().contains_key("traceparent"),
+                "a header, not a body field"
+            );
+        }
+        let mixed = [task.clone().trace(parent, None), task.clone()];
+        assert!(matches!(
+            c.submit_batch(&mixed).await,
+            Err(Error::InvalidTask(m)) if m.contains("traceparent")
+        ));
+        assert_eq!(fake.reqs.lock().unwrap().len(), 2, "nothing sent");
+    }
+
     #[tokio::test]
     async fn submit_at_sends_utc_millis_and_omits_unset_fields() {
         let (fake, c) = Fake::start(

@@ -1069,6 +1069,30 @@ mod tests {
             (ctx.lease_token.as_str(), ctx.eta, ctx.dispatcher),
             ("", None, None)
         );
+        assert_eq!((ctx.traceparent, ctx.tracestate), (None, None));
+    }
+
+    /// The handler gets the call's trace context, to continue the trace.
+    #[tokio::test]
+    async fn the_handler_sees_the_calls_trace_context() {
+        let seen: Arc<Mutex<Option<TaskContext>>> = Arc::default();
+        let s = seen.clone();
+        let app = Executor::new()
+            .register("ok", move |ctx, _: Value| {
+                *s.lock().unwrap() = Some(ctx);
+                async { Ok(()) }
+            })
+            .into_router();
+        let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let headers = [
+            ("traceparent", parent.to_string()),
+            ("tracestate", "vendor=1".to_string()),
+        ];
+        let (status, _, _) = call(&app, "POST", &task_body("ok", "{}"), &headers).await;
+        assert_eq!(status, 200);
+        let ctx = seen.lock().unwrap().clone().unwrap();
+        assert_eq!(ctx.traceparent.as_deref(), Some(parent));
+        assert_eq!(ctx.tracestate.as_deref(), Some("vendor=1"));
     }
 
     #[tokio::test]
