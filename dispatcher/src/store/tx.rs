@@ -171,6 +171,7 @@ where
         };
         let unique_active = domain::unique_active(task, state);
         let lease_secret = crate::lease::new_secret();
+        let traceparent = task.trace.as_ref().map(TraceContext::traceparent);
         for _ in 0..domain::CONFLICT_ATTEMPTS {
             let inserted = sqlx::query::<DB>(D::QUERIES.insert_task)
                 .bind(task.id.as_str())
@@ -190,7 +191,7 @@ where
                 .bind(now)
                 .bind(now)
                 .bind(lease_secret.as_str())
-                .bind(task.trace.as_ref().map(TraceContext::traceparent))
+                .bind(traceparent.as_deref())
                 .bind(task.trace.as_ref().and_then(|t| t.state.as_deref()))
                 .execute(&mut **tx)
                 .await;
