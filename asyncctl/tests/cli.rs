@@ -336,13 +336,20 @@ fn tasks_dead_letters_jobs_and_cron_through_the_cli() {
     assert_eq!(cron[0]["name"], "yearly", "{cron}");
     assert_eq!(cron[0]["next"].as_array().unwrap().len(), 3, "{cron}");
     assert_eq!(
-        (&cron[0]["overlap"], &cron[0]["catch_up"], &cron[0]["paused"]),
+        (
+            &cron[0]["overlap"],
+            &cron[0]["catch_up"],
+            &cron[0]["paused"]
+        ),
         (&json!("Skip"), &json!("10m"), &json!(false)),
         "the entry's policies: {cron}"
     );
     let table = dev.ctl(&["cron", "ls"]);
     let text = String::from_utf8_lossy(&table.stdout);
-    let row = text.lines().find(|l| l.contains("yearly")).unwrap_or_default();
+    let row = text
+        .lines()
+        .find(|l| l.contains("yearly"))
+        .unwrap_or_default();
     assert!(
         row.contains("Skip") && row.contains("10m") && row.contains("false"),
         "{text}"

@@ -54,10 +54,10 @@ use crate::retry;
 use crate::routing::Routes;
 use crate::signals::{Signal, TestSignals, emit};
 use crate::signing::{Keys, SigningKeys};
-use crate::trace::{SpanKind, Tracer, Value};
 use crate::store::{
     ClaimParams, ClaimedTask, Finish, FinishKind, HeldBy, JobGate, StartParams, Store, TypeFilter,
 };
+use crate::trace::{SpanKind, Tracer, Value};
 
 /// How often a runner held back by its job's concurrency (slots taken by attempts other
 /// dispatchers began, or by long attempts an executor accepted with 202) asks the store
@@ -1009,7 +1009,10 @@ async fn execute(
                 .with_label_values(&[task_type])
                 .observe(delay.as_secs_f64());
             if let Some(span) = &mut dispatch {
-                span.attr("asyncd.dispatch.delay_ms", Value::Int(delay.as_millis() as i64));
+                span.attr(
+                    "asyncd.dispatch.delay_ms",
+                    Value::Int(delay.as_millis() as i64),
+                );
             }
             let mut span = dispatch
                 .as_ref()
@@ -1018,10 +1021,7 @@ async fn execute(
             // hang under the submitter's.
             let sent = span.as_ref().map(|s| &s.context).or(task.trace.as_ref());
             let clock = Instant::now();
-            let (outcome, status) = shared
-                .executor
-                .call(job, &task, &attempt, keys, sent)
-                .await;
+            let (outcome, status) = shared.executor.call(job, &task, &attempt, keys, sent).await;
             let took = clock.elapsed();
             metrics
                 .execution_duration

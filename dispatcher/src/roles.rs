@@ -30,7 +30,6 @@ use crate::auth::tokens::TokenFile;
 use crate::clock::SharedClock;
 use crate::dispatcher::{ClaimerWakeup, Dispatcher, DispatcherConfig};
 use crate::executor::ExecutorClient;
-use crate::trace::{OtlpSettings, Tracer};
 use crate::kafka::{self, Producer};
 use crate::metrics::Metrics;
 use crate::rescuer::Rescuer;
@@ -39,6 +38,7 @@ use crate::scheduler::Scheduler;
 use crate::signals::TestSignals;
 use crate::store::{self, Store};
 use crate::tls::{self, TlsFiles};
+use crate::trace::{OtlpSettings, Tracer};
 use asyncd_kafka_admin::KafkaSecurity;
 
 /// Where the job table comes from.

@@ -264,12 +264,7 @@ impl Tracer {
 
     /// Starts a span under `parent` when there is an exporter and the caller sampled
     /// the trace; `None` otherwise (nothing to record).
-    pub fn start(
-        &self,
-        parent: &TraceContext,
-        name: &'static str,
-        kind: SpanKind,
-    ) -> Option<Span> {
+    pub fn start(&self, parent: &TraceContext, name: &'static str, kind: SpanKind) -> Option<Span> {
         if !self.enabled() || !parent.sampled() {
             return None;
         }
@@ -302,11 +297,7 @@ struct Exporter {
 }
 
 impl Exporter {
-    async fn run(
-        self,
-        mut rx: mpsc::Receiver<SpanData>,
-        shutdown: CancellationToken,
-    ) {
+    async fn run(self, mut rx: mpsc::Receiver<SpanData>, shutdown: CancellationToken) {
         let mut batch = Vec::with_capacity(BATCH_SPANS);
         loop {
             let first = tokio::select! {
@@ -366,7 +357,12 @@ impl Exporter {
 /// The instrumentation scope is `asyncd` at `version`.
 pub fn encode_request(service_name: &str, version: &str, spans: &[SpanData]) -> Vec<u8> {
     let mut resource = Vec::new();
-    key_value(&mut resource, 1, "service.name", &Value::Str(service_name.into()));
+    key_value(
+        &mut resource,
+        1,
+        "service.name",
+        &Value::Str(service_name.into()),
+    );
     let mut scope = Vec::new();
     string(&mut scope, 1, "asyncd");
     string(&mut scope, 2, version);
@@ -543,7 +539,11 @@ mod tests {
     #[test]
     fn a_disabled_tracer_records_nothing() {
         let ctx = TraceContext::parse(VALID, None).unwrap();
-        assert!(Tracer::default().start(&ctx, "submit", SpanKind::Server).is_none());
+        assert!(
+            Tracer::default()
+                .start(&ctx, "submit", SpanKind::Server)
+                .is_none()
+        );
     }
 
     #[tokio::test]

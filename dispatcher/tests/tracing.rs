@@ -83,7 +83,10 @@ async fn the_submitters_traceparent_reaches_every_attempt_on_the_store_route() {
         &asyncd,
         "/v1/tasks",
         json!({"type": "work"}),
-        &[("traceparent", "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01")],
+        &[(
+            "traceparent",
+            "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",
+        )],
     )
     .await;
     for result in batch["results"].as_array().unwrap() {
@@ -96,7 +99,11 @@ async fn the_submitters_traceparent_reaches_every_attempt_on_the_store_route() {
         .wait_calls(malformed["id"].as_str().unwrap(), 1)
         .await
         .remove(0);
-    assert!(!call.headers.contains_key("traceparent"), "{:?}", call.headers);
+    assert!(
+        !call.headers.contains_key("traceparent"),
+        "{:?}",
+        call.headers
+    );
 }
 
 /// An OTLP/HTTP endpoint that keeps what it is sent.
@@ -137,9 +144,7 @@ async fn with_an_exporter_the_executors_parent_is_the_attempt_span() {
         })
     })
     .await;
-    let id = asyncd
-        .submit(json!({"type": "work"}))
-        .await;
+    let id = asyncd.submit(json!({"type": "work"})).await;
     let traced = submit_with(
         &asyncd,
         "/v1/tasks",
@@ -152,7 +157,11 @@ async fn with_an_exporter_the_executors_parent_is_the_attempt_span() {
     let parent = &call.headers["traceparent"];
     let (prefix, rest) = parent.split_at(36);
     assert_eq!(prefix, &TRACEPARENT[..36], "same version and trace id");
-    assert_ne!(&rest[..16], &TRACEPARENT[36..52], "the attempt's span, not the caller's");
+    assert_ne!(
+        &rest[..16],
+        &TRACEPARENT[36..52],
+        "the attempt's span, not the caller's"
+    );
     assert!(rest.ends_with("-01"), "{parent}");
     assert!(
         !executor.wait_calls(&id, 1).await[0]
@@ -174,7 +183,10 @@ async fn with_an_exporter_the_executors_parent_is_the_attempt_span() {
     for (content_type, body) in &bodies {
         assert_eq!(content_type, "application/x-protobuf");
         let trace_id = hex_bytes(&TRACEPARENT[3..35]);
-        assert!(body.windows(16).any(|w| w == trace_id), "the caller's trace id");
+        assert!(
+            body.windows(16).any(|w| w == trace_id),
+            "the caller's trace id"
+        );
         assert!(
             !body.windows(id.len()).any(|w| w == id.as_bytes()),
             "no spans for the untraced task"
@@ -192,9 +204,7 @@ fn hex_bytes(text: &str) -> Vec<u8> {
 #[tokio::test]
 async fn the_kafka_route_keeps_the_traceparent() {
     let Ok(brokers) = std::env::var("ASYNCD_TEST_KAFKA_BROKERS") else {
-        panic!(
-            "ASYNCD_TEST_KAFKA_BROKERS is not set: start Kafka with e2e/services/kafka.sh start"
-        )
+        panic!("ASYNCD_TEST_KAFKA_BROKERS is not set: start Kafka with e2e/services/kafka.sh start")
     };
     let executor = Executor::start(|_| Answer::ok()).await;
     let topic = format!("asyncd-test-traced-{}", uuid::Uuid::now_v7().simple());
@@ -204,7 +214,9 @@ async fn the_kafka_route_keeps_the_traceparent() {
             "traced",
             "traced",
             &executor.url(),
-            &format!("  kafka:\n    topic: {topic}\n    partitions: 1\n    consumerGroup: {topic}-cg\n"),
+            &format!(
+                "  kafka:\n    topic: {topic}\n    partitions: 1\n    consumerGroup: {topic}-cg\n"
+            ),
         ),
     )];
     let asyncd = Asyncd::start(&jobs, &["--kafka-brokers", &brokers, "--create-topics"]).await;

@@ -12,10 +12,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use asyncd_contract::{
-    BatchItemResult, BatchOutcome, BatchResponse, CRON_FIRINGS, CancelResult, CronOverlap, CronOverview,
-    CronTriggerResult, ErrorCode, FinishedCounts, HeartbeatRequest, HeartbeatResponse, JobList,
-    JobOverview, JobStats, JobStatus, MAX_JOB_COUNT, MAX_LISTING_BYTES, RedriveResult, ResultAck,
-    ResultRequest, ResultStatus, Route, SubmitResult, TaskStatus, headers,
+    BatchItemResult, BatchOutcome, BatchResponse, CRON_FIRINGS, CancelResult, CronOverlap,
+    CronOverview, CronTriggerResult, ErrorCode, FinishedCounts, HeartbeatRequest,
+    HeartbeatResponse, JobList, JobOverview, JobStats, JobStatus, MAX_JOB_COUNT, MAX_LISTING_BYTES,
+    RedriveResult, ResultAck, ResultRequest, ResultStatus, Route, SubmitResult, TaskStatus,
+    headers,
 };
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -34,11 +35,11 @@ use crate::executor::AttemptOutcome;
 use crate::metrics::Metrics;
 use crate::retry;
 use crate::routing::Routes;
-use crate::trace::{Span, SpanKind, TraceContext, Tracer, Value};
 use crate::store::{
     CancelOutcome, DeadLetterParams, Finish, FinishKind, InsertOutcome, JobCountParams, Millis,
     NewTask, RedriveOutcome, SearchParams, Store, TaskRecord, TaskState, WorkflowOutcome,
 };
+use crate::trace::{Span, SpanKind, TraceContext, Tracer, Value};
 use error::ApiError;
 use submit::Limits;
 
@@ -453,8 +454,8 @@ impl SubmitTrace {
                 "http.response.status_code",
                 Value::Int(i64::from(status.as_u16())),
             );
-            let error = (status.is_client_error() || status.is_server_error())
-                .then(|| status.to_string());
+            let error =
+                (status.is_client_error() || status.is_server_error()).then(|| status.to_string());
             tracer.end(span, error);
         }
     }
@@ -491,14 +492,10 @@ async fn accept_one(
     let request = submit::parse(&body)?;
     let now = state.clock.now_millis();
     let routes = state.routes.borrow().clone();
-    state.may_submit(caller, &routes, &request.task_type).await?;
-    let mut task = submit::validate(
-        request,
-        &routes,
-        &state.limits,
-        now,
-        source_header(headers),
-    )?;
+    state
+        .may_submit(caller, &routes, &request.task_type)
+        .await?;
+    let mut task = submit::validate(request, &routes, &state.limits, now, source_header(headers))?;
     task.trace = trace.stored.clone();
     trace.attr("asyncd.task.id", Value::Str(task.id.clone()));
     trace.attr("asyncd.task.type", Value::Str(task.task_type.clone()));

@@ -227,8 +227,8 @@ pub async fn open_migrated(
 /// answers 503 with `Retry-After` instead, and the dispatcher's loops try again.
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 
-pub use asyncd_contract::TaskState;
 use crate::trace::TraceContext;
+pub use asyncd_contract::TaskState;
 
 impl From<asyncd_contract::UnknownState> for StoreError {
     fn from(err: asyncd_contract::UnknownState) -> Self {

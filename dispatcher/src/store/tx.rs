@@ -9,8 +9,8 @@ use std::marker::PhantomData;
 
 use sqlx::{Acquire, Database, Encode, Executor, FromRow, IntoArguments, Pool, Transaction, Type};
 
-use crate::trace::TraceContext;
 use super::domain::{self, DependentsEffect, Initial};
+use crate::trace::TraceContext;
 use async_trait::async_trait;
 
 use super::bulk;

@@ -1013,7 +1013,11 @@ mod tests {
             assert_eq!(reqs[1].headers["traceparent"], parent);
             assert_eq!(reqs[1].headers["tracestate"], "vendor=1");
             assert!(
-                !reqs[1].body.as_object().unwrap().contains_key("traceparent"),
+                !reqs[1]
+                    .body
+                    .as_object()
+                    .unwrap()
+                    .contains_key("traceparent"),
                 "a header, not a body field"
             );
         }
