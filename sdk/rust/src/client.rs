@@ -1330,7 +1330,7 @@ mod tests {
         let job = r#"{"job":"j","task_type":"t","paused":false,"paused_at":null,"paused_by_config":false,
             "stats":{"due":3,"scheduled":4,"running":1,"dead":2,"oldest_due_seconds":1.5,
                      "finished_last_minute":{"succeeded":120,"dead":1}},
-            "cron":[{"name":"nightly","schedule":"CRON_TZ=UTC 0 2 * * *","next":["2026-12-01T02:00:00.000Z"]}]}"#;
+            "cron":[{"name":"nightly","schedule":"CRON_TZ=UTC 0 2 * * *","next":["2026-12-01T02:00:00.000Z"],"overlap":"Allow","catch_up":"1h","paused":false}]}"#;
         let (fake, c) = Fake::start(200, &format!(r#"{{"jobs":[{job}]}}"#)).await;
         let jobs = c.jobs().await.unwrap();
         assert_eq!(fake.last().path, "/v1/jobs");
