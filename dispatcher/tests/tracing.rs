@@ -106,9 +106,12 @@ async fn the_submitters_traceparent_reaches_every_attempt_on_the_store_route() {
     );
 }
 
+/// What the collector was sent: each request's content type and body.
+type Received = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
 /// An OTLP/HTTP endpoint that keeps what it is sent.
-async fn collector() -> (String, Arc<Mutex<Vec<(String, Vec<u8>)>>>) {
-    let received: Arc<Mutex<Vec<(String, Vec<u8>)>>> = Arc::default();
+async fn collector() -> (String, Received) {
+    let received: Received = Arc::default();
     let keep = received.clone();
     let app = axum::Router::new().route(
         "/v1/traces",
