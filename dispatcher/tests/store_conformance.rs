@@ -125,6 +125,28 @@ async fn insert_get_and_order_within_one_millisecond(store: &dyn Store) {
     );
 }
 
+/// The submitter's trace context comes back with the claim, as stored (issue 16).
+async fn a_claim_returns_the_tasks_trace_context(store: &dyn Store) {
+    let trace = asyncd::trace::TraceContext::parse(
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        Some("vendor=1,other=x"),
+    )
+    .unwrap();
+    let traced = insert(
+        store,
+        NewTask {
+            trace: Some(trace.clone()),
+            ..new_task("t", T0)
+        },
+    )
+    .await;
+    let plain = insert(store, new_task("t", T0)).await;
+    let claimed = claim_all(store, T0, T0).await;
+    let trace_of = |id: &str| claimed.iter().find(|c| c.id == id).unwrap().trace.clone();
+    assert_eq!(trace_of(&traced), Some(trace));
+    assert_eq!(trace_of(&plain), None);
+}
+
 async fn claim_respects_type_filter_and_limit(store: &dyn Store) {
     for _ in 0..5 {
         insert(store, new_task("mine", T0)).await;
@@ -2303,6 +2325,7 @@ macro_rules! scenarios {
 
 scenarios!(
     insert_get_and_order_within_one_millisecond,
+    a_claim_returns_the_tasks_trace_context,
     claim_respects_type_filter_and_limit,
     attempt_lifecycle_with_fencing,
     a_success_after_its_attempt_was_given_up_lands_until_a_new_claim,
