@@ -94,6 +94,8 @@ spec:
   cron:
     - name: weekly-summary
       schedule: "CRON_TZ=Europe/Berlin 0 7 * * 1"
+      overlap: Skip
+      catchUp: 30m
 YAML
 
 token=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')

@@ -189,6 +189,8 @@ def main():
         assert len(firings) == 3, len(firings)
         next_firings = api.job("report-job")["cron"][0]["next"]
         assert [f.get_attribute("datetime") for f in firings] == next_firings
+        policies = [td.text for td in driver.find_elements(*css("td.policy"))]
+        assert policies == ["skip while running", "30m"], policies
         driver.save_screenshot(str(out / "cron.png"))
 
         # Forgetting the token: the next call asks for one again.

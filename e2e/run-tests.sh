@@ -70,6 +70,9 @@ ASYNCD_BIN="$CARGO_TARGET_DIR/debug/asyncd" bash e2e/fuzz.sh
 step "web console in headless Chromium (Selenium) against asyncd dev (e2e/console.sh)"
 ASYNCD_BIN="$CARGO_TARGET_DIR/debug/asyncd" bash e2e/console.sh "$ASYNCD_CACHE/console-screenshots"
 
+step "tracing: one trace from submit to executor, spans decoded by opentelemetry-proto (e2e/tracing.sh)"
+ASYNCD_BIN="$CARGO_TARGET_DIR/debug/asyncd" bash e2e/tracing.sh
+
 step "operator e2e: kube-apiserver + etcd, Kafka, MariaDB, the operator and a dispatcher as local processes"
 bash e2e/operator.sh
 

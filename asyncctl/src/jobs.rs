@@ -119,7 +119,9 @@ fn overview_table(jobs: &[JobOverview]) -> Table {
 }
 
 fn cron_table(jobs: &[JobOverview]) -> Table {
-    let mut table = Table::new(&["JOB", "ENTRY", "SCHEDULE", "NEXT"]);
+    let mut table = Table::new(&[
+        "JOB", "ENTRY", "SCHEDULE", "OVERLAP", "CATCH-UP", "PAUSED", "NEXT",
+    ]);
     for job in jobs {
         for entry in &job.cron {
             let next: Vec<String> = entry.next.iter().map(|t| output::time(*t)).collect();
@@ -127,6 +129,9 @@ fn cron_table(jobs: &[JobOverview]) -> Table {
                 job.status.job.clone(),
                 entry.name.clone(),
                 entry.schedule.clone(),
+                format!("{:?}", entry.overlap),
+                entry.catch_up.clone(),
+                entry.paused.to_string(),
                 if next.is_empty() {
                     "-".into()
                 } else {

@@ -67,10 +67,18 @@ enum Command {
     },
     /// Search tasks, newest first.
     Ls(tasks::LsArgs),
-    /// Cancel a blocked, pending or claimed task.
+    /// Cancel a blocked, pending or claimed task: by id, or the one of a job holding a
+    /// unique key.
     Cancel {
         /// The task's id.
-        id: String,
+        #[arg(required_unless_present = "unique_key", conflicts_with_all = ["job", "unique_key"])]
+        id: Option<String>,
+        /// With --unique-key: the job (AsyncJobConfig name) whose task holds the key.
+        #[arg(long, requires = "unique_key")]
+        job: Option<String>,
+        /// Cancel the unfinished task of --job that holds this unique key.
+        #[arg(long, requires = "job")]
+        unique_key: Option<String>,
     },
     /// Dead letters: list, redrive, purge.
     #[command(subcommand)]
@@ -135,7 +143,11 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Submit(args) => tasks::submit(&client, out, args).await,
         Command::Get { id } => tasks::get(&client, out, &id).await,
         Command::Ls(args) => tasks::ls(&client, out, args).await,
-        Command::Cancel { id } => tasks::cancel(&client, out, &id).await,
+        Command::Cancel {
+            id,
+            job,
+            unique_key,
+        } => tasks::cancel(&client, out, id, job.zip(unique_key)).await,
         Command::Dlq(command) => dlq::run(&client, out, command).await,
         Command::Jobs(command) => jobs::jobs(&client, out, command).await,
         Command::Cron(command) => jobs::cron(&client, out, command).await,

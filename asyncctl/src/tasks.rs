@@ -225,8 +225,18 @@ pub async fn ls(client: &Client, out: Format, args: LsArgs) -> Result<(), Failur
     Ok(())
 }
 
-pub async fn cancel(client: &Client, out: Format, id: &str) -> Result<(), Failure> {
-    let result = client.cancel(id).await?;
+/// Cancels task `id`, or the task of `(job, unique key)`; clap gives exactly one.
+pub async fn cancel(
+    client: &Client,
+    out: Format,
+    id: Option<String>,
+    by_key: Option<(String, String)>,
+) -> Result<(), Failure> {
+    let result = match (id, by_key) {
+        (Some(id), _) => client.cancel(&id).await?,
+        (None, Some((job, key))) => client.cancel_unique(&job, &key).await?,
+        (None, None) => unreachable!("clap requires an id or --job with --unique-key"),
+    };
     if !output::structured(out, &result)? {
         println!("{} {}", result.id, result.state);
     }

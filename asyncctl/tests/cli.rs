@@ -87,7 +87,8 @@ impl Dev {
             "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata:\n  name: work-job\n\
              spec:\n  taskType: work\n  executor:\n    url: http://127.0.0.1:1/\n    timeout: 2s\n  \
              retry:\n    maxRetries: 0\n  cron:\n    - name: yearly\n      \
-             schedule: \"CRON_TZ=UTC 0 3 1 1 *\"\n      payload: {from: cron}\n",
+             schedule: \"CRON_TZ=UTC 0 3 1 1 *\"\n      payload: {from: cron}\n      \
+             overlap: Skip\n      catchUp: 10m\n",
         )
         .unwrap();
         let mut hash = Command::new(asyncd_bin())
@@ -241,6 +242,18 @@ fn tasks_dead_letters_jobs_and_cron_through_the_cli() {
     assert_eq!(cancelled["state"], "cancelled");
     let again = dev.ctl(&["cancel", &waiting]);
     assert_eq!(code(&again), Some(5), "a conflict: {}", stderr(&again));
+    // By unique key: the job's unfinished task holding it.
+    let keyed = dev.json(&["submit", "work", "--delay", "1h", "--unique-key", "order-7"]);
+    let by_key = dev.json(&["cancel", "--job", "work-job", "--unique-key", "order-7"]);
+    assert_eq!(
+        (&by_key["id"], &by_key["state"]),
+        (&keyed["id"], &json!("cancelled")),
+        "{by_key}"
+    );
+    let none = dev.ctl(&["cancel", "--job", "work-job", "--unique-key", "order-7"]);
+    assert_eq!(code(&none), Some(3), "not found: {}", stderr(&none));
+    let half = dev.ctl(&["cancel", "--unique-key", "order-7"]);
+    assert_eq!(code(&half), Some(2), "usage: {}", stderr(&half));
 
     // Two tasks that die at once, redriven by filter while the job is paused, so they
     // wait where the test can see them.
@@ -322,6 +335,25 @@ fn tasks_dead_letters_jobs_and_cron_through_the_cli() {
     assert_eq!(cron[0]["job"], "work-job", "{cron}");
     assert_eq!(cron[0]["name"], "yearly", "{cron}");
     assert_eq!(cron[0]["next"].as_array().unwrap().len(), 3, "{cron}");
+    assert_eq!(
+        (
+            &cron[0]["overlap"],
+            &cron[0]["catch_up"],
+            &cron[0]["paused"]
+        ),
+        (&json!("Skip"), &json!("10m"), &json!(false)),
+        "the entry's policies: {cron}"
+    );
+    let table = dev.ctl(&["cron", "ls"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    let row = text
+        .lines()
+        .find(|l| l.contains("yearly"))
+        .unwrap_or_default();
+    assert!(
+        row.contains("Skip") && row.contains("10m") && row.contains("false"),
+        "{text}"
+    );
     let fired = dev.json(&["cron", "trigger", "work-job", "yearly"]);
     let task = dev.json(&["get", fired["id"].as_str().unwrap()]);
     assert_eq!(

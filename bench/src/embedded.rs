@@ -202,6 +202,7 @@ pub async fn run(args: &Args) -> Result<()> {
             idempotency_key: None,
             lease_secret: String::new(),
             concurrency_key: None,
+            trace: None,
         })
         .collect();
     let start = Instant::now();

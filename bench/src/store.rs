@@ -71,6 +71,7 @@ fn task(i: usize, trigger_at: i64) -> NewTask {
         depends_on: Vec::new(),
         source_service: None,
         concurrency_key: None,
+        trace: None,
     }
 }
 

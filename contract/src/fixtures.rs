@@ -321,6 +321,9 @@ fn jobs() -> JobList {
                     next: [0, 1, 2]
                         .map(|day| from_millis(1_796_090_400_000 + day * 86_400_000))
                         .to_vec(),
+                    overlap: CronOverlap::Skip,
+                    catch_up: "1h".into(),
+                    paused: false,
                 }],
             },
             JobOverview {

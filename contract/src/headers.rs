@@ -22,3 +22,9 @@ pub const SIGNATURE: &str = "Asyncd-Signature";
 pub const SOURCE_SERVICE: &str = "Asyncd-Source-Service";
 /// Executor answer (429, 503): seconds or an HTTP date.
 pub const RETRY_AFTER: &str = "Retry-After";
+/// Submit and executor call: the W3C Trace Context parent. At submit, the task's trace
+/// (a malformed value is ignored, as the W3C spec asks); on the executor call, the same
+/// trace id under the attempt's span.
+pub const TRACEPARENT: &str = "traceparent";
+/// Submit and executor call: the W3C `tracestate` that goes with `traceparent`.
+pub const TRACESTATE: &str = "tracestate";

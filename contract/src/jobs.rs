@@ -79,4 +79,21 @@ pub struct CronOverview {
     #[serde(with = "crate::time::rfc3339_vec")]
     #[cfg_attr(feature = "openapi", schemars(schema_with = "crate::time::schema_vec"))]
     pub next: Vec<DateTime<Utc>>,
+    /// `spec.cron[].overlap`: whether a firing runs while the previous one is unfinished.
+    pub overlap: CronOverlap,
+    /// `spec.cron[].catchUp` in effect: how far back firings missed during an outage
+    /// are still created, as a duration (`0s`: none).
+    pub catch_up: String,
+    /// `spec.cron[].paused`: the entry creates no firings (`next` says when it would).
+    pub paused: bool,
+}
+
+/// What a cron entry does when a firing comes while the previous one has not finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub enum CronOverlap {
+    /// The firing runs anyway.
+    Allow,
+    /// The firing is skipped.
+    Skip,
 }

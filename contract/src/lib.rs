@@ -27,7 +27,8 @@ pub use executor::{
     ResultStatus,
 };
 pub use jobs::{
-    CRON_FIRINGS, CronOverview, FinishedCounts, JobList, JobOverview, JobStats, MAX_JOB_COUNT,
+    CRON_FIRINGS, CronOverlap, CronOverview, FinishedCounts, JobList, JobOverview, JobStats,
+    MAX_JOB_COUNT,
 };
 pub use signature::{
     SIGNATURE_SCHEME, SIGNATURE_TOLERANCE, SignatureError, SignedCall, sign, verify_signature,

@@ -58,6 +58,11 @@ fn path_id(what: &str) -> Value {
            "schema": {"type": "string"}})
 }
 
+fn trace_header(name: &str, what: &str) -> Value {
+    json!({"name": name, "in": "header", "required": false, "description": what,
+           "schema": {"type": "string"}})
+}
+
 fn job_name() -> Value {
     json!({"name": "name", "in": "path", "required": true,
            "description": "The AsyncJobConfig's name (metadata.name)",
@@ -185,7 +190,9 @@ pub fn document() -> Value {
             "summary": "Submit a task",
             "parameters": [{"name": headers::SOURCE_SERVICE, "in": "header", "required": false,
                 "description": "Label for asyncd_task_submitted_total when the body names no source_service.",
-                "schema": {"type": "string", "maxLength": 128}}],
+                "schema": {"type": "string", "maxLength": 128}},
+                trace_header(headers::TRACEPARENT, "W3C Trace Context: the task's trace, continued by every executor call. A malformed value is ignored."),
+                trace_header(headers::TRACESTATE, "W3C Trace Context: passed on with traceparent (at most 512 printable ASCII bytes, else dropped).")],
             "requestBody": {"required": true, "content": json_content(s.request::<SubmitRequest>())},
             "responses": responses(&[
                 (201, ok("Accepted", submit_result.clone())),
@@ -196,7 +203,9 @@ pub fn document() -> Value {
             "operationId": "submitBatch",
             "summary": "Submit up to 1000 tasks; each is answered on its own",
             "parameters": [{"name": headers::SOURCE_SERVICE, "in": "header", "required": false,
-                "schema": {"type": "string", "maxLength": 128}}],
+                "schema": {"type": "string", "maxLength": 128}},
+                trace_header(headers::TRACEPARENT, "W3C Trace Context: the trace of every task of the batch. A malformed value is ignored."),
+                trace_header(headers::TRACESTATE, "W3C Trace Context: passed on with traceparent.")],
             "requestBody": {"required": true, "content": json_content(s.request::<BatchRequest>())},
             "responses": responses(&[(200, ok("One result per item, in order", s.answer::<BatchResponse>()))],
                 errors(&error, &[MalformedJson, InvalidField, PayloadTooLarge, StoreUnavailable, Unauthenticated, AuthUnavailable])),

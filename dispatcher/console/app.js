@@ -282,8 +282,10 @@ async function cronPage(view) {
     for (const entry of job.cron) {
       rows.push(h("tr", {},
         h("td", {}, job.job, job.paused ? [" ", badge("paused")] : ""),
-        h("td", {}, entry.name),
+        h("td", {}, entry.name, entry.paused ? [" ", badge("paused")] : ""),
         h("td", { class: "mono" }, entry.schedule),
+        h("td", { class: "policy" }, entry.overlap === "Skip" ? "skip while running" : "allow"),
+        h("td", { class: "mono policy" }, entry.catch_up),
         h("td", {}, entry.next.length
           ? h("ul", { class: "firings" }, entry.next.map((at) => h("li", {}, time(at))))
           : "never again"),
@@ -292,8 +294,8 @@ async function cronPage(view) {
   }
   view.append(
     h("h1", {}, "Cron entries"),
-    h("p", { class: "hint" }, "The next three firings of each entry, in UTC (hover for how far off). A paused job's firings are created and wait."),
-    table([["Job"], ["Entry"], ["Schedule"], ["Next firings"]], rows, "No job has cron entries."),
+    h("p", { class: "hint" }, "The next three firings of each entry, in UTC (hover for how far off). A paused job's firings are created and wait; a paused entry creates none. Overlap: whether a firing runs while the previous one has not finished; catch-up: how far back firings missed in an outage are still created."),
+    table([["Job"], ["Entry"], ["Schedule"], ["Overlap"], ["Catch-up"], ["Next firings"]], rows, "No job has cron entries."),
   );
 }
 

@@ -60,6 +60,7 @@ use crate::store::{
     ClaimParams, ClaimedTask, FairParams, Finish, FinishKind, HeldBy, JobGate, StartParams, Store,
     TypeFilter,
 };
+use crate::trace::{SpanKind, Tracer, Value};
 
 /// How often a runner held back by its job's concurrency (slots taken by attempts other
 /// dispatchers began, or by long attempts an executor accepted with 202) asks the store
@@ -122,6 +123,8 @@ pub struct DispatcherConfig {
     pub signing_status: Arc<crate::signing::SigningStatus>,
     /// Test-only event hooks.
     pub signals: Option<TestSignals>,
+    /// Where the `dispatch` and `attempt` spans go ([`crate::trace`]).
+    pub tracer: Tracer,
 }
 
 impl Default for DispatcherConfig {
@@ -142,6 +145,7 @@ impl Default for DispatcherConfig {
             signing_dir: crate::signing::DEFAULT_DIR.into(),
             signing_status: Arc::default(),
             signals: None,
+            tracer: Tracer::default(),
         }
     }
 }
@@ -1112,14 +1116,25 @@ async fn execute(
     let job = shared.routes.borrow().job(&task.task_type).cloned();
     let metrics = &shared.metrics;
     let task_type = task.task_type.as_str();
+    let tracer = &shared.config.tracer;
+    let mut dispatch = task
+        .trace
+        .as_ref()
+        .and_then(|trace| tracer.start(trace, "dispatch", SpanKind::Consumer));
+    if let Some(span) = &mut dispatch {
+        span.attr("asyncd.task.id", Value::Str(task.id.clone()));
+        span.attr("asyncd.task.type", Value::Str(task.task_type.clone()));
+        span.attr("asyncd.attempt", Value::Int(i64::from(attempt.attempt)));
+    }
     let kind = match job.as_deref() {
         Some(job) => {
             let began = shared.clock.now_millis();
             metrics.dispatched.with_label_values(&[task_type]).inc();
+            let delay = began.since(task.trigger_at);
             metrics
                 .dispatch_delay
                 .with_label_values(&[task_type])
-                .observe(began.since(task.trigger_at).as_secs_f64());
+                .observe(delay.as_secs_f64());
             let epoch = job.adaptive.enabled.then(|| {
                 shared
                     .adaptive
@@ -1127,8 +1142,20 @@ async fn execute(
                     .expect("adaptive lock")
                     .begin(&job.task_type, job.concurrency)
             });
+            if let Some(span) = &mut dispatch {
+                span.attr(
+                    "asyncd.dispatch.delay_ms",
+                    Value::Int(delay.as_millis() as i64),
+                );
+            }
+            let mut span = dispatch
+                .as_ref()
+                .and_then(|d| tracer.start(&d.context, "attempt", SpanKind::Client));
+            // Not recording: the stored trace goes on unchanged, so the executor's spans
+            // hang under the submitter's.
+            let sent = span.as_ref().map(|s| &s.context).or(task.trace.as_ref());
             let clock = Instant::now();
-            let outcome = shared.executor.call(job, &task, &attempt, keys).await;
+            let (outcome, status) = shared.executor.call(job, &task, &attempt, keys, sent).await;
             let took = clock.elapsed();
             if let Some(epoch) = epoch {
                 let signal = match &outcome {
@@ -1162,13 +1189,24 @@ async fn execute(
                 .executed
                 .with_label_values(&[task_type, outcome.status_label()])
                 .inc();
-            retry::settle(
+            let kind = retry::settle(
                 outcome,
                 attempt.attempt,
                 task.max_retries,
                 Some(job),
                 shared.clock.now_millis(),
-            )
+            );
+            if let Some(mut span) = span.take() {
+                span.attr("asyncd.task.id", Value::Str(task.id.clone()));
+                span.attr("asyncd.task.type", Value::Str(task.task_type.clone()));
+                span.attr("asyncd.attempt", Value::Int(i64::from(attempt.attempt)));
+                if let Some(status) = status {
+                    span.attr("http.response.status_code", Value::Int(i64::from(status)));
+                }
+                span.attr("asyncd.outcome", Value::Str(outcome_name(&kind).into()));
+                tracer.end(span, failure(&kind));
+            }
+            kind
         }
         // The job vanished between start and call: count it as a failed attempt.
         None => retry::settle(
@@ -1182,6 +1220,10 @@ async fn execute(
             shared.clock.now_millis(),
         ),
     };
+    if let Some(mut span) = dispatch {
+        span.attr("asyncd.outcome", Value::Str(outcome_name(&kind).into()));
+        tracer.end(span, failure(&kind));
+    }
     log_outcome(&kind);
     if let FinishKind::Retry { at, .. } = &kind {
         metrics.retries.with_label_values(&[task_type]).inc();
@@ -1202,6 +1244,25 @@ async fn execute(
             frees_key,
         })
         .await;
+}
+
+/// The `asyncd.outcome` attribute of the `dispatch` and `attempt` spans.
+fn outcome_name(kind: &FinishKind) -> &'static str {
+    match kind {
+        FinishKind::Succeeded { .. } => "succeeded",
+        FinishKind::Extend { .. } => "accepted",
+        FinishKind::Retry { .. } => "retry",
+        FinishKind::Dead { .. } => "dead",
+        FinishKind::Release => "released",
+    }
+}
+
+/// A span's error status: the attempt failed.
+fn failure(kind: &FinishKind) -> Option<String> {
+    match kind {
+        FinishKind::Retry { error, .. } | FinishKind::Dead { error } => Some(error.clone()),
+        _ => None,
+    }
 }
 
 /// One line per attempt outcome, inside the attempt's span: failures at `info` (a
@@ -1482,6 +1543,7 @@ mod tests {
             depends_on: Vec::new(),
             source_service: None,
             concurrency_key: None,
+            trace: None,
         }
     }
 

@@ -12,6 +12,7 @@ use asyncd_spec::Job;
 use serde_json::value::RawValue;
 
 use crate::store::{ClaimedTask, Started};
+use crate::trace::TraceContext;
 
 /// What an executor's answer means for the attempt.
 #[derive(Debug, Clone, PartialEq)]
@@ -83,13 +84,16 @@ impl ExecutorClient {
 
     /// One attempt. `keys` are the job's signing keys as read when the attempt began
     /// ([`crate::signing`]); the dispatcher begins no attempt while they are unavailable.
+    /// `trace` is sent as `traceparent` and `tracestate` ([`crate::trace`]). Also
+    /// returns the answer's HTTP status, when there was one.
     pub async fn call(
         &self,
         job: &Job,
         task: &ClaimedTask,
         started: &Started,
         keys: &Keys,
-    ) -> AttemptOutcome {
+        trace: Option<&TraceContext>,
+    ) -> (AttemptOutcome, Option<u16>) {
         let timeout = Duration::from_millis(task.timeout_ms.max(1) as u64);
         let body = serde_json::to_vec(&ExecutorCall::<&RawValue> {
             id: task.id.clone(),
@@ -113,6 +117,12 @@ impl ExecutorClient {
             .header(headers::LEASE_TOKEN, &lease_token)
             .header(headers::CALLBACK_URL, &self.callback_url)
             .header(headers::DISPATCHER, &self.dispatcher);
+        if let Some(trace) = trace {
+            request = request.header(headers::TRACEPARENT, trace.traceparent());
+            if let Some(state) = &trace.state {
+                request = request.header(headers::TRACESTATE, state);
+            }
+        }
         match keys {
             Keys::Unsigned => {}
             Keys::Ready(keys) => {
@@ -136,10 +146,13 @@ impl ExecutorClient {
                     // `Keys::Ready` holds no empty key; never send a call unsigned
                     // when it should be signed.
                     Err(err) => {
-                        return AttemptOutcome::Retry {
-                            reason: format!("not called: {err}"),
-                            timed_out: false,
-                        };
+                        return (
+                            AttemptOutcome::Retry {
+                                reason: format!("not called: {err}"),
+                                timed_out: false,
+                            },
+                            None,
+                        );
                     }
                 };
                 request = request
@@ -147,15 +160,18 @@ impl ExecutorClient {
                     .header(headers::SIGNATURE, signature);
             }
             Keys::Unavailable(why) => {
-                return AttemptOutcome::Retry {
-                    reason: format!("not called: {why}"),
-                    timed_out: false,
-                };
+                return (
+                    AttemptOutcome::Retry {
+                        reason: format!("not called: {why}"),
+                        timed_out: false,
+                    },
+                    None,
+                );
             }
         }
         let response = match request.body(body).send().await {
             Ok(response) => response,
-            Err(err) => return transport_failure(&err, timeout),
+            Err(err) => return (transport_failure(&err, timeout), None),
         };
         let status = response.status().as_u16();
         let header = |name: &str| response.headers().get(name).map(|v| v.as_bytes().to_vec());
@@ -163,7 +179,7 @@ impl ExecutorClient {
         let location = header(reqwest::header::LOCATION.as_str());
         let body = match read_capped(response, MAX_ANSWER_BYTES).await {
             Ok(body) => body,
-            Err(err) => return transport_failure(&err, timeout),
+            Err(err) => return (transport_failure(&err, timeout), Some(status)),
         };
         let answer = ExecutorAnswer {
             status,
@@ -171,7 +187,7 @@ impl ExecutorClient {
             location: location.as_deref(),
             body: &body,
         };
-        classify(&answer, SystemTime::now(), timeout)
+        (classify(&answer, SystemTime::now(), timeout), Some(status))
     }
 }
 
@@ -511,9 +527,10 @@ mod tests {
         let client = ExecutorClient::new("http://127.0.0.1:1".into(), "test".into());
         for (path, status) in [("found", "302"), ("temporary", "307")] {
             let job = test_job(&format!("http://{addr}/{path}"));
-            let outcome = client
-                .call(&job, &test_task(), &test_started(), &Keys::Unsigned)
+            let (outcome, http_status) = client
+                .call(&job, &test_task(), &test_started(), &Keys::Unsigned, None)
                 .await;
+            assert_eq!(http_status.map(|s| s.to_string()).as_deref(), Some(status));
             assert!(
                 matches!(&outcome, AttemptOutcome::Retry { reason, .. } if reason.contains(status) && reason.contains("/target")),
                 "{path}: {outcome:?}"
@@ -547,12 +564,13 @@ mod tests {
         tokio::spawn(async move { axum::serve(listener, app).await });
         let client = ExecutorClient::new("http://127.0.0.1:1".into(), "test".into());
         // 1 GiB on offer; reading it all would take far longer than the job's timeout.
-        let outcome = client
+        let (outcome, _) = client
             .call(
                 &test_job(&format!("http://{addr}/")),
                 &test_task(),
                 &test_started(),
                 &Keys::Unsigned,
+                None,
             )
             .await;
         assert!(
@@ -575,6 +593,7 @@ mod tests {
             idempotency_key: None,
             lease_secret: "secret".into(),
             concurrency_key: None,
+            trace: None,
         }
     }
 

@@ -191,6 +191,7 @@ pub(crate) fn task(id: &str, trigger_at: i64, priority: u8) -> ClaimedTask {
         idempotency_key: None,
         lease_secret: String::new(),
         concurrency_key: None,
+        trace: None,
     }
 }
 

@@ -52,6 +52,7 @@ use crate::executor::sanitize_reason;
 use crate::metrics::Metrics;
 use crate::routing::Routes;
 use crate::store::{AdoptParams, ClaimedTask, KafkaDeadLetter, Millis, NewTask, Store};
+use crate::trace::TraceContext;
 
 /// A task as it travels through Kafka: everything the store row will need.
 #[derive(Debug, Serialize, Deserialize)]
@@ -72,6 +73,12 @@ struct Envelope {
     /// message written before the job had one carries none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     concurrency_key: Option<String>,
+    /// The submitter's `traceparent` and `tracestate`, so the Kafka route keeps the
+    /// trace as the store route does; absent in envelopes written before they existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    traceparent: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tracestate: Option<String>,
 }
 
 impl Envelope {
@@ -87,6 +94,8 @@ impl Envelope {
             idempotency_key: task.idempotency_key.clone(),
             source_service: task.source_service.clone(),
             concurrency_key: task.concurrency_key.clone(),
+            traceparent: task.trace.as_ref().map(TraceContext::traceparent),
+            tracestate: task.trace.as_ref().and_then(|t| t.state.clone()),
         }
     }
 
@@ -105,6 +114,10 @@ impl Envelope {
             depends_on: Vec::new(),
             source_service: self.source_service,
             concurrency_key: self.concurrency_key,
+            // Validated at submit; an envelope is as untrusted as a header, though.
+            trace: self
+                .traceparent
+                .and_then(|parent| TraceContext::parse(&parent, self.tracestate.as_deref())),
         }
     }
 }
@@ -709,6 +722,7 @@ mod tests {
             depends_on: Vec::new(),
             source_service: None,
             concurrency_key: None,
+            trace: None,
         }
     }
 
@@ -849,6 +863,7 @@ mod tests {
             depends_on: Vec::new(),
             source_service: None,
             concurrency_key: None,
+            trace: None,
         };
         let topic = job.kafka.as_ref().unwrap().topic.as_str();
         assert_eq!(producer.topic_for(&task, &job, now), Some(topic));

@@ -25,6 +25,7 @@
 //! - [`clock`]: injected time; [`clock_check`]: this clock against the store's; [`signals`]: test-only event hooks, so tests wait for
 //!   events instead of polling.
 //! - [`logging`]: text or JSON log lines on stderr, an attempt's lines tagged with its task.
+//! - [`trace`]: W3C trace context from submit to executor, and spans over OTLP.
 //! - [`tls`]: optional HTTPS on the listener, the certificate reloaded from its files.
 //! - [`roles`]: wires the parts into the `dev`, `api`, `dispatcher` and `scheduler` roles
 //!   under one supervisor that owns every task: one shutdown signal for all of them, and
@@ -56,3 +57,4 @@ pub mod signals;
 pub mod signing;
 pub mod store;
 pub mod tls;
+pub mod trace;

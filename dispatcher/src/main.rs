@@ -12,6 +12,7 @@ use asyncd::dispatcher::DispatcherConfig;
 use asyncd::logging::LogFormat;
 use asyncd::roles::{self, AuthSettings, Parts, RoutingSource, Settings};
 use asyncd::tls::TlsFiles;
+use asyncd::trace::OtlpSettings;
 use asyncd_kafka_admin::KafkaSecurity;
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
@@ -217,6 +218,14 @@ struct Common {
     /// reach the port.
     #[arg(long, env = "ASYNCD_INSECURE_NO_AUTH")]
     insecure_no_auth: bool,
+    /// Export submit, dispatch and attempt spans over OTLP/HTTP (protobuf) to this base
+    /// URL (`{URL}/v1/traces`), for tasks submitted with a sampled `traceparent`.
+    /// Unset: no spans are recorded.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
+    /// The `service.name` of the exported spans.
+    #[arg(long, env = "OTEL_SERVICE_NAME", default_value = "asyncd")]
+    otel_service_name: String,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -285,6 +294,22 @@ impl Common {
                     audience: self.auth_audience,
                     namespace: self.auth_namespace,
                 },
+            },
+            otlp: match self.otlp_endpoint.filter(|e| !e.is_empty()) {
+                Some(endpoint) => {
+                    let url = reqwest::Url::parse(&endpoint).with_context(|| {
+                        format!("--otlp-endpoint (OTEL_EXPORTER_OTLP_ENDPOINT): {endpoint:?} is not a URL")
+                    })?;
+                    anyhow::ensure!(
+                        matches!(url.scheme(), "http" | "https"),
+                        "--otlp-endpoint (OTEL_EXPORTER_OTLP_ENDPOINT): {endpoint:?} is not an http(s) URL"
+                    );
+                    Some(OtlpSettings {
+                        endpoint,
+                        service_name: self.otel_service_name,
+                    })
+                }
+                None => None,
             },
         })
     }

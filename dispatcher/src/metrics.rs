@@ -44,6 +44,7 @@ pub struct Metrics {
     pub job_paused: IntGaugeVec,
     pub limited: IntCounterVec,
     pub effective_concurrency: IntGaugeVec,
+    pub trace_spans_dropped: IntCounterVec,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -169,6 +170,12 @@ impl Metrics {
              while the executor answers 429 or 503 (spec.adaptiveConcurrency)",
             &["job"],
         );
+        let trace_spans_dropped = counter(
+            "asyncd_trace_spans_dropped_total",
+            "Spans not exported over OTLP, by reason: queue_full (the bounded export queue \
+             was full) or export_failed (the collector did not take them)",
+            &["reason"],
+        );
         let pending = gauge(
             "asyncd_mysql_pending_tasks",
             "Unfinished tasks waiting in the SQL store (any backend; the name is the reference system's)",
@@ -243,6 +250,7 @@ impl Metrics {
             job_paused,
             limited,
             effective_concurrency,
+            trace_spans_dropped,
         }
     }
 

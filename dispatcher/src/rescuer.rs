@@ -313,6 +313,7 @@ mod tests {
             depends_on: Vec::new(),
             source_service: None,
             concurrency_key: None,
+            trace: None,
         };
         store.insert(&[task], Millis::new(T0)).await.unwrap();
         let claimed = store

@@ -38,6 +38,7 @@ use crate::scheduler::Scheduler;
 use crate::signals::TestSignals;
 use crate::store::{self, Store};
 use crate::tls::{self, TlsFiles};
+use crate::trace::{OtlpSettings, Tracer};
 use asyncd_kafka_admin::KafkaSecurity;
 
 /// Where the job table comes from.
@@ -113,6 +114,8 @@ pub struct Settings {
     pub signals: Option<TestSignals>,
     /// Only the API part serves the public endpoints, so only it uses this.
     pub auth: AuthSettings,
+    /// Export spans over OTLP/HTTP ([`crate::trace`]); `None`: record none.
+    pub otlp: Option<OtlpSettings>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -349,6 +352,18 @@ async fn wire(
         Auth::None
     };
     let metrics = Arc::new(Metrics::new());
+    let tracer = match &settings.otlp {
+        Some(otlp) => {
+            let (tracer, exporter) = Tracer::exporting(
+                otlp.clone(),
+                metrics.trace_spans_dropped.clone(),
+                shutdown.clone(),
+            );
+            supervisor.spawn_loop("OTLP span exporter", exporter);
+            tracer
+        }
+        None => Tracer::default(),
+    };
     let clock = settings.clock.clone();
     let waker = parts.dispatcher.then(ClaimerWakeup::default);
 
@@ -391,6 +406,7 @@ async fn wire(
             .dispatcher
             .then(|| settings.dispatcher.signing_status.clone()),
         auth,
+        tracer: tracer.clone(),
     });
     if parts.api
         && settings.create_topics
@@ -450,6 +466,7 @@ async fn wire(
             ExecutorClient::new(callback, settings.dispatcher.owner.clone()),
             DispatcherConfig {
                 signals: settings.signals.clone(),
+                tracer,
                 ..settings.dispatcher.clone()
             },
             waker.clone().unwrap_or_default(),

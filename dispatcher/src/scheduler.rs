@@ -200,6 +200,7 @@ pub fn firing(job: &Job, entry: &CronEntry, at: Millis, cron_key: Option<String>
         // since the config was checked) leaves the firing keyless: it is claimed as the
         // keyless tasks' own key rather than lost.
         concurrency_key: job.render_concurrency_key(&entry.payload).ok().flatten(),
+        trace: None,
     }
 }
 

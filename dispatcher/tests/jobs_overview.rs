@@ -107,7 +107,8 @@ async fn the_overview_counts_each_jobs_tasks_and_names_its_next_cron_firings() {
         nightly["cron"],
         json!([{"name": "cleanup", "schedule": "CRON_TZ=UTC 0 3 * * *",
                 "next": ["2027-01-16T03:00:00.000Z", "2027-01-17T03:00:00.000Z",
-                         "2027-01-18T03:00:00.000Z"]}])
+                         "2027-01-18T03:00:00.000Z"],
+                "overlap": "Allow", "catch_up": "1h", "paused": false}])
     );
     let work = &list["jobs"][1];
     assert_eq!(work["paused"], false);

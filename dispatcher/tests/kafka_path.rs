@@ -619,6 +619,7 @@ async fn with_the_broker_unreachable_a_submit_falls_back_to_the_store_under_the_
         depends_on: Vec::new(),
         source_service: None,
         concurrency_key: None,
+        trace: None,
     };
     let late = envelope(&id, "via the store");
     // The dispatcher creates the topic as its consumer starts.

@@ -216,6 +216,7 @@ impl Pair {
                 depends_on: Vec::new(),
                 source_service: None,
                 concurrency_key: (keys > 0).then(|| format!("k{}", i % keys)),
+                trace: None,
             })
             .collect();
         self.stores[0].insert(&tasks, now).await.unwrap();

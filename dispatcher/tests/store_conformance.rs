@@ -61,6 +61,7 @@ fn new_task(task_type: &str, trigger_at: Millis) -> NewTask {
         depends_on: Vec::new(),
         source_service: None,
         concurrency_key: None,
+        trace: None,
     }
 }
 
@@ -123,6 +124,28 @@ async fn insert_get_and_order_within_one_millisecond(store: &dyn Store) {
         claim_all(store, at(100), T0).await.is_empty(),
         "claimed rows are not claimed twice"
     );
+}
+
+/// The submitter's trace context comes back with the claim, as stored (issue 16).
+async fn a_claim_returns_the_tasks_trace_context(store: &dyn Store) {
+    let trace = asyncd::trace::TraceContext::parse(
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        Some("vendor=1,other=x"),
+    )
+    .unwrap();
+    let traced = insert(
+        store,
+        NewTask {
+            trace: Some(trace.clone()),
+            ..new_task("t", T0)
+        },
+    )
+    .await;
+    let plain = insert(store, new_task("t", T0)).await;
+    let claimed = claim_all(store, T0, T0).await;
+    let trace_of = |id: &str| claimed.iter().find(|c| c.id == id).unwrap().trace.clone();
+    assert_eq!(trace_of(&traced), Some(trace));
+    assert_eq!(trace_of(&plain), None);
 }
 
 async fn claim_respects_type_filter_and_limit(store: &dyn Store) {
@@ -2450,6 +2473,7 @@ macro_rules! scenarios {
 
 scenarios!(
     insert_get_and_order_within_one_millisecond,
+    a_claim_returns_the_tasks_trace_context,
     claim_respects_type_filter_and_limit,
     attempt_lifecycle_with_fencing,
     a_success_after_its_attempt_was_given_up_lands_until_a_new_claim,

@@ -589,6 +589,12 @@ func (c *Client) send(ctx context.Context, base, method, path string, in, out an
 	if c.serviceName != "" {
 		req.Header.Set(SourceServiceHeader, c.serviceName)
 	}
+	if parent, state := TraceParent(ctx); parent != "" {
+		req.Header.Set(TraceParentHeader, parent)
+		if state != "" {
+			req.Header.Set(TraceStateHeader, state)
+		}
+	}
 	if withToken && c.token != nil {
 		if token := c.token.get(c.now()); token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)

@@ -36,6 +36,10 @@ type TaskInfo struct {
 	LeaseToken     string // opaque: echo it in callbacks
 	ETA            time.Time
 	CallbackURL    string
+	// TraceParent and TraceState are the call's W3C trace context (empty without one);
+	// the handler's ctx carries them too (see TraceParent).
+	TraceParent string
+	TraceState  string
 }
 
 type taskInfoKey struct{}
@@ -277,11 +281,14 @@ func taskInfoFromRequest(r *http.Request, env *envelope) TaskInfo {
 		info.Attempt = n
 	}
 	info.LeaseToken = r.Header.Get(HeaderLeaseToken)
+	info.TraceParent = r.Header.Get(TraceParentHeader)
+	info.TraceState = r.Header.Get(TraceStateHeader)
 	info.ETA, _ = time.Parse(time.RFC3339Nano, env.ETA)
 	return info
 }
 
 func withTaskInfo(ctx context.Context, info TaskInfo) context.Context {
+	ctx = ContextWithTraceParent(ctx, info.TraceParent, info.TraceState)
 	return context.WithValue(ctx, taskInfoKey{}, info)
 }
 

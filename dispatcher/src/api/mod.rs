@@ -13,10 +13,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use asyncd_contract::{
-    BatchItemResult, BatchOutcome, BatchResponse, CRON_FIRINGS, CancelResult, CronOverview,
-    CronTriggerResult, ErrorCode, FinishedCounts, HeartbeatRequest, HeartbeatResponse, JobList,
-    JobOverview, JobStats, JobStatus, MAX_JOB_COUNT, MAX_LISTING_BYTES, RedriveResult, ResultAck,
-    ResultRequest, ResultStatus, Route, SubmitResult, TaskStatus, headers,
+    BatchItemResult, BatchOutcome, BatchResponse, CRON_FIRINGS, CancelResult, CronOverlap,
+    CronOverview, CronTriggerResult, ErrorCode, FinishedCounts, HeartbeatRequest,
+    HeartbeatResponse, JobList, JobOverview, JobStats, JobStatus, MAX_JOB_COUNT, MAX_LISTING_BYTES,
+    RedriveResult, ResultAck, ResultRequest, ResultStatus, Route, SubmitResult, TaskStatus,
+    headers,
 };
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -39,6 +40,7 @@ use crate::store::{
     CancelOutcome, DeadLetterParams, Finish, FinishKind, InsertOutcome, JobCountParams, Millis,
     NewTask, RedriveOutcome, SearchParams, Store, TaskRecord, TaskState, WorkflowOutcome,
 };
+use crate::trace::{Span, SpanKind, TraceContext, Tracer, Value};
 use error::ApiError;
 use submit::Limits;
 
@@ -64,6 +66,8 @@ pub struct ApiState {
     pub signing_status: Option<Arc<crate::signing::SigningStatus>>,
     /// Who may call the public endpoints (docs/security.md).
     pub auth: Auth,
+    /// Where the `submit` spans go ([`crate::trace`]).
+    pub tracer: Tracer,
 }
 
 impl axum::extract::FromRequestParts<Arc<ApiState>> for Caller {
@@ -411,11 +415,82 @@ impl ApiState {
     }
 }
 
+/// The trace a submit continues: the caller's `traceparent`, and with an exporter the
+/// `submit` span under it, which the stored trace then names as its parent.
+struct SubmitTrace {
+    span: Option<Span>,
+    stored: Option<TraceContext>,
+}
+
+impl SubmitTrace {
+    /// A malformed or repeated `traceparent` is ignored, as the W3C Trace Context spec
+    /// asks of a receiver: the submit goes on untraced, never refused for it.
+    fn start(tracer: &Tracer, headers: &HeaderMap) -> Self {
+        let mut parents = headers.get_all(headers::TRACEPARENT).iter();
+        let caller = match (parents.next(), parents.next()) {
+            (Some(parent), None) => parent.to_str().ok().and_then(|parent| {
+                // Several `tracestate` headers are one list, joined by commas.
+                let states: Option<Vec<&str>> = headers
+                    .get_all(headers::TRACESTATE)
+                    .iter()
+                    .map(|v| v.to_str().ok())
+                    .collect();
+                let state = states.filter(|s| !s.is_empty()).map(|s| s.join(","));
+                TraceContext::parse(parent, state.as_deref())
+            }),
+            _ => None,
+        };
+        let span = caller
+            .as_ref()
+            .and_then(|caller| tracer.start(caller, "submit", SpanKind::Server));
+        let stored = span.as_ref().map(|s| s.context.clone()).or(caller);
+        Self { span, stored }
+    }
+
+    fn attr(&mut self, key: &'static str, value: Value) {
+        if let Some(span) = &mut self.span {
+            span.attr(key, value);
+        }
+    }
+
+    fn end(self, tracer: &Tracer, status: StatusCode) {
+        if let Some(mut span) = self.span {
+            span.attr(
+                "http.response.status_code",
+                Value::Int(i64::from(status.as_u16())),
+            );
+            let error =
+                (status.is_client_error() || status.is_server_error()).then(|| status.to_string());
+            tracer.end(span, error);
+        }
+    }
+}
+
+fn status_of(result: &Result<Response, ApiError>) -> StatusCode {
+    match result {
+        Ok(response) => response.status(),
+        Err(err) => err.status,
+    }
+}
+
 async fn submit_one(
     State(state): AppState,
     caller: Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let mut trace = SubmitTrace::start(&state.tracer, &headers);
+    let result = accept_one(&state, &caller, &headers, body, &mut trace).await;
+    trace.end(&state.tracer, status_of(&result));
+    result
+}
+
+async fn accept_one(
+    state: &ApiState,
+    caller: &Caller,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    trace: &mut SubmitTrace,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
     let body = body_bytes(body, state.limits.body_bytes())?;
@@ -423,15 +498,12 @@ async fn submit_one(
     let now = state.clock.now_millis();
     let routes = state.routes.borrow().clone();
     state
-        .may_submit(&caller, &routes, &request.task_type)
+        .may_submit(caller, &routes, &request.task_type)
         .await?;
-    let task = submit::validate(
-        request,
-        &routes,
-        &state.limits,
-        now,
-        source_header(&headers),
-    )?;
+    let mut task = submit::validate(request, &routes, &state.limits, now, source_header(headers))?;
+    task.trace = trace.stored.clone();
+    trace.attr("asyncd.task.id", Value::Str(task.id.clone()));
+    trace.attr("asyncd.task.type", Value::Str(task.task_type.clone()));
     let task_type = task.task_type.clone();
     let answer = state
         .accept(std::slice::from_ref(&task), now)
@@ -453,21 +525,41 @@ async fn submit_batch(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let mut trace = SubmitTrace::start(&state.tracer, &headers);
+    let result = accept_batch(&state, &caller, &headers, body, &mut trace).await;
+    trace.end(&state.tracer, status_of(&result));
+    result
+}
+
+/// Every task of a batch joins the batch request's trace.
+async fn accept_batch(
+    state: &ApiState,
+    caller: &Caller,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    trace: &mut SubmitTrace,
+) -> Result<Response, ApiError> {
     let started = Instant::now();
     let body = body_bytes(body, state.limits.batch_body_bytes())?;
     // Items are parsed one by one below, so that each is refused on its own.
     let items = submit::parse_batch(&body)?;
+    trace.attr("asyncd.batch.size", Value::Int(items.len() as i64));
     let now = state.clock.now_millis();
     let routes = state.routes.borrow().clone();
-    let source = source_header(&headers);
+    let source = source_header(headers);
     let mut checked: Vec<Result<NewTask, ApiError>> = Vec::with_capacity(items.len());
     let mut refs = Vec::with_capacity(items.len());
     for raw in &items {
         let item = match submit::parse(raw.get().as_bytes()) {
             Ok(mut req) => {
                 refs.push(workflow::Refs::take(&mut req));
-                match state.may_submit(&caller, &routes, &req.task_type).await {
-                    Ok(()) => submit::validate(req, &routes, &state.limits, now, source),
+                match state.may_submit(caller, &routes, &req.task_type).await {
+                    Ok(()) => submit::validate(req, &routes, &state.limits, now, source).map(
+                        |mut task| {
+                            task.trace = trace.stored.clone();
+                            task
+                        },
+                    ),
                     Err(err) => Err(err),
                 }
             }
@@ -479,7 +571,7 @@ async fn submit_batch(
         checked.push(item);
     }
     if workflow::is_workflow(&refs) {
-        let results = submit_workflow(&state, checked, &refs, now).await?;
+        let results = submit_workflow(state, checked, &refs, now).await?;
         return Ok(Json(BatchResponse { results }).into_response());
     }
     let valid: Vec<NewTask> = checked
@@ -1218,6 +1310,16 @@ async fn job_overview(
             })
             .take(CRON_FIRINGS)
             .collect(),
+            overlap: match entry.overlap {
+                asyncd_spec::job::Overlap::Allow => CronOverlap::Allow,
+                asyncd_spec::job::Overlap::Skip => CronOverlap::Skip,
+            },
+            catch_up: if entry.catch_up.is_zero() {
+                "0s".into()
+            } else {
+                asyncd_spec::format_duration(entry.catch_up)
+            },
+            paused: entry.paused,
         })
         .collect();
     Ok(JobOverview {

@@ -340,6 +340,8 @@ pub fn validate(
         depends_on,
         source_service,
         concurrency_key,
+        // The API sets it from the request's headers.
+        trace: None,
     })
 }
 

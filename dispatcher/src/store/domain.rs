@@ -357,6 +357,7 @@ mod tests {
             depends_on: Vec::new(),
             source_service: None,
             concurrency_key: None,
+            trace: None,
         }
     }
 

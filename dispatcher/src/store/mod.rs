@@ -227,6 +227,7 @@ pub async fn open_migrated(
 /// answers 503 with `Retry-After` instead, and the dispatcher's loops try again.
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 
+use crate::trace::TraceContext;
 pub use asyncd_contract::TaskState;
 
 impl From<asyncd_contract::UnknownState> for StoreError {
@@ -253,6 +254,8 @@ pub struct NewTask {
     pub source_service: Option<String>,
     /// The job's `concurrencyKey` rendered from the payload.
     pub concurrency_key: Option<String>,
+    /// The submitter's trace, continued by every attempt ([`crate::trace`]).
+    pub trace: Option<TraceContext>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -323,6 +326,8 @@ pub struct ClaimedTask {
     pub lease_secret: String,
     /// See [`NewTask::concurrency_key`].
     pub concurrency_key: Option<String>,
+    /// See [`NewTask::trace`].
+    pub trace: Option<TraceContext>,
 }
 
 /// A claimed task whose attempt has begun: `attempt` and `lease_token` are the new ones.

@@ -133,8 +133,8 @@ const QUERIES: Queries = Queries {
     insert_task: "INSERT INTO tasks (id, task_type, payload, state, priority, trigger_at, \
                   max_retries, timeout_ms, idempotency_key, unique_key, unique_active, \
                   cron_key, source_service, last_error, created_at, updated_at, lease_secret, \
-                  concurrency_key) \
-                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                  concurrency_key, traceparent, tracestate) \
+                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     holder_by_idempotency_key: "SELECT id, trigger_at, task_type, payload FROM tasks \
                                 WHERE idempotency_key = ?",
     holder_by_cron_key: "SELECT id, trigger_at FROM tasks WHERE cron_key = ?",

@@ -86,8 +86,8 @@ const QUERIES: Queries = Queries {
     insert_task: "INSERT INTO tasks (id, task_type, payload, state, priority, trigger_at, \
                   max_retries, timeout_ms, idempotency_key, unique_key, unique_active, \
                   cron_key, source_service, last_error, created_at, updated_at, lease_secret, \
-                  concurrency_key) \
-                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) \
+                  concurrency_key, traceparent, tracestate) \
+                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20) \
                   ON CONFLICT DO NOTHING",
     holder_by_idempotency_key: "SELECT id, trigger_at, task_type, payload FROM tasks \
                                 WHERE idempotency_key = $1",

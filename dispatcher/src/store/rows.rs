@@ -151,7 +151,7 @@ pub(crate) use task_columns;
 macro_rules! claim_columns {
     () => {
         "id, task_type, payload, priority, trigger_at, attempt, max_retries, timeout_ms, \
-         lease_token, idempotency_key, lease_secret, concurrency_key"
+         lease_token, idempotency_key, lease_secret, concurrency_key, traceparent, tracestate"
     };
 }
 pub(crate) use claim_columns;
@@ -221,6 +221,8 @@ pub struct ClaimRow {
     idempotency_key: Option<Key>,
     lease_secret: Option<String>,
     concurrency_key: Option<Key>,
+    traceparent: Option<String>,
+    tracestate: Option<String>,
 }
 
 impl ClaimRow {
@@ -238,6 +240,11 @@ impl ClaimRow {
             idempotency_key: self.idempotency_key.map(|k| k.0),
             lease_secret: self.lease_secret.unwrap_or_default(),
             concurrency_key: self.concurrency_key.map(|k| k.0),
+            // Written only after validation, so always valid unless written by hand;
+            // an invalid one is then left out, as a receiver ignores a bad header.
+            trace: self.traceparent.and_then(|parent| {
+                crate::trace::TraceContext::parse(&parent, self.tracestate.as_deref())
+            }),
         })
     }
 }

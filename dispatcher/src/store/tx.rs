@@ -11,6 +11,7 @@ use std::marker::PhantomData;
 use sqlx::{Acquire, Database, Encode, Executor, FromRow, IntoArguments, Pool, Transaction, Type};
 
 use super::domain::{self, DependentsEffect, Initial};
+use crate::trace::TraceContext;
 use async_trait::async_trait;
 
 use super::bulk;
@@ -170,6 +171,7 @@ where
         };
         let unique_active = domain::unique_active(task, state);
         let lease_secret = crate::lease::new_secret();
+        let traceparent = task.trace.as_ref().map(TraceContext::traceparent);
         for _ in 0..domain::CONFLICT_ATTEMPTS {
             let inserted = sqlx::query::<DB>(D::QUERIES.insert_task)
                 .bind(task.id.as_str())
@@ -190,6 +192,8 @@ where
                 .bind(now)
                 .bind(lease_secret.as_str())
                 .bind(task.concurrency_key.as_deref().map(D::key))
+                .bind(traceparent.as_deref())
+                .bind(task.trace.as_ref().and_then(|t| t.state.as_deref()))
                 .execute(&mut **tx)
                 .await;
             // A unique key either leaves the row out (affecting none) or fails the
@@ -308,6 +312,8 @@ where
             .bind(now)
             .bind(now)
             .bind(crate::lease::new_secret().as_str())
+            .bind(None::<&str>)
+            .bind(None::<&str>)
             .execute(pool)
             .await;
         match inserted {

@@ -594,6 +594,7 @@ pub fn settings(dir: &tempfile::TempDir, clock: Arc<ManualClock>) -> Settings {
         clock,
         signals: None,
         auth: asyncd::roles::AuthSettings::None { insecure: false },
+        otlp: None,
     }
 }
 pub fn millis(t: SystemTime) -> i64 {

@@ -242,6 +242,11 @@ pub struct Task {
     /// [`Client::submit_delayed`] and [`Client::submit_at`] set them on a copy.
     pub delay: Option<Duration>,
     pub eta: Option<DateTime<Utc>>,
+    /// W3C Trace Context: the task joins this trace (sent as the `traceparent` and
+    /// `tracestate` headers) and every executor call receives it. asyncd ignores a
+    /// malformed one. The tasks of one batch share one.
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
 }
 
 impl Task {
@@ -322,6 +327,37 @@ impl Task {
         self.delay = None;
         self
     }
+
+    /// Puts the task in the trace `traceparent` names (see [`Task::traceparent`]); in an
+    /// executor, pass the [`crate::TaskContext`]'s to continue the call's trace.
+    pub fn trace(mut self, traceparent: impl Into<String>, tracestate: Option<String>) -> Self {
+        self.traceparent = Some(traceparent.into());
+        self.tracestate = tracestate;
+        self
+    }
+}
+
+/// The trace headers of `tasks`, which must agree: one request carries one trace.
+fn trace_headers(tasks: &[Task]) -> Result<Vec<(&'static str, String)>, Error> {
+    let Some(first) = tasks.first() else {
+        return Ok(Vec::new());
+    };
+    if tasks
+        .iter()
+        .any(|t| (&t.traceparent, &t.tracestate) != (&first.traceparent, &first.tracestate))
+    {
+        return Err(Error::InvalidTask(
+            "the tasks of one batch must share one traceparent and tracestate".into(),
+        ));
+    }
+    let mut out = Vec::new();
+    if let Some(parent) = &first.traceparent {
+        out.push((headers::TRACEPARENT, parent.clone()));
+        if let Some(state) = &first.tracestate {
+            out.push((headers::TRACESTATE, state.clone()));
+        }
+    }
+    Ok(out)
 }
 
 /// One item of a [`Client::submit_batch`] answer.
@@ -438,7 +474,9 @@ impl Client {
     /// before anything is sent.
     pub async fn submit(&self, task: &Task) -> Result<SubmitResult, Error> {
         let body = self.body(task)?;
-        self.call(Method::POST, "/v1/tasks", Some(&body)).await
+        let trace = trace_headers(std::slice::from_ref(task))?;
+        self.call_with(Method::POST, "/v1/tasks", Some(&body), &trace)
+            .await
     }
 
     /// Enqueues `task` to run after `delay` (0..=400 days).
@@ -477,11 +515,13 @@ impl Client {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let trace = trace_headers(tasks)?;
         let resp: BatchResponse = self
-            .call(
+            .call_with(
                 Method::POST,
                 "/v1/tasks:batch",
                 Some(&BatchRequest { tasks: bodies }),
+                &trace,
             )
             .await?;
         if resp.results.len() != tasks.len() {
@@ -522,6 +562,17 @@ impl Client {
             None::<&()>,
         )
         .await
+    }
+
+    /// Cancels the unfinished task of job `job` (its AsyncJobConfig's name) that holds
+    /// `unique_key`; `not_found` when none does.
+    pub async fn cancel_unique(&self, job: &str, unique_key: &str) -> Result<CancelResult, Error> {
+        let path = format!(
+            "/v1/tasks?job={}&unique_key={}",
+            escape(job),
+            escape(unique_key)
+        );
+        self.call(Method::DELETE, &path, None::<&()>).await
     }
 
     /// Dead tasks, newest first: of `task_type` (every type with `None`), at most
@@ -702,11 +753,22 @@ impl Client {
         path: &str,
         body: Option<&B>,
     ) -> Result<T, Error> {
+        self.call_with(method, path, body, &[]).await
+    }
+
+    /// [`Client::call`] with more headers.
+    async fn call_with<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        extra: &[(&'static str, String)],
+    ) -> Result<T, Error> {
         match &self.inner.retry {
-            None => self.send(method.clone(), path, body, true).await,
+            None => self.send(method.clone(), path, body, true, extra).await,
             Some(policy) => {
                 policy
-                    .run(move || self.send(method.clone(), path, body, true))
+                    .run(move || self.send(method.clone(), path, body, true, extra))
                     .await
             }
         }
@@ -720,7 +782,7 @@ impl Client {
         path: &str,
         body: Option<&B>,
     ) -> Result<T, Error> {
-        self.send(method, path, body, false).await
+        self.send(method, path, body, false, &[]).await
     }
 
     async fn send<B: Serialize + ?Sized, T: DeserializeOwned>(
@@ -729,6 +791,7 @@ impl Client {
         path: &str,
         body: Option<&B>,
         with_token: bool,
+        extra: &[(&'static str, String)],
     ) -> Result<T, Error> {
         let url = self.url(path);
         let transport = |source| Error::Transport {
@@ -743,6 +806,9 @@ impl Client {
             .header(reqwest::header::ACCEPT, "application/json");
         if let Some(name) = &self.inner.service_name {
             req = req.header(SOURCE_SERVICE_HEADER, name);
+        }
+        for (name, value) in extra {
+            req = req.header(*name, value);
         }
         if with_token && let Some(token) = self.inner.bearer(Instant::now()) {
             req = req.bearer_auth(token);
@@ -925,6 +991,42 @@ mod tests {
                 "depends_on": ["0193x"], "source_service": "orders"
             })
         );
+    }
+
+    /// A task's trace goes as headers; a batch's tasks must share theirs.
+    #[tokio::test]
+    async fn the_trace_context_is_sent_as_headers() {
+        let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let (fake, c) = Fake::start(
+            201,
+            r#"{"id":"a","eta":"2026-11-30T06:00:00.000Z","route":"store","duplicate":false}"#,
+        )
+        .await;
+        let task = Task::new("t", json!(null)).idempotency_key("k");
+        c.submit(&task).await.unwrap();
+        c.submit(&task.clone().trace(parent, Some("vendor=1".into())))
+            .await
+            .unwrap();
+        {
+            let reqs = fake.reqs.lock().unwrap();
+            assert!(!reqs[0].headers.contains_key("traceparent"));
+            assert_eq!(reqs[1].headers["traceparent"], parent);
+            assert_eq!(reqs[1].headers["tracestate"], "vendor=1");
+            assert!(
+                !reqs[1]
+                    .body
+                    .as_object()
+                    .unwrap()
+                    .contains_key("traceparent"),
+                "a header, not a body field"
+            );
+        }
+        let mixed = [task.clone().trace(parent, None), task.clone()];
+        assert!(matches!(
+            c.submit_batch(&mixed).await,
+            Err(Error::InvalidTask(m)) if m.contains("traceparent")
+        ));
+        assert_eq!(fake.reqs.lock().unwrap().len(), 2, "nothing sent");
     }
 
     #[tokio::test]
@@ -1228,7 +1330,7 @@ mod tests {
         let job = r#"{"job":"j","task_type":"t","paused":false,"paused_at":null,"paused_by_config":false,
             "stats":{"due":3,"scheduled":4,"running":1,"dead":2,"oldest_due_seconds":1.5,
                      "finished_last_minute":{"succeeded":120,"dead":1}},
-            "cron":[{"name":"nightly","schedule":"CRON_TZ=UTC 0 2 * * *","next":["2026-12-01T02:00:00.000Z"]}]}"#;
+            "cron":[{"name":"nightly","schedule":"CRON_TZ=UTC 0 2 * * *","next":["2026-12-01T02:00:00.000Z"],"overlap":"Allow","catch_up":"1h","paused":false}]}"#;
         let (fake, c) = Fake::start(200, &format!(r#"{{"jobs":[{job}]}}"#)).await;
         let jobs = c.jobs().await.unwrap();
         assert_eq!(fake.last().path, "/v1/jobs");

@@ -65,6 +65,11 @@ pub struct TaskContext {
     pub eta: Option<DateTime<Utc>>,
     /// The dispatcher instance that made the call, for logs.
     pub dispatcher: Option<String>,
+    /// The call's W3C `traceparent` (the submitter's trace, under the attempt's span
+    /// when asyncd exports spans) and `tracestate`: give them to
+    /// [`crate::Task::trace`] (or an OpenTelemetry propagator) to continue the trace.
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
 }
 
 /// Any error a handler may fail with: it becomes a 500 (retried with backoff).
@@ -423,6 +428,8 @@ fn context(headers: &HeaderMap, env: &Envelope, default_callback: &str) -> TaskC
             .to_string(),
         eta: env.eta,
         dispatcher: header_str(headers, HEADER_DISPATCHER).map(str::to_string),
+        traceparent: header_str(headers, headers::TRACEPARENT).map(str::to_string),
+        tracestate: header_str(headers, headers::TRACESTATE).map(str::to_string),
     }
 }
 
@@ -980,6 +987,8 @@ mod tests {
                 callback_url: "http://127.0.0.1:7700".into(),
                 eta: Some("2026-11-30T06:00:00.123Z".parse().unwrap()),
                 dispatcher: Some("d-1".into()),
+                traceparent: None,
+                tracestate: None,
             }
         );
 
@@ -1060,6 +1069,30 @@ mod tests {
             (ctx.lease_token.as_str(), ctx.eta, ctx.dispatcher),
             ("", None, None)
         );
+        assert_eq!((ctx.traceparent, ctx.tracestate), (None, None));
+    }
+
+    /// The handler gets the call's trace context, to continue the trace.
+    #[tokio::test]
+    async fn the_handler_sees_the_calls_trace_context() {
+        let seen: Arc<Mutex<Option<TaskContext>>> = Arc::default();
+        let s = seen.clone();
+        let app = Executor::new()
+            .register("ok", move |ctx, _: Value| {
+                *s.lock().unwrap() = Some(ctx);
+                async { Ok(()) }
+            })
+            .into_router();
+        let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let headers = [
+            ("traceparent", parent.to_string()),
+            ("tracestate", "vendor=1".to_string()),
+        ];
+        let (status, _, _) = call(&app, "POST", &task_body("ok", "{}"), &headers).await;
+        assert_eq!(status, 200);
+        let ctx = seen.lock().unwrap().clone().unwrap();
+        assert_eq!(ctx.traceparent.as_deref(), Some(parent));
+        assert_eq!(ctx.tracestate.as_deref(), Some("vendor=1"));
     }
 
     #[tokio::test]

@@ -222,12 +222,17 @@ class Client(Executor):
         max_retries: Optional[int] = None,
         timeout: Optional[Duration] = None,
         depends_on: Optional[Sequence[str]] = None,
+        traceparent: Optional[str] = None,
+        tracestate: Optional[str] = None,
     ) -> SubmitResult:
         """Enqueues a task. ``idempotency_key`` is required (a repeat returns the first
-        task); :func:`asyncd.idempotency_key_from` derives one from payload fields."""
+        task); :func:`asyncd.idempotency_key_from` derives one from payload fields.
+        ``traceparent`` (W3C Trace Context, with its ``tracestate``) puts the task in
+        that trace: every executor call receives it."""
         body = self._body(Task(task_type, payload, idempotency_key, delay, eta, priority, unique_key,
                                max_retries, timeout, depends_on))
-        return SubmitResult.from_json(self._request("POST", "/v1/tasks", body))
+        return SubmitResult.from_json(
+            self._request("POST", "/v1/tasks", body, _trace_headers(traceparent, tracestate)))
 
     def submit_delayed(self, task_type: str, payload: Any = None, *, delay: Duration, **kwargs: Any) -> SubmitResult:
         """Enqueues a task to run after ``delay`` (timedelta, seconds or "90s")."""
@@ -237,8 +242,10 @@ class Client(Executor):
         """Enqueues a task to run at ``eta`` (a timezone-aware datetime)."""
         return self.submit(task_type, payload, eta=eta, **kwargs)
 
-    def submit_batch(self, tasks: Sequence[Union[Task, Mapping[str, Any]]]) -> List[BatchResult]:
-        """Enqueues up to 1000 tasks in one call; each result says how its item fared."""
+    def submit_batch(self, tasks: Sequence[Union[Task, Mapping[str, Any]]], *,
+                     traceparent: Optional[str] = None, tracestate: Optional[str] = None) -> List[BatchResult]:
+        """Enqueues up to 1000 tasks in one call; each result says how its item fared.
+        ``traceparent`` puts every task of the batch in that trace."""
         bodies = []
         for i, t in enumerate(tasks):
             task = t if isinstance(t, Task) else Task(**t)
@@ -246,7 +253,7 @@ class Client(Executor):
                 bodies.append(self._body(task))
             except MissingIdempotencyKey as e:
                 raise MissingIdempotencyKey(f"task {i}: {e}") from None
-        answer = self._request("POST", "/v1/tasks:batch", {"tasks": bodies})
+        answer = self._request("POST", "/v1/tasks:batch", {"tasks": bodies}, _trace_headers(traceparent, tracestate))
         results = answer.get("results") if isinstance(answer, dict) else None
         if not isinstance(results, list) or len(results) != len(bodies):
             raise APIError(200, "http_error", f"batch of {len(bodies)} answered with {answer!r}")
@@ -370,17 +377,27 @@ class Client(Executor):
             paused_by_config=bool(d["paused_by_config"]),
         )
 
-    def _request(self, method: str, path: str, body: Any = None) -> Any:
+    def _request(self, method: str, path: str, body: Any = None, extra: Optional[Dict[str, str]] = None) -> Any:
         if self.retry is None:
-            return self._send(method, path, body)
-        return self.retry.run(lambda: self._send(method, path, body))
+            return self._send(method, path, body, extra)
+        return self.retry.run(lambda: self._send(method, path, body, extra))
 
-    def _send(self, method: str, path: str, body: Any = None) -> Any:
+    def _send(self, method: str, path: str, body: Any = None, extra: Optional[Dict[str, str]] = None) -> Any:
         headers = {SOURCE_SERVICE_HEADER: self.service_name} if self.service_name else {}
+        headers.update(extra or {})
         token = self._bearer()
         if token:
             headers["Authorization"] = f"Bearer {token}"
         return http_json(method, self.endpoint + path, body, headers=headers or None, timeout=self.timeout)
+
+
+def _trace_headers(traceparent: Optional[str], tracestate: Optional[str]) -> Dict[str, str]:
+    headers = {}
+    if traceparent:
+        headers["traceparent"] = traceparent
+        if tracestate:
+            headers["tracestate"] = tracestate
+    return headers
 
 
 def _q(task_id: str) -> str:
@@ -425,9 +442,9 @@ class AsyncClient:
         """:meth:`Client.submit_at`."""
         return await self._call(self._client.submit, task_type, payload, eta=eta, **kwargs)
 
-    async def submit_batch(self, tasks: Sequence[Union[Task, Mapping[str, Any]]]) -> List[BatchResult]:
+    async def submit_batch(self, tasks: Sequence[Union[Task, Mapping[str, Any]]], **kwargs: Any) -> List[BatchResult]:
         """:meth:`Client.submit_batch`."""
-        return await self._call(self._client.submit_batch, tasks)
+        return await self._call(self._client.submit_batch, tasks, **kwargs)
 
     async def get(self, task_id: str) -> TaskStatus:
         """:meth:`Client.get`."""

@@ -202,6 +202,12 @@ class TaskContext:
     lease_token: str
     eta: Optional[datetime]
     callback_url: str
+    #: The call's W3C ``traceparent`` (the submitter's trace, under the attempt's span
+    #: when asyncd exports spans) and ``tracestate``; None without. Pass them to
+    #: ``Client.submit(traceparent=..., tracestate=...)`` or an OpenTelemetry propagator
+    #: to continue the trace.
+    traceparent: Optional[str] = None
+    tracestate: Optional[str] = None
     #: Set when asyncd refused a heartbeat: the task was cancelled, or a newer attempt
     #: owns it; a long-running handler should stop (``cancelled`` is set too).
     lease_lost: threading.Event = field(default_factory=threading.Event, repr=False)
@@ -408,6 +414,8 @@ class Executor:
             lease_token=token,
             eta=eta,
             callback_url=(headers.get("asyncd-callback-url") or self._callback_endpoint or "").rstrip("/"),
+            traceparent=headers.get("traceparent") or None,
+            tracestate=headers.get("tracestate") or None,
         )
 
     @staticmethod
