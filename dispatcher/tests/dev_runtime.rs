@@ -402,6 +402,55 @@ async fn a_lapsed_attempts_success_lands_until_a_new_attempt() {
     );
 }
 
+/// Issue 15: a job's `retention.uniqueKeys` keeps a succeeded task's unique key held,
+/// counted from when it succeeded: a late submit with the key within the window is
+/// refused (409 `unique_conflict` naming the finished task), and from the window's end
+/// the same submit makes a new task.
+async fn a_unique_key_is_held_for_its_window_after_success(store_url: Option<String>) {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let jobs = one_job(&executor, "  retention:\n    uniqueKeys: 1h\n");
+    let asyncd = InProcess::start_with(&jobs, |settings| {
+        if let Some(url) = store_url {
+            settings.store_url = url;
+        }
+    })
+    .await;
+    let submit = json!({"type": "work", "payload": {}, "unique_key": "order:7"});
+    let (status, first) = asyncd.post("/v1/tasks", submit.clone()).await;
+    assert_eq!(status, 201, "{first}");
+    let id = first["id"].as_str().unwrap().to_string();
+    let done = asyncd.wait_state(&id, "succeeded").await;
+    let finished = parse_time(&done["updated_at"]);
+
+    asyncd.clock.set_millis(Millis::new(finished + 3_599_999));
+    let (status, late) = asyncd.post("/v1/tasks", submit.clone()).await;
+    assert_eq!(
+        (
+            status,
+            late["error"]["code"].as_str(),
+            late["error"]["existing_id"].as_str()
+        ),
+        (409, Some("unique_conflict"), Some(id.as_str())),
+        "within the window: {late}"
+    );
+    asyncd.clock.set_millis(Millis::new(finished + 3_600_000));
+    let (status, fresh) = asyncd.post("/v1/tasks", submit).await;
+    assert_eq!(status, 201, "after the window: {fresh}");
+    assert_ne!(fresh["id"].as_str(), Some(id.as_str()));
+    asyncd.wait_state(fresh["id"].as_str().unwrap(), "succeeded").await;
+}
+
+#[tokio::test]
+async fn a_unique_key_is_held_for_its_window_after_success_on_sqlite() {
+    a_unique_key_is_held_for_its_window_after_success(None).await;
+}
+
+#[tokio::test]
+async fn a_unique_key_is_held_for_its_window_after_success_on_postgres() {
+    let url = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
+    a_unique_key_is_held_for_its_window_after_success(Some(url)).await;
+}
+
 /// Issue 15, retention: a finished task is kept for its job's `spec.retention`, counted
 /// from when it finished, then purged — `GET` answers 404, the counter says so, and its
 /// idempotency key makes a new task.

@@ -612,6 +612,7 @@ async fn with_the_broker_unreachable_a_submit_falls_back_to_the_store_under_the_
         timeout_ms: 30_000,
         idempotency_key: Some("fallback-1".into()).filter(|_| payload == "via the store"),
         unique_key: None,
+        unique_for: std::time::Duration::ZERO,
         cron_key: None,
         depends_on: Vec::new(),
         source_service: None,

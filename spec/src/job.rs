@@ -123,6 +123,12 @@ pub struct RetentionSpec {
     /// Dead letters (default 7d).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead: Option<String>,
+    /// How long a succeeded task keeps holding its unique key, so a late submit with the
+    /// key is still refused as a duplicate (default 0s: the key is free once the task
+    /// finished). At most `succeeded`: the key is kept in the task's row. A cancelled or
+    /// dead task frees its key at once, for a new submit or its redrive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unique_keys: Option<String>,
 }
 
 /// A validated [`RetentionSpec`].
@@ -131,6 +137,8 @@ pub struct Retention {
     pub succeeded: Duration,
     pub cancelled: Duration,
     pub dead: Duration,
+    /// See [`RetentionSpec::unique_keys`].
+    pub unique_keys: Duration,
 }
 
 impl Retention {
@@ -138,6 +146,7 @@ impl Retention {
         succeeded: Duration::from_secs(24 * 3600),
         cancelled: Duration::from_secs(24 * 3600),
         dead: Duration::from_secs(7 * 24 * 3600),
+        unique_keys: Duration::ZERO,
     };
     /// The longest retention accepted: ten years.
     pub const MAX: Duration = Duration::from_secs(3650 * 24 * 3600);
@@ -643,10 +652,19 @@ fn validate_retention(spec: Option<&RetentionSpec>) -> Result<Retention, SpecErr
         }
         Ok(kept)
     };
+    let succeeded = each("spec.retention.succeeded", &spec.succeeded, d.succeeded)?;
+    let unique_keys = each("spec.retention.uniqueKeys", &spec.unique_keys, d.unique_keys)?;
+    if unique_keys > succeeded {
+        return Err(SpecError::new(
+            "spec.retention.uniqueKeys",
+            "must be at most spec.retention.succeeded: the key is kept in the task's row",
+        ));
+    }
     Ok(Retention {
-        succeeded: each("spec.retention.succeeded", &spec.succeeded, d.succeeded)?,
+        succeeded,
         cancelled: each("spec.retention.cancelled", &spec.cancelled, d.cancelled)?,
         dead: each("spec.retention.dead", &spec.dead, d.dead)?,
+        unique_keys,
     })
 }
 
@@ -816,6 +834,15 @@ mod tests {
         assert_eq!(
             with(|d| d.spec.executor.timeout = Some("-1s".into())).field,
             "spec.executor.timeout"
+        );
+        assert_eq!(
+            with(|d| d.spec.retention = Some(RetentionSpec {
+                unique_keys: Some("25h".into()),
+                ..RetentionSpec::default()
+            }))
+            .field,
+            "spec.retention.uniqueKeys",
+            "longer than the default 24h the succeeded row is kept"
         );
         assert_eq!(
             with(|d| d.spec.retention = Some(RetentionSpec {

@@ -168,7 +168,10 @@ fn accepted(outcome: InsertOutcome) -> Answer {
         )),
         InsertOutcome::UniqueConflict { existing_id } => Err(ApiError::new(
             ErrorCode::UniqueConflict,
-            format!("unique_key: task {existing_id} with this key is still pending"),
+            format!(
+                "unique_key: task {existing_id} holds this key (unfinished, or succeeded \
+                 within its job's retention.uniqueKeys)"
+            ),
         )
         .with_field("unique_key")
         .with_existing_id(existing_id)),

@@ -43,6 +43,9 @@ pub struct Queries {
     /// The columns of `KafkaDeadLetterRow` of up to `limit` Kafka dead letters, latest
     /// first.
     pub kafka_dead_letters: &'static str,
+    /// Deletes up to `limit` Kafka dead letters recorded before `recorded_before`
+    /// (`recorded_before, limit`), oldest first, skipping rows another purger holds.
+    pub purge_kafka_dead_letters: &'static str,
     /// Records task type `task_type` paused at `paused_at` unless it is already paused
     /// (then its row is left as it is); parameters `task_type, paused_at`.
     pub pause: &'static str,
@@ -65,8 +68,8 @@ pub struct Queries {
     /// cannot finish before the new task is committed.
     pub dependency_state: &'static str,
     /// Inserts a task, binding `(id, task_type, payload, state, priority, trigger_at,
-    /// max_retries, timeout_ms, idempotency_key, unique_key, unique_active, cron_key,
-    /// source_service, last_error, created_at, updated_at)`. On a unique key it either
+    /// max_retries, timeout_ms, idempotency_key, unique_key, unique_active, unique_for,
+    /// cron_key, source_service, last_error, created_at, updated_at, lease_secret)`. On a unique key it either
     /// inserts nothing or fails with a unique violation.
     pub insert_task: &'static str,
     /// `id, trigger_at, task_type, payload` of the task holding idempotency key `key`.
@@ -75,8 +78,15 @@ pub struct Queries {
     pub holder_by_cron_key: &'static str,
     /// The same for task `id`.
     pub holder_by_id: &'static str,
-    /// The same for the unique key `key` of an unfinished task (`unique_active`).
+    /// The same for the unique key `key` of the task holding it (`unique_active`).
     pub holder_by_unique_key: &'static str,
+    /// Frees the unique key of task `id` if it is held past its window by `now` (`id,
+    /// now`): a succeeded task whose `unique_until` has come.
+    pub release_unique: &'static str,
+    /// The ids of up to `limit` tasks whose unique key is held past its window by `now`
+    /// (`now, limit`), earliest end first, locked where rows lock (skipping those
+    /// another purger holds).
+    pub unique_expired: &'static str,
     /// The state of task `id`, read to say why a transition did not apply.
     pub state: &'static str,
     /// Cancels task `id` at `now` (`now, id`) if it has not begun.
@@ -237,6 +247,46 @@ where
         delete.push(")");
         delete.build().execute(&mut *tx).await?;
     }
+    tx.commit().await?;
+    Ok(ids.len() as u64)
+}
+
+/// [`super::Store::release_unique_keys`]: picks the tasks, then frees their keys by id,
+/// in one transaction; the pick's condition is checked again by the update.
+pub async fn release_unique_keys<DB>(
+    pool: &Pool<DB>,
+    queries: &Queries,
+    now: Millis,
+    limit: u32,
+) -> Result<u64>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Millis: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
+{
+    let mut tx = pool.begin().await?;
+    let ids: Vec<String> = sqlx::query_scalar::<DB, String>(queries.unique_expired)
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await?;
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let mut update = sqlx::QueryBuilder::<DB>::new(
+        "UPDATE tasks SET unique_active = NULL WHERE unique_until <= ",
+    );
+    update.push_bind(now).push(" AND id IN (");
+    let mut list = update.separated(", ");
+    for id in &ids {
+        list.push_bind(id.as_str());
+    }
+    update.push(")");
+    update.build().execute(&mut *tx).await?;
     tx.commit().await?;
     Ok(ids.len() as u64)
 }
