@@ -69,7 +69,7 @@ pub struct JobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scaling: Option<ScalingSpec>,
     /// How long finished tasks are kept before they are purged (and with them their
-    /// idempotency keys).
+    /// idempotency keys), and how long a succeeded task holds its unique key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<RetentionSpec>,
     /// While true, no attempt of this job begins: its tasks (cron firings included) wait
