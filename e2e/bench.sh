@@ -4,6 +4,9 @@
 #   e2e/bench.sh embedded [--sizes 10000,100000 …]   asyncd dev on SQLite
 #   e2e/bench.sh store    [--rows 20000 …]           MariaDB and PostgreSQL claim paths
 #   e2e/bench.sh kafka    [--sizes …]                the Kafka path
+#   e2e/bench.sh retention [--tasks 1000000 --rate 2000 --retention 10s]
+#                                                    table size and lateness under a steady
+#                                                    load, purging and not
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export ASYNCD_CACHE=${ASYNCD_CACHE:-/var/cache/asyncd}

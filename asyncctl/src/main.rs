@@ -67,10 +67,17 @@ enum Command {
     },
     /// Search tasks, newest first.
     Ls(tasks::LsArgs),
-    /// Cancel a blocked, pending or claimed task.
+    /// Cancel an unfinished task, by id or by its job and unique key.
     Cancel {
         /// The task's id.
-        id: String,
+        #[arg(required_unless_present = "unique_key", conflicts_with = "unique_key")]
+        id: Option<String>,
+        /// The job whose task holds `--unique-key`.
+        #[arg(long, requires = "unique_key")]
+        job: Option<String>,
+        /// Cancel the unfinished task of `--job` holding this unique key.
+        #[arg(long, requires = "job")]
+        unique_key: Option<String>,
     },
     /// Dead letters: list, redrive, purge.
     #[command(subcommand)]
@@ -135,7 +142,18 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Submit(args) => tasks::submit(&client, out, args).await,
         Command::Get { id } => tasks::get(&client, out, &id).await,
         Command::Ls(args) => tasks::ls(&client, out, args).await,
-        Command::Cancel { id } => tasks::cancel(&client, out, &id).await,
+        Command::Cancel {
+            id,
+            job,
+            unique_key,
+        } => {
+            let by = match (id, job, unique_key) {
+                (Some(id), _, _) => tasks::CancelBy::Id(id),
+                (None, Some(job), Some(key)) => tasks::CancelBy::UniqueKey { job, key },
+                _ => unreachable!("clap requires an id or --job with --unique-key"),
+            };
+            tasks::cancel(&client, out, by).await
+        }
         Command::Dlq(command) => dlq::run(&client, out, command).await,
         Command::Jobs(command) => jobs::jobs(&client, out, command).await,
         Command::Cron(command) => jobs::cron(&client, out, command).await,

@@ -33,7 +33,8 @@ pub struct SubmitArgs {
     /// How long one attempt may take (default: the job's).
     #[arg(long, value_parser = crate::duration)]
     task_timeout: Option<Duration>,
-    /// At most one waiting task holds this key.
+    /// At most one unfinished task holds this key (and a succeeded one, for its job's
+    /// `retention.uniqueKeys`).
     #[arg(long)]
     unique_key: Option<String>,
     /// Submitting again with the same key answers the first task instead of a second
@@ -225,8 +226,17 @@ pub async fn ls(client: &Client, out: Format, args: LsArgs) -> Result<(), Failur
     Ok(())
 }
 
-pub async fn cancel(client: &Client, out: Format, id: &str) -> Result<(), Failure> {
-    let result = client.cancel(id).await?;
+/// Which task `asyncctl cancel` names.
+pub enum CancelBy {
+    Id(String),
+    UniqueKey { job: String, key: String },
+}
+
+pub async fn cancel(client: &Client, out: Format, by: CancelBy) -> Result<(), Failure> {
+    let result = match by {
+        CancelBy::Id(id) => client.cancel(&id).await?,
+        CancelBy::UniqueKey { job, key } => client.cancel_by_unique_key(&job, &key).await?,
+    };
     if !output::structured(out, &result)? {
         println!("{} {}", result.id, result.state);
     }

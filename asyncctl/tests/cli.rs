@@ -241,6 +241,23 @@ fn tasks_dead_letters_jobs_and_cron_through_the_cli() {
     assert_eq!(cancelled["state"], "cancelled");
     let again = dev.ctl(&["cancel", &waiting]);
     assert_eq!(code(&again), Some(5), "a conflict: {}", stderr(&again));
+    // By unique key: the job's unfinished task holding it; then none does (3, not found).
+    let keyed = dev.json(&[
+        "submit",
+        "work",
+        "{}",
+        "--delay",
+        "1h",
+        "--unique-key",
+        "order:42",
+    ]);
+    let by_key = dev.json(&["cancel", "--job", "work-job", "--unique-key", "order:42"]);
+    assert_eq!(
+        (&by_key["id"], &by_key["state"]),
+        (&keyed["id"], &json!("cancelled"))
+    );
+    let gone = dev.ctl(&["cancel", "--job", "work-job", "--unique-key", "order:42"]);
+    assert_eq!(code(&gone), Some(3), "{}", stderr(&gone));
 
     // Two tasks that die at once, redriven by filter while the job is paused, so they
     // wait where the test can see them.
@@ -398,6 +415,9 @@ fn usage_errors_exit_2_and_completions_print() {
         &["ls", "--bogus"][..],
         &["ls", "--state", "gone"],
         &["submit", "work", "--delay", "soon"],
+        &["cancel"],
+        &["cancel", "--unique-key", "k"],
+        &["cancel", "x", "--job", "j", "--unique-key", "k"],
         &["frobnicate"],
     ] {
         let out = run(bad);

@@ -524,6 +524,17 @@ impl Client {
         .await
     }
 
+    /// Cancels the unfinished task of job `job` that holds unique key `key`, as
+    /// [`Client::cancel`] does; `not_found` when no unfinished task of the job holds it.
+    pub async fn cancel_by_unique_key(&self, job: &str, key: &str) -> Result<CancelResult, Error> {
+        self.call(
+            Method::DELETE,
+            &format!("/v1/tasks?job={}&unique_key={}", escape(job), escape(key)),
+            None::<&()>,
+        )
+        .await
+    }
+
     /// Dead tasks, newest first: of `task_type` (every type with `None`), at most
     /// `limit` (the server's default, 100, with `None`; at most 1000).
     pub async fn dead_letters(
@@ -1161,6 +1172,14 @@ mod tests {
         assert_eq!(
             (r.method.as_str(), r.path.as_str()),
             ("DELETE", "/v1/tasks/a")
+        );
+        fake.answer(200, r#"{"id":"b","state":"cancelled"}"#);
+        let cancelled = c.cancel_by_unique_key("j 1", "order:7").await.unwrap();
+        assert_eq!(cancelled.id, "b");
+        let r = fake.last();
+        assert_eq!(
+            (r.method.as_str(), r.path.as_str(), r.query.as_str()),
+            ("DELETE", "/v1/tasks", "job=j%201&unique_key=order%3A7")
         );
     }
 
