@@ -289,9 +289,9 @@ mod tests {
 
         async fn kafka_dead_letters(
             &self,
-            limit: u32,
+            params: store::KafkaDeadLetterParams<'_>,
         ) -> store::Result<Vec<store::KafkaDeadLetter>> {
-            self.inner.kafka_dead_letters(limit).await
+            self.inner.kafka_dead_letters(params).await
         }
         async fn pause(&self, task_type: &str, now: Millis) -> store::Result<Millis> {
             self.inner.pause(task_type, now).await

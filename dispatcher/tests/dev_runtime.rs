@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use asyncd::store::Millis;
-use serde_json::json;
+use serde_json::{Value, json};
 use support::*;
 
 fn one_job(executor: &Executor, extra: &str) -> Vec<(&'static str, String)> {
@@ -449,6 +449,110 @@ async fn a_unique_key_is_held_for_its_window_after_success_on_sqlite() {
 async fn a_unique_key_is_held_for_its_window_after_success_on_postgres() {
     let url = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
     a_unique_key_is_held_for_its_window_after_success(Some(url)).await;
+}
+
+/// Issue 15: Kafka dead letters through the API — listed latest first, byte for byte in
+/// base64, one job's topic only, page by page with the cursor; purged by the instant
+/// they were recorded before; a bad parameter is a 400 naming it.
+#[tokio::test]
+async fn kafka_dead_letters_are_listed_and_purged_through_the_api() {
+    use asyncd::store::KafkaDeadLetter;
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let asyncd = InProcess::start(&one_job(&executor, "  kafka: {topic: asyncd.work}\n")).await;
+    let url = format!("sqlite://{}", asyncd.dir.path().join("asyncd.db").display());
+    let store = asyncd::store::open(&url).await.unwrap();
+    for (topic, offset, message, at) in [
+        ("asyncd.work", 1, &b"\x00\xffbad"[..], T0 + 1),
+        ("asyncd.work", 2, b"{", T0 + 2),
+        ("asyncd.other", 5, b"", T0 + 3),
+    ] {
+        let letter = KafkaDeadLetter::new(topic, 0, offset, message, "bad".into(), Millis::new(at));
+        store.record_kafka_dead_letter(&letter).await.unwrap();
+    }
+    let listed = |page: &Value| -> Vec<(String, i64)> {
+        page["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| (l["topic"].as_str().unwrap().to_string(), l["offset"].as_i64().unwrap()))
+            .collect()
+    };
+    let (status, first) = asyncd.get("/v1/kafka-dead-letters?limit=2").await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(
+        listed(&first),
+        [("asyncd.other".into(), 5), ("asyncd.work".into(), 2)]
+    );
+    let cursor = first["next_cursor"].as_str().expect("a full page names its cursor");
+    let (status, second) = asyncd
+        .get(&format!("/v1/kafka-dead-letters?limit=2&cursor={cursor}"))
+        .await;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(listed(&second), [("asyncd.work".into(), 1)]);
+    assert_eq!(second["next_cursor"], Value::Null, "the last page");
+    assert_eq!(
+        (
+            &second["items"][0]["message_base64"],
+            &second["items"][0]["message_size"]
+        ),
+        (&json!("AP9iYWQ="), &json!(5)),
+        "the bytes as recorded"
+    );
+    let (status, of_job) = asyncd.get("/v1/kafka-dead-letters?job=test-job").await;
+    assert_eq!(status, 200, "{of_job}");
+    assert_eq!(
+        listed(&of_job),
+        [("asyncd.work".into(), 2), ("asyncd.work".into(), 1)]
+    );
+    for (query, field) in [
+        ("job=nope", "job"),
+        ("cursor=garbage", "cursor"),
+        ("limit=0", "limit"),
+    ] {
+        let (status, answer) = asyncd
+            .get(&format!("/v1/kafka-dead-letters?{query}"))
+            .await;
+        assert_eq!(
+            (status, answer["error"]["field"].as_str()),
+            (400, Some(field)),
+            "{query}: {answer}"
+        );
+    }
+
+    let instant = |ms: i64| {
+        chrono::DateTime::from_timestamp_millis(ms)
+            .unwrap()
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    };
+    let (status, purged) = asyncd
+        .post(
+            "/v1/kafka-dead-letters/purge",
+            json!({"recorded_before": instant(T0 + 2)}),
+        )
+        .await;
+    assert_eq!((status, &purged["purged"]), (200, &json!(1)), "{purged}");
+    let (_, left) = asyncd.get("/v1/kafka-dead-letters").await;
+    assert_eq!(
+        listed(&left),
+        [("asyncd.other".into(), 5), ("asyncd.work".into(), 2)]
+    );
+    for (body, named) in [
+        (json!({"recorded_before": "soon"}), "recorded_before"),
+        (json!({"recorded_before": instant(T0), "limit": 0}), "limit"),
+        // A misspelt or unknown field must not widen a purge.
+        (json!({"recorded_before": instant(T0), "topic": "x"}), "topic"),
+    ] {
+        let (status, answer) = asyncd
+            .post("/v1/kafka-dead-letters/purge", body.clone())
+            .await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(named)),
+            "{body}: {answer}"
+        );
+    }
 }
 
 /// Issue 15, retention: a finished task is kept for its job's `spec.retention`, counted

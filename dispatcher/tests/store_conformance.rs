@@ -6,6 +6,7 @@ use std::time::Duration;
 use asyncd::store::{
     self, BulkAction, CancelOutcome, ClaimParams, DeadCount, DeadFilter, DeadLetterParams, Finish,
     FinishKind, HeldBy, InsertOutcome, JobCountParams, JobCounts, JobGate, KafkaDeadLetter,
+    KafkaDeadLetterKey, KafkaDeadLetterParams,
     MEMBER_RETENTION, Millis, NewTask, PurgeParams, RedriveOutcome, SearchParams, StartParams,
     Store, TaskState, TypeFilter, WorkflowOutcome,
 };
@@ -1048,7 +1049,7 @@ async fn kafka_dead_letters_keep_messages_once_and_byte_for_byte(store: &dyn Sto
     other_topic.topic = "asyncd-other".into();
     store.record_kafka_dead_letter(&other_topic).await.unwrap();
 
-    let listed = store.kafka_dead_letters(10).await.unwrap();
+    let listed = store.kafka_dead_letters(KafkaDeadLetterParams { limit: 10, ..KafkaDeadLetterParams::default() }).await.unwrap();
     assert_eq!(
         listed,
         vec![other_topic.clone(), other_partition.clone(), first.clone()],
@@ -1057,9 +1058,43 @@ async fn kafka_dead_letters_keep_messages_once_and_byte_for_byte(store: &dyn Sto
     assert_eq!(listed[2].message, raw);
     assert_eq!(listed[2].message_size, raw.len() as i64);
     assert_eq!(
-        store.kafka_dead_letters(1).await.unwrap(),
+        store.kafka_dead_letters(KafkaDeadLetterParams { limit: 1, ..KafkaDeadLetterParams::default() }).await.unwrap(),
         vec![other_topic.clone()],
         "limited"
+    );
+    // One topic's, and a page after a page's last item.
+    let of_topic = KafkaDeadLetterParams {
+        topic: Some("asyncd-topic"),
+        after: None,
+        limit: 10,
+    };
+    assert_eq!(
+        store.kafka_dead_letters(of_topic).await.unwrap(),
+        vec![other_partition.clone(), first.clone()]
+    );
+    fn key(l: &KafkaDeadLetter) -> KafkaDeadLetterKey<'_> {
+        KafkaDeadLetterKey {
+            recorded_at: l.recorded_at,
+            topic: &l.topic,
+            partition: l.partition,
+            offset: l.offset,
+        }
+    }
+    let next = |after| KafkaDeadLetterParams {
+        topic: None,
+        after: Some(after),
+        limit: 1,
+    };
+    assert_eq!(
+        store.kafka_dead_letters(next(key(&other_topic))).await.unwrap(),
+        vec![other_partition.clone()]
+    );
+    assert_eq!(
+        store
+            .kafka_dead_letters(next(key(&other_partition)))
+            .await
+            .unwrap(),
+        vec![first.clone()]
     );
 
     // Retention: those recorded before the cutoff go, oldest first, `limit` at a time.
@@ -1069,12 +1104,12 @@ async fn kafka_dead_letters_keep_messages_once_and_byte_for_byte(store: &dyn Sto
         "recorded at 10: before 30"
     );
     assert_eq!(
-        store.kafka_dead_letters(10).await.unwrap(),
+        store.kafka_dead_letters(KafkaDeadLetterParams { limit: 10, ..KafkaDeadLetterParams::default() }).await.unwrap(),
         vec![other_topic.clone(), other_partition.clone()]
     );
     assert_eq!(store.purge_kafka_dead_letters(at(41), 1).await.unwrap(), 1);
     assert_eq!(
-        store.kafka_dead_letters(10).await.unwrap(),
+        store.kafka_dead_letters(KafkaDeadLetterParams { limit: 10, ..KafkaDeadLetterParams::default() }).await.unwrap(),
         vec![other_topic],
         "the older one went first"
     );

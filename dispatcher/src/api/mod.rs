@@ -2,6 +2,7 @@
 //! callbacks (heartbeat, result), and the operational endpoints.
 
 mod bulk;
+mod kafka_dead_letters;
 pub mod console;
 pub mod error;
 pub mod submit;
@@ -103,6 +104,11 @@ pub fn router(state: Arc<ApiState>, public: bool) -> Router {
             .route("/v1/dead-letters/redrive", post(bulk::redrive_matching))
             .route("/v1/dead-letters/purge", post(bulk::purge_matching))
             .route("/v1/dead-letters/{id}/redrive", post(redrive))
+            .route("/v1/kafka-dead-letters", get(kafka_dead_letters::list))
+            .route(
+                "/v1/kafka-dead-letters/purge",
+                post(kafka_dead_letters::purge),
+            )
             .route("/v1/jobs", get(list_jobs))
             .route("/v1/jobs/{name}", get(get_job))
             .route("/v1/jobs/{name}/pause", post(pause_job))

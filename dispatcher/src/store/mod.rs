@@ -712,8 +712,11 @@ pub trait Store: Send + Sync + 'static {
     /// committed without losing it. A message already recorded (at the same topic,
     /// partition and offset: re-delivered after a crash) is left as it is.
     async fn record_kafka_dead_letter(&self, letter: &KafkaDeadLetter) -> Result<()>;
-    /// Up to `limit` recorded Kafka messages, latest first.
-    async fn kafka_dead_letters(&self, limit: u32) -> Result<Vec<KafkaDeadLetter>>;
+    /// Recorded Kafka messages, latest first ([`KafkaDeadLetterParams`]).
+    async fn kafka_dead_letters(
+        &self,
+        params: KafkaDeadLetterParams<'_>,
+    ) -> Result<Vec<KafkaDeadLetter>>;
     /// Deletes up to `limit` Kafka dead letters recorded before `recorded_before`, oldest
     /// first, in one short statement; returns how many went.
     async fn purge_kafka_dead_letters(&self, recorded_before: Millis, limit: u32) -> Result<u64>;
@@ -745,6 +748,26 @@ pub struct KafkaDeadLetter {
     pub message_size: i64,
     pub reason: String,
     pub recorded_at: Millis,
+}
+
+/// What [`Store::kafka_dead_letters`] lists: up to `limit` dead letters, of `topic`
+/// only if given, in the order latest recorded first, then by topic, partition and
+/// offset, each descending; with `after`, those that come after it in that order (a
+/// page's last item: the next page).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KafkaDeadLetterParams<'a> {
+    pub topic: Option<&'a str>,
+    pub after: Option<KafkaDeadLetterKey<'a>>,
+    pub limit: u32,
+}
+
+/// Where a Kafka dead letter sits in the listing's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KafkaDeadLetterKey<'a> {
+    pub recorded_at: Millis,
+    pub topic: &'a str,
+    pub partition: i32,
+    pub offset: i64,
 }
 
 /// How much of a message a Kafka dead letter keeps. A broker accepts messages up to its

@@ -111,10 +111,6 @@ const QUERIES: Queries = Queries {
     record_kafka_dead_letter: "INSERT INTO kafka_dead_letters (topic, kafka_partition, kafka_offset, message, \
                                message_size, reason, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?) \
                                ON DUPLICATE KEY UPDATE topic = topic",
-    kafka_dead_letters: "SELECT topic, kafka_partition, kafka_offset, message, message_size, \
-                         reason, recorded_at FROM kafka_dead_letters \
-                         ORDER BY recorded_at DESC, topic, kafka_partition, kafka_offset DESC \
-                         LIMIT ?",
     // MySQL deletes with ORDER BY and LIMIT in one statement, walking
     // kafka_dead_letters_recent; concurrent purgers wait for each other's few rows.
     purge_kafka_dead_letters: "DELETE FROM kafka_dead_letters WHERE recorded_at < ? \

@@ -68,10 +68,6 @@ const QUERIES: Queries = Queries {
     record_kafka_dead_letter: "INSERT INTO kafka_dead_letters (topic, kafka_partition, kafka_offset, message, \
                                message_size, reason, recorded_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
                                ON CONFLICT DO NOTHING",
-    kafka_dead_letters: "SELECT topic, kafka_partition, kafka_offset, message, message_size, \
-                         reason, recorded_at FROM kafka_dead_letters \
-                         ORDER BY recorded_at DESC, topic, kafka_partition, kafka_offset DESC \
-                         LIMIT $1",
     purge_kafka_dead_letters: "DELETE FROM kafka_dead_letters WHERE ctid = ANY(ARRAY( \
                                SELECT ctid FROM kafka_dead_letters WHERE recorded_at < $1 \
                                ORDER BY recorded_at LIMIT $2 FOR UPDATE SKIP LOCKED))",

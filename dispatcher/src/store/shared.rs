@@ -5,7 +5,7 @@ use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
 use super::rows::{JobCountsRow, LapsedRow, TaskRow, task_columns};
 use super::{
-    JobCountParams, JobCounts, KafkaDeadLetter, Lapsed, MEMBER_RETENTION, Millis, PurgeParams,
+    JobCountParams, JobCounts, KafkaDeadLetter, KafkaDeadLetterParams, Lapsed, MEMBER_RETENTION, Millis, PurgeParams,
     Result, SearchParams, TaskRecord,
 };
 
@@ -40,9 +40,6 @@ pub struct Queries {
     /// offset); parameters `topic, kafka_partition, kafka_offset, message, message_size,
     /// reason, recorded_at`.
     pub record_kafka_dead_letter: &'static str,
-    /// The columns of `KafkaDeadLetterRow` of up to `limit` Kafka dead letters, latest
-    /// first.
-    pub kafka_dead_letters: &'static str,
     /// Deletes up to `limit` Kafka dead letters recorded before `recorded_before`
     /// (`recorded_before, limit`), oldest first, skipping rows another purger holds.
     pub purge_kafka_dead_letters: &'static str,
@@ -503,7 +500,7 @@ where
     Ok(())
 }
 
-/// A row of [`Queries::kafka_dead_letters`].
+/// A row of [`kafka_dead_letters`].
 #[derive(sqlx::FromRow)]
 pub struct KafkaDeadLetterRow {
     topic: String,
@@ -515,22 +512,56 @@ pub struct KafkaDeadLetterRow {
     recorded_at: Millis,
 }
 
+/// [`super::Store::kafka_dead_letters`]: one statement with only the filters given,
+/// walking `kafka_dead_letters_recent` from the newest.
 pub async fn kafka_dead_letters<DB>(
     pool: &Pool<DB>,
-    queries: &Queries,
-    limit: u32,
+    params: KafkaDeadLetterParams<'_>,
 ) -> Result<Vec<KafkaDeadLetter>>
 where
     DB: Database,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     DB::Arguments: IntoArguments<DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Millis: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> i32: Encode<'q, DB> + Type<DB>,
     for<'r> KafkaDeadLetterRow: FromRow<'r, DB::Row>,
 {
-    let rows = sqlx::query_as::<DB, KafkaDeadLetterRow>(queries.kafka_dead_letters)
-        .bind(i64::from(limit))
-        .fetch_all(pool)
-        .await?;
+    let mut query = sqlx::QueryBuilder::<DB>::new(
+        "SELECT topic, kafka_partition, kafka_offset, message, message_size, reason, \
+         recorded_at FROM kafka_dead_letters WHERE 1 = 1",
+    );
+    if let Some(topic) = params.topic {
+        query.push(" AND topic = ").push_bind(topic);
+    }
+    if let Some(after) = params.after {
+        // Strictly after `after` in the listing's order, spelt out rather than as a row
+        // comparison, which not every backend's planner turns into an index range.
+        query
+            .push(" AND (recorded_at < ")
+            .push_bind(after.recorded_at)
+            .push(" OR (recorded_at = ")
+            .push_bind(after.recorded_at)
+            .push(" AND (topic < ")
+            .push_bind(after.topic)
+            .push(" OR (topic = ")
+            .push_bind(after.topic)
+            .push(" AND (kafka_partition < ")
+            .push_bind(after.partition)
+            .push(" OR (kafka_partition = ")
+            .push_bind(after.partition)
+            .push(" AND kafka_offset < ")
+            .push_bind(after.offset)
+            .push("))))))");
+    }
+    query
+        .push(
+            " ORDER BY recorded_at DESC, topic DESC, kafka_partition DESC, kafka_offset DESC \
+             LIMIT ",
+        )
+        .push_bind(i64::from(params.limit));
+    let rows: Vec<KafkaDeadLetterRow> = query.build_query_as().fetch_all(pool).await?;
     Ok(rows
         .into_iter()
         .map(|row| KafkaDeadLetter {

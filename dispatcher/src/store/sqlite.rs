@@ -65,10 +65,6 @@ const QUERIES: Queries = Queries {
     record_kafka_dead_letter: "INSERT INTO kafka_dead_letters (topic, kafka_partition, kafka_offset, message, \
                                message_size, reason, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?) \
                                ON CONFLICT DO NOTHING",
-    kafka_dead_letters: "SELECT topic, kafka_partition, kafka_offset, message, message_size, \
-                         reason, recorded_at FROM kafka_dead_letters \
-                         ORDER BY recorded_at DESC, topic, kafka_partition, kafka_offset DESC \
-                         LIMIT ?",
     // One writer: nothing to skip. The table has a rowid (it is not WITHOUT ROWID).
     purge_kafka_dead_letters: "DELETE FROM kafka_dead_letters WHERE rowid IN \
                                (SELECT rowid FROM kafka_dead_letters WHERE recorded_at < ? \

@@ -18,7 +18,7 @@ use super::shared::{self, KafkaDeadLetterRow, Queries};
 use super::{
     Admitted, BulkAction, CancelOutcome, ClaimIdsParams, ClaimParams, ClaimedTask, DeadCount,
     DeadFilter, DeadLetterParams, Finish, FinishKind, InsertOutcome, JobCountParams, JobCounts,
-    JobGate, KafkaDeadLetter, Lapsed, Millis, NewTask, PurgeParams, RedriveOutcome, Result,
+    JobGate, KafkaDeadLetter, KafkaDeadLetterParams, Lapsed, Millis, NewTask, PurgeParams, RedriveOutcome, Result,
     SearchParams, StartParams, Started, Store, StoreError, TaskRecord, TypeStats,
     is_unique_violation, retrying, unnamed_insert_conflict, unnamed_redrive_conflict,
 };
@@ -818,8 +818,11 @@ where
         shared::record_kafka_dead_letter(self.writer(), &B::QUERIES, letter).await
     }
 
-    async fn kafka_dead_letters(&self, limit: u32) -> Result<Vec<KafkaDeadLetter>> {
-        shared::kafka_dead_letters(self.reader(), &B::QUERIES, limit).await
+    async fn kafka_dead_letters(
+        &self,
+        params: KafkaDeadLetterParams<'_>,
+    ) -> Result<Vec<KafkaDeadLetter>> {
+        shared::kafka_dead_letters(self.reader(), params).await
     }
 
     async fn purge_kafka_dead_letters(&self, recorded_before: Millis, limit: u32) -> Result<u64> {
