@@ -41,8 +41,9 @@ use crate::store::{Millis, PurgeParams, Store, TaskState};
 /// Tasks deleted per transaction: small enough that a delete holds its row locks for
 /// milliseconds.
 pub const BATCH: u32 = 500;
-/// Batches per job and state (and of unique keys) in one pass, so one job's expired backlog cannot hold the
-/// purger away from the others for long. A pass that stopped at this cap is followed by
+/// Batches per job and state (and of unique keys, and of Kafka dead letters) in one
+/// pass, so one job's expired backlog cannot hold the purger away from the others for
+/// long. A pass that stopped at this cap is followed by
 /// the next one at once, not after the interval, so a job finishing more tasks per
 /// second than one pass deletes is still kept flat.
 pub const MAX_BATCHES: u32 = 20;
@@ -56,11 +57,8 @@ pub const KAFKA_DEAD_LETTERS: Duration = Duration::from_secs(7 * 24 * 3600);
 pub struct Pass {
     /// The clock reading the pass counted retention from.
     pub at: Millis,
+    /// Finished tasks deleted.
     pub purged: u64,
-    /// Unique keys freed whose hold after success ended.
-    pub released: u64,
-    /// Kafka dead letters deleted.
-    pub kafka_purged: u64,
     /// Some job and state stopped at [`MAX_BATCHES`] with more to delete.
     pub more: bool,
 }
@@ -136,16 +134,21 @@ impl Purger {
         }
         // Every job's at once: each row carries its own window.
         let (released, more) = drain(|| self.store.release_unique_keys(now, BATCH)).await?;
-        pass.released = released;
         pass.more |= more;
         let recorded_before = now.saturating_sub(KAFKA_DEAD_LETTERS);
-        let (purged, more) = drain(|| {
+        let (kafka_purged, more) = drain(|| {
             self.store
                 .purge_kafka_dead_letters(recorded_before, BATCH)
         })
         .await?;
-        pass.kafka_purged = purged;
         pass.more |= more;
+        if released + kafka_purged > 0 {
+            tracing::debug!(
+                released,
+                kafka_purged,
+                "unique keys past their window freed, Kafka dead letters purged"
+            );
+        }
         Ok(pass)
     }
 }

@@ -463,8 +463,8 @@ async fn kafka_dead_letters_are_listed_and_purged_through_the_api() {
     let store = asyncd::store::open(&url).await.unwrap();
     for (topic, offset, message, at) in [
         ("asyncd.work", 1, &b"\x00\xffbad"[..], T0 + 1),
-        ("asyncd.work", 2, b"{", T0 + 2),
-        ("asyncd.other", 5, b"", T0 + 3),
+        ("asyncd.work", 2, &b"{"[..], T0 + 2),
+        ("asyncd.other", 5, &b""[..], T0 + 3),
     ] {
         let letter = KafkaDeadLetter::new(topic, 0, offset, message, "bad".into(), Millis::new(at));
         store.record_kafka_dead_letter(&letter).await.unwrap();
@@ -481,14 +481,14 @@ async fn kafka_dead_letters_are_listed_and_purged_through_the_api() {
     assert_eq!(status, 200, "{first}");
     assert_eq!(
         listed(&first),
-        [("asyncd.other".into(), 5), ("asyncd.work".into(), 2)]
+        [("asyncd.other".to_string(), 5), ("asyncd.work".to_string(), 2)]
     );
     let cursor = first["next_cursor"].as_str().expect("a full page names its cursor");
     let (status, second) = asyncd
         .get(&format!("/v1/kafka-dead-letters?limit=2&cursor={cursor}"))
         .await;
     assert_eq!(status, 200, "{second}");
-    assert_eq!(listed(&second), [("asyncd.work".into(), 1)]);
+    assert_eq!(listed(&second), [("asyncd.work".to_string(), 1)]);
     assert_eq!(second["next_cursor"], Value::Null, "the last page");
     assert_eq!(
         (
@@ -502,7 +502,7 @@ async fn kafka_dead_letters_are_listed_and_purged_through_the_api() {
     assert_eq!(status, 200, "{of_job}");
     assert_eq!(
         listed(&of_job),
-        [("asyncd.work".into(), 2), ("asyncd.work".into(), 1)]
+        [("asyncd.work".to_string(), 2), ("asyncd.work".to_string(), 1)]
     );
     for (query, field) in [
         ("job=nope", "job"),
@@ -534,7 +534,7 @@ async fn kafka_dead_letters_are_listed_and_purged_through_the_api() {
     let (_, left) = asyncd.get("/v1/kafka-dead-letters").await;
     assert_eq!(
         listed(&left),
-        [("asyncd.other".into(), 5), ("asyncd.work".into(), 2)]
+        [("asyncd.other".to_string(), 5), ("asyncd.work".to_string(), 2)]
     );
     for (body, named) in [
         (json!({"recorded_before": "soon"}), "recorded_before"),

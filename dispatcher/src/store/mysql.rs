@@ -152,7 +152,8 @@ const QUERIES: Queries = Queries {
     // so an extension that moves nothing still reports that its token matched, as on
     // SQLite.
     succeed: "UPDATE tasks FORCE INDEX (PRIMARY) \
-              SET state = 'succeeded', result = ?, unique_active = CASE WHEN unique_for > 0 THEN unique_active END, \
+              SET state = 'succeeded', result = ?, \
+                     unique_active = CASE WHEN unique_for > 0 THEN unique_active END, \
                   lease_until = NULL, owner = NULL, updated_at = ? \
               WHERE id = ? AND lease_token = ? AND state IN ('running', 'pending', 'dead')",
     retry: "UPDATE tasks FORCE INDEX (PRIMARY) \
@@ -584,7 +585,8 @@ impl Backend for MySqlStore {
                                  PATH '$[2]')) AS p \
                            ON tasks.id = p.pair_id AND tasks.lease_token = p.pair_token \
                          SET tasks.state = 'succeeded', tasks.result = p.outcome, \
-                             tasks.unique_active = CASE WHEN tasks.unique_for > 0 THEN tasks.unique_active END, tasks.lease_until = NULL, \
+                             tasks.unique_active = CASE WHEN tasks.unique_for > 0 THEN tasks.unique_active END, \
+                             tasks.lease_until = NULL, \
                              tasks.owner = NULL, tasks.updated_at = ? \
                          WHERE tasks.state IN ('running', 'pending', 'dead')",
                     )

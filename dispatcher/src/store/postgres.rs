@@ -99,7 +99,8 @@ const QUERIES: Queries = Queries {
     cancel: "UPDATE tasks SET state = 'cancelled', unique_active = NULL, lease_until = NULL, \
              lease_token = lease_token + 1, updated_at = $1 \
              WHERE id = $2 AND state IN ('blocked', 'pending', 'claimed', 'running')",
-    succeed: "UPDATE tasks SET state = 'succeeded', result = $1, unique_active = CASE WHEN unique_for > 0 THEN unique_active END, \
+    succeed: "UPDATE tasks SET state = 'succeeded', result = $1, \
+                     unique_active = CASE WHEN unique_for > 0 THEN unique_active END, \
               lease_until = NULL, owner = NULL, updated_at = $2 \
               WHERE id = $3 AND lease_token = $4 AND state IN ('running', 'pending', 'dead')",
     retry: "UPDATE tasks SET state = 'pending', trigger_at = $1, last_error = $2, \
@@ -369,7 +370,8 @@ impl Backend for PostgresStore {
                 // the same task.
                 let done: std::collections::HashSet<(String, i64)> = sqlx::query_as(
                     "UPDATE tasks SET state = 'succeeded', result = s.outcome, \
-                            unique_active = CASE WHEN unique_for > 0 THEN unique_active END, lease_until = NULL, owner = NULL, \
+                            unique_active = CASE WHEN unique_for > 0 THEN unique_active END, \
+                            lease_until = NULL, owner = NULL, \
                             updated_at = $1 \
                      FROM UNNEST($2::text[], $3::bigint[], $4::text[]) \
                           AS s(finished_id, finished_token, outcome) \

@@ -66,8 +66,8 @@ pub struct Queries {
     pub dependency_state: &'static str,
     /// Inserts a task, binding `(id, task_type, payload, state, priority, trigger_at,
     /// max_retries, timeout_ms, idempotency_key, unique_key, unique_active, unique_for,
-    /// cron_key, source_service, last_error, created_at, updated_at, lease_secret)`. On a unique key it either
-    /// inserts nothing or fails with a unique violation.
+    /// cron_key, source_service, last_error, created_at, updated_at, lease_secret)`. On a
+    /// unique key it either inserts nothing or fails with a unique violation.
     pub insert_task: &'static str,
     /// `id, trigger_at, task_type, payload` of the task holding idempotency key `key`.
     pub holder_by_idempotency_key: &'static str,
@@ -98,7 +98,9 @@ pub struct Queries {
     /// on). The work did succeed; running it again would be the duplicate, and leaving it
     /// in dead letters would be a lie. (A claim that was released, not started, never
     /// shares its token with an attempt: starting moves the token on too. Dependents
-    /// failed by the death stay failed: a success does not revive them.)
+    /// failed by the death stay failed: a success does not revive them.) A success keeps
+    /// the unique key held when the task has a window after success (`unique_for > 0`,
+    /// migration 0010); every other end of a task frees it.
     pub succeed: &'static str,
     pub retry: &'static str,
     pub bury: &'static str,

@@ -96,7 +96,8 @@ const QUERIES: Queries = Queries {
     cancel: "UPDATE tasks SET state = 'cancelled', unique_active = NULL, lease_until = NULL, \
              lease_token = lease_token + 1, updated_at = ? \
              WHERE id = ? AND state IN ('blocked', 'pending', 'claimed', 'running')",
-    succeed: "UPDATE tasks SET state = 'succeeded', result = ?, unique_active = CASE WHEN unique_for > 0 THEN unique_active END, \
+    succeed: "UPDATE tasks SET state = 'succeeded', result = ?, \
+                     unique_active = CASE WHEN unique_for > 0 THEN unique_active END, \
               lease_until = NULL, owner = NULL, updated_at = ? \
               WHERE id = ? AND lease_token = ? AND state IN ('running', 'pending', 'dead')",
     retry: "UPDATE tasks SET state = 'pending', trigger_at = ?, last_error = ?, \
@@ -304,7 +305,8 @@ impl Backend for SqliteStore {
         if !plain.is_empty() {
             let pairs: Vec<(&str, i64)> = plain.iter().map(|(_, p)| *p).collect();
             let done: std::collections::HashSet<String> = sqlx::query_scalar(
-                "UPDATE tasks SET state = 'succeeded', result = NULL, unique_active = CASE WHEN unique_for > 0 THEN unique_active END, \
+                "UPDATE tasks SET state = 'succeeded', result = NULL, \
+                     unique_active = CASE WHEN unique_for > 0 THEN unique_active END, \
                         lease_until = NULL, owner = NULL, updated_at = ?1 \
                  WHERE id IN (SELECT value ->> 0 FROM json_each(?2)) \
                    AND state IN ('running', 'pending', 'dead') \
