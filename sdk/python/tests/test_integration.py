@@ -412,7 +412,7 @@ def test_cancel_running_task_cancels_the_handler(dev_env):
     ``ctx.cancelled`` and cancels the coroutine; the task ends cancelled after one attempt."""
     env = need(dev_env)
     c = env.client
-    res = c.submit("py_cancel", {"rows": 1})
+    res = c.submit("py_cancel", {"rows": 1}, idempotency_key=key())
     wait_until(lambda: len(env.runs_of(res.id)) == 1, 20, "the handler to start")
     assert c.get(res.id).state == asyncd.RUNNING
     c.cancel(res.id)
