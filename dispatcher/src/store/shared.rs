@@ -234,6 +234,10 @@ where
         .fetch_all(&mut *tx)
         .await?;
     if ids.is_empty() {
+        // Ended here, not left to the drop: sqlx only queues the rollback of a dropped
+        // transaction, and until the pooled connection is used again it holds the lock
+        // InnoDB took on the first row past the range, which a later pick then skips.
+        tx.commit().await?;
         return Ok(0);
     }
     for (table, column) in [("task_deps", "task_id"), ("tasks", "id")] {
@@ -274,6 +278,10 @@ where
         .fetch_all(&mut *tx)
         .await?;
     if ids.is_empty() {
+        // Ended here, not left to the drop: sqlx only queues the rollback of a dropped
+        // transaction, and until the pooled connection is used again it holds the lock
+        // InnoDB took on the first row past the range, which a later pick then skips.
+        tx.commit().await?;
         return Ok(0);
     }
     let mut update = sqlx::QueryBuilder::<DB>::new(
