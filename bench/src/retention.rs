@@ -56,7 +56,10 @@ pub async fn run(args: &Args) -> Result<()> {
     println!("|---|---:|---:|---:|---:|---:|");
     let mut series = Vec::new();
     for (label, kept) in [
-        (format!("{} (purging)", args.retention), args.retention.as_str()),
+        (
+            format!("{} (purging)", args.retention),
+            args.retention.as_str(),
+        ),
         ("3650d (nothing purged)".to_string(), "3650d"),
     ] {
         let run = steady(&http, &executor, &sink, args, kept).await?;
@@ -74,13 +77,17 @@ pub async fn run(args: &Args) -> Result<()> {
         series.push((label, run.series));
     }
     println!("\nRows in the task table during each run, at tenths of it:\n");
-    println!("| retention.succeeded | 10 % | 20 % | 30 % | 40 % | 50 % | 60 % | 70 % | 80 % | 90 % | 100 % |");
+    println!(
+        "| retention.succeeded | 10 % | 20 % | 30 % | 40 % | 50 % | 60 % | 70 % | 80 % | 90 % | 100 % |"
+    );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (label, points) in series {
         let cells: Vec<String> = (1..=10)
             .map(|tenth| {
                 let i = (points.len() * tenth / 10).saturating_sub(1);
-                points.get(i).map_or("–".into(), |(_, rows)| rows.to_string())
+                points
+                    .get(i)
+                    .map_or("–".into(), |(_, rows)| rows.to_string())
             })
             .collect();
         println!("| {label} | {} |", cells.join(" | "));

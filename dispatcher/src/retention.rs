@@ -136,11 +136,8 @@ impl Purger {
         let (released, more) = drain(|| self.store.release_unique_keys(now, BATCH)).await?;
         pass.more |= more;
         let recorded_before = now.saturating_sub(KAFKA_DEAD_LETTERS);
-        let (kafka_purged, more) = drain(|| {
-            self.store
-                .purge_kafka_dead_letters(recorded_before, BATCH)
-        })
-        .await?;
+        let (kafka_purged, more) =
+            drain(|| self.store.purge_kafka_dead_letters(recorded_before, BATCH)).await?;
         pass.more |= more;
         if released + kafka_purged > 0 {
             tracing::debug!(

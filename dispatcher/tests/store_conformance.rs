@@ -6,9 +6,8 @@ use std::time::Duration;
 use asyncd::store::{
     self, BulkAction, CancelOutcome, ClaimParams, DeadCount, DeadFilter, DeadLetterParams, Finish,
     FinishKind, HeldBy, InsertOutcome, JobCountParams, JobCounts, JobGate, KafkaDeadLetter,
-    KafkaDeadLetterKey, KafkaDeadLetterParams,
-    MEMBER_RETENTION, Millis, NewTask, PurgeParams, RedriveOutcome, SearchParams, StartParams,
-    Store, TaskState, TypeFilter, WorkflowOutcome,
+    KafkaDeadLetterKey, KafkaDeadLetterParams, MEMBER_RETENTION, Millis, NewTask, PurgeParams,
+    RedriveOutcome, SearchParams, StartParams, Store, TaskState, TypeFilter, WorkflowOutcome,
 };
 use asyncd_spec::RateLimit;
 use serde_json::value::RawValue;
@@ -1049,7 +1048,13 @@ async fn kafka_dead_letters_keep_messages_once_and_byte_for_byte(store: &dyn Sto
     other_topic.topic = "asyncd-other".into();
     store.record_kafka_dead_letter(&other_topic).await.unwrap();
 
-    let listed = store.kafka_dead_letters(KafkaDeadLetterParams { limit: 10, ..KafkaDeadLetterParams::default() }).await.unwrap();
+    let listed = store
+        .kafka_dead_letters(KafkaDeadLetterParams {
+            limit: 10,
+            ..KafkaDeadLetterParams::default()
+        })
+        .await
+        .unwrap();
     assert_eq!(
         listed,
         vec![other_topic.clone(), other_partition.clone(), first.clone()],
@@ -1058,7 +1063,13 @@ async fn kafka_dead_letters_keep_messages_once_and_byte_for_byte(store: &dyn Sto
     assert_eq!(listed[2].message, raw);
     assert_eq!(listed[2].message_size, raw.len() as i64);
     assert_eq!(
-        store.kafka_dead_letters(KafkaDeadLetterParams { limit: 1, ..KafkaDeadLetterParams::default() }).await.unwrap(),
+        store
+            .kafka_dead_letters(KafkaDeadLetterParams {
+                limit: 1,
+                ..KafkaDeadLetterParams::default()
+            })
+            .await
+            .unwrap(),
         vec![other_topic.clone()],
         "limited"
     );
@@ -1086,7 +1097,10 @@ async fn kafka_dead_letters_keep_messages_once_and_byte_for_byte(store: &dyn Sto
         limit: 1,
     };
     assert_eq!(
-        store.kafka_dead_letters(next(key(&other_topic))).await.unwrap(),
+        store
+            .kafka_dead_letters(next(key(&other_topic)))
+            .await
+            .unwrap(),
         vec![other_partition.clone()]
     );
     assert_eq!(
@@ -1104,12 +1118,24 @@ async fn kafka_dead_letters_keep_messages_once_and_byte_for_byte(store: &dyn Sto
         "recorded at 10: before 30"
     );
     assert_eq!(
-        store.kafka_dead_letters(KafkaDeadLetterParams { limit: 10, ..KafkaDeadLetterParams::default() }).await.unwrap(),
+        store
+            .kafka_dead_letters(KafkaDeadLetterParams {
+                limit: 10,
+                ..KafkaDeadLetterParams::default()
+            })
+            .await
+            .unwrap(),
         vec![other_topic.clone(), other_partition.clone()]
     );
     assert_eq!(store.purge_kafka_dead_letters(at(41), 1).await.unwrap(), 1);
     assert_eq!(
-        store.kafka_dead_letters(KafkaDeadLetterParams { limit: 10, ..KafkaDeadLetterParams::default() }).await.unwrap(),
+        store
+            .kafka_dead_letters(KafkaDeadLetterParams {
+                limit: 10,
+                ..KafkaDeadLetterParams::default()
+            })
+            .await
+            .unwrap(),
         vec![other_topic],
         "the older one went first"
     );

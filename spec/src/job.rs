@@ -653,7 +653,11 @@ fn validate_retention(spec: Option<&RetentionSpec>) -> Result<Retention, SpecErr
         Ok(kept)
     };
     let succeeded = each("spec.retention.succeeded", &spec.succeeded, d.succeeded)?;
-    let unique_keys = each("spec.retention.uniqueKeys", &spec.unique_keys, d.unique_keys)?;
+    let unique_keys = each(
+        "spec.retention.uniqueKeys",
+        &spec.unique_keys,
+        d.unique_keys,
+    )?;
     if unique_keys > succeeded {
         return Err(SpecError::new(
             "spec.retention.uniqueKeys",

@@ -217,7 +217,14 @@ mod tests {
                 offset: 41,
             }
         );
-        for bad in ["", "1000", "1000.3.41", "1000.3.41.", "x.3.41.t", "1000.3.41.t\u{0}"] {
+        for bad in [
+            "",
+            "1000",
+            "1000.3.41",
+            "1000.3.41.",
+            "x.3.41.t",
+            "1000.3.41.t\u{0}",
+        ] {
             assert!(parse_cursor(bad).is_err(), "{bad:?}");
         }
     }
@@ -233,7 +240,11 @@ mod tests {
         assert_eq!((two.items.len(), two.truncated), (2, true));
         let all = page(&letters, 3, 1 << 20);
         assert_eq!((all.items.len(), all.truncated), (3, false));
-        assert_eq!(all.next_cursor.as_deref(), Some("1000.3.2.t"), "a full page");
+        assert_eq!(
+            all.next_cursor.as_deref(),
+            Some("1000.3.2.t"),
+            "a full page"
+        );
         let last = page(&letters, 10, 1 << 20);
         assert_eq!(last.next_cursor, None, "fewer than asked: the last page");
         assert_eq!(

@@ -2,9 +2,9 @@
 //! callbacks (heartbeat, result), and the operational endpoints.
 
 mod bulk;
-mod kafka_dead_letters;
 pub mod console;
 pub mod error;
+mod kafka_dead_letters;
 pub mod submit;
 mod workflow;
 

@@ -5,8 +5,8 @@ use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
 use super::rows::{JobCountsRow, LapsedRow, TaskRow, task_columns};
 use super::{
-    JobCountParams, JobCounts, KafkaDeadLetter, KafkaDeadLetterParams, Lapsed, MEMBER_RETENTION, Millis, PurgeParams,
-    Result, SearchParams, TaskRecord,
+    JobCountParams, JobCounts, KafkaDeadLetter, KafkaDeadLetterParams, Lapsed, MEMBER_RETENTION,
+    Millis, PurgeParams, Result, SearchParams, TaskRecord,
 };
 
 /// One backend's text for the statements run here and in [`super::tx`]; each takes its

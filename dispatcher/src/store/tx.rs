@@ -18,9 +18,9 @@ use super::shared::{self, KafkaDeadLetterRow, Queries};
 use super::{
     Admitted, BulkAction, CancelOutcome, ClaimIdsParams, ClaimParams, ClaimedTask, DeadCount,
     DeadFilter, DeadLetterParams, Finish, FinishKind, InsertOutcome, JobCountParams, JobCounts,
-    JobGate, KafkaDeadLetter, KafkaDeadLetterParams, Lapsed, Millis, NewTask, PurgeParams, RedriveOutcome, Result,
-    SearchParams, StartParams, Started, Store, StoreError, TaskRecord, TypeStats,
-    is_unique_violation, retrying, unnamed_insert_conflict, unnamed_redrive_conflict,
+    JobGate, KafkaDeadLetter, KafkaDeadLetterParams, Lapsed, Millis, NewTask, PurgeParams,
+    RedriveOutcome, Result, SearchParams, StartParams, Started, Store, StoreError, TaskRecord,
+    TypeStats, is_unique_violation, retrying, unnamed_insert_conflict, unnamed_redrive_conflict,
 };
 
 /// A connection of a dialect's database.

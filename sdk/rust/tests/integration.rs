@@ -799,10 +799,9 @@ async fn cancelling_a_running_task_cancels_its_handler() {
     let rec = Recorder::default();
     let dropped = std::sync::Arc::new(tokio::sync::Notify::new());
     let (r, d) = (rec.clone(), dropped.clone());
-    let executor = Executor::new().signing_secret(SECRET).register_long_running(
-        "rust_cancel",
-        LEASE,
-        move |ctx: TaskContext, p: Value| {
+    let executor = Executor::new()
+        .signing_secret(SECRET)
+        .register_long_running("rust_cancel", LEASE, move |ctx: TaskContext, p: Value| {
             r.add(&ctx, &p);
             let guard = OnDrop(d.clone());
             async move {
@@ -810,8 +809,7 @@ async fn cancelling_a_running_task_cancels_its_handler() {
                 std::future::pending::<()>().await;
                 Ok::<(), Outcome>(())
             }
-        },
-    );
+        });
     let in_flight = executor.in_flight();
     let dev = Dev::start(executor, &[Job::new("rust_cancel")]).await;
     let res = submit(&dev, Task::new("rust_cancel", Value::Null)).await;
