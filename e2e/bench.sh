@@ -6,6 +6,9 @@
 #   e2e/bench.sh kafka    [--sizes …]                the Kafka path
 #   e2e/bench.sh peers    [--scale 0.02 …]           asyncd side by side with River,
 #                                                    graphile-worker and BullMQ (bench/peers)
+#   e2e/bench.sh retention [--tasks 1000000 --rate 2000 --retention 10s]
+#                                                    table size and lateness under a steady
+#                                                    load, purging and not
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export ASYNCD_CACHE=${ASYNCD_CACHE:-/var/cache/asyncd}

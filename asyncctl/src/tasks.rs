@@ -33,7 +33,8 @@ pub struct SubmitArgs {
     /// How long one attempt may take (default: the job's).
     #[arg(long, value_parser = crate::duration)]
     task_timeout: Option<Duration>,
-    /// At most one waiting task holds this key.
+    /// At most one unfinished task holds this key (and a succeeded one, for its job's
+    /// `retention.uniqueKeys`).
     #[arg(long)]
     unique_key: Option<String>,
     /// Submitting again with the same key answers the first task instead of a second

@@ -430,6 +430,9 @@ fn usage_errors_exit_2_and_completions_print() {
         &["ls", "--bogus"][..],
         &["ls", "--state", "gone"],
         &["submit", "work", "--delay", "soon"],
+        &["cancel"],
+        &["cancel", "--unique-key", "k"],
+        &["cancel", "x", "--job", "j", "--unique-key", "k"],
         &["frobnicate"],
     ] {
         let out = run(bad);

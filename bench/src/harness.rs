@@ -86,7 +86,7 @@ impl Sink {
 pub struct Asyncd {
     child: Child,
     pub base: String,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Asyncd {
@@ -151,11 +151,12 @@ impl Asyncd {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        Ok(Self {
-            child,
-            base,
-            _dir: dir,
-        })
+        Ok(Self { child, base, dir })
+    }
+
+    /// Its SQLite store.
+    pub fn db_path(&self) -> std::path::PathBuf {
+        self.dir.path().join("bench.db")
     }
 
     /// CPU time used so far (user + system), in seconds.

@@ -6,6 +6,7 @@
 mod embedded;
 mod harness;
 mod kafka;
+mod retention;
 mod soak;
 mod store;
 
@@ -26,6 +27,9 @@ enum Bench {
     Store(store::Args),
     /// The Kafka path: submit, end-to-end, lateness, memory with tasks waiting in the heap.
     Kafka(kafka::Args),
+    /// Retention: the task table's size and the dispatch lateness under a steady load,
+    /// with the purge and without it.
+    Retention(retention::Args),
     /// Chaos soak: every role killed and restarted, the database and broker restarted,
     /// misbehaving executors; fails on any lost, early or wrongly ended task.
     Soak(soak::Args),
@@ -37,6 +41,7 @@ async fn main() -> Result<()> {
         Bench::Embedded(args) => embedded::run(&args).await,
         Bench::Store(args) => store::run(&args).await,
         Bench::Kafka(args) => kafka::run(&args).await,
+        Bench::Retention(args) => retention::run(&args).await,
         Bench::Soak(args) => soak::run(&args).await,
     }
 }

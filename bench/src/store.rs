@@ -67,6 +67,7 @@ fn task(i: usize, trigger_at: i64) -> NewTask {
         timeout_ms: 30_000,
         idempotency_key: None,
         unique_key: None,
+        unique_for: std::time::Duration::ZERO,
         cron_key: None,
         depends_on: Vec::new(),
         source_service: None,

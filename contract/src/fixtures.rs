@@ -431,6 +431,33 @@ pub fn all() -> Vec<Fixture> {
             },
         ),
         fixture(
+            "kafka_dead_letters_response",
+            &KafkaDeadLetterPage {
+                items: vec![KafkaDeadLetterStatus {
+                    topic: "asyncd.send_email".into(),
+                    partition: 2,
+                    offset: 41,
+                    message_base64: "bm90IGpzb24=".into(),
+                    message_size: 8,
+                    reason: "not an asyncd task envelope: expected value at line 1 column 1".into(),
+                    recorded_at: from_millis(NOW),
+                }],
+                truncated: false,
+                next_cursor: Some("1764547200000.2.41.asyncd.send_email".into()),
+            },
+        ),
+        fixture(
+            "kafka_dead_letter_purge_request",
+            &KafkaDeadLetterPurge {
+                recorded_before: from_millis(NOW),
+                limit: Some(1000),
+            },
+        ),
+        fixture(
+            "kafka_dead_letter_purge_response",
+            &KafkaDeadLetterPurgeResult { purged: 1000 },
+        ),
+        fixture(
             "redrive_response",
             &RedriveResult {
                 id: ID.into(),

@@ -36,7 +36,8 @@ pub use signature::{
 pub use state::{TaskState, UnknownState};
 pub use task::{
     BatchItemResult, BatchOutcome, BatchRequest, BatchResponse, CancelResult, CronTriggerResult,
-    DeadLetterBulk, DeadLetterBulkResult, DeadLetters, JobStatus, MAX_BATCH, MAX_BULK,
+    DeadLetterBulk, DeadLetterBulkResult, DeadLetters, JobStatus, KafkaDeadLetterPage,
+    KafkaDeadLetterPurge, KafkaDeadLetterPurgeResult, KafkaDeadLetterStatus, MAX_BATCH, MAX_BULK,
     MAX_DEPENDENCIES, MAX_LISTING_BYTES, RedriveResult, Route, SubmitRequest, SubmitResult,
     TaskPage, TaskStatus,
 };

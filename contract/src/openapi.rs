@@ -284,6 +284,28 @@ pub fn document() -> Value {
             "responses": responses(&[(200, ok("Redriven", s.answer::<RedriveResult>()))],
                 errors(&error, &[NotFound, NotDead, UniqueConflict, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
         }},
+        "/v1/kafka-dead-letters": {"get": {
+            "operationId": "kafkaDeadLetters",
+            "summary": "Kafka messages the consumer could not make tasks of, latest recorded first, at most 8 MiB of them per answer",
+            "parameters": [
+                {"name": "job", "in": "query", "required": false, "description": "Only the messages of this AsyncJobConfig's topic",
+                 "schema": {"type": "string"}},
+                {"name": "limit", "in": "query", "required": false, "description": "At most this many (default 100)",
+                 "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+                {"name": "cursor", "in": "query", "required": false,
+                 "description": "The previous page's next_cursor: list what comes after it",
+                 "schema": {"type": "string"}},
+            ],
+            "responses": responses(&[(200, ok("Kafka dead letters", s.answer::<KafkaDeadLetterPage>()))],
+                errors(&error, &[InvalidField, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+        }},
+        "/v1/kafka-dead-letters/purge": {"post": {
+            "operationId": "purgeKafkaDeadLetters",
+            "summary": "Delete up to `limit` Kafka dead letters recorded before an instant, oldest first; repeat until fewer are purged",
+            "requestBody": {"required": true, "content": json_content(s.request::<KafkaDeadLetterPurge>())},
+            "responses": responses(&[(200, ok("Count", s.answer::<KafkaDeadLetterPurgeResult>()))],
+                errors(&error, &[MalformedJson, InvalidField, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+        }},
         "/v1/jobs": {"get": {
             "operationId": "listJobs",
             "summary": "Every job the caller may read, sorted by name: pause, backlog, lateness, dead letters, finishes in the last minute, cron entries and their next firings",

@@ -309,6 +309,63 @@ pub struct TaskPage {
 /// The answer to `GET /v1/dead-letters`.
 pub type DeadLetters = TaskPage;
 
+/// One Kafka message the consumer could not make a task of (bytes that are no task
+/// envelope, or a task the store refused), as `GET /v1/kafka-dead-letters` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub struct KafkaDeadLetterStatus {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    /// The message's value as read, in standard base64 (padded): at most 8 MiB of it.
+    pub message_base64: String,
+    /// The value's length as read, in bytes: more than `message_base64` holds when the
+    /// value was cut at 8 MiB.
+    pub message_size: i64,
+    /// Why it is no task: the decode error, or the store's refusal.
+    pub reason: String,
+    #[serde(with = "crate::time::rfc3339")]
+    #[cfg_attr(feature = "openapi", schemars(schema_with = "crate::time::schema"))]
+    pub recorded_at: DateTime<Utc>,
+}
+
+/// The answer to `GET /v1/kafka-dead-letters`: latest recorded first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub struct KafkaDeadLetterPage {
+    pub items: Vec<KafkaDeadLetterStatus>,
+    /// Items were left out to keep the answer within 8 MiB: fewer than `limit` are
+    /// listed although more exist.
+    #[serde(default)]
+    pub truncated: bool,
+    /// There may be more: pass this as `cursor` for the next page. Absent on the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// The body of `POST /v1/kafka-dead-letters/purge`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct KafkaDeadLetterPurge {
+    /// Delete the Kafka dead letters recorded before this instant.
+    #[serde(with = "crate::time::rfc3339")]
+    #[cfg_attr(feature = "openapi", schemars(schema_with = "crate::time::schema"))]
+    pub recorded_before: DateTime<Utc>,
+    /// The most this call deletes, oldest first (1 to 1000, default 1000); repeat the
+    /// call until `purged` is below it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// The answer to `POST /v1/kafka-dead-letters/purge`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub struct KafkaDeadLetterPurgeResult {
+    /// Deleted by this call.
+    pub purged: u64,
+}
+
 /// The answer to `POST /v1/dead-letters/{id}/redrive`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]

@@ -1539,6 +1539,7 @@ mod tests {
             timeout_ms: 5_000,
             idempotency_key: None,
             unique_key: None,
+            unique_for: std::time::Duration::ZERO,
             cron_key: None,
             depends_on: Vec::new(),
             source_service: None,

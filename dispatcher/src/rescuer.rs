@@ -224,6 +224,18 @@ mod tests {
         async fn purge(&self, params: store::PurgeParams<'_>) -> store::Result<u64> {
             self.inner.purge(params).await
         }
+        async fn release_unique_keys(&self, now: Millis, limit: u32) -> store::Result<u64> {
+            self.inner.release_unique_keys(now, limit).await
+        }
+        async fn purge_kafka_dead_letters(
+            &self,
+            recorded_before: Millis,
+            limit: u32,
+        ) -> store::Result<u64> {
+            self.inner
+                .purge_kafka_dead_letters(recorded_before, limit)
+                .await
+        }
         async fn insert_workflow(
             &self,
             t: &[NewTask],
@@ -281,9 +293,9 @@ mod tests {
 
         async fn kafka_dead_letters(
             &self,
-            limit: u32,
+            params: store::KafkaDeadLetterParams<'_>,
         ) -> store::Result<Vec<store::KafkaDeadLetter>> {
-            self.inner.kafka_dead_letters(limit).await
+            self.inner.kafka_dead_letters(params).await
         }
         async fn pause(&self, task_type: &str, now: Millis) -> store::Result<Millis> {
             self.inner.pause(task_type, now).await
@@ -309,6 +321,7 @@ mod tests {
             timeout_ms: 1_000,
             idempotency_key: None,
             unique_key: None,
+            unique_for: std::time::Duration::ZERO,
             cron_key: None,
             depends_on: Vec::new(),
             source_service: None,

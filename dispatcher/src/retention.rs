@@ -3,7 +3,21 @@
 //! the task table holds the unfinished work plus a bounded tail instead of growing
 //! forever. An idempotency key lives exactly as long as its task's row: while the task is
 //! unfinished and for the retention after it finished; a submit with the key after that
-//! creates a new task. (A unique key is free as soon as its task finishes, as before.)
+//! creates a new task.
+//!
+//! A unique key is held while its task is unfinished and, once it succeeded, for its
+//! job's `spec.retention.uniqueKeys` (default 0: free at once; at most the succeeded
+//! retention, so the row outlives the hold). The window is the one the job had when the
+//! task was submitted, kept in its row. Within it a submit with the key is refused as a
+//! duplicate (409 `unique_conflict` naming the task); from its end the key is free: an
+//! insert or redrive that hits it frees it on the spot, and each pass here frees the
+//! ended ones in batches, so they do not pile up in the unique index. A cancelled or
+//! dead task frees its key at once: it did not do the work, and a new submit or its
+//! redrive needs the key.
+//!
+//! Kafka dead letters (messages the consumer could not make a task of, kept byte for
+//! byte in `kafka_dead_letters`) are deleted [`KAFKA_DEAD_LETTERS`] after they were
+//! recorded, in the same batches: they belong to no job whose retention could say.
 //!
 //! Each pass walks every routed job and finished state, deleting at most [`BATCH`] tasks
 //! per short transaction, oldest first, and at most [`MAX_BATCHES`] per job and state, so
@@ -27,17 +41,23 @@ use crate::store::{Millis, PurgeParams, Store, TaskState};
 /// Tasks deleted per transaction: small enough that a delete holds its row locks for
 /// milliseconds.
 pub const BATCH: u32 = 500;
-/// Batches per job and state in one pass, so one job's expired backlog cannot hold the
-/// purger away from the others for long. A pass that stopped at this cap is followed by
+/// Batches per job and state (and of unique keys, and of Kafka dead letters) in one
+/// pass, so one job's expired backlog cannot hold the purger away from the others for
+/// long. A pass that stopped at this cap is followed by
 /// the next one at once, not after the interval, so a job finishing more tasks per
 /// second than one pass deletes is still kept flat.
 pub const MAX_BATCHES: u32 = 20;
+
+/// How long a Kafka dead letter is kept: as long as a job's dead letters by default
+/// ([`asyncd_spec::Retention::DEFAULT`]), time for an operator to read one and replay it.
+pub const KAFKA_DEAD_LETTERS: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// What one pass did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Pass {
     /// The clock reading the pass counted retention from.
     pub at: Millis,
+    /// Finished tasks deleted.
     pub purged: u64,
     /// Some job and state stopped at [`MAX_BATCHES`] with more to delete.
     pub more: bool,
@@ -78,7 +98,8 @@ impl Purger {
         }
     }
 
-    /// One pass over every routed job.
+    /// One pass over every routed job, the unique keys whose hold ended and the Kafka
+    /// dead letters.
     pub async fn purge_once(&self) -> crate::store::Result<Pass> {
         let now = self.clock.now_millis();
         let routes = self.routes.borrow().clone();
@@ -93,32 +114,57 @@ impl Purger {
                 (TaskState::Cancelled, kept.cancelled),
                 (TaskState::Dead, kept.dead),
             ] {
-                let finished_before = Millis::new(
-                    now.as_i64()
-                        .saturating_sub(i64::try_from(keep.as_millis()).unwrap_or(i64::MAX)),
-                );
-                for batch in 1..=MAX_BATCHES {
-                    let purged = self
-                        .store
-                        .purge(PurgeParams {
-                            task_type: &job.task_type,
-                            state,
-                            finished_before,
-                            limit: BATCH,
-                        })
-                        .await?;
-                    pass.purged += purged;
-                    self.metrics
-                        .purged
-                        .with_label_values(&[job.task_type.as_str(), state.as_str()])
-                        .inc_by(purged);
-                    if purged < u64::from(BATCH) {
-                        break;
-                    }
-                    pass.more |= batch == MAX_BATCHES;
-                }
+                let finished_before = now.saturating_sub(keep);
+                let (purged, more) = drain(|| {
+                    self.store.purge(PurgeParams {
+                        task_type: &job.task_type,
+                        state,
+                        finished_before,
+                        limit: BATCH,
+                    })
+                })
+                .await?;
+                pass.purged += purged;
+                pass.more |= more;
+                self.metrics
+                    .purged
+                    .with_label_values(&[job.task_type.as_str(), state.as_str()])
+                    .inc_by(purged);
             }
+        }
+        // Every job's at once: each row carries its own window.
+        let (released, more) = drain(|| self.store.release_unique_keys(now, BATCH)).await?;
+        pass.more |= more;
+        let recorded_before = now.saturating_sub(KAFKA_DEAD_LETTERS);
+        let (kafka_purged, more) =
+            drain(|| self.store.purge_kafka_dead_letters(recorded_before, BATCH)).await?;
+        pass.more |= more;
+        if released + kafka_purged > 0 {
+            tracing::debug!(
+                released,
+                kafka_purged,
+                "unique keys past their window freed, Kafka dead letters purged"
+            );
         }
         Ok(pass)
     }
+}
+
+/// Runs `batch` (one short transaction acting on at most [`BATCH`] rows) until it acts
+/// on fewer, at most [`MAX_BATCHES`] times. Returns how many rows it acted on, and
+/// whether it stopped at the cap with a full batch (there may be more).
+async fn drain<F, Fut>(mut batch: F) -> crate::store::Result<(u64, bool)>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = crate::store::Result<u64>>,
+{
+    let mut total = 0;
+    for _ in 0..MAX_BATCHES {
+        let done = batch().await?;
+        total += done;
+        if done < u64::from(BATCH) {
+            return Ok((total, false));
+        }
+    }
+    Ok((total, true))
 }

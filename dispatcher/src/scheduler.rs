@@ -193,6 +193,9 @@ pub fn firing(job: &Job, entry: &CronEntry, at: Millis, cron_key: Option<String>
         // firing while the previous one holds it (unfinished).
         unique_key: (entry.overlap == Overlap::Skip)
             .then(|| format!("cron:{}/{}", job.task_type, entry.name)),
+        // Held only while unfinished, whatever the job's `retention.uniqueKeys`: the
+        // next firing must not be skipped for one that already finished.
+        unique_for: Duration::ZERO,
         cron_key,
         depends_on: Vec::new(),
         source_service: Some("asyncd-scheduler".into()),

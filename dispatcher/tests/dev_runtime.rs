@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use asyncd::store::Millis;
-use serde_json::json;
+use serde_json::{Value, json};
 use support::*;
 
 fn one_job(executor: &Executor, extra: &str) -> Vec<(&'static str, String)> {
@@ -400,6 +400,164 @@ async fn a_lapsed_attempts_success_lands_until_a_new_attempt() {
         2,
         "nothing ran a third time"
     );
+}
+
+/// Issue 15: a job's `retention.uniqueKeys` keeps a succeeded task's unique key held,
+/// counted from when it succeeded: a late submit with the key within the window is
+/// refused (409 `unique_conflict` naming the finished task), and from the window's end
+/// the same submit makes a new task. (The API on SQLite, where the manual clock can move
+/// freely; a server store refuses to dispatch on a clock an hour off its own, and the
+/// store conformance test covers the server backends at the same instants.)
+#[tokio::test]
+async fn a_unique_key_is_held_for_its_window_after_success() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let asyncd = InProcess::start(&one_job(&executor, "  retention:\n    uniqueKeys: 1h\n")).await;
+    let submit = json!({"type": "work", "payload": {}, "unique_key": "order:7"});
+    let (status, first) = asyncd.post("/v1/tasks", submit.clone()).await;
+    assert_eq!(status, 201, "{first}");
+    let id = first["id"].as_str().unwrap().to_string();
+    let done = asyncd.wait_state(&id, "succeeded").await;
+    let finished = parse_time(&done["updated_at"]);
+
+    asyncd.clock.set_millis(Millis::new(finished + 3_599_999));
+    let (status, late) = asyncd.post("/v1/tasks", submit.clone()).await;
+    assert_eq!(
+        (
+            status,
+            late["error"]["code"].as_str(),
+            late["error"]["existing_id"].as_str()
+        ),
+        (409, Some("unique_conflict"), Some(id.as_str())),
+        "within the window: {late}"
+    );
+    asyncd.clock.set_millis(Millis::new(finished + 3_600_000));
+    let (status, fresh) = asyncd.post("/v1/tasks", submit).await;
+    assert_eq!(status, 201, "after the window: {fresh}");
+    assert_ne!(fresh["id"].as_str(), Some(id.as_str()));
+    asyncd
+        .wait_state(fresh["id"].as_str().unwrap(), "succeeded")
+        .await;
+}
+
+/// Issue 15: Kafka dead letters through the API — listed latest first, byte for byte in
+/// base64, one job's topic only, page by page with the cursor; purged by the instant
+/// they were recorded before; a bad parameter is a 400 naming it.
+#[tokio::test]
+async fn kafka_dead_letters_are_listed_and_purged_through_the_api() {
+    use asyncd::store::KafkaDeadLetter;
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let asyncd = InProcess::start(&one_job(&executor, "  kafka: {topic: asyncd.work}\n")).await;
+    let url = format!("sqlite://{}", asyncd.dir.path().join("asyncd.db").display());
+    let store = asyncd::store::open(&url).await.unwrap();
+    for (topic, offset, message, at) in [
+        ("asyncd.work", 1, &b"\x00\xffbad"[..], T0 + 1),
+        ("asyncd.work", 2, &b"{"[..], T0 + 2),
+        ("asyncd.other", 5, &b""[..], T0 + 3),
+    ] {
+        let letter = KafkaDeadLetter::new(topic, 0, offset, message, "bad".into(), Millis::new(at));
+        store.record_kafka_dead_letter(&letter).await.unwrap();
+    }
+    let listed = |page: &Value| -> Vec<(String, i64)> {
+        page["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                (
+                    l["topic"].as_str().unwrap().to_string(),
+                    l["offset"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let (status, first) = asyncd.get("/v1/kafka-dead-letters?limit=2").await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(
+        listed(&first),
+        [
+            ("asyncd.other".to_string(), 5),
+            ("asyncd.work".to_string(), 2)
+        ]
+    );
+    let cursor = first["next_cursor"]
+        .as_str()
+        .expect("a full page names its cursor");
+    let (status, second) = asyncd
+        .get(&format!("/v1/kafka-dead-letters?limit=2&cursor={cursor}"))
+        .await;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(listed(&second), [("asyncd.work".to_string(), 1)]);
+    assert_eq!(second["next_cursor"], Value::Null, "the last page");
+    assert_eq!(
+        (
+            &second["items"][0]["message_base64"],
+            &second["items"][0]["message_size"]
+        ),
+        (&json!("AP9iYWQ="), &json!(5)),
+        "the bytes as recorded"
+    );
+    let (status, of_job) = asyncd.get("/v1/kafka-dead-letters?job=test-job").await;
+    assert_eq!(status, 200, "{of_job}");
+    assert_eq!(
+        listed(&of_job),
+        [
+            ("asyncd.work".to_string(), 2),
+            ("asyncd.work".to_string(), 1)
+        ]
+    );
+    for (query, field) in [
+        ("job=nope", "job"),
+        ("cursor=garbage", "cursor"),
+        ("limit=0", "limit"),
+    ] {
+        let (status, answer) = asyncd.get(&format!("/v1/kafka-dead-letters?{query}")).await;
+        assert_eq!(
+            (status, answer["error"]["field"].as_str()),
+            (400, Some(field)),
+            "{query}: {answer}"
+        );
+    }
+
+    let instant = |ms: i64| {
+        chrono::DateTime::from_timestamp_millis(ms)
+            .unwrap()
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    };
+    let (status, purged) = asyncd
+        .post(
+            "/v1/kafka-dead-letters/purge",
+            json!({"recorded_before": instant(T0 + 2)}),
+        )
+        .await;
+    assert_eq!((status, &purged["purged"]), (200, &json!(1)), "{purged}");
+    let (_, left) = asyncd.get("/v1/kafka-dead-letters").await;
+    assert_eq!(
+        listed(&left),
+        [
+            ("asyncd.other".to_string(), 5),
+            ("asyncd.work".to_string(), 2)
+        ]
+    );
+    for (body, named) in [
+        (json!({"recorded_before": "soon"}), "recorded_before"),
+        (json!({"recorded_before": instant(T0), "limit": 0}), "limit"),
+        // A misspelt or unknown field must not widen a purge.
+        (
+            json!({"recorded_before": instant(T0), "topic": "x"}),
+            "topic",
+        ),
+    ] {
+        let (status, answer) = asyncd
+            .post("/v1/kafka-dead-letters/purge", body.clone())
+            .await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(named)),
+            "{body}: {answer}"
+        );
+    }
 }
 
 /// Issue 15, retention: a finished task is kept for its job's `spec.retention`, counted

@@ -615,6 +615,7 @@ async fn with_the_broker_unreachable_a_submit_falls_back_to_the_store_under_the_
         timeout_ms: 30_000,
         idempotency_key: Some("fallback-1".into()).filter(|_| payload == "via the store"),
         unique_key: None,
+        unique_for: std::time::Duration::ZERO,
         cron_key: None,
         depends_on: Vec::new(),
         source_service: None,
@@ -739,7 +740,13 @@ async fn an_unreadable_message_is_kept_with_its_bytes_and_passed() {
     executor.wait_calls(&behind[0], 1).await;
 
     let store = asyncd::store::open(&cluster.store).await.unwrap();
-    let letters = store.kafka_dead_letters(10).await.unwrap();
+    let letters = store
+        .kafka_dead_letters(asyncd::store::KafkaDeadLetterParams {
+            limit: 10,
+            ..asyncd::store::KafkaDeadLetterParams::default()
+        })
+        .await
+        .unwrap();
     assert_eq!(letters.len(), 1, "{letters:?}");
     let letter = &letters[0];
     assert_eq!(
@@ -818,7 +825,13 @@ async fn a_task_the_store_refuses_is_kept_aside_and_blocks_no_other() {
 
     let store = asyncd::store::open(&cluster.store).await.unwrap();
     let letters = wait_for("the refused task's dead letter", DEADLINE, async || {
-        let letters = store.kafka_dead_letters(10).await.ok()?;
+        let letters = store
+            .kafka_dead_letters(asyncd::store::KafkaDeadLetterParams {
+                limit: 10,
+                ..asyncd::store::KafkaDeadLetterParams::default()
+            })
+            .await
+            .ok()?;
         (!letters.is_empty()).then_some(letters)
     })
     .await;

@@ -212,6 +212,7 @@ impl Pair {
                 timeout_ms: 5_000,
                 idempotency_key: None,
                 unique_key: None,
+                unique_for: std::time::Duration::ZERO,
                 cron_key: None,
                 depends_on: Vec::new(),
                 source_service: None,

@@ -6,8 +6,9 @@ use std::time::Duration;
 use asyncd::store::{
     self, BulkAction, CancelOutcome, ClaimParams, DeadCount, DeadFilter, DeadLetterParams,
     FairParams, Finish, FinishKind, HeldBy, InsertOutcome, JobCountParams, JobCounts, JobGate,
-    KafkaDeadLetter, MEMBER_RETENTION, Millis, NewTask, PurgeParams, RedriveOutcome, SearchParams,
-    StartParams, Store, TaskState, TypeFilter, WorkflowOutcome,
+    KafkaDeadLetter, KafkaDeadLetterKey, KafkaDeadLetterParams, MEMBER_RETENTION, Millis, NewTask,
+    PurgeParams, RedriveOutcome, SearchParams, StartParams, Store, TaskState, TypeFilter,
+    WorkflowOutcome,
 };
 use asyncd_spec::RateLimit;
 use serde_json::value::RawValue;
@@ -57,6 +58,7 @@ fn new_task(task_type: &str, trigger_at: Millis) -> NewTask {
         timeout_ms: 1000,
         idempotency_key: None,
         unique_key: None,
+        unique_for: std::time::Duration::ZERO,
         cron_key: None,
         depends_on: Vec::new(),
         source_service: None,
@@ -1063,7 +1065,13 @@ async fn kafka_dead_letters_keep_messages_once_and_byte_for_byte(store: &dyn Sto
     other_topic.topic = "asyncd-other".into();
     store.record_kafka_dead_letter(&other_topic).await.unwrap();
 
-    let listed = store.kafka_dead_letters(10).await.unwrap();
+    let listed = store
+        .kafka_dead_letters(KafkaDeadLetterParams {
+            limit: 10,
+            ..KafkaDeadLetterParams::default()
+        })
+        .await
+        .unwrap();
     assert_eq!(
         listed,
         vec![other_topic.clone(), other_partition.clone(), first.clone()],
@@ -1072,9 +1080,81 @@ async fn kafka_dead_letters_keep_messages_once_and_byte_for_byte(store: &dyn Sto
     assert_eq!(listed[2].message, raw);
     assert_eq!(listed[2].message_size, raw.len() as i64);
     assert_eq!(
-        store.kafka_dead_letters(1).await.unwrap(),
-        vec![other_topic],
+        store
+            .kafka_dead_letters(KafkaDeadLetterParams {
+                limit: 1,
+                ..KafkaDeadLetterParams::default()
+            })
+            .await
+            .unwrap(),
+        vec![other_topic.clone()],
         "limited"
+    );
+    // One topic's, and a page after a page's last item.
+    let of_topic = KafkaDeadLetterParams {
+        topic: Some("asyncd-topic"),
+        after: None,
+        limit: 10,
+    };
+    assert_eq!(
+        store.kafka_dead_letters(of_topic).await.unwrap(),
+        vec![other_partition.clone(), first.clone()]
+    );
+    fn key(l: &KafkaDeadLetter) -> KafkaDeadLetterKey<'_> {
+        KafkaDeadLetterKey {
+            recorded_at: l.recorded_at,
+            topic: &l.topic,
+            partition: l.partition,
+            offset: l.offset,
+        }
+    }
+    let next = |after| KafkaDeadLetterParams {
+        topic: None,
+        after: Some(after),
+        limit: 1,
+    };
+    assert_eq!(
+        store
+            .kafka_dead_letters(next(key(&other_topic)))
+            .await
+            .unwrap(),
+        vec![other_partition.clone()]
+    );
+    assert_eq!(
+        store
+            .kafka_dead_letters(next(key(&other_partition)))
+            .await
+            .unwrap(),
+        vec![first.clone()]
+    );
+
+    // Retention: those recorded before the cutoff go, oldest first, `limit` at a time.
+    assert_eq!(
+        store.purge_kafka_dead_letters(at(30), 10).await.unwrap(),
+        1,
+        "recorded at 10: before 30"
+    );
+    assert_eq!(
+        store
+            .kafka_dead_letters(KafkaDeadLetterParams {
+                limit: 10,
+                ..KafkaDeadLetterParams::default()
+            })
+            .await
+            .unwrap(),
+        vec![other_topic.clone(), other_partition.clone()]
+    );
+    assert_eq!(store.purge_kafka_dead_letters(at(41), 1).await.unwrap(), 1);
+    assert_eq!(
+        store
+            .kafka_dead_letters(KafkaDeadLetterParams {
+                limit: 10,
+                ..KafkaDeadLetterParams::default()
+            })
+            .await
+            .unwrap(),
+        vec![other_topic],
+        "the older one went first"
     );
 }
 
@@ -1465,6 +1545,133 @@ async fn finished_tasks_are_purged_after_their_retention(store: &dyn Store) {
     again.idempotency_key = Some("purge-key".into());
     let again = insert(store, again).await;
     assert_ne!(again, s1, "the purged task's key is free");
+}
+
+/// Issue 15: a unique key stays held for its `unique_for` after its task succeeded — a
+/// submit with it within the window is refused naming the finished task, as while it was
+/// pending — and is free from the window's end: taken by the insert or redrive that hits
+/// it, or freed before that by the purger's `release_unique_keys`, which never touches a
+/// key an unfinished task holds. Without a window, or when the task was cancelled or
+/// died, the key is free at once.
+async fn unique_keys_are_held_for_their_window_after_success(store: &dyn Store) {
+    // Runs task `id` (due by `when`) to the outcome `kind` at `when`.
+    async fn run(store: &dyn Store, id: &str, when: Millis, kind: FinishKind) {
+        let claimed = store
+            .claim_ids(asyncd::store::ClaimIdsParams {
+                ids: &[id.to_string()],
+                now: when,
+                hold: Duration::from_secs(60),
+                owner: "d1",
+            })
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 1, "{id} is claimable at {when:?}");
+        let attempt = store
+            .start(start_params(
+                &[(id.to_string(), claimed[0].lease_token)],
+                when,
+                0,
+            ))
+            .await
+            .unwrap()
+            .remove(0);
+        let finish = Finish {
+            id: id.to_string(),
+            lease_token: attempt.lease_token,
+            kind,
+        };
+        assert_eq!(store.finish(&[finish], when).await.unwrap(), [true]);
+    }
+    let window = Duration::from_millis(1_000);
+    let keyed = |key: &str, unique_for: Duration| {
+        let mut task = new_task("u", at(0));
+        task.unique_key = Some(key.into());
+        task.unique_for = unique_for;
+        task
+    };
+    let submit = |task: NewTask, now: Millis| async move {
+        store.insert(&[task], now).await.unwrap().remove(0)
+    };
+    let inserted = |outcome: InsertOutcome| match outcome {
+        InsertOutcome::Inserted { id, .. } => id,
+        other => panic!("expected an insert, got {other:?}"),
+    };
+    let conflict = |id: &str| InsertOutcome::UniqueConflict {
+        existing_id: id.to_string(),
+    };
+    let succeeded = || FinishKind::Succeeded { result: None };
+
+    let first = inserted(submit(keyed("a", window), at(0)).await);
+    run(store, &first, at(10), succeeded()).await;
+    assert_eq!(
+        submit(keyed("a", window), at(1_009)).await,
+        conflict(&first),
+        "a late duplicate within the window is recognised"
+    );
+    let second = inserted(submit(keyed("a", window), at(1_010)).await);
+    assert_ne!(second, first, "the key is free when the window ends");
+    assert_eq!(
+        submit(keyed("a", window), at(1_011)).await,
+        conflict(&second),
+        "the new task holds it"
+    );
+
+    let plain = inserted(submit(keyed("b", Duration::ZERO), at(0)).await);
+    run(store, &plain, at(20), succeeded()).await;
+    inserted(submit(keyed("b", window), at(20)).await);
+    let dead = inserted(submit(keyed("c", window), at(0)).await);
+    let dead_error = || FinishKind::Dead {
+        error: "gone".into(),
+    };
+    run(store, &dead, at(30), dead_error()).await;
+    inserted(submit(keyed("c", window), at(30)).await);
+    let cancelled = inserted(submit(keyed("d", window), at(0)).await);
+    assert_eq!(
+        store.cancel(&cancelled, at(35)).await.unwrap(),
+        CancelOutcome::Cancelled
+    );
+    inserted(submit(keyed("d", window), at(35)).await);
+
+    // The purger frees what ended, and only that.
+    let swept = inserted(submit(keyed("e", window), at(0)).await);
+    run(store, &swept, at(40), succeeded()).await;
+    assert_eq!(
+        store.release_unique_keys(at(1_039), 100).await.unwrap(),
+        0,
+        "{first}'s hold ended at 1010 and was taken; {swept}'s has not ended"
+    );
+    assert_eq!(store.release_unique_keys(at(1_040), 100).await.unwrap(), 1);
+    inserted(submit(keyed("e", window), at(41)).await);
+    assert_eq!(
+        store
+            .release_unique_keys(at(100_000_000), 100)
+            .await
+            .unwrap(),
+        0,
+        "nothing unfinished is released"
+    );
+    assert_eq!(
+        submit(keyed("a", window), at(100_000_000)).await,
+        conflict(&second),
+        "a pending task's key stays held"
+    );
+
+    // A redrive that hits a held key is refused until the window ends.
+    let buried = inserted(submit(keyed("f", window), at(0)).await);
+    run(store, &buried, at(50), dead_error()).await;
+    let holder = inserted(submit(keyed("f", window), at(50)).await);
+    run(store, &holder, at(60), succeeded()).await;
+    assert_eq!(
+        store.redrive(&buried, at(1_059)).await.unwrap(),
+        RedriveOutcome::UniqueConflict {
+            existing_id: holder.clone()
+        }
+    );
+    assert!(matches!(
+        store.redrive(&buried, at(1_060)).await.unwrap(),
+        RedriveOutcome::Redriven { .. }
+    ));
+    assert_eq!(state(store, &holder).await, TaskState::Succeeded);
 }
 
 /// Issue 15: a task that died because its dependency died waits on it again when
@@ -2494,6 +2701,7 @@ scenarios!(
     values_at_the_apis_limits_are_stored_exactly,
     errors_from_executors_are_stored_sanitized_and_capped,
     finished_tasks_are_purged_after_their_retention,
+    unique_keys_are_held_for_their_window_after_success,
     dead_letters_are_redriven_and_purged_in_bulk,
     a_redriven_task_waits_again_on_its_dead_dependency,
     a_workflow_is_stored_whole_or_not_at_all,

@@ -42,6 +42,8 @@ type recorder struct {
 	byID map[string][]execRecord
 	// release unblocks go_long handlers, by task id.
 	release map[string]chan struct{}
+	// ctxDone is closed when a go_long handler saw its context end, by task id.
+	ctxDone map[string]chan struct{}
 }
 
 func (r *recorder) add(ctx context.Context, payload string) asyncd.TaskInfo {
@@ -59,12 +61,20 @@ func (r *recorder) get(id string) []execRecord {
 }
 
 func (r *recorder) releaseChan(id string) chan struct{} {
+	return r.chanOf(r.release, id)
+}
+
+func (r *recorder) ctxDoneChan(id string) chan struct{} {
+	return r.chanOf(r.ctxDone, id)
+}
+
+func (r *recorder) chanOf(chans map[string]chan struct{}, id string) chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ch, ok := r.release[id]
+	ch, ok := chans[id]
 	if !ok {
 		ch = make(chan struct{})
-		r.release[id] = ch
+		chans[id] = ch
 	}
 	return ch
 }
@@ -123,7 +133,7 @@ func startDev() (*devEnv, error) {
 	}
 	e := &devEnv{
 		endpoint: fmt.Sprintf("http://127.0.0.1:%d", port),
-		rec:      &recorder{byID: map[string][]execRecord{}, release: map[string]chan struct{}{}},
+		rec:      &recorder{byID: map[string][]execRecord{}, release: map[string]chan struct{}{}, ctxDone: map[string]chan struct{}{}},
 		dir:      dir,
 		logPath:  filepath.Join(dir, "asyncd.log"),
 		exited:   make(chan struct{}),
@@ -242,6 +252,7 @@ func (e *devEnv) registerExecutors() {
 		case <-rec.releaseChan(info.ID):
 			return nil
 		case <-ctx.Done():
+			close(rec.ctxDoneChan(info.ID))
 			return ctx.Err()
 		}
 	}, asyncd.LongRunning(itLease))
@@ -702,6 +713,30 @@ func TestIntegrationLongRunningKeepsLease(t *testing.T) {
 	got := e.waitState(t, res.ID, asyncd.StateSucceeded, 20*time.Second)
 	if got.Attempt != 1 || len(e.rec.get(res.ID)) != 1 {
 		t.Fatalf("long task %+v ran %d times", got, len(e.rec.get(res.ID)))
+	}
+}
+
+// Issue 15: a task cancelled while its handler runs is cancelled in the handler. The
+// executor helper learns it on its next heartbeat (410 task_cancelled) and cancels the
+// handler's context; the task ends cancelled after its one attempt.
+func TestIntegrationCancelRunningTaskCancelsTheHandlersContext(t *testing.T) {
+	e := itEnv(t)
+	res := submit(t, e, &asyncd.Task{Type: "go_long"})
+	waitUntil(t, 20*time.Second, "the long-running handler to start", func() bool { return len(e.rec.get(res.ID)) == 1 })
+	if got := e.lease(t, res.ID); got.State != asyncd.StateRunning {
+		t.Fatalf("the started long task is %+v", got)
+	}
+	if err := e.client.Cancel(ctx(t), res.ID); err != nil {
+		t.Fatalf("cancel the running task: %v", err)
+	}
+	select {
+	case <-e.rec.ctxDoneChan(res.ID):
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the handler's context was not cancelled within 20s of the cancel\nasyncd log:\n%s", e.logTail())
+	}
+	got := e.waitState(t, res.ID, asyncd.StateCancelled, 5*time.Second)
+	if got.Attempt != 1 || len(e.rec.get(res.ID)) != 1 {
+		t.Fatalf("cancelled task %+v ran %d times", got, len(e.rec.get(res.ID)))
 	}
 }
 

@@ -78,7 +78,7 @@ pub struct JobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scaling: Option<ScalingSpec>,
     /// How long finished tasks are kept before they are purged (and with them their
-    /// idempotency keys).
+    /// idempotency keys), and how long a succeeded task holds its unique key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<RetentionSpec>,
     /// While true, no attempt of this job begins: its tasks (cron firings included) wait
@@ -183,6 +183,12 @@ pub struct RetentionSpec {
     /// Dead letters (default 7d).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead: Option<String>,
+    /// How long a succeeded task keeps holding its unique key, so a late submit with the
+    /// key is still refused as a duplicate (default 0s: the key is free once the task
+    /// finished). At most `succeeded`: the key is kept in the task's row. A cancelled or
+    /// dead task frees its key at once, for a new submit or its redrive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unique_keys: Option<String>,
 }
 
 /// A validated [`RetentionSpec`].
@@ -191,6 +197,8 @@ pub struct Retention {
     pub succeeded: Duration,
     pub cancelled: Duration,
     pub dead: Duration,
+    /// See [`RetentionSpec::unique_keys`].
+    pub unique_keys: Duration,
 }
 
 impl Retention {
@@ -198,6 +206,7 @@ impl Retention {
         succeeded: Duration::from_secs(24 * 3600),
         cancelled: Duration::from_secs(24 * 3600),
         dead: Duration::from_secs(7 * 24 * 3600),
+        unique_keys: Duration::ZERO,
     };
     /// The longest retention accepted: ten years.
     pub const MAX: Duration = Duration::from_secs(3650 * 24 * 3600);
@@ -763,10 +772,23 @@ fn validate_retention(spec: Option<&RetentionSpec>) -> Result<Retention, SpecErr
         }
         Ok(kept)
     };
+    let succeeded = each("spec.retention.succeeded", &spec.succeeded, d.succeeded)?;
+    let unique_keys = each(
+        "spec.retention.uniqueKeys",
+        &spec.unique_keys,
+        d.unique_keys,
+    )?;
+    if unique_keys > succeeded {
+        return Err(SpecError::new(
+            "spec.retention.uniqueKeys",
+            "must be at most spec.retention.succeeded: the key is kept in the task's row",
+        ));
+    }
     Ok(Retention {
-        succeeded: each("spec.retention.succeeded", &spec.succeeded, d.succeeded)?,
+        succeeded,
         cancelled: each("spec.retention.cancelled", &spec.cancelled, d.cancelled)?,
         dead: each("spec.retention.dead", &spec.dead, d.dead)?,
+        unique_keys,
     })
 }
 
@@ -953,6 +975,15 @@ mod tests {
         assert_eq!(
             with(|d| d.spec.executor.timeout = Some("-1s".into())).field,
             "spec.executor.timeout"
+        );
+        assert_eq!(
+            with(|d| d.spec.retention = Some(RetentionSpec {
+                unique_keys: Some("25h".into()),
+                ..RetentionSpec::default()
+            }))
+            .field,
+            "spec.retention.uniqueKeys",
+            "longer than the default 24h the succeeded row is kept"
         );
         assert_eq!(
             with(|d| d.spec.retention = Some(RetentionSpec {

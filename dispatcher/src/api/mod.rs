@@ -5,6 +5,7 @@ mod bulk;
 pub mod console;
 pub mod error;
 pub mod group_commit;
+mod kafka_dead_letters;
 pub mod submit;
 mod workflow;
 
@@ -111,6 +112,11 @@ pub fn router(state: Arc<ApiState>, public: bool) -> Router {
             .route("/v1/dead-letters/redrive", post(bulk::redrive_matching))
             .route("/v1/dead-letters/purge", post(bulk::purge_matching))
             .route("/v1/dead-letters/{id}/redrive", post(redrive))
+            .route("/v1/kafka-dead-letters", get(kafka_dead_letters::list))
+            .route(
+                "/v1/kafka-dead-letters/purge",
+                post(kafka_dead_letters::purge),
+            )
             .route("/v1/jobs", get(list_jobs))
             .route("/v1/jobs/{name}", get(get_job))
             .route("/v1/jobs/{name}/pause", post(pause_job))
@@ -176,7 +182,10 @@ fn accepted(outcome: InsertOutcome) -> Answer {
         )),
         InsertOutcome::UniqueConflict { existing_id } => Err(ApiError::new(
             ErrorCode::UniqueConflict,
-            format!("unique_key: task {existing_id} with this key is still pending"),
+            format!(
+                "unique_key: task {existing_id} holds this key (unfinished, or succeeded \
+                 within its job's retention.uniqueKeys)"
+            ),
         )
         .with_field("unique_key")
         .with_existing_id(existing_id)),

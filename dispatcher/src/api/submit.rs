@@ -335,6 +335,11 @@ pub fn validate(
         max_retries,
         timeout_ms: timeout.as_millis() as i64,
         idempotency_key,
+        unique_for: if unique_key.is_some() {
+            job.retention.unique_keys
+        } else {
+            Duration::ZERO
+        },
         unique_key,
         cron_key: None,
         depends_on,

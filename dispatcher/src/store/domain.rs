@@ -353,6 +353,7 @@ mod tests {
             timeout_ms: 1,
             idempotency_key: None,
             unique_key: None,
+            unique_for: std::time::Duration::ZERO,
             cron_key: None,
             depends_on: Vec::new(),
             source_service: None,

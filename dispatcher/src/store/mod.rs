@@ -248,6 +248,9 @@ pub struct NewTask {
     pub timeout_ms: i64,
     pub idempotency_key: Option<String>,
     pub unique_key: Option<String>,
+    /// How long the unique key stays held after the task succeeded (its job's
+    /// `spec.retention.uniqueKeys` at submit time); zero frees it when the task finishes.
+    pub unique_for: Duration,
     /// Identity of a cron firing (`type/name/millis`): the same firing is inserted once.
     pub cron_key: Option<String>,
     pub depends_on: Vec<String>,
@@ -273,7 +276,8 @@ pub enum InsertOutcome {
     IdempotencyMismatch {
         existing_id: String,
     },
-    /// Another unfinished task holds the unique key.
+    /// Another task holds the unique key: an unfinished one, or one that succeeded
+    /// within its [`NewTask::unique_for`].
     UniqueConflict {
         existing_id: String,
     },
@@ -703,6 +707,11 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes finished tasks past their retention ([`PurgeParams`]) with their
     /// dependency edges, in one short transaction; returns how many went.
     async fn purge(&self, params: PurgeParams<'_>) -> Result<u64>;
+    /// Frees the unique keys of up to `limit` succeeded tasks whose
+    /// [`NewTask::unique_for`] ended by `now`, earliest end first, in one short
+    /// transaction; returns how many. (An insert or redrive that hits such a key frees
+    /// it itself: this only keeps them from piling up.)
+    async fn release_unique_keys(&self, now: Millis, limit: u32) -> Result<u64>;
     /// Tasks by filter ([`SearchParams`]), without their `depends_on`.
     /// How many dead letters match `filter`, and how many of them its action can act on.
     async fn count_dead(&self, filter: DeadFilter<'_>) -> Result<DeadCount>;
@@ -735,8 +744,14 @@ pub trait Store: Send + Sync + 'static {
     /// committed without losing it. A message already recorded (at the same topic,
     /// partition and offset: re-delivered after a crash) is left as it is.
     async fn record_kafka_dead_letter(&self, letter: &KafkaDeadLetter) -> Result<()>;
-    /// Up to `limit` recorded Kafka messages, latest first.
-    async fn kafka_dead_letters(&self, limit: u32) -> Result<Vec<KafkaDeadLetter>>;
+    /// Recorded Kafka messages, latest first ([`KafkaDeadLetterParams`]).
+    async fn kafka_dead_letters(
+        &self,
+        params: KafkaDeadLetterParams<'_>,
+    ) -> Result<Vec<KafkaDeadLetter>>;
+    /// Deletes up to `limit` Kafka dead letters recorded before `recorded_before`, oldest
+    /// first, in one short statement; returns how many went.
+    async fn purge_kafka_dead_letters(&self, recorded_before: Millis, limit: u32) -> Result<u64>;
 
     /// Pauses task type `task_type` (the API's pause of its job): from the commit on, no
     /// claim takes its tasks and no attempt of it begins (a claim already held is left
@@ -765,6 +780,26 @@ pub struct KafkaDeadLetter {
     pub message_size: i64,
     pub reason: String,
     pub recorded_at: Millis,
+}
+
+/// What [`Store::kafka_dead_letters`] lists: up to `limit` dead letters, of `topic`
+/// only if given, in the order latest recorded first, then by topic, partition and
+/// offset, each descending; with `after`, those that come after it in that order (a
+/// page's last item: the next page).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KafkaDeadLetterParams<'a> {
+    pub topic: Option<&'a str>,
+    pub after: Option<KafkaDeadLetterKey<'a>>,
+    pub limit: u32,
+}
+
+/// Where a Kafka dead letter sits in the listing's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KafkaDeadLetterKey<'a> {
+    pub recorded_at: Millis,
+    pub topic: &'a str,
+    pub partition: i32,
+    pub offset: i64,
 }
 
 /// How much of a message a Kafka dead letter keeps. A broker accepts messages up to its

@@ -111,10 +111,10 @@ const QUERIES: Queries = Queries {
     record_kafka_dead_letter: "INSERT INTO kafka_dead_letters (topic, kafka_partition, kafka_offset, message, \
                                message_size, reason, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?) \
                                ON DUPLICATE KEY UPDATE topic = topic",
-    kafka_dead_letters: "SELECT topic, kafka_partition, kafka_offset, message, message_size, \
-                         reason, recorded_at FROM kafka_dead_letters \
-                         ORDER BY recorded_at DESC, topic, kafka_partition, kafka_offset DESC \
-                         LIMIT ?",
+    // MySQL deletes with ORDER BY and LIMIT in one statement, walking
+    // kafka_dead_letters_recent; concurrent purgers wait for each other's few rows.
+    purge_kafka_dead_letters: "DELETE FROM kafka_dead_letters WHERE recorded_at < ? \
+                               ORDER BY recorded_at LIMIT ?",
     pause: "INSERT IGNORE INTO job_pauses (task_type, paused_at) VALUES (?, ?)",
     resume: "DELETE FROM job_pauses WHERE task_type = ?",
     pauses: "SELECT task_type, paused_at FROM job_pauses ORDER BY task_type",
@@ -131,15 +131,19 @@ const QUERIES: Queries = Queries {
     // `ON DUPLICATE KEY UPDATE id = id` cannot tell a duplicate from an insert here:
     // sqlx sets CLIENT_FOUND_ROWS, under which both report one affected row.
     insert_task: "INSERT INTO tasks (id, task_type, payload, state, priority, trigger_at, \
-                  max_retries, timeout_ms, idempotency_key, unique_key, unique_active, \
+                  max_retries, timeout_ms, idempotency_key, unique_key, unique_active, unique_for, \
                   cron_key, source_service, last_error, created_at, updated_at, lease_secret, \
                   concurrency_key, traceparent, tracestate) \
-                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     holder_by_idempotency_key: "SELECT id, trigger_at, task_type, payload FROM tasks \
                                 WHERE idempotency_key = ?",
     holder_by_cron_key: "SELECT id, trigger_at FROM tasks WHERE cron_key = ?",
     holder_by_id: "SELECT id, trigger_at FROM tasks WHERE id = ?",
     holder_by_unique_key: "SELECT id, trigger_at FROM tasks WHERE unique_active = ?",
+    release_unique: "UPDATE tasks FORCE INDEX (PRIMARY) SET unique_active = NULL \
+                     WHERE id = ? AND unique_until <= ?",
+    unique_expired: "SELECT id FROM tasks FORCE INDEX (tasks_unique_until) WHERE unique_until <= ? \
+                     ORDER BY unique_until LIMIT ? FOR UPDATE SKIP LOCKED",
     state: "SELECT state FROM tasks WHERE id = ?",
     cancel: "UPDATE tasks FORCE INDEX (PRIMARY) \
              SET state = 'cancelled', unique_active = NULL, lease_until = NULL, \
@@ -149,7 +153,8 @@ const QUERIES: Queries = Queries {
     // so an extension that moves nothing still reports that its token matched, as on
     // SQLite.
     succeed: "UPDATE tasks FORCE INDEX (PRIMARY) \
-              SET state = 'succeeded', result = ?, unique_active = NULL, \
+              SET state = 'succeeded', result = ?, \
+                     unique_active = CASE WHEN unique_for > 0 THEN unique_active END, \
                   lease_until = NULL, owner = NULL, updated_at = ? \
               WHERE id = ? AND lease_token = ? AND state IN ('running', 'pending', 'dead')",
     retry: "UPDATE tasks FORCE INDEX (PRIMARY) \
@@ -577,7 +582,8 @@ impl Backend for MySqlStore {
                                  PATH '$[2]')) AS p \
                            ON tasks.id = p.pair_id AND tasks.lease_token = p.pair_token \
                          SET tasks.state = 'succeeded', tasks.result = p.outcome, \
-                             tasks.unique_active = NULL, tasks.lease_until = NULL, \
+                             tasks.unique_active = CASE WHEN tasks.unique_for > 0 THEN tasks.unique_active END, \
+                             tasks.lease_until = NULL, \
                              tasks.owner = NULL, tasks.updated_at = ? \
                          WHERE tasks.state IN ('running', 'pending', 'dead')",
                     )

@@ -68,10 +68,9 @@ const QUERIES: Queries = Queries {
     record_kafka_dead_letter: "INSERT INTO kafka_dead_letters (topic, kafka_partition, kafka_offset, message, \
                                message_size, reason, recorded_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
                                ON CONFLICT DO NOTHING",
-    kafka_dead_letters: "SELECT topic, kafka_partition, kafka_offset, message, message_size, \
-                         reason, recorded_at FROM kafka_dead_letters \
-                         ORDER BY recorded_at DESC, topic, kafka_partition, kafka_offset DESC \
-                         LIMIT $1",
+    purge_kafka_dead_letters: "DELETE FROM kafka_dead_letters WHERE ctid = ANY(ARRAY( \
+                               SELECT ctid FROM kafka_dead_letters WHERE recorded_at < $1 \
+                               ORDER BY recorded_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
     pause: "INSERT INTO job_pauses (task_type, paused_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
     resume: "DELETE FROM job_pauses WHERE task_type = $1",
     pauses: "SELECT task_type, paused_at FROM job_pauses ORDER BY task_type",
@@ -84,21 +83,25 @@ const QUERIES: Queries = Queries {
     // ON CONFLICT DO NOTHING, with no target, covers every unique constraint, like
     // SQLite's; an error would abort the whole transaction and the batch with it.
     insert_task: "INSERT INTO tasks (id, task_type, payload, state, priority, trigger_at, \
-                  max_retries, timeout_ms, idempotency_key, unique_key, unique_active, \
+                  max_retries, timeout_ms, idempotency_key, unique_key, unique_active, unique_for, \
                   cron_key, source_service, last_error, created_at, updated_at, lease_secret, \
                   concurrency_key, traceparent, tracestate) \
-                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20) \
+                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21) \
                   ON CONFLICT DO NOTHING",
     holder_by_idempotency_key: "SELECT id, trigger_at, task_type, payload FROM tasks \
                                 WHERE idempotency_key = $1",
     holder_by_cron_key: "SELECT id, trigger_at FROM tasks WHERE cron_key = $1",
     holder_by_id: "SELECT id, trigger_at FROM tasks WHERE id = $1",
     holder_by_unique_key: "SELECT id, trigger_at FROM tasks WHERE unique_active = $1",
+    release_unique: "UPDATE tasks SET unique_active = NULL WHERE id = $1 AND unique_until <= $2",
+    unique_expired: "SELECT id FROM tasks WHERE unique_until <= $1 \
+                     ORDER BY unique_until LIMIT $2 FOR UPDATE SKIP LOCKED",
     state: "SELECT state FROM tasks WHERE id = $1",
     cancel: "UPDATE tasks SET state = 'cancelled', unique_active = NULL, lease_until = NULL, \
              lease_token = lease_token + 1, updated_at = $1 \
              WHERE id = $2 AND state IN ('blocked', 'pending', 'claimed', 'running')",
-    succeed: "UPDATE tasks SET state = 'succeeded', result = $1, unique_active = NULL, \
+    succeed: "UPDATE tasks SET state = 'succeeded', result = $1, \
+                     unique_active = CASE WHEN unique_for > 0 THEN unique_active END, \
               lease_until = NULL, owner = NULL, updated_at = $2 \
               WHERE id = $3 AND lease_token = $4 AND state IN ('running', 'pending', 'dead')",
     retry: "UPDATE tasks SET state = 'pending', trigger_at = $1, last_error = $2, \
@@ -371,7 +374,8 @@ impl Backend for PostgresStore {
                 // the same task.
                 let done: std::collections::HashSet<(String, i64)> = sqlx::query_as(
                     "UPDATE tasks SET state = 'succeeded', result = s.outcome, \
-                            unique_active = NULL, lease_until = NULL, owner = NULL, \
+                            unique_active = CASE WHEN unique_for > 0 THEN unique_active END, \
+                            lease_until = NULL, owner = NULL, \
                             updated_at = $1 \
                      FROM UNNEST($2::text[], $3::bigint[], $4::text[]) \
                           AS s(finished_id, finished_token, outcome) \

@@ -5,8 +5,8 @@ use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
 use super::rows::{JobCountsRow, LapsedRow, TaskRow, task_columns};
 use super::{
-    JobCountParams, JobCounts, KafkaDeadLetter, Lapsed, MEMBER_RETENTION, Millis, PurgeParams,
-    Result, SearchParams, TaskRecord,
+    JobCountParams, JobCounts, KafkaDeadLetter, KafkaDeadLetterParams, Lapsed, MEMBER_RETENTION,
+    Millis, PurgeParams, Result, SearchParams, TaskRecord,
 };
 
 /// One backend's text for the statements run here and in [`super::tx`]; each takes its
@@ -40,9 +40,9 @@ pub struct Queries {
     /// offset); parameters `topic, kafka_partition, kafka_offset, message, message_size,
     /// reason, recorded_at`.
     pub record_kafka_dead_letter: &'static str,
-    /// The columns of `KafkaDeadLetterRow` of up to `limit` Kafka dead letters, latest
-    /// first.
-    pub kafka_dead_letters: &'static str,
+    /// Deletes up to `limit` Kafka dead letters recorded before `recorded_before`
+    /// (`recorded_before, limit`), oldest first, skipping rows another purger holds.
+    pub purge_kafka_dead_letters: &'static str,
     /// Records task type `task_type` paused at `paused_at` unless it is already paused
     /// (then its row is left as it is); parameters `task_type, paused_at`.
     pub pause: &'static str,
@@ -65,9 +65,9 @@ pub struct Queries {
     /// cannot finish before the new task is committed.
     pub dependency_state: &'static str,
     /// Inserts a task, binding `(id, task_type, payload, state, priority, trigger_at,
-    /// max_retries, timeout_ms, idempotency_key, unique_key, unique_active, cron_key,
-    /// source_service, last_error, created_at, updated_at)`. On a unique key it either
-    /// inserts nothing or fails with a unique violation.
+    /// max_retries, timeout_ms, idempotency_key, unique_key, unique_active, unique_for,
+    /// cron_key, source_service, last_error, created_at, updated_at, lease_secret)`. On a
+    /// unique key it either inserts nothing or fails with a unique violation.
     pub insert_task: &'static str,
     /// `id, trigger_at, task_type, payload` of the task holding idempotency key `key`.
     pub holder_by_idempotency_key: &'static str,
@@ -75,8 +75,15 @@ pub struct Queries {
     pub holder_by_cron_key: &'static str,
     /// The same for task `id`.
     pub holder_by_id: &'static str,
-    /// The same for the unique key `key` of an unfinished task (`unique_active`).
+    /// The same for the unique key `key` of the task holding it (`unique_active`).
     pub holder_by_unique_key: &'static str,
+    /// Frees the unique key of task `id` if it is held past its window by `now` (`id,
+    /// now`): a succeeded task whose `unique_until` has come.
+    pub release_unique: &'static str,
+    /// The ids of up to `limit` tasks whose unique key is held past its window by `now`
+    /// (`now, limit`), earliest end first, locked where rows lock (skipping those
+    /// another purger holds).
+    pub unique_expired: &'static str,
     /// The state of task `id`, read to say why a transition did not apply.
     pub state: &'static str,
     /// Cancels task `id` at `now` (`now, id`) if it has not begun.
@@ -91,7 +98,9 @@ pub struct Queries {
     /// on). The work did succeed; running it again would be the duplicate, and leaving it
     /// in dead letters would be a lie. (A claim that was released, not started, never
     /// shares its token with an attempt: starting moves the token on too. Dependents
-    /// failed by the death stay failed: a success does not revive them.)
+    /// failed by the death stay failed: a success does not revive them.) A success keeps
+    /// the unique key held when the task has a window after success (`unique_for > 0`,
+    /// migration 0012); every other end of a task frees it.
     pub succeed: &'static str,
     pub retry: &'static str,
     pub bury: &'static str,
@@ -222,6 +231,10 @@ where
         .fetch_all(&mut *tx)
         .await?;
     if ids.is_empty() {
+        // Ended here, not left to the drop: sqlx only queues the rollback of a dropped
+        // transaction, and until the pooled connection is used again it holds the lock
+        // InnoDB took on the first row past the range, which a later pick then skips.
+        tx.commit().await?;
         return Ok(0);
     }
     for (table, column) in [("task_deps", "task_id"), ("tasks", "id")] {
@@ -234,6 +247,50 @@ where
         delete.push(")");
         delete.build().execute(&mut *tx).await?;
     }
+    tx.commit().await?;
+    Ok(ids.len() as u64)
+}
+
+/// [`super::Store::release_unique_keys`]: picks the tasks, then frees their keys by id,
+/// in one transaction; the pick's condition is checked again by the update.
+pub async fn release_unique_keys<DB>(
+    pool: &Pool<DB>,
+    queries: &Queries,
+    now: Millis,
+    limit: u32,
+) -> Result<u64>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Millis: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
+{
+    let mut tx = pool.begin().await?;
+    let ids: Vec<String> = sqlx::query_scalar::<DB, String>(queries.unique_expired)
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await?;
+    if ids.is_empty() {
+        // Ended here, not left to the drop: sqlx only queues the rollback of a dropped
+        // transaction, and until the pooled connection is used again it holds the lock
+        // InnoDB took on the first row past the range, which a later pick then skips.
+        tx.commit().await?;
+        return Ok(0);
+    }
+    let mut update = sqlx::QueryBuilder::<DB>::new(
+        "UPDATE tasks SET unique_active = NULL WHERE unique_until <= ",
+    );
+    update.push_bind(now).push(" AND id IN (");
+    let mut list = update.separated(", ");
+    for id in &ids {
+        list.push_bind(id.as_str());
+    }
+    update.push(")");
+    update.build().execute(&mut *tx).await?;
     tx.commit().await?;
     Ok(ids.len() as u64)
 }
@@ -450,7 +507,7 @@ where
     Ok(())
 }
 
-/// A row of [`Queries::kafka_dead_letters`].
+/// A row of [`kafka_dead_letters`].
 #[derive(sqlx::FromRow)]
 pub struct KafkaDeadLetterRow {
     topic: String,
@@ -462,22 +519,56 @@ pub struct KafkaDeadLetterRow {
     recorded_at: Millis,
 }
 
+/// [`super::Store::kafka_dead_letters`]: one statement with only the filters given,
+/// walking `kafka_dead_letters_recent` from the newest.
 pub async fn kafka_dead_letters<DB>(
     pool: &Pool<DB>,
-    queries: &Queries,
-    limit: u32,
+    params: KafkaDeadLetterParams<'_>,
 ) -> Result<Vec<KafkaDeadLetter>>
 where
     DB: Database,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     DB::Arguments: IntoArguments<DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Millis: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> i32: Encode<'q, DB> + Type<DB>,
     for<'r> KafkaDeadLetterRow: FromRow<'r, DB::Row>,
 {
-    let rows = sqlx::query_as::<DB, KafkaDeadLetterRow>(queries.kafka_dead_letters)
-        .bind(i64::from(limit))
-        .fetch_all(pool)
-        .await?;
+    let mut query = sqlx::QueryBuilder::<DB>::new(
+        "SELECT topic, kafka_partition, kafka_offset, message, message_size, reason, \
+         recorded_at FROM kafka_dead_letters WHERE 1 = 1",
+    );
+    if let Some(topic) = params.topic {
+        query.push(" AND topic = ").push_bind(topic);
+    }
+    if let Some(after) = params.after {
+        // Strictly after `after` in the listing's order, spelt out rather than as a row
+        // comparison, which not every backend's planner turns into an index range.
+        query
+            .push(" AND (recorded_at < ")
+            .push_bind(after.recorded_at)
+            .push(" OR (recorded_at = ")
+            .push_bind(after.recorded_at)
+            .push(" AND (topic < ")
+            .push_bind(after.topic)
+            .push(" OR (topic = ")
+            .push_bind(after.topic)
+            .push(" AND (kafka_partition < ")
+            .push_bind(after.partition)
+            .push(" OR (kafka_partition = ")
+            .push_bind(after.partition)
+            .push(" AND kafka_offset < ")
+            .push_bind(after.offset)
+            .push("))))))");
+    }
+    query
+        .push(
+            " ORDER BY recorded_at DESC, topic DESC, kafka_partition DESC, kafka_offset DESC \
+             LIMIT ",
+        )
+        .push_bind(i64::from(params.limit));
+    let rows: Vec<KafkaDeadLetterRow> = query.build_query_as().fetch_all(pool).await?;
     Ok(rows
         .into_iter()
         .map(|row| KafkaDeadLetter {

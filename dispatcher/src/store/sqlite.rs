@@ -65,10 +65,10 @@ const QUERIES: Queries = Queries {
     record_kafka_dead_letter: "INSERT INTO kafka_dead_letters (topic, kafka_partition, kafka_offset, message, \
                                message_size, reason, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?) \
                                ON CONFLICT DO NOTHING",
-    kafka_dead_letters: "SELECT topic, kafka_partition, kafka_offset, message, message_size, \
-                         reason, recorded_at FROM kafka_dead_letters \
-                         ORDER BY recorded_at DESC, topic, kafka_partition, kafka_offset DESC \
-                         LIMIT ?",
+    // One writer: nothing to skip. The table has a rowid (it is not WITHOUT ROWID).
+    purge_kafka_dead_letters: "DELETE FROM kafka_dead_letters WHERE rowid IN \
+                               (SELECT rowid FROM kafka_dead_letters WHERE recorded_at < ? \
+                                ORDER BY recorded_at LIMIT ?)",
     pause: "INSERT INTO job_pauses (task_type, paused_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
     resume: "DELETE FROM job_pauses WHERE task_type = ?",
     pauses: "SELECT task_type, paused_at FROM job_pauses ORDER BY task_type",
@@ -81,20 +81,24 @@ const QUERIES: Queries = Queries {
     // One writer: nothing can finish a dependency while this transaction runs.
     dependency_state: "SELECT state FROM tasks WHERE id = ?",
     insert_task: "INSERT INTO tasks (id, task_type, payload, state, priority, trigger_at, \
-                  max_retries, timeout_ms, idempotency_key, unique_key, unique_active, \
+                  max_retries, timeout_ms, idempotency_key, unique_key, unique_active, unique_for, \
                   cron_key, source_service, last_error, created_at, updated_at, lease_secret, \
                   concurrency_key, traceparent, tracestate) \
-                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
     holder_by_idempotency_key: "SELECT id, trigger_at, task_type, payload FROM tasks \
                                 WHERE idempotency_key = ?",
     holder_by_cron_key: "SELECT id, trigger_at FROM tasks WHERE cron_key = ?",
     holder_by_id: "SELECT id, trigger_at FROM tasks WHERE id = ?",
     holder_by_unique_key: "SELECT id, trigger_at FROM tasks WHERE unique_active = ?",
+    release_unique: "UPDATE tasks SET unique_active = NULL WHERE id = ? AND unique_until <= ?",
+    unique_expired: "SELECT id FROM tasks WHERE unique_until <= ? \
+                     ORDER BY unique_until LIMIT ?",
     state: "SELECT state FROM tasks WHERE id = ?",
     cancel: "UPDATE tasks SET state = 'cancelled', unique_active = NULL, lease_until = NULL, \
              lease_token = lease_token + 1, updated_at = ? \
              WHERE id = ? AND state IN ('blocked', 'pending', 'claimed', 'running')",
-    succeed: "UPDATE tasks SET state = 'succeeded', result = ?, unique_active = NULL, \
+    succeed: "UPDATE tasks SET state = 'succeeded', result = ?, \
+                     unique_active = CASE WHEN unique_for > 0 THEN unique_active END, \
               lease_until = NULL, owner = NULL, updated_at = ? \
               WHERE id = ? AND lease_token = ? AND state IN ('running', 'pending', 'dead')",
     retry: "UPDATE tasks SET state = 'pending', trigger_at = ?, last_error = ?, \
@@ -298,7 +302,8 @@ impl Backend for SqliteStore {
         if !plain.is_empty() {
             let pairs: Vec<(&str, i64)> = plain.iter().map(|(_, p)| *p).collect();
             let done: std::collections::HashSet<String> = sqlx::query_scalar(
-                "UPDATE tasks SET state = 'succeeded', result = NULL, unique_active = NULL, \
+                "UPDATE tasks SET state = 'succeeded', result = NULL, \
+                     unique_active = CASE WHEN unique_for > 0 THEN unique_active END, \
                         lease_until = NULL, owner = NULL, updated_at = ?1 \
                  WHERE id IN (SELECT value ->> 0 FROM json_each(?2)) \
                    AND state IN ('running', 'pending', 'dead') \

@@ -20,9 +20,10 @@ use super::shared::{self, KafkaDeadLetterRow, Queries};
 use super::{
     Admitted, BulkAction, CancelOutcome, ClaimIdsParams, ClaimParams, ClaimedTask, DeadCount,
     DeadFilter, DeadLetterParams, FairClaim, FairParams, Finish, FinishKind, InsertOutcome,
-    JobCountParams, JobCounts, JobGate, KafkaDeadLetter, Lapsed, Millis, NewTask, PurgeParams,
-    RedriveOutcome, Result, SearchParams, StartParams, Started, Store, StoreError, TaskRecord,
-    is_unique_violation, retrying, unnamed_insert_conflict, unnamed_redrive_conflict,
+    JobCountParams, JobCounts, JobGate, KafkaDeadLetter, KafkaDeadLetterParams, Lapsed, Millis,
+    NewTask, PurgeParams, RedriveOutcome, Result, SearchParams, StartParams, Started, Store,
+    StoreError, TaskRecord, is_unique_violation, retrying, unnamed_insert_conflict,
+    unnamed_redrive_conflict,
 };
 
 /// A connection of a dialect's database.
@@ -185,6 +186,7 @@ where
                 .bind(task.idempotency_key.as_deref().map(D::key))
                 .bind(task.unique_key.as_deref().map(D::key))
                 .bind(unique_active.map(D::key))
+                .bind(super::duration_ms(task.unique_for))
                 .bind(task.cron_key.as_deref().map(D::key))
                 .bind(task.source_service.as_deref())
                 .bind(error.as_deref())
@@ -215,16 +217,33 @@ where
                     .bind(D::key(key.value()))
                     .fetch_optional(&mut **tx)
                     .await?;
-                if let Some(holder) = holder {
-                    let same = holder.same_request(task);
-                    return Ok(key.outcome(holder.id, holder.trigger_at, same));
+                let Some(holder) = holder else { continue };
+                if matches!(key, domain::ConflictKey::Unique(_))
+                    && Self::release_unique(tx, &holder.id, now).await?
+                {
+                    break;
                 }
+                let same = holder.same_request(task);
+                return Ok(key.outcome(holder.id, holder.trigger_at, same));
             }
             // No task holds any of the keys: the holder of the unique key finished in
             // between (not possible with SQLite's one writer, where trying again finds
-            // the same and ends in the error below).
+            // the same and ends in the error below), or held it past its window after
+            // success and was freed just now (on every backend): the next try takes it.
         }
         Err(unnamed_insert_conflict(task))
+    }
+
+    /// Frees the unique key task `id` holds if its window after success ended by `now`
+    /// (`NewTask::unique_for`); `true` if it did. The purger frees such keys too, in
+    /// batches; this makes the key free exactly when the window ends.
+    async fn release_unique(tx: &mut Transaction<'_, DB>, id: &str, now: Millis) -> Result<bool> {
+        let done = sqlx::query::<DB>(D::QUERIES.release_unique)
+            .bind(id)
+            .bind(now)
+            .execute(&mut **tx)
+            .await?;
+        Ok(D::rows_affected(&done) == 1)
     }
 
     /// The statement naming the task that holds a key an insert conflicted on.
@@ -306,6 +325,7 @@ where
             .bind(no_key)
             .bind(no_key)
             .bind(no_key)
+            .bind(0i64)
             .bind(no_key)
             .bind(None::<&str>)
             .bind(Some("cancelled before it was consumed from Kafka"))
@@ -442,6 +462,13 @@ where
                     .bind(id)
                     .fetch_optional(&mut *tx)
                     .await?;
+                if let Some(holder) = &existing_id
+                    && Self::release_unique(&mut tx, holder, now).await?
+                {
+                    // Its hold after success had ended: the next try takes the key.
+                    tx.commit().await?;
+                    return Ok(None);
+                }
                 match domain::redrive_conflict(existing_id) {
                     Some(outcome) => outcome,
                     None => return Ok(None),
@@ -806,6 +833,13 @@ where
         .await
     }
 
+    async fn release_unique_keys(&self, now: Millis, limit: u32) -> Result<u64> {
+        retrying(B::transient, || {
+            shared::release_unique_keys(self.writer(), &B::QUERIES, now, limit)
+        })
+        .await
+    }
+
     async fn count_dead(&self, filter: DeadFilter<'_>) -> Result<DeadCount> {
         bulk::count(self.reader(), filter).await
     }
@@ -877,8 +911,23 @@ where
         shared::record_kafka_dead_letter(self.writer(), &B::QUERIES, letter).await
     }
 
-    async fn kafka_dead_letters(&self, limit: u32) -> Result<Vec<KafkaDeadLetter>> {
-        shared::kafka_dead_letters(self.reader(), &B::QUERIES, limit).await
+    async fn kafka_dead_letters(
+        &self,
+        params: KafkaDeadLetterParams<'_>,
+    ) -> Result<Vec<KafkaDeadLetter>> {
+        shared::kafka_dead_letters(self.reader(), params).await
+    }
+
+    async fn purge_kafka_dead_letters(&self, recorded_before: Millis, limit: u32) -> Result<u64> {
+        let done = retrying(B::transient, || async {
+            Ok(sqlx::query::<DB>(B::QUERIES.purge_kafka_dead_letters)
+                .bind(recorded_before)
+                .bind(i64::from(limit))
+                .execute(self.writer())
+                .await?)
+        })
+        .await?;
+        Ok(B::rows_affected(&done))
     }
 
     async fn pause(&self, task_type: &str, now: Millis) -> Result<Millis> {

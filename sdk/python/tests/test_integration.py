@@ -5,6 +5,7 @@ was checked against the server."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import urllib.request
@@ -39,6 +40,8 @@ class Env:
     client: asyncd.Client
     runs: Dict[str, List[Run]] = field(default_factory=dict)
     releases: Dict[str, threading.Event] = field(default_factory=dict)
+    #: Set, by task id, when a py_cancel handler got CancelledError.
+    cancels_seen: Dict[str, threading.Event] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def record(self, payload: Any, ctx: asyncd.TaskContext) -> asyncd.TaskContext:
@@ -53,6 +56,10 @@ class Env:
     def release(self, task_id: str) -> threading.Event:
         with self.lock:
             return self.releases.setdefault(task_id, threading.Event())
+
+    def cancel_seen(self, task_id: str) -> threading.Event:
+        with self.lock:
+            return self.cancels_seen.setdefault(task_id, threading.Event())
 
     def wait_state(self, task_id: str, state: str, timeout: float = 20.0) -> asyncd.TaskStatus:
         deadline = time.monotonic() + timeout
@@ -117,8 +124,19 @@ def register(env: Env) -> None:
                 raise asyncd.Retry()
         return {"done": True}
 
+    @c.executor("py_cancel", long_running=True, lease=LEASE)
+    async def cancellable(payload: Any, ctx: asyncd.TaskContext) -> Dict[str, Any]:
+        env.record(payload, ctx)
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            env.cancel_seen(ctx.id).set()
+            raise
+        return {"done": True}
 
-TYPES = ["py_ok", "py_async", "py_permanent", "py_flaky", "py_retry_after", "py_always_fails", "py_long", "py_unique"]
+
+TYPES = ["py_ok", "py_async", "py_permanent", "py_flaky", "py_retry_after", "py_always_fails", "py_long", "py_unique",
+         "py_cancel"]
 
 
 @pytest.fixture(scope="module")
@@ -386,6 +404,23 @@ def test_long_running_keeps_lease(dev_env):
     done = env.wait_state(res.id, asyncd.SUCCEEDED)
     assert done.attempt == 1 and len(env.runs_of(res.id)) == 1
     assert done.result == {"done": True}, "the handler's return value is posted as the result's output"
+
+
+def test_cancel_running_task_cancels_the_handler(dev_env):
+    """Issue 15: a task cancelled while its handler runs is cancelled in the handler: the
+    executor helper learns it on its next heartbeat (410 task_cancelled), sets
+    ``ctx.cancelled`` and cancels the coroutine; the task ends cancelled after one attempt."""
+    env = need(dev_env)
+    c = env.client
+    res = c.submit("py_cancel", {"rows": 1}, idempotency_key=key())
+    wait_until(lambda: len(env.runs_of(res.id)) == 1, 20, "the handler to start")
+    assert c.get(res.id).state == asyncd.RUNNING
+    c.cancel(res.id)
+    assert env.cancel_seen(res.id).wait(20), f"the handler was not cancelled within 20 s\n{env.server.log_tail()}"
+    run = env.runs_of(res.id)[0]
+    assert run.ctx.cancelled.is_set() and run.ctx.cancel_reason == "the task was cancelled in asyncd", run.ctx.cancel_reason
+    done = env.wait_state(res.id, asyncd.CANCELLED, 5)
+    assert done.attempt == 1 and len(env.runs_of(res.id)) == 1
 
 
 def test_source_service_metric(dev_env):

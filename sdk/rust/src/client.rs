@@ -1264,6 +1264,14 @@ mod tests {
             (r.method.as_str(), r.path.as_str()),
             ("DELETE", "/v1/tasks/a")
         );
+        fake.answer(200, r#"{"id":"b","state":"cancelled"}"#);
+        let cancelled = c.cancel_unique("j 1", "order:7").await.unwrap();
+        assert_eq!(cancelled.id, "b");
+        let r = fake.last();
+        assert_eq!(
+            (r.method.as_str(), r.path.as_str(), r.query.as_str()),
+            ("DELETE", "/v1/tasks", "job=j%201&unique_key=order%3A7")
+        );
     }
 
     #[tokio::test]

@@ -779,6 +779,62 @@ async fn long_running_heartbeats_keep_the_lease() {
         .expect("long-running handlers finish");
 }
 
+/// Sets its [`tokio::sync::Notify`] when dropped: inside a handler's future, it says the
+/// future was dropped.
+struct OnDrop(std::sync::Arc<tokio::sync::Notify>);
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        self.0.notify_one();
+    }
+}
+
+/// Issue 15: a task cancelled while its long-running handler runs is cancelled in the
+/// handler: the executor learns it on its next heartbeat (410 `task_cancelled`) and drops
+/// the handler's future — Rust's cancellation: it stops at its await and its destructors
+/// run — and the task ends cancelled after its one attempt.
+#[tokio::test]
+async fn cancelling_a_running_task_cancels_its_handler() {
+    const LEASE: Duration = Duration::from_secs(2);
+    let rec = Recorder::default();
+    let dropped = std::sync::Arc::new(tokio::sync::Notify::new());
+    let (r, d) = (rec.clone(), dropped.clone());
+    let executor = Executor::new()
+        .signing_secret(SECRET)
+        .register_long_running("rust_cancel", LEASE, move |ctx: TaskContext, p: Value| {
+            r.add(&ctx, &p);
+            let guard = OnDrop(d.clone());
+            async move {
+                let _guard = guard;
+                std::future::pending::<()>().await;
+                Ok::<(), Outcome>(())
+            }
+        });
+    let in_flight = executor.in_flight();
+    let dev = Dev::start(executor, &[Job::new("rust_cancel")]).await;
+    let res = submit(&dev, Task::new("rust_cancel", Value::Null)).await;
+    rec.wait_runs(&res.id, 1).await;
+    assert_eq!(
+        dev.client.get(&res.id).await.unwrap().state,
+        TaskState::Running
+    );
+    dev.client.cancel(&res.id).await.unwrap();
+    tokio::time::timeout(DEADLINE, dropped.notified())
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "the handler was not cancelled within {DEADLINE:?} of the cancel\n{}",
+                dev.log_tail()
+            )
+        });
+    let done = dev.wait_state(&res.id, TaskState::Cancelled).await;
+    assert_eq!(done.attempt, 1);
+    assert_eq!(rec.runs(&res.id).len(), 1);
+    tokio::time::timeout(DEADLINE, in_flight.wait())
+        .await
+        .expect("no handler is left running");
+}
+
 #[tokio::test]
 async fn bad_signature_is_refused_into_dead_letters() {
     let rec = Recorder::default();
