@@ -7,6 +7,7 @@ pub mod error;
 pub mod submit;
 mod workflow;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -300,7 +301,7 @@ impl ApiState {
     /// refused only when that fails too.
     async fn accept(&self, tasks: &[NewTask], now: Millis) -> Result<Vec<Answer>, ApiError> {
         let routes = self.routes.borrow().clone();
-        let topics: Vec<Option<&str>> = tasks
+        let topics: Vec<Option<Cow<str>>> = tasks
             .iter()
             .map(|task| {
                 let producer = self.kafka.as_ref()?;
@@ -327,7 +328,7 @@ impl ApiState {
         for (i, topic) in topics.iter().enumerate() {
             match topic {
                 None => answers[i] = Some(accepted(outcomes.next().expect("one outcome per task"))),
-                Some(topic) => produced.push((i, *topic)),
+                Some(topic) => produced.push((i, topic.as_ref())),
             }
         }
         if let Some(producer) = &self.kafka {
