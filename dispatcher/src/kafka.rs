@@ -1,5 +1,8 @@
 //! The Kafka path: tasks due within the threshold (default 10 min) travel through their
-//! job's topic instead of being written by the API.
+//! job's topic instead of being written by the API — tasks of priority 5 and above
+//! through the job's high-priority topic, which a consumer of its own reads, so a
+//! lagging flood of lower-priority messages does not hold them up (docs/design.md,
+//! "Priority").
 //!
 //! The reference system kept consumed tasks in the dispatcher's heap and committed
 //! offsets right away, so a dispatcher that died lost its heap. Here a consumer first

@@ -328,7 +328,7 @@ impl ApiState {
         for (i, topic) in topics.iter().enumerate() {
             match topic {
                 None => answers[i] = Some(accepted(outcomes.next().expect("one outcome per task"))),
-                Some(topic) => produced.push((i, topic.as_ref())),
+                Some(topic) => produced.push((i, &**topic)),
             }
         }
         if let Some(producer) = &self.kafka {
