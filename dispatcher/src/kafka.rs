@@ -171,12 +171,7 @@ impl Producer {
     /// Tasks that need the store's constraints at submit time — a unique key,
     /// dependencies — always go to the store. While paused after a failure, every task
     /// goes to the store.
-    pub fn topic_for<'a>(
-        &self,
-        task: &NewTask,
-        job: &'a Job,
-        now: Millis,
-    ) -> Option<Cow<'a, str>> {
+    pub fn topic_for<'a>(&self, task: &NewTask, job: &'a Job, now: Millis) -> Option<Cow<'a, str>> {
         if now.as_i64() < self.paused_until.load(Ordering::Relaxed) {
             return None;
         }

@@ -209,10 +209,7 @@ async fn a_priority_9_task_overtakes_a_lagging_flood_of_50_000_priority_0_tasks(
         .collect();
     // Four requests in flight: the broker acknowledges each batch, so one at a time
     // would spend most of the test waiting.
-    let parts: Vec<Vec<Value>> = backlog
-        .chunks(BACKLOG / 4)
-        .map(|c| c.to_vec())
-        .collect();
+    let parts: Vec<Vec<Value>> = backlog.chunks(BACKLOG / 4).map(|c| c.to_vec()).collect();
     let produced =
         futures::future::join_all(parts.into_iter().map(|part| cluster.submit(part))).await;
     assert_eq!(produced.iter().map(Vec::len).sum::<usize>(), BACKLOG);

@@ -21,7 +21,7 @@ pub mod schedule;
 
 pub use duration::{format_duration, parse_duration};
 pub use job::{
-    AsyncJobConfig, DeletePolicy, HIGH_PRIORITY, Job, JobSpec, KafkaSpec, RateLimit,
-    RateLimitSpec, Retention, SpecError,
+    AsyncJobConfig, DeletePolicy, HIGH_PRIORITY, Job, JobSpec, KafkaSpec, RateLimit, RateLimitSpec,
+    Retention, SpecError,
 };
 pub use schedule::CronSchedule;
