@@ -175,10 +175,11 @@ check "operator /healthz"            curl -fsS "http://127.0.0.1:$port/healthz"
 log "apply config/samples/order-cancel-job.yaml"
 OC=order-cancel-job
 OC_TOPIC=$(topic asyncd-order-cancel)
-topics_created+=("$OC_TOPIC")
+topics_created+=("$OC_TOPIC" "$OC_TOPIC-high")
 check "apply order-cancel-job"       apply_sample order-cancel-job.yaml
 check "order-cancel-job Ready"       kn wait --for=condition=Ready --timeout=60s "asyncjobconfig/$OC"
 check "topic has 6 partitions"       topic_has "$OC_TOPIC" 6
+check "high-priority topic too"      topic_has "$OC_TOPIC-high" 6
 check "status.partitions is 6"       expect_eq partitions "$(jp asyncjobconfig/$OC '{.status.partitions}')" 6
 check "observedGeneration"           expect_eq observedGeneration "$(jp asyncjobconfig/$OC '{.status.observedGeneration}')" "$(jp asyncjobconfig/$OC '{.metadata.generation}')"
 check "status.limits in effect"      expect_eq limits "$(jp asyncjobconfig/$OC '{.status.limits.concurrency}')/$(jp asyncjobconfig/$OC '{.status.paused}')" 64/false
@@ -253,6 +254,7 @@ log "grow to 12 partitions (config/samples/order-cancel-job-12-partitions.yaml)"
 check "apply 12 partitions"          apply_sample order-cancel-job-12-partitions.yaml
 check "status.partitions becomes 12" kn wait --for=jsonpath='{.status.partitions}'=12 --timeout=60s "asyncjobconfig/$OC"
 check "topic grew to 12"             topic_has "$OC_TOPIC" 12
+check "high-priority topic too"      topic_has "$OC_TOPIC-high" 12
 check "Ready after growing"          kn wait --for=condition=Ready --timeout=30s "asyncjobconfig/$OC"
 check "HPA follows (2..12)"          wait_for 20 hpa_spec 2 12
 check "event PartitionsGrown"        wait_for 10 has_event "$OC" PartitionsGrown
@@ -512,7 +514,7 @@ check "Deployment and HPA removed"   wait_for 20 no_workloads "$OC"
 log "config/samples/invoice-reminder-job.yaml: clamped scaling, deletePolicy: Delete"
 IR=invoice-reminder-job
 IR_TOPIC=$(topic asyncd-invoice-reminder)
-topics_created+=("$IR_TOPIC")
+topics_created+=("$IR_TOPIC" "$IR_TOPIC-high")
 check "apply invoice-reminder-job"   apply_sample invoice-reminder-job.yaml
 check "invoice-reminder-job Ready"   kn wait --for=condition=Ready --timeout=60s "asyncjobconfig/$IR"
 check "topic has 3 partitions"       topic_has "$IR_TOPIC" 3
@@ -520,6 +522,7 @@ clamped() { expect_eq min/max "$(jp "hpa/asyncd-dispatcher-$IR" '{.spec.minRepli
 check "maxReplicas clamped to 3"     clamped
 check "delete invoice-reminder-job"  kn delete asyncjobconfig "$IR" --wait=true --timeout=30s
 check "its topic is deleted"         wait_for 20 topic_absent "$IR_TOPIC"
+check "high-priority topic too"      wait_for 20 topic_absent "$IR_TOPIC-high"
 
 # ---- 6. invalid specs are refused by the API server -----------------------------------------
 log "invalid specs"
@@ -582,8 +585,8 @@ check "operator may not take Leases"              cannot create leases.coordinat
 metrics_ok() {
   local m; m=$(curl -fsS "http://127.0.0.1:$port/metrics")
   expect_has metrics "$m" 'asyncd_operator_reconciliations_total{result="ok"}' &&
-  expect_has metrics "$m" 'asyncd_operator_topic_operations_total{op="grow"} 1' &&
-  expect_has metrics "$m" 'asyncd_operator_topic_operations_total{op="create"} 1'
+  expect_has metrics "$m" 'asyncd_operator_topic_operations_total{op="grow"} 2' &&
+  expect_has metrics "$m" 'asyncd_operator_topic_operations_total{op="create"} 2'
 }
 check "operator /metrics"            metrics_ok
 no_failures() { ! grep 'reconcile failed' "$WORK/operator.log"; }

@@ -144,45 +144,10 @@ pub async fn run(args: &Args) -> Result<()> {
         );
     }
 
-    println!("\n## Priority under backlog\n");
+    println!("\n## Priority under backlog (store route)\n");
     {
         let asyncd = Asyncd::start(&executor, &http, None).await?;
-        sink.take();
-        // The backlog due at once, so all of it is overdue when the probe comes.
-        submit_batches(
-            &http,
-            &asyncd.base,
-            (0..args.backlog).map(|_| task(0)).collect(),
-        )
-        .await?;
-        let submitted = now_ms();
-        let ran = sink.count();
-        let probe = serde_json::json!({"type": "noop", "payload": {"probe": true}, "priority": 9});
-        submit_single(&http, &asyncd.base, vec![probe], 1).await?;
-        let start = Instant::now();
-        let (arrival, before) = loop {
-            if let Some(seen) = sink.probe() {
-                break seen;
-            }
-            anyhow::ensure!(
-                start.elapsed() < Duration::from_secs(300),
-                "the priority-9 task did not run"
-            );
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        };
-        println!(
-            "| priority-0 tasks submitted | still waiting at the probe's submit | priority-9 probe: submit to call | backlog calls between |"
-        );
-        println!("|---:|---:|---:|---:|");
-        println!(
-            "| {} | {} | {} ms | {} |",
-            args.backlog,
-            args.backlog - ran,
-            arrival - submitted,
-            before - ran
-        );
-        sink.wait_for(args.backlog, Duration::from_secs(600))
-            .await?;
+        priority_under_backlog(&http, &asyncd, &sink, args.backlog).await?;
     }
 
     println!("\n## ETA heap\n");

@@ -288,3 +288,44 @@ pub fn lateness(seen: &[(i64, i64)]) -> Lateness {
 pub fn rate(n: usize, d: Duration) -> String {
     format!("{:.0}/s", n as f64 / d.as_secs_f64())
 }
+
+/// Submits `backlog` priority-0 tasks due at once, then a priority-9 probe, and prints a
+/// table: how much of the backlog still waited at the probe's submit, the probe's
+/// lateness (submit to call) and how many backlog calls came in between. Waits for the
+/// backlog to drain, so the next run starts on an idle process.
+pub async fn priority_under_backlog(
+    http: &reqwest::Client,
+    asyncd: &Asyncd,
+    sink: &Sink,
+    backlog: usize,
+) -> Result<()> {
+    sink.take();
+    submit_batches(http, &asyncd.base, (0..backlog).map(|_| task(0)).collect()).await?;
+    let submitted = now_ms();
+    let ran = sink.count();
+    let probe = json!({"type": "noop", "payload": {"probe": true}, "priority": 9});
+    submit_single(http, &asyncd.base, vec![probe], 1).await?;
+    let start = Instant::now();
+    let (arrival, before) = loop {
+        if let Some(seen) = sink.probe() {
+            break seen;
+        }
+        anyhow::ensure!(
+            start.elapsed() < Duration::from_secs(300),
+            "the priority-9 task did not run"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    println!(
+        "| priority-0 tasks submitted | still waiting at the probe's submit | priority-9 probe: submit to call | backlog calls between |"
+    );
+    println!("|---:|---:|---:|---:|");
+    println!(
+        "| {backlog} | {} | {} ms | {} |",
+        backlog - ran,
+        arrival - submitted,
+        before - ran
+    );
+    sink.wait_for(backlog, Duration::from_secs(600)).await?;
+    Ok(())
+}

@@ -1,9 +1,11 @@
 //! The Kafka path (`asyncd dev --kafka-brokers …`): submit throughput, end-to-end drain
-//! and lateness through a real broker, and memory with many tasks waiting in the heap.
+//! and lateness through a real broker, a priority-9 task behind a due backlog, and memory
+//! with many tasks waiting in the heap.
 
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use serde_json::json;
 
 use crate::harness::*;
 
@@ -19,6 +21,9 @@ pub struct Args {
     heap: Vec<usize>,
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
+    /// Overdue priority-0 tasks a priority-9 task is submitted behind.
+    #[arg(long, default_value_t = 50_000)]
+    backlog: usize,
 }
 
 fn topic() -> String {
@@ -51,6 +56,27 @@ async fn wait_heap(http: &reqwest::Client, base: &str, n: usize) -> Result<()> {
     }
 }
 
+/// The topics are created at start: waits until a first task of each priority class
+/// made it through, then forgets them.
+async fn wait_through(http: &reqwest::Client, asyncd: &Asyncd, sink: &Sink) -> Result<()> {
+    for priority in [0, 9] {
+        sink.take();
+        let first = || json!({"type": "noop", "payload": {"n": 1}, "priority": priority});
+        submit_single(http, &asyncd.base, vec![first()], 1)
+            .await
+            .ok();
+        while sink.count() == 0 {
+            submit_single(http, &asyncd.base, vec![first()], 1)
+                .await
+                .ok();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    sink.take();
+    Ok(())
+}
+
 pub async fn run(args: &Args) -> Result<()> {
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(256)
@@ -66,20 +92,7 @@ pub async fn run(args: &Args) -> Result<()> {
     for &n in &args.sizes {
         let t = topic();
         let asyncd = Asyncd::start(&executor, &http, Some((&args.brokers, &t))).await?;
-        // The topic is created at start; wait until a first task makes it through.
-        sink.take();
-        submit_single(&http, &asyncd.base, vec![task(0)], 1)
-            .await
-            .ok();
-        while sink.count() == 0 {
-            submit_single(&http, &asyncd.base, vec![task(0)], 1)
-                .await
-                .ok();
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        sink.wait_for(1, Duration::from_secs(60)).await?;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        sink.take();
+        wait_through(&http, &asyncd, &sink).await?;
         let single = submit_single(
             &http,
             &asyncd.base,
@@ -103,6 +116,14 @@ pub async fn run(args: &Args) -> Result<()> {
             l.max,
             asyncd.peak_rss_mib()
         );
+    }
+
+    println!("\n## Priority under backlog (Kafka route)\n");
+    {
+        let t = topic();
+        let asyncd = Asyncd::start(&executor, &http, Some((&args.brokers, &t))).await?;
+        wait_through(&http, &asyncd, &sink).await?;
+        priority_under_backlog(&http, &asyncd, &sink, args.backlog).await?;
     }
 
     println!("\n## Memory with tasks waiting in the heap\n");

@@ -1,5 +1,8 @@
 //! The Kafka path: tasks due within the threshold (default 10 min) travel through their
-//! job's topic instead of being written by the API.
+//! job's topic instead of being written by the API — tasks of priority 5 and above
+//! through the job's high-priority topic, which a consumer of its own reads, so a
+//! lagging flood of lower-priority messages does not hold them up (docs/design.md,
+//! "Priority").
 //!
 //! The reference system kept consumed tasks in the dispatcher's heap and committed
 //! offsets right away, so a dispatcher that died lost its heap. Here a consumer first
@@ -29,6 +32,7 @@
 //! default; offsets are committed by hand after the store write
 //! (`enable.auto.commit=false`); a new group starts from the earliest offset.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -36,6 +40,7 @@ use std::time::Duration;
 
 use asyncd_kafka_admin::{AdminError, KafkaAdmin, KafkaSecurity};
 use asyncd_spec::Job;
+use asyncd_spec::job::HIGH_TOPIC_SUFFIX;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
@@ -181,10 +186,12 @@ impl Producer {
             .fetch_max((now + PAUSE_AFTER_FAILURE).as_i64(), Ordering::Relaxed);
     }
 
-    /// The topic a task goes to, or `None` for the store. Tasks that need the store's
-    /// constraints at submit time — a unique key, dependencies — always go to the store.
-    /// While paused after a failure, every task goes to the store.
-    pub fn topic_for<'a>(&self, task: &NewTask, job: &'a Job, now: Millis) -> Option<&'a str> {
+    /// The topic a task goes to, or `None` for the store: the job's high-priority topic
+    /// for priority [`asyncd_spec::HIGH_PRIORITY`] and above, its main topic otherwise.
+    /// Tasks that need the store's constraints at submit time — a unique key,
+    /// dependencies — always go to the store. While paused after a failure, every task
+    /// goes to the store.
+    pub fn topic_for<'a>(&self, task: &NewTask, job: &'a Job, now: Millis) -> Option<Cow<'a, str>> {
         if now.as_i64() < self.paused_until.load(Ordering::Relaxed) {
             return None;
         }
@@ -193,7 +200,7 @@ impl Producer {
             && task.unique_key.is_none()
             && task.depends_on.is_empty()
             && task.cron_key.is_none();
-        eligible.then_some(kafka.topic.as_str())
+        eligible.then(|| kafka.topic_for(task.priority))
     }
 
     /// Produces and waits for the broker's acknowledgement (acks=all), at most the
@@ -232,8 +239,9 @@ pub struct ConsumerConfig {
     pub create_topics: bool,
 }
 
-/// Runs one consumer per routed job that has a topic, starting and stopping them as
-/// the routing table changes, until `shutdown`.
+/// Runs a consumer for each topic of each routed job that has one — the main topic and
+/// the high-priority topic — starting and stopping them as the routing table changes,
+/// until `shutdown`.
 #[allow(clippy::too_many_arguments)]
 pub async fn supervise(
     config: ConsumerConfig,
@@ -246,8 +254,8 @@ pub async fn supervise(
     tasks: TaskTracker,
     shutdown: CancellationToken,
 ) {
-    // Job name → (topic, group, the consumer's own stop signal).
-    let mut running: HashMap<String, (String, String, CancellationToken)> = HashMap::new();
+    // (job name, topic) → (group, the consumer's own stop signal).
+    let mut running: HashMap<(String, String), (String, CancellationToken)> = HashMap::new();
     loop {
         let table = routes.borrow_and_update().clone();
         let mut wanted = HashMap::new();
@@ -257,31 +265,37 @@ pub async fn supervise(
                     .consumer_group
                     .clone()
                     .unwrap_or_else(|| format!("asyncd-{}", job.name));
-                wanted.insert(
-                    job.name.clone(),
-                    (kafka.topic.clone(), group, kafka.partitions),
-                );
+                // Each priority class has a consumer, and a group, of its own: the
+                // high-priority topic is read as soon as a message lands in it, however
+                // far the main topic's consumer lags, and neither's rebalances stop the
+                // other.
+                let [main, high] = kafka.topics();
+                let high_group = format!("{group}{HIGH_TOPIC_SUFFIX}");
+                wanted.insert((job.name.clone(), main), (group, kafka.partitions));
+                wanted.insert((job.name.clone(), high), (high_group, kafka.partitions));
             }
         }
-        running.retain(|name, (topic, group, stop)| {
+        running.retain(|(name, topic), (group, stop)| {
             let keep = wanted
-                .get(name)
-                .is_some_and(|(t, g, _)| t == topic && g == group);
+                .get(&(name.clone(), topic.clone()))
+                .is_some_and(|(g, _)| g == group);
             if !keep {
                 tracing::info!(job = %name, %topic, "stopping consumer");
                 stop.cancel();
             }
             keep
         });
-        for (name, (topic, group, partitions)) in wanted {
-            if running.contains_key(&name) {
+        for ((name, topic), (group, partitions)) in wanted {
+            let key = (name, topic);
+            if running.contains_key(&key) {
                 continue;
             }
             let stop = shutdown.child_token();
-            running.insert(name.clone(), (topic.clone(), group.clone(), stop.clone()));
+            running.insert(key.clone(), (group.clone(), stop.clone()));
+            let (job, topic) = key;
             tasks.spawn(consume(
                 Assignment {
-                    job: name,
+                    job,
                     topic,
                     group,
                     partitions,
@@ -673,7 +687,7 @@ async fn report_lag(
     }
 }
 
-/// For `--create-topics` on the API: makes every routed job's topic exist, again after
+/// For `--create-topics` on the API: makes every routed job's topics exist, again after
 /// each routing change, so the first produce does not fail on a missing topic.
 pub async fn create_topics(
     brokers: String,
@@ -690,11 +704,11 @@ pub async fn create_topics(
     };
     loop {
         let table = routes.borrow_and_update().clone();
-        for job in table.jobs() {
-            if let Some(kafka) = &job.kafka
-                && let Err(err) = admin.ensure(&kafka.topic, kafka.partitions).await
-            {
-                tracing::warn!(topic = %kafka.topic, %err, "could not create the topic");
+        for kafka in table.jobs().filter_map(|job| job.kafka.as_ref()) {
+            for topic in kafka.topics() {
+                if let Err(err) = admin.ensure(&topic, kafka.partitions).await {
+                    tracing::warn!(%topic, %err, "could not create the topic");
+                }
             }
         }
         tokio::select! {
@@ -869,18 +883,31 @@ mod tests {
             trace: None,
         };
         let topic = job.kafka.as_ref().unwrap().topic.as_str();
-        assert_eq!(producer.topic_for(&task, &job, now), Some(topic));
+        assert_eq!(producer.topic_for(&task, &job, now).as_deref(), Some(topic));
+        let high = NewTask {
+            priority: asyncd_spec::HIGH_PRIORITY,
+            ..task.clone()
+        };
+        assert_eq!(
+            producer.topic_for(&high, &job, now).as_deref(),
+            Some(format!("{topic}-high").as_str()),
+            "high priority has a topic of its own"
+        );
         producer.pause(now);
         let end = now + PAUSE_AFTER_FAILURE;
         assert_eq!(
-            producer.topic_for(&task, &job, Millis::new(end.as_i64() - 1)),
+            producer
+                .topic_for(&task, &job, Millis::new(end.as_i64() - 1))
+                .as_deref(),
             None
         );
-        assert_eq!(producer.topic_for(&task, &job, end), Some(topic));
+        assert_eq!(producer.topic_for(&task, &job, end).as_deref(), Some(topic));
         // An earlier failure reported late does not shorten the pause.
         producer.pause(Millis::new(now.as_i64() - 5_000));
         assert_eq!(
-            producer.topic_for(&task, &job, Millis::new(end.as_i64() - 1)),
+            producer
+                .topic_for(&task, &job, Millis::new(end.as_i64() - 1))
+                .as_deref(),
             None
         );
     }

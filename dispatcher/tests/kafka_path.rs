@@ -28,13 +28,18 @@ fn kafka_script() -> PathBuf {
 
 /// A job whose tasks go through a topic of its own.
 fn kafka_job(name: &str, url: &str, partitions: u32) -> String {
+    kafka_job_with(name, url, partitions, "")
+}
+
+/// [`kafka_job`] with `extra_spec` (indented YAML lines) added to the job's spec.
+fn kafka_job_with(name: &str, url: &str, partitions: u32, extra_spec: &str) -> String {
     let topic = format!("asyncd-test-{name}-{}", uuid::Uuid::now_v7().simple());
     job_yaml(
         name,
         name,
         url,
         &format!(
-            "  kafka:\n    topic: {topic}\n    partitions: {partitions}\n    consumerGroup: {topic}-cg\n"
+            "  kafka:\n    topic: {topic}\n    partitions: {partitions}\n    consumerGroup: {topic}-cg\n{extra_spec}"
         ),
     )
 }
@@ -170,6 +175,85 @@ async fn a_repeat_while_the_first_is_in_kafka_answers_the_same_task() {
     let task = asyncd.wait_state(id, "succeeded").await;
     assert_eq!(task["attempt"], 1);
     assert_eq!(executor.calls_for(id).len(), 1, "the work ran twice");
+}
+
+/// Issue 14: on the Kafka route a task is ranked by priority only once a consumer has
+/// stored it, so a high-priority task behind a lagging flood in the job's topic waited
+/// for the consumer to read the whole flood first. Now it travels through the job's
+/// high-priority topic, which a consumer of its own reads at once.
+///
+/// 50 000 due priority-0 tasks wait in the topic before a dispatcher starts; the job
+/// begins attempts at 50/s (`rateLimit`; `concurrency: 4`), so the count of attempts
+/// begun while the priority-9 task travels measures how long it waited, on any machine.
+/// It is submitted once both consumers are reading (a first backlog task and a
+/// priority-9 warm-up ran), with the flood still lagging.
+#[tokio::test]
+async fn a_priority_9_task_overtakes_a_lagging_flood_of_50_000_priority_0_tasks() {
+    let _broker = BROKER.read().await;
+    const BACKLOG: usize = 50_000;
+    const PER_SECOND: usize = 50;
+    /// Attempts begun between the priority-9 task's submit and its own: its produce,
+    /// fetch and store take well under the 2 s this allows at 50/s. Behind the flood it
+    /// waited for the consumer to store some 50 000 tasks, many seconds.
+    const BOUND: usize = 2 * PER_SECOND;
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let limits = format!("  concurrency: 4\n  rateLimit:\n    perSecond: {PER_SECOND}\n");
+    let cluster = Cluster::start(&kafka_job_with("prio", &executor.url(), 3, &limits)).await;
+    let warm_up = cluster
+        .submit(vec![
+            json!({"type": "prio", "payload": "warm-up", "priority": 9}),
+        ])
+        .await;
+    let backlog: Vec<Value> = (0..BACKLOG)
+        .map(|n| json!({"type": "prio", "payload": {"n": n}}))
+        .collect();
+    // Four requests in flight: the broker acknowledges each batch, so one at a time
+    // would spend most of the test waiting.
+    let parts: Vec<Vec<Value>> = backlog.chunks(BACKLOG / 4).map(|c| c.to_vec()).collect();
+    let produced =
+        futures::future::join_all(parts.into_iter().map(|part| cluster.submit(part))).await;
+    assert_eq!(produced.iter().map(Vec::len).sum::<usize>(), BACKLOG);
+
+    // With the default claim hold rather than the cluster's 3 s: the adopted flood stays
+    // claimed for the test's length instead of lapsing into the rescuer meanwhile.
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut args = Cluster::args("dispatcher", &cluster.store, &cluster.jobs, &listen);
+    let hold = args.iter().position(|a| a == "--claim-hold").unwrap() + 1;
+    args[hold] = "30s".into();
+    let _dispatcher = Role::start("dispatcher", &listen, args, cluster.dir.path());
+    executor.wait_calls(&warm_up[0], 1).await;
+    wait_for("the flood to begin", DEADLINE, async || {
+        (executor.calls().len() >= 2).then_some(())
+    })
+    .await;
+    let before = executor.calls().len();
+    let high = cluster
+        .submit(vec![
+            json!({"type": "prio", "payload": "high", "priority": 9}),
+        ])
+        .await
+        .remove(0);
+    // Until it ran, or until more of the flood than the bound began before it.
+    let (between, at) = wait_for("the priority-9 task's call", DEADLINE, async || {
+        let calls = executor.calls();
+        match calls.iter().position(|c| c.id == high) {
+            Some(at) => Some((at - before, Some(at))),
+            None => (calls.len() - before > BOUND).then_some((calls.len() - before, None)),
+        }
+    })
+    .await;
+    eprintln!(
+        "{between} backlog attempts began between the priority-9 task's submit and its own ({at:?} calls before it)"
+    );
+    assert!(
+        between <= BOUND,
+        "{between} attempts of the lagging flood began before the priority-9 task (bound {BOUND})"
+    );
+    let at = at.unwrap();
+    assert!(
+        at < BACKLOG / 2,
+        "the flood was not lagging: {at} calls came before the priority-9 task"
+    );
 }
 
 struct Cluster {

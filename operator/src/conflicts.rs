@@ -1,11 +1,12 @@
 //! Who owns a task type and a Kafka topic when several configs in a namespace claim them.
 //!
 //! Configs are taken oldest first (creationTimestamp, then name). Each takes its task type
-//! and topic unless an earlier *owner* already holds one of them; then it is in conflict,
-//! names that owner, and the operator changes nothing for it — no topic, no route, no
-//! Deployment — so deleting it can never touch the owner's topic. A config in conflict
-//! claims nothing, so it never blocks a third one. A config being deleted keeps its claims
-//! until its finalizer is gone, so no newer config takes its topic while its cleanup runs.
+//! and topics (its topic and its high-priority topic, `{topic}-high`) unless an earlier
+//! *owner* already holds one of them; then it is in conflict, names that owner, and the
+//! operator changes nothing for it — no topic, no route, no Deployment — so deleting it
+//! can never touch the owner's topics. A config in conflict claims nothing, so it never
+//! blocks a third one. A config being deleted keeps its claims until its finalizer is
+//! gone, so no newer config takes its topics while its cleanup runs.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -76,11 +77,11 @@ pub fn resolve<'a>(
         }
     });
     let mut task_types: HashMap<&str, &str> = HashMap::new();
-    let mut topics: HashMap<&str, &str> = HashMap::new();
+    let mut topics: HashMap<String, &str> = HashMap::new();
     let mut out = BTreeMap::new();
     for config in ordered {
         let task_type = config.spec.task_type.trim();
-        let topic = config.topic().map(str::trim).filter(|t| !t.is_empty());
+        let claimed = config.topics();
         let conflict = if let Some(owner) = task_types.get(task_type) {
             Some(Conflict {
                 owner: owner.to_string(),
@@ -88,11 +89,11 @@ pub fn resolve<'a>(
                 value: task_type.into(),
             })
         } else {
-            topic.and_then(|t| {
+            claimed.iter().find_map(|t| {
                 topics.get(t).map(|owner| Conflict {
                     owner: owner.to_string(),
                     what: Claimed::Topic,
-                    value: t.into(),
+                    value: t.clone(),
                 })
             })
         };
@@ -100,7 +101,7 @@ pub fn resolve<'a>(
             Some(conflict) => Ownership::Conflict(conflict),
             None => {
                 task_types.insert(task_type, config.name());
-                if let Some(t) = topic {
+                for t in claimed {
                     topics.insert(t, config.name());
                 }
                 Ownership::Owner
@@ -165,6 +166,24 @@ mod tests {
             conflict_owner(&map, "b"),
             Some(("a".into(), Claimed::Topic))
         );
+    }
+
+    #[test]
+    fn a_topic_named_as_another_configs_high_priority_topic_is_a_conflict() {
+        let a = fixtures::aged("a", 100, |s| {
+            s.task_type = "x".into();
+            s.kafka.as_mut().unwrap().topic = "t".into();
+        });
+        let b = fixtures::aged("b", 200, |s| {
+            s.task_type = "y".into();
+            s.kafka.as_mut().unwrap().topic = "t-high".into();
+        });
+        let map = resolve([&b, &a]);
+        let Ownership::Conflict(c) = &map["b"] else {
+            panic!("{map:?}")
+        };
+        assert_eq!((c.owner.as_str(), c.what), ("a", Claimed::Topic));
+        assert_eq!(c.value, "t-high");
     }
 
     #[test]

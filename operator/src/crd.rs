@@ -172,8 +172,13 @@ impl AsyncJobConfig {
         self.metadata.namespace.as_deref().unwrap_or_default()
     }
 
-    pub fn topic(&self) -> Option<&str> {
-        self.spec.kafka.as_ref().map(|k| k.topic.as_str())
+    /// The Kafka topics the config claims: its topic and its high-priority topic.
+    pub fn topics(&self) -> Vec<String> {
+        self.spec
+            .kafka
+            .as_ref()
+            .filter(|k| !k.topic.trim().is_empty())
+            .map_or_else(Vec::new, |k| k.topics().to_vec())
     }
 
     pub fn is_deleting(&self) -> bool {

@@ -325,6 +325,41 @@ pub struct KafkaSpec {
     pub delete_policy: DeletePolicy,
 }
 
+/// Tasks of this priority or above travel through the job's high-priority topic
+/// ([`KafkaSpec::high_topic`]), which dispatchers consume apart from the main one, so a
+/// lagging flood of lower-priority messages cannot hold them up (docs/design.md,
+/// "Priority").
+pub const HIGH_PRIORITY: u8 = 5;
+
+/// What the high-priority topic's name adds to `spec.kafka.topic`.
+pub const HIGH_TOPIC_SUFFIX: &str = "-high";
+
+/// Kafka refuses longer topic names; the high-priority topic needs room for its suffix.
+const MAX_TOPIC_LEN: usize = 249 - HIGH_TOPIC_SUFFIX.len();
+
+impl KafkaSpec {
+    /// The topic of tasks of priority [`HIGH_PRIORITY`] and above: `{topic}-high`, with
+    /// the main topic's partitions.
+    pub fn high_topic(&self) -> String {
+        format!("{}{HIGH_TOPIC_SUFFIX}", self.topic)
+    }
+
+    /// The job's topics, the main one first: what the operator and `--create-topics`
+    /// create and what the dispatchers consume.
+    pub fn topics(&self) -> [String; 2] {
+        [self.topic.clone(), self.high_topic()]
+    }
+
+    /// The topic a task of `priority` is produced to.
+    pub fn topic_for(&self, priority: u8) -> std::borrow::Cow<'_, str> {
+        if priority >= HIGH_PRIORITY {
+            self.high_topic().into()
+        } else {
+            self.topic.as_str().into()
+        }
+    }
+}
+
 /// What happens to a job's Kafka topic when its AsyncJobConfig is deleted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
@@ -623,6 +658,15 @@ impl JobSpec {
         if let Some(kafka) = &self.kafka {
             if kafka.topic.trim().is_empty() {
                 return Err(SpecError::new("spec.kafka.topic", "must not be empty"));
+            }
+            let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+            if kafka.topic.len() > MAX_TOPIC_LEN || !kafka.topic.chars().all(legal) {
+                return Err(SpecError::new(
+                    "spec.kafka.topic",
+                    format!(
+                        "must be at most {MAX_TOPIC_LEN} of the characters a-z, A-Z, 0-9, '.', '_' and '-' (Kafka's topic names, with room for the high-priority topic's suffix {HIGH_TOPIC_SUFFIX:?})"
+                    ),
+                ));
             }
             if kafka.partitions == 0 {
                 return Err(SpecError::new(
@@ -1218,6 +1262,28 @@ mod tests {
             "consumerGroup: asyncd-order-cancel-cg\n    deletePolicy: Purge",
         );
         assert!(AsyncJobConfig::from_yaml(&text).is_err());
+    }
+
+    #[test]
+    fn high_priority_tasks_have_a_topic_of_their_own() {
+        let (_, job) = AsyncJobConfig::from_yaml(SAMPLE).unwrap();
+        let kafka = job.kafka.as_ref().unwrap();
+        let high = format!("{}-high", kafka.topic);
+        assert_eq!(kafka.topics(), [kafka.topic.clone(), high.clone()]);
+        for priority in 0..HIGH_PRIORITY {
+            assert_eq!(kafka.topic_for(priority), kafka.topic.as_str());
+        }
+        for priority in HIGH_PRIORITY..=9 {
+            assert_eq!(kafka.topic_for(priority), high.as_str());
+        }
+        // Kafka's topic names, with room for the suffix.
+        for bad in ["has space", "slash/", &"t".repeat(245)] {
+            let text = SAMPLE.replace(&kafka.topic, bad);
+            let err = AsyncJobConfig::from_yaml(&text).unwrap_err();
+            assert!(err.to_string().contains("spec.kafka.topic"), "{err}");
+        }
+        let longest = SAMPLE.replace(&kafka.topic, &"t".repeat(244));
+        assert!(AsyncJobConfig::from_yaml(&longest).is_ok());
     }
 
     #[test]

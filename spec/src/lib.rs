@@ -22,6 +22,7 @@ pub mod schedule;
 pub use duration::{format_duration, parse_duration};
 pub use job::{
     Adaptive, AdaptiveConcurrencySpec, AsyncJobConfig, ConcurrencyKey, ConcurrencyKeySpec,
-    DeletePolicy, Job, JobSpec, RateLimit, RateLimitSpec, Retention, SpecError,
+    DeletePolicy, HIGH_PRIORITY, Job, JobSpec, KafkaSpec, RateLimit, RateLimitSpec, Retention,
+    SpecError,
 };
 pub use schedule::CronSchedule;

@@ -9,6 +9,7 @@ mod kafka_dead_letters;
 pub mod submit;
 mod workflow;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -317,7 +318,7 @@ impl ApiState {
     /// refused only when that fails too.
     async fn accept(&self, tasks: &[NewTask], now: Millis) -> Result<Vec<Answer>, ApiError> {
         let routes = self.routes.borrow().clone();
-        let topics: Vec<Option<&str>> = tasks
+        let topics: Vec<Option<Cow<str>>> = tasks
             .iter()
             .map(|task| {
                 let producer = self.kafka.as_ref()?;
@@ -345,7 +346,7 @@ impl ApiState {
         for (i, topic) in topics.iter().enumerate() {
             match topic {
                 None => answers[i] = Some(accepted(outcomes.next().expect("one outcome per task"))),
-                Some(topic) => produced.push((i, *topic)),
+                Some(topic) => produced.push((i, &**topic)),
             }
         }
         if let Some(producer) = &self.kafka {

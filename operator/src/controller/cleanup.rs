@@ -52,23 +52,19 @@ pub(super) async fn cleanup(config: Arc<AsyncJobConfig>, ctx: &Context) -> Resul
 
     let mut note = format!("removed route {}", routing::key(&config));
     if let Some(kafka) = &config.spec.kafka {
+        let topics = kafka.topics().join(" and ");
         if !owner {
             note.push_str(&format!(
-                "; topic {} belongs to another config and is left alone",
-                kafka.topic
+                "; topics {topics} belong to another config and are left alone"
             ));
         } else if kafka.delete_policy == DeletePolicy::Delete {
-            ctx.admin.delete(&kafka.topic).await?;
-            ctx.metrics.topic_ops.with_label_values(&["delete"]).inc();
-            note.push_str(&format!(
-                "; deleted topic {} (deletePolicy: Delete)",
-                kafka.topic
-            ));
+            for topic in kafka.topics() {
+                ctx.admin.delete(&topic).await?;
+                ctx.metrics.topic_ops.with_label_values(&["delete"]).inc();
+            }
+            note.push_str(&format!("; deleted topics {topics} (deletePolicy: Delete)"));
         } else {
-            note.push_str(&format!(
-                "; kept topic {} (deletePolicy: Retain)",
-                kafka.topic
-            ));
+            note.push_str(&format!("; kept topics {topics} (deletePolicy: Retain)"));
         }
     }
     info!(namespace = %ns, config = %name, "{note}");

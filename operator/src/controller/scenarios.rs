@@ -154,7 +154,10 @@ async fn a_pass_applies_every_step_and_reports_each_condition() {
     let action = reconcile(Arc::new(config), h.ctx.clone()).await.unwrap();
 
     assert_eq!(action, Action::requeue(RESYNC));
-    assert_eq!(*h.admin.calls.lock().unwrap(), ["create topic 6"]);
+    assert_eq!(
+        *h.admin.calls.lock().unwrap(),
+        ["create topic 6", "create topic-high 6"]
+    );
     let calls = h.server.verify();
     assert_eq!(routing_keys(&calls[0]), ["a.yaml"]);
     assert_eq!(calls[1].body["kind"], "Deployment");
@@ -171,15 +174,21 @@ async fn a_pass_applies_every_step_and_reports_each_condition() {
         ])
     );
     assert_eq!(calls[3].body["status"]["partitions"], 6);
-    assert_eq!(h.server.events(), ["TopicCreated", "Reconciled"]);
+    assert_eq!(
+        h.server.events(),
+        ["TopicCreated", "TopicCreated", "Reconciled"],
+        "one per topic"
+    );
 }
 
 #[tokio::test]
 async fn an_unchanged_status_is_not_written_again() {
     let mut config = finalized(fixtures::config("a"));
     let h = harness(&[&config]);
-    // the topic exists already, so both passes find it as asked
-    h.admin.topics.lock().unwrap().insert("topic".into(), 6);
+    // the topics exist already, so both passes find them as asked
+    for topic in ["topic", "topic-high"] {
+        h.admin.topics.lock().unwrap().insert(topic.into(), 6);
+    }
     expect_full_pass(&h.server, &config);
     h.server
         .expect("PATCH", format!("{CONFIGS}/a/status"), json_of(&config));
@@ -337,7 +346,10 @@ async fn deletion_under_delete_policy_deletes_the_topic_then_drops_the_finalizer
     let calls = h.server.verify();
     assert_eq!(routing_keys(&calls[0]), ["b.yaml"]);
     assert!(removes_the_finalizer(calls.last().unwrap()));
-    assert_eq!(*h.admin.calls.lock().unwrap(), ["delete topic"]);
+    assert_eq!(
+        *h.admin.calls.lock().unwrap(),
+        ["delete topic", "delete topic-high"]
+    );
     assert!(h.admin.topics.lock().unwrap().is_empty());
     assert_eq!(h.server.events(), ["Deleted"]);
 }

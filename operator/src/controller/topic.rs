@@ -1,5 +1,6 @@
-//! Step 4a, apply the topic: ask the broker, decide with [`topic::plan`] (build), carry
-//! it out. Create and grow only; a shrink is refused with its reason.
+//! Step 4a, apply the topics (the job's main topic and its high-priority topic): ask the
+//! broker, decide with [`topic::plan`] (build), carry it out. Create and grow only; a
+//! shrink is refused with its reason.
 
 use tracing::info;
 
@@ -7,19 +8,21 @@ use super::{Context, Error};
 use crate::builders::topic;
 use crate::crd::AsyncJobConfig;
 use crate::kafka::{TopicAdmin, TopicError};
-use crate::status::{Report, Step, TOPIC_READY};
+use crate::status::{Report, State, Step, TOPIC_READY};
 
 /// What the topic step did.
 #[derive(Debug, PartialEq)]
 pub struct TopicOutcome {
     pub step: Step,
-    /// Partitions the topic has now (`None`: no topic).
+    /// Partitions the main topic has now (`None`: no topic).
     pub partitions: Option<u32>,
-    /// An action worth an Event and a metric: `(reason, op, note)`.
-    pub action: Option<(&'static str, &'static str, String)>,
+    /// Actions worth an Event and a metric each: `(reason, op, note)`.
+    pub actions: Vec<(&'static str, &'static str, String)>,
 }
 
-/// The topic step: ask the broker, decide with [`topic::plan`], carry it out.
+/// The topic step: for each of the job's topics — the main one and the high-priority
+/// one, with the same partitions — ask the broker, decide with [`topic::plan`], carry it
+/// out. The step fails when either topic does.
 pub async fn topic_step(
     config: &AsyncJobConfig,
     admin: &dyn TopicAdmin,
@@ -31,23 +34,57 @@ pub async fn topic_step(
                 "no kafka section: every task goes through the store",
             ),
             partitions: None,
-            action: None,
+            actions: Vec::new(),
         });
     };
-    let current = admin.partitions(&kafka.topic).await?;
-    let plan = topic::plan(kafka.partitions, current);
+    let mut steps = Vec::new();
+    let mut actions = Vec::new();
+    let mut partitions = None;
+    for name in kafka.topics() {
+        let (step, action, after) = one_topic(&name, kafka.partitions, admin).await?;
+        partitions.get_or_insert(after);
+        steps.push(step);
+        actions.extend(action);
+    }
+    let step = match steps.iter().position(|s| s.state != State::True) {
+        Some(failed) => steps.swap_remove(failed),
+        None => {
+            let reason = actions.first().map_or(steps[0].reason.as_str(), |a| a.0);
+            let message = steps
+                .iter()
+                .map(|s| s.message.as_str())
+                .collect::<Vec<_>>()
+                .join("; ");
+            Step::ok(reason, message)
+        }
+    };
+    Ok(TopicOutcome {
+        step,
+        partitions,
+        actions,
+    })
+}
+
+/// One topic: its step, the action taken if any, and its partitions afterwards.
+async fn one_topic(
+    name: &str,
+    partitions: u32,
+    admin: &dyn TopicAdmin,
+) -> Result<(Step, Option<(&'static str, &'static str, String)>, u32), TopicError> {
+    let current = admin.partitions(name).await?;
+    let plan = topic::plan(partitions, current);
     let (step, action) = match plan {
         topic::TopicPlan::Create(n) => {
-            admin.create(&kafka.topic, n).await?;
-            let note = format!("created topic {} with {n} partitions", kafka.topic);
+            admin.create(name, n).await?;
+            let note = format!("created topic {name} with {n} partitions");
             (
                 Step::ok("TopicCreated", note.clone()),
                 Some(("TopicCreated", "create", note)),
             )
         }
         topic::TopicPlan::Grow { from, to } => {
-            admin.grow(&kafka.topic, to).await?;
-            let note = format!("grew topic {} from {from} to {to} partitions", kafka.topic);
+            admin.grow(name, to).await?;
+            let note = format!("grew topic {name} from {from} to {to} partitions");
             (
                 Step::ok("PartitionsGrown", note.clone()),
                 Some(("PartitionsGrown", "grow", note)),
@@ -56,7 +93,7 @@ pub async fn topic_step(
         topic::TopicPlan::Keep(n) => (
             Step::ok(
                 "TopicReady",
-                format!("topic {} has the {n} partitions asked", kafka.topic),
+                format!("topic {name} has the {n} partitions asked"),
             ),
             None,
         ),
@@ -64,18 +101,13 @@ pub async fn topic_step(
             Step::failed(
                 "ShrinkRefused",
                 format!(
-                    "spec.kafka.partitions is {asked} but topic {} has {current}: Kafka cannot remove partitions, so the topic is left as is; set partitions to {current} or more",
-                    kafka.topic
+                    "spec.kafka.partitions is {asked} but topic {name} has {current}: Kafka cannot remove partitions, so the topic is left as is; set partitions to {current} or more"
                 ),
             ),
             Some(("ShrinkRefused", "shrink_refused", String::new())),
         ),
     };
-    Ok(TopicOutcome {
-        step,
-        partitions: Some(plan.partitions_after()),
-        action,
-    })
+    Ok((step, action, plan.partitions_after()))
 }
 
 pub(super) async fn apply_topic(
@@ -93,7 +125,7 @@ pub(super) async fn apply_topic(
             return Err(Error::Kafka(err));
         }
     };
-    if let Some((reason, op, note)) = &outcome.action {
+    for (reason, op, note) in &outcome.actions {
         ctx.metrics.topic_ops.with_label_values(&[op]).inc();
         // a refused shrink gets its Event from the status transition, once
         if !note.is_empty() {
@@ -119,9 +151,17 @@ mod tests {
         let out = topic_step(&six, &admin).await.unwrap();
         assert_eq!(out.step.reason, "TopicCreated");
         assert_eq!(out.partitions, Some(6));
+        assert_eq!(
+            out.step.message,
+            "created topic topic with 6 partitions; created topic topic-high with 6 partitions"
+        );
+        assert_eq!(out.actions.len(), 2, "one Event each");
         // again: nothing to do
         let out = topic_step(&six, &admin).await.unwrap();
-        assert_eq!((out.step.reason.as_str(), out.action), ("TopicReady", None));
+        assert_eq!(
+            (out.step.reason.as_str(), out.actions),
+            ("TopicReady", vec![])
+        );
         let twelve = fixtures::config_with("a", |s| s.kafka.as_mut().unwrap().partitions = 12);
         let out = topic_step(&twelve, &admin).await.unwrap();
         assert_eq!(out.step.reason, "PartitionsGrown");
@@ -134,9 +174,21 @@ mod tests {
         assert_eq!(out.partitions, Some(12));
         assert_eq!(
             *admin.calls.lock().unwrap(),
-            ["create topic 6", "grow topic 12"]
+            [
+                "create topic 6",
+                "create topic-high 6",
+                "grow topic 12",
+                "grow topic-high 12"
+            ]
         );
         assert_eq!(admin.topics.lock().unwrap()["topic"], 12);
+        assert_eq!(admin.topics.lock().unwrap()["topic-high"], 12);
+        // a high-priority topic missing (made before it existed) is created on its own
+        admin.topics.lock().unwrap().remove("topic-high");
+        let out = topic_step(&twelve, &admin).await.unwrap();
+        assert_eq!(out.step.reason, "TopicCreated");
+        assert_eq!(out.partitions, Some(12));
+        assert_eq!(admin.topics.lock().unwrap()["topic-high"], 12);
         // no kafka section: no topic
         let none = fixtures::config_with("b", |s| s.kafka = None);
         let out = topic_step(&none, &admin).await.unwrap();

@@ -23,7 +23,7 @@ use crate::metrics::Metrics;
 use crate::status;
 
 /// Configs whose ownership may change when `changed` does: same namespace, and sharing
-/// its task type or topic, or currently in conflict.
+/// its task type or a topic, or currently in conflict.
 pub fn peers_to_recheck(
     changed: &AsyncJobConfig,
     all: &[Arc<AsyncJobConfig>],
@@ -32,7 +32,7 @@ pub fn peers_to_recheck(
         .filter(|c| c.namespace() == changed.namespace() && c.name() != changed.name())
         .filter(|c| {
             c.spec.task_type == changed.spec.task_type
-                || (c.topic().is_some() && c.topic() == changed.topic())
+                || c.topics().iter().any(|t| changed.topics().contains(t))
                 || c.status
                     .as_ref()
                     .and_then(|s| s.condition(status::CONFLICT))
