@@ -842,6 +842,25 @@ async fn run_to(
 /// scheduled, running and dead tasks, its oldest due task and what finished since a
 /// cutoff, each count stopping at the cap; other types, blocked and cancelled tasks do
 /// not count.
+/// A Kafka-routed task cancelled before it is consumed: its row is written cancelled,
+/// once; the consumer's insert of the message later finds the id taken.
+async fn a_task_cancelled_before_it_exists_is_stored_cancelled_once(store: &dyn Store) {
+    assert!(store.insert_cancelled("early", "k", T0).await.unwrap());
+    assert_eq!(state(store, "early").await, TaskState::Cancelled);
+    assert!(
+        !store.insert_cancelled("early", "k", T0).await.unwrap(),
+        "the id is taken"
+    );
+    let mut consumed = new_task("k", T0);
+    consumed.id = "early".into();
+    let outcome = store.insert(&[consumed], T0).await.unwrap();
+    assert!(
+        !matches!(outcome[0], InsertOutcome::Inserted { .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(state(store, "early").await, TaskState::Cancelled);
+}
+
 async fn job_counts_by_state_stop_at_their_cap(store: &dyn Store) {
     let dead = || {
         Some(FinishKind::Dead {
@@ -2691,6 +2710,7 @@ scenarios!(
     idempotency_unique_and_cron_keys,
     dependencies_release_and_fail,
     job_counts_by_state_stop_at_their_cap,
+    a_task_cancelled_before_it_exists_is_stored_cancelled_once,
     membership_by_heartbeat,
     payloads_and_results_are_kept_byte_for_byte,
     keys_compare_byte_for_byte,

@@ -332,8 +332,9 @@ where
             .bind(now)
             .bind(now)
             .bind(crate::lease::new_secret().as_str())
-            .bind(None::<&str>)
-            .bind(None::<&str>)
+            .bind(no_key) // concurrency_key
+            .bind(None::<&str>) // traceparent
+            .bind(None::<&str>) // tracestate
             .execute(pool)
             .await;
         match inserted {
