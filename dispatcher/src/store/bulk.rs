@@ -9,6 +9,7 @@
 
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, QueryBuilder, Type};
 
+use super::shared::push_ids;
 use super::tx::Dialect;
 use super::{BulkAction, DeadCount, DeadFilter, Millis, Result};
 
@@ -40,19 +41,6 @@ where
             .push(") = ")
             .push_bind(prefix);
     }
-}
-
-/// Appends `ids` as bound parameters and closes the `IN (` the statement ends with.
-fn push_ids<DB>(query: &mut QueryBuilder<DB>, ids: &[String])
-where
-    DB: Database,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-{
-    let mut list = query.separated(", ");
-    for id in ids {
-        list.push_bind(id.as_str());
-    }
-    query.push(")");
 }
 
 /// Appends what makes a match actionable for `action`.

@@ -1,7 +1,7 @@
 //! Operations whose shape is the same on every backend, written once over any sqlx
 //! [`Database`]: each backend passes its [`Queries`], the only part that differs.
 
-use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, QueryBuilder, Type};
 
 use super::rows::{JobCountsRow, LapsedRow, TaskRow, task_columns};
 use super::{
@@ -210,6 +210,19 @@ where
         .await?)
 }
 
+/// Appends `ids` as bound parameters and closes the `IN (` the statement ends with.
+pub fn push_ids<DB>(query: &mut QueryBuilder<DB>, ids: &[String])
+where
+    DB: Database,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+{
+    let mut list = query.separated(", ");
+    for id in ids {
+        list.push_bind(id.as_str());
+    }
+    query.push(")");
+}
+
 /// [`super::Store::purge`]: picks the tasks, then deletes them and the dependency edges
 /// they own by id, in one transaction.
 pub async fn purge<DB>(pool: &Pool<DB>, queries: &Queries, params: PurgeParams<'_>) -> Result<u64>
@@ -239,12 +252,8 @@ where
     }
     for (table, column) in [("task_deps", "task_id"), ("tasks", "id")] {
         let mut delete =
-            sqlx::QueryBuilder::<DB>::new(format!("DELETE FROM {table} WHERE {column} IN ("));
-        let mut list = delete.separated(", ");
-        for id in &ids {
-            list.push_bind(id.as_str());
-        }
-        delete.push(")");
+            QueryBuilder::<DB>::new(format!("DELETE FROM {table} WHERE {column} IN ("));
+        push_ids(&mut delete, &ids);
         delete.build().execute(&mut *tx).await?;
     }
     tx.commit().await?;
@@ -281,15 +290,10 @@ where
         tx.commit().await?;
         return Ok(0);
     }
-    let mut update = sqlx::QueryBuilder::<DB>::new(
-        "UPDATE tasks SET unique_active = NULL WHERE unique_until <= ",
-    );
+    let mut update =
+        QueryBuilder::<DB>::new("UPDATE tasks SET unique_active = NULL WHERE unique_until <= ");
     update.push_bind(now).push(" AND id IN (");
-    let mut list = update.separated(", ");
-    for id in &ids {
-        list.push_bind(id.as_str());
-    }
-    update.push(")");
+    push_ids(&mut update, &ids);
     update.build().execute(&mut *tx).await?;
     tx.commit().await?;
     Ok(ids.len() as u64)
