@@ -171,6 +171,56 @@ fn executor_call() -> ExecutorCall {
     }
 }
 
+fn executor_batch_call() -> ExecutorBatchCall {
+    let task =
+        |id: &str, attempt: u32, idempotency_key: &str, lease_token: &str| ExecutorBatchTask {
+            id: id.into(),
+            task_type: "send_email".into(),
+            payload: json!({"to": "a@b.c"}),
+            attempt,
+            eta: Some(from_millis(ETA)),
+            idempotency_key: idempotency_key.into(),
+            lease_token: lease_token.into(),
+            traceparent: None,
+            tracestate: None,
+        };
+    let mut traced = task(DEP_ID, 2, DEP_ID, &LEASE_TOKEN.replace('9', "7"));
+    traced.traceparent = Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into());
+    ExecutorBatchCall {
+        tasks: vec![task(ID, 1, "order-42", LEASE_TOKEN), traced],
+    }
+}
+
+/// `batch_signature.json`: a signed batch call and its canonical string, which is a
+/// single call's with the four per-task header values empty (each task carries them in
+/// the signed body).
+fn batch_signature_vector() -> Value {
+    let body = serde_json::to_string(&executor_batch_call()).expect("JSON renders");
+    let timestamp = SIGNING_TIMESTAMP.to_string();
+    let call = SignedCall {
+        timestamp: &timestamp,
+        task_id: "",
+        attempt: "",
+        idempotency_key: "",
+        lease_token: "",
+        callback_url: "http://10.0.0.7:7700",
+        body: body.as_bytes(),
+    };
+    let primary = SIGNING_KEYS[0].1.as_bytes();
+    json!({
+        "keys": SIGNING_KEYS.iter().map(|(n, k)| (n.to_string(), json!(k))).collect::<serde_json::Map<_, _>>(),
+        "canonical": String::from_utf8(call.canonical()).expect("UTF-8"),
+        "headers": {
+            (headers::BATCH): "2",
+            (headers::TIMESTAMP): timestamp,
+            (headers::CALLBACK_URL): "http://10.0.0.7:7700",
+            (headers::SIGNATURE): sign(&[primary], &call).expect("a key is set"),
+        },
+        "body": body,
+        "now": SIGNING_TIMESTAMP,
+    })
+}
+
 /// The signing keys of `signature.json`: the primary, and the one being rotated out.
 pub const SIGNING_KEYS: [(&str, &str); 2] = [("primary", "s3cret"), ("secondary", "0ld-s3cret")];
 pub const SIGNING_TIMESTAMP: i64 = 1_700_000_000;
@@ -488,6 +538,32 @@ pub fn all() -> Vec<Fixture> {
             },
         ),
         fixture("executor_call", &executor_call()),
+        fixture("executor_batch_call", &executor_batch_call()),
+        fixture(
+            "executor_batch_answer",
+            &ExecutorBatchAnswer {
+                results: vec![
+                    ExecutorBatchResult {
+                        id: ID.into(),
+                        status: ExecutorBatchStatus::Success,
+                        error: None,
+                        retry_after: None,
+                        lease: None,
+                    },
+                    ExecutorBatchResult {
+                        id: DEP_ID.into(),
+                        status: ExecutorBatchStatus::Retry,
+                        error: Some("downstream busy".into()),
+                        retry_after: Some("30s".into()),
+                        lease: None,
+                    },
+                ],
+            },
+        ),
+        Fixture {
+            name: "batch_signature",
+            json: batch_signature_vector(),
+        },
         fixture(
             "executor_accepted",
             &ExecutorAccepted {

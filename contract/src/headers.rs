@@ -10,6 +10,10 @@ pub const ATTEMPT: &str = "Asyncd-Attempt";
 /// Executor call: the attempt's fencing token. Callbacks may send it instead of the
 /// body's `lease_token`.
 pub const LEASE_TOKEN: &str = "Asyncd-Lease-Token";
+/// Batch executor call: how many tasks the body holds. Its presence is what tells a
+/// batch call from a single one; a batch call has no `Asyncd-Task-Id`, `Asyncd-Attempt`,
+/// `Idempotency-Key` or `Asyncd-Lease-Token` (each task carries them in the body).
+pub const BATCH: &str = "Asyncd-Batch";
 /// Executor call: the base URL of the API, for heartbeats and results.
 pub const CALLBACK_URL: &str = "Asyncd-Callback-Url";
 /// Executor call: the calling dispatcher instance.

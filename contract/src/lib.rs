@@ -23,8 +23,9 @@ pub mod time;
 
 pub use error::{ErrorBody, ErrorCode, ErrorObject};
 pub use executor::{
-    ExecutorAccepted, ExecutorCall, HeartbeatRequest, HeartbeatResponse, ResultAck, ResultRequest,
-    ResultStatus,
+    ExecutorAccepted, ExecutorBatchAnswer, ExecutorBatchCall, ExecutorBatchResult,
+    ExecutorBatchStatus, ExecutorBatchTask, ExecutorCall, HeartbeatRequest, HeartbeatResponse,
+    ResultAck, ResultRequest, ResultStatus,
 };
 pub use jobs::{
     CRON_FIRINGS, CronOverlap, CronOverview, FinishedCounts, JobList, JobOverview, JobStats,

@@ -370,6 +370,8 @@ pub fn document() -> Value {
     // listed with the others for executors written against this document.
     s.answer::<ExecutorCall>();
     s.request::<ExecutorAccepted>();
+    s.answer::<ExecutorBatchCall>();
+    s.request::<ExecutorBatchAnswer>();
     json!({
         "openapi": "3.0.3",
         "info": {
@@ -377,7 +379,8 @@ pub fn document() -> Value {
             "version": env!("CARGO_PKG_VERSION"),
             "description": "The asyncd HTTP API (docs/api.md). Generated from the asyncd-contract crate: \
                 cargo run -p asyncd-contract --features openapi --bin contractgen. \
-                ExecutorCall is the body asyncd POSTs to an executor, ExecutorAccepted an executor's 202 body.",
+                ExecutorCall is the body asyncd POSTs to an executor, ExecutorAccepted an executor's 202 body; \
+                ExecutorBatchCall and ExecutorBatchAnswer are a batch call (executor.batch) and its 2xx answer.",
             "license": {"name": "Apache-2.0"},
         },
         "paths": paths,
