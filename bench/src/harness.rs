@@ -35,8 +35,15 @@ impl Sink {
             let (seen, probe) = (seen.clone(), probe.clone());
             async move {
                 let arrival = now_ms();
-                if let Ok(task) = serde_json::from_slice::<Value>(&body) {
-                    let mut seen = seen.lock().unwrap();
+                let Ok(call) = serde_json::from_slice::<Value>(&body) else {
+                    return String::new();
+                };
+                // A batch call (`executor.batch`) carries its tasks in `tasks`, and each
+                // gets a result; a single call is one task.
+                let batch = call["tasks"].as_array();
+                let tasks = batch.map_or_else(|| vec![&call], |tasks| tasks.iter().collect());
+                let mut seen = seen.lock().unwrap();
+                for task in &tasks {
                     if task["payload"]["probe"] == true {
                         *probe.lock().unwrap() = Some((arrival, seen.len()));
                     }
@@ -46,7 +53,16 @@ impl Sink {
                         seen.push((eta.timestamp_millis(), arrival));
                     }
                 }
-                ""
+                match batch {
+                    Some(_) => {
+                        let results: Vec<Value> = tasks
+                            .iter()
+                            .map(|task| json!({"id": task["id"], "status": "success"}))
+                            .collect();
+                        json!({ "results": results }).to_string()
+                    }
+                    None => String::new(),
+                }
             }
         });
         tokio::spawn(async move { axum::serve(listener, app).await });
@@ -106,13 +122,30 @@ impl Asyncd {
         kafka: Option<(&str, &str)>,
         extra_spec: &str,
     ) -> Result<Self> {
+        Self::start_job(executor_url, "", http, kafka, extra_spec).await
+    }
+
+    /// [`Asyncd::start_with`], and `executor_extra` (YAML flow members, e.g.
+    /// `"batch: {maxTasks: 100}"`) added to the job's `executor`.
+    pub async fn start_job(
+        executor_url: &str,
+        executor_extra: &str,
+        http: &reqwest::Client,
+        kafka: Option<(&str, &str)>,
+        extra_spec: &str,
+    ) -> Result<Self> {
+        let executor_extra = if executor_extra.is_empty() {
+            String::new()
+        } else {
+            format!(", {executor_extra}")
+        };
         let dir = tempfile::tempdir()?;
         let jobs = dir.path().join("jobs");
         std::fs::create_dir(&jobs)?;
         std::fs::write(
             jobs.join("bench.yaml"),
             format!(
-                "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata: {{name: bench}}\nspec:\n  taskType: noop\n  executor: {{url: '{executor_url}', timeout: 30s}}\n  concurrency: 256\n{}{extra_spec}",
+                "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata: {{name: bench}}\nspec:\n  taskType: noop\n  executor: {{url: '{executor_url}', timeout: 30s{executor_extra}}}\n  concurrency: 256\n{}{extra_spec}",
                 kafka.map_or(String::new(), |(_, topic)| format!(
                     "  kafka: {{topic: {topic}, partitions: 6}}\n"
                 ))

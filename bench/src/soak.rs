@@ -257,6 +257,11 @@ pub struct Verdict {
     pub lost_unknown_id: usize,
     pub early: usize,
     pub duplicates: usize,
+    /// Duplicates by the task's behaviour code, to tell which path re-ran work.
+    pub duplicates_by_behaviour: std::collections::BTreeMap<String, usize>,
+    /// Duplicates by tenth of the run in submit order (tenth k holds tasks k·N/10..), to
+    /// tell steady kills from the database and broker restarts (at a third, two thirds).
+    pub duplicates_by_tenth: [usize; 10],
     pub wrong: usize,
     /// Tasks whose submit never got a 2xx but which ran anyway (allowed: the answer was lost).
     pub ran_unconfirmed: usize,
@@ -316,7 +321,13 @@ impl Ledger {
             v.calls += u64::from(r.calls);
             v.successes += u64::from(r.successes);
             v.early += r.early as usize;
-            v.duplicates += r.successes.saturating_sub(1) as usize;
+            let extra = r.successes.saturating_sub(1) as usize;
+            if extra > 0 {
+                v.duplicates += extra;
+                let behaviour = Behaviour::of(self.seed, index as u64).code();
+                *v.duplicates_by_behaviour.entry(behaviour).or_default() += extra;
+                v.duplicates_by_tenth[index * 10 / self.records.len()] += extra;
+            }
             if r.id.is_none() {
                 if r.calls > 0 {
                     v.ran_unconfirmed += 1;
@@ -466,6 +477,23 @@ pub async fn run(args: &Args) -> Result<()> {
         "| duplicates | {} ({:.3} %) |",
         v.duplicates,
         v.duplicates_pct()
+    );
+    let by_behaviour: Vec<String> = v
+        .duplicates_by_behaviour
+        .iter()
+        .map(|(code, n)| format!("{code} {n}"))
+        .collect();
+    println!(
+        "| duplicates by behaviour | {} |",
+        if by_behaviour.is_empty() {
+            "none".to_string()
+        } else {
+            by_behaviour.join(", ")
+        }
+    );
+    println!(
+        "| duplicates by tenth of the run (database restart in the 4th, broker in the 7th) | {:?} |",
+        v.duplicates_by_tenth
     );
     println!("| wrong end state | {} |", v.wrong);
     println!(
@@ -1346,6 +1374,10 @@ mod tests {
         assert_eq!(v.lost, 1);
         assert_eq!(v.wrong, 1);
         assert_eq!(v.duplicates, 2);
+        assert_eq!(v.duplicates_by_behaviour.get("ok"), Some(&2));
+        assert_eq!(v.duplicates_by_behaviour.len(), 1);
+        assert_eq!(v.duplicates_by_tenth.iter().sum::<usize>(), 2);
+        assert_eq!(v.duplicates_by_tenth[ok * 10 / n], 2);
         assert_eq!(v.early, 1);
         assert_eq!(v.calls, 2);
         assert_eq!(ledger.early_samples.len(), 1);

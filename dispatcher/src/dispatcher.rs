@@ -47,7 +47,7 @@ use tracing::Instrument;
 use crate::adaptive::{self, Adaptive};
 use crate::clock::SharedClock;
 use crate::clock_check::{ClockCheck, Reading};
-use crate::executor::{AttemptOutcome, ExecutorClient};
+use crate::executor::{AttemptOutcome, BatchAttempt, ExecutorClient};
 use crate::heap::{EtaHeap, ReadyHeap};
 use crate::holdings::{Holdings, JobLimits};
 use crate::metrics::Metrics;
@@ -212,11 +212,16 @@ impl Shared {
     /// A task of `task_type` left this dispatcher: finished, handed back, or dropped to
     /// its lease. Wakes the claimer if it had found the job full.
     fn let_go(&self, task_type: &str) {
+        self.let_go_many(task_type, 1);
+    }
+
+    /// `count` tasks of `task_type` left this dispatcher (a batch call's).
+    fn let_go_many(&self, task_type: &str, count: usize) {
         if self
             .holdings
             .lock()
             .expect("holdings lock")
-            .remove(task_type, 1)
+            .remove(task_type, count)
         {
             self.waker.wake();
         }
@@ -832,9 +837,10 @@ async fn run_job(shared: Arc<Shared>, task_type: String, queue: Arc<ReadyQueue>)
         // Follow a changed concurrency limit without a restart, and this dispatcher's
         // share of it as the executor's answers have it.
         let job = shared.routes.borrow().job(&task_type).cloned();
-        if let Some(job) = job {
-            limit.resize(effective_concurrency(&shared, &job) as usize);
+        if let Some(job) = &job {
+            limit.resize(effective_concurrency(&shared, job) as usize);
         }
+        let job_batch = job.and_then(|job| job.batch);
         let permit = tokio::select! {
             permit = limit.acquire() => permit,
             _ = shared.shutdown.cancelled() => break,
@@ -847,12 +853,37 @@ async fn run_job(shared: Arc<Shared>, task_type: String, queue: Arc<ReadyQueue>)
             _ = shared.shutdown.cancelled() => break,
         };
         let mut batch: Vec<(ClaimedTask, OwnedSemaphorePermit)> = vec![(first, permit)];
-        while batch.len() < 256 {
+        // One store round trip begins up to 256 attempts, or one whole call of a batch
+        // job with larger calls.
+        let per_call = job_batch.map(|b| b.max_tasks as usize);
+        let most = per_call.map_or(256, |n| n.max(256));
+        while batch.len() < most {
             let Some(permit) = limit.try_acquire() else {
                 break;
             };
             let Some(task) = queue.try_pop() else { break };
             batch.push((taken(task), permit));
+        }
+        // A batch job may hold what is due for up to `maxWait` to fill its first call.
+        if let Some(batch_spec) = job_batch
+            && !batch_spec.max_wait.is_zero()
+        {
+            let deadline = tokio::time::Instant::now() + batch_spec.max_wait;
+            while batch.len() < batch_spec.max_tasks as usize {
+                // A permit taken while the task is awaited goes back if the wait ends.
+                let next = async {
+                    let permit = limit.acquire().await;
+                    (queue.pop().await, permit)
+                };
+                tokio::select! {
+                    (task, permit) = next => match task {
+                        Some(task) => batch.push((taken(task), permit)),
+                        None => break,
+                    },
+                    _ = tokio::time::sleep_until(deadline) => break,
+                    _ = shared.shutdown.cancelled() => break,
+                }
+            }
         }
         // Created before the store is asked, so an outcome written meanwhile is not
         // missed (a `Notified` receives `notify_waiters` from its creation on).
@@ -1062,40 +1093,67 @@ async fn begin(
     }
     let mut started: HashMap<String, _> = started.into_iter().map(|s| (s.id.clone(), s)).collect();
     let mut unstarted = Vec::new();
+    let mut attempts = Vec::with_capacity(batch.len());
     for (task, permit) in batch {
         // Missing: its job was paused (`Store::pause`; the claim is still ours and goes
         // back to the store, where it waits for the resume), cancelled meanwhile, or the
         // claim lapsed and went to someone else (then the release, fenced by the token,
         // changes nothing).
-        let Some(attempt) = started.remove(&task.id) else {
-            unstarted.push(task);
-            continue;
-        };
+        match started.remove(&task.id) {
+            Some(attempt) => attempts.push((task, attempt, permit)),
+            None => unstarted.push(task),
+        }
+    }
+    let per_call = job.batch.map_or(1, |batch| batch.max_tasks as usize);
+    let mut attempts = attempts.into_iter().peekable();
+    while attempts.peek().is_some() {
+        let call: Vec<_> = attempts.by_ref().take(per_call).collect();
         let shared = shared.clone();
         let keys = keys.clone();
-        // Every line logged during the attempt carries the task it is about.
-        let span = tracing::info_span!(
-            "attempt",
-            task_id = %task.id,
-            task_type = %task.task_type,
-            attempt = attempt.attempt
-        );
-        shared.inflight.clone().spawn(
-            async move {
-                let task_type = task.task_type.clone();
-                tokio::select! {
-                    _ = execute(&shared, task, attempt, &keys, permit) => {}
-                    _ = shared.abandon.cancelled() => {}
+        let task_type = job.task_type.clone();
+        let count = call.len();
+        if job.batch.is_none() {
+            let (task, attempt, permit) = call.into_iter().next().expect("one attempt");
+            // Every line logged during the attempt carries the task it is about.
+            let span = attempt_span(&task, &attempt);
+            shared.inflight.clone().spawn(
+                async move {
+                    tokio::select! {
+                        _ = execute(&shared, task, attempt, &keys, permit) => {}
+                        _ = shared.abandon.cancelled() => {}
+                    }
+                    shared.let_go(&task_type);
                 }
-                shared.let_go(&task_type);
-            }
-            .instrument(span),
-        );
+                .instrument(span),
+            );
+        } else {
+            let span = tracing::info_span!("batch", task_type = %task_type, tasks = count);
+            shared.inflight.clone().spawn(
+                async move {
+                    tokio::select! {
+                        _ = execute_batch(&shared, call, &keys) => {}
+                        _ = shared.abandon.cancelled() => {}
+                    }
+                    shared.let_go_many(&task_type, count);
+                }
+                .instrument(span),
+            );
+        }
     }
     if !unstarted.is_empty() {
         release(shared, unstarted).await;
     }
     admitted.held_by
+}
+
+/// The span of one attempt: every line logged about it carries its task.
+fn attempt_span(task: &ClaimedTask, attempt: &crate::store::Started) -> tracing::Span {
+    tracing::info_span!(
+        "attempt",
+        task_id = %task.id,
+        task_type = %task.task_type,
+        attempt = attempt.attempt
+    )
 }
 
 fn held_by_label(held_by: Option<HeldBy>) -> &'static str {
@@ -1106,6 +1164,7 @@ fn held_by_label(held_by: Option<HeldBy>) -> &'static str {
     }
 }
 
+/// One attempt in its own call.
 async fn execute(
     shared: &Shared,
     task: ClaimedTask,
@@ -1114,119 +1173,242 @@ async fn execute(
     permit: OwnedSemaphorePermit,
 ) {
     let job = shared.routes.borrow().job(&task.task_type).cloned();
-    let metrics = &shared.metrics;
-    let task_type = task.task_type.as_str();
-    let tracer = &shared.config.tracer;
-    let mut dispatch = task
-        .trace
-        .as_ref()
-        .and_then(|trace| tracer.start(trace, "dispatch", SpanKind::Consumer));
-    if let Some(span) = &mut dispatch {
-        span.attr("asyncd.task.id", Value::Str(task.id.clone()));
-        span.attr("asyncd.task.type", Value::Str(task.task_type.clone()));
-        span.attr("asyncd.attempt", Value::Int(i64::from(attempt.attempt)));
-    }
     let kind = match job.as_deref() {
         Some(job) => {
-            let began = shared.clock.now_millis();
-            metrics.dispatched.with_label_values(&[task_type]).inc();
-            let delay = began.since(task.trigger_at);
-            metrics
-                .dispatch_delay
-                .with_label_values(&[task_type])
-                .observe(delay.as_secs_f64());
-            let epoch = job.adaptive.enabled.then(|| {
-                shared
-                    .adaptive
-                    .lock()
-                    .expect("adaptive lock")
-                    .begin(&job.task_type, job.concurrency)
-            });
-            if let Some(span) = &mut dispatch {
-                span.attr(
-                    "asyncd.dispatch.delay_ms",
-                    Value::Int(delay.as_millis() as i64),
-                );
-            }
-            let mut span = dispatch
-                .as_ref()
-                .and_then(|d| tracer.start(&d.context, "attempt", SpanKind::Client));
-            // Not recording: the stored trace goes on unchanged, so the executor's spans
-            // hang under the submitter's.
-            let sent = span.as_ref().map(|s| &s.context).or(task.trace.as_ref());
+            let watch = AttemptWatch::begin(shared, job, &task, &attempt);
             let clock = Instant::now();
-            let (outcome, status) = shared.executor.call(job, &task, &attempt, keys, sent).await;
-            let took = clock.elapsed();
-            if let Some(epoch) = epoch {
-                let signal = match &outcome {
-                    AttemptOutcome::RetryAfter { .. } | AttemptOutcome::Overloaded { .. } => {
-                        adaptive::Signal::Overload
-                    }
-                    _ if job.adaptive.latency.is_some_and(|latency| took > latency) => {
-                        adaptive::Signal::Overload
-                    }
-                    AttemptOutcome::Succeeded | AttemptOutcome::Accepted { .. } => {
-                        adaptive::Signal::Success
-                    }
-                    _ => adaptive::Signal::Neither,
-                };
-                let limit = shared.adaptive.lock().expect("adaptive lock").answered(
-                    &job.task_type,
-                    job.concurrency,
-                    epoch,
-                    signal,
-                );
-                metrics
-                    .effective_concurrency
-                    .with_label_values(&[job.name.as_str()])
-                    .set(i64::from(limit));
-            }
-            metrics
-                .execution_duration
-                .with_label_values(&[task_type])
-                .observe(took.as_secs_f64());
-            metrics
-                .executed
-                .with_label_values(&[task_type, outcome.status_label()])
-                .inc();
-            let kind = retry::settle(
-                outcome,
-                attempt.attempt,
-                task.max_retries,
-                Some(job),
-                shared.clock.now_millis(),
-            );
-            if let Some(mut span) = span.take() {
-                span.attr("asyncd.task.id", Value::Str(task.id.clone()));
-                span.attr("asyncd.task.type", Value::Str(task.task_type.clone()));
-                span.attr("asyncd.attempt", Value::Int(i64::from(attempt.attempt)));
-                if let Some(status) = status {
-                    span.attr("http.response.status_code", Value::Int(i64::from(status)));
-                }
-                span.attr("asyncd.outcome", Value::Str(outcome_name(&kind).into()));
-                tracer.end(span, failure(&kind));
-            }
-            kind
+            let (outcome, status) = shared
+                .executor
+                .call(job, &task, &attempt, keys, watch.sent(&task))
+                .await;
+            watch.answered(&task, &attempt, outcome, status, clock.elapsed())
         }
-        // The job vanished between start and call: count it as a failed attempt.
-        None => retry::settle(
-            AttemptOutcome::Retry {
-                reason: format!("no job config for task type {task_type:?}"),
-                timed_out: false,
-            },
+        None => vanished(shared, &task, &attempt),
+    };
+    log_outcome(&kind);
+    complete_attempt(shared, task, attempt, kind, permit).await;
+}
+
+/// The attempts of one batch call (`executor.batch`), each settled on its own.
+async fn execute_batch(
+    shared: &Shared,
+    attempts: Vec<(ClaimedTask, crate::store::Started, OwnedSemaphorePermit)>,
+    keys: &Keys,
+) {
+    let task_type = attempts.first().map(|(task, ..)| task.task_type.clone());
+    let job = task_type.and_then(|t| shared.routes.borrow().job(&t).cloned());
+    let kinds: Vec<FinishKind> = match job.as_deref() {
+        Some(job) => {
+            let watches: Vec<AttemptWatch> = attempts
+                .iter()
+                .map(|(task, attempt, _)| AttemptWatch::begin(shared, job, task, attempt))
+                .collect();
+            let calls: Vec<BatchAttempt> = attempts
+                .iter()
+                .zip(&watches)
+                .map(|((task, started, _), watch)| BatchAttempt {
+                    task,
+                    started,
+                    trace: watch.sent(task),
+                })
+                .collect();
+            let clock = Instant::now();
+            let (outcomes, status) = shared.executor.call_batch(job, &calls, keys).await;
+            let took = clock.elapsed();
+            drop(calls);
+            watches
+                .into_iter()
+                .zip(outcomes)
+                .zip(&attempts)
+                .map(|((watch, outcome), (task, attempt, _))| {
+                    watch.answered(task, attempt, outcome, status, took)
+                })
+                .collect()
+        }
+        None => attempts
+            .iter()
+            .map(|(task, attempt, _)| vanished(shared, task, attempt))
+            .collect(),
+    };
+    for ((task, attempt, permit), kind) in attempts.into_iter().zip(kinds) {
+        attempt_span(&task, &attempt).in_scope(|| log_outcome(&kind));
+        complete_attempt(shared, task, attempt, kind, permit).await;
+    }
+}
+
+/// One attempt from its call to its settled outcome: its metrics, its share of adaptive
+/// concurrency and its trace spans, alike for single and batch calls.
+struct AttemptWatch<'a> {
+    shared: &'a Shared,
+    job: &'a asyncd_spec::Job,
+    dispatch: Option<crate::trace::Span>,
+    span: Option<crate::trace::Span>,
+    /// The adaptive concurrency epoch the attempt began in, when the job adapts.
+    epoch: Option<u64>,
+}
+
+impl<'a> AttemptWatch<'a> {
+    fn begin(
+        shared: &'a Shared,
+        job: &'a asyncd_spec::Job,
+        task: &ClaimedTask,
+        attempt: &crate::store::Started,
+    ) -> Self {
+        let metrics = &shared.metrics;
+        let tracer = &shared.config.tracer;
+        let task_type = task.task_type.as_str();
+        let began = shared.clock.now_millis();
+        metrics.dispatched.with_label_values(&[task_type]).inc();
+        let delay = began.since(task.trigger_at);
+        metrics
+            .dispatch_delay
+            .with_label_values(&[task_type])
+            .observe(delay.as_secs_f64());
+        let epoch = job.adaptive.enabled.then(|| {
+            shared
+                .adaptive
+                .lock()
+                .expect("adaptive lock")
+                .begin(&job.task_type, job.concurrency)
+        });
+        let mut dispatch = task
+            .trace
+            .as_ref()
+            .and_then(|trace| tracer.start(trace, "dispatch", SpanKind::Consumer));
+        if let Some(span) = &mut dispatch {
+            span.attr("asyncd.task.id", Value::Str(task.id.clone()));
+            span.attr("asyncd.task.type", Value::Str(task.task_type.clone()));
+            span.attr("asyncd.attempt", Value::Int(i64::from(attempt.attempt)));
+            span.attr(
+                "asyncd.dispatch.delay_ms",
+                Value::Int(delay.as_millis() as i64),
+            );
+        }
+        let span = dispatch
+            .as_ref()
+            .and_then(|d| tracer.start(&d.context, "attempt", SpanKind::Client));
+        Self {
+            shared,
+            job,
+            dispatch,
+            span,
+            epoch,
+        }
+    }
+
+    /// The trace context sent to the executor. When not recording, the stored trace goes
+    /// on unchanged, so the executor's spans hang under the submitter's.
+    fn sent<'t>(&'t self, task: &'t ClaimedTask) -> Option<&'t crate::trace::TraceContext> {
+        self.span
+            .as_ref()
+            .map(|s| &s.context)
+            .or(task.trace.as_ref())
+    }
+
+    /// Records the answer and settles what it means for the task.
+    fn answered(
+        self,
+        task: &ClaimedTask,
+        attempt: &crate::store::Started,
+        outcome: AttemptOutcome,
+        status: Option<u16>,
+        took: Duration,
+    ) -> FinishKind {
+        let Self {
+            shared,
+            job,
+            dispatch,
+            span,
+            epoch,
+        } = self;
+        let metrics = &shared.metrics;
+        let tracer = &shared.config.tracer;
+        let task_type = task.task_type.as_str();
+        if let Some(epoch) = epoch {
+            let signal = match &outcome {
+                AttemptOutcome::RetryAfter { .. } | AttemptOutcome::Overloaded { .. } => {
+                    adaptive::Signal::Overload
+                }
+                _ if job.adaptive.latency.is_some_and(|latency| took > latency) => {
+                    adaptive::Signal::Overload
+                }
+                AttemptOutcome::Succeeded | AttemptOutcome::Accepted { .. } => {
+                    adaptive::Signal::Success
+                }
+                _ => adaptive::Signal::Neither,
+            };
+            let limit = shared.adaptive.lock().expect("adaptive lock").answered(
+                &job.task_type,
+                job.concurrency,
+                epoch,
+                signal,
+            );
+            metrics
+                .effective_concurrency
+                .with_label_values(&[job.name.as_str()])
+                .set(i64::from(limit));
+        }
+        metrics
+            .execution_duration
+            .with_label_values(&[task_type])
+            .observe(took.as_secs_f64());
+        metrics
+            .executed
+            .with_label_values(&[task_type, outcome.status_label()])
+            .inc();
+        let kind = retry::settle(
+            outcome,
             attempt.attempt,
             task.max_retries,
-            None,
+            Some(job),
             shared.clock.now_millis(),
-        ),
-    };
-    if let Some(mut span) = dispatch {
-        span.attr("asyncd.outcome", Value::Str(outcome_name(&kind).into()));
-        tracer.end(span, failure(&kind));
+        );
+        if let Some(mut span) = span {
+            span.attr("asyncd.task.id", Value::Str(task.id.clone()));
+            span.attr("asyncd.task.type", Value::Str(task.task_type.clone()));
+            span.attr("asyncd.attempt", Value::Int(i64::from(attempt.attempt)));
+            if let Some(status) = status {
+                span.attr("http.response.status_code", Value::Int(i64::from(status)));
+            }
+            span.attr("asyncd.outcome", Value::Str(outcome_name(&kind).into()));
+            tracer.end(span, failure(&kind));
+        }
+        if let Some(mut span) = dispatch {
+            span.attr("asyncd.outcome", Value::Str(outcome_name(&kind).into()));
+            tracer.end(span, failure(&kind));
+        }
+        kind
     }
-    log_outcome(&kind);
+}
+
+/// The job vanished between the attempt's start and its call: a failed attempt.
+fn vanished(shared: &Shared, task: &ClaimedTask, attempt: &crate::store::Started) -> FinishKind {
+    retry::settle(
+        AttemptOutcome::Retry {
+            reason: format!("no job config for task type {:?}", task.task_type),
+            timed_out: false,
+        },
+        attempt.attempt,
+        task.max_retries,
+        None,
+        shared.clock.now_millis(),
+    )
+}
+
+/// Hands a settled attempt to the completer, with the permit it held.
+async fn complete_attempt(
+    shared: &Shared,
+    task: ClaimedTask,
+    attempt: crate::store::Started,
+    kind: FinishKind,
+    permit: OwnedSemaphorePermit,
+) {
     if let FinishKind::Retry { at, .. } = &kind {
-        metrics.retries.with_label_values(&[task_type]).inc();
+        shared
+            .metrics
+            .retries
+            .with_label_values(&[task.task_type.as_str()])
+            .inc();
         if *at <= shared.clock.now_millis() + shared.config.lookahead {
             shared.waker.wake();
         }
@@ -1347,7 +1529,7 @@ mod tests {
     //! [`ManualClock`]: time moves only when a test moves it, so every ETA is asserted
     //! exactly, and test signals say when something happened instead of polling.
 
-    use std::collections::BTreeSet;
+    use std::collections::{BTreeMap, BTreeSet};
 
     use asyncd_spec::AsyncJobConfig;
     use chrono::{TimeZone, Utc};
@@ -1555,6 +1737,111 @@ mod tests {
             lookahead: Duration::from_secs(2),
             ..DispatcherConfig::default()
         }
+    }
+
+    /// An executor taking batch calls: records how many tasks each call carried and
+    /// answers each task as its payload's `do` says (`omit`: no result for it).
+    async fn batch_executor() -> (String, Arc<Mutex<Vec<usize>>>) {
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let seen = calls.clone();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = axum::Router::new().fallback(move |body: bytes::Bytes| {
+            let seen = seen.clone();
+            async move {
+                let call: asyncd_contract::ExecutorBatchCall =
+                    serde_json::from_slice(&body).expect("a batch call");
+                seen.lock().unwrap().push(call.tasks.len());
+                let results: Vec<_> = call
+                    .tasks
+                    .iter()
+                    .filter_map(|task| match task.payload["do"].as_str() {
+                        Some("ok") => Some(serde_json::json!({"id": task.id, "status": "success"})),
+                        Some("fail") => Some(serde_json::json!({"id": task.id, "status": "failed", "error": "no such thing"})),
+                        Some("later") => Some(serde_json::json!({"id": task.id, "status": "retry", "error": "busy", "retry_after": "60s"})),
+                        _ => None,
+                    })
+                    .collect();
+                serde_json::json!({ "results": results }).to_string()
+            }
+        });
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (format!("http://{addr}/batch"), calls)
+    }
+
+    /// Four due tasks, calls of at most three: every task goes in exactly one call, and
+    /// each ends as its own result says, the one without a result retried.
+    #[tokio::test]
+    async fn a_batch_job_gets_its_due_tasks_in_calls_of_max_tasks_each_with_its_own_outcome() {
+        let (url, calls) = batch_executor().await;
+        let yaml = format!(
+            "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata: {{name: bulk-job}}\n\
+             spec:\n  taskType: bulk\n  concurrency: 10\n  \
+             retry: {{maxRetries: 2, initialBackoff: 600s}}\n  \
+             executor: {{url: '{url}', timeout: 5s, batch: {{maxTasks: 3, maxWait: 500ms}}}}\n"
+        );
+        let job = AsyncJobConfig::from_yaml(&yaml).unwrap().1;
+        let mut rig = Rig::start(vec![job], fast()).await;
+        let mut ids = BTreeMap::new();
+        let tasks: Vec<NewTask> = ["ok", "fail", "later", "omit"]
+            .into_iter()
+            .map(|what| {
+                let id = uuid::Uuid::now_v7().to_string();
+                ids.insert(what, id.clone());
+                NewTask {
+                    payload: RawValue::from_string(format!(r#"{{"do":"{what}"}}"#)).unwrap(),
+                    max_retries: 2,
+                    ..new_task(&id, "bulk", T0, 0)
+                }
+            })
+            .collect();
+        rig.store
+            .insert(&tasks, rig.clock.now_millis())
+            .await
+            .unwrap();
+        let mut unfinished: BTreeSet<String> = ids.values().cloned().collect();
+        while !unfinished.is_empty() {
+            let finished = rig
+                .next("the outcomes", |s| match s {
+                    Signal::Finished { ids, .. } => Some(ids),
+                    _ => None,
+                })
+                .await;
+            for id in finished {
+                unfinished.remove(&id);
+            }
+        }
+        let mut sizes = calls.lock().unwrap().clone();
+        sizes.sort_unstable();
+        assert_eq!(sizes, vec![1, 3], "one full call, then the rest");
+        let task = |what: &str| {
+            let store = rig.store.clone();
+            let id = ids[what].clone();
+            async move { store.get(&id).await.unwrap().unwrap() }
+        };
+        assert_eq!(task("ok").await.state, TaskState::Succeeded);
+        let failed = task("fail").await;
+        assert_eq!(failed.state, TaskState::Dead);
+        assert_eq!(failed.last_error.as_deref(), Some("no such thing"));
+        let later = task("later").await;
+        assert_eq!(later.state, TaskState::Pending);
+        assert_eq!(
+            later.trigger_at,
+            Millis::new(T0 + 60_000),
+            "its retry_after"
+        );
+        assert_eq!(later.last_error.as_deref(), Some("busy"));
+        let omitted = task("omit").await;
+        assert_eq!(omitted.state, TaskState::Pending);
+        assert_eq!(
+            omitted.last_error.as_deref(),
+            Some("batch answer has no result for this task")
+        );
+        assert!(
+            omitted.trigger_at >= Millis::new(T0 + 300_000),
+            "its backoff"
+        );
+        rig.stop().await;
     }
 
     #[tokio::test]

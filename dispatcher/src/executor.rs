@@ -3,11 +3,15 @@
 //! business.
 
 pub use crate::store::domain::{MAX_REASON_CHARS, sanitize_reason};
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use crate::clock::from_millis;
 use crate::signing::Keys;
-use asyncd_contract::{ExecutorAccepted, ExecutorCall, SignedCall, headers, sign};
+use asyncd_contract::{
+    ExecutorAccepted, ExecutorBatchCall, ExecutorBatchResult, ExecutorBatchStatus,
+    ExecutorBatchTask, ExecutorCall, SignedCall, headers, sign,
+};
 use asyncd_spec::Job;
 use serde_json::value::RawValue;
 
@@ -103,28 +107,124 @@ impl ExecutorClient {
             eta: Some(from_millis(task.trigger_at)),
         })
         .expect("task body serializes");
-        let idempotency_key = task.idempotency_key.as_deref().unwrap_or(&task.id);
         let attempt = started.attempt.to_string();
         let lease_token = crate::lease::token(&task.lease_secret, &task.id, started.lease_token);
-        let mut request = self
-            .client
-            .post(&job.executor_url)
-            .timeout(timeout)
-            .header("content-type", "application/json")
-            .header(headers::IDEMPOTENCY_KEY, idempotency_key)
-            .header(headers::TASK_ID, &task.id)
-            .header(headers::ATTEMPT, &attempt)
-            .header(headers::LEASE_TOKEN, &lease_token)
-            .header(headers::CALLBACK_URL, &self.callback_url)
-            .header(headers::DISPATCHER, &self.dispatcher);
+        let per_task = TaskHeaders {
+            task_id: &task.id,
+            attempt: &attempt,
+            idempotency_key: task.idempotency_key.as_deref().unwrap_or(&task.id),
+            lease_token: &lease_token,
+        };
+        let mut request = match self.request(job, timeout, &body, &per_task, keys) {
+            Ok(request) => request
+                .header(headers::IDEMPOTENCY_KEY, per_task.idempotency_key)
+                .header(headers::TASK_ID, per_task.task_id)
+                .header(headers::ATTEMPT, per_task.attempt)
+                .header(headers::LEASE_TOKEN, per_task.lease_token),
+            Err(not_called) => return (not_called, None),
+        };
         if let Some(trace) = trace {
             request = request.header(headers::TRACEPARENT, trace.traceparent());
             if let Some(state) = &trace.state {
                 request = request.header(headers::TRACESTATE, state);
             }
         }
+        match send(request, body, timeout, MAX_ANSWER_BYTES).await {
+            Ok(answer) => (
+                classify(&answer.view(), SystemTime::now(), timeout),
+                Some(answer.status),
+            ),
+            Err(failed) => failed,
+        }
+    }
+
+    /// One call carrying an attempt of each of `attempts` (a job with `executor.batch`):
+    /// what [`Self::call`] sends in headers goes per task in the body. Returns one
+    /// outcome per attempt, in order ([`classify_batch`]), and the answer's HTTP status.
+    pub async fn call_batch(
+        &self,
+        job: &Job,
+        attempts: &[BatchAttempt<'_>],
+        keys: &Keys,
+    ) -> (Vec<AttemptOutcome>, Option<u16>) {
+        // One timeout for the call; the tasks of a job share it unless the job's timeout
+        // changed while some of them waited.
+        let timeout_ms = attempts
+            .iter()
+            .map(|a| a.task.timeout_ms)
+            .max()
+            .unwrap_or(1);
+        let timeout = Duration::from_millis(timeout_ms.max(1) as u64);
+        let tasks = attempts
+            .iter()
+            .map(
+                |&BatchAttempt {
+                     task,
+                     started,
+                     trace,
+                 }| ExecutorBatchTask::<&RawValue> {
+                    id: task.id.clone(),
+                    task_type: task.task_type.clone(),
+                    payload: &task.payload,
+                    attempt: started.attempt,
+                    eta: Some(from_millis(task.trigger_at)),
+                    idempotency_key: task
+                        .idempotency_key
+                        .clone()
+                        .unwrap_or_else(|| task.id.clone()),
+                    lease_token: crate::lease::token(
+                        &task.lease_secret,
+                        &task.id,
+                        started.lease_token,
+                    ),
+                    traceparent: trace.map(TraceContext::traceparent),
+                    tracestate: trace.and_then(|t| t.state.clone()),
+                },
+            )
+            .collect();
+        let body = serde_json::to_vec(&ExecutorBatchCall { tasks }).expect("batch body serializes");
+        let every = |outcome: AttemptOutcome| vec![outcome; attempts.len()];
+        // The body holds (and the signature covers) every task's id, attempt and token.
+        let request = match self.request(job, timeout, &body, &TaskHeaders::default(), keys) {
+            Ok(request) => request.header(headers::BATCH, attempts.len().to_string()),
+            Err(not_called) => return (every(not_called), None),
+        };
+        let cap = MAX_ANSWER_BYTES + attempts.len() * MAX_BATCH_RESULT_BYTES;
+        match send(request, body, timeout, cap).await {
+            Ok(answer) => {
+                let ids: Vec<&str> = attempts.iter().map(|a| a.task.id.as_str()).collect();
+                (
+                    classify_batch(&answer.view(), &ids, SystemTime::now(), timeout),
+                    Some(answer.status),
+                )
+            }
+            Err((outcome, status)) => (every(outcome), status),
+        }
+    }
+
+    /// The request with what every call carries, signed when the job signs; `Err` is the
+    /// attempt's outcome when no call may be made.
+    fn request(
+        &self,
+        job: &Job,
+        timeout: Duration,
+        body: &[u8],
+        per_task: &TaskHeaders,
+        keys: &Keys,
+    ) -> Result<reqwest::RequestBuilder, AttemptOutcome> {
+        let not_called = |why: &dyn std::fmt::Display| AttemptOutcome::Retry {
+            reason: format!("not called: {why}"),
+            timed_out: false,
+        };
+        let request = self
+            .client
+            .post(&job.executor_url)
+            .timeout(timeout)
+            .header("content-type", "application/json")
+            .header(headers::CALLBACK_URL, &self.callback_url)
+            .header(headers::DISPATCHER, &self.dispatcher);
         match keys {
-            Keys::Unsigned => {}
+            Keys::Unsigned => Ok(request),
             Keys::Ready(keys) => {
                 let timestamp = SystemTime::now()
                     .duration_since(SystemTime::UNIX_EPOCH)
@@ -133,63 +233,95 @@ impl ExecutorClient {
                     .to_string();
                 let call = SignedCall {
                     timestamp: &timestamp,
-                    task_id: &task.id,
-                    attempt: &attempt,
-                    idempotency_key,
-                    lease_token: &lease_token,
+                    task_id: per_task.task_id,
+                    attempt: per_task.attempt,
+                    idempotency_key: per_task.idempotency_key,
+                    lease_token: per_task.lease_token,
                     callback_url: &self.callback_url,
-                    body: &body,
+                    body,
                 };
                 let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-                let signature = match sign(&keys, &call) {
-                    Ok(signature) => signature,
-                    // `Keys::Ready` holds no empty key; never send a call unsigned
-                    // when it should be signed.
-                    Err(err) => {
-                        return (
-                            AttemptOutcome::Retry {
-                                reason: format!("not called: {err}"),
-                                timed_out: false,
-                            },
-                            None,
-                        );
-                    }
-                };
-                request = request
+                // `Keys::Ready` holds no empty key; never send a call unsigned when it
+                // should be signed.
+                let signature = sign(&keys, &call).map_err(|err| not_called(&err))?;
+                Ok(request
                     .header(headers::TIMESTAMP, timestamp)
-                    .header(headers::SIGNATURE, signature);
+                    .header(headers::SIGNATURE, signature))
             }
-            Keys::Unavailable(why) => {
-                return (
-                    AttemptOutcome::Retry {
-                        reason: format!("not called: {why}"),
-                        timed_out: false,
-                    },
-                    None,
-                );
-            }
+            Keys::Unavailable(why) => Err(not_called(why)),
         }
-        let response = match request.body(body).send().await {
-            Ok(response) => response,
-            Err(err) => return (transport_failure(&err, timeout), None),
-        };
-        let status = response.status().as_u16();
-        let header = |name: &str| response.headers().get(name).map(|v| v.as_bytes().to_vec());
-        let retry_after = header(headers::RETRY_AFTER);
-        let location = header(reqwest::header::LOCATION.as_str());
-        let body = match read_capped(response, MAX_ANSWER_BYTES).await {
-            Ok(body) => body,
-            Err(err) => return (transport_failure(&err, timeout), Some(status)),
-        };
-        let answer = ExecutorAnswer {
-            status,
-            retry_after: retry_after.as_deref(),
-            location: location.as_deref(),
-            body: &body,
-        };
-        (classify(&answer, SystemTime::now(), timeout), Some(status))
     }
 }
+
+/// The header values of a single call that are about its one task; a batch call sends
+/// none and signs them empty.
+#[derive(Default)]
+struct TaskHeaders<'a> {
+    task_id: &'a str,
+    attempt: &'a str,
+    idempotency_key: &'a str,
+    lease_token: &'a str,
+}
+
+/// One attempt of a batch call: the task, its begun attempt, and the trace context sent
+/// for it.
+#[derive(Clone, Copy)]
+pub struct BatchAttempt<'a> {
+    pub task: &'a ClaimedTask,
+    pub started: &'a Started,
+    pub trace: Option<&'a TraceContext>,
+}
+
+/// An answer as read: the status, the headers the contract reads, and at most the cap
+/// of the body.
+struct ReadAnswer {
+    status: u16,
+    retry_after: Option<Vec<u8>>,
+    location: Option<Vec<u8>>,
+    body: Vec<u8>,
+}
+
+impl ReadAnswer {
+    fn view(&self) -> ExecutorAnswer<'_> {
+        ExecutorAnswer {
+            status: self.status,
+            retry_after: self.retry_after.as_deref(),
+            location: self.location.as_deref(),
+            body: &self.body,
+        }
+    }
+}
+
+/// Sends the call and reads the answer; `Err` is the outcome of a call that got no
+/// (whole) answer, with the status when there was one.
+async fn send(
+    request: reqwest::RequestBuilder,
+    body: Vec<u8>,
+    timeout: Duration,
+    cap: usize,
+) -> Result<ReadAnswer, (AttemptOutcome, Option<u16>)> {
+    let response = match request.body(body).send().await {
+        Ok(response) => response,
+        Err(err) => return Err((transport_failure(&err, timeout), None)),
+    };
+    let status = response.status().as_u16();
+    let header = |name: &str| response.headers().get(name).map(|v| v.as_bytes().to_vec());
+    let retry_after = header(headers::RETRY_AFTER);
+    let location = header(reqwest::header::LOCATION.as_str());
+    match read_capped(response, cap).await {
+        Ok(body) => Ok(ReadAnswer {
+            status,
+            retry_after,
+            location,
+            body,
+        }),
+        Err(err) => Err((transport_failure(&err, timeout), Some(status))),
+    }
+}
+
+/// How much more of a batch call's answer is read per task: a result with an error text
+/// of [`MAX_REASON_CHARS`] and room to spare.
+pub const MAX_BATCH_RESULT_BYTES: usize = 2 * 1024;
 
 /// The most of an executor's answer that is read: enough for a 202 body and an error
 /// message, and an executor that streams gigabytes cannot fill the dispatcher's memory.
@@ -344,6 +476,87 @@ fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     )
 }
 
+/// Reads the answer to a batch call of the tasks `ids` into one outcome per task, in
+/// order. A 2xx other than 202 carries per-task results; any other answer is read as for
+/// a single call and applies to every task.
+pub fn classify_batch(
+    answer: &ExecutorAnswer,
+    ids: &[&str],
+    now: SystemTime,
+    default_lease: Duration,
+) -> Vec<AttemptOutcome> {
+    let whole = classify(answer, now, default_lease);
+    if whole != AttemptOutcome::Succeeded {
+        return vec![whole; ids.len()];
+    }
+    /// Entries are read one by one, so one the contract cannot read fails only its task.
+    #[derive(serde::Deserialize)]
+    struct Results {
+        results: Vec<serde_json::Value>,
+    }
+    let results = match serde_json::from_slice::<Results>(answer.body) {
+        Ok(answer) => answer.results,
+        Err(err) => {
+            let reason = sanitize_reason(&format!(
+                "executor answered {} without batch results: {err}",
+                answer.status
+            ));
+            return vec![
+                AttemptOutcome::Retry {
+                    reason,
+                    timed_out: false
+                };
+                ids.len()
+            ];
+        }
+    };
+    let mut by_id: HashMap<String, ExecutorBatchResult> = HashMap::with_capacity(results.len());
+    for entry in results {
+        if let Ok(result) = serde_json::from_value::<ExecutorBatchResult>(entry) {
+            by_id.entry(result.id.clone()).or_insert(result);
+        }
+    }
+    ids.iter()
+        .map(|id| match by_id.get(*id) {
+            Some(result) => task_outcome(result, default_lease),
+            None => AttemptOutcome::Retry {
+                reason: "batch answer has no result for this task".into(),
+                timed_out: false,
+            },
+        })
+        .collect()
+}
+
+/// One task's result in a batch answer, bounded like a single call's answer.
+fn task_outcome(result: &ExecutorBatchResult, default_lease: Duration) -> AttemptOutcome {
+    let reason = || match result.error.as_deref() {
+        Some(error) => sanitize_reason(error),
+        None => format!("executor answered {:?} for this task", result.status).to_lowercase(),
+    };
+    let duration = |text: Option<&str>| text.and_then(|t| asyncd_spec::parse_duration(t).ok());
+    match result.status {
+        ExecutorBatchStatus::Success => AttemptOutcome::Succeeded,
+        ExecutorBatchStatus::Accepted => AttemptOutcome::Accepted {
+            lease: bounded_lease(
+                duration(result.lease.as_deref())
+                    .filter(|d| !d.is_zero())
+                    .unwrap_or(default_lease),
+            ),
+        },
+        ExecutorBatchStatus::Retry => match duration(result.retry_after.as_deref()) {
+            Some(after) => AttemptOutcome::RetryAfter {
+                after: after.min(MAX_RETRY_AFTER),
+                reason: reason(),
+            },
+            None => AttemptOutcome::Retry {
+                reason: reason(),
+                timed_out: false,
+            },
+        },
+        ExecutorBatchStatus::Failed => AttemptOutcome::Permanent { reason: reason() },
+    }
+}
+
 /// A job calling `url`, for tests.
 #[cfg(test)]
 pub(crate) fn test_job(url: &str) -> Job {
@@ -366,6 +579,7 @@ pub(crate) fn test_job(url: &str) -> Job {
         cron: Vec::new(),
         retention: asyncd_spec::Retention::DEFAULT,
         paused: false,
+        batch: None,
     }
 }
 
@@ -579,6 +793,214 @@ mod tests {
         );
     }
 
+    fn batch(
+        status: u16,
+        retry_after: Option<&str>,
+        body: &str,
+        ids: &[&str],
+    ) -> Vec<AttemptOutcome> {
+        let answer = ExecutorAnswer {
+            status,
+            retry_after: retry_after.map(str::as_bytes),
+            location: None,
+            body: body.as_bytes(),
+        };
+        classify_batch(&answer, ids, SystemTime::UNIX_EPOCH, LEASE)
+    }
+
+    /// Each task gets its own result's outcome, whatever the order; a task without a
+    /// readable result is retried, and a result for a task not in the call is ignored.
+    #[test]
+    fn a_batch_answer_gives_each_task_its_own_outcome() {
+        let body = r#"{"results": [
+            {"id": "d", "status": "failed", "error": "no such image"},
+            {"id": "a", "status": "success"},
+            {"id": "c", "status": "retry", "error": "busy", "retry_after": "30s"},
+            {"id": "b", "status": "accepted", "lease": "5m"},
+            {"id": "e", "status": "retry"},
+            {"id": "f", "status": "maybe"},
+            {"id": "a", "status": "failed"},
+            {"id": "stranger", "status": "success"}
+        ]}"#;
+        let outcomes = batch(200, None, body, &["a", "b", "c", "d", "e", "f", "g"]);
+        assert_eq!(
+            outcomes,
+            vec![
+                AttemptOutcome::Succeeded,
+                AttemptOutcome::Accepted {
+                    lease: Duration::from_secs(300)
+                },
+                AttemptOutcome::RetryAfter {
+                    after: Duration::from_secs(30),
+                    reason: "busy".into()
+                },
+                AttemptOutcome::Permanent {
+                    reason: "no such image".into()
+                },
+                AttemptOutcome::Retry {
+                    reason: "executor answered retry for this task".into(),
+                    timed_out: false
+                },
+                AttemptOutcome::Retry {
+                    reason: "batch answer has no result for this task".into(),
+                    timed_out: false
+                },
+                AttemptOutcome::Retry {
+                    reason: "batch answer has no result for this task".into(),
+                    timed_out: false
+                },
+            ]
+        );
+    }
+
+    /// An answer that is not per-task applies to every task of the call, as it would to
+    /// one task; a 2xx without results fails each attempt rather than counting as done.
+    #[test]
+    fn a_batch_answer_without_results_applies_to_every_task() {
+        let ids = ["a", "b"];
+        for outcome in batch(200, None, "ok", &ids) {
+            assert!(
+                matches!(&outcome, AttemptOutcome::Retry { reason, .. } if reason.contains("without batch results")),
+                "{outcome:?}"
+            );
+        }
+        assert_eq!(
+            batch(202, None, r#"{"lease":"90s"}"#, &ids),
+            vec![
+                AttemptOutcome::Accepted {
+                    lease: Duration::from_secs(90)
+                };
+                2
+            ]
+        );
+        assert!(
+            batch(503, Some("7"), "", &ids)
+                .iter()
+                .all(|o| matches!(o, AttemptOutcome::RetryAfter { after, .. } if *after == Duration::from_secs(7)))
+        );
+        assert!(
+            batch(400, None, "bad", &ids)
+                .iter()
+                .all(|o| matches!(o, AttemptOutcome::Permanent { .. }))
+        );
+        let absurd = r#"{"results": [{"id": "a", "status": "accepted", "lease": "100000000y"},
+            {"id": "b", "status": "retry", "retry_after": "100000000y", "error": "a\u0000b"}]}"#;
+        assert_eq!(
+            batch(200, None, absurd, &ids),
+            vec![
+                AttemptOutcome::Accepted { lease: MAX_LEASE },
+                AttemptOutcome::RetryAfter {
+                    after: MAX_RETRY_AFTER,
+                    reason: "a\u{FFFD}b".into()
+                }
+            ]
+        );
+    }
+
+    /// The real client against a real server that verifies the batch signature as
+    /// docs/api.md defines it (the per-task header values empty) and answers per task.
+    #[tokio::test]
+    async fn a_batch_call_is_signed_over_its_body_and_read_per_task() {
+        use asyncd_contract::verify_signature;
+        use axum::http::HeaderMap;
+
+        let app = axum::Router::new().route(
+            "/",
+            axum::routing::post(|headers: HeaderMap, body: bytes::Bytes| async move {
+                let header = |name: &str| {
+                    headers
+                        .get(name)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("")
+                        .to_string()
+                };
+                assert_eq!(header(headers::BATCH), "2");
+                assert_eq!(header(headers::TASK_ID), "", "no per-task header on a batch");
+                let timestamp = header(headers::TIMESTAMP);
+                let callback_url = header(headers::CALLBACK_URL);
+                let call = SignedCall {
+                    timestamp: &timestamp,
+                    task_id: "",
+                    attempt: "",
+                    idempotency_key: "",
+                    lease_token: "",
+                    callback_url: &callback_url,
+                    body: &body,
+                };
+                let signature = header(headers::SIGNATURE);
+                if verify_signature(&[b"k1".as_slice()], Some(&signature), &call, SystemTime::now()).is_err()
+                {
+                    return (axum::http::StatusCode::UNAUTHORIZED, String::new());
+                }
+                let call: ExecutorBatchCall = serde_json::from_slice(&body).unwrap();
+                let results: Vec<_> = call
+                    .tasks
+                    .iter()
+                    .map(|t| {
+                        assert_eq!(t.lease_token.len(), 64);
+                        if t.attempt == 1 {
+                            serde_json::json!({"id": t.id, "status": "success"})
+                        } else {
+                            serde_json::json!({"id": t.id, "status": "failed", "error": format!("attempt {} of {}", t.attempt, t.idempotency_key)})
+                        }
+                    })
+                    .collect();
+                (
+                    axum::http::StatusCode::OK,
+                    serde_json::json!({ "results": results }).to_string(),
+                )
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let client = ExecutorClient::new("http://127.0.0.1:1".into(), "test".into());
+        let job = test_job(&format!("http://{addr}/"));
+        let first = test_task();
+        let mut second = test_task();
+        second.id = "task-2".into();
+        second.idempotency_key = Some("order-7".into());
+        let started_first = test_started();
+        let started_second = Started {
+            id: "task-2".into(),
+            attempt: 3,
+            lease_token: 9,
+        };
+        let attempts = [
+            BatchAttempt {
+                task: &first,
+                started: &started_first,
+                trace: None,
+            },
+            BatchAttempt {
+                task: &second,
+                started: &started_second,
+                trace: None,
+            },
+        ];
+        let keys = Keys::Ready(std::sync::Arc::new(vec![b"k1".to_vec()]));
+        let (outcomes, status) = client.call_batch(&job, &attempts, &keys).await;
+        assert_eq!(status, Some(200));
+        assert_eq!(
+            outcomes,
+            vec![
+                AttemptOutcome::Succeeded,
+                AttemptOutcome::Permanent {
+                    reason: "attempt 3 of order-7".into()
+                }
+            ]
+        );
+        // Signed with a key the executor does not hold: refused, for every task.
+        let wrong = Keys::Ready(std::sync::Arc::new(vec![b"k2".to_vec()]));
+        let (outcomes, status) = client.call_batch(&job, &attempts, &wrong).await;
+        assert_eq!(status, Some(401));
+        assert!(
+            outcomes
+                .iter()
+                .all(|o| matches!(o, AttemptOutcome::Permanent { .. }))
+        );
+    }
+
     fn test_task() -> ClaimedTask {
         ClaimedTask {
             id: "task-1".into(),
@@ -684,6 +1106,43 @@ mod tests {
                     AttemptOutcome::Permanent { reason } => {
                         prop_assert!((400..500).contains(&status) && status != 429);
                         prop_assert!(storable(reason));
+                    }
+                }
+            }
+
+            /// Whatever a batch answer holds, each task of the call gets one outcome,
+            /// safe to store and to add to a time.
+            #[test]
+            fn any_batch_answer_gives_one_bounded_outcome_per_task(
+                status in prop_oneof![Just(200u16), 0u16..1000],
+                entries in proptest::collection::vec(
+                    (0usize..4, prop_oneof![Just("success".to_owned()), Just("accepted".to_owned()), Just("retry".to_owned()), Just("failed".to_owned()), ".*"],
+                     proptest::option::of(".*"), proptest::option::of(".*"), proptest::option::of(".*")),
+                    0..8),
+                garbage in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..64)),
+            ) {
+                let ids = ["t0", "t1", "t2"];
+                let results: Vec<_> = entries.iter().map(|(id, status, error, retry_after, lease)| serde_json::json!({
+                    "id": format!("t{id}"), "status": status, "error": error, "retry_after": retry_after, "lease": lease,
+                })).collect();
+                let body = match &garbage {
+                    Some(bytes) => bytes.clone(),
+                    None => serde_json::json!({ "results": results }).to_string().into_bytes(),
+                };
+                let answer = ExecutorAnswer { status, retry_after: None, location: None, body: &body };
+                let outcomes = classify_batch(&answer, &ids, SystemTime::UNIX_EPOCH, LEASE);
+                prop_assert_eq!(outcomes.len(), ids.len());
+                for outcome in &outcomes {
+                    match outcome {
+                        AttemptOutcome::Succeeded => {}
+                        AttemptOutcome::Accepted { lease } => prop_assert!((MIN_LEASE..=MAX_LEASE).contains(lease)),
+                        AttemptOutcome::RetryAfter { after, reason } => {
+                            prop_assert!(*after <= MAX_RETRY_AFTER);
+                            prop_assert!(storable(reason));
+                        }
+                        AttemptOutcome::Overloaded { reason }
+                        | AttemptOutcome::Retry { reason, .. }
+                        | AttemptOutcome::Permanent { reason } => prop_assert!(storable(reason)),
                     }
                 }
             }

@@ -225,6 +225,38 @@ pub struct ExecutorSpec {
     /// namespace. Without it calls go unsigned (a warning is logged).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signing: Option<SigningSpec>,
+    /// Batch delivery: up to `maxTasks` due tasks in one call, with one outcome per task
+    /// in the answer (docs/api.md, "Batch delivery"). Without it, one call per task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<BatchSpec>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BatchSpec {
+    /// The most tasks in one call, 1 to 1000.
+    #[cfg_attr(feature = "kube", schemars(range(min = 1, max = 1000)))]
+    pub max_tasks: u32,
+    /// How long a due task may wait for the call to fill, at most 10s; default 0 (what is
+    /// due goes at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_wait: Option<String>,
+}
+
+/// A validated [`BatchSpec`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Batch {
+    pub max_tasks: u32,
+    pub max_wait: Duration,
+}
+
+impl Batch {
+    /// The most tasks a call may carry: a 1000-task call of 1 MiB payloads is already a
+    /// gigabyte, and at this size the per-call cost is gone anyway.
+    pub const MAX_TASKS: u32 = 1000;
+    /// The longest a due task may be held to fill a call.
+    pub const MAX_WAIT: Duration = Duration::from_secs(10);
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -506,6 +538,8 @@ pub struct Job {
     pub retention: Retention,
     /// `spec.paused`: see [`JobSpec::paused`].
     pub paused: bool,
+    /// `spec.executor.batch`: see [`ExecutorSpec::batch`].
+    pub batch: Option<Batch>,
 }
 
 /// A validated signing config: a Secret name and its one or two keys, primary first.
@@ -685,6 +719,12 @@ impl JobSpec {
             ));
         }
         let retention = validate_retention(self.retention.as_ref())?;
+        let batch = self
+            .executor
+            .batch
+            .as_ref()
+            .map(validate_batch)
+            .transpose()?;
         let mut cron = Vec::with_capacity(self.cron.len());
         for (index, entry) in self.cron.iter().enumerate() {
             let field = format!("spec.cron[{index}]");
@@ -749,8 +789,35 @@ impl JobSpec {
             cron,
             retention,
             paused: self.paused,
+            batch,
         })
     }
+}
+
+fn validate_batch(spec: &BatchSpec) -> Result<Batch, SpecError> {
+    if !(1..=Batch::MAX_TASKS).contains(&spec.max_tasks) {
+        return Err(SpecError::new(
+            "spec.executor.batch.maxTasks",
+            format!("must be 1 to {}", Batch::MAX_TASKS),
+        ));
+    }
+    let max_wait = spec
+        .max_wait
+        .as_deref()
+        .map(parse_duration)
+        .transpose()
+        .map_err(|m| SpecError::new("spec.executor.batch.maxWait", m))?
+        .unwrap_or(Duration::ZERO);
+    if max_wait > Batch::MAX_WAIT {
+        return Err(SpecError::new(
+            "spec.executor.batch.maxWait",
+            "must be at most 10s",
+        ));
+    }
+    Ok(Batch {
+        max_tasks: spec.max_tasks,
+        max_wait,
+    })
 }
 
 fn validate_rate_limit(spec: &RateLimitSpec) -> Result<RateLimit, SpecError> {
@@ -1138,6 +1205,52 @@ mod tests {
         assert!(missing.contains("concurrencyKey") && missing.contains("merchant_id"));
         assert_eq!(job.adaptive, Adaptive::default());
         assert!(job.adaptive.enabled);
+    }
+
+    #[test]
+    fn batch_delivery_is_checked_and_waits_nothing_unless_told() {
+        let (mut doc, job) = AsyncJobConfig::from_yaml(SAMPLE).unwrap();
+        assert_eq!(job.batch, None);
+        doc.spec.executor.batch = Some(BatchSpec {
+            max_tasks: 100,
+            max_wait: None,
+        });
+        assert_eq!(
+            doc.validate().unwrap().batch,
+            Some(Batch {
+                max_tasks: 100,
+                max_wait: Duration::ZERO
+            })
+        );
+        doc.spec.executor.batch.as_mut().unwrap().max_wait = Some("20ms".into());
+        assert_eq!(
+            doc.validate().unwrap().batch.unwrap().max_wait,
+            Duration::from_millis(20)
+        );
+        for (max_tasks, max_wait, field) in [
+            (0, None, "spec.executor.batch.maxTasks"),
+            (1001, None, "spec.executor.batch.maxTasks"),
+            (10, Some("11s"), "spec.executor.batch.maxWait"),
+            (10, Some("soon"), "spec.executor.batch.maxWait"),
+        ] {
+            doc.spec.executor.batch = Some(BatchSpec {
+                max_tasks,
+                max_wait: max_wait.map(Into::into),
+            });
+            assert_eq!(doc.validate().unwrap_err().field, field);
+        }
+        let yaml = SAMPLE.replace(
+            "executor:\n",
+            "executor:\n    batch: {maxTasks: 50, maxWait: 1s}\n",
+        );
+        let (_, job) = AsyncJobConfig::from_yaml(&yaml).unwrap();
+        assert_eq!(
+            job.batch,
+            Some(Batch {
+                max_tasks: 50,
+                max_wait: Duration::from_secs(1)
+            })
+        );
     }
 
     #[test]

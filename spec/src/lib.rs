@@ -21,8 +21,8 @@ pub mod schedule;
 
 pub use duration::{format_duration, parse_duration};
 pub use job::{
-    Adaptive, AdaptiveConcurrencySpec, AsyncJobConfig, ConcurrencyKey, ConcurrencyKeySpec,
-    DeletePolicy, HIGH_PRIORITY, Job, JobSpec, KafkaSpec, RateLimit, RateLimitSpec, Retention,
-    SpecError,
+    Adaptive, AdaptiveConcurrencySpec, AsyncJobConfig, Batch, BatchSpec, ConcurrencyKey,
+    ConcurrencyKeySpec, DeletePolicy, HIGH_PRIORITY, Job, JobSpec, KafkaSpec, RateLimit,
+    RateLimitSpec, Retention, SpecError,
 };
 pub use schedule::CronSchedule;
