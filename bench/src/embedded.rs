@@ -30,13 +30,19 @@ pub struct Args {
     /// Overdue priority-0 tasks a priority-9 task is submitted behind.
     #[arg(long, default_value_t = 50_000)]
     backlog: usize,
+    /// The job's `concurrency` in the throughput and lateness rows: attempts in flight
+    /// from their start until their outcome is written, so with the store's round trips
+    /// it bounds the end-to-end rate (Little's law).
+    #[arg(long, default_value_t = 1024)]
+    job_concurrency: u32,
     /// `executor.batch.maxTasks` of the batch delivery rows (0: skip them).
     #[arg(long, default_value_t = 100)]
     batch_tasks: u32,
 }
 
 /// End to end and same-second lateness with `executor.batch`: up to `--batch-tasks`
-/// tasks per executor call. `concurrency` is four calls' worth, so calls overlap.
+/// tasks per executor call, with `--job-concurrency` (at least four calls' worth, so
+/// calls overlap).
 async fn batch_delivery(
     args: &Args,
     http: &reqwest::Client,
@@ -45,12 +51,12 @@ async fn batch_delivery(
 ) -> Result<()> {
     let per_call = args.batch_tasks;
     let batch = format!("batch: {{maxTasks: {per_call}}}");
-    let concurrency = format!("  concurrency: {}\n", per_call.max(64) * 4);
+    let concurrency = args.job_concurrency.max(per_call * 4);
     println!("\n## Batch delivery (`executor.batch: {{maxTasks: {per_call}}}`)\n");
     println!("| scenario | tasks | end-to-end | lateness p50 / p99 / max | asyncd CPU |");
     println!("|---|---:|---:|---:|---:|");
     for &n in &args.sizes {
-        let asyncd = Asyncd::start_job(executor, &batch, http, None, &concurrency).await?;
+        let asyncd = Asyncd::start_job(executor, &batch, concurrency, http, None, "").await?;
         sink.take();
         let start = Instant::now();
         submit_batches(http, &asyncd.base, (0..n).map(|_| task(0)).collect()).await?;
@@ -66,7 +72,7 @@ async fn batch_delivery(
         );
         assert_eq!(l.early, 0, "tasks ran before their ETA");
     }
-    let asyncd = Asyncd::start_job(executor, &batch, http, None, &concurrency).await?;
+    let asyncd = Asyncd::start_job(executor, &batch, concurrency, http, None, "").await?;
     sink.take();
     let due = (now_ms() / 1000 + 8) * 1000;
     submit_batches(
@@ -116,7 +122,8 @@ pub async fn run(args: &Args) -> Result<()> {
         drop(asyncd);
 
         // Batch submits of tasks due now: submit, claim, dispatch and execute.
-        let asyncd = Asyncd::start(&executor, &http, None).await?;
+        let asyncd =
+            Asyncd::start_job(&executor, "", args.job_concurrency, &http, None, "").await?;
         sink.take();
         let start = Instant::now();
         let batch = submit_batches(&http, &asyncd.base, (0..n).map(|_| task(0)).collect()).await?;

@@ -122,14 +122,15 @@ impl Asyncd {
         kafka: Option<(&str, &str)>,
         extra_spec: &str,
     ) -> Result<Self> {
-        Self::start_job(executor_url, "", http, kafka, extra_spec).await
+        Self::start_job(executor_url, "", 256, http, kafka, extra_spec).await
     }
 
-    /// [`Asyncd::start_with`], and `executor_extra` (YAML flow members, e.g.
-    /// `"batch: {maxTasks: 100}"`) added to the job's `executor`.
+    /// [`Asyncd::start_with`], with the job's `concurrency` and `executor_extra` (YAML
+    /// flow members, e.g. `"batch: {maxTasks: 100}"`) added to its `executor`.
     pub async fn start_job(
         executor_url: &str,
         executor_extra: &str,
+        concurrency: u32,
         http: &reqwest::Client,
         kafka: Option<(&str, &str)>,
         extra_spec: &str,
@@ -145,7 +146,7 @@ impl Asyncd {
         std::fs::write(
             jobs.join("bench.yaml"),
             format!(
-                "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata: {{name: bench}}\nspec:\n  taskType: noop\n  executor: {{url: '{executor_url}', timeout: 30s{executor_extra}}}\n  concurrency: 256\n{}{extra_spec}",
+                "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata: {{name: bench}}\nspec:\n  taskType: noop\n  executor: {{url: '{executor_url}', timeout: 30s{executor_extra}}}\n  concurrency: {concurrency}\n{}{extra_spec}",
                 kafka.map_or(String::new(), |(_, topic)| format!(
                     "  kafka: {{topic: {topic}, partitions: 6}}\n"
                 ))
@@ -172,7 +173,11 @@ impl Asyncd {
             .arg("--db")
             .arg(dir.path().join("bench.db"))
             .args(["--listen", &format!("127.0.0.1:{port}")])
-            .env("ASYNCD_LOG", "warn")
+            // ASYNCD_BENCH_LOG, e.g. `warn,sqlx::query=debug` to time every statement.
+            .env(
+                "ASYNCD_LOG",
+                std::env::var("ASYNCD_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::null())
             .spawn()
             .with_context(|| format!("starting {}", binary.display()))?;
