@@ -163,6 +163,7 @@ func TestIntegrationBatchDelivery(t *testing.T) {
 	for _, size := range calls.sizes {
 		largest = max(largest, size)
 	}
+	t.Logf("batch calls of %v tasks, %d single calls", calls.sizes, calls.singles)
 	if largest < 2 || largest > 10 {
 		t.Fatalf("batch calls of %v tasks (and %d single calls): want at least one of 2..10 tasks\nasyncd log:\n%s",
 			calls.sizes, calls.singles, e.logTail())
