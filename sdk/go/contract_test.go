@@ -5,6 +5,7 @@ package asyncd
 // encode it back to the same JSON, and its signing must reproduce the test vector.
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -288,5 +289,160 @@ func TestVerifierReplayCacheIsBounded(t *testing.T) {
 	}
 	if len(verifier.seen) != 1 {
 		t.Fatalf("expired entries kept: %v", verifier.seen)
+	}
+}
+
+// The batch call's wire shapes: this package's types decode the contract's batch call
+// and answer and encode them back unchanged, and the outcomes of handlers become
+// entries shaped like the contract's.
+func TestContractBatchShapes(t *testing.T) {
+	var call batchCall
+	roundTrip(t, "executor_batch_call", &call, true)
+	if len(call.Tasks) != 2 || call.Tasks[0].IdempotencyKey != "order-42" || call.Tasks[1].Attempt != 2 ||
+		call.Tasks[1].LeaseToken != "7f86d081884c7d657a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08" ||
+		call.Tasks[1].TraceParent != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" ||
+		!reflect.DeepEqual(normalized(t, call.Tasks[0].Payload), map[string]any{"to": "a@b.c"}) {
+		t.Fatalf("executor_batch_call decodes as %+v", call)
+	}
+	if _, err := decodeBatch(fixture(t, "executor_batch_call")); err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, "executor_batch_answer", &batchAnswer{}, true)
+
+	// An answer built from outcomes has the fixture's members, with the SDK's error text.
+	got, err := json.Marshal(batchAnswer{Results: []batchResult{
+		batchResultOf(call.Tasks[0].ID, taskOutcome{}),
+		batchResultOf(call.Tasks[1].ID, taskOutcome{err: &RetryError{After: 30 * time.Second, Err: errors.New("downstream busy")}}),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := normalized(t, fixture(t, "executor_batch_answer")).(map[string]any)
+	want["results"].([]any)[1].(map[string]any)["error"] = "retry after 30s: downstream busy"
+	if g := normalized(t, got); !reflect.DeepEqual(g, want) {
+		t.Fatalf("answer encodes as\n%s\nwant\n%v", got, want)
+	}
+	for _, o := range []struct {
+		outcome taskOutcome
+		want    batchResult
+	}{
+		{taskOutcome{lease: 5 * time.Minute}, batchResult{ID: "x", Status: "accepted", Lease: "5m"}},
+		{taskOutcome{err: &PermanentError{Err: errors.New("no such image")}}, batchResult{ID: "x", Status: "failed", Error: "no such image"}},
+		{taskOutcome{err: errors.New("db down")}, batchResult{ID: "x", Status: "retry", Error: "db down"}},
+		{taskOutcome{err: &RetryError{}}, batchResult{ID: "x", Status: "retry", Error: "retry"}},
+		{taskOutcome{err: &noExecutorError{"t"}}, batchResult{ID: "x", Status: "retry", Error: `no executor for task type "t"`}},
+	} {
+		if got := batchResultOf("x", o.outcome); got != o.want {
+			t.Errorf("%+v: %+v, want %+v", o.outcome, got, o.want)
+		}
+	}
+	for _, bad := range []string{`not json`, `{}`, `{"tasks":null}`, `{"tasks":[{"id":"a"}]}`, `{"tasks":[{"type":"t"}]}`, `[]`} {
+		if _, err := decodeBatch([]byte(bad)); !errors.Is(err, ErrMalformedBatch) {
+			t.Errorf("decodeBatch(%s) = %v", bad, err)
+		}
+	}
+}
+
+// The signed batch call: its canonical string has the four per-task fields empty, Sign
+// reproduces its signature, it verifies with the primary key and not once its body,
+// timestamp or callback URL is changed, and its tasks are replays the second time.
+func TestContractBatchSignature(t *testing.T) {
+	var v struct {
+		Body      string            `json:"body"`
+		Canonical string            `json:"canonical"`
+		Headers   map[string]string `json:"headers"`
+		Keys      map[string]string `json:"keys"`
+		Now       int64             `json:"now"`
+	}
+	if err := json.Unmarshal(fixture(t, "batch_signature"), &v); err != nil {
+		t.Fatal(err)
+	}
+	header := func() http.Header {
+		h := http.Header{}
+		for k, val := range v.Headers {
+			h.Set(k, val)
+		}
+		return h
+	}
+	primary := [][]byte{[]byte(v.Keys["primary"])}
+	now := time.Unix(v.Now, 0)
+	body := []byte(v.Body)
+	if got := string(CanonicalString(header(), body)); got != v.Canonical {
+		t.Fatalf("CanonicalString = %q, the contract %q", got, v.Canonical)
+	}
+	if got := Sign(primary, header(), body); got != v.Headers[HeaderSignature] {
+		t.Fatalf("Sign = %s, the contract %s", got, v.Headers[HeaderSignature])
+	}
+	if err := VerifySignature(primary, header(), body, now); err != nil {
+		t.Fatalf("the contract's batch call: %v", err)
+	}
+	// Per-task headers added to a batch call are not part of what it signs, so they
+	// neither break it nor can be made to count.
+	h := header()
+	h.Set(HeaderTaskID, "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b")
+	h.Set(HeaderAttempt, "1")
+	if got := string(CanonicalString(h, body)); got != v.Canonical {
+		t.Fatalf("with per-task headers, CanonicalString = %q", got)
+	}
+
+	tamper := map[string]func(h http.Header, b []byte) (http.Header, []byte){
+		"body": func(h http.Header, b []byte) (http.Header, []byte) {
+			return h, bytes.Replace(b, []byte(`"attempt":2`), []byte(`"attempt":3`), 1)
+		},
+		"timestamp": func(h http.Header, b []byte) (http.Header, []byte) {
+			h.Set(HeaderTimestamp, strconv.FormatInt(v.Now+1, 10))
+			return h, b
+		},
+		"callback url": func(h http.Header, b []byte) (http.Header, []byte) {
+			h.Set(HeaderCallbackURL, "http://evil.example:7700")
+			return h, b
+		},
+	}
+	for name, f := range tamper {
+		th, tb := f(header(), append([]byte(nil), body...))
+		if bytes.Equal(tb, body) && reflect.DeepEqual(th, header()) {
+			t.Fatalf("%s: nothing tampered", name)
+		}
+		if err := VerifySignature(primary, th, tb, now); !errors.Is(err, ErrBadSignature) || errors.Is(err, ErrStaleTimestamp) {
+			t.Errorf("tampered %s: %v, want a signature mismatch", name, err)
+		}
+		if _, err := NewVerifier(primary...).VerifyBatch(th, tb, now); err == nil {
+			t.Errorf("tampered %s: VerifyBatch accepted it", name)
+		}
+	}
+	if err := VerifySignature([][]byte{[]byte(v.Keys["secondary"])}, header(), body, now); !errors.Is(err, ErrBadSignature) {
+		t.Errorf("the secondary key verified the primary's signature: %v", err)
+	}
+
+	verifier := NewVerifier(primary...)
+	if err := verifier.Verify(header(), body, now); !errors.Is(err, ErrBatchCall) {
+		t.Fatalf("Verify of a batch call = %v, want ErrBatchCall", err)
+	}
+	replayed, err := verifier.VerifyBatch(header(), body, now)
+	if err != nil || len(replayed) != 2 || replayed[0] != nil || replayed[1] != nil {
+		t.Fatalf("first delivery: %v, %v", replayed, err)
+	}
+	replayed, err = verifier.VerifyBatch(header(), body, now.Add(10*time.Second))
+	if err != nil || len(replayed) != 2 || !errors.Is(replayed[0], ErrReplayed) || !errors.Is(replayed[1], ErrReplayed) {
+		t.Fatalf("second delivery: %v, %v", replayed, err)
+	}
+	// A single call of a task the batch delivered is a replay too.
+	single := http.Header{}
+	single.Set(HeaderTimestamp, strconv.FormatInt(v.Now, 10))
+	single.Set(HeaderTaskID, "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b")
+	single.Set(HeaderAttempt, "1")
+	single.Set(HeaderLeaseToken, "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08")
+	single.Set(HeaderSignature, Sign(primary, single, []byte(`{}`)))
+	if err := verifier.Verify(single, []byte(`{}`), now); !errors.Is(err, ErrReplayed) {
+		t.Fatalf("the batch's task as a single call: %v, want a replay", err)
+	}
+	if _, err := NewVerifier(primary...).VerifyBatch(header(), body, now.Add(SignatureTolerance+time.Second)); !errors.Is(err, ErrStaleTimestamp) {
+		t.Fatalf("late batch: %v", err)
+	}
+	// A signed body that is not a batch is refused as such, and nothing is recorded.
+	h = header()
+	h.Set(HeaderSignature, Sign(primary, h, []byte(`{"tasks":7}`)))
+	if _, err := NewVerifier(primary...).VerifyBatch(h, []byte(`{"tasks":7}`), now); !errors.Is(err, ErrMalformedBatch) {
+		t.Fatalf("signed garbage: %v", err)
 	}
 }

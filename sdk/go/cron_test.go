@@ -70,6 +70,7 @@ func TestJobConfigYAML(t *testing.T) {
 		Name: "order-cancel-job", TaskType: "cancel_expired_order",
 		ExecutorURL: "http://order-service:8080/tasks/cancel", Timeout: 30 * time.Second,
 		SigningSecret: "order-cancel-signing", SigningKeys: []string{"key", "previous"}, MaxRetries: asyncd.Retries(3),
+		Batch:   &asyncd.BatchDelivery{MaxTasks: 100, MaxWait: 20 * time.Millisecond},
 		Backoff: "exponential", InitialBackoff: time.Second, MaxBackoff: 10 * time.Minute,
 		UniqueKey: "order:{order_id}", Concurrency: 64,
 		Cron: []asyncd.CronSchedule{{Name: "nightly-sweep", Schedule: "CRON_TZ=Asia/Singapore 0 0 * * *",
@@ -94,6 +95,9 @@ spec:
         keys:
           - "key"
           - "previous"
+    batch:
+      maxTasks: 100
+      maxWait: "20ms"
   retry:
     maxRetries: 3
     backoff: "exponential"

@@ -12,5 +12,9 @@
 //	Permanent(err)  -> 422, straight to dead letters
 //	any other error -> 500, retried with exponential backoff
 //
+// A batch call (Asyncd-Batch, a job with spec.executor.batch) runs the same handlers,
+// once per task and concurrently, and answers 200 with each task's outcome mapped the
+// same way ("success", "accepted", "retry" or "failed").
+//
 // The package uses the standard library only.
 package asyncd

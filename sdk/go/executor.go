@@ -165,8 +165,56 @@ type envelope struct {
 	ETA     string          `json:"eta"`
 }
 
+// taskCall is one task as a call delivers it: a single call's body with what its
+// headers carry, or one entry of a batch call's body (docs/api.md, "Batch delivery").
+type taskCall struct {
+	envelope
+	IdempotencyKey string `json:"idempotency_key"`
+	LeaseToken     string `json:"lease_token"`
+	TraceParent    string `json:"traceparent,omitempty"`
+	TraceState     string `json:"tracestate,omitempty"`
+}
+
+// batchCall is the body of a batch call.
+type batchCall struct {
+	Tasks []taskCall `json:"tasks"`
+}
+
+// batchResult is one task's entry in the answer to a batch call.
+type batchResult struct {
+	ID         string `json:"id"`
+	Status     string `json:"status"` // success, accepted, retry or failed
+	Error      string `json:"error,omitempty"`
+	RetryAfter string `json:"retry_after,omitempty"`
+	Lease      string `json:"lease,omitempty"`
+}
+
+// batchAnswer is the 200 answer to a batch call: one result per task of the call.
+type batchAnswer struct {
+	Results []batchResult `json:"results"`
+}
+
+// maxBatchHandlers bounds the handlers one batch call runs at once.
+const maxBatchHandlers = 64
+
+// decodeBatch reads a batch call's body: every task needs an id and a type, since
+// each result names its task and the type picks the handler.
+func decodeBatch(body []byte) (*batchCall, error) {
+	var call batchCall
+	if err := json.Unmarshal(body, &call); err != nil || call.Tasks == nil {
+		return nil, ErrMalformedBatch
+	}
+	for _, t := range call.Tasks {
+		if t.ID == "" || t.Type == "" {
+			return nil, ErrMalformedBatch
+		}
+	}
+	return &call, nil
+}
+
 // ServeHTTP serves the executor contract for the registered executors, whatever
-// the request path.
+// the request path: single calls, and batch calls (Asyncd-Batch), whose tasks run the
+// same handlers, each as if it had come alone.
 func (c *Client) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -178,11 +226,13 @@ func (c *Client) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusRequestEntityTooLarge, errJSON("body too large"))
 		return
 	}
+	if r.Header.Get(HeaderBatch) != "" {
+		c.serveBatch(w, r, body)
+		return
+	}
 	if c.verifier != nil {
 		if err := c.verifier.Verify(r.Header, body, c.now()); err != nil {
-			c.logger().Error("asyncd: refused an executor call (401: asyncd will not retry it; redrive the task once fixed)",
-				"task_id", r.Header.Get(HeaderTaskID), "attempt", r.Header.Get(HeaderAttempt),
-				"reason", err.Error(), "hint", refusalHint(r.Header, err))
+			c.logRefusal(r.Header, err, "task_id", r.Header.Get(HeaderTaskID), "attempt", r.Header.Get(HeaderAttempt))
 			writeJSON(w, http.StatusUnauthorized, errJSON(err.Error()))
 			return
 		}
@@ -195,35 +245,108 @@ func (c *Client) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, errJSON("body is not an asyncd task"))
 		return
 	}
-	c.mu.RLock()
-	ex, ok := c.executors[env.Type]
-	c.mu.RUnlock()
-	if !ok {
-		// 501, not 404: a 4xx would dead-letter the task, while the usual cause is a
-		// rollout that has not reached this replica yet; a 5xx is retried.
-		c.logger().Warn("asyncd: refused an executor call (501): no executor for this task type; asyncd will retry",
-			"task_id", env.ID, "task_type", env.Type, "attempt", env.Attempt)
-		writeJSON(w, http.StatusNotImplemented, errJSON(fmt.Sprintf("no executor for task type %q", env.Type)))
+	writeOutcome(w, c.runTask(r.Context(), singleTask(r, env), r.Header.Get(HeaderCallbackURL)))
+}
+
+// serveBatch answers a batch call: 401 or 400 for the whole call as a single call
+// would be, else 200 with one result per task, each task run by runTask like a single
+// call's, at most maxBatchHandlers at once.
+func (c *Client) serveBatch(w http.ResponseWriter, r *http.Request, body []byte) {
+	var ts int64
+	if c.verifier != nil {
+		var err error
+		if ts, err = c.verifier.verifyBatchCall(r.Header, body, c.now()); err != nil {
+			c.logRefusal(r.Header, err, "batch", r.Header.Get(HeaderBatch))
+			writeJSON(w, http.StatusUnauthorized, errJSON(err.Error()))
+			return
+		}
+	}
+	call, err := decodeBatch(body)
+	if err != nil {
+		// The same body would come again on a retry, so this is permanent (400).
+		c.logger().Error("asyncd: refused a batch executor call (400): the body is not a batch of asyncd tasks",
+			"batch", r.Header.Get(HeaderBatch))
+		writeJSON(w, http.StatusBadRequest, errJSON(err.Error()))
 		return
 	}
-	info := taskInfoFromRequest(r, &env)
-	if info.CallbackURL == "" {
-		info.CallbackURL = c.endpoint
+	replayed := make([]error, len(call.Tasks))
+	if c.verifier != nil {
+		replayed = c.verifier.admitBatch(call.Tasks, ts, c.now())
 	}
-	payload := string(env.Payload)
+	callbackURL := r.Header.Get(HeaderCallbackURL)
+	results := make([]batchResult, len(call.Tasks))
+	sem := make(chan struct{}, max(1, min(len(call.Tasks), maxBatchHandlers)))
+	var wg sync.WaitGroup
+	for i, t := range call.Tasks {
+		if err := replayed[i]; err != nil {
+			// What a single call gets as a 401 (a permanent failure), for this task only.
+			c.logRefusal(r.Header, err, "task_id", t.ID, "attempt", t.Attempt)
+			results[i] = batchResultOf(t.ID, taskOutcome{err: &PermanentError{Err: err}})
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			results[i] = batchResultOf(t.ID, c.runTask(r.Context(), t, callbackURL))
+		}()
+	}
+	wg.Wait()
+	writeJSON(w, http.StatusOK, batchAnswer{Results: results})
+}
+
+// logRefusal logs a call, or a task of a batch call, refused for its signature.
+func (c *Client) logRefusal(h http.Header, err error, attrs ...any) {
+	attrs = append(attrs, "reason", err.Error(), "hint", refusalHint(h, err))
+	c.logger().Error("asyncd: refused an executor call (401: asyncd will not retry it; redrive the task once fixed)", attrs...)
+}
+
+// taskOutcome is how one task of a call ended: the handler's output and error, or
+// accepted as long-running (lease > 0). A single call answers it with a status code
+// (writeOutcome), a batch call with a result entry (batchResultOf).
+type taskOutcome struct {
+	out   json.RawMessage
+	err   error
+	lease time.Duration
+}
+
+// noExecutorError: no handler is registered for the task's type.
+type noExecutorError struct{ taskType string }
+
+func (e *noExecutorError) Error() string {
+	return fmt.Sprintf("no executor for task type %q", e.taskType)
+}
+
+// runTask runs one task of a call, single or batch: its registered handler with its
+// TaskInfo in ctx, or, for a LongRunning executor, in the background (heartbeats, then
+// the result posted with the task's lease token).
+func (c *Client) runTask(ctx context.Context, t taskCall, callbackURL string) taskOutcome {
+	c.mu.RLock()
+	ex, ok := c.executors[t.Type]
+	c.mu.RUnlock()
+	if !ok {
+		// 501, not 404 (a "retry" in a batch, not "failed"): a 4xx would dead-letter the
+		// task, while the usual cause is a rollout that has not reached this replica
+		// yet; a 5xx is retried.
+		c.logger().Warn("asyncd: refused an executor call (501): no executor for this task type; asyncd will retry",
+			"task_id", t.ID, "task_type", t.Type, "attempt", t.Attempt)
+		return taskOutcome{err: &noExecutorError{t.Type}}
+	}
+	info := c.taskInfo(t, callbackURL)
+	payload := string(t.Payload)
 	if payload == "" {
 		payload = "null"
 	}
 	if ex.lease > 0 {
 		c.inflight.Add(1)
 		go c.runLongRunning(info, ex, payload)
-		writeJSON(w, http.StatusAccepted, map[string]string{"lease": formatDuration(ex.lease)})
-		return
+		return taskOutcome{lease: ex.lease}
 	}
 	started := time.Now()
-	out, err := safeCall(withTaskInfo(r.Context(), info), ex.handler, payload)
-	c.logOutcome(info, err, r.Context().Err() != nil, time.Since(started))
-	writeOutcome(w, out, err)
+	out, err := safeCall(withTaskInfo(ctx, info), ex.handler, payload)
+	c.logOutcome(info, err, ctx.Err() != nil, time.Since(started))
+	return taskOutcome{out: out, err: err}
 }
 
 // refusalHint says what usually causes a signature refusal.
@@ -263,27 +386,43 @@ func (c *Client) logOutcome(info TaskInfo, err error, timedOut bool, took time.D
 	}
 }
 
-func taskInfoFromRequest(r *http.Request, env *envelope) TaskInfo {
-	info := TaskInfo{
-		ID:             env.ID,
-		Type:           env.Type,
+// singleTask is a single call's task: its body, with the id and attempt from the
+// headers when the body lacks them, and what only the headers carry.
+func singleTask(r *http.Request, env envelope) taskCall {
+	t := taskCall{
+		envelope:       env,
 		IdempotencyKey: r.Header.Get(HeaderIdempotencyKey),
-		Attempt:        env.Attempt,
-		CallbackURL:    r.Header.Get(HeaderCallbackURL),
+		LeaseToken:     r.Header.Get(HeaderLeaseToken),
+		TraceParent:    r.Header.Get(TraceParentHeader),
+		TraceState:     r.Header.Get(TraceStateHeader),
 	}
-	if info.ID == "" {
-		info.ID = r.Header.Get(HeaderTaskID)
+	if t.ID == "" {
+		t.ID = r.Header.Get(HeaderTaskID)
+	}
+	if n, err := strconv.Atoi(r.Header.Get(HeaderAttempt)); err == nil && t.Attempt == 0 {
+		t.Attempt = n
+	}
+	return t
+}
+
+func (c *Client) taskInfo(t taskCall, callbackURL string) TaskInfo {
+	info := TaskInfo{
+		ID:             t.ID,
+		Type:           t.Type,
+		IdempotencyKey: t.IdempotencyKey,
+		Attempt:        t.Attempt,
+		LeaseToken:     t.LeaseToken,
+		CallbackURL:    callbackURL,
+		TraceParent:    t.TraceParent,
+		TraceState:     t.TraceState,
 	}
 	if info.IdempotencyKey == "" {
 		info.IdempotencyKey = info.ID
 	}
-	if n, err := strconv.Atoi(r.Header.Get(HeaderAttempt)); err == nil && info.Attempt == 0 {
-		info.Attempt = n
+	if info.CallbackURL == "" {
+		info.CallbackURL = c.endpoint
 	}
-	info.LeaseToken = r.Header.Get(HeaderLeaseToken)
-	info.TraceParent = r.Header.Get(TraceParentHeader)
-	info.TraceState = r.Header.Get(TraceStateHeader)
-	info.ETA, _ = time.Parse(time.RFC3339Nano, env.ETA)
+	info.ETA, _ = time.Parse(time.RFC3339Nano, t.ETA)
 	return info
 }
 
@@ -303,12 +442,16 @@ func safeCall(ctx context.Context, h outputHandler, payload string) (out json.Ra
 	return h(ctx, payload)
 }
 
-func writeOutcome(w http.ResponseWriter, out json.RawMessage, err error) {
+func writeOutcome(w http.ResponseWriter, o taskOutcome) {
 	var retry *RetryError
 	var perm *PermanentError
+	var noExec *noExecutorError
+	err := o.err
 	switch {
-	case err == nil && out != nil:
-		writeJSON(w, http.StatusOK, out)
+	case o.lease > 0:
+		writeJSON(w, http.StatusAccepted, map[string]string{"lease": formatDuration(o.lease)})
+	case err == nil && o.out != nil:
+		writeJSON(w, http.StatusOK, o.out)
 	case err == nil:
 		writeJSON(w, http.StatusOK, map[string]any{})
 	case errors.As(err, &retry):
@@ -318,8 +461,40 @@ func writeOutcome(w http.ResponseWriter, out json.RawMessage, err error) {
 		writeJSON(w, http.StatusServiceUnavailable, errJSON(err.Error()))
 	case errors.As(err, &perm):
 		writeJSON(w, http.StatusUnprocessableEntity, errJSON(err.Error()))
+	case errors.As(err, &noExec):
+		writeJSON(w, http.StatusNotImplemented, errJSON(err.Error()))
 	default:
 		writeJSON(w, http.StatusInternalServerError, errJSON(err.Error()))
+	}
+}
+
+// batchResultOf is a task's entry in a batch answer: what writeOutcome answers a
+// single call, as a status (a 503 and a 5xx are both "retry", a 422 is "failed").
+func batchResultOf(id string, o taskOutcome) batchResult {
+	if o.lease > 0 {
+		return batchResult{ID: id, Status: "accepted", Lease: formatDuration(o.lease)}
+	}
+	status, msg, retryAfter := resultStatus(o.err)
+	return batchResult{ID: id, Status: status, Error: msg, RetryAfter: retryAfter}
+}
+
+// resultStatus maps a handler's error onto the status of a posted result or of a batch
+// answer's entry: success, retry (with retry_after for Retry(d)) or failed.
+func resultStatus(err error) (status, msg, retryAfter string) {
+	var retry *RetryError
+	var perm *PermanentError
+	switch {
+	case err == nil:
+		return "success", "", ""
+	case errors.As(err, &retry): // first, as writeOutcome checks it
+		if retry.After > 0 {
+			retryAfter = formatDuration(retry.After)
+		}
+		return "retry", err.Error(), retryAfter
+	case errors.As(err, &perm):
+		return "failed", err.Error(), ""
+	default:
+		return "retry", err.Error(), ""
 	}
 }
 
@@ -406,21 +581,8 @@ func (c *Client) runLongRunning(info TaskInfo, ex executor, payload string) {
 		err = fmt.Errorf("executor shutting down: %w", err)
 	}
 	c.logOutcome(info, err, false, time.Since(started))
-	res := resultBody{LeaseToken: info.LeaseToken, Status: "success", Output: out}
-	var retry *RetryError
-	var perm *PermanentError
-	switch {
-	case err == nil:
-	case errors.As(err, &perm):
-		res.Status, res.Error = "failed", err.Error()
-	case errors.As(err, &retry):
-		res.Status, res.Error = "retry", err.Error()
-		if retry.After > 0 {
-			res.RetryAfter = formatDuration(retry.After)
-		}
-	default:
-		res.Status, res.Error = "retry", err.Error()
-	}
+	res := resultBody{LeaseToken: info.LeaseToken, Output: out}
+	res.Status, res.Error, res.RetryAfter = resultStatus(err)
 	c.postResult(info, res, leaseUntil)
 }
 

@@ -182,7 +182,8 @@ type callbackAPI struct {
 	mu         sync.Mutex
 	heartbeats []map[string]any
 	results    []map[string]any
-	staleAfter int // refuse heartbeats as stale after this many (0: never)
+	paths      []string // of every heartbeat and result, in order
+	staleAfter int      // refuse heartbeats as stale after this many (0: never)
 	// answer heartbeats with 410 task_cancelled after this many (0: never)
 	cancelledAfter int
 }
@@ -193,6 +194,7 @@ func (a *callbackAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.Unmarshal(raw, &body)
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.paths = append(a.paths, r.URL.Path)
 	switch {
 	case strings.HasSuffix(r.URL.Path, "/heartbeat"):
 		a.heartbeats = append(a.heartbeats, body)

@@ -21,8 +21,12 @@ type JobConfig struct {
 	// SigningSecret names the Secret, in the job's namespace, whose keys sign every
 	// call (spec.executor.signing.secretRef.name); SigningKeys are its keys, the
 	// primary first (default ["key"]; two while rotating).
-	SigningSecret  string
-	SigningKeys    []string
+	SigningSecret string
+	SigningKeys   []string
+	// Batch, when set, has asyncd send up to MaxTasks due tasks in one call
+	// (spec.executor.batch; docs/api.md, "Batch delivery"). The Client's executor
+	// handlers take batch calls as they are.
+	Batch          *BatchDelivery
 	MaxRetries     *int
 	Backoff        string // "exponential" or "fixed"; empty keeps the default
 	InitialBackoff time.Duration
@@ -31,6 +35,14 @@ type JobConfig struct {
 	UniqueKey   string
 	Concurrency int
 	Cron        []CronSchedule
+}
+
+// BatchDelivery is spec.executor.batch.
+type BatchDelivery struct {
+	MaxTasks int // tasks per call, 1–1000
+	// MaxWait is how long a due task may be held to fill a call (0–10s; 0, the default,
+	// sends what is due at once).
+	MaxWait time.Duration
 }
 
 // CronSchedule is one entry of spec.cron.
@@ -66,6 +78,13 @@ func (j JobConfig) YAML() (string, error) {
 			ref = append(ref, kv{"keys", keys})
 		}
 		exec = append(exec, kv{"signing", ordered{{"secretRef", ref}}})
+	}
+	if j.Batch != nil {
+		batch := ordered{{"maxTasks", j.Batch.MaxTasks}}
+		if j.Batch.MaxWait > 0 {
+			batch = append(batch, kv{"maxWait", formatDuration(j.Batch.MaxWait)})
+		}
+		exec = append(exec, kv{"batch", batch})
 	}
 	spec := ordered{{"taskType", j.TaskType}, {"executor", exec}}
 	var retry ordered

@@ -22,6 +22,10 @@ const (
 	HeaderCallbackURL    = "Asyncd-Callback-Url"
 	HeaderTimestamp      = "Asyncd-Timestamp"
 	HeaderSignature      = "Asyncd-Signature"
+	// HeaderBatch marks a batch call (docs/api.md, "Batch delivery"): its value is the
+	// number of tasks in the body, which carries each task's id, attempt, idempotency
+	// key and lease token instead of the four per-task headers above.
+	HeaderBatch = "Asyncd-Batch"
 )
 
 // SignatureTolerance is how far Asyncd-Timestamp may be from the executor's clock:
@@ -46,14 +50,28 @@ var (
 	ErrNoSigningKey       = fmt.Errorf("%w: no signing key configured", ErrBadSignature)
 )
 
+// ErrBatchCall is Verifier.Verify's answer to a batch call: its replay check is per
+// task of the body, which Verifier.VerifyBatch does.
+var ErrBatchCall = errors.New("asyncd: a batch call (" + HeaderBatch + "): verify it with Verifier.VerifyBatch")
+
+// ErrMalformedBatch is Verifier.VerifyBatch's answer to a signed batch call whose body
+// is not a batch of asyncd tasks.
+var ErrMalformedBatch = errors.New("asyncd: body is not an asyncd batch")
+
 // CanonicalString returns the bytes Asyncd-Signature covers: the values of
 // Asyncd-Timestamp, Asyncd-Task-Id, Asyncd-Attempt, Idempotency-Key,
 // Asyncd-Lease-Token and Asyncd-Callback-Url, exactly as sent, each followed by a
-// line feed, then the body (docs/security.md).
+// line feed, then the body (docs/security.md). For a batch call (Asyncd-Batch) the
+// four per-task values are empty, whatever headers came with it:
+// "<timestamp>\n\n\n\n\n<callback url>\n<body>" — the signed body holds every task's id,
+// attempt and lease token.
 func CanonicalString(h http.Header, body []byte) []byte {
+	batch := h.Get(HeaderBatch) != ""
 	var b []byte
 	for _, name := range []string{HeaderTimestamp, HeaderTaskID, HeaderAttempt, HeaderIdempotencyKey, HeaderLeaseToken, HeaderCallbackURL} {
-		b = append(b, h.Get(name)...)
+		if !batch || name == HeaderTimestamp || name == HeaderCallbackURL {
+			b = append(b, h.Get(name)...)
+		}
 		b = append(b, '\n')
 	}
 	return append(b, body...)
@@ -147,14 +165,60 @@ func NewVerifier(keys ...[]byte) *Verifier {
 	return &Verifier{keys: keys, max: MaxReplayEntries, seen: map[string]int64{}}
 }
 
-// Verify checks the call and records its (task, attempt). Only a verified call is
-// recorded, so forged calls cannot fill the cache or block a real one.
+// Verify checks a single call and records its (task, attempt). Only a verified call is
+// recorded, so forged calls cannot fill the cache or block a real one. A batch call
+// (Asyncd-Batch) gets ErrBatchCall: check it with VerifyBatch.
 func (v *Verifier) Verify(h http.Header, body []byte, now time.Time) error {
+	if h.Get(HeaderBatch) != "" {
+		return ErrBatchCall
+	}
 	ts, err := verify(v.keys, h, body, now)
 	if err != nil {
 		return err
 	}
-	key := h.Get(HeaderTaskID) + "\n" + h.Get(HeaderAttempt) + "\n" + h.Get(HeaderLeaseToken)
+	return v.admit(h.Get(HeaderTaskID), h.Get(HeaderAttempt), h.Get(HeaderLeaseToken), ts, now)
+}
+
+// VerifyBatch checks a batch call (Asyncd-Batch): its signature and timestamp as
+// VerifySignature does, then each task of its body against the replay cache as Verify
+// does a single call's headers. err refuses the whole call (ErrBadSignature and the
+// errors matching it; ErrMalformedBatch when the signed body is not a batch) and
+// records nothing; otherwise replayed[i] is ErrReplayed when the body's i-th (task,
+// attempt, lease token) was accepted before, in a single call or a batch, and nil when
+// it is accepted now. Run no handler for a replayed task.
+func (v *Verifier) VerifyBatch(h http.Header, body []byte, now time.Time) (replayed []error, err error) {
+	ts, err := v.verifyBatchCall(h, body, now)
+	if err != nil {
+		return nil, err
+	}
+	call, err := decodeBatch(body)
+	if err != nil {
+		return nil, err
+	}
+	return v.admitBatch(call.Tasks, ts, now), nil
+}
+
+// verifyBatchCall checks a batch call's signature and timestamp, returning the latter.
+func (v *Verifier) verifyBatchCall(h http.Header, body []byte, now time.Time) (int64, error) {
+	if h.Get(HeaderBatch) == "" {
+		return 0, fmt.Errorf("%w: not a batch call (no %s)", ErrBadSignature, HeaderBatch)
+	}
+	return verify(v.keys, h, body, now)
+}
+
+// admitBatch records each task of a verified batch call, or says it is a replay.
+func (v *Verifier) admitBatch(tasks []taskCall, ts int64, now time.Time) []error {
+	replayed := make([]error, len(tasks))
+	for i, t := range tasks {
+		replayed[i] = v.admit(t.ID, strconv.Itoa(t.Attempt), t.LeaseToken, ts, now)
+	}
+	return replayed
+}
+
+// admit records the (task, attempt, lease token) of a verified call whose timestamp is
+// ts, or refuses it as a replay.
+func (v *Verifier) admit(taskID, attempt, leaseToken string, ts int64, now time.Time) error {
+	key := taskID + "\n" + attempt + "\n" + leaseToken
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	nowUnix := now.Unix()
