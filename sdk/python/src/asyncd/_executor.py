@@ -477,9 +477,11 @@ class Executor:
         assert reg.lease is not None
         t = threading.Thread(target=self._long_running, args=(reg, payload, ctx), name=f"asyncd-{ctx.id}", daemon=True)
         with self._lock:
+            # Started under the lock: another start dropping the threads that are not
+            # alive must not drop this one before it runs (wait() would miss it).
             self._inflight = [x for x in self._inflight if x.is_alive()]
+            t.start()
             self._inflight.append(t)
-        t.start()
         return _Answer(202, {"lease": format_duration(timedelta(seconds=reg.lease))})
 
     def handle(self, method: str, headers: Mapping[str, str], body: bytes) -> Tuple[int, List[Tuple[str, str]], bytes]:
