@@ -65,7 +65,7 @@ def test_job_config_yaml():
     got = asyncd.job_config_yaml(
         "order-cancel-job", "cancel_expired_order", "http://order-service:8080/tasks/cancel",
         timeout=30, signing_secret="order-cancel-signing",
-        signing_keys=["key", "previous"], max_retries=3, backoff="exponential",
+        signing_keys=["key", "previous"], batch_max_tasks=100, batch_max_wait=0.02, max_retries=3, backoff="exponential",
         initial_backoff=1, max_backoff="10m", unique_key="order:{order_id}", concurrency=64,
         cron=[{"name": "nightly-sweep", "schedule": "CRON_TZ=Asia/Singapore 0 0 * * *",
                "payload": {"nested": {"a b": 1}, "on": [], "sweep": True}}],
@@ -85,6 +85,9 @@ spec:
         keys:
           - "key"
           - "previous"
+    batch:
+      maxTasks: 100
+      maxWait: "20ms"
   retry:
     maxRetries: 3
     backoff: "exponential"

@@ -18,6 +18,8 @@ def job_config(
     timeout: Optional[Duration] = None,
     signing_secret: Optional[str] = None,
     signing_keys: Optional[Sequence[str]] = None,
+    batch_max_tasks: Optional[int] = None,
+    batch_max_wait: Optional[Duration] = None,
     max_retries: Optional[int] = None,
     backoff: Optional[str] = None,
     initial_backoff: Optional[Duration] = None,
@@ -30,7 +32,9 @@ def job_config(
     ``cron`` entries are ``{"name": ..., "schedule": ..., "payload": ...}``.
     ``signing_secret`` names the job's signing Secret (in its namespace) and
     ``signing_keys`` its keys, the primary first (default ``["key"]``; two while
-    rotating)."""
+    rotating). ``batch_max_tasks`` (1–1000) and ``batch_max_wait`` set
+    ``executor.batch``: up to that many due tasks in one call, held at most that long to
+    fill it (docs/api.md, "Batch delivery")."""
     executor: Dict[str, Any] = {"url": executor_url}
     if timeout is not None:
         executor["timeout"] = format_duration(timeout)
@@ -39,6 +43,13 @@ def job_config(
         if signing_keys:
             ref["keys"] = list(signing_keys)
         executor["signing"] = {"secretRef": ref}
+    if batch_max_tasks is not None or batch_max_wait is not None:
+        batch: Dict[str, Any] = {}
+        if batch_max_tasks is not None:
+            batch["maxTasks"] = batch_max_tasks
+        if batch_max_wait is not None:
+            batch["maxWait"] = format_duration(batch_max_wait)
+        executor["batch"] = batch
     spec: Dict[str, Any] = {"taskType": task_type, "executor": executor}
     retry: Dict[str, Any] = {}
     if max_retries is not None:
