@@ -3,6 +3,7 @@ Rust types the server uses): this SDK must write the request bodies and read the
 answers exactly as they are there, and its signing must reproduce the test vector."""
 
 import json
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -111,3 +112,103 @@ def test_signature_vectors():
         verifier = asyncd.Verifier([v["keys"][name] for name in case["keys"]])
         got = [_outcome(verifier, step) for step in case["steps"]]
         assert got == [step["want"] for step in case["steps"]], case["name"]
+
+
+def _batch_headers_now(monkeypatch, v):
+    """The batch_signature vector's headers (lower-case, as WSGI and ASGI give them),
+    with the executor's clock at the vector's ``now``."""
+    monkeypatch.setattr(time, "time", lambda: float(v["now"]))
+    return {k.lower(): val for k, val in v["headers"].items()}
+
+
+def test_batch_signature_vector():
+    v = fixture("batch_signature")
+    body, headers, now = v["body"].encode(), v["headers"], v["now"]
+    primary = v["keys"]["primary"]
+    assert headers["Asyncd-Batch"] == str(len(json.loads(body)["tasks"]))
+    assert asyncd.batch_canonical_string(headers, body) == v["canonical"].encode()
+    # The single call's canonical string with the four per-task fields empty.
+    assert asyncd.canonical_string(headers, body) == v["canonical"].encode()
+    assert sign(primary, headers, body) == headers["Asyncd-Signature"]
+    assert asyncd.Verifier(primary).verify_batch(headers, body, now=now) == int(headers["Asyncd-Timestamp"])
+    verify_signature(primary, headers, body, now=now)
+
+    # Per-task headers a batch call does not carry are not signed even when present.
+    stray = {**headers, "Asyncd-Task-Id": "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", "Asyncd-Attempt": "1"}
+    assert asyncd.batch_canonical_string(stray, body) == v["canonical"].encode()
+    asyncd.Verifier(primary).verify_batch(stray, body, now=now)
+
+    tampered_body = body.replace(b'"attempt":2', b'"attempt":3')
+    assert tampered_body != body
+    for case, h, b, at in [
+        ("tampered body", headers, tampered_body, now),
+        ("tampered timestamp", {**headers, "Asyncd-Timestamp": str(now + 1)}, body, now),
+        ("another callback url", {**headers, "Asyncd-Callback-Url": "http://evil.example:7700"}, body, now),
+        ("signed with another key", headers, body, now),
+    ]:
+        keys = v["keys"]["secondary"] if case == "signed with another key" else primary
+        with pytest.raises(asyncd.BadSignature, match="mismatch"):
+            asyncd.Verifier(keys).verify_batch(h, b, now=at)
+    with pytest.raises(asyncd.StaleTimestamp):
+        asyncd.Verifier(primary).verify_batch(headers, body, now=now + 301)
+
+
+def test_batch_signature_vector_through_the_executor(monkeypatch):
+    """The signed batch call is served: verified with the primary key, each task run
+    once, and the same call again refused per task as replays."""
+    v = fixture("batch_signature")
+    headers = _batch_headers_now(monkeypatch, v)
+    ex = asyncd.Executor(signing_secret=v["keys"]["primary"])
+    ran = []
+    ex.register("send_email", lambda payload, ctx: ran.append(ctx.id))
+    ids = [t["id"] for t in json.loads(v["body"])["tasks"]]
+
+    status, _, out = ex.handle("POST", headers, v["body"].encode())
+    assert status == 200 and json.loads(out) == {"results": [{"id": i, "status": "success"} for i in ids]}
+    assert sorted(ran) == sorted(ids)
+
+    status, _, out = ex.handle("POST", headers, v["body"].encode())
+    want = "bad signature: this task attempt was already delivered"
+    assert status == 200 and json.loads(out) == {"results": [{"id": i, "status": "failed", "error": want} for i in ids]}
+    assert sorted(ran) == sorted(ids), "a replayed entry must not run"
+
+    tampered = v["body"].replace("a@b.c", "x@b.c").encode()
+    assert ex.handle("POST", headers, tampered)[0] == 401
+    assert ex.handle("POST", {**headers, "asyncd-timestamp": str(v["now"] - 1)}, v["body"].encode())[0] == 401
+    assert len(ran) == 2
+
+
+def test_batch_call_decodes_and_answer_encodes():
+    """executor_batch_call.json is read into one context per task, as a single call's
+    headers and body would be; the handlers' outcomes come back as
+    executor_batch_answer.json."""
+    call, want = fixture("executor_batch_call"), fixture("executor_batch_answer")
+    seen = {}
+    ex = asyncd.Executor()
+
+    @ex.executor("send_email")
+    def send(payload, ctx):
+        seen[ctx.id] = (payload, ctx)
+        if ctx.attempt == 2:
+            raise asyncd.Retry(after=timedelta(seconds=30), message="downstream busy")
+
+    headers = {"asyncd-batch": str(len(call["tasks"])), "asyncd-callback-url": "http://10.0.0.7:7700/"}
+    status, hdrs, out = ex.handle("POST", headers, json.dumps(call).encode())
+    assert status == 200 and dict(hdrs)["Content-Type"] == "application/json"
+    assert json.loads(out) == want
+
+    for task in call["tasks"]:
+        payload, ctx = seen[task["id"]]
+        assert payload == task["payload"]
+        assert (ctx.id, ctx.type, ctx.attempt, ctx.idempotency_key, ctx.lease_token, ctx.eta) == (
+            task["id"], task["type"], task["attempt"], task["idempotency_key"], task["lease_token"],
+            parse_time(task["eta"]))
+        assert ctx.callback_url == "http://10.0.0.7:7700"
+        assert (ctx.traceparent, ctx.tracestate) == (task.get("traceparent"), task.get("tracestate"))
+
+
+def test_batch_answer_durations_are_the_contracts():
+    for result in fixture("executor_batch_answer")["results"]:
+        for key in ("lease", "retry_after"):
+            if key in result:
+                assert format_duration(timedelta(seconds=parse_duration(result[key]).total_seconds())) == result[key]

@@ -372,3 +372,293 @@ def test_make_server_serves_wsgi():
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+# -- batch calls (docs/api.md, "Batch delivery") ---------------------------------
+
+
+def batch_task(task_id, task_type, payload=None, attempt=1, **extra):
+    return {"id": task_id, "type": task_type, "payload": payload, "attempt": attempt,
+            "eta": "2026-11-30T06:00:00.123Z", "idempotency_key": f"key-{task_id}", "lease_token": f"tok-{task_id}",
+            **extra}
+
+
+def batch_body(*tasks):
+    return json.dumps({"tasks": list(tasks)}).encode()
+
+
+def batch_headers(body, callback_url="http://127.0.0.1:7700", key=None, ts=None, n=None):
+    h = {"Asyncd-Batch": str(len(json.loads(body)["tasks"]) if n is None else n), "Asyncd-Callback-Url": callback_url}
+    if key is not None:
+        h["Asyncd-Timestamp"] = str(int(time.time()) if ts is None else ts)
+        h["Asyncd-Signature"] = asyncd.sign(key, h, body)
+    return h
+
+
+def post_http(ex, body, headers):
+    """POSTs to the executor served by its own stdlib server, as asyncd would."""
+    import urllib.error
+    import urllib.request
+
+    srv = ex.make_server("127.0.0.1", 0)
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        req = urllib.request.Request(f"http://127.0.0.1:{srv.server_port}/tasks", data=body,
+                                     headers={"Content-Type": "application/json", **headers}, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status, dict(resp.headers), json.loads(resp.read())
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers), json.loads(e.read())
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def serve_batch(call, ex, body, headers):
+    if call is post_http:
+        return post_http(ex, body, headers)
+    return call(ex.wsgi_app() if call is call_wsgi else ex.asgi_app(), body, headers)
+
+
+SERVERS = [post_http, call_wsgi, call_asgi]
+SERVER_IDS = ["http", "wsgi", "asgi"]
+
+
+@pytest.mark.parametrize("call", SERVERS, ids=SERVER_IDS)
+def test_batch_runs_each_task_and_maps_every_outcome(fake_api, call):
+    """One call of mixed tasks: each runs the unchanged handler once with its own
+    context, and its outcome is mapped as a single call's would be; a handler that
+    blows up fails only its own task; long-running tasks heartbeat and post their
+    results with their own lease tokens."""
+    fake_api.route = callback_route()
+    fake_api.route.api = fake_api
+    ex = asyncd.Executor(signing_secret=SECRET)
+    seen = {}
+    lock = threading.Lock()
+    release = threading.Event()
+
+    def record(payload, ctx):
+        with lock:
+            seen.setdefault(ctx.id, []).append((payload, ctx))
+
+    @ex.executor("ok")
+    def ok(payload, ctx):
+        record(payload, ctx)
+        return {"output is": "not in a batch result"}
+
+    @ex.executor("async_ok")
+    async def async_ok(payload, ctx):
+        await asyncio.sleep(0)
+        record(payload, ctx)
+
+    @ex.executor("retry_later")
+    def retry_later(payload, ctx):
+        record(payload, ctx)
+        raise asyncd.Retry(after=timedelta(seconds=30), message="downstream busy")
+
+    @ex.executor("retry_round_up")
+    def retry_round_up(payload, ctx):
+        record(payload, ctx)
+        raise asyncd.Retry(after=timedelta(milliseconds=1500))
+
+    @ex.executor("retry_backoff")
+    def retry_backoff(payload, ctx):
+        record(payload, ctx)
+        raise asyncd.Retry()
+
+    @ex.executor("permanent")
+    def permanent(payload, ctx):
+        record(payload, ctx)
+        raise asyncd.Permanent("no such image")
+
+    @ex.executor("boom")
+    def boom(payload, ctx):
+        record(payload, ctx)
+        return 1 // 0
+
+    @ex.executor("exits")
+    def exits(payload, ctx):
+        record(payload, ctx)
+        raise SystemExit("handler called sys.exit")
+
+    @ex.executor("long", long_running=True, lease=0.3)
+    def long(payload, ctx):
+        record(payload, ctx)
+        assert release.wait(5)
+        if payload == "retry":
+            raise asyncd.Retry(after=10)
+        return {"rows": payload}
+
+    tasks = [
+        batch_task("t-ok", "ok", {"n": 1}, traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+                   tracestate="k=v"),
+        batch_task("t-async", "async_ok", [1, 2], attempt=3),
+        batch_task("t-retry", "retry_later"),
+        batch_task("t-retry-round", "retry_round_up"),
+        batch_task("t-backoff", "retry_backoff"),
+        batch_task("t-permanent", "permanent"),
+        batch_task("t-boom", "boom"),
+        batch_task("t-exits", "exits"),
+        batch_task("t-long-1", "long", 7),
+        batch_task("t-long-2", "long", "retry", attempt=2),
+        batch_task("t-unknown", "unregistered"),
+    ]
+    body = batch_body(*tasks)
+    status, _, answer = serve_batch(call, ex, body, batch_headers(body, fake_api.url, key=SECRET))
+    assert status == 200, answer
+    assert answer == {"results": [
+        {"id": "t-ok", "status": "success"},
+        {"id": "t-async", "status": "success"},
+        {"id": "t-retry", "status": "retry", "error": "downstream busy", "retry_after": "30s"},
+        {"id": "t-retry-round", "status": "retry", "error": "retry", "retry_after": "2s"},
+        {"id": "t-backoff", "status": "retry", "error": "retry"},
+        {"id": "t-permanent", "status": "failed", "error": "no such image"},
+        {"id": "t-boom", "status": "retry", "error": "ZeroDivisionError: integer division or modulo by zero"},
+        {"id": "t-exits", "status": "retry", "error": "SystemExit: handler called sys.exit"},
+        {"id": "t-long-1", "status": "accepted", "lease": "300ms"},
+        {"id": "t-long-2", "status": "accepted", "lease": "300ms"},
+        {"id": "t-unknown", "status": "retry", "error": "no executor for task type 'unregistered'"},
+    ]}
+
+    # Each handler ran once, with the context a single call would have given it.
+    wait_until(lambda: len(seen) == 10, 5, "the long-running handlers to start")
+    assert sorted(seen) == sorted(t["id"] for t in tasks if t["type"] != "unregistered")
+    for t in tasks[:-1]:
+        [(payload, ctx)] = seen[t["id"]]
+        assert payload == t["payload"]
+        assert (ctx.id, ctx.type, ctx.attempt, ctx.idempotency_key, ctx.lease_token, ctx.callback_url) == (
+            t["id"], t["type"], t["attempt"], t["idempotency_key"], t["lease_token"], fake_api.url), t["id"]
+        assert ctx.eta == datetime(2026, 11, 30, 6, 0, 0, 123000, tzinfo=timezone.utc)
+        assert (ctx.traceparent, ctx.tracestate) == (t.get("traceparent"), t.get("tracestate"))
+
+    # The long-running tasks: heartbeats, then results, each with its own lease token.
+    for task_id in ("t-long-1", "t-long-2"):
+        wait_until(lambda: len(fake_api.matching(f"/v1/tasks/{task_id}/heartbeat")) >= 2, 5, f"{task_id} heartbeats")
+        hb = fake_api.matching(f"/v1/tasks/{task_id}/heartbeat")[0]
+        assert hb.body == {"lease_token": f"tok-{task_id}", "lease": "300ms"}
+    release.set()
+    assert ex.wait(5)
+    results = {r.path: r.body for r in fake_api.matching("/result")}
+    assert results == {
+        "/v1/tasks/t-long-1/result": {"lease_token": "tok-t-long-1", "status": "success", "output": {"rows": 7}},
+        "/v1/tasks/t-long-2/result": {"lease_token": "tok-t-long-2", "status": "retry", "error": "retry",
+                                      "retry_after": "10s"},
+    }
+
+
+@pytest.mark.parametrize("call", [call_wsgi, call_asgi], ids=["wsgi", "asgi"])
+def test_batch_tasks_run_concurrently_and_bounded(call):
+    ex = asyncd.Executor(batch_concurrency=3)
+    lock = threading.Lock()
+    running, peak = [0], [0]
+    together = threading.Barrier(3, timeout=5)
+
+    @ex.executor("work")
+    def work(payload):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        try:
+            if payload < 3:
+                together.wait()  # the first three only pass if they run at once
+            time.sleep(0.02)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    body = batch_body(*(batch_task(f"t{i}", "work", i) for i in range(9)))
+    status, _, answer = call(ex.wsgi_app() if call is call_wsgi else ex.asgi_app(), body, batch_headers(body))
+    assert status == 200
+    assert answer == {"results": [{"id": f"t{i}", "status": "success"} for i in range(9)]}
+    assert peak[0] == 3, "at most batch_concurrency tasks at a time"
+    with pytest.raises(ValueError):
+        asyncd.Executor(batch_concurrency=0)
+
+
+@pytest.mark.parametrize("call", [call_wsgi, call_asgi], ids=["wsgi", "asgi"])
+def test_batch_replayed_entry_fails_without_running(call):
+    """A (task, attempt, lease token) already accepted — in a batch or a single call —
+    is answered "failed" with the single call's 401 message; its handler does not run,
+    and the other tasks of the call are not affected."""
+    ex = asyncd.Executor(signing_secret=SECRET)
+    ran = []
+    ex.register("ok", lambda payload, ctx: ran.append((ctx.id, ctx.attempt)))
+    app = ex.wsgi_app() if call is call_wsgi else ex.asgi_app()
+    refused = "bad signature: this task attempt was already delivered"
+
+    first = batch_body(batch_task("a", "ok"), batch_task("b", "ok"))
+    assert call(app, first, batch_headers(first, key=SECRET))[2] == {
+        "results": [{"id": "a", "status": "success"}, {"id": "b", "status": "success"}]}
+
+    # The same call, captured and sent again; then a new call carrying "a" again.
+    assert call(app, first, batch_headers(first, key=SECRET))[2] == {
+        "results": [{"id": "a", "status": "failed", "error": refused}, {"id": "b", "status": "failed", "error": refused}]}
+    again = batch_body(batch_task("c", "ok"), batch_task("a", "ok"), batch_task("a", "ok", attempt=2,
+                                                                                lease_token="tok-a-2"))
+    assert call(app, again, batch_headers(again, key=SECRET))[2] == {"results": [
+        {"id": "c", "status": "success"}, {"id": "a", "status": "failed", "error": refused},
+        {"id": "a", "status": "success"}]}
+    assert sorted(ran) == [("a", 1), ("a", 2), ("b", 1), ("c", 1)]
+
+    # Single calls and batch entries share the replay window.
+    h = {"Asyncd-Timestamp": str(int(time.time())), "Asyncd-Task-Id": "c", "Asyncd-Attempt": "1",
+         "Asyncd-Lease-Token": "tok-c", "Idempotency-Key": "key-c"}
+    single = json.dumps({"id": "c", "type": "ok", "payload": None, "attempt": 1}).encode()
+    status, _, answer = call(app, single, {**h, "Asyncd-Signature": asyncd.sign(SECRET, h, single)})
+    assert (status, answer) == (401, {"error": refused})
+    h["Asyncd-Task-Id"], h["Asyncd-Lease-Token"] = "d", "tok-d"
+    single = json.dumps({"id": "d", "type": "ok", "payload": None, "attempt": 1}).encode()
+    assert call(app, single, {**h, "Asyncd-Signature": asyncd.sign(SECRET, h, single)})[0] == 200
+    last = batch_body(batch_task("d", "ok"))
+    assert call(app, last, batch_headers(last, key=SECRET))[2] == {
+        "results": [{"id": "d", "status": "failed", "error": refused}]}
+    assert len(ran) == 5
+
+
+@pytest.mark.parametrize("call", [call_wsgi, call_asgi], ids=["wsgi", "asgi"])
+def test_batch_refused_calls(call):
+    ex = asyncd.Executor(signing_secret=SECRET)
+    ran = []
+    ex.register("ok", lambda payload: ran.append(payload))
+    app = ex.wsgi_app() if call is call_wsgi else ex.asgi_app()
+    body = batch_body(batch_task("a", "ok", 1))
+    now = int(time.time())
+
+    # The signature: per-task fields empty; a stale, unsigned or tampered call is refused whole.
+    for hdrs, b in [
+        (batch_headers(body), body),
+        (batch_headers(body, key="other"), body),
+        (batch_headers(body, key=SECRET, ts=now - 301), body),
+        (batch_headers(body, key=SECRET), body.replace(b'"payload": 1', b'"payload": 2')),
+        ({**batch_headers(body, key=SECRET), "Asyncd-Callback-Url": "http://evil.example"}, body),
+    ]:
+        status, _, answer = call(app, b, hdrs)
+        assert status == 401 and answer["error"].startswith("bad signature: "), answer
+    signed_per_task = {"Asyncd-Batch": "1", "Asyncd-Callback-Url": "http://127.0.0.1:7700",
+                       "Asyncd-Timestamp": str(now), "Asyncd-Task-Id": "a", "Asyncd-Attempt": "1",
+                       "Asyncd-Lease-Token": "tok-a", "Idempotency-Key": "key-a"}
+    signed_per_task["Asyncd-Signature"] = asyncd.sign(SECRET, signed_per_task, body)
+    assert call(app, body, signed_per_task)[0] == 401, "a batch is signed with the per-task fields empty"
+    assert ran == []
+
+    # A well-signed body that is not a batch of tasks: 400, nothing runs.
+    for bad in [b"not json", b"[]", b'{"tasks": {}}', batch_body({"id": "a", "type": "ok"}),
+                batch_body({**batch_task("a", "ok"), "attempt": "1"}), batch_body({**batch_task("a", "ok"), "id": ""}),
+                batch_body(batch_task("a", "ok"), "not a task")]:
+        status, _, answer = call(app, bad, batch_headers(bad, key=SECRET, n=1))
+        assert status == 400 and answer["error"].startswith("body is not a batch of asyncd tasks"), (bad, answer)
+    assert ran == []
+
+    empty = batch_body()
+    status, _, answer = call(app, empty, batch_headers(empty, key=SECRET))
+    assert (status, answer) == (200, {"results": []})
+
+
+def test_batch_handle_without_signing_and_framework_free():
+    ex = asyncd.Executor()
+    ex.register("ok", lambda payload, ctx: ctx.callback_url)
+    body = batch_body(batch_task("a", "ok"))
+    status, _, out = ex.handle("POST", {"asyncd-batch": "1"}, body)
+    assert (status, json.loads(out)) == (200, {"results": [{"id": "a", "status": "success"}]})
+    assert ex.handle("GET", {"asyncd-batch": "1"}, body)[0] == 405

@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Dict, Iterator, List, Union
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
 
@@ -438,3 +439,83 @@ def test_transport_error_on_dead_endpoint():
     with pytest.raises(asyncd.TransportError):
         asyncd.Client("http://127.0.0.1:1", timeout=2).submit("py_ok", idempotency_key="k")
 
+
+def test_batch_delivery(tmp_path):
+    """A job with ``executor.batch`` gets its due tasks several to a call (docs/api.md,
+    "Batch delivery"); the helper runs the unchanged handler once per task and answers
+    each outcome. Its own asyncd dev: the job config needs a server that knows
+    ``executor.batch``, and the other tests' server must not depend on it."""
+    server = DevServer(tmp_path, signing={SECRET_NAME: {"key": SECRET}})
+    client = asyncd.Client(server.endpoint, service_name="py-it-batch", signing_secret=SECRET, timeout=10)
+    lock = threading.Lock()
+    #: Tasks per call: Asyncd-Batch, or 1 for a single call.
+    call_sizes: List[int] = []
+    runs: Dict[str, List[asyncd.TaskContext]] = {}
+
+    @client.executor("py_batch")
+    def handler(payload: Any, ctx: asyncd.TaskContext) -> None:
+        with lock:
+            runs.setdefault(ctx.id, []).append(ctx)
+        if payload["n"] % 10 == 0 and ctx.attempt == 1:
+            raise asyncd.Retry(message="first attempts of every tenth task are retried")
+
+    app = client.wsgi_app()
+
+    def counting_app(environ: Dict[str, Any], start_response: Any) -> Any:
+        with lock:
+            call_sizes.append(int(environ.get("HTTP_ASYNCD_BATCH", "1")))
+        return app(environ, start_response)
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    executor = make_server("127.0.0.1", 0, counting_app, server_class=asyncd.ThreadingWSGIServer, handler_class=Quiet)
+    threading.Thread(target=executor.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    doc = asyncd.job_config_yaml(
+        "py-batch-job", "py_batch", f"http://127.0.0.1:{executor.server_port}/tasks/py_batch",
+        timeout=10, signing_secret=SECRET_NAME, batch_max_tasks=10, batch_max_wait="200ms",
+        max_retries=2, backoff="fixed", initial_backoff=0.2,
+    )
+    assert "    batch:\n      maxTasks: 10\n      maxWait: \"200ms\"\n" in doc
+    (server.config_dir / "py_batch.yaml").write_text(doc)
+    try:
+        server.start()
+        res = client.submit_batch([asyncd.Task("py_batch", {"n": n}, idempotency_key=key(f"batch-{n}"))
+                                   for n in range(25)])
+        assert [r.status for r in res] == [201] * 25, [r.error for r in res]
+        ids = {r.result.id: n for r, n in zip(res, range(25))}
+
+        deadline = time.monotonic() + 30
+        pending = set(ids)
+        while pending:
+            for task_id in list(pending):
+                st = client.get(task_id)
+                if st.state == asyncd.SUCCEEDED:
+                    pending.discard(task_id)
+                elif st.state in (asyncd.DEAD, asyncd.CANCELLED):
+                    pytest.fail(f"task {task_id} is {st.state}: {st.last_error}\n{server.log_tail()}")
+            if pending and time.monotonic() > deadline:
+                pytest.fail(f"{len(pending)} of 25 batch tasks not succeeded within 30s (calls seen: {call_sizes})\n"
+                            f"{server.log_tail()}")
+            time.sleep(0.05)
+
+        with lock:
+            sizes, seen = list(call_sizes), {k: list(v) for k, v in runs.items()}
+        print(f"tasks per executor call: {sizes}")
+        assert sizes and max(sizes) > 1, f"no call carried more than one task: {sizes}"
+        assert max(sizes) <= 10, f"a call carried more than maxTasks: {sizes}"
+        assert sum(sizes) == 25 + 3, f"25 first attempts and 3 retries, each in one call: {sizes}"
+        for task_id, n in ids.items():
+            got = client.get(task_id)
+            want_attempts = 2 if n % 10 == 0 else 1
+            assert got.attempt == want_attempts and len(seen[task_id]) == want_attempts, (task_id, got.raw)
+            ctx = seen[task_id][-1]
+            assert (ctx.id, ctx.type, ctx.attempt, ctx.idempotency_key) == (task_id, "py_batch", want_attempts,
+                                                                           got.idempotency_key)
+            assert ctx.lease_token and ctx.callback_url == server.endpoint
+        assert len({c.lease_token for v in seen.values() for c in v}) == 28, "each attempt has its own lease token"
+    finally:
+        server.stop()
+        executor.shutdown()
+        executor.server_close()

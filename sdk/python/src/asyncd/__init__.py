@@ -59,6 +59,8 @@ from ._errors import (
     UnknownTaskType,
 )
 from ._executor import (
+    BATCH_HEADER,
+    DEFAULT_BATCH_CONCURRENCY,
     DEFAULT_LEASE,
     MAX_REPLAY_ENTRIES,
     Cancelled,
@@ -69,6 +71,7 @@ from ._executor import (
     TaskContext,
     ThreadingWSGIServer,
     Verifier,
+    batch_canonical_string,
     canonical_string,
     sign,
     verify_signature,
@@ -83,9 +86,10 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncClient", "AuthUnavailable", "Cancelled", "ClockSkew", "SigningUnavailable", "IdempotencyMismatch", "KafkaUnavailable",
     "RetryPolicy", "StoreUnavailable", "Unavailable", "is_retryable",
-    "APIError", "AsyncdError", "BadSignature", "BatchResult", "BulkResult", "BLOCKED", "CANCELLED", "CLAIMED", "Client",
+    "APIError", "AsyncdError", "BadSignature", "BATCH_HEADER", "batch_canonical_string", "BatchResult", "BulkResult",
+    "BLOCKED", "CANCELLED", "CLAIMED", "Client",
     "canonical_json", "canonical_string", "Conflict", "DEAD", "DEFAULT_ENDPOINT",
-    "DEFAULT_LEASE", "DEFAULT_TOKEN_FILE", "Executor", "Forbidden", "InvalidCron",
+    "DEFAULT_BATCH_CONCURRENCY", "DEFAULT_LEASE", "DEFAULT_TOKEN_FILE", "Executor", "Forbidden", "InvalidCron",
     "InvalidField", "JobStatus", "MalformedJSON", "MalformedTimestamp", "MAX_REPLAY_ENTRIES",
     "MissingIdempotencyKey", "NotCancellable", "NotDead", "NotFound", "PayloadTooLarge",
     "PENDING", "Permanent", "RedriveResult", "Replayed", "Retry", "RUNNING",

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, TypeVar, Union
 
 from ._errors import APIError, MissingIdempotencyKey, error_from_body
-from ._executor import Executor, http_json
+from ._executor import DEFAULT_BATCH_CONCURRENCY, Executor, http_json
 from ._retry import RetryPolicy
 from ._time import Duration, format_duration, format_time, parse_time
 
@@ -179,6 +179,7 @@ class Client(Executor):
         token: Optional[str] = None,
         token_file: Optional[str] = DEFAULT_TOKEN_FILE,
         retry: Optional[RetryPolicy] = None,
+        batch_concurrency: int = DEFAULT_BATCH_CONCURRENCY,
     ) -> None:
         self.endpoint = endpoint.rstrip("/")
         self.retry = retry
@@ -189,7 +190,7 @@ class Client(Executor):
         self._token_lock = threading.Lock()
         self._file_token: Optional[str] = None
         self._token_read_at: Optional[float] = None
-        super().__init__(signing_secret, callback_endpoint=self.endpoint)
+        super().__init__(signing_secret, callback_endpoint=self.endpoint, batch_concurrency=batch_concurrency)
 
     def _bearer(self) -> Optional[str]:
         if self._token is not None:

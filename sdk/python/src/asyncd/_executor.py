@@ -17,6 +17,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Awaitable, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
@@ -52,6 +53,9 @@ oldest entries are forgotten first."""
 
 DEFAULT_LEASE = timedelta(seconds=30)
 
+DEFAULT_BATCH_CONCURRENCY = 64
+"""How many tasks of one batch call an :class:`Executor` runs at a time, by default."""
+
 _MAX_BODY = 32 << 20
 
 _SIGNED_HEADERS = (
@@ -85,6 +89,27 @@ def canonical_string(headers: Mapping[str, str], body: bytes) -> bytes:
     Asyncd-Callback-Url, exactly as sent, each followed by a line feed, then the body."""
     h = _lower(headers)
     return b"".join(h.get(name, "").encode() + b"\n" for name in _SIGNED_HEADERS) + body
+
+
+BATCH_HEADER = "Asyncd-Batch"
+"""Marks a batch call (a job with ``executor.batch``): its value is the number of tasks
+in the body, ``{"tasks": [...]}``, and the call carries no per-task headers."""
+
+
+def _batch_headers(headers: Mapping[str, str]) -> Dict[str, str]:
+    """A batch call's headers as its signature covers them: the per-task fields empty,
+    whatever the call carries in their place (each task's are in the signed body)."""
+    h = _lower(headers)
+    for name in _SIGNED_HEADERS[1:5]:
+        h.pop(name, None)
+    return h
+
+
+def batch_canonical_string(headers: Mapping[str, str], body: bytes) -> bytes:
+    """The bytes a batch call's Asyncd-Signature covers: :func:`canonical_string` with
+    Asyncd-Task-Id, Asyncd-Attempt, Idempotency-Key and Asyncd-Lease-Token empty, i.e.
+    ``<timestamp>\\n\\n\\n\\n\\n<callback url>\\n<body>``."""
+    return canonical_string(_batch_headers(headers), body)
 
 
 def sign(keys: Keys, headers: Mapping[str, str], body: bytes) -> str:
@@ -133,7 +158,8 @@ def verify_signature(keys: Keys, headers: Mapping[str, str], body: bytes, now: O
 class Verifier:
     """Checks signatures like :func:`verify_signature` and also refuses, with
     :class:`Replayed`, a second call for the same (task, attempt) within the window, so
-    a captured call never runs twice in this process. Thread-safe."""
+    a captured call never runs twice in this process. A batch call is checked with
+    :meth:`verify_batch` and its replays per task with :meth:`check_replay`. Thread-safe."""
 
     def __init__(self, keys: Keys, max_entries: int = MAX_REPLAY_ENTRIES) -> None:
         self._keys = _keys(keys)
@@ -147,8 +173,23 @@ class Verifier:
         # block the real one.
         ts = _verify(self._keys, headers, body, now)
         h = _lower(headers)
+        self.check_replay(h.get("asyncd-task-id", ""), h.get("asyncd-attempt", ""), h.get("asyncd-lease-token", ""),
+                          ts, now)
+
+    def verify_batch(self, headers: Mapping[str, str], body: bytes, now: Optional[float] = None) -> int:
+        """Checks a batch call's (``Asyncd-Batch``) signature, whose canonical string has
+        the four per-task fields empty (:func:`batch_canonical_string`), and returns its
+        timestamp. Replays are refused per task of the body: pass each task's id,
+        attempt and lease token with that timestamp to :meth:`check_replay`."""
+        return _verify(self._keys, _batch_headers(headers), body, now)
+
+    def check_replay(self, task_id: str, attempt: Union[str, int], lease_token: str, timestamp: int,
+                     now: Optional[float] = None) -> None:
+        """Raises :class:`Replayed` if this (task, attempt, lease token) was accepted
+        within the window; otherwise remembers it until ``timestamp`` (the verified
+        call's) leaves the window. Call it only for verified calls."""
         # The lease token too: a redriven task starts again at attempt 1, with a new token.
-        key = "\n".join(h.get(name, "") for name in ("asyncd-task-id", "asyncd-attempt", "asyncd-lease-token"))
+        key = f"{task_id}\n{attempt}\n{lease_token}"
         now = time.time() if now is None else now
         with self._lock:
             while self._seen:
@@ -162,7 +203,7 @@ class Verifier:
             self._seen.pop(key, None)
             while len(self._seen) >= self._max:
                 self._seen.popitem(last=False)
-            self._seen[key] = ts + int(SIGNATURE_TOLERANCE.total_seconds())
+            self._seen[key] = timestamp + int(SIGNATURE_TOLERANCE.total_seconds())
 
     def __len__(self) -> int:
         with self._lock:
@@ -270,6 +311,53 @@ class _Answer:
     headers: List[Tuple[str, str]] = field(default_factory=list)
 
 
+@dataclass
+class _Outcome:
+    """What became of one task: the answer to a single call, or its result in the
+    answer to a batch call (docs/api.md, "Batch delivery")."""
+
+    #: The batch result's status: "success", "accepted", "retry" or "failed".
+    status: str
+    #: The single call's answer: 200, 202, 401, 422, 500, 501 or 503.
+    http: int
+    error: Optional[str] = None
+    #: Whole seconds; 0: asyncd's backoff decides.
+    retry_after: int = 0
+    #: Seconds, when accepted as long-running.
+    lease: Optional[float] = None
+    #: The handler's return value (a single call's 200 body carries it).
+    output: Any = None
+
+    def answer(self) -> _Answer:
+        if self.status == "success":
+            return _Answer(self.http, {} if self.output is None else {"output": self.output})
+        if self.status == "accepted":
+            return _Answer(self.http, {"lease": format_duration(timedelta(seconds=self.lease or 0))})
+        headers = [("Retry-After", str(self.retry_after))] if self.retry_after > 0 else []
+        return _Answer(self.http, {"error": self.error}, headers)
+
+    def result(self, task_id: str) -> Dict[str, Any]:
+        r: Dict[str, Any] = {"id": task_id, "status": self.status}
+        if self.error is not None:
+            r["error"] = self.error
+        if self.retry_after > 0:
+            r["retry_after"] = format_duration(timedelta(seconds=self.retry_after))
+        if self.lease is not None:
+            r["lease"] = format_duration(timedelta(seconds=self.lease))
+        return r
+
+
+@dataclass
+class _Task:
+    """One task of a call, ready to run: a single call's, or one entry of a batch's."""
+
+    ctx: TaskContext
+    payload: Any
+    #: The handler to run, or the outcome of a task answered without running one (no
+    #: handler for its type, a replayed entry of a batch).
+    run: Union[_Registration, _Outcome]
+
+
 _REASONS = {200: "OK", 202: "Accepted", 400: "Bad Request", 401: "Unauthorized", 405: "Method Not Allowed",
             413: "Payload Too Large", 422: "Unprocessable Entity", 500: "Internal Server Error",
             501: "Not Implemented", 503: "Service Unavailable"}
@@ -292,6 +380,11 @@ class Executor:
     and its outcome becomes the answer: returning → 200; ``raise Retry(after)`` → 503
     with Retry-After; ``raise Permanent(...)`` → 422 (dead letters); any other
     exception → 500 (retried with backoff).
+
+    A batch call (``Asyncd-Batch``, a job with ``executor.batch``) runs the same
+    handler once per task, at most ``batch_concurrency`` at a time, and answers 200
+    with each task's outcome mapped the same way: ``success``, ``accepted`` (with its
+    ``lease``), ``retry`` (with ``retry_after``) or ``failed``.
     """
 
     def __init__(
@@ -300,10 +393,14 @@ class Executor:
         *,
         callback_endpoint: Optional[str] = None,
         callback_timeout: float = 10.0,
+        batch_concurrency: int = DEFAULT_BATCH_CONCURRENCY,
     ) -> None:
+        if batch_concurrency < 1:
+            raise ValueError("batch_concurrency must be at least 1")
         # None: calls are not checked. Otherwise every call must verify with one of the
         # keys (two while rotating); an empty key is never accepted.
         self._verifier = None if signing_secret is None else Verifier(signing_secret)
+        self._batch_concurrency = batch_concurrency
         self._callback_endpoint = callback_endpoint
         self._callback_timeout = callback_timeout
         self._handlers: Dict[str, _Registration] = {}
@@ -355,18 +452,19 @@ class Executor:
 
     def _prepare(
         self, method: str, headers: Mapping[str, str], body: bytes
-    ) -> Union[_Answer, Tuple[_Registration, Any, TaskContext]]:
+    ) -> Union[_Answer, _Task, List[_Task]]:
+        """Checks a call and reads its task, or a batch call's tasks; an :class:`_Answer`
+        when the call itself is refused."""
         if method != "POST":
             return _Answer(405, {"error": "method not allowed"}, [("Allow", "POST")])
         h = _lower(headers)
+        if BATCH_HEADER.lower() in h:
+            return self._prepare_batch(h, body)
         if self._verifier is not None:
             try:
-                self._verifier.verify(headers, body)
+                self._verifier.verify(h, body)
             except BadSignature as e:
-                log.error("asyncd: refused an executor call (401: asyncd will not retry it; redrive the task "
-                          "once fixed): task %s attempt %s: %s; %s", h.get("asyncd-task-id", ""),
-                          h.get("asyncd-attempt", ""), e, _refusal_hint(h, e),
-                          extra={"task_id": h.get("asyncd-task-id", ""), "status": 401})
+                _log_refusal(h.get("asyncd-task-id", ""), h.get("asyncd-attempt", ""), e, _refusal_hint(h, e))
                 return _Answer(401, {"error": f"bad signature: {e}"})
         try:
             env = json.loads(body)
@@ -377,19 +475,69 @@ class Executor:
             log.error("asyncd: refused an executor call (400): task %s: the body is not an asyncd task",
                       h.get("asyncd-task-id", ""), extra={"task_id": h.get("asyncd-task-id", ""), "status": 400})
             return _Answer(400, {"error": "body is not an asyncd task"})
+        return self._task(h, env)
+
+    def _prepare_batch(self, h: Dict[str, str], body: bytes) -> Union[_Answer, List[_Task]]:
+        """A batch call: its signature covers the body with the per-task fields empty;
+        each entry carries what a single call has in headers, and is read into the
+        same context. A replayed entry is refused as a single call would be (401, a
+        permanent failure): that entry fails, without running its handler."""
+        timestamp = 0
+        if self._verifier is not None:
+            try:
+                timestamp = self._verifier.verify_batch(h, body)
+            except BadSignature as e:
+                log.error("asyncd: refused a batch executor call of %s tasks (401: asyncd will not retry them; "
+                          "redrive the tasks once fixed): %s; %s", h.get("asyncd-batch", "?"), e,
+                          _refusal_hint(h, e), extra={"status": 401})
+                return _Answer(401, {"error": f"bad signature: {e}"})
+        try:
+            entries = _batch_entries(body)
+        except ValueError as e:
+            log.error("asyncd: refused a batch executor call (400): the body is not a batch of asyncd tasks: %s", e,
+                      extra={"status": 400})
+            return _Answer(400, {"error": f"body is not a batch of asyncd tasks: {e}"})
+        tasks = []
+        for entry in entries:
+            th = {
+                "asyncd-task-id": entry["id"],
+                "asyncd-attempt": str(entry["attempt"]),
+                "idempotency-key": entry["idempotency_key"],
+                "asyncd-lease-token": entry["lease_token"],
+                "asyncd-callback-url": h.get("asyncd-callback-url", ""),
+            }
+            for name in ("traceparent", "tracestate"):
+                if isinstance(entry.get(name), str):
+                    th[name] = entry[name]
+            if self._verifier is not None:
+                try:
+                    self._verifier.check_replay(entry["id"], th["asyncd-attempt"], entry["lease_token"], timestamp)
+                except Replayed as e:
+                    _log_refusal(entry["id"], th["asyncd-attempt"], e, _refusal_hint(h, e), batch=True)
+                    refused = _Outcome("failed", 401, error=f"bad signature: {e}")
+                    tasks.append(_Task(self._context(th, entry), entry.get("payload"), refused))
+                    continue
+            tasks.append(self._task(th, entry, batch=True))
+        return tasks
+
+    def _task(self, headers: Mapping[str, str], env: Dict[str, Any], batch: bool = False) -> _Task:
+        """The task of a verified call: ``headers`` (lower-case names) and body ``env``;
+        for a batch call, one entry of its body and the headers a single call would have."""
+        ctx = self._context(headers, env)
         with self._lock:
             reg = self._handlers.get(env["type"])
         if reg is None:
             # 501, not 404: a 4xx would dead-letter the task, while the usual cause is
             # a rollout that has not reached this replica yet; a 5xx is retried.
-            log.warning("asyncd: refused an executor call (501): task %s: no executor for task type %r; "
-                        "asyncd will retry", env.get("id"), env["type"],
-                        extra={"task_id": env.get("id"), "task_type": env["type"], "status": 501})
-            return _Answer(501, {"error": f"no executor for task type {env['type']!r}"})
-        ctx = self._context(headers, env)
+            log.warning("asyncd: refused %s: task %s: no executor for task type %r; asyncd will retry",
+                        "a task of a batch executor call (result retry)" if batch else "an executor call (501)",
+                        ctx.id, env["type"],
+                        extra={"task_id": ctx.id, "task_type": env["type"], "status": 501})
+            refused = _Outcome("retry", 501, error=f"no executor for task type {env['type']!r}")
+            return _Task(ctx, env.get("payload"), refused)
         if reg.timeout is not None:
             ctx.deadline = time.monotonic() + reg.timeout
-        return reg, env.get("payload"), ctx
+        return _Task(ctx, env.get("payload"), reg)
 
     def _context(self, headers: Mapping[str, str], env: Dict[str, Any]) -> TaskContext:
         task_id = str(env.get("id") or headers.get("asyncd-task-id") or "")
@@ -425,7 +573,11 @@ class Executor:
     def _run_sync(self, reg: _Registration, payload: Any, ctx: TaskContext) -> Any:
         timer = None
         if reg.timeout is not None:
-            timer = threading.Timer(reg.timeout, ctx.cancel, (f"timed out after {format_duration(timedelta(seconds=reg.timeout))}",))
+            # Until the deadline set when the call came: a task of a batch call may have
+            # waited for a free slot, and asyncd's timeout covers the whole call.
+            left = ctx.remaining()
+            timer = threading.Timer(reg.timeout if left is None else left, ctx.cancel,
+                                    (f"timed out after {format_duration(timedelta(seconds=reg.timeout))}",))
             timer.daemon = True
             timer.start()
         try:
@@ -460,20 +612,20 @@ class Executor:
                       ctx.attempt, type(exc).__name__, exc, exc_info=exc, extra=extra)
 
     @staticmethod
-    def _outcome(exc: Optional[BaseException], result: Any = None) -> _Answer:
+    def _outcome(exc: Optional[BaseException], result: Any = None) -> _Outcome:
         if exc is None:
-            return _Answer(200, {} if result is None else {"output": result})
+            return _Outcome("success", 200, output=result)
         if isinstance(exc, Retry):
-            headers = []
-            seconds = _retry_after_seconds(exc.after)
-            if seconds > 0:
-                headers.append(("Retry-After", str(seconds)))
-            return _Answer(503, {"error": str(exc)}, headers)
+            return _Outcome("retry", 503, error=str(exc), retry_after=_retry_after_seconds(exc.after))
         if isinstance(exc, Permanent):
-            return _Answer(422, {"error": str(exc) or type(exc).__name__})
-        return _Answer(500, {"error": f"{type(exc).__name__}: {exc}"})
+            return _Outcome("failed", 422, error=str(exc) or type(exc).__name__)
+        return _Outcome("retry", 500, error=f"{type(exc).__name__}: {exc}")
 
-    def _start_long_running(self, reg: _Registration, payload: Any, ctx: TaskContext) -> _Answer:
+    def _finish(self, ctx: TaskContext, started: float, exc: Optional[BaseException], result: Any = None) -> _Outcome:
+        self._log_outcome(ctx, exc, time.monotonic() - started)
+        return self._outcome(exc, result)
+
+    def _start_long_running(self, reg: _Registration, payload: Any, ctx: TaskContext) -> _Outcome:
         assert reg.lease is not None
         t = threading.Thread(target=self._long_running, args=(reg, payload, ctx), name=f"asyncd-{ctx.id}", daemon=True)
         with self._lock:
@@ -482,25 +634,85 @@ class Executor:
             self._inflight = [x for x in self._inflight if x.is_alive()]
             t.start()
             self._inflight.append(t)
-        return _Answer(202, {"lease": format_duration(timedelta(seconds=reg.lease))})
+        return _Outcome("accepted", 202, lease=reg.lease)
 
-    def handle(self, method: str, headers: Mapping[str, str], body: bytes) -> Tuple[int, List[Tuple[str, str]], bytes]:
-        """Serves one executor call synchronously: ``headers`` with lower-case names.
-        Returns status, headers and body; useful to plug into any framework."""
-        prepared = self._prepare(method, headers, body)
-        if isinstance(prepared, _Answer):
-            return _encode(prepared)
-        reg, payload, ctx = prepared
+    def _run(self, task: _Task) -> _Outcome:
+        """Runs one task in this thread — a single call's, or one of a batch call's — and
+        maps its handler's outcome."""
+        if isinstance(task.run, _Outcome):
+            return task.run
+        reg, payload, ctx = task.run, task.payload, task.ctx
         if reg.lease is not None:
-            return _encode(self._start_long_running(reg, payload, ctx))
+            return self._start_long_running(reg, payload, ctx)
         started = time.monotonic()
         try:
             result = self._run_sync(reg, payload, ctx)
         except Exception as e:  # noqa: BLE001 - every failure maps onto an answer
-            self._log_outcome(ctx, e, time.monotonic() - started)
-            return _encode(self._outcome(e))
-        self._log_outcome(ctx, None, time.monotonic() - started)
-        return _encode(self._outcome(None, result))
+            return self._finish(ctx, started, e)
+        return self._finish(ctx, started, None, result)
+
+    async def _run_async(self, task: _Task) -> _Outcome:
+        """:meth:`_run` on an event loop: an ``async`` handler runs on it, a sync one in
+        the loop's default thread pool."""
+        if isinstance(task.run, _Outcome):
+            return task.run
+        reg, payload, ctx = task.run, task.payload, task.ctx
+        if reg.lease is not None:
+            return self._start_long_running(reg, payload, ctx)
+        started = time.monotonic()
+        try:
+            if reg.is_async:
+                result = await asyncio.wait_for(reg.fn(*self._args(reg, payload, ctx)), ctx.remaining())
+            else:
+                loop = asyncio.get_running_loop()
+                result = await loop.run_in_executor(None, self._run_sync, reg, payload, ctx)
+        except Exception as e:  # noqa: BLE001
+            return self._finish(ctx, started, e)
+        return self._finish(ctx, started, None, result)
+
+    def _run_batch(self, tasks: List[_Task]) -> _Answer:
+        """Runs a batch call's tasks concurrently, at most ``batch_concurrency`` at a
+        time, and answers 200 with one result per task."""
+        if not tasks:
+            return _batch_answer(tasks, [])
+
+        def one(task: _Task) -> _Outcome:
+            started = time.monotonic()
+            try:
+                return self._run(task)
+            except BaseException as e:  # noqa: BLE001 - one task's failure must not sink the others' results
+                return self._finish(task.ctx, started, e)
+
+        workers = min(len(tasks), self._batch_concurrency)
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="asyncd-batch") as pool:
+            return _batch_answer(tasks, list(pool.map(one, tasks)))
+
+    async def _run_batch_async(self, tasks: List[_Task]) -> _Answer:
+        """:meth:`_run_batch` on an event loop."""
+        slots = asyncio.Semaphore(min(len(tasks), self._batch_concurrency) or 1)
+
+        async def one(task: _Task) -> _Outcome:
+            async with slots:
+                started = time.monotonic()
+                try:
+                    return await self._run_async(task)
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as e:  # noqa: BLE001 - one task's failure must not sink the others' results
+                    return self._finish(task.ctx, started, e)
+
+        return _batch_answer(tasks, list(await asyncio.gather(*(one(t) for t in tasks))))
+
+    def handle(self, method: str, headers: Mapping[str, str], body: bytes) -> Tuple[int, List[Tuple[str, str]], bytes]:
+        """Serves one executor call, or batch call, synchronously: ``headers`` with
+        lower-case names. Returns status, headers and body; useful to plug into any
+        framework."""
+        prepared = self._prepare(method, headers, body)
+        if isinstance(prepared, _Answer):
+            return _encode(prepared)
+        if isinstance(prepared, list):
+            return _encode(self._run_batch(prepared))
+        return _encode(self._run(prepared).answer())
 
     # -- long-running -----------------------------------------------------------
 
@@ -658,21 +870,9 @@ class Executor:
         prepared = self._prepare(method, headers, body)
         if isinstance(prepared, _Answer):
             return _encode(prepared)
-        reg, payload, ctx = prepared
-        if reg.lease is not None:
-            return _encode(self._start_long_running(reg, payload, ctx))
-        started = time.monotonic()
-        try:
-            if reg.is_async:
-                result = await asyncio.wait_for(reg.fn(*self._args(reg, payload, ctx)), ctx.remaining())
-            else:
-                loop = asyncio.get_running_loop()
-                result = await loop.run_in_executor(None, self._run_sync, reg, payload, ctx)
-        except Exception as e:  # noqa: BLE001
-            self._log_outcome(ctx, e, time.monotonic() - started)
-            return _encode(self._outcome(e))
-        self._log_outcome(ctx, None, time.monotonic() - started)
-        return _encode(self._outcome(None, result))
+        if isinstance(prepared, list):
+            return _encode(await self._run_batch_async(prepared))
+        return _encode((await self._run_async(prepared)).answer())
 
     def make_server(self, host: str = "127.0.0.1", port: int = 8080) -> WSGIServer:
         """A threaded stdlib WSGI server for this executor (``port=0`` picks a free
@@ -709,6 +909,35 @@ async def _await_cancellable(aw: Awaitable[Any], ctx: TaskContext) -> Any:
         if ctx.cancelled.is_set():
             raise Cancelled(ctx.cancel_reason or "cancelled") from None
         raise
+
+
+def _batch_entries(body: bytes) -> List[Dict[str, Any]]:
+    """The tasks of a batch call's body, ``{"tasks": [...]}``; raises ValueError saying
+    what is wrong. Each entry must carry what a single call has in its headers."""
+    doc = json.loads(body)
+    if not isinstance(doc, dict) or not isinstance(doc.get("tasks"), list):
+        raise ValueError('not an object with a "tasks" array')
+    for i, t in enumerate(doc["tasks"]):
+        if not isinstance(t, dict):
+            raise ValueError(f"tasks[{i}] is not an object")
+        for name in ("id", "type", "idempotency_key", "lease_token"):
+            if not isinstance(t.get(name), str):
+                raise ValueError(f"tasks[{i}].{name} is missing or not a string")
+        if not t["id"] or not t["type"]:
+            raise ValueError(f"tasks[{i}] has an empty id or type")
+        if not isinstance(t.get("attempt"), int) or isinstance(t["attempt"], bool):
+            raise ValueError(f"tasks[{i}].attempt is missing or not an integer")
+    return doc["tasks"]
+
+
+def _batch_answer(tasks: Sequence[_Task], outcomes: Sequence[_Outcome]) -> _Answer:
+    return _Answer(200, {"results": [o.result(t.ctx.id) for t, o in zip(tasks, outcomes)]})
+
+
+def _log_refusal(task_id: str, attempt: str, err: BadSignature, hint: str, batch: bool = False) -> None:
+    what = "a task of a batch executor call (result failed" if batch else "an executor call (401"
+    log.error("asyncd: refused %s: asyncd will not retry it; redrive the task once fixed): task %s attempt %s: %s; %s",
+              what, task_id, attempt, err, hint, extra={"task_id": task_id, "status": 401})
 
 
 def _refusal_hint(headers: Mapping[str, str], err: BadSignature) -> str:
