@@ -1,16 +1,23 @@
 //! The executor side of the contract (`docs/api.md`, "Executor contract"): an axum
 //! [`Router`] — a tower service — that checks the call's signature, decodes the task,
 //! runs the handler registered for its type and turns the handler's outcome into the
-//! answer asyncd expects.
+//! answer asyncd expects. A batch call (`Asyncd-Batch`, "Batch delivery") runs the same
+//! per-task path once per task of its body, concurrently, and answers one result per
+//! task.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use asyncd_contract::{ExecutorAccepted, ExecutorCall, headers};
+use asyncd_contract::{
+    ExecutorAccepted, ExecutorBatchAnswer, ExecutorBatchCall, ExecutorBatchResult,
+    ExecutorBatchStatus, ExecutorBatchTask, ExecutorCall, headers,
+};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -22,13 +29,15 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
 use crate::client::{Client, DEFAULT_ENDPOINT, ResultStatus, TaskResult};
 use crate::error::ErrorCode;
 use crate::time::{format_duration, retry_after_seconds};
-use crate::verifier::{Verifier, VerifyError};
+use crate::verifier::{VerifiedBatch, Verifier, VerifyError};
 use asyncd_contract::SignatureError;
 
 /// Executor call headers ([`asyncd_contract::headers`]).
@@ -40,9 +49,15 @@ pub const HEADER_CALLBACK_URL: &str = headers::CALLBACK_URL;
 pub const HEADER_DISPATCHER: &str = headers::DISPATCHER;
 pub const HEADER_TIMESTAMP: &str = headers::TIMESTAMP;
 pub const HEADER_SIGNATURE: &str = headers::SIGNATURE;
+/// Present on a batch call: how many tasks its body holds.
+pub const HEADER_BATCH: &str = headers::BATCH;
 
 /// The lease a long-running executor asks for when given none.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// How many handlers of one batch call run at once unless
+/// [`Executor::batch_concurrency`] says otherwise.
+pub const DEFAULT_BATCH_CONCURRENCY: usize = 64;
 
 /// asyncd's own payload limit is 1 MiB by default; this only stops garbage.
 const MAX_BODY: usize = 32 << 20;
@@ -86,6 +101,11 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// | `Err(Outcome::Error(e))`, any `?`-converted error, a panic | 500 | retries with backoff until `max_retries`, then dead letters |
 ///
 /// Every `std::error::Error` converts into `Outcome::Error`, so `?` works in handlers.
+///
+/// In a batch call (`Asyncd-Batch`) the same handler runs once per task, and each
+/// task's result says what the single call's answer would: `success`, `retry` (with
+/// `retry_after` for `Retry { after: Some(d) }`; also for `Error` and a panic),
+/// `failed` for `Permanent`, `accepted` with its `lease` for a long-running handler.
 #[derive(Debug)]
 pub enum Outcome {
     /// A transient failure: retry after `after`, or with asyncd's backoff when `None`.
@@ -175,6 +195,7 @@ pub struct Executor {
     keys: Option<Vec<Vec<u8>>>,
     callback_endpoint: Option<String>,
     http: Option<reqwest::Client>,
+    batch_concurrency: usize,
     tracker: TaskTracker,
 }
 
@@ -202,6 +223,7 @@ impl Executor {
             keys: None,
             callback_endpoint: None,
             http: None,
+            batch_concurrency: DEFAULT_BATCH_CONCURRENCY,
             tracker: TaskTracker::new(),
         }
     }
@@ -211,7 +233,9 @@ impl Executor {
     /// (`spec.executor.signing.secretRef`); call it twice while a key is rotated —
     /// whose `Asyncd-Timestamp` is more than [`SIGNATURE_TOLERANCE`] off, or that
     /// repeats a (task, attempt) already delivered within that window. An empty key
-    /// is never accepted: with no other key every call is refused.
+    /// is never accepted: with no other key every call is refused. A batch call is
+    /// refused as a whole for its signature or timestamp; a repeated (task, attempt)
+    /// in it fails that task only (`failed`, the refusal as its error), unrun.
     ///
     /// [`SIGNATURE_TOLERANCE`]: asyncd_contract::SIGNATURE_TOLERANCE
     pub fn signing_secret(mut self, key: impl AsRef<[u8]>) -> Self {
@@ -234,6 +258,15 @@ impl Executor {
     /// The HTTP client for heartbeats and results (default: one with a 10 s timeout).
     pub fn http_client(mut self, http: reqwest::Client) -> Self {
         self.http = Some(http);
+        self
+    }
+
+    /// How many handlers of one batch call (a job with `executor.batch`) run at once
+    /// (default [`DEFAULT_BATCH_CONCURRENCY`]; 0 means the default). The other tasks of
+    /// the call wait for a slot; long-running handlers hold one only until they are
+    /// accepted.
+    pub fn batch_concurrency(mut self, n: usize) -> Self {
+        self.batch_concurrency = if n == 0 { DEFAULT_BATCH_CONCURRENCY } else { n };
         self
     }
 
@@ -336,6 +369,7 @@ impl Executor {
             handlers: self.handlers,
             verifier: self.keys.map(Verifier::new),
             callbacks,
+            batch_concurrency: self.batch_concurrency,
             tracker: self.tracker,
         });
         Router::new()
@@ -375,11 +409,15 @@ struct Shared {
     handlers: HashMap<String, Registration>,
     verifier: Option<Verifier>,
     callbacks: Client,
+    batch_concurrency: usize,
     tracker: TaskTracker,
 }
 
 /// The call body; `id` and `attempt` may be left to the headers.
 type Envelope = ExecutorCall<Option<Box<RawValue>>>;
+
+/// A batch call's body; a `null` payload is `None`.
+type BatchEnvelope = ExecutorBatchCall<Option<Box<RawValue>>>;
 
 fn answer(status: StatusCode, body: Value) -> Response {
     (status, axum::Json(body)).into_response()
@@ -397,7 +435,27 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .filter(|v| !v.is_empty())
 }
 
-fn context(headers: &HeaderMap, env: &Envelope, default_callback: &str) -> TaskContext {
+/// What a call's headers say about every task it carries: where to send heartbeats
+/// and results, and which dispatcher sent it.
+struct CallOrigin {
+    callback_url: String,
+    dispatcher: Option<String>,
+}
+
+impl CallOrigin {
+    fn of(headers: &HeaderMap, default_callback: &str) -> Self {
+        Self {
+            callback_url: header_str(headers, HEADER_CALLBACK_URL)
+                .unwrap_or(default_callback)
+                .trim_end_matches('/')
+                .to_string(),
+            dispatcher: header_str(headers, HEADER_DISPATCHER).map(str::to_string),
+        }
+    }
+}
+
+/// A single call's task: the body, and the per-task headers.
+fn context(headers: &HeaderMap, env: &Envelope, origin: CallOrigin) -> TaskContext {
     let id = if env.id.is_empty() {
         header_str(headers, HEADER_TASK_ID)
             .unwrap_or("")
@@ -422,14 +480,40 @@ fn context(headers: &HeaderMap, env: &Envelope, default_callback: &str) -> TaskC
         lease_token: header_str(headers, HEADER_LEASE_TOKEN)
             .unwrap_or("")
             .to_string(),
-        callback_url: header_str(headers, HEADER_CALLBACK_URL)
-            .unwrap_or(default_callback)
-            .trim_end_matches('/')
-            .to_string(),
+        callback_url: origin.callback_url,
         eta: env.eta,
-        dispatcher: header_str(headers, HEADER_DISPATCHER).map(str::to_string),
+        dispatcher: origin.dispatcher,
         traceparent: header_str(headers, headers::TRACEPARENT).map(str::to_string),
         tracestate: header_str(headers, headers::TRACESTATE).map(str::to_string),
+    }
+}
+
+/// A batch call's task: what a single call carries in headers, its entry carries.
+fn batch_context(
+    task: &ExecutorBatchTask<Option<Box<RawValue>>>,
+    origin: &CallOrigin,
+) -> TaskContext {
+    let non_empty = |v: &Option<String>| {
+        v.as_deref()
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_string)
+    };
+    TaskContext {
+        id: task.id.clone(),
+        task_type: task.task_type.clone(),
+        attempt: task.attempt,
+        idempotency_key: if task.idempotency_key.is_empty() {
+            task.id.clone()
+        } else {
+            task.idempotency_key.clone()
+        },
+        lease_token: task.lease_token.clone(),
+        callback_url: origin.callback_url.clone(),
+        eta: task.eta,
+        dispatcher: origin.dispatcher.clone(),
+        traceparent: non_empty(&task.traceparent),
+        tracestate: non_empty(&task.tracestate),
     }
 }
 
@@ -452,6 +536,9 @@ async fn serve(
         }
         Err(rejection) => return error_answer(StatusCode::BAD_REQUEST, rejection.body_text()),
     };
+    if headers.contains_key(HEADER_BATCH) {
+        return serve_batch(shared, headers, body).await;
+    }
     if let Some(verifier) = &shared.verifier
         && let Err(e) = verifier.verify(&headers, &body, SystemTime::now())
     {
@@ -475,27 +562,231 @@ async fn serve(
             return error_answer(StatusCode::BAD_REQUEST, "body is not an asyncd task");
         }
     };
-    let Some(reg) = shared.handlers.get(&env.task_type) else {
-        // 501, not 404: a 4xx would dead-letter the task, while the usual cause is a
-        // rollout that has not reached this replica yet; a 5xx is retried.
+    let origin = CallOrigin::of(&headers, shared.callbacks.endpoint());
+    let ctx = context(&headers, &env, origin);
+    run_task(shared, ctx, env.payload).await.answer()
+}
+
+/// A batch call: the signature over the body (per-task header values empty), then each
+/// task through [`run_task`], as a single call's would go, at most
+/// `batch_concurrency` at once; one result per task, in the body's order.
+async fn serve_batch(shared: Arc<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    let size = header_str(&headers, HEADER_BATCH).unwrap_or("");
+    let verified: Option<VerifiedBatch<'_>> = match &shared.verifier {
+        None => None,
+        Some(verifier) => match verifier.verify_batch(&headers, &body, SystemTime::now()) {
+            Ok(verified) => Some(verified),
+            Err(e) => {
+                tracing::error!(
+                    batch = %size,
+                    reason = %e,
+                    hint = refusal_hint(&headers, &e),
+                    "asyncd: refused a batch executor call (401: asyncd will not retry its tasks; redrive them once fixed)"
+                );
+                return error_answer(StatusCode::UNAUTHORIZED, e);
+            }
+        },
+    };
+    let call = match decode_batch(&body) {
+        Ok(call) => call,
+        // The same body would come again on a retry, so this is permanent (400).
+        Err(why) => {
+            tracing::error!(batch = %size, reason = %why,
+                "asyncd: refused a batch executor call (400): the body is not an asyncd batch");
+            return error_answer(
+                StatusCode::BAD_REQUEST,
+                format!("body is not an asyncd batch call: {why}"),
+            );
+        }
+    };
+    let origin = CallOrigin::of(&headers, shared.callbacks.endpoint());
+    let n = call.tasks.len();
+    let mut results: Vec<Option<ExecutorBatchResult>> = vec![None; n];
+    // Replays are refused before any handler runs, as a single call's are: that task
+    // fails (a single call would get a 401, a permanent failure), the others run.
+    let mut runnable = Vec::with_capacity(n);
+    for (i, task) in call.tasks.into_iter().enumerate() {
+        if let Some(verified) = &verified
+            && let Err(e) = verified.check_task(&task.id, task.attempt, &task.lease_token)
+        {
+            tracing::error!(
+                task = %task.id,
+                attempt = task.attempt,
+                reason = %e,
+                hint = refusal_hint(&headers, &e),
+                "asyncd: refused a task of a batch executor call (failed: asyncd will not retry it)"
+            );
+            results[i] = Some(batch_result(
+                task.id,
+                ExecutorBatchStatus::Failed,
+                Some(e.to_string()),
+            ));
+            continue;
+        }
+        let ctx = batch_context(&task, &origin);
+        runnable.push((i, ctx, task.payload));
+    }
+    let slots = Arc::new(Semaphore::new(shared.batch_concurrency.min(n).max(1)));
+    let mut running = JoinSet::new();
+    let mut index = HashMap::new();
+    for (i, ctx, payload) in runnable {
+        let (shared, slots) = (shared.clone(), slots.clone());
+        let id = ctx.id.clone();
+        let handle = running.spawn(async move {
+            let _slot = slots
+                .acquire_owned()
+                .await
+                .expect("the semaphore is never closed");
+            let id = ctx.id.clone();
+            run_task(shared, ctx, payload).await.batch_result(id)
+        });
+        index.insert(handle.id(), (i, id));
+    }
+    // Dropping the set (asyncd hung up) drops the tasks still waiting or running; their
+    // handlers, spawned, run on, as a single call's do.
+    while let Some(joined) = running.join_next_with_id().await {
+        let (task_id, result) = match joined {
+            Ok((task_id, result)) => (task_id, result),
+            Err(e) => {
+                let task_id = e.id();
+                let (_, id) = &index[&task_id];
+                let msg = panic_message(e);
+                (
+                    task_id,
+                    Verdict::Done(Err(Outcome::Error(msg.into()))).batch_result(id.clone()),
+                )
+            }
+        };
+        results[index[&task_id].0] = Some(result);
+    }
+    let answer = ExecutorBatchAnswer {
+        results: results
+            .into_iter()
+            .map(|r| r.expect("every task has a result"))
+            .collect(),
+    };
+    (StatusCode::OK, axum::Json(answer)).into_response()
+}
+
+/// A batch call's body, or why it is not one: every task needs an id and a type (the
+/// contract's other fields are required by the type itself).
+fn decode_batch(body: &[u8]) -> Result<BatchEnvelope, String> {
+    let call: BatchEnvelope = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    if call.tasks.is_empty() {
+        return Err("no tasks".into());
+    }
+    if let Some(i) = call
+        .tasks
+        .iter()
+        .position(|t| t.id.is_empty() || t.task_type.is_empty())
+    {
+        return Err(format!("tasks[{i}] has no id or no type"));
+    }
+    Ok(call)
+}
+
+fn batch_result(
+    id: String,
+    status: ExecutorBatchStatus,
+    error: Option<String>,
+) -> ExecutorBatchResult {
+    ExecutorBatchResult {
+        id,
+        status,
+        error,
+        retry_after: None,
+        lease: None,
+    }
+}
+
+/// What became of one task, whether it came alone or in a batch: [`Verdict::answer`]
+/// makes it a single call's answer, [`Verdict::batch_result`] a batch call's result.
+enum Verdict {
+    /// No handler for its type: usually a rollout that has not reached this replica
+    /// yet, so retried (a single call's 501; a 4xx would dead-letter it).
+    Unregistered(String),
+    /// The payload does not decode: permanent, since a retry brings the same payload.
+    BadPayload(String),
+    /// Long-running: accepted with this lease, the handler runs in the background.
+    Accepted(Duration),
+    /// The handler's outcome.
+    Done(Result<Value, Outcome>),
+}
+
+impl Verdict {
+    fn answer(self) -> Response {
+        match self {
+            Self::Unregistered(msg) => error_answer(StatusCode::NOT_IMPLEMENTED, msg),
+            Self::BadPayload(msg) => error_answer(StatusCode::UNPROCESSABLE_ENTITY, msg),
+            Self::Accepted(lease) => {
+                let accepted = ExecutorAccepted {
+                    lease: Some(format_duration(lease)),
+                    lease_seconds: None,
+                };
+                (StatusCode::ACCEPTED, axum::Json(accepted)).into_response()
+            }
+            Self::Done(outcome) => outcome_answer(outcome),
+        }
+    }
+
+    /// The batch result of task `id`: the status a single call's answer stands for
+    /// (501 and 5xx `retry`, 503's Retry-After as `retry_after`, 422 `failed`, 202
+    /// `accepted` with its lease). A batch result carries no output: asyncd stores
+    /// output only from a long-running task's result callback.
+    fn batch_result(self, id: String) -> ExecutorBatchResult {
+        match self {
+            Self::Unregistered(msg) => batch_result(id, ExecutorBatchStatus::Retry, Some(msg)),
+            Self::BadPayload(msg) => batch_result(id, ExecutorBatchStatus::Failed, Some(msg)),
+            Self::Accepted(lease) => ExecutorBatchResult {
+                lease: Some(format_duration(lease)),
+                ..batch_result(id, ExecutorBatchStatus::Accepted, None)
+            },
+            Self::Done(outcome) => {
+                let res = result_of(String::new(), outcome);
+                let status = match res.status {
+                    ResultStatus::Success => ExecutorBatchStatus::Success,
+                    ResultStatus::Retry => ExecutorBatchStatus::Retry,
+                    ResultStatus::Failed => ExecutorBatchStatus::Failed,
+                };
+                ExecutorBatchResult {
+                    retry_after: res.retry_after.map(format_duration),
+                    ..batch_result(id, status, res.error)
+                }
+            }
+        }
+    }
+}
+
+/// Runs one task, alone or from a batch: the handler registered for its type, within
+/// the call, or — long-running — in the background with heartbeats and a result
+/// callback. A handler that panics is a failed attempt (`Outcome::Error`).
+async fn run_task(
+    shared: Arc<Shared>,
+    ctx: TaskContext,
+    payload: Option<Box<RawValue>>,
+) -> Verdict {
+    let Some(reg) = shared.handlers.get(&ctx.task_type) else {
         tracing::warn!(
-            task = %header_str(&headers, HEADER_TASK_ID).unwrap_or(""),
-            task_type = %env.task_type,
+            task = %ctx.id,
+            task_type = %ctx.task_type,
             "asyncd: refused an executor call (501): no executor for this task type; asyncd will retry"
         );
-        return error_answer(
-            StatusCode::NOT_IMPLEMENTED,
-            format!("no executor for task type {:?}", env.task_type),
-        );
+        return Verdict::Unregistered(format!("no executor for task type {:?}", ctx.task_type));
     };
-    let ctx = context(&headers, &env, shared.callbacks.endpoint());
-    let raw = env.payload.as_deref().map_or("null", RawValue::get);
-    let fut = match (reg.handler)(ctx.clone(), raw) {
-        Ok(fut) => fut,
-        Err(msg) => {
+    let raw = payload.as_deref().map_or("null", RawValue::get);
+    // A handler may panic before its future exists (in the closure's body).
+    let starting = std::panic::catch_unwind(AssertUnwindSafe(|| (reg.handler)(ctx.clone(), raw)));
+    let fut = match starting {
+        Ok(Ok(fut)) => fut,
+        Ok(Err(msg)) => {
             tracing::error!(task = %ctx.id, task_type = %ctx.task_type, attempt = ctx.attempt, error = %msg,
                 "asyncd: task failed permanently (its payload does not decode); it goes to dead letters");
-            return error_answer(StatusCode::UNPROCESSABLE_ENTITY, msg);
+            return Verdict::BadPayload(msg);
+        }
+        Err(panic) => {
+            let outcome = Err(Outcome::Error(panic_text(panic).into()));
+            log_outcome(&ctx, &outcome, Duration::ZERO);
+            return Verdict::Done(outcome);
         }
     };
     if let Some(lease) = reg.lease {
@@ -503,13 +794,9 @@ async fn serve(
         shared
             .tracker
             .spawn(async move { run_long(s, ctx, lease, fut).await });
-        let accepted = ExecutorAccepted {
-            lease: Some(format_duration(lease)),
-            lease_seconds: None,
-        };
-        return (StatusCode::ACCEPTED, axum::Json(accepted)).into_response();
+        return Verdict::Accepted(lease);
     }
-    // Spawned so that a panic is a 500 rather than a dropped connection.
+    // Spawned so that a panic is a failed attempt rather than a dropped connection.
     let started = Instant::now();
     let mut abandoned = Abandoned {
         ctx: Some(ctx.clone()),
@@ -521,7 +808,7 @@ async fn serve(
     };
     abandoned.ctx = None;
     log_outcome(&ctx, &outcome, started.elapsed());
-    outcome_answer(outcome)
+    Verdict::Done(outcome)
 }
 
 /// Logs, when dropped armed, that asyncd closed the call before the handler returned:
@@ -579,7 +866,10 @@ fn panic_message(e: tokio::task::JoinError) -> String {
     if !e.is_panic() {
         return "handler cancelled".to_string();
     }
-    let p = e.into_panic();
+    panic_text(e.into_panic())
+}
+
+fn panic_text(p: Box<dyn Any + Send>) -> String {
     let msg = p
         .downcast_ref::<&str>()
         .map(|s| s.to_string())
@@ -607,9 +897,11 @@ fn outcome_answer(outcome: Result<Value, Outcome>) -> Response {
     }
 }
 
-fn result_of(ctx: &TaskContext, outcome: Result<Value, Outcome>) -> TaskResult {
+/// A handler's outcome as a result (a long-running task's callback, a batch result):
+/// success, `retry` (with `retry_after`) or `failed`, as the single call's answer.
+fn result_of(lease_token: String, outcome: Result<Value, Outcome>) -> TaskResult {
     let mut res = TaskResult {
-        lease_token: ctx.lease_token.clone(),
+        lease_token,
         status: ResultStatus::Success,
         error: None,
         output: None,
@@ -671,7 +963,7 @@ async fn run_long(shared: Arc<Shared>, ctx: TaskContext, lease: Duration, fut: H
     };
     let outcome = joined.unwrap_or_else(|e| Err(Outcome::Error(panic_message(e).into())));
     log_outcome(&ctx, &outcome, started.elapsed());
-    let result = result_of(&ctx, outcome);
+    let result = result_of(ctx.lease_token.clone(), outcome);
     // Transport failures and 5xx are retried until the lease would have lapsed
     // anyway; after that asyncd retries the task itself.
     let mut backoff = Duration::from_millis(100);
@@ -1173,6 +1465,8 @@ mod tests {
     struct CallbackApi {
         heartbeats: Arc<Mutex<Vec<Value>>>,
         results: Arc<Mutex<Vec<Value>>>,
+        /// Every call: its path and body.
+        calls: Arc<Mutex<Vec<(String, Value)>>>,
         /// Refuse heartbeats as stale after this many (0: never).
         stale_after: usize,
         /// Answer heartbeats `410 task_cancelled` after this many (0: never).
@@ -1186,6 +1480,10 @@ mod tests {
                 let api = api.clone();
                 async move {
                     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    api.calls
+                        .lock()
+                        .unwrap()
+                        .push((uri.path().to_string(), body.clone()));
                     if uri.path().ends_with("/heartbeat") {
                         let mut hbs = api.heartbeats.lock().unwrap();
                         hbs.push(body);
@@ -1222,6 +1520,17 @@ mod tests {
 
         fn results(&self) -> Vec<Value> {
             self.results.lock().unwrap().clone()
+        }
+
+        /// The bodies posted to `path`.
+        fn posted_to(&self, path: &str) -> Vec<Value> {
+            self.calls
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(p, _)| p == path)
+                .map(|(_, body)| body.clone())
+                .collect()
         }
     }
 
@@ -1378,5 +1687,449 @@ mod tests {
         assert!(matches!(&from_io, Outcome::Error(_)));
         assert_eq!(from_io.to_string(), "disk");
         assert_eq!(Outcome::error("plain text").to_string(), "plain text");
+    }
+
+    // ---- Batch calls ("Batch delivery" in docs/api.md) ----
+
+    fn batch_task(id: &str, task_type: &str, payload: Value) -> Value {
+        json!({
+            "id": id,
+            "type": task_type,
+            "payload": payload,
+            "attempt": 1,
+            "eta": "2026-11-30T06:00:00.123Z",
+            "idempotency_key": format!("key-{id}"),
+            "lease_token": format!("tok-{id}"),
+        })
+    }
+
+    fn batch_body(tasks: &[Value]) -> String {
+        json!({ "tasks": tasks }).to_string()
+    }
+
+    /// POSTs a batch call; the answer must be a 200 with one result per task, in order.
+    async fn call_batch(app: &Router, tasks: &[Value], headers: &[(&str, String)]) -> Vec<Value> {
+        let mut h = vec![("Asyncd-Batch", tasks.len().to_string())];
+        h.extend(headers.iter().cloned());
+        let (status, _, body) = call(app, "POST", &batch_body(tasks), &h).await;
+        assert_eq!(status, 200, "{body}");
+        let answer: ExecutorBatchAnswer =
+            serde_json::from_value(body.clone()).expect("the answer is an ExecutorBatchAnswer");
+        let ids: Vec<&str> = answer.results.iter().map(|r| r.id.as_str()).collect();
+        let want: Vec<&str> = tasks.iter().map(|t| t["id"].as_str().unwrap()).collect();
+        assert_eq!(ids, want, "one result per task, in order");
+        body["results"].as_array().unwrap().clone()
+    }
+
+    /// Every outcome a handler can have, in one batch: each task's result says what a
+    /// single call's answer would, a panic fails only its own task, and long-running
+    /// tasks heartbeat and post their results each with its own lease token.
+    #[tokio::test]
+    async fn a_batch_runs_every_task_and_answers_each_outcome() {
+        let (api, url) = CallbackApi::default().start().await;
+        let seen: Arc<Mutex<Vec<(TaskContext, Value)>>> = Arc::default();
+        let s = seen.clone();
+        let release = Arc::new(tokio::sync::Notify::new());
+        let r = release.clone();
+        #[derive(serde::Deserialize)]
+        struct Order {
+            order_id: u64,
+        }
+        let executor = Executor::new()
+            .callback_endpoint("http://127.0.0.1:1")
+            .register("ok", move |ctx, payload: Value| {
+                s.lock().unwrap().push((ctx, payload));
+                async { Ok(()) }
+            })
+            .register("typed", |_, o: Order| async move {
+                Ok(json!({"cancelled": o.order_id}))
+            })
+            .register("retry_later", |_, _: Value| async {
+                Err::<(), _>(Outcome::retry_after(Duration::from_millis(1500)))
+            })
+            .register("retry_backoff", |_, _: Value| async {
+                Err::<(), _>(Outcome::retry())
+            })
+            .register("permanent", |_, _: Value| async {
+                Err::<(), _>(Outcome::permanent("card declined"))
+            })
+            .register("transient", |_, _: Value| async {
+                Err::<(), DbDown>(DbDown)?;
+                Ok(())
+            })
+            .register("panics", |_, _: Value| async {
+                if true {
+                    panic!("nil map");
+                }
+                Ok(())
+            })
+            .register("panics_early", |_, _: Value| {
+                if true {
+                    panic!("before its future");
+                }
+                async { Ok(()) }
+            })
+            .register_long_running("long", Duration::from_millis(300), move |_, p: Value| {
+                let r = r.clone();
+                async move {
+                    r.notified().await;
+                    if p["fail"] == true {
+                        Err(Outcome::permanent("bad input"))
+                    } else {
+                        Ok(json!({"rows": 3}))
+                    }
+                }
+            });
+        let in_flight = executor.in_flight();
+        let app = executor.into_router();
+        let mut traced = batch_task("t-ok", "ok", json!({"order_id": 42}));
+        traced["attempt"] = json!(3);
+        traced["traceparent"] = json!("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+        traced["tracestate"] = json!("vendor=1");
+        let tasks = [
+            traced,
+            batch_task("t-typed", "typed", json!({"order_id": 7})),
+            batch_task("t-later", "retry_later", json!({})),
+            batch_task("t-backoff", "retry_backoff", json!({})),
+            batch_task("t-permanent", "permanent", json!({})),
+            batch_task("t-transient", "transient", json!({})),
+            batch_task("t-panics", "panics", json!({})),
+            batch_task("t-panics-early", "panics_early", json!({})),
+            batch_task("t-bad", "typed", json!({"order_id": "x"})),
+            batch_task("t-nobody", "unregistered", json!({})),
+            batch_task("t-long-a", "long", json!({})),
+            batch_task("t-long-b", "long", json!({"fail": true})),
+        ];
+        let headers = [
+            ("Asyncd-Callback-Url", format!("{url}/")),
+            ("Asyncd-Dispatcher", "d-1".to_string()),
+        ];
+        let results = call_batch(&app, &tasks, &headers).await;
+        let bad = results[8]["error"].as_str().unwrap_or("").to_string();
+        assert!(bad.starts_with("payload does not decode"), "{bad}");
+        let want = [
+            json!({"id": "t-ok", "status": "success"}),
+            json!({"id": "t-typed", "status": "success"}),
+            json!({"id": "t-later", "status": "retry", "error": "retry after 1s 500ms", "retry_after": "1s 500ms"}),
+            json!({"id": "t-backoff", "status": "retry", "error": "retry"}),
+            json!({"id": "t-permanent", "status": "failed", "error": "card declined"}),
+            json!({"id": "t-transient", "status": "retry", "error": "db down"}),
+            json!({"id": "t-panics", "status": "retry", "error": "handler panicked: nil map"}),
+            json!({"id": "t-panics-early", "status": "retry", "error": "handler panicked: before its future"}),
+            json!({"id": "t-bad", "status": "failed", "error": bad}),
+            json!({"id": "t-nobody", "status": "retry", "error": "no executor for task type \"unregistered\""}),
+            json!({"id": "t-long-a", "status": "accepted", "lease": "300ms"}),
+            json!({"id": "t-long-b", "status": "accepted", "lease": "300ms"}),
+        ];
+        for (got, want) in results.iter().zip(want) {
+            assert_eq!(got, &want);
+        }
+
+        // The handler got the per-task context a single call gives it.
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(seen[0].1, json!({"order_id": 42}));
+        assert_eq!(
+            seen[0].0,
+            TaskContext {
+                id: "t-ok".into(),
+                task_type: "ok".into(),
+                attempt: 3,
+                idempotency_key: "key-t-ok".into(),
+                lease_token: "tok-t-ok".into(),
+                callback_url: url.clone(),
+                eta: Some("2026-11-30T06:00:00.123Z".parse().unwrap()),
+                dispatcher: Some("d-1".into()),
+                traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()),
+                tracestate: Some("vendor=1".into()),
+            }
+        );
+
+        // Each long-running task keeps its own lease and posts its own result.
+        assert_eq!(in_flight.len(), 2);
+        for id in ["t-long-a", "t-long-b"] {
+            let path = format!("/v1/tasks/{id}/heartbeat");
+            wait_until("two heartbeats of each", || api.posted_to(&path).len() >= 2).await;
+            assert_eq!(
+                api.posted_to(&path)[0],
+                json!({"lease_token": format!("tok-{id}"), "lease": "300ms"})
+            );
+        }
+        assert!(
+            api.results().is_empty(),
+            "a result before the handlers ended"
+        );
+        release.notify_waiters();
+        tokio::time::timeout(Duration::from_secs(10), in_flight.wait())
+            .await
+            .expect("the long-running handlers finish");
+        assert_eq!(
+            api.posted_to("/v1/tasks/t-long-a/result"),
+            vec![
+                json!({"lease_token": "tok-t-long-a", "status": "success", "output": {"rows": 3}})
+            ]
+        );
+        assert_eq!(
+            api.posted_to("/v1/tasks/t-long-b/result"),
+            vec![json!({"lease_token": "tok-t-long-b", "status": "failed", "error": "bad input"})]
+        );
+    }
+
+    /// The handlers of one batch run concurrently, at most `batch_concurrency` at once.
+    #[tokio::test]
+    async fn batch_handlers_run_concurrently_within_the_bound() {
+        const BOUND: usize = 3;
+        let running = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        // Each handler waits for BOUND of them to be running: run one at a time, the
+        // batch would never end.
+        let barrier = Arc::new(tokio::sync::Barrier::new(BOUND));
+        let (r, m, b) = (running.clone(), most.clone(), barrier.clone());
+        let app = Executor::new()
+            .batch_concurrency(BOUND)
+            .register("meet", move |_, _: Value| {
+                let (r, m, b) = (r.clone(), m.clone(), b.clone());
+                async move {
+                    let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                    m.fetch_max(now, Ordering::SeqCst);
+                    b.wait().await;
+                    r.fetch_sub(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            })
+            .into_router();
+        let tasks: Vec<Value> = (0..2 * BOUND)
+            .map(|i| batch_task(&format!("t{i}"), "meet", Value::Null))
+            .collect();
+        let results = tokio::time::timeout(Duration::from_secs(10), call_batch(&app, &tasks, &[]))
+            .await
+            .expect("the handlers of a batch run concurrently");
+        assert!(
+            results.iter().all(|r| r["status"] == "success"),
+            "{results:?}"
+        );
+        assert_eq!(
+            most.load(Ordering::SeqCst),
+            BOUND,
+            "at most {BOUND} at once"
+        );
+    }
+
+    /// A batch call is signed over the body with the per-task header values empty; a
+    /// (task, attempt) already delivered — alone or in a batch — fails in the batch
+    /// with the single call's refusal, without running, while the rest of it runs.
+    #[tokio::test]
+    async fn a_replayed_task_of_a_batch_fails_without_running() {
+        let ran: Arc<Mutex<Vec<String>>> = Arc::default();
+        let r = ran.clone();
+        let app = Executor::new()
+            .signing_secret("k")
+            .register("ok", move |ctx, _: Value| {
+                r.lock().unwrap().push(ctx.id);
+                async { Ok(()) }
+            })
+            .into_router();
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let batch_headers = |key: &[u8], ts: i64, body: &str| {
+            let mut map = HeaderMap::new();
+            map.insert("Asyncd-Timestamp", ts.to_string().parse().unwrap());
+            map.insert("Asyncd-Callback-Url", "http://asyncd:7700".parse().unwrap());
+            let sig = sign(&[key], &crate::signed_batch_call(&map, body.as_bytes())).unwrap();
+            vec![
+                ("Asyncd-Timestamp", ts.to_string()),
+                ("Asyncd-Callback-Url", "http://asyncd:7700".to_string()),
+                ("Asyncd-Signature", sig),
+            ]
+        };
+
+        // t1 (attempt 1, tok-t1) comes alone first.
+        let single = r#"{"id":"t1","type":"ok","payload":null,"attempt":1}"#;
+        let mut map = HeaderMap::new();
+        for (k, v) in [
+            ("Asyncd-Timestamp", now.to_string()),
+            ("Asyncd-Task-Id", "t1".into()),
+            ("Asyncd-Attempt", "1".into()),
+            ("Idempotency-Key", "key-t1".into()),
+            ("Asyncd-Lease-Token", "tok-t1".into()),
+        ] {
+            map.insert(k, v.parse().unwrap());
+        }
+        let mut single_headers: Vec<(&str, String)> = map
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.to_str().unwrap().to_string()))
+            .collect();
+        single_headers.push((
+            "Asyncd-Signature",
+            sign(&[b"k"], &crate::signed_call(&map, single.as_bytes())).unwrap(),
+        ));
+        let (status, _, body) = call(&app, "POST", single, &single_headers).await;
+        assert_eq!(status, 200, "{body}");
+
+        let tasks = [
+            batch_task("t1", "ok", Value::Null),
+            batch_task("t2", "ok", Value::Null),
+        ];
+        let both = batch_body(&tasks);
+        let replayed = "bad signature: this task attempt was already delivered";
+        let results = call_batch(&app, &tasks, &batch_headers(b"k", now, &both)).await;
+        assert_eq!(
+            results,
+            vec![
+                json!({"id": "t1", "status": "failed", "error": replayed}),
+                json!({"id": "t2", "status": "success"}),
+            ]
+        );
+        assert_eq!(*ran.lock().unwrap(), vec!["t1", "t2"], "t1 ran once, alone");
+
+        // The same batch again, signed anew: both tasks were delivered.
+        let results = call_batch(&app, &tasks, &batch_headers(b"k", now + 1, &both)).await;
+        assert!(
+            results
+                .iter()
+                .all(|r| r["status"] == "failed" && r["error"] == replayed),
+            "{results:?}"
+        );
+        // And t2, delivered in a batch, alone: the single call's 401.
+        let mut map = map.clone();
+        map.insert("Asyncd-Task-Id", "t2".parse().unwrap());
+        map.insert("Asyncd-Lease-Token", "tok-t2".parse().unwrap());
+        let t2 = r#"{"id":"t2","type":"ok","payload":null,"attempt":1}"#;
+        let mut t2_headers: Vec<(&str, String)> = map
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.to_str().unwrap().to_string()))
+            .collect();
+        t2_headers.push((
+            "Asyncd-Signature",
+            sign(&[b"k"], &crate::signed_call(&map, t2.as_bytes())).unwrap(),
+        ));
+        let (status, _, body) = call(&app, "POST", t2, &t2_headers).await;
+        assert_eq!((status, body), (401, json!({"error": replayed})));
+
+        // A batch whose signature fails is refused whole, before anything runs.
+        let fresh = [batch_task("t3", "ok", Value::Null)];
+        let fresh_body = batch_body(&fresh);
+        let cases = [
+            ("unsigned", vec![("Asyncd-Timestamp", now.to_string())]),
+            ("other key", batch_headers(b"other", now, &fresh_body)),
+            ("stale", batch_headers(b"k", now - 301, &fresh_body)),
+            ("signed as another body", batch_headers(b"k", now, &both)),
+        ];
+        for (name, mut headers) in cases {
+            headers.push(("Asyncd-Batch", "1".to_string()));
+            let (status, _, resp) = call(&app, "POST", &fresh_body, &headers).await;
+            assert_eq!(status, 401, "{name}: {resp}");
+        }
+        assert_eq!(ran.lock().unwrap().len(), 2, "no refused task ran");
+        // Once signed, t3 runs: the refusals were not remembered as deliveries.
+        let results = call_batch(&app, &fresh, &batch_headers(b"k", now, &fresh_body)).await;
+        assert_eq!(results, vec![json!({"id": "t3", "status": "success"})]);
+    }
+
+    /// A batch body that is not the contract's is refused (400), permanently; nothing runs.
+    #[tokio::test]
+    async fn a_malformed_batch_is_refused() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = calls.clone();
+        let app = Executor::new()
+            .register("ok", move |_, _: Value| {
+                c.fetch_add(1, Ordering::SeqCst);
+                async { Ok(()) }
+            })
+            .into_router();
+        let mut no_lease = batch_task("t1", "ok", Value::Null);
+        no_lease.as_object_mut().unwrap().remove("lease_token");
+        let bodies = [
+            "not json".to_string(),
+            "[]".to_string(),
+            r#"{"tasks":"x"}"#.to_string(),
+            r#"{"tasks":[]}"#.to_string(),
+            batch_body(&[batch_task("", "ok", Value::Null)]),
+            batch_body(&[batch_task("t1", "", Value::Null)]),
+            batch_body(&[batch_task("t1", "ok", Value::Null), no_lease]),
+            // A single call's body, sent as a batch.
+            task_body("ok", "{}"),
+        ];
+        for body in bodies {
+            let (status, _, resp) =
+                call(&app, "POST", &body, &[("Asyncd-Batch", "1".to_string())]).await;
+            assert_eq!(status, 400, "{body}: {resp}");
+            assert!(
+                resp["error"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("body is not an asyncd batch call"),
+                "{resp}"
+            );
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+    }
+
+    fn fixture(name: &str) -> Value {
+        let path = format!(
+            "{}/../../contract/fixtures/{name}.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    }
+
+    /// The contract's batch call (`executor_batch_call.json`) decodes into the tasks'
+    /// contexts, and the answer has the shape of `executor_batch_answer.json`.
+    #[tokio::test]
+    async fn the_contract_batch_call_and_answer() {
+        let call_fixture = fixture("executor_batch_call");
+        let answer_fixture = fixture("executor_batch_answer");
+        let seen: Arc<Mutex<Vec<(TaskContext, Value)>>> = Arc::default();
+        let s = seen.clone();
+        let app = Executor::new()
+            .register("send_email", move |ctx: TaskContext, payload: Value| {
+                let attempt = ctx.attempt;
+                s.lock().unwrap().push((ctx, payload));
+                async move {
+                    match attempt {
+                        1 => Ok(()),
+                        _ => Err(Outcome::retry_after(Duration::from_secs(30))),
+                    }
+                }
+            })
+            .into_router();
+        let tasks = call_fixture["tasks"].as_array().unwrap().clone();
+        let headers = [("Asyncd-Callback-Url", "http://10.0.0.7:7700".to_string())];
+        let results = call_batch(&app, &tasks, &headers).await;
+
+        // The same answer but for the error text, which for a retry is the Outcome's.
+        let mut want = answer_fixture.clone();
+        want["results"][1]["error"] = json!("retry after 30s");
+        assert_eq!(json!({ "results": results }), want);
+        let decoded: ExecutorBatchAnswer = serde_json::from_value(answer_fixture).unwrap();
+        assert_eq!(decoded.results[1].retry_after.as_deref(), Some("30s"));
+
+        let mut seen = seen.lock().unwrap().clone();
+        seen.sort_by_key(|(ctx, _)| ctx.attempt);
+        assert_eq!(seen.len(), 2);
+        for ((ctx, payload), task) in seen.iter().zip(&tasks) {
+            assert_eq!(ctx.id, task["id"].as_str().unwrap());
+            assert_eq!(ctx.task_type, "send_email");
+            assert_eq!(u64::from(ctx.attempt), task["attempt"].as_u64().unwrap());
+            assert_eq!(
+                ctx.idempotency_key,
+                task["idempotency_key"].as_str().unwrap()
+            );
+            assert_eq!(ctx.lease_token, task["lease_token"].as_str().unwrap());
+            assert_eq!(ctx.callback_url, "http://10.0.0.7:7700");
+            assert_eq!(
+                ctx.eta.map(crate::format_time).as_deref(),
+                task["eta"].as_str()
+            );
+            assert_eq!(ctx.traceparent.as_deref(), task["traceparent"].as_str());
+            assert_eq!(ctx.tracestate, None);
+            assert_eq!(payload, &task["payload"]);
+        }
+        assert!(
+            seen[1].0.traceparent.is_some(),
+            "the fixture's second task is traced"
+        );
     }
 }

@@ -5,7 +5,8 @@
 //!   [`idempotency_key_from`] derives one exactly as the Go and Python SDKs do.
 //! - [`Executor`] serves the executor side of the contract as an axum [`Router`]
 //!   (a tower service): signature check, dispatch by task type, outcome → answer,
-//!   and long-running work with leases and heartbeats.
+//!   long-running work with leases and heartbeats, and batch calls (one handler run
+//!   per task, one result per task).
 //! - [`cron::validate`] checks AsyncJobConfig cron schedules (`CRON_TZ=` required).
 //! - The wire types, error codes, task states, header names and signing are
 //!   [`asyncd_contract`]'s, re-exported here; it is the server's contract too.
@@ -51,11 +52,13 @@ pub use client::{
 };
 pub use error::{ApiError, Error, ErrorCode};
 pub use executor::{
-    BoxError, DEFAULT_LEASE, Executor, HEADER_ATTEMPT, HEADER_CALLBACK_URL, HEADER_DISPATCHER,
-    HEADER_IDEMPOTENCY_KEY, HEADER_LEASE_TOKEN, HEADER_SIGNATURE, HEADER_TASK_ID, HEADER_TIMESTAMP,
-    InFlight, Outcome, TaskContext,
+    BoxError, DEFAULT_BATCH_CONCURRENCY, DEFAULT_LEASE, Executor, HEADER_ATTEMPT, HEADER_BATCH,
+    HEADER_CALLBACK_URL, HEADER_DISPATCHER, HEADER_IDEMPOTENCY_KEY, HEADER_LEASE_TOKEN,
+    HEADER_SIGNATURE, HEADER_TASK_ID, HEADER_TIMESTAMP, InFlight, Outcome, TaskContext,
 };
 pub use idempotency::{canonical_json, idempotency_key_from};
 pub use retry::RetryPolicy;
 pub use time::{format_duration, format_time};
-pub use verifier::{MAX_REPLAY_ENTRIES, Verifier, VerifyError, signed_call};
+pub use verifier::{
+    MAX_REPLAY_ENTRIES, VerifiedBatch, Verifier, VerifyError, signed_batch_call, signed_call,
+};

@@ -71,6 +71,52 @@ pub fn signed_call<'a>(headers: &'a HeaderMap, body: &'a [u8]) -> SignedCall<'a>
     }
 }
 
+/// The signed parts of a batch call (`Asyncd-Batch`): a single call's, with the four
+/// per-task values (task id, attempt, idempotency key, lease token) empty whatever the
+/// request's headers hold, since each task carries them in the signed body.
+pub fn signed_batch_call<'a>(headers: &'a HeaderMap, body: &'a [u8]) -> SignedCall<'a> {
+    SignedCall {
+        task_id: "",
+        attempt: "",
+        idempotency_key: "",
+        lease_token: "",
+        ..signed_call(headers, body)
+    }
+}
+
+/// A batch call whose signature [`Verifier::verify_batch`] accepted; its tasks are
+/// checked for replays one by one with [`VerifiedBatch::check_task`].
+#[derive(Debug)]
+pub struct VerifiedBatch<'v> {
+    verifier: &'v Verifier,
+    timestamp: i64,
+    now: i64,
+}
+
+impl VerifiedBatch<'_> {
+    /// Refuses (`VerifyError::Replayed`) a (task, attempt, lease token) already
+    /// accepted within the window, in a single call or a batch, and otherwise records
+    /// it, as [`Verifier::verify`] does for a single call.
+    pub fn check_task(
+        &self,
+        task_id: &str,
+        attempt: u32,
+        lease_token: &str,
+    ) -> Result<(), VerifyError> {
+        self.verifier.record(
+            replay_key(task_id, &attempt.to_string(), lease_token),
+            self.timestamp,
+            self.now,
+        )
+    }
+}
+
+/// The replay cache's key: the lease token too, since a redriven task starts again at
+/// attempt 1, with a new token.
+fn replay_key(task_id: &str, attempt: &str, lease_token: &str) -> String {
+    format!("{task_id}\n{attempt}\n{lease_token}")
+}
+
 impl Verifier {
     /// Accepts calls signed with any of `keys`; an empty key is never accepted, so with
     /// no other key every call is refused.
@@ -98,14 +144,52 @@ impl Verifier {
         now: SystemTime,
     ) -> Result<(), VerifyError> {
         let call = signed_call(headers, body);
+        let (timestamp, now) = self.check_signature(headers, &call, now)?;
+        self.record(
+            replay_key(call.task_id, call.attempt, call.lease_token),
+            timestamp,
+            now,
+        )
+    }
+
+    /// Verifies a batch call's signature at `now`, over [`signed_batch_call`]. Nothing
+    /// is recorded yet: replays are refused per task, with
+    /// [`VerifiedBatch::check_task`] on each task of the body.
+    pub fn verify_batch(
+        &self,
+        headers: &HeaderMap,
+        body: &[u8],
+        now: SystemTime,
+    ) -> Result<VerifiedBatch<'_>, VerifyError> {
+        let (timestamp, now) =
+            self.check_signature(headers, &signed_batch_call(headers, body), now)?;
+        Ok(VerifiedBatch {
+            verifier: self,
+            timestamp,
+            now,
+        })
+    }
+
+    /// Checks the signature and the timestamp; returns the call's timestamp and `now`,
+    /// in unix seconds.
+    fn check_signature(
+        &self,
+        headers: &HeaderMap,
+        call: &SignedCall,
+        now: SystemTime,
+    ) -> Result<(i64, i64), VerifyError> {
         let keys: Vec<&[u8]> = self.keys.iter().map(Vec::as_slice).collect();
-        verify_signature(&keys, Some(header(headers, headers::SIGNATURE)), &call, now)?;
+        verify_signature(&keys, Some(header(headers, headers::SIGNATURE)), call, now)?;
         let ts: i64 = call.timestamp.trim().parse().unwrap_or_default();
         let now = now
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
-        // The lease token too: a redriven task starts again at attempt 1, with a new token.
-        let key = format!("{}\n{}\n{}", call.task_id, call.attempt, call.lease_token);
+        Ok((ts, now))
+    }
+
+    /// Records a verified call's replay key until its timestamp `ts` leaves the window,
+    /// or refuses it when it is already recorded.
+    fn record(&self, key: String, ts: i64, now: i64) -> Result<(), VerifyError> {
         let mut seen = self.seen.lock().expect("replay cache lock");
         while let Some((_, until)) = seen.order.front() {
             if *until >= now {

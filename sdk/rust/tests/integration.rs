@@ -7,8 +7,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use asyncd_client::{
-    Client, Error, ErrorCode, Executor, Outcome, ResultStatus, SubmitResult, Task, TaskContext,
-    TaskResult, TaskState, idempotency_key_from,
+    Client, Error, ErrorCode, Executor, HEADER_BATCH, Outcome, ResultStatus, SubmitResult, Task,
+    TaskContext, TaskResult, TaskState, idempotency_key_from,
 };
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
@@ -854,5 +854,90 @@ async fn bad_signature_is_refused_into_dead_letters() {
     assert!(
         rec.runs(&res.id).is_empty(),
         "the handler ran on a badly signed call"
+    );
+}
+
+/// Batch delivery (docs/api.md, "Batch delivery"): a job with `executor.batch` gets its
+/// due tasks several to a call, and the handler registered as for single calls runs
+/// once per task, with each task's own context. Needs the dispatcher's side of batch
+/// delivery: an asyncd without it refuses the job's `executor.batch` at start-up.
+#[tokio::test]
+async fn batch_delivery_runs_the_handler_once_per_task() {
+    const TASKS: usize = 25;
+    const MAX_TASKS: usize = 10;
+    let rec = Recorder::default();
+    let r = rec.clone();
+    let executor = Executor::new().signing_secret(SECRET).register(
+        "rust_batch",
+        move |ctx: TaskContext, p: Value| {
+            r.add(&ctx, &p);
+            async { Ok(()) }
+        },
+    );
+    // How many tasks each executor call carried: its Asyncd-Batch, 1 for a single call.
+    let calls: std::sync::Arc<std::sync::Mutex<Vec<usize>>> = Default::default();
+    let seen = calls.clone();
+    let app = executor
+        .into_router()
+        .layer(tower::util::MapRequestLayer::new(
+            move |req: axum::extract::Request| {
+                let n = req
+                    .headers()
+                    .get(HEADER_BATCH)
+                    .and_then(|v| v.to_str().ok())
+                    .map_or(Some(1), |v| v.trim().parse().ok());
+                seen.lock().unwrap().push(n.unwrap_or(0));
+                req
+            },
+        ));
+    let dev = Dev::start_app(
+        app,
+        &[Job::new("rust_batch").batch(MAX_TASKS as u32, "200ms")],
+        |_| Vec::new(),
+    )
+    .await;
+
+    let tasks: Vec<Task> = (0..TASKS)
+        .map(|i| Task::new("rust_batch", json!({"n": i})).idempotency_key(uniq("batch")))
+        .collect();
+    let items = dev.client.submit_batch(&tasks).await.unwrap();
+    assert_eq!(items.len(), TASKS);
+    let mut submitted = Vec::new();
+    for (item, task) in items.into_iter().zip(&tasks) {
+        assert_eq!(item.status, 201, "{:?}", item.result);
+        submitted.push((item.result.unwrap().id, task));
+    }
+    for (id, task) in &submitted {
+        let done = dev.wait_state(id, TaskState::Succeeded).await;
+        assert_eq!(done.attempt, 1, "{done:?}");
+        let runs = rec.runs(id);
+        assert_eq!(runs.len(), 1, "task {id} ran {} times", runs.len());
+        let ctx = &runs[0].ctx;
+        assert_eq!(
+            (ctx.id.as_str(), ctx.task_type.as_str(), ctx.attempt),
+            (id.as_str(), "rust_batch", 1)
+        );
+        assert_eq!(Some(&ctx.idempotency_key), task.idempotency_key.as_ref());
+        assert_eq!(runs[0].payload, task.payload);
+        assert_eq!(ctx.callback_url, dev.endpoint);
+        assert!(
+            !ctx.lease_token.is_empty() && ctx.eta.is_some() && ctx.dispatcher.is_some(),
+            "{ctx:?}"
+        );
+    }
+    let calls = calls.lock().unwrap().clone();
+    println!("tasks per executor call: {calls:?}");
+    assert!(
+        calls.iter().any(|&n| n > 1),
+        "no executor call carried more than one task: {calls:?}"
+    );
+    assert!(
+        calls.iter().all(|&n| (1..=MAX_TASKS).contains(&n)),
+        "a call of 0 or more than maxTasks tasks: {calls:?}"
+    );
+    assert_eq!(
+        calls.iter().sum::<usize>(),
+        TASKS,
+        "each task in exactly one call: {calls:?}"
     );
 }

@@ -1,11 +1,12 @@
 //! The signature vectors of `contract/fixtures/signature.json`, shared with the server
 //! and the Go and Python SDKs: the canonical string, the signature, and every
 //! verification case (rotation, stale timestamps, replays), each on a fresh
-//! [`Verifier`] holding the case's keys.
+//! [`Verifier`] holding the case's keys; and the signed batch call of
+//! `contract/fixtures/batch_signature.json`.
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use asyncd_client::{SignatureError, Verifier, VerifyError, sign, signed_call};
+use asyncd_client::{SignatureError, Verifier, VerifyError, sign, signed_batch_call, signed_call};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 
@@ -18,6 +19,14 @@ fn headers(map: &Value) -> HeaderMap {
         );
     }
     headers
+}
+
+fn fixture(name: &str) -> Value {
+    let path = format!(
+        "{}/../../contract/fixtures/{name}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 fn outcome(result: Result<(), VerifyError>) -> &'static str {
@@ -80,4 +89,97 @@ fn every_case_of_the_contract_vectors() {
             );
         }
     }
+}
+
+/// A batch call is signed over a single call's canonical string with the four per-task
+/// header values empty; the body holds each task's id, attempt and lease token.
+#[test]
+fn the_signed_batch_call() {
+    let v = fixture("batch_signature");
+    let primary = v["keys"]["primary"].as_str().unwrap();
+    let signed = headers(&v["headers"]);
+    let body = v["body"].as_str().unwrap().as_bytes();
+    let now = UNIX_EPOCH + Duration::from_secs(v["now"].as_u64().unwrap());
+    let call = signed_batch_call(&signed, body);
+    assert_eq!(
+        String::from_utf8(call.canonical()).unwrap(),
+        v["canonical"].as_str().unwrap()
+    );
+    assert!(
+        v["canonical"]
+            .as_str()
+            .unwrap()
+            .starts_with("1700000000\n\n\n\n\nhttp://10.0.0.7:7700\n{")
+    );
+    assert_eq!(
+        sign(&[primary.as_bytes()], &call).unwrap(),
+        v["headers"]["Asyncd-Signature"].as_str().unwrap()
+    );
+    let verify = |headers: &HeaderMap, body: &[u8], key: &str| {
+        Verifier::new([key])
+            .verify_batch(headers, body, now)
+            .map(|_| ())
+    };
+    assert_eq!(outcome(verify(&signed, body, primary)), "ok");
+    // Per-task headers on a batch call are not what was signed, whatever they say.
+    let mut stray = signed.clone();
+    stray.insert("Asyncd-Task-Id", HeaderValue::from_static("0193-other"));
+    stray.insert("Asyncd-Lease-Token", HeaderValue::from_static("forged"));
+    assert_eq!(outcome(verify(&stray, body, primary)), "ok");
+    // (which a single call's verification, over those headers, refuses).
+    assert_eq!(
+        outcome(Verifier::new([primary]).verify(&stray, body, now)),
+        "mismatch"
+    );
+
+    let tampered_body = String::from_utf8(body.to_vec())
+        .unwrap()
+        .replace("\"attempt\":2", "\"attempt\":3");
+    assert_ne!(tampered_body.as_bytes(), body);
+    assert_eq!(
+        outcome(verify(&signed, tampered_body.as_bytes(), primary)),
+        "mismatch"
+    );
+    let mut tampered_ts = signed.clone();
+    tampered_ts.insert("Asyncd-Timestamp", HeaderValue::from_static("1700000001"));
+    assert_eq!(outcome(verify(&tampered_ts, body, primary)), "mismatch");
+    let mut other_callback = signed.clone();
+    other_callback.insert(
+        "Asyncd-Callback-Url",
+        HeaderValue::from_static("http://evil.example:7700"),
+    );
+    assert_eq!(outcome(verify(&other_callback, body, primary)), "mismatch");
+    let secondary = v["keys"]["secondary"].as_str().unwrap();
+    assert_eq!(outcome(verify(&signed, body, secondary)), "mismatch");
+    let verifier = Verifier::new([primary]);
+    let late = verifier.verify_batch(&signed, body, now + Duration::from_secs(301));
+    assert_eq!(outcome(late.map(|_| ())), "stale");
+
+    // Replays are per task: each (task, attempt, lease token) of the body once.
+    let tasks: Value = serde_json::from_slice(body).unwrap();
+    let verifier = Verifier::new([primary]);
+    let batch = verifier.verify_batch(&signed, body, now).unwrap();
+    for task in tasks["tasks"].as_array().unwrap() {
+        let (id, attempt, token) = (
+            task["id"].as_str().unwrap(),
+            task["attempt"].as_u64().unwrap() as u32,
+            task["lease_token"].as_str().unwrap(),
+        );
+        assert_eq!(outcome(batch.check_task(id, attempt, token)), "ok");
+        assert_eq!(outcome(batch.check_task(id, attempt, token)), "replay");
+        assert_eq!(outcome(batch.check_task(id, attempt + 1, token)), "ok");
+    }
+    // The batch signed again later: its tasks were delivered.
+    let again = verifier
+        .verify_batch(&signed, body, now + Duration::from_secs(10))
+        .unwrap();
+    let first = &tasks["tasks"][0];
+    assert_eq!(
+        outcome(again.check_task(
+            first["id"].as_str().unwrap(),
+            1,
+            first["lease_token"].as_str().unwrap()
+        )),
+        "replay"
+    );
 }

@@ -91,6 +91,8 @@ pub struct Job {
     pub unique_key: Option<&'static str>,
     pub secret: &'static str,
     pub max_retries: u32,
+    /// `executor.batch`: `maxTasks` and `maxWait`.
+    pub batch: Option<(u32, &'static str)>,
 }
 
 impl Job {
@@ -100,7 +102,15 @@ impl Job {
             unique_key: None,
             secret: SECRET_NAME,
             max_retries: 2,
+            batch: None,
         }
+    }
+
+    /// Delivers the job's tasks in batch calls of up to `max_tasks`, waiting up to
+    /// `max_wait` (humantime) to fill one.
+    pub fn batch(mut self, max_tasks: u32, max_wait: &'static str) -> Self {
+        self.batch = Some((max_tasks, max_wait));
+        self
     }
 
     pub fn unique_key(mut self, template: &'static str) -> Self {
@@ -114,8 +124,11 @@ impl Job {
     }
 
     fn yaml(&self, executor_base: &str) -> String {
+        let batch = self.batch.map_or(String::new(), |(max_tasks, max_wait)| {
+            format!("    batch:\n      maxTasks: {max_tasks}\n      maxWait: {max_wait}\n")
+        });
         let mut doc = format!(
-            "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata:\n  name: {name}-job\nspec:\n  taskType: {t}\n  executor:\n    url: {executor_base}/tasks/{t}\n    timeout: 10s\n    signing:\n      secretRef:\n        name: {secret}\n  retry:\n    maxRetries: {retries}\n    backoff: exponential\n    initialBackoff: 100ms\n    maxBackoff: 500ms\n",
+            "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata:\n  name: {name}-job\nspec:\n  taskType: {t}\n  executor:\n    url: {executor_base}/tasks/{t}\n    timeout: 10s\n{batch}    signing:\n      secretRef:\n        name: {secret}\n  retry:\n    maxRetries: {retries}\n    backoff: exponential\n    initialBackoff: 100ms\n    maxBackoff: 500ms\n",
             name = self.task_type.replace('_', "-"),
             t = self.task_type,
             secret = self.secret,
@@ -164,10 +177,19 @@ impl Dev {
         jobs: &[Job],
         args: impl FnOnce(&std::path::Path) -> Vec<String>,
     ) -> Self {
+        Self::start_app(executor.into_router(), jobs, args).await
+    }
+
+    /// [`Dev::start_with_args`] serving `app`: an executor's router, perhaps wrapped
+    /// by the test to watch the calls.
+    pub async fn start_app(
+        app: axum::Router,
+        jobs: &[Job],
+        args: impl FnOnce(&std::path::Path) -> Vec<String>,
+    ) -> Self {
         let bin = asyncd_bin();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let executor_base = format!("http://{}", listener.local_addr().unwrap());
-        let app = executor.into_router();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
 
         let dir = tempfile::tempdir().unwrap();
