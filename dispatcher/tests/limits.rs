@@ -223,18 +223,32 @@ impl Pair {
         self.stores[0].insert(&tasks, now).await.unwrap();
         let types = TypeFilter::Only(vec![TASK_TYPE.into()]);
         for ((store, sink), owner) in self.stores.iter().zip(&self.sinks).zip(OWNERS) {
-            let claimed = store
-                .claim(ClaimParams {
-                    types: &types,
-                    horizon: now,
-                    now,
-                    hold: Duration::from_secs(60),
-                    owner,
-                    limit: (n / 2) as u32,
-                })
-                .await
-                .unwrap();
-            assert_eq!(claimed.len(), n / 2);
+            // A claim skips rows another transaction has locked (SKIP LOCKED), and the
+            // dispatchers may still be writing the last round's outcomes: claim again
+            // until this half is whole.
+            let mut claimed = Vec::with_capacity(n / 2);
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while claimed.len() < n / 2 {
+                assert!(
+                    Instant::now() < deadline,
+                    "claimed {} of {} for {owner}",
+                    claimed.len(),
+                    n / 2
+                );
+                claimed.extend(
+                    store
+                        .claim(ClaimParams {
+                            types: &types,
+                            horizon: now,
+                            now,
+                            hold: Duration::from_secs(60),
+                            owner,
+                            limit: (n / 2 - claimed.len()) as u32,
+                        })
+                        .await
+                        .unwrap(),
+                );
+            }
             sink.push(claimed);
         }
     }
