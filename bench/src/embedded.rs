@@ -73,17 +73,7 @@ async fn batch_delivery(
         assert_eq!(l.early, 0, "tasks ran before their ETA");
     }
     let asyncd = Asyncd::start_job(executor, &batch, concurrency, http, None, "").await?;
-    sink.take();
-    let due = (now_ms() / 1000 + 8) * 1000;
-    submit_batches(
-        http,
-        &asyncd.base,
-        (0..args.burst).map(|_| eta_task(due)).collect(),
-    )
-    .await?;
-    anyhow::ensure!(now_ms() < due, "submitting the burst took past its ETA");
-    sink.wait_for(args.burst, Duration::from_secs(300)).await?;
-    let l = lateness(&sink.take());
+    let l = same_second(http, sink, &asyncd, args.burst).await?;
     println!(
         "| same second | {} | | {} / {} / {} ms | {:.1} s |",
         args.burst,
@@ -94,6 +84,22 @@ async fn batch_delivery(
     );
     assert_eq!(l.early, 0, "tasks ran before their ETA");
     Ok(())
+}
+
+/// `n` tasks all due in the same second, far enough ahead that submitting is over by
+/// then: their lateness once the executor has seen them all.
+async fn same_second(
+    http: &reqwest::Client,
+    sink: &Sink,
+    asyncd: &Asyncd,
+    n: usize,
+) -> Result<Lateness> {
+    sink.take();
+    let due = (now_ms() / 1000 + 8) * 1000;
+    submit_batches(http, &asyncd.base, (0..n).map(|_| eta_task(due)).collect()).await?;
+    anyhow::ensure!(now_ms() < due, "submitting the burst took past its ETA");
+    sink.wait_for(n, Duration::from_secs(300)).await?;
+    Ok(lateness(&sink.take()))
 }
 
 /// The embedded figures: submit, end-to-end, lateness, heap.
@@ -149,18 +155,7 @@ pub async fn run(args: &Args) -> Result<()> {
     println!("|---|---:|---:|---:|---:|");
     {
         let asyncd = Asyncd::start(&executor, &http, None).await?;
-        sink.take();
-        // All due in the same second, far enough ahead that submitting is over by then.
-        let due = (now_ms() / 1000 + 8) * 1000;
-        submit_batches(
-            &http,
-            &asyncd.base,
-            (0..args.burst).map(|_| eta_task(due)).collect(),
-        )
-        .await?;
-        anyhow::ensure!(now_ms() < due, "submitting the burst took past its ETA");
-        sink.wait_for(args.burst, Duration::from_secs(300)).await?;
-        let l = lateness(&sink.take());
+        let l = same_second(&http, &sink, &asyncd, args.burst).await?;
         println!(
             "| same second | {} | {} ms | {} ms | {} ms |",
             args.burst, l.p50, l.p99, l.max
