@@ -840,7 +840,7 @@ async fn run_job(shared: Arc<Shared>, task_type: String, queue: Arc<ReadyQueue>)
         if let Some(job) = &job {
             limit.resize(effective_concurrency(&shared, job) as usize);
         }
-        let job_batch = job.and_then(|job| job.batch);
+        let job_batch = job.as_ref().and_then(|job| job.batch);
         let permit = tokio::select! {
             permit = limit.acquire() => permit,
             _ = shared.shutdown.cancelled() => break,
@@ -883,6 +883,20 @@ async fn run_job(shared: Arc<Shared>, task_type: String, queue: Arc<ReadyQueue>)
                     _ = tokio::time::sleep_until(deadline) => break,
                     _ = shared.shutdown.cancelled() => break,
                 }
+            }
+        }
+        // The share may have been cut while the runner waited for a permit or a task:
+        // permits taken at the old size would start attempts past the new one, whose
+        // overload answers would cut it again (one 429 took a share of 9 to 4). What is
+        // over goes back to the queue.
+        if let Some(job) = &job {
+            limit.resize(effective_concurrency(&shared, job) as usize);
+            for task in limit.give_back_owed(&mut batch) {
+                shared.queued.fetch_add(1, Ordering::SeqCst);
+                queue.push(task);
+            }
+            if batch.is_empty() {
+                continue;
             }
         }
         // Created before the store is asked, so an outcome written meanwhile is not
@@ -957,6 +971,20 @@ impl ConcurrencyLimit {
             self.owed += shrink - self.permits.forget_permits(shrink);
         }
         self.limit = wanted;
+    }
+
+    /// Pays what is owed with the permits of `batch`'s lowest ranked entries, and
+    /// returns their tasks.
+    fn give_back_owed<T>(&mut self, batch: &mut Vec<(T, OwnedSemaphorePermit)>) -> Vec<T> {
+        let mut tasks = Vec::new();
+        while self.owed > 0
+            && let Some((task, permit)) = batch.pop()
+        {
+            permit.forget();
+            self.owed -= 1;
+            tasks.push(task);
+        }
+        tasks
     }
 
     /// A permit if one is free now, after paying what is owed.
@@ -1572,6 +1600,22 @@ mod tests {
         limit.resize(5);
         let more: Vec<_> = std::iter::from_fn(|| limit.try_acquire()).collect();
         assert_eq!(more.len(), 2, "five in all");
+    }
+
+    #[tokio::test]
+    async fn a_batch_taken_at_the_old_limit_gives_back_what_is_over_the_new_one() {
+        let mut limit = ConcurrencyLimit::new(4);
+        let mut batch: Vec<_> = (0..3).map(|n| (n, limit.try_acquire().unwrap())).collect();
+        // Cut while the batch was gathered: two in flight elsewhere would have to end
+        // before any of these began.
+        let elsewhere = limit.try_acquire().unwrap();
+        limit.resize(2);
+        assert_eq!(limit.give_back_owed(&mut batch), vec![2, 1]);
+        assert_eq!(batch.len(), 1, "the best ranked entry stays");
+        drop(elsewhere);
+        let next = limit.try_acquire();
+        assert!(next.is_some());
+        assert!(limit.try_acquire().is_none(), "two in all");
     }
 
     fn job(task_type: &str, executor: &str, concurrency: u32) -> asyncd_spec::Job {
