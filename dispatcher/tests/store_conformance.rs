@@ -128,6 +128,101 @@ async fn insert_get_and_order_within_one_millisecond(store: &dyn Store) {
     );
 }
 
+/// A large batch goes in as multi-row statements where the backend can, and gives the
+/// same outcome per task as inserting them one by one would: repeats within a statement
+/// and across statements, a taken unique key, and a task with a dependency cutting the
+/// run; every task's own values stored, each with its own lease secret.
+async fn a_large_batch_keeps_each_tasks_outcome_and_values(store: &dyn Store) {
+    const TASKS: usize = 600;
+    let held = {
+        let mut task = new_task("a", T0);
+        task.unique_key = Some("held".into());
+        insert(store, task).await
+    };
+    let tasks: Vec<NewTask> = (0..TASKS)
+        .map(|i| {
+            let mut task = new_task("a", at(i as i64));
+            task.payload = RawValue::from_string(format!(r#"{{"n":{i}}}"#)).unwrap();
+            task.priority = (i % 10) as u8;
+            task.idempotency_key = Some(format!("idem-{i}"));
+            match i {
+                // A repeat of task 3 in the same statement, and of task 10 in a later one
+                // (a repeat brings the same payload).
+                5 | 500 => {
+                    let first = if i == 5 { 3 } else { 10 };
+                    task.idempotency_key = Some(format!("idem-{first}"));
+                    task.payload = RawValue::from_string(format!(r#"{{"n":{first}}}"#)).unwrap();
+                }
+                // The unique key an earlier insert holds.
+                7 => task.unique_key = Some("held".into()),
+                _ => {}
+            }
+            task
+        })
+        .collect();
+    let mut tasks = tasks;
+    // A dependency on task 0 splits the run at 300.
+    tasks[300].depends_on = vec![tasks[0].id.clone()];
+    let outcomes = store.insert(&tasks, T0).await.unwrap();
+    assert_eq!(outcomes.len(), TASKS);
+    for (i, outcome) in outcomes.iter().enumerate() {
+        let expected = match i {
+            5 => InsertOutcome::Duplicate {
+                id: tasks[3].id.clone(),
+                trigger_at: at(3),
+            },
+            500 => InsertOutcome::Duplicate {
+                id: tasks[10].id.clone(),
+                trigger_at: at(10),
+            },
+            7 => InsertOutcome::UniqueConflict {
+                existing_id: held.clone(),
+            },
+            _ => InsertOutcome::Inserted {
+                id: tasks[i].id.clone(),
+                trigger_at: at(i as i64),
+            },
+        };
+        assert_eq!(outcome, &expected, "task {i}");
+    }
+    let mut secrets = std::collections::HashSet::new();
+    for i in [0, 1, 255, 256, 299, 300, 301, 599] {
+        let task = store.get(&tasks[i].id).await.unwrap().unwrap();
+        let state = if i == 300 {
+            TaskState::Blocked
+        } else {
+            TaskState::Pending
+        };
+        assert_eq!(
+            (
+                task.state,
+                task.payload.get().to_string(),
+                task.priority,
+                task.trigger_at,
+                task.idempotency_key.clone(),
+            ),
+            (
+                state,
+                format!(r#"{{"n":{i}}}"#),
+                (i % 10) as u8,
+                at(i as i64),
+                Some(format!("idem-{i}")),
+            ),
+            "task {i}"
+        );
+        assert!(
+            secrets.insert(task.lease_secret),
+            "task {i}'s lease secret is its own"
+        );
+    }
+    for i in [5, 7, 500] {
+        assert!(
+            store.get(&tasks[i].id).await.unwrap().is_none(),
+            "task {i} stored"
+        );
+    }
+}
+
 /// The submitter's trace context comes back with the claim, as stored (issue 16).
 async fn a_claim_returns_the_tasks_trace_context(store: &dyn Store) {
     let trace = asyncd::trace::TraceContext::parse(
@@ -2699,6 +2794,7 @@ macro_rules! scenarios {
 
 scenarios!(
     insert_get_and_order_within_one_millisecond,
+    a_large_batch_keeps_each_tasks_outcome_and_values,
     a_claim_returns_the_tasks_trace_context,
     claim_respects_type_filter_and_limit,
     attempt_lifecycle_with_fencing,

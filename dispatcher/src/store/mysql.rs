@@ -130,11 +130,8 @@ const QUERIES: Queries = Queries {
     // would also turn other errors (truncated values, bad data) into warnings, and
     // `ON DUPLICATE KEY UPDATE id = id` cannot tell a duplicate from an insert here:
     // sqlx sets CLIENT_FOUND_ROWS, under which both report one affected row.
-    insert_task: "INSERT INTO tasks (id, task_type, payload, state, priority, trigger_at, \
-                  max_retries, timeout_ms, idempotency_key, unique_key, unique_active, unique_for, \
-                  cron_key, source_service, last_error, created_at, updated_at, lease_secret, \
-                  concurrency_key, traceparent, tracestate) \
-                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    insert_tasks_conflict: "",
+    insert_many: false,
     holder_by_idempotency_key: "SELECT id, trigger_at, task_type, payload FROM tasks \
                                 WHERE idempotency_key = ?",
     holder_by_cron_key: "SELECT id, trigger_at FROM tasks WHERE cron_key = ?",

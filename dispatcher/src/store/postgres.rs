@@ -82,12 +82,8 @@ const QUERIES: Queries = Queries {
     dependency_state: "SELECT state FROM tasks WHERE id = $1 FOR SHARE",
     // ON CONFLICT DO NOTHING, with no target, covers every unique constraint, like
     // SQLite's; an error would abort the whole transaction and the batch with it.
-    insert_task: "INSERT INTO tasks (id, task_type, payload, state, priority, trigger_at, \
-                  max_retries, timeout_ms, idempotency_key, unique_key, unique_active, unique_for, \
-                  cron_key, source_service, last_error, created_at, updated_at, lease_secret, \
-                  concurrency_key, traceparent, tracestate) \
-                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21) \
-                  ON CONFLICT DO NOTHING",
+    insert_tasks_conflict: " ON CONFLICT DO NOTHING",
+    insert_many: true,
     holder_by_idempotency_key: "SELECT id, trigger_at, task_type, payload FROM tasks \
                                 WHERE idempotency_key = $1",
     holder_by_cron_key: "SELECT id, trigger_at FROM tasks WHERE cron_key = $1",

@@ -9,6 +9,13 @@ use super::{
     Millis, PurgeParams, Result, SearchParams, TaskRecord,
 };
 
+/// Inserts task rows, given as `VALUES` (in this column order) after it, then the
+/// dialect's [`Queries::insert_tasks_conflict`].
+pub const INSERT_TASKS: &str = "INSERT INTO tasks (id, task_type, payload, state, priority, \
+     trigger_at, max_retries, timeout_ms, idempotency_key, unique_key, unique_active, \
+     unique_for, cron_key, source_service, last_error, created_at, updated_at, lease_secret, \
+     concurrency_key, traceparent, tracestate) ";
+
 /// One backend's text for the statements run here and in [`super::tx`]; each takes its
 /// parameters in the order its comment names (the function binding it uses that order).
 pub struct Queries {
@@ -64,11 +71,15 @@ pub struct Queries {
     /// The state of task `id`, a new task's dependency: locked, where rows lock, so it
     /// cannot finish before the new task is committed.
     pub dependency_state: &'static str,
-    /// Inserts a task, binding `(id, task_type, payload, state, priority, trigger_at,
-    /// max_retries, timeout_ms, idempotency_key, unique_key, unique_active, unique_for,
-    /// cron_key, source_service, last_error, created_at, updated_at, lease_secret)`. On a
-    /// unique key it either inserts nothing or fails with a unique violation.
-    pub insert_task: &'static str,
+    /// What follows the rows of [`INSERT_TASKS`]: on a taken key the dialect either
+    /// leaves the row out (`ON CONFLICT DO NOTHING`) or fails with a unique violation
+    /// (empty).
+    pub insert_tasks_conflict: &'static str,
+    /// Whether the insert, leaving out rows with a taken key, can name the rows it
+    /// inserted (`RETURNING id`): then a batch goes in as multi-row statements, and only
+    /// the rows left out are tried again one by one. MySQL fails the whole statement on
+    /// a taken key, so its rows go in one at a time.
+    pub insert_many: bool,
     /// `id, trigger_at, task_type, payload` of the task holding idempotency key `key`.
     pub holder_by_idempotency_key: &'static str,
     /// The same for cron key `key`.

@@ -80,11 +80,8 @@ const QUERIES: Queries = Queries {
     save_limits: "UPDATE job_limits SET tokens = ?, refilled_at = ? WHERE task_type = ?",
     // One writer: nothing can finish a dependency while this transaction runs.
     dependency_state: "SELECT state FROM tasks WHERE id = ?",
-    insert_task: "INSERT INTO tasks (id, task_type, payload, state, priority, trigger_at, \
-                  max_retries, timeout_ms, idempotency_key, unique_key, unique_active, unique_for, \
-                  cron_key, source_service, last_error, created_at, updated_at, lease_secret, \
-                  concurrency_key, traceparent, tracestate) \
-                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+    insert_tasks_conflict: " ON CONFLICT DO NOTHING",
+    insert_many: true,
     holder_by_idempotency_key: "SELECT id, trigger_at, task_type, payload FROM tasks \
                                 WHERE idempotency_key = ?",
     holder_by_cron_key: "SELECT id, trigger_at FROM tasks WHERE cron_key = ?",

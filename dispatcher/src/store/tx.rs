@@ -8,7 +8,10 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::marker::PhantomData;
 
-use sqlx::{Acquire, Database, Encode, Executor, FromRow, IntoArguments, Pool, Transaction, Type};
+use sqlx::{
+    Acquire, Database, Encode, Executor, FromRow, IntoArguments, Pool, QueryBuilder, Transaction,
+    Type,
+};
 
 use super::domain::{self, DependentsEffect, Initial};
 use crate::trace::TraceContext;
@@ -16,13 +19,13 @@ use async_trait::async_trait;
 
 use super::bulk;
 use super::rows::{self, Holder, JobCountsRow, LapsedRow, StartedRow, TaskRow};
-use super::shared::{self, KafkaDeadLetterRow, Queries};
+use super::shared::{self, INSERT_TASKS, KafkaDeadLetterRow, Queries};
 use super::{
     Admitted, BulkAction, CancelOutcome, ClaimIdsParams, ClaimParams, ClaimedTask, DeadCount,
     DeadFilter, DeadLetterParams, FairClaim, FairParams, Finish, FinishKind, InsertOutcome,
     JobCountParams, JobCounts, JobGate, KafkaDeadLetter, KafkaDeadLetterParams, Lapsed, Millis,
     NewTask, PurgeParams, RedriveOutcome, Result, SearchParams, StartParams, Started, Store,
-    StoreError, TaskRecord, is_unique_violation, retrying, unnamed_insert_conflict,
+    StoreError, TaskRecord, TaskState, is_unique_violation, retrying, unnamed_insert_conflict,
     unnamed_redrive_conflict,
 };
 
@@ -77,6 +80,70 @@ pub trait Dialect: Send + Sync + 'static {
 /// The shared bodies, run with dialect `D`.
 pub struct Tx<D>(PhantomData<D>);
 
+/// The most rows one insert statement carries: 256 × 21 parameters stays well inside
+/// every backend's limit (SQLite's is 32 766).
+const MAX_ROWS_PER_INSERT: usize = 256;
+
+/// How many of a run of `run` tasks one statement inserts: a power of two, so that a
+/// connection prepares and caches at most nine statement texts however batches are cut.
+fn rows_per_statement(run: usize) -> usize {
+    let most = run.clamp(1, MAX_ROWS_PER_INSERT);
+    1 << most.ilog2()
+}
+
+/// A task row's values, in [`INSERT_TASKS`]' column order.
+struct TaskValues<'a> {
+    id: &'a str,
+    task_type: &'a str,
+    payload: &'a str,
+    state: TaskState,
+    priority: i16,
+    trigger_at: Millis,
+    max_retries: i64,
+    timeout_ms: i64,
+    idempotency_key: Option<&'a str>,
+    unique_key: Option<&'a str>,
+    /// The unique key while it is held ([`domain::unique_active`]).
+    unique_active: Option<&'a str>,
+    unique_for: i64,
+    cron_key: Option<&'a str>,
+    source_service: Option<&'a str>,
+    last_error: Option<&'a str>,
+    /// Both `created_at` and `updated_at`.
+    now: Millis,
+    lease_secret: String,
+    concurrency_key: Option<&'a str>,
+    traceparent: Option<String>,
+    tracestate: Option<&'a str>,
+}
+
+impl<'a> TaskValues<'a> {
+    fn new(task: &'a NewTask, state: TaskState, last_error: Option<&'a str>, now: Millis) -> Self {
+        Self {
+            id: &task.id,
+            task_type: &task.task_type,
+            payload: task.payload.get(),
+            state,
+            priority: i16::from(task.priority),
+            trigger_at: task.trigger_at,
+            max_retries: i64::from(task.max_retries),
+            timeout_ms: task.timeout_ms,
+            idempotency_key: task.idempotency_key.as_deref(),
+            unique_key: task.unique_key.as_deref(),
+            unique_active: domain::unique_active(task, state),
+            unique_for: super::duration_ms(task.unique_for),
+            cron_key: task.cron_key.as_deref(),
+            source_service: task.source_service.as_deref(),
+            last_error,
+            now,
+            lease_secret: crate::lease::new_secret(),
+            concurrency_key: task.concurrency_key.as_deref(),
+            traceparent: task.trace.as_ref().map(TraceContext::traceparent),
+            tracestate: task.trace.as_ref().and_then(|t| t.state.as_deref()),
+        }
+    }
+}
+
 impl<D, DB> Tx<D>
 where
     D: Dialect<DB = DB>,
@@ -95,7 +162,9 @@ where
     for<'r> StartedRow: FromRow<'r, DB::Row>,
     for<'r> TaskRow: FromRow<'r, DB::Row>,
 {
-    /// Inserts tasks in one transaction, one outcome per task in order.
+    /// Inserts tasks in one transaction, one outcome per task in order. Where the
+    /// dialect can ([`Queries::insert_many`]), runs of tasks without dependencies go in
+    /// as multi-row statements: a statement per row was most of a batch submit's time.
     pub async fn insert(
         pool: &Pool<DB>,
         tasks: &[NewTask],
@@ -104,13 +173,89 @@ where
         retrying(D::transient, || async {
             let mut tx = pool.begin().await?;
             let mut outcomes = Vec::with_capacity(tasks.len());
-            for task in tasks {
-                outcomes.push(Self::insert_one(&mut tx, task, now).await?);
+            let mut rest = tasks;
+            while let Some(first) = rest.first() {
+                let run = if D::QUERIES.insert_many {
+                    rest.iter().take_while(|t| t.depends_on.is_empty()).count()
+                } else {
+                    0
+                };
+                if run >= 2 {
+                    let (rows, after) = rest.split_at(rows_per_statement(run));
+                    outcomes.extend(Self::insert_many(&mut tx, rows, now).await?);
+                    rest = after;
+                } else {
+                    outcomes.push(Self::insert_one(&mut tx, first, now).await?);
+                    rest = &rest[1..];
+                }
             }
             tx.commit().await?;
             Ok(outcomes)
         })
         .await
+    }
+
+    /// Inserts `tasks`, none with dependencies, in one statement; those it left out for
+    /// a taken key go through [`Self::insert_one`], which names the key's holder.
+    async fn insert_many(
+        tx: &mut Transaction<'_, DB>,
+        tasks: &[NewTask],
+        now: Millis,
+    ) -> Result<Vec<InsertOutcome>> {
+        let rows: Vec<TaskValues<'_>> = tasks
+            .iter()
+            .map(|task| TaskValues::new(task, TaskState::Pending, None, now))
+            .collect();
+        let mut insert = Self::insert_statement(&rows);
+        insert.push(" RETURNING id");
+        let mut inserted: std::collections::HashSet<String> = insert
+            .build_query_scalar::<String>()
+            .fetch_all(&mut **tx)
+            .await?
+            .into_iter()
+            .collect();
+        let mut outcomes = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            outcomes.push(if inserted.remove(&task.id) {
+                InsertOutcome::Inserted {
+                    id: task.id.clone(),
+                    trigger_at: task.trigger_at,
+                }
+            } else {
+                Self::insert_one(tx, task, now).await?
+            });
+        }
+        Ok(outcomes)
+    }
+
+    /// [`INSERT_TASKS`] with `rows`, then the dialect's way with a taken key.
+    fn insert_statement(rows: &[TaskValues<'_>]) -> QueryBuilder<DB> {
+        let mut insert = QueryBuilder::<DB>::new(INSERT_TASKS);
+        insert.push_values(rows, |mut row, v| {
+            row.push_bind(v.id)
+                .push_bind(v.task_type)
+                .push_bind(v.payload)
+                .push_bind(v.state.as_str())
+                .push_bind(v.priority)
+                .push_bind(v.trigger_at)
+                .push_bind(v.max_retries)
+                .push_bind(v.timeout_ms)
+                .push_bind(v.idempotency_key.map(D::key))
+                .push_bind(v.unique_key.map(D::key))
+                .push_bind(v.unique_active.map(D::key))
+                .push_bind(v.unique_for)
+                .push_bind(v.cron_key.map(D::key))
+                .push_bind(v.source_service)
+                .push_bind(v.last_error)
+                .push_bind(v.now)
+                .push_bind(v.now)
+                .push_bind(v.lease_secret.as_str())
+                .push_bind(v.concurrency_key.map(D::key))
+                .push_bind(v.traceparent.as_deref())
+                .push_bind(v.tracestate);
+        });
+        insert.push(D::QUERIES.insert_tasks_conflict);
+        insert
     }
 
     /// [`super::Store::insert_workflow`].
@@ -170,36 +315,14 @@ where
             Initial::UnknownDependency(id) => return Ok(InsertOutcome::UnknownDependency { id }),
             Initial::Start { state, last_error } => (state, last_error),
         };
-        let unique_active = domain::unique_active(task, state);
-        let lease_secret = crate::lease::new_secret();
-        let traceparent = task.trace.as_ref().map(TraceContext::traceparent);
+        let values = TaskValues::new(task, state, error.as_deref(), now);
         for _ in 0..domain::CONFLICT_ATTEMPTS {
-            let inserted = sqlx::query::<DB>(D::QUERIES.insert_task)
-                .bind(task.id.as_str())
-                .bind(task.task_type.as_str())
-                .bind(task.payload.get())
-                .bind(state.as_str())
-                .bind(i16::from(task.priority))
-                .bind(task.trigger_at)
-                .bind(i64::from(task.max_retries))
-                .bind(task.timeout_ms)
-                .bind(task.idempotency_key.as_deref().map(D::key))
-                .bind(task.unique_key.as_deref().map(D::key))
-                .bind(unique_active.map(D::key))
-                .bind(super::duration_ms(task.unique_for))
-                .bind(task.cron_key.as_deref().map(D::key))
-                .bind(task.source_service.as_deref())
-                .bind(error.as_deref())
-                .bind(now)
-                .bind(now)
-                .bind(lease_secret.as_str())
-                .bind(task.concurrency_key.as_deref().map(D::key))
-                .bind(traceparent.as_deref())
-                .bind(task.trace.as_ref().and_then(|t| t.state.as_deref()))
+            let inserted = Self::insert_statement(std::slice::from_ref(&values))
+                .build()
                 .execute(&mut **tx)
                 .await;
             // A unique key either leaves the row out (affecting none) or fails the
-            // statement, depending on the dialect's `insert_task`.
+            // statement, depending on the dialect's `insert_tasks_conflict`.
             match inserted {
                 Ok(done) if D::rows_affected(&done) == 1 => {
                     D::insert_dependencies(&mut **tx, task).await?;
@@ -312,29 +435,30 @@ where
         task_type: &str,
         now: Millis,
     ) -> Result<bool> {
-        let no_key: Option<&D::Key> = None;
-        let inserted = sqlx::query::<DB>(D::QUERIES.insert_task)
-            .bind(id)
-            .bind(task_type)
-            .bind("null")
-            .bind(super::TaskState::Cancelled.as_str())
-            .bind(0i16)
-            .bind(now)
-            .bind(0i64)
-            .bind(0i64)
-            .bind(no_key)
-            .bind(no_key)
-            .bind(no_key)
-            .bind(0i64)
-            .bind(no_key)
-            .bind(None::<&str>)
-            .bind(Some("cancelled before it was consumed from Kafka"))
-            .bind(now)
-            .bind(now)
-            .bind(crate::lease::new_secret().as_str())
-            .bind(no_key) // concurrency_key
-            .bind(None::<&str>) // traceparent
-            .bind(None::<&str>) // tracestate
+        let values = TaskValues {
+            id,
+            task_type,
+            payload: "null",
+            state: TaskState::Cancelled,
+            priority: 0,
+            trigger_at: now,
+            max_retries: 0,
+            timeout_ms: 0,
+            idempotency_key: None,
+            unique_key: None,
+            unique_active: None,
+            unique_for: 0,
+            cron_key: None,
+            source_service: None,
+            last_error: Some("cancelled before it was consumed from Kafka"),
+            now,
+            lease_secret: crate::lease::new_secret(),
+            concurrency_key: None,
+            traceparent: None,
+            tracestate: None,
+        };
+        let inserted = Self::insert_statement(std::slice::from_ref(&values))
+            .build()
             .execute(pool)
             .await;
         match inserted {
