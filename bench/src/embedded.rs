@@ -88,7 +88,7 @@ async fn batch_delivery(
 
 /// `n` tasks all due in the same second, far enough ahead that submitting is over by
 /// then: their lateness once the executor has seen them all.
-async fn same_second(
+pub async fn same_second(
     http: &reqwest::Client,
     sink: &Sink,
     asyncd: &Asyncd,

@@ -1,5 +1,6 @@
 //! The pieces every benchmark shares: a no-op HTTP executor that notes when each task
-//! arrived, a release `asyncd dev` process in a temporary folder, and submit helpers.
+//! arrived, a release asyncd (`asyncd dev`, or `asyncd api` and `asyncd dispatcher` on a
+//! server database) with its job in a temporary folder, and submit helpers.
 
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -98,9 +99,20 @@ impl Sink {
     }
 }
 
-/// A release `asyncd dev` in a temporary folder.
+/// How the asyncd under test runs.
+#[derive(Clone, Copy)]
+pub enum Topology<'a> {
+    /// `asyncd dev`: every role in one process, on SQLite in the temporary folder.
+    Dev,
+    /// `asyncd api` and `asyncd dispatcher`, two processes on `store`, a migrated
+    /// database, as a cluster runs them.
+    Servers { store: &'a str },
+}
+
+/// A release asyncd with its job in a temporary folder.
 pub struct Asyncd {
-    child: Child,
+    /// The API's process first; the last one dispatches.
+    children: Vec<Child>,
     pub base: String,
     dir: tempfile::TempDir,
 }
@@ -135,61 +147,93 @@ impl Asyncd {
         kafka: Option<(&str, &str)>,
         extra_spec: &str,
     ) -> Result<Self> {
-        let executor_extra = if executor_extra.is_empty() {
-            String::new()
-        } else {
-            format!(", {executor_extra}")
+        let job = Job {
+            executor_url,
+            executor_extra,
+            concurrency,
+            extra_spec,
         };
+        Self::start_on(Topology::Dev, job, http, kafka).await
+    }
+
+    /// asyncd as `topology` says, serving `job`.
+    pub async fn start_on(
+        topology: Topology<'_>,
+        job: Job<'_>,
+        http: &reqwest::Client,
+        kafka: Option<(&str, &str)>,
+    ) -> Result<Self> {
         let dir = tempfile::tempdir()?;
         let jobs = dir.path().join("jobs");
         std::fs::create_dir(&jobs)?;
         std::fs::write(
             jobs.join("bench.yaml"),
-            format!(
-                "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata: {{name: bench}}\nspec:\n  taskType: noop\n  executor: {{url: '{executor_url}', timeout: 30s{executor_extra}}}\n  concurrency: {concurrency}\n{}{extra_spec}",
-                kafka.map_or(String::new(), |(_, topic)| format!(
-                    "  kafka: {{topic: {topic}, partitions: 6}}\n"
-                ))
-            ),
+            job.yaml(kafka.map(|(_, topic)| topic)),
         )?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
+        let roles: &[&str] = match topology {
+            Topology::Dev => &["dev"],
+            Topology::Servers { .. } => &["api", "dispatcher"],
+        };
         let binary = std::env::current_exe()?.with_file_name("asyncd");
-        let mut command = Command::new(&binary);
-        command.arg("dev");
-        if let Some((brokers, _)) = kafka {
-            command.args([
-                "--kafka-brokers",
-                brokers,
-                "--create-topics",
-                "--kafka-horizon",
-                "10m",
-            ]);
-        }
-        let child = command
-            .arg("--config")
-            .arg(&jobs)
-            .arg("--db")
-            .arg(dir.path().join("bench.db"))
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            // ASYNCD_BENCH_LOG, e.g. `warn,sqlx::query=debug` to time every statement.
-            .env(
-                "ASYNCD_LOG",
-                std::env::var("ASYNCD_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
-            )
-            .stdout(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
-        let base = format!("http://127.0.0.1:{port}");
-        let start = Instant::now();
-        while http.get(format!("{base}/healthz")).send().await.is_err() {
-            if start.elapsed() > Duration::from_secs(20) {
-                bail!("asyncd did not come up");
+        let mut asyncd = Self {
+            children: Vec::new(),
+            base: String::new(),
+            dir,
+        };
+        for role in roles {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")?
+                .local_addr()?
+                .port();
+            let mut command = Command::new(&binary);
+            command.arg(role);
+            match topology {
+                Topology::Dev => {
+                    command.arg("--db").arg(asyncd.db_path());
+                }
+                Topology::Servers { store } => {
+                    command.env("ASYNCD_STORE", store);
+                }
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            if let Some((brokers, _)) = kafka {
+                command.args([
+                    "--kafka-brokers",
+                    brokers,
+                    "--create-topics",
+                    "--kafka-horizon",
+                    "10m",
+                ]);
+            }
+            let child = command
+                .arg("--config")
+                .arg(&jobs)
+                .args(["--listen", &format!("127.0.0.1:{port}")])
+                // ASYNCD_BENCH_LOG, e.g. `warn,sqlx::query=debug` to time every statement.
+                .env(
+                    "ASYNCD_LOG",
+                    std::env::var("ASYNCD_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
+                )
+                .stdout(Stdio::null())
+                .spawn()
+                .with_context(|| format!("starting {} {role}", binary.display()))?;
+            asyncd.children.push(child);
+            let base = format!("http://127.0.0.1:{port}");
+            let start = Instant::now();
+            while http.get(format!("{base}/healthz")).send().await.is_err() {
+                if start.elapsed() > Duration::from_secs(20) {
+                    bail!("asyncd {role} did not come up");
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            if asyncd.base.is_empty() {
+                asyncd.base = base;
+            }
         }
-        Ok(Self { child, base, dir })
+        Ok(asyncd)
+    }
+
+    /// The process that dispatches (with `dev`, the only one).
+    fn worker(&self) -> u32 {
+        self.children.last().map_or(0, Child::id)
     }
 
     /// Its SQLite store.
@@ -197,10 +241,10 @@ impl Asyncd {
         self.dir.path().join("bench.db")
     }
 
-    /// CPU time used so far (user + system), in seconds.
+    /// CPU time the dispatching process used so far (user + system), in seconds.
     pub fn cpu_seconds(&self) -> f64 {
         let stat =
-            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+            std::fs::read_to_string(format!("/proc/{}/stat", self.worker())).unwrap_or_default();
         // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
         let fields: Vec<&str> = stat
             .rsplit_once(')')
@@ -216,10 +260,10 @@ impl Asyncd {
         (ticks(11) + ticks(12)) / 100.0
     }
 
-    /// Peak resident memory so far, in MiB.
+    /// Peak resident memory of the dispatching process so far, in MiB.
     pub fn peak_rss_mib(&self) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.worker())).unwrap_or_default();
         status
             .lines()
             .find_map(|l| l.strip_prefix("VmHWM:"))
@@ -230,8 +274,40 @@ impl Asyncd {
 
 impl Drop for Asyncd {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The benchmark's one job, of task type `noop`.
+#[derive(Clone, Copy)]
+pub struct Job<'a> {
+    pub executor_url: &'a str,
+    /// YAML flow members added to its `executor`, e.g. `"batch: {maxTasks: 100}"`.
+    pub executor_extra: &'a str,
+    pub concurrency: u32,
+    /// Indented YAML lines added to its spec.
+    pub extra_spec: &'a str,
+}
+
+impl Job<'_> {
+    fn yaml(&self, kafka_topic: Option<&str>) -> String {
+        let executor_extra = if self.executor_extra.is_empty() {
+            String::new()
+        } else {
+            format!(", {}", self.executor_extra)
+        };
+        format!(
+            "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata: {{name: bench}}\nspec:\n  taskType: noop\n  executor: {{url: '{}', timeout: 30s{executor_extra}}}\n  concurrency: {}\n{}{}",
+            self.executor_url,
+            self.concurrency,
+            kafka_topic.map_or(String::new(), |topic| format!(
+                "  kafka: {{topic: {topic}, partitions: 6}}\n"
+            )),
+            self.extra_spec
+        )
     }
 }
 

@@ -1,6 +1,7 @@
-//! The SQL stores on their own (no HTTP): how many rows per second N dispatchers claim,
-//! begin and complete on one database, and whether a poll gets slower as the backlog of
-//! not-yet-due rows grows.
+//! The SQL stores: end to end as a cluster runs them (`asyncd api` and one `asyncd
+//! dispatcher` calling a no-op HTTP executor); on their own (no HTTP), how many rows per
+//! second N dispatchers claim, begin and complete on one database, and whether a poll
+//! gets slower as the backlog of not-yet-due rows grows.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,7 +13,7 @@ use asyncd::store::{
 use serde_json::value::RawValue;
 use sqlx::Connection;
 
-use crate::harness::now_ms;
+use crate::harness::{Asyncd, Job, Sink, Topology, lateness, now_ms, rate, submit_batches};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -30,6 +31,86 @@ pub struct Args {
     /// Not-yet-due rows sitting in the table while polls are timed.
     #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
     backlogs: Vec<usize>,
+    /// Tasks per end-to-end run (empty: no end-to-end runs).
+    #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
+    e2e_sizes: Vec<usize>,
+    /// The end-to-end job's `concurrency`, as the embedded bench's `--job-concurrency`.
+    #[arg(long, default_value_t = 1024)]
+    job_concurrency: u32,
+    /// Tasks due in the same second, end to end (0: none).
+    #[arg(long, default_value_t = 10_000)]
+    burst: usize,
+}
+
+/// `asyncd api` and one `asyncd dispatcher` on a fresh database of each server: batch
+/// submits of tasks due now, and the time until the executor has seen them all; then a
+/// same-second burst.
+async fn end_to_end(args: &Args, servers: &[(&str, &str)]) -> Result<()> {
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .build()?;
+    let sink = Sink::default();
+    let executor = sink.serve().await?;
+    let job = Job {
+        executor_url: &executor,
+        executor_extra: "",
+        concurrency: args.job_concurrency,
+        extra_spec: "",
+    };
+    println!(
+        "## End to end: `asyncd api` + one `asyncd dispatcher`, job concurrency {}, a no-op HTTP executor\n",
+        args.job_concurrency
+    );
+    println!(
+        "| backend | tasks | submit batch | end-to-end | lateness p50 / p99 / max | dispatcher peak RSS | dispatcher CPU |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for (name, server) in servers {
+        for &n in &args.e2e_sizes {
+            let url = fresh_database(server).await?;
+            let asyncd = Asyncd::start_on(Topology::Servers { store: &url }, job, &http, None)
+                .await
+                .with_context(|| format!("asyncd on {name}"))?;
+            sink.take();
+            let start = Instant::now();
+            let batch = submit_batches(
+                &http,
+                &asyncd.base,
+                (0..n).map(|_| crate::harness::task(0)).collect(),
+            )
+            .await?;
+            let done = sink.wait_for(n, Duration::from_secs(600)).await?;
+            let l = lateness(&sink.take());
+            println!(
+                "| {name} | {n} | {} | {} | {} / {} / {} ms | {:.0} MiB | {:.1} s |",
+                rate(n, batch),
+                rate(n, done - start),
+                l.p50,
+                l.p99,
+                l.max,
+                asyncd.peak_rss_mib(),
+                asyncd.cpu_seconds()
+            );
+            anyhow::ensure!(l.early == 0, "tasks ran before their ETA");
+        }
+    }
+    if args.burst > 0 {
+        println!("\n| backend | due in the same second | lateness p50 / p99 / max |");
+        println!("|---|---:|---:|");
+        for (name, server) in servers {
+            let url = fresh_database(server).await?;
+            let asyncd =
+                Asyncd::start_on(Topology::Servers { store: &url }, job, &http, None).await?;
+            let l = crate::embedded::same_second(&http, &sink, &asyncd, args.burst).await?;
+            println!(
+                "| {name} | {} | {} / {} / {} ms |",
+                args.burst, l.p50, l.p99, l.max
+            );
+            anyhow::ensure!(l.early == 0, "tasks ran before their ETA");
+        }
+    }
+    println!();
+    Ok(())
 }
 
 async fn fresh_database(server: &str) -> Result<String> {
@@ -149,6 +230,10 @@ pub async fn run(args: &Args) -> Result<()> {
         !servers.is_empty(),
         "give --mysql and/or --postgres (or ASYNCD_TEST_*_URL)"
     );
+
+    if !args.e2e_sizes.is_empty() {
+        end_to_end(args, &servers).await?;
+    }
 
     println!(
         "## Claim, begin and complete (no HTTP), {} due rows\n",
