@@ -2,7 +2,8 @@
 # Builds asyncd and the benchmark in release mode, starts the servers a benchmark needs,
 # and prints its tables:
 #   e2e/bench.sh embedded [--sizes 10000,100000 …]   asyncd dev on SQLite
-#   e2e/bench.sh store    [--rows 20000 …]           MariaDB and PostgreSQL claim paths
+#   e2e/bench.sh store    [--e2e-sizes 10000,100000 …] MariaDB and PostgreSQL: end to end
+#                                                    (asyncd api + dispatcher), claim paths
 #   e2e/bench.sh kafka    [--sizes …]                the Kafka path
 #   e2e/bench.sh peers    [--scale 0.02 …]           asyncd side by side with River,
 #                                                    graphile-worker and BullMQ (bench/peers)
