@@ -31,6 +31,10 @@ pub struct Args {
     /// Not-yet-due rows sitting in the table while polls are timed.
     #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
     backlogs: Vec<usize>,
+    /// Due rows of another type ahead of the claimed type's, while one type's claims
+    /// are timed.
+    #[arg(long, value_delimiter = ',', default_value = "100000")]
+    other_type_backlogs: Vec<usize>,
     /// Tasks per end-to-end run (empty: no end-to-end runs).
     #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
     e2e_sizes: Vec<usize>,
@@ -137,10 +141,10 @@ fn uuid_like() -> String {
     format!("{:x}{:08x}", now_ms(), rand::random::<u32>())
 }
 
-fn task(i: usize, trigger_at: i64) -> NewTask {
+fn task(i: usize, trigger_at: i64, task_type: &str) -> NewTask {
     NewTask {
         id: format!("{:013x}-{i:022}", now_ms()),
-        task_type: "bench".into(),
+        task_type: task_type.into(),
         payload: RawValue::from_string(r#"{"n":1}"#.into()).unwrap(),
         priority: 0,
         trigger_at: Millis::new(trigger_at),
@@ -158,10 +162,19 @@ fn task(i: usize, trigger_at: i64) -> NewTask {
 }
 
 async fn fill(store: &dyn Store, count: usize, trigger_at: i64) -> Result<()> {
+    fill_type(store, count, trigger_at, "bench").await
+}
+
+async fn fill_type(
+    store: &dyn Store,
+    count: usize,
+    trigger_at: i64,
+    task_type: &str,
+) -> Result<()> {
     let mut i = 0;
     while i < count {
         let n = (count - i).min(1000);
-        let batch: Vec<_> = (i..i + n).map(|j| task(j, trigger_at)).collect();
+        let batch: Vec<_> = (i..i + n).map(|j| task(j, trigger_at, task_type)).collect();
         store.insert(&batch, Millis::new(now_ms())).await?;
         i += n;
     }
@@ -307,6 +320,55 @@ pub async fn run(args: &Args) -> Result<()> {
                 percentile(empty, 0.99).as_secs_f64() * 1e3,
                 percentile(claims, 0.5).as_secs_f64() * 1e3,
                 claimed as f64 / elapsed.as_secs_f64()
+            );
+        }
+    }
+
+    println!("\n## One type's claims behind another type's due backlog\n");
+    println!(
+        "2 000 due tasks of the claimed type, behind due tasks of another type that rank \
+         first. A claim of one type walks that type's own index (`tasks_ranked_by_type`); \
+         a claim of a list of types walks every type's pending tasks in claim order \
+         (`tasks_ranked`), as every type-filtered claim did before migration 0013.\n"
+    );
+    println!(
+        "| backend | other type's due rows | claim of 100, one type, p50 | claim of 100, a list of two types, p50 |"
+    );
+    println!("|---|---:|---:|---:|");
+    for (name, server) in &servers {
+        for &backlog in &args.other_type_backlogs {
+            let url = fresh_database(server).await?;
+            let store = store::open(&url).await?;
+            fill_type(store.as_ref(), backlog, now_ms() - 60_000, "other").await?;
+            let mut p50 = Vec::new();
+            for types in [
+                vec!["bench".to_string()],
+                vec!["bench".to_string(), "absent".to_string()],
+            ] {
+                fill(store.as_ref(), 2_000, now_ms() - 1).await?;
+                let filter = TypeFilter::Only(types);
+                let mut claims = Vec::new();
+                loop {
+                    let now = Millis::new(now_ms());
+                    let t = Instant::now();
+                    let got = store
+                        .claim(ClaimParams {
+                            types: &filter,
+                            ..claim_params(now, "bench")
+                        })
+                        .await?;
+                    if got.is_empty() {
+                        break;
+                    }
+                    anyhow::ensure!(got.iter().all(|c| c.task_type == "bench"));
+                    claims.push(t.elapsed());
+                }
+                anyhow::ensure!(claims.len() == 20, "{} claims of 100", claims.len());
+                p50.push(percentile(claims, 0.5).as_secs_f64() * 1e3);
+            }
+            println!(
+                "| {name} | {backlog} | {:.2} ms | {:.2} ms |",
+                p50[0], p50[1]
             );
         }
     }

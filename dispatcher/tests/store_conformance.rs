@@ -2412,41 +2412,67 @@ async fn a_paused_type_waits_and_resumes_in_order(store: &dyn Store) {
 /// due longer than that still goes first (ageing), and one not due by the horizon is
 /// left however high its priority.
 async fn claims_rank_priority_among_due_work_with_ageing(store: &dyn Store) {
-    let mut low = Vec::new();
-    for i in 0..20 {
-        low.push(insert(store, new_task("r", at(i * 3_000))).await);
+    // Every claim ranks alike: of all types (tasks_ranked), of one type (its own index,
+    // tasks_ranked_by_type) and of a list of types; the last two with another type's due
+    // tasks ranked ahead of theirs.
+    for (run, task_type, types) in [
+        (0, "r0", None),
+        (1, "r1", Some(vec!["r1".to_string()])),
+        (2, "r2", Some(vec!["r2".to_string(), "absent".to_string()])),
+    ] {
+        let filter = types.map_or(TypeFilter::All, TypeFilter::Only);
+        if run > 0 {
+            for i in 0..10 {
+                insert(store, new_task(&format!("other{run}"), at(-100_000 + i))).await;
+            }
+        }
+        let mut low = Vec::new();
+        for i in 0..20 {
+            low.push(insert(store, new_task(task_type, at(i * 3_000))).await);
+        }
+        let mut high = new_task(task_type, at(60_000));
+        high.priority = 9;
+        let high = insert(store, high).await;
+        let aged = insert(store, new_task(task_type, at(-31_000))).await;
+        let mut later = new_task(task_type, at(60_001));
+        later.priority = 9;
+        let later = insert(store, later).await;
+        let claim = async |now: Millis, limit: u32| -> Vec<String> {
+            store
+                .claim(claim_params(&filter, now, now, 5_000, "me", limit))
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|c| c.id)
+                .collect()
+        };
+        assert_eq!(
+            claim(at(60_000), 2).await,
+            vec![aged, high],
+            "{task_type}: ageing, then priority"
+        );
+        assert_eq!(
+            claim(at(60_000), 1_000).await,
+            low,
+            "{task_type}: then the backlog by trigger time; not the task due later"
+        );
+        assert_eq!(claim(at(60_001), 1_000).await, vec![later], "{task_type}");
+        // A paused type is not claimed, whichever index the claim walks.
+        let mut paused = new_task(task_type, at(60_002));
+        paused.priority = 9;
+        insert(store, paused).await;
+        store.pause(task_type, at(60_002)).await.unwrap();
+        assert!(
+            claim(at(60_002), 1_000).await.is_empty(),
+            "{task_type} paused"
+        );
+        store.resume(task_type).await.unwrap();
+        assert_eq!(
+            claim(at(60_002), 1_000).await.len(),
+            1,
+            "{task_type} resumed"
+        );
     }
-    let mut high = new_task("r", at(60_000));
-    high.priority = 9;
-    let high = insert(store, high).await;
-    let aged = insert(store, new_task("r", at(-31_000))).await;
-    let mut later = new_task("r", at(60_001));
-    later.priority = 9;
-    let later = insert(store, later).await;
-    let ids = |claimed: Vec<asyncd::store::ClaimedTask>| -> Vec<String> {
-        claimed.into_iter().map(|c| c.id).collect()
-    };
-    let first = store
-        .claim(claim_params(
-            &TypeFilter::All,
-            at(60_000),
-            at(60_000),
-            5_000,
-            "me",
-            2,
-        ))
-        .await
-        .unwrap();
-    assert_eq!(ids(first), vec![aged, high], "ageing, then priority");
-    let rest = ids(claim_all(store, at(60_000), at(60_000)).await);
-    assert_eq!(
-        rest, low,
-        "then the backlog by trigger time; not the task due later"
-    );
-    assert_eq!(
-        ids(claim_all(store, at(60_001), at(60_001)).await),
-        vec![later]
-    );
 }
 
 /// Claims `n` due tasks of `task_type` for `owner`, as `(id, token)` pairs in rank order.

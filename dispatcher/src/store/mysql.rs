@@ -323,22 +323,27 @@ impl MySqlStore {
     ) -> Result<Vec<ClaimedTask>> {
         let mut tx = self.pool.begin().await?;
         let ids: Vec<String> = match selection {
-            // Walk tasks_ranked in (claim_rank, id) order and lock up to `limit` rows,
-            // skipping rows another claimer has locked (it is claiming them). FORCE
-            // INDEX: a plan that scanned and sorted instead would lock every due row,
-            // not just `limit` of them, and starve the other claimers; statistics on a
-            // queue table change too fast to leave that to the optimizer.
+            // Walk tasks_ranked in (claim_rank, id) order — for one type,
+            // tasks_ranked_by_type, that type's pending tasks alone — and lock up to
+            // `limit` rows, skipping rows another claimer has locked (it is claiming
+            // them). FORCE INDEX: a plan that scanned and sorted instead would lock every
+            // due row, not just `limit` of them, and starve the other claimers;
+            // statistics on a queue table change too fast to leave that to the optimizer.
             Selection::Due {
                 types,
                 horizon,
                 limit,
             } => {
-                let type_filter = match types {
-                    None => String::new(),
-                    Some(list) => format!(" AND task_type IN ({})", placeholders(list.len())),
+                let (index, type_filter) = match types {
+                    None => ("tasks_ranked", String::new()),
+                    Some([_]) => ("tasks_ranked_by_type", " AND task_type = ?".to_string()),
+                    Some(list) => (
+                        "tasks_ranked",
+                        format!(" AND task_type IN ({})", placeholders(list.len())),
+                    ),
                 };
                 let sql = format!(
-                    "SELECT id FROM tasks FORCE INDEX (tasks_ranked) \
+                    "SELECT id FROM tasks FORCE INDEX ({index}) \
                      WHERE state = 'pending' AND claim_rank <= ? AND trigger_at <= ?{type_filter} \
                        AND NOT EXISTS (SELECT 1 FROM job_pauses p WHERE p.task_type = tasks.task_type) \
                      ORDER BY claim_rank, id LIMIT ? FOR UPDATE SKIP LOCKED"

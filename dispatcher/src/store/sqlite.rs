@@ -210,32 +210,48 @@ impl Backend for SqliteStore {
     }
 
     async fn claim_due(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>> {
-        let type_list = match params.types {
-            TypeFilter::All => None,
-            TypeFilter::Only(list) => Some(serde_json::to_string(list).expect("strings serialize")),
-        };
-        let rows: Vec<ClaimRow> = sqlx::query_as(concat!(
-            "UPDATE tasks SET state = 'claimed', lease_token = lease_token + 1, owner = ?, \
-                    lease_until = MAX(trigger_at, ?) + ?, updated_at = ? \
-             WHERE id IN (SELECT id FROM tasks WHERE state = 'pending' AND claim_rank <= ? \
-                            AND trigger_at <= ? \
-                            AND (? IS NULL OR task_type IN (SELECT value FROM json_each(?))) \
-                            AND task_type NOT IN (SELECT task_type FROM job_pauses) \
+        /// The claim, reading `$from` (the table, and which index to walk) and keeping
+        /// the types that `$types` (with one parameter) allows.
+        macro_rules! claim_due {
+            ($from:literal, $types:literal) => {
+                concat!(
+                    "UPDATE tasks SET state = 'claimed', lease_token = lease_token + 1, \
+                            owner = ?, lease_until = MAX(trigger_at, ?) + ?, updated_at = ? \
+                     WHERE id IN (SELECT id FROM ",
+                    $from,
+                    " WHERE state = 'pending' AND claim_rank <= ? AND trigger_at <= ? AND ",
+                    $types,
+                    " AND task_type NOT IN (SELECT task_type FROM job_pauses) \
                           ORDER BY claim_rank, id LIMIT ?) \
-             RETURNING ",
-            claim_columns!()
-        ))
-        .bind(params.owner)
-        .bind(params.now)
-        .bind(duration_ms(params.hold))
-        .bind(params.now)
-        .bind(params.horizon)
-        .bind(params.horizon)
-        .bind(&type_list)
-        .bind(&type_list)
-        .bind(i64::from(params.limit))
-        .fetch_all(&self.writer)
-        .await?;
+                     RETURNING ",
+                    claim_columns!()
+                )
+            };
+        }
+        // One type walks its own pending tasks (tasks_ranked_by_type); several, or all,
+        // walk tasks_ranked: every type's, in claim order.
+        let (sql, type_filter) = match params.types {
+            TypeFilter::Only(list) if list.len() == 1 => (
+                claim_due!("tasks INDEXED BY tasks_ranked_by_type", "task_type = ?"),
+                Some(list[0].clone()),
+            ),
+            TypeFilter::Only(list) => (
+                claim_due!("tasks", "task_type IN (SELECT value FROM json_each(?))"),
+                Some(serde_json::to_string(list).expect("strings serialize")),
+            ),
+            TypeFilter::All => (claim_due!("tasks", "? IS NULL"), None),
+        };
+        let rows: Vec<ClaimRow> = sqlx::query_as(sql)
+            .bind(params.owner)
+            .bind(params.now)
+            .bind(duration_ms(params.hold))
+            .bind(params.now)
+            .bind(params.horizon)
+            .bind(params.horizon)
+            .bind(type_filter)
+            .bind(i64::from(params.limit))
+            .fetch_all(&self.writer)
+            .await?;
         rows::claimed(rows)
     }
 
