@@ -55,8 +55,16 @@ rolled() {
   done
   kn rollout status deploy/asyncd-dispatcher-burst-job --timeout=180s >/dev/null &&
     kn rollout status deploy/asyncd-dispatcher-order-cancel-job --timeout=180s >/dev/null || return 1
+  # A rollout is complete once the old pods are told to stop, while they may still be
+  # draining (Terminating) and listed: wait, with a deadline, until they are gone.
   local imgs
-  imgs=$(kn get pods -l app.kubernetes.io/name=asyncd-dispatcher -o jsonpath='{range .items[*]}{.spec.containers[0].image}{"\n"}{end}' | sort -u)
+  deadline=$((SECONDS + 120))
+  while :; do
+    imgs=$(kn get pods -l app.kubernetes.io/name=asyncd-dispatcher -o jsonpath='{range .items[*]}{.spec.containers[0].image}{"\n"}{end}' | sort -u)
+    [[ $imgs == "asyncd:$APP_VERSION-roll" ]] && break
+    if (( SECONDS >= deadline )); then break; fi
+    sleep 1
+  done
   echo "note: dispatcher images now: $(tr '\n' ' ' <<<"$imgs")"
   [[ $imgs == "asyncd:$APP_VERSION-roll" ]]
 }
