@@ -92,9 +92,10 @@ impl From<Finish> for Completion {
 /// This dispatcher's attempts that the executor has answered and whose outcomes the
 /// completer has not yet taken to write, per task type. The store counts them as running
 /// until their outcomes are written, but they no longer take a slot at the executor: a
-/// begin discounts them from the job's running attempts ([`JobGate::answered`]), so a
-/// slot is free again when the executor answers, not a store write later. By Little's
-/// law that write's wait was most of a slot's time at a low `concurrency`.
+/// begin discounts them (up to a quarter of the job's concurrency) from its running
+/// attempts ([`JobGate::answered`]), so a slot is free again when the executor answers,
+/// not a store write later. By Little's law that write's wait was most of a slot's time
+/// at a low `concurrency`.
 ///
 /// A begin counts them under the read lock, held until its transaction commits; the
 /// completer takes attempts out under the write lock, before writing their outcomes. So
@@ -1108,10 +1109,16 @@ async fn begin(
         None => Vec::new(),
     };
     let now = shared.clock.now_millis();
-    // At most `concurrency` discounted: a SIGKILL re-runs the attempts begun and not
-    // recorded, and this keeps those at twice the concurrency whatever the store's pace.
+    // At most a quarter of `concurrency` discounted: a SIGKILL re-runs the attempts
+    // begun and not recorded, and this keeps those within 1.25 times the concurrency
+    // whatever the store's pace. At a steady pace the answered attempts waiting for the
+    // completer are the rate times one outcome write, well under that (measured: 64
+    // slots drained 10⁵ tasks at 2 726/s instead of 2 262/s).
     let counting = shared.answered.taking.read().await;
-    let answered = shared.answered.count(&job.task_type).min(job.concurrency);
+    let answered = shared
+        .answered
+        .count(&job.task_type)
+        .min((job.concurrency / 4).max(1));
     let admitted = shared
         .store
         .start_limited(
