@@ -31,8 +31,8 @@ pub struct Args {
     #[arg(long, default_value_t = 50_000)]
     backlog: usize,
     /// The job's `concurrency` in the throughput and lateness rows: attempts in flight
-    /// from their start until the executor answers, so with the begin's round trip it
-    /// bounds the end-to-end rate (Little's law).
+    /// from their start until their outcome is written, so with the store's round trips
+    /// it bounds the end-to-end rate (Little's law).
     #[arg(long, default_value_t = 1024)]
     job_concurrency: u32,
     /// `executor.batch.maxTasks` of the batch delivery rows (0: skip them).

@@ -68,12 +68,12 @@ use crate::trace::{SpanKind, Tracer, Value};
 /// that learns when another dispatcher's attempt ends.
 const SLOT_POLL: Duration = Duration::from_millis(50);
 
-/// An outcome for the completer.
+/// An outcome for the completer, with the concurrency permit its attempt held: the
+/// permit goes once the outcome is written, when the store stops counting the attempt
+/// as running, so the runner does not begin an attempt the store's count would refuse.
 struct Completion {
     finish: Finish,
-    /// The task type of an attempt the executor has answered: counted in
-    /// [`Shared::answered`] until the completer takes it.
-    answered: Option<String>,
+    permit: Option<OwnedSemaphorePermit>,
     /// The attempt held a slot of its concurrency key: once its outcome is written the
     /// key's next task may be claimed, so the claimer looks at once.
     frees_key: bool,
@@ -83,56 +83,8 @@ impl From<Finish> for Completion {
     fn from(finish: Finish) -> Self {
         Self {
             finish,
-            answered: None,
+            permit: None,
             frees_key: false,
-        }
-    }
-}
-
-/// This dispatcher's attempts that the executor has answered and whose outcomes the
-/// completer has not yet taken to write, per task type. The store counts them as running
-/// until their outcomes are written, but they no longer take a slot at the executor: a
-/// begin discounts them (up to a quarter of the job's concurrency) from its running
-/// attempts ([`JobGate::answered`]), so a slot is free again when the executor answers,
-/// not a store write later. By Little's law that write's wait was most of a slot's time
-/// at a low `concurrency`.
-///
-/// A begin counts them under the read lock, held until its transaction commits; the
-/// completer takes attempts out under the write lock, before writing their outcomes. So
-/// no attempt a begin discounts can have its outcome committed before that begin has
-/// counted the running attempts: the discount never exceeds what the store counts.
-#[derive(Default)]
-struct Answered {
-    taking: tokio::sync::RwLock<()>,
-    counts: Mutex<HashMap<String, u32>>,
-}
-
-impl Answered {
-    fn add(&self, task_type: &str) {
-        *self
-            .counts
-            .lock()
-            .expect("answered lock")
-            .entry(task_type.to_string())
-            .or_default() += 1;
-    }
-
-    fn count(&self, task_type: &str) -> u32 {
-        self.counts
-            .lock()
-            .expect("answered lock")
-            .get(task_type)
-            .copied()
-            .unwrap_or(0)
-    }
-
-    /// The completer took these (under the write lock).
-    fn take<'a>(&self, task_types: impl IntoIterator<Item = &'a str>) {
-        let mut counts = self.counts.lock().expect("answered lock");
-        for task_type in task_types {
-            if let Some(count) = counts.get_mut(task_type) {
-                *count = count.saturating_sub(1);
-            }
         }
     }
 }
@@ -245,7 +197,6 @@ struct Shared {
     ownership: Mutex<Ownership>,
     waker: ClaimerWakeup,
     completions: mpsc::Sender<Completion>,
-    answered: Arc<Answered>,
     /// Notified each time the completer has written a batch of outcomes: runners held
     /// back by their job's concurrency look again.
     outcomes_written: Arc<Notify>,
@@ -342,7 +293,6 @@ impl Dispatcher {
                 ownership: Mutex::new(ownership),
                 waker,
                 completions: tx,
-                answered: Arc::default(),
                 outcomes_written: Arc::default(),
                 queued: AtomicUsize::new(0),
                 inflight: TaskTracker::new(),
@@ -1109,16 +1059,6 @@ async fn begin(
         None => Vec::new(),
     };
     let now = shared.clock.now_millis();
-    // At most a quarter of `concurrency` discounted: a SIGKILL re-runs the attempts
-    // begun and not recorded, and this keeps those within 1.25 times the concurrency
-    // whatever the store's pace. At a steady pace the answered attempts waiting for the
-    // completer are the rate times one outcome write, well under that (measured: 64
-    // slots drained 10⁵ tasks at 2 726/s instead of 2 262/s).
-    let counting = shared.answered.taking.read().await;
-    let answered = shared
-        .answered
-        .count(&job.task_type)
-        .min((job.concurrency / 4).max(1));
     let admitted = shared
         .store
         .start_limited(
@@ -1133,11 +1073,9 @@ async fn begin(
                 rate: job.rate_limit,
                 key_limit: job.concurrency_key.as_ref().map(|key| key.limit),
                 keys: &task_keys,
-                answered,
             },
         )
         .await;
-    drop(counting);
     let admitted = match admitted {
         Ok(admitted) => admitted,
         Err(err) => {
@@ -1485,8 +1423,7 @@ fn vanished(shared: &Shared, task: &ClaimedTask, attempt: &crate::store::Started
     )
 }
 
-/// Hands a settled attempt to the completer. Its permit goes now: the executor has
-/// answered, and the runner's next begin discounts the attempt ([`Answered`]).
+/// Hands a settled attempt to the completer, with the permit it held.
 async fn complete_attempt(
     shared: &Shared,
     task: ClaimedTask,
@@ -1504,13 +1441,6 @@ async fn complete_attempt(
             shared.waker.wake();
         }
     }
-    // An attempt the executor accepted (202) runs on there, and the store rightly counts
-    // it; any other has left the executor.
-    let answered = (!matches!(kind, FinishKind::Extend { .. })).then(|| task.task_type.clone());
-    if let Some(task_type) = &answered {
-        shared.answered.add(task_type);
-    }
-    drop(permit);
     let frees_key = task.concurrency_key.is_some();
     let _ = shared
         .completions
@@ -1520,7 +1450,7 @@ async fn complete_attempt(
                 lease_token: attempt.lease_token,
                 kind,
             },
-            answered,
+            permit: Some(permit),
             frees_key,
         })
         .await;
@@ -1575,16 +1505,14 @@ async fn complete(shared: Arc<Shared>, mut completions: mpsc::Receiver<Completio
     let signals = shared.config.signals.clone();
     let shutdown = shared.shutdown.clone();
     let written = shared.outcomes_written.clone();
-    let answered = shared.answered.clone();
     drop(shared);
     let mut received = Vec::with_capacity(512);
     while completions.recv_many(&mut received, 512).await > 0 {
         let frees_key = received.iter().any(|c: &Completion| c.frees_key);
-        {
-            let _taking = answered.taking.write().await;
-            answered.take(received.iter().filter_map(|c| c.answered.as_deref()));
-        }
-        let mut batch: Vec<Finish> = received.drain(..).map(|c| c.finish).collect();
+        let (mut batch, permits): (Vec<Finish>, Vec<_>) = received
+            .drain(..)
+            .map(|c: Completion| (c.finish, c.permit))
+            .unzip();
         let ids: Vec<String> = batch.iter().map(|f| f.id.clone()).collect();
         let wake = frees_key
             || batch
@@ -1615,6 +1543,7 @@ async fn complete(shared: Arc<Shared>, mut completions: mpsc::Receiver<Completio
                 }
             }
         }
+        drop(permits);
         written.notify_waiters();
         if wake {
             waker.wake();

@@ -2596,7 +2596,6 @@ async fn keys_are_claimed_in_turn_and_limited_in_total(store: &dyn Store) {
         rate: None,
         key_limit: Some(1),
         keys: &keys,
-        answered: 0,
     };
     let first = store
         .start_limited(start_params(&held, at(20), 0), gate)
@@ -2661,7 +2660,6 @@ async fn limits_hold_in_total_across_starters(store: &dyn Store) {
         rate: None,
         key_limit: None,
         keys: &[],
-        answered: 0,
     };
     // Two dispatchers' claims: the first may begin 3, the second none until one ends.
     let a = claims_of(store, "slots", "a", 5, T0).await;
@@ -2715,31 +2713,6 @@ async fn limits_hold_in_total_across_starters(store: &dyn Store) {
         .await
         .unwrap();
     assert_eq!((raised.started.len(), raised.deferred.len()), (2, 2));
-    // Five running, the limit. One of them answered by its executor (its outcome not yet
-    // written, so still running here) takes no slot: one more begins, not two.
-    let five = JobGate {
-        concurrency: 5,
-        ..gate
-    };
-    let full = store
-        .start_limited(start_params(&b[3..], at(3), 0), five)
-        .await
-        .unwrap();
-    assert_eq!((full.started.len(), full.deferred.len()), (0, 2));
-    let one_answered = store
-        .start_limited(
-            start_params(&b[3..], at(3), 0),
-            JobGate {
-                answered: 1,
-                ..five
-            },
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        (one_answered.started.len(), one_answered.deferred.len()),
-        (1, 1)
-    );
 
     // A rate of 10/s with a burst of 2, on claims of two owners.
     for _ in 0..10 {
@@ -2754,7 +2727,6 @@ async fn limits_hold_in_total_across_starters(store: &dyn Store) {
         }),
         key_limit: None,
         keys: &[],
-        answered: 0,
     };
     let a = claims_of(store, "rated", "a", 5, T0).await;
     let b = claims_of(store, "rated", "b", 5, T0).await;
@@ -3085,7 +3057,6 @@ impl Server {
                     rate: None,
                     key_limit: None,
                     keys: &[],
-                    answered: 0,
                 };
                 let mut done = 0;
                 let mut held = claims_of(store.as_ref(), "k", &owner, 3, T0).await;

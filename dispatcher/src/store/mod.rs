@@ -593,10 +593,6 @@ pub struct JobGate<'a> {
     /// Each claim's concurrency key, in the order of [`StartParams::claims`] (empty
     /// without a key limit).
     pub keys: &'a [Option<&'a str>],
-    /// Running attempts of the type (this dispatcher's) that the executor has already
-    /// answered, their outcomes not yet written: they take no slot. The caller makes
-    /// sure none of their outcomes is committed before this begin has counted.
-    pub answered: u32,
 }
 
 /// Which limit kept claims from beginning.

@@ -827,7 +827,7 @@ where
             let (room, key_held) = domain::key_room(&keys, gate.key_limit, &key_running);
             let admission = domain::admit(
                 room.len(),
-                running.saturating_sub(i64::from(gate.answered)),
+                running,
                 gate.concurrency,
                 gate.rate,
                 domain::Bucket {
