@@ -1626,6 +1626,30 @@ async fn finished_tasks_are_purged_after_their_retention(store: &dyn Store) {
         store.cancel(&c1, at(60)).await.unwrap(),
         CancelOutcome::Cancelled
     );
+    // In flight, last changed long before every cutoff below: one claimed (at 1), one
+    // running (claimed at 1, started at 2). Neither is finished, so no purge may take it.
+    let claimed = insert(store, new_task("a", at(1))).await;
+    let running = insert(store, new_task("a", at(1))).await;
+    let claims = claim_all(store, at(1), at(1)).await;
+    assert_eq!(claims.len(), 2, "only the two in flight are due at 1");
+    let token = claims.iter().find(|c| c.id == running).unwrap().lease_token;
+    let started = store
+        .start(start_params(&[(running.clone(), token)], at(2), 0))
+        .await
+        .unwrap();
+    assert_eq!(started.len(), 1);
+    let in_flight = [
+        (claimed.clone(), TaskState::Claimed),
+        (running.clone(), TaskState::Running),
+    ];
+    for (id, want) in &in_flight {
+        let task = store.get(id).await.unwrap().unwrap();
+        assert_eq!(task.state, *want, "{id}");
+        assert!(
+            task.updated_at < at(25),
+            "{id} last changed before every cutoff"
+        );
+    }
 
     assert_eq!(
         purge("a", TaskState::Succeeded, 25, 1).await,
@@ -1648,6 +1672,19 @@ async fn finished_tasks_are_purged_after_their_retention(store: &dyn Store) {
     assert!(!exists(c1).await);
     assert_eq!(purge("a", TaskState::Cancelled, 1_000, 10).await, 0);
     assert!(exists(b1).await, "another job's tasks are not this purge's");
+    // Every finished state, with a cutoff past everything: the two in flight stay, as
+    // they were.
+    for finished in [TaskState::Succeeded, TaskState::Dead, TaskState::Cancelled] {
+        purge("a", finished, 10_000_000, 1_000).await;
+    }
+    for (id, want) in &in_flight {
+        let task = store.get(id).await.unwrap();
+        assert_eq!(
+            task.map(|t| t.state),
+            Some(*want),
+            "{id}, in flight since long before the cutoff, is not purged"
+        );
+    }
     assert_eq!(state(store, &other).await, TaskState::Pending);
     assert_eq!(
         store.get(&child).await.unwrap().unwrap().depends_on.len(),
@@ -1659,6 +1696,158 @@ async fn finished_tasks_are_purged_after_their_retention(store: &dyn Store) {
     again.idempotency_key = Some("purge-key".into());
     let again = insert(store, again).await;
     assert_ne!(again, s1, "the purged task's key is free");
+}
+
+/// Issue 15, cron `overlap: Skip` as the store keeps it (the scheduler's `firing` gives
+/// every firing of such an entry one unique key, held only while unfinished): a firing
+/// is refused naming the previous one while that is pending, claimed, running or waiting
+/// to retry, and goes in once it succeeded, died or was cancelled. The same firing again
+/// (another scheduler) is a repeat, not a skip; of several missed firings caught up in
+/// one insert, only the first goes in.
+async fn a_cron_firing_is_refused_while_the_previous_is_unfinished(store: &dyn Store) {
+    let firing = |n: i64| {
+        let mut task = new_task("cron", at(n * 10_000));
+        task.cron_key = Some(format!("cron/tick/{}", at(n * 10_000).as_i64()));
+        task.unique_key = Some("cron:cron/tick".into());
+        task
+    };
+    let outcome = |task: NewTask, now: Millis| async move {
+        store.insert(&[task], now).await.unwrap().remove(0)
+    };
+    let skipped = |id: &str| InsertOutcome::UniqueConflict {
+        existing_id: id.to_string(),
+    };
+
+    let first = insert(store, firing(1)).await;
+    assert_eq!(
+        outcome(firing(1), at(10_000)).await,
+        InsertOutcome::Duplicate {
+            id: first.clone(),
+            trigger_at: at(10_000)
+        },
+        "the same firing from another scheduler"
+    );
+    assert_eq!(
+        outcome(firing(2), at(10_000)).await,
+        skipped(&first),
+        "pending"
+    );
+
+    let claims = claim_all(store, at(10_000), at(10_000)).await;
+    assert_eq!(claims.len(), 1);
+    assert_eq!(
+        outcome(firing(2), at(11_000)).await,
+        skipped(&first),
+        "claimed"
+    );
+    let attempt = store
+        .start(start_params(
+            &[(first.clone(), claims[0].lease_token)],
+            at(11_000),
+            0,
+        ))
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        outcome(firing(2), at(12_000)).await,
+        skipped(&first),
+        "running"
+    );
+    let retry = Finish {
+        id: first.clone(),
+        lease_token: attempt.lease_token,
+        kind: FinishKind::Retry {
+            at: at(30_000),
+            error: "once more".into(),
+        },
+    };
+    assert_eq!(store.finish(&[retry], at(13_000)).await.unwrap(), [true]);
+    assert_eq!(
+        outcome(firing(2), at(20_000)).await,
+        skipped(&first),
+        "waiting to retry"
+    );
+    assert_eq!(state(store, &first).await, TaskState::Pending);
+
+    let claims = claim_all(store, at(30_000), at(30_000)).await;
+    assert_eq!(
+        claims.len(),
+        1,
+        "only {first} is due: the skipped firings never went in"
+    );
+    let attempt = store
+        .start(start_params(
+            &[(first.clone(), claims[0].lease_token)],
+            at(30_000),
+            0,
+        ))
+        .await
+        .unwrap()
+        .remove(0);
+    let done = Finish {
+        id: first.clone(),
+        lease_token: attempt.lease_token,
+        kind: FinishKind::Succeeded { result: None },
+    };
+    assert_eq!(store.finish(&[done], at(31_000)).await.unwrap(), [true]);
+
+    // Caught up after an outage: firings 4, 5 and 6 in one insert.
+    let missed = [firing(4), firing(5), firing(6)];
+    let caught_up = missed[0].id.clone();
+    let outcomes = store.insert(&missed, at(61_000)).await.unwrap();
+    assert_eq!(
+        outcomes,
+        [
+            InsertOutcome::Inserted {
+                id: caught_up.clone(),
+                trigger_at: at(40_000)
+            },
+            skipped(&caught_up),
+            skipped(&caught_up),
+        ],
+        "after a success the key is free; the first missed firing takes it"
+    );
+
+    // Died: free at once.
+    let claims = claim_all(store, at(61_000), at(61_000)).await;
+    assert_eq!(claims.len(), 1);
+    let attempt = store
+        .start(start_params(
+            &[(caught_up.clone(), claims[0].lease_token)],
+            at(61_000),
+            0,
+        ))
+        .await
+        .unwrap()
+        .remove(0);
+    let dead = Finish {
+        id: caught_up.clone(),
+        lease_token: attempt.lease_token,
+        kind: FinishKind::Dead {
+            error: "gone".into(),
+        },
+    };
+    assert_eq!(store.finish(&[dead], at(62_000)).await.unwrap(), [true]);
+    let seventh = firing(7);
+    let seventh_id = seventh.id.clone();
+    assert!(
+        matches!(outcome(seventh, at(70_000)).await, InsertOutcome::Inserted { id, .. } if id == seventh_id),
+        "after a death the key is free"
+    );
+
+    // Cancelled: free at once.
+    assert_eq!(
+        store.cancel(&seventh_id, at(71_000)).await.unwrap(),
+        CancelOutcome::Cancelled
+    );
+    let eighth = firing(8);
+    let eighth_id = eighth.id.clone();
+    assert!(
+        matches!(outcome(eighth, at(80_000)).await, InsertOutcome::Inserted { id, .. } if id == eighth_id),
+        "after a cancel the key is free"
+    );
+    assert_eq!(outcome(firing(9), at(90_000)).await, skipped(&eighth_id));
 }
 
 /// Issue 15: a unique key stays held for its `unique_for` after its task succeeded — a
@@ -2143,61 +2332,81 @@ async fn dead_letters_are_redriven_and_purged_in_bulk(store: &dyn Store) {
     );
 }
 
-/// Issue 15, task search: every filter narrows, the newest come first, and the cursor
-/// of a page's last task continues where it ended, through ties on `created_at`.
 /// Issue 15: paging through 10 000 tasks while more are inserted meets each of them
-/// exactly once — the new ones sort before the cursor (newest first), so no page
-/// shifts under the reader.
+/// exactly once and none twice. Between pages, and while the next page is read, tasks go
+/// in on both sides of the cursor: created later than everything (before the first
+/// page), at an instant already read, at the cursor's own instant on either side of its
+/// id, and at an instant still to read. A task behind the cursor may or may not be met
+/// (it raced the page); none of the inserts may shift a page, which would skip or repeat
+/// one of the first 10 000.
 async fn search_pages_through_10_000_tasks_under_concurrent_inserts(store: &dyn Store) {
     const TASKS: usize = 10_000;
+    const INSTANTS: i64 = 10;
     let mut stored = std::collections::BTreeSet::new();
-    for chunk in 0..TASKS / 1_000 {
-        let batch: Vec<NewTask> = (0..1_000).map(|_| new_task("a", T0)).collect();
+    for chunk in 0..INSTANTS {
+        let batch: Vec<NewTask> = (0..TASKS as i64 / INSTANTS)
+            .map(|_| new_task("a", T0))
+            .collect();
         // Created over ten instants, so the cursor crosses ties and instants alike.
-        let created = at(chunk as i64);
-        for outcome in store.insert(&batch, created).await.unwrap() {
+        for outcome in store.insert(&batch, at(chunk)).await.unwrap() {
             match outcome {
                 InsertOutcome::Inserted { id, .. } => assert!(stored.insert(id)),
                 other => panic!("{other:?}"),
             }
         }
     }
-    let read = async {
-        let mut seen = Vec::with_capacity(TASKS);
-        let mut after: Option<(Millis, String)> = None;
-        loop {
-            let page = store
-                .search(SearchParams {
-                    task_type: Some("a"),
-                    after: after.as_ref().map(|(at, id)| (*at, id.as_str())),
-                    limit: 250,
-                    ..SearchParams::default()
-                })
-                .await
-                .unwrap();
-            let Some(last) = page.last() else {
-                return seen;
-            };
-            after = Some((last.created_at, last.id.clone()));
-            seen.extend(page.into_iter().map(|t| t.id));
-            // Let the writer in between pages.
-            tokio::task::yield_now().await;
-        }
+    let page = |after: Option<(Millis, String)>| async move {
+        store
+            .search(SearchParams {
+                task_type: Some("a"),
+                after: after.as_ref().map(|(at, id)| (*at, id.as_str())),
+                limit: 250,
+                ..SearchParams::default()
+            })
+            .await
+            .unwrap()
     };
-    let write = async {
-        let mut added = Vec::new();
-        for n in 0..40 {
-            let task = new_task("a", T0);
-            let created = at(10 + n);
-            match store.insert(&[task], created).await.unwrap().remove(0) {
-                InsertOutcome::Inserted { id, .. } => added.push(id),
-                other => panic!("{other:?}"),
+    // Ids that sort below every stored one (the stored are UUIDv7s of today), for a task
+    // at the cursor's instant that still has to be read.
+    let low_id = |n: usize| format!("00000000-0000-7000-8000-{n:012x}");
+    // The tasks to insert, with when each is created, while the page after `cursor` is
+    // read.
+    let around = |n: usize, cursor: &Option<(Millis, String)>| -> Vec<(NewTask, Millis)> {
+        let mut tasks = vec![(new_task("a", T0), at(INSTANTS + n as i64))];
+        if let Some((created, _)) = cursor {
+            let instant = created.as_i64() - T0_MS;
+            // Already read: newer than the cursor, and at its instant with a higher id.
+            tasks.push((new_task("a", T0), at((instant + 1).min(INSTANTS - 1))));
+            tasks.push((new_task("a", T0), *created));
+            // Still to read: at its instant with a lower id, and at an older instant.
+            let mut low = new_task("a", T0);
+            low.id = low_id(n);
+            tasks.push((low, *created));
+            tasks.push((new_task("a", T0), at((instant - 1).max(0))));
+        }
+        tasks
+    };
+    let mut seen = Vec::with_capacity(TASKS);
+    let mut added = std::collections::BTreeSet::new();
+    let mut cursor: Option<(Millis, String)> = None;
+    for n in 0.. {
+        let inserts = around(n, &cursor);
+        let insert_all = async {
+            let mut ids = Vec::new();
+            for (task, created) in inserts {
+                match store.insert(&[task], created).await.unwrap().remove(0) {
+                    InsertOutcome::Inserted { id, .. } => ids.push(id),
+                    other => panic!("{other:?}"),
+                }
             }
-            tokio::task::yield_now().await;
-        }
-        added
-    };
-    let (seen, added) = tokio::join!(read, write);
+            ids
+        };
+        let (found, ids) = tokio::join!(page(cursor.clone()), insert_all);
+        added.extend(ids);
+        let Some(last) = found.last() else { break };
+        cursor = Some((last.created_at, last.id.clone()));
+        seen.extend(found.into_iter().map(|t| t.id));
+    }
     let mut unique = seen.clone();
     unique.sort();
     unique.dedup();
@@ -2213,8 +2422,15 @@ async fn search_pages_through_10_000_tasks_under_concurrent_inserts(store: &dyn 
             .all(|id| stored.contains(id) || added.contains(id)),
         "only stored tasks are listed"
     );
+    assert!(
+        added.len() > 4 * 40,
+        "inserts went in beside every page: {}",
+        added.len()
+    );
 }
 
+/// Issue 15, task search: every filter narrows, the newest come first, and the cursor
+/// of a page's last task continues where it ended, through ties on `created_at`.
 async fn tasks_are_found_by_filter_newest_first_page_by_page(store: &dyn Store) {
     let mut ids = Vec::new();
     for (n, (task_type, unique, created)) in [
@@ -2844,6 +3060,7 @@ scenarios!(
     errors_from_executors_are_stored_sanitized_and_capped,
     finished_tasks_are_purged_after_their_retention,
     unique_keys_are_held_for_their_window_after_success,
+    a_cron_firing_is_refused_while_the_previous_is_unfinished,
     dead_letters_are_redriven_and_purged_in_bulk,
     a_redriven_task_waits_again_on_its_dead_dependency,
     a_workflow_is_stored_whole_or_not_at_all,
