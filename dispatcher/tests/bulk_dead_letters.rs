@@ -1,7 +1,8 @@
-//! Issue 15, dead letters in bulk through the API of a real `asyncd dev` process: a
-//! redrive of 5 000 dead letters, SIGKILLed part-way and resumed, redrives each exactly
-//! once; the same loop run again after they died again does nothing; a purge by filter
-//! deletes what it matches and nothing else; bad filters are 400s naming the field.
+//! Issue 15, dead letters in bulk through the API of real processes — `asyncd dev` on
+//! SQLite, and `asyncd api` with `asyncd dispatcher` on PostgreSQL: a redrive of 5 000
+//! dead letters, SIGKILLed part-way and resumed, redrives each exactly once; the same
+//! loop run again after they died again does nothing; a purge by filter deletes what it
+//! matches and nothing else; bad filters are 400s naming the field.
 
 mod support;
 
@@ -11,13 +12,16 @@ use serde_json::{Value, json};
 use support::*;
 
 const TASKS: usize = 5_000;
+/// Pages of the interrupted redrive: small, so that the loop takes many calls and the
+/// kill lands with some of them done and some not.
+const PAGE: usize = 50;
 
 /// Runs a bulk action to the end the way a client does — the same filter and, after the
 /// first answer, that answer's `dead_before` — and returns the answers.
-async fn run_to_end(asyncd: &Asyncd, path: &str, mut filter: Value) -> Vec<Value> {
+async fn run_to_end(api: &impl Api, path: &str, mut filter: Value) -> Vec<Value> {
     let mut answers = Vec::new();
     loop {
-        let (status, answer) = asyncd.post(path, filter.clone()).await;
+        let (status, answer) = api.post(path, filter.clone()).await;
         assert_eq!(status, 200, "{path} {filter} answered {answer}");
         filter["dead_before"] = answer["dead_before"].clone();
         let done = answer["remaining"] == 0 || answer["affected"] == 0;
@@ -28,16 +32,14 @@ async fn run_to_end(asyncd: &Asyncd, path: &str, mut filter: Value) -> Vec<Value
     }
 }
 
-async fn submit_all(asyncd: &Asyncd, task_type: &str, n: usize) -> Vec<String> {
+async fn submit_all(api: &impl Api, task_type: &str, n: usize) -> Vec<String> {
     let mut ids = Vec::with_capacity(n);
     for chunk in (0..n).collect::<Vec<_>>().chunks(1_000) {
         let tasks: Vec<_> = chunk
             .iter()
             .map(|i| json!({"type": task_type, "payload": {"i": i}}))
             .collect();
-        let (status, answer) = asyncd
-            .post("/v1/tasks:batch", json!({ "tasks": tasks }))
-            .await;
+        let (status, answer) = api.post("/v1/tasks:batch", json!({ "tasks": tasks })).await;
         assert_eq!(status, 200, "{answer}");
         for result in answer["results"].as_array().unwrap() {
             assert_eq!(result["status"], 201, "{result}");
@@ -47,16 +49,15 @@ async fn submit_all(asyncd: &Asyncd, task_type: &str, n: usize) -> Vec<String> {
     ids
 }
 
-async fn dead_count(asyncd: &Asyncd, filter: Value) -> u64 {
+async fn dead_count(api: &impl Api, filter: Value) -> u64 {
     let mut filter = filter;
     filter["dry_run"] = json!(true);
-    let (status, answer) = asyncd.post("/v1/dead-letters/redrive", filter).await;
+    let (status, answer) = api.post("/v1/dead-letters/redrive", filter).await;
     assert_eq!(status, 200, "{answer}");
     answer["matched"].as_u64().unwrap()
 }
 
-#[tokio::test]
-async fn a_bulk_redrive_killed_part_way_resumes_and_redrives_each_once() {
+async fn a_bulk_redrive_killed_part_way_resumes_and_redrives_each_once(backend: Backend) {
     let executor = Executor::start(|_| Answer::status(500)).await;
     let jobs = [(
         "job.yaml",
@@ -67,7 +68,7 @@ async fn a_bulk_redrive_killed_part_way_resumes_and_redrives_each_once() {
             "  retry: {maxRetries: 0}\n",
         ),
     )];
-    let mut asyncd = Asyncd::start(&jobs, &[]).await;
+    let mut asyncd = Deployment::start(backend, &jobs).await;
     let ids = submit_all(&asyncd, "bulk", TASKS).await;
     let job = json!({"job": "bulk-job"});
     wait_for("every task dead", DEADLINE * 4, async || {
@@ -91,30 +92,71 @@ async fn a_bulk_redrive_killed_part_way_resumes_and_redrives_each_once() {
         (&json!(TASKS), &json!(0), &json!(TASKS)),
         "a dry run changes nothing: {dry}"
     );
-    let mut filter = json!({"job": "bulk-job", "dead_before": dry["dead_before"], "limit": 700});
+    let mut filter = json!({"job": "bulk-job", "dead_before": dry["dead_before"], "limit": PAGE});
 
-    let (status, first) = asyncd
-        .post("/v1/dead-letters/redrive", filter.clone())
-        .await;
-    assert_eq!(status, 200, "{first}");
-    assert_eq!(first["affected"], 700);
-    assert_eq!(first["remaining"], TASKS - 700);
-
-    // The next call in flight when the process dies: whether it committed or not, the
-    // resumed loop finishes the rest.
-    let in_flight = {
-        let http = asyncd.http.clone();
+    // A client runs the action page after page, as `run_to_end` does, until the process
+    // dies under it.
+    let client = {
+        let http = asyncd.http().clone();
         let url = asyncd.url("/v1/dead-letters/redrive");
         let body = filter.clone();
-        tokio::spawn(async move { http.post(url).json(&body).send().await })
+        tokio::spawn(async move {
+            let mut answered = 0;
+            loop {
+                let response = match http.post(&url).json(&body).send().await {
+                    Ok(response) => response,
+                    Err(err) => return (answered, Err(err.to_string())),
+                };
+                let status = response.status();
+                let answer = match response.json::<Value>().await {
+                    Ok(answer) => answer,
+                    Err(err) => return (answered, Err(err.to_string())),
+                };
+                assert_eq!(status, 200, "{answer}");
+                answered += 1;
+                if answer["remaining"] == 0 {
+                    return (answered, Ok(answer));
+                }
+            }
+        })
     };
-    asyncd.kill9();
-    let _ = in_flight.await;
-    asyncd.spawn().await;
+    // Killed once at least one page went and at most half: the loop is mid-way, with a
+    // call in flight or about to be.
+    let job_filter = json!({"job": "bulk-job", "dead_before": dry["dead_before"]});
+    let before_kill = wait_for("the redrive part-way", DEADLINE, async || {
+        let dead = dead_count(&asyncd, job_filter.clone()).await as usize;
+        (TASKS / 2..=TASKS - PAGE).contains(&dead).then_some(dead)
+    })
+    .await;
+    asyncd.kill9_api();
+    let (answered, last) = client.await.unwrap();
+    assert!(
+        last.is_err(),
+        "the kill ended the client's loop before the action finished: {last:?}"
+    );
+    assert!(answered >= 1, "at least one page answered before the kill");
+    asyncd.respawn_api().await;
 
+    let dead = dead_count(&asyncd, job_filter.clone()).await as usize;
+    assert!(
+        dead > 0 && dead <= before_kill,
+        "interrupted part-way: {dead} dead letters left after the kill ({before_kill} just before)"
+    );
+    println!(
+        "{backend:?}: SIGKILL after {answered} pages of {PAGE} answered, {before_kill} dead \
+         letters left just before it, {dead} after"
+    );
     filter["limit"] = json!(1_000);
     let answers = run_to_end(&asyncd, "/v1/dead-letters/redrive", filter.clone()).await;
     assert_eq!(answers.last().unwrap()["remaining"], 0, "{answers:?}");
+    assert_eq!(
+        answers
+            .iter()
+            .map(|a| a["affected"].as_u64().unwrap())
+            .sum::<u64>(),
+        dead as u64,
+        "the resumed loop redrove exactly what was left: {answers:?}"
+    );
     assert_eq!(dead_count(&asyncd, job.clone()).await, 0);
     let pending = search_states(&asyncd, "bulk-job").await;
     assert_eq!(
@@ -147,8 +189,21 @@ async fn a_bulk_redrive_killed_part_way_resumes_and_redrives_each_once() {
     }
 }
 
+#[tokio::test]
+async fn sqlite_a_bulk_redrive_killed_part_way_resumes_and_redrives_each_once() {
+    a_bulk_redrive_killed_part_way_resumes_and_redrives_each_once(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn postgres_a_bulk_redrive_killed_part_way_resumes_and_redrives_each_once() {
+    a_bulk_redrive_killed_part_way_resumes_and_redrives_each_once(Backend::Server(
+        "ASYNCD_TEST_POSTGRES_URL",
+    ))
+    .await;
+}
+
 /// Task counts by state for one job, through `GET /v1/tasks` page by page.
-async fn search_states(asyncd: &Asyncd, job: &str) -> HashMap<String, usize> {
+async fn search_states(asyncd: &impl Api, job: &str) -> HashMap<String, usize> {
     let mut counts = HashMap::new();
     let mut cursor: Option<String> = None;
     loop {

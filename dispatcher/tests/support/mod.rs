@@ -767,3 +767,144 @@ impl DbProxy {
         self.up.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }
+
+/// Waits until `addr` answers `/healthz` with a success.
+pub async fn wait_healthy(http: &reqwest::Client, addr: &str) {
+    let url = format!("http://{addr}/healthz");
+    wait_for(&format!("{addr} healthy"), DEADLINE, async || {
+        http.get(&url)
+            .send()
+            .await
+            .ok()
+            .filter(|r| r.status().is_success())
+            .map(|_| ())
+    })
+    .await;
+}
+
+/// Where a test's asyncd runs.
+#[derive(Debug, Clone, Copy)]
+pub enum Backend {
+    /// `asyncd dev`: every part in one process on SQLite.
+    Sqlite,
+    /// `asyncd api` and `asyncd dispatcher` as two processes, as a cluster runs them, on
+    /// a fresh database of the server this environment variable names
+    /// (`ASYNCD_TEST_POSTGRES_URL`, `ASYNCD_TEST_MYSQL_URL`).
+    Server(&'static str),
+}
+
+/// `asyncd api` and `asyncd dispatcher` processes on one fresh, migrated database; the
+/// API answers at `addr`.
+pub struct Roles {
+    pub addr: SocketAddr,
+    pub http: reqwest::Client,
+    pub api: Role,
+    pub dispatcher: Role,
+    pub store: String,
+    /// Last, so the processes are killed before their folder goes.
+    pub dir: tempfile::TempDir,
+}
+
+impl Roles {
+    pub async fn start(server_var: &str, jobs: &[(&str, String)]) -> Self {
+        let store = fresh_database(server_var).await;
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("jobs");
+        std::fs::create_dir(&config).unwrap();
+        for (file, yaml) in jobs {
+            std::fs::write(config.join(file), yaml).unwrap();
+        }
+        let status = Command::new(env!("CARGO_BIN_EXE_asyncd"))
+            .args(["migrate", "--store", &store])
+            .status()
+            .unwrap();
+        assert!(status.success(), "asyncd migrate");
+        let args = |role: &str, listen: &str| -> Vec<String> {
+            vec![
+                role.into(),
+                "--store".into(),
+                store.clone(),
+                "--config".into(),
+                config.display().to_string(),
+                "--listen".into(),
+                listen.into(),
+            ]
+        };
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let api = Role::start(
+            "api",
+            &addr.to_string(),
+            args("api", &addr.to_string()),
+            dir.path(),
+        );
+        let listen = format!("127.0.0.1:{}", free_port());
+        let dispatcher = Role::start(
+            "dispatcher",
+            &listen,
+            args("dispatcher", &listen),
+            dir.path(),
+        );
+        let http = reqwest::Client::new();
+        wait_healthy(&http, &api.listen).await;
+        wait_healthy(&http, &dispatcher.listen).await;
+        Self {
+            addr,
+            http,
+            api,
+            dispatcher,
+            store,
+            dir,
+        }
+    }
+}
+
+/// A test's asyncd on a [`Backend`]: the API, and the process serving it to kill and
+/// start again.
+pub enum Deployment {
+    Dev(Asyncd),
+    Roles(Roles),
+}
+
+impl Deployment {
+    pub async fn start(backend: Backend, jobs: &[(&str, String)]) -> Self {
+        match backend {
+            Backend::Sqlite => Self::Dev(Asyncd::start(jobs, &[]).await),
+            Backend::Server(var) => Self::Roles(Roles::start(var, jobs).await),
+        }
+    }
+
+    /// SIGKILLs the process serving the API (`asyncd dev`, or `asyncd api` while the
+    /// dispatcher goes on).
+    pub fn kill9_api(&mut self) {
+        match self {
+            Self::Dev(asyncd) => asyncd.kill9(),
+            Self::Roles(roles) => roles.api.kill9(),
+        }
+    }
+
+    /// Starts the killed process again on the same store and waits until it answers.
+    pub async fn respawn_api(&mut self) {
+        match self {
+            Self::Dev(asyncd) => asyncd.spawn().await,
+            Self::Roles(roles) => {
+                roles.api.spawn();
+                wait_healthy(&roles.http, &roles.api.listen).await;
+            }
+        }
+    }
+}
+
+impl Api for Deployment {
+    fn addr(&self) -> SocketAddr {
+        match self {
+            Self::Dev(asyncd) => asyncd.addr,
+            Self::Roles(roles) => roles.addr,
+        }
+    }
+    fn http(&self) -> &reqwest::Client {
+        match self {
+            Self::Dev(asyncd) => &asyncd.http,
+            Self::Roles(roles) => &roles.http,
+        }
+    }
+}
