@@ -1,3 +1,4 @@
+import asyncio
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -196,6 +197,28 @@ def test_batch_get_dead_letters_redrive_cancel(fake_api):
     with pytest.raises(asyncd.NotFound) as info:
         c.trigger_cron("j", "x")
     assert info.value.field == "entry"
+
+
+def test_async_client_cancel_in_job_cancel_unique_and_trigger_cron(fake_api):
+    """The AsyncClient sends the same requests as the Client's."""
+    c = asyncd.AsyncClient(fake_api.url, token_file=None)
+
+    async def main():
+        fake_api.body = {"id": "a", "state": "cancelled"}
+        await c.cancel("a", job="j")
+        cancel_path = fake_api.last().path
+        fake_api.body = {"id": "b", "state": "cancelled"}
+        by_key = await c.cancel_unique("j", "k")
+        unique_path = fake_api.last().path
+        fake_api.status, fake_api.body = 201, {"id": "t1", "job": "j", "entry": "e", "type": "t",
+                                               "eta": "2026-11-30T06:00:00.000Z"}
+        fired = await c.trigger_cron("j", "e")
+        return cancel_path, by_key, unique_path, fired, fake_api.last().path
+
+    cancel_path, by_key, unique_path, fired, trigger_path = asyncio.run(main())
+    assert cancel_path == "/v1/tasks/a?job=j"
+    assert (by_key.id, unique_path) == ("b", "/v1/tasks?job=j&unique_key=k")
+    assert (fired.id, trigger_path) == ("t1", "/v1/jobs/j/cron/e/trigger")
 
 
 @pytest.mark.parametrize(
