@@ -67,14 +67,16 @@ enum Command {
     },
     /// Search tasks, newest first.
     Ls(tasks::LsArgs),
-    /// Cancel a blocked, pending or claimed task: by id, or the one of a job holding a
+    /// Cancel a task that has not finished: by id, or the one of a job holding a
     /// unique key.
     Cancel {
         /// The task's id.
-        #[arg(required_unless_present = "unique_key", conflicts_with_all = ["job", "unique_key"])]
+        #[arg(required_unless_present = "unique_key", conflicts_with = "unique_key")]
         id: Option<String>,
-        /// With --unique-key: the job (AsyncJobConfig name) whose task holds the key.
-        #[arg(long, requires = "unique_key")]
+        /// The job (AsyncJobConfig name) of the task: with an id, it also cancels a
+        /// Kafka-routed task not consumed yet (without it, that is "not found"); with
+        /// --unique-key, the job whose task holds the key.
+        #[arg(long)]
         job: Option<String>,
         /// Cancel the unfinished task of --job that holds this unique key.
         #[arg(long, requires = "job")]
@@ -147,7 +149,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             id,
             job,
             unique_key,
-        } => tasks::cancel(&client, out, id, job.zip(unique_key)).await,
+        } => tasks::cancel(&client, out, id, job, unique_key).await,
         Command::Dlq(command) => dlq::run(&client, out, command).await,
         Command::Jobs(command) => jobs::jobs(&client, out, command).await,
         Command::Cron(command) => jobs::cron(&client, out, command).await,

@@ -226,17 +226,20 @@ pub async fn ls(client: &Client, out: Format, args: LsArgs) -> Result<(), Failur
     Ok(())
 }
 
-/// Cancels task `id`, or the task of `(job, unique key)`; clap gives exactly one.
+/// Cancels task `id` (of `job`, when given), or the task of `job` holding `unique_key`;
+/// clap gives an id or a unique key with its job, not both.
 pub async fn cancel(
     client: &Client,
     out: Format,
     id: Option<String>,
-    by_key: Option<(String, String)>,
+    job: Option<String>,
+    unique_key: Option<String>,
 ) -> Result<(), Failure> {
-    let result = match (id, by_key) {
-        (Some(id), _) => client.cancel(&id).await?,
-        (None, Some((job, key))) => client.cancel_unique(&job, &key).await?,
-        (None, None) => unreachable!("clap requires an id or --job with --unique-key"),
+    let result = match (id, job, unique_key) {
+        (Some(id), None, _) => client.cancel(&id).await?,
+        (Some(id), Some(job), _) => client.cancel_in(&job, &id).await?,
+        (None, Some(job), Some(key)) => client.cancel_unique(&job, &key).await?,
+        (None, _, _) => unreachable!("clap requires an id or --job with --unique-key"),
     };
     if !output::structured(out, &result)? {
         println!("{} {}", result.id, result.state);

@@ -254,6 +254,32 @@ fn tasks_dead_letters_jobs_and_cron_through_the_cli() {
     assert_eq!(code(&none), Some(3), "not found: {}", stderr(&none));
     let half = dev.ctl(&["cancel", "--unique-key", "order-7"]);
     assert_eq!(code(&half), Some(2), "usage: {}", stderr(&half));
+    // By id naming the job (which also reaches a Kafka-routed task not consumed yet;
+    // the SDK's integration tests cover that route): sent to the server, which checks
+    // the job.
+    let in_job = dev.json(&["submit", "work", "--delay", "1h"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let unknown_job = dev.ctl(&["cancel", "--job", "no-such-job", &in_job]);
+    assert_eq!(
+        code(&unknown_job),
+        Some(2),
+        "the server refuses an unknown job: {}",
+        stderr(&unknown_job)
+    );
+    assert!(
+        stderr(&unknown_job).contains("job"),
+        "{}",
+        stderr(&unknown_job)
+    );
+    assert_eq!(dev.json(&["get", &in_job])["state"], "pending");
+    let cancelled = dev.json(&["cancel", "--job", "work-job", &in_job]);
+    assert_eq!(
+        (&cancelled["id"], &cancelled["state"]),
+        (&json!(in_job), &json!("cancelled")),
+        "{cancelled}"
+    );
 
     // Two tasks that die at once, redriven by filter while the job is paused, so they
     // wait where the test can see them.
@@ -433,6 +459,7 @@ fn usage_errors_exit_2_and_completions_print() {
         &["cancel"],
         &["cancel", "--unique-key", "k"],
         &["cancel", "x", "--job", "j", "--unique-key", "k"],
+        &["cancel", "--job", "j"],
         &["frobnicate"],
     ] {
         let out = run(bad);

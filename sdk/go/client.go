@@ -390,9 +390,74 @@ func (c *Client) Get(ctx context.Context, id string) (*TaskStatus, error) {
 
 // Cancel cancels a task that has not finished (blocked, pending, claimed or running;
 // a running attempt is told on its next heartbeat). A finished task gets an error
-// matching ErrNotCancellable whose State names where it is.
-func (c *Client) Cancel(ctx context.Context, id string) error {
-	return c.do(ctx, http.MethodDelete, "/v1/tasks/"+url.PathEscape(id), nil, nil)
+// matching ErrNotCancellable whose State names where it is. A Kafka-routed task that
+// no dispatcher has consumed yet is not in the store, so it gets ErrNotFound unless
+// CancelInJob names its job.
+func (c *Client) Cancel(ctx context.Context, id string, opts ...CancelOption) error {
+	var o cancelOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	path := "/v1/tasks/" + url.PathEscape(id)
+	if o.job != "" {
+		path += "?" + url.Values{"job": {o.job}}.Encode()
+	}
+	return c.do(ctx, http.MethodDelete, path, nil, nil)
+}
+
+// CancelOption changes what Cancel sends.
+type CancelOption func(*cancelOptions)
+
+type cancelOptions struct {
+	job string
+}
+
+// CancelInJob names the job (its AsyncJobConfig's name) of the task Cancel cancels
+// (DELETE /v1/tasks/{id}?job=JOB): besides what Cancel does, a task of a Kafka-routed
+// job that no dispatcher has consumed yet is recorded as cancelled, so that it never
+// runs. A job no config declares is an error matching ErrInvalidField, Field "job".
+func CancelInJob(job string) CancelOption {
+	return func(o *cancelOptions) { o.job = job }
+}
+
+// CancelResult names the task a CancelUnique cancelled.
+type CancelResult struct {
+	ID    string `json:"id"`
+	State string `json:"state"` // StateCancelled
+}
+
+// CancelUnique cancels the unfinished task of job (its AsyncJobConfig's name) that
+// holds uniqueKey (DELETE /v1/tasks?job=&unique_key=); an error matching ErrNotFound
+// when no unfinished task holds it.
+func (c *Client) CancelUnique(ctx context.Context, job, uniqueKey string) (*CancelResult, error) {
+	q := url.Values{"job": {job}, "unique_key": {uniqueKey}}
+	var res CancelResult
+	if err := c.do(ctx, http.MethodDelete, "/v1/tasks?"+q.Encode(), nil, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// CronTrigger is the task TriggerCron fired.
+type CronTrigger struct {
+	ID    string    `json:"id"`
+	Job   string    `json:"job"`
+	Entry string    `json:"entry"`
+	Type  string    `json:"type"`
+	ETA   time.Time `json:"eta"`
+}
+
+// TriggerCron fires the cron entry named entry (its spec.cron[].name) of job once, now,
+// besides its schedule (POST /v1/jobs/{job}/cron/{entry}/trigger): a new task with the
+// entry's payload, due now; the schedule goes on unchanged. An unknown job or entry is
+// an error matching ErrNotFound whose Field says which.
+func (c *Client) TriggerCron(ctx context.Context, job, entry string) (*CronTrigger, error) {
+	var res CronTrigger
+	path := "/v1/jobs/" + url.PathEscape(job) + "/cron/" + url.PathEscape(entry) + "/trigger"
+	if err := c.do(ctx, http.MethodPost, path, nil, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
 }
 
 // DeadLetters lists dead tasks, newest first. An empty taskType lists every type;

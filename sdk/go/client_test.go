@@ -310,7 +310,38 @@ func TestBatchGetDeadLettersRedrive(t *testing.T) {
 	if err := c.Cancel(context.Background(), "a"); err != nil {
 		t.Fatal(err)
 	}
-	if r := f.last(t); r.method != "DELETE" || r.path != "/v1/tasks/a" {
+	if r := f.last(t); r.method != "DELETE" || r.path != "/v1/tasks/a" || r.query != "" {
+		t.Fatalf("%s %s?%s", r.method, r.path, r.query)
+	}
+	if err := c.Cancel(context.Background(), "a/b", asyncd.CancelInJob("j 1")); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.last(t); r.method != "DELETE" || r.path != "/v1/tasks/a/b" || r.query != "job=j+1" {
+		t.Fatalf("%s %s?%s", r.method, r.path, r.query)
+	}
+
+	f.body = `{"id":"b","state":"cancelled"}`
+	byKey, err := c.CancelUnique(context.Background(), "j 1", "order:7")
+	if err != nil || byKey.ID != "b" || byKey.State != asyncd.StateCancelled {
+		t.Fatalf("cancel unique = %+v, %v", byKey, err)
+	}
+	if r := f.last(t); r.method != "DELETE" || r.path != "/v1/tasks" || r.query != "job=j+1&unique_key=order%3A7" {
+		t.Fatalf("%s %s?%s", r.method, r.path, r.query)
+	}
+
+	f.status, f.body = 201, `{"id":"t1","job":"j","entry":"nightly","type":"report","eta":"2026-11-30T06:00:00.000Z"}`
+	fired, err := c.TriggerCron(context.Background(), "j", "night ly")
+	if err != nil || fired.ID != "t1" || fired.Entry != "nightly" || fired.Type != "report" ||
+		!fired.ETA.Equal(time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC)) {
+		t.Fatalf("trigger = %+v, %v", fired, err)
+	}
+	if r := f.last(t); r.method != "POST" || r.path != "/v1/jobs/j/cron/night ly/trigger" {
 		t.Fatalf("%s %s", r.method, r.path)
+	}
+	f.status, f.body = 404, `{"error":{"code":"not_found","message":"job \"j\" has no cron entry \"x\"","field":"entry"}}`
+	_, err = c.TriggerCron(context.Background(), "j", "x")
+	var apiErr *asyncd.APIError
+	if !errors.As(err, &apiErr) || !errors.Is(err, asyncd.ErrNotFound) || apiErr.Field != "entry" {
+		t.Fatalf("trigger of an unknown entry: %v", err)
 	}
 }

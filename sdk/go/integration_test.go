@@ -151,6 +151,9 @@ func startDev() (*devEnv, error) {
 	if err := os.Mkdir(cfgDir, 0o755); err != nil {
 		return nil, err
 	}
+	cron := e.job("go_cron", "")
+	// Fires once a year, so only TriggerCron runs it within a test.
+	cron.Cron = []asyncd.CronSchedule{{Name: "yearly", Schedule: "CRON_TZ=UTC 0 0 1 1 *", Payload: map[string]any{"report": "annual"}}}
 	for _, j := range []asyncd.JobConfig{
 		e.job("go_ok", ""),
 		e.job("go_permanent", ""),
@@ -159,10 +162,18 @@ func startDev() (*devEnv, error) {
 		e.job("go_always_fails", ""),
 		e.job("go_long", ""),
 		e.job("go_unique", "order:{order_id}"),
+		e.job("go_kafka", ""),
+		cron,
 	} {
 		doc, err := j.YAML()
 		if err != nil {
 			return nil, err
+		}
+		if j.TaskType == "go_kafka" {
+			// A Kafka-routed job (JobConfig has no field for it). asyncd dev has no
+			// brokers, so its tasks still go to the store, but the API treats an id of
+			// it that is not in the store as a task not consumed yet.
+			doc += "  kafka:\n    topic: asyncd-go-it-kafka\n    partitions: 1\n"
 		}
 		if err := os.WriteFile(filepath.Join(cfgDir, j.Name+".yaml"), []byte(doc), 0o644); err != nil {
 			return nil, err
@@ -223,6 +234,10 @@ func (e *devEnv) registerExecutors() {
 		return nil
 	})
 	c.RegisterExecutor("go_unique", func(ctx context.Context, payload string) error {
+		rec.add(ctx, payload)
+		return nil
+	})
+	c.RegisterExecutor("go_cron", func(ctx context.Context, payload string) error {
 		rec.add(ctx, payload)
 		return nil
 	})
@@ -463,6 +478,94 @@ func TestIntegrationDelayedAtAndCancel(t *testing.T) {
 	if runs := e.rec.get(soon.ID); len(runs) != 1 || runs[0].at.Before(soon.ETA) {
 		t.Fatalf("runs %+v before ETA %v", runs, soon.ETA)
 	}
+}
+
+// Issue 15: Cancel with CancelInJob reaches a Kafka-routed task that no dispatcher has
+// consumed (an id never submitted to go_kafka stands for one, as asyncd dev has no
+// brokers): a plain Cancel cannot tell it from an unknown id; with the job it is
+// recorded as cancelled. A stored task is cancelled with the job as without it, and a
+// job no config declares is refused.
+func TestIntegrationCancelInJob(t *testing.T) {
+	e := itEnv(t)
+	unconsumed := fmt.Sprintf("01934a6e-0000-7000-8000-%012x", time.Now().UnixNano()&0xffffffffffff)
+	wantAPIError(t, e.client.Cancel(ctx(t), unconsumed), asyncd.ErrNotFound, 404, "")
+	if err := e.client.Cancel(ctx(t), unconsumed, asyncd.CancelInJob("go-kafka-job")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.client.Get(ctx(t), unconsumed)
+	if err != nil || got.State != asyncd.StateCancelled || !strings.Contains(got.LastError, "before it was consumed from Kafka") {
+		t.Fatalf("get %s = %+v, %v", unconsumed, got, err)
+	}
+
+	waiting, err := e.client.SubmitDelayed(ctx(t), &asyncd.Task{Type: "go_ok", IdempotencyKey: uniq("in-job")}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAPIError(t, e.client.Cancel(ctx(t), waiting.ID, asyncd.CancelInJob("no-such-job")), asyncd.ErrInvalidField, 400, "job")
+	if err := e.client.Cancel(ctx(t), waiting.ID, asyncd.CancelInJob("go-ok-job")); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(t, waiting.ID, asyncd.StateCancelled, 5*time.Second)
+}
+
+// CancelUnique cancels the job's unfinished task holding the key, and only that one.
+func TestIntegrationCancelUnique(t *testing.T) {
+	e := itEnv(t)
+	ukey := uniq("cancel-by-key")
+	held, err := e.client.SubmitDelayed(ctx(t), &asyncd.Task{Type: "go_ok", UniqueKey: ukey, IdempotencyKey: uniq("u")}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := e.client.SubmitDelayed(ctx(t), &asyncd.Task{Type: "go_ok", UniqueKey: uniq("other-key"), IdempotencyKey: uniq("u")}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another job's name: its tasks hold no such key.
+	_, err = e.client.CancelUnique(ctx(t), "go-unique-job", ukey)
+	wantAPIError(t, err, asyncd.ErrNotFound, 404, "")
+	res, err := e.client.CancelUnique(ctx(t), "go-ok-job", ukey)
+	if err != nil || res.ID != held.ID || res.State != asyncd.StateCancelled {
+		t.Fatalf("cancel unique = %+v, %v; want %s cancelled", res, err, held.ID)
+	}
+	e.waitState(t, held.ID, asyncd.StateCancelled, 5*time.Second)
+	if got, err := e.client.Get(ctx(t), other.ID); err != nil || got.State == asyncd.StateCancelled {
+		t.Fatalf("the task holding another key: %+v, %v", got, err)
+	}
+	_, err = e.client.CancelUnique(ctx(t), "go-ok-job", ukey)
+	wantAPIError(t, err, asyncd.ErrNotFound, 404, "")
+	if err := e.client.Cancel(ctx(t), other.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TriggerCron fires the entry now: a task of the job's type with the entry's payload,
+// which the executor runs.
+func TestIntegrationTriggerCron(t *testing.T) {
+	e := itEnv(t)
+	before := time.Now()
+	fired, err := e.client.TriggerCron(ctx(t), "go-cron-job", "yearly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fired.ID == "" || fired.Job != "go-cron-job" || fired.Entry != "yearly" || fired.Type != "go_cron" ||
+		fired.ETA.Before(before.Add(-time.Second)) || fired.ETA.After(time.Now().Add(time.Second)) {
+		t.Fatalf("trigger = %+v, want a go_cron task due now", fired)
+	}
+	e.waitState(t, fired.ID, asyncd.StateSucceeded, 20*time.Second)
+	runs := e.rec.get(fired.ID)
+	if len(runs) != 1 || runs[0].payload != `{"report":"annual"}` {
+		t.Fatalf("runs of the fired task: %+v", runs)
+	}
+	again, err := e.client.TriggerCron(ctx(t), "go-cron-job", "yearly")
+	if err != nil || again.ID == fired.ID {
+		t.Fatalf("a second trigger = %+v, %v; want a new task", again, err)
+	}
+	e.waitState(t, again.ID, asyncd.StateSucceeded, 20*time.Second)
+
+	_, err = e.client.TriggerCron(ctx(t), "go-cron-job", "hourly")
+	wantAPIError(t, err, asyncd.ErrNotFound, 404, "entry")
+	_, err = e.client.TriggerCron(ctx(t), "no-such-job", "yearly")
+	wantAPIError(t, err, asyncd.ErrNotFound, 404, "name")
 }
 
 func TestIntegrationCancelFinishedTask(t *testing.T) {

@@ -1,3 +1,4 @@
+import asyncio
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -179,6 +180,45 @@ def test_batch_get_dead_letters_redrive_cancel(fake_api):
     fake_api.body = {"id": "a", "state": "cancelled"}
     assert c.cancel("a") is None
     assert (fake_api.last().method, fake_api.last().path) == ("DELETE", "/v1/tasks/a")
+    assert c.cancel("a/b", job="j 1") is None
+    assert (fake_api.last().method, fake_api.last().path) == ("DELETE", "/v1/tasks/a%2Fb?job=j+1")
+
+    fake_api.body = {"id": "b", "state": "cancelled"}
+    assert c.cancel_unique("j 1", "order:7") == asyncd.CancelResult(id="b", state=asyncd.CANCELLED)
+    assert (fake_api.last().method, fake_api.last().path) == ("DELETE", "/v1/tasks?job=j+1&unique_key=order%3A7")
+
+    fake_api.status, fake_api.body = 201, {"id": "t1", "job": "j", "entry": "nightly", "type": "report",
+                                           "eta": "2026-11-30T06:00:00.000Z"}
+    fired = c.trigger_cron("j", "night ly")
+    assert (fired.id, fired.job, fired.entry, fired.type) == ("t1", "j", "nightly", "report")
+    assert fired.eta == datetime(2026, 11, 30, 6, tzinfo=timezone.utc)
+    assert (fake_api.last().method, fake_api.last().path) == ("POST", "/v1/jobs/j/cron/night%20ly/trigger")
+    fake_api.status, fake_api.body = 404, {"error": {"code": "not_found", "message": "no entry x", "field": "entry"}}
+    with pytest.raises(asyncd.NotFound) as info:
+        c.trigger_cron("j", "x")
+    assert info.value.field == "entry"
+
+
+def test_async_client_cancel_in_job_cancel_unique_and_trigger_cron(fake_api):
+    """The AsyncClient sends the same requests as the Client's."""
+    c = asyncd.AsyncClient(fake_api.url, token_file=None)
+
+    async def main():
+        fake_api.body = {"id": "a", "state": "cancelled"}
+        await c.cancel("a", job="j")
+        cancel_path = fake_api.last().path
+        fake_api.body = {"id": "b", "state": "cancelled"}
+        by_key = await c.cancel_unique("j", "k")
+        unique_path = fake_api.last().path
+        fake_api.status, fake_api.body = 201, {"id": "t1", "job": "j", "entry": "e", "type": "t",
+                                               "eta": "2026-11-30T06:00:00.000Z"}
+        fired = await c.trigger_cron("j", "e")
+        return cancel_path, by_key, unique_path, fired, fake_api.last().path
+
+    cancel_path, by_key, unique_path, fired, trigger_path = asyncio.run(main())
+    assert cancel_path == "/v1/tasks/a?job=j"
+    assert (by_key.id, unique_path) == ("b", "/v1/tasks?job=j&unique_key=k")
+    assert (fired.id, trigger_path) == ("t1", "/v1/jobs/j/cron/e/trigger")
 
 
 @pytest.mark.parametrize(

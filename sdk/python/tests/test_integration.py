@@ -91,6 +91,10 @@ def register(env: Env) -> None:
     def unique(payload: Any, ctx: asyncd.TaskContext) -> None:
         env.record(payload, ctx)
 
+    @c.executor("py_cron")
+    def cron(payload: Any, ctx: asyncd.TaskContext) -> None:
+        env.record(payload, ctx)
+
     @c.executor("py_async")
     async def async_ok(payload: Any, ctx: asyncd.TaskContext) -> Dict[str, Any]:
         env.record(payload, ctx)
@@ -137,7 +141,7 @@ def register(env: Env) -> None:
 
 
 TYPES = ["py_ok", "py_async", "py_permanent", "py_flaky", "py_retry_after", "py_always_fails", "py_long", "py_unique",
-         "py_cancel"]
+         "py_cancel", "py_kafka", "py_cron"]
 
 
 @pytest.fixture(scope="module")
@@ -153,12 +157,20 @@ def dev_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Union[Env, Exc
     executor = client.make_server("127.0.0.1", 0)
     threading.Thread(target=executor.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     for t in TYPES:
-        doc = asyncd.job_config_yaml(
+        doc = asyncd.job_config(
             t.replace("_", "-") + "-job", t, f"http://127.0.0.1:{executor.server_port}/tasks/{t}",
             timeout=10, signing_secret=SECRET_NAME, max_retries=2, backoff="exponential",
             initial_backoff=0.1, max_backoff=0.5, unique_key="order:{order_id}" if t == "py_unique" else None,
+            # Fires once a year, so only trigger_cron runs it within a test.
+            cron=[{"name": "yearly", "schedule": "CRON_TZ=UTC 0 0 1 1 *", "payload": {"report": "annual"}}]
+            if t == "py_cron" else None,
         )
-        (server.config_dir / f"{t}.yaml").write_text(doc)
+        if t == "py_kafka":
+            # A Kafka-routed job (job_config has no argument for it). asyncd dev has no
+            # brokers, so its tasks still go to the store, but the API treats an id of it
+            # that is not in the store as a task not consumed yet.
+            doc["spec"]["kafka"] = {"topic": "asyncd-py-it-kafka", "partitions": 1}
+        (server.config_dir / f"{t}.yaml").write_text(asyncd.to_yaml(doc))
     try:
         server.start()
     except Exception as e:
@@ -255,6 +267,69 @@ def test_cancel_finished_task_and_redrive_live_task(dev_env):
     assert info.value.state in (None, asyncd.SUCCEEDED)
     with pytest.raises(asyncd.NotDead):
         env.client.redrive(res.id)
+
+
+def test_cancel_in_job(dev_env):
+    """Issue 15: ``cancel(id, job=)`` reaches a Kafka-routed task that no dispatcher has
+    consumed (an id never submitted to py_kafka stands for one, as asyncd dev has no
+    brokers): without the job it cannot be told from an unknown id; with it, it is
+    recorded as cancelled. A stored task is cancelled with the job as without it, and a
+    job no config declares is refused."""
+    env = need(dev_env)
+    c = env.client
+    unconsumed = str(uuid.uuid4())
+    with pytest.raises(asyncd.NotFound):
+        c.cancel(unconsumed)
+    c.cancel(unconsumed, job="py-kafka-job")
+    got = c.get(unconsumed)
+    assert got.state == asyncd.CANCELLED and "before it was consumed from Kafka" in (got.last_error or ""), got
+
+    waiting = c.submit_delayed("py_ok", delay=timedelta(hours=1), idempotency_key=key())
+    with pytest.raises(asyncd.InvalidField) as info:
+        c.cancel(waiting.id, job="no-such-job")
+    assert (info.value.status, info.value.field) == (400, "job")
+    assert c.get(waiting.id).state in (asyncd.PENDING, asyncd.CLAIMED)
+    c.cancel(waiting.id, job="py-ok-job")
+    env.wait_state(waiting.id, asyncd.CANCELLED, 5)
+
+
+def test_cancel_unique(dev_env):
+    """``cancel_unique`` cancels the job's unfinished task holding the key, and only it."""
+    env = need(dev_env)
+    c = env.client
+    ukey = key("cancel-by-key")
+    held = c.submit_delayed("py_ok", delay=timedelta(hours=1), unique_key=ukey, idempotency_key=key())
+    other = c.submit_delayed("py_ok", delay=timedelta(hours=1), unique_key=key("other"), idempotency_key=key())
+    with pytest.raises(asyncd.NotFound):
+        c.cancel_unique("py-unique-job", ukey)  # another job's tasks hold no such key
+    assert c.cancel_unique("py-ok-job", ukey) == asyncd.CancelResult(id=held.id, state=asyncd.CANCELLED)
+    env.wait_state(held.id, asyncd.CANCELLED, 5)
+    assert c.get(other.id).state != asyncd.CANCELLED
+    with pytest.raises(asyncd.NotFound):
+        c.cancel_unique("py-ok-job", ukey)
+    c.cancel(other.id)
+
+
+def test_trigger_cron(dev_env):
+    """``trigger_cron`` fires the entry now: a task of the job's type with the entry's
+    payload, which the executor runs; each call is a new task."""
+    env = need(dev_env)
+    c = env.client
+    before = datetime.now(timezone.utc)
+    fired = c.trigger_cron("py-cron-job", "yearly")
+    assert (fired.job, fired.entry, fired.type) == ("py-cron-job", "yearly", "py_cron")
+    assert before - timedelta(seconds=1) <= fired.eta <= datetime.now(timezone.utc) + timedelta(seconds=1)
+    env.wait_state(fired.id, asyncd.SUCCEEDED)
+    assert [r.payload for r in env.runs_of(fired.id)] == [{"report": "annual"}]
+    again = c.trigger_cron("py-cron-job", "yearly")
+    assert again.id != fired.id
+    env.wait_state(again.id, asyncd.SUCCEEDED)
+    with pytest.raises(asyncd.NotFound) as info:
+        c.trigger_cron("py-cron-job", "hourly")
+    assert info.value.field == "entry"
+    with pytest.raises(asyncd.NotFound) as info:
+        c.trigger_cron("no-such-job", "yearly")
+    assert info.value.field == "name"
 
 
 def test_request_errors(dev_env):

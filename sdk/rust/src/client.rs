@@ -553,8 +553,11 @@ impl Client {
         .await
     }
 
-    /// Cancels a blocked, pending or claimed task. A task past that point is refused
-    /// with `not_cancellable`, whose [`ApiError::state`] names where it is.
+    /// Cancels a task that has not finished (blocked, pending, claimed or running; a
+    /// running attempt is told on its next heartbeat). A finished task is refused with
+    /// `not_cancellable`, whose [`ApiError::state`] names where it is. A Kafka-routed
+    /// task not yet consumed is not in the store, so this answers `not_found` for it:
+    /// use [`cancel_in`](Self::cancel_in).
     pub async fn cancel(&self, id: &str) -> Result<CancelResult, Error> {
         self.call(
             Method::DELETE,
@@ -562,6 +565,15 @@ impl Client {
             None::<&()>,
         )
         .await
+    }
+
+    /// [`cancel`](Self::cancel) naming the task's job (its AsyncJobConfig's name)
+    /// (`DELETE /v1/tasks/{id}?job=J`): besides what `cancel` does, a task of a
+    /// Kafka-routed job that no dispatcher has consumed yet is recorded as cancelled,
+    /// so it never runs. A job no config declares is `invalid_field` naming `job`.
+    pub async fn cancel_in(&self, job: &str, id: &str) -> Result<CancelResult, Error> {
+        let path = format!("/v1/tasks/{}?job={}", escape(id), escape(job));
+        self.call(Method::DELETE, &path, None::<&()>).await
     }
 
     /// Cancels the unfinished task of job `job` (its AsyncJobConfig's name) that holds
@@ -1271,6 +1283,17 @@ mod tests {
         assert_eq!(
             (r.method.as_str(), r.path.as_str(), r.query.as_str()),
             ("DELETE", "/v1/tasks", "job=j%201&unique_key=order%3A7")
+        );
+        fake.answer(200, r#"{"id":"c/d","state":"cancelled"}"#);
+        let cancelled = c.cancel_in("j 1", "c/d").await.unwrap();
+        assert_eq!(
+            (cancelled.id.as_str(), &cancelled.state),
+            ("c/d", &TaskState::Cancelled)
+        );
+        let r = fake.last();
+        assert_eq!(
+            (r.method.as_str(), r.path.as_str(), r.query.as_str()),
+            ("DELETE", "/v1/tasks/c%2Fd", "job=j%201")
         );
     }
 

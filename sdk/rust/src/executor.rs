@@ -32,6 +32,7 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::client::{Client, DEFAULT_ENDPOINT, ResultStatus, TaskResult};
@@ -55,6 +56,11 @@ pub const HEADER_BATCH: &str = headers::BATCH;
 /// The lease a long-running executor asks for when given none.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
+/// How long a long-running handler has, once its [`TaskContext::cancellation`] is
+/// cancelled, to return on its own before its future is dropped, unless
+/// [`Executor::cancel_grace`] says otherwise.
+pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(5);
+
 /// How many handlers of one batch call run at once unless
 /// [`Executor::batch_concurrency`] says otherwise.
 pub const DEFAULT_BATCH_CONCURRENCY: usize = 64;
@@ -63,7 +69,12 @@ pub const DEFAULT_BATCH_CONCURRENCY: usize = 64;
 const MAX_BODY: usize = 32 << 20;
 
 /// The task and attempt a handler is running.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Two contexts are equal when their fields other than [`cancellation`] are: a token
+/// has no value to compare.
+///
+/// [`cancellation`]: TaskContext::cancellation
+#[derive(Debug, Clone)]
 pub struct TaskContext {
     pub id: String,
     pub task_type: String,
@@ -85,7 +96,61 @@ pub struct TaskContext {
     /// [`crate::Task::trace`] (or an OpenTelemetry propagator) to continue the trace.
     pub traceparent: Option<String>,
     pub tracestate: Option<String>,
+    /// Cancelled when this attempt should stop: for a long-running handler, when a
+    /// heartbeat answers `task_cancelled` (the task was cancelled while it ran) or
+    /// `stale_lease` (a newer attempt owns it); for a handler within the call, when
+    /// asyncd hangs up on the call (the job's executor timeout passed). A long-running
+    /// handler that does not return within [`Executor::cancel_grace`] of it is
+    /// dropped; whatever it returns then is not posted. Await
+    /// `ctx.cancellation.cancelled()` in a `tokio::select!` (or poll
+    /// `is_cancelled()`) to stop cleanly, e.g. roll back or release a lock.
+    pub cancellation: CancellationToken,
 }
+
+impl PartialEq for TaskContext {
+    fn eq(&self, other: &Self) -> bool {
+        // Every field but `cancellation`; listed by destructuring, so a new field
+        // cannot be forgotten here.
+        let Self {
+            id,
+            task_type,
+            attempt,
+            idempotency_key,
+            lease_token,
+            callback_url,
+            eta,
+            dispatcher,
+            traceparent,
+            tracestate,
+            cancellation: _,
+        } = self;
+        (
+            id,
+            task_type,
+            attempt,
+            idempotency_key,
+            lease_token,
+            callback_url,
+            eta,
+            dispatcher,
+            traceparent,
+            tracestate,
+        ) == (
+            &other.id,
+            &other.task_type,
+            &other.attempt,
+            &other.idempotency_key,
+            &other.lease_token,
+            &other.callback_url,
+            &other.eta,
+            &other.dispatcher,
+            &other.traceparent,
+            &other.tracestate,
+        )
+    }
+}
+
+impl Eq for TaskContext {}
 
 /// Any error a handler may fail with: it becomes a 500 (retried with backoff).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -196,6 +261,7 @@ pub struct Executor {
     callback_endpoint: Option<String>,
     http: Option<reqwest::Client>,
     batch_concurrency: usize,
+    cancel_grace: Duration,
     tracker: TaskTracker,
 }
 
@@ -224,6 +290,7 @@ impl Executor {
             callback_endpoint: None,
             http: None,
             batch_concurrency: DEFAULT_BATCH_CONCURRENCY,
+            cancel_grace: DEFAULT_CANCEL_GRACE,
             tracker: TaskTracker::new(),
         }
     }
@@ -270,6 +337,14 @@ impl Executor {
         self
     }
 
+    /// How long a long-running handler whose [`TaskContext::cancellation`] was
+    /// cancelled may take to return on its own before its future is dropped (default
+    /// [`DEFAULT_CANCEL_GRACE`]; `Duration::ZERO` drops it at once).
+    pub fn cancel_grace(mut self, grace: Duration) -> Self {
+        self.cancel_grace = grace;
+        self
+    }
+
     /// Runs `handler` for tasks of `task_type`, within the executor call: the
     /// outcome is the answer (see [`Outcome`]). The payload is decoded into `P`
     /// (`serde_json::Value` takes anything); a payload that does not decode is a
@@ -293,8 +368,9 @@ impl Executor {
     /// as `output`, `retry` with `retry_after`, or `failed`). If asyncd refuses a
     /// heartbeat — `task_cancelled` (the task was cancelled while it ran) or
     /// `stale_lease` (the lease lapsed and a newer attempt owns the task) — the
-    /// handler's future is dropped and no result is posted. `Duration::ZERO`
-    /// means [`DEFAULT_LEASE`].
+    /// handler's [`TaskContext::cancellation`] is cancelled, the handler has
+    /// [`cancel_grace`](Self::cancel_grace) to return, then its future is dropped;
+    /// no result is posted either way. `Duration::ZERO` means [`DEFAULT_LEASE`].
     pub fn register_long_running<P, T, F, Fut>(
         self,
         task_type: impl Into<String>,
@@ -370,6 +446,7 @@ impl Executor {
             verifier: self.keys.map(Verifier::new),
             callbacks,
             batch_concurrency: self.batch_concurrency,
+            cancel_grace: self.cancel_grace,
             tracker: self.tracker,
         });
         Router::new()
@@ -410,6 +487,7 @@ struct Shared {
     verifier: Option<Verifier>,
     callbacks: Client,
     batch_concurrency: usize,
+    cancel_grace: Duration,
     tracker: TaskTracker,
 }
 
@@ -485,6 +563,7 @@ fn context(headers: &HeaderMap, env: &Envelope, origin: CallOrigin) -> TaskConte
         dispatcher: origin.dispatcher,
         traceparent: header_str(headers, headers::TRACEPARENT).map(str::to_string),
         tracestate: header_str(headers, headers::TRACESTATE).map(str::to_string),
+        cancellation: CancellationToken::new(),
     }
 }
 
@@ -514,6 +593,7 @@ fn batch_context(
         dispatcher: origin.dispatcher.clone(),
         traceparent: non_empty(&task.traceparent),
         tracestate: non_empty(&task.tracestate),
+        cancellation: CancellationToken::new(),
     }
 }
 
@@ -813,7 +893,8 @@ async fn run_task(
 
 /// Logs, when dropped armed, that asyncd closed the call before the handler returned:
 /// the attempt timed out (the job's executor timeout is shorter than the handler). The
-/// server drops the answering future when the caller hangs up; the handler runs on.
+/// server drops the answering future when the caller hangs up; the handler runs on,
+/// told by its cancelled [`TaskContext::cancellation`] that nobody waits for it.
 struct Abandoned {
     ctx: Option<TaskContext>,
     started: Instant,
@@ -826,6 +907,7 @@ impl Drop for Abandoned {
                 took = ?self.started.elapsed(),
                 "asyncd: task timed out: asyncd closed the call before the handler returned (the job's \
                  executor timeout is shorter than the handler); it counts as a failed attempt and may run again");
+            ctx.cancellation.cancel();
         }
     }
 }
@@ -925,6 +1007,27 @@ fn result_of(lease_token: String, outcome: Result<Value, Outcome>) -> TaskResult
     res
 }
 
+/// Stops a long-running handler whose attempt asyncd no longer accepts: cancels its
+/// token so that it can stop cleanly, waits the grace for it to return, and drops its
+/// future (Rust's own cancellation: it stops at its next await and its destructors run)
+/// if it has not. Its outcome is not posted: asyncd would refuse it.
+async fn stop(
+    shared: &Shared,
+    ctx: &TaskContext,
+    mut handler: tokio::task::JoinHandle<Result<Value, Outcome>>,
+) {
+    ctx.cancellation.cancel();
+    if tokio::time::timeout(shared.cancel_grace, &mut handler)
+        .await
+        .is_err()
+    {
+        tracing::warn!(task = %ctx.id, task_type = %ctx.task_type, attempt = ctx.attempt,
+            grace = ?shared.cancel_grace,
+            "asyncd: the handler did not return within its grace after its cancellation; dropping it");
+        handler.abort();
+    }
+}
+
 async fn run_long(shared: Arc<Shared>, ctx: TaskContext, lease: Duration, fut: HandlerFuture) {
     let api = shared.callbacks.at(&ctx.callback_url);
     let period = (lease / 3).max(Duration::from_millis(1));
@@ -941,18 +1044,16 @@ async fn run_long(shared: Arc<Shared>, ctx: TaskContext, lease: Duration, fut: H
                 match beat {
                     Ok(Ok(_)) => lease_until = Instant::now() + lease,
                     Ok(Err(e)) if e.is(&ErrorCode::TaskCancelled) => {
-                        // Dropping the handler's future is how Rust cancels it: it stops
-                        // at its next await, and its destructors run.
                         tracing::info!(task = %ctx.id, task_type = %ctx.task_type, attempt = ctx.attempt,
                             "asyncd: task was cancelled while it ran (its heartbeat said so); stopping the handler, its result is dropped");
-                        handler.abort();
+                        stop(&shared, &ctx, handler).await;
                         return;
                     }
                     Ok(Err(e)) if e.is(&ErrorCode::StaleLease) || e.is(&ErrorCode::NotFound) => {
                         // A newer attempt owns the task; asyncd would refuse our result.
                         tracing::warn!(task = %ctx.id, task_type = %ctx.task_type, attempt = ctx.attempt, error = %e,
                             "asyncd: long-running task lost its lease (a heartbeat was refused): a newer attempt owns it; stopping the handler");
-                        handler.abort();
+                        stop(&shared, &ctx, handler).await;
                         return;
                     }
                     Ok(Err(e)) => tracing::warn!(task = %ctx.id, error = %e, "asyncd heartbeat failed"),
@@ -1168,14 +1269,20 @@ mod tests {
     }
 
     /// asyncd hangs up when the job's executor timeout passes; the attempt is logged as
-    /// timed out.
+    /// timed out, and the handler, which runs on, sees its cancellation token cancelled.
     #[tokio::test]
     async fn a_call_asyncd_gave_up_on_is_logged_as_timed_out() {
         let (logs, _guard) = Logs::capture();
+        let observed = Arc::new(tokio::sync::Notify::new());
+        let o = observed.clone();
         let app = Executor::new()
-            .register("slow", |_, _: Value| async {
-                std::future::pending::<()>().await;
-                Ok(())
+            .register("slow", move |ctx: TaskContext, _: Value| {
+                let o = o.clone();
+                async move {
+                    ctx.cancellation.cancelled().await;
+                    o.notify_one();
+                    Ok(())
+                }
             })
             .into_router();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -1208,6 +1315,9 @@ mod tests {
             line.contains("ERROR") && line.contains("task_type=slow"),
             "{line}"
         );
+        tokio::time::timeout(Duration::from_secs(5), observed.notified())
+            .await
+            .expect("the abandoned handler's token is cancelled");
     }
 
     #[tokio::test]
@@ -1281,6 +1391,7 @@ mod tests {
                 dispatcher: Some("d-1".into()),
                 traceparent: None,
                 tracestate: None,
+                cancellation: CancellationToken::new(),
             }
         );
 
@@ -1614,7 +1725,7 @@ mod tests {
 
     #[tokio::test]
     async fn long_running_stale_lease_stops_the_handler() {
-        a_refused_heartbeat_drops_the_handler(CallbackApi {
+        a_refused_heartbeat_stops_the_handler(CallbackApi {
             stale_after: 1,
             ..CallbackApi::default()
         })
@@ -1624,55 +1735,107 @@ mod tests {
     /// Issue 15: a task cancelled while it runs is told on its next heartbeat.
     #[tokio::test]
     async fn long_running_cancelled_task_stops_the_handler() {
-        a_refused_heartbeat_drops_the_handler(CallbackApi {
+        a_refused_heartbeat_stops_the_handler(CallbackApi {
             cancelled_after: 1,
             ..CallbackApi::default()
         })
         .await;
     }
 
-    async fn a_refused_heartbeat_drops_the_handler(api: CallbackApi) {
-        let (api, url) = api.start().await;
-        struct Dropped(Arc<AtomicUsize>);
+    /// After the second heartbeat is refused, the handler's token is cancelled: a
+    /// handler watching it returns on its own; one ignoring it is dropped once the
+    /// grace has passed, the token cancelled before. Neither posts a result.
+    async fn a_refused_heartbeat_stops_the_handler(api: CallbackApi) {
+        /// Counts its drops, and those that found the token already cancelled.
+        struct Dropped {
+            drops: Arc<AtomicUsize>,
+            after_cancel: Arc<AtomicUsize>,
+            token: CancellationToken,
+        }
         impl Drop for Dropped {
             fn drop(&mut self) {
-                self.0.fetch_add(1, Ordering::SeqCst);
+                self.drops.fetch_add(1, Ordering::SeqCst);
+                if self.token.is_cancelled() {
+                    self.after_cancel.fetch_add(1, Ordering::SeqCst);
+                }
             }
         }
-        let dropped = Arc::new(AtomicUsize::new(0));
-        let d = dropped.clone();
-        let executor = Executor::new().register_long_running(
-            "long",
-            Duration::from_millis(150),
-            move |_, _: Value| {
-                let guard = Dropped(d.clone());
-                async move {
-                    std::future::pending::<()>().await;
-                    drop(guard);
-                    Ok(())
-                }
-            },
-        );
-        let in_flight = executor.in_flight();
-        let app = executor.into_router();
-        let headers = [
-            ("Asyncd-Lease-Token", "tok-3".to_string()),
-            ("Asyncd-Callback-Url", url),
-        ];
-        let (status, _, _) = call(&app, "POST", &task_body("long", "null"), &headers).await;
-        assert_eq!(status, 202);
-        wait_until("the handler to be dropped", || {
-            dropped.load(Ordering::SeqCst) == 1
-        })
-        .await;
-        tokio::time::timeout(Duration::from_secs(10), in_flight.wait())
-            .await
-            .unwrap();
-        assert_eq!(api.heartbeats().len(), 2);
-        assert!(
-            api.results().is_empty(),
-            "a result was posted for a lost lease or a cancelled task"
-        );
+        for watches_token in [true, false] {
+            // A fresh fake each time: clones would share the recorded calls.
+            let (api, url) = CallbackApi {
+                stale_after: api.stale_after,
+                cancelled_after: api.cancelled_after,
+                ..CallbackApi::default()
+            }
+            .start()
+            .await;
+            let drops = Arc::new(AtomicUsize::new(0));
+            let after_cancel = Arc::new(AtomicUsize::new(0));
+            let returned = Arc::new(AtomicUsize::new(0));
+            let (d, a, r) = (drops.clone(), after_cancel.clone(), returned.clone());
+            let executor = Executor::new()
+                // Watching: a grace far past the test's deadline, so that only the
+                // handler's own return can end it.
+                .cancel_grace(if watches_token {
+                    Duration::from_secs(60)
+                } else {
+                    Duration::from_millis(50)
+                })
+                .register_long_running(
+                    "long",
+                    Duration::from_millis(150),
+                    move |ctx: TaskContext, _: Value| {
+                        let guard = Dropped {
+                            drops: d.clone(),
+                            after_cancel: a.clone(),
+                            token: ctx.cancellation.clone(),
+                        };
+                        let r = r.clone();
+                        async move {
+                            let _guard = guard;
+                            if watches_token {
+                                ctx.cancellation.cancelled().await;
+                                r.fetch_add(1, Ordering::SeqCst);
+                                return Err(Outcome::permanent("cancelled"));
+                            }
+                            std::future::pending::<()>().await;
+                            Ok(())
+                        }
+                    },
+                );
+            let in_flight = executor.in_flight();
+            let app = executor.into_router();
+            let headers = [
+                ("Asyncd-Lease-Token", "tok-3".to_string()),
+                ("Asyncd-Callback-Url", url),
+            ];
+            let (status, _, _) = call(&app, "POST", &task_body("long", "null"), &headers).await;
+            assert_eq!(status, 202);
+            tokio::time::timeout(Duration::from_secs(10), in_flight.wait())
+                .await
+                .expect("the handler is stopped");
+            let case = if watches_token {
+                "watching"
+            } else {
+                "ignoring"
+            };
+            assert_eq!(drops.load(Ordering::SeqCst), 1, "{case}");
+            assert_eq!(
+                after_cancel.load(Ordering::SeqCst),
+                1,
+                "{case}: the token is cancelled before the handler ends"
+            );
+            assert_eq!(
+                returned.load(Ordering::SeqCst),
+                usize::from(watches_token),
+                "{case}: a handler watching its token returns on its own"
+            );
+            assert_eq!(api.heartbeats().len(), 2, "{case}");
+            assert!(
+                api.results().is_empty(),
+                "{case}: a result was posted for a lost lease or a cancelled task"
+            );
+        }
     }
 
     #[test]
@@ -1842,6 +2005,7 @@ mod tests {
                 dispatcher: Some("d-1".into()),
                 traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()),
                 tracestate: Some("vendor=1".into()),
+                cancellation: CancellationToken::new(),
             }
         );
 

@@ -52,13 +52,17 @@ pub use client::{
 };
 pub use error::{ApiError, Error, ErrorCode};
 pub use executor::{
-    BoxError, DEFAULT_BATCH_CONCURRENCY, DEFAULT_LEASE, Executor, HEADER_ATTEMPT, HEADER_BATCH,
-    HEADER_CALLBACK_URL, HEADER_DISPATCHER, HEADER_IDEMPOTENCY_KEY, HEADER_LEASE_TOKEN,
-    HEADER_SIGNATURE, HEADER_TASK_ID, HEADER_TIMESTAMP, InFlight, Outcome, TaskContext,
+    BoxError, DEFAULT_BATCH_CONCURRENCY, DEFAULT_CANCEL_GRACE, DEFAULT_LEASE, Executor,
+    HEADER_ATTEMPT, HEADER_BATCH, HEADER_CALLBACK_URL, HEADER_DISPATCHER, HEADER_IDEMPOTENCY_KEY,
+    HEADER_LEASE_TOKEN, HEADER_SIGNATURE, HEADER_TASK_ID, HEADER_TIMESTAMP, InFlight, Outcome,
+    TaskContext,
 };
 pub use idempotency::{canonical_json, idempotency_key_from};
 pub use retry::RetryPolicy;
 pub use time::{format_duration, format_time};
+/// The type of [`TaskContext::cancellation`], re-exported so that a handler can name it
+/// without depending on `tokio-util` itself.
+pub use tokio_util::sync::CancellationToken;
 pub use verifier::{
     MAX_REPLAY_ENTRIES, VerifiedBatch, Verifier, VerifyError, signed_batch_call, signed_call,
 };

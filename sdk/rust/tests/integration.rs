@@ -790,24 +790,29 @@ impl Drop for OnDrop {
 }
 
 /// Issue 15: a task cancelled while its long-running handler runs is cancelled in the
-/// handler: the executor learns it on its next heartbeat (410 `task_cancelled`) and drops
-/// the handler's future — Rust's cancellation: it stops at its await and its destructors
-/// run — and the task ends cancelled after its one attempt.
+/// handler: the executor learns it on its next heartbeat (410 `task_cancelled`) and
+/// cancels the handler's `ctx.cancellation` token, which the handler observes and
+/// returns on; and the task ends cancelled after its one attempt.
 #[tokio::test]
 async fn cancelling_a_running_task_cancels_its_handler() {
     const LEASE: Duration = Duration::from_secs(2);
     let rec = Recorder::default();
+    let observed = std::sync::Arc::new(tokio::sync::Notify::new());
     let dropped = std::sync::Arc::new(tokio::sync::Notify::new());
-    let (r, d) = (rec.clone(), dropped.clone());
+    let (r, o, d) = (rec.clone(), observed.clone(), dropped.clone());
     let executor = Executor::new()
         .signing_secret(SECRET)
+        // Longer than the test waits: the handler must end by observing its token, not
+        // by being dropped after the grace.
+        .cancel_grace(DEADLINE * 2)
         .register_long_running("rust_cancel", LEASE, move |ctx: TaskContext, p: Value| {
             r.add(&ctx, &p);
-            let guard = OnDrop(d.clone());
+            let (o, guard) = (o.clone(), OnDrop(d.clone()));
             async move {
                 let _guard = guard;
-                std::future::pending::<()>().await;
-                Ok::<(), Outcome>(())
+                ctx.cancellation.cancelled().await;
+                o.notify_one();
+                Err::<(), _>(Outcome::permanent("cancelled"))
             }
         });
     let in_flight = executor.in_flight();
@@ -819,20 +824,92 @@ async fn cancelling_a_running_task_cancels_its_handler() {
         TaskState::Running
     );
     dev.client.cancel(&res.id).await.unwrap();
-    tokio::time::timeout(DEADLINE, dropped.notified())
+    tokio::time::timeout(DEADLINE, observed.notified())
         .await
         .unwrap_or_else(|_| {
             panic!(
-                "the handler was not cancelled within {DEADLINE:?} of the cancel\n{}",
+                "the handler did not see its token cancelled within {DEADLINE:?} of the cancel\n{}",
                 dev.log_tail()
             )
         });
+    tokio::time::timeout(DEADLINE, dropped.notified())
+        .await
+        .expect("the handler's future ended");
     let done = dev.wait_state(&res.id, TaskState::Cancelled).await;
     assert_eq!(done.attempt, 1);
+    assert!(
+        done.result.is_none(),
+        "the cancelled handler's outcome was recorded: {done:?}"
+    );
     assert_eq!(rec.runs(&res.id).len(), 1);
     tokio::time::timeout(DEADLINE, in_flight.wait())
         .await
         .expect("no handler is left running");
+}
+
+/// Issue 15: a cancel naming the task's job. A task of a Kafka-routed job that no
+/// dispatcher has consumed is not in the store — `asyncd dev` has no brokers, so an id
+/// never submitted stands for one: a plain `cancel` cannot tell it from an unknown id
+/// (404), `cancel_in` records it cancelled so that it never runs. A stored task is
+/// cancelled by `cancel_in` as by `cancel`; a job no config declares is refused.
+#[tokio::test]
+async fn cancel_in_a_job_cancels_a_kafka_task_not_consumed_yet() {
+    let rec = Recorder::default();
+    let dev = Dev::start(
+        recording_executor(&rec),
+        &[
+            Job::new("rust_ok"),
+            Job::new("rust_kafka").kafka("asyncd-it-rust-kafka"),
+        ],
+    )
+    .await;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let unconsumed = format!("01934a6e-0000-7000-8000-{:012x}", nanos & 0xffff_ffff_ffff);
+    api_error(
+        dev.client.cancel(&unconsumed).await,
+        ErrorCode::NotFound,
+        404,
+        None,
+    );
+    let cancelled = dev
+        .client
+        .cancel_in("rust-kafka-job", &unconsumed)
+        .await
+        .unwrap();
+    assert_eq!(
+        (cancelled.id.as_str(), &cancelled.state),
+        (unconsumed.as_str(), &TaskState::Cancelled)
+    );
+    let got = dev.client.get(&unconsumed).await.unwrap();
+    assert_eq!(got.state, TaskState::Cancelled);
+    assert!(
+        got.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("before it was consumed from Kafka")),
+        "{got:?}"
+    );
+
+    let waiting = submit(
+        &dev,
+        Task::new("rust_ok", Value::Null).delay(Duration::from_secs(3600)),
+    )
+    .await;
+    let cancelled = dev
+        .client
+        .cancel_in("rust-ok-job", &waiting.id)
+        .await
+        .unwrap();
+    assert_eq!(cancelled.state, TaskState::Cancelled);
+    dev.wait_state(&waiting.id, TaskState::Cancelled).await;
+    api_error(
+        dev.client.cancel_in("no-such-job", UNKNOWN_ID).await,
+        ErrorCode::InvalidField,
+        400,
+        Some("job"),
+    );
 }
 
 #[tokio::test]

@@ -121,6 +121,26 @@ class RedriveResult:
 
 
 @dataclass(frozen=True)
+class CancelResult:
+    """The task :meth:`Client.cancel_unique` cancelled."""
+
+    id: str
+    state: str
+
+
+@dataclass(frozen=True)
+class CronTrigger:
+    """The task :meth:`Client.trigger_cron` fired: its id, job, cron entry, type and due
+    time."""
+
+    id: str
+    job: str
+    entry: str
+    type: str
+    eta: datetime
+
+
+@dataclass(frozen=True)
 class TaskPage:
     """One page of :meth:`Client.search`, newest first. ``next_cursor`` is set while there
     may be more: pass it as ``cursor``."""
@@ -299,11 +319,37 @@ class Client(Executor):
         """The task with ``task_id``; raises :class:`asyncd.NotFound`."""
         return TaskStatus.from_json(self._request("GET", f"/v1/tasks/{_q(task_id)}"))
 
-    def cancel(self, task_id: str) -> None:
+    def cancel(self, task_id: str, job: Optional[str] = None) -> None:
         """Cancels a task that has not finished (a running attempt is told on its next
         heartbeat); raises :class:`asyncd.NotCancellable` (``.state`` says where it is)
-        for a finished one."""
-        self._request("DELETE", f"/v1/tasks/{_q(task_id)}")
+        for a finished one.
+
+        ``job`` names the task's job (its AsyncJobConfig's name;
+        ``DELETE /v1/tasks/{id}?job=``): a task of a Kafka-routed job that no dispatcher
+        has consumed yet is not in the store, so without it that task is
+        :class:`asyncd.NotFound`; with it, it is recorded as cancelled and never runs. A
+        job no config declares raises :class:`asyncd.InvalidField` (``field == "job"``)."""
+        path = f"/v1/tasks/{_q(task_id)}"
+        if job is not None:
+            path += "?" + urllib.parse.urlencode({"job": job})
+        self._request("DELETE", path)
+
+    def cancel_unique(self, job: str, unique_key: str) -> CancelResult:
+        """Cancels the unfinished task of ``job`` (its AsyncJobConfig's name) that holds
+        ``unique_key`` (``DELETE /v1/tasks?job=&unique_key=``); raises
+        :class:`asyncd.NotFound` when no unfinished task holds it."""
+        q = urllib.parse.urlencode({"job": job, "unique_key": unique_key})
+        d = self._request("DELETE", f"/v1/tasks?{q}")
+        return CancelResult(id=d["id"], state=d["state"])
+
+    def trigger_cron(self, job: str, entry: str) -> CronTrigger:
+        """Fires the cron entry named ``entry`` (its ``spec.cron[].name``) of ``job`` once,
+        now, besides its schedule (``POST /v1/jobs/{job}/cron/{entry}/trigger``): a new
+        task with the entry's payload, due now. An unknown job or entry raises
+        :class:`asyncd.NotFound`, whose ``field`` says which."""
+        d = self._request("POST", f"/v1/jobs/{_q(job)}/cron/{_q(entry)}/trigger")
+        return CronTrigger(id=d["id"], job=d["job"], entry=d["entry"], type=d["type"],
+                           eta=parse_time(d["eta"]))
 
     def dead_letters(self, type: Optional[str] = None, limit: Optional[int] = None) -> List[TaskStatus]:  # noqa: A002
         """Dead tasks, newest first, optionally of one type (limit: server default 100)."""
@@ -451,9 +497,17 @@ class AsyncClient:
         """:meth:`Client.get`."""
         return await self._call(self._client.get, task_id)
 
-    async def cancel(self, task_id: str) -> None:
+    async def cancel(self, task_id: str, job: Optional[str] = None) -> None:
         """:meth:`Client.cancel`."""
-        await self._call(self._client.cancel, task_id)
+        await self._call(self._client.cancel, task_id, job)
+
+    async def cancel_unique(self, job: str, unique_key: str) -> CancelResult:
+        """:meth:`Client.cancel_unique`."""
+        return await self._call(self._client.cancel_unique, job, unique_key)
+
+    async def trigger_cron(self, job: str, entry: str) -> CronTrigger:
+        """:meth:`Client.trigger_cron`."""
+        return await self._call(self._client.trigger_cron, job, entry)
 
     async def dead_letters(self, type: Optional[str] = None, limit: Optional[int] = None) -> List[TaskStatus]:  # noqa: A002
         """:meth:`Client.dead_letters`."""

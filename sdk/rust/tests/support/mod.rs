@@ -93,6 +93,10 @@ pub struct Job {
     pub max_retries: u32,
     /// `executor.batch`: `maxTasks` and `maxWait`.
     pub batch: Option<(u32, &'static str)>,
+    /// `kafka.topic`: the job's near-due tasks would go through Kafka. `asyncd dev`
+    /// has no brokers, so its tasks still go to the store, but the API treats the job
+    /// as Kafka-routed (e.g. a cancel naming it may be of a task not consumed yet).
+    pub kafka_topic: Option<&'static str>,
 }
 
 impl Job {
@@ -103,6 +107,7 @@ impl Job {
             secret: SECRET_NAME,
             max_retries: 2,
             batch: None,
+            kafka_topic: None,
         }
     }
 
@@ -110,6 +115,11 @@ impl Job {
     /// `max_wait` (humantime) to fill one.
     pub fn batch(mut self, max_tasks: u32, max_wait: &'static str) -> Self {
         self.batch = Some((max_tasks, max_wait));
+        self
+    }
+
+    pub fn kafka(mut self, topic: &'static str) -> Self {
+        self.kafka_topic = Some(topic);
         self
     }
 
@@ -136,6 +146,11 @@ impl Job {
         );
         if let Some(template) = self.unique_key {
             doc.push_str(&format!("  uniqueKey: \"{template}\"\n"));
+        }
+        if let Some(topic) = self.kafka_topic {
+            doc.push_str(&format!(
+                "  kafka:\n    topic: {topic}\n    partitions: 1\n"
+            ));
         }
         doc
     }
