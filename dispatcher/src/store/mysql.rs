@@ -422,7 +422,10 @@ fn pairs_json<'a>(pairs: impl Iterator<Item = (&'a str, i64)>) -> String {
 
 /// A table `p(pair_id, pair_token)` of the JSON array of [`pairs_json`], bound as one
 /// parameter: one prepared statement whatever the batch size (IN lists would need one
-/// per length), compared byte-wise like the `id` column.
+/// per length), compared byte-wise like the `id` column. Every statement joins it first
+/// (`STRAIGHT_JOIN`) and reaches `tasks` by primary key: left to itself, MariaDB drove
+/// from the state index and re-read the whole JSON table for every claimed row — 4 s to
+/// begin 256 attempts with 20 000 claimed, which held a dispatcher to 300 tasks/s.
 macro_rules! json_pairs {
     () => {
         "JSON_TABLE(?, '$[*]' COLUMNS ( \
@@ -501,7 +504,8 @@ impl Backend for MySqlStore {
             "SELECT tasks.id, tasks.attempt + 1 AS attempt, tasks.lease_token + 1 AS lease_token \
              FROM ",
             json_pairs!(),
-            " JOIN tasks ON tasks.id = p.pair_id AND tasks.lease_token = p.pair_token \
+            " STRAIGHT_JOIN tasks FORCE INDEX (PRIMARY) \
+               ON tasks.id = p.pair_id AND tasks.lease_token = p.pair_token \
              WHERE tasks.state = 'claimed' \
                AND NOT EXISTS (SELECT 1 FROM job_pauses q WHERE q.task_type = tasks.task_type) \
              ORDER BY tasks.id FOR UPDATE"
@@ -513,17 +517,19 @@ impl Backend for MySqlStore {
             let ids = serde_json::to_string(&held.iter().map(|r| &r.id).collect::<Vec<_>>())
                 .expect("ids serialize");
             sqlx::query(
-                "UPDATE tasks SET state = 'running', attempt = attempt + 1, \
-                        lease_token = lease_token + 1, lease_until = ? + timeout_ms + ?, \
-                        updated_at = ? \
-                 WHERE state = 'claimed' AND id IN (SELECT i.id FROM JSON_TABLE(?, '$[*]' \
+                "UPDATE JSON_TABLE(?, '$[*]' \
                        COLUMNS (id VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin \
-                                PATH '$')) AS i)",
+                                PATH '$')) AS i \
+                   STRAIGHT_JOIN tasks FORCE INDEX (PRIMARY) ON tasks.id = i.id \
+                 SET tasks.state = 'running', tasks.attempt = tasks.attempt + 1, \
+                     tasks.lease_token = tasks.lease_token + 1, \
+                     tasks.lease_until = ? + tasks.timeout_ms + ?, tasks.updated_at = ? \
+                 WHERE tasks.state = 'claimed'",
             )
+            .bind(&ids)
             .bind(params.now)
             .bind(duration_ms(params.grace))
             .bind(params.now)
-            .bind(&ids)
             .execute(&mut *conn)
             .await?;
         }
@@ -548,7 +554,8 @@ impl Backend for MySqlStore {
                 let held: std::collections::HashSet<(String, i64)> = sqlx::query_as(concat!(
                     "SELECT tasks.id, tasks.lease_token FROM ",
                     json_pairs!(),
-                    " JOIN tasks ON tasks.id = p.pair_id AND tasks.lease_token = p.pair_token \
+                    " STRAIGHT_JOIN tasks FORCE INDEX (PRIMARY) \
+                       ON tasks.id = p.pair_id AND tasks.lease_token = p.pair_token \
                      WHERE tasks.state IN ('running', 'pending', 'dead') ORDER BY tasks.id FOR UPDATE"
                 ))
                 .bind(&pairs)
@@ -576,12 +583,13 @@ impl Backend for MySqlStore {
                     // The result travels as a JSON string, so JSON_TABLE hands back its
                     // text exactly (results are stored byte for byte, never re-encoded).
                     sqlx::query(
-                        "UPDATE tasks JOIN JSON_TABLE(?, '$[*]' COLUMNS ( \
+                        "UPDATE JSON_TABLE(?, '$[*]' COLUMNS ( \
                              pair_id VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin \
                                  PATH '$[0]', \
                              pair_token BIGINT PATH '$[1]', \
                              outcome LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin \
                                  PATH '$[2]')) AS p \
+                           STRAIGHT_JOIN tasks FORCE INDEX (PRIMARY) \
                            ON tasks.id = p.pair_id AND tasks.lease_token = p.pair_token \
                          SET tasks.state = 'succeeded', tasks.result = p.outcome, \
                              tasks.unique_active = CASE WHEN tasks.unique_for > 0 THEN tasks.unique_active END, \
@@ -595,11 +603,12 @@ impl Backend for MySqlStore {
                     .await?;
                     let done: Vec<&str> = held.iter().map(|(id, _)| id.as_str()).collect();
                     let with_dependents: Vec<String> = sqlx::query_scalar(
-                        "SELECT DISTINCT depends_on FROM task_deps WHERE depends_on IN \
-                           (SELECT i.id FROM JSON_TABLE(?, '$[*]' COLUMNS ( \
+                        "SELECT DISTINCT d.depends_on FROM JSON_TABLE(?, '$[*]' COLUMNS ( \
                               id VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin \
-                              PATH '$')) AS i) \
-                         ORDER BY depends_on",
+                              PATH '$')) AS i \
+                           STRAIGHT_JOIN task_deps d FORCE INDEX (task_deps_reverse) \
+                             ON d.depends_on = i.id \
+                         ORDER BY d.depends_on",
                     )
                     .bind(serde_json::to_string(&done).expect("ids serialize"))
                     .fetch_all(&mut *tx)
