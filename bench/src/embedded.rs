@@ -198,8 +198,7 @@ pub async fn run(args: &Args) -> Result<()> {
         ),
     ] {
         let n = args.limits;
-        let asyncd =
-            Asyncd::start_job(&executor, "", concurrency, &http, None, extra).await?;
+        let asyncd = Asyncd::start_job(&executor, "", concurrency, &http, None, extra).await?;
         sink.take();
         let start = Instant::now();
         submit_batches(&http, &asyncd.base, (0..n).map(|_| task(0)).collect()).await?;

@@ -393,7 +393,8 @@ async fn rate_holds_in_total_within_ten_percent(database: Option<String>) {
     const STEP: Duration = Duration::from_millis(10);
     let manual = ManualClock::at(chrono::Utc::now());
     let (executor, url) = Counting::start(Duration::ZERO, manual.clone()).await;
-    let limits = format!("  concurrency: 100\n  rateLimit: {{perSecond: {RATE}, burst: {BURST}}}\n");
+    let limits =
+        format!("  concurrency: 100\n  rateLimit: {{perSecond: {RATE}, burst: {BURST}}}\n");
     let (pair, _dir) = Pair::start_on(database, job(&url, &limits), Some(manual.clone())).await;
     let t0 = manual.now_millis();
     pair.give(TASKS).await;
@@ -413,10 +414,14 @@ async fn rate_holds_in_total_within_ten_percent(database: Option<String>) {
             .sum::<u64>() as usize
     };
     // The bucket starts full: the burst begins before the clock moves, and nothing else.
-    wait_for("the burst at the executor", Duration::from_secs(20), async || {
-        let calls = executor.calls().len();
-        (calls >= BURST && calls == dispatched() && held(0) + held(1) > 0).then_some(())
-    })
+    wait_for(
+        "the burst at the executor",
+        Duration::from_secs(20),
+        async || {
+            let calls = executor.calls().len();
+            (calls >= BURST && calls == dispatched() && held(0) + held(1) > 0).then_some(())
+        },
+    )
     .await;
     let end = t0 + Duration::from_secs(WINDOWS as u64);
     loop {
@@ -435,8 +440,7 @@ async fn rate_holds_in_total_within_ten_percent(database: Option<String>) {
             async || {
                 let calls = executor.calls();
                 let from = per_dispatcher(&calls);
-                let caught_up =
-                    (0..2).all(|i| held(i) > before[i] || from[i] == TASKS / 2);
+                let caught_up = (0..2).all(|i| held(i) > before[i] || from[i] == TASKS / 2);
                 (caught_up && calls.len() == dispatched()).then_some(())
             },
         )
@@ -453,10 +457,7 @@ async fn rate_holds_in_total_within_ten_percent(database: Option<String>) {
     // Window k: (t0 + k s, t0 + (k + 1) s]; the burst, at t0, is before the first.
     let windows: Vec<usize> = (0..WINDOWS as u64)
         .map(|k| {
-            let (from, to) = (
-                t0 + Duration::from_secs(k),
-                t0 + Duration::from_secs(k + 1),
-            );
+            let (from, to) = (t0 + Duration::from_secs(k), t0 + Duration::from_secs(k + 1));
             calls
                 .iter()
                 .filter(|(at, _)| from < *at && *at <= to)
@@ -467,7 +468,10 @@ async fn rate_holds_in_total_within_ten_percent(database: Option<String>) {
     eprintln!(
         "{at_start} calls at once at the start (burst {BURST}), then per simulated second {windows:?} (limit {RATE}/s), by dispatcher {from:?}"
     );
-    assert!(at_start <= BURST, "{at_start} calls at the start, above the burst");
+    assert!(
+        at_start <= BURST,
+        "{at_start} calls at the start, above the burst"
+    );
     for (k, count) in windows.iter().enumerate() {
         assert!(
             (RATE * 9 / 10..=RATE * 11 / 10).contains(count),
