@@ -184,19 +184,21 @@ pub async fn run(args: &Args) -> Result<()> {
     println!(
         "Every attempt begins through the store's limits (`concurrency`, counted in total); \
          the second row adds a `rateLimit` far above the rate reached, whose token bucket \
-         is one more statement per batch.\n"
+         is one more statement per batch. Both at `--job-concurrency`, as the end-to-end \
+         rows above: a smaller `concurrency` would bind the rate itself (Little's law).\n"
     );
     println!("| job spec | tasks | end-to-end | asyncd CPU |");
     println!("|---|---:|---:|---:|");
+    let concurrency = args.job_concurrency;
     for (label, extra) in [
-        ("`concurrency: 256`", ""),
+        (format!("`concurrency: {concurrency}`"), ""),
         (
-            "`concurrency: 256`, `rateLimit: {perSecond: 1000000}`",
+            format!("`concurrency: {concurrency}`, `rateLimit: {{perSecond: 1000000}}`"),
             "  rateLimit: {perSecond: 1000000}\n",
         ),
     ] {
         let n = args.limits;
-        let asyncd = Asyncd::start_with(&executor, &http, None, extra).await?;
+        let asyncd = Asyncd::start_job(&executor, "", concurrency, &http, None, extra).await?;
         sink.take();
         let start = Instant::now();
         submit_batches(&http, &asyncd.base, (0..n).map(|_| task(0)).collect()).await?;

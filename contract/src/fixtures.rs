@@ -363,6 +363,7 @@ fn jobs() -> JobList {
                     paused_at: Some(from_millis(NOW)),
                     paused_by_config: false,
                 },
+                effective_concurrency: 8,
                 stats: stats.clone(),
                 cron: vec![CronOverview {
                     name: "nightly".into(),
@@ -384,6 +385,7 @@ fn jobs() -> JobList {
                     paused_at: None,
                     paused_by_config: false,
                 },
+                effective_concurrency: 100,
                 stats: JobStats {
                     oldest_due_seconds: None,
                     due: 0,

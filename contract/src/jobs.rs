@@ -28,6 +28,14 @@ pub struct JobList {
 pub struct JobOverview {
     #[serde(flatten)]
     pub status: JobStatus,
+    /// Attempts of the job that may be in flight at once now, in total across every
+    /// dispatcher: its `concurrency`, or less while adaptive concurrency has backed it
+    /// off — the sum of the shares the dispatchers running the job published with their
+    /// last heartbeat (each second; a dispatcher counts while it has begun an attempt of
+    /// the job within the last 4 s or has one in flight), at most `concurrency`. The
+    /// job's `concurrency` when adaptive concurrency is off or no dispatcher is running
+    /// it (docs/api.md, "Adaptive concurrency").
+    pub effective_concurrency: u32,
     pub stats: JobStats,
     /// The job's cron entries in config order; empty for a job without cron.
     #[serde(default)]

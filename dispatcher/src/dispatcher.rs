@@ -93,6 +93,10 @@ impl From<Finish> for Completion {
 /// those tasks to their leases rather than holding the process up while the store is away.
 const SHUTDOWN_FINISH_TRIES: u32 = 5;
 
+/// How long a member may be silent before the others take it for dead; also how far
+/// back the jobs overview counts a dispatcher's published shares.
+pub const MEMBER_TTL: Duration = Duration::from_secs(4);
+
 #[derive(Debug, Clone)]
 pub struct DispatcherConfig {
     /// Identifies this process in the store's `owner` column.
@@ -112,7 +116,8 @@ pub struct DispatcherConfig {
     pub shutdown_grace: Duration,
     /// How often this dispatcher records that it is alive.
     pub heartbeat_interval: Duration,
-    /// A member silent this long is taken for dead and its task types move.
+    /// A member silent this long is taken for dead and its task types move (default
+    /// [`MEMBER_TTL`]).
     pub member_ttl: Duration,
     /// Where the membership loop records this clock's offset from the store's; `/readyz`
     /// reads it too.
@@ -140,7 +145,7 @@ impl Default for DispatcherConfig {
             grace: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(25),
             heartbeat_interval: Duration::from_secs(1),
-            member_ttl: Duration::from_secs(4),
+            member_ttl: MEMBER_TTL,
             clock_check: Arc::default(),
             signing_dir: crate::signing::DEFAULT_DIR.into(),
             signing_status: Arc::default(),
@@ -399,8 +404,15 @@ async fn keep_membership(shared: Arc<Shared>) {
     loop {
         check_clock(&shared).await;
         let now = shared.clock.now_millis();
+        // The shares of the jobs begun here within a member's TTL: a share is only
+        // published while the jobs overview would count this dispatcher as live.
+        let shares = shared
+            .adaptive
+            .lock()
+            .expect("adaptive lock")
+            .shares(now.saturating_sub(config.member_ttl));
         let seen = async {
-            shared.store.heartbeat_member(&member, now).await?;
+            shared.store.heartbeat_member(&member, now, &shares).await?;
             shared
                 .store
                 .live_members(now.saturating_sub(config.member_ttl))
@@ -1293,11 +1305,11 @@ impl<'a> AttemptWatch<'a> {
             .with_label_values(&[task_type])
             .observe(delay.as_secs_f64());
         let epoch = job.adaptive.enabled.then(|| {
-            shared
-                .adaptive
-                .lock()
-                .expect("adaptive lock")
-                .begin(&job.task_type, job.concurrency)
+            shared.adaptive.lock().expect("adaptive lock").begin(
+                &job.task_type,
+                job.concurrency,
+                began,
+            )
         });
         let mut dispatch = task
             .trace
@@ -1931,7 +1943,7 @@ mod tests {
         store.migrate().await.unwrap();
         // Another dispatcher, alive at T0, claimed a due task for 30 s, then died.
         store
-            .heartbeat_member("*/dead", Millis::new(T0))
+            .heartbeat_member("*/dead", Millis::new(T0), &Default::default())
             .await
             .unwrap();
         let id = uuid::Uuid::now_v7().to_string();
@@ -2141,7 +2153,7 @@ mod tests {
         let store = crate::store::open(&url_db).await.unwrap();
         store.migrate().await.unwrap();
         store
-            .heartbeat_member(&other, Millis::new(T0))
+            .heartbeat_member(&other, Millis::new(T0), &Default::default())
             .await
             .unwrap();
         let jobs = vec![job(&mine, &url, 1), job(&theirs, &url, 1)];

@@ -268,11 +268,22 @@ mod tests {
         async fn search(&self, params: store::SearchParams<'_>) -> store::Result<Vec<TaskRecord>> {
             self.inner.search(params).await
         }
-        async fn heartbeat_member(&self, member: &str, now: Millis) -> store::Result<()> {
-            self.inner.heartbeat_member(member, now).await
+        async fn heartbeat_member(
+            &self,
+            member: &str,
+            now: Millis,
+            shares: &store::Shares,
+        ) -> store::Result<()> {
+            self.inner.heartbeat_member(member, now, shares).await
         }
         async fn live_members(&self, since: Millis) -> store::Result<Vec<String>> {
             self.inner.live_members(since).await
+        }
+        async fn live_shares(
+            &self,
+            since: Millis,
+        ) -> store::Result<std::collections::BTreeMap<String, u64>> {
+            self.inner.live_shares(since).await
         }
         async fn leave(&self, member: &str) -> store::Result<()> {
             self.inner.leave(member).await

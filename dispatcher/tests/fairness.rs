@@ -265,6 +265,24 @@ async fn the_effective_concurrency_backs_off_to_what_the_executor_takes() {
         BAND.contains(&effective),
         "the effective concurrency ended at {effective}, not within {BAND:?}"
     );
+    // The jobs overview shows it too, in total over the dispatchers running the job:
+    // here the one, whose share reaches the store with its next heartbeat (once a
+    // second). Before that the overview may still show an earlier share.
+    let (listed, shown) = wait_for(
+        "the overview's effective concurrency",
+        DEADLINE,
+        async || {
+            let (status, job) = asyncd.get("/v1/jobs/adaptive-job").await;
+            assert_eq!(status, 200, "{job}");
+            let (status, list) = asyncd.get("/v1/jobs").await;
+            assert_eq!(status, 200, "{list}");
+            let shown = job["effective_concurrency"].as_f64()?;
+            let listed = list["jobs"][0]["effective_concurrency"].as_f64()?;
+            (shown == effective && listed == effective).then_some((listed, shown))
+        },
+    )
+    .await;
+    eprintln!("GET /v1/jobs/adaptive-job and /v1/jobs: effective_concurrency {shown}, {listed}");
     assert!(
         rate < LATE_429_RATE,
         "{:.1} % of the last half's answers were 429 (bound {} %)",

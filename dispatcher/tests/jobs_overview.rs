@@ -110,6 +110,9 @@ async fn the_overview_counts_each_jobs_tasks_and_names_its_next_cron_firings() {
                          "2027-01-18T03:00:00.000Z"],
                 "overlap": "Allow", "catch_up": "1h", "paused": false}])
     );
+    // No dispatcher has begun an attempt of it: its configured concurrency (the
+    // default). fairness.rs shows a share backed off by an overloaded executor.
+    assert_eq!(nightly["effective_concurrency"], 100);
     let work = &list["jobs"][1];
     assert_eq!(work["paused"], false);
     assert_eq!(

@@ -1,9 +1,11 @@
 //! Issue 4's proof against a real Kafka broker (KRaft, started by e2e/services/kafka.sh):
 //! the round trip, a chaos run with SIGKILLed dispatchers and a broker restart, and a
-//! rebalance when a dispatcher joins.
+//! rebalance when a dispatcher joins; and the Kafka route's side of later issues (priority
+//! and pause from issue 14, cancels, dead letters, outages).
 
 mod support;
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -267,11 +269,18 @@ struct Cluster {
 
 impl Cluster {
     async fn start(job: &str) -> Self {
+        Self::start_jobs(&[("job.yaml", job.to_string())]).await
+    }
+
+    /// A cluster serving every job of `files` (file name, YAML).
+    async fn start_jobs(files: &[(&str, String)]) -> Self {
         let store = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
         let dir = tempfile::tempdir().unwrap();
         let jobs = dir.path().join("jobs");
         std::fs::create_dir(&jobs).unwrap();
-        std::fs::write(jobs.join("job.yaml"), job).unwrap();
+        for (file, job) in files {
+            std::fs::write(jobs.join(file), job).unwrap();
+        }
         let status = Command::new(env!("CARGO_BIN_EXE_asyncd"))
             .args(["migrate", "--store", &store])
             .status()
@@ -357,6 +366,137 @@ impl Cluster {
             }
         }
         ids
+    }
+}
+
+/// A value of a role's `/metrics`: the first line starting with `series`, 0 if none.
+async fn role_metric(http: &reqwest::Client, role: &Role, series: &str) -> f64 {
+    let text = match http
+        .get(format!("http://{}/metrics", role.listen))
+        .send()
+        .await
+    {
+        Ok(answer) => answer.text().await.unwrap_or_default(),
+        Err(_) => return 0.0,
+    };
+    text.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The claimer's passes: each claim it makes is one observation.
+const CLAIM_PASSES: &str = "asyncd_mysql_poll_duration_seconds_count";
+
+/// Issue 14 on the Kafka route: tasks produced while their job is paused (through the
+/// API) are consumed and stored, and none reaches the executor — before and after a
+/// SIGKILLed dispatcher comes back — while a job beside it runs; the resume runs each
+/// of them exactly once.
+#[tokio::test]
+async fn a_paused_job_holds_its_kafka_route_tasks_across_a_dispatcher_restart() {
+    let _broker = BROKER.read().await;
+    const TASKS: usize = 40;
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let paused_job = kafka_job("kpause", &executor.url(), 2);
+    let topic = topic_of(&paused_job);
+    let cluster = Cluster::start_jobs(&[
+        ("paused.yaml", paused_job),
+        ("control.yaml", kafka_job("kcontrol", &executor.url(), 1)),
+    ])
+    .await;
+    let (http, api) = (&cluster.http, &cluster.api);
+    let answer = http
+        .post(format!("http://{api}/v1/jobs/kpause/pause"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let ids = cluster
+        .submit(
+            (0..TASKS)
+                .map(|n| json!({"type": "kpause", "payload": {"n": n}}))
+                .collect(),
+        )
+        .await;
+    let ids: HashSet<String> = ids.into_iter().collect();
+    let state = async |id: &str| -> Option<String> {
+        let answer = http
+            .get(format!("http://{api}/v1/tasks/{id}"))
+            .send()
+            .await
+            .ok()?;
+        let task: Value = answer.json().await.ok()?;
+        task["state"].as_str().map(str::to_string)
+    };
+    // Until every paused task is in the store and some claim passes that could have
+    // taken them have run, and the control job's task — produced after them, and run by
+    // the same dispatcher — has been called: the dispatcher was running all along.
+    let held_until_the_control_ran = async |dispatcher: &Role, control: &str| {
+        executor.wait_calls(control, 1).await;
+        wait_for("every paused task stored", DEADLINE, async || {
+            for id in &ids {
+                let state = state(id).await?;
+                assert!(
+                    state == "pending" || state == "claimed",
+                    "paused task {id} is {state}"
+                );
+            }
+            Some(())
+        })
+        .await;
+        let passes = role_metric(http, dispatcher, CLAIM_PASSES).await;
+        wait_for("two more claim passes", DEADLINE, async || {
+            (role_metric(http, dispatcher, CLAIM_PASSES).await >= passes + 2.0).then_some(())
+        })
+        .await;
+        let series = "asyncd_job_paused{job=\"kpause\"}";
+        assert_eq!(role_metric(http, dispatcher, series).await, 1.0);
+        let ran: Vec<_> = executor
+            .calls()
+            .into_iter()
+            .filter(|c| ids.contains(&c.id))
+            .collect();
+        assert!(ran.is_empty(), "paused tasks reached the executor: {ran:?}");
+    };
+
+    let mut dispatcher = cluster.dispatcher("dispatcher-0");
+    let control = cluster
+        .submit(vec![json!({"type": "kcontrol", "payload": "first"})])
+        .await
+        .remove(0);
+    wait_committed_to_the_end(&topic, &format!("{topic}-cg")).await;
+    held_until_the_control_ran(&dispatcher, &control).await;
+
+    // A crash and a restart: the new process reads the pause from the store too.
+    dispatcher.kill9();
+    dispatcher.spawn();
+    let control = cluster
+        .submit(vec![
+            json!({"type": "kcontrol", "payload": "after the restart"}),
+        ])
+        .await
+        .remove(0);
+    held_until_the_control_ran(&dispatcher, &control).await;
+
+    let answer = http
+        .post(format!("http://{api}/v1/jobs/kpause/resume"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    // The claims the killed process held come back when their 3 s hold lapses.
+    wait_for("every paused task succeeded", DEADLINE, async || {
+        for id in &ids {
+            (state(id).await? == "succeeded").then_some(())?;
+        }
+        Some(())
+    })
+    .await;
+    let calls = executor.calls_by_task();
+    for id in &ids {
+        let n = calls.get(id).map_or(0, Vec::len);
+        assert_eq!(n, 1, "task {id} was called {n} times");
     }
 }
 

@@ -7,9 +7,13 @@
 //! membership changes). Each dispatcher alone would keep the limit, so twice the limit
 //! is what a per-replica limit would allow; the executor measures what arrives.
 //!
-//! On the system clock: the server backends' clock check needs a clock that moves with
-//! theirs, and the rate is measured in real time, over a window long enough (six
-//! seconds) that a busy machine's scheduling delays are small beside it.
+//! The concurrency tests run on the system clock (no timing is asserted). The rate test
+//! runs on a [`ManualClock`] both dispatchers share, stepped by the test: the token
+//! bucket lives in the store's `job_limits` row but is filled by the `now` each
+//! dispatcher passes in, so the rate is exact in simulated time on every backend,
+//! whatever the machine's load. (The server backends' clock check compares the
+//! dispatcher's clock with the database's: it is taken once, when the manual clock still
+//! reads the wall time, and not again while the test moves the clock on.)
 
 mod support;
 
@@ -18,13 +22,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use asyncd::clock::{Clock, SharedClock, SystemClock};
+use asyncd::clock::{Clock, ManualClock, SharedClock, SystemClock};
 use asyncd::clock_check::ClockCheck;
 use asyncd::dispatcher::{ClaimerWakeup, Dispatcher, DispatcherConfig, HeapSink};
 use asyncd::executor::ExecutorClient;
 use asyncd::metrics::Metrics;
 use asyncd::routing::RouteTable;
-use asyncd::store::{self, ClaimParams, NewTask, Store, TypeFilter};
+use asyncd::store::{self, ClaimParams, Millis, NewTask, Store, TypeFilter};
 use asyncd_spec::{AsyncJobConfig, Job};
 use axum::body::Bytes;
 use axum::http::HeaderMap;
@@ -38,19 +42,26 @@ use support::{fresh_database, wait_for};
 const TASK_TYPE: &str = "limited";
 
 /// An executor that counts the calls it is answering at once, and records when each
-/// arrived and from which dispatcher.
-#[derive(Clone, Default)]
+/// arrived (by the dispatchers' clock) and from which dispatcher.
+#[derive(Clone)]
 struct Counting {
+    clock: SharedClock,
     inflight: Arc<AtomicUsize>,
     most: Arc<AtomicUsize>,
-    calls: Arc<Mutex<Vec<(Instant, String)>>>,
+    calls: Arc<Mutex<Vec<(Millis, String)>>>,
     /// Per payload `m` (the concurrency key): calls in flight now, and the most at once.
     keys: Arc<Mutex<HashMap<String, (usize, usize)>>>,
 }
 
 impl Counting {
-    async fn start(work: Duration) -> (Self, String) {
-        let counting = Self::default();
+    async fn start(work: Duration, clock: SharedClock) -> (Self, String) {
+        let counting = Self {
+            clock,
+            inflight: Arc::default(),
+            most: Arc::default(),
+            calls: Arc::default(),
+            keys: Arc::default(),
+        };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/run", listener.local_addr().unwrap());
         let c = counting.clone();
@@ -72,7 +83,7 @@ impl Counting {
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or("")
                     .to_string();
-                c.calls.lock().unwrap().push((Instant::now(), from));
+                c.calls.lock().unwrap().push((c.clock.now_millis(), from));
                 tokio::time::sleep(work).await;
                 c.inflight.fetch_sub(1, Ordering::SeqCst);
                 if let Some(key) = &key {
@@ -85,7 +96,7 @@ impl Counting {
         (counting, url)
     }
 
-    fn calls(&self) -> Vec<(Instant, String)> {
+    fn calls(&self) -> Vec<(Millis, String)> {
         self.calls.lock().unwrap().clone()
     }
 
@@ -114,6 +125,8 @@ fn job(url: &str, limits: &str) -> Job {
 /// reaches both, as a ConfigMap change would).
 struct Pair {
     stores: Vec<Arc<dyn Store>>,
+    clock: SharedClock,
+    metrics: Vec<Arc<Metrics>>,
     sinks: Vec<HeapSink>,
     config: watch::Sender<Arc<RouteTable>>,
     shutdown: CancellationToken,
@@ -125,6 +138,18 @@ const OWNERS: [&str; 2] = ["limits-a", "limits-b"];
 
 impl Pair {
     async fn start(database: Option<String>, job: Job) -> (Self, tempfile::TempDir) {
+        Self::start_on(database, job, None).await
+    }
+
+    /// As [`Pair::start`], on `manual` when given: set to the wall time as the
+    /// dispatchers start, so that their one clock check against the server's (at the
+    /// start; their heartbeat is set beyond the test's length) passes, and moved only by
+    /// the test afterwards.
+    async fn start_on(
+        database: Option<String>,
+        job: Job,
+        manual: Option<Arc<ManualClock>>,
+    ) -> (Self, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         let sqlite = format!("sqlite://{}/tasks.db", dir.path().display());
         let stores: Vec<Arc<dyn Store>> = match &database {
@@ -142,17 +167,30 @@ impl Pair {
         let (config, routes) = watch::channel(Arc::new(RouteTable::from_jobs([job])));
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
-        let clock: SharedClock = Arc::new(SystemClock);
+        let (clock, heartbeat): (SharedClock, _) = match manual {
+            Some(manual) => {
+                // After the migrations, which take seconds on a server backend.
+                manual.set(chrono::Utc::now());
+                (manual, Duration::from_secs(3600))
+            }
+            None => (
+                Arc::new(SystemClock),
+                DispatcherConfig::default().heartbeat_interval,
+            ),
+        };
         let mut sinks = Vec::new();
+        let mut metrics = Vec::new();
         let mut runs = Vec::new();
         let mut checks = Vec::new();
         for (store, owner) in stores.iter().zip(OWNERS) {
             let clock_check = Arc::new(ClockCheck::default());
             checks.push(clock_check.clone());
+            let metered = Arc::new(Metrics::new());
+            metrics.push(metered.clone());
             let dispatcher = Dispatcher::new(
                 store.clone(),
                 routes.clone(),
-                Arc::new(Metrics::new()),
+                metered,
                 clock.clone(),
                 ExecutorClient::new("http://127.0.0.1:1".into(), owner.into()),
                 DispatcherConfig {
@@ -162,6 +200,7 @@ impl Pair {
                     job: Some("elsewhere".into()),
                     poll_interval: Duration::from_millis(20),
                     hold: Duration::from_secs(60),
+                    heartbeat_interval: heartbeat,
                     clock_check,
                     ..DispatcherConfig::default()
                 },
@@ -179,6 +218,8 @@ impl Pair {
         .await;
         let pair = Self {
             stores,
+            clock,
+            metrics,
             sinks,
             config,
             shutdown,
@@ -196,7 +237,7 @@ impl Pair {
     /// As [`Pair::give`], the tasks' concurrency keys (payload `m`) taking `keys`
     /// values in turn; none when 0.
     async fn give_keyed(&self, n: usize, keys: usize) {
-        let now = SystemClock.now_millis();
+        let now = self.clock.now_millis();
         let tasks: Vec<NewTask> = (0..n)
             .map(|i| NewTask {
                 id: uuid::Uuid::now_v7().to_string(),
@@ -267,7 +308,7 @@ impl Pair {
 }
 
 /// How many calls came from each dispatcher.
-fn per_dispatcher(calls: &[(Instant, String)]) -> Vec<usize> {
+fn per_dispatcher(calls: &[(Millis, String)]) -> Vec<usize> {
     OWNERS
         .iter()
         .map(|owner| calls.iter().filter(|(_, from)| from == owner).count())
@@ -277,7 +318,7 @@ fn per_dispatcher(calls: &[(Instant, String)]) -> Vec<usize> {
 async fn concurrency_holds_in_total_and_follows_a_config_change(database: Option<String>) {
     const K: usize = 4;
     const TASKS: usize = 200;
-    let (executor, url) = Counting::start(Duration::from_millis(10)).await;
+    let (executor, url) = Counting::start(Duration::from_millis(10), Arc::new(SystemClock)).await;
     let (pair, _dir) = Pair::start(database, job(&url, &format!("  concurrency: {K}\n"))).await;
     pair.give(TASKS).await;
     executor.wait_calls(TASKS, Duration::from_secs(60)).await;
@@ -312,7 +353,7 @@ async fn a_key_limit_holds_in_total(database: Option<String>) {
     const PER_KEY: usize = 2;
     const KEYS: usize = 5;
     const TASKS: usize = 200;
-    let (executor, url) = Counting::start(Duration::from_millis(10)).await;
+    let (executor, url) = Counting::start(Duration::from_millis(10), Arc::new(SystemClock)).await;
     let limits =
         format!("  concurrency: 50\n  concurrencyKey: {{key: '{{m}}', limit: {PER_KEY}}}\n");
     let (pair, _dir) = Pair::start(database, job(&url, &limits)).await;
@@ -336,28 +377,108 @@ async fn a_key_limit_holds_in_total(database: Option<String>) {
     pair.stop().await;
 }
 
+/// `rateLimit: {perSecond: 50, burst: 5}` shared by two dispatchers on one clock that
+/// the test steps 10 ms at a time: after the burst, every simulated second has 50
+/// attempts begin in total, within ±10 %, where a per-replica limit would let 100.
 async fn rate_holds_in_total_within_ten_percent(database: Option<String>) {
-    const RATE: f64 = 50.0;
-    const TASKS: usize = 300;
-    /// The calls the burst let through at once, and a few more, left out of the window.
-    const SKIP: usize = 10;
-    let (executor, url) = Counting::start(Duration::ZERO).await;
-    let limits = "  concurrency: 100\n  rateLimit: {perSecond: 50, burst: 5}\n";
-    let (pair, _dir) = Pair::start(database, job(&url, limits)).await;
+    const RATE: usize = 50;
+    const BURST: usize = 5;
+    /// Simulated seconds measured, each a window that must hold RATE ± 10 % starts.
+    const WINDOWS: usize = 4;
+    /// Enough that both dispatchers still have tasks waiting when the last window ends.
+    const TASKS: usize = 2 * (BURST + WINDOWS * RATE + 10);
+    /// Half a token: every token is taken within a step or two of its arrival, and a
+    /// dispatcher that lags a step behind (it read the clock just before the step) loses
+    /// nothing, as the bucket keeps up to `BURST` tokens.
+    const STEP: Duration = Duration::from_millis(10);
+    let manual = ManualClock::at(chrono::Utc::now());
+    let (executor, url) = Counting::start(Duration::ZERO, manual.clone()).await;
+    let limits =
+        format!("  concurrency: 100\n  rateLimit: {{perSecond: {RATE}, burst: {BURST}}}\n");
+    let (pair, _dir) = Pair::start_on(database, job(&url, &limits), Some(manual.clone())).await;
+    let t0 = manual.now_millis();
     pair.give(TASKS).await;
-    executor
-        .wait_calls(TASKS, Duration::from_secs(3 * TASKS as u64 / RATE as u64))
+
+    // What each dispatcher's metrics say: attempts held back by the rate, and attempts
+    // handed to the executor.
+    let held = |i: usize| {
+        pair.metrics[i]
+            .limited
+            .with_label_values(&["limited-job", "rate"])
+            .get()
+    };
+    let dispatched = || {
+        pair.metrics
+            .iter()
+            .map(|m| m.dispatched.with_label_values(&[TASK_TYPE]).get())
+            .sum::<u64>() as usize
+    };
+    // The bucket starts full: the burst begins before the clock moves, and nothing else.
+    wait_for(
+        "the burst at the executor",
+        Duration::from_secs(20),
+        async || {
+            let calls = executor.calls().len();
+            (calls >= BURST && calls == dispatched() && held(0) + held(1) > 0).then_some(())
+        },
+    )
+    .await;
+    let end = t0 + Duration::from_secs(WINDOWS as u64);
+    loop {
+        let calls = executor.calls();
+        if calls.len() == TASKS {
+            break;
+        }
+        let before = [held(0), held(1)];
+        manual.advance(STEP);
+        // Both dispatchers have tried to begin at least once since the step (the rate
+        // held each back, or it has run its half), and every attempt begun has reached
+        // the executor, stamped with the clock as it is now.
+        wait_for(
+            &format!("both dispatchers at {:?}", manual.now_millis().since(t0)),
+            Duration::from_secs(20),
+            async || {
+                let calls = executor.calls();
+                let from = per_dispatcher(&calls);
+                let caught_up = (0..2).all(|i| held(i) > before[i] || from[i] == TASKS / 2);
+                (caught_up && calls.len() == dispatched()).then_some(())
+            },
+        )
         .await;
+        assert!(
+            manual.now_millis() < end + Duration::from_secs(5),
+            "{} of {TASKS} tasks begun 5 s of simulated time after the windows",
+            executor.calls().len()
+        );
+    }
+
     let calls = executor.calls();
-    let window = calls[TASKS - 1].0.duration_since(calls[SKIP - 1].0);
-    let rate = (TASKS - SKIP) as f64 / window.as_secs_f64();
+    let at_start = calls.iter().filter(|(at, _)| *at == t0).count();
+    // Window k: (t0 + k s, t0 + (k + 1) s]; the burst, at t0, is before the first.
+    let windows: Vec<usize> = (0..WINDOWS as u64)
+        .map(|k| {
+            let (from, to) = (t0 + Duration::from_secs(k), t0 + Duration::from_secs(k + 1));
+            calls
+                .iter()
+                .filter(|(at, _)| from < *at && *at <= to)
+                .count()
+        })
+        .collect();
     let from = per_dispatcher(&calls);
-    eprintln!("{rate:.1} calls/s over {window:?} (limit {RATE}/s), by dispatcher {from:?}");
-    assert_eq!(from, [TASKS / 2, TASKS / 2], "each ran its half");
-    assert!(
-        (RATE * 0.9..=RATE * 1.1).contains(&rate),
-        "{rate:.1} calls/s, not within 10 % of {RATE}/s"
+    eprintln!(
+        "{at_start} calls at once at the start (burst {BURST}), then per simulated second {windows:?} (limit {RATE}/s), by dispatcher {from:?}"
     );
+    assert!(
+        at_start <= BURST,
+        "{at_start} calls at the start, above the burst"
+    );
+    for (k, count) in windows.iter().enumerate() {
+        assert!(
+            (RATE * 9 / 10..=RATE * 11 / 10).contains(count),
+            "{count} calls in simulated second {k}, not within 10 % of {RATE}"
+        );
+    }
+    assert_eq!(from, [TASKS / 2, TASKS / 2], "each ran its half");
     pair.stop().await;
 }
 

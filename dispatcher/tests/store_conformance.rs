@@ -1043,15 +1043,27 @@ async fn job_counts_by_state_stop_at_their_cap(store: &dyn Store) {
 }
 
 async fn membership_by_heartbeat(store: &dyn Store) {
-    store.heartbeat_member("b", T0).await.unwrap();
-    store.heartbeat_member("a", at(1_000)).await.unwrap();
-    store.heartbeat_member("c", at(-10_000)).await.unwrap();
+    store
+        .heartbeat_member("b", T0, &Default::default())
+        .await
+        .unwrap();
+    store
+        .heartbeat_member("a", at(1_000), &Default::default())
+        .await
+        .unwrap();
+    store
+        .heartbeat_member("c", at(-10_000), &Default::default())
+        .await
+        .unwrap();
     assert_eq!(
         store.live_members(at(-4_000)).await.unwrap(),
         ["a", "b"],
         "c is silent"
     );
-    store.heartbeat_member("c", at(2_000)).await.unwrap();
+    store
+        .heartbeat_member("c", at(2_000), &Default::default())
+        .await
+        .unwrap();
     assert_eq!(
         store.live_members(at(-4_000)).await.unwrap(),
         ["a", "b", "c"],
@@ -1061,7 +1073,11 @@ async fn membership_by_heartbeat(store: &dyn Store) {
     assert_eq!(store.live_members(at(-4_000)).await.unwrap(), ["a", "c"]);
     // An hour of silence and the row is gone even for a lenient reader.
     store
-        .heartbeat_member("a", at(MEMBER_RETENTION.as_millis() as i64 + 1_500))
+        .heartbeat_member(
+            "a",
+            at(MEMBER_RETENTION.as_millis() as i64 + 1_500),
+            &Default::default(),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -1069,10 +1085,46 @@ async fn membership_by_heartbeat(store: &dyn Store) {
         ["a", "c"]
     );
     store
-        .heartbeat_member("a", at(MEMBER_RETENTION.as_millis() as i64 + 2_001))
+        .heartbeat_member(
+            "a",
+            at(MEMBER_RETENTION.as_millis() as i64 + 2_001),
+            &Default::default(),
+        )
         .await
         .unwrap();
     assert_eq!(store.live_members(Millis::new(0)).await.unwrap(), ["a"]);
+}
+
+/// The adaptive shares published with the heartbeats: summed per task type over the
+/// live members, a later heartbeat replacing a member's earlier shares.
+async fn shares_are_summed_over_the_live_members(store: &dyn Store) {
+    let shares = |pairs: &[(&str, u32)]| -> asyncd::store::Shares {
+        pairs.iter().map(|(t, s)| (t.to_string(), *s)).collect()
+    };
+    store
+        .heartbeat_member("a", T0, &shares(&[("x", 8), ("y", 3)]))
+        .await
+        .unwrap();
+    store
+        .heartbeat_member("b", T0, &shares(&[("x", 5)]))
+        .await
+        .unwrap();
+    store
+        .heartbeat_member("c", at(-10_000), &shares(&[("x", 64)]))
+        .await
+        .unwrap();
+    let sums = store.live_shares(at(-4_000)).await.unwrap();
+    assert_eq!(
+        sums.into_iter().collect::<Vec<_>>(),
+        [("x".to_string(), 13), ("y".to_string(), 3)],
+        "c is silent"
+    );
+    store
+        .heartbeat_member("a", at(1_000), &shares(&[("x", 2)]))
+        .await
+        .unwrap();
+    let sums = store.live_shares(at(-4_000)).await.unwrap();
+    assert_eq!(sums.into_iter().collect::<Vec<_>>(), [("x".to_string(), 7)]);
 }
 
 async fn a_dead_owners_claims_come_back_at_once(store: &dyn Store) {
@@ -3050,6 +3102,7 @@ scenarios!(
     job_counts_by_state_stop_at_their_cap,
     a_task_cancelled_before_it_exists_is_stored_cancelled_once,
     membership_by_heartbeat,
+    shares_are_summed_over_the_live_members,
     payloads_and_results_are_kept_byte_for_byte,
     keys_compare_byte_for_byte,
     a_lease_extension_that_moves_nothing_still_applies,

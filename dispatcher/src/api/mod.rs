@@ -10,7 +10,7 @@ pub mod submit;
 mod workflow;
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -1292,11 +1292,13 @@ fn job_status(job: &asyncd_spec::Job, paused_at: Option<Millis>) -> JobStatus {
 /// How far back the overview's finished counts reach.
 const FINISHED_WINDOW: Duration = Duration::from_secs(60);
 
-/// `job` as the jobs overview shows it at `now`, `paused_at` being the API's pause of it.
+/// `job` as the jobs overview shows it at `now`, `paused_at` being the API's pause of it
+/// and `shares` the live dispatchers' adaptive shares summed by task type.
 async fn job_overview(
     state: &ApiState,
     job: &asyncd_spec::Job,
     paused_at: Option<Millis>,
+    shares: &BTreeMap<String, u64>,
     now: Millis,
 ) -> Result<JobOverview, ApiError> {
     let counts = state
@@ -1309,6 +1311,14 @@ async fn job_overview(
         })
         .await?;
     let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    // The dispatchers running the job each offer its executor their share; together
+    // never more than `concurrency` (the store's count holds that).
+    let effective_concurrency = match shares.get(&job.task_type) {
+        Some(&sum) if job.adaptive.enabled => {
+            u32::try_from(sum).unwrap_or(u32::MAX).min(job.concurrency)
+        }
+        _ => job.concurrency,
+    };
     let cron = job
         .cron
         .iter()
@@ -1334,6 +1344,7 @@ async fn job_overview(
         .collect();
     Ok(JobOverview {
         status: job_status(job, paused_at),
+        effective_concurrency,
         stats: JobStats {
             due: count(counts.due),
             scheduled: count(counts.scheduled),
@@ -1363,6 +1374,7 @@ async fn list_jobs(State(state): AppState, caller: Caller) -> Result<Json<JobLis
     jobs.sort_by(|a, b| a.name.cmp(&b.name));
     let pauses = state.store.pauses().await?;
     let now = state.clock.now_millis();
+    let shares = live_shares(&state, now).await?;
     let mut overviews = Vec::with_capacity(jobs.len());
     for job in jobs {
         if !state
@@ -1373,7 +1385,7 @@ async fn list_jobs(State(state): AppState, caller: Caller) -> Result<Json<JobLis
             continue;
         }
         let paused_at = paused_since(&pauses, &job.task_type);
-        overviews.push(job_overview(&state, &job, paused_at, now).await?);
+        overviews.push(job_overview(&state, &job, paused_at, &shares, now).await?);
     }
     Ok(Json(JobList { jobs: overviews }))
 }
@@ -1386,7 +1398,19 @@ async fn get_job(
     let job = named_job(&state, &caller, &name, Verb::Get).await?;
     let paused_at = paused_since(&state.store.pauses().await?, &job.task_type);
     let now = state.clock.now_millis();
-    Ok(Json(job_overview(&state, &job, paused_at, now).await?))
+    let shares = live_shares(&state, now).await?;
+    Ok(Json(
+        job_overview(&state, &job, paused_at, &shares, now).await?,
+    ))
+}
+
+/// The adaptive shares of the dispatchers alive at `now` (heartbeat within a member's
+/// TTL, as membership counts them), summed by task type.
+async fn live_shares(state: &ApiState, now: Millis) -> Result<BTreeMap<String, u64>, ApiError> {
+    Ok(state
+        .store
+        .live_shares(now.saturating_sub(crate::dispatcher::MEMBER_TTL))
+        .await?)
 }
 
 /// Pauses the job's task type in the store, where every claim and attempt start of every

@@ -56,6 +56,7 @@ mod shared;
 pub mod sqlite;
 mod tx;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
@@ -725,11 +726,14 @@ pub trait Store: Send + Sync + 'static {
     /// 0008) for the waiting and running tasks, `tasks_finished` for the finished ones.
     async fn job_counts(&self, params: JobCountParams<'_>) -> Result<JobCounts>;
 
-    /// Records that dispatcher `member` is alive at `now` (and forgets members silent
-    /// for an hour).
-    async fn heartbeat_member(&self, member: &str, now: Millis) -> Result<()>;
+    /// Records that dispatcher `member` is alive at `now` with its adaptive `shares` of
+    /// the jobs it runs (and forgets members silent for an hour).
+    async fn heartbeat_member(&self, member: &str, now: Millis, shares: &Shares) -> Result<()>;
     /// Dispatchers whose last heartbeat is at or after `since`, sorted.
     async fn live_members(&self, since: Millis) -> Result<Vec<String>>;
+    /// Per task type, the sum of the shares published by the dispatchers whose last
+    /// heartbeat is at or after `since` (migration `0014_dispatcher_shares.sql`).
+    async fn live_shares(&self, since: Millis) -> Result<BTreeMap<String, u64>>;
     /// A clean exit: the others take over `member`'s task types at once.
     async fn leave(&self, member: &str) -> Result<()>;
     /// Hands back every claim `owner` holds (not its running attempts), as if it had
@@ -763,6 +767,10 @@ pub trait Store: Send + Sync + 'static {
     /// Every paused task type with since when, sorted by type.
     async fn pauses(&self) -> Result<Vec<(String, Millis)>>;
 }
+
+/// A dispatcher's adaptive share of each job it runs, by task type
+/// ([`crate::adaptive`]), as it publishes them with its heartbeat.
+pub type Shares = BTreeMap<String, u32>;
 
 /// How long a silent member's row is kept before a heartbeat of another deletes it.
 pub const MEMBER_RETENTION: Duration = Duration::from_secs(3600);

@@ -56,10 +56,12 @@ const QUERIES: Queries = Queries {
     lapsed: "SELECT id, task_type, state, attempt, max_retries, lease_token FROM tasks \
              WHERE state IN ('claimed', 'running') AND lease_until < $1 \
              ORDER BY lease_until LIMIT $2",
-    heartbeat: "INSERT INTO dispatchers (id, heartbeat_at) VALUES ($1, $2) \
-                ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at",
+    heartbeat: "INSERT INTO dispatchers (id, heartbeat_at, shares) VALUES ($1, $2, $3) \
+                ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, \
+                shares = excluded.shares",
     forget_members: "DELETE FROM dispatchers WHERE heartbeat_at < $1",
     live_members: "SELECT id FROM dispatchers WHERE heartbeat_at >= $1 ORDER BY id",
+    live_shares: "SELECT shares FROM dispatchers WHERE heartbeat_at >= $1 AND shares IS NOT NULL",
     leave: "DELETE FROM dispatchers WHERE id = $1",
     release_claims: "UPDATE tasks SET state = 'pending', lease_until = NULL, owner = NULL, \
                      updated_at = $1 WHERE state = 'claimed' AND owner = $2",

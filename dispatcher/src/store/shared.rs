@@ -1,12 +1,14 @@
 //! Operations whose shape is the same on every backend, written once over any sqlx
 //! [`Database`]: each backend passes its [`Queries`], the only part that differs.
 
+use std::collections::BTreeMap;
+
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, QueryBuilder, Type};
 
 use super::rows::{JobCountsRow, LapsedRow, TaskRow, task_columns};
 use super::{
     JobCountParams, JobCounts, KafkaDeadLetter, KafkaDeadLetterParams, Lapsed, MEMBER_RETENTION,
-    Millis, PurgeParams, Result, SearchParams, TaskRecord,
+    Millis, PurgeParams, Result, SearchParams, Shares, TaskRecord,
 };
 
 /// Inserts task rows, given as `VALUES` (in this column order) after it, then the
@@ -26,12 +28,15 @@ pub struct Queries {
     /// Up to `limit` claimed or running tasks whose lease ended before `now`, oldest
     /// lease first.
     pub lapsed: &'static str,
-    /// Records member `id` alive at `now`, inserting or updating its row.
+    /// Records member `id` alive at `now` with its adaptive `shares` (JSON), inserting or
+    /// updating its row.
     pub heartbeat: &'static str,
     /// Deletes members whose last heartbeat is before `until`.
     pub forget_members: &'static str,
     /// Members whose last heartbeat is at or after `since`, sorted.
     pub live_members: &'static str,
+    /// The `shares` of the members whose last heartbeat is at or after `since`.
+    pub live_shares: &'static str,
     /// Deletes member `id`.
     pub leave: &'static str,
     /// Sets every task in `claimed` whose `owner` is `owner` back to `pending`, as a
@@ -183,6 +188,7 @@ pub async fn heartbeat_member<DB>(
     queries: &Queries,
     member: &str,
     now: Millis,
+    shares: &Shares,
 ) -> Result<()>
 where
     DB: Database,
@@ -191,9 +197,11 @@ where
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'q> Millis: Encode<'q, DB> + Type<DB>,
 {
+    let shares = serde_json::to_string(shares).expect("a map of strings to numbers");
     sqlx::query::<DB>(queries.heartbeat)
         .bind(member)
         .bind(now)
+        .bind(shares.as_str())
         .execute(pool)
         .await?;
     sqlx::query::<DB>(queries.forget_members)
@@ -219,6 +227,36 @@ where
         .bind(since)
         .fetch_all(pool)
         .await?)
+}
+
+/// The sum, per task type, of the adaptive shares the members alive since `since`
+/// published. A row that does not parse (written by some other version) counts as none.
+pub async fn live_shares<DB>(
+    pool: &Pool<DB>,
+    queries: &Queries,
+    since: Millis,
+) -> Result<BTreeMap<String, u64>>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> Millis: Encode<'q, DB> + Type<DB>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
+{
+    let rows = sqlx::query_scalar::<DB, String>(queries.live_shares)
+        .bind(since)
+        .fetch_all(pool)
+        .await?;
+    let mut sums = BTreeMap::new();
+    for row in rows {
+        let Ok(shares) = serde_json::from_str::<Shares>(&row) else {
+            continue;
+        };
+        for (task_type, share) in shares {
+            *sums.entry(task_type).or_insert(0) += u64::from(share);
+        }
+    }
+    Ok(sums)
 }
 
 /// Appends `ids` as bound parameters and closes the `IN (` the statement ends with.

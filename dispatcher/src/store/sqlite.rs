@@ -53,10 +53,12 @@ const QUERIES: Queries = Queries {
     lapsed: "SELECT id, task_type, state, attempt, max_retries, lease_token FROM tasks \
              WHERE state IN ('claimed', 'running') AND lease_until < ? \
              ORDER BY lease_until LIMIT ?",
-    heartbeat: "INSERT INTO dispatchers (id, heartbeat_at) VALUES (?, ?) \
-                ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at",
+    heartbeat: "INSERT INTO dispatchers (id, heartbeat_at, shares) VALUES (?, ?, ?) \
+                ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, \
+                shares = excluded.shares",
     forget_members: "DELETE FROM dispatchers WHERE heartbeat_at < ?",
     live_members: "SELECT id FROM dispatchers WHERE heartbeat_at >= ? ORDER BY id",
+    live_shares: "SELECT shares FROM dispatchers WHERE heartbeat_at >= ? AND shares IS NOT NULL",
     leave: "DELETE FROM dispatchers WHERE id = ?",
     release_claims: "UPDATE tasks SET state = 'pending', lease_until = NULL, owner = NULL, \
                      updated_at = ? WHERE state = 'claimed' AND owner = ?",

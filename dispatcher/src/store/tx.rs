@@ -4,7 +4,7 @@
 //! its own way — and runs these bodies through [`Tx`]; it also implements [`Backend`],
 //! and with it gets [`Store`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::marker::PhantomData;
 
@@ -24,9 +24,9 @@ use super::{
     Admitted, BulkAction, CancelOutcome, ClaimIdsParams, ClaimParams, ClaimedTask, DeadCount,
     DeadFilter, DeadLetterParams, FairClaim, FairParams, Finish, FinishKind, InsertOutcome,
     JobCountParams, JobCounts, JobGate, KafkaDeadLetter, KafkaDeadLetterParams, Lapsed, Millis,
-    NewTask, PurgeParams, RedriveOutcome, Result, SearchParams, StartParams, Started, Store,
-    StoreError, TaskRecord, TaskState, is_unique_violation, retrying, unnamed_insert_conflict,
-    unnamed_redrive_conflict,
+    NewTask, PurgeParams, RedriveOutcome, Result, SearchParams, Shares, StartParams, Started,
+    Store, StoreError, TaskRecord, TaskState, is_unique_violation, retrying,
+    unnamed_insert_conflict, unnamed_redrive_conflict,
 };
 
 /// A connection of a dialect's database.
@@ -1005,12 +1005,16 @@ where
         shared::job_counts(self.reader(), params).await
     }
 
-    async fn heartbeat_member(&self, member: &str, now: Millis) -> Result<()> {
-        shared::heartbeat_member(self.writer(), &B::QUERIES, member, now).await
+    async fn heartbeat_member(&self, member: &str, now: Millis, shares: &Shares) -> Result<()> {
+        shared::heartbeat_member(self.writer(), &B::QUERIES, member, now, shares).await
     }
 
     async fn live_members(&self, since: Millis) -> Result<Vec<String>> {
         shared::live_members(self.reader(), &B::QUERIES, since).await
+    }
+
+    async fn live_shares(&self, since: Millis) -> Result<BTreeMap<String, u64>> {
+        shared::live_shares(self.reader(), &B::QUERIES, since).await
     }
 
     async fn leave(&self, member: &str) -> Result<()> {

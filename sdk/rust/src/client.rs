@@ -1359,6 +1359,7 @@ mod tests {
     #[tokio::test]
     async fn job_overview_and_bulk_dead_letters() {
         let job = r#"{"job":"j","task_type":"t","paused":false,"paused_at":null,"paused_by_config":false,
+            "effective_concurrency":6,
             "stats":{"due":3,"scheduled":4,"running":1,"dead":2,"oldest_due_seconds":1.5,
                      "finished_last_minute":{"succeeded":120,"dead":1}},
             "cron":[{"name":"nightly","schedule":"CRON_TZ=UTC 0 2 * * *","next":["2026-12-01T02:00:00.000Z"],"overlap":"Allow","catch_up":"1h","paused":false}]}"#;
@@ -1378,6 +1379,7 @@ mod tests {
         fake.answer(200, job);
         let one = c.job("j/1").await.unwrap();
         assert_eq!(one.stats.oldest_due_seconds, Some(1.5));
+        assert_eq!(one.effective_concurrency, 6);
         assert_eq!(fake.last().path, "/v1/jobs/j%2F1");
 
         fake.answer(
