@@ -7,6 +7,8 @@
 mod support;
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
 use support::*;
@@ -96,10 +98,15 @@ async fn a_bulk_redrive_killed_part_way_resumes_and_redrives_each_once(backend: 
 
     // A client runs the action page after page, as `run_to_end` does, until the process
     // dies under it.
+    // `pages` counts the answers the client has read: a page the store committed may
+    // still be on its way back when the kill lands, so the count of dead letters alone
+    // does not say the client saw one.
+    let pages = Arc::new(AtomicUsize::new(0));
     let client = {
         let http = asyncd.http().clone();
         let url = asyncd.url("/v1/dead-letters/redrive");
         let body = filter.clone();
+        let pages = pages.clone();
         tokio::spawn(async move {
             let mut answered = 0;
             loop {
@@ -114,16 +121,20 @@ async fn a_bulk_redrive_killed_part_way_resumes_and_redrives_each_once(backend: 
                 };
                 assert_eq!(status, 200, "{answer}");
                 answered += 1;
+                pages.store(answered, Ordering::SeqCst);
                 if answer["remaining"] == 0 {
                     return (answered, Ok(answer));
                 }
             }
         })
     };
-    // Killed once at least one page went and at most half: the loop is mid-way, with a
-    // call in flight or about to be.
+    // Killed once the client has read at least one page and at most half went: the loop
+    // is mid-way, with a call in flight or about to be.
     let job_filter = json!({"job": "bulk-job", "dead_before": dry["dead_before"]});
     let before_kill = wait_for("the redrive part-way", DEADLINE, async || {
+        if pages.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
         let dead = dead_count(&asyncd, job_filter.clone()).await as usize;
         (TASKS / 2..=TASKS - PAGE).contains(&dead).then_some(dead)
     })
