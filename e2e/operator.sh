@@ -227,8 +227,8 @@ get_asyncjobs() {
   expect_has header "$(head -1 <<<"$out")" "TASK TYPE" &&
   for col in TOPIC PARTITIONS REPLICAS PAUSED READY AGE; do expect_has header "$(head -1 <<<"$out")" "$col" || return 1; done &&
   # PAUSED is `.spec.paused`, which the sample leaves unset (the CRD gives it no default):
-  # kubectl shows a missing value as <none>.
-  grep -E "^$OC +cancel_expired_order +$OC_TOPIC +6 +[0-9]+ +<none> +True " <<<"$out"
+  # kubectl leaves the cell blank.
+  grep -E "^$OC +cancel_expired_order +$OC_TOPIC +6 +[0-9]+ +True " <<<"$out"
 }
 check "kubectl get asyncjobs shows Ready and the columns" get_asyncjobs
 check "event TopicCreated"           wait_for 10 has_event "$OC" TopicCreated
