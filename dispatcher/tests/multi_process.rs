@@ -15,19 +15,6 @@ use support::*;
 const TASKS: usize = 3000;
 const TYPES: [&str; 4] = ["alpha", "beta", "gamma", "delta"];
 
-async fn healthy(http: &reqwest::Client, addr: &str) {
-    let url = format!("http://{addr}/healthz");
-    wait_for(&format!("{addr} healthy"), DEADLINE, async || {
-        http.get(&url)
-            .send()
-            .await
-            .ok()
-            .filter(|r| r.status().is_success())
-            .map(|_| ())
-    })
-    .await;
-}
-
 async fn run_cluster(server_var: &str) {
     let store = fresh_database(server_var).await;
     let dir = tempfile::tempdir().unwrap();
@@ -96,7 +83,7 @@ async fn run_cluster(server_var: &str) {
         addrs.push(addr);
     }
     for addr in &addrs {
-        healthy(&http, addr).await;
+        wait_healthy(&http, addr).await;
     }
 
     let mut ids = Vec::with_capacity(TASKS);
