@@ -7,7 +7,7 @@
 //! - [`api`]: the HTTP API — submit, inspect, cancel, dead letters, executor callbacks.
 //! - [`auth`]: who may call the API: API tokens or Kubernetes token and access reviews.
 //! - [`store`]: the task store behind one narrow trait (SQL lives only there).
-//! - [`dispatcher`]: claims due work into the [`heap`] and calls executors on time;
+//! - [`dispatch`]: claims due work into the [`heap`] and calls executors on time;
 //!   [`holdings`] sizes how much of each job it may claim; [`adaptive`] backs a job's
 //!   concurrency off while its executor answers 429 or 503.
 //! - [`kafka`]: the short-delay path through Kafka — produce at submit, consume into
@@ -31,22 +31,19 @@
 //!   under one supervisor that owns every task: one shutdown signal for all of them, and
 //!   the first part to fail stops the role with its error.
 
-pub mod adaptive;
 pub mod api;
 pub mod auth;
 pub mod backlog;
 pub mod clock;
 pub mod clock_check;
-pub mod dispatcher;
+pub mod dispatch;
 pub mod executor;
 pub mod heap;
-pub mod holdings;
 pub mod kafka;
 pub mod lease;
 pub mod logging;
 pub mod metrics;
 pub mod outcomes;
-pub mod ownership;
 pub mod rescuer;
 pub mod retention;
 pub mod retry;
@@ -58,3 +55,7 @@ pub mod signing;
 pub mod store;
 pub mod tls;
 pub mod trace;
+
+// The old paths of what moved into `dispatch/`, until every caller uses the new ones.
+pub use dispatch as dispatcher;
+pub use dispatch::{adaptive, holdings, ownership};

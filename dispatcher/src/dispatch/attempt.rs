@@ -1,0 +1,460 @@
+//! Attempts: a runner's batch begun in the store within the job's limits, then each
+//! executor call spawned on its own (or one call for a batch job's tasks) and settled
+//! into an outcome for the completer. The calls run in their own tasks, so the runner
+//! goes on beginning while executors answer, and shutdown can wait for them (or
+//! abandon them) apart from the loops.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use super::adaptive::{self, Adaptive};
+use super::completer::{failure, log_outcome, outcome_name};
+use super::runner::ReadyQueue;
+use super::{Claims, DispatcherConfig, Outcomes};
+use crate::clock::SharedClock;
+use crate::executor::{AttemptOutcome, BatchAttempt, ExecutorClient};
+use crate::metrics::Metrics;
+use crate::retry;
+use crate::routing::Routes;
+use crate::signing::{Keys, SigningKeys};
+use crate::store::{ClaimedTask, FinishKind, HeldBy, JobGate, StartParams, Started, Store};
+use crate::trace::{SpanKind, Value};
+
+/// What beginning and running attempts needs, shared by the runners that begin them and
+/// the attempts in flight.
+pub(super) struct Attempts {
+    pub(super) store: Arc<dyn Store>,
+    pub(super) routes: Routes,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) clock: SharedClock,
+    pub(super) executor: ExecutorClient,
+    /// Each job's keys, read as its attempts begin.
+    pub(super) signing: Arc<SigningKeys>,
+    pub(super) config: Arc<DispatcherConfig>,
+    /// Per job: this dispatcher's share of its concurrency, as the executor's answers
+    /// have it ([`super::adaptive`]).
+    pub(super) adaptive: Arc<Mutex<Adaptive>>,
+    /// Counts the attempts that begin, and the tasks that leave when they end.
+    pub(super) claims: Arc<Claims>,
+    pub(super) outcomes: Outcomes,
+    /// The attempts in flight, which shutdown waits for.
+    pub(super) inflight: TaskTracker,
+    /// Cancelled when the shutdown grace is over: attempts still running are dropped.
+    pub(super) abandon: CancellationToken,
+}
+
+impl Attempts {
+    /// Begins attempts on `batch` (in rank order) within the job's limits, which the store
+    /// keeps across every dispatcher ([`Store::start_limited`]). What the limits leave for
+    /// later goes back to `queue`, still claimed, and the limit that held it back is
+    /// returned for the runner to wait on.
+    pub(super) async fn begin(
+        self: &Arc<Self>,
+        queue: &ReadyQueue,
+        batch: Vec<(ClaimedTask, OwnedSemaphorePermit)>,
+    ) -> Option<HeldBy> {
+        // A runner's batch is of one job. Its keys are read once, before any attempt
+        // begins: held tasks of a job whose keys went missing (or that Kafka delivered) are
+        // handed back to wait in the store, where the claimer leaves them until the keys
+        // are back.
+        let job = batch
+            .first()
+            .and_then(|(task, _)| self.routes.borrow().job(&task.task_type).cloned());
+        let keys = job
+            .as_ref()
+            .map_or(Keys::Unsigned, |job| self.signing.keys(job));
+        // Likewise the held tasks of a job its config has paused since they were claimed,
+        // and those of a job whose config is gone.
+        let job = match job {
+            Some(job) if !job.paused && !matches!(keys, Keys::Unavailable(_)) => job,
+            _ => {
+                self.outcomes
+                    .release(batch.into_iter().map(|(task, _)| task).collect())
+                    .await;
+                return None;
+            }
+        };
+        let keys = Arc::new(keys);
+        let claims: Vec<(String, i64)> = batch
+            .iter()
+            .map(|(task, _)| (task.id.clone(), task.lease_token))
+            .collect();
+        let task_keys: Vec<Option<&str>> = match job.concurrency_key {
+            Some(_) => batch
+                .iter()
+                .map(|(task, _)| task.concurrency_key.as_deref())
+                .collect(),
+            None => Vec::new(),
+        };
+        let now = self.clock.now_millis();
+        let admitted = self
+            .store
+            .start_limited(
+                StartParams {
+                    claims: &claims,
+                    now,
+                    grace: self.config.grace,
+                },
+                JobGate {
+                    task_type: &job.task_type,
+                    concurrency: job.concurrency,
+                    rate: job.rate_limit,
+                    key_limit: job.concurrency_key.as_ref().map(|key| key.limit),
+                    keys: &task_keys,
+                },
+            )
+            .await;
+        let admitted = match admitted {
+            Ok(admitted) => admitted,
+            Err(err) => {
+                // The claims stay held; the rescuer hands them back when the hold lapses.
+                tracing::warn!(%err, tasks = batch.len(), "could not begin attempts");
+                for (task, _) in &batch {
+                    self.claims.let_go(&task.task_type);
+                }
+                return None;
+            }
+        };
+        let mut deferred = Vec::with_capacity(admitted.deferred.len());
+        let mut tried = Vec::with_capacity(batch.len() - admitted.deferred.len());
+        let mut later = admitted.deferred.iter().peekable();
+        for (index, entry) in batch.into_iter().enumerate() {
+            if later.next_if_eq(&&index).is_some() {
+                deferred.push(entry);
+            } else {
+                tried.push(entry);
+            }
+        }
+        let batch = tried;
+        if !deferred.is_empty() {
+            self.metrics
+                .limited
+                .with_label_values(&[job.name.as_str(), held_by_label(admitted.held_by)])
+                .inc_by(deferred.len() as u64);
+        }
+        for (task, permit) in deferred {
+            drop(permit);
+            queue.push(task);
+        }
+        let started = admitted.started;
+        if let Some((task, _)) = batch.first() {
+            // A runner's batch is of one job.
+            self.claims
+                .holdings()
+                .began(&task.task_type, started.len(), Instant::now());
+        }
+        let mut started: HashMap<String, _> =
+            started.into_iter().map(|s| (s.id.clone(), s)).collect();
+        let mut unstarted = Vec::new();
+        let mut attempts = Vec::with_capacity(batch.len());
+        for (task, permit) in batch {
+            // Missing: its job was paused (`Store::pause`; the claim is still ours and goes
+            // back to the store, where it waits for the resume), cancelled meanwhile, or the
+            // claim lapsed and went to someone else (then the release, fenced by the token,
+            // changes nothing).
+            match started.remove(&task.id) {
+                Some(attempt) => attempts.push((task, attempt, permit)),
+                None => unstarted.push(task),
+            }
+        }
+        let per_call = job.batch.map_or(1, |batch| batch.max_tasks as usize);
+        let mut attempts = attempts.into_iter().peekable();
+        while attempts.peek().is_some() {
+            let call: Vec<_> = attempts.by_ref().take(per_call).collect();
+            let this = self.clone();
+            let keys = keys.clone();
+            let task_type = job.task_type.clone();
+            let count = call.len();
+            if job.batch.is_none() {
+                let (task, attempt, permit) = call.into_iter().next().expect("one attempt");
+                // Every line logged during the attempt carries the task it is about.
+                let span = attempt_span(&task, &attempt);
+                self.inflight.spawn(
+                    async move {
+                        tokio::select! {
+                            _ = this.execute(task, attempt, &keys, permit) => {}
+                            _ = this.abandon.cancelled() => {}
+                        }
+                        this.claims.let_go(&task_type);
+                    }
+                    .instrument(span),
+                );
+            } else {
+                let span = tracing::info_span!("batch", task_type = %task_type, tasks = count);
+                self.inflight.spawn(
+                    async move {
+                        tokio::select! {
+                            _ = this.execute_batch(call, &keys) => {}
+                            _ = this.abandon.cancelled() => {}
+                        }
+                        this.claims.let_go_many(&task_type, count);
+                    }
+                    .instrument(span),
+                );
+            }
+        }
+        if !unstarted.is_empty() {
+            self.outcomes.release(unstarted).await;
+        }
+        admitted.held_by
+    }
+
+    /// One attempt in its own call.
+    async fn execute(
+        &self,
+        task: ClaimedTask,
+        attempt: Started,
+        keys: &Keys,
+        permit: OwnedSemaphorePermit,
+    ) {
+        let job = self.routes.borrow().job(&task.task_type).cloned();
+        let kind = match job.as_deref() {
+            Some(job) => {
+                let watch = AttemptWatch::begin(self, job, &task, &attempt);
+                let clock = Instant::now();
+                let (outcome, status) = self
+                    .executor
+                    .call(job, &task, &attempt, keys, watch.sent(&task))
+                    .await;
+                watch.answered(&task, &attempt, outcome, status, clock.elapsed())
+            }
+            None => self.vanished(&task, &attempt),
+        };
+        log_outcome(&kind);
+        self.outcomes
+            .complete_attempt(task, attempt, kind, permit)
+            .await;
+    }
+
+    /// The attempts of one batch call (`executor.batch`), each settled on its own.
+    async fn execute_batch(
+        &self,
+        attempts: Vec<(ClaimedTask, Started, OwnedSemaphorePermit)>,
+        keys: &Keys,
+    ) {
+        let task_type = attempts.first().map(|(task, ..)| task.task_type.clone());
+        let job = task_type.and_then(|t| self.routes.borrow().job(&t).cloned());
+        let kinds: Vec<FinishKind> = match job.as_deref() {
+            Some(job) => {
+                let watches: Vec<AttemptWatch> = attempts
+                    .iter()
+                    .map(|(task, attempt, _)| AttemptWatch::begin(self, job, task, attempt))
+                    .collect();
+                let calls: Vec<BatchAttempt> = attempts
+                    .iter()
+                    .zip(&watches)
+                    .map(|((task, started, _), watch)| BatchAttempt {
+                        task,
+                        started,
+                        trace: watch.sent(task),
+                    })
+                    .collect();
+                let clock = Instant::now();
+                let (outcomes, status) = self.executor.call_batch(job, &calls, keys).await;
+                let took = clock.elapsed();
+                drop(calls);
+                watches
+                    .into_iter()
+                    .zip(outcomes)
+                    .zip(&attempts)
+                    .map(|((watch, outcome), (task, attempt, _))| {
+                        watch.answered(task, attempt, outcome, status, took)
+                    })
+                    .collect()
+            }
+            None => attempts
+                .iter()
+                .map(|(task, attempt, _)| self.vanished(task, attempt))
+                .collect(),
+        };
+        for ((task, attempt, permit), kind) in attempts.into_iter().zip(kinds) {
+            attempt_span(&task, &attempt).in_scope(|| log_outcome(&kind));
+            self.outcomes
+                .complete_attempt(task, attempt, kind, permit)
+                .await;
+        }
+    }
+
+    /// The job vanished between the attempt's start and its call: a failed attempt.
+    fn vanished(&self, task: &ClaimedTask, attempt: &Started) -> FinishKind {
+        retry::settle(
+            AttemptOutcome::Retry {
+                reason: format!("no job config for task type {:?}", task.task_type),
+                timed_out: false,
+            },
+            attempt.attempt,
+            task.max_retries,
+            None,
+            self.clock.now_millis(),
+        )
+    }
+}
+
+/// The span of one attempt: every line logged about it carries its task.
+fn attempt_span(task: &ClaimedTask, attempt: &Started) -> tracing::Span {
+    tracing::info_span!(
+        "attempt",
+        task_id = %task.id,
+        task_type = %task.task_type,
+        attempt = attempt.attempt
+    )
+}
+
+fn held_by_label(held_by: Option<HeldBy>) -> &'static str {
+    match held_by {
+        Some(HeldBy::Rate { .. }) => "rate",
+        Some(HeldBy::Key) => "key",
+        _ => "concurrency",
+    }
+}
+
+/// One attempt from its call to its settled outcome: its metrics, its share of adaptive
+/// concurrency and its trace spans, alike for single and batch calls.
+struct AttemptWatch<'a> {
+    attempts: &'a Attempts,
+    job: &'a asyncd_spec::Job,
+    dispatch: Option<crate::trace::Span>,
+    span: Option<crate::trace::Span>,
+    /// The adaptive concurrency epoch the attempt began in, when the job adapts.
+    epoch: Option<u64>,
+}
+
+impl<'a> AttemptWatch<'a> {
+    fn begin(
+        attempts: &'a Attempts,
+        job: &'a asyncd_spec::Job,
+        task: &ClaimedTask,
+        attempt: &Started,
+    ) -> Self {
+        let metrics = &attempts.metrics;
+        let tracer = &attempts.config.tracer;
+        let task_type = task.task_type.as_str();
+        let began = attempts.clock.now_millis();
+        metrics.dispatched.with_label_values(&[task_type]).inc();
+        let delay = began.since(task.trigger_at);
+        metrics
+            .dispatch_delay
+            .with_label_values(&[task_type])
+            .observe(delay.as_secs_f64());
+        let epoch = job.adaptive.enabled.then(|| {
+            attempts.adaptive.lock().expect("adaptive lock").begin(
+                &job.task_type,
+                job.concurrency,
+                began,
+            )
+        });
+        let mut dispatch = task
+            .trace
+            .as_ref()
+            .and_then(|trace| tracer.start(trace, "dispatch", SpanKind::Consumer));
+        if let Some(span) = &mut dispatch {
+            span.attr("asyncd.task.id", Value::Str(task.id.clone()));
+            span.attr("asyncd.task.type", Value::Str(task.task_type.clone()));
+            span.attr("asyncd.attempt", Value::Int(i64::from(attempt.attempt)));
+            span.attr(
+                "asyncd.dispatch.delay_ms",
+                Value::Int(delay.as_millis() as i64),
+            );
+        }
+        let span = dispatch
+            .as_ref()
+            .and_then(|d| tracer.start(&d.context, "attempt", SpanKind::Client));
+        Self {
+            attempts,
+            job,
+            dispatch,
+            span,
+            epoch,
+        }
+    }
+
+    /// The trace context sent to the executor. When not recording, the stored trace goes
+    /// on unchanged, so the executor's spans hang under the submitter's.
+    fn sent<'t>(&'t self, task: &'t ClaimedTask) -> Option<&'t crate::trace::TraceContext> {
+        self.span
+            .as_ref()
+            .map(|s| &s.context)
+            .or(task.trace.as_ref())
+    }
+
+    /// Records the answer and settles what it means for the task.
+    fn answered(
+        self,
+        task: &ClaimedTask,
+        attempt: &Started,
+        outcome: AttemptOutcome,
+        status: Option<u16>,
+        took: Duration,
+    ) -> FinishKind {
+        let Self {
+            attempts,
+            job,
+            dispatch,
+            span,
+            epoch,
+        } = self;
+        let metrics = &attempts.metrics;
+        let tracer = &attempts.config.tracer;
+        let task_type = task.task_type.as_str();
+        if let Some(epoch) = epoch {
+            let signal = match &outcome {
+                AttemptOutcome::RetryAfter { .. } | AttemptOutcome::Overloaded { .. } => {
+                    adaptive::Signal::Overload
+                }
+                _ if job.adaptive.latency.is_some_and(|latency| took > latency) => {
+                    adaptive::Signal::Overload
+                }
+                AttemptOutcome::Succeeded | AttemptOutcome::Accepted { .. } => {
+                    adaptive::Signal::Success
+                }
+                _ => adaptive::Signal::Neither,
+            };
+            let limit = attempts.adaptive.lock().expect("adaptive lock").answered(
+                &job.task_type,
+                job.concurrency,
+                epoch,
+                signal,
+            );
+            metrics
+                .effective_concurrency
+                .with_label_values(&[job.name.as_str()])
+                .set(i64::from(limit));
+        }
+        metrics
+            .execution_duration
+            .with_label_values(&[task_type])
+            .observe(took.as_secs_f64());
+        metrics
+            .executed
+            .with_label_values(&[task_type, outcome.status_label()])
+            .inc();
+        let kind = retry::settle(
+            outcome,
+            attempt.attempt,
+            task.max_retries,
+            Some(job),
+            attempts.clock.now_millis(),
+        );
+        if let Some(mut span) = span {
+            span.attr("asyncd.task.id", Value::Str(task.id.clone()));
+            span.attr("asyncd.task.type", Value::Str(task.task_type.clone()));
+            span.attr("asyncd.attempt", Value::Int(i64::from(attempt.attempt)));
+            if let Some(status) = status {
+                span.attr("http.response.status_code", Value::Int(i64::from(status)));
+            }
+            span.attr("asyncd.outcome", Value::Str(outcome_name(&kind).into()));
+            tracer.end(span, failure(&kind));
+        }
+        if let Some(mut span) = dispatch {
+            span.attr("asyncd.outcome", Value::Str(outcome_name(&kind).into()));
+            tracer.end(span, failure(&kind));
+        }
+        kind
+    }
+}

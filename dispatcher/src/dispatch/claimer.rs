@@ -1,0 +1,245 @@
+//! The claimer: polls the store for tasks of the types this dispatcher owns that are
+//! due within `lookahead` (every `poll_interval`, or at once when woken by a local
+//! submit, a retry or a task leaving a full job), so they are in the heap before their
+//! ETA instead of waiting for the next poll. It claims only what each job has room for
+//! ([`super::holdings`]), and keyed jobs fairly among their keys.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio_util::sync::CancellationToken;
+
+use super::holdings::JobLimits;
+use super::ownership::Ownership;
+use super::{ClaimerWakeup, DispatcherConfig, Intake};
+use crate::clock::SharedClock;
+use crate::metrics::Metrics;
+use crate::routing::Routes;
+use crate::signals::{Signal, emit};
+use crate::signing::SigningKeys;
+use crate::store::{ClaimParams, ClaimedTask, FairParams, Millis, Store, TypeFilter};
+
+pub(super) struct Claimer {
+    store: Arc<dyn Store>,
+    routes: Routes,
+    metrics: Arc<Metrics>,
+    clock: SharedClock,
+    config: Arc<DispatcherConfig>,
+    /// A job whose signing keys are unavailable is not claimed.
+    signing: Arc<SigningKeys>,
+    /// Which task types this dispatcher polls, as membership last saw the members.
+    ownership: Arc<Mutex<Ownership>>,
+    /// Where claimed tasks go, and what sizes each job's room.
+    intake: Arc<Intake>,
+    waker: ClaimerWakeup,
+    /// Per keyed job: the key its last fair claim ended at.
+    fair_after: HashMap<String, String>,
+    /// The clock reading of the last pass signalled.
+    last_pass: Option<Millis>,
+}
+
+impl Claimer {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        store: Arc<dyn Store>,
+        routes: Routes,
+        metrics: Arc<Metrics>,
+        clock: SharedClock,
+        config: Arc<DispatcherConfig>,
+        signing: Arc<SigningKeys>,
+        ownership: Arc<Mutex<Ownership>>,
+        intake: Arc<Intake>,
+        waker: ClaimerWakeup,
+    ) -> Self {
+        Self {
+            store,
+            routes,
+            metrics,
+            clock,
+            config,
+            signing,
+            ownership,
+            intake,
+            waker,
+            fair_after: HashMap::new(),
+            last_pass: None,
+        }
+    }
+
+    pub(super) async fn run(mut self, shutdown: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(self.config.poll_interval) => {}
+                _ = self.waker.0.notified() => {}
+            }
+            self.pass(&shutdown).await;
+        }
+    }
+
+    /// One pass: claims until no job has a full batch waiting, the heap is full, or the
+    /// clock is too far from the store's to dispatch.
+    pub(super) async fn pass(&mut self, shutdown: &CancellationToken) {
+        let config = self.config.clone();
+        // Every claim of this pass reads the clock at or after this.
+        let now = self.clock.now_millis();
+        loop {
+            let unstarted = self.intake.unstarted.len();
+            if unstarted >= config.max_heap || !config.clock_check.may_dispatch() {
+                break;
+            }
+            let plan = self.plan();
+            if plan.is_empty() {
+                break;
+            }
+            let mut more = false;
+            for Claim {
+                types,
+                limit,
+                per_key,
+            } in plan
+            {
+                let now = self.clock.now_millis();
+                let started = Instant::now();
+                let types = TypeFilter::Only(types);
+                let params = ClaimParams {
+                    types: &types,
+                    horizon: now + config.lookahead,
+                    now,
+                    hold: config.hold,
+                    owner: &config.owner,
+                    limit,
+                };
+                let claimed = match per_key {
+                    Some(per_key) => self.claim_fair(params, per_key).await,
+                    None => self.store.claim(params).await,
+                };
+                self.metrics
+                    .poll_duration
+                    .observe(started.elapsed().as_secs_f64());
+                let claimed = match claimed {
+                    Ok(claimed) => claimed,
+                    Err(err) => {
+                        tracing::warn!(%err, "claim failed; retrying on the next tick");
+                        break;
+                    }
+                };
+                // Only a full batch of the unconstrained jobs says more is waiting now;
+                // a constrained job has taken all its room, and a keyed one each key's
+                // share (the next comes when an outcome frees a key).
+                more |= per_key.is_none()
+                    && limit == config.claim_batch
+                    && claimed.len() as u32 == limit;
+                if !claimed.is_empty() {
+                    self.intake.push(claimed);
+                }
+            }
+            if !more || shutdown.is_cancelled() {
+                break;
+            }
+        }
+        // Once per clock reading, so a test on a manual clock is not flooded.
+        if config.signals.is_some() && self.last_pass != Some(now) {
+            self.last_pass = Some(now);
+            emit(&config.signals, || Signal::ClaimPass { at: now });
+        }
+    }
+
+    /// A keyed job's claim ([`Store::claim_fair`]), its keys' rotation going on from where
+    /// this dispatcher's last claim of the job left it.
+    async fn claim_fair(
+        &mut self,
+        params: ClaimParams<'_>,
+        per_key: u32,
+    ) -> crate::store::Result<Vec<ClaimedTask>> {
+        let TypeFilter::Only(types) = params.types else {
+            return Ok(Vec::new());
+        };
+        let task_type = types.first().cloned().unwrap_or_default();
+        let after = self.fair_after.get(&task_type).cloned();
+        let claim = self
+            .store
+            .claim_fair(
+                params,
+                FairParams {
+                    per_key,
+                    after: after.as_deref(),
+                },
+            )
+            .await?;
+        if let Some(last) = claim.last_key {
+            self.fair_after.insert(task_type, last);
+        }
+        Ok(claim.tasks)
+    }
+
+    /// The claims to make now: one for the owned jobs with room for a whole batch, and one
+    /// per job with less room (limited to it) or with a concurrency key; jobs without room
+    /// are left out until a task of theirs leaves (see [`super::holdings`]).
+    fn plan(&self) -> Vec<Claim> {
+        let config = &self.config;
+        let routes = self.routes.borrow().clone();
+        // A job whose signing keys are unavailable is not claimed: its tasks wait, pending.
+        // Nor is a job paused by its config (`spec.paused`); one paused through the API is
+        // left out by the claim itself (`Store::pause`).
+        let jobs: Vec<(String, String)> = routes
+            .jobs()
+            .filter(|job| !job.paused && self.signing.may_dispatch(job))
+            .map(|job| (job.task_type.clone(), job.name.clone()))
+            .collect();
+        let owned = self
+            .ownership
+            .lock()
+            .expect("ownership lock")
+            .owned(&jobs, Instant::now());
+        let mut holdings = self.intake.claims.holdings();
+        let mut open = Vec::new();
+        let mut plan = Vec::new();
+        for task_type in owned {
+            let Some(job) = routes.job(&task_type) else {
+                continue;
+            };
+            let limits = JobLimits {
+                concurrency: job.concurrency,
+                timeout: job.timeout,
+                per_second: job.rate_limit.map(|r| r.per_second),
+            };
+            let room = holdings.room(&task_type, limits, config.hold);
+            let per_key = job.concurrency_key.as_ref().map(|key| key.limit);
+            match u32::try_from(room) {
+                Ok(0) => {}
+                Ok(room) if room < config.claim_batch || per_key.is_some() => plan.push(Claim {
+                    types: vec![task_type],
+                    limit: room.min(config.claim_batch),
+                    per_key,
+                }),
+                Err(_) if per_key.is_some() => plan.push(Claim {
+                    types: vec![task_type],
+                    limit: config.claim_batch,
+                    per_key,
+                }),
+                _ => open.push(task_type),
+            }
+        }
+        if !open.is_empty() {
+            plan.insert(
+                0,
+                Claim {
+                    types: open,
+                    limit: config.claim_batch,
+                    per_key: None,
+                },
+            );
+        }
+        plan
+    }
+}
+
+/// One claim of a pass: of these task types, up to `limit` tasks; with `per_key`, of one
+/// keyed job, fairly among its keys ([`Store::claim_fair`]).
+struct Claim {
+    types: Vec<String>,
+    limit: u32,
+    per_key: Option<u32>,
+}

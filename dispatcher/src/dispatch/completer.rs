@@ -1,0 +1,237 @@
+//! The completer: writes attempt outcomes and handed-back claims to the store in
+//! batches, and only then frees the concurrency permits their attempts held. One writer
+//! batching for every runner keeps the store's write rate far below the attempt rate,
+//! and one outcome the store refuses blocks none of the others ([`crate::outcomes`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Notify, OwnedSemaphorePermit, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use super::{ClaimerWakeup, Claims, DispatcherConfig};
+use crate::clock::SharedClock;
+use crate::metrics::Metrics;
+use crate::signals::{Signal, TestSignals, emit};
+use crate::store::{ClaimedTask, Finish, FinishKind, Started, Store};
+
+/// An outcome for the completer, with the concurrency permit its attempt held: the
+/// permit goes once the outcome is written, when the store stops counting the attempt
+/// as running, so the runner does not begin an attempt the store's count would refuse.
+pub(super) struct Completion {
+    finish: Finish,
+    permit: Option<OwnedSemaphorePermit>,
+    /// The attempt held a slot of its concurrency key: once its outcome is written the
+    /// key's next task may be claimed, so the claimer looks at once.
+    frees_key: bool,
+}
+
+impl From<Finish> for Completion {
+    fn from(finish: Finish) -> Self {
+        Self {
+            finish,
+            permit: None,
+            frees_key: false,
+        }
+    }
+}
+
+/// How many times the completer retries a batch once shutdown has begun, before leaving
+/// those tasks to their leases rather than holding the process up while the store is away.
+const SHUTDOWN_FINISH_TRIES: u32 = 5;
+
+/// The way into the completer, cloned into whatever settles or hands back a task: the
+/// ticker, the runners, their attempts and shutdown. The completer ends once every clone
+/// is gone.
+#[derive(Clone)]
+pub(super) struct Outcomes {
+    sender: mpsc::Sender<Completion>,
+    claims: Arc<Claims>,
+    metrics: Arc<Metrics>,
+    clock: SharedClock,
+    lookahead: Duration,
+    signals: Option<TestSignals>,
+}
+
+impl Outcomes {
+    pub(super) fn new(
+        sender: mpsc::Sender<Completion>,
+        claims: Arc<Claims>,
+        metrics: Arc<Metrics>,
+        clock: SharedClock,
+        config: &DispatcherConfig,
+    ) -> Self {
+        Self {
+            sender,
+            claims,
+            metrics,
+            clock,
+            lookahead: config.lookahead,
+            signals: config.signals.clone(),
+        }
+    }
+
+    /// Hands claimed tasks back to the store, unstarted.
+    pub(super) async fn release(&self, tasks: Vec<ClaimedTask>) {
+        for task in tasks {
+            emit(&self.signals, || Signal::Released {
+                id: task.id.clone(),
+            });
+            self.claims.let_go(&task.task_type);
+            let _ = self
+                .sender
+                .send(
+                    Finish {
+                        id: task.id,
+                        lease_token: task.lease_token,
+                        kind: FinishKind::Release,
+                    }
+                    .into(),
+                )
+                .await;
+        }
+    }
+
+    /// Hands a settled attempt to the completer, with the permit it held.
+    pub(super) async fn complete_attempt(
+        &self,
+        task: ClaimedTask,
+        attempt: Started,
+        kind: FinishKind,
+        permit: OwnedSemaphorePermit,
+    ) {
+        if let FinishKind::Retry { at, .. } = &kind {
+            self.metrics
+                .retries
+                .with_label_values(&[task.task_type.as_str()])
+                .inc();
+            if *at <= self.clock.now_millis() + self.lookahead {
+                self.claims.waker.wake();
+            }
+        }
+        let frees_key = task.concurrency_key.is_some();
+        let _ = self
+            .sender
+            .send(Completion {
+                finish: Finish {
+                    id: task.id,
+                    lease_token: attempt.lease_token,
+                    kind,
+                },
+                permit: Some(permit),
+                frees_key,
+            })
+            .await;
+    }
+}
+
+pub(super) struct Completer {
+    pub(super) store: Arc<dyn Store>,
+    pub(super) clock: SharedClock,
+    pub(super) waker: ClaimerWakeup,
+    pub(super) signals: Option<TestSignals>,
+    /// Notified each time a batch of outcomes is written: runners held back by their
+    /// job's concurrency look again.
+    pub(super) written: Arc<Notify>,
+    pub(super) completions: mpsc::Receiver<Completion>,
+}
+
+impl Completer {
+    /// Holds no sender: the channel closing (every [`Outcomes`] gone) is what ends this
+    /// loop, once it has written what is queued. `shutdown` only shortens its retries.
+    pub(super) async fn run(mut self, shutdown: CancellationToken) {
+        let mut received = Vec::with_capacity(512);
+        while self.completions.recv_many(&mut received, 512).await > 0 {
+            self.write(&mut received, &shutdown).await;
+        }
+    }
+
+    /// Writes one batch (taking what is in `received`), retrying while the store is
+    /// unavailable (a few times only once shutdown has begun), then frees its permits
+    /// and wakes who waits on it.
+    pub(super) async fn write(&self, received: &mut Vec<Completion>, shutdown: &CancellationToken) {
+        let frees_key = received.iter().any(|c: &Completion| c.frees_key);
+        let (mut batch, permits): (Vec<Finish>, Vec<_>) = received
+            .drain(..)
+            .map(|c: Completion| (c.finish, c.permit))
+            .unzip();
+        let ids: Vec<String> = batch.iter().map(|f| f.id.clone()).collect();
+        let wake = frees_key
+            || batch
+                .iter()
+                .any(|f| matches!(f.kind, FinishKind::Release | FinishKind::Retry { .. }));
+        let mut backoff = Duration::from_millis(50);
+        let mut tries = 0;
+        loop {
+            // Only an unavailable store comes back as an error (with what is unwritten
+            // left in `batch`); an outcome it refuses is isolated inside.
+            match crate::outcomes::write(self.store.as_ref(), &mut batch, self.clock.now_millis())
+                .await
+            {
+                Ok(_) => {
+                    emit(&self.signals, || Signal::Finished {
+                        ids,
+                        at: self.clock.now_millis(),
+                    });
+                    break;
+                }
+                Err(err) if shutdown.is_cancelled() && tries >= SHUTDOWN_FINISH_TRIES => {
+                    tracing::warn!(%err, outcomes = batch.len(), "outcomes not recorded at shutdown; their leases will bring the tasks back");
+                    break;
+                }
+                Err(err) => {
+                    tracing::warn!(%err, outcomes = batch.len(), "could not record outcomes; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    tries += 1;
+                }
+            }
+        }
+        drop(permits);
+        self.written.notify_waiters();
+        if wake {
+            self.waker.wake();
+        }
+    }
+}
+
+/// The `asyncd.outcome` attribute of the `dispatch` and `attempt` spans.
+pub(super) fn outcome_name(kind: &FinishKind) -> &'static str {
+    match kind {
+        FinishKind::Succeeded { .. } => "succeeded",
+        FinishKind::Extend { .. } => "accepted",
+        FinishKind::Retry { .. } => "retry",
+        FinishKind::Dead { .. } => "dead",
+        FinishKind::Release => "released",
+    }
+}
+
+/// A span's error status: the attempt failed.
+pub(super) fn failure(kind: &FinishKind) -> Option<String> {
+    match kind {
+        FinishKind::Retry { error, .. } | FinishKind::Dead { error } => Some(error.clone()),
+        _ => None,
+    }
+}
+
+/// One line per attempt outcome, inside the attempt's span: failures at `info` (a
+/// retry) and `warn` (a dead letter), so they are in the default log; successes at
+/// `debug`, as a busy queue has millions.
+pub(super) fn log_outcome(kind: &FinishKind) {
+    match kind {
+        FinishKind::Succeeded { .. } => tracing::debug!("attempt succeeded"),
+        FinishKind::Extend { until } => tracing::debug!(
+            lease_until = %crate::clock::from_millis(*until).to_rfc3339(),
+            "attempt accepted; the executor holds the lease"
+        ),
+        FinishKind::Retry { at, error } => tracing::info!(
+            error = error.as_str(),
+            retry_at = %crate::clock::from_millis(*at).to_rfc3339(),
+            "attempt failed; retrying"
+        ),
+        FinishKind::Dead { error } => {
+            tracing::warn!(error = error.as_str(), "attempt failed; the task is dead")
+        }
+        FinishKind::Release => tracing::debug!("attempt released"),
+    }
+}

@@ -1,0 +1,386 @@
+//! One runner per job: keeps that job's order (its keys in turns), and begins its due
+//! tasks in batches within the job's `concurrency` here and its limits in total across
+//! dispatchers ([`Attempts::begin`]). A runner per job, so a slow job never holds up
+//! another.
+
+use std::ops::ControlFlow;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use super::adaptive::Adaptive;
+use super::{Attempts, Outcomes, Unstarted};
+use crate::heap::ReadyHeap;
+use crate::metrics::Metrics;
+use crate::routing::Routes;
+use crate::store::{ClaimedTask, HeldBy};
+
+/// How often a runner held back by its job's concurrency (slots taken by attempts other
+/// dispatchers began, or by long attempts an executor accepted with 202) asks the store
+/// again when no outcome of its own was written meanwhile: the store is the only place
+/// that learns when another dispatcher's attempt ends.
+const SLOT_POLL: Duration = Duration::from_millis(50);
+
+/// What every job's runner shares; the ticker starts one from it for each job it sees.
+#[derive(Clone)]
+pub(super) struct Runners {
+    pub(super) routes: Routes,
+    pub(super) metrics: Arc<Metrics>,
+    /// Read for this dispatcher's share of each adaptive job's concurrency.
+    pub(super) adaptive: Arc<Mutex<Adaptive>>,
+    pub(super) attempts: Arc<Attempts>,
+    /// For handing back what waits in a queue at shutdown.
+    pub(super) outcomes: Outcomes,
+    /// Notified each time the completer has written a batch of outcomes: runners held
+    /// back by their job's concurrency look again.
+    pub(super) outcomes_written: Arc<Notify>,
+    /// Where the tasks waiting in the runners' queues are counted.
+    pub(super) unstarted: Arc<Unstarted>,
+}
+
+impl Runners {
+    /// The runner of `task_type`, and the queue the ticker hands it due tasks through.
+    pub(super) fn runner(&self, task_type: String) -> (Runner, Arc<ReadyQueue>) {
+        let queue = Arc::new(ReadyQueue::new(self.unstarted.clone()));
+        let limit = ConcurrencyLimit::new(
+            self.routes
+                .borrow()
+                .job(&task_type)
+                .map_or(1, |job| job.concurrency as usize),
+        );
+        let runner = Runner {
+            shared: self.clone(),
+            task_type,
+            queue: queue.clone(),
+            limit,
+        };
+        (runner, queue)
+    }
+
+    /// The attempts of `job` this dispatcher lets run at once: its `concurrency`, or less
+    /// while adaptive concurrency has backed it off. Also the job's gauge.
+    fn effective_concurrency(&self, job: &asyncd_spec::Job) -> u32 {
+        let limit = if job.adaptive.enabled {
+            self.adaptive
+                .lock()
+                .expect("adaptive lock")
+                .limit(&job.task_type, job.concurrency)
+        } else {
+            job.concurrency
+        };
+        self.metrics
+            .effective_concurrency
+            .with_label_values(&[job.name.as_str()])
+            .set(i64::from(limit));
+        limit
+    }
+}
+
+/// One job's runner: at most `concurrency` attempts at once here (a permit is held until
+/// the attempt's outcome is written), and within the job's limits in total as the store
+/// admits them ([`Attempts::begin`]); each permit goes to the best ranked due task at the
+/// moment it is free (a permit is taken first, then the task, so a task that came due
+/// meanwhile with a better rank is not passed over).
+pub(super) struct Runner {
+    shared: Runners,
+    task_type: String,
+    queue: Arc<ReadyQueue>,
+    limit: ConcurrencyLimit,
+}
+
+impl Runner {
+    pub(super) async fn run(mut self, shutdown: CancellationToken) {
+        while !shutdown.is_cancelled() {
+            if self.round(&shutdown).await.is_break() {
+                break;
+            }
+        }
+        // Shutdown: hand back what waits here, and what the ticker adds until it closes the
+        // queue.
+        while let Some(task) = self.queue.pop().await {
+            self.shared.outcomes.release(vec![task]).await;
+        }
+    }
+
+    /// One round: takes a permit and the best due task, as many more as are free at
+    /// once (or, for a batch job, within its `maxWait`), begins them, and waits as long
+    /// as the limit that held any back says. Breaks at shutdown or once the queue closes.
+    pub(super) async fn round(&mut self, shutdown: &CancellationToken) -> ControlFlow<()> {
+        let Self {
+            shared,
+            task_type,
+            queue,
+            limit,
+        } = self;
+        // Follow a changed concurrency limit without a restart, and this dispatcher's
+        // share of it as the executor's answers have it.
+        let job = shared.routes.borrow().job(task_type).cloned();
+        if let Some(job) = &job {
+            limit.resize(shared.effective_concurrency(job) as usize);
+        }
+        let job_batch = job.as_ref().and_then(|job| job.batch);
+        let permit = tokio::select! {
+            permit = limit.acquire() => permit,
+            _ = shutdown.cancelled() => return ControlFlow::Break(()),
+        };
+        let first = tokio::select! {
+            task = queue.pop() => match task {
+                Some(task) => task,
+                None => return ControlFlow::Break(()),
+            },
+            _ = shutdown.cancelled() => return ControlFlow::Break(()),
+        };
+        let mut batch: Vec<(ClaimedTask, OwnedSemaphorePermit)> = vec![(first, permit)];
+        // One store round trip begins up to 256 attempts, or one whole call of a batch
+        // job with larger calls.
+        let per_call = job_batch.map(|b| b.max_tasks as usize);
+        let most = per_call.map_or(256, |n| n.max(256));
+        while batch.len() < most {
+            let Some(permit) = limit.try_acquire() else {
+                break;
+            };
+            let Some(task) = queue.try_pop() else { break };
+            batch.push((task, permit));
+        }
+        // A batch job may hold what is due for up to `maxWait` to fill its first call.
+        if let Some(batch_spec) = job_batch
+            && !batch_spec.max_wait.is_zero()
+        {
+            let deadline = tokio::time::Instant::now() + batch_spec.max_wait;
+            while batch.len() < batch_spec.max_tasks as usize {
+                // A permit taken while the task is awaited goes back if the wait ends.
+                let next = async {
+                    let permit = limit.acquire().await;
+                    (queue.pop().await, permit)
+                };
+                tokio::select! {
+                    (task, permit) = next => match task {
+                        Some(task) => batch.push((task, permit)),
+                        None => break,
+                    },
+                    _ = tokio::time::sleep_until(deadline) => break,
+                    _ = shutdown.cancelled() => break,
+                }
+            }
+        }
+        // The share may have been cut while the runner waited for a permit or a task:
+        // permits taken at the old size would start attempts past the new one, whose
+        // overload answers would cut it again (one 429 took a share of 9 to 4). What is
+        // over goes back to the queue.
+        if let Some(job) = &job {
+            limit.resize(shared.effective_concurrency(job) as usize);
+            for task in limit.give_back_owed(&mut batch) {
+                queue.push(task);
+            }
+            if batch.is_empty() {
+                return ControlFlow::Continue(());
+            }
+        }
+        // Created before the store is asked, so an outcome written meanwhile is not
+        // missed (a `Notified` receives `notify_waiters` from its creation on).
+        let written = shared.outcomes_written.notified();
+        let (pause, on_outcome) = match shared.attempts.begin(queue, batch).await {
+            None => return ControlFlow::Continue(()),
+            // No outcome brings the next token sooner.
+            Some(HeldBy::Rate { next_token }) => (next_token.max(Duration::from_millis(1)), false),
+            Some(HeldBy::Concurrency | HeldBy::Key) => (SLOT_POLL, true),
+        };
+        tokio::select! {
+            _ = written, if on_outcome => {}
+            _ = tokio::time::sleep(pause) => {}
+            _ = shutdown.cancelled() => return ControlFlow::Break(()),
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// A job's due tasks between the ticker and the job's runner, which takes the best
+/// ranked ([`crate::heap::rank`]) whenever it may begin an attempt. A heap rather than a
+/// channel: a high-priority task that comes due behind a backlog goes before it.
+pub(super) struct ReadyQueue {
+    state: Mutex<(ReadyHeap, bool)>,
+    changed: Notify,
+    /// Counts the tasks waiting here against `max_heap`.
+    unstarted: Arc<Unstarted>,
+}
+
+impl ReadyQueue {
+    fn new(unstarted: Arc<Unstarted>) -> Self {
+        Self {
+            state: Mutex::default(),
+            changed: Notify::new(),
+            unstarted,
+        }
+    }
+
+    pub(super) fn push(&self, task: ClaimedTask) {
+        self.unstarted.queued.fetch_add(1, Ordering::SeqCst);
+        self.state.lock().expect("ready lock").0.push(task);
+        self.changed.notify_one();
+    }
+
+    /// No more tasks will come (the ticker ended).
+    pub(super) fn close(&self) {
+        self.state.lock().expect("ready lock").1 = true;
+        self.changed.notify_one();
+    }
+
+    fn try_pop(&self) -> Option<ClaimedTask> {
+        let task = self.state.lock().expect("ready lock").0.pop()?;
+        Some(self.taken(task))
+    }
+
+    /// The best task, waiting for one; `None` once closed and empty. One consumer (the
+    /// runner): `notify_one` keeps a wake-up for it when it is not waiting yet.
+    async fn pop(&self) -> Option<ClaimedTask> {
+        loop {
+            {
+                let mut state = self.state.lock().expect("ready lock");
+                if let Some(task) = state.0.pop() {
+                    drop(state);
+                    return Some(self.taken(task));
+                }
+                if state.1 {
+                    return None;
+                }
+            }
+            self.changed.notified().await;
+        }
+    }
+
+    fn taken(&self, task: ClaimedTask) -> ClaimedTask {
+        self.unstarted.queued.fetch_sub(1, Ordering::SeqCst);
+        task
+    }
+}
+
+/// A job's concurrency limit, which a config change may lower while attempts hold its
+/// permits. `Semaphore::forget_permits` only forgets permits that are free, so the rest
+/// are owed and destroyed as they come back; without that, lowering the limit under load
+/// changed nothing.
+struct ConcurrencyLimit {
+    permits: Arc<Semaphore>,
+    limit: usize,
+    owed: usize,
+}
+
+impl ConcurrencyLimit {
+    fn new(limit: usize) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(limit)),
+            limit,
+            owed: 0,
+        }
+    }
+
+    fn resize(&mut self, wanted: usize) {
+        if wanted > self.limit {
+            let grow = wanted - self.limit;
+            let cancelled = grow.min(self.owed);
+            self.owed -= cancelled;
+            self.permits.add_permits(grow - cancelled);
+        } else if wanted < self.limit {
+            let shrink = self.limit - wanted;
+            self.owed += shrink - self.permits.forget_permits(shrink);
+        }
+        self.limit = wanted;
+    }
+
+    /// Pays what is owed with the permits of `batch`'s lowest ranked entries, and
+    /// returns their tasks.
+    fn give_back_owed<T>(&mut self, batch: &mut Vec<(T, OwnedSemaphorePermit)>) -> Vec<T> {
+        let mut tasks = Vec::new();
+        while self.owed > 0
+            && let Some((task, permit)) = batch.pop()
+        {
+            permit.forget();
+            self.owed -= 1;
+            tasks.push(task);
+        }
+        tasks
+    }
+
+    /// A permit if one is free now, after paying what is owed.
+    fn try_acquire(&mut self) -> Option<OwnedSemaphorePermit> {
+        loop {
+            let permit = self.permits.clone().try_acquire_owned().ok()?;
+            if self.owed == 0 {
+                return Some(permit);
+            }
+            permit.forget();
+            self.owed -= 1;
+        }
+    }
+
+    /// Waits for a permit, paying what is owed first. Cancel-safe: a permit is destroyed
+    /// and the debt lowered in the same step.
+    async fn acquire(&mut self) -> OwnedSemaphorePermit {
+        loop {
+            let permit = self
+                .permits
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("semaphore never closes");
+            if self.owed == 0 {
+                return permit;
+            }
+            permit.forget();
+            self.owed -= 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn lowering_the_limit_while_every_permit_is_held_takes_effect_as_they_return() {
+        let mut limit = ConcurrencyLimit::new(4);
+        let held: Vec<_> = (0..4).map(|_| limit.try_acquire().unwrap()).collect();
+        limit.resize(1);
+        drop(held);
+        let first = limit.try_acquire();
+        assert!(first.is_some());
+        assert!(
+            limit.try_acquire().is_none(),
+            "more than the new limit of 1"
+        );
+        drop(first);
+        assert_eq!(limit.acquire().await.num_permits(), 1);
+    }
+
+    #[tokio::test]
+    async fn raising_the_limit_cancels_what_is_owed_first() {
+        let mut limit = ConcurrencyLimit::new(4);
+        let held: Vec<_> = (0..4).map(|_| limit.try_acquire().unwrap()).collect();
+        limit.resize(1);
+        limit.resize(3);
+        drop(held);
+        let now: Vec<_> = std::iter::from_fn(|| limit.try_acquire()).collect();
+        assert_eq!(now.len(), 3);
+        limit.resize(5);
+        let more: Vec<_> = std::iter::from_fn(|| limit.try_acquire()).collect();
+        assert_eq!(more.len(), 2, "five in all");
+    }
+
+    #[tokio::test]
+    async fn a_batch_taken_at_the_old_limit_gives_back_what_is_over_the_new_one() {
+        let mut limit = ConcurrencyLimit::new(4);
+        let mut batch: Vec<_> = (0..3).map(|n| (n, limit.try_acquire().unwrap())).collect();
+        // Cut while the batch was gathered: two in flight elsewhere would have to end
+        // before any of these began.
+        let elsewhere = limit.try_acquire().unwrap();
+        limit.resize(2);
+        assert_eq!(limit.give_back_owed(&mut batch), vec![2, 1]);
+        assert_eq!(batch.len(), 1, "the best ranked entry stays");
+        drop(elsewhere);
+        let next = limit.try_acquire();
+        assert!(next.is_some());
+        assert!(limit.try_acquire().is_none(), "two in all");
+    }
+}
