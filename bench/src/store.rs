@@ -10,7 +10,6 @@ use anyhow::{Context, Result};
 use asyncd::store::{
     self, ClaimParams, Finish, FinishKind, Millis, NewTask, StartParams, Store, TypeFilter,
 };
-use serde_json::value::RawValue;
 use sqlx::Connection;
 
 use crate::harness::{Asyncd, Job, Sink, Topology, lateness, now_ms, rate, submit_batches};
@@ -142,23 +141,10 @@ fn uuid_like() -> String {
 }
 
 fn task(i: usize, trigger_at: i64, task_type: &str) -> NewTask {
-    NewTask {
-        id: format!("{:013x}-{i:022}", now_ms()),
-        task_type: task_type.into(),
-        payload: RawValue::from_string(r#"{"n":1}"#.into()).unwrap(),
-        priority: 0,
-        trigger_at: Millis::new(trigger_at),
-        max_retries: 3,
-        timeout_ms: 30_000,
-        idempotency_key: None,
-        unique_key: None,
-        unique_for: std::time::Duration::ZERO,
-        cron_key: None,
-        depends_on: Vec::new(),
-        source_service: None,
-        concurrency_key: None,
-        trace: None,
-    }
+    NewTask::test(task_type, Millis::new(trigger_at))
+        .id(format!("{:013x}-{i:022}", now_ms()))
+        .payload(r#"{"n":1}"#)
+        .timeout_ms(30_000)
 }
 
 async fn fill(store: &dyn Store, count: usize, trigger_at: i64) -> Result<()> {

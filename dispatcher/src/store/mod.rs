@@ -54,6 +54,8 @@ pub mod postgres;
 mod rows;
 mod shared;
 pub mod sqlite;
+#[doc(hidden)]
+pub mod testing;
 mod tx;
 
 use std::collections::BTreeMap;

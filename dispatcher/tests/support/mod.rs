@@ -3,7 +3,10 @@
 //! signals it waits on), the real `asyncd dev` binary ([`Asyncd`], for the tests that
 //! kill or signal a process), and a scripted HTTP executor that records every call.
 //! Both runtimes answer the same [`Api`] helpers. Waits are conditions with deadlines.
+//! The servers some tests need, and what a test does without one: [`backends`].
 #![allow(dead_code)]
+
+pub mod backends;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -16,12 +19,15 @@ use asyncd::clock::{Clock, ManualClock};
 use asyncd::dispatcher::DispatcherConfig;
 use asyncd::roles::{self, Parts, RoleError, RoutingSource, Settings};
 use asyncd::signals::{Signal, TestSignals};
+use asyncd::store::Millis;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
+
+pub use backends::Service;
 
 pub const DEADLINE: Duration = Duration::from_secs(20);
 
@@ -190,6 +196,14 @@ pub fn job_yaml(name: &str, task_type: &str, url: &str, extra_spec: &str) -> Str
     format!(
         "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata:\n  name: {name}\nspec:\n  taskType: {task_type}\n  executor:\n    url: {url}\n    timeout: 5s\n{extra_spec}"
     )
+}
+
+/// The config folder of one job, `test-job`, running tasks of type `work` on `executor`.
+pub fn one_job(executor: &Executor, extra_spec: &str) -> Vec<(&'static str, String)> {
+    vec![(
+        "job.yaml",
+        job_yaml("test-job", "work", &executor.url(), extra_spec),
+    )]
 }
 
 /// A running `asyncd dev` process with its own folder, database and port.
@@ -522,6 +536,19 @@ impl InProcess {
         .await
     }
 
+    /// Waits for `id` to wait for its next attempt (pending, or already claimed again) and
+    /// moves the clock to its ETA; returns the ETA.
+    pub async fn run_when_due(&self, id: &str) -> i64 {
+        let task = wait_for(&format!("{id} to wait for a retry"), DEADLINE, async || {
+            let task = self.task(id).await;
+            matches!(task["state"].as_str(), Some("pending" | "claimed")).then_some(task)
+        })
+        .await;
+        let eta = parse_time(&task["eta"]);
+        self.clock.set_millis(Millis::new(eta));
+        eta
+    }
+
     /// Waits for a rescuer pass that read the clock at `at` or later.
     pub async fn rescue_pass(&mut self, at: i64) -> usize {
         self.next("a rescuer pass", |s| match s {
@@ -613,14 +640,11 @@ pub fn task(task_type: &str, payload: Value) -> Value {
     json!({"type": task_type, "payload": payload})
 }
 
-/// A new, empty database on the server named by the environment variable `var` (a
-/// server URL without a database, as `e2e/services/*.sh url` prints). The variable is
-/// required: without it the test fails and says how to start the server.
-pub async fn fresh_database(var: &str) -> String {
+/// A new, empty database on the server of `service` (MariaDB or PostgreSQL), or `None`
+/// when the server is not there: the test skips ([`Service::address`]).
+pub async fn fresh_database(service: Service) -> Option<String> {
     use sqlx::Connection;
-    let server = std::env::var(var).unwrap_or_else(|_| {
-        panic!("{var} is not set: start the server with e2e/services/mariadb.sh start or postgres.sh start and export {var}=$(e2e/services/<db>.sh url), or run bash e2e/run-tests.sh")
-    });
+    let server = service.address()?;
     let server = server.trim_end_matches('/').to_string();
     let name = format!("asyncd_mp_{}", uuid::Uuid::now_v7().simple());
     if server.starts_with("mysql:") {
@@ -640,7 +664,7 @@ pub async fn fresh_database(var: &str) -> String {
             .await
             .unwrap();
     }
-    format!("{server}/{name}")
+    Some(format!("{server}/{name}"))
 }
 
 /// One `asyncd` role process (api, dispatcher, scheduler) named by `ASYNCD_INSTANCE`,
@@ -788,13 +812,12 @@ pub enum Backend {
     /// `asyncd dev`: every part in one process on SQLite.
     Sqlite,
     /// `asyncd api` and `asyncd dispatcher` as two processes, as a cluster runs them, on
-    /// a fresh database of the server this environment variable names
-    /// (`ASYNCD_TEST_POSTGRES_URL`, `ASYNCD_TEST_MYSQL_URL`).
-    Server(&'static str),
+    /// a fresh database of this server (MariaDB or PostgreSQL).
+    Server(Service),
 }
 
 /// `asyncd api` and `asyncd dispatcher` processes on one fresh, migrated database; the
-/// API answers at `addr`.
+/// API answers at `addr`. Not started (`None`) when the server is not there.
 pub struct Roles {
     pub addr: SocketAddr,
     pub http: reqwest::Client,
@@ -806,8 +829,8 @@ pub struct Roles {
 }
 
 impl Roles {
-    pub async fn start(server_var: &str, jobs: &[(&str, String)]) -> Self {
-        let store = fresh_database(server_var).await;
+    pub async fn start(server: Service, jobs: &[(&str, String)]) -> Option<Self> {
+        let store = fresh_database(server).await?;
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("jobs");
         std::fs::create_dir(&config).unwrap();
@@ -847,30 +870,30 @@ impl Roles {
         let http = reqwest::Client::new();
         wait_healthy(&http, &api.listen).await;
         wait_healthy(&http, &dispatcher.listen).await;
-        Self {
+        Some(Self {
             addr,
             http,
             api,
             dispatcher,
             store,
             dir,
-        }
+        })
     }
 }
 
 /// A test's asyncd on a [`Backend`]: the API, and the process serving it to kill and
-/// start again.
+/// start again. Not started (`None`) when the backend's server is not there.
 pub enum Deployment {
     Dev(Asyncd),
     Roles(Roles),
 }
 
 impl Deployment {
-    pub async fn start(backend: Backend, jobs: &[(&str, String)]) -> Self {
-        match backend {
+    pub async fn start(backend: Backend, jobs: &[(&str, String)]) -> Option<Self> {
+        Some(match backend {
             Backend::Sqlite => Self::Dev(Asyncd::start(jobs, &[]).await),
-            Backend::Server(var) => Self::Roles(Roles::start(var, jobs).await),
-        }
+            Backend::Server(server) => Self::Roles(Roles::start(server, jobs).await?),
+        })
     }
 
     /// SIGKILLs the process serving the API (`asyncd dev`, or `asyncd api` while the
@@ -906,5 +929,45 @@ impl Api for Deployment {
             Self::Dev(asyncd) => &asyncd.http,
             Self::Roles(roles) => &roles.http,
         }
+    }
+}
+
+/// The Kafka broker the tests share, held while a test uses it. One test restarts the
+/// broker, which the others would see as an outage mid-test (a produce falling back to
+/// the store, lag not reported): it holds the broker [`Broker::alone`], while the others
+/// hold it [`Broker::shared`].
+pub struct Broker {
+    /// Its bootstrap servers.
+    pub address: String,
+    _held: BrokerHold,
+}
+
+enum BrokerHold {
+    Shared(tokio::sync::RwLockReadGuard<'static, ()>),
+    Alone(tokio::sync::RwLockWriteGuard<'static, ()>),
+}
+
+static BROKER: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+impl Broker {
+    /// The broker, beside the other tests using it; `None` when there is none: the test
+    /// skips ([`Service::address`]).
+    pub async fn shared() -> Option<Self> {
+        let address = Service::Kafka.address()?;
+        let held = BrokerHold::Shared(BROKER.read().await);
+        Some(Self {
+            address,
+            _held: held,
+        })
+    }
+
+    /// The broker, with no other test using it meanwhile.
+    pub async fn alone() -> Option<Self> {
+        let address = Service::Kafka.address()?;
+        let held = BrokerHold::Alone(BROKER.write().await);
+        Some(Self {
+            address,
+            _held: held,
+        })
     }
 }

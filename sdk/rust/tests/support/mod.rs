@@ -1,4 +1,4 @@
-//! Test harness: a real `asyncd dev` process (binary from `ASYNCD_BIN`) on a free
+//! Test harness: a real `asyncd dev` process (see [`asyncd_bin`]) on a free
 //! loopback port, with job configs pointing at the test's [`Executor`] served on
 //! loopback. Waits are conditions with deadlines, never fixed sleeps.
 #![allow(dead_code)]
@@ -21,7 +21,6 @@ pub const SECRET_NAME: &str = "rust-it-signing";
 /// A signing Secret whose key the tests' executor does not know: its calls are refused
 /// with 401.
 pub const WRONG_SECRET_NAME: &str = "rust-it-wrong";
-const DEFAULT_BIN: &str = "/var/cache/asyncd/target/debug/asyncd";
 
 /// Polls `check` every 20 ms until it returns `Some`, or panics naming `what`.
 pub async fn wait_for<T>(
@@ -156,15 +155,26 @@ impl Job {
     }
 }
 
-/// The asyncd binary; a missing one fails the test with directions (never skips).
+/// The asyncd binary: `ASYNCD_BIN`, else the one `cargo test --workspace` built next to
+/// this test, in whatever target folder. A missing one fails the test with directions
+/// (never skips).
 pub fn asyncd_bin() -> PathBuf {
-    let bin = std::env::var("ASYNCD_BIN").unwrap_or_else(|_| DEFAULT_BIN.to_string());
-    let path = PathBuf::from(&bin);
+    let path = match std::env::var_os("ASYNCD_BIN") {
+        Some(bin) => PathBuf::from(bin),
+        // target/debug/deps/integration-<hash> → target/debug/asyncd
+        None => std::env::current_exe()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .join("asyncd"),
+    };
     assert!(
         path.is_file(),
-        "no asyncd binary at {bin}: the integration tests run a real `asyncd dev`. Build it \
-         (CARGO_TARGET_DIR=/var/cache/asyncd/target cargo build -p asyncd) or set ASYNCD_BIN \
-         to an asyncd binary"
+        "no asyncd binary at {}: the integration tests run a real `asyncd dev`. Build it \
+         (cargo build -p asyncd) or set ASYNCD_BIN to an asyncd binary",
+        path.display()
     );
     path
 }

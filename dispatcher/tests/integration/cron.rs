@@ -1,11 +1,12 @@
-//! `POST /v1/jobs/{name}/cron/{entry}/trigger` (docs/api.md, "Trigger a cron entry
-//! now"): the task a firing of the entry is, due at the call, a new one per call; unknown
-//! jobs and entries are 404s naming the field.
+//! Cron entries: each firing runs once, on time, through the executor (the `dev` role
+//! in-process on the manual clock); and `POST /v1/jobs/{name}/cron/{entry}/trigger`
+//! (docs/api.md, "Trigger a cron entry now"): the task a firing of the entry is, due at
+//! the call, a new one per call; unknown jobs and entries are 404s naming the field.
 
-mod support;
-
+use asyncd::store::Millis;
 use serde_json::json;
-use support::*;
+
+use crate::support::*;
 
 fn job(executor: &Executor) -> Vec<(&'static str, String)> {
     vec![(
@@ -68,4 +69,50 @@ async fn unknown_jobs_and_entries_are_404s_naming_the_field() {
         message.contains("\"hourly\"") && message.contains("nightly"),
         "names the entry and the job's entries: {message}"
     );
+}
+
+#[tokio::test]
+async fn cron_entries_fire_through_the_executor() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let extra = "  cron:\n    - name: every-second\n      schedule: \"CRON_TZ=Asia/Kathmandu * * * * * *\"\n      payload: {cron: true}\n";
+    let mut asyncd = InProcess::start(&one_job(&executor, extra)).await;
+    // The first pass creates the firings from the start time on.
+    asyncd
+        .next("a cron pass", |s| match s {
+            asyncd::signals::Signal::Scheduled { created, at } => {
+                assert_eq!(at.as_i64(), T0);
+                (created > 0).then_some(())
+            }
+            _ => None,
+        })
+        .await;
+    let mut fired = Vec::new();
+    for second in 1..=3 {
+        asyncd.clock.set_millis(Millis::new(T0 + second * 1_000));
+        fired.push(
+            asyncd
+                .next("a cron firing dispatched", |s| match s {
+                    asyncd::signals::Signal::Dispatched { eta, at, .. } => Some((eta, at)),
+                    _ => None,
+                })
+                .await,
+        );
+    }
+    for (eta, at) in &fired {
+        assert_eq!(eta.as_i64() % 1000, 0, "fires on whole seconds");
+        assert_eq!(at, eta, "fired exactly on time");
+    }
+    let calls = wait_for("three cron calls", DEADLINE, async || {
+        let calls = executor.calls();
+        (calls.len() >= 3).then_some(calls)
+    })
+    .await;
+    let etas: Vec<i64> = calls.iter().map(|c| parse_time(&c.body["eta"])).collect();
+    for call in &calls {
+        assert_eq!(call.body["payload"], json!({"cron": true}));
+    }
+    let mut unique = etas.clone();
+    unique.dedup();
+    assert_eq!(unique.len(), etas.len(), "each firing once: {etas:?}");
+    assert_eq!(etas, [T0 + 1_000, T0 + 2_000, T0 + 3_000]);
 }

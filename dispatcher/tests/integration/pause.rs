@@ -8,8 +8,6 @@
 //! the tests wait on its signals: "nothing was claimed" is asserted over claimer passes
 //! that read the clock after every task was due.
 
-mod support;
-
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +15,8 @@ use std::time::Duration;
 use asyncd::clock::{Clock, SystemClock};
 use asyncd::signals::Signal;
 use serde_json::{Value, json};
-use support::*;
+
+use crate::support::*;
 
 const JOB: &str = "pause-job";
 
@@ -272,13 +271,17 @@ async fn sqlite_pause_holds_across_a_restart_and_resume_runs_each_task_once() {
 
 #[tokio::test]
 async fn mariadb_pause_holds_across_a_restart_and_resume_runs_each_task_once() {
-    let url = fresh_database("ASYNCD_TEST_MYSQL_URL").await;
+    let Some(url) = fresh_database(Service::MariaDb).await else {
+        return;
+    };
     pause_holds_across_a_restart_and_resume_runs_each_task_once(Some(url)).await;
 }
 
 #[tokio::test]
 async fn postgres_pause_holds_across_a_restart_and_resume_runs_each_task_once() {
-    let url = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
+    let Some(url) = fresh_database(Service::Postgres).await else {
+        return;
+    };
     pause_holds_across_a_restart_and_resume_runs_each_task_once(Some(url)).await;
 }
 

@@ -5,14 +5,13 @@
 //! the whole due backlog (some 800 MiB of payloads) into the heap, the claims lapsed
 //! after the hold and were claimed again, over and over.
 
-mod support;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::http::HeaderMap;
-use support::*;
+
+use crate::support::*;
 
 const TASKS: usize = 100_000;
 const PAYLOAD_BYTES: usize = 8 * 1024;

@@ -3,20 +3,21 @@
 //! SIGKILL mid-run. Every task runs; duplicates come only from the killed process's
 //! lapsed leases (counted and printed); every cron firing runs once.
 
-mod support;
-
 use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
 use std::time::Duration;
 
 use serde_json::json;
-use support::*;
+
+use crate::support::*;
 
 const TASKS: usize = 3000;
 const TYPES: [&str; 4] = ["alpha", "beta", "gamma", "delta"];
 
-async fn run_cluster(server_var: &str) {
-    let store = fresh_database(server_var).await;
+async fn run_cluster(server: Service) {
+    let Some(store) = fresh_database(server).await else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let jobs = dir.path().join("jobs");
     std::fs::create_dir(&jobs).unwrap();
@@ -184,8 +185,9 @@ async fn run_cluster(server_var: &str) {
             m
         });
     println!(
-        "{server_var}: {TASKS} tasks + {} cron firings over 3 dispatchers and 2 schedulers; \
+        "{}: {TASKS} tasks + {} cron firings over 3 dispatchers and 2 schedulers; \
          SIGKILL of {victim_name}; {duplicates} duplicate executions; executions per dispatcher {per_dispatcher:?}",
+        server.name(),
         firings.len()
     );
     assert!(
@@ -196,10 +198,10 @@ async fn run_cluster(server_var: &str) {
 
 #[tokio::test]
 async fn three_dispatchers_and_two_schedulers_on_mariadb() {
-    run_cluster("ASYNCD_TEST_MYSQL_URL").await;
+    run_cluster(Service::MariaDb).await;
 }
 
 #[tokio::test]
 async fn three_dispatchers_and_two_schedulers_on_postgres() {
-    run_cluster("ASYNCD_TEST_POSTGRES_URL").await;
+    run_cluster(Service::Postgres).await;
 }

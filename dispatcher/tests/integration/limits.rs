@@ -15,8 +15,6 @@
 //! dispatcher's clock with the database's: it is taken once, when the manual clock still
 //! reads the wall time, and not again while the test moves the clock on.)
 
-mod support;
-
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,12 +30,11 @@ use asyncd::store::{self, ClaimParams, Millis, NewTask, Store, TypeFilter};
 use asyncd_spec::{AsyncJobConfig, Job};
 use axum::body::Bytes;
 use axum::http::HeaderMap;
-use serde_json::value::RawValue;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use support::{fresh_database, wait_for};
+use crate::support::wait_for;
 
 const TASK_TYPE: &str = "limited";
 
@@ -240,25 +237,14 @@ impl Pair {
         let now = self.clock.now_millis();
         let tasks: Vec<NewTask> = (0..n)
             .map(|i| NewTask {
-                id: uuid::Uuid::now_v7().to_string(),
-                task_type: TASK_TYPE.into(),
-                payload: RawValue::from_string(match keys {
-                    0 => format!("{{\"n\":{i}}}"),
-                    _ => format!("{{\"n\":{i},\"m\":\"k{}\"}}", i % keys),
-                })
-                .unwrap(),
-                priority: 0,
-                trigger_at: now,
-                max_retries: 0,
-                timeout_ms: 5_000,
-                idempotency_key: None,
-                unique_key: None,
-                unique_for: std::time::Duration::ZERO,
-                cron_key: None,
-                depends_on: Vec::new(),
-                source_service: None,
                 concurrency_key: (keys > 0).then(|| format!("k{}", i % keys)),
-                trace: None,
+                ..NewTask::test(TASK_TYPE, now)
+                    .payload(match keys {
+                        0 => format!("{{\"n\":{i}}}"),
+                        _ => format!("{{\"n\":{i},\"m\":\"k{}\"}}", i % keys),
+                    })
+                    .max_retries(0)
+                    .timeout_ms(5_000)
             })
             .collect();
         self.stores[0].insert(&tasks, now).await.unwrap();
@@ -500,45 +486,57 @@ mod sqlite {
 }
 
 mod mariadb {
-    use super::fresh_database;
+    use crate::support::{Service, fresh_database};
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_key_limit_holds_in_total() {
-        let url = fresh_database("ASYNCD_TEST_MYSQL_URL").await;
+        let Some(url) = fresh_database(Service::MariaDb).await else {
+            return;
+        };
         super::a_key_limit_holds_in_total(Some(url)).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrency_holds_in_total_and_follows_a_config_change() {
-        let url = fresh_database("ASYNCD_TEST_MYSQL_URL").await;
+        let Some(url) = fresh_database(Service::MariaDb).await else {
+            return;
+        };
         super::concurrency_holds_in_total_and_follows_a_config_change(Some(url)).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn rate_holds_in_total_within_ten_percent() {
-        let url = fresh_database("ASYNCD_TEST_MYSQL_URL").await;
+        let Some(url) = fresh_database(Service::MariaDb).await else {
+            return;
+        };
         super::rate_holds_in_total_within_ten_percent(Some(url)).await;
     }
 }
 
 mod postgres {
-    use super::fresh_database;
+    use crate::support::{Service, fresh_database};
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_key_limit_holds_in_total() {
-        let url = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
+        let Some(url) = fresh_database(Service::Postgres).await else {
+            return;
+        };
         super::a_key_limit_holds_in_total(Some(url)).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrency_holds_in_total_and_follows_a_config_change() {
-        let url = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
+        let Some(url) = fresh_database(Service::Postgres).await else {
+            return;
+        };
         super::concurrency_holds_in_total_and_follows_a_config_change(Some(url)).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn rate_holds_in_total_within_ten_percent() {
-        let url = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
+        let Some(url) = fresh_database(Service::Postgres).await else {
+            return;
+        };
         super::rate_holds_in_total_within_ten_percent(Some(url)).await;
     }
 }

@@ -5,13 +5,12 @@
 //! every backend, caps included, is `job_counts_by_state_stop_at_their_cap` in
 //! store_conformance.rs; who sees which job is in auth.rs.
 
-mod support;
-
 use std::time::Duration;
 
 use asyncd::signals::Signal;
 use serde_json::{Value, json};
-use support::*;
+
+use crate::support::*;
 
 const CRON_JOB: &str = "a-nightly-job";
 const WORK_JOB: &str = "b-work-job";

@@ -4,23 +4,15 @@
 //! attempt's span and spans are posted to `{endpoint}/v1/traces`. e2e/tracing.sh decodes
 //! those spans with the official opentelemetry-proto package.
 
-mod support;
-
 use std::sync::{Arc, Mutex};
 
 use asyncd::store::Millis;
 use asyncd::trace::OtlpSettings;
 use serde_json::{Value, json};
-use support::*;
+
+use crate::support::*;
 
 const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
-
-fn one_job(executor: &Executor, extra: &str) -> Vec<(&'static str, String)> {
-    vec![(
-        "job.yaml",
-        job_yaml("test-job", "work", &executor.url(), extra),
-    )]
-}
 
 async fn submit_with(api: &impl Api, path: &str, body: Value, headers: &[(&str, &str)]) -> Value {
     let mut request = api.http().post(api.url(path)).json(&body);
@@ -206,8 +198,8 @@ fn hex_bytes(text: &str) -> Vec<u8> {
 
 #[tokio::test]
 async fn the_kafka_route_keeps_the_traceparent() {
-    let Ok(brokers) = std::env::var("ASYNCD_TEST_KAFKA_BROKERS") else {
-        panic!("ASYNCD_TEST_KAFKA_BROKERS is not set: start Kafka with e2e/services/kafka.sh start")
+    let Some(broker) = Broker::shared().await else {
+        return;
     };
     let executor = Executor::start(|_| Answer::ok()).await;
     let topic = format!("asyncd-test-traced-{}", uuid::Uuid::now_v7().simple());
@@ -222,7 +214,11 @@ async fn the_kafka_route_keeps_the_traceparent() {
             ),
         ),
     )];
-    let asyncd = Asyncd::start(&jobs, &["--kafka-brokers", &brokers, "--create-topics"]).await;
+    let asyncd = Asyncd::start(
+        &jobs,
+        &["--kafka-brokers", &broker.address, "--create-topics"],
+    )
+    .await;
     // The topic is created on start; the first produce may race it.
     let answer = wait_for("a submit through Kafka", DEADLINE, async || {
         let answer = asyncd

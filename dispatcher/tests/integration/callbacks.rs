@@ -1,8 +1,7 @@
 //! Executor callbacks and signed executor calls (docs/security.md), end to end through
 //! the `dev` role in-process: forged callbacks on every store backend, the signature a
-//! real executor receives, and a job whose signing Secret is missing.
-
-mod support;
+//! real executor receives, a job whose signing Secret is missing, and a result callback
+//! asking for a retry or failing the task for good.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -11,7 +10,8 @@ use asyncd::clock::SystemClock;
 
 use asyncd_contract::{SignedCall, verify_signature};
 use serde_json::{Value, json};
-use support::*;
+
+use crate::support::*;
 
 fn long_job(executor: &Executor, extra: &str) -> Vec<(&'static str, String)> {
     vec![(
@@ -161,13 +161,17 @@ async fn sqlite_forged_callbacks_are_refused_and_change_nothing() {
 
 #[tokio::test]
 async fn mariadb_forged_callbacks_are_refused_and_change_nothing() {
-    let url = fresh_database("ASYNCD_TEST_MYSQL_URL").await;
+    let Some(url) = fresh_database(Service::MariaDb).await else {
+        return;
+    };
     forged_callbacks_are_refused_and_change_nothing(Some(url)).await;
 }
 
 #[tokio::test]
 async fn postgres_forged_callbacks_are_refused_and_change_nothing() {
-    let url = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
+    let Some(url) = fresh_database(Service::Postgres).await else {
+        return;
+    };
     forged_callbacks_are_refused_and_change_nothing(Some(url)).await;
 }
 
@@ -276,13 +280,17 @@ async fn sqlite_a_running_task_is_cancelled_and_its_attempt_told() {
 
 #[tokio::test]
 async fn mariadb_a_running_task_is_cancelled_and_its_attempt_told() {
-    let url = fresh_database("ASYNCD_TEST_MYSQL_URL").await;
+    let Some(url) = fresh_database(Service::MariaDb).await else {
+        return;
+    };
     a_running_task_is_cancelled_and_its_attempt_told(Some(url)).await;
 }
 
 #[tokio::test]
 async fn postgres_a_running_task_is_cancelled_and_its_attempt_told() {
-    let url = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
+    let Some(url) = fresh_database(Service::Postgres).await else {
+        return;
+    };
     a_running_task_is_cancelled_and_its_attempt_told(Some(url)).await;
 }
 
@@ -428,4 +436,31 @@ async fn a_job_without_its_signing_secret_waits_until_the_secret_appears() {
             .contains("asyncd_signing_unavailable{job=\"signed\"} 0")
     );
     assert_eq!(asyncd.get("/readyz").await.0, 200);
+}
+
+#[tokio::test]
+async fn result_callback_can_ask_for_a_retry_or_fail_for_good() {
+    let executor = Executor::start(|_| Answer::status(202)).await;
+    let mut asyncd = InProcess::start(&one_job(&executor, "")).await;
+    let id = asyncd.submit(task("work", json!({}))).await;
+    let (_, first_at) = asyncd.dispatched(&id).await;
+    let first = executor.wait_calls(&id, 1).await.remove(0);
+    let (status, answer) = asyncd
+        .post(
+            &format!("/v1/tasks/{id}/result"),
+            json!({"lease_token": first.lease_token, "status": "retry", "retry_after": "500ms"}),
+        )
+        .await;
+    assert_eq!((status, answer["state"].as_str()), (200, Some("pending")));
+    let again = asyncd.run_when_due(&id).await;
+    assert_eq!(again - first_at, 500, "retried exactly retry_after later");
+    let second = executor.wait_calls(&id, 2).await.remove(1);
+    let (status, answer) = asyncd
+        .post(
+            &format!("/v1/tasks/{id}/result"),
+            json!({"lease_token": second.lease_token, "status": "failed", "error": "invalid card"}),
+        )
+        .await;
+    assert_eq!((status, answer["state"].as_str()), (200, Some("dead")));
+    assert_eq!(asyncd.task(&id).await["last_error"], "invalid card");
 }

@@ -3,25 +3,19 @@
 //! rebalance when a dispatcher joins; and the Kafka route's side of later issues (priority
 //! and pause from issue 14, cancels, dead letters, outages).
 
-mod support;
-
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::*;
 
-/// The chaos test restarts the shared broker, which the other tests here would see as an
-/// outage mid-test (a produce falling back to the store, lag not reported): it runs
-/// alone, holding this for writing, while the others share it.
-static BROKER: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+use crate::support::*;
 
+/// The broker's bootstrap servers. Every test here begins by holding the [`Broker`] (the
+/// chaos test restarts it), which skips the test when there is none.
 fn brokers() -> String {
-    std::env::var("ASYNCD_TEST_KAFKA_BROKERS").unwrap_or_else(|_| {
-        panic!("ASYNCD_TEST_KAFKA_BROKERS is not set: start Kafka with e2e/services/kafka.sh start and export ASYNCD_TEST_KAFKA_BROKERS=$(e2e/services/kafka.sh url), or run bash e2e/run-tests.sh")
-    })
+    Service::Kafka.address().expect("the test holds the broker")
 }
 
 fn kafka_script() -> PathBuf {
@@ -48,7 +42,9 @@ fn kafka_job_with(name: &str, url: &str, partitions: u32, extra_spec: &str) -> S
 
 #[tokio::test]
 async fn immediate_and_delayed_tasks_round_trip_through_the_broker() {
-    let _broker = BROKER.read().await;
+    let Some(_broker) = Broker::shared().await else {
+        return;
+    };
     let executor = Executor::start(|_| Answer::ok()).await;
     let jobs = [("job.yaml", kafka_job("roundtrip", &executor.url(), 3))];
     let brokers = brokers();
@@ -137,7 +133,9 @@ async fn immediate_and_delayed_tasks_round_trip_through_the_broker() {
 /// store cannot see it. Both answers must name one task that exists and runs once.
 #[tokio::test]
 async fn a_repeat_while_the_first_is_in_kafka_answers_the_same_task() {
-    let _broker = BROKER.read().await;
+    let Some(_broker) = Broker::shared().await else {
+        return;
+    };
     let executor = Executor::start(|_| Answer::ok()).await;
     let jobs = [("job.yaml", kafka_job("repeat", &executor.url(), 1))];
     let brokers = brokers();
@@ -191,7 +189,9 @@ async fn a_repeat_while_the_first_is_in_kafka_answers_the_same_task() {
 /// priority-9 warm-up ran), with the flood still lagging.
 #[tokio::test]
 async fn a_priority_9_task_overtakes_a_lagging_flood_of_50_000_priority_0_tasks() {
-    let _broker = BROKER.read().await;
+    let Some(_broker) = Broker::shared().await else {
+        return;
+    };
     const BACKLOG: usize = 50_000;
     const PER_SECOND: usize = 50;
     /// Attempts begun between the priority-9 task's submit and its own: its produce,
@@ -200,7 +200,10 @@ async fn a_priority_9_task_overtakes_a_lagging_flood_of_50_000_priority_0_tasks(
     const BOUND: usize = 2 * PER_SECOND;
     let executor = Executor::start(|_| Answer::ok()).await;
     let limits = format!("  concurrency: 4\n  rateLimit:\n    perSecond: {PER_SECOND}\n");
-    let cluster = Cluster::start(&kafka_job_with("prio", &executor.url(), 3, &limits)).await;
+    let Some(cluster) = Cluster::start(&kafka_job_with("prio", &executor.url(), 3, &limits)).await
+    else {
+        return;
+    };
     let warm_up = cluster
         .submit(vec![
             json!({"type": "prio", "payload": "warm-up", "priority": 9}),
@@ -268,13 +271,14 @@ struct Cluster {
 }
 
 impl Cluster {
-    async fn start(job: &str) -> Self {
+    async fn start(job: &str) -> Option<Self> {
         Self::start_jobs(&[("job.yaml", job.to_string())]).await
     }
 
-    /// A cluster serving every job of `files` (file name, YAML).
-    async fn start_jobs(files: &[(&str, String)]) -> Self {
-        let store = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
+    /// A cluster serving every job of `files` (file name, YAML), on a fresh PostgreSQL
+    /// database; `None` when PostgreSQL is not there: the test skips.
+    async fn start_jobs(files: &[(&str, String)]) -> Option<Self> {
+        let store = fresh_database(Service::Postgres).await?;
         let dir = tempfile::tempdir().unwrap();
         let jobs = dir.path().join("jobs");
         std::fs::create_dir(&jobs).unwrap();
@@ -301,14 +305,14 @@ impl Cluster {
                 .map(|_| ())
         })
         .await;
-        Self {
+        Some(Self {
             dir,
             api,
             store,
             jobs,
             http,
             _api_role: api_role,
-        }
+        })
     }
 
     fn args(role: &str, store: &str, jobs: &std::path::Path, listen: &str) -> Vec<String> {
@@ -395,16 +399,21 @@ const CLAIM_PASSES: &str = "asyncd_mysql_poll_duration_seconds_count";
 /// of them exactly once.
 #[tokio::test]
 async fn a_paused_job_holds_its_kafka_route_tasks_across_a_dispatcher_restart() {
-    let _broker = BROKER.read().await;
+    let Some(_broker) = Broker::shared().await else {
+        return;
+    };
     const TASKS: usize = 40;
     let executor = Executor::start(|_| Answer::ok()).await;
     let paused_job = kafka_job("kpause", &executor.url(), 2);
     let topic = topic_of(&paused_job);
-    let cluster = Cluster::start_jobs(&[
+    let Some(cluster) = Cluster::start_jobs(&[
         ("paused.yaml", paused_job),
         ("control.yaml", kafka_job("kcontrol", &executor.url(), 1)),
     ])
-    .await;
+    .await
+    else {
+        return;
+    };
     let (http, api) = (&cluster.http, &cluster.api);
     let answer = http
         .post(format!("http://{api}/v1/jobs/kpause/pause"))
@@ -505,9 +514,13 @@ async fn a_paused_job_holds_its_kafka_route_tasks_across_a_dispatcher_restart() 
 /// task submitted after it on the same partition still runs.
 #[tokio::test]
 async fn a_task_cancelled_before_it_is_consumed_never_runs() {
-    let _broker = BROKER.read().await;
+    let Some(_broker) = Broker::shared().await else {
+        return;
+    };
     let executor = Executor::start(|_| Answer::ok()).await;
-    let cluster = Cluster::start(&kafka_job("precancel", &executor.url(), 1)).await;
+    let Some(cluster) = Cluster::start(&kafka_job("precancel", &executor.url(), 1)).await else {
+        return;
+    };
     let ids = cluster
         .submit(vec![
             json!({"type": "precancel", "payload": "cancel me"}),
@@ -558,11 +571,15 @@ async fn a_task_cancelled_before_it_is_consumed_never_runs() {
 
 #[tokio::test]
 async fn chaos_sigkilled_dispatchers_and_a_broker_restart_lose_nothing() {
-    let _broker = BROKER.write().await;
+    let Some(_broker) = Broker::alone().await else {
+        return;
+    };
     const WAVES: usize = 4;
     const WAVE: usize = 2500;
     let executor = Executor::start(|_| Answer::ok()).await;
-    let cluster = Cluster::start(&kafka_job("chaos", &executor.url(), 6)).await;
+    let Some(cluster) = Cluster::start(&kafka_job("chaos", &executor.url(), 6)).await else {
+        return;
+    };
     let mut dispatchers: Vec<Role> = (0..3)
         .map(|i| cluster.dispatcher(&format!("dispatcher-{i}")))
         .collect();
@@ -624,10 +641,14 @@ async fn chaos_sigkilled_dispatchers_and_a_broker_restart_lose_nothing() {
 
 #[tokio::test]
 async fn a_joining_dispatcher_takes_partitions_without_losing_or_stalling_tasks() {
-    let _broker = BROKER.read().await;
+    let Some(_broker) = Broker::shared().await else {
+        return;
+    };
     const WAVE: usize = 1500;
     let executor = Executor::start(|_| Answer::ok()).await;
-    let cluster = Cluster::start(&kafka_job("rebalance", &executor.url(), 6)).await;
+    let Some(cluster) = Cluster::start(&kafka_job("rebalance", &executor.url(), 6)).await else {
+        return;
+    };
     let _first = cluster.dispatcher("first");
     let wave = |from: usize| -> Vec<Value> {
         (from..from + WAVE)
@@ -703,7 +724,9 @@ async fn a_joining_dispatcher_takes_partitions_without_losing_or_stalling_tasks(
 /// puts the late copy itself (a timed-out produce that landed after all).
 #[tokio::test]
 async fn with_the_broker_unreachable_a_submit_falls_back_to_the_store_under_the_same_id() {
-    let _broker = BROKER.read().await;
+    let Some(_broker) = Broker::shared().await else {
+        return;
+    };
     const DELIVERY_TIMEOUT: Duration = Duration::from_secs(5);
     let executor = Executor::start(|_| Answer::ok()).await;
     let job = kafka_job("fallback", &executor.url(), 1);
@@ -712,7 +735,9 @@ async fn with_the_broker_unreachable_a_submit_falls_back_to_the_store_under_the_
         .find_map(|l| l.trim().strip_prefix("topic: "))
         .unwrap()
         .to_string();
-    let store = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
+    let Some(store) = fresh_database(Service::Postgres).await else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let jobs = dir.path().join("jobs");
     std::fs::create_dir(&jobs).unwrap();
@@ -830,21 +855,14 @@ async fn with_the_broker_unreachable_a_submit_falls_back_to_the_store_under_the_
     )
     .unwrap();
     let envelope = |id: &str, payload: &str| asyncd::store::NewTask {
-        id: id.to_string(),
-        task_type: "fallback".into(),
-        payload: serde_json::value::RawValue::from_string(format!("\"{payload}\"")).unwrap(),
-        priority: 0,
-        trigger_at: asyncd::store::Millis::new(millis(std::time::SystemTime::now())),
-        max_retries: 3,
-        timeout_ms: 30_000,
         idempotency_key: Some("fallback-1".into()).filter(|_| payload == "via the store"),
-        unique_key: None,
-        unique_for: std::time::Duration::ZERO,
-        cron_key: None,
-        depends_on: Vec::new(),
-        source_service: None,
-        concurrency_key: None,
-        trace: None,
+        ..asyncd::store::NewTask::test(
+            "fallback",
+            asyncd::store::Millis::new(millis(std::time::SystemTime::now())),
+        )
+        .id(id)
+        .payload(format!("\"{payload}\""))
+        .timeout_ms(30_000)
     };
     let late = envelope(&id, "via the store");
     // The dispatcher creates the topic as its consumer starts.
@@ -932,11 +950,15 @@ async fn wait_committed_to_the_end(topic: &str, group: &str) {
 /// committed with the valid task behind it.
 #[tokio::test]
 async fn an_unreadable_message_is_kept_with_its_bytes_and_passed() {
-    let _broker = BROKER.read().await;
+    let Some(_broker) = Broker::shared().await else {
+        return;
+    };
     let executor = Executor::start(|_| Answer::ok()).await;
     let job = kafka_job("garbage", &executor.url(), 1);
     let topic = topic_of(&job);
-    let cluster = Cluster::start(&job).await;
+    let Some(cluster) = Cluster::start(&job).await else {
+        return;
+    };
     let dispatcher = cluster.dispatcher("dispatcher");
     // The API creates the topic; a first task through it shows the consumer is up.
     let warm_up = cluster
@@ -1012,12 +1034,16 @@ async fn an_unreadable_message_is_kept_with_its_bytes_and_passed() {
 /// kept in the Kafka dead-letter table with the store's reason.
 #[tokio::test]
 async fn a_task_the_store_refuses_is_kept_aside_and_blocks_no_other() {
-    let _broker = BROKER.read().await;
+    let Some(_broker) = Broker::shared().await else {
+        return;
+    };
     use sqlx::Connection;
     let executor = Executor::start(|_| Answer::ok()).await;
     let job = kafka_job("refused", &executor.url(), 1);
     let topic = topic_of(&job);
-    let cluster = Cluster::start(&job).await;
+    let Some(cluster) = Cluster::start(&job).await else {
+        return;
+    };
     let mut db = sqlx::PgConnection::connect(&cluster.store).await.unwrap();
     sqlx::query(
         "ALTER TABLE tasks ADD CONSTRAINT refuse_poison CHECK (payload NOT LIKE '%POISON%')",
@@ -1089,10 +1115,14 @@ async fn a_task_the_store_refuses_is_kept_aside_and_blocks_no_other() {
 /// and the dispatchers, which reach the store, run it.
 #[tokio::test]
 async fn with_the_store_away_a_kafka_route_submit_is_still_accepted() {
-    let _broker = BROKER.read().await;
+    let Some(_broker) = Broker::shared().await else {
+        return;
+    };
     let executor = Executor::start(|_| Answer::ok()).await;
     let job = kafka_job("nostore", &executor.url(), 1);
-    let store = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
+    let Some(store) = fresh_database(Service::Postgres).await else {
+        return;
+    };
     let proxy = DbProxy::start(&store, true).await;
     let dir = tempfile::tempdir().unwrap();
     let jobs = dir.path().join("jobs");
@@ -1159,10 +1189,14 @@ async fn with_the_store_away_a_kafka_route_submit_is_still_accepted() {
 /// the store is back.
 #[tokio::test]
 async fn with_the_broker_and_the_store_both_down_a_submit_answers_503_and_a_retry_lands() {
-    let _broker = BROKER.read().await;
+    let Some(_broker) = Broker::shared().await else {
+        return;
+    };
     const DELIVERY_TIMEOUT: Duration = Duration::from_secs(2);
     let job = kafka_job("nowhere", "http://127.0.0.1:9/never-called", 1);
-    let store = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
+    let Some(store) = fresh_database(Service::Postgres).await else {
+        return;
+    };
     let proxy = DbProxy::start(&store, true).await;
     let dir = tempfile::tempdir().unwrap();
     let jobs = dir.path().join("jobs");

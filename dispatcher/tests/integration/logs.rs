@@ -2,14 +2,13 @@
 //! terminal) writes no ANSI escape codes as text, and with `--log-format json` every line
 //! is a JSON object, the lines of an attempt carrying the task's id, type and attempt.
 
-mod support;
-
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
-use support::*;
+
+use crate::support::*;
 
 /// `asyncd dev ARGS` with stdout and stderr piped into one buffer of lines.
 struct Piped {

@@ -4,8 +4,6 @@
 //! store_conformance (`keys_are_claimed_in_turn_and_limited_in_total`); the per-key
 //! limit across two dispatchers on each backend is in limits.rs.
 
-mod support;
-
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,7 +13,8 @@ use asyncd::store::Millis;
 use axum::body::Bytes;
 use axum::http::StatusCode;
 use serde_json::{Value, json};
-use support::*;
+
+use crate::support::*;
 
 const FLOOD: usize = 10_000;
 const SMALL: usize = 100;

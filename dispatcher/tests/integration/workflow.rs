@@ -2,12 +2,14 @@
 //! SQLite, and for the 50-task DAG also `asyncd api` with `asyncd dispatcher` on
 //! PostgreSQL: a batch whose items name each other runs as a DAG, parents first; a
 //! cycle, an unknown ref or one bad item refuses the whole batch (nothing stored), naming
-//! the item's field.
+//! the item's field. And on the `dev` role in-process: a task submitted on its own with
+//! `depends_on` waits for its dependency, and dies with a cancelled one.
 
-mod support;
+use std::time::Duration;
 
 use serde_json::json;
-use support::*;
+
+use crate::support::*;
 
 #[tokio::test]
 async fn a_batch_with_refs_runs_as_a_dag_and_a_bad_one_stores_nothing() {
@@ -110,7 +112,9 @@ async fn a_dag_of_50_with_diamonds_runs_in_dependency_order(backend: Backend) {
     const WIDTH: usize = 10;
     let executor = Executor::start(|_| Answer::ok()).await;
     let jobs = [("job.yaml", job_yaml("dag", "step", &executor.url(), ""))];
-    let asyncd = Deployment::start(backend, &jobs).await;
+    let Some(asyncd) = Deployment::start(backend, &jobs).await else {
+        return;
+    };
     let name = |layer: usize, i: usize| format!("l{layer}-{i}");
     let parents = |layer: usize, i: usize| -> Vec<String> {
         if layer == 0 {
@@ -174,6 +178,41 @@ async fn sqlite_a_dag_of_50_with_diamonds_runs_in_dependency_order() {
 
 #[tokio::test]
 async fn postgres_a_dag_of_50_with_diamonds_runs_in_dependency_order() {
-    a_dag_of_50_with_diamonds_runs_in_dependency_order(Backend::Server("ASYNCD_TEST_POSTGRES_URL"))
+    a_dag_of_50_with_diamonds_runs_in_dependency_order(Backend::Server(Service::Postgres)).await;
+}
+
+#[tokio::test]
+async fn dependent_task_waits_for_its_dependency() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let asyncd = InProcess::start(&one_job(&executor, "")).await;
+    let a = asyncd
+        .submit(json!({"type": "work", "payload": "a", "delay": "1s"}))
         .await;
+    let b = asyncd
+        .submit(json!({"type": "work", "payload": "b", "depends_on": [a]}))
+        .await;
+    assert_eq!(asyncd.task(&b).await["state"], "blocked");
+    asyncd.clock.advance(Duration::from_secs(1));
+    asyncd.wait_state(&b, "succeeded").await;
+    let calls = executor.calls();
+    assert_eq!(
+        calls
+            .iter()
+            .map(|c| c.body["payload"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+
+    // A cancelled dependency fails its dependents.
+    let c = asyncd
+        .submit(json!({"type": "work", "payload": "c", "delay": "1h"}))
+        .await;
+    let d = asyncd
+        .submit(json!({"type": "work", "payload": "d", "depends_on": [c]}))
+        .await;
+    let (status, _) = asyncd.delete(&format!("/v1/tasks/{c}")).await;
+    assert_eq!(status, 200);
+    let dead = asyncd.task(&d).await;
+    assert_eq!(dead["state"], "dead");
+    assert!(dead["last_error"].as_str().unwrap().contains(&c));
 }

@@ -2,16 +2,18 @@
 //! SQLite, and `asyncd api` with `asyncd dispatcher` on PostgreSQL: a redrive of 5 000
 //! dead letters, SIGKILLed part-way and resumed, redrives each exactly once; the same
 //! loop run again after they died again does nothing; a purge by filter deletes what it
-//! matches and nothing else; bad filters are 400s naming the field.
-
-mod support;
+//! matches and nothing else; bad filters are 400s naming the field. And listings, on the
+//! `dev` role in-process: dead tasks page by page up to a byte cap, and Kafka messages
+//! that could not be made tasks, listed and purged.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use asyncd::store::Millis;
 use serde_json::{Value, json};
-use support::*;
+
+use crate::support::*;
 
 const TASKS: usize = 5_000;
 /// Pages of the interrupted redrive: small, so that the loop takes many calls and the
@@ -70,7 +72,9 @@ async fn a_bulk_redrive_killed_part_way_resumes_and_redrives_each_once(backend: 
             "  retry: {maxRetries: 0}\n",
         ),
     )];
-    let mut asyncd = Deployment::start(backend, &jobs).await;
+    let Some(mut asyncd) = Deployment::start(backend, &jobs).await else {
+        return;
+    };
     let ids = submit_all(&asyncd, "bulk", TASKS).await;
     let job = json!({"job": "bulk-job"});
     wait_for("every task dead", DEADLINE * 4, async || {
@@ -208,7 +212,7 @@ async fn sqlite_a_bulk_redrive_killed_part_way_resumes_and_redrives_each_once() 
 #[tokio::test]
 async fn postgres_a_bulk_redrive_killed_part_way_resumes_and_redrives_each_once() {
     a_bulk_redrive_killed_part_way_resumes_and_redrives_each_once(Backend::Server(
-        "ASYNCD_TEST_POSTGRES_URL",
+        Service::Postgres,
     ))
     .await;
 }
@@ -337,4 +341,198 @@ async fn a_bulk_purge_deletes_what_matches_and_bad_filters_name_their_field() {
         "{answer}"
     );
     asyncd.wait_state(&boom, "dead").await;
+}
+
+/// Issue 15: Kafka dead letters through the API — listed latest first, byte for byte in
+/// base64, one job's topic only, page by page with the cursor; purged by the instant
+/// they were recorded before; a bad parameter is a 400 naming it.
+#[tokio::test]
+async fn kafka_dead_letters_are_listed_and_purged_through_the_api() {
+    use asyncd::store::KafkaDeadLetter;
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let asyncd = InProcess::start(&one_job(&executor, "  kafka: {topic: asyncd.work}\n")).await;
+    let url = format!("sqlite://{}", asyncd.dir.path().join("asyncd.db").display());
+    let store = asyncd::store::open(&url).await.unwrap();
+    for (topic, offset, message, at) in [
+        ("asyncd.work", 1, &b"\x00\xffbad"[..], T0 + 1),
+        ("asyncd.work", 2, &b"{"[..], T0 + 2),
+        ("asyncd.other", 5, &b""[..], T0 + 3),
+    ] {
+        let letter = KafkaDeadLetter::new(topic, 0, offset, message, "bad".into(), Millis::new(at));
+        store.record_kafka_dead_letter(&letter).await.unwrap();
+    }
+    let listed = |page: &Value| -> Vec<(String, i64)> {
+        page["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                (
+                    l["topic"].as_str().unwrap().to_string(),
+                    l["offset"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let (status, first) = asyncd.get("/v1/kafka-dead-letters?limit=2").await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(
+        listed(&first),
+        [
+            ("asyncd.other".to_string(), 5),
+            ("asyncd.work".to_string(), 2)
+        ]
+    );
+    let cursor = first["next_cursor"]
+        .as_str()
+        .expect("a full page names its cursor");
+    let (status, second) = asyncd
+        .get(&format!("/v1/kafka-dead-letters?limit=2&cursor={cursor}"))
+        .await;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(listed(&second), [("asyncd.work".to_string(), 1)]);
+    assert_eq!(second["next_cursor"], Value::Null, "the last page");
+    assert_eq!(
+        (
+            &second["items"][0]["message_base64"],
+            &second["items"][0]["message_size"]
+        ),
+        (&json!("AP9iYWQ="), &json!(5)),
+        "the bytes as recorded"
+    );
+    let (status, of_job) = asyncd.get("/v1/kafka-dead-letters?job=test-job").await;
+    assert_eq!(status, 200, "{of_job}");
+    assert_eq!(
+        listed(&of_job),
+        [
+            ("asyncd.work".to_string(), 2),
+            ("asyncd.work".to_string(), 1)
+        ]
+    );
+    for (query, field) in [
+        ("job=nope", "job"),
+        ("cursor=garbage", "cursor"),
+        ("limit=0", "limit"),
+    ] {
+        let (status, answer) = asyncd.get(&format!("/v1/kafka-dead-letters?{query}")).await;
+        assert_eq!(
+            (status, answer["error"]["field"].as_str()),
+            (400, Some(field)),
+            "{query}: {answer}"
+        );
+    }
+
+    let instant = |ms: i64| {
+        chrono::DateTime::from_timestamp_millis(ms)
+            .unwrap()
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    };
+    let (status, purged) = asyncd
+        .post(
+            "/v1/kafka-dead-letters/purge",
+            json!({"recorded_before": instant(T0 + 2)}),
+        )
+        .await;
+    assert_eq!((status, &purged["purged"]), (200, &json!(1)), "{purged}");
+    let (_, left) = asyncd.get("/v1/kafka-dead-letters").await;
+    assert_eq!(
+        listed(&left),
+        [
+            ("asyncd.other".to_string(), 5),
+            ("asyncd.work".to_string(), 2)
+        ]
+    );
+    for (body, named) in [
+        (json!({"recorded_before": "soon"}), "recorded_before"),
+        (json!({"recorded_before": instant(T0), "limit": 0}), "limit"),
+        // A misspelt or unknown field must not widen a purge.
+        (
+            json!({"recorded_before": instant(T0), "topic": "x"}),
+            "topic",
+        ),
+    ] {
+        let (status, answer) = asyncd
+            .post("/v1/kafka-dead-letters/purge", body.clone())
+            .await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(named)),
+            "{body}: {answer}"
+        );
+    }
+}
+
+/// Issue 10: a dead-letter listing could carry 1000 tasks of 1 MiB each.
+#[tokio::test]
+async fn a_dead_letter_listing_stops_at_its_byte_cap() {
+    // docs/api.md: at most 8 MiB of items per listing.
+    const CAP: usize = 8 << 20;
+    let executor = Executor::start(|_| Answer::status(422)).await;
+    let asyncd = InProcess::start(&one_job(&executor, "")).await;
+    let payload = "x".repeat(1_000_000);
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        ids.push(
+            asyncd
+                .submit(json!({"type": "work", "payload": {"i": i, "pad": payload}}))
+                .await,
+        );
+    }
+    for id in &ids {
+        asyncd.wait_state(id, "dead").await;
+    }
+    let r = asyncd
+        .http
+        .get(asyncd.url("/v1/dead-letters?limit=1000"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let text = r.bytes().await.unwrap();
+    assert!(text.len() <= CAP + 1024, "{} bytes", text.len());
+    let answer: serde_json::Value = serde_json::from_slice(&text).unwrap();
+    let items = answer["items"].as_array().unwrap();
+    assert!(
+        (1..10).contains(&items.len()),
+        "{} items of ~1 MB each",
+        items.len()
+    );
+    assert_eq!(answer["truncated"], true);
+    // A listing that fits is whole and says so.
+    let (status, small) = asyncd.get("/v1/dead-letters?limit=2").await;
+    assert_eq!(status, 200);
+    assert_eq!(small["items"].as_array().unwrap().len(), 2);
+    assert_eq!(small["truncated"], false);
+
+    // Following next_cursor from the cut page lists every dead task exactly once.
+    let mut seen: Vec<String> = Vec::new();
+    let mut page = answer;
+    loop {
+        seen.extend(
+            page["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["id"].as_str().unwrap().to_string()),
+        );
+        let Some(cursor) = page["next_cursor"].as_str() else {
+            break;
+        };
+        let (status, next) = asyncd
+            .get(&format!("/v1/dead-letters?limit=1000&cursor={cursor}"))
+            .await;
+        assert_eq!(status, 200, "{next}");
+        page = next;
+    }
+    seen.sort();
+    ids.sort();
+    assert_eq!(seen, ids);
+    let (status, bad) = asyncd.get("/v1/dead-letters?cursor=nope").await;
+    assert_eq!(
+        (status, bad["error"]["field"].as_str()),
+        (400, Some("cursor")),
+        "{bad}"
+    );
 }

@@ -5,8 +5,6 @@
 //! auth off loopback refuses to start. The same against a real kube-apiserver is in
 //! e2e/operator.sh.
 
-mod support;
-
 use std::sync::Arc;
 
 use asyncd::auth::tokens::hash;
@@ -14,8 +12,9 @@ use asyncd::clock::ManualClock;
 use asyncd::roles::{self, AuthSettings, Parts, RoleError};
 use reqwest::Method;
 use serde_json::{Value, json};
-use support::*;
 use tokio_util::sync::CancellationToken;
+
+use crate::support::*;
 
 const ADMIN: &str = "t-admin";
 const TEAM_A: &str = "t-team-a";

@@ -1,7 +1,6 @@
 //! The roles' lifecycle in-process: start-up failures come back from `start`, and a
-//! stopped role has wound every part down.
-
-mod support;
+//! stopped role has wound every part down; and the real binary finishes its in-flight
+//! work on SIGTERM before it exits.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,8 +9,9 @@ use asyncd::clock::ManualClock;
 use asyncd::roles::{self, Parts, RoleError};
 use asyncd::store::TaskState;
 use serde_json::json;
-use support::*;
 use tokio_util::sync::CancellationToken;
+
+use crate::support::*;
 
 #[tokio::test]
 async fn a_taken_listen_port_fails_start_up() {
@@ -64,7 +64,9 @@ async fn stopping_a_role_hands_back_its_claims_and_ends_cleanly() {
 
 #[tokio::test]
 async fn a_role_started_while_its_database_restarts_waits_for_it() {
-    let database = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
+    let Some(database) = fresh_database(Service::Postgres).await else {
+        return;
+    };
     let proxy = DbProxy::start(&database, false).await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("jobs")).unwrap();
@@ -100,7 +102,9 @@ async fn a_role_started_while_its_database_restarts_waits_for_it() {
 
 #[tokio::test]
 async fn a_wrong_database_password_fails_start_up_at_once() {
-    let database = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
+    let Some(database) = fresh_database(Service::Postgres).await else {
+        return;
+    };
     let mut url = reqwest::Url::parse(&database).unwrap();
     url.set_password(Some("wrong")).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -147,7 +151,10 @@ async fn a_dispatcher_whose_clock_runs_ahead_of_the_stores_dispatches_nothing() 
     let clock = Arc::new(ShiftedClock(std::sync::atomic::AtomicI64::new(60_000)));
     let (signals, mut events) = TestSignals::new();
     let mut settings = settings(&dir, ManualClock::at(chrono::Utc::now()));
-    settings.store_url = fresh_database("ASYNCD_TEST_POSTGRES_URL").await;
+    let Some(store_url) = fresh_database(Service::Postgres).await else {
+        return;
+    };
+    settings.store_url = store_url;
     settings.clock = clock.clone();
     settings.signals = Some(signals);
     settings.dispatcher.heartbeat_interval = Duration::from_millis(20);
@@ -237,4 +244,38 @@ async fn a_dispatcher_whose_clock_runs_ahead_of_the_stores_dispatches_nothing() 
     assert!(executor.calls().is_empty());
     shutdown.cancel();
     running.wait().await.expect("a clean shutdown");
+}
+
+// Multi-threaded: the executor below blocks its thread for the in-flight work, and the
+// test must keep polling meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_in_flight_work_before_exiting() {
+    let entered = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let in_call = entered.clone();
+    let executor = Executor::start(move |_| {
+        in_call.store(true, std::sync::atomic::Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(1500)); // the in-flight work
+        Answer::ok()
+    })
+    .await;
+    let mut asyncd = Asyncd::start(&one_job(&executor, ""), &[]).await;
+    let running = asyncd.submit(task("work", json!("in-flight"))).await;
+    let later = asyncd.submit(json!({"type": "work", "delay": "1h"})).await;
+    // The call itself, not the `running` state: on a busy machine a poll can miss the
+    // 1.5 s the state lasts.
+    wait_for("the executor call", DEADLINE, async || {
+        entered
+            .load(std::sync::atomic::Ordering::SeqCst)
+            .then_some(())
+    })
+    .await;
+    let status = asyncd.terminate().await;
+    assert!(status.success(), "exit status {status}");
+    asyncd.spawn().await;
+    let task = asyncd.task(&running).await;
+    assert_eq!(
+        (task["state"].as_str(), task["attempt"].as_i64()),
+        (Some("succeeded"), Some(1))
+    );
+    assert_eq!(asyncd.task(&later).await["state"], "pending");
 }

@@ -1,12 +1,11 @@
 //! Guarantee 1 on the embedded store: every accepted task runs at least once through
 //! `kill -9` of `asyncd dev` at arbitrary moments.
 
-mod support;
-
 use std::time::Duration;
 
 use serde_json::json;
-use support::*;
+
+use crate::support::*;
 
 const TASKS: usize = 600;
 

@@ -1,13 +1,15 @@
 //! Priority that holds under backlog (docs/design.md, "Priority"): among a job's due
 //! tasks a higher priority begins first — in the store's claim and in the dispatcher —
 //! so a priority-9 task submitted behind 50 000 overdue priority-0 tasks does not wait
-//! for them. On the manual clock: nothing begins until the test moves it.
+//! for them, and tasks due at the same instant begin in priority order. On the manual
+//! clock: nothing begins until the test moves it.
 
-mod support;
+use std::time::Duration;
 
 use asyncd::store::Millis;
 use serde_json::json;
-use support::*;
+
+use crate::support::*;
 
 const BACKLOG: usize = 50_000;
 const CONCURRENCY: usize = 8;
@@ -70,4 +72,47 @@ async fn a_priority_9_task_overtakes_50_000_due_priority_0_tasks() {
         "{position} of the {BACKLOG} overdue tasks began before the priority-9 task (bound {BOUND})"
     );
     asyncd.wait_state(&high, "succeeded").await;
+}
+
+#[tokio::test]
+async fn equal_etas_run_in_priority_order() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    // A hold long enough that a job of concurrency 1 and a 5 s timeout may hold all five
+    // at once (see `asyncd::holdings`).
+    let mut asyncd = InProcess::start_with(&one_job(&executor, "  concurrency: 1\n"), |s| {
+        s.dispatcher.hold = Duration::from_secs(60)
+    })
+    .await;
+    let eta = T0 + 500;
+    let text = asyncd::clock::rfc3339(Millis::new(eta));
+    let mut ids = Vec::new();
+    for priority in [1, 5, 3, 9, 0] {
+        let id = asyncd
+            .submit(json!({"type": "work", "payload": {"p": priority}, "eta": text, "priority": priority}))
+            .await;
+        ids.push(id);
+    }
+    // All five in the heap before any is due, so only priority decides the order.
+    let mut claimed = Vec::new();
+    while claimed.len() < ids.len() {
+        claimed.extend(
+            asyncd
+                .next("claims", |s| match s {
+                    asyncd::signals::Signal::Claimed { ids, .. } => Some(ids),
+                    _ => None,
+                })
+                .await,
+        );
+    }
+    asyncd.clock.set_millis(Millis::new(eta));
+    wait_for("all five calls", DEADLINE, async || {
+        (executor.calls().len() == 5).then_some(())
+    })
+    .await;
+    let order: Vec<i64> = executor
+        .calls()
+        .iter()
+        .map(|c| c.body["payload"]["p"].as_i64().unwrap())
+        .collect();
+    assert_eq!(order, [9, 5, 3, 1, 0]);
 }

@@ -1,0 +1,47 @@
+//! asyncd end to end, one module per feature, in one test binary (one link of the server
+//! instead of one per feature).
+//!
+//! Most tests run the `dev` role in-process on a manual clock (so every ETA, backoff and
+//! lease is asserted exactly, whatever the machine's load), with a real HTTP executor on
+//! loopback, and assert on what the executor saw and what the API reports. Tests that
+//! need a process of their own (SIGTERM, SIGKILL, a per-process environment variable,
+//! the process log, several roles) run the real binary. Tests on MariaDB, PostgreSQL or
+//! Kafka skip without their server, or fail with `ASYNCD_TEST_REQUIRE_BACKENDS=1`
+//! ([`support::backends`]).
+//!
+//! The tests share one process: nothing here may set process-wide state (an environment
+//! variable, a global subscriber), and what the tests share outside it — the Kafka
+//! broker that one test restarts — is held through [`support::Broker`].
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod auth;
+mod callbacks;
+mod cancel;
+mod config_reload;
+mod crash_recovery;
+mod cron;
+mod dead_letters;
+mod dedup;
+mod fairness;
+mod jobs_overview;
+mod kafka_path;
+mod leases;
+mod limits;
+mod logs;
+mod metrics;
+mod multi_process;
+mod openapi;
+mod pause;
+mod priority;
+mod retention;
+mod retries;
+mod roles;
+mod search;
+mod secret_hygiene;
+mod slow_executor;
+mod submit;
+mod tls;
+mod tracing;
+mod workflow;

@@ -1,0 +1,299 @@
+//! Claims: which due tasks a dispatcher takes, in what order, and never one another
+//! dispatcher holds.
+
+use std::time::Duration;
+
+use asyncd::store::{self, Finish, FinishKind, Millis, NewTask, Store, TaskState, TypeFilter};
+
+use crate::{Server, T0, at, claim_all, claim_params, insert, start_params, state};
+
+scenarios!(
+    a_claim_returns_the_tasks_trace_context,
+    claim_respects_type_filter_and_limit,
+    claims_rank_priority_among_due_work_with_ageing,
+    a_paused_type_waits_and_resumes_in_order,
+);
+
+/// The submitter's trace context comes back with the claim, as stored (issue 16).
+async fn a_claim_returns_the_tasks_trace_context(store: &dyn Store) {
+    let trace = asyncd::trace::TraceContext::parse(
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        Some("vendor=1,other=x"),
+    )
+    .unwrap();
+    let traced = insert(store, NewTask::test("t", T0).trace(trace.clone())).await;
+    let plain = insert(store, NewTask::test("t", T0)).await;
+    let claimed = claim_all(store, T0, T0).await;
+    let trace_of = |id: &str| claimed.iter().find(|c| c.id == id).unwrap().trace.clone();
+    assert_eq!(trace_of(&traced), Some(trace));
+    assert_eq!(trace_of(&plain), None);
+}
+
+async fn claim_respects_type_filter_and_limit(store: &dyn Store) {
+    for _ in 0..5 {
+        insert(store, NewTask::test("mine", T0)).await;
+        insert(store, NewTask::test("theirs", T0)).await;
+    }
+    let only = TypeFilter::Only(vec!["mine".into()]);
+    let first = store
+        .claim(claim_params(&only, T0, T0, 1000, "me", 3))
+        .await
+        .unwrap();
+    assert_eq!(first.len(), 3);
+    let rest = store
+        .claim(claim_params(&only, T0, T0, 1000, "me", 100))
+        .await
+        .unwrap();
+    assert_eq!(rest.len(), 2);
+    assert!(first.iter().chain(&rest).all(|t| t.task_type == "mine"));
+}
+
+/// Claims take due work by rank: the trigger time moved 10 s earlier per priority level.
+/// A priority-9 task overtakes the priority-0 backlog due up to 90 s before it, a task
+/// due longer than that still goes first (ageing), and one not due by the horizon is
+/// left however high its priority.
+async fn claims_rank_priority_among_due_work_with_ageing(store: &dyn Store) {
+    // Every claim ranks alike: of all types (tasks_ranked), of one type (its own index,
+    // tasks_ranked_by_type) and of a list of types; the last two with another type's due
+    // tasks ranked ahead of theirs.
+    for (run, task_type, types) in [
+        (0, "r0", None),
+        (1, "r1", Some(vec!["r1".to_string()])),
+        (2, "r2", Some(vec!["r2".to_string(), "absent".to_string()])),
+    ] {
+        let filter = types.map_or(TypeFilter::All, TypeFilter::Only);
+        if run > 0 {
+            for i in 0..10 {
+                insert(
+                    store,
+                    NewTask::test(format!("other{run}"), at(-100_000 + i)),
+                )
+                .await;
+            }
+        }
+        let mut low = Vec::new();
+        for i in 0..20 {
+            low.push(insert(store, NewTask::test(task_type, at(i * 3_000))).await);
+        }
+        let mut high = NewTask::test(task_type, at(60_000));
+        high.priority = 9;
+        let high = insert(store, high).await;
+        let aged = insert(store, NewTask::test(task_type, at(-31_000))).await;
+        let mut later = NewTask::test(task_type, at(60_001));
+        later.priority = 9;
+        let later = insert(store, later).await;
+        let claim = async |now: Millis, limit: u32| -> Vec<String> {
+            store
+                .claim(claim_params(&filter, now, now, 5_000, "me", limit))
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|c| c.id)
+                .collect()
+        };
+        assert_eq!(
+            claim(at(60_000), 2).await,
+            vec![aged, high],
+            "{task_type}: ageing, then priority"
+        );
+        assert_eq!(
+            claim(at(60_000), 1_000).await,
+            low,
+            "{task_type}: then the backlog by trigger time; not the task due later"
+        );
+        assert_eq!(claim(at(60_001), 1_000).await, vec![later], "{task_type}");
+        // A paused type is not claimed, whichever index the claim walks.
+        let mut paused = NewTask::test(task_type, at(60_002));
+        paused.priority = 9;
+        insert(store, paused).await;
+        store.pause(task_type, at(60_002)).await.unwrap();
+        assert!(
+            claim(at(60_002), 1_000).await.is_empty(),
+            "{task_type} paused"
+        );
+        store.resume(task_type).await.unwrap();
+        assert_eq!(
+            claim(at(60_002), 1_000).await.len(),
+            1,
+            "{task_type} resumed"
+        );
+    }
+}
+
+/// A paused task type is neither claimed (by a poll or by id) nor started, and keeps its
+/// tasks pending; other types go on; a resume hands every one of them out again, in order.
+async fn a_paused_type_waits_and_resumes_in_order(store: &dyn Store) {
+    let mut paused = Vec::new();
+    for i in 0..5 {
+        paused.push(insert(store, NewTask::test("held", at(i))).await);
+    }
+    let other = insert(store, NewTask::test("free", T0)).await;
+    // Claimed before the pause: held, but its attempt must not begin.
+    let early = store
+        .claim(claim_params(
+            &TypeFilter::Only(vec!["held".into()]),
+            T0,
+            T0,
+            5_000,
+            "me",
+            1,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(early.len(), 1);
+    assert_eq!(early[0].id, paused[0]);
+
+    assert_eq!(store.pause("held", at(10)).await.unwrap(), at(10));
+    assert_eq!(
+        store.pause("held", at(20)).await.unwrap(),
+        at(10),
+        "pausing again keeps the first pause"
+    );
+    assert_eq!(store.pauses().await.unwrap(), vec![("held".into(), at(10))]);
+
+    let claimed: Vec<String> = claim_all(store, at(100), at(100))
+        .await
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(claimed, vec![other], "only the unpaused type is claimed");
+    let by_id = store
+        .claim_ids(asyncd::store::ClaimIdsParams {
+            ids: &paused[1..],
+            now: at(100),
+            hold: Duration::from_secs(5),
+            owner: "consumer",
+        })
+        .await
+        .unwrap();
+    assert!(by_id.is_empty(), "a Kafka consumer's claim skips it too");
+    let claims = vec![(early[0].id.clone(), early[0].lease_token)];
+    let started = store
+        .start(start_params(&claims, at(100), 1000))
+        .await
+        .unwrap();
+    assert!(
+        started.is_empty(),
+        "a claim held from before the pause does not start"
+    );
+    // The dispatcher hands the unstarted claim back; it waits with the others.
+    let released = store
+        .finish(
+            &[Finish {
+                id: early[0].id.clone(),
+                lease_token: early[0].lease_token,
+                kind: FinishKind::Release,
+            }],
+            at(100),
+        )
+        .await
+        .unwrap();
+    assert_eq!(released, vec![true]);
+    for id in &paused {
+        assert_eq!(state(store, id).await, TaskState::Pending);
+    }
+
+    assert!(store.resume("held").await.unwrap());
+    assert!(
+        !store.resume("held").await.unwrap(),
+        "a second resume changes nothing"
+    );
+    assert!(store.pauses().await.unwrap().is_empty());
+    let claimed: Vec<String> = claim_all(store, at(100), at(100))
+        .await
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(
+        claimed, paused,
+        "every waiting task, in (trigger_at, id) order"
+    );
+}
+
+/// Several dispatchers (each its own store and pool, as separate processes would be)
+/// claiming from one database at once never get the same task, and between them get
+/// every task.
+async fn claimers_never_share_a_task(server: &Server) {
+    const TASKS: usize = 2000;
+    const CLAIMERS: usize = 4;
+    const LIMIT: u32 = 50;
+    let url = server.create_db().await;
+    let setup = store::open(&url).await.unwrap();
+    setup.migrate().await.unwrap();
+    let mut all = std::collections::HashSet::new();
+    for chunk in 0..TASKS / 500 {
+        // Spread over a few trigger times, so each batch's order is checked too.
+        let tasks: Vec<NewTask> = (0..500)
+            .map(|i| NewTask::test("c", at(-(((chunk * 500 + i) % 7) as i64))))
+            .collect();
+        all.extend(tasks.iter().map(|t| t.id.clone()));
+        setup.insert(&tasks, T0).await.unwrap();
+    }
+
+    let mut claimers = Vec::new();
+    for n in 0..CLAIMERS {
+        let url = url.clone();
+        claimers.push(tokio::spawn(async move {
+            let store = store::open(&url).await.unwrap();
+            let owner = format!("claimer-{n}");
+            let mut got = Vec::new();
+            loop {
+                let batch = store
+                    .claim(claim_params(
+                        &TypeFilter::All,
+                        T0,
+                        T0,
+                        60_000,
+                        &owner,
+                        LIMIT,
+                    ))
+                    .await
+                    .unwrap();
+                if batch.is_empty() {
+                    return got;
+                }
+                assert!(batch.len() <= LIMIT as usize);
+                assert!(
+                    batch
+                        .windows(2)
+                        .all(|w| (w[0].trigger_at, &w[0].id) < (w[1].trigger_at, &w[1].id)),
+                    "each claim is ordered by (trigger_at, id)"
+                );
+                got.extend(batch.into_iter().map(|c| c.id));
+            }
+        }));
+    }
+    let mut claimed = Vec::new();
+    for (n, claimer) in claimers.into_iter().enumerate() {
+        let got = claimer.await.unwrap();
+        eprintln!("claimer {n} claimed {} tasks", got.len());
+        claimed.extend(got);
+    }
+    let unique: std::collections::HashSet<String> = claimed.iter().cloned().collect();
+    assert_eq!(
+        unique.len(),
+        claimed.len(),
+        "{} tasks were claimed twice",
+        claimed.len() - unique.len()
+    );
+    assert_eq!(unique, all, "every task was claimed");
+    assert!(claim_all(setup.as_ref(), T0, T0).await.is_empty());
+    drop(setup);
+    server.drop_created().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mariadb_claimers_never_share_a_task() {
+    let Some(server) = Server::mariadb() else {
+        return;
+    };
+    claimers_never_share_a_task(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_claimers_never_share_a_task() {
+    let Some(server) = Server::postgres() else {
+        return;
+    };
+    claimers_never_share_a_task(&server).await;
+}

@@ -1,0 +1,290 @@
+//! The keys that make a submit a repeat or a conflict: idempotency, unique and cron keys,
+//! compared byte for byte, and a unique key's window after success.
+
+use std::time::Duration;
+
+use asyncd::store::{
+    CancelOutcome, Finish, FinishKind, InsertOutcome, Millis, NewTask, RedriveOutcome, Store,
+    TaskState,
+};
+use serde_json::value::RawValue;
+
+use crate::{T0, at, insert, start_params, state};
+
+scenarios!(
+    idempotency_unique_and_cron_keys,
+    keys_compare_byte_for_byte,
+    unique_keys_are_held_for_their_window_after_success,
+);
+
+async fn idempotency_unique_and_cron_keys(store: &dyn Store) {
+    let mut first = NewTask::test("a", T0);
+    first.idempotency_key = Some("idem".into());
+    first.unique_key = Some("order:1".into());
+    let first_id = first.id.clone();
+    let mut repeat = NewTask::test("a", at(99));
+    repeat.idempotency_key = Some("idem".into());
+    repeat.unique_key = Some("order:1".into());
+    let mut same_key = NewTask::test("a", T0);
+    same_key.unique_key = Some("order:1".into());
+    let outcomes = store
+        .insert(&[first, repeat, same_key.clone()], T0)
+        .await
+        .unwrap();
+    assert_eq!(
+        outcomes[0],
+        InsertOutcome::Inserted {
+            id: first_id.clone(),
+            trigger_at: T0
+        }
+    );
+    assert_eq!(
+        outcomes[1],
+        InsertOutcome::Duplicate {
+            id: first_id.clone(),
+            trigger_at: T0
+        }
+    );
+    assert_eq!(
+        outcomes[2],
+        InsertOutcome::UniqueConflict {
+            existing_id: first_id.clone()
+        }
+    );
+
+    // The idempotency key again with another payload or type is refused, in an insert
+    // and in the lookup the Kafka route makes; the same payload spaced and ordered
+    // differently is a repeat.
+    let mut other_payload = NewTask::test("a", T0);
+    other_payload.idempotency_key = Some("idem".into());
+    other_payload.payload = RawValue::from_string(r#"{"k":2}"#.into()).unwrap();
+    let mut other_type = NewTask::test("b", T0);
+    other_type.idempotency_key = Some("idem".into());
+    let mut respaced = NewTask::test("a", T0);
+    respaced.idempotency_key = Some("idem".into());
+    respaced.payload = RawValue::from_string(r#"{ "k" : 1 }"#.into()).unwrap();
+    let mismatch = InsertOutcome::IdempotencyMismatch {
+        existing_id: first_id.clone(),
+    };
+    let outcomes = store
+        .insert(
+            &[other_payload.clone(), other_type.clone(), respaced.clone()],
+            T0,
+        )
+        .await
+        .unwrap();
+    let repeat = InsertOutcome::Duplicate {
+        id: first_id.clone(),
+        trigger_at: T0,
+    };
+    assert_eq!(
+        outcomes,
+        [mismatch.clone(), mismatch.clone(), repeat.clone()]
+    );
+    assert_eq!(
+        store.find_idempotent(&other_payload).await.unwrap(),
+        Some(mismatch.clone())
+    );
+    assert_eq!(
+        store.find_idempotent(&other_type).await.unwrap(),
+        Some(mismatch)
+    );
+    assert_eq!(
+        store.find_idempotent(&respaced).await.unwrap(),
+        Some(repeat)
+    );
+    let mut unheld = NewTask::test("a", T0);
+    unheld.idempotency_key = Some("nobody".into());
+    assert_eq!(store.find_idempotent(&unheld).await.unwrap(), None);
+
+    // Once the holder finished, the key is free again.
+    assert_eq!(
+        store.cancel(&first_id, T0).await.unwrap(),
+        CancelOutcome::Cancelled
+    );
+    assert!(matches!(
+        store.insert(&[same_key], T0).await.unwrap()[0],
+        InsertOutcome::Inserted { .. }
+    ));
+
+    let mut firing = NewTask::test("a", at(60_000));
+    firing.cron_key = Some("a/nightly/1".into());
+    let mut again = NewTask::test("a", at(60_000));
+    again.cron_key = Some("a/nightly/1".into());
+    let outcomes = store.insert(&[firing.clone(), again], T0).await.unwrap();
+    assert_eq!(
+        outcomes[1],
+        InsertOutcome::Duplicate {
+            id: firing.id,
+            trigger_at: at(60_000)
+        }
+    );
+}
+
+async fn keys_compare_byte_for_byte(store: &dyn Store) {
+    // Case, trailing spaces and Unicode normalization all make a different key (MySQL's
+    // usual collations would fold the first two, and some the third).
+    let keys = ["k", "k ", "K", "\u{e9}", "e\u{301}"];
+    let mut ids = Vec::new();
+    for key in keys {
+        let mut task = NewTask::test("a", T0);
+        task.idempotency_key = Some(key.into());
+        task.unique_key = Some(key.into());
+        task.cron_key = Some(format!("a/{key}/1"));
+        ids.push(insert(store, task).await);
+    }
+    for (key, id) in keys.iter().zip(&ids) {
+        let record = store.get(id).await.unwrap().unwrap();
+        assert_eq!(
+            (
+                record.idempotency_key.as_deref(),
+                record.unique_key.as_deref()
+            ),
+            (Some(*key), Some(*key))
+        );
+        let mut again = NewTask::test("a", at(1));
+        again.idempotency_key = Some(key.to_string());
+        assert_eq!(
+            store.insert(&[again], T0).await.unwrap()[0],
+            InsertOutcome::Duplicate {
+                id: id.clone(),
+                trigger_at: T0
+            }
+        );
+        let mut same_unique = NewTask::test("a", at(1));
+        same_unique.unique_key = Some(key.to_string());
+        assert_eq!(
+            store.insert(&[same_unique], T0).await.unwrap()[0],
+            InsertOutcome::UniqueConflict {
+                existing_id: id.clone()
+            }
+        );
+    }
+}
+
+/// Issue 15: a unique key stays held for its `unique_for` after its task succeeded — a
+/// submit with it within the window is refused naming the finished task, as while it was
+/// pending — and is free from the window's end: taken by the insert or redrive that hits
+/// it, or freed before that by the purger's `release_unique_keys`, which never touches a
+/// key an unfinished task holds. Without a window, or when the task was cancelled or
+/// died, the key is free at once.
+async fn unique_keys_are_held_for_their_window_after_success(store: &dyn Store) {
+    // Runs task `id` (due by `when`) to the outcome `kind` at `when`.
+    async fn run(store: &dyn Store, id: &str, when: Millis, kind: FinishKind) {
+        let claimed = store
+            .claim_ids(asyncd::store::ClaimIdsParams {
+                ids: &[id.to_string()],
+                now: when,
+                hold: Duration::from_secs(60),
+                owner: "d1",
+            })
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 1, "{id} is claimable at {when:?}");
+        let attempt = store
+            .start(start_params(
+                &[(id.to_string(), claimed[0].lease_token)],
+                when,
+                0,
+            ))
+            .await
+            .unwrap()
+            .remove(0);
+        let finish = Finish {
+            id: id.to_string(),
+            lease_token: attempt.lease_token,
+            kind,
+        };
+        assert_eq!(store.finish(&[finish], when).await.unwrap(), [true]);
+    }
+    let window = Duration::from_millis(1_000);
+    let keyed = |key: &str, unique_for: Duration| {
+        let mut task = NewTask::test("u", at(0));
+        task.unique_key = Some(key.into());
+        task.unique_for = unique_for;
+        task
+    };
+    let submit = |task: NewTask, now: Millis| async move {
+        store.insert(&[task], now).await.unwrap().remove(0)
+    };
+    let inserted = |outcome: InsertOutcome| match outcome {
+        InsertOutcome::Inserted { id, .. } => id,
+        other => panic!("expected an insert, got {other:?}"),
+    };
+    let conflict = |id: &str| InsertOutcome::UniqueConflict {
+        existing_id: id.to_string(),
+    };
+    let succeeded = || FinishKind::Succeeded { result: None };
+
+    let first = inserted(submit(keyed("a", window), at(0)).await);
+    run(store, &first, at(10), succeeded()).await;
+    assert_eq!(
+        submit(keyed("a", window), at(1_009)).await,
+        conflict(&first),
+        "a late duplicate within the window is recognised"
+    );
+    let second = inserted(submit(keyed("a", window), at(1_010)).await);
+    assert_ne!(second, first, "the key is free when the window ends");
+    assert_eq!(
+        submit(keyed("a", window), at(1_011)).await,
+        conflict(&second),
+        "the new task holds it"
+    );
+
+    let plain = inserted(submit(keyed("b", Duration::ZERO), at(0)).await);
+    run(store, &plain, at(20), succeeded()).await;
+    inserted(submit(keyed("b", window), at(20)).await);
+    let dead = inserted(submit(keyed("c", window), at(0)).await);
+    let dead_error = || FinishKind::Dead {
+        error: "gone".into(),
+    };
+    run(store, &dead, at(30), dead_error()).await;
+    inserted(submit(keyed("c", window), at(30)).await);
+    let cancelled = inserted(submit(keyed("d", window), at(0)).await);
+    assert_eq!(
+        store.cancel(&cancelled, at(35)).await.unwrap(),
+        CancelOutcome::Cancelled
+    );
+    inserted(submit(keyed("d", window), at(35)).await);
+
+    // The purger frees what ended, and only that.
+    let swept = inserted(submit(keyed("e", window), at(0)).await);
+    run(store, &swept, at(40), succeeded()).await;
+    assert_eq!(
+        store.release_unique_keys(at(1_039), 100).await.unwrap(),
+        0,
+        "{first}'s hold ended at 1010 and was taken; {swept}'s has not ended"
+    );
+    assert_eq!(store.release_unique_keys(at(1_040), 100).await.unwrap(), 1);
+    inserted(submit(keyed("e", window), at(41)).await);
+    assert_eq!(
+        store
+            .release_unique_keys(at(100_000_000), 100)
+            .await
+            .unwrap(),
+        0,
+        "nothing unfinished is released"
+    );
+    assert_eq!(
+        submit(keyed("a", window), at(100_000_000)).await,
+        conflict(&second),
+        "a pending task's key stays held"
+    );
+
+    // A redrive that hits a held key is refused until the window ends.
+    let buried = inserted(submit(keyed("f", window), at(0)).await);
+    run(store, &buried, at(50), dead_error()).await;
+    let holder = inserted(submit(keyed("f", window), at(50)).await);
+    run(store, &holder, at(60), succeeded()).await;
+    assert_eq!(
+        store.redrive(&buried, at(1_059)).await.unwrap(),
+        RedriveOutcome::UniqueConflict {
+            existing_id: holder.clone()
+        }
+    );
+    assert!(matches!(
+        store.redrive(&buried, at(1_060)).await.unwrap(),
+        RedriveOutcome::Redriven { .. }
+    ));
+    assert_eq!(state(store, &holder).await, TaskState::Succeeded);
+}

@@ -1,0 +1,415 @@
+//! A job's limits as the start of attempts keeps them: concurrency and rate in total, and
+//! concurrency keys claimed in turn.
+
+use std::time::Duration;
+
+use asyncd::store::{
+    self, CancelOutcome, FairParams, Finish, FinishKind, HeldBy, JobGate, Millis, NewTask, Store,
+    TaskState, TypeFilter,
+};
+use asyncd_spec::RateLimit;
+
+use crate::{Server, T0, at, claim_params, insert, start_params, state};
+
+scenarios!(
+    keys_are_claimed_in_turn_and_limited_in_total,
+    limits_hold_in_total_across_starters,
+);
+
+/// Claims `n` due tasks of `task_type` for `owner`, as `(id, token)` pairs in rank order.
+async fn claims_of(
+    store: &dyn Store,
+    task_type: &str,
+    owner: &str,
+    n: u32,
+    now: Millis,
+) -> Vec<(String, i64)> {
+    store
+        .claim(claim_params(
+            &TypeFilter::Only(vec![task_type.into()]),
+            now,
+            now,
+            60_000,
+            owner,
+            n,
+        ))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.id, c.lease_token))
+        .collect()
+}
+
+/// `concurrencyKey`: the fair claim takes each key's best task before any key's second,
+/// counts a key's claimed and running tasks against its share, and the start keeps each
+/// key's running attempts within its limit across starters, skipping a full key's claims
+/// without holding back the claims behind them.
+async fn keys_are_claimed_in_turn_and_limited_in_total(store: &dyn Store) {
+    let keyed = |key: &str, ms: i64| NewTask::test("keyed", at(ms)).concurrency_key(key);
+    // "a" floods first, each of its tasks due earlier than any other key's.
+    let mut a = Vec::new();
+    for i in 0..6 {
+        a.push(insert(store, keyed("a", i)).await);
+    }
+    let b: Vec<String> = [
+        insert(store, keyed("b", 10)).await,
+        insert(store, keyed("b", 11)).await,
+    ]
+    .into();
+    let c = insert(store, keyed("c", 12)).await;
+    let _later = insert(store, keyed("c", 60_000)).await;
+    let other = insert(store, NewTask::test("unkeyed", T0)).await;
+    let only = TypeFilter::Only(vec!["keyed".into()]);
+    let fair_after = |limit: u32, now: Millis, owner: &'static str, after: Option<&'static str>| {
+        let only = only.clone();
+        async move {
+            let mut ids: Vec<String> = store
+                .claim_fair(
+                    claim_params(&only, now, now, 60_000, owner, limit),
+                    FairParams { per_key: 2, after },
+                )
+                .await
+                .unwrap()
+                .tasks
+                .into_iter()
+                .map(|c| c.id)
+                .collect();
+            ids.sort();
+            ids
+        }
+    };
+    let fair = |limit: u32, now: Millis, owner: &'static str| fair_after(limit, now, owner, None);
+    let sorted = |mut ids: Vec<String>| {
+        ids.sort();
+        ids
+    };
+    // Room for one, after "a" in the rotation: b's first, though a's rank better.
+    assert_eq!(
+        fair_after(1, at(20), "x", Some("a")).await,
+        vec![b[0].clone()]
+    );
+    // Room for two: the first turn's other keys, not a's first two.
+    assert_eq!(
+        fair(2, at(20), "x").await,
+        sorted(vec![a[0].clone(), c.clone()])
+    );
+    // Each key's share is 2, claimed tasks counted: one more of a and b, none of c due.
+    assert_eq!(
+        fair(100, at(20), "x").await,
+        sorted(vec![a[1].clone(), b[1].clone()])
+    );
+    assert!(
+        fair(100, at(20), "y").await.is_empty(),
+        "every key has its share"
+    );
+    assert_eq!(
+        state(store, &other).await,
+        TaskState::Pending,
+        "another type's task"
+    );
+
+    // The claims as the dispatcher holds them: tokens from the store.
+    let mut held = Vec::new();
+    for id in [&a[0], &a[1], &b[0], &c] {
+        let task = store.get(id).await.unwrap().unwrap();
+        held.push((task.id, task.lease_token));
+    }
+    let keys_of = |held: &[(String, i64)]| -> Vec<Option<&'static str>> {
+        held.iter()
+            .map(|(id, _)| {
+                Some(if a.contains(id) {
+                    "a"
+                } else if b.contains(id) {
+                    "b"
+                } else {
+                    "c"
+                })
+            })
+            .collect()
+    };
+    let keys = keys_of(&held);
+    let gate = JobGate {
+        task_type: "keyed",
+        concurrency: 10,
+        rate: None,
+        key_limit: Some(1),
+        keys: &keys,
+    };
+    let first = store
+        .start_limited(start_params(&held, at(20), 0), gate)
+        .await
+        .unwrap();
+    // a's second waits for its first; b and c behind it begin.
+    let mut started: Vec<String> = first.started.iter().map(|s| s.id.clone()).collect();
+    started.sort();
+    assert_eq!(started, sorted(vec![a[0].clone(), b[0].clone(), c.clone()]));
+    assert_eq!(
+        (first.deferred.clone(), first.held_by),
+        (vec![1], Some(HeldBy::Key))
+    );
+    // Another starter (another dispatcher) finds a's slot taken too.
+    let again = vec![held[1].clone()];
+    let keys = keys_of(&again);
+    let second = store
+        .start_limited(
+            start_params(&again, at(21), 0),
+            JobGate {
+                keys: &keys,
+                ..gate
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!((second.started.len(), second.deferred.len()), (0, 1));
+    let done = first.started.iter().find(|s| s.id == a[0]).unwrap();
+    store
+        .finish(
+            &[Finish {
+                id: done.id.clone(),
+                lease_token: done.lease_token,
+                kind: FinishKind::Succeeded { result: None },
+            }],
+            at(22),
+        )
+        .await
+        .unwrap();
+    let third = store
+        .start_limited(
+            start_params(&again, at(23), 0),
+            JobGate {
+                keys: &keys,
+                ..gate
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!((third.started.len(), third.held_by), (1, None));
+    // a's first is done: its share has room for its third task.
+    assert_eq!(fair(100, at(24), "x").await, vec![a[2].clone()]);
+}
+
+async fn limits_hold_in_total_across_starters(store: &dyn Store) {
+    for _ in 0..10 {
+        insert(store, NewTask::test("slots", T0)).await;
+    }
+    let gate = JobGate {
+        task_type: "slots",
+        concurrency: 3,
+        rate: None,
+        key_limit: None,
+        keys: &[],
+    };
+    // Two dispatchers' claims: the first may begin 3, the second none until one ends.
+    let a = claims_of(store, "slots", "a", 5, T0).await;
+    let b = claims_of(store, "slots", "b", 5, T0).await;
+    let first = store
+        .start_limited(start_params(&a, T0, 0), gate)
+        .await
+        .unwrap();
+    assert_eq!(first.started.len(), 3);
+    assert_eq!(
+        first.started.iter().map(|s| &s.id).collect::<Vec<_>>(),
+        a[..3].iter().map(|(id, _)| id).collect::<Vec<_>>(),
+        "the first claims given begin"
+    );
+    assert_eq!(
+        (first.deferred.len(), first.held_by),
+        (2, Some(HeldBy::Concurrency))
+    );
+    assert_eq!(state(store, &a[3].0).await, TaskState::Claimed);
+    let second = store
+        .start_limited(start_params(&b, T0, 0), gate)
+        .await
+        .unwrap();
+    assert_eq!((second.started.len(), second.deferred.len()), (0, 5));
+    let done = &first.started[0];
+    store
+        .finish(
+            &[Finish {
+                id: done.id.clone(),
+                lease_token: done.lease_token,
+                kind: FinishKind::Succeeded { result: None },
+            }],
+            at(1),
+        )
+        .await
+        .unwrap();
+    let third = store
+        .start_limited(start_params(&b, at(1), 0), gate)
+        .await
+        .unwrap();
+    assert_eq!((third.started.len(), third.deferred.len()), (1, 4));
+    // A raised limit (a config change) takes effect at the next start.
+    let raised = store
+        .start_limited(
+            start_params(&b[1..], at(2), 0),
+            JobGate {
+                concurrency: 5,
+                ..gate
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!((raised.started.len(), raised.deferred.len()), (2, 2));
+
+    // A rate of 10/s with a burst of 2, on claims of two owners.
+    for _ in 0..10 {
+        insert(store, NewTask::test("rated", T0)).await;
+    }
+    let gate = JobGate {
+        task_type: "rated",
+        concurrency: 100,
+        rate: Some(RateLimit {
+            per_second: 10,
+            burst: 2,
+        }),
+        key_limit: None,
+        keys: &[],
+    };
+    let a = claims_of(store, "rated", "a", 5, T0).await;
+    let b = claims_of(store, "rated", "b", 5, T0).await;
+    let burst = store
+        .start_limited(start_params(&a, T0, 0), gate)
+        .await
+        .unwrap();
+    assert_eq!(burst.started.len(), 2, "the burst");
+    assert_eq!(
+        burst.held_by,
+        Some(HeldBy::Rate {
+            next_token: Duration::from_millis(100)
+        })
+    );
+    let empty = store
+        .start_limited(start_params(&b, at(40), 0), gate)
+        .await
+        .unwrap();
+    assert_eq!(
+        (empty.started.len(), empty.held_by),
+        (
+            0,
+            Some(HeldBy::Rate {
+                next_token: Duration::from_millis(60)
+            })
+        ),
+        "the other owner shares the bucket"
+    );
+    let one = store
+        .start_limited(start_params(&b, at(100), 0), gate)
+        .await
+        .unwrap();
+    assert_eq!(one.started.len(), 1);
+    // Two tokens by 300 ms (the burst; not more): two begin.
+    let two = store
+        .start_limited(start_params(&b[1..], at(300), 0), gate)
+        .await
+        .unwrap();
+    assert_eq!(two.started.len(), 2);
+    // A claim that does not begin (cancelled meanwhile) takes no token.
+    assert_eq!(
+        store.cancel(&b[3].0, at(360)).await.unwrap(),
+        CancelOutcome::Cancelled
+    );
+    let cancelled = store
+        .start_limited(start_params(&b[3..4], at(400), 0), gate)
+        .await
+        .unwrap();
+    assert_eq!((cancelled.started.len(), cancelled.deferred.len()), (0, 0));
+    let after = store
+        .start_limited(start_params(&b[4..], at(400), 0), gate)
+        .await
+        .unwrap();
+    assert_eq!(after.started.len(), 1, "the token the cancelled claim left");
+}
+
+/// Several dispatchers (each its own store and pool) beginning attempts of one job
+/// at once never have more running than its concurrency between them: each counts
+/// an attempt from after its start committed until before its finish does, a subset
+/// of what the store counts, and checks the total.
+async fn starters_never_exceed_the_concurrency_in_total(server: &Server) {
+    const TASKS: usize = 300;
+    const STARTERS: usize = 4;
+    const K: u32 = 5;
+    let url = server.create_db().await;
+    let setup = store::open(&url).await.unwrap();
+    setup.migrate().await.unwrap();
+    let tasks: Vec<NewTask> = (0..TASKS).map(|_| NewTask::test("k", T0)).collect();
+    setup.insert(&tasks, T0).await.unwrap();
+    let running = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut starters = Vec::new();
+    for n in 0..STARTERS {
+        let (url, running, most) = (url.clone(), running.clone(), most.clone());
+        starters.push(tokio::spawn(async move {
+            use std::sync::atomic::Ordering::SeqCst;
+            let store = store::open(&url).await.unwrap();
+            let owner = format!("starter-{n}");
+            let gate = JobGate {
+                task_type: "k",
+                concurrency: K,
+                rate: None,
+                key_limit: None,
+                keys: &[],
+            };
+            let mut done = 0;
+            let mut held = claims_of(store.as_ref(), "k", &owner, 3, T0).await;
+            while !held.is_empty() {
+                let admitted = store
+                    .start_limited(start_params(&held, T0, 60_000), gate)
+                    .await
+                    .unwrap();
+                let now =
+                    running.fetch_add(admitted.started.len(), SeqCst) + admitted.started.len();
+                most.fetch_max(now, SeqCst);
+                assert!(now <= K as usize, "{now} running, above {K}");
+                held.drain(..held.len() - admitted.deferred.len());
+                // The attempts' work: long enough for the others to try meanwhile.
+                tokio::task::yield_now().await;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                running.fetch_sub(admitted.started.len(), SeqCst);
+                let finishes: Vec<Finish> = admitted
+                    .started
+                    .iter()
+                    .map(|s| Finish {
+                        id: s.id.clone(),
+                        lease_token: s.lease_token,
+                        kind: FinishKind::Succeeded { result: None },
+                    })
+                    .collect();
+                done += finishes.len();
+                store.finish(&finishes, at(1)).await.unwrap();
+                if held.len() < 3 {
+                    held.extend(claims_of(store.as_ref(), "k", &owner, 3, T0).await);
+                }
+            }
+            done
+        }));
+    }
+    let mut done = 0;
+    for starter in starters {
+        done += starter.await.unwrap();
+    }
+    assert_eq!(done, TASKS, "every task ran");
+    let most = most.load(std::sync::atomic::Ordering::SeqCst);
+    eprintln!("at most {most} of {K} running at once");
+    // One starter holds at most 3: more means the starters overlapped, so the limit
+    // was shared, not met by taking turns.
+    assert!(most > 3, "the starters never overlapped (at most {most})");
+    drop(setup);
+    server.drop_created().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mariadb_starters_never_exceed_the_concurrency_in_total() {
+    let Some(server) = Server::mariadb() else {
+        return;
+    };
+    starters_never_exceed_the_concurrency_in_total(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_starters_never_exceed_the_concurrency_in_total() {
+    let Some(server) = Server::postgres() else {
+        return;
+    };
+    starters_never_exceed_the_concurrency_in_total(&server).await;
+}

@@ -1,0 +1,271 @@
+//! Tasks as inserted and read back: one at a time and in large batches, with every value
+//! kept exactly, and a task cancelled before its insert arrived.
+
+use asyncd::store::{Finish, FinishKind, InsertOutcome, NewTask, Store, TaskState};
+use serde_json::value::RawValue;
+
+use crate::{T0, at, claim_all, insert, start_params, state};
+
+scenarios!(
+    insert_get_and_order_within_one_millisecond,
+    a_large_batch_keeps_each_tasks_outcome_and_values,
+    payloads_and_results_are_kept_byte_for_byte,
+    values_at_the_apis_limits_are_stored_exactly,
+    a_task_cancelled_before_it_exists_is_stored_cancelled_once,
+);
+
+async fn insert_get_and_order_within_one_millisecond(store: &dyn Store) {
+    let mut ids = Vec::new();
+    for _ in 0..50 {
+        ids.push(insert(store, NewTask::test("a", at(10))).await);
+    }
+    let early = insert(store, NewTask::test("a", at(9))).await;
+    let late = insert(store, NewTask::test("a", at(11))).await;
+    let task = store.get(&ids[0]).await.unwrap().unwrap();
+    assert_eq!(
+        (task.state, task.trigger_at, task.payload.get()),
+        (TaskState::Pending, at(10), r#"{"k":1}"#)
+    );
+
+    assert!(
+        claim_all(store, at(8), T0).await.is_empty(),
+        "nothing due by the horizon"
+    );
+    let claimed: Vec<String> = claim_all(store, at(11), T0)
+        .await
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    let mut expected = vec![early];
+    expected.extend(ids);
+    expected.push(late);
+    assert_eq!(claimed, expected, "ordered by (trigger_at, id)");
+    assert!(
+        claim_all(store, at(100), T0).await.is_empty(),
+        "claimed rows are not claimed twice"
+    );
+}
+
+/// A large batch goes in as multi-row statements where the backend can, and gives the
+/// same outcome per task as inserting them one by one would: repeats within a statement
+/// and across statements, a taken unique key, and a task with a dependency cutting the
+/// run; every task's own values stored, each with its own lease secret.
+async fn a_large_batch_keeps_each_tasks_outcome_and_values(store: &dyn Store) {
+    const TASKS: usize = 600;
+    let held = {
+        let mut task = NewTask::test("a", T0);
+        task.unique_key = Some("held".into());
+        insert(store, task).await
+    };
+    let tasks: Vec<NewTask> = (0..TASKS)
+        .map(|i| {
+            let mut task = NewTask::test("a", at(i as i64));
+            task.payload = RawValue::from_string(format!(r#"{{"n":{i}}}"#)).unwrap();
+            task.priority = (i % 10) as u8;
+            task.idempotency_key = Some(format!("idem-{i}"));
+            match i {
+                // A repeat of task 3 in the same statement, and of task 10 in a later one
+                // (a repeat brings the same payload).
+                5 | 500 => {
+                    let first = if i == 5 { 3 } else { 10 };
+                    task.idempotency_key = Some(format!("idem-{first}"));
+                    task.payload = RawValue::from_string(format!(r#"{{"n":{first}}}"#)).unwrap();
+                }
+                // The unique key an earlier insert holds.
+                7 => task.unique_key = Some("held".into()),
+                _ => {}
+            }
+            task
+        })
+        .collect();
+    let mut tasks = tasks;
+    // A dependency on task 0 splits the run at 300.
+    tasks[300].depends_on = vec![tasks[0].id.clone()];
+    let outcomes = store.insert(&tasks, T0).await.unwrap();
+    assert_eq!(outcomes.len(), TASKS);
+    for (i, outcome) in outcomes.iter().enumerate() {
+        let expected = match i {
+            5 => InsertOutcome::Duplicate {
+                id: tasks[3].id.clone(),
+                trigger_at: at(3),
+            },
+            500 => InsertOutcome::Duplicate {
+                id: tasks[10].id.clone(),
+                trigger_at: at(10),
+            },
+            7 => InsertOutcome::UniqueConflict {
+                existing_id: held.clone(),
+            },
+            _ => InsertOutcome::Inserted {
+                id: tasks[i].id.clone(),
+                trigger_at: at(i as i64),
+            },
+        };
+        assert_eq!(outcome, &expected, "task {i}");
+    }
+    let mut secrets = std::collections::HashSet::new();
+    for i in [0, 1, 255, 256, 299, 300, 301, 599] {
+        let task = store.get(&tasks[i].id).await.unwrap().unwrap();
+        let state = if i == 300 {
+            TaskState::Blocked
+        } else {
+            TaskState::Pending
+        };
+        assert_eq!(
+            (
+                task.state,
+                task.payload.get().to_string(),
+                task.priority,
+                task.trigger_at,
+                task.idempotency_key.clone(),
+            ),
+            (
+                state,
+                format!(r#"{{"n":{i}}}"#),
+                (i % 10) as u8,
+                at(i as i64),
+                Some(format!("idem-{i}")),
+            ),
+            "task {i}"
+        );
+        assert!(
+            secrets.insert(task.lease_secret),
+            "task {i}'s lease secret is its own"
+        );
+    }
+    for i in [5, 7, 500] {
+        assert!(
+            store.get(&tasks[i].id).await.unwrap().is_none(),
+            "task {i} stored"
+        );
+    }
+}
+
+async fn payloads_and_results_are_kept_byte_for_byte(store: &dyn Store) {
+    // The executor's signature covers the body the payload is spliced into: spacing, key
+    // order, number spelling and escapes must come back exactly as submitted.
+    let text = "{ \"z\" : [1, 2.50, 1e3],\n\t\"a\": \"é😀\\u0000\\\"\" }";
+    let mut task = NewTask::test("a", T0);
+    task.payload = RawValue::from_string(text.into()).unwrap();
+    let id = insert(store, task).await;
+    assert_eq!(store.get(&id).await.unwrap().unwrap().payload.get(), text);
+    let claimed = claim_all(store, T0, T0).await.remove(0);
+    assert_eq!(claimed.payload.get(), text);
+    let started = store
+        .start(start_params(&[(id.clone(), claimed.lease_token)], T0, 0))
+        .await
+        .unwrap()
+        .remove(0);
+    let result = "[ \"ok\" ,{\"n\":1.0} ]";
+    let done = Finish {
+        id: id.clone(),
+        lease_token: started.lease_token,
+        kind: FinishKind::Succeeded {
+            result: Some(RawValue::from_string(result.into()).unwrap()),
+        },
+    };
+    assert_eq!(store.finish(&[done], T0).await.unwrap(), [true]);
+    assert_eq!(
+        store.get(&id).await.unwrap().unwrap().result.unwrap().get(),
+        result
+    );
+}
+
+/// The longest string of `ch` within `len` bytes.
+fn key_of(ch: char, len: usize) -> String {
+    std::iter::repeat_n(ch, len / ch.len_utf8()).collect()
+}
+
+async fn values_at_the_apis_limits_are_stored_exactly(store: &dyn Store) {
+    // The API validates against the strictest backend; every value it can accept, at
+    // its limits, must be storable on each one and come back unchanged: keys of the
+    // longest length in 1- to 4-byte characters, the longest source name (written, not
+    // read back: no record carries it), the default
+    // largest payload (escapes that some databases refuse raw, like \u0000, included)
+    // and the largest executor answer kept as a result.
+    const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
+    const MAX_SOURCE_SERVICE_BYTES: usize = 128;
+    use asyncd::api::submit::MAX_KEY_LEN;
+    let prefix = "{\"s\":\"\\u0000é😀\",\"pad\":\"";
+    let suffix = "\"}";
+    let payload = format!(
+        "{prefix}{}{suffix}",
+        "x".repeat(DEFAULT_MAX_PAYLOAD_BYTES - prefix.len() - suffix.len())
+    );
+    assert_eq!(payload.len(), DEFAULT_MAX_PAYLOAD_BYTES);
+    let mut ids = Vec::new();
+    for (i, ch) in ['k', 'é', '€', '😀'].into_iter().enumerate() {
+        let mut task = NewTask::test("a", at(i as i64));
+        let key = key_of(ch, MAX_KEY_LEN);
+        task.idempotency_key = Some(key.clone());
+        task.unique_key = Some(format!("u{}", &key[ch.len_utf8()..]));
+        task.source_service = Some(key_of(ch, MAX_SOURCE_SERVICE_BYTES));
+        task.payload = RawValue::from_string(payload.clone()).unwrap();
+        let id = insert(store, task.clone()).await;
+        let record = store.get(&id).await.unwrap().unwrap();
+        assert_eq!(
+            (
+                record.idempotency_key.as_deref(),
+                record.unique_key.as_deref(),
+                record.payload.get().len(),
+            ),
+            (
+                task.idempotency_key.as_deref(),
+                task.unique_key.as_deref(),
+                payload.len(),
+            ),
+            "{ch:?} keys"
+        );
+        assert_eq!(record.payload.get(), payload);
+        ids.push(id);
+    }
+    let claimed = claim_all(store, at(10), at(10)).await;
+    assert_eq!(claimed.len(), ids.len());
+    let claims: Vec<(String, i64)> = claimed
+        .iter()
+        .map(|c| (c.id.clone(), c.lease_token))
+        .collect();
+    let started = store.start(start_params(&claims, at(10), 0)).await.unwrap();
+    let answer = format!(
+        "\"{}\"",
+        "é".repeat((asyncd::executor::MAX_ANSWER_BYTES - 2) / 2)
+    );
+    let done = Finish {
+        id: started[0].id.clone(),
+        lease_token: started[0].lease_token,
+        kind: FinishKind::Succeeded {
+            result: Some(RawValue::from_string(answer.clone()).unwrap()),
+        },
+    };
+    assert_eq!(store.finish(&[done], at(11)).await.unwrap(), [true]);
+    assert_eq!(
+        store
+            .get(&started[0].id)
+            .await
+            .unwrap()
+            .unwrap()
+            .result
+            .unwrap()
+            .get(),
+        answer
+    );
+}
+
+/// A Kafka-routed task cancelled before it is consumed: its row is written cancelled,
+/// once; the consumer's insert of the message later finds the id taken.
+async fn a_task_cancelled_before_it_exists_is_stored_cancelled_once(store: &dyn Store) {
+    assert!(store.insert_cancelled("early", "k", T0).await.unwrap());
+    assert_eq!(state(store, "early").await, TaskState::Cancelled);
+    assert!(
+        !store.insert_cancelled("early", "k", T0).await.unwrap(),
+        "the id is taken"
+    );
+    let mut consumed = NewTask::test("k", T0);
+    consumed.id = "early".into();
+    let outcome = store.insert(&[consumed], T0).await.unwrap();
+    assert!(
+        !matches!(outcome[0], InsertOutcome::Inserted { .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(state(store, "early").await, TaskState::Cancelled);
+}
