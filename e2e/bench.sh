@@ -12,12 +12,11 @@
 #                                                    load, purging and not
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=e2e/lib.sh
+source e2e/lib.sh
 export ASYNCD_CACHE=${ASYNCD_CACHE:-/var/cache/asyncd}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ASYNCD_CACHE/target}
 bench=${1:-embedded}
-machine() {
-  echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)"
-}
 
 if [[ $bench == peers ]]; then
   # The peers are installed from their registries into a cache folder named by their

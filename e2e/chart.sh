@@ -25,6 +25,8 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=e2e/lib.sh
+source "$root/e2e/lib.sh"
 chart=$root/charts/asyncd
 td=$root/e2e/chart
 repo_crd=$root/crds/asyncjobconfigs.yaml
@@ -60,25 +62,12 @@ cleanup() {
 trap cleanup EXIT
 
 passed=0 failed=0
-check() {  # check NAME CMD...: runs CMD, prints ok/FAIL; the summary lines of a passing CMD too
-  local name=$1; shift
-  local out
-  if out=$("$@" 2>&1); then
-    passed=$((passed + 1)); echo "ok   - $name"
-    grep -E '^(note|kinds|dashboard|rules|parsed|env|helm|built|promql-check):' <<<"$out" | sed 's/^/       /' || true
-  else
-    failed=$((failed + 1)); echo "FAIL - $name"
-    printf '%s\n' "$out" | tail -n 40 | sed 's/^/       /'
-  fi
-}
+# the summary lines of a passing check to show
+CHECK_SHOWS='^(note|kinds|dashboard|rules|parsed|env|helm|built|promql-check):'
 fail_now() {  # a step everything after it depends on failed
   failed=$((failed + 1)); echo "FAIL - $1"
   echo "chart: $passed passed, $failed failed"
   exit 1
-}
-
-go_env() {  # the environment of our Go builds
-  env GOTOOLCHAIN="${GOTOOLCHAIN:-local}" GOWORK=off CGO_ENABLED=0 "$@"
 }
 
 # ---------------------------------------------------------------- tools

@@ -62,8 +62,9 @@ KUBECONFIG_ADMIN=$RUN/admin.kubeconfig
 CNI_BIN=/usr/lib/cni
 TIMEOUT=${ASYNCD_CLUSTER_TIMEOUT:-180}
 
-log() { printf '[cluster %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
+SERVICE=cluster  # the name log and die print
+# shellcheck source=e2e/lib.sh
+source "$root/e2e/lib.sh"
 # Enter only the network namespace: `ip netns exec` also makes a mount namespace with a
 # fresh /sys, which hides /sys/fs/cgroup from the kubelet and runc.
 nsx() { nsenter --net="/run/netns/$NETNS" "$@"; }
@@ -92,8 +93,6 @@ apt_tools() {  # Debian packages the node needs
   (( made_policy )) && rm -f /usr/sbin/policy-rc.d
   (( rc == 0 )) || die "apt-get install ${missing[*]} failed"
 }
-
-go_env() { env GOTOOLCHAIN="${GOTOOLCHAIN:-local}" GOWORK=off CGO_ENABLED=0 "$@"; }
 
 # cached DIR NAME CMD...: unless DIR/NAME exists, run CMD (which writes DIR/.build/NAME...)
 # under a lock; then move everything from DIR/.build into DIR
@@ -204,7 +203,7 @@ stop_proc() {  # stop_proc NAME [GRACE]: SIGTERM, then SIGKILL after GRACE secon
   fi
   rm -f "$(pidfile "$name")"
 }
-wait_for() {  # wait_for WHAT PROCESS CMD...: until CMD succeeds; fail if PROCESS died
+wait_up() {  # wait_up WHAT PROCESS CMD...: until CMD succeeds; fail if PROCESS died
   local what=$1 proc=$2 deadline=$((SECONDS + TIMEOUT)); shift 2
   until "$@" >/dev/null 2>&1; do
     if [[ -n $proc ]] && ! running "$proc"; then tail -n 40 "$RUN/$proc.log" >&2; die "$proc exited while waiting for $what"; fi
@@ -310,7 +309,7 @@ start_etcd() {
     --listen-peer-urls=http://127.0.0.1:2380 --initial-advertise-peer-urls=http://127.0.0.1:2380 \
     --initial-cluster=asyncd-node=http://127.0.0.1:2380 --initial-cluster-state=new \
     --logger=zap --log-outputs=stderr --unsafe-no-fsync --quota-backend-bytes=$((2 * 1024 * 1024 * 1024))
-  wait_for "etcd" etcd nsx curl -fsS http://127.0.0.1:2379/health
+  wait_up "etcd" etcd nsx curl -fsS http://127.0.0.1:2379/health
 }
 
 start_apiserver() {
@@ -333,8 +332,8 @@ start_apiserver() {
     --proxy-client-cert-file="$PKI/front-proxy-client.crt" --proxy-client-key-file="$PKI/front-proxy-client.key" \
     --enable-aggregator-routing=true \
     --profiling=false
-  wait_for "kube-apiserver" kube-apiserver kc get --raw /readyz
-  wait_for "the default namespace" kube-apiserver kc get namespace default
+  wait_up "kube-apiserver" kube-apiserver kc get --raw /readyz
+  wait_up "the default namespace" kube-apiserver kc get namespace default
 }
 
 start_controllers() {
@@ -403,7 +402,7 @@ state = "$SOCK_DIR/state"
   disable_tcp_service = true
 EOF
   spawn containerd "$CTRD_BIN/containerd" --config "$RUN/containerd.toml"
-  wait_for "containerd" containerd "$CTRD_BIN/ctr" --address "$CTRD_SOCK" version
+  wait_up "containerd" containerd "$CTRD_BIN/ctr" --address "$CTRD_SOCK" version
 }
 
 start_kubelet() {
@@ -448,7 +447,7 @@ healthzBindAddress: 127.0.0.1:10256
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 EOF
   spawn kube-proxy "$KUBE_BIN/kube-proxy" --config="$RUN/kube-proxy.yaml"
-  wait_for "node $NODE Ready" kubelet kc wait --for=condition=Ready "node/$NODE" --timeout=5s
+  wait_up "node $NODE Ready" kubelet kc wait --for=condition=Ready "node/$NODE" --timeout=5s
 }
 
 start_coredns() {

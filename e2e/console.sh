@@ -11,6 +11,8 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=e2e/lib.sh
+source "$root/e2e/lib.sh"
 export ASYNCD_CACHE=${ASYNCD_CACHE:-/var/cache/asyncd}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ASYNCD_CACHE/target}
 SELENIUM_VERSION=4.51.0
@@ -23,17 +25,8 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
 fi
 
 venv=$ASYNCD_CACHE/selenium-$SELENIUM_VERSION
-if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import selenium' 2>/dev/null; then
-  echo "installing Selenium $SELENIUM_VERSION into $venv" >&2
-  rm -rf "$venv"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q "selenium==$SELENIUM_VERSION"
-fi
-
-asyncd=${ASYNCD_BIN:-$CARGO_TARGET_DIR/debug/asyncd}
-if [[ ! -x $asyncd ]]; then
-  (cd "$root" && cargo build -q -p asyncd --locked)
-fi
+python_venv "$venv" Selenium "$SELENIUM_VERSION" selenium
+asyncd=$(asyncd_bin)
 
 work=$(mktemp -d)
 pids=()
@@ -50,15 +43,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
 answering() {  # answering URL PID WHAT: waits until URL gives any HTTP answer
-  local deadline=$((SECONDS + 60))
-  until curl -sS -o /dev/null "$1" 2>/dev/null; do
-    kill -0 "$2" 2>/dev/null || { echo "$3 exited before it answered" >&2; return 1; }
-    ((SECONDS < deadline)) || { echo "$3 did not answer within 60 s" >&2; return 1; }
-    sleep 0.2
-  done
+  wait_for --pid "$2" --what "$3" 60 curl -sS -o /dev/null "$1"
 }
 
 executor_port=$(free_port)

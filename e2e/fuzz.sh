@@ -16,6 +16,8 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=e2e/lib.sh
+source "$root/e2e/lib.sh"
 export ASYNCD_CACHE=${ASYNCD_CACHE:-/var/cache/asyncd}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ASYNCD_CACHE/target}
 ST_VERSION=4.32.5
@@ -27,17 +29,8 @@ case "${1:-}" in
 esac
 
 venv=$ASYNCD_CACHE/schemathesis-$ST_VERSION
-if [[ ! -x $venv/bin/schemathesis ]]; then
-  echo "installing Schemathesis $ST_VERSION into $venv" >&2
-  rm -rf "$venv"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q "schemathesis==$ST_VERSION"
-fi
-
-asyncd=${ASYNCD_BIN:-$CARGO_TARGET_DIR/debug/asyncd}
-if [[ ! -x $asyncd ]]; then
-  (cd "$root" && cargo build -q -p asyncd --locked)
-fi
+python_venv "$venv" Schemathesis "$ST_VERSION" schemathesis
+asyncd=$(asyncd_bin)
 
 work=$(mktemp -d)
 pids=()
@@ -68,15 +61,8 @@ spec:
   uniqueKey: "order:{order_id}"
 YAML
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
 wait_healthy() {  # wait_healthy PORT PID
-  local deadline=$((SECONDS + 60))
-  until curl -fsS "http://127.0.0.1:$1/healthz" >/dev/null 2>&1; do
-    kill -0 "$2" 2>/dev/null || { echo "asyncd exited before it was healthy" >&2; return 1; }
-    ((SECONDS < deadline)) || { echo "asyncd not healthy after 60 s" >&2; return 1; }
-    sleep 0.2
-  done
+  wait_for --pid "$2" --what "asyncd to be healthy" 60 curl -fsS "http://127.0.0.1:$1/healthz"
 }
 
 failed=0

@@ -15,6 +15,8 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
+# shellcheck source=e2e/lib.sh
+source "$root/e2e/lib.sh"
 export ASYNCD_CACHE=${ASYNCD_CACHE:-/var/cache/asyncd}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ASYNCD_CACHE/target}
 CP=e2e/controlplane/controlplane.sh
@@ -28,17 +30,7 @@ started=()
 operator_pid=""
 role_pids=()  # asyncd api/dispatcher and the stub executor of section 4b
 
-log() { printf '\n==> %s\n' "$*"; }
-
-check() {  # check NAME CMD...: runs CMD, counts it, shows its output on failure
-  local name="$1"; shift
-  local out
-  if out="$("$@" 2>&1)"; then
-    passed=$((passed + 1)); echo "ok   - $name"
-  else
-    failed=$((failed + 1)); echo "FAIL - $name"; printf '%s\n' "$out" | sed 's/^/       /' | tail -40
-  fi
-}
+section() { printf '\n==> %s\n' "$*"; }
 
 skip() { skipped=$((skipped + 1)); echo "skip - $1 ($2)"; }
 
@@ -122,21 +114,12 @@ expect_has() {  # expect_has WHAT TEXT NEEDLE
   grep -qF -- "$3" <<<"$2" || { echo "$1: '$3' not in:"; echo "$2"; return 1; }
 }
 
-wait_for() {  # wait_for SECONDS CMD...: retries CMD until it succeeds
-  local deadline=$((SECONDS + $1)); shift
-  local out
-  until out="$("$@" 2>&1)"; do
-    if (( SECONDS >= deadline )); then echo "$out"; return 1; fi
-    sleep 0.5
-  done
-}
-
 # ---- setup ------------------------------------------------------------------------------
-log "building asyncd-operator"
+section "building asyncd-operator"
 cargo build --locked -p asyncd-operator --bins
 OPERATOR_BIN="$CARGO_TARGET_DIR/debug/asyncd-operator"
 
-log "starting the control plane, Kafka and MariaDB"
+section "starting the control plane, Kafka and MariaDB"
 "$CP" status >/dev/null 2>&1 || { "$CP" start; started+=(controlplane); }
 eval "$("$CP" env)"
 "$KAFKA" status >/dev/null 2>&1 || { "$KAFKA" start; started+=(kafka); }
@@ -144,7 +127,7 @@ BROKERS=$("$KAFKA" url)
 "$MARIADB" status >/dev/null 2>&1 || { "$MARIADB" start; started+=(mariadb); }
 STORE_URL=$("$MARIADB" createdb asyncd_operator_e2e)
 
-log "CRD, RBAC, namespace $NS"
+section "CRD, RBAC, namespace $NS"
 check "CRD applies"                  k apply -f crds/asyncjobconfigs.yaml
 check "CRD established"              k wait --for=condition=Established --timeout=30s crd/asyncjobconfigs.asyncd.example.io
 check "operator RBAC applies"        k apply -f config/rbac/operator.yaml
@@ -158,8 +141,8 @@ cp "$KUBECONFIG" "$WORK/operator.kubeconfig"
 kubectl --kubeconfig "$WORK/operator.kubeconfig" config set-credentials asyncd-operator --token="$token" >/dev/null
 kubectl --kubeconfig "$WORK/operator.kubeconfig" config set-context --current --user=asyncd-operator >/dev/null
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-log "starting asyncd-operator (namespace $NS, brokers $BROKERS, http 127.0.0.1:$port)"
+port=$(free_port)
+section "starting asyncd-operator (namespace $NS, brokers $BROKERS, http 127.0.0.1:$port)"
 start_operator() {
   KUBECONFIG="$WORK/operator.kubeconfig" ASYNCD_LOG=info,asyncd_operator=debug \
     "$OPERATOR_BIN" --kafka-brokers "$BROKERS" --dispatcher-image registry.example/asyncd:e2e \
@@ -172,7 +155,7 @@ check "operator /readyz"             wait_for 30 curl -fsS "http://127.0.0.1:$po
 check "operator /healthz"            curl -fsS "http://127.0.0.1:$port/healthz"
 
 # ---- 1. a config becomes a topic, a route, a Deployment and an HPA -------------------------
-log "apply config/samples/order-cancel-job.yaml"
+section "apply config/samples/order-cancel-job.yaml"
 OC=order-cancel-job
 OC_TOPIC=$(topic asyncd-order-cancel)
 topics_created+=("$OC_TOPIC" "$OC_TOPIC-high")
@@ -252,7 +235,7 @@ check "operator restarted"           wait_for 30 curl -fsS "http://127.0.0.1:$po
 check "a restart changes nothing"    changed_nothing "$before"
 
 # ---- 2. partitions grow 6 -> 12; a shrink is refused -------------------------------------
-log "grow to 12 partitions (config/samples/order-cancel-job-12-partitions.yaml)"
+section "grow to 12 partitions (config/samples/order-cancel-job-12-partitions.yaml)"
 check "apply 12 partitions"          apply_sample order-cancel-job-12-partitions.yaml
 check "status.partitions becomes 12" kn wait --for=jsonpath='{.status.partitions}'=12 --timeout=60s "asyncjobconfig/$OC"
 check "topic grew to 12"             topic_has "$OC_TOPIC" 12
@@ -261,7 +244,7 @@ check "Ready after growing"          kn wait --for=condition=Ready --timeout=30s
 check "HPA follows (2..12)"          wait_for 20 hpa_spec 2 12
 check "event PartitionsGrown"        wait_for 10 has_event "$OC" PartitionsGrown
 
-log "shrink back to 6: refused"
+section "shrink back to 6: refused"
 check "apply 6 partitions again"     apply_sample order-cancel-job.yaml
 check "TopicReady=False"             kn wait --for=condition=TopicReady=false --timeout=60s "asyncjobconfig/$OC"
 check "reason ShrinkRefused"         expect_eq reason "$(cond $OC TopicReady reason)" ShrinkRefused
@@ -273,7 +256,7 @@ back_to_12() { apply_sample order-cancel-job-12-partitions.yaml && kn wait --for
 check "back to 12: Ready again"      back_to_12
 
 # ---- 3. a second config claiming the task type: Conflict, nothing changed -------------------
-log "a second config claims cancel_expired_order (config/samples/order-cancel-job-conflict.yaml)"
+section "a second config claims cancel_expired_order (config/samples/order-cancel-job-conflict.yaml)"
 V2=order-cancel-job-v2
 V2_TOPIC=$(topic asyncd-order-cancel-v2)
 routing_before=$(kn get configmap asyncd-routing -o jsonpath='{.data}')
@@ -292,7 +275,7 @@ check "delete the conflicting config" kn delete asyncjobconfig "$V2" --wait=true
 check "owner's topic untouched"      topic_has "$OC_TOPIC" 12
 check "owner's route untouched"      routing_entry order-cancel-job.yaml cancel_expired_order "$OC_TOPIC"
 
-log "a config claiming the owner's topic, with deletePolicy: Delete, deleted: the owner's topic stays"
+section "a config claiming the owner's topic, with deletePolicy: Delete, deleted: the owner's topic stays"
 cat >"$WORK/topic-thief.yaml" <<EOF
 apiVersion: asyncd.example.io/v1
 kind: AsyncJobConfig
@@ -314,10 +297,9 @@ check "owner's topic still there"    topic_has "$OC_TOPIC" 12
 # dispatcher, as the operator's Deployment runs it), started while the route still points at
 # the sample's in-cluster URL. Re-pointing the config at a local executor must reach the
 # running dispatcher through the operator and the ConfigMap watch, and tasks must run there.
-log "asyncd dispatcher --routing-configmap $NS/asyncd-routing --job $OC"
+section "asyncd dispatcher --routing-configmap $NS/asyncd-routing --job $OC"
 cargo build --locked -p asyncd
 ASYNCD_BIN="$CARGO_TARGET_DIR/debug/asyncd"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 EXEC_PORT=$(free_port); API_PORT=$(free_port); DISP_PORT=$(free_port)
 stop_roles() { for pid in "${role_pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done; }
 python3 examples/executor.py "$EXEC_PORT" >"$WORK/executor.log" 2>&1 & role_pids+=($!)
@@ -377,7 +359,7 @@ check "runs too"                     wait_for 30 ran 102
 check "dispatcher never restarted"   kill -0 "${role_pids[1]}"
 
 # ---- 4c. callers authenticated by TokenReview, authorized by RBAC on the job -----------------
-log "api --auth kubernetes: a ServiceAccount bound to $OC submits there and nowhere else"
+section "api --auth kubernetes: a ServiceAccount bound to $OC submits there and nowhere else"
 cat >"$WORK/other-job.yaml" <<EOF
 apiVersion: asyncd.example.io/v1
 kind: AsyncJobConfig
@@ -506,14 +488,14 @@ check "delete other-job"             kn delete asyncjobconfig other-job --wait=t
 stop_roles
 
 # ---- 5. deleting the config removes the route and keeps the topic ----------------------------
-log "delete order-cancel-job (deletePolicy: Retain)"
+section "delete order-cancel-job (deletePolicy: Retain)"
 check "delete order-cancel-job"      kn delete asyncjobconfig "$OC" --wait=true --timeout=30s
 route_gone() { expect_eq keys "$(routing_keys)" ""; }
 check "route removed"                wait_for 20 route_gone
 check "topic kept (Retain)"          topic_has "$OC_TOPIC" 12
 check "Deployment and HPA removed"   wait_for 20 no_workloads "$OC"
 
-log "config/samples/invoice-reminder-job.yaml: clamped scaling, deletePolicy: Delete"
+section "config/samples/invoice-reminder-job.yaml: clamped scaling, deletePolicy: Delete"
 IR=invoice-reminder-job
 IR_TOPIC=$(topic asyncd-invoice-reminder)
 topics_created+=("$IR_TOPIC" "$IR_TOPIC-high")
@@ -527,7 +509,7 @@ check "its topic is deleted"         wait_for 20 topic_absent "$IR_TOPIC"
 check "high-priority topic too"      wait_for 20 topic_absent "$IR_TOPIC-high"
 
 # ---- 6. invalid specs are refused by the API server -----------------------------------------
-log "invalid specs"
+section "invalid specs"
 rejected() {  # rejected MESSAGE: the document on stdin must be refused with MESSAGE
   local out
   if out=$(kubectl -n "$NS" apply -f - 2>&1); then echo "accepted: $out"; return 1; fi
@@ -564,7 +546,7 @@ check "config/samples/invalid-job.yaml refused, naming each field" invalid_sampl
 check "nothing invalid was stored"   expect_eq stored "$(kn get asyncjobconfigs -o name)" ""
 
 # ---- 7. RBAC and metrics --------------------------------------------------------------------
-log "RBAC and metrics"
+section "RBAC and metrics"
 sa_can() { k auth can-i "$@" -n "$NS" --as="system:serviceaccount:$NS:asyncd-dispatcher"; }
 check "dispatcher may watch the routing ConfigMap" sa_can watch configmaps/asyncd-routing
 cannot() { ! k auth can-i "$@" -n "$NS"; }

@@ -16,6 +16,8 @@
 #   e2e/soak.sh --max-duplicates-pct 0.1 …
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=e2e/lib.sh
+source e2e/lib.sh
 export ASYNCD_CACHE=${ASYNCD_CACHE:-/var/cache/asyncd}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ASYNCD_CACHE/target}
 # the same package set as e2e/cluster.sh builds, so both share one release build (another
@@ -43,7 +45,7 @@ e2e/services/postgres.sh start >&2
 e2e/services/kafka.sh start >&2
 store=$(e2e/services/postgres.sh createdb soak)
 
-echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+machine
 ASYNCD_STORE=$store "$CARGO_TARGET_DIR/release/asyncd-bench" soak \
   --kafka-brokers "$(e2e/services/kafka.sh url)" \
   --db-restart "e2e/services/postgres.sh restart" \

@@ -10,21 +10,14 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=e2e/lib.sh
+source "$root/e2e/lib.sh"
 export ASYNCD_CACHE=${ASYNCD_CACHE:-/var/cache/asyncd}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ASYNCD_CACHE/target}
 OTLP_PROTO_VERSION=1.45.2
 
 venv=$ASYNCD_CACHE/otlp-proto-$OTLP_PROTO_VERSION
-if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import opentelemetry.proto' 2>/dev/null; then
-  echo "installing opentelemetry-proto $OTLP_PROTO_VERSION into $venv" >&2
-  rm -rf "$venv"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q "opentelemetry-proto==$OTLP_PROTO_VERSION"
-fi
-
-asyncd=${ASYNCD_BIN:-$CARGO_TARGET_DIR/debug/asyncd}
-if [[ ! -x $asyncd ]]; then
-  (cd "$root" && cargo build -q -p asyncd --locked)
-fi
+python_venv "$venv" opentelemetry-proto "$OTLP_PROTO_VERSION" opentelemetry.proto
+asyncd=$(asyncd_bin)
 
 "$venv/bin/python" "$root/e2e/tracing_test.py" --asyncd "$asyncd"

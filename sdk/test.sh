@@ -13,6 +13,8 @@
 set -euo pipefail
 
 sdk=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=e2e/lib.sh
+source "$sdk/../e2e/lib.sh"
 cache=${ASYNCD_CACHE:-/var/cache/asyncd}
 export ASYNCD_BIN=${ASYNCD_BIN:-$cache/target/debug/asyncd}
 if [[ ! -x $ASYNCD_BIN ]]; then
@@ -52,20 +54,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# wait_for DESCRIPTION SECONDS COMMAND...: polls COMMAND until it succeeds.
-wait_for() {
-	local what=$1 secs=$2
-	shift 2
-	local deadline=$((SECONDS + secs))
-	until "$@" >/dev/null 2>&1; do
-		if ((SECONDS >= deadline)); then
-			echo "sdk/test.sh: timed out after ${secs}s waiting for $what" >&2
-			return 1
-		fi
-		sleep 0.1
-	done
-}
-
 (cd "$sdk/go" && go build -o "$tmp/crosstest" ./internal/crosstest)
 # The Rust examples: the executor (sdk/rust/examples/executor.rs) and the README's;
 # cargo names the binaries it built, linked here as $tmp/examples/<example name>.
@@ -84,7 +72,7 @@ if [[ ! -x $rust_executor ]]; then
 	exit 1
 fi
 secret="cross-$RANDOM$RANDOM"
-port=$("$venv/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 endpoint=http://127.0.0.1:$port
 
 "$tmp/crosstest" serve -portfile "$tmp/go.port" -secret "$secret" -endpoint "$endpoint" >"$tmp/go-executor.log" 2>&1 &
@@ -98,10 +86,10 @@ pids+=($!)
 "$rust_executor" --portfile "$tmp/rust-dead.port" --secret "$secret" --type cross_rust_dead \
 	--fail-permanently >"$tmp/rust-dead-executor.log" 2>&1 &
 pids+=($!)
-wait_for "the Go executor" 30 test -s "$tmp/go.port"
-wait_for "the Python executor" 30 test -s "$tmp/py.port"
-wait_for "the Rust executor" 30 test -s "$tmp/rust.port"
-wait_for "the failing Rust executor" 30 test -s "$tmp/rust-dead.port"
+wait_for --what "the Go executor" 30 test -s "$tmp/go.port"
+wait_for --what "the Python executor" 30 test -s "$tmp/py.port"
+wait_for --what "the Rust executor" 30 test -s "$tmp/rust.port"
+wait_for --what "the failing Rust executor" 30 test -s "$tmp/rust-dead.port"
 
 mkdir "$tmp/config"
 for side in go py rust rust-dead; do
@@ -132,8 +120,8 @@ printf '%s' "$secret" >"$tmp/signing/cross-signing/key"
 "$ASYNCD_BIN" dev --config "$tmp/config" --db "$tmp/asyncd.db" \
 	--listen "127.0.0.1:$port" --signing-dir "$tmp/signing" >"$tmp/asyncd.log" 2>&1 &
 pids+=($!)
-wait_for "asyncd dev /healthz" 60 curl -fsS "$endpoint/healthz"
-wait_for "asyncd dev /readyz" 60 curl -fsS "$endpoint/readyz"
+wait_for --what "asyncd dev /healthz" 60 curl -fsS "$endpoint/healthz"
+wait_for --what "asyncd dev /readyz" 60 curl -fsS "$endpoint/readyz"
 
 passed=0
 "$tmp/crosstest" submit -endpoint "$endpoint" -type cross_py -nonce "$RANDOM$RANDOM"

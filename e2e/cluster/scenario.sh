@@ -16,6 +16,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
+# shellcheck source=e2e/lib.sh
+source "$root/e2e/lib.sh"
 cd "$root"
 export ASYNCD_CACHE=${ASYNCD_CACHE:-/var/cache/asyncd}
 NS=${ASYNCD_CLUSTER_NAMESPACE:-asyncd}
@@ -30,17 +32,8 @@ APP_VERSION=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' charts/as
 passed=0 failed=0
 t_start=$SECONDS
 say() { printf '[scenario %4ds] %s\n' $((SECONDS - t_start)) "$*"; }
-check() {  # check NAME CMD...
-  local name=$1; shift
-  local out
-  if out=$("$@" 2>&1); then
-    passed=$((passed + 1)); echo "ok   - $name"
-    grep -E '^(note|count|time):' <<<"$out" | sed 's/^/       /' || true
-  else
-    failed=$((failed + 1)); echo "FAIL - $name"
-    printf '%s\n' "$out" | tail -n 40 | sed 's/^/       /'
-  fi
-}
+# the summary lines of a passing check to show
+CHECK_SHOWS='^(note|count|time):'
 require() {  # require NAME CMD...: a check the rest depends on
   check "$@"
   if (( failed )); then exit 1; fi  # the EXIT trap prints the diagnostics

@@ -32,94 +32,11 @@ ETCD_URL="http://127.0.0.1:$ETCD_PORT"
 TOKEN_FILE="$RUN_DIR/token"
 
 SERVICE=controlplane
-log() { printf '[%s %s] %s\n' "$SERVICE" "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
-now_s() { date +%s; }
-elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2fs", b - a }'; }
+# shellcheck source=e2e/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
-port_open() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
-
-# proc_matches PID PATTERN: PID is alive (not a zombie) and its command line contains PATTERN
-proc_matches() {
-  local pid="$1" pat="$2" cmd
-  [[ -n "$pid" && "$pid" =~ ^[0-9]+$ ]] || return 1
-  [[ -r "/proc/$pid/cmdline" ]] || return 1
-  [[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]] || return 1
-  cmd="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || return 1
-  [[ "$cmd" == *"$pat"* ]]
-}
-
-# pid_of PIDFILE PATTERN: prints the pid if that process is ours and alive
-pid_of() {
-  local pid; pid="$(cat "$1" 2>/dev/null || true)"
-  if proc_matches "$pid" "$2"; then echo "$pid"; return 0; fi
-  return 1
-}
 etcd_pid() { pid_of "$ETCD_PIDFILE" "$ETCD_DATA"; }
 api_pid() { pid_of "$API_PIDFILE" "--secure-port=$API_PORT"; }
-
-wait_pid_exit() {
-  local pid="$1" deadline=$(( $(now_s) + $2 ))
-  while kill -0 "$pid" 2>/dev/null; do
-    if [[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" == Z ]]; then return 0; fi
-    (( $(now_s) < deadline )) || return 1
-    sleep 0.1
-  done
-}
-
-# kill_pid PID GRACE_SECONDS: SIGTERM, wait, then SIGKILL
-kill_pid() {
-  local pid="$1" grace="$2"
-  kill -TERM "$pid" 2>/dev/null || return 0
-  if ! wait_pid_exit "$pid" "$grace"; then
-    log "pid $pid did not exit after ${grace}s, sending SIGKILL"
-    kill -KILL "$pid" 2>/dev/null || true
-    wait_pid_exit "$pid" 10 || true
-  fi
-}
-
-# with_lock NAME: exclusive lock for the rest of the script (fd 9). Background
-# children must close fd 9 (9>&-) or they keep holding it.
-with_lock() {
-  mkdir -p "$ASYNCD_RUN"
-  exec 9>"$ASYNCD_RUN/.$1.lock"
-  flock -w 900 9 || die "could not take lock $ASYNCD_RUN/.$1.lock"
-}
-
-show_log_tail() {
-  local f="$1" n="${2:-40}"
-  if [[ -f "$f" ]]; then
-    log "---- last $n lines of $f ----"
-    tail -n "$n" "$f" >&2 || true
-    log "---- end of $f ----"
-  else
-    log "(no log file at $f)"
-  fi
-}
-
-# ---------------------------------------------------------------- etcd (Debian)
-
-ensure_etcd() {
-  command -v etcd >/dev/null 2>&1 && return 0
-  [[ $EUID -eq 0 ]] || die "etcd is missing and installing it needs root (apt-get install etcd-server)"
-  log "installing etcd-server (apt)"
-  # keep the package's postinst from starting the system etcd service (we never use it)
-  local made_policy=0
-  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod 755 /usr/sbin/policy-rc.d; made_policy=1
-  fi
-  local rc=0
-  export DEBIAN_FRONTEND=noninteractive
-  local aopts=(-y -q -o DPkg::Lock::Timeout=300 -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold)
-  if ! apt-get install "${aopts[@]}" --no-install-recommends etcd-server >&2; then
-    log "apt-get install failed; running apt-get update and retrying"
-    apt-get update -q -o DPkg::Lock::Timeout=300 >&2 || true
-    apt-get install "${aopts[@]}" --no-install-recommends etcd-server >&2 || rc=$?
-  fi
-  if (( made_policy )); then rm -f /usr/sbin/policy-rc.d; fi
-  (( rc == 0 )) || die "apt-get install etcd-server failed (rc=$rc)"
-  command -v etcd >/dev/null 2>&1 || die "installed etcd-server but 'etcd' is still not on PATH"
-}
 
 # ------------------------------------------------------- kube-apiserver (built)
 
@@ -382,7 +299,7 @@ start() {
     log "found a partly running or unhealthy control plane; stopping it first"
     stop_all
   fi
-  ensure_etcd
+  apt_install_if_missing etcd etcd-server  # Debian's etcd
   build_apiserver
   local p
   for p in "$API_PORT" "$ETCD_PORT" "$ETCD_PEER_PORT"; do
@@ -432,9 +349,9 @@ print_env() {
 
 cmd="${1:-}"; shift || true
 case "$cmd" in
-  start) with_lock controlplane; start ;;
-  stop) with_lock controlplane; stop ;;
-  restart) with_lock controlplane; stop; start ;;
+  start) with_lock controlplane 900; start ;;
+  stop) with_lock controlplane 900; stop ;;
+  restart) with_lock controlplane 900; stop; start ;;
   status) status ;;
   env) print_env ;;
   build)  # build [NAME...]: kube-apiserver by default

@@ -8,17 +8,9 @@ set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CP="$HERE/controlplane.sh"
 TD="$HERE/testdata"
+# shellcheck source=e2e/lib.sh
+source "$HERE/../lib.sh"
 passed=0 failed=0
-
-check() {  # check NAME CMD...
-  local name="$1"; shift
-  local out
-  if out="$("$@" 2>&1)"; then
-    passed=$((passed + 1)); echo "ok   - $name"
-  else
-    failed=$((failed + 1)); echo "FAIL - $name"; printf '%s\n' "$out" | sed 's/^/       /'
-  fi
-}
 
 started=0
 if ! "$CP" status >/dev/null 2>&1; then

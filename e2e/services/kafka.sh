@@ -165,15 +165,14 @@ EOF
 }
 
 server_pid() {
+  pid_of "$PID_FILE" "$PROPS" && return 0
   local pid
-  pid="$(cat "$PID_FILE" 2>/dev/null || true)"
-  if proc_matches "$pid" "$PROPS"; then echo "$pid"; return 0; fi
   pid="$(pgrep -f -- "kafka.Kafka $PROPS" 2>/dev/null | head -n1 || true)"
   if proc_matches "$pid" "$PROPS"; then echo "$pid"; return 0; fi
   return 1
 }
 
-is_running() { server_pid >/dev/null && port_open "$PORT"; }
+is_running() { server_pid >/dev/null && port_open "$PORT" "$HOST"; }
 
 random_cluster_id() {
   local id
@@ -212,7 +211,7 @@ launch_and_wait() {
     # and serving. (A metadata call through Kafka's CLI tools also answers then, but it
     # starts a JVM of its own: on a loaded 2-core machine that took over its 30 s, and
     # the script killed a broker that had been serving for minutes.)
-    if port_open "$PORT" && grep -q "Kafka Server started" "$LOG_FILE"; then
+    if port_open "$PORT" "$HOST" && grep -q "Kafka Server started" "$LOG_FILE"; then
       return 0
     fi
     if (( $(now_s) >= deadline )); then
@@ -231,7 +230,7 @@ start() {
   fetch_libs
   local old; if old="$(server_pid)"; then log "stale broker pid $old not answering; stopping it"; kill_pid "$old" 30; fi
   local p; for p in "$PORT" "$CONTROLLER_PORT"; do
-    if port_open "$p"; then die "port $HOST:$p is in use by another process (set ASYNCD_KAFKA_PORT / ASYNCD_KAFKA_CONTROLLER_PORT)"; fi
+    if port_open "$p" "$HOST"; then die "port $HOST:$p is in use by another process (set ASYNCD_KAFKA_PORT / ASYNCD_KAFKA_CONTROLLER_PORT)"; fi
   done
   write_props
   if [[ ! -f "$DATA_DIR/meta.properties" || "$(cat "$VERSION_MARK" 2>/dev/null)" != "$KAFKA_VERSION" ]]; then

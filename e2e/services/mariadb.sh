@@ -61,10 +61,9 @@ EOF
 }
 
 server_pid() {
-  local pid
-  pid="$(cat "$PID_FILE" 2>/dev/null || true)"
-  if proc_matches "$pid" "$CNF"; then echo "$pid"; return 0; fi
+  pid_of "$PID_FILE" "$CNF" && return 0
   # pid file missing/stale: look for our server by its config path
+  local pid
   pid="$(pgrep -f -- "--defaults-file=$CNF" 2>/dev/null | head -n1 || true)"
   if proc_matches "$pid" "$CNF"; then echo "$pid"; return 0; fi
   return 1
@@ -126,7 +125,7 @@ start() {
   ensure_installed
   # a server of ours that is alive but not answering: stop it first
   local old; if old="$(server_pid)"; then log "stale mariadbd pid $old not answering; stopping it"; kill_pid "$old" 30; fi
-  if port_open "$PORT"; then die "port $HOST:$PORT is in use by another process (set ASYNCD_MARIADB_PORT)"; fi
+  if port_open "$PORT" "$HOST"; then die "port $HOST:$PORT is in use by another process (set ASYNCD_MARIADB_PORT)"; fi
   rm -f "$PID_FILE" "$SOCK"
   write_cnf
   local fresh=0

@@ -143,7 +143,7 @@ start() {
   if is_running; then log "already running on 127.0.0.1:$PORT (pid $(server_pid))"; return 0; fi
   ensure_installed
   local old; if old="$(server_pid)"; then log "stale postgres pid $old not answering; stopping it"; kill_pid "$old" 30; fi
-  if port_open "$PORT"; then die "port 127.0.0.1:$PORT is in use by another process (set ASYNCD_POSTGRES_PORT)"; fi
+  if port_open "$PORT" "$HOST"; then die "port 127.0.0.1:$PORT is in use by another process (set ASYNCD_POSTGRES_PORT)"; fi
   local fresh=0
   if [[ ! -f "$INIT_MARK" || ! -f "$DATA_DIR/PG_VERSION" ]] || \
      [[ "$(cat "$DATA_DIR/PG_VERSION")" != "$(basename "$(dirname "$PG_BIN")")" ]]; then

@@ -24,12 +24,7 @@ ensure_installed() {
   command -v redis-cli >/dev/null || die "redis-cli missing"
 }
 
-server_pid() {
-  local pid
-  pid="$(cat "$PID_FILE" 2>/dev/null || true)"
-  if proc_matches "$pid" redis-server; then echo "$pid"; return 0; fi
-  return 1
-}
+server_pid() { pid_of "$PID_FILE" redis-server; }
 
 is_ready() { [[ "$(redis-cli -h "$HOST" -p "$PORT" ping 2>/dev/null)" == PONG ]]; }
 
@@ -57,7 +52,7 @@ start() {
   if is_running; then log "already running on $HOST:$PORT (pid $(server_pid))"; return 0; fi
   ensure_installed
   local old; if old="$(server_pid)"; then log "stale redis pid $old not answering; stopping it"; kill_pid "$old" 30; fi
-  if port_open "$PORT"; then die "port $HOST:$PORT is in use by another process (set ASYNCD_REDIS_PORT)"; fi
+  if port_open "$PORT" "$HOST"; then die "port $HOST:$PORT is in use by another process (set ASYNCD_REDIS_PORT)"; fi
   mkdir -p "$DATA_DIR"
   write_conf
   log "starting redis on $HOST:$PORT (data $DATA_DIR)"

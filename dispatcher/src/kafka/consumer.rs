@@ -1,8 +1,4 @@
-//! The Kafka path: tasks due within the threshold (default 10 min) travel through their
-//! job's topic instead of being written by the API — tasks of priority 5 and above
-//! through the job's high-priority topic, which a consumer of its own reads, so a
-//! lagging flood of lower-priority messages does not hold them up (docs/design.md,
-//! "Priority").
+//! The dispatcher's side of the Kafka route: a consumer for each topic of each routed job.
 //!
 //! The reference system kept consumed tasks in the dispatcher's heap and committed
 //! offsets right away, so a dispatcher that died lost its heap. Here a consumer first
@@ -19,213 +15,31 @@
 //! `adopt_isolating`), is kept in the store's Kafka dead-letter table with its bytes
 //! and the reason, and its offset is committed with the rest of the batch.
 //!
-//! The API waits for a produce's acknowledgement at most `--kafka-delivery-timeout`
-//! (default 5 s); a task the broker did not acknowledge by then is stored instead under
-//! the same id (`api::ApiState`), so if the produce lands after all, the consumer's
-//! insert finds the id taken and the copy changes nothing. For
-//! [`PAUSE_AFTER_FAILURE`] after such a failure, the API sends tasks to the store
-//! without trying Kafka.
-//!
 //! Consumer settings: `session.timeout.ms` 10 s and `heartbeat.interval.ms` 3 s so a
 //! dead consumer's partitions move within seconds; the poll loop never waits on an
 //! executor (those run on their own tasks), so `max.poll.interval.ms` keeps its
 //! default; offsets are committed by hand after the store write
 //! (`enable.auto.commit=false`); a new group starts from the earliest offset.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use asyncd_kafka_admin::{AdminError, KafkaAdmin, KafkaSecurity};
-use asyncd_spec::Job;
+use asyncd_kafka_admin::KafkaSecurity;
 use asyncd_spec::job::HIGH_TOPIC_SUFFIX;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
-use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
-use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::{envelope, topic_admin};
 use crate::clock::SharedClock;
 use crate::dispatcher::HeapSink;
 use crate::executor::sanitize_reason;
 use crate::metrics::Metrics;
 use crate::routing::Routes;
 use crate::store::{AdoptParams, ClaimedTask, KafkaDeadLetter, Millis, NewTask, Store};
-use crate::trace::TraceContext;
-
-/// A task as it travels through Kafka: everything the store row will need.
-#[derive(Debug, Serialize, Deserialize)]
-struct Envelope {
-    id: String,
-    #[serde(rename = "type")]
-    task_type: String,
-    payload: Box<RawValue>,
-    priority: u8,
-    trigger_at: Millis,
-    max_retries: u32,
-    timeout_ms: i64,
-    #[serde(default)]
-    idempotency_key: Option<String>,
-    #[serde(default)]
-    source_service: Option<String>,
-    /// Rendered at submit, so the consumer need not know the job's template (and a
-    /// message written before the job had one carries none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    concurrency_key: Option<String>,
-    /// The submitter's `traceparent` and `tracestate`, so the Kafka route keeps the
-    /// trace as the store route does; absent in envelopes written before they existed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    traceparent: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    tracestate: Option<String>,
-}
-
-impl Envelope {
-    fn from_task(task: &NewTask) -> Self {
-        Self {
-            id: task.id.clone(),
-            task_type: task.task_type.clone(),
-            payload: task.payload.clone(),
-            priority: task.priority,
-            trigger_at: task.trigger_at,
-            max_retries: task.max_retries,
-            timeout_ms: task.timeout_ms,
-            idempotency_key: task.idempotency_key.clone(),
-            source_service: task.source_service.clone(),
-            concurrency_key: task.concurrency_key.clone(),
-            traceparent: task.trace.as_ref().map(TraceContext::traceparent),
-            tracestate: task.trace.as_ref().and_then(|t| t.state.clone()),
-        }
-    }
-
-    fn into_task(self) -> NewTask {
-        NewTask {
-            id: self.id,
-            task_type: self.task_type,
-            payload: self.payload,
-            priority: self.priority,
-            trigger_at: self.trigger_at,
-            max_retries: self.max_retries,
-            timeout_ms: self.timeout_ms,
-            idempotency_key: self.idempotency_key,
-            unique_key: None,
-            unique_for: std::time::Duration::ZERO,
-            cron_key: None,
-            depends_on: Vec::new(),
-            source_service: self.source_service,
-            concurrency_key: self.concurrency_key,
-            // Validated at submit; an envelope is as untrusted as a header, though.
-            trace: self
-                .traceparent
-                .and_then(|parent| TraceContext::parse(&parent, self.tracestate.as_deref())),
-        }
-    }
-}
-
-/// After a produce failed, how long Kafka-route tasks go straight to the store: with the
-/// broker away, each submit would otherwise wait out the delivery timeout first. The
-/// store route serves any delay, so this only trades Kafka's throughput for a fast answer.
-pub const PAUSE_AFTER_FAILURE: Duration = Duration::from_secs(10);
-
-/// The API's side: decides the route and produces.
-pub struct Producer {
-    inner: FutureProducer,
-    threshold_ms: i64,
-    delivery_timeout: Duration,
-    /// Until when (epoch ms) the store takes Kafka-route tasks; see [`PAUSE_AFTER_FAILURE`].
-    paused_until: AtomicI64,
-}
-
-/// A produce the broker did not acknowledge in time.
-#[derive(Debug, thiserror::Error)]
-pub enum ProduceError {
-    #[error(transparent)]
-    Kafka(#[from] KafkaError),
-    #[error("no acknowledgement within {0:?}")]
-    TimedOut(Duration),
-}
-
-impl Producer {
-    /// `delivery_timeout` bounds how long a submit waits for the broker's
-    /// acknowledgement (librdkafka's `message.timeout.ms`) before the API stores the
-    /// task instead. A message that timed out may still land later; it carries the id
-    /// the store row got, so the consumer's insert drops it by the primary key.
-    pub fn new(
-        brokers: &str,
-        security: &KafkaSecurity,
-        threshold: Duration,
-        delivery_timeout: Duration,
-    ) -> Result<Self, KafkaError> {
-        // librdkafka wants at least 1 ms, and a request to outlive no message.
-        let timeout_ms = delivery_timeout.as_millis().clamp(1, i32::MAX as u128);
-        let inner = security
-            .client_config(brokers)
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("linger.ms", "5")
-            .set("message.timeout.ms", timeout_ms.to_string())
-            .set("request.timeout.ms", timeout_ms.min(30_000).to_string())
-            .create()?;
-        Ok(Self {
-            inner,
-            threshold_ms: threshold.as_millis() as i64,
-            delivery_timeout,
-            paused_until: AtomicI64::new(i64::MIN),
-        })
-    }
-
-    /// A produce failed at `now`: send no task to Kafka for [`PAUSE_AFTER_FAILURE`].
-    pub fn pause(&self, now: Millis) {
-        self.paused_until
-            .fetch_max((now + PAUSE_AFTER_FAILURE).as_i64(), Ordering::Relaxed);
-    }
-
-    /// The topic a task goes to, or `None` for the store: the job's high-priority topic
-    /// for priority [`asyncd_spec::HIGH_PRIORITY`] and above, its main topic otherwise.
-    /// Tasks that need the store's constraints at submit time — a unique key,
-    /// dependencies — always go to the store. While paused after a failure, every task
-    /// goes to the store.
-    pub fn topic_for<'a>(&self, task: &NewTask, job: &'a Job, now: Millis) -> Option<Cow<'a, str>> {
-        if now.as_i64() < self.paused_until.load(Ordering::Relaxed) {
-            return None;
-        }
-        let kafka = job.kafka.as_ref()?;
-        let eligible = task.trigger_at.as_i64() - now.as_i64() <= self.threshold_ms
-            && task.unique_key.is_none()
-            && task.depends_on.is_empty()
-            && task.cron_key.is_none();
-        eligible.then(|| kafka.topic_for(task.priority))
-    }
-
-    /// Produces and waits for the broker's acknowledgement (acks=all), at most the
-    /// delivery timeout (and a second's grace, should librdkafka's own report be late).
-    pub async fn send(&self, topic: &str, task: &NewTask) -> Result<(), ProduceError> {
-        let body = serde_json::to_vec(&Envelope::from_task(task)).expect("envelope serializes");
-        let key = task.unique_key.as_deref().unwrap_or(&task.id);
-        let send = self.inner.send(
-            FutureRecord::to(topic).key(key).payload(&body),
-            // How long to wait for room in librdkafka's local queue, which fills when
-            // the broker is away: no longer than for the acknowledgement itself.
-            self.delivery_timeout,
-        );
-        match tokio::time::timeout(self.delivery_timeout + Duration::from_secs(1), send).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err((err, _))) => Err(err.into()),
-            Err(_) => Err(ProduceError::TimedOut(self.delivery_timeout)),
-        }
-    }
-}
-
-/// The admin client for `--create-topics`: created topics get one replica.
-fn topic_admin(brokers: &str, security: &KafkaSecurity) -> Result<KafkaAdmin, AdminError> {
-    KafkaAdmin::new(brokers, security, "asyncd", 1, Duration::from_secs(10))
-}
 
 #[derive(Debug, Clone)]
 pub struct ConsumerConfig {
@@ -407,16 +221,12 @@ async fn consume(
                 offset: message.offset(),
                 raw: message.payload().unwrap_or_default().to_vec(),
             };
-            match serde_json::from_slice::<Envelope>(&origin.raw) {
-                Ok(envelope) => batch.push(envelope.into_task(), origin),
+            match envelope::decode(message.payload()) {
+                Ok(task) => batch.push(task, origin),
                 // A message no asyncd wrote: kept with its bytes, and its offset committed
                 // with the batch, rather than wedge the partition or lose it.
                 Err(err) => {
-                    let reason = match message.payload() {
-                        None => "the message has no value".to_string(),
-                        Some(_) => format!("not an asyncd task envelope: {err}"),
-                    };
-                    letters.push(origin.dead_letter(&topic, reason, clock.now_millis()));
+                    letters.push(origin.dead_letter(&topic, err.to_string(), clock.now_millis()))
                 }
             }
         }
@@ -687,60 +497,10 @@ async fn report_lag(
     }
 }
 
-/// For `--create-topics` on the API: makes every routed job's topics exist, again after
-/// each routing change, so the first produce does not fail on a missing topic.
-pub async fn create_topics(
-    brokers: String,
-    security: KafkaSecurity,
-    mut routes: Routes,
-    shutdown: CancellationToken,
-) {
-    let admin = match topic_admin(&brokers, &security) {
-        Ok(admin) => admin,
-        Err(err) => {
-            tracing::error!(%err, "cannot create the Kafka admin client; topics are not created");
-            return;
-        }
-    };
-    loop {
-        let table = routes.borrow_and_update().clone();
-        for kafka in table.jobs().filter_map(|job| job.kafka.as_ref()) {
-            for topic in kafka.topics() {
-                if let Err(err) = admin.ensure(&topic, kafka.partitions).await {
-                    tracing::warn!(%topic, %err, "could not create the topic");
-                }
-            }
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            changed = routes.changed() => if changed.is_err() { return },
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn task(id: &str, payload: &str, now: Millis) -> NewTask {
-        NewTask {
-            id: id.into(),
-            task_type: "work".into(),
-            payload: RawValue::from_string(format!("\"{payload}\"")).unwrap(),
-            priority: 0,
-            trigger_at: now,
-            max_retries: 0,
-            timeout_ms: 1000,
-            idempotency_key: None,
-            unique_key: None,
-            unique_for: std::time::Duration::ZERO,
-            cron_key: None,
-            depends_on: Vec::new(),
-            source_service: None,
-            concurrency_key: None,
-            trace: None,
-        }
-    }
+    use crate::kafka::test_task as task;
 
     /// The store refuses two tasks of a batch (a trigger stands in for a value a backend
     /// cannot store): every other task is stored and claimed, and each refused one comes
@@ -830,85 +590,5 @@ mod tests {
             "{refused:?}"
         );
         assert!(store.get("t03").await.unwrap().is_none());
-    }
-
-    #[test]
-    fn the_envelope_carries_the_concurrency_key_and_reads_one_without_it() {
-        let mut keyed = task("a", "{}", Millis::new(0));
-        keyed.concurrency_key = Some("merchant:7".into());
-        let body = serde_json::to_vec(&Envelope::from_task(&keyed)).unwrap();
-        let read: Envelope = serde_json::from_slice(&body).unwrap();
-        assert_eq!(
-            read.into_task().concurrency_key.as_deref(),
-            Some("merchant:7")
-        );
-        // Written by a dispatcher from before the field, or for a job without a key.
-        let plain =
-            serde_json::to_vec(&Envelope::from_task(&task("b", "{}", Millis::new(0)))).unwrap();
-        assert!(!String::from_utf8_lossy(&plain).contains("concurrency_key"));
-        let read: Envelope = serde_json::from_slice(&plain).unwrap();
-        assert_eq!(read.into_task().concurrency_key, None);
-    }
-
-    #[test]
-    fn after_a_failure_tasks_go_to_the_store_for_a_while() {
-        let (_, job) = asyncd_spec::AsyncJobConfig::from_yaml(include_str!(
-            "../../config/samples/order-cancel-job.yaml"
-        ))
-        .unwrap();
-        // Nothing listens there; creating the client connects to nothing yet.
-        let producer = Producer::new(
-            "127.0.0.1:9",
-            &KafkaSecurity::default(),
-            Duration::from_secs(600),
-            Duration::from_secs(5),
-        )
-        .unwrap();
-        let now = Millis::new(1_700_000_000_000);
-        let task = NewTask {
-            id: "t".into(),
-            task_type: job.task_type.clone(),
-            payload: RawValue::from_string("null".into()).unwrap(),
-            priority: 0,
-            trigger_at: now,
-            max_retries: 0,
-            timeout_ms: 1000,
-            idempotency_key: None,
-            unique_key: None,
-            unique_for: std::time::Duration::ZERO,
-            cron_key: None,
-            depends_on: Vec::new(),
-            source_service: None,
-            concurrency_key: None,
-            trace: None,
-        };
-        let topic = job.kafka.as_ref().unwrap().topic.as_str();
-        assert_eq!(producer.topic_for(&task, &job, now).as_deref(), Some(topic));
-        let high = NewTask {
-            priority: asyncd_spec::HIGH_PRIORITY,
-            ..task.clone()
-        };
-        assert_eq!(
-            producer.topic_for(&high, &job, now).as_deref(),
-            Some(format!("{topic}-high").as_str()),
-            "high priority has a topic of its own"
-        );
-        producer.pause(now);
-        let end = now + PAUSE_AFTER_FAILURE;
-        assert_eq!(
-            producer
-                .topic_for(&task, &job, Millis::new(end.as_i64() - 1))
-                .as_deref(),
-            None
-        );
-        assert_eq!(producer.topic_for(&task, &job, end).as_deref(), Some(topic));
-        // An earlier failure reported late does not shorten the pause.
-        producer.pause(Millis::new(now.as_i64() - 5_000));
-        assert_eq!(
-            producer
-                .topic_for(&task, &job, Millis::new(end.as_i64() - 1))
-                .as_deref(),
-            None
-        );
     }
 }
