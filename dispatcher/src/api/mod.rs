@@ -79,7 +79,7 @@ impl axum::extract::FromRequestParts<Arc<ApiState>> for Caller {
         parts: &mut axum::http::request::Parts,
         state: &Arc<ApiState>,
     ) -> Result<Self, ApiError> {
-        state.auth.authenticate(&parts.headers).await
+        Ok(state.auth.authenticate(&parts.headers).await?)
     }
 }
 
@@ -225,11 +225,10 @@ impl ApiState {
         task_type: &str,
     ) -> Result<(), ApiError> {
         match routes.job(task_type) {
-            Some(job) => {
-                self.auth
-                    .require(caller, Verb::Submit, Some(&job.name))
-                    .await
-            }
+            Some(job) => Ok(self
+                .auth
+                .require(caller, Verb::Submit, Some(&job.name))
+                .await?),
             None => Ok(()),
         }
     }
@@ -253,7 +252,7 @@ impl ApiState {
             return Ok(task);
         }
         if verb != Verb::Get && self.auth.allows(caller, Verb::Get, job.as_deref()).await? {
-            return Err(crate::auth::forbidden(verb, job.as_deref()));
+            return Err(crate::auth::forbidden(verb, job.as_deref()).into());
         }
         tracing::info!(
             caller = caller.name(),
