@@ -5,6 +5,8 @@ use asyncd_contract::{ErrorBody, ErrorCode, ErrorObject, TaskState};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
+use crate::auth::AuthError;
+
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
@@ -83,6 +85,18 @@ impl From<&crate::store::StoreError> for ApiError {
     }
 }
 
+/// A refusal of `auth`: its message is the answer's, under the code of its kind.
+impl From<AuthError> for ApiError {
+    fn from(err: AuthError) -> Self {
+        let code = match err {
+            AuthError::Unauthenticated(_) => ErrorCode::Unauthenticated,
+            AuthError::Forbidden { .. } => ErrorCode::Forbidden,
+            AuthError::Unavailable(_) => ErrorCode::AuthUnavailable,
+        };
+        Self::new(code, err.to_string())
+    }
+}
+
 /// How long a client is asked to wait before repeating a request refused with 503: the
 /// store's connection wait is 2 s, so a second is enough to try again without piling up.
 pub const RETRY_AFTER_SECONDS: u32 = 1;
@@ -113,6 +127,55 @@ mod tests {
         assert_eq!(
             response.headers()[axum::http::header::RETRY_AFTER],
             RETRY_AFTER_SECONDS.to_string()
+        );
+    }
+
+    /// The answers `auth` refusals had when `auth` built them as API errors itself.
+    #[test]
+    fn auth_refusals_answer_as_before() {
+        use crate::auth::{Verb, forbidden, unauthenticated};
+        let answer = |err: AuthError| {
+            let err = ApiError::from(err);
+            (err.status.as_u16(), err.error.code, err.error.message)
+        };
+        assert_eq!(
+            answer(unauthenticated("a bearer token is required")),
+            (
+                401,
+                ErrorCode::Unauthenticated,
+                "Authorization: a bearer token is required".into()
+            )
+        );
+        assert_eq!(
+            answer(forbidden(Verb::Redrive, Some("orders"))),
+            (
+                403,
+                ErrorCode::Forbidden,
+                "not allowed to redrive dead letters of job orders".into()
+            )
+        );
+        assert_eq!(
+            answer(forbidden(Verb::Get, None)),
+            (
+                403,
+                ErrorCode::Forbidden,
+                "not allowed to read tasks of every job (name a task type to narrow the request)"
+                    .into()
+            )
+        );
+        assert_eq!(
+            answer(AuthError::Unavailable("token review")),
+            (
+                503,
+                ErrorCode::AuthUnavailable,
+                "the Kubernetes API did not answer the token review; retry".into()
+            )
+        );
+        let response = ApiError::from(AuthError::Unavailable("access review")).into_response();
+        assert_eq!(
+            response.headers()[axum::http::header::RETRY_AFTER],
+            RETRY_AFTER_SECONDS.to_string(),
+            "an unavailable review is retried like an unavailable store"
         );
     }
 }

@@ -8,8 +8,8 @@
 use std::collections::HashMap;
 
 use asyncd_contract::{
-    ErrorCode, KafkaDeadLetterPage, KafkaDeadLetterPurge, KafkaDeadLetterPurgeResult,
-    KafkaDeadLetterStatus, MAX_BULK, MAX_LISTING_BYTES,
+    KafkaDeadLetterPage, KafkaDeadLetterPurge, KafkaDeadLetterPurgeResult, KafkaDeadLetterStatus,
+    MAX_BULK, MAX_LISTING_BYTES,
 };
 use axum::Json;
 use axum::body::Bytes;
@@ -19,7 +19,9 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 
 use super::error::ApiError;
-use super::{AppState, body_bytes, listing_limit, submit};
+use super::listing::listing_limit;
+use super::submit::{parse_json, plain_text};
+use super::{AppState, body_bytes};
 use crate::auth::{Caller, Verb};
 use crate::clock::from_millis;
 use crate::store::{KafkaDeadLetter, KafkaDeadLetterKey, KafkaDeadLetterParams, Millis};
@@ -34,7 +36,7 @@ pub(super) async fn list(
 ) -> Result<Response, ApiError> {
     let (job, topic) = match query.get("job") {
         Some(name) => {
-            submit::plain_text("job", name)?;
+            plain_text("job", name)?;
             let routes = state.routes.borrow().clone();
             let Some(job) = routes.jobs().find(|j| j.name == *name) else {
                 return Err(ApiError::field(
@@ -75,13 +77,7 @@ pub(super) async fn purge(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<KafkaDeadLetterPurgeResult>, ApiError> {
     let body = body_bytes(body, MAX_BODY_BYTES)?;
-    if body.len() > MAX_BODY_BYTES {
-        return Err(ApiError::new(
-            ErrorCode::PayloadTooLarge,
-            format!("the request body is over this endpoint's limit of {MAX_BODY_BYTES} bytes"),
-        ));
-    }
-    let request: KafkaDeadLetterPurge = submit::parse_json(&body)?;
+    let request: KafkaDeadLetterPurge = parse_json(&body)?;
     let limit = request.limit.unwrap_or(MAX_BULK);
     if !(1..=MAX_BULK).contains(&limit) {
         return Err(ApiError::field(

@@ -24,7 +24,6 @@ use std::hash::Hash;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use asyncd_contract::ErrorCode;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
@@ -32,8 +31,7 @@ use k8s_openapi::api::authorization::v1::{
 use kube::api::PostParams;
 use kube::{Api, Client};
 
-use super::{Verb, unauthenticated};
-use crate::api::error::ApiError;
+use super::{AuthError, Verb, unauthenticated};
 
 /// How long an accepted token or an allowed action is trusted without asking again. A
 /// revoked RoleBinding or a deleted ServiceAccount takes effect within this.
@@ -96,12 +94,9 @@ pub struct KubeAuth {
     decisions: Mutex<Cache<Decision, bool>>,
 }
 
-fn unavailable(what: &str, err: kube::Error) -> ApiError {
+fn unavailable(what: &'static str, err: kube::Error) -> AuthError {
     tracing::error!(%err, "{what} failed");
-    ApiError::new(
-        ErrorCode::AuthUnavailable,
-        format!("the Kubernetes API did not answer the {what}; retry"),
-    )
+    AuthError::Unavailable(what)
 }
 
 impl KubeAuth {
@@ -125,7 +120,7 @@ impl KubeAuth {
         })
     }
 
-    pub async fn authenticate(&self, token: &str) -> Result<User, ApiError> {
+    pub async fn authenticate(&self, token: &str) -> Result<User, AuthError> {
         let key = super::tokens::hash(token);
         let cached = self.tokens.lock().expect("token cache").get(&key);
         let user = match cached {
@@ -152,7 +147,7 @@ impl KubeAuth {
         })
     }
 
-    async fn review_token(&self, token: &str) -> Result<Option<User>, ApiError> {
+    async fn review_token(&self, token: &str) -> Result<Option<User>, AuthError> {
         let review = TokenReview {
             spec: TokenReviewSpec {
                 audiences: Some(vec![self.audience.clone()]),
@@ -197,7 +192,7 @@ impl KubeAuth {
         user: &User,
         verb: Verb,
         job: Option<&str>,
-    ) -> Result<bool, ApiError> {
+    ) -> Result<bool, AuthError> {
         let key = (user.clone(), verb, job.map(str::to_string));
         if let Some(allowed) = self.decisions.lock().expect("decision cache").get(&key) {
             return Ok(allowed);

@@ -6,17 +6,15 @@
 //! with TokenReview, actions with SubjectAccessReview against RBAC on the job;
 //! [`kubernetes`]). Handlers take a [`Caller`] (which answers 401 when the request carries
 //! no acceptable credential) and ask [`Auth::allows`] before touching a job's tasks.
+//! A refusal is an [`AuthError`]; the API turns it into its HTTP answer.
 
 pub mod kubernetes;
 pub mod tokens;
 
 use std::net::SocketAddr;
 
-use asyncd_contract::ErrorCode;
 use axum::http::HeaderMap;
 use axum::http::header::AUTHORIZATION;
-
-use crate::api::error::ApiError;
 
 /// What a caller wants to do, on one job's tasks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -52,6 +50,29 @@ impl Verb {
     }
 }
 
+/// Why a caller was refused, or could not be checked. Each message is the whole answer
+/// the caller reads, so it names the header, the action or the service at fault.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AuthError {
+    /// No acceptable credential: 401.
+    #[error("Authorization: {0}")]
+    Unauthenticated(String),
+    /// Authenticated, but not allowed `verb` on `job` (`None`: every job): 403.
+    #[error("not allowed to {} {}", .verb.describe(), scope(.job.as_deref()))]
+    Forbidden { verb: Verb, job: Option<String> },
+    /// The Kubernetes API did not answer the named review, so nobody can be checked: 503.
+    #[error("the Kubernetes API did not answer the {0}; retry")]
+    Unavailable(&'static str),
+}
+
+/// How a refusal names the jobs it was about.
+fn scope(job: Option<&str>) -> String {
+    match job {
+        Some(job) => format!("job {job}"),
+        None => "every job (name a task type to narrow the request)".into(),
+    }
+}
+
 /// An authenticated caller.
 #[derive(Debug, Clone)]
 pub enum Caller {
@@ -82,7 +103,7 @@ pub enum Auth {
 
 impl Auth {
     /// The caller the request's `Authorization: Bearer` credential names, or 401.
-    pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, AuthError> {
         match self {
             Auth::None => Ok(Caller::Anyone),
             Auth::Tokens(file) => file.authenticate(bearer(headers)?).map(Caller::Token),
@@ -101,7 +122,7 @@ impl Auth {
         caller: &Caller,
         verb: Verb,
         job: Option<&str>,
-    ) -> Result<bool, ApiError> {
+    ) -> Result<bool, AuthError> {
         match (self, caller) {
             (_, Caller::Anyone) => Ok(true),
             (_, Caller::Token(grant)) => Ok(grant.allows(verb, job)),
@@ -118,7 +139,7 @@ impl Auth {
         caller: &Caller,
         verb: Verb,
         job: Option<&str>,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), AuthError> {
         if self.allows(caller, verb, job).await? {
             return Ok(());
         }
@@ -127,22 +148,18 @@ impl Auth {
     }
 }
 
-pub fn forbidden(verb: Verb, job: Option<&str>) -> ApiError {
-    let what = match job {
-        Some(job) => format!("job {job}"),
-        None => "every job (name a task type to narrow the request)".into(),
-    };
-    ApiError::new(
-        ErrorCode::Forbidden,
-        format!("not allowed to {} {what}", verb.describe()),
-    )
+pub fn forbidden(verb: Verb, job: Option<&str>) -> AuthError {
+    AuthError::Forbidden {
+        verb,
+        job: job.map(str::to_string),
+    }
 }
 
-pub fn unauthenticated(why: &str) -> ApiError {
-    ApiError::new(ErrorCode::Unauthenticated, format!("Authorization: {why}"))
+pub fn unauthenticated(why: &str) -> AuthError {
+    AuthError::Unauthenticated(why.to_string())
 }
 
-fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
+fn bearer(headers: &HeaderMap) -> Result<&str, AuthError> {
     let value = headers
         .get(AUTHORIZATION)
         .ok_or_else(|| unauthenticated("a bearer token is required"))?;
@@ -209,9 +226,9 @@ mod tests {
         assert_eq!(bearer(&with("bearer  abc ")).unwrap(), "abc");
         for bad in ["Basic abc", "Bearer", "Bearer  ", "abc"] {
             let err = bearer(&with(bad)).unwrap_err();
-            assert_eq!(err.error.code, ErrorCode::Unauthenticated, "{bad}");
+            assert_eq!(err, unauthenticated("must be \"Bearer <token>\""), "{bad}");
         }
         let err = bearer(&HeaderMap::new()).unwrap_err();
-        assert_eq!(err.status.as_u16(), 401);
+        assert_eq!(err, unauthenticated("a bearer token is required"));
     }
 }

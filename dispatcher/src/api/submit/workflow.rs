@@ -10,8 +10,11 @@ use std::collections::HashMap;
 
 use asyncd_contract::{MAX_DEPENDENCIES, SubmitRequest};
 
-use super::error::ApiError;
-use super::submit;
+use super::validate::plain_text;
+use super::{Answer, accepted};
+use crate::api::ApiState;
+use crate::api::error::ApiError;
+use crate::store::{Millis, NewTask, WorkflowOutcome};
 
 /// The longest `ref`.
 const MAX_REF_CHARS: usize = 64;
@@ -64,7 +67,7 @@ pub fn order(
             continue;
         };
         let field = format!("tasks[{i}].ref");
-        submit::plain_text(&field, reference)?;
+        plain_text(&field, reference)?;
         if reference.is_empty() || reference.chars().count() > MAX_REF_CHARS {
             return Err(ApiError::field(
                 field,
@@ -133,6 +136,46 @@ pub fn order(
         ));
     }
     Ok((ordered, parents))
+}
+
+/// Stores a batch that is a workflow: every item valid, refs resolved, the tasks stored
+/// parents first in one transaction — or one refusal for the whole batch. One answer per
+/// item, in the batch's order.
+pub(super) async fn store(
+    state: &ApiState,
+    checked: Vec<Result<NewTask, ApiError>>,
+    refs: &[Refs],
+    now: Millis,
+) -> Result<Vec<Answer>, ApiError> {
+    let mut tasks = Vec::with_capacity(checked.len());
+    for (i, item) in checked.into_iter().enumerate() {
+        tasks.push(item.map_err(|err| in_item(i, err))?);
+    }
+    let own_dependencies: Vec<usize> = tasks.iter().map(|t| t.depends_on.len()).collect();
+    let (ordered, parents) = order(refs, &own_dependencies)?;
+    for (child, mine) in parents.iter().enumerate() {
+        let ids: Vec<String> = mine.iter().map(|&p| tasks[p].id.clone()).collect();
+        tasks[child].depends_on.extend(ids);
+    }
+    let in_order: Vec<NewTask> = ordered.iter().map(|&i| tasks[i].clone()).collect();
+    let outcomes = match state.store.insert_workflow(&in_order, now).await? {
+        WorkflowOutcome::Stored(outcomes) => outcomes,
+        WorkflowOutcome::Refused { index, outcome } => {
+            let err = accepted(outcome).expect_err("a refused outcome");
+            return Err(in_item(ordered[index], err));
+        }
+    };
+    let mut answers: Vec<Option<Answer>> =
+        std::iter::repeat_with(|| None).take(tasks.len()).collect();
+    for (&i, outcome) in ordered.iter().zip(outcomes) {
+        answers[i] = Some(accepted(outcome));
+    }
+    let answers: Vec<Answer> = answers
+        .into_iter()
+        .map(|a| a.expect("every task answered"))
+        .collect();
+    state.count_and_wake(&tasks, &answers, now);
+    Ok(answers)
 }
 
 #[cfg(test)]

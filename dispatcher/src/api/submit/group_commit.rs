@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use asyncd_contract::ErrorCode;
 
-use super::error::ApiError;
+use crate::api::error::ApiError;
 use crate::store::{InsertOutcome, Millis, NewTask, Store, StoreError};
 
 /// Requests waiting while a group is being written. The bound is back-pressure on the

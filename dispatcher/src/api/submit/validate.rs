@@ -8,7 +8,7 @@ use asyncd_contract::{ErrorCode, MAX_BATCH};
 use asyncd_spec::parse_duration;
 use serde_json::value::RawValue;
 
-use super::error::ApiError;
+use crate::api::error::ApiError;
 use crate::routing::RouteTable;
 use crate::store::{Millis, NewTask};
 
@@ -32,7 +32,9 @@ pub fn parse(body: &[u8]) -> Result<SubmitRequest, ApiError> {
 
 /// Parses a JSON request body into `T`; a type error (an unknown field included) is
 /// `malformed_json` naming the JSON path at fault.
-pub(super) fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+pub(in crate::api) fn parse_json<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+) -> Result<T, ApiError> {
     let mut de = serde_json::Deserializer::from_slice(body);
     let request: T = serde_path_to_error::deserialize(&mut de).map_err(|err| {
         let path = err.path().to_string();
@@ -177,7 +179,7 @@ fn key(field: &str, value: Option<String>) -> Result<Option<String>, ApiError> {
 /// PostgreSQL refuses NUL in text (a task accepted with one could never be written — on
 /// the Kafka route it would block its partition), and no key or name needs a control
 /// character.
-pub(super) fn plain_text(field: &str, value: &str) -> Result<(), ApiError> {
+pub(in crate::api) fn plain_text(field: &str, value: &str) -> Result<(), ApiError> {
     match value.chars().find(|c| c.is_control()) {
         Some(c) => Err(ApiError::field(
             field,
@@ -411,7 +413,7 @@ mod tests {
 
     fn routes() -> RouteTable {
         let (_, job) = AsyncJobConfig::from_yaml(include_str!(
-            "../../../config/samples/order-cancel-job.yaml"
+            "../../../../config/samples/order-cancel-job.yaml"
         ))
         .unwrap();
         RouteTable::from_jobs([job])
@@ -442,7 +444,7 @@ mod tests {
 
     #[test]
     fn a_concurrency_key_is_rendered_from_the_payload_and_a_missing_field_named() {
-        let yaml = include_str!("../../../config/samples/order-cancel-job.yaml").replace(
+        let yaml = include_str!("../../../../config/samples/order-cancel-job.yaml").replace(
             "spec:\n",
             "spec:\n  concurrencyKey: {key: 'merchant:{merchant_id}', limit: 2}\n",
         );

@@ -1,0 +1,276 @@
+//! Jobs: the overview of each AsyncJobConfig (its counts, effective concurrency and cron
+//! schedule), pausing and resuming a job, and firing one of its cron entries now.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use asyncd_contract::{
+    CRON_FIRINGS, CronOverlap, CronOverview, CronTriggerResult, ErrorCode, FinishedCounts, JobList,
+    JobOverview, JobStats, JobStatus, MAX_JOB_COUNT,
+};
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use super::error::ApiError;
+use super::{ApiState, AppState};
+use crate::auth::{Caller, Verb};
+use crate::clock::from_millis;
+use crate::store::{InsertOutcome, JobCountParams, Millis};
+
+/// The job named `name` (an AsyncJobConfig), when `caller` may do `verb` on it: 404 for a
+/// name no config declares, 403 for a job the caller may not act on.
+async fn named_job(
+    state: &ApiState,
+    caller: &Caller,
+    name: &str,
+    verb: Verb,
+) -> Result<Arc<asyncd_spec::Job>, ApiError> {
+    let job = state
+        .routes
+        .borrow()
+        .jobs()
+        .find(|job| job.name == name)
+        .cloned()
+        .ok_or_else(|| {
+            ApiError::new(ErrorCode::NotFound, format!("no job {name:?}")).with_field("name")
+        })?;
+    state.auth.require(caller, verb, Some(&job.name)).await?;
+    Ok(job)
+}
+
+/// How `job` stands, the API's pause read from the store (`paused_at`, as given).
+fn job_status(job: &asyncd_spec::Job, paused_at: Option<Millis>) -> JobStatus {
+    JobStatus {
+        job: job.name.clone(),
+        task_type: job.task_type.clone(),
+        paused: job.paused || paused_at.is_some(),
+        paused_at: paused_at.map(from_millis),
+        paused_by_config: job.paused,
+    }
+}
+
+/// How far back the overview's finished counts reach.
+const FINISHED_WINDOW: Duration = Duration::from_secs(60);
+
+/// `job` as the jobs overview shows it at `now`, `paused_at` being the API's pause of it
+/// and `shares` the live dispatchers' adaptive shares summed by task type.
+async fn job_overview(
+    state: &ApiState,
+    job: &asyncd_spec::Job,
+    paused_at: Option<Millis>,
+    shares: &BTreeMap<String, u64>,
+    now: Millis,
+) -> Result<JobOverview, ApiError> {
+    let counts = state
+        .store
+        .job_counts(JobCountParams {
+            task_type: &job.task_type,
+            now,
+            finished_since: now.saturating_sub(FINISHED_WINDOW),
+            cap: u32::try_from(MAX_JOB_COUNT).expect("the cap fits"),
+        })
+        .await?;
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    // The dispatchers running the job each offer its executor their share; together
+    // never more than `concurrency` (the store's count holds that).
+    let effective_concurrency = match shares.get(&job.task_type) {
+        Some(&sum) if job.adaptive.enabled => {
+            u32::try_from(sum).unwrap_or(u32::MAX).min(job.concurrency)
+        }
+        _ => job.concurrency,
+    };
+    let cron = job
+        .cron
+        .iter()
+        .map(|entry| CronOverview {
+            name: entry.name.clone(),
+            schedule: entry.schedule.as_str().to_string(),
+            next: std::iter::successors(entry.schedule.next_after(from_millis(now)), |t| {
+                entry.schedule.next_after(*t)
+            })
+            .take(CRON_FIRINGS)
+            .collect(),
+            overlap: match entry.overlap {
+                asyncd_spec::job::Overlap::Allow => CronOverlap::Allow,
+                asyncd_spec::job::Overlap::Skip => CronOverlap::Skip,
+            },
+            catch_up: if entry.catch_up.is_zero() {
+                "0s".into()
+            } else {
+                asyncd_spec::format_duration(entry.catch_up)
+            },
+            paused: entry.paused,
+        })
+        .collect();
+    Ok(JobOverview {
+        status: job_status(job, paused_at),
+        effective_concurrency,
+        stats: JobStats {
+            due: count(counts.due),
+            scheduled: count(counts.scheduled),
+            running: count(counts.running),
+            dead: count(counts.dead),
+            oldest_due_seconds: counts.oldest_due.map(|at| now.since(at).as_secs_f64()),
+            finished_last_minute: FinishedCounts {
+                succeeded: count(counts.succeeded_since),
+                dead: count(counts.dead_since),
+            },
+        },
+        cron,
+    })
+}
+
+/// The API's pause of `task_type`, from the store's list of pauses.
+fn paused_since(pauses: &[(String, Millis)], task_type: &str) -> Option<Millis> {
+    pauses
+        .iter()
+        .find_map(|(paused, at)| (paused == task_type).then_some(*at))
+}
+
+/// `GET /v1/jobs`: every job the caller may read (`get`), sorted by name. A job the
+/// caller may not read is left out, as `GET /v1/jobs/{name}` would refuse it.
+pub(super) async fn list(
+    State(state): AppState,
+    caller: Caller,
+) -> Result<Json<JobList>, ApiError> {
+    let mut jobs: Vec<Arc<asyncd_spec::Job>> = state.routes.borrow().jobs().cloned().collect();
+    jobs.sort_by(|a, b| a.name.cmp(&b.name));
+    let pauses = state.store.pauses().await?;
+    let now = state.clock.now_millis();
+    let shares = live_shares(&state, now).await?;
+    let mut overviews = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        if !state
+            .auth
+            .allows(&caller, Verb::Get, Some(&job.name))
+            .await?
+        {
+            continue;
+        }
+        let paused_at = paused_since(&pauses, &job.task_type);
+        overviews.push(job_overview(&state, &job, paused_at, &shares, now).await?);
+    }
+    Ok(Json(JobList { jobs: overviews }))
+}
+
+/// `GET /v1/jobs/{name}`.
+pub(super) async fn get(
+    State(state): AppState,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Result<Json<JobOverview>, ApiError> {
+    let job = named_job(&state, &caller, &name, Verb::Get).await?;
+    let paused_at = paused_since(&state.store.pauses().await?, &job.task_type);
+    let now = state.clock.now_millis();
+    let shares = live_shares(&state, now).await?;
+    Ok(Json(
+        job_overview(&state, &job, paused_at, &shares, now).await?,
+    ))
+}
+
+/// The adaptive shares of the dispatchers alive at `now` (heartbeat within a member's
+/// TTL, as membership counts them), summed by task type.
+async fn live_shares(state: &ApiState, now: Millis) -> Result<BTreeMap<String, u64>, ApiError> {
+    Ok(state
+        .store
+        .live_shares(now.saturating_sub(crate::dispatcher::MEMBER_TTL))
+        .await?)
+}
+
+/// Pauses the job's task type in the store, where every claim and attempt start of every
+/// dispatcher checks it: once this answers, no attempt of the job begins.
+pub(super) async fn pause(
+    State(state): AppState,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Result<Json<JobStatus>, ApiError> {
+    let job = named_job(&state, &caller, &name, Verb::Pause).await?;
+    let since = state
+        .store
+        .pause(&job.task_type, state.clock.now_millis())
+        .await?;
+    tracing::info!(caller = caller.name(), job = job.name, "job paused");
+    Ok(Json(job_status(&job, Some(since))))
+}
+
+/// `POST /v1/jobs/{name}/resume`: lifts the API's pause (a pause in the job's config
+/// stays).
+pub(super) async fn resume(
+    State(state): AppState,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Result<Json<JobStatus>, ApiError> {
+    let job = named_job(&state, &caller, &name, Verb::Pause).await?;
+    if state.store.resume(&job.task_type).await? {
+        tracing::info!(caller = caller.name(), job = job.name, "job resumed");
+    }
+    // The waiting tasks are due: a dispatcher in this process claims them now rather
+    // than at its next poll.
+    if let Some(waker) = &state.waker {
+        waker.wake();
+    }
+    Ok(Json(job_status(&job, None)))
+}
+
+/// Fires a cron entry once, now: the task the scheduler would create for a firing due
+/// at this instant, besides the schedule's own firings. Creating a task of the job needs
+/// the right to submit to it.
+pub(super) async fn trigger_cron(
+    State(state): AppState,
+    caller: Caller,
+    Path((name, entry)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let job = named_job(&state, &caller, &name, Verb::Submit).await?;
+    let Some(cron) = job.cron.iter().find(|c| c.name == entry) else {
+        let known: Vec<&str> = job.cron.iter().map(|c| c.name.as_str()).collect();
+        return Err(ApiError::new(
+            ErrorCode::NotFound,
+            format!(
+                "job {name:?} has no cron entry {entry:?} (its entries: {})",
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            ),
+        )
+        .with_field("entry"));
+    };
+    let now = state.clock.now_millis();
+    let task = crate::scheduler::firing(&job, cron, now, None);
+    let outcome = state.store.insert(std::slice::from_ref(&task), now).await?;
+    let (id, trigger_at) = match outcome.into_iter().next() {
+        Some(InsertOutcome::Inserted { id, trigger_at }) => (id, trigger_at),
+        other => {
+            // A firing carries no key that could clash: nothing else can come back.
+            return Err(ApiError::new(
+                ErrorCode::StoreUnavailable,
+                format!("the store did not insert the firing: {other:?}"),
+            ));
+        }
+    };
+    if let Some(waker) = &state.waker {
+        waker.wake();
+    }
+    tracing::info!(
+        caller = caller.name(),
+        job = job.name.as_str(),
+        entry = entry.as_str(),
+        task_id = id.as_str(),
+        "cron entry triggered"
+    );
+    Ok((
+        StatusCode::CREATED,
+        Json(CronTriggerResult {
+            id,
+            job: job.name.clone(),
+            entry,
+            task_type: job.task_type.clone(),
+            eta: from_millis(trigger_at),
+        }),
+    )
+        .into_response())
+}

@@ -1,0 +1,486 @@
+//! The one submit pipeline behind `POST /v1/tasks` and `POST /v1/tasks:batch`: a single
+//! submit is a batch of one, answered with its task's own status and body rather than a
+//! list of results. Each item is parsed, its caller's right checked and the request
+//! validated ([`validate`]); the valid tasks go to the store or, for a job with a Kafka
+//! topic, to Kafka ([`ApiState::accept`]). A batch whose items name each other is a
+//! [`workflow`], stored whole or refused whole. Single submits of the moment share one
+//! store transaction ([`group_commit`]).
+
+pub mod group_commit;
+mod validate;
+mod workflow;
+
+use std::borrow::Cow;
+use std::time::{Duration, Instant};
+
+use asyncd_contract::{
+    BatchItemResult, BatchOutcome, BatchResponse, ErrorCode, Route, SubmitResult, headers,
+};
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::error::ApiError;
+use super::{ApiState, body_bytes};
+use crate::auth::{Caller, Verb};
+use crate::clock::from_millis;
+use crate::routing::RouteTable;
+use crate::store::{InsertOutcome, Millis, NewTask};
+use crate::trace::{Span, SpanKind, TraceContext, Tracer, Value};
+pub use validate::{Limits, MAX_KEY_LEN, task_id};
+pub(super) use validate::{MAX_TIMEOUT, parse_json, plain_text};
+use workflow::Refs;
+
+/// What a submit's body holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Shape {
+    /// One submit request: refused as a whole, answered with the task's own status.
+    One,
+    /// `{"tasks": [...]}`: each item answered on its own, with `200` for the call.
+    Batch,
+}
+
+/// Submits the tasks of `body`, a request of `shape`, under the request's trace.
+pub(super) async fn submit(
+    state: &ApiState,
+    caller: &Caller,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    shape: Shape,
+) -> Result<Response, ApiError> {
+    let mut trace = SubmitTrace::start(&state.tracer, headers);
+    let result = accept_request(state, caller, headers, body, shape, &mut trace).await;
+    trace.end(&state.tracer, status_of(&result));
+    result
+}
+
+/// Every task of a batch joins the batch request's trace.
+async fn accept_request(
+    state: &ApiState,
+    caller: &Caller,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    shape: Shape,
+    trace: &mut SubmitTrace,
+) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let limit = match shape {
+        Shape::One => state.limits.body_bytes(),
+        Shape::Batch => state.limits.batch_body_bytes(),
+    };
+    let body = body_bytes(body, limit)?;
+    let items: Vec<&[u8]> = match shape {
+        Shape::One => vec![&body],
+        // Items are parsed one by one below, so that each is refused on its own.
+        Shape::Batch => {
+            let items = validate::parse_batch(&body)?;
+            trace.attr("asyncd.batch.size", Value::Int(items.len() as i64));
+            items
+                .into_iter()
+                .map(|item| item.get().as_bytes())
+                .collect()
+        }
+    };
+    let now = state.clock.now_millis();
+    let routes = state.routes.borrow().clone();
+    let source = source_header(headers);
+    let mut checked: Vec<Result<NewTask, ApiError>> = Vec::with_capacity(items.len());
+    let mut refs = Vec::with_capacity(items.len());
+    for item in items {
+        let (task, item_refs) = check(state, caller, &routes, item, shape, now, source).await;
+        checked.push(task.map(|mut task| {
+            task.trace = trace.stored.clone();
+            task
+        }));
+        refs.push(item_refs);
+    }
+    if let (Shape::One, [Ok(task)]) = (shape, checked.as_slice()) {
+        trace.attr("asyncd.task.id", Value::Str(task.id.clone()));
+        trace.attr("asyncd.task.type", Value::Str(task.task_type.clone()));
+    }
+    // Only a batch's items take refs out, so a single submit is never one.
+    if workflow::is_workflow(&refs) {
+        let answers = workflow::store(state, checked, &refs, now).await?;
+        return Ok(batch_response(answers));
+    }
+    let answers = accept_checked(state, checked, now, started).await?;
+    match shape {
+        Shape::One => {
+            let answer = answers.into_iter().next().expect("one answer per item");
+            let (status, body) = answer?;
+            Ok((status, Json(body)).into_response())
+        }
+        Shape::Batch => Ok(batch_response(answers)),
+    }
+}
+
+/// One item of a submit, parsed, allowed and validated, with the workflow fields a batch
+/// item names (a single submit leaves them in, for validation to refuse).
+async fn check(
+    state: &ApiState,
+    caller: &Caller,
+    routes: &RouteTable,
+    item: &[u8],
+    shape: Shape,
+    now: Millis,
+    source: Option<&str>,
+) -> (Result<NewTask, ApiError>, Refs) {
+    let mut request = match validate::parse(item) {
+        Ok(request) => request,
+        Err(err) => return (Err(err), Refs::default()),
+    };
+    let refs = match shape {
+        Shape::One => Refs::default(),
+        Shape::Batch => Refs::take(&mut request),
+    };
+    let task = match may_submit(state, caller, routes, &request.task_type).await {
+        Ok(()) => validate::validate(request, routes, &state.limits, now, source),
+        Err(err) => Err(err),
+    };
+    (task, refs)
+}
+
+/// Accepts the valid tasks of `checked`, one answer per item in order: a refused item
+/// keeps its refusal. Each valid task's submit latency is observed once it is answered.
+async fn accept_checked(
+    state: &ApiState,
+    checked: Vec<Result<NewTask, ApiError>>,
+    now: Millis,
+    started: Instant,
+) -> Result<Vec<Answer>, ApiError> {
+    let mut valid = Vec::with_capacity(checked.len());
+    let refused: Vec<Option<ApiError>> = checked
+        .into_iter()
+        .map(|item| match item {
+            Ok(task) => {
+                valid.push(task);
+                None
+            }
+            Err(err) => Some(err),
+        })
+        .collect();
+    let mut answers = state.accept(&valid, now).await?.into_iter();
+    for task in &valid {
+        state
+            .metrics
+            .submit_latency
+            .with_label_values(&[task.task_type.as_str()])
+            .observe(started.elapsed().as_secs_f64());
+    }
+    Ok(refused
+        .into_iter()
+        .map(|refusal| match refusal {
+            Some(err) => Err(err),
+            None => answers.next().expect("one answer per valid task"),
+        })
+        .collect())
+}
+
+fn batch_response(answers: Vec<Answer>) -> Response {
+    let results = answers
+        .into_iter()
+        .map(|answer| match answer {
+            Ok((status, result)) => BatchItemResult {
+                status: status.as_u16(),
+                outcome: BatchOutcome::Accepted(result),
+            },
+            Err(err) => BatchItemResult {
+                status: err.status.as_u16(),
+                outcome: BatchOutcome::Refused(err.body()),
+            },
+        })
+        .collect();
+    Json(BatchResponse { results }).into_response()
+}
+
+fn source_header(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(headers::SOURCE_SERVICE)
+        .and_then(|v| v.to_str().ok())
+}
+
+/// 403 unless `caller` may submit `task_type`. An undeclared type is left for
+/// validation to refuse (`unknown_task_type`): there is nothing to protect.
+async fn may_submit(
+    state: &ApiState,
+    caller: &Caller,
+    routes: &RouteTable,
+    task_type: &str,
+) -> Result<(), ApiError> {
+    match routes.job(task_type) {
+        Some(job) => Ok(state
+            .auth
+            .require(caller, Verb::Submit, Some(&job.name))
+            .await?),
+        None => Ok(()),
+    }
+}
+
+/// The trace a submit continues: the caller's `traceparent`, and with an exporter the
+/// `submit` span under it, which the stored trace then names as its parent.
+struct SubmitTrace {
+    span: Option<Span>,
+    stored: Option<TraceContext>,
+}
+
+impl SubmitTrace {
+    /// A malformed or repeated `traceparent` is ignored, as the W3C Trace Context spec
+    /// asks of a receiver: the submit goes on untraced, never refused for it.
+    fn start(tracer: &Tracer, headers: &HeaderMap) -> Self {
+        let mut parents = headers.get_all(headers::TRACEPARENT).iter();
+        let caller = match (parents.next(), parents.next()) {
+            (Some(parent), None) => parent.to_str().ok().and_then(|parent| {
+                // Several `tracestate` headers are one list, joined by commas.
+                let states: Option<Vec<&str>> = headers
+                    .get_all(headers::TRACESTATE)
+                    .iter()
+                    .map(|v| v.to_str().ok())
+                    .collect();
+                let state = states.filter(|s| !s.is_empty()).map(|s| s.join(","));
+                TraceContext::parse(parent, state.as_deref())
+            }),
+            _ => None,
+        };
+        let span = caller
+            .as_ref()
+            .and_then(|caller| tracer.start(caller, "submit", SpanKind::Server));
+        let stored = span.as_ref().map(|s| s.context.clone()).or(caller);
+        Self { span, stored }
+    }
+
+    fn attr(&mut self, key: &'static str, value: Value) {
+        if let Some(span) = &mut self.span {
+            span.attr(key, value);
+        }
+    }
+
+    fn end(self, tracer: &Tracer, status: StatusCode) {
+        if let Some(mut span) = self.span {
+            span.attr(
+                "http.response.status_code",
+                Value::Int(i64::from(status.as_u16())),
+            );
+            let error =
+                (status.is_client_error() || status.is_server_error()).then(|| status.to_string());
+            tracer.end(span, error);
+        }
+    }
+}
+
+fn status_of(result: &Result<Response, ApiError>) -> StatusCode {
+    match result {
+        Ok(response) => response.status(),
+        Err(err) => err.status,
+    }
+}
+
+/// A task's answer within a submit: its status and result, or its refusal.
+type Answer = Result<(StatusCode, SubmitResult), ApiError>;
+
+fn submitted(id: String, trigger_at: Millis, route: Route, duplicate: bool) -> SubmitResult {
+    SubmitResult {
+        id,
+        eta: from_millis(trigger_at),
+        route,
+        duplicate,
+    }
+}
+
+/// One submit result as both endpoints answer it.
+fn accepted(outcome: InsertOutcome) -> Answer {
+    match outcome {
+        InsertOutcome::Inserted { id, trigger_at } => Ok((
+            StatusCode::CREATED,
+            submitted(id, trigger_at, Route::Store, false),
+        )),
+        InsertOutcome::Duplicate { id, trigger_at } => Ok((
+            StatusCode::OK,
+            submitted(id, trigger_at, Route::Store, true),
+        )),
+        InsertOutcome::UniqueConflict { existing_id } => Err(ApiError::new(
+            ErrorCode::UniqueConflict,
+            format!(
+                "unique_key: task {existing_id} holds this key (unfinished, or succeeded \
+                 within its job's retention.uniqueKeys)"
+            ),
+        )
+        .with_field("unique_key")
+        .with_existing_id(existing_id)),
+        InsertOutcome::IdempotencyMismatch { existing_id } => Err(ApiError::new(
+            ErrorCode::IdempotencyMismatch,
+            format!(
+                "idempotency_key: task {existing_id} was submitted with this key and another \
+                 type or payload; use a new key for a new request"
+            ),
+        )
+        .with_field("idempotency_key")
+        .with_existing_id(existing_id)),
+        InsertOutcome::UnknownDependency { id } => {
+            Err(ApiError::field("depends_on", format!("no task {id}")))
+        }
+    }
+}
+
+impl ApiState {
+    /// The store route for tasks Kafka did not acknowledge in time, under the ids they
+    /// were produced with: a produce that lands after all then reaches the consumer as a
+    /// second copy of a stored id, which its insert drops (a duplicate, not an error), so
+    /// the task exists and runs once either way. Only if the store fails too is the task
+    /// refused.
+    async fn store_unacknowledged(
+        &self,
+        tasks: &[NewTask],
+        unacknowledged: &[usize],
+        answers: &mut [Option<Answer>],
+        now: Millis,
+    ) {
+        let fallback: Vec<NewTask> = unacknowledged.iter().map(|&i| tasks[i].clone()).collect();
+        match self.store.insert(&fallback, now).await {
+            Ok(outcomes) => {
+                for (&i, outcome) in unacknowledged.iter().zip(outcomes) {
+                    let task = &tasks[i];
+                    self.metrics
+                        .kafka_fallback
+                        .with_label_values(&[task.task_type.as_str()])
+                        .inc();
+                    answers[i] = Some(match outcome {
+                        // Without an idempotency key the id is new to the world: a row
+                        // already under it is this task's own produce, consumed first.
+                        InsertOutcome::Duplicate { id, trigger_at }
+                            if task.idempotency_key.is_none() =>
+                        {
+                            Ok((
+                                StatusCode::CREATED,
+                                submitted(id, trigger_at, Route::Kafka, false),
+                            ))
+                        }
+                        other => accepted(other),
+                    });
+                }
+            }
+            Err(err) => {
+                tracing::error!(%err, "storing tasks Kafka did not acknowledge");
+                for &i in unacknowledged {
+                    answers[i] = Some(Err(ApiError::new(
+                        ErrorCode::KafkaUnavailable,
+                        "the task was not accepted: Kafka did not acknowledge it in time and \
+                         the store did not answer either; retry",
+                    )));
+                }
+            }
+        }
+    }
+
+    /// Stores or produces each task, one answer per task in order. Only a store failure
+    /// fails the whole call; a task Kafka did not acknowledge is stored instead, and
+    /// refused only when that fails too.
+    async fn accept(&self, tasks: &[NewTask], now: Millis) -> Result<Vec<Answer>, ApiError> {
+        let routes = self.routes.borrow().clone();
+        let topics: Vec<Option<Cow<str>>> = tasks
+            .iter()
+            .map(|task| {
+                let producer = self.kafka.as_ref()?;
+                producer.topic_for(task, routes.job(&task.task_type)?, now)
+            })
+            .collect();
+        let mut answers: Vec<Option<Answer>> =
+            std::iter::repeat_with(|| None).take(tasks.len()).collect();
+
+        let stored: Vec<NewTask> = tasks
+            .iter()
+            .zip(&topics)
+            .filter(|(_, topic)| topic.is_none())
+            .map(|(task, _)| task.clone())
+            .collect();
+        // Kafka-route tasks alone must not need the store. One task shares a
+        // transaction with the other single submits of the moment; a batch is one already.
+        let mut outcomes = match stored.len() {
+            0 => Vec::new(),
+            1 => self.inserts.insert(stored, now).await?,
+            _ => self.store.insert(&stored, now).await?,
+        }
+        .into_iter();
+        let mut produced = Vec::new();
+        for (i, topic) in topics.iter().enumerate() {
+            match topic {
+                None => answers[i] = Some(accepted(outcomes.next().expect("one outcome per task"))),
+                Some(topic) => produced.push((i, &**topic)),
+            }
+        }
+        if let Some(producer) = &self.kafka {
+            let sends = produced.iter().map(|&(i, topic)| async move {
+                let task = &tasks[i];
+                // A repeat of a key the store already holds answers with the first task
+                // (or 409 when the key's task has another type or payload). With the
+                // store away the task is produced all the same: its id comes from its
+                // key, so a repeat names the same task and the consumer keeps one copy
+                // (the answer then says 201, not which copy came first).
+                if task.idempotency_key.is_some() {
+                    match self.store.find_idempotent(task).await {
+                        Ok(Some(outcome)) => {
+                            return Ok::<_, ApiError>((i, Some(accepted(outcome))));
+                        }
+                        Ok(None) => {}
+                        Err(err) if err.is_unavailable() => {
+                            tracing::debug!(%err, "store unavailable; producing without the idempotency lookup");
+                        }
+                        Err(err) => return Err(err.into()),
+                    }
+                }
+                match producer.send(topic, task).await {
+                    Ok(()) => Ok((i, Some(Ok((
+                        StatusCode::CREATED,
+                        submitted(task.id.clone(), task.trigger_at, Route::Kafka, false),
+                    ))))),
+                    Err(err) => {
+                        tracing::warn!(%err, %topic, id = %task.id, "produce failed; storing the task instead");
+                        Ok((i, None))
+                    }
+                }
+            });
+            let mut unacknowledged = Vec::new();
+            for result in futures::future::join_all(sends).await {
+                match result? {
+                    (i, Some(answer)) => answers[i] = Some(answer),
+                    (i, None) => unacknowledged.push(i),
+                }
+            }
+            if !unacknowledged.is_empty() {
+                producer.pause(self.clock.now_millis());
+                self.store_unacknowledged(tasks, &unacknowledged, &mut answers, now)
+                    .await;
+            }
+        }
+
+        let answers: Vec<Answer> = answers
+            .into_iter()
+            .map(|a| a.expect("every task answered"))
+            .collect();
+        self.count_and_wake(tasks, &answers, now);
+        Ok(answers)
+    }
+
+    /// Counts the tasks newly accepted and wakes the claimer if one is due soon.
+    fn count_and_wake(&self, tasks: &[NewTask], answers: &[Answer], now: Millis) {
+        let horizon = now + Duration::from_millis(self.lookahead_ms as u64);
+        let mut wake = false;
+        for (task, answer) in tasks.iter().zip(answers) {
+            if let Ok((StatusCode::CREATED, _)) = answer {
+                self.metrics
+                    .submitted
+                    .with_label_values(&[
+                        task.task_type.as_str(),
+                        self.metrics
+                            .source_label(task.source_service.as_deref().unwrap_or("")),
+                    ])
+                    .inc();
+                wake |= task.trigger_at <= horizon;
+            }
+        }
+        if wake && let Some(waker) = &self.waker {
+            waker.wake();
+        }
+    }
+}

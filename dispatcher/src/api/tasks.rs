@@ -1,0 +1,258 @@
+//! Tasks: submit one or a batch (through [`super::submit`]), read one, search them, and
+//! cancel one by id or by unique key.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use asyncd_contract::{CancelResult, ErrorCode, MAX_LISTING_BYTES};
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+
+use super::error::ApiError;
+use super::listing::{listing, listing_limit, parse_cursor, task_status};
+use super::submit::{self, Shape, plain_text};
+use super::{ApiState, AppState};
+use crate::auth::{Caller, Verb};
+use crate::store::{CancelOutcome, Millis, SearchParams, TaskState};
+
+/// `POST /v1/tasks`: one task, answered with its own status and body.
+pub(super) async fn submit_one(
+    State(state): AppState,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    submit::submit(&state, &caller, &headers, body, Shape::One).await
+}
+
+/// `POST /v1/tasks:batch`: up to `MAX_BATCH` tasks, each answered on its own — or, for a
+/// workflow, all refused together.
+pub(super) async fn submit_batch(
+    State(state): AppState,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    submit::submit(&state, &caller, &headers, body, Shape::Batch).await
+}
+
+/// `GET /v1/tasks/{id}`.
+pub(super) async fn get(
+    State(state): AppState,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let task = state.visible_task(&caller, &id, Verb::Get).await?;
+    Ok(Json(task_status(&task)).into_response())
+}
+
+/// `DELETE /v1/tasks/{id}`: cancels a task that has not finished. With `?job=` (or
+/// `?type=`) naming a Kafka-routed job, an id not in the store yet — its message still
+/// waits in the topic — is recorded as cancelled, so the consumer's insert drops it.
+pub(super) async fn cancel(
+    State(state): AppState,
+    caller: Caller,
+    Path(id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let now = state.clock.now_millis();
+    if let Some(job) = query_job(&state, &query)?
+        && job.kafka.is_some()
+        && uuid::Uuid::parse_str(&id).is_ok()
+        && state.store.get(&id).await?.is_none()
+    {
+        state
+            .auth
+            .require(&caller, Verb::Cancel, Some(&job.name))
+            .await?;
+        if state
+            .store
+            .insert_cancelled(&id, &job.task_type, now)
+            .await?
+        {
+            tracing::info!(
+                caller = caller.name(),
+                job = job.name,
+                task_id = id,
+                "task cancelled before it was consumed from Kafka"
+            );
+            return Ok(Json(CancelResult {
+                id,
+                state: TaskState::Cancelled,
+            })
+            .into_response());
+        }
+        // Consumed in the meantime: cancel the stored task.
+    }
+    cancel_stored(&state, &caller, id, now).await
+}
+
+/// `DELETE /v1/tasks?job=J&unique_key=K` (or `type=T`): cancels the unfinished task of
+/// that job holding unique key `K`.
+pub(super) async fn cancel_by_unique_key(
+    State(state): AppState,
+    caller: Caller,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let Some(key) = query.get("unique_key") else {
+        return Err(ApiError::field(
+            "unique_key",
+            "name the unique key of the task to cancel (DELETE /v1/tasks/{id} cancels by id)",
+        ));
+    };
+    plain_text("unique_key", key)?;
+    let Some(job) = query_job(&state, &query)? else {
+        return Err(ApiError::field(
+            "job",
+            "name the job (or type) whose task holds the key",
+        ));
+    };
+    state
+        .auth
+        .require(&caller, Verb::Cancel, Some(&job.name))
+        .await?;
+    let holders = state
+        .store
+        .search(SearchParams {
+            task_type: Some(&job.task_type),
+            unique_key: Some(key),
+            limit: 100,
+            ..SearchParams::default()
+        })
+        .await?;
+    let Some(holder) = holders.into_iter().find(|t| !t.state.is_final()) else {
+        return Err(ApiError::new(
+            ErrorCode::NotFound,
+            format!(
+                "no unfinished task of job {} holds unique key {key:?}",
+                job.name
+            ),
+        ));
+    };
+    cancel_stored(&state, &caller, holder.id, state.clock.now_millis()).await
+}
+
+/// The job a `job=` or `type=` query parameter names, if either is given.
+fn query_job(
+    state: &ApiState,
+    query: &HashMap<String, String>,
+) -> Result<Option<Arc<asyncd_spec::Job>>, ApiError> {
+    let routes = state.routes.borrow().clone();
+    match (query.get("job"), query.get("type")) {
+        (Some(name), _) => routes
+            .jobs()
+            .find(|j| j.name == *name)
+            .cloned()
+            .map(Some)
+            .ok_or_else(|| ApiError::field("job", format!("no AsyncJobConfig is named {name:?}"))),
+        (None, Some(task_type)) => routes.job(task_type).cloned().map(Some).ok_or_else(|| {
+            ApiError::field(
+                "type",
+                format!("no AsyncJobConfig runs tasks of type {task_type:?}"),
+            )
+        }),
+        (None, None) => Ok(None),
+    }
+}
+
+async fn cancel_stored(
+    state: &ApiState,
+    caller: &Caller,
+    id: String,
+    now: Millis,
+) -> Result<Response, ApiError> {
+    state.visible_task(caller, &id, Verb::Cancel).await?;
+    match state.store.cancel(&id, now).await? {
+        CancelOutcome::Cancelled => Ok(Json(CancelResult {
+            id,
+            state: TaskState::Cancelled,
+        })
+        .into_response()),
+        CancelOutcome::NotFound => Err(ApiError::not_found(&id)),
+        CancelOutcome::NotCancellable(s) => Err(ApiError::new(
+            ErrorCode::NotCancellable,
+            format!("task {id} is {s} and can no longer be cancelled"),
+        )
+        .with_state(s)),
+    }
+}
+
+/// `GET /v1/tasks`: tasks by filter, newest first, paged like dead letters. Reading
+/// them needs the same right as reading one (`get`), on the job filtered by or, without
+/// one, on every job.
+pub(super) async fn search(
+    State(state): AppState,
+    caller: Caller,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    // No stored name or key has a control character, and PostgreSQL cannot even
+    // compare with a NUL: such a filter is a bad request, not a store error.
+    for field in ["job", "type", "unique_key"] {
+        if let Some(value) = query.get(field) {
+            plain_text(field, value)?;
+        }
+    }
+    let task_type = match (query.get("job"), query.get("type")) {
+        (Some(job), _) => {
+            let routes = state.routes.borrow().clone();
+            let Some(found) = routes.jobs().find(|j| j.name == *job) else {
+                return Err(ApiError::field(
+                    "job",
+                    format!("no AsyncJobConfig is named {job:?}"),
+                ));
+            };
+            Some(found.task_type.clone())
+        }
+        (None, task_type) => task_type.cloned(),
+    };
+    let job = task_type.as_deref().and_then(|t| state.job_name(t));
+    state
+        .auth
+        .require(&caller, Verb::Get, job.as_deref())
+        .await?;
+    let limit = listing_limit(&query)?;
+    let task_state = query
+        .get("state")
+        .map(|text| {
+            TaskState::parse(text).map_err(|_| {
+                ApiError::field(
+                    "state",
+                    "must be one of blocked, pending, claimed, running, succeeded, dead, cancelled",
+                )
+            })
+        })
+        .transpose()?;
+    let instant = |field: &'static str| {
+        query
+            .get(field)
+            .map(|text| {
+                chrono::DateTime::parse_from_rfc3339(text)
+                    .map(|t| Millis::new(t.timestamp_millis()))
+                    .map_err(|e| {
+                        ApiError::field(field, format!("{text:?} is not an RFC 3339 time ({e})"))
+                    })
+            })
+            .transpose()
+    };
+    let created_after = instant("created_after")?;
+    let eta_before = instant("eta_before")?;
+    let after = query.get("cursor").map(|c| parse_cursor(c)).transpose()?;
+    let tasks = state
+        .store
+        .search(SearchParams {
+            task_type: task_type.as_deref(),
+            state: task_state,
+            unique_key: query.get("unique_key").map(String::as_str),
+            created_after,
+            eta_before,
+            after: after.as_ref().map(|(at, id)| (*at, id.as_str())),
+            limit,
+        })
+        .await?;
+    let (body, _) = listing(&tasks, limit, MAX_LISTING_BYTES, |t| t.created_at);
+    Ok(([("content-type", "application/json")], body).into_response())
+}
