@@ -1,6 +1,7 @@
 //! The executor callbacks: `POST /v1/tasks/{id}/heartbeat` and `POST
-//! /v1/tasks/{id}/result`. They need no credential: the lease token of the attempt is
-//! what authenticates them, and every refused one answers the same [`stale`].
+//! /v1/tasks/{id}/result`. They need no credential: the attempt's lease token is what
+//! authenticates them, and a token that is not the current attempt's gets the one
+//! [`stale`] answer, which tells nothing about the task.
 
 use asyncd_contract::{
     ErrorCode, HeartbeatRequest, HeartbeatResponse, ResultAck, ResultRequest, ResultStatus, headers,

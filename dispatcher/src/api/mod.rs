@@ -1,15 +1,14 @@
 //! The HTTP API (docs/api.md): the router and the state its handlers share. By area:
 //!
-//! - [`tasks`]: submit, read, search and cancel tasks;
-//! - [`submit`]: the submit pipeline behind both submit endpoints — validation, workflows,
-//!   the group commit of single submits, the Kafka route;
-//! - [`callbacks`]: the executor callbacks (heartbeat, result), authenticated by lease token;
-//! - [`dead_letters`]: list and redrive dead letters, one or in bulk, and purge them;
-//! - [`kafka_dead_letters`]: list and purge Kafka messages no task could be made of;
-//! - [`jobs`]: the jobs overview, pause and resume, firing a cron entry now;
-//! - [`ops`]: health, readiness, metrics and the OpenAPI document;
+//! - `tasks`: submit, read, search and cancel tasks;
+//! - [`submit`]: the one submit pipeline: validation, workflows, group commit, Kafka route;
+//! - `callbacks`: the executor callbacks (heartbeat, result), authenticated by lease token;
+//! - `dead_letters`: list and redrive dead letters, one or in bulk, and purge them;
+//! - `kafka_dead_letters`: list and purge Kafka messages no task could be made of;
+//! - `jobs`: the jobs overview, pause and resume, firing a cron entry now;
+//! - `ops`: health, readiness, metrics and the OpenAPI document;
 //! - [`console`]: the web console at `/ui`;
-//! - [`listing`]: the task as the API shows it, and the paging of task listings;
+//! - `listing`: the task as the API shows it, and the paging of task listings;
 //! - [`error`]: the one error shape every refusal has.
 
 mod callbacks;
@@ -42,7 +41,7 @@ use crate::trace::Tracer;
 use error::ApiError;
 use submit::Limits;
 
-/// Where it was before the submit pipeline got its own module.
+/// At the path `roles` wires it by, from before the submit pipeline had a module.
 pub use submit::group_commit;
 
 pub struct ApiState {

@@ -6,7 +6,7 @@
 //! thousand.
 //!
 //! One writer takes the first waiting request and whatever else is waiting at that
-//! moment, up to [`MAX_GROUP`] tasks, and writes them with one [`Store::insert`]. With
+//! moment, up to `MAX_GROUP` tasks, and writes them with one [`Store::insert`]. With
 //! one submit at a time it writes that one at once: nothing waits for company.
 //!
 //! A group the store refuses (a value one backend cannot store, say) is not allowed to
@@ -40,7 +40,7 @@ struct Request {
     answer: oneshot::Sender<Answer>,
 }
 
-/// The submitting side; cheap to share. Dropping the last one ends [`GroupCommit::run`]
+/// The submitting side; cheap to share. Dropping the last one ends [`Writer::run`]
 /// once the requests queued before are written.
 #[derive(Clone)]
 pub struct GroupCommit {

@@ -1,9 +1,9 @@
 //! The one submit pipeline behind `POST /v1/tasks` and `POST /v1/tasks:batch`: a single
 //! submit is a batch of one, answered with its task's own status and body rather than a
 //! list of results. Each item is parsed, its caller's right checked and the request
-//! validated ([`validate`]); the valid tasks go to the store or, for a job with a Kafka
-//! topic, to Kafka ([`ApiState::accept`]). A batch whose items name each other is a
-//! [`workflow`], stored whole or refused whole. Single submits of the moment share one
+//! validated (`validate`); the valid tasks go to the store or, for a job with a Kafka
+//! topic, to Kafka (`ApiState::accept`). A batch whose items name each other is a
+//! `workflow`, stored whole or refused whole. Single submits of the moment share one
 //! store transaction ([`group_commit`]).
 
 pub mod group_commit;
