@@ -217,15 +217,15 @@ pub async fn run(args: &Args) -> Result<()> {
     }
 
     println!("\n## ETA heap\n");
-    let mut heap = asyncd::heap::EtaHeap::default();
+    let mut heap = asyncd_store::heap::EtaHeap::default();
     let base = now_ms();
     let tasks: Vec<_> = (0..args.heap)
-        .map(|i| asyncd::store::ClaimedTask {
+        .map(|i| asyncd_store::ClaimedTask {
             id: format!("{i:012}"),
             task_type: "noop".into(),
             payload: serde_json::value::RawValue::from_string("null".into()).unwrap(),
             priority: (i % 10) as u8,
-            trigger_at: asyncd::store::Millis::new(base + rand::random_range(0..600_000)),
+            trigger_at: asyncd_store::Millis::new(base + rand::random_range(0..600_000)),
             attempt: 0,
             max_retries: 3,
             timeout_ms: 1000,
@@ -243,7 +243,7 @@ pub async fn run(args: &Args) -> Result<()> {
     let push = start.elapsed();
     let start = Instant::now();
     let mut popped = 0;
-    while heap.pop_due(asyncd::store::Millis::new(i64::MAX)).is_some() {
+    while heap.pop_due(asyncd_store::Millis::new(i64::MAX)).is_some() {
         popped += 1;
     }
     let pop = start.elapsed();

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use asyncd::store::{
-    self, ClaimParams, Finish, FinishKind, Millis, NewTask, StartParams, Store, TypeFilter,
+use asyncd_store::{
+    self as store, ClaimParams, Finish, FinishKind, Millis, NewTask, StartParams, Store, TypeFilter,
 };
 use sqlx::Connection;
 

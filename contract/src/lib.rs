@@ -1,7 +1,8 @@
 //! The asyncd HTTP wire contract (`docs/api.md`), one source of truth for the server
 //! (`dispatcher/src/api`, `dispatcher/src/executor.rs`) and the Rust SDK: the
 //! request and response types of every endpoint, the error shape and codes, task
-//! states, header names and the executor call signature.
+//! states, header names, the W3C trace context they carry and the executor call
+//! signature.
 //!
 //! Serde only: no runtime, no HTTP stack. With the `openapi` feature, [`openapi`]
 //! builds `docs/openapi.json` from these types; [`fixtures`] are the JSON examples in
@@ -20,6 +21,7 @@ mod signature;
 mod state;
 mod task;
 pub mod time;
+mod trace_context;
 
 pub use error::{ErrorBody, ErrorCode, ErrorObject};
 pub use executor::{
@@ -42,3 +44,4 @@ pub use task::{
     MAX_DEPENDENCIES, MAX_LISTING_BYTES, RedriveResult, Route, SubmitRequest, SubmitResult,
     TaskPage, TaskStatus,
 };
+pub use trace_context::{MAX_TRACESTATE_BYTES, TraceContext};

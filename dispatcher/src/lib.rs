@@ -6,7 +6,8 @@
 //!
 //! - [`api`]: the HTTP API — submit, inspect, cancel, dead letters, executor callbacks.
 //! - [`auth`]: who may call the API: API tokens or Kubernetes token and access reviews.
-//! - [`store`]: the task store behind one narrow trait (SQL lives only there).
+//! - [`store`]: the task store behind one narrow trait (SQL lives only there), the
+//!   `asyncd-store` crate.
 //! - [`dispatch`]: claims due work into the [`heap`] and calls executors on time;
 //!   [`holdings`] sizes how much of each job it may claim; [`adaptive`] backs a job's
 //!   concurrency off while its executor answers 429 or 503.
@@ -38,9 +39,7 @@ pub mod clock;
 pub mod clock_check;
 pub mod dispatch;
 pub mod executor;
-pub mod heap;
 pub mod kafka;
-pub mod lease;
 pub mod logging;
 pub mod metrics;
 pub mod outcomes;
@@ -52,10 +51,14 @@ pub mod routing;
 pub mod scheduler;
 pub mod signals;
 pub mod signing;
-pub mod store;
 pub mod tls;
 pub mod trace;
 
 // The old paths of what moved into `dispatch/`, until every caller uses the new ones.
 pub use dispatch as dispatcher;
 pub use dispatch::{adaptive, holdings, ownership};
+// The task store, its lease secret and the heaps claimed tasks wait in are the
+// `asyncd-store` crate; these keep their old paths (`crate::store::…`, `asyncd::heap::…`)
+// until the callers name the crate.
+pub use asyncd_store as store;
+pub use asyncd_store::{heap, lease};

@@ -243,7 +243,7 @@ impl ClaimRow {
             // Written only after validation, so always valid unless written by hand;
             // an invalid one is then left out, as a receiver ignores a bad header.
             trace: self.traceparent.and_then(|parent| {
-                crate::trace::TraceContext::parse(&parent, self.tracestate.as_deref())
+                asyncd_contract::TraceContext::parse(&parent, self.tracestate.as_deref())
             }),
         })
     }

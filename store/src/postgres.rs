@@ -20,7 +20,8 @@ use sqlx::{PgConnection, PgPool, Pool, Postgres};
 
 use super::rows::{self, ClaimRow, claim_columns, task_columns};
 use super::shared::Queries;
-use super::tx::{Backend, Dialect, Tx};
+use super::sql_store::Backend;
+use super::tx::{Dialect, Tx};
 use super::*;
 
 pub struct PostgresStore {

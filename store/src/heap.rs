@@ -3,7 +3,7 @@
 //!
 //! The ETA heap is ordered by ETA, then priority (higher first), then id (older first).
 //! Once due, a task waits for its job's runner in the job's [`ReadyHeap`], ordered by
-//! [`rank`]: priority counts among due work, not only between tasks due at the same
+//! [`ClaimedTask::rank`]: priority counts among due work, not only between tasks due at the same
 //! instant, so a high-priority task is not stuck behind a low-priority backlog. The store
 //! claims in the same order (`claim_rank`, migration 0006).
 //!
@@ -17,26 +17,7 @@
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
 
-use crate::store::{ClaimedTask, Millis};
-
-/// What one priority level is worth among due tasks: a task of priority `p` due at `t`
-/// ranks as if it were due at `t - p × PRIORITY_STEP`. So a priority-9 task overtakes the
-/// lower-priority tasks that became due up to 90 s before it, and ageing bounds what a
-/// low-priority task waits: once it has been due for `(9 - p) × PRIORITY_STEP`, no task
-/// that comes due later ranks before it. Migration `0006_claim_rank.sql` computes the
-/// store's `claim_rank` with the same step; change both together.
-pub const PRIORITY_STEP: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// A task's place among its job's due work: lower first, ties by id (older first).
-pub fn rank(task: &ClaimedTask) -> (i64, &str) {
-    let step = crate::store::duration_ms(PRIORITY_STEP);
-    (
-        task.trigger_at
-            .as_i64()
-            .saturating_sub(i64::from(task.priority).saturating_mul(step)),
-        &task.id,
-    )
-}
+use crate::{ClaimedTask, Millis};
 
 /// A due task and its turn.
 #[derive(Debug)]
@@ -44,7 +25,7 @@ struct Ranked(u64, ClaimedTask);
 
 impl Ranked {
     fn key(&self) -> (u64, (i64, &str)) {
-        (self.0, rank(&self.1))
+        (self.0, self.1.rank())
     }
 }
 
@@ -65,7 +46,7 @@ impl Ord for Ranked {
     }
 }
 
-/// One job's due tasks, in turns of their keys, then best [`rank`] first.
+/// One job's due tasks, in turns of their keys, then best [`ClaimedTask::rank`] first.
 #[derive(Debug, Default)]
 pub struct ReadyHeap {
     inner: BinaryHeap<Reverse<Ranked>>,

@@ -18,7 +18,8 @@ use sqlx::{Pool, Sqlite, SqliteConnection, SqlitePool};
 
 use super::rows::{self, ClaimRow, claim_columns, task_columns};
 use super::shared::Queries;
-use super::tx::{Backend, Dialect, Tx};
+use super::sql_store::Backend;
+use super::tx::{Dialect, Tx};
 use super::*;
 
 pub struct SqliteStore {

@@ -195,10 +195,10 @@ pub fn redrive_conflict(holder: Option<String>) -> Option<RedriveOutcome> {
     holder.map(|existing_id| RedriveOutcome::UniqueConflict { existing_id })
 }
 
-/// Claims are answered best [`crate::heap::rank`] first (the order they were claimed
+/// Claims are answered best [`ClaimedTask::rank`] first (the order they were claimed
 /// in), whatever order the database returned the rows in (`RETURNING` promises none).
 pub fn sort_claimed(claimed: &mut [ClaimedTask]) {
-    claimed.sort_by(|a, b| crate::heap::rank(a).cmp(&crate::heap::rank(b)));
+    claimed.sort_by(|a, b| a.rank().cmp(&b.rank()));
 }
 
 /// The order in which to apply a batch: by id, so concurrent batches lock shared rows in

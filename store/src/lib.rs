@@ -1,0 +1,178 @@
+//! The task store of asyncd: the one narrow interface every backend implements, and no
+//! SQL anywhere else; with it the lease secret each row keeps ([`lease`]) and the heaps a
+//! dispatcher holds claimed tasks in ([`heap`]). It depends on nothing of the server:
+//! no HTTP, no Kafka, no metrics.
+//!
+//! A task row moves through these states (`lease_token` is the fencing token; what an
+//! executor receives is derived from it and the row's `lease_secret`, see [`lease`]):
+//!
+//! ```text
+//!   blocked ──deps succeeded──► pending ──claim──► claimed ──start──► running ──► succeeded
+//!      │                          ▲  ▲               │ release           │ ├─► pending (retry, later trigger_at)
+//!      └──dep failed──► dead ◄────┼──┼───────────────┘                   │ └─► dead
+//!                                 │  └──────────── lease lapsed (rescuer) ┘
+//!                                 └── redrive ── dead
+//! ```
+//!
+//! Every transition out of `claimed` or `running` names the token it expects, so a
+//! dispatcher or executor acting on an attempt that has since lapsed changes nothing.
+//!
+//! The crate is laid out so that a backend holds only what differs between dialects:
+//!
+//! - `store`: the [`Store`] trait; `task`: the tasks it takes and hands out and what
+//!   each transition answers ([`NewTask`], [`ClaimedTask`] and its rank, …); `params`:
+//!   what its other methods take and answer; `kafka_dead_letter`: [`KafkaDeadLetter`];
+//!   `millis`: [`Millis`], its one time type;
+//! - this file: [`open`] and [`open_migrated`]; `error`: [`StoreError`], which errors are
+//!   waited out, and the retry of transactions a database aborted (each backend names
+//!   its SQLSTATEs); `redact`: store URLs without their passwords;
+//! - [`domain`]: every decision, as pure functions with unit tests — the state a new task
+//!   starts in, which key an insert conflicted on, what a finish does to dependents,
+//!   what a refused cancel or redrive answers, the order a batch locks rows in;
+//! - `rows`: one `FromRow` struct per query shape, shared by the backends, each with one
+//!   conversion into [`TaskRecord`], [`ClaimedTask`], [`Lapsed`] and the rest;
+//! - `shared`: `Queries`, each backend's named statements, and the
+//!   reads whose shape is the same everywhere (a task, the rescuer's scan, membership),
+//!   written once over any sqlx database;
+//! - `tx`: the write transactions — insert (dependency locks, the initial state, the
+//!   retry when a key's holder finished before it could be named), cancel, start,
+//!   finish with what it does to dependents, redrive — and the dead-letter and stats
+//!   reads, written once over any sqlx database and run through each backend's
+//!   `tx::Dialect`: its statements and the few steps its database needs done its own
+//!   way (how a dedupe key is bound, how dependencies are recorded, released and
+//!   failed, whether a statement expected to fail needs a savepoint);
+//! - `sql_store`: [`Store`] itself, implemented once for every `sql_store::Backend`: a
+//!   dialect with its pools (SQLite writes through one connection and reads through
+//!   others) and its own migrations, claims, `start` and `finish`;
+//! - [`sqlite`], [`postgres`], [`mysql`]: the SQL and those steps, each explained where
+//!   it is done — PostgreSQL releases dependents by locking them then updating them all
+//!   with one array, MariaDB has no `UPDATE … RETURNING` and locks then updates with
+//!   `IN` lists padded to powers of two, SQLite, with one writer, does each in one
+//!   statement — and the fast paths that stay their own: PostgreSQL claims with one
+//!   `UPDATE … RETURNING`, MariaDB locks then updates, SQLite batches a whole `start`,
+//!   and a `finish` of plain successes, into one statement. Their migrations are in
+//!   `migrations/<dialect>/`, embedded at compile time.
+//!
+//! `dispatcher/tests/store_conformance.rs` runs every scenario against every backend.
+
+mod bulk;
+pub mod domain;
+mod error;
+pub mod heap;
+mod kafka_dead_letter;
+pub mod lease;
+mod millis;
+pub mod mysql;
+mod params;
+pub mod postgres;
+mod redact;
+mod rows;
+mod shared;
+mod sql_store;
+pub mod sqlite;
+#[doc(hidden)]
+pub mod testing;
+mod store;
+mod task;
+mod tx;
+
+use std::time::Duration;
+
+pub use asyncd_contract::TaskState;
+pub use error::{Result, StoreError};
+use error::{is_unique_violation, retrying, unnamed_insert_conflict, unnamed_redrive_conflict};
+pub use kafka_dead_letter::{
+    KAFKA_DEAD_LETTER_BYTES, KafkaDeadLetter, KafkaDeadLetterKey, KafkaDeadLetterParams,
+};
+pub use millis::{Millis, duration_ms};
+pub use params::{
+    Admitted, AdoptParams, BulkAction, ClaimIdsParams, ClaimParams, DeadCount, DeadFilter,
+    DeadLetterParams, FairClaim, FairParams, HeldBy, JobCountParams, JobCounts, JobGate,
+    PurgeParams, SearchParams, Shares, StartParams, TypeFilter,
+};
+use redact::without_password;
+pub use redact::{redact, redact_url};
+pub use store::{MEMBER_RETENTION, Store};
+pub use task::{
+    CancelOutcome, ClaimedTask, Finish, FinishKind, InsertOutcome, Lapsed, NewTask, PRIORITY_STEP,
+    RedriveOutcome, Started, TaskRecord, WorkflowOutcome,
+};
+
+/// Opens the store a URL names and applies pending migrations, waiting up to `wait` for a
+/// database that is down or restarting (retrying with backoff, each failure logged), so
+/// a role started during a database restart comes up with it instead of exiting. Any
+/// other error, and still no database after `wait`, is returned at once; so is
+/// `shutdown`, as the last error seen.
+pub async fn open_migrated(
+    url: &str,
+    wait: Duration,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> Result<std::sync::Arc<dyn Store>> {
+    let started = tokio::time::Instant::now();
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let attempt = async {
+            let store = open(url).await?;
+            store.migrate().await?;
+            Ok::<_, StoreError>(store)
+        };
+        let err: StoreError = match attempt.await {
+            Ok(store) => return Ok(store),
+            Err(err) => err,
+        };
+        let waited = started.elapsed();
+        if !err.is_unavailable() || waited >= wait {
+            return Err(err);
+        }
+        tracing::warn!(%err, waited_s = waited.as_secs(), "store unavailable at start; waiting for it");
+        tokio::select! {
+            _ = shutdown.cancelled() => return Err(err),
+            _ = tokio::time::sleep(backoff.min(wait - waited)) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// How long a request waits for a connection to a database server before it fails.
+/// sqlx's default of 30 s left every request hanging through a database outage; the API
+/// answers 503 with `Retry-After` instead, and the dispatcher's loops try again.
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Opens the store a URL names. No error it returns contains the URL's password: the
+/// URL is masked in our own messages, and a driver error that quotes the password (none
+/// is known to, but a parse error could) is turned into [`StoreError::Redacted`].
+pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
+    open_unredacted(url)
+        .await
+        .map_err(|err| without_password(err, url))
+}
+
+async fn open_unredacted(url: &str) -> Result<std::sync::Arc<dyn Store>> {
+    if url.starts_with("sqlite:") {
+        Ok(std::sync::Arc::new(sqlite::SqliteStore::open(url).await?))
+    } else if url.starts_with("mysql:") {
+        Ok(std::sync::Arc::new(mysql::MySqlStore::open(url).await?))
+    } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        Ok(std::sync::Arc::new(
+            postgres::PostgresStore::open(url).await?,
+        ))
+    } else {
+        Err(StoreError::UnsupportedUrl(redact_url(url)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_unsupported_store_url_is_reported_without_its_password() {
+        let err = open("postgress://app:Hunter2Secret@db/q")
+            .await
+            .err()
+            .expect("refused");
+        let text = err.to_string();
+        assert!(!text.contains("Hunter2Secret"), "{text}");
+        assert!(text.contains("postgress://app:***@db/q"), "{text}");
+    }
+}

@@ -1,0 +1,218 @@
+//! What the [`Store`](crate::Store) methods other than a task's own transitions take and
+//! answer: claims, limits, listings, counts and bulk actions.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use asyncd_contract::TaskState;
+
+#[cfg(doc)]
+use crate::Store;
+use crate::{ClaimedTask, Millis, NewTask, Started};
+
+/// What the jobs overview (`GET /v1/jobs`) shows of one task type, from
+/// [`Store::job_counts`]. Each count stops at the `cap` it was asked with.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JobCounts {
+    /// Pending or claimed, due by `now`.
+    pub due: i64,
+    /// Pending or claimed, due after `now`.
+    pub scheduled: i64,
+    pub running: i64,
+    pub dead: i64,
+    /// The earliest trigger time among the due tasks.
+    pub oldest_due: Option<Millis>,
+    /// Succeeded at or after `finished_since`.
+    pub succeeded_since: i64,
+    /// Went dead at or after `finished_since`.
+    pub dead_since: i64,
+}
+
+/// What [`Store::job_counts`] takes.
+#[derive(Debug, Clone, Copy)]
+pub struct JobCountParams<'a> {
+    pub task_type: &'a str,
+    pub now: Millis,
+    pub finished_since: Millis,
+    /// Each count stops here: a count equal to it means "at least".
+    pub cap: u32,
+}
+
+/// Which task types a claim may take: all of them (embedded mode) or the ones this
+/// dispatcher owns.
+#[derive(Debug, Clone)]
+pub enum TypeFilter {
+    All,
+    Only(Vec<String>),
+}
+
+/// What [`Store::claim`] takes.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimParams<'a> {
+    pub types: &'a TypeFilter,
+    /// Tasks due by this instant are claimed.
+    pub horizon: Millis,
+    pub now: Millis,
+    /// How long past `max(trigger_at, now)` the claim holds before the rescuer takes it.
+    pub hold: Duration,
+    pub owner: &'a str,
+    pub limit: u32,
+}
+
+/// What [`Store::dead_letters`] takes. Dead tasks are listed by `(trigger_at, id)`,
+/// descending — when each was last due, the latest first — because the claim's index on
+/// `(state, trigger_at, id)` already serves that order on every backend: listing needs
+/// no index of its own that every transition would have to maintain.
+#[derive(Debug, Clone, Copy)]
+pub struct DeadLetterParams<'a> {
+    pub task_type: Option<&'a str>,
+    /// Only tasks listed after this `(trigger_at, id)`: the last of the previous page.
+    pub after: Option<(Millis, &'a str)>,
+    pub limit: u32,
+}
+
+/// What a bulk dead-letter action does; it decides which matches it can act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BulkAction {
+    /// Not one whose unique key another task holds (its redrive would be refused).
+    Redrive,
+    /// Not one that a blocked task waits on (its dependents would never be released).
+    Purge,
+}
+
+/// Which dead letters a bulk action is about: one task type's, by when they died
+/// (`updated_at`, which nothing changes while a task stays dead) and how their last
+/// error starts.
+#[derive(Debug, Clone, Copy)]
+pub struct DeadFilter<'a> {
+    pub task_type: &'a str,
+    pub error_prefix: Option<&'a str>,
+    pub dead_after: Option<Millis>,
+    pub dead_before: Millis,
+    pub action: BulkAction,
+}
+
+/// What [`Store::count_dead`] answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeadCount {
+    /// Every dead letter matching the filter.
+    pub matched: u64,
+    /// Those the action can act on.
+    pub actionable: u64,
+}
+
+/// What [`Store::purge`] takes: up to `limit` tasks of `task_type` in the finished
+/// `state` whose last change — when they finished — is before `finished_before`, oldest
+/// first. A task that a blocked task still waits on is kept (its dependents would never
+/// be released without it).
+#[derive(Debug, Clone, Copy)]
+pub struct PurgeParams<'a> {
+    pub task_type: &'a str,
+    pub state: TaskState,
+    pub finished_before: Millis,
+    pub limit: u32,
+}
+
+/// What [`Store::search`] takes: tasks matching every filter given, newest first (by
+/// `created_at`, then id), up to `limit`, after the cursor `(created_at, id)` of the
+/// last task of the previous page.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SearchParams<'a> {
+    pub task_type: Option<&'a str>,
+    pub state: Option<TaskState>,
+    pub unique_key: Option<&'a str>,
+    pub created_after: Option<Millis>,
+    pub eta_before: Option<Millis>,
+    pub after: Option<(Millis, &'a str)>,
+    pub limit: u32,
+}
+
+/// What [`Store::claim_ids`] takes.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimIdsParams<'a> {
+    pub ids: &'a [String],
+    pub now: Millis,
+    pub hold: Duration,
+    pub owner: &'a str,
+}
+
+/// What [`Store::adopt`] takes.
+#[derive(Debug, Clone, Copy)]
+pub struct AdoptParams<'a> {
+    pub tasks: &'a [NewTask],
+    pub horizon: Millis,
+    pub now: Millis,
+    pub hold: Duration,
+    pub owner: &'a str,
+}
+
+/// What [`Store::claim_fair`] takes besides the claim's.
+#[derive(Debug, Clone, Copy)]
+pub struct FairParams<'a> {
+    /// `concurrencyKey.limit`: each key's claimed and running tasks, at most.
+    pub per_key: u32,
+    /// The last key the previous claim took ([`FairClaim::last_key`]).
+    pub after: Option<&'a str>,
+}
+
+/// What [`Store::claim_fair`] did.
+#[derive(Debug, Clone)]
+pub struct FairClaim {
+    pub tasks: Vec<ClaimedTask>,
+    /// The key of the last task picked in turn order, for the next claim's `after`: the
+    /// rotation goes on where this claim stopped.
+    pub last_key: Option<String>,
+}
+
+/// What [`Store::start`] takes.
+#[derive(Debug, Clone, Copy)]
+pub struct StartParams<'a> {
+    /// `(id, lease_token)` of each claim.
+    pub claims: &'a [(String, i64)],
+    pub now: Millis,
+    /// How long past its timeout an attempt's lease runs.
+    pub grace: Duration,
+}
+
+/// A job's limits, which [`Store::start_limited`] keeps in total across every
+/// dispatcher: the job's config as this dispatcher reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct JobGate<'a> {
+    pub task_type: &'a str,
+    /// Running attempts of the type, at most.
+    pub concurrency: u32,
+    pub rate: Option<asyncd_spec::RateLimit>,
+    /// `concurrencyKey.limit`: running attempts of one key, at most.
+    pub key_limit: Option<u32>,
+    /// Each claim's concurrency key, in the order of [`StartParams::claims`] (empty
+    /// without a key limit).
+    pub keys: &'a [Option<&'a str>],
+}
+
+/// Which limit kept claims from beginning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldBy {
+    /// As many attempts are running as the job allows; one ends when its outcome is
+    /// written (by any dispatcher).
+    Concurrency,
+    /// The token bucket is empty; the next token comes in this long.
+    Rate { next_token: Duration },
+    /// Some claims' keys have as many attempts running as `concurrencyKey.limit`
+    /// allows (the others' claims were tried); one ends when its outcome is written.
+    Key,
+}
+
+/// What [`Store::start_limited`] did.
+#[derive(Debug, Clone)]
+pub struct Admitted {
+    /// The attempts that began.
+    pub started: Vec<Started>,
+    /// The claims (indexes into [`StartParams::claims`], in order) the limits left for
+    /// later: not tried, still claimed.
+    pub deferred: Vec<usize>,
+    pub held_by: Option<HeldBy>,
+}
+
+/// A dispatcher's adaptive share of each job it runs, by task type (the server's
+/// `adaptive` module), as it publishes them with its heartbeat.
+pub type Shares = BTreeMap<String, u32>;

@@ -1,0 +1,450 @@
+//! [`Store`], implemented once for every SQL [`Backend`]: a [`Dialect`] with its pools
+//! (SQLite writes through one connection and reads through others) and the few
+//! operations it does its own way — migrations, claims, `start` and `finish`. Every
+//! other method runs the shared bodies of [`Tx`] and [`shared`] on the backend's pools.
+
+use std::collections::{BTreeMap, HashMap};
+
+use async_trait::async_trait;
+use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+
+use crate::bulk;
+use crate::domain;
+use crate::rows::{self, Holder, JobCountsRow, LapsedRow, StartedRow, TaskRow};
+use crate::shared::{self, KafkaDeadLetterRow};
+use crate::tx::{Dialect, Tx};
+use crate::*;
+
+/// A SQL backend: its dialect, its pools, and what it does its own way; the rest of
+/// [`Store`] is implemented once, below, for all of them.
+#[async_trait]
+pub trait Backend: Dialect {
+    /// Where writes go (SQLite: its one writer connection).
+    fn writer(&self) -> &Pool<Self::DB>;
+    /// Where reads go.
+    fn reader(&self) -> &Pool<Self::DB>;
+    /// Applies this dialect's pending migrations.
+    async fn run_migrations(&self) -> Result<()>;
+    /// [`Store::claim`].
+    async fn claim_due(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>>;
+    /// [`Store::claim_ids`].
+    async fn claim_named(&self, params: ClaimIdsParams<'_>) -> Result<Vec<ClaimedTask>>;
+    /// [`Store::start`].
+    async fn start_claims(&self, params: StartParams<'_>) -> Result<Vec<Started>>;
+    /// [`Store::start`] over `conn`, in the caller's transaction ([`Store::start_limited`]).
+    async fn start_on(
+        conn: &mut <Self::DB as Database>::Connection,
+        params: StartParams<'_>,
+    ) -> Result<Vec<Started>>;
+    /// [`Store::finish`].
+    async fn finish_batch(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>>;
+}
+
+#[async_trait]
+impl<B, DB> Store for B
+where
+    B: Backend<DB = DB>,
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    for<'q> &'q B::Key: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q B::Key>: Encode<'q, DB> + Type<DB>,
+    for<'q> Millis: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> i16: Encode<'q, DB> + Type<DB>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
+    for<'r> Holder: FromRow<'r, DB::Row>,
+    for<'r> StartedRow: FromRow<'r, DB::Row>,
+    for<'r> TaskRow: FromRow<'r, DB::Row>,
+    for<'r> JobCountsRow: FromRow<'r, DB::Row>,
+    for<'r> LapsedRow: FromRow<'r, DB::Row>,
+    for<'r> KafkaDeadLetterRow: FromRow<'r, DB::Row>,
+    for<'r> (i64,): FromRow<'r, DB::Row>,
+    for<'r> (String, i64): FromRow<'r, DB::Row>,
+    for<'r> (i64, i64): FromRow<'r, DB::Row>,
+    for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
+    for<'q> i32: Encode<'q, DB> + Type<DB>,
+    for<'r> (rows::Key, i64): FromRow<'r, DB::Row>,
+    for<'r> (String, Option<rows::Key>): FromRow<'r, DB::Row>,
+{
+    async fn migrate(&self) -> Result<()> {
+        self.run_migrations().await
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query::<DB>("SELECT 1").execute(self.reader()).await?;
+        Ok(())
+    }
+
+    async fn insert(&self, tasks: &[NewTask], now: Millis) -> Result<Vec<InsertOutcome>> {
+        Tx::<B>::insert(self.writer(), tasks, now).await
+    }
+
+    async fn insert_workflow(
+        &self,
+        tasks: &[NewTask],
+        now: Millis,
+    ) -> Result<super::WorkflowOutcome> {
+        Tx::<B>::insert_workflow(self.writer(), tasks, now).await
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
+        shared::get(self.reader(), &B::QUERIES, id).await
+    }
+
+    async fn cancel(&self, id: &str, now: Millis) -> Result<CancelOutcome> {
+        Tx::<B>::cancel(self.writer(), id, now).await
+    }
+
+    async fn insert_cancelled(&self, id: &str, task_type: &str, now: Millis) -> Result<bool> {
+        Tx::<B>::insert_cancelled(self.writer(), id, task_type, now).await
+    }
+
+    async fn claim(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>> {
+        self.claim_due(params).await
+    }
+
+    async fn claim_ids(&self, params: ClaimIdsParams<'_>) -> Result<Vec<ClaimedTask>> {
+        self.claim_named(params).await
+    }
+
+    async fn find_idempotent(&self, task: &NewTask) -> Result<Option<InsertOutcome>> {
+        Tx::<B>::find_idempotent(self.reader(), task).await
+    }
+
+    async fn start(&self, params: StartParams<'_>) -> Result<Vec<Started>> {
+        self.start_claims(params).await
+    }
+
+    async fn start_limited(&self, params: StartParams<'_>, gate: JobGate<'_>) -> Result<Admitted> {
+        let q = &B::QUERIES;
+        retrying(B::transient, || async {
+            let mut tx = self.writer().begin().await?;
+            // Locked before it is inserted, then inserted only if missing: an insert that
+            // finds the row takes a shared lock on it (InnoDB), and two transactions
+            // upgrading theirs would deadlock on every start.
+            let mut row: Option<(i64, i64)> = sqlx::query_as(q.lock_limits)
+                .bind(gate.task_type)
+                .fetch_optional(&mut *tx)
+                .await?;
+            if row.is_none() {
+                let fresh = domain::Bucket::full(gate.rate, params.now);
+                sqlx::query::<DB>(q.new_limits)
+                    .bind(gate.task_type)
+                    .bind(fresh.milli_tokens)
+                    .bind(fresh.at)
+                    .execute(&mut *tx)
+                    .await?;
+                row = sqlx::query_as(q.lock_limits)
+                    .bind(gate.task_type)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            }
+            let (milli_tokens, at) = row.ok_or_else(|| {
+                StoreError::Corrupt(format!("no job_limits row for {:?}", gate.task_type))
+            })?;
+            // Read after the row lock was granted, so it counts every attempt begun by
+            // the transactions that held it before (READ COMMITTED: a statement sees what
+            // was committed when it began).
+            let (running,): (i64,) = sqlx::query_as(q.running)
+                .bind(gate.task_type)
+                .fetch_one(&mut *tx)
+                .await?;
+            // The running attempts of the batch's keys, read under the same row lock
+            // as the job's count (served by tasks_keyed).
+            let mut key_running = HashMap::new();
+            let mut batch_keys: Vec<&str> = gate.keys.iter().flatten().copied().collect();
+            batch_keys.sort_unstable();
+            batch_keys.dedup();
+            if gate.key_limit.is_some() && !batch_keys.is_empty() {
+                let mut query = sqlx::QueryBuilder::<DB>::new(
+                    "SELECT concurrency_key, COUNT(*) FROM tasks WHERE task_type = ",
+                );
+                query
+                    .push_bind(gate.task_type)
+                    .push(" AND state = 'running' AND concurrency_key IN (");
+                let mut list = query.separated(", ");
+                for key in &batch_keys {
+                    list.push_bind(B::key(key));
+                }
+                query.push(") GROUP BY concurrency_key");
+                let counts: Vec<(rows::Key, i64)> =
+                    query.build_query_as().fetch_all(&mut *tx).await?;
+                key_running.extend(counts.into_iter().map(|(key, n)| (key.0, n)));
+            }
+            // The keys first, so a full key's claims do not take the job's slots or
+            // tokens from the others'.
+            let keys: Vec<Option<&str>> = (0..params.claims.len())
+                .map(|index| gate.keys.get(index).copied().flatten())
+                .collect();
+            let (room, key_held) = domain::key_room(&keys, gate.key_limit, &key_running);
+            let admission = domain::admit(
+                room.len(),
+                running,
+                gate.concurrency,
+                gate.rate,
+                domain::Bucket {
+                    milli_tokens,
+                    at: Millis::new(at),
+                },
+                params.now,
+            );
+            let tried: Vec<(String, i64)> = room[..admission.allowed]
+                .iter()
+                .map(|&index| params.claims[index].clone())
+                .collect();
+            let started = if tried.is_empty() {
+                Vec::new()
+            } else {
+                B::start_on(
+                    &mut *tx,
+                    StartParams {
+                        claims: &tried,
+                        ..params
+                    },
+                )
+                .await?
+            };
+            if gate.rate.is_some() {
+                // A claim that did not start (cancelled, paused, lapsed) took no token.
+                let bucket = domain::spend(admission.bucket, started.len());
+                sqlx::query::<DB>(q.save_limits)
+                    .bind(bucket.milli_tokens)
+                    .bind(bucket.at)
+                    .bind(gate.task_type)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            let mut deferred = vec![true; params.claims.len()];
+            for &index in &room[..admission.allowed] {
+                deferred[index] = false;
+            }
+            Ok(Admitted {
+                started,
+                deferred: (0..params.claims.len()).filter(|&i| deferred[i]).collect(),
+                held_by: admission.held_by.or(key_held.then_some(super::HeldBy::Key)),
+            })
+        })
+        .await
+    }
+
+    async fn claim_fair(&self, params: ClaimParams<'_>, fair: FairParams<'_>) -> Result<FairClaim> {
+        let super::TypeFilter::Only(types) = params.types else {
+            return Err(StoreError::Corrupt("a fair claim is of one job".into()));
+        };
+        let [task_type] = types.as_slice() else {
+            return Err(StoreError::Corrupt("a fair claim is of one job".into()));
+        };
+        // The job's active tasks, found through tasks_keyed (type, key, rank), numbered
+        // within each key (`turn`), its claimed and running ones first: linear in the
+        // job's due backlog (docs/design.md, "Per-key limits", on the cost). The keys
+        // take each turn in rotation, starting after `after`.
+        let mut query = sqlx::QueryBuilder::<DB>::new(
+            "SELECT id, concurrency_key FROM (SELECT id, state, claim_rank, concurrency_key, \
+               ROW_NUMBER() OVER (PARTITION BY concurrency_key \
+                 ORDER BY CASE WHEN state = 'pending' THEN 1 ELSE 0 END, claim_rank, id) AS turn \
+             FROM tasks WHERE task_type = ",
+        );
+        query
+            .push_bind(task_type.as_str())
+            .push(
+                " AND state IN ('pending', 'claimed', 'running') \
+                  AND (state <> 'pending' OR (claim_rank <= ",
+            )
+            .push_bind(params.horizon)
+            .push(" AND trigger_at <= ")
+            .push_bind(params.horizon)
+            .push(")) ) ranked WHERE state = 'pending' AND turn <= ")
+            .push_bind(i64::from(fair.per_key))
+            .push(" ORDER BY turn, CASE WHEN concurrency_key > ")
+            .push_bind(B::key(fair.after.unwrap_or("")))
+            .push(" THEN 0 ELSE 1 END, concurrency_key, claim_rank, id LIMIT ")
+            .push_bind(i64::from(params.limit));
+        let picked: Vec<(String, Option<rows::Key>)> =
+            query.build_query_as().fetch_all(self.writer()).await?;
+        let Some((_, last_key)) = picked.last() else {
+            return Ok(FairClaim {
+                tasks: Vec::new(),
+                last_key: None,
+            });
+        };
+        let last_key = last_key.as_ref().map(|key| key.0.clone());
+        let ids: Vec<String> = picked.into_iter().map(|(id, _)| id).collect();
+        // Claimed by id, only those still pending: another dispatcher's claim between
+        // the two statements takes a task from this one, never twice.
+        let tasks = self
+            .claim_named(ClaimIdsParams {
+                ids: &ids,
+                now: params.now,
+                hold: params.hold,
+                owner: params.owner,
+            })
+            .await?;
+        Ok(FairClaim { tasks, last_key })
+    }
+
+    async fn finish(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
+        self.finish_batch(finishes, now).await
+    }
+
+    async fn lapsed(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>> {
+        shared::lapsed(self.reader(), &B::QUERIES, now, limit).await
+    }
+
+    async fn dead_letters(&self, params: DeadLetterParams<'_>) -> Result<Vec<TaskRecord>> {
+        Tx::<B>::dead_letters(self.reader(), params).await
+    }
+
+    async fn redrive(&self, id: &str, now: Millis) -> Result<RedriveOutcome> {
+        Tx::<B>::redrive(self.writer(), id, now).await
+    }
+
+    async fn search(&self, params: SearchParams<'_>) -> Result<Vec<TaskRecord>> {
+        shared::search(self.reader(), params).await
+    }
+
+    async fn purge(&self, params: PurgeParams<'_>) -> Result<u64> {
+        retrying(B::transient, || {
+            shared::purge(self.writer(), &B::QUERIES, params)
+        })
+        .await
+    }
+
+    async fn release_unique_keys(&self, now: Millis, limit: u32) -> Result<u64> {
+        retrying(B::transient, || {
+            shared::release_unique_keys(self.writer(), &B::QUERIES, now, limit)
+        })
+        .await
+    }
+
+    async fn count_dead(&self, filter: DeadFilter<'_>) -> Result<DeadCount> {
+        bulk::count(self.reader(), filter).await
+    }
+
+    async fn act_on_dead(&self, filter: DeadFilter<'_>, limit: u32, now: Millis) -> Result<u64> {
+        match filter.action {
+            BulkAction::Purge => {
+                retrying(B::transient, || {
+                    bulk::purge::<B, DB>(self.writer(), filter, limit)
+                })
+                .await
+            }
+            BulkAction::Redrive => {
+                let (ids, bulk) = retrying(B::transient, || {
+                    bulk::redrive_picked::<B, DB>(self.writer(), filter, limit, now)
+                })
+                .await?;
+                let mut redriven = bulk.unwrap_or(0);
+                if redriven == ids.len() as u64 {
+                    return Ok(redriven);
+                }
+                // Tasks with dependencies, or a unique key the one UPDATE hit: one at a
+                // time, each as `POST /v1/dead-letters/{id}/redrive` (those the UPDATE
+                // redrove are no longer dead and are left alone).
+                for id in &ids {
+                    if let RedriveOutcome::Redriven { .. } =
+                        Tx::<B>::redrive(self.writer(), id, now).await?
+                    {
+                        redriven += 1;
+                    }
+                }
+                Ok(redriven)
+            }
+        }
+    }
+
+    async fn job_counts(&self, params: JobCountParams<'_>) -> Result<JobCounts> {
+        shared::job_counts(self.reader(), params).await
+    }
+
+    async fn heartbeat_member(&self, member: &str, now: Millis, shares: &Shares) -> Result<()> {
+        shared::heartbeat_member(self.writer(), &B::QUERIES, member, now, shares).await
+    }
+
+    async fn live_members(&self, since: Millis) -> Result<Vec<String>> {
+        shared::live_members(self.reader(), &B::QUERIES, since).await
+    }
+
+    async fn live_shares(&self, since: Millis) -> Result<BTreeMap<String, u64>> {
+        shared::live_shares(self.reader(), &B::QUERIES, since).await
+    }
+
+    async fn leave(&self, member: &str) -> Result<()> {
+        shared::leave(self.writer(), &B::QUERIES, member).await
+    }
+
+    async fn release_claims(&self, owner: &str, now: Millis) -> Result<u64> {
+        let done = shared::release_claims(self.writer(), &B::QUERIES, owner, now).await?;
+        Ok(B::rows_affected(&done))
+    }
+
+    async fn clock(&self) -> Result<Option<Millis>> {
+        let Some(statement) = B::QUERIES.clock else {
+            return Ok(None);
+        };
+        let ms = sqlx::query_scalar::<DB, i64>(statement)
+            .fetch_one(self.reader())
+            .await?;
+        Ok(Some(Millis::new(ms)))
+    }
+
+    async fn record_kafka_dead_letter(&self, letter: &KafkaDeadLetter) -> Result<()> {
+        shared::record_kafka_dead_letter(self.writer(), &B::QUERIES, letter).await
+    }
+
+    async fn kafka_dead_letters(
+        &self,
+        params: KafkaDeadLetterParams<'_>,
+    ) -> Result<Vec<KafkaDeadLetter>> {
+        shared::kafka_dead_letters(self.reader(), params).await
+    }
+
+    async fn purge_kafka_dead_letters(&self, recorded_before: Millis, limit: u32) -> Result<u64> {
+        let done = retrying(B::transient, || async {
+            Ok(sqlx::query::<DB>(B::QUERIES.purge_kafka_dead_letters)
+                .bind(recorded_before)
+                .bind(i64::from(limit))
+                .execute(self.writer())
+                .await?)
+        })
+        .await?;
+        Ok(B::rows_affected(&done))
+    }
+
+    async fn pause(&self, task_type: &str, now: Millis) -> Result<Millis> {
+        let mut tx = self.writer().begin().await?;
+        sqlx::query::<DB>(B::QUERIES.pause)
+            .bind(task_type)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        let since = sqlx::query_as::<DB, (String, i64)>(B::QUERIES.pauses)
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .find(|(paused, _)| paused == task_type)
+            .map_or(now, |(_, at)| Millis::new(at));
+        tx.commit().await?;
+        Ok(since)
+    }
+
+    async fn resume(&self, task_type: &str) -> Result<bool> {
+        let done = sqlx::query::<DB>(B::QUERIES.resume)
+            .bind(task_type)
+            .execute(self.writer())
+            .await?;
+        Ok(B::rows_affected(&done) > 0)
+    }
+
+    async fn pauses(&self) -> Result<Vec<(String, Millis)>> {
+        Ok(sqlx::query_as::<DB, (String, i64)>(B::QUERIES.pauses)
+            .fetch_all(self.reader())
+            .await?
+            .into_iter()
+            .map(|(task_type, at)| (task_type, Millis::new(at)))
+            .collect())
+    }
+}

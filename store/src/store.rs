@@ -1,0 +1,160 @@
+//! The [`Store`] trait: the one narrow interface every backend implements.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::*;
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Applies pending migrations.
+    async fn migrate(&self) -> Result<()>;
+    async fn ping(&self) -> Result<()>;
+
+    /// Inserts tasks in one transaction, one outcome per task in order.
+    async fn insert(&self, tasks: &[NewTask], now: Millis) -> Result<Vec<InsertOutcome>>;
+    /// Inserts a workflow — tasks that may depend on earlier ones of the same list — in
+    /// one transaction, all or nothing. A `depends_on` id of an earlier task is read as
+    /// the id that task ends up with (a repeat of an idempotency key answers with the
+    /// first task's). The first outcome that is neither an insert nor such a repeat
+    /// rolls everything back and is returned with its index.
+    async fn insert_workflow(&self, tasks: &[NewTask], now: Millis) -> Result<WorkflowOutcome>;
+    async fn get(&self, id: &str) -> Result<Option<TaskRecord>>;
+    async fn cancel(&self, id: &str, now: Millis) -> Result<CancelOutcome>;
+    /// Records task `id` of `task_type` as cancelled before it exists: a Kafka-routed
+    /// task cancelled while its message still waits in the topic. When the consumer
+    /// stores the message, the insert finds the id taken and nothing runs. `false` when
+    /// a task with this id exists already (cancel that one instead).
+    async fn insert_cancelled(&self, id: &str, task_type: &str, now: Millis) -> Result<bool>;
+
+    /// Claims up to `limit` pending tasks due by `horizon`, best `(claim_rank, id)` first
+    /// (the trigger time moved 10 s earlier per priority level, [`ClaimedTask::rank`]),
+    /// holding each until `max(trigger_at, now) + hold`. Tasks of a paused type
+    /// ([`Store::pause`]) are never claimed, here or by [`Store::claim_ids`].
+    async fn claim(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>>;
+    /// Claims these tasks if they are still pending, as [`Store::claim`] would.
+    async fn claim_ids(&self, params: ClaimIdsParams<'_>) -> Result<Vec<ClaimedTask>>;
+    /// Stores tasks consumed from Kafka and claims for `owner` the new ones due by
+    /// `horizon`, so the consumer that read them dispatches them without a poll. Tasks
+    /// already stored (a message consumed twice) are left alone.
+    async fn adopt(&self, params: AdoptParams<'_>) -> Result<Vec<ClaimedTask>> {
+        let outcomes = self.insert(params.tasks, params.now).await?;
+        let due: Vec<String> = params
+            .tasks
+            .iter()
+            .zip(&outcomes)
+            .filter(|(task, outcome)| {
+                matches!(outcome, InsertOutcome::Inserted { .. })
+                    && task.trigger_at <= params.horizon
+            })
+            .map(|(task, _)| task.id.clone())
+            .collect();
+        if due.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.claim_ids(ClaimIdsParams {
+            ids: &due,
+            now: params.now,
+            hold: params.hold,
+            owner: params.owner,
+        })
+        .await
+    }
+    /// What inserting `task` would answer against the task already holding its
+    /// idempotency key: [`InsertOutcome::Duplicate`] or, for another type or payload,
+    /// [`InsertOutcome::IdempotencyMismatch`]; `None` when no task holds it (or the task
+    /// has no key). Inserts nothing.
+    async fn find_idempotent(&self, task: &NewTask) -> Result<Option<InsertOutcome>>;
+    /// Begins attempts on claimed tasks whose token still matches and whose type is not
+    /// paused; each lease runs until `now + its timeout + grace`. Returns the ones that
+    /// started.
+    async fn start(&self, params: StartParams<'_>) -> Result<Vec<Started>>;
+    /// [`Store::start`] within a job's limits, kept in total across every dispatcher: in
+    /// one transaction that takes the job's `job_limits` row first (so dispatchers take
+    /// turns), begins attempts on the first claims given while the type's running
+    /// attempts stay within `gate.concurrency` and its token bucket has a token for each
+    /// (`store::domain::admit`), and takes a token for each attempt begun. The claims
+    /// left over stay claimed, for the caller to try again.
+    async fn start_limited(&self, params: StartParams<'_>, gate: JobGate<'_>) -> Result<Admitted>;
+    /// Claims up to `params.limit` of one keyed job's due tasks (`params.types` names
+    /// it) fairly among its concurrency keys: each key's claimed and running tasks
+    /// count first, so a key that has `per_key` of them gets no more, and the rest go
+    /// to the keys in turns — every key's best ranked task before any key's second,
+    /// the keys of a turn in rotation from the one after `after` (docs/design.md,
+    /// "Per-key limits").
+    async fn claim_fair(&self, params: ClaimParams<'_>, fair: FairParams<'_>) -> Result<FairClaim>;
+    /// Applies each finish whose token still matches; `true` where it applied.
+    async fn finish(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>>;
+    async fn lapsed(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>>;
+
+    /// A page of dead tasks, latest due first (see [`DeadLetterParams`]).
+    async fn dead_letters(&self, params: DeadLetterParams<'_>) -> Result<Vec<TaskRecord>>;
+    async fn redrive(&self, id: &str, now: Millis) -> Result<RedriveOutcome>;
+    /// Deletes finished tasks past their retention ([`PurgeParams`]) with their
+    /// dependency edges, in one short transaction; returns how many went.
+    async fn purge(&self, params: PurgeParams<'_>) -> Result<u64>;
+    /// Frees the unique keys of up to `limit` succeeded tasks whose
+    /// [`NewTask::unique_for`] ended by `now`, earliest end first, in one short
+    /// transaction; returns how many. (An insert or redrive that hits such a key frees
+    /// it itself: this only keeps them from piling up.)
+    async fn release_unique_keys(&self, now: Millis, limit: u32) -> Result<u64>;
+    /// Tasks by filter ([`SearchParams`]), without their `depends_on`.
+    /// How many dead letters match `filter`, and how many of them its action can act on.
+    async fn count_dead(&self, filter: DeadFilter<'_>) -> Result<DeadCount>;
+    /// Acts (redrive or purge) on up to `limit` of the dead letters `filter`'s action can
+    /// act on, oldest death first; returns how many it acted on. A redrive does to each
+    /// what [`Store::redrive`] does.
+    async fn act_on_dead(&self, filter: DeadFilter<'_>, limit: u32, now: Millis) -> Result<u64>;
+    async fn search(&self, params: SearchParams<'_>) -> Result<Vec<TaskRecord>>;
+    /// One task type's counts for the jobs overview, each an index range walked at most
+    /// `cap` entries deep (see [`JobCountParams`]): `tasks_by_type_state` (migration
+    /// 0008) for the waiting and running tasks, `tasks_finished` for the finished ones
+    /// (on MariaDB `tasks_by_state_type`, migration 0015).
+    async fn job_counts(&self, params: JobCountParams<'_>) -> Result<JobCounts>;
+
+    /// Records that dispatcher `member` is alive at `now` with its adaptive `shares` of
+    /// the jobs it runs (and forgets members silent for an hour).
+    async fn heartbeat_member(&self, member: &str, now: Millis, shares: &Shares) -> Result<()>;
+    /// Dispatchers whose last heartbeat is at or after `since`, sorted.
+    async fn live_members(&self, since: Millis) -> Result<Vec<String>>;
+    /// Per task type, the sum of the shares published by the dispatchers whose last
+    /// heartbeat is at or after `since` (migration `0014_dispatcher_shares.sql`).
+    async fn live_shares(&self, since: Millis) -> Result<BTreeMap<String, u64>>;
+    /// A clean exit: the others take over `member`'s task types at once.
+    async fn leave(&self, member: &str) -> Result<()>;
+    /// Hands back every claim `owner` holds (not its running attempts), as if it had
+    /// released each one: for a dispatcher that others found dead, so its claimed tasks
+    /// run again within seconds instead of after the claim hold. Safe while it lives
+    /// on: its `start` of a released claim changes nothing. Returns how many.
+    async fn release_claims(&self, owner: &str, now: Millis) -> Result<u64>;
+    /// The database server's clock, for a process to measure its own against; `None`
+    /// for an embedded database, which has no clock but the process's.
+    async fn clock(&self) -> Result<Option<Millis>>;
+    /// Keeps a Kafka message the consumer could not make a task of, so its offset can be
+    /// committed without losing it. A message already recorded (at the same topic,
+    /// partition and offset: re-delivered after a crash) is left as it is.
+    async fn record_kafka_dead_letter(&self, letter: &KafkaDeadLetter) -> Result<()>;
+    /// Recorded Kafka messages, latest first ([`KafkaDeadLetterParams`]).
+    async fn kafka_dead_letters(
+        &self,
+        params: KafkaDeadLetterParams<'_>,
+    ) -> Result<Vec<KafkaDeadLetter>>;
+    /// Deletes up to `limit` Kafka dead letters recorded before `recorded_before`, oldest
+    /// first, in one short statement; returns how many went.
+    async fn purge_kafka_dead_letters(&self, recorded_before: Millis, limit: u32) -> Result<u64>;
+
+    /// Pauses task type `task_type` (the API's pause of its job): from the commit on, no
+    /// claim takes its tasks and no attempt of it begins (a claim already held is left
+    /// unstarted, for its dispatcher to hand back). Returns since when it is paused: `now`,
+    /// or the earlier pause it was already under.
+    async fn pause(&self, task_type: &str, now: Millis) -> Result<Millis>;
+    /// Lifts the pause of `task_type`; `false` if it was not paused.
+    async fn resume(&self, task_type: &str) -> Result<bool>;
+    /// Every paused task type with since when, sorted by type.
+    async fn pauses(&self) -> Result<Vec<(String, Millis)>>;
+}
+
+/// How long a silent member's row is kept before a heartbeat of another deletes it.
+pub const MEMBER_RETENTION: Duration = Duration::from_secs(3600);
