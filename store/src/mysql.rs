@@ -123,9 +123,8 @@ const QUERIES: Queries = Queries {
     pauses: "SELECT task_type, paused_at FROM job_pauses ORDER BY task_type",
     new_limits: "INSERT IGNORE INTO job_limits (task_type, tokens, refilled_at) VALUES (?, ?, ?)",
     lock_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = ? FOR UPDATE",
-    // Pinned, as the other statements on the state index are (see the top of this file),
-    // to the index of every task by state and type (migration 0015).
-    running: "SELECT COUNT(*) FROM tasks FORCE INDEX (tasks_by_state_type) \
+    // Pinned, as the other statements on the state index are (see the top of this file).
+    running: "SELECT COUNT(*) FROM tasks FORCE INDEX (tasks_finished) \
               WHERE state = 'running' AND task_type = ?",
     save_limits: "UPDATE job_limits SET tokens = ?, refilled_at = ? WHERE task_type = ?",
     dependency_state: "SELECT state FROM tasks WHERE id = ? LOCK IN SHARE MODE",

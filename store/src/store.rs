@@ -110,8 +110,7 @@ pub trait Store: Send + Sync + 'static {
     async fn search(&self, params: SearchParams<'_>) -> Result<Vec<TaskRecord>>;
     /// One task type's counts for the jobs overview, each an index range walked at most
     /// `cap` entries deep (see [`JobCountParams`]): `tasks_by_type_state` (migration
-    /// 0008) for the waiting and running tasks, `tasks_finished` for the finished ones
-    /// (on MariaDB `tasks_by_state_type`, migration 0015).
+    /// 0008) for the waiting and running tasks, `tasks_finished` for the finished ones.
     async fn job_counts(&self, params: JobCountParams<'_>) -> Result<JobCounts>;
 
     /// Records that dispatcher `member` is alive at `now` with its adaptive `shares` of

@@ -1,3 +1,0 @@
--- Nothing to change: 0015 renames MariaDB/MySQL's tasks_finished, which holds every
--- task there, to tasks_by_state_type. Here tasks_finished is partial and holds only
--- finished tasks, as its name says. This file keeps the dialects' numbers in step.
