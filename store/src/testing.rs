@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use serde_json::value::RawValue;
 
-use super::{Millis, NewTask, TraceContext};
+use asyncd_contract::TraceContext;
+
+use super::{Millis, NewTask};
 
 impl NewTask {
     /// A task of `task_type` due at `trigger_at`: a fresh UUIDv7 id, the payload
