@@ -198,7 +198,7 @@ impl Runner {
 }
 
 /// A job's due tasks between the ticker and the job's runner, which takes the best
-/// ranked ([`crate::heap::rank`]) whenever it may begin an attempt. A heap rather than a
+/// ranked ([`asyncd_store::ClaimedTask::rank`]) whenever it may begin an attempt. A heap rather than a
 /// channel: a high-priority task that comes due behind a backlog goes before it.
 pub(super) struct ReadyQueue {
     state: Mutex<(ReadyHeap, bool)>,
