@@ -70,10 +70,10 @@ mod rows;
 mod shared;
 mod sql_store;
 pub mod sqlite;
-#[doc(hidden)]
-pub mod testing;
 mod store;
 mod task;
+#[doc(hidden)]
+pub mod testing;
 mod tx;
 
 use std::time::Duration;
