@@ -261,6 +261,8 @@ async fn a_priority_9_task_overtakes_a_lagging_flood_of_50_000_priority_0_tasks(
     );
 }
 
+/// `asyncd api` on a fresh PostgreSQL database, to which a test adds dispatchers; it
+/// holds the [`cluster_turn`] while it lives.
 struct Cluster {
     dir: tempfile::TempDir,
     api: String,
@@ -268,6 +270,7 @@ struct Cluster {
     jobs: PathBuf,
     http: reqwest::Client,
     _api_role: Role,
+    _turn: tokio::sync::MutexGuard<'static, ()>,
 }
 
 impl Cluster {
@@ -279,6 +282,7 @@ impl Cluster {
     /// database; `None` when PostgreSQL is not there: the test skips.
     async fn start_jobs(files: &[(&str, String)]) -> Option<Self> {
         let store = fresh_database(Service::Postgres).await?;
+        let turn = cluster_turn().await;
         let dir = tempfile::tempdir().unwrap();
         let jobs = dir.path().join("jobs");
         std::fs::create_dir(&jobs).unwrap();
@@ -312,6 +316,7 @@ impl Cluster {
             jobs,
             http,
             _api_role: api_role,
+            _turn: turn,
         })
     }
 

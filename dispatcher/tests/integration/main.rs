@@ -10,8 +10,9 @@
 //! ([`support::backends`]).
 //!
 //! The tests share one process: nothing here may set process-wide state (an environment
-//! variable, a global subscriber), and what the tests share outside it — the Kafka
-//! broker that one test restarts — is held through [`support::Broker`].
+//! variable, a global subscriber). What they share beyond it is taken in turn: the Kafka
+//! broker, which one test restarts ([`support::Broker`]), and the machine, which a
+//! cluster of asyncd processes loads ([`support::cluster_turn`]).
 
 #[path = "../support/mod.rs"]
 mod support;

@@ -18,6 +18,7 @@ async fn run_cluster(server: Service) {
     let Some(store) = fresh_database(server).await else {
         return;
     };
+    let _turn = cluster_turn().await;
     let dir = tempfile::tempdir().unwrap();
     let jobs = dir.path().join("jobs");
     std::fs::create_dir(&jobs).unwrap();

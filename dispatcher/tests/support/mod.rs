@@ -971,3 +971,14 @@ impl Broker {
         })
     }
 }
+
+/// Taken by the tests that run a cluster of asyncd processes — several dispatchers and
+/// schedulers beside the API — and assert what load can break: that no lease lapsed on
+/// a live dispatcher, that lateness stayed bounded. Each such test used to share its
+/// binary's process with its own kind only; in one process two clusters would starve
+/// each other on a small machine, so they take turns. (A Kafka test takes it after the
+/// [`Broker`], never before.)
+pub async fn cluster_turn() -> tokio::sync::MutexGuard<'static, ()> {
+    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    TURN.lock().await
+}
