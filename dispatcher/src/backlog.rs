@@ -25,9 +25,9 @@ use asyncd_contract::MAX_JOB_COUNT;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
+use crate::job_table::Routes;
 use crate::metrics::Metrics;
-use crate::routing::Routes;
-use crate::store::{JobCountParams, Store};
+use asyncd_store::{JobCountParams, Store};
 
 /// The most of its time the sampler spends counting.
 const DUTY: f64 = 0.05;
@@ -57,7 +57,7 @@ pub async fn run(
     loop {
         let began = std::time::Instant::now();
         let now = clock.now_millis();
-        let mut paused: HashSet<String> = match store.pauses().await {
+        let mut paused: HashSet<String> = match store.paused_types().await {
             Ok(pauses) => pauses.into_iter().map(|(task_type, _)| task_type).collect(),
             Err(err) => {
                 tracing::debug!(%err, "could not read the paused jobs");

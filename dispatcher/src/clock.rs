@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use chrono::{DateTime, TimeZone, Utc};
 
-use crate::store::Millis;
+use asyncd_store::Millis;
 
 pub trait Clock: Send + Sync + 'static {
     fn now_millis(&self) -> Millis;

@@ -11,7 +11,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::store::Millis;
+use asyncd_store::Millis;
 
 /// How far a dispatcher's clock may be from the store's. Tasks are never dispatched
 /// before their ETA by the dispatcher's clock, so this is how early, at worst, a task can

@@ -2,7 +2,7 @@
 //! its answer into an [`AttemptOutcome`]. What an outcome does to the task is [`crate::retry`]'s
 //! business.
 
-pub use crate::store::domain::{MAX_REASON_CHARS, sanitize_reason};
+pub use asyncd_store::domain::{MAX_REASON_CHARS, sanitize_reason};
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
@@ -15,8 +15,8 @@ use asyncd_contract::{
 use asyncd_spec::Job;
 use serde_json::value::RawValue;
 
-use crate::store::{ClaimedTask, Started};
 use crate::trace::TraceContext;
+use asyncd_store::{ClaimedTask, Started};
 
 /// What an executor's answer means for the attempt.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,7 +32,7 @@ pub enum AttemptOutcome {
         reason: String,
     },
     /// 429/503 without `Retry-After`: retry with backoff, and a sign of overload for
-    /// adaptive concurrency ([`crate::adaptive`]).
+    /// adaptive concurrency ([`crate::dispatch::adaptive`]).
     Overloaded {
         reason: String,
     },
@@ -108,7 +108,8 @@ impl ExecutorClient {
         })
         .expect("task body serializes");
         let attempt = started.attempt.to_string();
-        let lease_token = crate::lease::token(&task.lease_secret, &task.id, started.lease_token);
+        let lease_token =
+            asyncd_store::lease::token(&task.lease_secret, &task.id, started.lease_token);
         let per_task = TaskHeaders {
             task_id: &task.id,
             attempt: &attempt,
@@ -172,7 +173,7 @@ impl ExecutorClient {
                         .idempotency_key
                         .clone()
                         .unwrap_or_else(|| task.id.clone()),
-                    lease_token: crate::lease::token(
+                    lease_token: asyncd_store::lease::token(
                         &task.lease_secret,
                         &task.id,
                         started.lease_token,
@@ -1007,7 +1008,7 @@ mod tests {
             task_type: "t".into(),
             payload: RawValue::from_string("{}".into()).unwrap(),
             priority: 0,
-            trigger_at: crate::store::Millis::new(0),
+            trigger_at: asyncd_store::Millis::new(0),
             attempt: 0,
             max_retries: 3,
             timeout_ms: 30_000,

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use asyncd::clock::SystemClock;
-use asyncd::dispatcher::DispatcherConfig;
+use asyncd::dispatch::DispatcherConfig;
 use asyncd::logging::LogFormat;
-use asyncd::roles::{self, AuthSettings, Parts, RoutingSource, Settings};
 use asyncd::tls::TlsFiles;
 use asyncd::trace::OtlpSettings;
+use asyncd::wiring::{self, AuthSettings, Parts, RoutingSource, Settings};
 use asyncd_kafka_admin::KafkaSecurity;
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
@@ -361,7 +361,7 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
             return Ok(());
         }
         Role::Migrate { store, store_wait } => {
-            roles::migrate(&store.url()?, store_wait)
+            wiring::migrate(&store.url()?, store_wait)
                 .await
                 .context("migrate")?;
             println!("migrations applied");
@@ -399,13 +399,13 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
     };
     let shutdown = CancellationToken::new();
     let role = async {
-        let result = roles::run(settings, parts, shutdown.clone()).await;
+        let result = wiring::run(settings, parts, shutdown.clone()).await;
         // Ends the signal handler too when the role stopped on its own.
         shutdown.cancel();
         result
     };
     let signals = async {
-        let installed = roles::cancel_on_signal(shutdown.clone()).await;
+        let installed = wiring::cancel_on_signal(shutdown.clone()).await;
         if installed.is_err() {
             // Without them SIGTERM would kill in-flight work; don't run at all.
             shutdown.cancel();

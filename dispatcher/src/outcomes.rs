@@ -8,7 +8,7 @@
 //! refused it is left to its lease and logged. Everything else in the batch is written.
 
 use crate::executor::sanitize_reason;
-use crate::store::{Finish, FinishKind, Millis, Result, Store};
+use asyncd_store::{Finish, FinishKind, Millis, Result, Store};
 
 /// How a dead letter written in place of a refused outcome begins; an outcome whose
 /// error already begins so is not replaced again.

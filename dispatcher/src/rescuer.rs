@@ -9,11 +9,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
 use crate::executor::AttemptOutcome;
+use crate::job_table::Routes;
 use crate::metrics::Metrics;
 use crate::retry;
-use crate::routing::Routes;
-use crate::signals::{Signal, TestSignals, emit};
-use crate::store::{Finish, FinishKind, Millis, Store, TaskState};
+use crate::test_hooks::{Signal, TestSignals, emit};
+use asyncd_store::{Finish, FinishKind, Millis, Store, TaskState};
 
 pub struct Rescuer {
     pub store: Arc<dyn Store>,
@@ -60,9 +60,9 @@ impl Rescuer {
 
     /// One pass; returns how many tasks it brought back. Lapsed running attempts are
     /// left alone unless `running` (see [`SETTLE`]).
-    pub async fn rescue_once(&self, running: bool) -> crate::store::Result<usize> {
+    pub async fn rescue_once(&self, running: bool) -> asyncd_store::Result<usize> {
         let now = self.clock.now_millis();
-        let mut lapsed = self.store.lapsed(now, 1000).await?;
+        let mut lapsed = self.store.lapsed_leases(now, 1000).await?;
         if !running {
             lapsed.retain(|task| task.state != TaskState::Running);
         }
@@ -139,13 +139,12 @@ mod tests {
 
     use async_trait::async_trait;
     use chrono::{TimeZone, Utc};
-    use serde_json::value::RawValue;
 
     use super::*;
     use crate::clock::{Clock, ManualClock};
-    use crate::routing::{RouteTable, fixed};
-    use crate::signals::TestSignals;
-    use crate::store::{self, *};
+    use crate::job_table::{RouteTable, fixed};
+    use crate::test_hooks::TestSignals;
+    use asyncd_store::{self as store, *};
 
     const T0: i64 = 1_800_000_000_000;
 
@@ -202,12 +201,12 @@ mod tests {
         async fn finish(&self, f: &[Finish], now: Millis) -> store::Result<Vec<bool>> {
             self.inner.finish(f, now).await
         }
-        async fn lapsed(&self, now: Millis, limit: u32) -> store::Result<Vec<Lapsed>> {
+        async fn lapsed_leases(&self, now: Millis, limit: u32) -> store::Result<Vec<Lapsed>> {
             if self.down.load(Ordering::SeqCst) {
                 self.refused.fetch_add(1, Ordering::SeqCst);
                 return Err(StoreError::Database(sqlx::Error::PoolTimedOut));
             }
-            self.inner.lapsed(now, limit).await
+            self.inner.lapsed_leases(now, limit).await
         }
         async fn dead_letters(
             &self,
@@ -285,14 +284,14 @@ mod tests {
         ) -> store::Result<std::collections::BTreeMap<String, u64>> {
             self.inner.live_shares(since).await
         }
-        async fn leave(&self, member: &str) -> store::Result<()> {
-            self.inner.leave(member).await
+        async fn remove_member(&self, member: &str) -> store::Result<()> {
+            self.inner.remove_member(member).await
         }
         async fn release_claims(&self, owner: &str, now: Millis) -> store::Result<u64> {
             self.inner.release_claims(owner, now).await
         }
-        async fn clock(&self) -> store::Result<Option<Millis>> {
-            self.inner.clock().await
+        async fn database_clock(&self) -> store::Result<Option<Millis>> {
+            self.inner.database_clock().await
         }
 
         async fn record_kafka_dead_letter(
@@ -314,31 +313,18 @@ mod tests {
         async fn resume(&self, task_type: &str) -> store::Result<bool> {
             self.inner.resume(task_type).await
         }
-        async fn pauses(&self) -> store::Result<Vec<(String, Millis)>> {
-            self.inner.pauses().await
+        async fn paused_types(&self) -> store::Result<Vec<(String, Millis)>> {
+            self.inner.paused_types().await
         }
     }
 
     /// A due task, claimed and started at T0 with a 1 s lease; its `(id, lease_token)`.
     async fn running(store: &dyn Store) -> (String, i64) {
         let id = uuid::Uuid::now_v7().to_string();
-        let task = NewTask {
-            id: id.clone(),
-            task_type: "work".into(),
-            payload: RawValue::from_string("{}".into()).unwrap(),
-            priority: 0,
-            trigger_at: Millis::new(T0),
-            max_retries: 0,
-            timeout_ms: 1_000,
-            idempotency_key: None,
-            unique_key: None,
-            unique_for: std::time::Duration::ZERO,
-            cron_key: None,
-            depends_on: Vec::new(),
-            source_service: None,
-            concurrency_key: None,
-            trace: None,
-        };
+        let task = NewTask::test("work", Millis::new(T0))
+            .id(id.clone())
+            .payload("{}")
+            .max_retries(0);
         store.insert(&[task], Millis::new(T0)).await.unwrap();
         let claimed = store
             .claim_ids(ClaimIdsParams {
@@ -364,7 +350,7 @@ mod tests {
     async fn a_rescue_the_store_refuses_blocks_no_other() {
         let dir = tempfile::tempdir().unwrap();
         let database = format!("sqlite://{}/t.db", dir.path().display());
-        let store = crate::store::open(&database).await.unwrap();
+        let store = asyncd_store::open(&database).await.unwrap();
         store.migrate().await.unwrap();
         let (refused, _) = running(store.as_ref()).await;
         let (rescued, _) = running(store.as_ref()).await;
@@ -409,7 +395,7 @@ mod tests {
     #[tokio::test]
     async fn after_an_outage_a_late_success_lands_before_the_rescuer_takes_the_attempt() {
         let dir = tempfile::tempdir().unwrap();
-        let inner = crate::store::open(&format!("sqlite://{}/t.db", dir.path().display()))
+        let inner = asyncd_store::open(&format!("sqlite://{}/t.db", dir.path().display()))
             .await
             .unwrap();
         inner.migrate().await.unwrap();

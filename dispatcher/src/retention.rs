@@ -33,10 +33,10 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
+use crate::job_table::Routes;
 use crate::metrics::Metrics;
-use crate::routing::Routes;
-use crate::signals::{Signal, TestSignals, emit};
-use crate::store::{Millis, PurgeParams, Store, TaskState};
+use crate::test_hooks::{Signal, TestSignals, emit};
+use asyncd_store::{Millis, PurgeParams, Store, TaskState};
 
 /// Tasks deleted per transaction: small enough that a delete holds its row locks for
 /// milliseconds.
@@ -100,7 +100,7 @@ impl Purger {
 
     /// One pass over every routed job, the unique keys whose hold ended and the Kafka
     /// dead letters.
-    pub async fn purge_once(&self) -> crate::store::Result<Pass> {
+    pub async fn purge_once(&self) -> asyncd_store::Result<Pass> {
         let now = self.clock.now_millis();
         let routes = self.routes.borrow().clone();
         let mut pass = Pass {
@@ -153,10 +153,10 @@ impl Purger {
 /// Runs `batch` (one short transaction acting on at most [`BATCH`] rows) until it acts
 /// on fewer, at most [`MAX_BATCHES`] times. Returns how many rows it acted on, and
 /// whether it stopped at the cap with a full batch (there may be more).
-async fn drain<F, Fut>(mut batch: F) -> crate::store::Result<(u64, bool)>
+async fn drain<F, Fut>(mut batch: F) -> asyncd_store::Result<(u64, bool)>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = crate::store::Result<u64>>,
+    Fut: std::future::Future<Output = asyncd_store::Result<u64>>,
 {
     let mut total = 0;
     for _ in 0..MAX_BATCHES {

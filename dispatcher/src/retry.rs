@@ -8,7 +8,7 @@ use asyncd_spec::Job;
 use rand::Rng;
 
 use crate::executor::{AttemptOutcome, MAX_LEASE, MAX_RETRY_AFTER};
-use crate::store::{FinishKind, Millis};
+use asyncd_store::{FinishKind, Millis};
 
 /// `attempt` is the 1-based number of the attempt that just ended; a task is tried at
 /// most `max_retries + 1` times.

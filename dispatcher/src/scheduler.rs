@@ -26,11 +26,11 @@ use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
-use crate::dispatcher::ClaimerWakeup;
-use crate::routing::Routes;
-use crate::signals::{Signal, TestSignals, emit};
-use crate::store::{InsertOutcome, Millis, NewTask, Store};
+use crate::dispatch::ClaimerWakeup;
+use crate::job_table::Routes;
+use crate::test_hooks::{Signal, TestSignals, emit};
 use asyncd_spec::job::Overlap;
+use asyncd_store::{InsertOutcome, Millis, NewTask, Store};
 
 pub struct Scheduler {
     pub store: Arc<dyn Store>,
@@ -83,7 +83,7 @@ impl Scheduler {
     }
 
     /// One pass over every cron entry; returns the firings this pass inserted.
-    pub async fn schedule_once(&mut self) -> crate::store::Result<Vec<NewTask>> {
+    pub async fn schedule_once(&mut self) -> asyncd_store::Result<Vec<NewTask>> {
         let now_ms = self.clock.now_millis();
         let now = crate::clock::from_millis(now_ms);
         let horizon = now_ms + self.horizon;
@@ -211,7 +211,7 @@ pub fn firing(job: &Job, entry: &CronEntry, at: Millis, cron_key: Option<String>
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
-    use crate::routing::{RouteTable, fixed};
+    use crate::job_table::{RouteTable, fixed};
     use asyncd_spec::AsyncJobConfig;
     use chrono::{DateTime, Utc};
 
@@ -238,7 +238,7 @@ mod tests {
 
     async fn store(dir: &tempfile::TempDir) -> Arc<dyn Store> {
         let url = format!("sqlite://{}/cron.db", dir.path().display());
-        let store = crate::store::open(&url).await.unwrap();
+        let store = asyncd_store::open(&url).await.unwrap();
         store.migrate().await.unwrap();
         store
     }
@@ -250,7 +250,7 @@ mod tests {
     /// The job's tasks waiting in the store at `now`, due or not.
     async fn waiting(store: &Arc<dyn Store>, now: DateTime<Utc>) -> i64 {
         let counts = store
-            .job_counts(crate::store::JobCountParams {
+            .job_counts(asyncd_store::JobCountParams {
                 task_type: "report",
                 now: Millis::from(now),
                 finished_since: Millis::from(now),
@@ -410,7 +410,7 @@ mod tests {
         let now = Millis::from(utc("2026-11-30T00:00:25Z"));
         assert_eq!(
             store.cancel(&first[0].id, now).await.unwrap(),
-            crate::store::CancelOutcome::Cancelled
+            asyncd_store::CancelOutcome::Cancelled
         );
         clock.set(utc("2026-11-30T00:00:29.500Z"));
         assert_eq!(

@@ -343,23 +343,11 @@ mod tests {
     use super::*;
 
     fn task() -> NewTask {
-        NewTask {
-            id: "t".into(),
-            task_type: "a".into(),
-            payload: RawValue::from_string("{}".into()).unwrap(),
-            priority: 0,
-            trigger_at: Millis::new(5),
-            max_retries: 0,
-            timeout_ms: 1,
-            idempotency_key: None,
-            unique_key: None,
-            unique_for: std::time::Duration::ZERO,
-            cron_key: None,
-            depends_on: Vec::new(),
-            source_service: None,
-            concurrency_key: None,
-            trace: None,
-        }
+        NewTask::test("a", Millis::new(5))
+            .id("t")
+            .payload("{}")
+            .max_retries(0)
+            .timeout_ms(1)
     }
 
     fn start(state: TaskState, last_error: Option<&str>) -> Initial {

@@ -53,7 +53,8 @@
 //!   and a `finish` of plain successes, into one statement. Their migrations are in
 //!   `migrations/<dialect>/`, embedded at compile time.
 //!
-//! `dispatcher/tests/store_conformance.rs` runs every scenario against every backend.
+//! The store suite, `dispatcher/tests/store_suite/` (a file per entity), runs every scenario
+//! against every backend.
 
 mod bulk;
 pub mod domain;
@@ -86,8 +87,8 @@ pub use kafka_dead_letter::{
 };
 pub use millis::{Millis, duration_ms};
 pub use params::{
-    Admitted, AdoptParams, BulkAction, ClaimIdsParams, ClaimParams, DeadCount, DeadFilter,
-    DeadLetterParams, FairClaim, FairParams, HeldBy, JobCountParams, JobCounts, JobGate,
+    Admitted, BulkAction, ClaimIdsParams, ClaimParams, DeadCount, DeadFilter, DeadLetterParams,
+    FairClaim, FairParams, HeldBy, InsertConsumedParams, JobCountParams, JobCounts, JobGate,
     PurgeParams, SearchParams, Shares, StartParams, TypeFilter,
 };
 use redact::without_password;

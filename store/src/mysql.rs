@@ -95,7 +95,7 @@ fn padded<T>(values: &[T]) -> impl Iterator<Item = &T> {
 const QUERIES: Queries = Queries {
     get: concat!("SELECT ", task_columns!(), " FROM tasks WHERE id = ?"),
     dependencies: "SELECT depends_on FROM task_deps WHERE task_id = ? ORDER BY depends_on",
-    lapsed: "SELECT id, task_type, state, attempt, max_retries, lease_token FROM tasks \
+    lapsed_leases: "SELECT id, task_type, state, attempt, max_retries, lease_token FROM tasks \
              WHERE state IN ('claimed', 'running') AND lease_until < ? \
              ORDER BY lease_until LIMIT ?",
     heartbeat: "INSERT INTO dispatchers (id, heartbeat_at, shares) VALUES (?, ?, ?) \
@@ -104,11 +104,11 @@ const QUERIES: Queries = Queries {
     forget_members: "DELETE FROM dispatchers WHERE heartbeat_at < ?",
     live_members: "SELECT id FROM dispatchers WHERE heartbeat_at >= ? ORDER BY id",
     live_shares: "SELECT shares FROM dispatchers WHERE heartbeat_at >= ? AND shares IS NOT NULL",
-    leave: "DELETE FROM dispatchers WHERE id = ?",
+    remove_member: "DELETE FROM dispatchers WHERE id = ?",
     release_claims: "UPDATE tasks SET state = 'pending', lease_until = NULL, owner = NULL, \
                      updated_at = ? WHERE state = 'claimed' AND owner = ?",
     skip_locked: " FOR UPDATE SKIP LOCKED",
-    clock: Some("SELECT CAST(UNIX_TIMESTAMP(SYSDATE(3)) * 1000 AS SIGNED)"),
+    database_clock: Some("SELECT CAST(UNIX_TIMESTAMP(SYSDATE(3)) * 1000 AS SIGNED)"),
     // Not INSERT IGNORE, which would also turn a value the table refuses into a warning
     // and a row that is not the message: the no-op update skips only the duplicate key.
     record_kafka_dead_letter: "INSERT INTO kafka_dead_letters (topic, kafka_partition, kafka_offset, message, \
@@ -120,7 +120,7 @@ const QUERIES: Queries = Queries {
                                ORDER BY recorded_at LIMIT ?",
     pause: "INSERT IGNORE INTO job_pauses (task_type, paused_at) VALUES (?, ?)",
     resume: "DELETE FROM job_pauses WHERE task_type = ?",
-    pauses: "SELECT task_type, paused_at FROM job_pauses ORDER BY task_type",
+    paused_types: "SELECT task_type, paused_at FROM job_pauses ORDER BY task_type",
     new_limits: "INSERT IGNORE INTO job_limits (task_type, tokens, refilled_at) VALUES (?, ?, ?)",
     lock_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = ? FOR UPDATE",
     // Pinned, as the other statements on the state index are (see the top of this file).

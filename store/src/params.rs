@@ -136,9 +136,9 @@ pub struct ClaimIdsParams<'a> {
     pub owner: &'a str,
 }
 
-/// What [`Store::adopt`] takes.
+/// What [`Store::insert_consumed`] takes.
 #[derive(Debug, Clone, Copy)]
-pub struct AdoptParams<'a> {
+pub struct InsertConsumedParams<'a> {
     pub tasks: &'a [NewTask],
     pub horizon: Millis,
     pub now: Millis,

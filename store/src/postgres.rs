@@ -54,7 +54,7 @@ impl PostgresStore {
 const QUERIES: Queries = Queries {
     get: concat!("SELECT ", task_columns!(), " FROM tasks WHERE id = $1"),
     dependencies: "SELECT depends_on FROM task_deps WHERE task_id = $1 ORDER BY depends_on",
-    lapsed: "SELECT id, task_type, state, attempt, max_retries, lease_token FROM tasks \
+    lapsed_leases: "SELECT id, task_type, state, attempt, max_retries, lease_token FROM tasks \
              WHERE state IN ('claimed', 'running') AND lease_until < $1 \
              ORDER BY lease_until LIMIT $2",
     heartbeat: "INSERT INTO dispatchers (id, heartbeat_at, shares) VALUES ($1, $2, $3) \
@@ -63,11 +63,11 @@ const QUERIES: Queries = Queries {
     forget_members: "DELETE FROM dispatchers WHERE heartbeat_at < $1",
     live_members: "SELECT id FROM dispatchers WHERE heartbeat_at >= $1 ORDER BY id",
     live_shares: "SELECT shares FROM dispatchers WHERE heartbeat_at >= $1 AND shares IS NOT NULL",
-    leave: "DELETE FROM dispatchers WHERE id = $1",
+    remove_member: "DELETE FROM dispatchers WHERE id = $1",
     release_claims: "UPDATE tasks SET state = 'pending', lease_until = NULL, owner = NULL, \
                      updated_at = $1 WHERE state = 'claimed' AND owner = $2",
     skip_locked: " FOR UPDATE SKIP LOCKED",
-    clock: Some("SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT"),
+    database_clock: Some("SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT"),
     record_kafka_dead_letter: "INSERT INTO kafka_dead_letters (topic, kafka_partition, kafka_offset, message, \
                                message_size, reason, recorded_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
                                ON CONFLICT DO NOTHING",
@@ -76,7 +76,7 @@ const QUERIES: Queries = Queries {
                                ORDER BY recorded_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
     pause: "INSERT INTO job_pauses (task_type, paused_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
     resume: "DELETE FROM job_pauses WHERE task_type = $1",
-    pauses: "SELECT task_type, paused_at FROM job_pauses ORDER BY task_type",
+    paused_types: "SELECT task_type, paused_at FROM job_pauses ORDER BY task_type",
     new_limits: "INSERT INTO job_limits (task_type, tokens, refilled_at) VALUES ($1, $2, $3) \
                  ON CONFLICT DO NOTHING",
     lock_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = $1 FOR UPDATE",

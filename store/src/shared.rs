@@ -27,7 +27,7 @@ pub struct Queries {
     pub dependencies: &'static str,
     /// Up to `limit` claimed or running tasks whose lease ended before `now`, oldest
     /// lease first.
-    pub lapsed: &'static str,
+    pub lapsed_leases: &'static str,
     /// Records member `id` alive at `now` with its adaptive `shares` (JSON), inserting or
     /// updating its row.
     pub heartbeat: &'static str,
@@ -38,7 +38,7 @@ pub struct Queries {
     /// The `shares` of the members whose last heartbeat is at or after `since`.
     pub live_shares: &'static str,
     /// Deletes member `id`.
-    pub leave: &'static str,
+    pub remove_member: &'static str,
     /// Sets every task in `claimed` whose `owner` is `owner` back to `pending`, as a
     /// release does, stamped `now`; parameters `now`, `owner`.
     pub release_claims: &'static str,
@@ -47,7 +47,7 @@ pub struct Queries {
     /// writer needs no row locks.
     pub skip_locked: &'static str,
     /// The database server's clock in UTC milliseconds; `None` for an embedded database.
-    pub clock: Option<&'static str>,
+    pub database_clock: Option<&'static str>,
     /// Inserts a Kafka dead letter unless one is recorded at its (topic, partition,
     /// offset); parameters `topic, kafka_partition, kafka_offset, message, message_size,
     /// reason, recorded_at`.
@@ -61,7 +61,7 @@ pub struct Queries {
     /// Deletes the pause of task type `task_type`.
     pub resume: &'static str,
     /// `task_type, paused_at` of every paused task type, sorted by type.
-    pub pauses: &'static str,
+    pub paused_types: &'static str,
     /// Inserts the `job_limits` row of `task_type` with `tokens, refilled_at` unless it
     /// exists; parameters `task_type, tokens, refilled_at`.
     pub new_limits: &'static str,
@@ -161,7 +161,7 @@ where
     Ok(Some(task))
 }
 
-pub async fn lapsed<DB>(
+pub async fn lapsed_leases<DB>(
     pool: &Pool<DB>,
     queries: &Queries,
     now: Millis,
@@ -175,7 +175,7 @@ where
     for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'r> LapsedRow: FromRow<'r, DB::Row>,
 {
-    let rows = sqlx::query_as::<DB, LapsedRow>(queries.lapsed)
+    let rows = sqlx::query_as::<DB, LapsedRow>(queries.lapsed_leases)
         .bind(now)
         .bind(i64::from(limit))
         .fetch_all(pool)
@@ -498,14 +498,14 @@ where
     Ok(row.into())
 }
 
-pub async fn leave<DB>(pool: &Pool<DB>, queries: &Queries, member: &str) -> Result<()>
+pub async fn remove_member<DB>(pool: &Pool<DB>, queries: &Queries, member: &str) -> Result<()>
 where
     DB: Database,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     DB::Arguments: IntoArguments<DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
 {
-    sqlx::query::<DB>(queries.leave)
+    sqlx::query::<DB>(queries.remove_member)
         .bind(member)
         .execute(pool)
         .await?;

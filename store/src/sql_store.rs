@@ -290,8 +290,8 @@ where
         self.finish_batch(finishes, now).await
     }
 
-    async fn lapsed(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>> {
-        shared::lapsed(self.reader(), &B::QUERIES, now, limit).await
+    async fn lapsed_leases(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>> {
+        shared::lapsed_leases(self.reader(), &B::QUERIES, now, limit).await
     }
 
     async fn dead_letters(&self, params: DeadLetterParams<'_>) -> Result<Vec<TaskRecord>> {
@@ -372,8 +372,8 @@ where
         shared::live_shares(self.reader(), &B::QUERIES, since).await
     }
 
-    async fn leave(&self, member: &str) -> Result<()> {
-        shared::leave(self.writer(), &B::QUERIES, member).await
+    async fn remove_member(&self, member: &str) -> Result<()> {
+        shared::remove_member(self.writer(), &B::QUERIES, member).await
     }
 
     async fn release_claims(&self, owner: &str, now: Millis) -> Result<u64> {
@@ -381,8 +381,8 @@ where
         Ok(B::rows_affected(&done))
     }
 
-    async fn clock(&self) -> Result<Option<Millis>> {
-        let Some(statement) = B::QUERIES.clock else {
+    async fn database_clock(&self) -> Result<Option<Millis>> {
+        let Some(statement) = B::QUERIES.database_clock else {
             return Ok(None);
         };
         let ms = sqlx::query_scalar::<DB, i64>(statement)
@@ -421,7 +421,7 @@ where
             .bind(now)
             .execute(&mut *tx)
             .await?;
-        let since = sqlx::query_as::<DB, (String, i64)>(B::QUERIES.pauses)
+        let since = sqlx::query_as::<DB, (String, i64)>(B::QUERIES.paused_types)
             .fetch_all(&mut *tx)
             .await?
             .into_iter()
@@ -439,8 +439,8 @@ where
         Ok(B::rows_affected(&done) > 0)
     }
 
-    async fn pauses(&self) -> Result<Vec<(String, Millis)>> {
-        Ok(sqlx::query_as::<DB, (String, i64)>(B::QUERIES.pauses)
+    async fn paused_types(&self) -> Result<Vec<(String, Millis)>> {
+        Ok(sqlx::query_as::<DB, (String, i64)>(B::QUERIES.paused_types)
             .fetch_all(self.reader())
             .await?
             .into_iter()

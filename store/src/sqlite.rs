@@ -51,7 +51,7 @@ impl SqliteStore {
 const QUERIES: Queries = Queries {
     get: concat!("SELECT ", task_columns!(), " FROM tasks WHERE id = ?"),
     dependencies: "SELECT depends_on FROM task_deps WHERE task_id = ? ORDER BY depends_on",
-    lapsed: "SELECT id, task_type, state, attempt, max_retries, lease_token FROM tasks \
+    lapsed_leases: "SELECT id, task_type, state, attempt, max_retries, lease_token FROM tasks \
              WHERE state IN ('claimed', 'running') AND lease_until < ? \
              ORDER BY lease_until LIMIT ?",
     heartbeat: "INSERT INTO dispatchers (id, heartbeat_at, shares) VALUES (?, ?, ?) \
@@ -60,11 +60,11 @@ const QUERIES: Queries = Queries {
     forget_members: "DELETE FROM dispatchers WHERE heartbeat_at < ?",
     live_members: "SELECT id FROM dispatchers WHERE heartbeat_at >= ? ORDER BY id",
     live_shares: "SELECT shares FROM dispatchers WHERE heartbeat_at >= ? AND shares IS NOT NULL",
-    leave: "DELETE FROM dispatchers WHERE id = ?",
+    remove_member: "DELETE FROM dispatchers WHERE id = ?",
     release_claims: "UPDATE tasks SET state = 'pending', lease_until = NULL, owner = NULL, \
                      updated_at = ? WHERE state = 'claimed' AND owner = ?",
     skip_locked: "",
-    clock: None,
+    database_clock: None,
     record_kafka_dead_letter: "INSERT INTO kafka_dead_letters (topic, kafka_partition, kafka_offset, message, \
                                message_size, reason, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?) \
                                ON CONFLICT DO NOTHING",
@@ -74,7 +74,7 @@ const QUERIES: Queries = Queries {
                                 ORDER BY recorded_at LIMIT ?)",
     pause: "INSERT INTO job_pauses (task_type, paused_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
     resume: "DELETE FROM job_pauses WHERE task_type = ?",
-    pauses: "SELECT task_type, paused_at FROM job_pauses ORDER BY task_type",
+    paused_types: "SELECT task_type, paused_at FROM job_pauses ORDER BY task_type",
     new_limits: "INSERT INTO job_limits (task_type, tokens, refilled_at) VALUES (?, ?, ?) \
                  ON CONFLICT DO NOTHING",
     // One writer: the transaction itself keeps others out.

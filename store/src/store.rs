@@ -39,7 +39,7 @@ pub trait Store: Send + Sync + 'static {
     /// Stores tasks consumed from Kafka and claims for `owner` the new ones due by
     /// `horizon`, so the consumer that read them dispatches them without a poll. Tasks
     /// already stored (a message consumed twice) are left alone.
-    async fn adopt(&self, params: AdoptParams<'_>) -> Result<Vec<ClaimedTask>> {
+    async fn insert_consumed(&self, params: InsertConsumedParams<'_>) -> Result<Vec<ClaimedTask>> {
         let outcomes = self.insert(params.tasks, params.now).await?;
         let due: Vec<String> = params
             .tasks
@@ -87,7 +87,9 @@ pub trait Store: Send + Sync + 'static {
     async fn claim_fair(&self, params: ClaimParams<'_>, fair: FairParams<'_>) -> Result<FairClaim>;
     /// Applies each finish whose token still matches; `true` where it applied.
     async fn finish(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>>;
-    async fn lapsed(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>>;
+    /// Up to `limit` claims and attempts whose lease ran out before `now`, for the
+    /// rescuer to retry, release or bury (River's `JobGetStuck`).
+    async fn lapsed_leases(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>>;
 
     /// A page of dead tasks, latest due first (see [`DeadLetterParams`]).
     async fn dead_letters(&self, params: DeadLetterParams<'_>) -> Result<Vec<TaskRecord>>;
@@ -122,7 +124,7 @@ pub trait Store: Send + Sync + 'static {
     /// heartbeat is at or after `since` (migration `0014_dispatcher_shares.sql`).
     async fn live_shares(&self, since: Millis) -> Result<BTreeMap<String, u64>>;
     /// A clean exit: the others take over `member`'s task types at once.
-    async fn leave(&self, member: &str) -> Result<()>;
+    async fn remove_member(&self, member: &str) -> Result<()>;
     /// Hands back every claim `owner` holds (not its running attempts), as if it had
     /// released each one: for a dispatcher that others found dead, so its claimed tasks
     /// run again within seconds instead of after the claim hold. Safe while it lives
@@ -130,7 +132,7 @@ pub trait Store: Send + Sync + 'static {
     async fn release_claims(&self, owner: &str, now: Millis) -> Result<u64>;
     /// The database server's clock, for a process to measure its own against; `None`
     /// for an embedded database, which has no clock but the process's.
-    async fn clock(&self) -> Result<Option<Millis>>;
+    async fn database_clock(&self) -> Result<Option<Millis>>;
     /// Keeps a Kafka message the consumer could not make a task of, so its offset can be
     /// committed without losing it. A message already recorded (at the same topic,
     /// partition and offset: re-delivered after a crash) is left as it is.
@@ -152,7 +154,7 @@ pub trait Store: Send + Sync + 'static {
     /// Lifts the pause of `task_type`; `false` if it was not paused.
     async fn resume(&self, task_type: &str) -> Result<bool>;
     /// Every paused task type with since when, sorted by type.
-    async fn pauses(&self) -> Result<Vec<(String, Millis)>>;
+    async fn paused_types(&self) -> Result<Vec<(String, Millis)>>;
 }
 
 /// How long a silent member's row is kept before a heartbeat of another deletes it.

@@ -21,7 +21,7 @@ use super::{ApiState, AppState, body_bytes};
 use crate::clock::from_millis;
 use crate::executor::AttemptOutcome;
 use crate::retry;
-use crate::store::{Finish, FinishKind, TaskRecord, TaskState};
+use asyncd_store::{Finish, FinishKind, TaskRecord, TaskState};
 
 /// A heartbeat or result body, and its lease token, which may come as the
 /// `Asyncd-Lease-Token` header instead. An empty body is an empty object.
@@ -68,7 +68,7 @@ fn parse_callback<T: DeserializeOwned>(
 /// fences the same way). An unknown task, any other state, and a token that is not the
 /// current one all answer the same [`stale`]: a caller without the token learns nothing,
 /// not even whether the task exists. The token is compared in constant time
-/// ([`crate::lease::matches`]).
+/// ([`asyncd_store::lease::matches`]).
 async fn current_attempt(
     state: &ApiState,
     id: &str,
@@ -79,7 +79,12 @@ async fn current_attempt(
         Some(task)
             if (task.state == TaskState::Running
                 || (success && matches!(task.state, TaskState::Pending | TaskState::Dead)))
-                && crate::lease::matches(&task.lease_secret, id, task.lease_token, token) =>
+                && asyncd_store::lease::matches(
+                    &task.lease_secret,
+                    id,
+                    task.lease_token,
+                    token,
+                ) =>
         {
             Ok(task)
         }
@@ -87,7 +92,12 @@ async fn current_attempt(
         // Only that attempt's holder learns it was cancelled; anyone else gets `stale`.
         Some(task)
             if task.state == TaskState::Cancelled
-                && crate::lease::matches(&task.lease_secret, id, task.lease_token - 1, token) =>
+                && asyncd_store::lease::matches(
+                    &task.lease_secret,
+                    id,
+                    task.lease_token - 1,
+                    token,
+                ) =>
         {
             Err(ApiError::new(
                 ErrorCode::TaskCancelled,

@@ -26,7 +26,7 @@ use super::submit::{parse_json, plain_text};
 use super::{AppState, body_bytes};
 use crate::auth::{Caller, Verb};
 use crate::clock::from_millis;
-use crate::store::{
+use asyncd_store::{
     BulkAction, DeadFilter, DeadLetterParams, Millis, RedriveOutcome, domain::MAX_REASON_CHARS,
 };
 

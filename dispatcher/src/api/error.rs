@@ -61,21 +61,21 @@ impl ApiError {
     }
 }
 
-impl From<crate::store::StoreError> for ApiError {
-    fn from(err: crate::store::StoreError) -> Self {
+impl From<asyncd_store::StoreError> for ApiError {
+    fn from(err: asyncd_store::StoreError) -> Self {
         Self::from(&err)
     }
 }
 
 /// A store error several requests share (a group commit's, see `group_commit`).
-impl From<std::sync::Arc<crate::store::StoreError>> for ApiError {
-    fn from(err: std::sync::Arc<crate::store::StoreError>) -> Self {
+impl From<std::sync::Arc<asyncd_store::StoreError>> for ApiError {
+    fn from(err: std::sync::Arc<asyncd_store::StoreError>) -> Self {
         Self::from(&*err)
     }
 }
 
-impl From<&crate::store::StoreError> for ApiError {
-    fn from(err: &crate::store::StoreError) -> Self {
+impl From<&asyncd_store::StoreError> for ApiError {
+    fn from(err: &asyncd_store::StoreError) -> Self {
         // The one non-4xx answer: the store is down, which the client may retry.
         tracing::error!(%err, "store error while serving a request");
         Self::new(
@@ -121,7 +121,7 @@ mod tests {
 
     #[test]
     fn an_unavailable_store_answers_503_with_retry_after() {
-        let err = ApiError::from(crate::store::StoreError::UnsupportedUrl("x".into()));
+        let err = ApiError::from(asyncd_store::StoreError::UnsupportedUrl("x".into()));
         let response = err.into_response();
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(

@@ -18,7 +18,7 @@ use super::error::ApiError;
 use super::{ApiState, AppState};
 use crate::auth::{Caller, Verb};
 use crate::clock::from_millis;
-use crate::store::{InsertOutcome, JobCountParams, Millis};
+use asyncd_store::{InsertOutcome, JobCountParams, Millis};
 
 /// The job named `name` (an AsyncJobConfig), when `caller` may do `verb` on it: 404 for a
 /// name no config declares, 403 for a job the caller may not act on.
@@ -138,7 +138,7 @@ pub(super) async fn list(
 ) -> Result<Json<JobList>, ApiError> {
     let mut jobs: Vec<Arc<asyncd_spec::Job>> = state.routes.borrow().jobs().cloned().collect();
     jobs.sort_by(|a, b| a.name.cmp(&b.name));
-    let pauses = state.store.pauses().await?;
+    let pauses = state.store.paused_types().await?;
     let now = state.clock.now_millis();
     let shares = live_shares(&state, now).await?;
     let mut overviews = Vec::with_capacity(jobs.len());
@@ -163,7 +163,7 @@ pub(super) async fn get(
     Path(name): Path<String>,
 ) -> Result<Json<JobOverview>, ApiError> {
     let job = named_job(&state, &caller, &name, Verb::Get).await?;
-    let paused_at = paused_since(&state.store.pauses().await?, &job.task_type);
+    let paused_at = paused_since(&state.store.paused_types().await?, &job.task_type);
     let now = state.clock.now_millis();
     let shares = live_shares(&state, now).await?;
     Ok(Json(
@@ -176,7 +176,7 @@ pub(super) async fn get(
 async fn live_shares(state: &ApiState, now: Millis) -> Result<BTreeMap<String, u64>, ApiError> {
     Ok(state
         .store
-        .live_shares(now.saturating_sub(crate::dispatcher::MEMBER_TTL))
+        .live_shares(now.saturating_sub(crate::dispatch::MEMBER_TTL))
         .await?)
 }
 

@@ -1,5 +1,5 @@
 //! Kafka dead letters — messages a consumer could not make a task of, kept byte for byte
-//! in the store (`dispatcher/src/kafka.rs`): `GET /v1/kafka-dead-letters` lists them,
+//! in the store (`dispatcher/src/kafka/consumer.rs`): `GET /v1/kafka-dead-letters` lists them,
 //! latest recorded first, paged like the task listings; `POST
 //! /v1/kafka-dead-letters/purge` deletes those recorded before an instant, a bounded
 //! batch per call (the retention purger deletes them a week after they were recorded
@@ -24,7 +24,7 @@ use super::submit::{parse_json, plain_text};
 use super::{AppState, body_bytes};
 use crate::auth::{Caller, Verb};
 use crate::clock::from_millis;
-use crate::store::{KafkaDeadLetter, KafkaDeadLetterKey, KafkaDeadLetterParams, Millis};
+use asyncd_store::{KafkaDeadLetter, KafkaDeadLetterKey, KafkaDeadLetterParams, Millis};
 
 /// A purge body is an instant and a limit; anything larger is not one.
 const MAX_BODY_BYTES: usize = 16 * 1024;

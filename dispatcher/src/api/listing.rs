@@ -9,7 +9,7 @@ use serde_json::value::RawValue;
 
 use super::error::ApiError;
 use crate::clock::from_millis;
-use crate::store::{Millis, TaskRecord};
+use asyncd_store::{Millis, TaskRecord};
 
 fn raw_or_null(raw: &RawValue) -> serde_json::Value {
     serde_json::from_str(raw.get()).unwrap_or(serde_json::Value::Null)
@@ -102,8 +102,8 @@ pub fn listing(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::TaskState;
     use asyncd_contract::DeadLetters;
+    use asyncd_store::TaskState;
 
     fn dead(id: usize, payload_bytes: usize) -> TaskRecord {
         let payload = format!("\"{}\"", "x".repeat(payload_bytes));

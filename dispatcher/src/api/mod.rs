@@ -33,11 +33,11 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 
 use crate::auth::{Auth, Caller, Verb};
-use crate::dispatcher::ClaimerWakeup;
+use crate::dispatch::ClaimerWakeup;
+use crate::job_table::Routes;
 use crate::metrics::Metrics;
-use crate::routing::Routes;
-use crate::store::{Store, TaskRecord};
 use crate::trace::Tracer;
+use asyncd_store::{Store, TaskRecord};
 use error::ApiError;
 use submit::Limits;
 

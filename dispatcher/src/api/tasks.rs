@@ -17,7 +17,7 @@ use super::listing::{listing, listing_limit, parse_cursor, task_status};
 use super::submit::{self, Shape, plain_text};
 use super::{ApiState, AppState};
 use crate::auth::{Caller, Verb};
-use crate::store::{CancelOutcome, Millis, SearchParams, TaskState};
+use asyncd_store::{CancelOutcome, Millis, SearchParams, TaskState};
 
 /// `POST /v1/tasks`: one task, answered with its own status and body.
 pub(super) async fn submit_one(

@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 
-use crate::store::{Millis, Shares};
+use asyncd_store::{Millis, Shares};
 
 /// What an overload answer leaves of the share: 0.7, as TCP CUBIC, so the share swings
 /// between 70 % and a little over what the executor takes rather than halving.

@@ -19,12 +19,12 @@ use super::runner::ReadyQueue;
 use super::{Claims, DispatcherConfig, Outcomes};
 use crate::clock::SharedClock;
 use crate::executor::{AttemptOutcome, BatchAttempt, ExecutorClient};
+use crate::job_table::Routes;
 use crate::metrics::Metrics;
 use crate::retry;
-use crate::routing::Routes;
 use crate::signing::{Keys, SigningKeys};
-use crate::store::{ClaimedTask, FinishKind, HeldBy, JobGate, StartParams, Started, Store};
 use crate::trace::{SpanKind, Value};
+use asyncd_store::{ClaimedTask, FinishKind, HeldBy, JobGate, StartParams, Started, Store};
 
 /// What beginning and running attempts needs, shared by the runners that begin them and
 /// the attempts in flight.

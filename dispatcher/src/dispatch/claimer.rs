@@ -14,11 +14,11 @@ use super::holdings::JobLimits;
 use super::ownership::Ownership;
 use super::{ClaimerWakeup, DispatcherConfig, Intake};
 use crate::clock::SharedClock;
+use crate::job_table::Routes;
 use crate::metrics::Metrics;
-use crate::routing::Routes;
-use crate::signals::{Signal, emit};
 use crate::signing::SigningKeys;
-use crate::store::{ClaimParams, ClaimedTask, FairParams, Millis, Store, TypeFilter};
+use crate::test_hooks::{Signal, emit};
+use asyncd_store::{ClaimParams, ClaimedTask, FairParams, Millis, Store, TypeFilter};
 
 pub(super) struct Claimer {
     store: Arc<dyn Store>,
@@ -152,7 +152,7 @@ impl Claimer {
         &mut self,
         params: ClaimParams<'_>,
         per_key: u32,
-    ) -> crate::store::Result<Vec<ClaimedTask>> {
+    ) -> asyncd_store::Result<Vec<ClaimedTask>> {
         let TypeFilter::Only(types) = params.types else {
             return Ok(Vec::new());
         };

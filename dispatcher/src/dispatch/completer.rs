@@ -12,8 +12,8 @@ use tokio_util::sync::CancellationToken;
 use super::{ClaimerWakeup, Claims, DispatcherConfig};
 use crate::clock::SharedClock;
 use crate::metrics::Metrics;
-use crate::signals::{Signal, TestSignals, emit};
-use crate::store::{ClaimedTask, Finish, FinishKind, Started, Store};
+use crate::test_hooks::{Signal, TestSignals, emit};
+use asyncd_store::{ClaimedTask, Finish, FinishKind, Started, Store};
 
 /// An outcome for the completer, with the concurrency permit its attempt held: the
 /// permit goes once the outcome is written, when the store stops counting the attempt

@@ -14,10 +14,10 @@ use super::ownership::{self, Ownership};
 use super::{ClaimerWakeup, DispatcherConfig};
 use crate::clock::SharedClock;
 use crate::clock_check::Reading;
+use crate::job_table::Routes;
 use crate::metrics::Metrics;
-use crate::routing::Routes;
-use crate::signals::{Signal, emit};
-use crate::store::{Millis, Store};
+use crate::test_hooks::{Signal, emit};
+use asyncd_store::{Millis, Store};
 
 pub(super) struct Membership {
     store: Arc<dyn Store>,
@@ -73,7 +73,7 @@ impl Membership {
                 _ = tokio::time::sleep(self.config.heartbeat_interval) => {}
             }
         }
-        if let Err(err) = self.store.leave(&self.member).await {
+        if let Err(err) = self.store.remove_member(&self.member).await {
             tracing::warn!(%err, "could not leave the dispatcher set; it will expire");
         }
     }
@@ -125,7 +125,7 @@ impl Membership {
     /// `asyncd_job_paused{job}`. Only for the metric: pausing does not depend on it (the
     /// store's claim and start skip paused types; the claimer and runners read the config).
     async fn observe_pauses(&self, now: Millis) {
-        let in_store: BTreeSet<String> = match self.store.pauses().await {
+        let in_store: BTreeSet<String> = match self.store.paused_types().await {
             Ok(pauses) => pauses.into_iter().map(|(task_type, _)| task_type).collect(),
             Err(err) => {
                 tracing::debug!(%err, "could not read the paused jobs");
@@ -154,7 +154,7 @@ impl Membership {
     /// [`crate::clock_check`]); a failed read keeps the last reading.
     async fn check_clock(&self) {
         let before = self.clock.now_millis();
-        let store = match self.store.clock().await {
+        let store = match self.store.database_clock().await {
             Ok(Some(store)) => store,
             Ok(None) => return self.config.clock_check.record_no_store_clock(),
             Err(err) => {

@@ -65,13 +65,13 @@ use tokio_util::task::TaskTracker;
 use crate::clock::SharedClock;
 use crate::clock_check::ClockCheck;
 use crate::executor::ExecutorClient;
-use crate::heap::EtaHeap;
+use crate::job_table::Routes;
 use crate::metrics::Metrics;
-use crate::routing::Routes;
-use crate::signals::{Signal, TestSignals, emit};
 use crate::signing::SigningKeys;
-use crate::store::{ClaimedTask, Store};
+use crate::test_hooks::{Signal, TestSignals, emit};
 use crate::trace::Tracer;
+use asyncd_store::heap::EtaHeap;
+use asyncd_store::{ClaimedTask, Store};
 
 use adaptive::Adaptive;
 use attempt::Attempts;

@@ -13,10 +13,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::adaptive::Adaptive;
 use super::{Attempts, Outcomes, Unstarted};
-use crate::heap::ReadyHeap;
+use crate::job_table::Routes;
 use crate::metrics::Metrics;
-use crate::routing::Routes;
-use crate::store::{ClaimedTask, HeldBy};
+use asyncd_store::heap::ReadyHeap;
+use asyncd_store::{ClaimedTask, HeldBy};
 
 /// How often a runner held back by its job's concurrency (slots taken by attempts other
 /// dispatchers began, or by long attempts an executor accepted with 202) asks the store

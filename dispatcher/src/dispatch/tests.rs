@@ -16,10 +16,10 @@ use tokio_util::task::TaskTracker;
 use super::*;
 use crate::clock::{Clock, ManualClock};
 use crate::executor::ExecutorClient;
+use crate::job_table::{RouteTable, fixed};
 use crate::metrics::Metrics;
-use crate::routing::{RouteTable, fixed};
-use crate::signals::{Signal, TestSignals};
-use crate::store::{ClaimParams, Millis, NewTask, Store, TaskState, TypeFilter};
+use crate::test_hooks::{Signal, TestSignals};
+use asyncd_store::{ClaimParams, Millis, NewTask, Store, TaskState, TypeFilter};
 
 const T0: i64 = 1_800_000_000_000;
 
@@ -55,7 +55,7 @@ impl Rig {
     async fn start(jobs: Vec<asyncd_spec::Job>, config: DispatcherConfig) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}/tasks.db", dir.path().display());
-        let store = crate::store::open(&url).await.unwrap();
+        let store = asyncd_store::open(&url).await.unwrap();
         store.migrate().await.unwrap();
         Self::start_on(dir, store, jobs, config).await
     }
@@ -160,23 +160,12 @@ impl Rig {
 }
 
 fn new_task(id: &str, task_type: &str, at: i64, priority: u8) -> NewTask {
-    NewTask {
-        id: id.into(),
-        task_type: task_type.into(),
-        payload: RawValue::from_string("{}".into()).unwrap(),
-        priority,
-        trigger_at: Millis::new(at),
-        max_retries: 0,
-        timeout_ms: 5_000,
-        idempotency_key: None,
-        unique_key: None,
-        unique_for: std::time::Duration::ZERO,
-        cron_key: None,
-        depends_on: Vec::new(),
-        source_service: None,
-        concurrency_key: None,
-        trace: None,
-    }
+    NewTask::test(task_type, Millis::new(at))
+        .id(id)
+        .payload("{}")
+        .priority(priority)
+        .max_retries(0)
+        .timeout_ms(5_000)
 }
 
 fn fast() -> DispatcherConfig {
@@ -330,7 +319,7 @@ async fn claims_ahead_and_dispatches_exactly_at_the_eta() {
 async fn a_dead_members_claims_run_as_soon_as_it_is_known_dead() {
     let url = executor().await;
     let dir = tempfile::tempdir().unwrap();
-    let store = crate::store::open(&format!("sqlite://{}/tasks.db", dir.path().display()))
+    let store = asyncd_store::open(&format!("sqlite://{}/tasks.db", dir.path().display()))
         .await
         .unwrap();
     store.migrate().await.unwrap();
@@ -402,7 +391,7 @@ async fn an_outcome_the_store_refuses_blocks_no_other() {
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     let dir = tempfile::tempdir().unwrap();
     let database = format!("sqlite://{}/tasks.db", dir.path().display());
-    let store = crate::store::open(&database).await.unwrap();
+    let store = asyncd_store::open(&database).await.unwrap();
     store.migrate().await.unwrap();
     let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&database)
         .await
@@ -458,7 +447,7 @@ async fn an_outcome_the_store_refuses_blocks_no_other() {
 async fn equal_etas_dispatch_in_priority_order() {
     let url = executor().await;
     // A hold long enough that a job of concurrency 1 and a 5 s timeout has room for
-    // all five in the heap at once (see `crate::holdings`).
+    // all five in the heap at once (see `crate::dispatch::holdings`).
     let config = DispatcherConfig {
         hold: Duration::from_secs(60),
         ..fast()
@@ -543,7 +532,7 @@ async fn polls_only_the_task_types_it_owns() {
     let (mine, theirs) = (owned_by(&me), owned_by(&other));
     let dir = tempfile::tempdir().unwrap();
     let url_db = format!("sqlite://{}/tasks.db", dir.path().display());
-    let store = crate::store::open(&url_db).await.unwrap();
+    let store = asyncd_store::open(&url_db).await.unwrap();
     store.migrate().await.unwrap();
     store
         .heartbeat_member(&other, Millis::new(T0), &Default::default())

@@ -13,10 +13,10 @@ use tokio_util::task::TaskTracker;
 use super::runner::{ReadyQueue, Runners};
 use super::{DispatcherConfig, Outcomes, Unstarted, stop_on_exit};
 use crate::clock::SharedClock;
+use crate::job_table::Routes;
 use crate::metrics::Metrics;
-use crate::routing::Routes;
-use crate::signals::{Signal, emit};
-use crate::store::Millis;
+use crate::test_hooks::{Signal, emit};
+use asyncd_store::Millis;
 
 pub(super) struct Ticker {
     unstarted: Arc<Unstarted>,

@@ -12,7 +12,7 @@
 //!
 //! A message the consumer cannot make a task of never blocks the partition: one that is
 //! no task envelope, or whose task the store refuses (found by splitting the batch, see
-//! `adopt_isolating`), is kept in the store's Kafka dead-letter table with its bytes
+//! `insert_consumed_isolating`), is kept in the store's Kafka dead-letter table with its bytes
 //! and the reason, and its offset is committed with the rest of the batch.
 //!
 //! Consumer settings: `session.timeout.ms` 10 s and `heartbeat.interval.ms` 3 s so a
@@ -35,11 +35,11 @@ use tokio_util::task::TaskTracker;
 
 use super::{envelope, topic_admin};
 use crate::clock::SharedClock;
-use crate::dispatcher::HeapSink;
+use crate::dispatch::HeapSink;
 use crate::executor::sanitize_reason;
+use crate::job_table::Routes;
 use crate::metrics::Metrics;
-use crate::routing::Routes;
-use crate::store::{AdoptParams, ClaimedTask, KafkaDeadLetter, Millis, NewTask, Store};
+use asyncd_store::{ClaimedTask, InsertConsumedParams, KafkaDeadLetter, Millis, NewTask, Store};
 
 #[derive(Debug, Clone)]
 pub struct ConsumerConfig {
@@ -241,7 +241,7 @@ async fn consume(
         // Durable first, then commit: never the other way round. That includes the dead
         // letters, whose offsets are committed with the rest.
         let stored = async {
-            let refused = adopt_isolating(
+            let refused = insert_consumed_isolating(
                 store.as_ref(),
                 batch,
                 &topic,
@@ -327,7 +327,7 @@ impl Batch {
 #[derive(Debug)]
 struct Stopped;
 
-/// Stores a consumed batch (`Store::adopt`), handing what it claimed to `claimed` part by
+/// Stores a consumed batch (`Store::insert_consumed`), handing what it claimed to `claimed` part by
 /// part, and returns the dead letters of the tasks the store refused.
 ///
 /// While the store is unavailable, the part at hand is tried again with backoff (up to
@@ -336,7 +336,7 @@ struct Stopped;
 /// task is alone; that one becomes a dead letter with the store's error, so one task
 /// never blocks the partition behind it — nor, since the offsets of a batch are
 /// committed together, the partitions batched with it. Parts already stored stay stored.
-async fn adopt_isolating(
+async fn insert_consumed_isolating(
     store: &dyn Store,
     batch: Batch,
     topic: &str,
@@ -355,7 +355,7 @@ async fn adopt_isolating(
         }
         let now = clock.now_millis();
         let err = match store
-            .adopt(AdoptParams {
+            .insert_consumed(InsertConsumedParams {
                 tasks: &part.tasks,
                 horizon: now + config.horizon,
                 now,
@@ -509,7 +509,7 @@ mod tests {
     async fn a_batch_the_store_refuses_is_split_until_the_refused_task_is_alone() {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}/tasks.db", dir.path().display());
-        let store = crate::store::open(&url).await.unwrap();
+        let store = asyncd_store::open(&url).await.unwrap();
         store.migrate().await.unwrap();
         let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
             .await
@@ -553,7 +553,7 @@ mod tests {
             create_topics: false,
         };
         let mut claimed = Vec::new();
-        let refused = adopt_isolating(
+        let refused = insert_consumed_isolating(
             store.as_ref(),
             batch,
             "topic",

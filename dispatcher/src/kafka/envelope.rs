@@ -5,8 +5,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::store::{Millis, NewTask};
 use crate::trace::TraceContext;
+use asyncd_store::{Millis, NewTask};
 
 /// A task as it travels through Kafka: everything the store row will need.
 #[derive(Debug, Serialize, Deserialize)]

@@ -29,22 +29,9 @@ fn topic_admin(brokers: &str, security: &KafkaSecurity) -> Result<KafkaAdmin, Ad
 
 /// A task due at `now` whose payload is the JSON string `payload`.
 #[cfg(test)]
-fn test_task(id: &str, payload: &str, now: crate::store::Millis) -> crate::store::NewTask {
-    crate::store::NewTask {
-        id: id.into(),
-        task_type: "work".into(),
-        payload: serde_json::value::RawValue::from_string(format!("\"{payload}\"")).unwrap(),
-        priority: 0,
-        trigger_at: now,
-        max_retries: 0,
-        timeout_ms: 1000,
-        idempotency_key: None,
-        unique_key: None,
-        unique_for: Duration::ZERO,
-        cron_key: None,
-        depends_on: Vec::new(),
-        source_service: None,
-        concurrency_key: None,
-        trace: None,
-    }
+fn test_task(id: &str, payload: &str, now: asyncd_store::Millis) -> asyncd_store::NewTask {
+    asyncd_store::NewTask::test("work", now)
+        .id(id)
+        .payload(format!("\"{payload}\""))
+        .max_retries(0)
 }

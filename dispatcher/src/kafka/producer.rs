@@ -19,8 +19,8 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio_util::sync::CancellationToken;
 
 use super::{envelope, topic_admin};
-use crate::routing::Routes;
-use crate::store::{Millis, NewTask};
+use crate::job_table::Routes;
+use asyncd_store::{Millis, NewTask};
 
 /// After a produce failed, how long Kafka-route tasks go straight to the store: with the
 /// broker away, each submit would otherwise wait out the delivery timeout first. The

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use asyncd::auth::tokens::hash;
 use asyncd::clock::ManualClock;
-use asyncd::roles::{self, AuthSettings, Parts, RoleError};
+use asyncd::wiring::{self, AuthSettings, Parts, RoleError};
 use reqwest::Method;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -357,7 +357,7 @@ async fn roles_without_the_api_serve_no_public_endpoint() {
         // /readyz compares a dispatcher's clock with the store's.
         settings.clock = Arc::new(asyncd::clock::SystemClock);
         let shutdown = CancellationToken::new();
-        let running = roles::start(settings, parts, shutdown.clone())
+        let running = wiring::start(settings, parts, shutdown.clone())
             .await
             .unwrap();
         let http = reqwest::Client::new();
@@ -416,7 +416,7 @@ async fn no_auth_off_loopback_refuses_to_start_unless_insecure() {
     let mut refused = settings(&dir, clock.clone());
     refused.listen = "0.0.0.0:0".parse().unwrap();
     refused.advertise_url = Some("http://127.0.0.1:7700".into());
-    let err = match roles::start(refused.clone(), Parts::ALL, CancellationToken::new()).await {
+    let err = match wiring::start(refused.clone(), Parts::ALL, CancellationToken::new()).await {
         Ok(_) => panic!("started without auth on 0.0.0.0"),
         Err(err) => err,
     };
@@ -430,7 +430,7 @@ async fn no_auth_off_loopback_refuses_to_start_unless_insecure() {
         scheduler: false,
     };
     let shutdown = CancellationToken::new();
-    let running = roles::start(refused.clone(), dispatcher, shutdown.clone())
+    let running = wiring::start(refused.clone(), dispatcher, shutdown.clone())
         .await
         .unwrap();
     shutdown.cancel();
@@ -439,7 +439,7 @@ async fn no_auth_off_loopback_refuses_to_start_unless_insecure() {
     let mut insecure = refused;
     insecure.auth = AuthSettings::None { insecure: true };
     let shutdown = CancellationToken::new();
-    let running = roles::start(insecure, Parts::ALL, shutdown.clone())
+    let running = wiring::start(insecure, Parts::ALL, shutdown.clone())
         .await
         .unwrap();
     shutdown.cancel();

@@ -3,7 +3,7 @@
 //! (docs/api.md, "Trigger a cron entry now"): the task a firing of the entry is, due at
 //! the call, a new one per call; unknown jobs and entries are 404s naming the field.
 
-use asyncd::store::Millis;
+use asyncd_store::Millis;
 use serde_json::json;
 
 use crate::support::*;
@@ -79,7 +79,7 @@ async fn cron_entries_fire_through_the_executor() {
     // The first pass creates the firings from the start time on.
     asyncd
         .next("a cron pass", |s| match s {
-            asyncd::signals::Signal::Scheduled { created, at } => {
+            asyncd::test_hooks::Signal::Scheduled { created, at } => {
                 assert_eq!(at.as_i64(), T0);
                 (created > 0).then_some(())
             }
@@ -92,7 +92,7 @@ async fn cron_entries_fire_through_the_executor() {
         fired.push(
             asyncd
                 .next("a cron firing dispatched", |s| match s {
-                    asyncd::signals::Signal::Dispatched { eta, at, .. } => Some((eta, at)),
+                    asyncd::test_hooks::Signal::Dispatched { eta, at, .. } => Some((eta, at)),
                     _ => None,
                 })
                 .await,

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use asyncd::store::Millis;
+use asyncd_store::Millis;
 use serde_json::{Value, json};
 
 use crate::support::*;
@@ -348,11 +348,11 @@ async fn a_bulk_purge_deletes_what_matches_and_bad_filters_name_their_field() {
 /// they were recorded before; a bad parameter is a 400 naming it.
 #[tokio::test]
 async fn kafka_dead_letters_are_listed_and_purged_through_the_api() {
-    use asyncd::store::KafkaDeadLetter;
+    use asyncd_store::KafkaDeadLetter;
     let executor = Executor::start(|_| Answer::ok()).await;
     let asyncd = InProcess::start(&one_job(&executor, "  kafka: {topic: asyncd.work}\n")).await;
     let url = format!("sqlite://{}", asyncd.dir.path().join("asyncd.db").display());
-    let store = asyncd::store::open(&url).await.unwrap();
+    let store = asyncd_store::open(&url).await.unwrap();
     for (topic, offset, message, at) in [
         ("asyncd.work", 1, &b"\x00\xffbad"[..], T0 + 1),
         ("asyncd.work", 2, &b"{"[..], T0 + 2),

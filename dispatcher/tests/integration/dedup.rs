@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use asyncd::store::Millis;
+use asyncd_store::Millis;
 use serde_json::json;
 
 use crate::support::*;
@@ -85,7 +85,7 @@ async fn unique_key_allows_one_pending_task() {
 /// refused (409 `unique_conflict` naming the finished task), and from the window's end
 /// the same submit makes a new task. (The API on SQLite, where the manual clock can move
 /// freely; a server store refuses to dispatch on a clock an hour off its own, and the
-/// store conformance test covers the server backends at the same instants.)
+/// store suite covers the server backends at the same instants.)
 #[tokio::test]
 async fn a_unique_key_is_held_for_its_window_after_success() {
     let executor = Executor::start(|_| Answer::ok()).await;

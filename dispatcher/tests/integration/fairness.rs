@@ -1,15 +1,15 @@
 //! Per-key limits with fair sharing, and adaptive concurrency (docs/design.md, "Per-key
 //! limits" and "Adaptive concurrency"), on the in-process `dev` role: a SQLite store and
 //! the manual clock, which only the test moves. The claim's SQL runs on every backend in
-//! store_conformance (`keys_are_claimed_in_turn_and_limited_in_total`); the per-key
-//! limit across two dispatchers on each backend is in limits.rs.
+//! the store suite (`store_suite/limits.rs`, `keys_are_claimed_in_turn_and_limited_in_total`);
+//! the per-key limit across two dispatchers on each backend is in limits.rs.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use asyncd::store::Millis;
+use asyncd_store::Millis;
 use axum::body::Bytes;
 use axum::http::StatusCode;
 use serde_json::{Value, json};

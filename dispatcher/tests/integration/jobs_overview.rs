@@ -3,11 +3,11 @@
 //! scheduled, running and dead tasks, its lateness to the millisecond, what finished in
 //! the last minute, its pause and its cron entries' next firings. The store's counting on
 //! every backend, caps included, is `job_counts_by_state_stop_at_their_cap` in
-//! store_conformance.rs; who sees which job is in auth.rs.
+//! store_suite/jobs.rs; who sees which job is in auth.rs.
 
 use std::time::Duration;
 
-use asyncd::signals::Signal;
+use asyncd::test_hooks::Signal;
 use serde_json::{Value, json};
 
 use crate::support::*;

@@ -859,11 +859,11 @@ async fn with_the_broker_unreachable_a_submit_falls_back_to_the_store_under_the_
         Duration::from_secs(10),
     )
     .unwrap();
-    let envelope = |id: &str, payload: &str| asyncd::store::NewTask {
+    let envelope = |id: &str, payload: &str| asyncd_store::NewTask {
         idempotency_key: Some("fallback-1".into()).filter(|_| payload == "via the store"),
-        ..asyncd::store::NewTask::test(
+        ..asyncd_store::NewTask::test(
             "fallback",
-            asyncd::store::Millis::new(millis(std::time::SystemTime::now())),
+            asyncd_store::Millis::new(millis(std::time::SystemTime::now())),
         )
         .id(id)
         .payload(format!("\"{payload}\""))
@@ -990,11 +990,11 @@ async fn an_unreadable_message_is_kept_with_its_bytes_and_passed() {
         .await;
     executor.wait_calls(&behind[0], 1).await;
 
-    let store = asyncd::store::open(&cluster.store).await.unwrap();
+    let store = asyncd_store::open(&cluster.store).await.unwrap();
     let letters = store
-        .kafka_dead_letters(asyncd::store::KafkaDeadLetterParams {
+        .kafka_dead_letters(asyncd_store::KafkaDeadLetterParams {
             limit: 10,
-            ..asyncd::store::KafkaDeadLetterParams::default()
+            ..asyncd_store::KafkaDeadLetterParams::default()
         })
         .await
         .unwrap();
@@ -1078,12 +1078,12 @@ async fn a_task_the_store_refuses_is_kept_aside_and_blocks_no_other() {
         }
     }
 
-    let store = asyncd::store::open(&cluster.store).await.unwrap();
+    let store = asyncd_store::open(&cluster.store).await.unwrap();
     let letters = wait_for("the refused task's dead letter", DEADLINE, async || {
         let letters = store
-            .kafka_dead_letters(asyncd::store::KafkaDeadLetterParams {
+            .kafka_dead_letters(asyncd_store::KafkaDeadLetterParams {
                 limit: 10,
-                ..asyncd::store::KafkaDeadLetterParams::default()
+                ..asyncd_store::KafkaDeadLetterParams::default()
             })
             .await
             .ok()?;

@@ -22,12 +22,12 @@ use std::time::{Duration, Instant};
 
 use asyncd::clock::{Clock, ManualClock, SharedClock, SystemClock};
 use asyncd::clock_check::ClockCheck;
-use asyncd::dispatcher::{ClaimerWakeup, Dispatcher, DispatcherConfig, HeapSink};
+use asyncd::dispatch::{ClaimerWakeup, Dispatcher, DispatcherConfig, HeapSink};
 use asyncd::executor::ExecutorClient;
+use asyncd::job_table::RouteTable;
 use asyncd::metrics::Metrics;
-use asyncd::routing::RouteTable;
-use asyncd::store::{self, ClaimParams, Millis, NewTask, Store, TypeFilter};
 use asyncd_spec::{AsyncJobConfig, Job};
+use asyncd_store::{self as store, ClaimParams, Millis, NewTask, Store, TypeFilter};
 use axum::body::Bytes;
 use axum::http::HeaderMap;
 use tokio::sync::watch;

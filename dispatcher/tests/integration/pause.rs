@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use asyncd::clock::{Clock, SystemClock};
-use asyncd::signals::Signal;
+use asyncd::test_hooks::Signal;
 use serde_json::{Value, json};
 
 use crate::support::*;
@@ -35,7 +35,7 @@ fn jobs(executor: &Executor, extra: &str) -> Vec<(&'static str, String)> {
 async fn start(executor: &Executor, store_url: Option<String>) -> InProcess {
     InProcess::start_with(&jobs(executor, ""), |s| {
         s.clock = Arc::new(SystemClock);
-        // A concurrency-1 job may hold every early task at once (see `asyncd::holdings`),
+        // A concurrency-1 job may hold every early task at once (see `asyncd::dispatch::holdings`),
         // and claims them well before they are due, however slow the machine.
         s.dispatcher.hold = Duration::from_secs(60);
         s.dispatcher.lookahead = Duration::from_secs(10);
@@ -111,7 +111,7 @@ async fn pause_holds_across_a_restart_and_resume_runs_each_task_once(store_url: 
     // Five tasks claimed into the heap before the pause: held by the dispatcher, due in
     // 5 s, within its 10 s look-ahead.
     let due = now_ms() + 5_000;
-    let text = asyncd::clock::rfc3339(asyncd::store::Millis::new(due));
+    let text = asyncd::clock::rfc3339(asyncd_store::Millis::new(due));
     let mut early = HashSet::new();
     for n in 0..5 {
         let id = asyncd

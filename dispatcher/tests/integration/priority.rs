@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use asyncd::store::Millis;
+use asyncd_store::Millis;
 use serde_json::json;
 
 use crate::support::*;
@@ -78,7 +78,7 @@ async fn a_priority_9_task_overtakes_50_000_due_priority_0_tasks() {
 async fn equal_etas_run_in_priority_order() {
     let executor = Executor::start(|_| Answer::ok()).await;
     // A hold long enough that a job of concurrency 1 and a 5 s timeout may hold all five
-    // at once (see `asyncd::holdings`).
+    // at once (see `asyncd::dispatch::holdings`).
     let mut asyncd = InProcess::start_with(&one_job(&executor, "  concurrency: 1\n"), |s| {
         s.dispatcher.hold = Duration::from_secs(60)
     })
@@ -98,7 +98,7 @@ async fn equal_etas_run_in_priority_order() {
         claimed.extend(
             asyncd
                 .next("claims", |s| match s {
-                    asyncd::signals::Signal::Claimed { ids, .. } => Some(ids),
+                    asyncd::test_hooks::Signal::Claimed { ids, .. } => Some(ids),
                     _ => None,
                 })
                 .await,

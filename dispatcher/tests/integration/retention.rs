@@ -1,6 +1,6 @@
 //! Retention: finished tasks purged after their job's `spec.retention`.
 
-use asyncd::store::Millis;
+use asyncd_store::Millis;
 use serde_json::json;
 
 use crate::support::*;

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use asyncd::clock::ManualClock;
-use asyncd::roles::{self, Parts, RoleError};
-use asyncd::store::TaskState;
+use asyncd::wiring::{self, Parts, RoleError};
+use asyncd_store::TaskState;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -20,7 +20,7 @@ async fn a_taken_listen_port_fails_start_up() {
     let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let mut settings = settings(&dir, ManualClock::at(chrono::Utc::now()));
     settings.listen = taken.local_addr().unwrap();
-    let err = match roles::start(settings, Parts::ALL, CancellationToken::new()).await {
+    let err = match wiring::start(settings, Parts::ALL, CancellationToken::new()).await {
         Ok(_) => panic!("started on a taken port"),
         Err(err) => err,
     };
@@ -39,7 +39,7 @@ async fn stopping_a_role_hands_back_its_claims_and_ends_cleanly() {
     let id = asyncd.submit(json!({"type": "work", "delay": "1s"})).await;
     asyncd
         .next("the claim", |s| match s {
-            asyncd::signals::Signal::Claimed { ids, .. } => ids.contains(&id).then_some(()),
+            asyncd::test_hooks::Signal::Claimed { ids, .. } => ids.contains(&id).then_some(()),
             _ => None,
         })
         .await;
@@ -55,7 +55,7 @@ async fn stopping_a_role_hands_back_its_claims_and_ends_cleanly() {
             .is_ok_and(|c| c.is_err()),
         "the listener is closed"
     );
-    let store = asyncd::store::open(&url).await.unwrap();
+    let store = asyncd_store::open(&url).await.unwrap();
     let task = store.get(&id).await.unwrap().unwrap();
     assert_eq!((task.state, task.attempt), (TaskState::Pending, 0));
     assert!(executor.calls().is_empty());
@@ -77,7 +77,7 @@ async fn a_role_started_while_its_database_restarts_waits_for_it() {
     settings.store_url = proxy.url(&database);
     settings.store_wait = Duration::from_secs(60);
     let shutdown = CancellationToken::new();
-    let starting = tokio::spawn(roles::start(settings, Parts::ALL, shutdown.clone()));
+    let starting = tokio::spawn(wiring::start(settings, Parts::ALL, shutdown.clone()));
     wait_for("refused connections", DEADLINE, async || {
         (proxy.refused.load(std::sync::atomic::Ordering::SeqCst) >= 2).then_some(())
     })
@@ -114,7 +114,7 @@ async fn a_wrong_database_password_fails_start_up_at_once() {
     settings.store_wait = Duration::from_secs(3600);
     let started = tokio::time::timeout(
         DEADLINE,
-        roles::start(settings, Parts::ALL, CancellationToken::new()),
+        wiring::start(settings, Parts::ALL, CancellationToken::new()),
     )
     .await
     .expect("a wrong password is not waited out");
@@ -129,8 +129,8 @@ async fn a_wrong_database_password_fails_start_up_at_once() {
 struct ShiftedClock(std::sync::atomic::AtomicI64);
 
 impl asyncd::clock::Clock for ShiftedClock {
-    fn now_millis(&self) -> asyncd::store::Millis {
-        asyncd::store::Millis::new(
+    fn now_millis(&self) -> asyncd_store::Millis {
+        asyncd_store::Millis::new(
             chrono::Utc::now().timestamp_millis()
                 + self.0.load(std::sync::atomic::Ordering::SeqCst),
         )
@@ -139,7 +139,7 @@ impl asyncd::clock::Clock for ShiftedClock {
 
 #[tokio::test]
 async fn a_dispatcher_whose_clock_runs_ahead_of_the_stores_dispatches_nothing() {
-    use asyncd::signals::{Signal, TestSignals};
+    use asyncd::test_hooks::{Signal, TestSignals};
     let executor = Executor::start(|_| Answer::ok()).await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("jobs")).unwrap();
@@ -159,14 +159,14 @@ async fn a_dispatcher_whose_clock_runs_ahead_of_the_stores_dispatches_nothing() 
     settings.signals = Some(signals);
     settings.dispatcher.heartbeat_interval = Duration::from_millis(20);
     let shutdown = CancellationToken::new();
-    let running = roles::start(settings, Parts::ALL, shutdown.clone())
+    let running = wiring::start(settings, Parts::ALL, shutdown.clone())
         .await
         .unwrap();
     let http = reqwest::Client::new();
     let base = format!("http://{}", running.addr());
 
     // Due 30 s from now by the store's clock: 30 s overdue by this dispatcher's.
-    let eta = asyncd::clock::rfc3339(asyncd::store::Millis::new(
+    let eta = asyncd::clock::rfc3339(asyncd_store::Millis::new(
         chrono::Utc::now().timestamp_millis() + 30_000,
     ));
     let answer: serde_json::Value = http

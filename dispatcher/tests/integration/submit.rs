@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use asyncd::store::Millis;
+use asyncd_store::Millis;
 use serde_json::json;
 
 use crate::support::*;

@@ -6,8 +6,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use asyncd::store::Millis;
 use asyncd::trace::OtlpSettings;
+use asyncd_store::Millis;
 use serde_json::{Value, json};
 
 use crate::support::*;

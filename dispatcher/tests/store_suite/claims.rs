@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use asyncd::store::{self, Finish, FinishKind, Millis, NewTask, Store, TaskState, TypeFilter};
+use asyncd_store::{
+    self as store, Finish, FinishKind, Millis, NewTask, Store, TaskState, TypeFilter,
+};
 
 use crate::{Server, T0, at, claim_all, claim_params, insert, start_params, state};
 
@@ -149,7 +151,10 @@ async fn a_paused_type_waits_and_resumes_in_order(store: &dyn Store) {
         at(10),
         "pausing again keeps the first pause"
     );
-    assert_eq!(store.pauses().await.unwrap(), vec![("held".into(), at(10))]);
+    assert_eq!(
+        store.paused_types().await.unwrap(),
+        vec![("held".into(), at(10))]
+    );
 
     let claimed: Vec<String> = claim_all(store, at(100), at(100))
         .await
@@ -158,7 +163,7 @@ async fn a_paused_type_waits_and_resumes_in_order(store: &dyn Store) {
         .collect();
     assert_eq!(claimed, vec![other], "only the unpaused type is claimed");
     let by_id = store
-        .claim_ids(asyncd::store::ClaimIdsParams {
+        .claim_ids(asyncd_store::ClaimIdsParams {
             ids: &paused[1..],
             now: at(100),
             hold: Duration::from_secs(5),
@@ -198,7 +203,7 @@ async fn a_paused_type_waits_and_resumes_in_order(store: &dyn Store) {
         !store.resume("held").await.unwrap(),
         "a second resume changes nothing"
     );
-    assert!(store.pauses().await.unwrap().is_empty());
+    assert!(store.paused_types().await.unwrap().is_empty());
     let claimed: Vec<String> = claim_all(store, at(100), at(100))
         .await
         .into_iter()

@@ -1,6 +1,6 @@
 //! Cron firings as the store keeps them.
 
-use asyncd::store::{
+use asyncd_store::{
     CancelOutcome, Finish, FinishKind, InsertOutcome, Millis, NewTask, Store, TaskState,
 };
 

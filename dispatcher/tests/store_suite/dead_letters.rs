@@ -1,7 +1,7 @@
 //! Dead letters: listed, redriven, cancelled and purged, one by one and in bulk; and the
 //! Kafka messages that could not be made tasks.
 
-use asyncd::store::{
+use asyncd_store::{
     BulkAction, CancelOutcome, DeadCount, DeadFilter, DeadLetterParams, Finish, FinishKind,
     KafkaDeadLetter, KafkaDeadLetterKey, KafkaDeadLetterParams, Millis, NewTask, RedriveOutcome,
     Store, TaskState,

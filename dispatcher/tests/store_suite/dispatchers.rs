@@ -1,7 +1,7 @@
 //! Dispatchers as the store knows them: membership by heartbeat, the adaptive shares they
 //! publish, and the server's clock they compare theirs with.
 
-use asyncd::store::{MEMBER_RETENTION, Millis, Store};
+use asyncd_store::{MEMBER_RETENTION, Millis, Store};
 
 use crate::{T0, at};
 
@@ -38,7 +38,7 @@ async fn membership_by_heartbeat(store: &dyn Store) {
         ["a", "b", "c"],
         "c is back"
     );
-    store.leave("b").await.unwrap();
+    store.remove_member("b").await.unwrap();
     assert_eq!(store.live_members(at(-4_000)).await.unwrap(), ["a", "c"]);
     // An hour of silence and the row is gone even for a lenient reader.
     store
@@ -67,7 +67,7 @@ async fn membership_by_heartbeat(store: &dyn Store) {
 /// The adaptive shares published with the heartbeats: summed per task type over the
 /// live members, a later heartbeat replacing a member's earlier shares.
 async fn shares_are_summed_over_the_live_members(store: &dyn Store) {
-    let shares = |pairs: &[(&str, u32)]| -> asyncd::store::Shares {
+    let shares = |pairs: &[(&str, u32)]| -> asyncd_store::Shares {
         pairs.iter().map(|(t, s)| (t.to_string(), *s)).collect()
     };
     store
@@ -98,7 +98,7 @@ async fn shares_are_summed_over_the_live_members(store: &dyn Store) {
 
 async fn the_servers_clock_is_read_in_utc_milliseconds(store: &dyn Store) {
     let before = chrono::Utc::now().timestamp_millis();
-    let clock = store.clock().await.unwrap();
+    let clock = store.database_clock().await.unwrap();
     let after = chrono::Utc::now().timestamp_millis();
     // The test runs on the database's host, so its clock is ours: an embedded database
     // has none to read, a server's reads as ours, to within a second for rounding and

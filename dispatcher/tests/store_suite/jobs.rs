@@ -1,6 +1,6 @@
 //! The jobs overview's counts.
 
-use asyncd::store::{
+use asyncd_store::{
     CancelOutcome, Finish, FinishKind, JobCountParams, JobCounts, Millis, NewTask, Store,
     TaskState, TypeFilter,
 };

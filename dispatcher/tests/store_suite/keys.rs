@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use asyncd::store::{
+use asyncd_store::{
     CancelOutcome, Finish, FinishKind, InsertOutcome, Millis, NewTask, RedriveOutcome, Store,
     TaskState,
 };
@@ -172,7 +172,7 @@ async fn unique_keys_are_held_for_their_window_after_success(store: &dyn Store) 
     // Runs task `id` (due by `when`) to the outcome `kind` at `when`.
     async fn run(store: &dyn Store, id: &str, when: Millis, kind: FinishKind) {
         let claimed = store
-            .claim_ids(asyncd::store::ClaimIdsParams {
+            .claim_ids(asyncd_store::ClaimIdsParams {
                 ids: &[id.to_string()],
                 now: when,
                 hold: Duration::from_secs(60),

@@ -1,7 +1,7 @@
 //! Attempts and their leases: fencing by token, each attempt's own token, and leases that
 //! lapse or whose owner died coming back.
 
-use asyncd::store::{Finish, FinishKind, NewTask, Store, TaskState, TypeFilter};
+use asyncd_store::{Finish, FinishKind, NewTask, Store, TaskState, TypeFilter};
 use serde_json::value::RawValue;
 
 use crate::{T0, at, claim_all, claim_params, insert, start_params, state};
@@ -109,7 +109,7 @@ async fn attempt_lifecycle_with_fencing(store: &dyn Store) {
 /// counter, so another task's token, an earlier attempt's, or a guess matches nothing,
 /// and a finish naming an earlier attempt's counter still changes nothing.
 async fn lease_secrets_make_each_attempts_token_its_own(store: &dyn Store) {
-    use asyncd::lease;
+    use asyncd_store::lease;
     let a = insert(store, NewTask::test("a", T0)).await;
     let b = insert(store, NewTask::test("a", T0)).await;
     let claimed = claim_all(store, T0, T0).await;
@@ -215,8 +215,8 @@ async fn lapsed_leases_come_back(store: &dyn Store) {
         .unwrap()
         .remove(0);
     // Hold is 5 s past the ETA; the attempt's lease is its 1 s timeout.
-    assert!(store.lapsed(at(999), 100).await.unwrap().is_empty());
-    let lapsed = store.lapsed(at(5_001), 100).await.unwrap();
+    assert!(store.lapsed_leases(at(999), 100).await.unwrap().is_empty());
+    let lapsed = store.lapsed_leases(at(5_001), 100).await.unwrap();
     let mut states: Vec<_> = lapsed.iter().map(|l| (l.id.clone(), l.state)).collect();
     states.sort_by_key(|(id, _)| id.clone());
     let mut expected = vec![

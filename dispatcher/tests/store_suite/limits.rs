@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use asyncd::store::{
-    self, CancelOutcome, FairParams, Finish, FinishKind, HeldBy, JobGate, Millis, NewTask, Store,
-    TaskState, TypeFilter,
-};
 use asyncd_spec::RateLimit;
+use asyncd_store::{
+    self as store, CancelOutcome, FairParams, Finish, FinishKind, HeldBy, JobGate, Millis, NewTask,
+    Store, TaskState, TypeFilter,
+};
 
 use crate::{Server, T0, at, claim_params, insert, start_params, state};
 

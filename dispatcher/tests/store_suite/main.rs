@@ -9,9 +9,9 @@
 
 use std::time::Duration;
 
-use asyncd::store::{
-    self, ClaimParams, ClaimedTask, InsertOutcome, Millis, NewTask, StartParams, Store, TaskState,
-    TypeFilter,
+use asyncd_store::{
+    self as store, ClaimParams, ClaimedTask, InsertOutcome, Millis, NewTask, StartParams, Store,
+    TaskState, TypeFilter,
 };
 
 use server::Server;

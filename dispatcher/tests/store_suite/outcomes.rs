@@ -1,6 +1,6 @@
 //! What finishing an attempt records: a late success, and executors' errors.
 
-use asyncd::store::{Finish, FinishKind, Millis, NewTask, RedriveOutcome, Store, TaskState};
+use asyncd_store::{Finish, FinishKind, Millis, NewTask, RedriveOutcome, Store, TaskState};
 use serde_json::value::RawValue;
 
 use crate::{T0, at, claim_all, insert, start_params, state};

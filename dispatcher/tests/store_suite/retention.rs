@@ -1,6 +1,6 @@
 //! Retention: finished tasks purged after their job's retention.
 
-use asyncd::store::{
+use asyncd_store::{
     CancelOutcome, Finish, FinishKind, Millis, NewTask, PurgeParams, Store, TaskState,
 };
 

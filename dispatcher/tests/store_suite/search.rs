@@ -1,8 +1,6 @@
 //! Task search: filters, newest first, and pages that hold under concurrent inserts.
 
-use asyncd::store::{
-    CancelOutcome, InsertOutcome, Millis, NewTask, SearchParams, Store, TaskState,
-};
+use asyncd_store::{CancelOutcome, InsertOutcome, Millis, NewTask, SearchParams, Store, TaskState};
 
 use crate::{T0, T0_MS, at};
 

@@ -1,7 +1,7 @@
 //! The database servers the suite runs on besides SQLite: MariaDB and PostgreSQL, each
 //! from the environment, skipped without it ([`crate::backends`]).
 
-use asyncd::store::{self, Store};
+use asyncd_store::{self as store, Store};
 
 use crate::backends::Service;
 

@@ -1,7 +1,7 @@
 //! Tasks as inserted and read back: one at a time and in large batches, with every value
 //! kept exactly, and a task cancelled before its insert arrived.
 
-use asyncd::store::{Finish, FinishKind, InsertOutcome, NewTask, Store, TaskState};
+use asyncd_store::{Finish, FinishKind, InsertOutcome, NewTask, Store, TaskState};
 use serde_json::value::RawValue;
 
 use crate::{T0, at, claim_all, insert, start_params, state};

@@ -1,8 +1,8 @@
 //! Dependencies between tasks: released and failed as their dependencies finish, a
 //! workflow stored whole, a redriven dependent waiting again.
 
-use asyncd::store::{
-    self, BulkAction, DeadFilter, Finish, FinishKind, InsertOutcome, Millis, NewTask,
+use asyncd_store::{
+    self as store, BulkAction, DeadFilter, Finish, FinishKind, InsertOutcome, Millis, NewTask,
     RedriveOutcome, Store, TaskState, WorkflowOutcome,
 };
 

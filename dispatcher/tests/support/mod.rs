@@ -16,10 +16,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use asyncd::clock::{Clock, ManualClock};
-use asyncd::dispatcher::DispatcherConfig;
-use asyncd::roles::{self, Parts, RoleError, RoutingSource, Settings};
-use asyncd::signals::{Signal, TestSignals};
-use asyncd::store::Millis;
+use asyncd::dispatch::DispatcherConfig;
+use asyncd::test_hooks::{Signal, TestSignals};
+use asyncd::wiring::{self, Parts, RoleError, RoutingSource, Settings};
+use asyncd_store::Millis;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -451,7 +451,7 @@ impl InProcess {
         settings.signals = Some(signals);
         adjust(&mut settings);
         let shutdown = CancellationToken::new();
-        let running = roles::start(settings.clone(), Parts::ALL, shutdown.clone())
+        let running = wiring::start(settings.clone(), Parts::ALL, shutdown.clone())
             .await
             .expect("the dev role starts");
         let addr = running.addr();
@@ -478,7 +478,7 @@ impl InProcess {
             .expect("the role task does not panic")
             .expect("the role ends cleanly");
         self.shutdown = CancellationToken::new();
-        let running = roles::start(self.settings.clone(), Parts::ALL, self.shutdown.clone())
+        let running = wiring::start(self.settings.clone(), Parts::ALL, self.shutdown.clone())
             .await
             .expect("the dev role starts again");
         self.addr = running.addr();
@@ -620,7 +620,7 @@ pub fn settings(dir: &tempfile::TempDir, clock: Arc<ManualClock>) -> Settings {
         reload_interval: Duration::from_millis(50),
         clock,
         signals: None,
-        auth: asyncd::roles::AuthSettings::None { insecure: false },
+        auth: asyncd::wiring::AuthSettings::None { insecure: false },
         otlp: None,
     }
 }

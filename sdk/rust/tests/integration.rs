@@ -1,5 +1,5 @@
-//! The SDK against a real `asyncd dev` (binary from `ASYNCD_BIN`, default
-//! /var/cache/asyncd/target/debug/asyncd). Without the binary these tests fail; they
+//! The SDK against a real `asyncd dev` (binary from `ASYNCD_BIN`, default the `asyncd`
+//! in this test's own target folder). Without the binary these tests fail; they
 //! never skip: a green run must mean the SDK was checked against the server.
 
 mod support;

@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 use asyncd_contract::ErrorCode;
 
 use crate::api::error::ApiError;
-use crate::store::{InsertOutcome, Millis, NewTask, Store, StoreError};
+use asyncd_store::{InsertOutcome, Millis, NewTask, Store, StoreError};
 
 /// Requests waiting while a group is being written. The bound is back-pressure on the
 /// HTTP handlers: past it a submit waits to be queued, as it would for a connection.
@@ -162,33 +162,20 @@ async fn write(store: &dyn Store, mut group: Vec<Request>) {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::value::RawValue;
 
     use super::*;
 
     fn task(id: &str, payload: &str) -> NewTask {
-        NewTask {
-            id: id.into(),
-            task_type: "t".into(),
-            payload: RawValue::from_string(payload.into()).unwrap(),
-            priority: 0,
-            trigger_at: Millis::new(1_000),
-            max_retries: 0,
-            timeout_ms: 5_000,
-            idempotency_key: None,
-            unique_key: None,
-            unique_for: std::time::Duration::ZERO,
-            cron_key: None,
-            depends_on: Vec::new(),
-            source_service: None,
-            concurrency_key: None,
-            trace: None,
-        }
+        NewTask::test("t", Millis::new(1_000))
+            .id(id)
+            .payload(payload)
+            .max_retries(0)
+            .timeout_ms(5_000)
     }
 
     async fn sqlite(dir: &tempfile::TempDir) -> (Arc<dyn Store>, String) {
         let url = format!("sqlite://{}", dir.path().join("group.db").display());
-        let store = crate::store::open(&url).await.unwrap();
+        let store = asyncd_store::open(&url).await.unwrap();
         store.migrate().await.unwrap();
         (store, url)
     }

@@ -9,8 +9,8 @@ use asyncd_spec::parse_duration;
 use serde_json::value::RawValue;
 
 use crate::api::error::ApiError;
-use crate::routing::RouteTable;
-use crate::store::{Millis, NewTask};
+use crate::job_table::RouteTable;
+use asyncd_store::{Millis, NewTask};
 
 pub const MAX_DELAY: Duration = Duration::from_secs(400 * 86_400);
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);

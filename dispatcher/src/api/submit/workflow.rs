@@ -14,7 +14,7 @@ use super::validate::plain_text;
 use super::{Answer, accepted};
 use crate::api::ApiState;
 use crate::api::error::ApiError;
-use crate::store::{Millis, NewTask, WorkflowOutcome};
+use asyncd_store::{Millis, NewTask, WorkflowOutcome};
 
 /// The longest `ref`.
 const MAX_REF_CHARS: usize = 64;

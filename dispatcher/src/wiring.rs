@@ -28,18 +28,18 @@ use crate::auth::Auth;
 use crate::auth::kubernetes::KubeAuth;
 use crate::auth::tokens::TokenFile;
 use crate::clock::SharedClock;
-use crate::dispatcher::{ClaimerWakeup, Dispatcher, DispatcherConfig};
+use crate::dispatch::{ClaimerWakeup, Dispatcher, DispatcherConfig};
 use crate::executor::ExecutorClient;
+use crate::job_table::{self, Routes};
 use crate::kafka::{self, Producer};
 use crate::metrics::Metrics;
 use crate::rescuer::Rescuer;
-use crate::routing::{self, Routes};
 use crate::scheduler::Scheduler;
-use crate::signals::TestSignals;
-use crate::store::{self, Store};
+use crate::test_hooks::TestSignals;
 use crate::tls::{self, TlsFiles};
 use crate::trace::{OtlpSettings, Tracer};
 use asyncd_kafka_admin::KafkaSecurity;
+use asyncd_store::{self as store, Store};
 
 /// Where the job table comes from.
 #[derive(Debug, Clone)]
@@ -123,9 +123,9 @@ pub enum RoleError {
     #[error(transparent)]
     Store(#[from] store::StoreError),
     #[error(transparent)]
-    Routing(#[from] routing::RoutingError),
+    Routing(#[from] job_table::RoutingError),
     #[error(transparent)]
-    RoutingConfigMap(#[from] routing::configmap::ConfigMapError),
+    RoutingConfigMap(#[from] job_table::configmap::ConfigMapError),
     #[error("Kafka: {0}")]
     Kafka(#[from] rdkafka::error::KafkaError),
     #[error(transparent)]
@@ -326,7 +326,7 @@ async fn wire(
         store::open_migrated(&settings.store_url, settings.store_wait, &shutdown).await?;
     let routes: Routes = match &settings.routing {
         RoutingSource::Dir(dir) => {
-            let (routes, watcher) = routing::watch_dir(
+            let (routes, watcher) = job_table::watch_dir(
                 dir.clone(),
                 settings.job.clone(),
                 settings.reload_interval,
@@ -336,7 +336,7 @@ async fn wire(
             routes
         }
         RoutingSource::ConfigMap(reference) => {
-            let (routes, watcher) = routing::configmap::watch_configmap(
+            let (routes, watcher) = job_table::configmap::watch_configmap(
                 reference,
                 settings.job.clone(),
                 shutdown.clone(),

@@ -7,7 +7,7 @@
 
 use tokio::sync::broadcast;
 
-use crate::store::Millis;
+use asyncd_store::Millis;
 
 /// Far more events than any test produces between two reads.
 pub const CAPACITY: usize = 4096;
