@@ -2,6 +2,8 @@
 # Builds asyncd and the benchmark in release mode, starts the servers a benchmark needs,
 # and prints its tables:
 #   e2e/bench.sh embedded [--sizes 10000,100000 …]   asyncd dev on SQLite
+#   e2e/bench.sh guard    [--min-ratio 0.10 …]       the hot path's regression guard:
+#                                                    asyncd dev's drain ÷ a plain HTTP loop
 #   e2e/bench.sh store    [--e2e-sizes 10000,100000 …] MariaDB and PostgreSQL: end to end
 #                                                    (asyncd api + dispatcher), claim paths
 #   e2e/bench.sh kafka    [--sizes …]                the Kafka path

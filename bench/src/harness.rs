@@ -163,6 +163,23 @@ impl Asyncd {
         http: &reqwest::Client,
         kafka: Option<(&str, &str)>,
     ) -> Result<Self> {
+        Self::launch(topology, job, http, kafka, false).await
+    }
+
+    /// `asyncd dev` serving `job`, logging every SQL statement it runs, with the rows
+    /// it changed, as JSON lines for [`Asyncd::store_writes`]. The log costs time: for
+    /// counting, not for timing.
+    pub async fn start_counting_writes(job: Job<'_>, http: &reqwest::Client) -> Result<Self> {
+        Self::launch(Topology::Dev, job, http, None, true).await
+    }
+
+    async fn launch(
+        topology: Topology<'_>,
+        job: Job<'_>,
+        http: &reqwest::Client,
+        kafka: Option<(&str, &str)>,
+        log_statements: bool,
+    ) -> Result<Self> {
         let dir = tempfile::tempdir()?;
         let jobs = dir.path().join("jobs");
         std::fs::create_dir(&jobs)?;
@@ -203,15 +220,22 @@ impl Asyncd {
                     "10m",
                 ]);
             }
+            if log_statements {
+                command
+                    .env("ASYNCD_LOG", "warn,sqlx::query=debug")
+                    .env("ASYNCD_LOG_FORMAT", "json")
+                    .stderr(std::fs::File::create(asyncd.statement_log())?);
+            } else {
+                // ASYNCD_BENCH_LOG, e.g. `warn,sqlx::query=debug` to time every statement.
+                command.env(
+                    "ASYNCD_LOG",
+                    std::env::var("ASYNCD_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
+                );
+            }
             let child = command
                 .arg("--config")
                 .arg(&jobs)
                 .args(["--listen", &format!("127.0.0.1:{port}")])
-                // ASYNCD_BENCH_LOG, e.g. `warn,sqlx::query=debug` to time every statement.
-                .env(
-                    "ASYNCD_LOG",
-                    std::env::var("ASYNCD_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
-                )
                 .stdout(Stdio::null())
                 .spawn()
                 .with_context(|| format!("starting {} {role}", binary.display()))?;
@@ -239,6 +263,44 @@ impl Asyncd {
     /// Its SQLite store.
     pub fn db_path(&self) -> std::path::PathBuf {
         self.dir.path().join("bench.db")
+    }
+
+    fn statement_log(&self) -> std::path::PathBuf {
+        self.dir.path().join("statements.jsonl")
+    }
+
+    /// What the statements logged so far changed (an asyncd started with
+    /// [`Asyncd::start_counting_writes`]).
+    pub fn store_writes(&self) -> Result<StoreWrites> {
+        let log = std::fs::read_to_string(self.statement_log())?;
+        let mut writes = StoreWrites::default();
+        for line in log.lines() {
+            let Ok(event) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            // asyncd's JSON lines carry an event's fields at the top level.
+            let summary = event["summary"].as_str().unwrap_or_default();
+            let verb = summary.split_whitespace().next().unwrap_or_default();
+            if ["INSERT", "UPDATE", "DELETE", "REPLACE"]
+                .iter()
+                .any(|w| verb.eq_ignore_ascii_case(w))
+            {
+                let rows = event["rows_affected"].as_u64().unwrap_or(0);
+                writes.statements += 1;
+                writes.rows += rows;
+                // The table: the first word after the verb that is not a keyword
+                // (`INSERT INTO tasks …`, `UPDATE tasks …`, `DELETE FROM tasks …`).
+                let table = summary.split_whitespace().skip(1).find(|w| {
+                    !["INTO", "FROM", "OR", "IGNORE"]
+                        .iter()
+                        .any(|k| w.eq_ignore_ascii_case(k))
+                });
+                if table == Some("tasks") {
+                    writes.task_rows += rows;
+                }
+            }
+        }
+        Ok(writes)
     }
 
     /// CPU time the dispatching process used so far (user + system), in seconds.
@@ -279,6 +341,15 @@ impl Drop for Asyncd {
             let _ = child.wait();
         }
     }
+}
+
+/// The writing statements an asyncd ran ([`Asyncd::store_writes`]): `INSERT`,
+/// `UPDATE` and `DELETE`, and the rows they changed, in every table and in `tasks`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StoreWrites {
+    pub statements: u64,
+    pub rows: u64,
+    pub task_rows: u64,
 }
 
 /// The benchmark's one job, of task type `noop`.

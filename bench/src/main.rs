@@ -4,6 +4,7 @@
 //! the chaos soak (`soak`) through `e2e/soak.sh`.
 
 mod embedded;
+mod guard;
 mod harness;
 mod kafka;
 mod retention;
@@ -23,6 +24,9 @@ struct Cli {
 enum Bench {
     /// `asyncd dev` on SQLite: submit, end-to-end, lateness, heap.
     Embedded(embedded::Args),
+    /// The hot path's regression guard: `asyncd dev`'s drain rate as a fraction of a
+    /// plain HTTP loop's against the same executor; fails below `--min-ratio`.
+    Guard(guard::Args),
     /// The SQL stores: claim-and-complete with 1, 2, 4 dispatchers; poll cost by backlog.
     Store(store::Args),
     /// The Kafka path: submit, end-to-end, lateness, memory with tasks waiting in the heap.
@@ -39,6 +43,7 @@ enum Bench {
 async fn main() -> Result<()> {
     match Cli::parse().bench {
         Bench::Embedded(args) => embedded::run(&args).await,
+        Bench::Guard(args) => guard::run(&args).await,
         Bench::Store(args) => store::run(&args).await,
         Bench::Kafka(args) => kafka::run(&args).await,
         Bench::Retention(args) => retention::run(&args).await,
