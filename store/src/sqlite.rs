@@ -47,6 +47,55 @@ impl SqliteStore {
     }
 }
 
+// The statements that name their tasks (by a JSON list of ids, or as the dependents of
+// one task) write `+state`, not `state`: the unary plus keeps SQLite from reaching the
+// rows through an index that leads with `state` (`tasks_ranked`), which without
+// statistics it prefers to the primary key, and which would walk every task in that
+// state — every claimed task for each batch started, every pending and dead task for
+// each batch finished. With `+state` each id is one primary-key lookup. The test
+// `named_tasks_are_looked_up_by_id` reads the plans.
+
+/// Claims these pending tasks (`Store::claim_ids`).
+const CLAIM_NAMED: &str = concat!(
+    "UPDATE tasks SET state = 'claimed', lease_token = lease_token + 1, owner = ?, \
+            lease_until = MAX(trigger_at, ?) + ?, updated_at = ? \
+     WHERE +state = 'pending' AND id IN (SELECT value FROM json_each(?)) \
+       AND task_type NOT IN (SELECT task_type FROM job_pauses) \
+     RETURNING ",
+    claim_columns!()
+);
+
+/// Begins attempts on a batch of `[id, lease_token]` claims.
+const START_BATCH: &str = "UPDATE tasks SET state = 'running', attempt = attempt + 1, \
+        lease_token = lease_token + 1, lease_until = ?1 + timeout_ms + ?2, updated_at = ?1 \
+     WHERE id IN (SELECT value ->> 0 FROM json_each(?3)) AND +state = 'claimed' \
+       AND id || ' ' || lease_token IN (SELECT value ->> 0 || ' ' || (value ->> 1) FROM json_each(?3)) \
+       AND task_type NOT IN (SELECT task_type FROM job_pauses) \
+     RETURNING id, attempt, lease_token";
+
+/// Finishes a batch of `[id, lease_token]` plain successes.
+const FINISH_SUCCESSES: &str = "UPDATE tasks SET state = 'succeeded', result = NULL, \
+             unique_active = CASE WHEN unique_for > 0 THEN unique_active END, \
+             lease_until = NULL, owner = NULL, updated_at = ?1 \
+     WHERE id IN (SELECT value ->> 0 FROM json_each(?2)) \
+       AND +state IN ('running', 'pending', 'dead') \
+       AND id || ' ' || lease_token IN (SELECT value ->> 0 || ' ' || (value ->> 1) FROM json_each(?2)) \
+     RETURNING id";
+
+/// Releases the blocked dependents of a task whose dependencies all succeeded.
+const RELEASE_DEPENDENTS: &str = "UPDATE tasks SET state = 'pending', \
+            trigger_at = MAX(trigger_at, ?), updated_at = ? \
+     WHERE +state = 'blocked' \
+       AND id IN (SELECT task_id FROM task_deps WHERE depends_on = ?) \
+       AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks t ON t.id = d.depends_on \
+                       WHERE d.task_id = tasks.id AND t.state <> 'succeeded')";
+
+/// Fails the blocked dependents of a task that will not succeed.
+const FAIL_BLOCKED_DEPENDENTS: &str = "UPDATE tasks SET state = 'dead', unique_active = NULL, \
+            last_error = ?, updated_at = ? \
+     WHERE +state = 'blocked' AND id IN (SELECT task_id FROM task_deps WHERE depends_on = ?) \
+     RETURNING id";
+
 /// The statements every backend runs alike (see `shared` and `tx`).
 const QUERIES: Queries = Queries {
     get: concat!("SELECT ", task_columns!(), " FROM tasks WHERE id = ?"),
@@ -163,18 +212,12 @@ impl Dialect for SqliteStore {
 
     /// One UPDATE: with one writer nothing can change between its check and its write.
     async fn release_dependents(conn: &mut SqliteConnection, id: &str, now: Millis) -> Result<()> {
-        sqlx::query(
-            "UPDATE tasks SET state = 'pending', trigger_at = MAX(trigger_at, ?), updated_at = ? \
-             WHERE state = 'blocked' \
-               AND id IN (SELECT task_id FROM task_deps WHERE depends_on = ?) \
-               AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks t ON t.id = d.depends_on \
-                               WHERE d.task_id = tasks.id AND t.state <> 'succeeded')",
-        )
-        .bind(now)
-        .bind(now)
-        .bind(id)
-        .execute(conn)
-        .await?;
+        sqlx::query(RELEASE_DEPENDENTS)
+            .bind(now)
+            .bind(now)
+            .bind(id)
+            .execute(conn)
+            .await?;
         Ok(())
     }
 
@@ -183,15 +226,7 @@ impl Dialect for SqliteStore {
         dep: &str,
         now: Millis,
     ) -> Result<Vec<String>> {
-        Tx::<Self>::fail_returning(
-            conn,
-            "UPDATE tasks SET state = 'dead', unique_active = NULL, last_error = ?, updated_at = ? \
-             WHERE state = 'blocked' AND id IN (SELECT task_id FROM task_deps WHERE depends_on = ?) \
-             RETURNING id",
-            dep,
-            now,
-        )
-        .await
+        Tx::<Self>::fail_returning(conn, FAIL_BLOCKED_DEPENDENTS, dep, now).await
     }
 }
 
@@ -259,21 +294,14 @@ impl Backend for SqliteStore {
     }
 
     async fn claim_named(&self, params: ClaimIdsParams<'_>) -> Result<Vec<ClaimedTask>> {
-        let rows: Vec<ClaimRow> = sqlx::query_as(concat!(
-            "UPDATE tasks SET state = 'claimed', lease_token = lease_token + 1, owner = ?, \
-                    lease_until = MAX(trigger_at, ?) + ?, updated_at = ? \
-             WHERE state = 'pending' AND id IN (SELECT value FROM json_each(?)) \
-               AND task_type NOT IN (SELECT task_type FROM job_pauses) \
-             RETURNING ",
-            claim_columns!()
-        ))
-        .bind(params.owner)
-        .bind(params.now)
-        .bind(duration_ms(params.hold))
-        .bind(params.now)
-        .bind(serde_json::to_string(params.ids).expect("strings serialize"))
-        .fetch_all(&self.writer)
-        .await?;
+        let rows: Vec<ClaimRow> = sqlx::query_as(CLAIM_NAMED)
+            .bind(params.owner)
+            .bind(params.now)
+            .bind(duration_ms(params.hold))
+            .bind(params.now)
+            .bind(serde_json::to_string(params.ids).expect("strings serialize"))
+            .fetch_all(&self.writer)
+            .await?;
         rows::claimed(rows)
     }
 
@@ -288,19 +316,12 @@ impl Backend for SqliteStore {
     ) -> Result<Vec<Started>> {
         // One statement for the whole batch: each statement is a round trip to sqlx's
         // SQLite worker thread, and those hand-offs, not SQLite, were the cost.
-        let rows: Vec<rows::BatchStarted> = sqlx::query_as(
-            "UPDATE tasks SET state = 'running', attempt = attempt + 1, \
-                    lease_token = lease_token + 1, lease_until = ?1 + timeout_ms + ?2, updated_at = ?1 \
-             WHERE id IN (SELECT value ->> 0 FROM json_each(?3)) AND state = 'claimed' \
-               AND id || ' ' || lease_token IN (SELECT value ->> 0 || ' ' || (value ->> 1) FROM json_each(?3)) \
-               AND task_type NOT IN (SELECT task_type FROM job_pauses) \
-             RETURNING id, attempt, lease_token",
-        )
-        .bind(params.now)
-        .bind(duration_ms(params.grace))
-        .bind(serde_json::to_string(params.claims).expect("pairs serialize"))
-        .fetch_all(conn)
-        .await?;
+        let rows: Vec<rows::BatchStarted> = sqlx::query_as(START_BATCH)
+            .bind(params.now)
+            .bind(duration_ms(params.grace))
+            .bind(serde_json::to_string(params.claims).expect("pairs serialize"))
+            .fetch_all(conn)
+            .await?;
         rows::started_in_order(params.claims, rows)
     }
 
@@ -317,21 +338,13 @@ impl Backend for SqliteStore {
             .collect();
         if !plain.is_empty() {
             let pairs: Vec<(&str, i64)> = plain.iter().map(|(_, p)| *p).collect();
-            let done: std::collections::HashSet<String> = sqlx::query_scalar(
-                "UPDATE tasks SET state = 'succeeded', result = NULL, \
-                     unique_active = CASE WHEN unique_for > 0 THEN unique_active END, \
-                        lease_until = NULL, owner = NULL, updated_at = ?1 \
-                 WHERE id IN (SELECT value ->> 0 FROM json_each(?2)) \
-                   AND state IN ('running', 'pending', 'dead') \
-                   AND id || ' ' || lease_token IN (SELECT value ->> 0 || ' ' || (value ->> 1) FROM json_each(?2)) \
-                 RETURNING id",
-            )
-            .bind(now)
-            .bind(serde_json::to_string(&pairs).expect("pairs serialize"))
-            .fetch_all(&mut *tx)
-            .await?
-            .into_iter()
-            .collect();
+            let done: std::collections::HashSet<String> = sqlx::query_scalar(FINISH_SUCCESSES)
+                .bind(now)
+                .bind(serde_json::to_string(&pairs).expect("pairs serialize"))
+                .fetch_all(&mut *tx)
+                .await?
+                .into_iter()
+                .collect();
             let with_dependents: Vec<String> = sqlx::query_scalar(
                 "SELECT DISTINCT depends_on FROM task_deps \
                  WHERE depends_on IN (SELECT value FROM json_each(?))",
@@ -354,5 +367,49 @@ impl Backend for SqliteStore {
         }
         tx.commit().await?;
         Ok(applied)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plan SQLite (the version sqlx bundles) chooses for each statement that names
+    /// its tasks: every task row reached by primary key, none by walking a state.
+    #[tokio::test]
+    async fn named_tasks_are_looked_up_by_id() {
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect("sqlite::memory:")
+            .await
+            .unwrap();
+        sqlx::migrate!("./migrations/sqlite")
+            .run(&pool)
+            .await
+            .unwrap();
+        for (name, statement) in [
+            ("CLAIM_NAMED", CLAIM_NAMED),
+            ("START_BATCH", START_BATCH),
+            ("FINISH_SUCCESSES", FINISH_SUCCESSES),
+            ("RELEASE_DEPENDENTS", RELEASE_DEPENDENTS),
+            ("FAIL_BLOCKED_DEPENDENTS", FAIL_BLOCKED_DEPENDENTS),
+        ] {
+            let plan: Vec<(i64, i64, i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "EXPLAIN QUERY PLAN {statement}"
+            )))
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+            let details: Vec<&str> = plan.iter().map(|row| row.3.as_str()).collect();
+            // The table updated is the first `tasks` the plan reaches (not the alias `t`).
+            let tasks = details
+                .iter()
+                .find(|d| d.starts_with("SEARCH tasks ") || d.starts_with("SCAN tasks"))
+                .unwrap_or_else(|| panic!("{name} reaches no tasks row: {details:?}"));
+            assert_eq!(
+                *tasks, "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)",
+                "{name}: {details:?}"
+            );
+        }
     }
 }
