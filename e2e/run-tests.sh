@@ -85,10 +85,11 @@ bash e2e/soak.sh --tasks 100000
 
 step "hot-path guard: asyncd dev's drain against a plain HTTP loop to the same executor (asyncd-bench guard)"
 # A ratio measured in turn in one run, so it holds on any machine. The floor sits below
-# the ratios measured on the project's machine (0.145–0.20, docs/benchmarks.md,
-# "Hot-path guard"); raise it as the hot path gets faster, never lower it.
+# the ratios measured on the project's machine (median 0.21 after SQLite's migration
+# 0015, single rounds down to 0.197; docs/benchmarks.md, "Hot-path guard"); raise it as
+# the hot path gets faster, never lower it.
 cargo build --release --locked -p asyncd -p asyncd-bench
-"$CARGO_TARGET_DIR/release/asyncd-bench" guard --min-ratio 0.10
+"$CARGO_TARGET_DIR/release/asyncd-bench" guard --min-ratio 0.13
 
 step "Kubernetes cluster: the chart installed, asyncd as pods, faults, leader election, HPA (e2e/cluster.sh test)"
 bash e2e/cluster.sh test
