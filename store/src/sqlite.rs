@@ -101,14 +101,21 @@ const START_BATCH: &str = "UPDATE tasks SET state = 'running', attempt = attempt
        AND task_type NOT IN (SELECT task_type FROM job_pauses) \
      RETURNING id, attempt, lease_token";
 
-/// Finishes a batch of `[id, lease_token]` plain successes.
+/// Finishes a batch of `[id, lease_token]` plain successes. It leaves `unique_active`
+/// to [`FREE_UNIQUE_KEYS`]: naming the column here would rewrite its unique index for
+/// every task, keyed or not.
 const FINISH_SUCCESSES: &str = "UPDATE tasks SET state = 'succeeded', result = NULL, \
-             unique_active = CASE WHEN unique_for > 0 THEN unique_active END, \
              lease_until = NULL, owner = NULL, updated_at = ?1 \
      WHERE id IN (SELECT value ->> 0 FROM json_each(?2)) \
        AND +state IN ('running', 'pending', 'dead') \
        AND id || ' ' || lease_token IN (SELECT value ->> 0 || ' ' || (value ->> 1) FROM json_each(?2)) \
      RETURNING id";
+
+/// Frees the unique keys of these succeeded tasks (a JSON list of ids) that hold theirs
+/// for no window (`unique_for` 0), as the single `succeed` does.
+const FREE_UNIQUE_KEYS: &str = "UPDATE tasks SET unique_active = NULL \
+     WHERE id IN (SELECT value FROM json_each(?)) AND +unique_active IS NOT NULL \
+       AND unique_for = 0";
 
 /// Releases the blocked dependents of a task whose dependencies all succeeded.
 const RELEASE_DEPENDENTS: &str = "UPDATE tasks SET state = 'pending', \
@@ -350,11 +357,16 @@ impl Backend for SqliteStore {
                 .await?
                 .into_iter()
                 .collect();
+            let done_ids = serde_json::to_string(&done).expect("ids serialize");
+            sqlx::query(FREE_UNIQUE_KEYS)
+                .bind(&done_ids)
+                .execute(&mut *tx)
+                .await?;
             let with_dependents: Vec<String> = sqlx::query_scalar(
                 "SELECT DISTINCT depends_on FROM task_deps \
                  WHERE depends_on IN (SELECT value FROM json_each(?))",
             )
-            .bind(serde_json::to_string(&done).expect("ids serialize"))
+            .bind(&done_ids)
             .fetch_all(&mut *tx)
             .await?;
             for id in with_dependents {
@@ -399,6 +411,7 @@ mod tests {
             ("CLAIM_NAMED", CLAIM_NAMED, by_id),
             ("START_BATCH", START_BATCH, by_id),
             ("FINISH_SUCCESSES", FINISH_SUCCESSES, by_id),
+            ("FREE_UNIQUE_KEYS", FREE_UNIQUE_KEYS, by_id),
             ("RELEASE_DEPENDENTS", RELEASE_DEPENDENTS, by_id),
             ("FAIL_BLOCKED_DEPENDENTS", FAIL_BLOCKED_DEPENDENTS, by_id),
             (
