@@ -101,15 +101,16 @@ const START_BATCH: &str = "UPDATE tasks SET state = 'running', attempt = attempt
        AND task_type NOT IN (SELECT task_type FROM job_pauses) \
      RETURNING id, attempt, lease_token";
 
-/// Finishes a batch of `[id, lease_token]` plain successes. It leaves `unique_active`
-/// to [`FREE_UNIQUE_KEYS`]: naming the column here would rewrite its unique index for
-/// every task, keyed or not.
+/// Finishes a batch of `[id, lease_token]` plain successes; returns each finished id
+/// and whether its unique key is now to be freed. It leaves `unique_active` to
+/// [`FREE_UNIQUE_KEYS`], run only for those: naming the column here would rewrite its
+/// unique index for every task, keyed or not.
 const FINISH_SUCCESSES: &str = "UPDATE tasks SET state = 'succeeded', result = NULL, \
              lease_until = NULL, owner = NULL, updated_at = ?1 \
      WHERE id IN (SELECT value ->> 0 FROM json_each(?2)) \
        AND +state IN ('running', 'pending', 'dead') \
        AND id || ' ' || lease_token IN (SELECT value ->> 0 || ' ' || (value ->> 1) FROM json_each(?2)) \
-     RETURNING id";
+     RETURNING id, unique_active IS NOT NULL AND unique_for = 0";
 
 /// Frees the unique keys of these succeeded tasks (a JSON list of ids) that hold theirs
 /// for no window (`unique_for` 0), as the single `succeed` does.
@@ -350,18 +351,25 @@ impl Backend for SqliteStore {
             .collect();
         if !plain.is_empty() {
             let pairs: Vec<(&str, i64)> = plain.iter().map(|(_, p)| *p).collect();
-            let done: std::collections::HashSet<String> = sqlx::query_scalar(FINISH_SUCCESSES)
+            let finished: Vec<(String, bool)> = sqlx::query_as(FINISH_SUCCESSES)
                 .bind(now)
                 .bind(serde_json::to_string(&pairs).expect("pairs serialize"))
                 .fetch_all(&mut *tx)
-                .await?
-                .into_iter()
-                .collect();
-            let done_ids = serde_json::to_string(&done).expect("ids serialize");
-            sqlx::query(FREE_UNIQUE_KEYS)
-                .bind(&done_ids)
-                .execute(&mut *tx)
                 .await?;
+            let to_free: Vec<&str> = finished
+                .iter()
+                .filter(|(_, free)| *free)
+                .map(|(id, _)| id.as_str())
+                .collect();
+            if !to_free.is_empty() {
+                sqlx::query(FREE_UNIQUE_KEYS)
+                    .bind(serde_json::to_string(&to_free).expect("ids serialize"))
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            let done: std::collections::HashSet<String> =
+                finished.into_iter().map(|(id, _)| id).collect();
+            let done_ids = serde_json::to_string(&done).expect("ids serialize");
             let with_dependents: Vec<String> = sqlx::query_scalar(
                 "SELECT DISTINCT depends_on FROM task_deps \
                  WHERE depends_on IN (SELECT value FROM json_each(?))",
