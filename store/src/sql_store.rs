@@ -15,6 +15,16 @@ use crate::shared::{self, KafkaDeadLetterRow};
 use crate::tx::{Dialect, Tx};
 use crate::*;
 
+/// The count of a job's running attempts per concurrency key, around its two lists of
+/// parameters (the task type; the keys, then `) GROUP BY concurrency_key`). The
+/// repeated `state IN (…)` term is for SQLite, which uses a partial index (`tasks_keyed`)
+/// only where the statement repeats its terms.
+pub(crate) const RUNNING_PER_KEY: (&str, &str) = (
+    "SELECT concurrency_key, COUNT(*) FROM tasks WHERE task_type = ",
+    " AND state = 'running' AND state IN ('pending', 'claimed', 'running') \
+     AND concurrency_key IN (",
+);
+
 /// A SQL backend: its dialect, its pools, and what it does its own way; the rest of
 /// [`Store`] is implemented once, below, for all of them.
 #[async_trait]
@@ -153,18 +163,14 @@ where
                 .fetch_one(&mut *tx)
                 .await?;
             // The running attempts of the batch's keys, read under the same row lock
-            // as the job's count (served by tasks_keyed).
+            // as the job's count.
             let mut key_running = HashMap::new();
             let mut batch_keys: Vec<&str> = gate.keys.iter().flatten().copied().collect();
             batch_keys.sort_unstable();
             batch_keys.dedup();
             if gate.key_limit.is_some() && !batch_keys.is_empty() {
-                let mut query = sqlx::QueryBuilder::<DB>::new(
-                    "SELECT concurrency_key, COUNT(*) FROM tasks WHERE task_type = ",
-                );
-                query
-                    .push_bind(gate.task_type)
-                    .push(" AND state = 'running' AND concurrency_key IN (");
+                let mut query = sqlx::QueryBuilder::<DB>::new(RUNNING_PER_KEY.0);
+                query.push_bind(gate.task_type).push(RUNNING_PER_KEY.1);
                 let mut list = query.separated(", ");
                 for key in &batch_keys {
                     list.push_bind(B::key(key));

@@ -164,7 +164,9 @@ const QUERIES: Queries = Queries {
                  ON CONFLICT DO NOTHING",
     // One writer: the transaction itself keeps others out.
     lock_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = ?",
-    running: "SELECT COUNT(*) FROM tasks WHERE task_type = ? AND state = 'running'",
+    // The repeated `state IN (…)` term lets SQLite read tasks_by_type_state (0016).
+    running: "SELECT COUNT(*) FROM tasks WHERE task_type = ? AND state = 'running' \
+              AND state IN ('pending', 'claimed', 'running')",
     save_limits: "UPDATE job_limits SET tokens = ?, refilled_at = ? WHERE task_type = ?",
     // One writer: nothing can finish a dependency while this transaction runs.
     dependency_state: "SELECT state FROM tasks WHERE id = ?",
@@ -401,7 +403,8 @@ mod tests {
 
     /// The plan SQLite (the version sqlx bundles) chooses for each hot statement: every
     /// named task reached by primary key, none by walking a state; the claims and the
-    /// dead-letter listing by their partial indexes, in order, with no sort.
+    /// dead-letter listing by their partial indexes, in order, with no sort; the start's
+    /// counts of running attempts and the unique keys by their partial indexes.
     #[tokio::test]
     async fn hot_statements_use_the_indexes_meant_for_them() {
         let pool = SqlitePoolOptions::new()
@@ -415,6 +418,11 @@ mod tests {
             .unwrap();
         let by_id = "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)";
         let ranked = "SEARCH tasks USING INDEX tasks_pending_ranked (claim_rank<?)";
+        let running_per_key = format!(
+            "{}?{}?, ?) GROUP BY concurrency_key",
+            crate::sql_store::RUNNING_PER_KEY.0,
+            crate::sql_store::RUNNING_PER_KEY.1
+        );
         for (name, statement, expected) in [
             ("CLAIM_NAMED", CLAIM_NAMED, by_id),
             ("START_BATCH", START_BATCH, by_id),
@@ -428,6 +436,21 @@ mod tests {
                 // The cursor's `OR` bounds no range: the dead letters in listing order,
                 // stopped at the page's end.
                 "SCAN tasks USING INDEX tasks_dead_due",
+            ),
+            (
+                "running",
+                QUERIES.running,
+                "SEARCH tasks USING COVERING INDEX tasks_by_type_state (task_type=? AND state=?)",
+            ),
+            (
+                "RUNNING_PER_KEY",
+                running_per_key.as_str(),
+                "SEARCH tasks USING INDEX tasks_keyed (task_type=? AND concurrency_key=?)",
+            ),
+            (
+                "holder_by_unique_key",
+                QUERIES.holder_by_unique_key,
+                "SEARCH tasks USING INDEX tasks_unique_active (unique_active=?)",
             ),
             ("CLAIM_SEVERAL_TYPES", CLAIM_SEVERAL_TYPES, ranked),
             ("CLAIM_ALL_TYPES", CLAIM_ALL_TYPES, ranked),
