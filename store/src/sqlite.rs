@@ -34,7 +34,12 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(30))
-            .foreign_keys(false);
+            .foreign_keys(false)
+            // The rows a statement returns cross from sqlx's SQLite thread to the caller
+            // through a channel of this many. At sqlx's 50 a claim (up to 1 000 rows by
+            // default) or a batch of 256 filled it, and the SQLite thread, the one writer,
+            // parked until the caller drained it: a thread hand-off every 50 rows.
+            .row_buffer_size(1024);
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
             .connect_with(options.clone())
