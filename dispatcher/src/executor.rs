@@ -70,8 +70,11 @@ pub struct ExecutorClient {
 impl ExecutorClient {
     /// `callback_url` is where executors reach the API for heartbeats and results.
     pub fn new(callback_url: String, dispatcher: String) -> Self {
+        // No cap on idle connections per executor: the attempts in flight, which the
+        // jobs' `concurrency` bounds, bound them, and idle ones close after reqwest's
+        // idle timeout. A cap below a job's concurrency (this was 256) closed a
+        // connection after each call above it, and opened a new one for the next.
         let client = reqwest::Client::builder()
-            .pool_max_idle_per_host(256)
             .tcp_nodelay(true)
             // A followed 302 turns the POST into a body-less GET whose 200 would count as
             // success, and a 307 would forward the signed task elsewhere: a redirect is an
