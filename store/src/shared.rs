@@ -16,7 +16,7 @@ use super::{
 pub const INSERT_TASKS: &str = "INSERT INTO tasks (id, task_type, payload, state, priority, \
      trigger_at, max_retries, timeout_ms, idempotency_key, unique_key, unique_active, \
      unique_for, cron_key, source_service, last_error, created_at, updated_at, lease_secret, \
-     concurrency_key, traceparent, tracestate) ";
+     concurrency_key, traceparent, tracestate, owner, lease_until, lease_token) ";
 
 /// One backend's text for the statements run here and in [`super::tx`]; each takes its
 /// parameters in the order its comment names (the function binding it uses that order).

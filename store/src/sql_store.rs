@@ -12,7 +12,7 @@ use crate::bulk;
 use crate::domain;
 use crate::rows::{self, Holder, JobCountsRow, LapsedRow, StartedRow, TaskRow};
 use crate::shared::{self, KafkaDeadLetterRow};
-use crate::tx::{Dialect, Tx};
+use crate::tx::{ClaimAtInsert, Dialect, Tx};
 use crate::*;
 
 /// The count of a job's running attempts per concurrency key, around its two lists of
@@ -62,6 +62,7 @@ where
     for<'q> &'q B::Key: Encode<'q, DB> + Type<DB>,
     for<'q> Option<&'q B::Key>: Encode<'q, DB> + Type<DB>,
     for<'q> Millis: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<Millis>: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'q> i16: Encode<'q, DB> + Type<DB>,
     for<'r> (String,): FromRow<'r, DB::Row>,
@@ -118,6 +119,44 @@ where
 
     async fn claim_ids(&self, params: ClaimIdsParams<'_>) -> Result<Vec<ClaimedTask>> {
         self.claim_named(params).await
+    }
+
+    /// The new due tasks are claimed as they are inserted where the dialect inserts many
+    /// rows per statement (one write each instead of two); the rest (MariaDB's, and any
+    /// inserted one by one) are claimed after, as [`Store::claim_ids`] does.
+    async fn insert_consumed(&self, params: InsertConsumedParams<'_>) -> Result<Vec<ClaimedTask>> {
+        let claim = ClaimAtInsert {
+            owner: params.owner,
+            hold: params.hold,
+            horizon: params.horizon,
+        };
+        let (outcomes, mut claimed) =
+            Tx::<B>::insert_claiming(self.writer(), params.tasks, params.now, Some(&claim)).await?;
+        let taken: std::collections::HashSet<&str> =
+            claimed.iter().map(|task| task.id.as_str()).collect();
+        let due: Vec<String> = params
+            .tasks
+            .iter()
+            .zip(&outcomes)
+            .filter(|(task, outcome)| {
+                matches!(outcome, InsertOutcome::Inserted { .. })
+                    && task.trigger_at <= params.horizon
+                    && !taken.contains(task.id.as_str())
+            })
+            .map(|(task, _)| task.id.clone())
+            .collect();
+        if !due.is_empty() {
+            claimed.extend(
+                self.claim_named(ClaimIdsParams {
+                    ids: &due,
+                    now: params.now,
+                    hold: params.hold,
+                    owner: params.owner,
+                })
+                .await?,
+            );
+        }
+        Ok(claimed)
     }
 
     async fn find_idempotent(&self, task: &NewTask) -> Result<Option<InsertOutcome>> {

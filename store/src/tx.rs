@@ -17,8 +17,8 @@ use super::domain::{self, DependentsEffect, Initial};
 use super::rows::{self, Holder, StartedRow, TaskRow};
 use super::shared::{INSERT_TASKS, Queries};
 use super::{
-    CancelOutcome, DeadLetterParams, Finish, FinishKind, InsertOutcome, Millis, NewTask,
-    RedriveOutcome, Result, TaskRecord, TaskState, is_unique_violation, retrying,
+    CancelOutcome, ClaimedTask, DeadLetterParams, Finish, FinishKind, InsertOutcome, Millis,
+    NewTask, RedriveOutcome, Result, TaskRecord, TaskState, is_unique_violation, retrying,
     unnamed_insert_conflict, unnamed_redrive_conflict,
 };
 
@@ -73,7 +73,7 @@ pub trait Dialect: Send + Sync + 'static {
 /// The shared bodies, run with dialect `D`.
 pub struct Tx<D>(PhantomData<D>);
 
-/// The most rows one insert statement carries: 256 × 21 parameters stays well inside
+/// The most rows one insert statement carries: 256 × 24 parameters stays well inside
 /// every backend's limit (SQLite's is 32 766).
 const MAX_ROWS_PER_INSERT: usize = 256;
 
@@ -108,6 +108,24 @@ struct TaskValues<'a> {
     concurrency_key: Option<&'a str>,
     traceparent: Option<String>,
     tracestate: Option<&'a str>,
+    /// Claimed as it is inserted ([`ClaimAtInsert`]): by whom, and until when.
+    claim: Option<(&'a str, Millis)>,
+}
+
+/// Who claims, as they are inserted, the new tasks due by `horizon` (a Kafka consumer
+/// that read them: [`super::Store::insert_consumed`]), and for how long. A task so
+/// claimed is written once, where an insert and then a claim wrote it twice.
+pub struct ClaimAtInsert<'a> {
+    pub owner: &'a str,
+    pub hold: std::time::Duration,
+    pub horizon: Millis,
+}
+
+impl ClaimAtInsert<'_> {
+    /// When the claim of a task due at `trigger_at` lapses, as a claim would set it.
+    fn lease_until(&self, trigger_at: Millis, now: Millis) -> Millis {
+        trigger_at.max(now) + self.hold
+    }
 }
 
 impl<'a> TaskValues<'a> {
@@ -133,9 +151,42 @@ impl<'a> TaskValues<'a> {
             concurrency_key: task.concurrency_key.as_deref(),
             traceparent: task.trace.as_ref().map(TraceContext::traceparent),
             tracestate: task.trace.as_ref().and_then(|t| t.state.as_deref()),
+            claim: None,
+        }
+    }
+
+    /// The same row, claimed by `owner` until `lease_until` (its first lease token).
+    fn claimed(self, owner: &'a str, lease_until: Millis) -> Self {
+        Self {
+            state: TaskState::Claimed,
+            claim: Some((owner, lease_until)),
+            ..self
+        }
+    }
+
+    /// The task as the claim of this row hands it to its owner.
+    fn claimed_task(&self, task: &NewTask) -> ClaimedTask {
+        ClaimedTask {
+            id: task.id.clone(),
+            task_type: task.task_type.clone(),
+            payload: task.payload.clone(),
+            priority: task.priority,
+            trigger_at: task.trigger_at,
+            attempt: 0,
+            max_retries: task.max_retries,
+            timeout_ms: task.timeout_ms,
+            lease_token: CLAIMED_AT_INSERT_TOKEN,
+            idempotency_key: task.idempotency_key.clone(),
+            lease_secret: self.lease_secret.clone(),
+            concurrency_key: task.concurrency_key.clone(),
+            trace: task.trace.clone(),
         }
     }
 }
+
+/// The lease token of a task claimed as it is inserted: the one a claim of a new task
+/// (token 0, plus one) gives it.
+const CLAIMED_AT_INSERT_TOKEN: i64 = 1;
 
 impl<D, DB> Tx<D>
 where
@@ -148,6 +199,7 @@ where
     for<'q> &'q D::Key: Encode<'q, DB> + Type<DB>,
     for<'q> Option<&'q D::Key>: Encode<'q, DB> + Type<DB>,
     for<'q> Millis: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<Millis>: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'q> i16: Encode<'q, DB> + Type<DB>,
     for<'r> (String,): FromRow<'r, DB::Row>,
@@ -163,9 +215,35 @@ where
         tasks: &[NewTask],
         now: Millis,
     ) -> Result<Vec<InsertOutcome>> {
+        Ok(Self::insert_claiming(pool, tasks, now, None).await?.0)
+    }
+
+    /// [`Self::insert`], claiming for `claim` the new tasks it may as they go in: those
+    /// due by its horizon, without dependencies, of a type not paused, inserted by a
+    /// multi-row statement (where the dialect has them). Also returns those claimed.
+    pub async fn insert_claiming(
+        pool: &Pool<DB>,
+        tasks: &[NewTask],
+        now: Millis,
+        claim: Option<&ClaimAtInsert<'_>>,
+    ) -> Result<(Vec<InsertOutcome>, Vec<ClaimedTask>)> {
         retrying(D::transient, || async {
             let mut tx = pool.begin().await?;
+            // Read in the transaction, as the claim reads them in its statement.
+            let paused: std::collections::HashSet<String> = match claim {
+                Some(_) if D::QUERIES.insert_many => {
+                    sqlx::query_as::<DB, (String,)>("SELECT task_type FROM job_pauses")
+                        .fetch_all(&mut *tx)
+                        .await?
+                        .into_iter()
+                        .map(|(task_type,)| task_type)
+                        .collect()
+                }
+                _ => Default::default(),
+            };
+            let claim = claim.map(|claim| (claim, &paused));
             let mut outcomes = Vec::with_capacity(tasks.len());
+            let mut claimed = Vec::new();
             let mut rest = tasks;
             while let Some(first) = rest.first() {
                 let run = if D::QUERIES.insert_many {
@@ -175,7 +253,9 @@ where
                 };
                 if run >= 2 {
                     let (rows, after) = rest.split_at(rows_per_statement(run));
-                    outcomes.extend(Self::insert_many(&mut tx, rows, now).await?);
+                    let (some, claimed_some) = Self::insert_many(&mut tx, rows, now, claim).await?;
+                    outcomes.extend(some);
+                    claimed.extend(claimed_some);
                     rest = after;
                 } else {
                     outcomes.push(Self::insert_one(&mut tx, first, now).await?);
@@ -183,7 +263,7 @@ where
                 }
             }
             tx.commit().await?;
-            Ok(outcomes)
+            Ok((outcomes, claimed))
         })
         .await
     }
@@ -194,10 +274,22 @@ where
         tx: &mut Transaction<'_, DB>,
         tasks: &[NewTask],
         now: Millis,
-    ) -> Result<Vec<InsertOutcome>> {
+        claim: Option<(&ClaimAtInsert<'_>, &std::collections::HashSet<String>)>,
+    ) -> Result<(Vec<InsertOutcome>, Vec<ClaimedTask>)> {
         let rows: Vec<TaskValues<'_>> = tasks
             .iter()
-            .map(|task| TaskValues::new(task, TaskState::Pending, None, now))
+            .map(|task| {
+                let row = TaskValues::new(task, TaskState::Pending, None, now);
+                match claim {
+                    Some((claim, paused))
+                        if task.trigger_at <= claim.horizon
+                            && !paused.contains(&task.task_type) =>
+                    {
+                        row.claimed(claim.owner, claim.lease_until(task.trigger_at, now))
+                    }
+                    _ => row,
+                }
+            })
             .collect();
         let mut insert = Self::insert_statement(&rows);
         insert.push(" RETURNING id");
@@ -208,17 +300,22 @@ where
             .into_iter()
             .collect();
         let mut outcomes = Vec::with_capacity(tasks.len());
-        for task in tasks {
+        let mut claimed = Vec::new();
+        for (task, row) in tasks.iter().zip(&rows) {
             outcomes.push(if inserted.remove(&task.id) {
+                if row.claim.is_some() {
+                    claimed.push(row.claimed_task(task));
+                }
                 InsertOutcome::Inserted {
                     id: task.id.clone(),
                     trigger_at: task.trigger_at,
                 }
             } else {
+                // A taken key: the row went in (if at all) through `insert_one`, pending.
                 Self::insert_one(tx, task, now).await?
             });
         }
-        Ok(outcomes)
+        Ok((outcomes, claimed))
     }
 
     /// [`INSERT_TASKS`] with `rows`, then the dialect's way with a taken key.
@@ -245,7 +342,14 @@ where
                 .push_bind(v.lease_secret.as_str())
                 .push_bind(v.concurrency_key.map(D::key))
                 .push_bind(v.traceparent.as_deref())
-                .push_bind(v.tracestate);
+                .push_bind(v.tracestate)
+                .push_bind(v.claim.map(|(owner, _)| owner))
+                .push_bind(v.claim.map(|(_, until)| until))
+                .push_bind(if v.claim.is_some() {
+                    CLAIMED_AT_INSERT_TOKEN
+                } else {
+                    0
+                });
         });
         insert.push(D::QUERIES.insert_tasks_conflict);
         insert
@@ -449,6 +553,7 @@ where
             concurrency_key: None,
             traceparent: None,
             tracestate: None,
+            claim: None,
         };
         let inserted = Self::insert_statement(std::slice::from_ref(&values))
             .build()

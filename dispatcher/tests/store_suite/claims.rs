@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use asyncd_store::{
-    self as store, Finish, FinishKind, Millis, NewTask, Store, TaskState, TypeFilter,
+    self as store, Finish, FinishKind, InsertConsumedParams, Millis, NewTask, Store, TaskState,
+    TypeFilter,
 };
 
 use crate::{Server, T0, at, claim_all, claim_params, insert, start_params, state};
@@ -14,6 +15,7 @@ scenarios!(
     claim_respects_type_filter_and_limit,
     claims_rank_priority_among_due_work_with_ageing,
     a_paused_type_waits_and_resumes_in_order,
+    consumed_tasks_due_by_the_horizon_come_back_claimed,
 );
 
 /// The submitter's trace context comes back with the claim, as stored (issue 16).
@@ -301,4 +303,85 @@ async fn postgres_claimers_never_share_a_task() {
         return;
     };
     claimers_never_share_a_task(&server).await;
+}
+
+/// A Kafka consumer's batch (`insert_consumed`): the new tasks due by the horizon come
+/// back claimed by the consumer, with the lease token and secret the store holds, so
+/// the attempt begins on them and no other claim takes them. A task due later, one of a
+/// paused type, and one already stored (a message consumed twice) are left pending to
+/// the claimer. SQLite and PostgreSQL claim as they insert; MariaDB claims after.
+async fn consumed_tasks_due_by_the_horizon_come_back_claimed(store: &dyn Store) {
+    let twice = NewTask::test("k", T0);
+    insert(store, twice.clone()).await;
+    store.pause("stopped", T0).await.unwrap();
+    let due = [
+        NewTask::test("k", T0),
+        NewTask::test("k", at(500)).priority(3),
+    ];
+    let later = NewTask::test("k", at(60_000));
+    let paused = NewTask::test("stopped", T0);
+    let batch = [
+        due[0].clone(),
+        twice.clone(),
+        later.clone(),
+        due[1].clone(),
+        paused.clone(),
+    ];
+    let claimed = store
+        .insert_consumed(InsertConsumedParams {
+            tasks: &batch,
+            horizon: at(1_000),
+            now: T0,
+            hold: Duration::from_secs(30),
+            owner: "consumer",
+        })
+        .await
+        .unwrap();
+    let mut ids: Vec<&str> = claimed.iter().map(|t| t.id.as_str()).collect();
+    ids.sort_unstable();
+    let mut expected = vec![due[0].id.as_str(), due[1].id.as_str()];
+    expected.sort_unstable();
+    assert_eq!(
+        ids, expected,
+        "the new tasks due by the horizon, and only those"
+    );
+    for task in &claimed {
+        let stored = store.get(&task.id).await.unwrap().unwrap();
+        assert_eq!(stored.state, TaskState::Claimed);
+        assert_eq!(stored.lease_token, task.lease_token);
+        assert_eq!(stored.lease_secret, task.lease_secret);
+        assert_eq!(stored.attempt, 0);
+        let sent = due.iter().find(|d| d.id == task.id).unwrap();
+        assert_eq!(
+            (task.priority, task.trigger_at),
+            (sent.priority, sent.trigger_at)
+        );
+        assert_eq!(task.payload.get(), sent.payload.get());
+    }
+    // Another dispatcher's claim takes what was left pending, and none of the claimed.
+    let others = store
+        .claim(claim_params(
+            &TypeFilter::All,
+            at(120_000),
+            T0,
+            5_000,
+            "other",
+            100,
+        ))
+        .await
+        .unwrap();
+    let mut left: Vec<&str> = others.iter().map(|t| t.id.as_str()).collect();
+    left.sort_unstable();
+    let mut pending = vec![twice.id.as_str(), later.id.as_str()];
+    pending.sort_unstable();
+    assert_eq!(left, pending, "the paused type's task waits for its resume");
+    assert_eq!(state(store, &paused.id).await, TaskState::Pending);
+    // The consumer begins its attempts with the tokens it was handed.
+    let claims: Vec<(String, i64)> = claimed
+        .iter()
+        .map(|t| (t.id.clone(), t.lease_token))
+        .collect();
+    let started = store.start(start_params(&claims, T0, 1_000)).await.unwrap();
+    assert_eq!(started.len(), 2);
+    assert!(started.iter().all(|s| s.attempt == 1));
 }
