@@ -17,12 +17,6 @@ use asyncd_kafka_admin::KafkaSecurity;
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
-/// mimalloc rather than glibc's malloc, for Rust's allocations and (its `override`) for
-/// SQLite's: on the hot path glibc's arenas spent about a tenth of the process's time
-/// (issue 30, docs/benchmarks.md).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(
     name = "asyncd",
