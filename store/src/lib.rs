@@ -73,6 +73,7 @@ mod sql_store;
 pub mod sqlite;
 mod store;
 mod task;
+mod task_row;
 #[doc(hidden)]
 pub mod testing;
 mod tx;

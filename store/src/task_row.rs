@@ -1,0 +1,127 @@
+//! A task's row as an insert writes it ([`TaskValues`], in [`crate::shared::INSERT_TASKS`]' column order),
+//! and how many rows one insert statement carries. The inserts themselves are in
+//! [`crate::tx`].
+
+use asyncd_contract::TraceContext;
+
+use crate::{ClaimedTask, Millis, NewTask, TaskState, domain};
+
+/// The most rows one insert statement carries: 256 × 24 parameters stays well inside
+/// every backend's limit (SQLite's is 32 766).
+const MAX_ROWS_PER_INSERT: usize = 256;
+
+/// How many of a run of `run` tasks one statement inserts: a power of two, so that a
+/// connection prepares and caches at most nine statement texts however batches are cut.
+pub(crate) fn rows_per_statement(run: usize) -> usize {
+    let most = run.clamp(1, MAX_ROWS_PER_INSERT);
+    1 << most.ilog2()
+}
+
+/// A task row's values, in [`crate::shared::INSERT_TASKS`]' column order.
+pub(crate) struct TaskValues<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) task_type: &'a str,
+    pub(crate) payload: &'a str,
+    pub(crate) state: TaskState,
+    pub(crate) priority: i16,
+    pub(crate) trigger_at: Millis,
+    pub(crate) max_retries: i64,
+    pub(crate) timeout_ms: i64,
+    pub(crate) idempotency_key: Option<&'a str>,
+    pub(crate) unique_key: Option<&'a str>,
+    /// The unique key while it is held ([`domain::unique_active`]).
+    pub(crate) unique_active: Option<&'a str>,
+    pub(crate) unique_for: i64,
+    pub(crate) cron_key: Option<&'a str>,
+    pub(crate) source_service: Option<&'a str>,
+    pub(crate) last_error: Option<&'a str>,
+    /// Both `created_at` and `updated_at`.
+    pub(crate) now: Millis,
+    pub(crate) lease_secret: String,
+    pub(crate) concurrency_key: Option<&'a str>,
+    pub(crate) traceparent: Option<String>,
+    pub(crate) tracestate: Option<&'a str>,
+    /// Claimed as it is inserted ([`ClaimAtInsert`]): by whom, and until when.
+    pub(crate) claim: Option<(&'a str, Millis)>,
+}
+
+/// Who claims, as they are inserted, the new tasks due by `horizon` (a Kafka consumer
+/// that read them: [`super::Store::insert_consumed`]), and for how long. A task so
+/// claimed is written once, where an insert and then a claim wrote it twice.
+pub struct ClaimAtInsert<'a> {
+    pub owner: &'a str,
+    pub hold: std::time::Duration,
+    pub horizon: Millis,
+}
+
+impl ClaimAtInsert<'_> {
+    /// When the claim of a task due at `trigger_at` lapses, as a claim would set it.
+    pub(crate) fn lease_until(&self, trigger_at: Millis, now: Millis) -> Millis {
+        trigger_at.max(now) + self.hold
+    }
+}
+
+impl<'a> TaskValues<'a> {
+    pub(crate) fn new(
+        task: &'a NewTask,
+        state: TaskState,
+        last_error: Option<&'a str>,
+        now: Millis,
+    ) -> Self {
+        Self {
+            id: &task.id,
+            task_type: &task.task_type,
+            payload: task.payload.get(),
+            state,
+            priority: i16::from(task.priority),
+            trigger_at: task.trigger_at,
+            max_retries: i64::from(task.max_retries),
+            timeout_ms: task.timeout_ms,
+            idempotency_key: task.idempotency_key.as_deref(),
+            unique_key: task.unique_key.as_deref(),
+            unique_active: domain::unique_active(task, state),
+            unique_for: super::duration_ms(task.unique_for),
+            cron_key: task.cron_key.as_deref(),
+            source_service: task.source_service.as_deref(),
+            last_error,
+            now,
+            lease_secret: crate::lease::new_secret(),
+            concurrency_key: task.concurrency_key.as_deref(),
+            traceparent: task.trace.as_ref().map(TraceContext::traceparent),
+            tracestate: task.trace.as_ref().and_then(|t| t.state.as_deref()),
+            claim: None,
+        }
+    }
+
+    /// The same row, claimed by `owner` until `lease_until` (its first lease token).
+    pub(crate) fn claimed(self, owner: &'a str, lease_until: Millis) -> Self {
+        Self {
+            state: TaskState::Claimed,
+            claim: Some((owner, lease_until)),
+            ..self
+        }
+    }
+
+    /// The task as the claim of this row hands it to its owner.
+    pub(crate) fn claimed_task(&self, task: &NewTask) -> ClaimedTask {
+        ClaimedTask {
+            id: task.id.clone(),
+            task_type: task.task_type.clone(),
+            payload: task.payload.clone(),
+            priority: task.priority,
+            trigger_at: task.trigger_at,
+            attempt: 0,
+            max_retries: task.max_retries,
+            timeout_ms: task.timeout_ms,
+            lease_token: CLAIMED_AT_INSERT_TOKEN,
+            idempotency_key: task.idempotency_key.clone(),
+            lease_secret: self.lease_secret.clone(),
+            concurrency_key: task.concurrency_key.clone(),
+            trace: task.trace.clone(),
+        }
+    }
+}
+
+/// The lease token of a task claimed as it is inserted: the one a claim of a new task
+/// (token 0, plus one) gives it.
+pub(crate) const CLAIMED_AT_INSERT_TOKEN: i64 = 1;
