@@ -172,6 +172,12 @@ mod tests {
         async fn cancel(&self, id: &str, now: Millis) -> store::Result<CancelOutcome> {
             self.inner.cancel(id, now).await
         }
+        async fn insert_consumed(
+            &self,
+            p: store::InsertConsumedParams<'_>,
+        ) -> store::Result<Vec<ClaimedTask>> {
+            self.inner.insert_consumed(p).await
+        }
         async fn claim(&self, p: ClaimParams<'_>) -> store::Result<Vec<ClaimedTask>> {
             self.inner.claim(p).await
         }

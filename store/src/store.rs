@@ -39,29 +39,7 @@ pub trait Store: Send + Sync + 'static {
     /// Stores tasks consumed from Kafka and claims for `owner` the new ones due by
     /// `horizon`, so the consumer that read them dispatches them without a poll. Tasks
     /// already stored (a message consumed twice) are left alone.
-    async fn insert_consumed(&self, params: InsertConsumedParams<'_>) -> Result<Vec<ClaimedTask>> {
-        let outcomes = self.insert(params.tasks, params.now).await?;
-        let due: Vec<String> = params
-            .tasks
-            .iter()
-            .zip(&outcomes)
-            .filter(|(task, outcome)| {
-                matches!(outcome, InsertOutcome::Inserted { .. })
-                    && task.trigger_at <= params.horizon
-            })
-            .map(|(task, _)| task.id.clone())
-            .collect();
-        if due.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.claim_ids(ClaimIdsParams {
-            ids: &due,
-            now: params.now,
-            hold: params.hold,
-            owner: params.owner,
-        })
-        .await
-    }
+    async fn insert_consumed(&self, params: InsertConsumedParams<'_>) -> Result<Vec<ClaimedTask>>;
     /// What inserting `task` would answer against the task already holding its
     /// idempotency key: [`InsertOutcome::Duplicate`] or, for another type or payload,
     /// [`InsertOutcome::IdempotencyMismatch`]; `None` when no task holds it (or the task
