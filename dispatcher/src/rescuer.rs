@@ -178,6 +178,14 @@ mod tests {
         ) -> store::Result<Vec<ClaimedTask>> {
             self.inner.insert_consumed(p).await
         }
+        async fn insert_claiming(
+            &self,
+            t: &[NewTask],
+            now: Millis,
+            claim: store::ClaimAtInsert<'_>,
+        ) -> store::Result<(Vec<InsertOutcome>, Vec<ClaimedTask>)> {
+            self.inner.insert_claiming(t, now, claim).await
+        }
         async fn claim(&self, p: ClaimParams<'_>) -> store::Result<Vec<ClaimedTask>> {
             self.inner.claim(p).await
         }

@@ -23,6 +23,7 @@ use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::api::submit::task_writer::TaskWriter;
 use crate::api::{self, ApiState, submit::Limits};
 use crate::auth::Auth;
 use crate::auth::kubernetes::KubeAuth;
@@ -375,12 +376,40 @@ async fn wire(
         .local_addr()
         .map_err(|e| RoleError::Listen(settings.listen, e))?;
     tracing::info!(%local, "listening");
-    let (inserts, writer) = api::group_commit::new(store.clone());
+    let dispatcher = if parts.dispatcher {
+        let callback = callback_url(
+            settings.advertise_url.as_deref(),
+            local,
+            settings.tls.is_some(),
+        )?;
+        Some(Dispatcher::new(
+            store.clone(),
+            routes.clone(),
+            metrics.clone(),
+            clock.clone(),
+            ExecutorClient::new(callback, settings.dispatcher.owner.clone()),
+            DispatcherConfig {
+                signals: settings.signals.clone(),
+                tracer: tracer.clone(),
+                ..settings.dispatcher.clone()
+            },
+            waker.clone().unwrap_or_default(),
+            shutdown.clone(),
+        ))
+    } else {
+        None
+    };
+    let tasks = TaskWriter::new(
+        store.clone(),
+        dispatcher.as_ref().map(Dispatcher::local_dispatch),
+    );
+    let (inserts, writer) = api::group_commit::new(tasks.clone());
     // Ends once the API's state is dropped, after writing what was queued before.
     supervisor.spawn_loop("submit group commit", writer.run());
     let state = Arc::new(ApiState {
         store: store.clone(),
         inserts,
+        tasks,
         routes: routes.clone(),
         metrics: metrics.clone(),
         clock: clock.clone(),
@@ -452,26 +481,7 @@ async fn wire(
         }
     }
 
-    if parts.dispatcher {
-        let callback = callback_url(
-            settings.advertise_url.as_deref(),
-            local,
-            settings.tls.is_some(),
-        )?;
-        let dispatcher = Dispatcher::new(
-            store.clone(),
-            routes.clone(),
-            metrics.clone(),
-            clock.clone(),
-            ExecutorClient::new(callback, settings.dispatcher.owner.clone()),
-            DispatcherConfig {
-                signals: settings.signals.clone(),
-                tracer,
-                ..settings.dispatcher.clone()
-            },
-            waker.clone().unwrap_or_default(),
-            shutdown.clone(),
-        );
+    if let Some(dispatcher) = dispatcher {
         if let Some(brokers) = &settings.kafka_brokers {
             let config = kafka::ConsumerConfig {
                 brokers: brokers.clone(),

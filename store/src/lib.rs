@@ -74,6 +74,7 @@ pub mod sqlite;
 mod store;
 mod task;
 mod task_row;
+pub use task_row::ClaimAtInsert;
 #[doc(hidden)]
 pub mod testing;
 mod tx;

@@ -129,6 +129,7 @@ where
             owner: params.owner,
             hold: params.hold,
             horizon: params.horizon,
+            room: None,
         };
         let (outcomes, mut claimed) =
             Tx::<B>::insert_claiming(self.writer(), params.tasks, params.now, Some(&claim)).await?;
@@ -157,6 +158,15 @@ where
             );
         }
         Ok(claimed)
+    }
+
+    async fn insert_claiming(
+        &self,
+        tasks: &[NewTask],
+        now: Millis,
+        claim: ClaimAtInsert<'_>,
+    ) -> Result<(Vec<InsertOutcome>, Vec<ClaimedTask>)> {
+        Tx::<B>::insert_claiming(self.writer(), tasks, now, Some(&claim)).await
     }
 
     async fn find_idempotent(&self, task: &NewTask) -> Result<Option<InsertOutcome>> {

@@ -40,6 +40,17 @@ pub trait Store: Send + Sync + 'static {
     /// `horizon`, so the consumer that read them dispatches them without a poll. Tasks
     /// already stored (a message consumed twice) are left alone.
     async fn insert_consumed(&self, params: InsertConsumedParams<'_>) -> Result<Vec<ClaimedTask>>;
+    /// [`Store::insert`], claiming for `claim.owner` as they go in the new tasks it
+    /// allows (due by its horizon, of a type not paused, within each type's room): a
+    /// dispatcher in the submitting process takes them straight into its heap. Only
+    /// where the dialect inserts many rows per statement (SQLite, PostgreSQL); the rest
+    /// go in pending. Returns the insert's outcomes and the tasks claimed.
+    async fn insert_claiming(
+        &self,
+        tasks: &[NewTask],
+        now: Millis,
+        claim: ClaimAtInsert<'_>,
+    ) -> Result<(Vec<InsertOutcome>, Vec<ClaimedTask>)>;
     /// What inserting `task` would answer against the task already holding its
     /// idempotency key: [`InsertOutcome::Duplicate`] or, for another type or payload,
     /// [`InsertOutcome::IdempotencyMismatch`]; `None` when no task holds it (or the task

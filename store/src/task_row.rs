@@ -2,6 +2,8 @@
 //! and how many rows one insert statement carries. The inserts themselves are in
 //! [`crate::tx`].
 
+use std::collections::{HashMap, HashSet};
+
 use asyncd_contract::TraceContext;
 
 use crate::{ClaimedTask, Millis, NewTask, TaskState, domain};
@@ -46,12 +48,44 @@ pub(crate) struct TaskValues<'a> {
 }
 
 /// Who claims, as they are inserted, the new tasks due by `horizon` (a Kafka consumer
-/// that read them: [`super::Store::insert_consumed`]), and for how long. A task so
-/// claimed is written once, where an insert and then a claim wrote it twice.
+/// that read them, [`super::Store::insert_consumed`]; a dispatcher in the submitting
+/// process, [`super::Store::insert_claiming`]), and for how long. A task so claimed is
+/// written once, where an insert and then a claim wrote it twice.
+#[derive(Debug, Clone, Copy)]
 pub struct ClaimAtInsert<'a> {
     pub owner: &'a str,
     pub hold: std::time::Duration,
     pub horizon: Millis,
+    /// Per task type, how many tasks may be claimed at most; a type not listed is not
+    /// claimed. `None`: any type, any number.
+    pub room: Option<&'a HashMap<String, usize>>,
+}
+
+/// A [`ClaimAtInsert`] as one insert transaction applies it: the types paused in the
+/// store, read in the transaction, and the room each type has left.
+pub(crate) struct ClaimRoom<'c, 'a> {
+    pub(crate) claim: &'c ClaimAtInsert<'a>,
+    pub(crate) paused: &'c HashSet<String>,
+    pub(crate) room: Option<&'c mut HashMap<String, usize>>,
+}
+
+impl ClaimRoom<'_, '_> {
+    /// Whether `task` goes in claimed, taking its type's room if so.
+    pub(crate) fn takes(&mut self, task: &NewTask) -> bool {
+        if task.trigger_at > self.claim.horizon || self.paused.contains(&task.task_type) {
+            return false;
+        }
+        match self.room.as_deref_mut() {
+            None => true,
+            Some(room) => match room.get_mut(&task.task_type) {
+                Some(left) if *left > 0 => {
+                    *left -= 1;
+                    true
+                }
+                _ => false,
+            },
+        }
+    }
 }
 
 impl ClaimAtInsert<'_> {

@@ -16,7 +16,7 @@ use super::domain::{self, DependentsEffect, Initial};
 use super::rows::{self, Holder, StartedRow, TaskRow};
 use super::shared::{INSERT_TASKS, Queries};
 pub use super::task_row::ClaimAtInsert;
-use super::task_row::{CLAIMED_AT_INSERT_TOKEN, TaskValues, rows_per_statement};
+use super::task_row::{CLAIMED_AT_INSERT_TOKEN, ClaimRoom, TaskValues, rows_per_statement};
 use super::{
     CancelOutcome, ClaimedTask, DeadLetterParams, Finish, FinishKind, InsertOutcome, Millis,
     NewTask, RedriveOutcome, Result, TaskRecord, TaskState, is_unique_violation, retrying,
@@ -127,7 +127,13 @@ where
                 }
                 _ => Default::default(),
             };
-            let claim = claim.map(|claim| (claim, &paused));
+            // What each type may still have claimed; counted down afresh by each try.
+            let mut room = claim.and_then(|claim| claim.room.cloned());
+            let mut claim = claim.map(|claim| ClaimRoom {
+                claim,
+                paused: &paused,
+                room: room.as_mut(),
+            });
             let mut outcomes = Vec::with_capacity(tasks.len());
             let mut claimed = Vec::new();
             let mut rest = tasks;
@@ -137,9 +143,12 @@ where
                 } else {
                     0
                 };
-                if run >= 2 {
+                // One row goes in by itself, unless it may go in claimed: only the
+                // multi-row statement writes a claim.
+                if run >= 2 || (run == 1 && claim.is_some()) {
                     let (rows, after) = rest.split_at(rows_per_statement(run));
-                    let (some, claimed_some) = Self::insert_many(&mut tx, rows, now, claim).await?;
+                    let (some, claimed_some) =
+                        Self::insert_many(&mut tx, rows, now, claim.as_mut()).await?;
                     outcomes.extend(some);
                     claimed.extend(claimed_some);
                     rest = after;
@@ -160,20 +169,20 @@ where
         tx: &mut Transaction<'_, DB>,
         tasks: &[NewTask],
         now: Millis,
-        claim: Option<(&ClaimAtInsert<'_>, &std::collections::HashSet<String>)>,
+        mut claim: Option<&mut ClaimRoom<'_, '_>>,
     ) -> Result<(Vec<InsertOutcome>, Vec<ClaimedTask>)> {
         let rows: Vec<TaskValues<'_>> = tasks
             .iter()
             .map(|task| {
                 let row = TaskValues::new(task, TaskState::Pending, None, now);
-                match claim {
-                    Some((claim, paused))
-                        if task.trigger_at <= claim.horizon
-                            && !paused.contains(&task.task_type) =>
-                    {
-                        row.claimed(claim.owner, claim.lease_until(task.trigger_at, now))
-                    }
-                    _ => row,
+                let claimed = claim.as_deref_mut().and_then(|claim| {
+                    let ClaimAtInsert { owner, .. } = *claim.claim;
+                    let until = claim.claim.lease_until(task.trigger_at, now);
+                    claim.takes(task).then_some((owner, until))
+                });
+                match claimed {
+                    Some((owner, until)) => row.claimed(owner, until),
+                    None => row,
                 }
             })
             .collect();

@@ -49,6 +49,8 @@ pub struct ApiState {
     /// Where a submit of one store-routed task is written: with the others arriving
     /// meanwhile, in one transaction (`group_commit`).
     pub inserts: group_commit::GroupCommit,
+    /// Where a batch of store-routed tasks is written.
+    pub tasks: submit::task_writer::TaskWriter,
     pub routes: Routes,
     pub metrics: Arc<Metrics>,
     pub clock: crate::clock::SharedClock,

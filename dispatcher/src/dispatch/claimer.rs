@@ -72,7 +72,7 @@ impl Claimer {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep(self.config.poll_interval) => {}
-                _ = self.waker.0.notified() => {}
+                _ = self.waker.0.notify.notified() => {}
             }
             self.pass(&shutdown).await;
         }
@@ -84,7 +84,13 @@ impl Claimer {
         let config = self.config.clone();
         // Every claim of this pass reads the clock at or after this.
         let now = self.clock.now_millis();
+        // Read before the first claim: a wake from here on may have left due tasks
+        // behind this pass's claims.
+        let wakes = self.waker.wakes();
+        // The types whose due tasks the last round of claims left none of in the store.
+        let mut drained: Vec<String> = Vec::new();
         loop {
+            drained.clear();
             let unstarted = self.intake.unstarted.len();
             if unstarted >= config.max_heap || !config.clock_check.may_dispatch() {
                 break;
@@ -102,9 +108,9 @@ impl Claimer {
             {
                 let now = self.clock.now_millis();
                 let started = Instant::now();
-                let types = TypeFilter::Only(types);
+                let filter = TypeFilter::Only(types);
                 let params = ClaimParams {
-                    types: &types,
+                    types: &filter,
                     horizon: now + config.lookahead,
                     now,
                     hold: config.hold,
@@ -122,9 +128,16 @@ impl Claimer {
                     Ok(claimed) => claimed,
                     Err(err) => {
                         tracing::warn!(%err, "claim failed; retrying on the next tick");
+                        drained.clear();
                         break;
                     }
                 };
+                if let TypeFilter::Only(types) = filter
+                    && per_key.is_none()
+                    && (claimed.len() as u32) < limit
+                {
+                    drained.extend(types);
+                }
                 // Only a full batch of the unconstrained jobs says more is waiting now;
                 // a constrained job has taken all its room, and a keyed one each key's
                 // share (the next comes when an outcome frees a key).
@@ -139,11 +152,34 @@ impl Claimer {
                 break;
             }
         }
+        self.measure_room_at_submit(wakes, &drained);
         // Once per clock reading, so a test on a manual clock is not flooded.
         if config.signals.is_some() && self.last_pass != Some(now) {
             self.last_pass = Some(now);
             emit(&config.signals, || Signal::ClaimPass { at: now });
         }
+    }
+
+    /// What the API may claim at submit until the next wake ([`super::at_submit`]): of
+    /// the `drained` types, as many as their jobs have room for.
+    fn measure_room_at_submit(&self, wakes: u64, drained: &[String]) {
+        let routes = self.routes.borrow().clone();
+        let mut holdings = self.intake.claims.holdings();
+        let room = drained
+            .iter()
+            .filter_map(|task_type| {
+                let job = routes.job(task_type)?;
+                let limits = JobLimits {
+                    concurrency: job.concurrency,
+                    timeout: job.timeout,
+                    per_second: job.rate_limit.map(|r| r.per_second),
+                };
+                let room = holdings.room(task_type, limits, self.config.hold);
+                (room > 0).then(|| (task_type.clone(), room))
+            })
+            .collect();
+        drop(holdings);
+        self.intake.at_submit().measured(wakes, room);
     }
 
     /// A keyed job's claim ([`Store::claim_fair`]), its keys' rotation going on from where

@@ -43,6 +43,7 @@
 //! store, so a sender waiting on it cannot deadlock.
 
 pub mod adaptive;
+mod at_submit;
 mod attempt;
 mod claimer;
 mod completer;
@@ -54,7 +55,7 @@ mod runner;
 mod tests;
 mod ticker;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -71,9 +72,11 @@ use crate::signing::SigningKeys;
 use crate::test_hooks::{Signal, TestSignals, emit};
 use crate::trace::Tracer;
 use asyncd_store::heap::EtaHeap;
-use asyncd_store::{ClaimedTask, Store};
+use asyncd_store::{ClaimedTask, Millis, NewTask, Store};
 
 use adaptive::Adaptive;
+pub use at_submit::LocalDispatch;
+use at_submit::{Reserved, SubmitRoom};
 use attempt::Attempts;
 use claimer::Claimer;
 use completer::{Completer, Outcomes};
@@ -147,11 +150,24 @@ impl Default for DispatcherConfig {
 
 /// Wakes the claimer when a task due soon was written by this process.
 #[derive(Clone, Default)]
-pub struct ClaimerWakeup(Arc<Notify>);
+pub struct ClaimerWakeup(Arc<Wakeup>);
+
+#[derive(Default)]
+struct Wakeup {
+    notify: Notify,
+    /// Counts the wakes: one since the claimer's last pass began closes claim at submit
+    /// ([`at_submit`]).
+    wakes: AtomicU64,
+}
 
 impl ClaimerWakeup {
     pub fn wake(&self) {
-        self.0.notify_one();
+        self.0.wakes.fetch_add(1, Ordering::SeqCst);
+        self.0.notify.notify_one();
+    }
+
+    fn wakes(&self) -> u64 {
+        self.0.wakes.load(Ordering::SeqCst)
     }
 }
 
@@ -219,17 +235,32 @@ impl Unstarted {
     }
 }
 
-/// Where claimed tasks come into this dispatcher: the claimer's claims, and the Kafka
-/// consumer's through [`HeapSink`].
+/// Where claimed tasks come into this dispatcher: the claimer's claims, the Kafka
+/// consumer's through [`HeapSink`], and the API's claims at submit through
+/// [`LocalDispatch`].
 struct Intake {
     claims: Arc<Claims>,
     unstarted: Arc<Unstarted>,
     metrics: Arc<Metrics>,
     clock: SharedClock,
     signals: Option<TestSignals>,
+    /// What the API may claim as it inserts, as the claimer last measured it.
+    at_submit: Mutex<SubmitRoom>,
+    max_heap: usize,
 }
 
 impl Intake {
+    fn at_submit(&self) -> MutexGuard<'_, SubmitRoom> {
+        self.at_submit.lock().expect("at-submit lock")
+    }
+
+    /// Room for claiming these of `tasks` at submit ([`SubmitRoom::reserve`]), within
+    /// `max_heap`.
+    fn reserve(&self, tasks: &[NewTask], horizon: Millis, wakes: u64) -> Option<Reserved> {
+        let most = self.max_heap.saturating_sub(self.unstarted.len());
+        self.at_submit().reserve(tasks, horizon, wakes, most)
+    }
+
     fn push(&self, tasks: Vec<ClaimedTask>) {
         emit(&self.signals, || Signal::Claimed {
             ids: tasks.iter().map(|t| t.id.clone()).collect(),
@@ -262,6 +293,7 @@ pub struct Dispatcher {
     ticker: Ticker,
     /// Kept until every attempt has ended, so [`HeapSink`]s work until then.
     intake: Arc<Intake>,
+    local: LocalDispatch,
     /// Drained at shutdown, its tasks handed back.
     unstarted: Arc<Unstarted>,
     /// For handing those back; the completer ends once this and every other sender is gone.
@@ -309,7 +341,16 @@ impl Dispatcher {
             metrics: metrics.clone(),
             clock: clock.clone(),
             signals: config.signals.clone(),
+            at_submit: Mutex::default(),
+            max_heap: config.max_heap,
         });
+        let local = LocalDispatch {
+            intake: Arc::downgrade(&intake),
+            waker: waker.clone(),
+            owner: config.owner.as_str().into(),
+            hold: config.hold,
+            lookahead: config.lookahead,
+        };
         let adaptive = Arc::new(Mutex::new(Adaptive::default()));
         let outcomes_written = Arc::new(Notify::new());
         let outcomes = Outcomes::new(tx, claims.clone(), metrics.clone(), clock.clone(), &config);
@@ -379,6 +420,7 @@ impl Dispatcher {
                 runners,
             ),
             intake,
+            local,
             unstarted,
             outcomes,
             inflight,
@@ -392,6 +434,12 @@ impl Dispatcher {
         HeapSink(Arc::downgrade(&self.intake))
     }
 
+    /// How the API in this process inserts tasks, claiming for this dispatcher what it
+    /// may ([`at_submit`]).
+    pub fn local_dispatch(&self) -> LocalDispatch {
+        self.local.clone()
+    }
+
     /// Runs until the shutdown token fires, then winds down as described above. Its loops
     /// are spawned into `tasks` (the role's tracker) and all have ended when this returns.
     pub async fn run(self, tasks: TaskTracker) {
@@ -401,6 +449,7 @@ impl Dispatcher {
             claimer,
             ticker,
             intake,
+            local: _,
             unstarted,
             outcomes,
             inflight,

@@ -20,6 +20,7 @@ mod support;
 mod auth;
 mod callbacks;
 mod cancel;
+mod claim_at_submit;
 mod config_reload;
 mod crash_recovery;
 mod cron;

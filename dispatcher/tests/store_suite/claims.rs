@@ -3,9 +3,11 @@
 
 use std::time::Duration;
 
+use std::collections::HashMap;
+
 use asyncd_store::{
-    self as store, Finish, FinishKind, InsertConsumedParams, Millis, NewTask, Store, TaskState,
-    TypeFilter,
+    self as store, ClaimAtInsert, Finish, FinishKind, InsertConsumedParams, Millis, NewTask, Store,
+    TaskState, TypeFilter,
 };
 
 use crate::{Server, T0, at, claim_all, claim_params, insert, start_params, state};
@@ -16,6 +18,7 @@ scenarios!(
     claims_rank_priority_among_due_work_with_ageing,
     a_paused_type_waits_and_resumes_in_order,
     consumed_tasks_due_by_the_horizon_come_back_claimed,
+    tasks_claimed_at_submit_stay_within_each_types_room,
 );
 
 /// The submitter's trace context comes back with the claim, as stored (issue 16).
@@ -384,4 +387,101 @@ async fn consumed_tasks_due_by_the_horizon_come_back_claimed(store: &dyn Store) 
     let started = store.start(start_params(&claims, T0, 1_000)).await.unwrap();
     assert_eq!(started.len(), 2);
     assert!(started.iter().all(|s| s.attempt == 1));
+}
+
+/// Claim at submit (`insert_claiming`, a dispatcher in the submitting process): of the
+/// new tasks due by the horizon, at most each type's room goes in claimed by the
+/// dispatcher, the first in the batch first, with the token and secret the store holds;
+/// a task past its type's room, a type without room, a task due later, one of a type
+/// paused through the API and a repeat of a stored id go in (or stay) pending for any
+/// dispatcher's claim. Returns `(claimed, batch)` for the dialect-specific check below.
+/// MariaDB inserts row by row and claims none at insert.
+async fn claim_at_submit(store: &dyn Store) -> (Vec<store::ClaimedTask>, Vec<NewTask>) {
+    let twice = NewTask::test("a", T0);
+    insert(store, twice.clone()).await;
+    store.pause("stopped", T0).await.unwrap();
+    let batch = vec![
+        NewTask::test("a", T0),
+        NewTask::test("a", at(500)),
+        NewTask::test("a", T0),
+        NewTask::test("a", at(60_000)),
+        twice.clone(),
+        NewTask::test("b", T0),
+        NewTask::test("stopped", T0),
+    ];
+    let room: HashMap<String, usize> = [("a".to_string(), 2), ("stopped".to_string(), 5)].into();
+    let (outcomes, claimed) = store
+        .insert_claiming(
+            &batch,
+            T0,
+            ClaimAtInsert {
+                owner: "local",
+                hold: Duration::from_secs(30),
+                horizon: at(1_000),
+                room: Some(&room),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcomes.len(), batch.len(), "one answer per task");
+    assert!(
+        matches!(outcomes[4], store::InsertOutcome::Duplicate { .. }),
+        "{:?}",
+        outcomes[4]
+    );
+    let allowed = [batch[0].id.as_str(), batch[1].id.as_str()];
+    for task in &claimed {
+        assert!(
+            allowed.contains(&task.id.as_str()),
+            "{} was claimed beyond a's room of 2, or against a pause or a horizon",
+            task.id
+        );
+        let stored = store.get(&task.id).await.unwrap().unwrap();
+        assert_eq!(stored.state, TaskState::Claimed);
+        assert_eq!(stored.lease_token, task.lease_token);
+        assert_eq!(stored.lease_secret, task.lease_secret);
+    }
+    // Another dispatcher's claim takes everything else due but the paused type's.
+    let others = store
+        .claim(claim_params(
+            &TypeFilter::All,
+            at(120_000),
+            T0,
+            5_000,
+            "other",
+            100,
+        ))
+        .await
+        .unwrap();
+    let mut left: Vec<&str> = others.iter().map(|t| t.id.as_str()).collect();
+    left.sort_unstable();
+    let mut expected: Vec<&str> = batch
+        .iter()
+        .filter(|t| t.task_type != "stopped" && !claimed.iter().any(|c| c.id == t.id))
+        .map(|t| t.id.as_str())
+        .collect();
+    expected.sort_unstable();
+    expected.dedup();
+    assert_eq!(left, expected);
+    assert_eq!(state(store, &batch[6].id).await, TaskState::Pending);
+    (claimed, batch)
+}
+
+async fn tasks_claimed_at_submit_stay_within_each_types_room(store: &dyn Store) {
+    claim_at_submit(store).await;
+}
+
+/// Where the dialect inserts many rows per statement, the room is used: the first two
+/// of a's due tasks go in claimed.
+#[tokio::test]
+async fn sqlite_and_postgres_claim_at_submit_up_to_the_room() {
+    let exactly_the_room = async |store: &dyn Store| {
+        let (claimed, batch) = claim_at_submit(store).await;
+        let ids: Vec<&str> = claimed.iter().map(|t| t.id.as_str()).collect();
+        assert_eq!(ids, [batch[0].id.as_str(), batch[1].id.as_str()]);
+    };
+    crate::on_sqlite(exactly_the_room).await;
+    if let Some(server) = Server::postgres() {
+        server.run(exactly_the_room).await;
+    }
 }

@@ -6,7 +6,7 @@
 //! thousand.
 //!
 //! One writer takes the first waiting request and whatever else is waiting at that
-//! moment, up to `MAX_GROUP` tasks, and writes them with one [`Store::insert`]. With
+//! moment, up to `MAX_GROUP` tasks, and writes them with one insert ([`TaskWriter`]). With
 //! one submit at a time it writes that one at once: nothing waits for company.
 //!
 //! A group the store refuses (a value one backend cannot store, say) is not allowed to
@@ -20,8 +20,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use asyncd_contract::ErrorCode;
 
+use super::task_writer::TaskWriter;
 use crate::api::error::ApiError;
-use asyncd_store::{InsertOutcome, Millis, NewTask, Store, StoreError};
+use asyncd_store::{InsertOutcome, Millis, NewTask, StoreError};
 
 /// Requests waiting while a group is being written. The bound is back-pressure on the
 /// HTTP handlers: past it a submit waits to be queued, as it would for a connection.
@@ -49,11 +50,11 @@ pub struct GroupCommit {
 
 /// The writing side: [`Writer::run`] until every [`GroupCommit`] is gone.
 pub struct Writer {
-    store: Arc<dyn Store>,
+    store: TaskWriter,
     requests: mpsc::Receiver<Request>,
 }
 
-pub fn new(store: Arc<dyn Store>) -> (GroupCommit, Writer) {
+pub fn new(store: TaskWriter) -> (GroupCommit, Writer) {
     let (tx, rx) = mpsc::channel(QUEUE);
     (
         GroupCommit { requests: tx },
@@ -115,12 +116,12 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            write(&*self.store, group).await;
+            write(&self.store, group).await;
         }
     }
 }
 
-async fn write(store: &dyn Store, mut group: Vec<Request>) {
+async fn write(store: &TaskWriter, mut group: Vec<Request>) {
     if group.len() == 1 {
         let request = group.pop().expect("one request");
         let answer = store.insert(&request.tasks, request.now).await;
@@ -173,7 +174,7 @@ mod tests {
             .timeout_ms(5_000)
     }
 
-    async fn sqlite(dir: &tempfile::TempDir) -> (Arc<dyn Store>, String) {
+    async fn sqlite(dir: &tempfile::TempDir) -> (Arc<dyn asyncd_store::Store>, String) {
         let url = format!("sqlite://{}", dir.path().join("group.db").display());
         let store = asyncd_store::open(&url).await.unwrap();
         store.migrate().await.unwrap();
@@ -207,7 +208,7 @@ mod tests {
     async fn submits_waiting_together_are_written_in_one_transaction() {
         let dir = tempfile::tempdir().unwrap();
         let (store, _) = sqlite(&dir).await;
-        let (commit, writer) = new(store.clone());
+        let (commit, writer) = new(TaskWriter::new(store.clone(), None));
         let ids: Vec<String> = (0..50).map(|i| format!("task-{i}")).collect();
         let handles = queue_all(&commit, ids.iter().map(|id| task(id, "{}")).collect()).await;
         let writing = tokio::spawn(writer.run());
@@ -244,7 +245,7 @@ mod tests {
         .execute(&pool)
         .await
         .unwrap();
-        let (commit, writer) = new(store.clone());
+        let (commit, writer) = new(TaskWriter::new(store.clone(), None));
         let tasks = vec![
             task("before", "{}"),
             task("poisoned", r#"{"poison":true}"#),

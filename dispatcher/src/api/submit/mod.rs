@@ -7,6 +7,7 @@
 //! store transaction ([`group_commit`]).
 
 pub mod group_commit;
+pub mod task_writer;
 mod validate;
 mod workflow;
 
@@ -337,7 +338,7 @@ impl ApiState {
         now: Millis,
     ) {
         let fallback: Vec<NewTask> = unacknowledged.iter().map(|&i| tasks[i].clone()).collect();
-        match self.store.insert(&fallback, now).await {
+        match self.tasks.insert(&fallback, now).await {
             Ok(outcomes) => {
                 for (&i, outcome) in unacknowledged.iter().zip(outcomes) {
                     let task = &tasks[i];
@@ -399,7 +400,7 @@ impl ApiState {
         let mut outcomes = match stored.len() {
             0 => Vec::new(),
             1 => self.inserts.insert(stored, now).await?,
-            _ => self.store.insert(&stored, now).await?,
+            _ => self.tasks.insert(&stored, now).await?,
         }
         .into_iter();
         let mut produced = Vec::new();
@@ -458,14 +459,25 @@ impl ApiState {
             .into_iter()
             .map(|a| a.expect("every task answered"))
             .collect();
-        self.count_and_wake(tasks, &answers, now);
+        // The claimer was woken by the insert, if it must be ([`task_writer`]).
+        self.count(tasks, &answers);
         Ok(answers)
     }
 
     /// Counts the tasks newly accepted and wakes the claimer if one is due soon.
     fn count_and_wake(&self, tasks: &[NewTask], answers: &[Answer], now: Millis) {
+        self.count(tasks, answers);
         let horizon = now + Duration::from_millis(self.lookahead_ms as u64);
-        let mut wake = false;
+        let wake = tasks.iter().zip(answers).any(|(task, answer)| {
+            matches!(answer, Ok((StatusCode::CREATED, _))) && task.trigger_at <= horizon
+        });
+        if wake && let Some(waker) = &self.waker {
+            waker.wake();
+        }
+    }
+
+    /// Counts the tasks newly accepted.
+    fn count(&self, tasks: &[NewTask], answers: &[Answer]) {
         for (task, answer) in tasks.iter().zip(answers) {
             if let Ok((StatusCode::CREATED, _)) = answer {
                 self.metrics
@@ -476,11 +488,7 @@ impl ApiState {
                             .source_label(task.source_service.as_deref().unwrap_or("")),
                     ])
                     .inc();
-                wake |= task.trigger_at <= horizon;
             }
-        }
-        if wake && let Some(waker) = &self.waker {
-            waker.wake();
         }
     }
 }
