@@ -61,7 +61,11 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
         }
     }
 
-    pub fn get(&self, key: &K, now: Instant) -> Option<V> {
+    pub fn get<Q>(&self, key: &Q, now: Instant) -> Option<V>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Eq + Hash + ?Sized,
+    {
         let (value, until) = self.entries.get(key)?;
         (now < *until).then(|| value.clone())
     }
@@ -211,10 +215,10 @@ impl<U: Clone + Send + Sync + 'static> TokenReviews<U> {
         let shared = {
             let mut state = self.state.lock().expect("token reviews lock");
             let now = (self.clock)();
-            if let Some(user) = state.accepted.get(&key.to_string(), now) {
+            if let Some(user) = state.accepted.get(key, now) {
                 return Ok(Some(user));
             }
-            if state.refused.get(&key.to_string(), now).is_some() {
+            if state.refused.get(key, now).is_some() {
                 return Ok(None);
             }
             match state.in_flight.get(key) {
