@@ -360,7 +360,6 @@ async fn wire(
     let guard = RequestGuard::new(
         &settings.browser,
         settings.listen,
-        settings.tls.is_some(),
         !matches!(auth, Auth::None),
     )
     .map_err(RoleError::Browser)?;

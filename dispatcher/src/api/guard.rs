@@ -9,10 +9,11 @@
 //!    host. With authentication, any `Host` is served (a cluster's Service names vary),
 //!    and a rebound page has no credential to send.
 //! 2. A request with an `Origin` header (every browser sends one on a cross-origin
-//!    request and on every non-GET one) must come from the listener's own origin (the
-//!    scheme it serves, and the host and port of the request's `Host`) or an
-//!    `--allowed-origin`. The built-in console is same-origin; non-browser clients send
-//!    no `Origin`.
+//!    request and on every non-GET one) must come from the host and port the request
+//!    was sent to (its `Host`), or be an `--allowed-origin`. The scheme is not compared:
+//!    behind a proxy that ends TLS the browser's is not the listener's, and a page on the
+//!    same host and port is served by this listener anyway. The built-in console is
+//!    same-origin; non-browser clients send no `Origin`.
 //! 3. A write (POST, PUT, PATCH, DELETE) that carries a body, or names its type, must
 //!    name `application/json`: the types a page may send without asking first
 //!    (`text/plain`, forms) are refused even from a browser that sends no `Origin`. A
@@ -53,6 +54,8 @@ struct Origin {
     scheme: String,
     host: String,
     port: u16,
+    /// `host[:port]` as sent, lower-case: what a same-origin request's `Host` says too.
+    authority: String,
 }
 
 impl Origin {
@@ -76,15 +79,19 @@ impl Origin {
             scheme,
             host: authority.host().to_ascii_lowercase(),
             port: authority.port_u16().unwrap_or(default_port),
+            authority: authority.as_str().to_ascii_lowercase(),
         })
+    }
+
+    /// The same origin, however its port was written.
+    fn same_as(&self, other: &Origin) -> bool {
+        (&self.scheme, &self.host, self.port) == (&other.scheme, &other.host, other.port)
     }
 }
 
 /// The decision's configuration: one per listener.
 #[derive(Debug, Clone)]
 pub struct RequestGuard {
-    /// `https` on a TLS listener, else `http`: the scheme of the listener's own origin.
-    scheme: &'static str,
     allowed_origins: Vec<Origin>,
     /// `Some` without authentication: the hosts besides loopback a request may name.
     hosts: Option<AllowedHosts>,
@@ -104,7 +111,6 @@ impl RequestGuard {
     pub fn new(
         settings: &BrowserSettings,
         listen: SocketAddr,
-        tls: bool,
         authenticated: bool,
     ) -> Result<Self, String> {
         let allowed_origins = settings
@@ -127,7 +133,6 @@ impl RequestGuard {
                 .collect(),
         });
         Ok(Self {
-            scheme: if tls { "https" } else { "http" },
             allowed_origins,
             hosts,
         })
@@ -163,16 +168,11 @@ impl RequestGuard {
         if let Some(origin) = headers.get(ORIGIN) {
             let text = String::from_utf8_lossy(origin.as_bytes());
             let parsed = Origin::parse(&text);
-            let own = host.as_ref().map(|h| Origin {
-                scheme: self.scheme.to_string(),
-                host: h.host().to_ascii_lowercase(),
-                port: h
-                    .port_u16()
-                    .unwrap_or(if self.scheme == "https" { 443 } else { 80 }),
+            let own = host.as_ref().map(|h| h.as_str().to_ascii_lowercase());
+            let allowed = parsed.as_ref().is_some_and(|o| {
+                own.as_deref() == Some(o.authority.as_str())
+                    || self.allowed_origins.iter().any(|a| a.same_as(o))
             });
-            let allowed = parsed
-                .as_ref()
-                .is_some_and(|o| own.as_ref() == Some(o) || self.allowed_origins.contains(o));
             if !allowed {
                 return Err(ApiError::new(
                     ErrorCode::Forbidden,
@@ -265,7 +265,6 @@ mod tests {
         RequestGuard::new(
             &settings,
             "192.168.1.5:7700".parse().unwrap(),
-            false,
             authenticated,
         )
         .unwrap()
@@ -340,11 +339,12 @@ mod tests {
             };
             assert_eq!(from("http://127.0.0.1:7700"), None);
             assert_eq!(from("HTTP://127.0.0.1:7700"), None);
+            assert_eq!(from("https://127.0.0.1:7700"), None, "behind a TLS proxy");
             assert_eq!(from("https://console.example:8443"), None);
             for foreign in [
                 "https://evil.example",
-                "https://127.0.0.1:7700",
                 "http://127.0.0.1:7701",
+                "http://127.0.0.1",
                 "http://localhost:7700",
                 "https://console.example",
                 "null",
@@ -353,18 +353,22 @@ mod tests {
                 assert_eq!(from(foreign), Some(403), "{foreign}");
             }
         }
-        let default_port = request(
-            &listener_guard(false),
+        let settings = BrowserSettings {
+            allowed_origins: vec!["https://console.example:443".into()],
+            ..BrowserSettings::default()
+        };
+        let explicit = RequestGuard::new(&settings, "127.0.0.1:7700".parse().unwrap(), true);
+        let from_default_port = request(
+            &explicit.unwrap(),
             Method::GET,
-            &[("host", "localhost"), ("origin", "http://localhost:80")],
+            &[("host", "localhost"), ("origin", "https://console.example")],
         );
-        assert_eq!(default_port, None, "port 80 is http's default");
+        assert_eq!(from_default_port, None, "443 is https's default port");
         let bad = BrowserSettings {
             allowed_origins: vec!["console.example".into()],
             ..BrowserSettings::default()
         };
-        let err =
-            RequestGuard::new(&bad, "127.0.0.1:7700".parse().unwrap(), false, false).unwrap_err();
+        let err = RequestGuard::new(&bad, "127.0.0.1:7700".parse().unwrap(), false).unwrap_err();
         assert!(
             err.contains("--allowed-origin \"console.example\""),
             "{err}"
