@@ -344,7 +344,7 @@ routed_to_stub() { kn get configmap asyncd-routing -o jsonpath='{.data}' | grep 
 check "route carries the new URL"    wait_for 30 routed_to_stub
 submit_task() {  # submit_task ORDER: 201 from the api, answer kept for `ran`
   curl -fsS -XPOST "http://127.0.0.1:$API_PORT/v1/tasks" -H "Authorization: Bearer $TOKEN_A" \
-    -d "{\"type\": \"cancel_expired_order\", \"payload\": {\"order_id\": $1}}" >"$WORK/submit-$1.json"
+    -H 'Content-Type: application/json' -d "{\"type\": \"cancel_expired_order\", \"payload\": {\"order_id\": $1}}" >"$WORK/submit-$1.json"
 }
 ran() {  # ran ORDER: the local executor ran that task
   local id
@@ -371,7 +371,7 @@ EOF
 call() {  # call METHOD PATH [TOKEN [BODY]]: prints "STATUS CODE" of the api's answer
   local auth=() body=()
   [[ -n ${3:-} ]] && auth=(-H "Authorization: Bearer $3")
-  [[ -n ${4:-} ]] && body=(-d "$4")
+  [[ -n ${4:-} ]] && body=(-H 'Content-Type: application/json' -d "$4")
   curl -sS -o "$WORK/answer.json" -w '%{http_code} ' -X "$1" "${auth[@]}" "${body[@]}" "http://127.0.0.1:$API_PORT$2"
   python3 -c 'import json,sys
 try: print(json.load(open(sys.argv[1]))["error"]["code"])
@@ -473,7 +473,7 @@ out_of_scope() {
 check "every endpoint: an out-of-scope ServiceAccount is refused, hidden tasks look unknown" out_of_scope
 submit_delayed() {
   curl -fsS -XPOST "http://127.0.0.1:$API_PORT/v1/tasks" -H "Authorization: Bearer $TOKEN_A" \
-    -d '{"type": "cancel_expired_order", "payload": {"order_id": 104}, "delay": "1h"}' >"$WORK/delayed.json"
+    -H 'Content-Type: application/json' -d '{"type": "cancel_expired_order", "payload": {"order_id": 104}, "delay": "1h"}' >"$WORK/delayed.json"
 }
 check "submit a delayed task as team-a" submit_delayed
 DELAYED=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])' <"$WORK/delayed.json")

@@ -46,7 +46,8 @@ pub enum ErrorCode {
     /// next, did not answer either; it was not accepted.
     KafkaUnavailable,
     /// 503: in `--auth kubernetes` mode the Kubernetes API did not answer the token or
-    /// access review; nothing was done.
+    /// access review; nothing was done. Also sent with 429 when the caller's address is
+    /// over its rate of token reviews.
     AuthUnavailable,
     /// 503, from `/readyz` only: this process's clock is too far from the store's, so it
     /// does not dispatch (`docs/design.md`, "Clocks").

@@ -99,6 +99,52 @@ fn errors(error: &Value, codes: &[ErrorCode]) -> Map<String, Value> {
         .collect()
 }
 
+/// What every public operation (one without `"security": []`) may also answer, whatever
+/// its own refusals: the server's guard in front of them (docs/security.md, "Browsers")
+/// refuses a foreign `Origin` or `Host` (403) and a write whose body is not JSON (415),
+/// and `--auth kubernetes` an address over its rate of token reviews (429).
+fn with_guard_refusals(mut paths: Value, error: &Value) -> Value {
+    let operations = paths
+        .as_object_mut()
+        .expect("paths is an object")
+        .values_mut()
+        .flat_map(|item| item.as_object_mut().expect("a path item").iter_mut());
+    for (key, operation) in operations {
+        // A path item also holds the parameters its operations share.
+        let write = match key.as_str() {
+            "get" => false,
+            "post" | "put" | "patch" | "delete" => true,
+            _ => continue,
+        };
+        if operation.get("security") == Some(&json!([])) {
+            continue;
+        }
+        let responses = operation["responses"]
+            .as_object_mut()
+            .expect("responses is an object");
+        let mut add = |status: &str, description: &str| {
+            responses
+                .entry(status)
+                .or_insert_with(|| ok(description, error.clone()));
+        };
+        add(
+            "403",
+            "Refused: forbidden (a foreign Origin, or an unexpected Host without --auth)",
+        );
+        add(
+            "429",
+            "Refused: auth_unavailable (--auth kubernetes: too many new tokens from this address)",
+        );
+        if write {
+            add(
+                "415",
+                "Refused: malformed_json (a body not sent as application/json)",
+            );
+        }
+    }
+    paths
+}
+
 fn responses(success: &[(u16, Value)], errors: Map<String, Value>) -> Value {
     let mut all: Map<String, Value> = success
         .iter()
@@ -366,6 +412,7 @@ pub fn document() -> Value {
             "responses": responses(&[(200, text_plain("ready"))], errors(&error, &[StoreUnavailable, ClockSkew, SigningUnavailable])),
         }},
     });
+    let paths = with_guard_refusals(paths, &error);
     // The executor side of the contract is no endpoint of asyncd's; its shapes are
     // listed with the others for executors written against this document.
     s.answer::<ExecutorCall>();

@@ -12,7 +12,7 @@ use asyncd::dispatch::DispatcherConfig;
 use asyncd::logging::LogFormat;
 use asyncd::tls::TlsFiles;
 use asyncd::trace::OtlpSettings;
-use asyncd::wiring::{self, AuthSettings, Parts, RoutingSource, Settings};
+use asyncd::wiring::{self, AuthSettings, BrowserSettings, Parts, RoutingSource, Settings};
 use asyncd_kafka_admin::KafkaSecurity;
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
@@ -218,6 +218,24 @@ struct Common {
     /// reach the port.
     #[arg(long, env = "ASYNCD_INSECURE_NO_AUTH")]
     insecure_no_auth: bool,
+    /// An origin (`https://console.example:8443`) whose web pages may call the API, besides
+    /// the listener's own; repeatable, or comma-separated in the environment. Requests
+    /// with any other `Origin` are refused (docs/security.md, "Browsers").
+    #[arg(
+        long = "allowed-origin",
+        env = "ASYNCD_ALLOWED_ORIGINS",
+        value_delimiter = ','
+    )]
+    allowed_origins: Vec<String>,
+    /// `--auth none`: a host name requests may be addressed to besides localhost, loopback
+    /// addresses and the --listen address; repeatable, or comma-separated in the
+    /// environment. Requests naming any other `Host` are refused, against DNS rebinding.
+    #[arg(
+        long = "allowed-host",
+        env = "ASYNCD_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    allowed_hosts: Vec<String>,
     /// Export submit, dispatch and attempt spans over OTLP/HTTP (protobuf) to this base
     /// URL (`{URL}/v1/traces`), for tasks submitted with a sampled `traceparent`.
     /// Unset: no spans are recorded.
@@ -294,6 +312,10 @@ impl Common {
                     audience: self.auth_audience,
                     namespace: self.auth_namespace,
                 },
+            },
+            browser: BrowserSettings {
+                allowed_origins: self.allowed_origins,
+                allowed_hosts: self.allowed_hosts,
             },
             otlp: match self.otlp_endpoint.filter(|e| !e.is_empty()) {
                 Some(endpoint) => {

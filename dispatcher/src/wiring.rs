@@ -23,6 +23,8 @@ use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use crate::api::guard::BrowserSettings;
+use crate::api::guard::RequestGuard;
 use crate::api::submit::task_writer::TaskWriter;
 use crate::api::{self, ApiState, submit::Limits};
 use crate::auth::Auth;
@@ -115,6 +117,8 @@ pub struct Settings {
     pub signals: Option<TestSignals>,
     /// Only the API part serves the public endpoints, so only it uses this.
     pub auth: AuthSettings,
+    /// Origins and hosts the public endpoints accept besides their own ([`api::guard`]).
+    pub browser: BrowserSettings,
     /// Export spans over OTLP/HTTP ([`crate::trace`]); `None`: record none.
     pub otlp: Option<OtlpSettings>,
 }
@@ -137,6 +141,8 @@ pub enum RoleError {
     AdvertiseUrl(String),
     #[error("--auth: {0}")]
     Auth(String),
+    #[error("{0}")]
+    Browser(String),
     #[error(transparent)]
     TokenFile(#[from] crate::auth::tokens::TokenFileError),
     /// The part that ended first and took the role down.
@@ -352,6 +358,12 @@ async fn wire(
     } else {
         Auth::None
     };
+    let guard = RequestGuard::new(
+        &settings.browser,
+        settings.listen,
+        !matches!(auth, Auth::None),
+    )
+    .map_err(RoleError::Browser)?;
     let metrics = Arc::new(Metrics::new());
     let tracer = match &settings.otlp {
         Some(otlp) => {
@@ -435,6 +447,7 @@ async fn wire(
             .dispatcher
             .then(|| settings.dispatcher.signing_status.clone()),
         auth,
+        guard,
         tracer: tracer.clone(),
     });
     if parts.api
@@ -453,7 +466,8 @@ async fn wire(
     }
     // Roles without the API serve only the executor callbacks, /metrics and the health
     // endpoints.
-    let app = api::router(state, parts.api);
+    // With the peer's address, which token reviews are rate-limited by.
+    let app = api::router(state, parts.api).into_make_service_with_connect_info::<api::Peer>();
     let api_shutdown = shutdown.clone();
     match settings.tls.clone() {
         None => supervisor.spawn(

@@ -92,20 +92,30 @@ impl From<AuthError> for ApiError {
             AuthError::Unauthenticated(_) => ErrorCode::Unauthenticated,
             AuthError::Forbidden { .. } => ErrorCode::Forbidden,
             AuthError::Unavailable(_) => ErrorCode::AuthUnavailable,
+            // Authentication is not available to this caller for now, as with a 503, but
+            // the API server is fine: the caller is the one to slow down.
+            AuthError::RateLimited(_) => {
+                return Self::new(ErrorCode::AuthUnavailable, err.to_string())
+                    .with_status(StatusCode::TOO_MANY_REQUESTS);
+            }
         };
         Self::new(code, err.to_string())
     }
 }
 
-/// How long a client is asked to wait before repeating a request refused with 503: the
-/// store's connection wait is 2 s, so a second is enough to try again without piling up.
+/// How long a client is asked to wait before repeating a request refused with 503 or 429:
+/// the store's connection wait is 2 s, so a second is enough to try again without piling
+/// up, and a token bucket refills more than one review a second.
 pub const RETRY_AFTER_SECONDS: u32 = 1;
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status;
         let mut response = (status, axum::Json(self.body())).into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE {
+        if matches!(
+            status,
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS
+        ) {
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
                 axum::http::HeaderValue::from(RETRY_AFTER_SECONDS),
@@ -176,6 +186,12 @@ mod tests {
             response.headers()[axum::http::header::RETRY_AFTER],
             RETRY_AFTER_SECONDS.to_string(),
             "an unavailable review is retried like an unavailable store"
+        );
+        let limited = ApiError::from(AuthError::RateLimited([10, 0, 0, 1].into())).into_response();
+        assert_eq!(limited.status(), 429);
+        assert_eq!(
+            limited.headers()[axum::http::header::RETRY_AFTER],
+            RETRY_AFTER_SECONDS.to_string()
         );
     }
 }

@@ -8,6 +8,8 @@
 //! - `jobs`: the jobs overview, pause and resume, firing a cron entry now;
 //! - `ops`: health, readiness, metrics and the OpenAPI document;
 //! - [`console`]: the web console at `/ui`;
+//! - [`guard`]: what a web page in the caller's browser may not do (`Host`, `Origin`,
+//!   `Content-Type`), in front of every public endpoint;
 //! - `listing`: the task as the API shows it, and the paging of task listings;
 //! - [`error`]: the one error shape every refusal has.
 
@@ -15,6 +17,7 @@ mod callbacks;
 pub mod console;
 mod dead_letters;
 pub mod error;
+pub mod guard;
 mod jobs;
 mod kafka_dead_letters;
 mod listing;
@@ -66,6 +69,8 @@ pub struct ApiState {
     pub signing_status: Option<Arc<crate::signing::SigningStatus>>,
     /// Who may call the public endpoints (docs/security.md).
     pub auth: Auth,
+    /// Which `Host`, `Origin` and `Content-Type` the public endpoints accept ([`guard`]).
+    pub guard: guard::RequestGuard,
     /// Where the `submit` spans go ([`crate::trace`]).
     pub tracer: Tracer,
 }
@@ -77,9 +82,35 @@ impl axum::extract::FromRequestParts<Arc<ApiState>> for Caller {
         parts: &mut axum::http::request::Parts,
         state: &Arc<ApiState>,
     ) -> Result<Self, ApiError> {
-        Ok(state.auth.authenticate(&parts.headers).await?)
+        // The peer's address: with `--auth kubernetes`, what token reviews are
+        // rate-limited by. Absent only where the router is served without it (tests).
+        let source = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<Peer>>()
+            .map(|info| info.0.0.ip());
+        Ok(state.auth.authenticate(&parts.headers, source).await?)
     }
 }
+
+/// The peer's address, recorded for each connection by either listener (plain TCP or
+/// TLS): `router(..).into_make_service_with_connect_info::<Peer>()`.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub std::net::SocketAddr);
+
+/// Written per listener type: a blanket impl over listeners would overlap axum's own.
+macro_rules! peer_of {
+    ($listener:ty) => {
+        impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, $listener>>
+            for Peer
+        {
+            fn connect_info(stream: axum::serve::IncomingStream<'_, $listener>) -> Self {
+                Peer(*stream.remote_addr())
+            }
+        }
+    };
+}
+peer_of!(tokio::net::TcpListener);
+peer_of!(crate::tls::TlsListener);
 
 type AppState = State<Arc<ApiState>>;
 
@@ -94,7 +125,7 @@ pub fn router(state: Arc<ApiState>, public: bool) -> Router {
     let batch_limit = state.limits.batch_body_bytes();
     let mut router = Router::new();
     if public {
-        router = router
+        let public_routes = Router::new()
             .route(
                 "/v1/tasks",
                 post(tasks::submit_one)
@@ -127,7 +158,12 @@ pub fn router(state: Arc<ApiState>, public: bool) -> Router {
                 "/v1/jobs/{name}/cron/{entry}/trigger",
                 post(jobs::trigger_cron),
             )
-            .merge(console::routes());
+            .merge(console::routes())
+            .route_layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                guard::guard,
+            ));
+        router = router.merge(public_routes);
     }
     router
         .route("/v1/tasks/{id}/heartbeat", post(callbacks::heartbeat))

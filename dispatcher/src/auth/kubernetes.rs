@@ -16,13 +16,14 @@
 //! The resource name is the AsyncJobConfig's name; "every job" is a review without a
 //! name, which RBAC grants only to a rule without `resourceNames`.
 //!
-//! Decisions are cached briefly ([`POSITIVE_TTL`], [`NEGATIVE_TTL`]) so a busy client costs
-//! the API server two reviews per period, not two per request.
+//! Answers are cached briefly ([`POSITIVE_TTL`], [`NEGATIVE_TTL`]) so a busy client costs
+//! the API server two reviews per period, not two per request; what a flood of tokens
+//! may cost it is bounded in [`super::token_reviews`].
 
-use std::collections::{BTreeMap, HashMap};
-use std::hash::Hash;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{
@@ -31,18 +32,13 @@ use k8s_openapi::api::authorization::v1::{
 use kube::api::PostParams;
 use kube::{Api, Client};
 
+pub use super::token_reviews::{NEGATIVE_TTL, POSITIVE_TTL};
+use super::token_reviews::{TokenReviews, TtlCache};
 use super::{AuthError, Verb, unauthenticated};
 
-/// How long an accepted token or an allowed action is trusted without asking again. A
-/// revoked RoleBinding or a deleted ServiceAccount takes effect within this.
-pub const POSITIVE_TTL: Duration = Duration::from_secs(10);
-/// How long a refusal is remembered: short, so a newly granted Role applies quickly, but
-/// enough that a client retrying a refused request in a loop does not flood the API server.
-pub const NEGATIVE_TTL: Duration = Duration::from_secs(2);
-/// Entries per cache. Tokens are the caller's choice, so without a bound a stream of
-/// distinct bogus tokens would grow the cache forever; at the bound expired entries are
-/// dropped and, if that frees nothing, the whole cache is, which costs only a few reviews.
-const MAX_ENTRIES: usize = 4096;
+/// Access decisions kept. Only authenticated users reach them, each with the jobs it
+/// names; past the bound the decision closest to expiry goes and costs one review later.
+const MAX_DECISIONS: usize = 4096;
 
 /// The authenticated user, as the TokenReview named it; what the access reviews ask about.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -53,34 +49,6 @@ pub struct User {
     extra: BTreeMap<String, Vec<String>>,
 }
 
-struct Cache<K, V> {
-    entries: HashMap<K, (V, Instant)>,
-}
-
-impl<K: Eq + Hash, V: Clone> Cache<K, V> {
-    fn new() -> Self {
-        Self {
-            entries: HashMap::new(),
-        }
-    }
-
-    fn get(&self, key: &K) -> Option<V> {
-        let (value, until) = self.entries.get(key)?;
-        (Instant::now() < *until).then(|| value.clone())
-    }
-
-    fn put(&mut self, key: K, value: V, ttl: Duration) {
-        if self.entries.len() >= MAX_ENTRIES {
-            let now = Instant::now();
-            self.entries.retain(|_, (_, until)| *until > now);
-            if self.entries.len() >= MAX_ENTRIES {
-                self.entries.clear();
-            }
-        }
-        self.entries.insert(key, (value, Instant::now() + ttl));
-    }
-}
-
 /// Who asked to do what to which job (`None`: every job).
 type Decision = (User, Verb, Option<String>);
 
@@ -89,9 +57,9 @@ pub struct KubeAuth {
     audience: String,
     namespace: String,
     group: String,
-    /// Keyed by the token's SHA-256, so no token is kept; `None` is a refused token.
-    tokens: Mutex<Cache<String, Option<User>>>,
-    decisions: Mutex<Cache<Decision, bool>>,
+    /// Keyed by the token's SHA-256, so no token is kept.
+    tokens: TokenReviews<User>,
+    decisions: Mutex<TtlCache<Decision, bool>>,
 }
 
 fn unavailable(what: &'static str, err: kube::Error) -> AuthError {
@@ -115,30 +83,25 @@ impl KubeAuth {
             audience,
             namespace,
             group,
-            tokens: Mutex::new(Cache::new()),
-            decisions: Mutex::new(Cache::new()),
+            tokens: TokenReviews::new(Arc::new(Instant::now)),
+            decisions: Mutex::new(TtlCache::new(MAX_DECISIONS)),
         })
     }
 
-    pub async fn authenticate(&self, token: &str) -> Result<User, AuthError> {
+    /// The token's user; `source`, the caller's address, pays for a review the cache
+    /// cannot spare (429 when it is over its rate).
+    pub async fn authenticate(
+        &self,
+        token: &str,
+        source: Option<IpAddr>,
+    ) -> Result<User, AuthError> {
         let key = super::tokens::hash(token);
-        let cached = self.tokens.lock().expect("token cache").get(&key);
-        let user = match cached {
-            Some(user) => user,
-            None => {
-                let user = self.review_token(token).await?;
-                let ttl = if user.is_some() {
-                    POSITIVE_TTL
-                } else {
-                    NEGATIVE_TTL
-                };
-                self.tokens
-                    .lock()
-                    .expect("token cache")
-                    .put(key, user.clone(), ttl);
-                user
-            }
-        };
+        let review = Self::review_token(
+            self.client.clone(),
+            self.audience.clone(),
+            token.to_string(),
+        );
+        let user = self.tokens.user(&key, source, review).await?;
         user.ok_or_else(|| {
             unauthenticated(&format!(
                 "the bearer token is not a valid, unexpired Kubernetes token for audience {:?}",
@@ -147,15 +110,19 @@ impl KubeAuth {
         })
     }
 
-    async fn review_token(&self, token: &str) -> Result<Option<User>, AuthError> {
+    async fn review_token(
+        client: Client,
+        audience: String,
+        token: String,
+    ) -> Result<Option<User>, AuthError> {
         let review = TokenReview {
             spec: TokenReviewSpec {
-                audiences: Some(vec![self.audience.clone()]),
-                token: token.to_string(),
+                audiences: Some(vec![audience.clone()]),
+                token,
             },
             ..TokenReview::default()
         };
-        let api: Api<TokenReview> = Api::all(self.client.clone());
+        let api: Api<TokenReview> = Api::all(client);
         let answer = api
             .create(&PostParams::default(), &review)
             .await
@@ -168,7 +135,7 @@ impl KubeAuth {
         let for_us = status
             .audiences
             .as_ref()
-            .is_some_and(|a| a.contains(&self.audience));
+            .is_some_and(|a| a.contains(&audience));
         if status.authenticated != Some(true) || !for_us {
             tracing::info!(
                 error = status.error.as_deref().unwrap_or(""),
@@ -194,7 +161,12 @@ impl KubeAuth {
         job: Option<&str>,
     ) -> Result<bool, AuthError> {
         let key = (user.clone(), verb, job.map(str::to_string));
-        if let Some(allowed) = self.decisions.lock().expect("decision cache").get(&key) {
+        if let Some(allowed) = self
+            .decisions
+            .lock()
+            .expect("decision cache")
+            .get(&key, Instant::now())
+        {
             return Ok(allowed);
         }
         let (verb_name, subresource) = rbac(verb);
@@ -227,7 +199,7 @@ impl KubeAuth {
         self.decisions
             .lock()
             .expect("decision cache")
-            .put(key, allowed, ttl);
+            .put(key, allowed, ttl, Instant::now());
         Ok(allowed)
     }
 }
@@ -242,23 +214,5 @@ pub fn rbac(verb: Verb) -> (&'static str, &'static str) {
         Verb::Redrive => ("update", "deadletters"),
         Verb::Purge => ("delete", "deadletters"),
         Verb::Pause => ("update", "pause"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_cache_expires_and_stays_bounded() {
-        let mut cache: Cache<usize, bool> = Cache::new();
-        cache.put(0, true, Duration::from_secs(60));
-        cache.put(1, false, Duration::ZERO);
-        assert_eq!(cache.get(&0), Some(true));
-        assert_eq!(cache.get(&1), None, "expired");
-        for i in 2..MAX_ENTRIES * 3 {
-            cache.put(i, true, Duration::from_secs(60));
-            assert!(cache.entries.len() <= MAX_ENTRIES);
-        }
     }
 }

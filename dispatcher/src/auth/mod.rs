@@ -9,9 +9,10 @@
 //! A refusal is an [`AuthError`]; the API turns it into its HTTP answer.
 
 pub mod kubernetes;
+mod token_reviews;
 pub mod tokens;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use axum::http::HeaderMap;
 use axum::http::header::AUTHORIZATION;
@@ -52,7 +53,7 @@ impl Verb {
 
 /// Why a caller was refused, or could not be checked. Each message is the whole answer
 /// the caller reads, so it names the header, the action or the service at fault.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum AuthError {
     /// No acceptable credential: 401.
     #[error("Authorization: {0}")]
@@ -63,6 +64,10 @@ pub enum AuthError {
     /// The Kubernetes API did not answer the named review, so nobody can be checked: 503.
     #[error("the Kubernetes API did not answer the {0}; retry")]
     Unavailable(&'static str),
+    /// `--auth kubernetes`: this address sent more new tokens than it may have reviewed
+    /// (`token_reviews`): 429.
+    #[error("Authorization: too many new bearer tokens from {0}; retry in a second")]
+    RateLimited(IpAddr),
 }
 
 /// How a refusal names the jobs it was about.
@@ -103,12 +108,17 @@ pub enum Auth {
 
 impl Auth {
     /// The caller the request's `Authorization: Bearer` credential names, or 401.
-    pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, AuthError> {
+    /// `source` is the peer's address, which TokenReviews are rate-limited by.
+    pub async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        source: Option<IpAddr>,
+    ) -> Result<Caller, AuthError> {
         match self {
             Auth::None => Ok(Caller::Anyone),
             Auth::Tokens(file) => file.authenticate(bearer(headers)?).map(Caller::Token),
             Auth::Kubernetes(kube) => kube
-                .authenticate(bearer(headers)?)
+                .authenticate(bearer(headers)?, source)
                 .await
                 .map(Caller::Kubernetes),
         }

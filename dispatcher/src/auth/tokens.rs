@@ -11,8 +11,9 @@
 //! ```
 //!
 //! The file is re-read when its modification time or size changes (checked at most once a
-//! second, on a request), so a mounted Secret's update applies without a restart; a file
-//! that stops parsing keeps the last good tokens, as the routing folder does.
+//! second, on a request), so a mounted Secret's update applies without a restart. A file
+//! that is deleted, unreadable or invalid revokes every token (fail closed: deleting the
+//! file is how an operator pulls all tokens at once) until a valid file is back.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -182,6 +183,9 @@ struct Loaded {
     grants: HashMap<String, Arc<Grant>>,
     stamp: Option<Stamp>,
     checked: Instant,
+    /// The last read failed, so `grants` is empty. The file is then read at every check,
+    /// changed or not: a permission fixed with `chmod` changes neither size nor mtime.
+    revoked: bool,
 }
 
 pub struct TokenFile {
@@ -203,6 +207,7 @@ impl TokenFile {
                 grants,
                 stamp,
                 checked: Instant::now(),
+                revoked: false,
             }),
         })
     }
@@ -213,7 +218,7 @@ impl TokenFile {
         }
         loaded.checked = Instant::now();
         let now = stamp(&self.path);
-        if now == loaded.stamp {
+        if now == loaded.stamp && !loaded.revoked {
             return;
         }
         loaded.stamp = now;
@@ -223,9 +228,19 @@ impl TokenFile {
             Ok(grants) => {
                 tracing::info!(file = %self.path.display(), tokens = grants.len(), "API tokens reloaded");
                 loaded.grants = grants;
+                loaded.revoked = false;
             }
             Err(err) => {
-                tracing::error!(%err, "API tokens not reloaded; keeping the last good ones")
+                // Logged once per failure, not at every recheck while it lasts.
+                if !loaded.revoked {
+                    tracing::error!(
+                        %err,
+                        "every API token revoked: the tokens file is missing, unreadable or \
+                         invalid; all requests are refused until it is valid again"
+                    );
+                }
+                loaded.grants.clear();
+                loaded.revoked = true;
             }
         }
     }
@@ -234,12 +249,18 @@ impl TokenFile {
         // Looked up by hash: the table holds no token, and the lookup's timing depends on
         // the hash of what the caller sent, which tells them nothing about stored tokens.
         let key = hash(token);
-        let grant = {
+        let (grant, revoked) = {
             let mut loaded = self.loaded.lock().expect("token file lock");
             self.reload_if_changed(&mut loaded);
-            loaded.grants.get(&key).cloned()
+            (loaded.grants.get(&key).cloned(), loaded.revoked)
         };
-        let grant = grant.ok_or_else(|| unauthenticated("unknown bearer token"))?;
+        let grant = grant.ok_or_else(|| {
+            unauthenticated(if revoked {
+                "no token is accepted: the server's tokens file is missing or invalid"
+            } else {
+                "unknown bearer token"
+            })
+        })?;
         if grant.expires.is_some_and(|at| at <= Utc::now()) {
             tracing::info!(token = %grant.name, "expired API token refused");
             return Err(unauthenticated("the bearer token has expired"));
@@ -322,7 +343,7 @@ tokens:
     }
 
     #[test]
-    fn the_file_is_reloaded_when_it_changes_and_a_bad_one_is_ignored() {
+    fn the_file_is_reloaded_when_it_changes_and_a_bad_or_missing_one_revokes_every_token() {
         let dir = tempfile::tempdir().unwrap();
         let path = write(dir.path(), FILE);
         let file = TokenFile::open(path.clone()).unwrap();
@@ -336,9 +357,51 @@ tokens:
         assert!(file.authenticate("t-a").is_err(), "removed token refused");
         let all = file.authenticate("t-all").unwrap();
         assert!(!all.allows(Verb::Submit, Some("x")), "new scope applies");
+
         std::fs::write(&path, "tokens: [{name: broken}]").unwrap();
         file.force_recheck();
-        assert!(file.authenticate("t-all").is_ok(), "last good file kept");
+        let err = file.authenticate("t-all").unwrap_err();
+        assert!(err.to_string().contains("missing or invalid"), "{err}");
+
+        write(dir.path(), FILE);
+        file.force_recheck();
+        file.authenticate("t-all")
+            .expect("a valid file restores the tokens");
+
+        std::fs::remove_file(&path).unwrap();
+        file.force_recheck();
+        assert!(
+            file.authenticate("t-all").is_err(),
+            "a deleted file revokes"
+        );
+        file.force_recheck();
+        assert!(file.authenticate("t-all").is_err(), "and keeps revoking");
+
+        write(dir.path(), FILE);
+        file.force_recheck();
+        file.authenticate("t-a").expect("back once the file is");
+    }
+
+    #[test]
+    fn a_revoked_file_is_read_again_even_when_its_size_and_mtime_say_unchanged() {
+        // As after `chmod` fixes an unreadable file: nothing in the metadata moves.
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), FILE);
+        let valid = std::fs::read_to_string(&path).unwrap();
+        let file = TokenFile::open(path.clone()).unwrap();
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let put = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            let handle = std::fs::File::options().write(true).open(&path).unwrap();
+            handle.set_modified(at).unwrap();
+        };
+        put(&valid.replacen("tokens:", "tokenz:", 1));
+        file.force_recheck();
+        assert!(file.authenticate("t-a").is_err(), "invalid revokes");
+        put(&valid);
+        file.force_recheck();
+        file.authenticate("t-a")
+            .expect("the same stamp, but valid now");
     }
 
     #[test]

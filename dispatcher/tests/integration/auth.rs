@@ -287,6 +287,39 @@ async fn every_public_endpoint_refuses_missing_wrong_expired_and_out_of_scope_cr
 }
 
 #[tokio::test]
+async fn a_deleted_tokens_file_revokes_every_token_until_a_valid_one_is_back() {
+    let (asyncd, _executor, secrets) = start().await;
+    let jobs = |asyncd: &InProcess| {
+        let request = asyncd.http.get(asyncd.url("/v1/jobs")).send();
+        async move { request.await.unwrap().status().as_u16() }
+    };
+    assert_eq!(jobs(&asyncd).await, 200);
+    // Reproduction 5: the file goes; within the reload check the token stops working.
+    let file = secrets.path().join("tokens.yaml");
+    std::fs::remove_file(&file).unwrap();
+    wait_for(
+        "the deleted file's tokens to be refused",
+        DEADLINE,
+        async || (jobs(&asyncd).await == 401).then_some(()),
+    )
+    .await;
+    let (status, body) = call(&asyncd, Method::GET, "/v1/jobs", None, Some(ADMIN)).await;
+    assert_eq!(status, 401);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("missing or invalid"),
+        "{body}"
+    );
+    tokens_file(secrets.path());
+    wait_for("a valid file to restore the tokens", DEADLINE, async || {
+        (jobs(&asyncd).await == 200).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn the_jobs_overview_lists_only_the_jobs_a_caller_may_read() {
     let (asyncd, _executor, _secrets) = start().await;
     let listed = |answer: &Value| -> Vec<String> {

@@ -18,6 +18,7 @@
 mod support;
 
 mod auth;
+mod browser;
 mod callbacks;
 mod cancel;
 mod claim_at_submit;

@@ -174,7 +174,7 @@ async fn endless_body(
     let sent = Arc::new(AtomicUsize::new(0));
     let counter = sent.clone();
     let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: asyncd\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
     );
     let write = tokio::spawn(async move {
         writer.write_all(request.as_bytes()).await?;

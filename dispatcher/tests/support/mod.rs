@@ -349,10 +349,12 @@ pub trait Api {
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
+    /// `body` as it is, sent as `application/json` (what it is meant to be).
     async fn post_raw(&self, path: &str, body: &str) -> (u16, Value) {
         let r = self
             .http()
             .post(self.url(path))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body.to_string())
             .send()
             .await
@@ -621,6 +623,7 @@ pub fn settings(dir: &tempfile::TempDir, clock: Arc<ManualClock>) -> Settings {
         clock,
         signals: None,
         auth: asyncd::wiring::AuthSettings::None { insecure: false },
+        browser: asyncd::wiring::BrowserSettings::default(),
         otlp: None,
     }
 }
