@@ -375,7 +375,7 @@ operator2_pid=""
 section "a topic that exists without an owner record: refused until an admin assigns it"
 PRE_TOPIC=$(topic asyncd-preexisting)
 topics_created+=("$PRE_TOPIC" "$PRE_TOPIC-high")
-"$KAFKA" create-topic "$PRE_TOPIC" 3 >/dev/null
+"$KAFKA" create-topic "$PRE_TOPIC" 3 >/dev/null 2>&1
 cat >"$WORK/squatter.yaml" <<EOF
 apiVersion: asyncd.example.io/v1
 kind: AsyncJobConfig

@@ -113,12 +113,27 @@ async fn the_owner_registry_keeps_the_last_record_per_topic_and_forgets_on_a_tom
     owners.ensure_registry(&admin).await.unwrap();
     assert!(owners.read().await.unwrap().is_empty());
 
-    owners.record("orders", Some("team-a/orders")).await.unwrap();
-    owners.record("invoices", Some("team-b/invoices")).await.unwrap();
-    owners.record("orders", Some("team-c/orders")).await.unwrap();
+    owners
+        .record("orders", Some("team-a/orders"))
+        .await
+        .unwrap();
+    owners
+        .record("invoices", Some("team-b/invoices"))
+        .await
+        .unwrap();
+    owners
+        .record("orders", Some("team-c/orders"))
+        .await
+        .unwrap();
     let read = owners.read().await.unwrap();
-    assert_eq!(read.get("orders").map(String::as_str), Some("team-c/orders"));
-    assert_eq!(read.get("invoices").map(String::as_str), Some("team-b/invoices"));
+    assert_eq!(
+        read.get("orders").map(String::as_str),
+        Some("team-c/orders")
+    );
+    assert_eq!(
+        read.get("invoices").map(String::as_str),
+        Some("team-b/invoices")
+    );
 
     owners.record("orders", None).await.unwrap();
     let read = owners.read().await.unwrap();
