@@ -32,7 +32,7 @@ pub enum AdminError {
     },
     #[error("kafka: the metadata request did not finish: {0}")]
     Blocking(#[from] tokio::task::JoinError),
-    #[error("kafka: {topic}: not read to its end in time")]
+    #[error("kafka: {topic}: not ready in time")]
     Incomplete { topic: String },
 }
 

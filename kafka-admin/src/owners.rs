@@ -63,12 +63,22 @@ impl TopicOwners {
         &self.registry
     }
 
-    /// Creates the registry topic when it is missing: one partition, compacted.
+    /// Creates the registry topic when it is missing (one partition, compacted), and
+    /// returns once the broker's metadata shows it, so the first read finds it.
     pub async fn ensure_registry(&self, admin: &KafkaAdmin) -> Result<(), AdminError> {
         admin
             .create_configured(&self.registry, 1, &[("cleanup.policy", "compact")])
-            .await
-            .map(|_| ())
+            .await?;
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        while admin.partitions(&self.registry).await?.is_none() {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(AdminError::Incomplete {
+                    topic: self.registry.clone(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
     }
 
     /// Every topic's owner, as the registry says now.

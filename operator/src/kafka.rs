@@ -4,6 +4,7 @@
 //! with the dispatcher, and its owner registry) talks to real brokers, tests use a fake.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 pub use asyncd_kafka_admin::{KafkaAdmin, TopicOwners};
@@ -34,10 +35,31 @@ pub trait TopicAdmin: Send + Sync {
 }
 
 /// The real broker: topic admin plus the owner registry
-/// ([`asyncd_kafka_admin::owners`]).
+/// ([`asyncd_kafka_admin::owners`]), created on first use rather than at startup, so the
+/// operator starts (and serves its probes) while Kafka is away.
 pub struct Broker {
-    pub admin: KafkaAdmin,
-    pub owners: TopicOwners,
+    admin: KafkaAdmin,
+    owners: TopicOwners,
+    registry_ready: AtomicBool,
+}
+
+impl Broker {
+    pub fn new(admin: KafkaAdmin, owners: TopicOwners) -> Self {
+        Self {
+            admin,
+            owners,
+            registry_ready: AtomicBool::new(false),
+        }
+    }
+
+    /// The owner registry, created first if this process has not seen it yet.
+    pub async fn registry(&self) -> Result<&TopicOwners, TopicError> {
+        if !self.registry_ready.load(Ordering::Acquire) {
+            self.owners.ensure_registry(&self.admin).await?;
+            self.registry_ready.store(true, Ordering::Release);
+        }
+        Ok(&self.owners)
+    }
 }
 
 #[async_trait]
@@ -55,10 +77,10 @@ impl TopicAdmin for Broker {
         Ok(self.admin.delete(topic).await?)
     }
     async fn owners(&self) -> Result<BTreeMap<String, String>, TopicError> {
-        Ok(self.owners.read().await?)
+        Ok(self.registry().await?.read().await?)
     }
     async fn set_owner(&self, topic: &str, owner: Option<&str>) -> Result<(), TopicError> {
-        Ok(self.owners.record(topic, owner).await?)
+        Ok(self.registry().await?.record(topic, owner).await?)
     }
 }
 

@@ -181,10 +181,16 @@ async fn main() -> anyhow::Result<()> {
         Duration::from_secs(15),
     )
     .context("kafka owner registry client")?;
-    owners
-        .ensure_registry(&admin)
-        .await
-        .with_context(|| format!("topic owner registry {}", args.topic_owners_topic))?;
+    let broker = Arc::new(Broker::new(admin, owners));
+    // ready before the first config needs it, without holding up the start
+    tokio::spawn({
+        let broker = broker.clone();
+        async move {
+            if let Err(err) = broker.registry().await {
+                tracing::warn!(%err, "topic owner registry not ready yet; retried on first use");
+            }
+        }
+    });
     let policy = Policy {
         max_partitions: args.max_partitions,
         max_replicas: args.max_replicas,
@@ -259,7 +265,7 @@ async fn main() -> anyhow::Result<()> {
 
     let run = controller::run(
         client,
-        Arc::new(Broker { admin, owners }),
+        broker,
         settings,
         policy,
         args.namespace,

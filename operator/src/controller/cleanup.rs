@@ -91,5 +91,6 @@ pub(super) async fn cleanup(config: Arc<AsyncJobConfig>, ctx: &Context) -> Resul
     info!(namespace = %ns, config = %name, "{note}");
     ctx.event(&config, false, "Deleted", note).await;
     ctx.metrics.forget(&ns, &name);
+    ctx.forget_refusal(&config);
     Ok(Action::await_change())
 }

@@ -10,7 +10,6 @@ use kube::{Client, Resource};
 use tracing::warn;
 
 use crate::builders::{DispatcherSettings, MANAGED_BY};
-use crate::conflicts::Conflict;
 use crate::crd::AsyncJobConfig;
 use crate::kafka::TopicAdmin;
 use crate::metrics::Metrics;
@@ -63,12 +62,20 @@ impl Context {
         }
     }
 
-    /// Remembers the outcome of `config`'s claim step (`Some`: refused).
-    pub(super) fn set_refused(&self, config: &AsyncJobConfig, refusal: Option<&Conflict>) {
+    /// Remembers the outcome of `config`'s claim step.
+    pub(super) fn set_refused(&self, config: &AsyncJobConfig, refused: bool) {
         self.refused
             .lock()
             .unwrap()
-            .insert(ObjectRef::from_obj(config), refusal.is_some());
+            .insert(ObjectRef::from_obj(config), refused);
+    }
+
+    /// Forgets a deleted config's claim step.
+    pub(super) fn forget_refusal(&self, config: &AsyncJobConfig) {
+        self.refused
+            .lock()
+            .unwrap()
+            .remove(&ObjectRef::from_obj(config));
     }
 
     /// Whether `config` was refused by its claim step: as this process last saw it, or,

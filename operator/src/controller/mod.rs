@@ -17,8 +17,9 @@
 //! Passes are level-based and idempotent: everything is recomputed from the current
 //! state each time, and the routing ConfigMap is rebuilt whole from every routable config.
 //! A finalizer makes deletion run [`cleanup`]: the route goes (and the topics only under
-//! `deletePolicy: Delete`, and only those recorded as this config's). Errors requeue with exponential backoff per object
-//! ([`error_policy`]). [`wiring`] sets up the `Controller` itself.
+//! `deletePolicy: Delete`, and only those recorded as this config's). Errors requeue with
+//! exponential backoff per object ([`error_policy`]). [`wiring`] sets up the `Controller`
+//! itself.
 
 mod apply;
 mod claims;
@@ -40,7 +41,6 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use tracing::warn;
 
-pub use claims::{claim_topics, owner_id, signing_conflict};
 pub use context::{Context, backoff_after};
 pub use topic::{TopicOutcome, topic_step};
 pub use validate::validate;
@@ -128,7 +128,7 @@ async fn pass(config: &AsyncJobConfig, ctx: &Context) -> Result<Action, Error> {
     let peers = ctx.configs_in(config.namespace());
     let admitted = match validate::admit(config, &peers, &ctx.policy) {
         Ok(()) => claims::claim(config, ctx).await.map(|claimed| {
-            ctx.set_refused(config, claimed.as_ref().err());
+            ctx.set_refused(config, claimed.is_err());
             claimed.map_err(Verdict::Conflict)
         }),
         Err(rejected) => Ok(Err(rejected)),
