@@ -48,9 +48,10 @@ pub enum Claimed {
     MissingSigningSecret,
 }
 
-impl Conflict {
-    pub fn reason(&self) -> &'static str {
-        match self.what {
+impl Claimed {
+    /// The `Conflict` condition's reason.
+    pub fn reason(self) -> &'static str {
+        match self {
             Claimed::TaskType => "TaskTypeOwnedByOther",
             Claimed::Topic => "TopicOwnedByOther",
             Claimed::UnownedTopic => "TopicNotOwned",
@@ -58,6 +59,12 @@ impl Conflict {
             Claimed::UnlabelledSigningSecret => "SigningSecretNotLabelled",
             Claimed::MissingSigningSecret => "SigningSecretMissing",
         }
+    }
+}
+
+impl Conflict {
+    pub fn reason(&self) -> &'static str {
+        self.what.reason()
     }
 
     pub fn message(&self) -> String {

@@ -26,14 +26,14 @@ use crate::crd::AsyncJobConfig;
 use crate::kafka::TopicAdmin;
 use crate::policy::Policy;
 
-/// The `Conflict` reasons this step gives (a restarted operator reads them back from the
-/// status until the config's next pass).
-pub const REASONS: [&str; 5] = [
-    "TopicOwnedByOther",
-    "TopicNotOwned",
-    "SigningSecretOwnedByOther",
-    "SigningSecretNotLabelled",
-    "SigningSecretMissing",
+/// What this step refuses a config for (a restarted operator reads their reasons back
+/// from the status until the config's next pass).
+pub const REFUSALS: [Claimed; 5] = [
+    Claimed::Topic,
+    Claimed::UnownedTopic,
+    Claimed::SigningSecret,
+    Claimed::UnlabelledSigningSecret,
+    Claimed::MissingSigningSecret,
 ];
 
 /// How a config is named as a topic's owner on the broker.

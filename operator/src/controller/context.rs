@@ -94,7 +94,10 @@ impl Context {
             .as_ref()
             .and_then(|s| s.condition(CONFLICT))
             .is_some_and(|c| {
-                c.status == "True" && super::claims::REASONS.contains(&c.reason.as_str())
+                c.status == "True"
+                    && super::claims::REFUSALS
+                        .iter()
+                        .any(|refusal| refusal.reason() == c.reason)
             })
     }
 

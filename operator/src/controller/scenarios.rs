@@ -614,3 +614,36 @@ async fn an_invalid_config_loses_its_route_and_reports_the_field() {
     );
     assert!(h.admin.calls.lock().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn a_config_refused_by_its_claims_stays_out_of_the_route_another_pass_rebuilds() {
+    // "a" was refused for a topic of another namespace by an earlier operator process (its
+    // status says so); "b"'s pass, the first of this process, rebuilds the routing
+    // ConfigMap: "a" must not be in it, or the api would produce into the other
+    // namespace's topic
+    let mut refused = finalized(fixtures::aged("a", 1, |s| s.task_type = "a".into()));
+    refused.status = Some(crate::status::status(
+        None,
+        &crate::status::Verdict::Conflict(crate::conflicts::Conflict {
+            owner: "other/x".into(),
+            what: crate::conflicts::Claimed::Topic,
+            value: "topic".into(),
+        }),
+        Some(1),
+        "t",
+    ));
+    let owner = finalized(fixtures::aged("b", 2, |s| {
+        s.task_type = "b".into();
+        s.kafka.as_mut().unwrap().topic = "b".into();
+    }));
+    let h = harness(&[&refused, &owner]);
+    h.admin.own(&["b", "b-high"], "shop/b");
+    expect_full_pass(&h.server, &owner);
+    h.server
+        .expect("PATCH", format!("{CONFIGS}/b/status"), json_of(&owner));
+
+    reconcile(Arc::new(owner), h.ctx.clone()).await.unwrap();
+
+    let calls = h.server.verify();
+    assert_eq!(routing_keys(&calls[0]), ["b.yaml"]);
+}
