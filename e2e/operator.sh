@@ -642,6 +642,20 @@ check "base of the invalid cases is valid" valid_base
 check "cron without CRON_TZ= refused" refused 's/CRON_TZ=UTC //' 'a cron schedule must start with CRON_TZ='
 check "maxReplicas < minReplicas refused" refused 's/minReplicas: 1, maxReplicas: 3/minReplicas: 4, maxReplicas: 2/' 'scaling.maxReplicas must not be below scaling.minReplicas'
 check "partitions 0 refused"         refused 's/partitions: 3/partitions: 0/' 'kafka.partitions must be at least 1'
+check "partitions above the CRD's 1024 refused" refused 's/partitions: 3/partitions: 1025/' 'spec.kafka.partitions in body should be less than or equal to 1024'
+check "maxReplicas above the CRD's 1024 refused" refused 's/maxReplicas: 3/maxReplicas: 1025/' 'spec.scaling.maxReplicas in body should be less than or equal to 1024'
+# within the CRD's ceiling but above the operator's cap (--max-partitions, default 256):
+# stored, then refused by the operator, naming the field; no topic
+over_cap() { invalid 's/partitions: 3/partitions: 300/; s/name: bad-[0-9]+/name: over-cap/' | kn apply -f -; }
+check "partitions above the operator's cap: stored" over_cap
+capped() {
+  kn wait --for=condition=Ready=false --timeout=60s asyncjobconfig/over-cap &&
+  expect_eq reason "$(cond over-cap Ready reason)" InvalidSpec &&
+  expect_has message "$(cond over-cap Ready message)" "spec.kafka.partitions: 300 is above this operator's cap of 256" &&
+  topic_absent "asyncd-bad-$RUN"
+}
+check "refused by the operator (InvalidSpec naming spec.kafka.partitions), no topic" capped
+check "delete it"                    kn delete asyncjobconfig over-cap --wait=true --timeout=30s
 invalid_sample() {
   local out
   if out=$(kubectl -n "$NS" apply -f config/samples/invalid-job.yaml 2>&1); then echo "accepted: $out"; return 1; fi
