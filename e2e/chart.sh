@@ -486,7 +486,8 @@ EOF
     can yes $sa patch configmaps/asyncd-routing && can yes $sa patch horizontalpodautoscalers.autoscaling &&
     can no $sa get configmaps/other && can no $sa patch configmaps/other && can no $sa delete configmaps/asyncd-routing &&
     can no $sa list configmaps &&
-    can no $sa get secrets && can no $sa create pods && can no $sa create roles.rbac.authorization.k8s.io &&
+    can yes $sa get secrets && can no $sa list secrets && can no $sa watch secrets &&
+    can no $sa create pods && can no $sa create roles.rbac.authorization.k8s.io &&
     can no $sa create serviceaccounts &&
     ! k auth can-i create deployments.apps -n default --as="system:serviceaccount:$ns:$sa" >/dev/null 2>&1 &&
     ! k auth can-i list asyncjobconfigs.asyncd.example.io --all-namespaces --as="system:serviceaccount:$ns:$sa" >/dev/null 2>&1

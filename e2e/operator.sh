@@ -10,7 +10,9 @@
 # Env: ASYNCD_CACHE (/var/cache/asyncd), CARGO_TARGET_DIR (default $ASYNCD_CACHE/target),
 # ASYNCD_E2E_KEEP=1 keeps the servers it started running (and the operator log).
 # Servers that were already running are left running; those it started are stopped.
-# Kafka topics get a per-run suffix, so runs never collide on the shared broker.
+# Kafka topics get a per-run suffix, so runs never collide on the shared broker; so does
+# the topic owner registry. A second operator, confined to a second namespace, shares the
+# broker and the registry (section 3b: one namespace cannot take another's topic).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -24,10 +26,13 @@ KAFKA=e2e/services/kafka.sh
 MARIADB=e2e/services/mariadb.sh
 RUN="e2e$$"
 NS="asyncd-$RUN"
+NS2="$NS-b"
+OWNERS_TOPIC="asyncd-topic-owners-$RUN"
 WORK=$(mktemp -d "/tmp/asyncd-operator-e2e.XXXXXX")
 passed=0 failed=0 skipped=0
 started=()
 operator_pid=""
+operator2_pid=""
 role_pids=()  # asyncd api/dispatcher and the stub executor of section 4b
 
 section() { printf '\n==> %s\n' "$*"; }
@@ -37,6 +42,11 @@ skip() { skipped=$((skipped + 1)); echo "skip - $1 ($2)"; }
 finish() {
   local rc=$?
   for pid in "${role_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  if [[ -n "$operator2_pid" ]] && kill -0 "$operator2_pid" 2>/dev/null; then
+    kubectl -n "$NS2" delete asyncjobconfigs --all --wait=true --timeout=30s >/dev/null 2>&1 || true
+    kill "$operator2_pid" 2>/dev/null || true
+    wait "$operator2_pid" 2>/dev/null || true
+  fi
   if [[ -n "$operator_pid" ]] && kill -0 "$operator_pid" 2>/dev/null; then
     # let the operator clear finalizers of what is left, then stop it
     kubectl -n "$NS" delete asyncjobconfigs --all --wait=true --timeout=30s >/dev/null 2>&1 || true
@@ -46,6 +56,7 @@ finish() {
   for t in "${topics_created[@]}"; do "$KAFKA" delete-topic "$t" >/dev/null 2>&1 || true; done
   if (( failed > 0 )) && [[ -f "$WORK/operator.log" ]]; then
     echo "--- operator log (tail) ---"; tail -40 "$WORK/operator.log"
+    [[ -f "$WORK/operator2.log" ]] && { echo "--- second operator log (tail) ---"; tail -20 "$WORK/operator2.log"; }
   fi
   if [[ "${ASYNCD_E2E_KEEP:-}" != 1 ]]; then
     for service in "${started[@]}"; do
@@ -63,7 +74,7 @@ finish() {
   if (( failed > 0 )); then exit 1; fi
   exit "$rc"
 }
-topics_created=()
+topics_created=("$OWNERS_TOPIC")
 trap finish EXIT
 
 # ---- helpers ----------------------------------------------------------------------------
@@ -134,6 +145,12 @@ check "operator RBAC applies"        k apply -f config/rbac/operator.yaml
 k create namespace "$NS" >/dev/null
 check "dispatcher RBAC applies"      kn apply -f config/rbac/dispatcher.yaml
 kn create secret generic asyncd-store --from-literal=url="$STORE_URL" >/dev/null
+# the sample's signing key, labelled for the one config that may mount it
+signing_secret() {  # signing_secret NAME [JOB]: a signing Secret, labelled for JOB if given
+  kn create secret generic "$1" --from-literal=key=e2e-signing-key >/dev/null
+  [[ -z ${2:-} ]] || kn label secret "$1" "asyncd.example.io/job=$2" >/dev/null
+}
+signing_secret order-cancel-signing order-cancel-job
 
 # the operator authenticates as its ServiceAccount: what RBAC does not grant fails here
 token=$(k -n asyncd-system create token asyncd-operator --duration=2h)
@@ -143,11 +160,14 @@ kubectl --kubeconfig "$WORK/operator.kubeconfig" config set-context --current --
 
 port=$(free_port)
 section "starting asyncd-operator (namespace $NS, brokers $BROKERS, http 127.0.0.1:$port)"
-start_operator() {
-  KUBECONFIG="$WORK/operator.kubeconfig" ASYNCD_LOG=info,asyncd_operator=debug \
+operator_in() {  # operator_in NAMESPACE PORT LOG: the operator, confined to NAMESPACE (exec'd, so `&` gives its pid)
+  exec env KUBECONFIG="$WORK/operator.kubeconfig" ASYNCD_LOG=info,asyncd_operator=debug \
     "$OPERATOR_BIN" --kafka-brokers "$BROKERS" --dispatcher-image registry.example/asyncd:e2e \
-    --namespace "$NS" --listen "127.0.0.1:$port" --kafka-replication-factor 1 \
-    >>"$WORK/operator.log" 2>&1 &
+    --namespace "$1" --listen "127.0.0.1:$2" --kafka-replication-factor 1 \
+    --topic-owners-topic "$OWNERS_TOPIC" >>"$3" 2>&1
+}
+start_operator() {
+  operator_in "$NS" "$port" "$WORK/operator.log" &
   operator_pid=$!
 }
 start_operator
@@ -290,6 +310,94 @@ check "Conflict=True on the topic"   kn wait --for=condition=Conflict=true --tim
 check "reason names the topic's owner" names_owner topic-thief TopicOwnedByOther
 check "delete the topic thief"       kn delete asyncjobconfig topic-thief --wait=true --timeout=30s
 check "owner's topic still there"    topic_has "$OC_TOPIC" 12
+
+# ---- 3b. tenancy: signing Secrets, topics of another namespace, topics nobody owns ----------
+section "a signing Secret is mounted only for the config its label names"
+signer() {  # signer CONFIG SECRET: a config without a topic that signs with SECRET
+  kn apply -f - <<EOF
+apiVersion: asyncd.example.io/v1
+kind: AsyncJobConfig
+metadata: {name: $1}
+spec:
+  taskType: $1
+  executor:
+    url: http://$1.example.svc:8080/run
+    signing: {secretRef: {name: $2}}
+EOF
+}
+refused_for() {  # refused_for NS CONFIG REASON: Conflict=True with REASON, no workloads, no route
+  k -n "$1" wait --for=condition=Conflict=true --timeout=60s "asyncjobconfig/$2" &&
+  expect_eq reason "$(k -n "$1" get "asyncjobconfig/$2" -o jsonpath='{.status.conditions[?(@.type=="Conflict")].reason}')" "$3" &&
+  ! k -n "$1" get "deploy/asyncd-dispatcher-$2" 2>/dev/null &&
+  ! k -n "$1" get "hpa/asyncd-dispatcher-$2" 2>/dev/null &&
+  ! k -n "$1" get configmap asyncd-routing -o jsonpath='{.data}' 2>/dev/null | grep -q "\"$2.yaml\""
+}
+check "a config naming $OC's signing Secret"  signer key-thief order-cancel-signing
+check "refused: SigningSecretOwnedByOther, no Deployment" refused_for "$NS" key-thief SigningSecretOwnedByOther
+check "the message names the Secret's job"   expect_has message "$(cond key-thief Conflict message)" "\"order-cancel-job\""
+signing_secret bare-signing
+check "a config naming an unlabelled Secret" signer bare-signer bare-signing
+check "refused: SigningSecretNotLabelled, no Deployment" refused_for "$NS" bare-signer SigningSecretNotLabelled
+check "label the Secret for the config"      kn label secret bare-signing asyncd.example.io/job=bare-signer
+# a Secret's change does not wake the operator (it never watches Secrets): touch the config
+check "touch the config"                     kn annotate asyncjobconfig bare-signer e2e/touched=1
+check "then it is Ready"                     kn wait --for=condition=Ready --timeout=60s asyncjobconfig/bare-signer
+mounted() { expect_eq volume "$(jp deploy/asyncd-dispatcher-bare-signer '{.spec.template.spec.volumes[0].secret.secretName}')" bare-signing; }
+check "and its Deployment mounts the Secret" mounted
+check "delete both signers"                  kn delete asyncjobconfig key-thief bare-signer --wait=true --timeout=30s
+
+section "a second namespace ($NS2, its own operator) names $NS's topic"
+k create namespace "$NS2" >/dev/null
+port2=$(free_port)
+operator_in "$NS2" "$port2" "$WORK/operator2.log" &
+operator2_pid=$!
+check "second operator /readyz"              wait_for 30 curl -fsS "http://127.0.0.1:$port2/readyz"
+cat >"$WORK/cross-namespace.yaml" <<EOF
+apiVersion: asyncd.example.io/v1
+kind: AsyncJobConfig
+metadata: {name: taker}
+spec:
+  taskType: take_topic
+  executor: {url: http://taker.example.svc:8080/run}
+  kafka: {topic: $OC_TOPIC, partitions: 16, deletePolicy: Delete}
+EOF
+check "apply it in $NS2"                     k -n "$NS2" apply -f "$WORK/cross-namespace.yaml"
+check "refused: TopicOwnedByOther, no Deployment, no route" refused_for "$NS2" taker TopicOwnedByOther
+check "the message names $NS/$OC"            expect_has message "$(k -n "$NS2" get asyncjobconfig/taker -o jsonpath='{.status.conditions[?(@.type=="Conflict")].message}')" "\"$NS/$OC\""
+check "the topic was not grown"              topic_has "$OC_TOPIC" 12
+check "delete it (deletePolicy: Delete)"     k -n "$NS2" delete asyncjobconfig taker --wait=true --timeout=30s
+check "$NS's topic is still there"           topic_has "$OC_TOPIC" 12
+check "and its high-priority topic"          topic_has "$OC_TOPIC-high" 12
+check "$OC still Ready"                      expect_eq ready "$(cond $OC Ready status)" True
+kill "$operator2_pid"; wait "$operator2_pid" 2>/dev/null || true
+operator2_pid=""
+
+section "a topic that exists without an owner record: refused until an admin assigns it"
+PRE_TOPIC=$(topic asyncd-preexisting)
+topics_created+=("$PRE_TOPIC" "$PRE_TOPIC-high")
+"$KAFKA" create-topic "$PRE_TOPIC" 3 >/dev/null 2>&1
+cat >"$WORK/squatter.yaml" <<EOF
+apiVersion: asyncd.example.io/v1
+kind: AsyncJobConfig
+metadata: {name: squatter}
+spec:
+  taskType: squat
+  executor: {url: http://squatter.example.svc:8080/run}
+  kafka: {topic: $PRE_TOPIC, partitions: 3}
+EOF
+check "apply a config naming it"             kn apply -f "$WORK/squatter.yaml"
+check "refused: TopicNotOwned, no Deployment" refused_for "$NS" squatter TopicNotOwned
+assign() {  # assign TOPIC OWNER: an admin writes the owner record (docs/security.md)
+  printf '%s|%s\n' "$1" "$2" | java -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -cp "$KAFKA_LIBS/*" \
+    org.apache.kafka.tools.ConsoleProducer --bootstrap-server "$BROKERS" --topic "$OWNERS_TOPIC" \
+    --property parse.key=true --property 'key.separator=|' 2>/dev/null
+}
+check "an admin assigns it to $NS/squatter"  assign "$PRE_TOPIC" "$NS/squatter"
+check "touch the config"                     kn annotate asyncjobconfig squatter e2e/touched=1
+check "then it is Ready"                     kn wait --for=condition=Ready --timeout=60s asyncjobconfig/squatter
+check "its high-priority topic was created"  topic_has "$PRE_TOPIC-high" 3
+check "delete it (Retain)"                   kn delete asyncjobconfig squatter --wait=true --timeout=30s
+check "the topic is kept"                    topic_has "$PRE_TOPIC" 3
 
 # ---- 4. dispatchers execute tasks through the route in the ConfigMap ----------------------
 # ---- 4b. a dispatcher follows the route from the ConfigMap, without a restart ------------------
@@ -534,6 +642,20 @@ check "base of the invalid cases is valid" valid_base
 check "cron without CRON_TZ= refused" refused 's/CRON_TZ=UTC //' 'a cron schedule must start with CRON_TZ='
 check "maxReplicas < minReplicas refused" refused 's/minReplicas: 1, maxReplicas: 3/minReplicas: 4, maxReplicas: 2/' 'scaling.maxReplicas must not be below scaling.minReplicas'
 check "partitions 0 refused"         refused 's/partitions: 3/partitions: 0/' 'kafka.partitions must be at least 1'
+check "partitions above the CRD's 1024 refused" refused 's/partitions: 3/partitions: 1025/' 'spec.kafka.partitions in body should be less than or equal to 1024'
+check "maxReplicas above the CRD's 1024 refused" refused 's/maxReplicas: 3/maxReplicas: 1025/' 'spec.scaling.maxReplicas in body should be less than or equal to 1024'
+# within the CRD's ceiling but above the operator's cap (--max-partitions, default 256):
+# stored, then refused by the operator, naming the field; no topic
+over_cap() { invalid 's/partitions: 3/partitions: 300/; s/name: bad-[0-9]+/name: over-cap/' | kn apply -f -; }
+check "partitions above the operator's cap: stored" over_cap
+capped() {
+  kn wait --for=condition=Ready=false --timeout=60s asyncjobconfig/over-cap &&
+  expect_eq reason "$(cond over-cap Ready reason)" InvalidSpec &&
+  expect_has message "$(cond over-cap Ready message)" "spec.kafka.partitions: 300 is above this operator's cap of 256" &&
+  topic_absent "asyncd-bad-$RUN"
+}
+check "refused by the operator (InvalidSpec naming spec.kafka.partitions), no topic" capped
+check "delete it"                    kn delete asyncjobconfig over-cap --wait=true --timeout=30s
 invalid_sample() {
   local out
   if out=$(kubectl -n "$NS" apply -f config/samples/invalid-job.yaml 2>&1); then echo "accepted: $out"; return 1; fi
@@ -552,7 +674,12 @@ check "dispatcher may watch the routing ConfigMap" sa_can watch configmaps/async
 cannot() { ! k auth can-i "$@" -n "$NS"; }
 check "dispatcher may not read other ConfigMaps"   cannot get configmaps/other --as="system:serviceaccount:$NS:asyncd-dispatcher"
 check "dispatcher may not read Secrets"           cannot get secrets --as="system:serviceaccount:$NS:asyncd-dispatcher"
-check "operator may not read Secrets"             cannot get secrets --as=system:serviceaccount:asyncd-system:asyncd-operator
+op_secrets() {  # it reads a signing Secret's label by name, never lists or watches Secrets
+  k auth can-i get secrets -n "$NS" --as=system:serviceaccount:asyncd-system:asyncd-operator >/dev/null &&
+  cannot list secrets --as=system:serviceaccount:asyncd-system:asyncd-operator &&
+  cannot watch secrets --as=system:serviceaccount:asyncd-system:asyncd-operator
+}
+check "operator may get, not list or watch, Secrets" op_secrets
 op_as=(--as=system:serviceaccount:asyncd-system:asyncd-operator)
 check "operator may not read other ConfigMaps"     cannot get configmaps/other "${op_as[@]}"
 check "operator may not delete the routing ConfigMap" cannot delete configmaps/asyncd-routing "${op_as[@]}"
@@ -570,7 +697,9 @@ metrics_ok() {
   local m; m=$(curl -fsS "http://127.0.0.1:$port/metrics")
   expect_has metrics "$m" 'asyncd_operator_reconciliations_total{result="ok"}' &&
   expect_has metrics "$m" 'asyncd_operator_topic_operations_total{op="grow"} 2' &&
-  expect_has metrics "$m" 'asyncd_operator_topic_operations_total{op="create"} 2'
+  # order-cancel-job's two topics were created before the restart; since: squatter's
+  # high-priority topic and invoice-reminder-job's two
+  expect_has metrics "$m" 'asyncd_operator_topic_operations_total{op="create"} 3'
 }
 check "operator /metrics"            metrics_ok
 no_failures() { ! grep 'reconcile failed' "$WORK/operator.log"; }

@@ -133,11 +133,12 @@ say "namespace $NS, Kafka and MariaDB ($DEPS)"
 k create namespace "$NS" --dry-run=client -o yaml | k apply -f - >/dev/null
 require "Kafka and MariaDB reachable as Services kafka:9092 and mariadb:3306 ($DEPS)" "deps_$DEPS"
 
-# the chart ships no credentials: the store URL and the job's signing key are Secrets of ours
+# the chart ships no credentials: the store URL and the job's signing key are Secrets of ours;
+# the signing key's label names the one config that may mount it (docs/security.md)
 kn create secret generic asyncd-store --from-literal=url="mysql://asyncd:asyncd@mariadb:3306/asyncd" \
   --dry-run=client -o yaml | kn apply -f - >/dev/null
 kn create secret generic order-cancel-signing --from-literal=key="$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')" \
-  --dry-run=client -o yaml | kn apply -f - >/dev/null
+  --dry-run=client -o yaml | kn label --local -f - asyncd.example.io/job=order-cancel-job -o yaml | kn apply -f - >/dev/null
 
 say "helm install (default values + store Secret)"
 read -ra helm_extra <<<"${ASYNCD_CLUSTER_HELM_ARGS:-}"  # e.g. kind: image tags

@@ -1,5 +1,6 @@
 //! Kafka topic admin, shared by the dispatcher (`--create-topics`, `asyncd dev`) and the
-//! operator: how many partitions a topic has, create it, grow it, delete it.
+//! operator: how many partitions a topic has, create it, grow it, delete it; and, for
+//! the operator, who owns a topic ([`owners`]).
 //!
 //! librdkafka's metadata request is a blocking call that can wait out its whole timeout
 //! on an unreachable broker, so [`KafkaAdmin::partitions`] runs it on tokio's blocking
@@ -15,7 +16,9 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 
+pub mod owners;
 pub mod security;
+pub use owners::TopicOwners;
 pub use security::KafkaSecurity;
 
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +32,8 @@ pub enum AdminError {
     },
     #[error("kafka: the metadata request did not finish: {0}")]
     Blocking(#[from] tokio::task::JoinError),
+    #[error("kafka: {topic}: not ready in time")]
+    Incomplete { topic: String },
 }
 
 pub struct KafkaAdmin {
@@ -93,13 +98,34 @@ impl KafkaAdmin {
 
     /// Creates the topic; one that exists already is left as it is.
     pub async fn create(&self, topic: &str, partitions: u32) -> Result<(), AdminError> {
-        let new = NewTopic::new(
+        self.create_configured(topic, partitions, &[])
+            .await
+            .map(|_| ())
+    }
+
+    /// Creates the topic with these topic configs; `true` when this call created it,
+    /// `false` when it existed already (and is left as it is). Kafka creates a topic
+    /// once, so of two callers racing exactly one gets `true`.
+    pub async fn create_configured(
+        &self,
+        topic: &str,
+        partitions: u32,
+        configs: &[(&str, &str)],
+    ) -> Result<bool, AdminError> {
+        let mut new = NewTopic::new(
             topic,
             partitions as i32,
             TopicReplication::Fixed(self.replication_factor),
         );
+        for (key, value) in configs {
+            new = new.set(key, value);
+        }
         let results = self.client().create_topics([&new], &self.options()).await?;
-        check(results, &[RDKafkaErrorCode::TopicAlreadyExists])
+        let existed = results
+            .iter()
+            .any(|r| matches!(r, Err((_, RDKafkaErrorCode::TopicAlreadyExists))));
+        check(results, &[RDKafkaErrorCode::TopicAlreadyExists])?;
+        Ok(!existed)
     }
 
     /// Grows the topic to `total` partitions (Kafka cannot shrink one).

@@ -7,7 +7,7 @@ mod backends;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use asyncd_kafka_admin::{KafkaAdmin, KafkaSecurity};
+use asyncd_kafka_admin::{KafkaAdmin, KafkaSecurity, TopicOwners};
 
 use backends::Service;
 
@@ -89,4 +89,81 @@ async fn an_unreachable_broker_does_not_stall_the_runtime() {
     assert!(admin.partitions("anything").await.is_err());
     ticker.abort();
     assert!(ticks.load(std::sync::atomic::Ordering::SeqCst) >= 5);
+}
+
+#[tokio::test]
+async fn the_owner_registry_keeps_the_last_record_per_topic_and_forgets_on_a_tombstone() {
+    let Some(brokers) = Service::Kafka.address() else {
+        return;
+    };
+    let security = KafkaSecurity::default();
+    let admin = KafkaAdmin::new(
+        &brokers,
+        &security,
+        "asyncd-kafka-admin-test",
+        1,
+        Duration::from_secs(15),
+    )
+    .unwrap();
+    let registry = unique("owners-test");
+    let owners = TopicOwners::new(&brokers, &security, &registry, Duration::from_secs(15)).unwrap();
+    owners.ensure_registry(&admin).await.unwrap();
+    partitions_become(&admin, &registry, Some(1)).await;
+    // a second operator finds it there
+    owners.ensure_registry(&admin).await.unwrap();
+    assert!(owners.read().await.unwrap().is_empty());
+
+    owners
+        .record("orders", Some("team-a/orders"))
+        .await
+        .unwrap();
+    owners
+        .record("invoices", Some("team-b/invoices"))
+        .await
+        .unwrap();
+    owners
+        .record("orders", Some("team-c/orders"))
+        .await
+        .unwrap();
+    let read = owners.read().await.unwrap();
+    assert_eq!(
+        read.get("orders").map(String::as_str),
+        Some("team-c/orders")
+    );
+    assert_eq!(
+        read.get("invoices").map(String::as_str),
+        Some("team-b/invoices")
+    );
+
+    owners.record("orders", None).await.unwrap();
+    let read = owners.read().await.unwrap();
+    assert_eq!(read.get("orders"), None);
+    assert_eq!(read.len(), 1);
+
+    admin.delete(&registry).await.unwrap();
+}
+
+#[tokio::test]
+async fn only_the_creating_call_is_told_it_created_the_topic() {
+    let Some(brokers) = Service::Kafka.address() else {
+        return;
+    };
+    let admin = KafkaAdmin::new(
+        &brokers,
+        &KafkaSecurity::default(),
+        "asyncd-kafka-admin-test",
+        1,
+        Duration::from_secs(15),
+    )
+    .unwrap();
+    let topic = unique("created-test");
+    let (first, second) = tokio::join!(
+        admin.create_configured(&topic, 1, &[]),
+        admin.create_configured(&topic, 1, &[])
+    );
+    let mut told = [first.unwrap(), second.unwrap()];
+    told.sort();
+    assert_eq!(told, [false, true]);
+    assert!(!admin.create_configured(&topic, 1, &[]).await.unwrap());
+    admin.delete(&topic).await.unwrap();
 }

@@ -7,6 +7,11 @@
 //! can never touch the owner's topics. A config in conflict claims nothing, so it never
 //! blocks a third one. A config being deleted keeps its claims until its finalizer is
 //! gone, so no newer config takes its topics while its cleanup runs.
+//!
+//! What a namespace's configs cannot see of each other is settled elsewhere, with the
+//! same [`Conflict`]: a topic recorded on the broker as another namespace's, or that
+//! exists without an owner record ([`crate::controller`]'s claim step), and a signing
+//! Secret not labelled for the config.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -20,9 +25,12 @@ pub enum Ownership {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Conflict {
-    /// The config that holds what this one claims.
+    /// The config that holds what this one claims: its name in this namespace,
+    /// `namespace/name` for a topic recorded as another namespace's, empty when nobody
+    /// does.
     pub owner: String,
     pub what: Claimed,
+    /// The task type, topic or Secret claimed.
     pub value: String,
 }
 
@@ -30,25 +38,64 @@ pub struct Conflict {
 pub enum Claimed {
     TaskType,
     Topic,
+    /// A topic that exists without an owner record: the operator did not create it.
+    UnownedTopic,
+    /// A signing Secret labelled for another config (`owner`).
+    SigningSecret,
+    /// A signing Secret without the label naming its config.
+    UnlabelledSigningSecret,
+    /// A signing Secret that does not exist, so its label cannot be checked.
+    MissingSigningSecret,
+}
+
+impl Claimed {
+    /// The `Conflict` condition's reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Claimed::TaskType => "TaskTypeOwnedByOther",
+            Claimed::Topic => "TopicOwnedByOther",
+            Claimed::UnownedTopic => "TopicNotOwned",
+            Claimed::SigningSecret => "SigningSecretOwnedByOther",
+            Claimed::UnlabelledSigningSecret => "SigningSecretNotLabelled",
+            Claimed::MissingSigningSecret => "SigningSecretMissing",
+        }
+    }
 }
 
 impl Conflict {
     pub fn reason(&self) -> &'static str {
-        match self.what {
-            Claimed::TaskType => "TaskTypeOwnedByOther",
-            Claimed::Topic => "TopicOwnedByOther",
-        }
+        self.what.reason()
     }
 
     pub fn message(&self) -> String {
-        let what = match self.what {
-            Claimed::TaskType => "task type",
-            Claimed::Topic => "Kafka topic",
-        };
-        format!(
-            "{what} {:?} is owned by AsyncJobConfig {:?} (created earlier); this config changes nothing until it claims another",
-            self.value, self.owner
-        )
+        let value = &self.value;
+        let owner = &self.owner;
+        let label = crate::builders::JOB_LABEL;
+        let tail = "this config changes nothing until";
+        match self.what {
+            Claimed::TaskType | Claimed::Topic => {
+                let what = if self.what == Claimed::TaskType {
+                    "task type"
+                } else {
+                    "Kafka topic"
+                };
+                format!(
+                    "{what} {value:?} is owned by AsyncJobConfig {owner:?} (claimed earlier); {tail} it claims another"
+                )
+            }
+            Claimed::UnownedTopic => format!(
+                "Kafka topic {value:?} exists but has no owner record (the operator did not create it); {tail} an admin assigns it (docs/security.md, \"Topic ownership\")"
+            ),
+            Claimed::SigningSecret => format!(
+                "signing Secret {value:?} is labelled {label}={owner:?}: it belongs to another config; {tail} it names its own"
+            ),
+            Claimed::UnlabelledSigningSecret => format!(
+                "signing Secret {value:?} has no label {label} naming this config; {tail} the Secret is labelled for it"
+            ),
+            Claimed::MissingSigningSecret => format!(
+                "signing Secret {value:?} does not exist; {tail} it is created with the label {label} naming this config"
+            ),
+        }
     }
 }
 

@@ -13,6 +13,8 @@
 //!   `error_policy`, the finalizer, and the `Controller` wiring.
 //! - [`builders`]: one pure builder per resource; [`conflicts`]: who owns a task type or
 //!   topic; [`status`]: conditions from what a pass did. All unit-tested without a client.
+//! - [`policy`]: the operator's caps on partitions and replicas, and its rule for topics
+//!   without an owner record.
 //! - [`leader`]: leader election on a Lease, so several replicas can run.
 //! - [`kafka`]: the topic admin seam (`asyncd-kafka-admin`). [`metrics`], [`telemetry`]: observability.
 
@@ -23,6 +25,7 @@ pub mod crd;
 pub mod kafka;
 pub mod leader;
 pub mod metrics;
+pub mod policy;
 pub mod status;
 pub mod telemetry;
 

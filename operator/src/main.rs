@@ -10,9 +10,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 use asyncd_kafka_admin::KafkaSecurity;
 use asyncd_operator::builders::DispatcherSettings;
-use asyncd_operator::kafka::KafkaAdmin;
+use asyncd_operator::kafka::{Broker, KafkaAdmin, TopicOwners};
 use asyncd_operator::leader::{Elector, LeaseSettings};
 use asyncd_operator::metrics::Metrics;
+use asyncd_operator::policy::{DEFAULT_MAX_PARTITIONS, DEFAULT_MAX_REPLICAS, Policy};
 use asyncd_operator::{controller, telemetry};
 use axum::Router;
 use axum::extract::State;
@@ -49,6 +50,24 @@ struct Args {
     /// Replication factor of created topics; -1 takes the broker's default.
     #[arg(long, env = "ASYNCD_KAFKA_REPLICATION_FACTOR", default_value_t = -1, allow_hyphen_values = true)]
     kafka_replication_factor: i32,
+    /// The compacted topic where the broker keeps each topic's owner
+    /// (`namespace/config`); created when missing. Only the operator (and an admin
+    /// assigning a topic) may write it: docs/security.md, "Topic ownership".
+    #[arg(long, env = "ASYNCD_TOPIC_OWNERS_TOPIC", default_value = asyncd_kafka_admin::owners::DEFAULT_REGISTRY)]
+    topic_owners_topic: String,
+    /// Most partitions a config may ask (`spec.kafka.partitions`); the CRD's maximum is
+    /// the ceiling.
+    #[arg(long, env = "ASYNCD_MAX_PARTITIONS", default_value_t = DEFAULT_MAX_PARTITIONS)]
+    max_partitions: u32,
+    /// Most dispatcher replicas a config may ask (`spec.scaling.minReplicas` and
+    /// `maxReplicas`); also caps the default maxReplicas (the partitions).
+    #[arg(long, env = "ASYNCD_MAX_REPLICAS", default_value_t = DEFAULT_MAX_REPLICAS)]
+    max_replicas: u32,
+    /// A config naming a topic that exists without an owner record takes it, instead of
+    /// being refused with TopicNotOwned. For one run after upgrading from an operator that
+    /// kept no records; leave it off otherwise.
+    #[arg(long, env = "ASYNCD_ADOPT_UNOWNED_TOPICS")]
+    adopt_unowned_topics: bool,
     /// Secret (in each config's namespace) whose `url` key is the dispatchers' store URL.
     #[arg(long, default_value = "asyncd-store")]
     store_secret: String,
@@ -155,6 +174,28 @@ async fn main() -> anyhow::Result<()> {
         Duration::from_secs(15),
     )
     .context("kafka admin client")?;
+    let owners = TopicOwners::new(
+        &args.kafka_brokers,
+        &kafka_security,
+        &args.topic_owners_topic,
+        Duration::from_secs(15),
+    )
+    .context("kafka owner registry client")?;
+    let broker = Arc::new(Broker::new(admin, owners));
+    // ready before the first config needs it, without holding up the start
+    tokio::spawn({
+        let broker = broker.clone();
+        async move {
+            if let Err(err) = broker.registry().await {
+                tracing::warn!(%err, "topic owner registry not ready yet; retried on first use");
+            }
+        }
+    });
+    let policy = Policy {
+        max_partitions: args.max_partitions,
+        max_replicas: args.max_replicas,
+        adopt_unowned_topics: args.adopt_unowned_topics,
+    };
     let settings = DispatcherSettings {
         image: args.dispatcher_image,
         image_pull_policy: args.dispatcher_image_pull_policy,
@@ -224,8 +265,9 @@ async fn main() -> anyhow::Result<()> {
 
     let run = controller::run(
         client,
-        Arc::new(admin),
+        broker,
         settings,
+        policy,
         args.namespace,
         metrics.clone(),
         ready,

@@ -145,7 +145,7 @@ pub fn conditions(verdict: &Verdict) -> Vec<(String, Step)> {
                     Step {
                         state: State::Unknown,
                         reason: "Conflict".into(),
-                        message: format!("not reconciled: owned by {:?}", conflict.owner),
+                        message: format!("not reconciled: {}", conflict.reason()),
                     },
                 ));
             }

@@ -340,6 +340,7 @@ pub struct KafkaSpec {
     /// Partitions of the topic; the operator grows the topic when this grows and refuses
     /// to shrink it.
     #[serde(default = "default_partitions")]
+    #[cfg_attr(feature = "kube", schemars(range(max = MAX_PARTITIONS)))]
     #[cfg_attr(
         feature = "kube",
         schemars(extend("x-kubernetes-validations" = [{
@@ -362,6 +363,14 @@ pub struct KafkaSpec {
 /// lagging flood of lower-priority messages cannot hold them up (docs/design.md,
 /// "Priority").
 pub const HIGH_PRIORITY: u8 = 5;
+
+/// The most partitions the CRD accepts for a job's topic: a ceiling on what one config
+/// may ask of a shared broker (the operator's `--max-partitions` may set it lower).
+pub const MAX_PARTITIONS: u32 = 1024;
+
+/// The most dispatcher replicas the CRD accepts (the operator's `--max-replicas` may set
+/// it lower).
+pub const MAX_REPLICAS: u32 = 1024;
 
 /// What the high-priority topic's name adds to `spec.kafka.topic`.
 pub const HIGH_TOPIC_SUFFIX: &str = "-high";
@@ -476,12 +485,12 @@ pub enum Overlap {
 pub struct ScalingSpec {
     /// Fewest dispatcher replicas (default 1).
     #[serde(default)]
-    #[cfg_attr(feature = "kube", schemars(range(min = 1)))]
+    #[cfg_attr(feature = "kube", schemars(range(min = 1, max = MAX_REPLICAS)))]
     pub min_replicas: Option<u32>,
     /// Most dispatcher replicas; never above the topic's partitions (default: the
     /// partitions).
     #[serde(default)]
-    #[cfg_attr(feature = "kube", schemars(range(min = 1)))]
+    #[cfg_attr(feature = "kube", schemars(range(min = 1, max = MAX_REPLICAS)))]
     pub max_replicas: Option<u32>,
     /// Due-and-undispatched tasks per replica the autoscaler aims for (default 100).
     #[serde(default)]

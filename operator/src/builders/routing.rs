@@ -17,8 +17,17 @@ use crate::crd::AsyncJobConfig;
 
 pub const ROUTING_CONFIGMAP: &str = "asyncd-routing";
 
-/// The config as the document a dispatcher (or `asyncd dev`) reads.
+/// The config as the document a dispatcher (or `asyncd dev`) reads. A Kafka section
+/// without a `consumerGroup` gets [`default_consumer_group`]: the dispatcher's own
+/// default, `asyncd-<job>`, would be shared by same-named jobs of every namespace on the
+/// broker.
 pub fn document(config: &AsyncJobConfig) -> asyncd_spec::AsyncJobConfig {
+    let mut spec = config.spec.0.clone();
+    if let Some(kafka) = spec.kafka.as_mut() {
+        kafka
+            .consumer_group
+            .get_or_insert_with(|| default_consumer_group(config));
+    }
     asyncd_spec::AsyncJobConfig {
         api_version: asyncd_spec::job::API_VERSION.into(),
         kind: asyncd_spec::job::KIND.into(),
@@ -26,8 +35,13 @@ pub fn document(config: &AsyncJobConfig) -> asyncd_spec::AsyncJobConfig {
             name: config.name().into(),
             ..Metadata::default()
         },
-        spec: config.spec.0.clone(),
+        spec,
     }
+}
+
+/// `asyncd-<namespace>-<config>`: the consumer group of a config that names none.
+pub fn default_consumer_group(config: &AsyncJobConfig) -> String {
+    format!("asyncd-{}-{}", config.namespace(), config.name())
 }
 
 pub fn key(config: &AsyncJobConfig) -> String {
@@ -97,6 +111,25 @@ mod tests {
         // no status, no cluster metadata
         assert!(!text.contains("status"));
         assert!(!text.contains("uid"));
+    }
+
+    #[test]
+    fn the_default_consumer_group_names_the_namespace() {
+        let unnamed = fixtures::config("orders");
+        assert_eq!(unnamed.spec.kafka.as_ref().unwrap().consumer_group, None);
+        let doc = document(&unnamed);
+        assert_eq!(
+            doc.spec.kafka.unwrap().consumer_group.as_deref(),
+            Some("asyncd-shop-orders")
+        );
+        let named = fixtures::sample("order-cancel-job.yaml");
+        let doc = document(&named);
+        assert_eq!(
+            doc.spec.kafka.unwrap().consumer_group.as_deref(),
+            Some("asyncd-order-cancel-cg")
+        );
+        let storeless = fixtures::config_with("s", |s| s.kafka = None);
+        assert!(document(&storeless).spec.kafka.is_none());
     }
 
     #[test]

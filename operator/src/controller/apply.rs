@@ -72,7 +72,10 @@ pub(super) async fn run_pipeline(
         report.replicas = replicas;
         report.ready_replicas = ready;
 
-        let bounds = hpa::bounds(config.spec.scaling.as_ref(), partitions);
+        let mut bounds = hpa::bounds(config.spec.scaling.as_ref(), partitions);
+        // maxReplicas defaults to the partitions, which may be above the replica cap
+        bounds.max = bounds.max.min(ctx.policy.max_replicas);
+        bounds.min = bounds.min.min(bounds.max);
         let desired = hpa::build(config, bounds);
         let hpas: Api<HorizontalPodAutoscaler> =
             Api::namespaced(ctx.client.clone(), config.namespace());
@@ -145,7 +148,7 @@ fn scaling_step(config: &AsyncJobConfig, bounds: hpa::Bounds) -> Step {
 }
 
 /// Rebuilds the namespace's routing ConfigMap from every routable config (owners with a
-/// valid spec, not being deleted).
+/// valid spec, not being deleted, not refused by their claim step).
 pub(super) async fn apply_routing(ctx: &Context, namespace: &str) -> Result<(), Error> {
     let lock = ctx.routing_lock(namespace);
     let _guard = lock.lock().await;
@@ -153,7 +156,7 @@ pub(super) async fn apply_routing(ctx: &Context, namespace: &str) -> Result<(), 
     let ownership = conflicts::resolve(configs.iter().map(|c| c.as_ref()));
     let routable: Vec<&AsyncJobConfig> = conflicts::routable(&configs, &ownership)
         .into_iter()
-        .filter(|c| validate(c).is_ok())
+        .filter(|c| validate(c, &ctx.policy).is_ok() && !ctx.is_refused(c))
         .collect();
     let desired = routing::build(namespace, routable);
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);

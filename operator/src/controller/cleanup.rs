@@ -1,5 +1,6 @@
 //! The finalizer's cleanup, when a config is deleted: drop the route, the Deployment and
-//! HPA it owns, and the topic only if this config owns it and says `deletePolicy: Delete`.
+//! HPA it owns, and, under `deletePolicy: Delete`, the topics the broker records as this
+//! config's (with their records).
 
 use std::sync::Arc;
 
@@ -11,14 +12,15 @@ use kube::runtime::controller::Action;
 use tracing::info;
 
 use super::apply::apply_routing;
+use super::claims::owner_id;
 use super::{Context, Error};
 use crate::builders::{self, routing};
 use crate::conflicts::{self, Ownership};
 use crate::crd::AsyncJobConfig;
 
 /// Deletion: drop the route, the Deployment and HPA (garbage collection would too, where
-/// a controller-manager runs), and the topic only if this config owns it and says
-/// `deletePolicy: Delete`.
+/// a controller-manager runs), and, under `deletePolicy: Delete`, each topic this config
+/// owns in its namespace *and* on the broker's owner record; any other topic is left.
 pub(super) async fn cleanup(config: Arc<AsyncJobConfig>, ctx: &Context) -> Result<Action, Error> {
     let _timer = ctx.metrics.timer("cleanup");
     let ns = config.namespace().to_string();
@@ -58,11 +60,30 @@ pub(super) async fn cleanup(config: Arc<AsyncJobConfig>, ctx: &Context) -> Resul
                 "; topics {topics} belong to another config and are left alone"
             ));
         } else if kafka.delete_policy == DeletePolicy::Delete {
-            for topic in kafka.topics() {
-                ctx.admin.delete(&topic).await?;
+            let me = owner_id(&config);
+            let owners = ctx.admin.owners().await?;
+            let (mine, others): (Vec<String>, Vec<String>) = kafka
+                .topics()
+                .into_iter()
+                .partition(|t| owners.get(t) == Some(&me));
+            // the record goes after the topic: a retried cleanup still finds it ours
+            for topic in &mine {
+                ctx.admin.delete(topic).await?;
+                ctx.admin.set_owner(topic, None).await?;
                 ctx.metrics.topic_ops.with_label_values(&["delete"]).inc();
             }
-            note.push_str(&format!("; deleted topics {topics} (deletePolicy: Delete)"));
+            if !mine.is_empty() {
+                note.push_str(&format!(
+                    "; deleted topics {} (deletePolicy: Delete)",
+                    mine.join(" and ")
+                ));
+            }
+            if !others.is_empty() {
+                note.push_str(&format!(
+                    "; kept topics {}: the broker does not record them as this config's",
+                    others.join(" and ")
+                ));
+            }
         } else {
             note.push_str(&format!("; kept topics {topics} (deletePolicy: Retain)"));
         }
@@ -70,5 +91,6 @@ pub(super) async fn cleanup(config: Arc<AsyncJobConfig>, ctx: &Context) -> Resul
     info!(namespace = %ns, config = %name, "{note}");
     ctx.event(&config, false, "Deleted", note).await;
     ctx.metrics.forget(&ns, &name);
+    ctx.forget_refusal(&config);
     Ok(Action::await_change())
 }

@@ -13,11 +13,14 @@ use crate::builders::{DispatcherSettings, MANAGED_BY};
 use crate::crd::AsyncJobConfig;
 use crate::kafka::TopicAdmin;
 use crate::metrics::Metrics;
+use crate::policy::Policy;
+use crate::status::CONFLICT;
 
 pub struct Context {
     pub client: Client,
     pub admin: Arc<dyn TopicAdmin>,
     pub settings: DispatcherSettings,
+    pub policy: Policy,
     /// The controller's cache of every watched AsyncJobConfig.
     pub store: Store<AsyncJobConfig>,
     pub recorder: Recorder,
@@ -26,6 +29,10 @@ pub struct Context {
     routing_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Consecutive failures per config, for the backoff.
     failures: Mutex<HashMap<ObjectRef<AsyncJobConfig>, u32>>,
+    /// Per config, whether its last pass refused it for what only the broker or the API
+    /// server knows (a topic's owner record, its signing Secret's label), which the
+    /// namespace's routing rebuild cannot see in the cache.
+    refused: Mutex<HashMap<ObjectRef<AsyncJobConfig>, bool>>,
 }
 
 impl Context {
@@ -33,6 +40,7 @@ impl Context {
         client: Client,
         admin: Arc<dyn TopicAdmin>,
         settings: DispatcherSettings,
+        policy: Policy,
         store: Store<AsyncJobConfig>,
         metrics: Arc<Metrics>,
     ) -> Self {
@@ -45,11 +53,52 @@ impl Context {
             client,
             admin,
             settings,
+            policy,
             store,
             metrics,
             routing_locks: Mutex::default(),
             failures: Mutex::default(),
+            refused: Mutex::default(),
         }
+    }
+
+    /// Remembers the outcome of `config`'s claim step.
+    pub(super) fn set_refused(&self, config: &AsyncJobConfig, refused: bool) {
+        self.refused
+            .lock()
+            .unwrap()
+            .insert(ObjectRef::from_obj(config), refused);
+    }
+
+    /// Forgets a deleted config's claim step.
+    pub(super) fn forget_refusal(&self, config: &AsyncJobConfig) {
+        self.refused
+            .lock()
+            .unwrap()
+            .remove(&ObjectRef::from_obj(config));
+    }
+
+    /// Whether `config` was refused by its claim step: as this process last saw it, or,
+    /// before its first pass here (a restarted operator), as its status says.
+    pub(super) fn is_refused(&self, config: &AsyncJobConfig) -> bool {
+        if let Some(refused) = self
+            .refused
+            .lock()
+            .unwrap()
+            .get(&ObjectRef::from_obj(config))
+        {
+            return *refused;
+        }
+        config
+            .status
+            .as_ref()
+            .and_then(|s| s.condition(CONFLICT))
+            .is_some_and(|c| {
+                c.status == "True"
+                    && super::claims::REFUSALS
+                        .iter()
+                        .any(|refusal| refusal.reason() == c.reason)
+            })
     }
 
     /// The read step: every config of `namespace` as last seen.

@@ -4,7 +4,9 @@
 //!    cache ([`Context`]);
 //! 2. [`validate`] — `asyncd_spec::JobSpec::validate`, the same check the dispatcher
 //!    runs, then ownership ([`conflicts::resolve`](crate::conflicts::resolve)): a config
-//!    that is invalid or in conflict changes nothing;
+//!    that is invalid or in conflict changes nothing; then [`claims`]: the signing
+//!    Secret must be labelled for the config, and its topics must not be recorded on the
+//!    broker as owned elsewhere — a config refused there changes nothing either;
 //! 3. **build** — the desired objects from [`builders`](crate::builders) (pure);
 //! 4. [`apply`] — [`topic`] (create/grow, never shrink), routing ConfigMap, Deployment,
 //!    HPA, each by server-side apply with field manager `asyncd-operator`, stopping at
@@ -14,11 +16,13 @@
 //!
 //! Passes are level-based and idempotent: everything is recomputed from the current
 //! state each time, and the routing ConfigMap is rebuilt whole from every routable config.
-//! A finalizer makes deletion run [`cleanup`]: the route goes (and the topic only under
-//! `deletePolicy: Delete`). Errors requeue with exponential backoff per object
-//! ([`error_policy`]). [`wiring`] sets up the `Controller` itself.
+//! A finalizer makes deletion run [`cleanup`]: the route goes (and the topics only under
+//! `deletePolicy: Delete`, and only those recorded as this config's). Errors requeue with
+//! exponential backoff per object ([`error_policy`]). [`wiring`] sets up the `Controller`
+//! itself.
 
 mod apply;
+mod claims;
 mod cleanup;
 mod context;
 mod status;
@@ -44,7 +48,7 @@ pub use wiring::{peers_to_recheck, run};
 
 use crate::crd::{AsyncJobConfig, FINALIZER};
 use crate::kafka::TopicError;
-use crate::status::Verdict;
+use crate::status::{Report, Step, TOPIC_READY, Verdict};
 
 /// Requeue after a good pass, to catch drift nobody told us about (a topic deleted by hand).
 pub const RESYNC: Duration = Duration::from_secs(300);
@@ -122,16 +126,33 @@ pub fn error_policy(config: Arc<AsyncJobConfig>, error: &Error, ctx: Arc<Context
 async fn pass(config: &AsyncJobConfig, ctx: &Context) -> Result<Action, Error> {
     let _timer = ctx.metrics.timer("apply");
     let peers = ctx.configs_in(config.namespace());
-    let (verdict, error, requeue) = match validate::admit(config, &peers) {
-        Ok(()) => {
+    let admitted = match validate::admit(config, &peers, &ctx.policy) {
+        Ok(()) => claims::claim(config, ctx).await.map(|claimed| {
+            ctx.set_refused(config, claimed.is_err());
+            claimed.map_err(Verdict::Conflict)
+        }),
+        Err(rejected) => Ok(Err(rejected)),
+    };
+    let (verdict, error, requeue) = match admitted {
+        Ok(Ok(())) => {
             let (report, error) = apply::run_pipeline(config, ctx).await;
             (Verdict::Reconciled(report), error, RESYNC)
         }
-        Err(rejected) => {
+        Ok(Err(rejected)) => {
             // an invalid or conflicting config may have been routed before: drop its entry
             apply::apply_routing(ctx, config.namespace()).await?;
             (rejected, None, RECHECK)
         }
+        // the owner registry unreadable: reported as the topic step failing would be
+        Err(Error::Kafka(err)) => {
+            let mut report = Report::new();
+            report.set(
+                TOPIC_READY,
+                Step::failed("KafkaUnavailable", err.to_string()),
+            );
+            (Verdict::Reconciled(report), Some(Error::Kafka(err)), RESYNC)
+        }
+        Err(other) => return Err(other),
     };
     status::write_status(config, ctx, &verdict).await?;
     match error {

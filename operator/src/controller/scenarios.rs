@@ -44,6 +44,7 @@ fn harness(configs: &[&AsyncJobConfig]) -> Harness {
         client,
         admin.clone(),
         fixtures::settings(),
+        crate::policy::Policy::default(),
         writer.as_reader(),
         Arc::new(Metrics::default()),
     ));
@@ -154,9 +155,15 @@ async fn a_pass_applies_every_step_and_reports_each_condition() {
     let action = reconcile(Arc::new(config), h.ctx.clone()).await.unwrap();
 
     assert_eq!(action, Action::requeue(RESYNC));
+    // each topic the pass created is recorded on the broker as this config's
     assert_eq!(
         *h.admin.calls.lock().unwrap(),
-        ["create topic 6", "create topic-high 6"]
+        [
+            "create topic 6",
+            "own topic shop/a",
+            "create topic-high 6",
+            "own topic-high shop/a"
+        ]
     );
     let calls = h.server.verify();
     assert_eq!(routing_keys(&calls[0]), ["a.yaml"]);
@@ -185,10 +192,8 @@ async fn a_pass_applies_every_step_and_reports_each_condition() {
 async fn an_unchanged_status_is_not_written_again() {
     let mut config = finalized(fixtures::config("a"));
     let h = harness(&[&config]);
-    // the topics exist already, so both passes find them as asked
-    for topic in ["topic", "topic-high"] {
-        h.admin.topics.lock().unwrap().insert(topic.into(), 6);
-    }
+    // the topics exist already, recorded as this config's: both passes find them as asked
+    h.admin.own(&["topic", "topic-high"], "shop/a");
     expect_full_pass(&h.server, &config);
     h.server
         .expect("PATCH", format!("{CONFIGS}/a/status"), json_of(&config));
@@ -327,7 +332,7 @@ async fn deletion_under_delete_policy_deletes_the_topic_then_drops_the_finalizer
         s.kafka.as_mut().unwrap().topic = "b".into();
     }));
     let h = harness(&[&doomed, &other]);
-    h.admin.topics.lock().unwrap().insert("topic".into(), 6);
+    h.admin.own(&["topic", "topic-high"], "shop/a");
     let dispatcher = format!("{DEPLOYMENTS}/asyncd-dispatcher-a");
     h.server
         .expect("PATCH", ROUTING, Reply::Echo)
@@ -348,10 +353,179 @@ async fn deletion_under_delete_policy_deletes_the_topic_then_drops_the_finalizer
     assert!(removes_the_finalizer(calls.last().unwrap()));
     assert_eq!(
         *h.admin.calls.lock().unwrap(),
-        ["delete topic", "delete topic-high"]
+        [
+            "delete topic",
+            "disown topic",
+            "delete topic-high",
+            "disown topic-high"
+        ]
     );
     assert!(h.admin.topics.lock().unwrap().is_empty());
+    assert!(h.admin.owners.lock().unwrap().is_empty());
     assert_eq!(h.server.events(), ["Deleted"]);
+}
+
+/// Scripts the calls of a deletion of `config` that finds no Deployment and no HPA.
+fn expect_bare_cleanup(server: &ApiServer, config: &AsyncJobConfig) {
+    let name = config.name();
+    server
+        .expect("PATCH", ROUTING, Reply::Echo)
+        .expect(
+            "GET",
+            format!("{DEPLOYMENTS}/asyncd-dispatcher-{name}"),
+            Reply::Status(404),
+        )
+        .expect(
+            "GET",
+            format!("{HPAS}/asyncd-dispatcher-{name}"),
+            Reply::Status(404),
+        )
+        .expect("PATCH", format!("{CONFIGS}/{name}"), json_of(config));
+}
+
+#[tokio::test]
+async fn deletion_under_delete_policy_keeps_topics_not_recorded_as_this_configs() {
+    // the config owns its topic in its namespace, but the broker records it as another
+    // namespace's (or not at all): it is not this config's to delete
+    let doomed = deleting(fixtures::config_with("a", |s| {
+        s.kafka.as_mut().unwrap().delete_policy = DeletePolicy::Delete
+    }));
+    let h = harness(&[&doomed]);
+    h.admin.own(&["topic"], "other/a");
+    h.admin
+        .topics
+        .lock()
+        .unwrap()
+        .insert("topic-high".into(), 6);
+    expect_bare_cleanup(&h.server, &doomed);
+
+    reconcile(Arc::new(doomed), h.ctx.clone()).await.unwrap();
+
+    h.server.verify();
+    assert!(h.admin.calls.lock().unwrap().is_empty());
+    assert_eq!(h.admin.topics.lock().unwrap().len(), 2);
+    assert_eq!(h.admin.owners.lock().unwrap()["topic"], "other/a");
+}
+
+/// A refused config: its route is dropped and its status says why; nothing else.
+async fn expect_refused(h: &Harness, config: AsyncJobConfig, reason: &str) -> String {
+    let name = config.name().to_string();
+    h.server.expect("PATCH", ROUTING, Reply::Echo).expect(
+        "PATCH",
+        format!("{CONFIGS}/{name}/status"),
+        json_of(&config),
+    );
+    let action = reconcile(Arc::new(config), h.ctx.clone()).await.unwrap();
+    assert_eq!(action, Action::requeue(RECHECK), "{reason}");
+    let calls = h.server.verify();
+    let written = calls.last().unwrap();
+    let conditions = conditions(written);
+    assert_eq!(
+        conditions[0],
+        ("Ready".into(), "False".into(), "Conflict".into()),
+        "{reason}"
+    );
+    assert_eq!(
+        conditions.last().unwrap(),
+        &("Conflict".into(), "True".into(), reason.into())
+    );
+    assert!(
+        routing_keys(&calls[calls.len() - 2]).is_empty(),
+        "{reason}: a refused config is not routed"
+    );
+    assert!(h.server.events().contains(&reason.to_string()), "{reason}");
+    written.body["status"]["conditions"][5]["message"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_topic_recorded_as_another_namespaces_is_refused_and_not_touched() {
+    let config = finalized(fixtures::config_with("a", |s| {
+        s.kafka.as_mut().unwrap().partitions = 12
+    }));
+    let h = harness(&[&config]);
+    h.admin
+        .own(&["topic", "topic-high"], "other-team/their-job");
+
+    let message = expect_refused(&h, config, "TopicOwnedByOther").await;
+
+    assert!(message.contains("\"other-team/their-job\""), "{message}");
+    // not grown, not recorded: the broker is only read
+    assert!(h.admin.calls.lock().unwrap().is_empty());
+    assert_eq!(h.admin.topics.lock().unwrap()["topic"], 6);
+}
+
+#[tokio::test]
+async fn an_existing_topic_without_an_owner_record_is_refused() {
+    let config = finalized(fixtures::config("a"));
+    let h = harness(&[&config]);
+    h.admin.topics.lock().unwrap().insert("topic".into(), 6);
+
+    let message = expect_refused(&h, config, "TopicNotOwned").await;
+
+    assert!(message.contains("an admin assigns it"), "{message}");
+    assert!(h.admin.calls.lock().unwrap().is_empty());
+    assert!(h.admin.owners.lock().unwrap().is_empty());
+}
+
+const SIGNING_SECRET: &str = "/api/v1/namespaces/shop/secrets/order-cancel-signing";
+
+fn secret_metadata(job_label: Option<&str>) -> Reply {
+    let labels = job_label.map_or(json!({}), |j| json!({ crate::builders::JOB_LABEL: j }));
+    Reply::Json(json!({
+        "apiVersion": "meta.k8s.io/v1",
+        "kind": "PartialObjectMetadata",
+        "metadata": {"name": "order-cancel-signing", "namespace": "shop", "labels": labels},
+    }))
+}
+
+#[tokio::test]
+async fn a_signing_secret_not_labelled_for_the_config_is_not_mounted() {
+    for (label, reason) in [
+        (Some("another-job"), "SigningSecretOwnedByOther"),
+        (None, "SigningSecretNotLabelled"),
+    ] {
+        let config = finalized(fixtures::sample("order-cancel-job.yaml"));
+        let h = harness(&[&config]);
+        h.server
+            .expect("GET", SIGNING_SECRET, secret_metadata(label));
+
+        let message = expect_refused(&h, config, reason).await;
+
+        assert!(message.contains("\"order-cancel-signing\""), "{message}");
+        assert!(h.admin.calls.lock().unwrap().is_empty(), "{reason}");
+    }
+    // a missing Secret cannot be checked: refused too
+    let config = finalized(fixtures::sample("order-cancel-job.yaml"));
+    let h = harness(&[&config]);
+    h.server.expect("GET", SIGNING_SECRET, Reply::Status(404));
+    expect_refused(&h, config, "SigningSecretMissing").await;
+}
+
+#[tokio::test]
+async fn a_signing_secret_labelled_for_the_config_is_mounted() {
+    let config = finalized(fixtures::sample("order-cancel-job.yaml"));
+    let h = harness(&[&config]);
+    h.server.expect(
+        "GET",
+        SIGNING_SECRET,
+        secret_metadata(Some("order-cancel-job")),
+    );
+    expect_full_pass(&h.server, &config);
+    h.server.expect(
+        "PATCH",
+        format!("{CONFIGS}/order-cancel-job/status"),
+        json_of(&config),
+    );
+
+    let action = reconcile(Arc::new(config), h.ctx.clone()).await.unwrap();
+
+    assert_eq!(action, Action::requeue(RESYNC));
+    let calls = h.server.verify();
+    let volumes = &calls[2].body["spec"]["template"]["spec"]["volumes"];
+    assert_eq!(volumes[0]["secret"]["secretName"], "order-cancel-signing");
 }
 
 #[tokio::test]
@@ -439,4 +613,37 @@ async fn an_invalid_config_loses_its_route_and_reports_the_field() {
         "{message}"
     );
     assert!(h.admin.calls.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_config_refused_by_its_claims_stays_out_of_the_route_another_pass_rebuilds() {
+    // "a" was refused for a topic of another namespace by an earlier operator process (its
+    // status says so); "b"'s pass, the first of this process, rebuilds the routing
+    // ConfigMap: "a" must not be in it, or the api would produce into the other
+    // namespace's topic
+    let mut refused = finalized(fixtures::aged("a", 1, |s| s.task_type = "a".into()));
+    refused.status = Some(crate::status::status(
+        None,
+        &crate::status::Verdict::Conflict(crate::conflicts::Conflict {
+            owner: "other/x".into(),
+            what: crate::conflicts::Claimed::Topic,
+            value: "topic".into(),
+        }),
+        Some(1),
+        "t",
+    ));
+    let owner = finalized(fixtures::aged("b", 2, |s| {
+        s.task_type = "b".into();
+        s.kafka.as_mut().unwrap().topic = "b".into();
+    }));
+    let h = harness(&[&refused, &owner]);
+    h.admin.own(&["b", "b-high"], "shop/b");
+    expect_full_pass(&h.server, &owner);
+    h.server
+        .expect("PATCH", format!("{CONFIGS}/b/status"), json_of(&owner));
+
+    reconcile(Arc::new(owner), h.ctx.clone()).await.unwrap();
+
+    let calls = h.server.verify();
+    assert_eq!(routing_keys(&calls[0]), ["b.yaml"]);
 }

@@ -18,7 +18,7 @@ pub(super) async fn write_status(
     let name = config.name();
     let previous = config.status.as_ref();
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let job = super::validate::validate(config).ok();
+    let job = super::validate::validate(config, &ctx.policy).ok();
     let next = status::with_job(
         status::status(previous, verdict, config.metadata.generation, &now),
         job.as_ref(),

@@ -1,6 +1,7 @@
 //! Step 4a, apply the topics (the job's main topic and its high-priority topic): ask the
 //! broker, decide with [`topic::plan`] (build), carry it out. Create and grow only; a
-//! shrink is refused with its reason.
+//! shrink is refused with its reason. A topic this step creates is recorded on the broker
+//! as the config's (see [`claims`](super::claims)).
 
 use tracing::info;
 
@@ -37,11 +38,12 @@ pub async fn topic_step(
             actions: Vec::new(),
         });
     };
+    let owner = super::claims::owner_id(config);
     let mut steps = Vec::new();
     let mut actions = Vec::new();
     let mut partitions = None;
     for name in kafka.topics() {
-        let (step, action, after) = one_topic(&name, kafka.partitions, admin).await?;
+        let (step, action, after) = one_topic(&name, kafka.partitions, &owner, admin).await?;
         partitions.get_or_insert(after);
         steps.push(step);
         actions.extend(action);
@@ -69,13 +71,22 @@ pub async fn topic_step(
 async fn one_topic(
     name: &str,
     partitions: u32,
+    owner: &str,
     admin: &dyn TopicAdmin,
 ) -> Result<(Step, Option<(&'static str, &'static str, String)>, u32), TopicError> {
     let current = admin.partitions(name).await?;
     let plan = topic::plan(partitions, current);
     let (step, action) = match plan {
         topic::TopicPlan::Create(n) => {
-            admin.create(name, n).await?;
+            // Kafka creates a topic once: the caller it tells so is the one that records
+            // its owner. Another that created it since the claim step is not followed.
+            if admin.create(name, n).await? {
+                admin.set_owner(name, Some(owner)).await?;
+            } else if admin.owners().await?.get(name).map(String::as_str) != Some(owner) {
+                return Err(TopicError(format!(
+                    "topic {name} was created by someone else meanwhile; it is not taken"
+                )));
+            }
             let note = format!("created topic {name} with {n} partitions");
             (
                 Step::ok("TopicCreated", note.clone()),
@@ -176,7 +187,9 @@ mod tests {
             *admin.calls.lock().unwrap(),
             [
                 "create topic 6",
+                "own topic shop/a",
                 "create topic-high 6",
+                "own topic-high shop/a",
                 "grow topic 12",
                 "grow topic-high 12"
             ]
@@ -189,6 +202,11 @@ mod tests {
         assert_eq!(out.step.reason, "TopicCreated");
         assert_eq!(out.partitions, Some(12));
         assert_eq!(admin.topics.lock().unwrap()["topic-high"], 12);
+        // a topic another client creates between the claim step and this one
+        let raced = CreatedMeanwhile(FakeAdmin::default());
+        let err = topic_step(&twelve, &raced).await.unwrap_err();
+        assert!(err.0.contains("created by someone else"), "{err}");
+        assert!(raced.0.owners.lock().unwrap().is_empty());
         // no kafka section: no topic
         let none = fixtures::config_with("b", |s| s.kafka = None);
         let out = topic_step(&none, &admin).await.unwrap();
@@ -196,5 +214,30 @@ mod tests {
             (out.step.reason.as_str(), out.partitions),
             ("NoTopic", None)
         );
+    }
+
+    /// A broker where each topic is created by another client just before this one asks.
+    struct CreatedMeanwhile(FakeAdmin);
+
+    #[async_trait::async_trait]
+    impl TopicAdmin for CreatedMeanwhile {
+        async fn partitions(&self, _: &str) -> Result<Option<u32>, TopicError> {
+            Ok(None)
+        }
+        async fn create(&self, _: &str, _: u32) -> Result<bool, TopicError> {
+            Ok(false)
+        }
+        async fn grow(&self, topic: &str, total: u32) -> Result<(), TopicError> {
+            self.0.grow(topic, total).await
+        }
+        async fn delete(&self, topic: &str) -> Result<(), TopicError> {
+            self.0.delete(topic).await
+        }
+        async fn owners(&self) -> Result<std::collections::BTreeMap<String, String>, TopicError> {
+            self.0.owners().await
+        }
+        async fn set_owner(&self, topic: &str, owner: Option<&str>) -> Result<(), TopicError> {
+            self.0.set_owner(topic, owner).await
+        }
     }
 }

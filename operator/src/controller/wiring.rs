@@ -20,6 +20,7 @@ use crate::builders::{DispatcherSettings, MANAGED_BY, routing};
 use crate::crd::AsyncJobConfig;
 use crate::kafka::TopicAdmin;
 use crate::metrics::Metrics;
+use crate::policy::Policy;
 use crate::status;
 
 /// Configs whose ownership may change when `changed` does: same namespace, and sharing
@@ -59,6 +60,7 @@ pub async fn run(
     client: Client,
     admin: Arc<dyn TopicAdmin>,
     settings: DispatcherSettings,
+    policy: Policy,
     namespace: Option<String>,
     metrics: Arc<Metrics>,
     ready: Arc<std::sync::atomic::AtomicBool>,
@@ -99,7 +101,9 @@ pub async fn run(
             kube::runtime::controller::Config::default().debounce(Duration::from_millis(300)),
         )
         .shutdown_on_signal();
-    let ctx = Arc::new(Context::new(client, admin, settings, store, metrics));
+    let ctx = Arc::new(Context::new(
+        client, admin, settings, policy, store, metrics,
+    ));
     info!(
         namespace = ns.unwrap_or("<all>"),
         "asyncd-operator watching AsyncJobConfigs"
