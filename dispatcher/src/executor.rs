@@ -767,22 +767,24 @@ mod tests {
     /// may reach one that is no executor, and `lastError` must not read it out.
     #[test]
     fn an_error_answer_is_named_by_its_status_unless_the_job_opts_in_to_bodies() {
-        let answer = |status, location: Option<&'static [u8]>, body: &'static [u8]| {
-            ExecutorAnswer {
+        let answer =
+            |status, location: Option<&'static [u8]>, body: &'static [u8]| ExecutorAnswer {
                 status,
                 retry_after: None,
                 location,
                 body,
-            }
-        };
-        let reason = |answer: &ExecutorAnswer, bodies| {
-            match classify(answer, SystemTime::UNIX_EPOCH, LEASE, bodies) {
-                AttemptOutcome::Permanent { reason }
-                | AttemptOutcome::Retry { reason, .. }
-                | AttemptOutcome::Overloaded { reason }
-                | AttemptOutcome::RetryAfter { reason, .. } => reason,
-                other => panic!("{other:?}"),
-            }
+            };
+        let reason = |answer: &ExecutorAnswer, bodies| match classify(
+            answer,
+            SystemTime::UNIX_EPOCH,
+            LEASE,
+            bodies,
+        ) {
+            AttemptOutcome::Permanent { reason }
+            | AttemptOutcome::Retry { reason, .. }
+            | AttemptOutcome::Overloaded { reason }
+            | AttemptOutcome::RetryAfter { reason, .. } => reason,
+            other => panic!("{other:?}"),
         };
         let secret = answer(404, None, b"ami-id: secret-instance-data");
         assert_eq!(reason(&secret, false), "executor answered 404 Not Found");
@@ -795,7 +797,10 @@ mod tests {
             reason(&busy, false),
             "executor answered 503 Service Unavailable"
         );
-        assert_eq!(reason(&answer(599, None, b"x"), false), "executor answered 599");
+        assert_eq!(
+            reason(&answer(599, None, b"x"), false),
+            "executor answered 599"
+        );
         let moved = answer(302, Some(b"http://internal/"), b"");
         assert_eq!(
             reason(&moved, false),
@@ -804,9 +809,8 @@ mod tests {
         assert!(reason(&moved, true).contains("http://internal/"));
         // A 2xx that is no batch answer: serde's text would quote the body.
         let quoted = answer(200, None, br#""secret-token""#);
-        let outcomes = |bodies| {
-            classify_batch(&quoted, &["a"], SystemTime::UNIX_EPOCH, LEASE, bodies)
-        };
+        let outcomes =
+            |bodies| classify_batch(&quoted, &["a"], SystemTime::UNIX_EPOCH, LEASE, bodies);
         assert_eq!(
             outcomes(false),
             vec![AttemptOutcome::Retry {

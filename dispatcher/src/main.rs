@@ -231,7 +231,12 @@ struct Common {
     /// `cluster` refuses link-local, loopback and the Kubernetes API server's service
     /// address; `local` refuses link-local only; `auto` is `cluster` when
     /// KUBERNETES_SERVICE_HOST is set, except for `asyncd dev`, which is `local`.
-    #[arg(long, env = "ASYNCD_EXECUTOR_ADDRESSES", value_enum, default_value = "auto")]
+    #[arg(
+        long,
+        env = "ASYNCD_EXECUTOR_ADDRESSES",
+        value_enum,
+        default_value = "auto"
+    )]
     executor_addresses: ExecutorAddresses,
     /// Address ranges executors may not be at besides (CIDRs, comma-separated).
     #[arg(long, env = "ASYNCD_EXECUTOR_DENY_CIDRS", value_delimiter = ',')]

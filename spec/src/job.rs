@@ -1239,10 +1239,9 @@ mod tests {
         }
         let (_, plain) = AsyncJobConfig::from_yaml(SAMPLE).unwrap();
         assert!(!plain.executor_error_bodies, "off unless asked");
-        let (_, opted) = AsyncJobConfig::from_yaml(&SAMPLE.replace(
-            "    url: ",
-            "    errorBodies: true\n    url: ",
-        ))
+        let (_, opted) = AsyncJobConfig::from_yaml(
+            &SAMPLE.replace("    url: ", "    errorBodies: true\n    url: "),
+        )
         .unwrap();
         assert!(opted.executor_error_bodies);
     }

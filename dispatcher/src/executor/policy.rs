@@ -96,9 +96,8 @@ impl Resolve for PolicyResolver {
         let policy = self.policy.clone();
         let host = name.as_str().to_string();
         Box::pin(async move {
-            let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
-                .collect();
+            let found: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             let (allowed, refused): (Vec<SocketAddr>, Vec<SocketAddr>) = found
                 .into_iter()
                 .partition(|addr| policy.check(addr.ip()).is_ok());
@@ -218,11 +217,7 @@ mod tests {
             .dns_resolver(PolicyResolver { policy })
             .build()
             .unwrap();
-        let err = client
-            .get("http://localhost:1/")
-            .send()
-            .await
-            .unwrap_err();
+        let err = client.get("http://localhost:1/").send().await.unwrap_err();
         let refused = refusal_in(&err).expect("the refusal in reqwest's error");
         assert!(refused.0.is_loopback(), "{refused}");
     }

@@ -116,7 +116,10 @@ pub async fn supervise(
                 continue;
             }
             let stop = shutdown.child_token();
-            running.insert(key.clone(), (group.clone(), task_type.clone(), stop.clone()));
+            running.insert(
+                key.clone(),
+                (group.clone(), task_type.clone(), stop.clone()),
+            );
             let (name, topic) = key;
             tasks.spawn(consume(
                 Assignment {

@@ -73,7 +73,8 @@ impl Envelope {
         let refused = |err: ApiError| DecodeError::Refused(err.error.message);
         // A past trigger is kept as it is (it is due, as the API's clamp to "now" would
         // make it), so the row keeps the instant of its submit.
-        let trigger_at = bounds::not_too_far("trigger_at", self.trigger_at, now).map_err(refused)?;
+        let trigger_at =
+            bounds::not_too_far("trigger_at", self.trigger_at, now).map_err(refused)?;
         let priority = bounds::priority(i64::from(self.priority)).map_err(refused)?;
         let max_retries = bounds::max_retries(i64::from(self.max_retries)).map_err(refused)?;
         let timeout = std::time::Duration::from_millis(self.timeout_ms.max(0) as u64);
@@ -113,9 +114,9 @@ impl Envelope {
 fn check_id(id: &str, idempotency_key: Option<&str>) -> Result<(), DecodeError> {
     let refused = |why: &str| DecodeError::Refused(format!("id: {id:?} {why}"));
     match idempotency_key {
-        Some(key) if id != task_id(Some(key)) => {
-            Err(refused("is not the id the API derives from the idempotency key"))
-        }
+        Some(key) if id != task_id(Some(key)) => Err(refused(
+            "is not the id the API derives from the idempotency key",
+        )),
         Some(_) => Ok(()),
         None => match uuid::Uuid::parse_str(id) {
             Ok(uuid) if uuid.get_version_num() == 7 => Ok(()),
@@ -143,7 +144,9 @@ pub(super) enum DecodeError {
     NoValue,
     #[error("not an asyncd task envelope: {0}")]
     NotAnEnvelope(#[from] serde_json::Error),
-    #[error("type {found:?} is not the task type of job {job:?} ({expected:?}), whose topic this is")]
+    #[error(
+        "type {found:?} is not the task type of job {job:?} ({expected:?}), whose topic this is"
+    )]
     ForeignType {
         found: String,
         job: String,
@@ -331,7 +334,9 @@ mod tests {
     #[test]
     fn an_id_the_api_would_not_give_is_refused() {
         let planted = task_id(Some("order-77"));
-        let reason = forged("id", planted.clone().into()).unwrap_err().to_string();
+        let reason = forged("id", planted.clone().into())
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             reason,
             format!(

@@ -41,8 +41,11 @@ async fn an_executor_at_a_refused_address_is_never_called_and_the_task_says_why(
     // `localhost` may resolve to ::1 first.
     let last_error = dead["last_error"].as_str().unwrap();
     assert!(
-        ["executor address 127.0.0.1 refused by policy", "executor address ::1 refused by policy"]
-            .contains(&last_error),
+        [
+            "executor address 127.0.0.1 refused by policy",
+            "executor address ::1 refused by policy"
+        ]
+        .contains(&last_error),
         "{dead}"
     );
     assert_eq!(dead["attempt"], 1, "not retried: {dead}");
@@ -55,10 +58,7 @@ async fn an_executor_at_a_refused_address_is_never_called_and_the_task_says_why(
 async fn an_allowed_range_lets_a_loopback_executor_run() {
     let executor = Executor::start(|_| Answer::ok()).await;
     let asyncd = InProcess::start_with(
-        &[(
-            "ip.yaml",
-            job_yaml("ip-job", "by-ip", &executor.url(), ""),
-        )],
+        &[("ip.yaml", job_yaml("ip-job", "by-ip", &executor.url(), ""))],
         |settings| {
             settings.executor_addresses =
                 AddressPolicy::cluster(None).with(&[], &["127.0.0.1/32".parse().unwrap()])

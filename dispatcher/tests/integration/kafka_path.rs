@@ -1130,7 +1130,10 @@ async fn a_message_the_api_would_not_produce_to_the_topic_is_kept_aside_and_neve
     let topic = topic_of(&job);
     let Some(cluster) = Cluster::start_jobs(&[
         ("front.yaml", job),
-        ("victim.yaml", job_yaml("victim", "victim", &victim.url(), "")),
+        (
+            "victim.yaml",
+            job_yaml("victim", "victim", &victim.url(), ""),
+        ),
     ])
     .await
     else {
@@ -1205,7 +1208,10 @@ async fn a_message_the_api_would_not_produce_to_the_topic_is_kept_aside_and_neve
     for id in [&foreign, &unbounded] {
         assert!(store.get(id).await.unwrap().is_none(), "task {id} exists");
     }
-    assert!(victim.calls().is_empty(), "the other job's executor was called");
+    assert!(
+        victim.calls().is_empty(),
+        "the other job's executor was called"
+    );
     assert!(executor.calls_for(&unbounded).is_empty());
     wait_committed_to_the_end(&topic, &format!("{topic}-cg")).await;
 }
