@@ -5,6 +5,7 @@ use std::cell::Cell;
 use std::time::Duration;
 
 use asyncd_contract::{ErrorCode, MAX_BATCH};
+use asyncd_spec::job::MAX_RETRIES_LIMIT;
 use asyncd_spec::parse_duration;
 use serde_json::value::RawValue;
 
@@ -176,12 +177,12 @@ pub fn priority(value: i64) -> Result<u8, ApiError> {
     }
 }
 
-/// How often a task is retried, `0..=100`.
+/// How often a task is retried: as often as a job may say (`spec.retry.maxRetries`).
 pub fn max_retries(value: i64) -> Result<u32, ApiError> {
-    match value {
-        0..=100 => Ok(value as u32),
-        _ => Err(ApiError::field("max_retries", "must be 0..=100")),
-    }
+    u32::try_from(value)
+        .ok()
+        .filter(|n| *n <= MAX_RETRIES_LIMIT)
+        .ok_or_else(|| ApiError::field("max_retries", format!("must be 0..={MAX_RETRIES_LIMIT}")))
 }
 
 /// A task's executor timeout: above zero, at most [`MAX_TIMEOUT`].
