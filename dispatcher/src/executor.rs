@@ -2,8 +2,12 @@
 //! its answer into an [`AttemptOutcome`]. What an outcome does to the task is [`crate::retry`]'s
 //! business.
 
+mod policy;
+
 pub use asyncd_store::domain::{MAX_REASON_CHARS, sanitize_reason};
+pub use policy::{AddressPolicy, Refused};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::clock::from_millis;
@@ -62,6 +66,9 @@ impl AttemptOutcome {
 
 pub struct ExecutorClient {
     client: reqwest::Client,
+    /// Which addresses executors may be at ([`policy`]): the client's resolver applies
+    /// it to names, [`Self::request`] to IP-literal URLs.
+    policy: Arc<AddressPolicy>,
     callback_url: String,
     /// Sent as `Asyncd-Dispatcher`, so an executor's logs say which process called.
     dispatcher: String,
@@ -69,7 +76,14 @@ pub struct ExecutorClient {
 
 impl ExecutorClient {
     /// `callback_url` is where executors reach the API for heartbeats and results.
+    /// Executors may be anywhere but link-local ([`AddressPolicy::local`]).
     pub fn new(callback_url: String, dispatcher: String) -> Self {
+        Self::with_policy(callback_url, dispatcher, AddressPolicy::local())
+    }
+
+    /// [`Self::new`], with executors only at the addresses `policy` allows.
+    pub fn with_policy(callback_url: String, dispatcher: String, policy: AddressPolicy) -> Self {
+        let policy = Arc::new(policy);
         // No cap on idle connections per executor: the attempts in flight, which the
         // jobs' `concurrency` bounds, bound them, and idle ones close after reqwest's
         // idle timeout. A cap below a job's concurrency (this was 256) closed a
@@ -80,10 +94,14 @@ impl ExecutorClient {
             // success, and a 307 would forward the signed task elsewhere: a redirect is an
             // answer like any other, and `classify` makes it a failed attempt.
             .redirect(reqwest::redirect::Policy::none())
+            .dns_resolver(policy::PolicyResolver {
+                policy: policy.clone(),
+            })
             .build()
             .expect("HTTP client builds");
         Self {
             client,
+            policy,
             callback_url,
             dispatcher,
         }
@@ -135,7 +153,12 @@ impl ExecutorClient {
         }
         match send(request, body, timeout, MAX_ANSWER_BYTES).await {
             Ok(answer) => (
-                classify(&answer.view(), SystemTime::now(), timeout),
+                classify(
+                    &answer.view(),
+                    SystemTime::now(),
+                    timeout,
+                    job.executor_error_bodies,
+                ),
                 Some(answer.status),
             ),
             Err(failed) => failed,
@@ -198,7 +221,13 @@ impl ExecutorClient {
             Ok(answer) => {
                 let ids: Vec<&str> = attempts.iter().map(|a| a.task.id.as_str()).collect();
                 (
-                    classify_batch(&answer.view(), &ids, SystemTime::now(), timeout),
+                    classify_batch(
+                        &answer.view(),
+                        &ids,
+                        SystemTime::now(),
+                        timeout,
+                        job.executor_error_bodies,
+                    ),
                     Some(answer.status),
                 )
             }
@@ -220,6 +249,11 @@ impl ExecutorClient {
             reason: format!("not called: {why}"),
             timed_out: false,
         };
+        if let Some(ip) = job.executor_ip
+            && let Err(refused) = self.policy.check(ip)
+        {
+            return Err(refused_outcome(&refused));
+        }
         let request = self
             .client
             .post(&job.executor_url)
@@ -371,10 +405,22 @@ fn bounded_lease(lease: Duration) -> Duration {
 /// sending request for url …") names neither a timeout nor the cause, so a timeout says
 /// so with the attempt's timeout, and any other failure carries its causes.
 fn transport_failure(err: &reqwest::Error, timeout: Duration) -> AttemptOutcome {
+    if let Some(refused) = policy::refusal_in(err) {
+        return refused_outcome(refused);
+    }
     let timed_out = err.is_timeout();
     AttemptOutcome::Retry {
         reason: transport_reason(err, timed_out, timeout),
         timed_out,
+    }
+}
+
+/// A call the address policy refused is never made: no later attempt would be allowed
+/// either until the job's URL or the policy changes, so the task goes to dead letters
+/// at once (and is redriven after the fix) rather than retried against the same wall.
+fn refused_outcome(refused: &Refused) -> AttemptOutcome {
+    AttemptOutcome::Permanent {
+        reason: refused.to_string(),
     }
 }
 
@@ -409,10 +455,14 @@ pub struct ExecutorAnswer<'a> {
 }
 
 /// Reads an executor's answer. `default_lease` is used for a 202 that names none.
+/// `error_bodies` (`spec.executor.errorBodies`): an error's reason quotes the start of
+/// the answer's body, and a redirect's its `Location`; otherwise the reason is the status
+/// and its standard name only, since the URL may reach a service that is no executor.
 pub fn classify(
     answer: &ExecutorAnswer,
     now: SystemTime,
     default_lease: Duration,
+    error_bodies: bool,
 ) -> AttemptOutcome {
     let ExecutorAnswer {
         status,
@@ -421,8 +471,12 @@ pub fn classify(
         body,
     } = *answer;
     let snippet = || {
-        let text = String::from_utf8_lossy(&body[..body.len().min(512)]);
-        sanitize_reason(&format!("executor answered {status}: {}", text.trim()))
+        if error_bodies {
+            let text = String::from_utf8_lossy(&body[..body.len().min(512)]);
+            sanitize_reason(&format!("executor answered {status}: {}", text.trim()))
+        } else {
+            answered(status)
+        }
     };
     match status {
         202 => AttemptOutcome::Accepted {
@@ -430,10 +484,14 @@ pub fn classify(
         },
         200..=299 => AttemptOutcome::Succeeded,
         300..=399 => AttemptOutcome::Retry {
-            reason: sanitize_reason(&format!(
-                "executor answered {status} (redirect to {}); redirects are not followed",
-                String::from_utf8_lossy(location.unwrap_or(b"nowhere"))
-            )),
+            reason: if error_bodies {
+                sanitize_reason(&format!(
+                    "executor answered {status} (redirect to {}); redirects are not followed",
+                    String::from_utf8_lossy(location.unwrap_or(b"nowhere"))
+                ))
+            } else {
+                format!("{}; redirects are not followed", answered(status))
+            },
             timed_out: false,
         },
         429 | 503 => match retry_after
@@ -451,6 +509,17 @@ pub fn classify(
             reason: snippet(),
             timed_out: false,
         },
+    }
+}
+
+/// `executor answered 503 Service Unavailable`: the status in asyncd's words.
+fn answered(status: u16) -> String {
+    match reqwest::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+    {
+        Some(name) => format!("executor answered {status} {name}"),
+        None => format!("executor answered {status}"),
     }
 }
 
@@ -488,8 +557,9 @@ pub fn classify_batch(
     ids: &[&str],
     now: SystemTime,
     default_lease: Duration,
+    error_bodies: bool,
 ) -> Vec<AttemptOutcome> {
-    let whole = classify(answer, now, default_lease);
+    let whole = classify(answer, now, default_lease, error_bodies);
     if whole != AttemptOutcome::Succeeded {
         return vec![whole; ids.len()];
     }
@@ -501,10 +571,15 @@ pub fn classify_batch(
     let results = match serde_json::from_slice::<Results>(answer.body) {
         Ok(answer) => answer.results,
         Err(err) => {
-            let reason = sanitize_reason(&format!(
-                "executor answered {} without batch results: {err}",
-                answer.status
-            ));
+            // serde's text may quote the answer's values: a body's words, as above.
+            let reason = if error_bodies {
+                sanitize_reason(&format!(
+                    "executor answered {} without batch results: {err}",
+                    answer.status
+                ))
+            } else {
+                format!("executor answered {} without batch results", answer.status)
+            };
             return vec![
                 AttemptOutcome::Retry {
                     reason,
@@ -568,6 +643,8 @@ pub(crate) fn test_job(url: &str) -> Job {
         name: "job".into(),
         task_type: "t".into(),
         executor_url: url.into(),
+        executor_ip: None,
+        executor_error_bodies: false,
         timeout: Duration::from_secs(30),
         signing: None,
         max_retries: 3,
@@ -633,7 +710,7 @@ mod tests {
             location: None,
             body: body.as_bytes(),
         };
-        classify(&answer, SystemTime::UNIX_EPOCH, LEASE)
+        classify(&answer, SystemTime::UNIX_EPOCH, LEASE, true)
     }
 
     #[test]
@@ -686,6 +763,66 @@ mod tests {
         ));
     }
 
+    /// Without `errorBodies`, what a service answered stays out of the reason: the URL
+    /// may reach one that is no executor, and `lastError` must not read it out.
+    #[test]
+    fn an_error_answer_is_named_by_its_status_unless_the_job_opts_in_to_bodies() {
+        let answer =
+            |status, location: Option<&'static [u8]>, body: &'static [u8]| ExecutorAnswer {
+                status,
+                retry_after: None,
+                location,
+                body,
+            };
+        let reason = |answer: &ExecutorAnswer, bodies| match classify(
+            answer,
+            SystemTime::UNIX_EPOCH,
+            LEASE,
+            bodies,
+        ) {
+            AttemptOutcome::Permanent { reason }
+            | AttemptOutcome::Retry { reason, .. }
+            | AttemptOutcome::Overloaded { reason }
+            | AttemptOutcome::RetryAfter { reason, .. } => reason,
+            other => panic!("{other:?}"),
+        };
+        let secret = answer(404, None, b"ami-id: secret-instance-data");
+        assert_eq!(reason(&secret, false), "executor answered 404 Not Found");
+        assert_eq!(
+            reason(&secret, true),
+            "executor answered 404: ami-id: secret-instance-data"
+        );
+        let busy = answer(503, None, b"db down");
+        assert_eq!(
+            reason(&busy, false),
+            "executor answered 503 Service Unavailable"
+        );
+        assert_eq!(
+            reason(&answer(599, None, b"x"), false),
+            "executor answered 599"
+        );
+        let moved = answer(302, Some(b"http://internal/"), b"");
+        assert_eq!(
+            reason(&moved, false),
+            "executor answered 302 Found; redirects are not followed"
+        );
+        assert!(reason(&moved, true).contains("http://internal/"));
+        // A 2xx that is no batch answer: serde's text would quote the body.
+        let quoted = answer(200, None, br#""secret-token""#);
+        let outcomes =
+            |bodies| classify_batch(&quoted, &["a"], SystemTime::UNIX_EPOCH, LEASE, bodies);
+        assert_eq!(
+            outcomes(false),
+            vec![AttemptOutcome::Retry {
+                reason: "executor answered 200 without batch results".into(),
+                timed_out: false
+            }]
+        );
+        assert!(
+            matches!(&outcomes(true)[0], AttemptOutcome::Retry { reason, .. } if reason.contains("secret-token"))
+        );
+    }
+
     #[test]
     fn a_redirect_is_a_failed_attempt_naming_the_target() {
         let outcome = classify(
@@ -697,6 +834,7 @@ mod tests {
             },
             SystemTime::UNIX_EPOCH,
             LEASE,
+            true,
         );
         assert!(
             matches!(&outcome, AttemptOutcome::Retry { reason, timed_out: false }
@@ -744,7 +882,8 @@ mod tests {
 
         let client = ExecutorClient::new("http://127.0.0.1:1".into(), "test".into());
         for (path, status) in [("found", "302"), ("temporary", "307")] {
-            let job = test_job(&format!("http://{addr}/{path}"));
+            let mut job = test_job(&format!("http://{addr}/{path}"));
+            job.executor_error_bodies = true;
             let (outcome, http_status) = client
                 .call(&job, &test_task(), &test_started(), &Keys::Unsigned, None)
                 .await;
@@ -809,7 +948,7 @@ mod tests {
             location: None,
             body: body.as_bytes(),
         };
-        classify_batch(&answer, ids, SystemTime::UNIX_EPOCH, LEASE)
+        classify_batch(&answer, ids, SystemTime::UNIX_EPOCH, LEASE, true)
     }
 
     /// Each task gets its own result's outcome, whatever the order; a task without a
@@ -1087,7 +1226,7 @@ mod tests {
                     body: &body,
                 };
                 let now = SystemTime::UNIX_EPOCH + Duration::from_secs(now_secs);
-                let outcome = classify(&answer, now, LEASE);
+                let outcome = classify(&answer, now, LEASE, true);
                 match &outcome {
                     AttemptOutcome::Succeeded => prop_assert!((200..300).contains(&status) && status != 202),
                     AttemptOutcome::Accepted { lease } => {
@@ -1134,7 +1273,7 @@ mod tests {
                     None => serde_json::json!({ "results": results }).to_string().into_bytes(),
                 };
                 let answer = ExecutorAnswer { status, retry_after: None, location: None, body: &body };
-                let outcomes = classify_batch(&answer, &ids, SystemTime::UNIX_EPOCH, LEASE);
+                let outcomes = classify_batch(&answer, &ids, SystemTime::UNIX_EPOCH, LEASE, true);
                 prop_assert_eq!(outcomes.len(), ids.len());
                 for outcome in &outcomes {
                     match outcome {

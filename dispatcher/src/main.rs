@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use asyncd::clock::SystemClock;
 use asyncd::dispatch::DispatcherConfig;
+use asyncd::executor::AddressPolicy;
 use asyncd::logging::LogFormat;
 use asyncd::tls::TlsFiles;
 use asyncd::trace::OtlpSettings;
@@ -244,6 +245,31 @@ struct Common {
     /// The `service.name` of the exported spans.
     #[arg(long, env = "OTEL_SERVICE_NAME", default_value = "asyncd")]
     otel_service_name: String,
+    /// Which addresses executors may be at (docs/security.md, "Executor URL policy"):
+    /// `cluster` refuses link-local, loopback and the Kubernetes API server's service
+    /// address; `local` refuses link-local only; `auto` is `cluster` when
+    /// KUBERNETES_SERVICE_HOST is set, except for `asyncd dev`, which is `local`.
+    #[arg(
+        long,
+        env = "ASYNCD_EXECUTOR_ADDRESSES",
+        value_enum,
+        default_value = "auto"
+    )]
+    executor_addresses: ExecutorAddresses,
+    /// Address ranges executors may not be at besides (CIDRs, comma-separated).
+    #[arg(long, env = "ASYNCD_EXECUTOR_DENY_CIDRS", value_delimiter = ',')]
+    executor_deny_cidrs: Vec<ipnet::IpNet>,
+    /// Address ranges executors may be at even where a denied range covers them (CIDRs,
+    /// comma-separated).
+    #[arg(long, env = "ASYNCD_EXECUTOR_ALLOW_CIDRS", value_delimiter = ',')]
+    executor_allow_cidrs: Vec<ipnet::IpNet>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ExecutorAddresses {
+    Auto,
+    Cluster,
+    Local,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -258,7 +284,31 @@ fn duration(text: &str) -> Result<Duration, String> {
 }
 
 impl Common {
-    fn settings(self, store_url: String, store_wait: Duration) -> anyhow::Result<Settings> {
+    /// The executor address policy: `dev` is `asyncd dev`, which is `local` on `auto`.
+    fn executor_addresses(&self, dev: bool) -> AddressPolicy {
+        let api_server = std::env::var("KUBERNETES_SERVICE_HOST")
+            .ok()
+            .filter(|host| !host.is_empty());
+        let cluster = match self.executor_addresses {
+            ExecutorAddresses::Auto => api_server.is_some() && !dev,
+            ExecutorAddresses::Cluster => true,
+            ExecutorAddresses::Local => false,
+        };
+        let base = if cluster {
+            AddressPolicy::cluster(api_server.and_then(|host| host.parse().ok()))
+        } else {
+            AddressPolicy::local()
+        };
+        base.with(&self.executor_deny_cidrs, &self.executor_allow_cidrs)
+    }
+
+    fn settings(
+        self,
+        store_url: String,
+        store_wait: Duration,
+        dev: bool,
+    ) -> anyhow::Result<Settings> {
+        let executor_addresses = self.executor_addresses(dev);
         let tls = match (self.tls_cert, self.tls_key) {
             (Some(cert), Some(key)) => Some(TlsFiles {
                 cert,
@@ -288,6 +338,7 @@ impl Common {
                 signing_dir: self.signing_dir,
                 ..DispatcherConfig::default()
             },
+            executor_addresses,
             max_payload_bytes: self.max_payload_bytes,
             max_batch_body_bytes: self.max_batch_body_bytes,
             kafka_threshold: self.kafka_threshold,
@@ -391,11 +442,11 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
         }
         Role::Dev { db, common } => (
             // An embedded database is never "restarting": fail at once.
-            common.settings(format!("sqlite://{}", db.display()), Duration::ZERO)?,
+            common.settings(format!("sqlite://{}", db.display()), Duration::ZERO, true)?,
             Parts::ALL,
         ),
         Role::Api(s) => (
-            s.common.settings(s.store.url()?, s.store_wait)?,
+            s.common.settings(s.store.url()?, s.store_wait, false)?,
             Parts {
                 api: true,
                 dispatcher: false,
@@ -403,7 +454,7 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
             },
         ),
         Role::Dispatcher(s) => (
-            s.common.settings(s.store.url()?, s.store_wait)?,
+            s.common.settings(s.store.url()?, s.store_wait, false)?,
             Parts {
                 api: false,
                 dispatcher: true,
@@ -411,7 +462,7 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
             },
         ),
         Role::Scheduler(s) => (
-            s.common.settings(s.store.url()?, s.store_wait)?,
+            s.common.settings(s.store.url()?, s.store_wait, false)?,
             Parts {
                 api: false,
                 dispatcher: false,

@@ -32,7 +32,7 @@ use crate::auth::kubernetes::KubeAuth;
 use crate::auth::tokens::TokenFile;
 use crate::clock::SharedClock;
 use crate::dispatch::{ClaimerWakeup, Dispatcher, DispatcherConfig};
-use crate::executor::ExecutorClient;
+use crate::executor::{AddressPolicy, ExecutorClient};
 use crate::job_table::{self, Routes};
 use crate::kafka::{self, Producer};
 use crate::metrics::Metrics;
@@ -98,6 +98,8 @@ pub struct Settings {
     /// Where executors call back; defaults to `http://<listen>` (`https://` with TLS).
     pub advertise_url: Option<String>,
     pub dispatcher: DispatcherConfig,
+    /// Which addresses executors may be at ([`crate::executor::AddressPolicy`]).
+    pub executor_addresses: AddressPolicy,
     pub max_payload_bytes: usize,
     /// Largest `POST /v1/tasks:batch` body (docs/api.md, "Limits").
     pub max_batch_body_bytes: usize,
@@ -399,7 +401,11 @@ async fn wire(
             routes.clone(),
             metrics.clone(),
             clock.clone(),
-            ExecutorClient::new(callback, settings.dispatcher.owner.clone()),
+            ExecutorClient::with_policy(
+                callback,
+                settings.dispatcher.owner.clone(),
+                settings.executor_addresses.clone(),
+            ),
             DispatcherConfig {
                 signals: settings.signals.clone(),
                 tracer: tracer.clone(),

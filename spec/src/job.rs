@@ -4,6 +4,7 @@
 //! struct serves YAML files, the routing ConfigMap and (later) the CRD schema;
 //! [`JobSpec::validate`] is the one place that checks them and names the field at fault.
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -229,6 +230,11 @@ pub struct ExecutorSpec {
     /// in the answer (docs/api.md, "Batch delivery"). Without it, one call per task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<BatchSpec>,
+    /// Keep the start of the body of an executor's error answer (4xx, 5xx) in the task's
+    /// `lastError`. Off by default: `lastError` then holds the status and asyncd's own
+    /// reason, never text from whatever service the URL reaches.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub error_bodies: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -527,6 +533,11 @@ pub struct Job {
     pub name: String,
     pub task_type: String,
     pub executor_url: String,
+    /// The host of `executor_url` when it is an IP address: no DNS resolver sees it, so
+    /// the dispatcher checks it against its address policy before each call.
+    pub executor_ip: Option<IpAddr>,
+    /// `spec.executor.errorBodies`: see [`ExecutorSpec::error_bodies`].
+    pub executor_error_bodies: bool,
     pub timeout: Duration,
     pub signing: Option<Signing>,
     pub max_retries: u32,
@@ -621,6 +632,21 @@ impl JobSpec {
                 format!("{url:?} must be an http:// or https:// URL"),
             ));
         }
+        let parsed = url::Url::parse(url).map_err(|err| {
+            SpecError::new("spec.executor.url", format!("{url:?} is not a URL: {err}"))
+        })?;
+        // As the URL parser reads it: `http://2852039166/` is 169.254.169.254 too.
+        let executor_ip = match parsed.host() {
+            Some(url::Host::Ipv4(ip)) => Some(IpAddr::V4(ip)),
+            Some(url::Host::Ipv6(ip)) => Some(IpAddr::V6(ip)),
+            Some(url::Host::Domain(_)) => None,
+            None => {
+                return Err(SpecError::new(
+                    "spec.executor.url",
+                    format!("{url:?} names no host"),
+                ));
+            }
+        };
         let duration = |field: &str, text: &Option<String>, default: Duration| {
             text.as_deref()
                 .map(parse_duration)
@@ -778,6 +804,8 @@ impl JobSpec {
             name: name.to_string(),
             task_type: task_type.to_string(),
             executor_url: url.to_string(),
+            executor_ip,
+            executor_error_bodies: self.executor.error_bodies,
             timeout,
             signing: self
                 .executor
@@ -1194,6 +1222,37 @@ mod tests {
             err.to_string().contains("spec.concurrencyKey.limit"),
             "{err}"
         );
+    }
+
+    /// The dispatcher checks an IP-literal host against its address policy per call; it
+    /// must see the address the URL parser (and so reqwest) will connect to.
+    #[test]
+    fn an_executor_url_s_ip_literal_host_is_read_as_the_client_reads_it() {
+        let job = |url: &str| {
+            let (mut doc, _) = AsyncJobConfig::from_yaml(SAMPLE).unwrap();
+            doc.spec.executor.url = url.into();
+            doc.validate()
+        };
+        for (url, ip) in [
+            ("http://169.254.169.254/latest", Some("169.254.169.254")),
+            ("http://2852039166/", Some("169.254.169.254")),
+            ("http://0xA9.0xFE.0xA9.0xFE:80/", Some("169.254.169.254")),
+            ("https://[::ffff:7f00:1]:8443/run", Some("::ffff:127.0.0.1")),
+            ("http://executor.team-a.svc:8080/run", None),
+        ] {
+            let expected = ip.map(|ip| ip.parse::<IpAddr>().unwrap());
+            assert_eq!(job(url).unwrap().executor_ip, expected, "{url}");
+        }
+        for bad in ["http://", "http://[::1/run", "http://exa mple/"] {
+            assert_eq!(job(bad).unwrap_err().field, "spec.executor.url", "{bad}");
+        }
+        let (_, plain) = AsyncJobConfig::from_yaml(SAMPLE).unwrap();
+        assert!(!plain.executor_error_bodies, "off unless asked");
+        let (_, opted) = AsyncJobConfig::from_yaml(
+            &SAMPLE.replace("    url: ", "    errorBodies: true\n    url: "),
+        )
+        .unwrap();
+        assert!(opted.executor_error_bodies);
     }
 
     #[test]

@@ -417,7 +417,10 @@ async fn an_outcome_the_store_refuses_blocks_no_other() {
             .unwrap();
         ids.push(id);
     }
-    let mut rig = Rig::start_on(dir, store, vec![job("work", &url, 21)], fast()).await;
+    // The body reaches `last_error` only for a job that opts in.
+    let mut opted_in = job("work", &url, 21);
+    opted_in.executor_error_bodies = true;
+    let mut rig = Rig::start_on(dir, store, vec![opted_in], fast()).await;
     let mut finished = BTreeSet::new();
     while !ids.iter().all(|id| finished.contains(id)) {
         finished.extend(

@@ -11,7 +11,8 @@
 //! Retries, 202 leases and dead letters then work exactly as for store-path tasks.
 //!
 //! A message the consumer cannot make a task of never blocks the partition: one that is
-//! no task envelope, or whose task the store refuses (found by splitting the batch, see
+//! no task envelope, or a task the API could not have produced to this topic (another
+//! job's type, a field out of a submit's bounds: `envelope.rs`), or whose task the store refuses (found by splitting the batch, see
 //! `insert_consumed_isolating`), is kept in the store's Kafka dead-letter table with its bytes
 //! and the reason, and its offset is committed with the rest of the batch.
 //!
@@ -33,7 +34,8 @@ use rdkafka::{Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::{envelope, topic_admin};
+use super::envelope::{self, TopicJob};
+use super::topic_admin;
 use crate::clock::SharedClock;
 use crate::dispatch::HeapSink;
 use crate::executor::sanitize_reason;
@@ -68,8 +70,9 @@ pub async fn supervise(
     tasks: TaskTracker,
     shutdown: CancellationToken,
 ) {
-    // (job name, topic) → (group, the consumer's own stop signal).
-    let mut running: HashMap<(String, String), (String, CancellationToken)> = HashMap::new();
+    // (job name, topic) → (group, the job's task type, the consumer's own stop signal).
+    type Running = (String, String, CancellationToken);
+    let mut running: HashMap<(String, String), Running> = HashMap::new();
     loop {
         let table = routes.borrow_and_update().clone();
         let mut wanted = HashMap::new();
@@ -85,31 +88,42 @@ pub async fn supervise(
                 // other.
                 let [main, high] = kafka.topics();
                 let high_group = format!("{group}{HIGH_TOPIC_SUFFIX}");
-                wanted.insert((job.name.clone(), main), (group, kafka.partitions));
-                wanted.insert((job.name.clone(), high), (high_group, kafka.partitions));
+                let task_type = &job.task_type;
+                wanted.insert(
+                    (job.name.clone(), main),
+                    (group, task_type.clone(), kafka.partitions),
+                );
+                wanted.insert(
+                    (job.name.clone(), high),
+                    (high_group, task_type.clone(), kafka.partitions),
+                );
             }
         }
-        running.retain(|(name, topic), (group, stop)| {
+        // A consumer takes only its job's task type: it is replaced when that changes.
+        running.retain(|(name, topic), (group, task_type, stop)| {
             let keep = wanted
                 .get(&(name.clone(), topic.clone()))
-                .is_some_and(|(g, _)| g == group);
+                .is_some_and(|(g, t, _)| g == group && t == task_type);
             if !keep {
                 tracing::info!(job = %name, %topic, "stopping consumer");
                 stop.cancel();
             }
             keep
         });
-        for ((name, topic), (group, partitions)) in wanted {
+        for ((name, topic), (group, task_type, partitions)) in wanted {
             let key = (name, topic);
             if running.contains_key(&key) {
                 continue;
             }
             let stop = shutdown.child_token();
-            running.insert(key.clone(), (group.clone(), stop.clone()));
-            let (job, topic) = key;
+            running.insert(
+                key.clone(),
+                (group.clone(), task_type.clone(), stop.clone()),
+            );
+            let (name, topic) = key;
             tasks.spawn(consume(
                 Assignment {
-                    job,
+                    job: TopicJob { name, task_type },
                     topic,
                     group,
                     partitions,
@@ -130,7 +144,7 @@ pub async fn supervise(
 }
 
 struct Assignment {
-    job: String,
+    job: TopicJob,
     topic: String,
     group: String,
     partitions: u32,
@@ -146,11 +160,12 @@ async fn consume(
     stop: CancellationToken,
 ) {
     let Assignment {
-        job,
+        job: topic_job,
         topic,
         group,
         partitions,
     } = assignment;
+    let job = topic_job.name.clone();
     if config.create_topics {
         let created = match topic_admin(&config.brokers, &config.security) {
             Ok(admin) => admin.ensure(&topic, partitions).await,
@@ -221,10 +236,11 @@ async fn consume(
                 offset: message.offset(),
                 raw: message.payload().unwrap_or_default().to_vec(),
             };
-            match envelope::decode(message.payload()) {
+            match envelope::decode(message.payload(), &topic_job, clock.now_millis()) {
                 Ok(task) => batch.push(task, origin),
-                // A message no asyncd wrote: kept with its bytes, and its offset committed
-                // with the batch, rather than wedge the partition or lose it.
+                // A message no asyncd API wrote to this topic: kept with its bytes, and its
+                // offset committed with the batch, rather than wedge the partition, lose it
+                // or run it.
                 Err(err) => {
                     letters.push(origin.dead_letter(&topic, err.to_string(), clock.now_millis()))
                 }

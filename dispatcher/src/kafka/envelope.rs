@@ -1,10 +1,18 @@
 //! The message format of the Kafka route: a task as one JSON object in the message's
 //! value, everything the store row will need. Messages carry no headers; the key is the
 //! producer's choice (`producer.rs`).
+//!
+//! A message is trusted no more than a submit: whoever may produce to a job's topic is
+//! not thereby the API. [`decode`] takes only tasks of the topic's own job, holds every
+//! field to the bounds the API's submit holds a request to (`api::submit::bounds`), and
+//! refuses rather than changes a value out of them, naming the field, as the API does
+//! (docs/security.md, "Kafka envelope trust").
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use crate::api::error::ApiError;
+use crate::api::submit::{bounds, task_id};
 use crate::trace::TraceContext;
 use asyncd_store::{Millis, NewTask};
 
@@ -53,28 +61,75 @@ impl Envelope {
         }
     }
 
-    fn into_task(self) -> NewTask {
-        NewTask {
+    /// The task, if it is one the API could have produced to the topic of `job` by `now`.
+    fn into_task(self, job: &TopicJob, now: Millis) -> Result<NewTask, DecodeError> {
+        if self.task_type != job.task_type {
+            return Err(DecodeError::ForeignType {
+                found: self.task_type,
+                job: job.name.clone(),
+                expected: job.task_type.clone(),
+            });
+        }
+        let refused = |err: ApiError| DecodeError::Refused(err.error.message);
+        // A past trigger is kept as it is (it is due, as the API's clamp to "now" would
+        // make it), so the row keeps the instant of its submit.
+        let trigger_at =
+            bounds::not_too_far("trigger_at", self.trigger_at, now).map_err(refused)?;
+        let priority = bounds::priority(i64::from(self.priority)).map_err(refused)?;
+        let max_retries = bounds::max_retries(i64::from(self.max_retries)).map_err(refused)?;
+        let timeout = std::time::Duration::from_millis(self.timeout_ms.max(0) as u64);
+        let timeout_ms = bounds::timeout(timeout).map_err(refused)?.as_millis() as i64;
+        let idempotency_key =
+            bounds::key("idempotency_key", self.idempotency_key).map_err(refused)?;
+        let concurrency_key =
+            bounds::key("concurrency_key", self.concurrency_key).map_err(refused)?;
+        let source_service = bounds::source_service(self.source_service).map_err(refused)?;
+        check_id(&self.id, idempotency_key.as_deref())?;
+        Ok(NewTask {
             id: self.id,
             task_type: self.task_type,
             payload: self.payload,
-            priority: self.priority,
-            trigger_at: self.trigger_at,
-            max_retries: self.max_retries,
-            timeout_ms: self.timeout_ms,
-            idempotency_key: self.idempotency_key,
+            priority,
+            trigger_at,
+            max_retries,
+            timeout_ms,
+            idempotency_key,
             unique_key: None,
             unique_for: std::time::Duration::ZERO,
             cron_key: None,
             depends_on: Vec::new(),
-            source_service: self.source_service,
-            concurrency_key: self.concurrency_key,
+            source_service,
+            concurrency_key,
             // Validated at submit; an envelope is as untrusted as a header, though.
             trace: self
                 .traceparent
                 .and_then(|parent| TraceContext::parse(&parent, self.tracestate.as_deref())),
-        }
+        })
     }
+}
+
+/// The API gives a task with an idempotency key the id derived from it, and any other a
+/// time-ordered one (`task_id`): a message claiming another id could plant a row under
+/// the id a keyed submit will derive, which that submit would then run into.
+fn check_id(id: &str, idempotency_key: Option<&str>) -> Result<(), DecodeError> {
+    let refused = |why: &str| DecodeError::Refused(format!("id: {id:?} {why}"));
+    match idempotency_key {
+        Some(key) if id != task_id(Some(key)) => Err(refused(
+            "is not the id the API derives from the idempotency key",
+        )),
+        Some(_) => Ok(()),
+        None => match uuid::Uuid::parse_str(id) {
+            Ok(uuid) if uuid.get_version_num() == 7 => Ok(()),
+            _ => Err(refused("is not a time-ordered task id (UUIDv7)")),
+        },
+    }
+}
+
+/// The job whose topic a consumer reads: the only one its messages may be tasks of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct TopicJob {
+    pub name: String,
+    pub task_type: String,
 }
 
 /// The message value for `task`.
@@ -89,40 +144,214 @@ pub(super) enum DecodeError {
     NoValue,
     #[error("not an asyncd task envelope: {0}")]
     NotAnEnvelope(#[from] serde_json::Error),
+    #[error(
+        "type {found:?} is not the task type of job {job:?} ({expected:?}), whose topic this is"
+    )]
+    ForeignType {
+        found: String,
+        job: String,
+        expected: String,
+    },
+    /// A field out of the submit's bounds; the text names the field.
+    #[error("refused as a submit would be: {0}")]
+    Refused(String),
 }
 
-/// The task a consumed message's value (`None` for a message without one) carries.
-pub(super) fn decode(value: Option<&[u8]>) -> Result<NewTask, DecodeError> {
+/// The task a consumed message's value (`None` for a message without one) carries, read
+/// from the topic of `job` at `now`.
+pub(super) fn decode(
+    value: Option<&[u8]>,
+    job: &TopicJob,
+    now: Millis,
+) -> Result<NewTask, DecodeError> {
     let envelope: Envelope = serde_json::from_slice(value.ok_or(DecodeError::NoValue)?)?;
-    Ok(envelope.into_task())
+    envelope.into_task(job, now)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kafka::test_task as task;
+    use asyncd_store::NewTask;
+
+    const NOW: Millis = Millis::new(1_800_000_000_000);
+
+    /// The topic of job `work`, whose task type is `work`.
+    fn work() -> TopicJob {
+        TopicJob {
+            name: "work".into(),
+            task_type: "work".into(),
+        }
+    }
+
+    /// The task as the API would produce it (`test_task` under an id it gives).
+    fn task() -> NewTask {
+        crate::kafka::test_task(&task_id(None), "{}", NOW)
+    }
+
+    fn read(task: &NewTask) -> Result<NewTask, DecodeError> {
+        decode(Some(&encode(task)), &work(), NOW)
+    }
+
+    /// `task`'s envelope with `field` set to `value`, as a producer other than the API
+    /// may write it, read from job `work`'s topic.
+    fn forged(field: &str, value: serde_json::Value) -> Result<NewTask, DecodeError> {
+        let mut envelope: serde_json::Value = serde_json::from_slice(&encode(&task())).unwrap();
+        envelope[field] = value;
+        decode(Some(&serde_json::to_vec(&envelope).unwrap()), &work(), NOW)
+    }
 
     #[test]
     fn the_envelope_carries_the_concurrency_key_and_reads_one_without_it() {
-        let mut keyed = task("a", "{}", Millis::new(0));
+        let mut keyed = task();
         keyed.concurrency_key = Some("merchant:7".into());
-        let read = decode(Some(&encode(&keyed))).unwrap();
-        assert_eq!(read.concurrency_key.as_deref(), Some("merchant:7"));
+        let read_back = read(&keyed).unwrap();
+        assert_eq!(read_back.concurrency_key.as_deref(), Some("merchant:7"));
         // Written by a dispatcher from before the field, or for a job without a key.
-        let plain = encode(&task("b", "{}", Millis::new(0)));
+        let plain = encode(&task());
         assert!(!String::from_utf8_lossy(&plain).contains("concurrency_key"));
-        assert_eq!(decode(Some(&plain)).unwrap().concurrency_key, None);
+        assert_eq!(
+            decode(Some(&plain), &work(), NOW).unwrap().concurrency_key,
+            None
+        );
+    }
+
+    /// What the API produces is read back as it was, bounds included.
+    #[test]
+    fn a_task_the_api_could_produce_is_read_unchanged() {
+        let mut keyed = task().priority(9).max_retries(100).timeout_ms(86_400_000);
+        keyed.idempotency_key = Some("order-42".into());
+        keyed.id = task_id(Some("order-42"));
+        keyed.trigger_at = NOW + crate::api::submit::bounds::MAX_DELAY;
+        keyed.source_service = Some("s".repeat(128));
+        let read_back = read(&keyed).unwrap();
+        assert_eq!(
+            (
+                read_back.id.clone(),
+                read_back.priority,
+                read_back.max_retries,
+                read_back.timeout_ms,
+                read_back.trigger_at,
+                read_back.source_service
+            ),
+            (
+                keyed.id,
+                9,
+                100,
+                86_400_000,
+                keyed.trigger_at,
+                keyed.source_service
+            )
+        );
+        // Produced a while ago: a past trigger is due, and kept as the submit's instant.
+        let mut late = task();
+        late.trigger_at = Millis::new(NOW.as_i64() - 3_600_000);
+        assert_eq!(read(&late).unwrap().trigger_at, late.trigger_at);
     }
 
     /// The reasons a dead letter records for a message that is no task.
     #[test]
     fn a_message_without_an_envelope_says_why() {
-        let reason = |value: Option<&[u8]>| decode(value).unwrap_err().to_string();
+        let reason = |value: Option<&[u8]>| decode(value, &work(), NOW).unwrap_err().to_string();
         assert_eq!(reason(None), "the message has no value");
         assert!(
             reason(Some(b"{\"id\":")).starts_with("not an asyncd task envelope: EOF"),
             "{}",
             reason(Some(b"{\"id\":"))
         );
+    }
+
+    /// Whoever may produce to a job's topic gets no other job's tasks, and no field a
+    /// submit would be refused: each is refused naming what is wrong, never changed.
+    #[test]
+    fn a_message_the_api_would_not_produce_to_this_topic_is_refused_naming_the_field() {
+        let reason = |field: &str, value: serde_json::Value| {
+            forged(field, value.clone())
+                .map(|_| ())
+                .expect_err(&format!("{field}: {value}"))
+                .to_string()
+        };
+        assert_eq!(
+            reason("type", "payments".into()),
+            "type \"payments\" is not the task type of job \"work\" (\"work\"), whose topic this is"
+        );
+        for (field, value, message) in [
+            ("priority", serde_json::json!(10), "priority: must be 0..=9"),
+            (
+                "max_retries",
+                serde_json::json!(101),
+                "max_retries: must be 0..=100",
+            ),
+            (
+                "timeout_ms",
+                serde_json::json!(86_400_001),
+                "timeout: must be above zero and at most 24h",
+            ),
+            (
+                "timeout_ms",
+                serde_json::json!(0),
+                "timeout: must be above zero and at most 24h",
+            ),
+            (
+                "timeout_ms",
+                serde_json::json!(-5),
+                "timeout: must be above zero and at most 24h",
+            ),
+            (
+                "trigger_at",
+                serde_json::json!(NOW.as_i64() + 401 * 86_400_000),
+                "trigger_at: must be at most 400 days ahead",
+            ),
+            (
+                "idempotency_key",
+                serde_json::json!(""),
+                "idempotency_key: must be 1 to 255 bytes",
+            ),
+            (
+                "concurrency_key",
+                serde_json::json!("k".repeat(256)),
+                "concurrency_key: must be 1 to 255 bytes",
+            ),
+            (
+                "concurrency_key",
+                serde_json::json!("a\u{1}b"),
+                "concurrency_key: must not contain control characters (found U+0001)",
+            ),
+            (
+                "source_service",
+                serde_json::json!("s".repeat(129)),
+                "source_service: must be at most 128 bytes",
+            ),
+        ] {
+            assert_eq!(
+                reason(field, value),
+                format!("refused as a submit would be: {message}")
+            );
+        }
+    }
+
+    /// An id the API would not give: planted, it could take the id a keyed submit will
+    /// derive.
+    #[test]
+    fn an_id_the_api_would_not_give_is_refused() {
+        let planted = task_id(Some("order-77"));
+        let reason = forged("id", planted.clone().into())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            reason,
+            format!(
+                "refused as a submit would be: id: {planted:?} is not a time-ordered task id (UUIDv7)"
+            )
+        );
+        let mut keyed = task();
+        keyed.idempotency_key = Some("order-42".into());
+        keyed.id = uuid::Uuid::now_v7().to_string();
+        assert!(
+            read(&keyed)
+                .unwrap_err()
+                .to_string()
+                .ends_with("is not the id the API derives from the idempotency key")
+        );
+        assert!(forged("id", "not-a-uuid".into()).is_err());
     }
 }

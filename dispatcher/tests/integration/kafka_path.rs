@@ -1115,6 +1115,107 @@ async fn a_task_the_store_refuses_is_kept_aside_and_blocks_no_other() {
     wait_committed_to_the_end(&topic, &format!("{topic}-cg")).await;
 }
 
+/// Issue 31: whoever could produce to a job's topic created tasks of any type, with any
+/// retries and timeout, past the API's auth and limits. Now a message of another job's
+/// type, or with a field a submit would be refused, is a dead letter saying why; no task
+/// comes of it, and the valid task behind it runs.
+#[tokio::test]
+async fn a_message_the_api_would_not_produce_to_the_topic_is_kept_aside_and_never_runs() {
+    let Some(_broker) = Broker::shared().await else {
+        return;
+    };
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let victim = Executor::start(|_| Answer::ok()).await;
+    let job = kafka_job("front", &executor.url(), 1);
+    let topic = topic_of(&job);
+    let Some(cluster) = Cluster::start_jobs(&[
+        ("front.yaml", job),
+        (
+            "victim.yaml",
+            job_yaml("victim", "victim", &victim.url(), ""),
+        ),
+    ])
+    .await
+    else {
+        return;
+    };
+    let _dispatcher = cluster.dispatcher("dispatcher");
+    let warm_up = cluster
+        .submit(vec![json!({"type": "front", "payload": "warm-up"})])
+        .await;
+    executor.wait_calls(&warm_up[0], 1).await;
+
+    // Envelopes as the API writes them, but for another job, and past a submit's bounds.
+    let envelope = |task_type: &str, max_retries: u32| {
+        let id = uuid::Uuid::now_v7().to_string();
+        let now = chrono::Utc::now().timestamp_millis();
+        let value = json!({"id": id, "type": task_type, "payload": {"order_id": 1},
+            "priority": 0, "trigger_at": now, "max_retries": max_retries, "timeout_ms": 1000});
+        (id, serde_json::to_vec(&value).unwrap())
+    };
+    let (foreign, foreign_message) = envelope("victim", 0);
+    let (unbounded, unbounded_message) = envelope("front", 1_000_000);
+    let producer: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .create()
+        .unwrap();
+    for message in [&foreign_message, &unbounded_message] {
+        producer
+            .send(
+                rdkafka::producer::FutureRecord::<(), [u8]>::to(&topic).payload(&message[..]),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+    }
+    let behind = cluster
+        .submit(vec![json!({"type": "front", "payload": "behind them"})])
+        .await;
+    executor.wait_calls(&behind[0], 1).await;
+
+    let store = asyncd_store::open(&cluster.store).await.unwrap();
+    let letters = wait_for("both dead letters", DEADLINE, async || {
+        let letters = store
+            .kafka_dead_letters(asyncd_store::KafkaDeadLetterParams {
+                limit: 10,
+                ..asyncd_store::KafkaDeadLetterParams::default()
+            })
+            .await
+            .ok()?;
+        (letters.len() >= 2).then_some(letters)
+    })
+    .await;
+    let mut reasons: Vec<(i64, &str, &[u8])> = letters
+        .iter()
+        .map(|l| (l.offset, l.reason.as_str(), &l.message[..]))
+        .collect();
+    reasons.sort();
+    assert_eq!(
+        reasons,
+        [
+            (
+                1,
+                "type \"victim\" is not the task type of job \"front\" (\"front\"), whose topic this is",
+                &foreign_message[..]
+            ),
+            (
+                2,
+                "refused as a submit would be: max_retries: must be 0..=100",
+                &unbounded_message[..]
+            ),
+        ]
+    );
+    for id in [&foreign, &unbounded] {
+        assert!(store.get(id).await.unwrap().is_none(), "task {id} exists");
+    }
+    assert!(
+        victim.calls().is_empty(),
+        "the other job's executor was called"
+    );
+    assert!(executor.calls_for(&unbounded).is_empty());
+    wait_committed_to_the_end(&topic, &format!("{topic}-cg")).await;
+}
+
 /// With the store away, a task for the Kafka route is still accepted: nothing on that
 /// route needs the store (the idempotency lookup is skipped; the id comes from the key),
 /// and the dispatchers, which reach the store, run it.

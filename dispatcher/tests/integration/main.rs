@@ -27,6 +27,7 @@ mod crash_recovery;
 mod cron;
 mod dead_letters;
 mod dedup;
+mod executor_policy;
 mod fairness;
 mod jobs_overview;
 mod kafka_path;

@@ -94,15 +94,28 @@ async fn retry_after_is_obeyed() {
     assert_eq!(executor.calls_for(&id).len(), 2);
 }
 
+/// A 4xx is permanent. Its body is kept in `last_error` only for a job that opts in
+/// (`executor.errorBodies`): otherwise the URL could read out any service's answers.
 #[tokio::test]
 async fn permanent_4xx_goes_straight_to_dead_letters() {
     let executor = Executor::start(|_| Answer::status(422).with_body("bad order")).await;
-    let asyncd = InProcess::start(&one_job(&executor, "")).await;
-    let id = asyncd.submit(task("work", json!({}))).await;
-    let dead = asyncd.wait_state(&id, "dead").await;
-    assert_eq!(executor.calls_for(&id).len(), 1);
-    assert!(
-        dead["last_error"].as_str().unwrap().contains("bad order"),
-        "{dead}"
-    );
+    let url = executor.url();
+    let asyncd = InProcess::start(&[
+        ("plain.yaml", job_yaml("plain-job", "work", &url, "")),
+        (
+            "bodies.yaml",
+            job_yaml("bodies-job", "bodies", &url, "    errorBodies: true\n"),
+        ),
+    ])
+    .await;
+    let plain = asyncd.submit(task("work", json!({}))).await;
+    let opted = asyncd.submit(task("bodies", json!({}))).await;
+    for (id, last_error) in [
+        (&plain, "executor answered 422 Unprocessable Entity"),
+        (&opted, "executor answered 422: bad order"),
+    ] {
+        let dead = asyncd.wait_state(id, "dead").await;
+        assert_eq!(executor.calls_for(id).len(), 1);
+        assert_eq!(dead["last_error"], last_error, "{dead}");
+    }
 }

@@ -611,6 +611,7 @@ pub fn settings(dir: &tempfile::TempDir, clock: Arc<ManualClock>) -> Settings {
             poll_interval: Duration::from_millis(20),
             ..DispatcherConfig::default()
         },
+        executor_addresses: asyncd::executor::AddressPolicy::local(),
         max_payload_bytes: 1024 * 1024,
         max_batch_body_bytes: 16 * 1024 * 1024,
         kafka_threshold: Duration::from_secs(600),

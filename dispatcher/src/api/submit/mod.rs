@@ -34,6 +34,14 @@ pub use validate::{Limits, MAX_KEY_LEN, task_id};
 pub(super) use validate::{MAX_TIMEOUT, parse_json, plain_text};
 use workflow::Refs;
 
+/// The bounds of a task's fields, which the Kafka consumer holds each message to as a
+/// submit is held to them.
+pub mod bounds {
+    pub use super::validate::{
+        MAX_DELAY, key, max_retries, not_too_far, priority, source_service, timeout,
+    };
+}
+
 /// What a submit's body holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Shape {

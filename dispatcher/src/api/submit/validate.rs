@@ -5,6 +5,7 @@ use std::cell::Cell;
 use std::time::Duration;
 
 use asyncd_contract::{ErrorCode, MAX_BATCH};
+use asyncd_spec::job::MAX_RETRIES_LIMIT;
 use asyncd_spec::parse_duration;
 use serde_json::value::RawValue;
 
@@ -164,7 +165,63 @@ impl<'de> serde::de::Visitor<'de> for BatchItems<'_> {
     }
 }
 
-fn key(field: &str, value: Option<String>) -> Result<Option<String>, ApiError> {
+// The bounds of a task's fields, whichever way the task arrives: a submit is held to them
+// in `validate`, and so is each message the Kafka consumer reads (`kafka/envelope.rs`),
+// so that whoever produces to a job's topic past the API gets no more than a submit would.
+
+/// A task's priority, `0..=9`.
+pub fn priority(value: i64) -> Result<u8, ApiError> {
+    match value {
+        0..=9 => Ok(value as u8),
+        _ => Err(ApiError::field("priority", "must be 0..=9")),
+    }
+}
+
+/// How often a task is retried: as often as a job may say (`spec.retry.maxRetries`).
+pub fn max_retries(value: i64) -> Result<u32, ApiError> {
+    u32::try_from(value)
+        .ok()
+        .filter(|n| *n <= MAX_RETRIES_LIMIT)
+        .ok_or_else(|| ApiError::field("max_retries", format!("must be 0..={MAX_RETRIES_LIMIT}")))
+}
+
+/// A task's executor timeout: above zero, at most [`MAX_TIMEOUT`].
+pub fn timeout(value: Duration) -> Result<Duration, ApiError> {
+    if value.is_zero() || value > MAX_TIMEOUT {
+        return Err(ApiError::field(
+            "timeout",
+            "must be above zero and at most 24h",
+        ));
+    }
+    Ok(value)
+}
+
+/// A trigger instant given as `field`, at most [`MAX_DELAY`] after `now`.
+pub fn not_too_far(field: &str, at: Millis, now: Millis) -> Result<Millis, ApiError> {
+    if at > now + MAX_DELAY {
+        return Err(ApiError::field(field, "must be at most 400 days ahead"));
+    }
+    Ok(at)
+}
+
+/// The service a task says it comes from: at most 128 bytes of plain text; empty is none.
+pub fn source_service(value: Option<String>) -> Result<Option<String>, ApiError> {
+    let value = value.filter(|s| !s.is_empty());
+    if let Some(source) = &value {
+        if source.len() > 128 {
+            return Err(ApiError::field(
+                "source_service",
+                "must be at most 128 bytes",
+            ));
+        }
+        plain_text("source_service", source)?;
+    }
+    Ok(value)
+}
+
+/// A key (idempotency, unique, concurrency) given as `field`: 1 to [`MAX_KEY_LEN`] bytes
+/// of plain text.
+pub fn key(field: &str, value: Option<String>) -> Result<Option<String>, ApiError> {
     match value {
         Some(v) if v.is_empty() || v.len() > MAX_KEY_LEN => Err(ApiError::field(
             field,
@@ -257,36 +314,19 @@ pub fn validate(
                     })?
                     .timestamp_millis(),
             );
-            if eta > now + MAX_DELAY {
-                return Err(ApiError::field("eta", "must be at most 400 days ahead"));
-            }
             // A time in the past means "now", as in Cloud Tasks.
-            eta.max(now)
+            not_too_far("eta", eta, now)?.max(now)
         }
         (None, None) => now,
     };
-    let priority = match req.priority {
-        None => 0,
-        Some(p @ 0..=9) => p as u8,
-        Some(_) => return Err(ApiError::field("priority", "must be 0..=9")),
-    };
+    let priority = req.priority.map(priority).transpose()?.unwrap_or(0);
     let max_retries = match req.max_retries {
         None => job.max_retries,
-        Some(n @ 0..=100) => n as u32,
-        Some(_) => return Err(ApiError::field("max_retries", "must be 0..=100")),
+        Some(n) => max_retries(n)?,
     };
     let timeout = match req.timeout {
         None => job.timeout,
-        Some(text) => {
-            let t = parse_duration(&text).map_err(|m| ApiError::field("timeout", m))?;
-            if t.is_zero() || t > MAX_TIMEOUT {
-                return Err(ApiError::field(
-                    "timeout",
-                    "must be above zero and at most 24h",
-                ));
-            }
-            t
-        }
+        Some(text) => timeout(parse_duration(&text).map_err(|m| ApiError::field("timeout", m))?)?,
     };
     let idempotency_key = key("idempotency_key", req.idempotency_key)?;
     // Parsed once, and only for a job with a template to fill.
@@ -315,19 +355,10 @@ pub fn validate(
             ));
         }
     }
-    let source_service = req
-        .source_service
-        .or_else(|| source_header.map(str::to_string))
-        .filter(|s| !s.is_empty());
-    if source_service.as_ref().is_some_and(|s| s.len() > 128) {
-        return Err(ApiError::field(
-            "source_service",
-            "must be at most 128 bytes",
-        ));
-    }
-    if let Some(source) = &source_service {
-        plain_text("source_service", source)?;
-    }
+    let source_service = source_service(
+        req.source_service
+            .or_else(|| source_header.map(str::to_string)),
+    )?;
     Ok(NewTask {
         id: task_id(idempotency_key.as_deref()),
         task_type: job.task_type.clone(),
