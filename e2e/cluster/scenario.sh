@@ -88,6 +88,11 @@ deps_netns() {
   # Kafka and MariaDB of e2e/services: own instances (run dir, ports) listening on the
   # node's address inside its namespace
   local s
+  # An empty broker each run: one kept from an earlier run holds that run's topics
+  # without the owner records the operator now requires (TopicNotOwned).
+  ASYNCD_SERVICES_RUN=$ASYNCD_CLUSTER_RUN/services ASYNCD_SERVICE_HOST=$NODE_IP \
+    ASYNCD_KAFKA_PORT=$kafka_port ASYNCD_KAFKA_CONTROLLER_PORT=9093 \
+    "${X[@]}" e2e/services/kafka.sh reset >/dev/null || return 1
   for s in mariadb kafka; do
     ASYNCD_SERVICES_RUN=$ASYNCD_CLUSTER_RUN/services ASYNCD_SERVICE_HOST=$NODE_IP \
       ASYNCD_MARIADB_PORT=$mariadb_port ASYNCD_KAFKA_PORT=$kafka_port ASYNCD_KAFKA_CONTROLLER_PORT=9093 \
