@@ -22,14 +22,6 @@ use super::sql_store::Backend;
 use super::tx::{Dialect, Tx};
 use super::*;
 
-/// `mmap_size`: how much of the database file is mapped (256 MiB; a larger file reads
-/// its tail through read()). Mapped pages count in RSS only once touched.
-const MMAP_SIZE: u64 = 256 << 20;
-
-/// The writer's `cache_size`, negative as SQLite takes a size in KiB (64 MiB, grown into
-/// only as pages are read).
-const WRITER_CACHE_KIB: i64 = -(64 << 10);
-
 pub struct SqliteStore {
     writer: SqlitePool,
     reader: SqlitePool,
@@ -47,20 +39,10 @@ impl SqliteStore {
             // through a channel of this many. At sqlx's 50 a claim (up to 1 000 rows by
             // default) or a batch of 256 filled it, and the SQLite thread, the one writer,
             // parked until the caller drained it: a thread hand-off every 50 rows.
-            .row_buffer_size(1024)
-            // Pages read through a memory map instead of copied out of the OS cache by a
-            // read() each: the file's pages are shared by the writer and every reader.
-            .pragma("mmap_size", MMAP_SIZE.to_string());
+            .row_buffer_size(1024);
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
-            // The writer's own page cache (SQLite's default is 2 MiB): the hot indexes of
-            // a table of 10^5 tasks no longer fit in that, and each page it evicts is
-            // read and parsed again on the next change.
-            .connect_with(
-                options
-                    .clone()
-                    .pragma("cache_size", WRITER_CACHE_KIB.to_string()),
-            )
+            .connect_with(options.clone())
             .await?;
         let reader = SqlitePoolOptions::new()
             .max_connections(4)
