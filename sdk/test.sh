@@ -104,6 +104,7 @@ spec:
   executor:
     url: http://127.0.0.1:$(cat "$tmp/$side.port")/tasks/$task_type
     timeout: 10s
+    errorBodies: true
     signing:
       secretRef:
         name: cross-signing

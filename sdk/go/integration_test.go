@@ -218,6 +218,7 @@ func (e *devEnv) job(taskType, uniqueKey string) asyncd.JobConfig {
 		TaskType:       taskType,
 		ExecutorURL:    e.exec.URL + "/tasks/" + taskType,
 		Timeout:        10 * time.Second,
+		ErrorBodies:    true,
 		SigningSecret:  itSecretName,
 		MaxRetries:     asyncd.Retries(2),
 		Backoff:        "exponential",

@@ -18,6 +18,10 @@ type JobConfig struct {
 	// ExecutorURL is where asyncd POSTs the tasks: a Client mounted as http.Handler.
 	ExecutorURL string
 	Timeout     time.Duration // per attempt; 0 keeps the server default
+	// ErrorBodies is spec.executor.errorBodies: a task's last_error keeps what the
+	// executor answered with an error (its body), not only asyncd's status line. Off by
+	// default, so a job's config cannot read the answers of services it does not own.
+	ErrorBodies bool
 	// SigningSecret names the Secret, in the job's namespace, whose keys sign every
 	// call (spec.executor.signing.secretRef.name); SigningKeys are its keys, the
 	// primary first (default ["key"]; two while rotating).
@@ -67,6 +71,9 @@ func (j JobConfig) YAML() (string, error) {
 	exec := ordered{{"url", j.ExecutorURL}}
 	if j.Timeout > 0 {
 		exec = append(exec, kv{"timeout", formatDuration(j.Timeout)})
+	}
+	if j.ErrorBodies {
+		exec = append(exec, kv{"errorBodies", true})
 	}
 	if j.SigningSecret != "" {
 		ref := ordered{{"name", j.SigningSecret}}

@@ -159,7 +159,7 @@ def dev_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Union[Env, Exc
     for t in TYPES:
         doc = asyncd.job_config(
             t.replace("_", "-") + "-job", t, f"http://127.0.0.1:{executor.server_port}/tasks/{t}",
-            timeout=10, signing_secret=SECRET_NAME, max_retries=2, backoff="exponential",
+            timeout=10, error_bodies=True, signing_secret=SECRET_NAME, max_retries=2, backoff="exponential",
             initial_backoff=0.1, max_backoff=0.5, unique_key="order:{order_id}" if t == "py_unique" else None,
             # Fires once a year, so only trigger_cron runs it within a test.
             cron=[{"name": "yearly", "schedule": "CRON_TZ=UTC 0 0 1 1 *", "payload": {"report": "annual"}}]

@@ -16,6 +16,7 @@ def job_config(
     executor_url: str,
     *,
     timeout: Optional[Duration] = None,
+    error_bodies: bool = False,
     signing_secret: Optional[str] = None,
     signing_keys: Optional[Sequence[str]] = None,
     batch_max_tasks: Optional[int] = None,
@@ -30,6 +31,8 @@ def job_config(
 ) -> Dict[str, Any]:
     """Builds an AsyncJobConfig as a dict, refusing cron schedules without CRON_TZ.
     ``cron`` entries are ``{"name": ..., "schedule": ..., "payload": ...}``.
+    ``error_bodies`` sets ``executor.errorBodies``: a task's ``last_error`` keeps what the
+    executor answered with an error, not only asyncd's status line (off by default).
     ``signing_secret`` names the job's signing Secret (in its namespace) and
     ``signing_keys`` its keys, the primary first (default ``["key"]``; two while
     rotating). ``batch_max_tasks`` (1–1000) and ``batch_max_wait`` set
@@ -38,6 +41,8 @@ def job_config(
     executor: Dict[str, Any] = {"url": executor_url}
     if timeout is not None:
         executor["timeout"] = format_duration(timeout)
+    if error_bodies:
+        executor["errorBodies"] = True
     if signing_secret:
         ref: Dict[str, Any] = {"name": signing_secret}
         if signing_keys:

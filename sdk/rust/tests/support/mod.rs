@@ -137,7 +137,7 @@ impl Job {
             format!("    batch:\n      maxTasks: {max_tasks}\n      maxWait: {max_wait}\n")
         });
         let mut doc = format!(
-            "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata:\n  name: {name}-job\nspec:\n  taskType: {t}\n  executor:\n    url: {executor_base}/tasks/{t}\n    timeout: 10s\n{batch}    signing:\n      secretRef:\n        name: {secret}\n  retry:\n    maxRetries: {retries}\n    backoff: exponential\n    initialBackoff: 100ms\n    maxBackoff: 500ms\n",
+            "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata:\n  name: {name}-job\nspec:\n  taskType: {t}\n  executor:\n    url: {executor_base}/tasks/{t}\n    timeout: 10s\n    errorBodies: true\n{batch}    signing:\n      secretRef:\n        name: {secret}\n  retry:\n    maxRetries: {retries}\n    backoff: exponential\n    initialBackoff: 100ms\n    maxBackoff: 500ms\n",
             name = self.task_type.replace('_', "-"),
             t = self.task_type,
             secret = self.secret,
