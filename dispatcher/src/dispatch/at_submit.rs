@@ -12,7 +12,8 @@
 //!   of its limit), and nothing has woken the claimer since: every wake (a retry, a
 //!   release, a resume, a submit left pending) says the store may hold due tasks again,
 //!   so claim at submit stops until the claimer has looked;
-//! - within the room that pass left the job ([`super::holdings`]) and `max_heap`.
+//! - within the room that pass left the job ([`super::holdings`]) and `max_heap`;
+//! - not once the claimer has stopped (shutdown hands the heap back to the store).
 //!
 //! A task left out of that goes in pending and wakes the claimer, as every submit did
 //! before. The store decides the rest in the insert's transaction (a type paused through

@@ -70,12 +70,17 @@ impl Claimer {
     pub(super) async fn run(mut self, shutdown: CancellationToken) {
         loop {
             tokio::select! {
-                _ = shutdown.cancelled() => return,
+                _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep(self.config.poll_interval) => {}
                 _ = self.waker.0.notify.notified() => {}
             }
             self.pass(&shutdown).await;
         }
+        // No claim at submit once the claimer has stopped: the heap is about to be handed
+        // back, and a task claimed into it afterwards would wait for its hold to lapse.
+        self.intake
+            .at_submit()
+            .measured(self.waker.wakes(), HashMap::new());
     }
 
     /// One pass: claims until no job has a full batch waiting, the heap is full, or the
