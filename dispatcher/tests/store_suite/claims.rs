@@ -442,17 +442,7 @@ async fn claim_at_submit(store: &dyn Store) -> (Vec<store::ClaimedTask>, Vec<New
         assert_eq!(stored.lease_secret, task.lease_secret);
     }
     // Another dispatcher's claim takes everything else due but the paused type's.
-    let others = store
-        .claim(claim_params(
-            &TypeFilter::All,
-            at(120_000),
-            T0,
-            5_000,
-            "other",
-            100,
-        ))
-        .await
-        .unwrap();
+    let others = claim_all(store, at(120_000), T0).await;
     let mut left: Vec<&str> = others.iter().map(|t| t.id.as_str()).collect();
     left.sort_unstable();
     let mut expected: Vec<&str> = batch

@@ -1,0 +1,403 @@
+//! [`JobSpec::validate`]: the document, checked field by field into a [`Job`], each error
+//! naming the field at fault.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use super::*;
+use crate::{CronSchedule, parse_duration};
+
+impl JobSpec {
+    pub fn validate(&self, name: &str) -> Result<Job, SpecError> {
+        let task_type = self.task_type.trim();
+        if task_type.is_empty() || task_type.len() > 128 {
+            return Err(SpecError::new(
+                "spec.taskType",
+                "must be 1 to 128 characters",
+            ));
+        }
+        let url = self.executor.url.trim();
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(SpecError::new(
+                "spec.executor.url",
+                format!("{url:?} must be an http:// or https:// URL"),
+            ));
+        }
+        let parsed = url::Url::parse(url).map_err(|err| {
+            SpecError::new("spec.executor.url", format!("{url:?} is not a URL: {err}"))
+        })?;
+        // As the URL parser reads it: `http://2852039166/` is 169.254.169.254 too.
+        let executor_ip = match parsed.host() {
+            Some(url::Host::Ipv4(ip)) => Some(IpAddr::V4(ip)),
+            Some(url::Host::Ipv6(ip)) => Some(IpAddr::V6(ip)),
+            Some(url::Host::Domain(_)) => None,
+            None => {
+                return Err(SpecError::new(
+                    "spec.executor.url",
+                    format!("{url:?} names no host"),
+                ));
+            }
+        };
+        let duration = |field: &str, text: &Option<String>, default: Duration| {
+            text.as_deref()
+                .map(parse_duration)
+                .transpose()
+                .map(|d| d.unwrap_or(default))
+                .map_err(|message| SpecError::new(field, message))
+        };
+        let timeout = duration(
+            "spec.executor.timeout",
+            &self.executor.timeout,
+            DEFAULT_TIMEOUT,
+        )?;
+        if timeout.is_zero() {
+            return Err(SpecError::new(
+                "spec.executor.timeout",
+                "must be above zero",
+            ));
+        }
+        if self.retry.max_retries > MAX_RETRIES_LIMIT {
+            return Err(SpecError::new(
+                "spec.retry.maxRetries",
+                format!("must be at most {MAX_RETRIES_LIMIT}"),
+            ));
+        }
+        let initial_backoff = duration(
+            "spec.retry.initialBackoff",
+            &self.retry.initial_backoff,
+            Duration::from_secs(1),
+        )?;
+        let max_backoff = duration(
+            "spec.retry.maxBackoff",
+            &self.retry.max_backoff,
+            Duration::from_secs(600),
+        )?;
+        if max_backoff < initial_backoff {
+            return Err(SpecError::new(
+                "spec.retry.maxBackoff",
+                "must not be below initialBackoff",
+            ));
+        }
+        if let Some(template) = &self.unique_key {
+            check_template(template).map_err(|m| SpecError::new("spec.uniqueKey", m))?;
+        }
+        if self.concurrency == Some(0) {
+            return Err(SpecError::new("spec.concurrency", "must be at least 1"));
+        }
+        let rate_limit = self
+            .rate_limit
+            .as_ref()
+            .map(validate_rate_limit)
+            .transpose()?;
+        let concurrency_key = self
+            .concurrency_key
+            .as_ref()
+            .map(validate_concurrency_key)
+            .transpose()?;
+        let adaptive = match &self.adaptive_concurrency {
+            None => Adaptive::default(),
+            Some(spec) => {
+                let latency = spec
+                    .latency
+                    .as_deref()
+                    .map(parse_duration)
+                    .transpose()
+                    .map_err(|m| SpecError::new("spec.adaptiveConcurrency.latency", m))?;
+                if latency.is_some_and(|l| l.is_zero()) {
+                    return Err(SpecError::new(
+                        "spec.adaptiveConcurrency.latency",
+                        "must be above zero",
+                    ));
+                }
+                Adaptive {
+                    enabled: spec.enabled.unwrap_or(true),
+                    latency,
+                }
+            }
+        };
+        if let Some(kafka) = &self.kafka {
+            if kafka.topic.trim().is_empty() {
+                return Err(SpecError::new("spec.kafka.topic", "must not be empty"));
+            }
+            let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+            if kafka.topic.len() > MAX_TOPIC_LEN || !kafka.topic.chars().all(legal) {
+                return Err(SpecError::new(
+                    "spec.kafka.topic",
+                    format!(
+                        "must be at most {MAX_TOPIC_LEN} of the characters a-z, A-Z, 0-9, '.', '_' and '-' (Kafka's topic names, with room for the high-priority topic's suffix {HIGH_TOPIC_SUFFIX:?})"
+                    ),
+                ));
+            }
+            if kafka.partitions == 0 {
+                return Err(SpecError::new(
+                    "spec.kafka.partitions",
+                    "must be at least 1",
+                ));
+            }
+        }
+        if let Some(scaling) = &self.scaling
+            && let (Some(min), Some(max)) = (scaling.min_replicas, scaling.max_replicas)
+            && max < min
+        {
+            return Err(SpecError::new(
+                "spec.scaling.maxReplicas",
+                "must not be below minReplicas",
+            ));
+        }
+        let retention = validate_retention(self.retention.as_ref())?;
+        let batch = self
+            .executor
+            .batch
+            .as_ref()
+            .map(validate_batch)
+            .transpose()?;
+        let mut cron = Vec::with_capacity(self.cron.len());
+        for (index, entry) in self.cron.iter().enumerate() {
+            let field = format!("spec.cron[{index}]");
+            if entry.name.trim().is_empty() {
+                return Err(SpecError::new(format!("{field}.name"), "must not be empty"));
+            }
+            if self.cron[..index].iter().any(|e| e.name == entry.name) {
+                return Err(SpecError::new(
+                    format!("{field}.name"),
+                    format!("{:?} is used twice", entry.name),
+                ));
+            }
+            if entry.priority > 9 {
+                return Err(SpecError::new(format!("{field}.priority"), "must be 0..=9"));
+            }
+            let schedule = CronSchedule::parse(&entry.schedule)
+                .map_err(|m| SpecError::new(format!("{field}.schedule"), m))?;
+            let catch_up = entry
+                .catch_up
+                .as_deref()
+                .map(parse_duration)
+                .transpose()
+                .map_err(|m| SpecError::new(format!("{field}.catchUp"), m))?
+                .unwrap_or(CronEntry::DEFAULT_CATCH_UP);
+            if catch_up > CronEntry::MAX_CATCH_UP {
+                return Err(SpecError::new(
+                    format!("{field}.catchUp"),
+                    "must be at most 7d",
+                ));
+            }
+            cron.push(CronEntry {
+                name: entry.name.clone(),
+                schedule,
+                payload: entry.payload.clone(),
+                priority: entry.priority,
+                overlap: entry.overlap,
+                catch_up,
+                paused: entry.paused,
+            });
+        }
+        Ok(Job {
+            name: name.to_string(),
+            task_type: task_type.to_string(),
+            executor_url: url.to_string(),
+            executor_ip,
+            executor_error_bodies: self.executor.error_bodies,
+            timeout,
+            signing: self
+                .executor
+                .signing
+                .as_ref()
+                .map(validate_signing)
+                .transpose()?,
+            max_retries: self.retry.max_retries,
+            backoff: self.retry.backoff,
+            initial_backoff,
+            max_backoff,
+            unique_key: self.unique_key.clone(),
+            concurrency: self.concurrency.unwrap_or(100),
+            rate_limit,
+            concurrency_key,
+            adaptive,
+            kafka: self.kafka.clone(),
+            cron,
+            retention,
+            paused: self.paused,
+            batch,
+        })
+    }
+}
+
+fn validate_batch(spec: &BatchSpec) -> Result<Batch, SpecError> {
+    if !(1..=Batch::MAX_TASKS).contains(&spec.max_tasks) {
+        return Err(SpecError::new(
+            "spec.executor.batch.maxTasks",
+            format!("must be 1 to {}", Batch::MAX_TASKS),
+        ));
+    }
+    let max_wait = spec
+        .max_wait
+        .as_deref()
+        .map(parse_duration)
+        .transpose()
+        .map_err(|m| SpecError::new("spec.executor.batch.maxWait", m))?
+        .unwrap_or(Duration::ZERO);
+    if max_wait > Batch::MAX_WAIT {
+        return Err(SpecError::new(
+            "spec.executor.batch.maxWait",
+            "must be at most 10s",
+        ));
+    }
+    Ok(Batch {
+        max_tasks: spec.max_tasks,
+        max_wait,
+    })
+}
+
+fn validate_rate_limit(spec: &RateLimitSpec) -> Result<RateLimit, SpecError> {
+    let check = |field: &str, value: u32| {
+        if (1..=RateLimit::MAX).contains(&value) {
+            Ok(value)
+        } else {
+            Err(SpecError::new(
+                field,
+                format!("must be 1 to {}, not {value}", RateLimit::MAX),
+            ))
+        }
+    };
+    Ok(RateLimit {
+        per_second: check("spec.rateLimit.perSecond", spec.per_second)?,
+        burst: check(
+            "spec.rateLimit.burst",
+            spec.burst.unwrap_or(spec.per_second),
+        )?,
+    })
+}
+
+fn validate_concurrency_key(spec: &ConcurrencyKeySpec) -> Result<ConcurrencyKey, SpecError> {
+    let field = "spec.concurrencyKey.key";
+    check_template(&spec.key).map_err(|m| SpecError::new(field, m))?;
+    if !spec.key.contains('{') {
+        // One key for every task is what `concurrency` is for.
+        return Err(SpecError::new(
+            field,
+            format!("{:?} names no payload field ({{field}})", spec.key),
+        ));
+    }
+    if spec.key.contains("{}") {
+        return Err(SpecError::new(
+            field,
+            format!("{:?} has an empty {{}}", spec.key),
+        ));
+    }
+    if !(1..=RateLimit::MAX).contains(&spec.limit) {
+        return Err(SpecError::new(
+            "spec.concurrencyKey.limit",
+            format!("must be 1 to {}, not {}", RateLimit::MAX, spec.limit),
+        ));
+    }
+    Ok(ConcurrencyKey {
+        template: spec.key.clone(),
+        limit: spec.limit,
+    })
+}
+
+fn validate_retention(spec: Option<&RetentionSpec>) -> Result<Retention, SpecError> {
+    let spec = spec.cloned().unwrap_or_default();
+    let d = Retention::DEFAULT;
+    let each = |field: &str, value: &Option<String>, default: Duration| {
+        let kept = value
+            .as_deref()
+            .map(parse_duration)
+            .transpose()
+            .map_err(|message| SpecError::new(field, message))?
+            .unwrap_or(default);
+        if kept > Retention::MAX {
+            return Err(SpecError::new(field, "must be at most 3650d"));
+        }
+        Ok(kept)
+    };
+    let succeeded = each("spec.retention.succeeded", &spec.succeeded, d.succeeded)?;
+    let unique_keys = each(
+        "spec.retention.uniqueKeys",
+        &spec.unique_keys,
+        d.unique_keys,
+    )?;
+    if unique_keys > succeeded {
+        return Err(SpecError::new(
+            "spec.retention.uniqueKeys",
+            "must be at most spec.retention.succeeded: the key is kept in the task's row",
+        ));
+    }
+    Ok(Retention {
+        succeeded,
+        cancelled: each("spec.retention.cancelled", &spec.cancelled, d.cancelled)?,
+        dead: each("spec.retention.dead", &spec.dead, d.dead)?,
+        unique_keys,
+    })
+}
+
+fn validate_signing(signing: &SigningSpec) -> Result<Signing, SpecError> {
+    let field = "spec.executor.signing.secretRef";
+    let name = &signing.secret_ref.name;
+    let dns_label = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 63
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !s.starts_with('-')
+            && !s.ends_with('-')
+    };
+    // A DNS subdomain, as Kubernetes names Secrets: it also becomes a directory name,
+    // so no `/` and no `..` can reach outside the signing directory.
+    if name.len() > 253 || !name.split('.').all(dns_label) {
+        return Err(SpecError::new(
+            format!("{field}.name"),
+            format!("{name:?} is not a Secret name (lowercase DNS subdomain)"),
+        ));
+    }
+    let keys = &signing.secret_ref.keys;
+    if keys.is_empty() || keys.len() > 2 {
+        return Err(SpecError::new(
+            format!("{field}.keys"),
+            "must list one key, or two while rotating",
+        ));
+    }
+    for (index, key) in keys.iter().enumerate() {
+        let valid = !key.is_empty()
+            && key.len() <= 253
+            && key != "."
+            && key != ".."
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+        if !valid {
+            return Err(SpecError::new(
+                format!("{field}.keys[{index}]"),
+                format!("{key:?} is not a Secret key ([-._a-zA-Z0-9]+)"),
+            ));
+        }
+        if keys[..index].contains(key) {
+            return Err(SpecError::new(
+                format!("{field}.keys[{index}]"),
+                format!("{key:?} is listed twice"),
+            ));
+        }
+    }
+    Ok(Signing {
+        secret: name.clone(),
+        keys: keys.clone(),
+    })
+}
+
+fn check_template(template: &str) -> Result<(), String> {
+    let mut open = false;
+    for c in template.chars() {
+        match (c, open) {
+            ('{', false) => open = true,
+            ('}', true) => open = false,
+            ('{', true) | ('}', false) => {
+                return Err(format!("{template:?} has unbalanced braces"));
+            }
+            _ => {}
+        }
+    }
+    if open {
+        return Err(format!("{template:?} has an unclosed '{{'"));
+    }
+    Ok(())
+}
