@@ -50,7 +50,8 @@ fn push_actionable<DB: Database>(query: &mut QueryBuilder<DB>, action: BulkActio
         // redrive is refused (409 for one task), so the bulk action leaves it.
         BulkAction::Redrive => {
             " AND (tasks.unique_key IS NULL OR NOT EXISTS \
-               (SELECT 1 FROM tasks holder WHERE holder.unique_active = tasks.unique_key))"
+               (SELECT 1 FROM tasks holder WHERE holder.unique_active = tasks.unique_key \
+                 AND holder.task_type = tasks.task_type))"
         }
         // Its blocked dependents would never be released without it (as retention).
         BulkAction::Purge => {

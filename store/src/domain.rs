@@ -107,16 +107,26 @@ impl<'a> ConflictKey<'a> {
         }
     }
 
+    /// Whether the key is unique within its task type only (looked up with the type),
+    /// rather than across all tasks: the keys a caller chooses, so that one job's keys
+    /// can neither block nor reveal another's.
+    pub fn per_type(self) -> bool {
+        matches!(self, Self::Idempotency(_) | Self::Unique(_))
+    }
+
     /// The outcome when task `id` (triggering at `trigger_at`) holds this key;
-    /// `same_request` says whether the holder has the new task's type and payload
-    /// ([`same_request`]), which only an idempotency key needs: a key reused for a
-    /// different request is refused rather than silently answered with the first task.
+    /// `same_request` says whether the holder is the request the new task repeats: for an
+    /// idempotency key its type and payload ([`same_request`]), so that a key reused for
+    /// a different request is refused rather than answered with the first task; for an
+    /// id its type, so that a task of another job under the id is never taken for this
+    /// one (it is no repeat, and its id must not be named to the caller).
     pub fn outcome(self, id: String, trigger_at: Millis, same_request: bool) -> InsertOutcome {
         match self {
             Self::Unique(_) => InsertOutcome::UniqueConflict { existing_id: id },
             Self::Idempotency(_) if !same_request => {
                 InsertOutcome::IdempotencyMismatch { existing_id: id }
             }
+            Self::Id(_) if !same_request => InsertOutcome::IdTaken { id },
             _ => InsertOutcome::Duplicate { id, trigger_at },
         }
     }
@@ -459,6 +469,14 @@ mod tests {
             r#"{"a":1.0,"b":[2]}"#
         ));
         assert!(!same_request(&t, "other", r#"{"a":1,"b":[2]}"#));
+    }
+
+    #[test]
+    fn an_id_held_by_another_type_is_taken_not_a_duplicate() {
+        assert_eq!(
+            ConflictKey::Id("t").outcome("t".into(), Millis::new(7), false),
+            InsertOutcome::IdTaken { id: "t".into() }
+        );
     }
 
     #[test]

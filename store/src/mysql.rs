@@ -136,10 +136,11 @@ const QUERIES: Queries = Queries {
     insert_tasks_conflict: "",
     insert_many: false,
     holder_by_idempotency_key: "SELECT id, trigger_at, task_type, payload FROM tasks \
-                                WHERE idempotency_key = ?",
+                                WHERE idempotency_key = ? AND task_type = ?",
     holder_by_cron_key: "SELECT id, trigger_at FROM tasks WHERE cron_key = ?",
-    holder_by_id: "SELECT id, trigger_at FROM tasks WHERE id = ?",
-    holder_by_unique_key: "SELECT id, trigger_at FROM tasks WHERE unique_active = ?",
+    holder_by_id: "SELECT id, trigger_at, task_type FROM tasks WHERE id = ?",
+    holder_by_unique_key: "SELECT id, trigger_at FROM tasks \
+                           WHERE unique_active = ? AND task_type = ?",
     release_unique: "UPDATE tasks FORCE INDEX (PRIMARY) SET unique_active = NULL \
                      WHERE id = ? AND unique_until <= ?",
     unique_expired: "SELECT id FROM tasks FORCE INDEX (tasks_unique_until) WHERE unique_until <= ? \
@@ -175,7 +176,8 @@ const QUERIES: Queries = Queries {
               SET state = ?, attempt = 0, trigger_at = ?, \
                   lease_token = lease_token + 1, unique_active = unique_key, lease_until = NULL, updated_at = ? \
               WHERE id = ? AND state = 'dead'",
-    redrive_holder: "SELECT b.id FROM tasks a JOIN tasks b ON b.unique_active = a.unique_key \
+    redrive_holder: "SELECT b.id FROM tasks a JOIN tasks b \
+                     ON b.unique_active = a.unique_key AND b.task_type = a.task_type \
                      WHERE a.id = ?",
     dead_letters: concat!(
         "SELECT ",

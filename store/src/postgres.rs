@@ -88,10 +88,11 @@ const QUERIES: Queries = Queries {
     insert_tasks_conflict: " ON CONFLICT DO NOTHING",
     insert_many: true,
     holder_by_idempotency_key: "SELECT id, trigger_at, task_type, payload FROM tasks \
-                                WHERE idempotency_key = $1",
+                                WHERE idempotency_key = $1 AND task_type = $2",
     holder_by_cron_key: "SELECT id, trigger_at FROM tasks WHERE cron_key = $1",
-    holder_by_id: "SELECT id, trigger_at FROM tasks WHERE id = $1",
-    holder_by_unique_key: "SELECT id, trigger_at FROM tasks WHERE unique_active = $1",
+    holder_by_id: "SELECT id, trigger_at, task_type FROM tasks WHERE id = $1",
+    holder_by_unique_key: "SELECT id, trigger_at FROM tasks \
+                           WHERE unique_active = $1 AND task_type = $2",
     release_unique: "UPDATE tasks SET unique_active = NULL WHERE id = $1 AND unique_until <= $2",
     unique_expired: "SELECT id FROM tasks WHERE unique_until <= $1 \
                      ORDER BY unique_until LIMIT $2 FOR UPDATE SKIP LOCKED",
@@ -117,7 +118,8 @@ const QUERIES: Queries = Queries {
     redrive: "UPDATE tasks SET state = $1, attempt = 0, trigger_at = $2, \
               lease_token = lease_token + 1, unique_active = unique_key, lease_until = NULL, updated_at = $3 \
               WHERE id = $4 AND state = 'dead'",
-    redrive_holder: "SELECT b.id FROM tasks a JOIN tasks b ON b.unique_active = a.unique_key \
+    redrive_holder: "SELECT b.id FROM tasks a JOIN tasks b \
+                     ON b.unique_active = a.unique_key AND b.task_type = a.task_type \
                      WHERE a.id = $1",
     dead_letters: concat!(
         "SELECT ",

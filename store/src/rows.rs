@@ -336,13 +336,16 @@ pub struct Holder {
 }
 
 impl Holder {
-    /// Whether the holder is the request `task` repeats; `true` for a holder read
-    /// without its type and payload (any key but an idempotency key).
+    /// Whether the holder is the request `task` repeats: its type and payload where
+    /// both were read (an idempotency key's holder), its type where only that was (an
+    /// id's holder), and `true` for a holder read with neither (a cron or unique key's,
+    /// which are looked up within the type or name the job anyway).
     pub fn same_request(&self, task: &super::NewTask) -> bool {
         match (&self.task_type, &self.payload) {
             (Some(task_type), Some(payload)) => {
                 super::domain::same_request(task, task_type, payload)
             }
+            (Some(task_type), None) => *task_type == task.task_type,
             _ => true,
         }
     }

@@ -85,13 +85,17 @@ pub struct Queries {
     /// the rows left out are tried again one by one. MySQL fails the whole statement on
     /// a taken key, so its rows go in one at a time.
     pub insert_many: bool,
-    /// `id, trigger_at, task_type, payload` of the task holding idempotency key `key`.
+    /// `id, trigger_at, task_type, payload` of the task of type `task_type` holding
+    /// idempotency key `key` (`key, task_type`): keys are unique per type.
     pub holder_by_idempotency_key: &'static str,
-    /// The same for cron key `key`.
+    /// `id, trigger_at` of the task holding cron key `key` (a firing's identity, which
+    /// names its job).
     pub holder_by_cron_key: &'static str,
-    /// The same for task `id`.
+    /// `id, trigger_at, task_type` of task `id`: a task of another type under the id is
+    /// not a repeat ([`crate::InsertOutcome::IdTaken`]).
     pub holder_by_id: &'static str,
-    /// The same for the unique key `key` of the task holding it (`unique_active`).
+    /// `id, trigger_at` of the task of type `task_type` holding unique key `key`
+    /// (`unique_active`; `key, task_type`).
     pub holder_by_unique_key: &'static str,
     /// Frees the unique key of task `id` if it is held past its window by `now` (`id,
     /// now`): a succeeded task whose `unique_until` has come.

@@ -178,10 +178,11 @@ const QUERIES: Queries = Queries {
     insert_tasks_conflict: " ON CONFLICT DO NOTHING",
     insert_many: true,
     holder_by_idempotency_key: "SELECT id, trigger_at, task_type, payload FROM tasks \
-                                WHERE idempotency_key = ?",
+                                WHERE idempotency_key = ? AND task_type = ?",
     holder_by_cron_key: "SELECT id, trigger_at FROM tasks WHERE cron_key = ?",
-    holder_by_id: "SELECT id, trigger_at FROM tasks WHERE id = ?",
-    holder_by_unique_key: "SELECT id, trigger_at FROM tasks WHERE unique_active = ?",
+    holder_by_id: "SELECT id, trigger_at, task_type FROM tasks WHERE id = ?",
+    holder_by_unique_key: "SELECT id, trigger_at FROM tasks \
+                           WHERE unique_active = ? AND task_type = ?",
     release_unique: "UPDATE tasks SET unique_active = NULL WHERE id = ? AND unique_until <= ?",
     unique_expired: "SELECT id FROM tasks WHERE unique_until <= ? \
                      ORDER BY unique_until LIMIT ?",
@@ -206,7 +207,8 @@ const QUERIES: Queries = Queries {
     redrive: "UPDATE tasks SET state = ?, attempt = 0, trigger_at = ?, \
               lease_token = lease_token + 1, unique_active = unique_key, lease_until = NULL, updated_at = ? \
               WHERE id = ? AND state = 'dead'",
-    redrive_holder: "SELECT b.id FROM tasks a JOIN tasks b ON b.unique_active = a.unique_key \
+    redrive_holder: "SELECT b.id FROM tasks a JOIN tasks b \
+                     ON b.unique_active = a.unique_key AND b.task_type = a.task_type \
                      WHERE a.id = ?",
     dead_letters: concat!(
         "SELECT ",
@@ -455,7 +457,7 @@ mod tests {
             (
                 "holder_by_unique_key",
                 QUERIES.holder_by_unique_key,
-                "SEARCH tasks USING INDEX tasks_unique_active (unique_active=?)",
+                "SEARCH tasks USING INDEX tasks_unique_active (unique_active=? AND task_type=?)",
             ),
             ("CLAIM_SEVERAL_TYPES", CLAIM_SEVERAL_TYPES, ranked),
             ("CLAIM_ALL_TYPES", CLAIM_ALL_TYPES, ranked),

@@ -56,6 +56,11 @@ pub enum InsertOutcome {
     UnknownDependency {
         id: String,
     },
+    /// A task of another type holds the task's id: not a repeat of this one. The
+    /// holder belongs to another job, so the outcome names only the task's own id.
+    IdTaken {
+        id: String,
+    },
 }
 
 /// A task as `GET /v1/tasks/{id}` shows it.

@@ -328,10 +328,11 @@ where
                 Err(err) => return Err(err.into()),
             }
             for key in domain::conflict_keys(task) {
-                let holder: Option<Holder> = sqlx::query_as(Self::holder_sql(key))
-                    .bind(D::key(key.value()))
-                    .fetch_optional(&mut **tx)
-                    .await?;
+                let mut holder = sqlx::query_as(Self::holder_sql(key)).bind(D::key(key.value()));
+                if key.per_type() {
+                    holder = holder.bind(task.task_type.as_str());
+                }
+                let holder: Option<Holder> = holder.fetch_optional(&mut **tx).await?;
                 let Some(holder) = holder else { continue };
                 if matches!(key, domain::ConflictKey::Unique(_))
                     && Self::release_unique(tx, &holder.id, now).await?
@@ -391,6 +392,7 @@ where
         };
         let holder: Option<Holder> = sqlx::query_as(D::QUERIES.holder_by_idempotency_key)
             .bind(D::key(key))
+            .bind(task.task_type.as_str())
             .fetch_optional(pool)
             .await?;
         Ok(holder.map(|h| {

@@ -130,7 +130,7 @@ pub fn router(state: Arc<ApiState>, public: bool) -> Router {
                 "/v1/tasks",
                 post(tasks::submit_one)
                     .get(tasks::search)
-                    .delete(tasks::cancel_by_unique_key),
+                    .delete(tasks::cancel_by_key),
             )
             // The route's own limit replaces the router-wide one below.
             .route(

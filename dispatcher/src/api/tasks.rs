@@ -51,23 +51,40 @@ pub(super) async fn get(
 }
 
 /// `DELETE /v1/tasks/{id}`: cancels a task that has not finished. With `?job=` (or
-/// `?type=`) naming a Kafka-routed job, an id not in the store yet — its message still
-/// waits in the topic — is recorded as cancelled, so the consumer's insert drops it.
+/// `?type=`) naming a Kafka-routed job, a time-ordered id (UUIDv7, as the API gives a
+/// task without an idempotency key) not in the store yet — its message still waits in
+/// the topic — is recorded as cancelled under that job's type, so the consumer's insert
+/// drops it. An id derived from a key is not recorded so: whoever knows another job's
+/// type and key could compute it, and plant a row under it. A keyed task is cancelled
+/// ahead of consumption by its key instead (`cancel_by_key`).
 pub(super) async fn cancel(
     State(state): AppState,
     caller: Caller,
     Path(id): Path<String>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
+    let time_ordered = uuid::Uuid::parse_str(&id).is_ok_and(|id| id.get_version_num() == 7);
+    let job = query_job(&state, &query)?.filter(|_| time_ordered);
+    cancel_id(&state, &caller, job, id).await
+}
+
+/// Cancels task `id`; when `job` is Kafka-routed and no task `id` is stored yet, records
+/// it as cancelled under `job`'s type (the caller needs the right to cancel `job`'s
+/// tasks), for the consumer to drop.
+async fn cancel_id(
+    state: &ApiState,
+    caller: &Caller,
+    job: Option<Arc<asyncd_spec::Job>>,
+    id: String,
+) -> Result<Response, ApiError> {
     let now = state.clock.now_millis();
-    if let Some(job) = query_job(&state, &query)?
+    if let Some(job) = job
         && job.kafka.is_some()
-        && uuid::Uuid::parse_str(&id).is_ok()
         && state.store.get(&id).await?.is_none()
     {
         state
             .auth
-            .require(&caller, Verb::Cancel, Some(&job.name))
+            .require(caller, Verb::Cancel, Some(&job.name))
             .await?;
         if state
             .store
@@ -88,23 +105,37 @@ pub(super) async fn cancel(
         }
         // Consumed in the meantime: cancel the stored task.
     }
-    cancel_stored(&state, &caller, id, now).await
+    cancel_stored(state, caller, id, now).await
 }
 
 /// `DELETE /v1/tasks?job=J&unique_key=K` (or `type=T`): cancels the unfinished task of
-/// that job holding unique key `K`.
-pub(super) async fn cancel_by_unique_key(
+/// that job holding unique key `K`. With `idempotency_key=K` instead: cancels the task
+/// of that job submitted with idempotency key `K` — for a Kafka-routed job also while
+/// its message still waits in the topic, as `DELETE /v1/tasks/{id}?job=J` does for a
+/// task without a key.
+pub(super) async fn cancel_by_key(
     State(state): AppState,
     caller: Caller,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let Some(key) = query.get("unique_key") else {
-        return Err(ApiError::field(
-            "unique_key",
-            "name the unique key of the task to cancel (DELETE /v1/tasks/{id} cancels by id)",
-        ));
+    let (field, key) = match (query.get("unique_key"), query.get("idempotency_key")) {
+        (Some(key), None) => ("unique_key", key),
+        (None, Some(key)) => ("idempotency_key", key),
+        (Some(_), Some(_)) => {
+            return Err(ApiError::field(
+                "idempotency_key",
+                "name either the unique key or the idempotency key of the task to cancel",
+            ));
+        }
+        (None, None) => {
+            return Err(ApiError::field(
+                "unique_key",
+                "name the unique key (or idempotency key) of the task to cancel \
+                 (DELETE /v1/tasks/{id} cancels by id)",
+            ));
+        }
     };
-    plain_text("unique_key", key)?;
+    plain_text(field, key)?;
     let Some(job) = query_job(&state, &query)? else {
         return Err(ApiError::field(
             "job",
@@ -115,6 +146,10 @@ pub(super) async fn cancel_by_unique_key(
         .auth
         .require(&caller, Verb::Cancel, Some(&job.name))
         .await?;
+    if field == "idempotency_key" {
+        let id = submit::task_id(&job.task_type, Some(key));
+        return cancel_id(&state, &caller, Some(job), id).await;
+    }
     let holders = state
         .store
         .search(SearchParams {

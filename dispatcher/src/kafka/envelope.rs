@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::api::error::ApiError;
-use crate::api::submit::{bounds, task_id};
+use crate::api::submit::{bounds, legacy_task_id, task_id};
 use crate::trace::TraceContext;
 use asyncd_store::{Millis, NewTask};
 
@@ -84,7 +84,7 @@ impl Envelope {
         let concurrency_key =
             bounds::key("concurrency_key", self.concurrency_key).map_err(refused)?;
         let source_service = bounds::source_service(self.source_service).map_err(refused)?;
-        check_id(&self.id, idempotency_key.as_deref())?;
+        check_id(&self.id, &self.task_type, idempotency_key.as_deref())?;
         Ok(NewTask {
             id: self.id,
             task_type: self.task_type,
@@ -110,13 +110,16 @@ impl Envelope {
 
 /// The API gives a task with an idempotency key the id derived from it, and any other a
 /// time-ordered one (`task_id`): a message claiming another id could plant a row under
-/// the id a keyed submit will derive, which that submit would then run into.
-fn check_id(id: &str, idempotency_key: Option<&str>) -> Result<(), DecodeError> {
+/// the id a keyed submit will derive, which that submit would then run into. The id the
+/// release before derived from the key alone is still read, so that messages produced
+/// before an upgrade are not dead-lettered by it: under the topic's own type, such a row
+/// can hold no id that a submit now derives.
+fn check_id(id: &str, task_type: &str, idempotency_key: Option<&str>) -> Result<(), DecodeError> {
     let refused = |why: &str| DecodeError::Refused(format!("id: {id:?} {why}"));
     match idempotency_key {
-        Some(key) if id != task_id(Some(key)) => Err(refused(
-            "is not the id the API derives from the idempotency key",
-        )),
+        Some(key) if id != task_id(task_type, Some(key)) && id != legacy_task_id(key) => Err(
+            refused("is not the id the API derives from the idempotency key"),
+        ),
         Some(_) => Ok(()),
         None => match uuid::Uuid::parse_str(id) {
             Ok(uuid) if uuid.get_version_num() == 7 => Ok(()),
@@ -185,7 +188,7 @@ mod tests {
 
     /// The task as the API would produce it (`test_task` under an id it gives).
     fn task() -> NewTask {
-        crate::kafka::test_task(&task_id(None), "{}", NOW)
+        crate::kafka::test_task(&task_id("work", None), "{}", NOW)
     }
 
     fn read(task: &NewTask) -> Result<NewTask, DecodeError> {
@@ -220,7 +223,7 @@ mod tests {
     fn a_task_the_api_could_produce_is_read_unchanged() {
         let mut keyed = task().priority(9).max_retries(100).timeout_ms(86_400_000);
         keyed.idempotency_key = Some("order-42".into());
-        keyed.id = task_id(Some("order-42"));
+        keyed.id = task_id("work", Some("order-42"));
         keyed.trigger_at = NOW + crate::api::submit::bounds::MAX_DELAY;
         keyed.source_service = Some("s".repeat(128));
         let read_back = read(&keyed).unwrap();
@@ -333,7 +336,7 @@ mod tests {
     /// derive.
     #[test]
     fn an_id_the_api_would_not_give_is_refused() {
-        let planted = task_id(Some("order-77"));
+        let planted = task_id("work", Some("order-77"));
         let reason = forged("id", planted.clone().into())
             .unwrap_err()
             .to_string();
@@ -353,5 +356,12 @@ mod tests {
                 .ends_with("is not the id the API derives from the idempotency key")
         );
         assert!(forged("id", "not-a-uuid".into()).is_err());
+        // The id another job's submit derives from the same key: a message on this
+        // topic cannot take it.
+        keyed.id = task_id("other", Some("order-42"));
+        assert!(read(&keyed).is_err());
+        // What the release before derived from the key alone is still read.
+        keyed.id = legacy_task_id("order-42");
+        assert_eq!(read(&keyed).unwrap().id, keyed.id);
     }
 }

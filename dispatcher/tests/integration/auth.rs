@@ -20,6 +20,8 @@ const ADMIN: &str = "t-admin";
 const TEAM_A: &str = "t-team-a";
 const READ_A: &str = "t-read-a";
 const EXPIRED: &str = "t-expired";
+const TEAM_B: &str = "t-team-b";
+const SUBMIT_B: &str = "t-submit-b";
 
 fn tokens_file(dir: &std::path::Path) -> std::path::PathBuf {
     let path = dir.join("tokens.yaml");
@@ -29,11 +31,15 @@ fn tokens_file(dir: &std::path::Path) -> std::path::PathBuf {
   - {{name: team-a, sha256: "{}", jobs: [job-a], verbs: [submit, read, cancel, redrive]}}
   - {{name: reader-a, sha256: "{}", jobs: [job-a], verbs: [read]}}
   - {{name: expired, sha256: "{}", jobs: ["*"], verbs: ["*"], expires: "2020-01-01T00:00:00Z"}}
+  - {{name: team-b, sha256: "{}", jobs: [job-b], verbs: [submit, read, cancel]}}
+  - {{name: submitter-b, sha256: "{}", jobs: [job-b], verbs: [submit]}}
 "#,
         hash(ADMIN),
         hash(TEAM_A),
         hash(READ_A),
-        hash(EXPIRED)
+        hash(EXPIRED),
+        hash(TEAM_B),
+        hash(SUBMIT_B)
     );
     std::fs::write(&path, text).unwrap();
     path
@@ -284,6 +290,98 @@ async fn every_public_endpoint_refuses_missing_wrong_expired_and_out_of_scope_cr
         (200, &json!(false)),
         "{answer}"
     );
+}
+
+/// Issue 31, reproductions 2–4: keys live inside their job, a dependency on another
+/// job's task is answered as an unknown one, and a refusal names the task holding a
+/// key only to a caller who may read it.
+#[tokio::test]
+async fn one_jobs_keys_and_tasks_neither_block_nor_reveal_anothers() {
+    let (asyncd, _executor, _secrets) = start().await;
+    let submit = |body: Value, token: &'static str| {
+        let asyncd = &asyncd;
+        async move { call(asyncd, Method::POST, "/v1/tasks", Some(body), Some(token)).await }
+    };
+    let later = "1h";
+
+    // 2. The same idempotency key on two jobs: two tasks, neither refused.
+    let (status, b) = submit(
+        json!({"type": "b", "delay": later, "idempotency_key": "order-42"}),
+        TEAM_B,
+    )
+    .await;
+    assert_eq!(status, 201, "{b}");
+    let b_id = b["id"].as_str().unwrap().to_string();
+    let (status, a) = submit(
+        json!({"type": "a", "delay": later, "idempotency_key": "order-42"}),
+        TEAM_A,
+    )
+    .await;
+    assert_eq!(
+        (status, a["duplicate"].as_bool()),
+        (201, Some(false)),
+        "{a}"
+    );
+    assert_ne!(a["id"], b["id"]);
+
+    // 3. The same unique key on two jobs.
+    let (status, held) = submit(
+        json!({"type": "b", "delay": later, "unique_key": "order:42"}),
+        TEAM_B,
+    )
+    .await;
+    assert_eq!(status, 201, "{held}");
+    let (status, answer) = submit(
+        json!({"type": "a", "delay": later, "unique_key": "order:42"}),
+        TEAM_A,
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+
+    // 4. A dependency on another job's task is answered as one on no task at all.
+    let (status, answer) = submit(json!({"type": "a", "depends_on": [b_id]}), TEAM_A).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["field"], "depends_on");
+    assert_eq!(
+        answer["error"]["message"],
+        format!("depends_on: no task {b_id}"),
+        "the same answer as for an id nobody holds"
+    );
+    let unknown = uuid::Uuid::now_v7().to_string();
+    let (status, answer) = submit(json!({"type": "a", "depends_on": [unknown]}), TEAM_A).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(
+        answer["error"]["message"],
+        format!("depends_on: no task {unknown}")
+    );
+    let a_id = a["id"].as_str().unwrap();
+    let (status, answer) = submit(
+        json!({"type": "a", "delay": later, "depends_on": [a_id]}),
+        TEAM_A,
+    )
+    .await;
+    assert_eq!(status, 201, "a dependency the caller may read: {answer}");
+
+    // The holder of a key is named to whoever may read the job, and only to them.
+    let reused = json!({"type": "b", "delay": later, "idempotency_key": "order-42", "payload": {"other": 1}});
+    let (status, answer) = submit(reused.clone(), TEAM_B).await;
+    assert_eq!(status, 409, "{answer}");
+    assert_eq!(answer["error"]["existing_id"], b_id.as_str());
+    let (status, answer) = submit(reused, SUBMIT_B).await;
+    assert_eq!(status, 409, "{answer}");
+    assert_eq!(answer["error"]["code"], "idempotency_mismatch");
+    assert!(answer["error"].get("existing_id").is_none(), "{answer}");
+    assert!(
+        !answer.to_string().contains(&b_id),
+        "a caller who may not read job-b learns no id of it: {answer}"
+    );
+    let (status, answer) = submit(
+        json!({"type": "b", "delay": later, "unique_key": "order:42"}),
+        SUBMIT_B,
+    )
+    .await;
+    assert_eq!(status, 409, "{answer}");
+    assert!(answer["error"].get("existing_id").is_none(), "{answer}");
 }
 
 #[tokio::test]

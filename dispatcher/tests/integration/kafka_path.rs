@@ -574,6 +574,76 @@ async fn a_task_cancelled_before_it_is_consumed_never_runs() {
     );
 }
 
+/// Issue 31, reproduction 1: a cancel ahead of consumption cannot plant a row under the
+/// id another job's idempotency key derives (nor can it under its own job's: that id is
+/// another), so the other job's submit with that key is a new task that runs, not a
+/// duplicate of nothing. A keyed Kafka task is cancelled ahead of consumption by its key.
+#[tokio::test]
+async fn a_cancel_before_consumption_plants_nothing_under_another_jobs_ids() {
+    let Some(_broker) = Broker::shared().await else {
+        return;
+    };
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let Some(cluster) = Cluster::start_jobs(&[
+        ("a.yaml", kafka_job("planter", &executor.url(), 1)),
+        ("b.yaml", job_yaml("victim", "victim", &executor.url(), "")),
+    ])
+    .await
+    else {
+        return;
+    };
+    let (http, api) = (&cluster.http, &cluster.api);
+    let victims_id = asyncd::api::submit::task_id("victim", Some("order-77"));
+    let answer = http
+        .delete(format!("http://{api}/v1/tasks/{victims_id}?job=planter"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 404, "a derived id is not planted");
+
+    let answer = http
+        .delete(format!(
+            "http://{api}/v1/tasks?job=planter&idempotency_key=order-77"
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let cancelled: Value = answer.json().await.unwrap();
+    let planters_id = asyncd::api::submit::task_id("planter", Some("order-77"));
+    assert_eq!(
+        (cancelled["id"].as_str(), cancelled["state"].as_str()),
+        (Some(planters_id.as_str()), Some("cancelled"))
+    );
+    assert_ne!(planters_id, victims_id);
+
+    let answer = http
+        .post(format!("http://{api}/v1/tasks"))
+        .json(&json!({"type": "victim", "idempotency_key": "order-77"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 201);
+    let submitted: Value = answer.json().await.unwrap();
+    assert_eq!(
+        (submitted["id"].as_str(), submitted["duplicate"].as_bool()),
+        (Some(victims_id.as_str()), Some(false))
+    );
+    let _dispatcher = cluster.dispatcher("dispatcher-0");
+    executor.wait_calls(&victims_id, 1).await;
+
+    // The planter's own keyed task, produced after its cancel, never runs.
+    let produced = cluster
+        .submit(vec![
+            json!({"type": "planter", "idempotency_key": "order-77"}),
+            json!({"type": "planter", "payload": "after it"}),
+        ])
+        .await;
+    assert_eq!(produced[0], planters_id);
+    executor.wait_calls(&produced[1], 1).await;
+    assert!(executor.calls_for(&planters_id).is_empty());
+}
+
 #[tokio::test]
 async fn chaos_sigkilled_dispatchers_and_a_broker_restart_lose_nothing() {
     let Some(_broker) = Broker::alone().await else {
@@ -808,7 +878,10 @@ async fn with_the_broker_unreachable_a_submit_falls_back_to_the_store_under_the_
         "the submit took {took:?}"
     );
     let id = answer["id"].as_str().unwrap().to_string();
-    assert_eq!(id, asyncd::api::submit::task_id(Some("fallback-1")));
+    assert_eq!(
+        id,
+        asyncd::api::submit::task_id("fallback", Some("fallback-1"))
+    );
 
     // Right after a failure the broker is not waited for again: straight to the store.
     let started = std::time::Instant::now();
@@ -1284,7 +1357,7 @@ async fn with_the_store_away_a_kafka_route_submit_is_still_accepted() {
         "{second}"
     );
     let id = second["id"].as_str().unwrap();
-    assert_eq!(id, asyncd::api::submit::task_id(Some("second")));
+    assert_eq!(id, asyncd::api::submit::task_id("nostore", Some("second")));
     let calls = executor.wait_calls(id, 1).await;
     assert_eq!(calls[0].attempt, 1);
 }
@@ -1371,7 +1444,10 @@ async fn with_the_broker_and_the_store_both_down_a_submit_answers_503_and_a_retr
         "{answer}"
     );
     let id = answer["id"].as_str().unwrap();
-    assert_eq!(id, asyncd::api::submit::task_id(Some("nowhere-1")));
+    assert_eq!(
+        id,
+        asyncd::api::submit::task_id("nowhere", Some("nowhere-1"))
+    );
     let task: Value = http
         .get(format!("http://{api}/v1/tasks/{id}"))
         .send()

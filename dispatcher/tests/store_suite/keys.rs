@@ -9,10 +9,11 @@ use asyncd_store::{
 };
 use serde_json::value::RawValue;
 
-use crate::{T0, at, insert, start_params, state};
+use crate::{T0, at, claim_all, insert, start_params, state};
 
 scenarios!(
     idempotency_unique_and_cron_keys,
+    keys_live_inside_their_type,
     keys_compare_byte_for_byte,
     unique_keys_are_held_for_their_window_after_success,
 );
@@ -52,14 +53,12 @@ async fn idempotency_unique_and_cron_keys(store: &dyn Store) {
         }
     );
 
-    // The idempotency key again with another payload or type is refused, in an insert
-    // and in the lookup the Kafka route makes; the same payload spaced and ordered
-    // differently is a repeat.
+    // The idempotency key again with another payload is refused, in an insert and in
+    // the lookup the Kafka route makes; the same payload spaced and ordered differently
+    // is a repeat.
     let mut other_payload = NewTask::test("a", T0);
     other_payload.idempotency_key = Some("idem".into());
     other_payload.payload = RawValue::from_string(r#"{"k":2}"#.into()).unwrap();
-    let mut other_type = NewTask::test("b", T0);
-    other_type.idempotency_key = Some("idem".into());
     let mut respaced = NewTask::test("a", T0);
     respaced.idempotency_key = Some("idem".into());
     respaced.payload = RawValue::from_string(r#"{ "k" : 1 }"#.into()).unwrap();
@@ -67,26 +66,16 @@ async fn idempotency_unique_and_cron_keys(store: &dyn Store) {
         existing_id: first_id.clone(),
     };
     let outcomes = store
-        .insert(
-            &[other_payload.clone(), other_type.clone(), respaced.clone()],
-            T0,
-        )
+        .insert(&[other_payload.clone(), respaced.clone()], T0)
         .await
         .unwrap();
     let repeat = InsertOutcome::Duplicate {
         id: first_id.clone(),
         trigger_at: T0,
     };
-    assert_eq!(
-        outcomes,
-        [mismatch.clone(), mismatch.clone(), repeat.clone()]
-    );
+    assert_eq!(outcomes, [mismatch.clone(), repeat.clone()]);
     assert_eq!(
         store.find_idempotent(&other_payload).await.unwrap(),
-        Some(mismatch.clone())
-    );
-    assert_eq!(
-        store.find_idempotent(&other_type).await.unwrap(),
         Some(mismatch)
     );
     assert_eq!(
@@ -119,6 +108,111 @@ async fn idempotency_unique_and_cron_keys(store: &dyn Store) {
             trigger_at: at(60_000)
         }
     );
+}
+
+/// Issue 31: one job's idempotency and unique keys neither block nor match another's,
+/// a task of another type under a task's id is no repeat of it, and a redrive takes its
+/// unique key back while another type's task holds the same key.
+async fn keys_live_inside_their_type(store: &dyn Store) {
+    let later = at(10_000_000);
+    let keyed = move |task_type: &str| {
+        let mut task = NewTask::test(task_type, later);
+        task.idempotency_key = Some("order-42".into());
+        task.unique_key = Some("order:42".into());
+        task
+    };
+    let (a, b) = (keyed("a"), keyed("b"));
+    let outcomes = store.insert(&[a.clone(), b.clone()], T0).await.unwrap();
+    assert_eq!(
+        outcomes,
+        [
+            InsertOutcome::Inserted {
+                id: a.id.clone(),
+                trigger_at: later
+            },
+            InsertOutcome::Inserted {
+                id: b.id.clone(),
+                trigger_at: later
+            },
+        ],
+        "the same keys in two types are two tasks"
+    );
+    let repeat = InsertOutcome::Duplicate {
+        id: b.id.clone(),
+        trigger_at: later,
+    };
+    assert_eq!(
+        store.insert(&[keyed("b")], T0).await.unwrap(),
+        std::slice::from_ref(&repeat)
+    );
+    assert_eq!(
+        store.find_idempotent(&keyed("b")).await.unwrap(),
+        Some(repeat)
+    );
+    let mut unkeyed_b = NewTask::test("b", T0);
+    unkeyed_b.unique_key = Some("order:42".into());
+    assert_eq!(
+        store.insert(&[unkeyed_b], T0).await.unwrap(),
+        [InsertOutcome::UniqueConflict {
+            existing_id: b.id.clone()
+        }],
+        "within its type a unique key still holds"
+    );
+    let mut unheld = keyed("c");
+    unheld.unique_key = None;
+    assert_eq!(store.find_idempotent(&unheld).await.unwrap(), None);
+
+    // A's id again under another type (a cancel-before-consume row, or a message
+    // consumed on another job's topic): neither a repeat nor A's to name.
+    let mut taken = NewTask::test("b", later);
+    taken.id = a.id.clone();
+    assert_eq!(
+        store.insert(&[taken], T0).await.unwrap(),
+        [InsertOutcome::IdTaken { id: a.id.clone() }]
+    );
+    assert!(
+        !store.insert_cancelled(&a.id, "b", T0).await.unwrap(),
+        "a cancel-before-consume row cannot displace A"
+    );
+    assert_eq!(store.get(&a.id).await.unwrap().unwrap().task_type, "a");
+    let mut same = NewTask::test("a", later);
+    same.id = a.id.clone();
+    assert_eq!(
+        store.insert(&[same], T0).await.unwrap(),
+        [InsertOutcome::Duplicate {
+            id: a.id.clone(),
+            trigger_at: later
+        }],
+        "the same id and type is a message consumed twice"
+    );
+
+    // A dead letter of type c takes its unique key back although b's task holds it.
+    let mut dead = NewTask::test("c", T0);
+    dead.unique_key = Some("order:42".into());
+    let dead_id = insert(store, dead).await;
+    let claimed = claim_all(store, T0, T0).await;
+    assert_eq!(claimed.len(), 1, "only the task to bury is due");
+    let attempt = store
+        .start(start_params(
+            &[(dead_id.clone(), claimed[0].lease_token)],
+            T0,
+            0,
+        ))
+        .await
+        .unwrap()
+        .remove(0);
+    let burial = Finish {
+        id: dead_id.clone(),
+        lease_token: attempt.lease_token,
+        kind: FinishKind::Dead {
+            error: "gave up".into(),
+        },
+    };
+    assert_eq!(store.finish(&[burial], T0).await.unwrap(), [true]);
+    assert!(matches!(
+        store.redrive(&dead_id, T0).await.unwrap(),
+        RedriveOutcome::Redriven { .. }
+    ));
 }
 
 async fn keys_compare_byte_for_byte(store: &dyn Store) {

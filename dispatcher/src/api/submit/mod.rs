@@ -30,7 +30,7 @@ use crate::clock::from_millis;
 use crate::job_table::RouteTable;
 use crate::trace::{Span, SpanKind, TraceContext, Tracer, Value};
 use asyncd_store::{InsertOutcome, Millis, NewTask};
-pub use validate::{Limits, MAX_KEY_LEN, task_id};
+pub use validate::{Limits, MAX_KEY_LEN, legacy_task_id, task_id};
 pub(super) use validate::{MAX_TIMEOUT, parse_json, plain_text};
 use workflow::Refs;
 
@@ -109,12 +109,18 @@ async fn accept_request(
         trace.attr("asyncd.task.id", Value::Str(task.id.clone()));
         trace.attr("asyncd.task.type", Value::Str(task.task_type.clone()));
     }
+    let types: Vec<Option<String>> = checked
+        .iter()
+        .map(|task| task.as_ref().ok().map(|task| task.task_type.clone()))
+        .collect();
     // Only a batch's items take refs out, so a single submit is never one.
     if workflow::is_workflow(&refs) {
         let answers = workflow::store(state, checked, &refs, now).await?;
+        let answers = hide_unreadable_holders(state, caller, &types, answers).await?;
         return Ok(batch_response(answers));
     }
     let answers = accept_checked(state, checked, now, started).await?;
+    let answers = hide_unreadable_holders(state, caller, &types, answers).await?;
     match shape {
         Shape::One => {
             let answer = answers.into_iter().next().expect("one answer per item");
@@ -147,6 +153,12 @@ async fn check(
     let task = match may_submit(state, caller, routes, &request.task_type).await {
         Ok(()) => validate::validate(request, routes, &state.limits, now, source),
         Err(err) => Err(err),
+    };
+    let task = match task {
+        Ok(task) if !task.depends_on.is_empty() => {
+            may_depend(state, caller, &task).await.map(|()| task)
+        }
+        other => other,
     };
     (task, refs)
 }
@@ -185,6 +197,34 @@ async fn accept_checked(
             None => answers.next().expect("one answer per valid task"),
         })
         .collect())
+}
+
+/// Refusals name the task holding a key (`existing_id`) only to a caller who may read
+/// it. Keys are unique per type, so the holder is a task of the submitted job; but a
+/// caller may hold the right to submit a job's tasks and not to read them.
+async fn hide_unreadable_holders(
+    state: &ApiState,
+    caller: &Caller,
+    types: &[Option<String>],
+    mut answers: Vec<Answer>,
+) -> Result<Vec<Answer>, ApiError> {
+    for (answer, task_type) in answers.iter_mut().zip(types) {
+        let (Err(err), Some(task_type)) = (answer, task_type) else {
+            continue;
+        };
+        let Some(holder) = err.error.existing_id.clone() else {
+            continue;
+        };
+        let job = state.job_name(task_type);
+        if !state.auth.allows(caller, Verb::Get, job.as_deref()).await? {
+            err.error.existing_id = None;
+            err.error.message = err
+                .error
+                .message
+                .replace(&format!("task {holder}"), "another task of this job");
+        }
+    }
+    Ok(answers)
 }
 
 fn batch_response(answers: Vec<Answer>) -> Response {
@@ -326,10 +366,42 @@ fn accepted(outcome: InsertOutcome) -> Answer {
         )
         .with_field("idempotency_key")
         .with_existing_id(existing_id)),
-        InsertOutcome::UnknownDependency { id } => {
-            Err(ApiError::field("depends_on", format!("no task {id}")))
+        InsertOutcome::UnknownDependency { id } => Err(unknown_dependency(&id)),
+        // Only an id derived from an idempotency key can be held: by a task of another
+        // job, which is neither named nor taken for this one.
+        InsertOutcome::IdTaken { .. } => Err(ApiError::new(
+            ErrorCode::IdempotencyMismatch,
+            "idempotency_key: the task id this key derives is held by a task of another \
+             job; use another key",
+        )
+        .with_field("idempotency_key")),
+    }
+}
+
+/// A `depends_on` id that names no task the caller may read: unknown and invisible
+/// dependencies are answered alike, so the answer reveals nothing of other jobs.
+fn unknown_dependency(id: &str) -> ApiError {
+    ApiError::field("depends_on", format!("no task {id}"))
+}
+
+/// `400` unless every dependency of `task` is a task `caller` may read. The store
+/// checks again, atomically, that each exists when the task is inserted.
+async fn may_depend(state: &ApiState, caller: &Caller, task: &NewTask) -> Result<(), ApiError> {
+    for dep in &task.depends_on {
+        let Some(found) = state.store.get(dep).await? else {
+            return Err(unknown_dependency(dep));
+        };
+        let job = state.job_name(&found.task_type);
+        if !state.auth.allows(caller, Verb::Get, job.as_deref()).await? {
+            tracing::info!(
+                caller = caller.name(),
+                dependency = dep.as_str(),
+                "dependency hidden from a caller who may not read it"
+            );
+            return Err(unknown_dependency(dep));
         }
     }
+    Ok(())
 }
 
 impl ApiState {

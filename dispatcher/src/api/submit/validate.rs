@@ -360,7 +360,7 @@ pub fn validate(
             .or_else(|| source_header.map(str::to_string)),
     )?;
     Ok(NewTask {
-        id: task_id(idempotency_key.as_deref()),
+        id: task_id(&job.task_type, idempotency_key.as_deref()),
         task_type: job.task_type.clone(),
         payload,
         priority,
@@ -406,24 +406,38 @@ fn checked_render(
 }
 
 /// A new task's id: time-ordered (UUIDv7), except that a task with an idempotency key gets
-/// an id derived from the key alone (UUIDv8 over its SHA-256). A repeat of a submit whose
-/// first copy is still in Kafka, not yet in the store where the key is checked, is then
-/// produced under the same id, the consumer keeps one copy by the primary key, and both
-/// answers name a task that exists.
-pub fn task_id(idempotency_key: Option<&str>) -> String {
+/// an id derived from its type and key (UUIDv8 over their SHA-256). A repeat of a submit
+/// whose first copy is still in Kafka, not yet in the store where the key is checked, is
+/// then produced under the same id, the consumer keeps one copy by the primary key, and
+/// both answers name a task that exists. The type is part of it because keys are unique
+/// per type: two jobs using the same key get two ids, and neither can hold the other's.
+pub fn task_id(task_type: &str, idempotency_key: Option<&str>) -> String {
     match idempotency_key {
-        Some(key) => {
-            use sha2::Digest;
-            let digest = sha2::Sha256::new()
-                .chain_update(b"asyncd idempotency key\0")
-                .chain_update(key.as_bytes())
-                .finalize();
-            let mut bytes = [0u8; 16];
-            bytes.copy_from_slice(&digest[..16]);
-            uuid::Uuid::new_v8(bytes).to_string()
-        }
+        Some(key) => derived_id(&[
+            b"asyncd idempotency key per type\0",
+            task_type.as_bytes(),
+            b"\0",
+            key.as_bytes(),
+        ]),
         None => uuid::Uuid::now_v7().to_string(),
     }
+}
+
+/// The id the release before derived from an idempotency key alone. Only the Kafka
+/// consumer still accepts it, for messages produced before an upgrade.
+pub fn legacy_task_id(idempotency_key: &str) -> String {
+    derived_id(&[b"asyncd idempotency key\0", idempotency_key.as_bytes()])
+}
+
+fn derived_id(parts: &[&[u8]]) -> String {
+    use sha2::Digest;
+    let mut digest = sha2::Sha256::new();
+    for part in parts {
+        digest.update(part);
+    }
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest.finalize()[..16]);
+    uuid::Uuid::new_v8(bytes).to_string()
 }
 
 #[cfg(test)]
@@ -431,12 +445,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_idempotency_key_always_gives_the_same_id() {
-        let first = task_id(Some("order-42"));
-        assert_eq!(first, task_id(Some("order-42")));
-        assert_ne!(first, task_id(Some("order-43")));
+    fn an_idempotency_key_always_gives_the_same_id_within_its_type() {
+        let first = task_id("t", Some("order-42"));
+        assert_eq!(first, task_id("t", Some("order-42")));
+        assert_ne!(first, task_id("t", Some("order-43")));
+        assert_ne!(first, task_id("u", Some("order-42")), "another job's key");
+        // The separator keeps (type, key) pairs that concatenate alike apart.
+        assert_ne!(task_id("ab", Some("c")), task_id("a", Some("bc")));
+        assert_ne!(first, legacy_task_id("order-42"));
         assert!(uuid::Uuid::parse_str(&first).is_ok());
-        assert_ne!(task_id(None), task_id(None));
+        assert_ne!(task_id("t", None), task_id("t", None));
     }
     use asyncd_spec::AsyncJobConfig;
 
