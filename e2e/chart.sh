@@ -269,6 +269,16 @@ fi
 check "default rendering: the operator container starts (its CLI accepts the args and env)" \
   assets operator-cli "$work/default.yaml" "$operator_bin"
 check "cluster scope: the operator container starts" assets operator-cli "$work/cluster.yaml" "$operator_bin"
+check "helm template (executor address ranges)" render "$work/executor.yaml" \
+  --set 'operator.executorAddresses.denyCidrs={10.0.0.0/16,fd00::/8}' \
+  --set 'operator.executorAddresses.allowCidrs={10.0.5.0/24}'
+check "executor ranges set on the command line reach the operator args" rendered_has "$work/executor.yaml" \
+  '- "--executor-deny-cidrs=10.0.0.0/16"' '- "--executor-deny-cidrs=fd00::/8"' \
+  '- "--executor-allow-cidrs=10.0.5.0/24"'
+check "executor ranges: the operator container starts (its CLI accepts them)" \
+  assets operator-cli "$work/executor.yaml" "$operator_bin"
+check "default rendering: no executor ranges (the dispatchers' default policy alone)" \
+  bash -c "! grep -qF -- '--executor-' '$work/default.yaml'"
 check "helm template (api TLS, Kafka security Secret)" render "$work/tls.yaml" \
   --set api.tls.secretName=asyncd-api-tls --set kafka.securitySecret=asyncd-kafka "${monitoring[@]}"
 check "api TLS: every asyncd container starts" assets cli "$work/tls.yaml" "$asyncd_bin"
@@ -314,6 +324,11 @@ check "refused: operator with a store Secret key other than url" refused 'reads 
   --set store.existingSecret=db --set store.existingSecretKey=dsn
 check "refused: unknown operator.scope" refused 'operator.scope must be "namespace" or "cluster"' --set operator.scope=everywhere
 check "store password not echoed in errors" bash -c "! $HELM template x '$chart' --set store.url=sqlite://u:s3cret@h/db 2>&1 | grep -q s3cret"
+check "refused: an executor range that is a bare address" \
+  refused 'operator.executorAddresses.denyCidrs: "10.0.0.1" is not a CIDR' \
+  --set 'operator.executorAddresses.denyCidrs={10.0.0.0/16,10.0.0.1}'
+check "refused: executor ranges not given as a list" refused "operator.executorAddresses.allowCidrs must be a list" \
+  --set operator.executorAddresses.allowCidrs=10.0.0.0/8
 
 values_documented() {
   python3 - "$chart/values.yaml" <<'EOF'
@@ -425,6 +440,7 @@ EOF
   check "dry-run=server: operator.scope=cluster" k -n "$ns" apply --dry-run=server -f "$work/cluster.yaml"
   check "dry-run=server: api TLS, Kafka security Secret" k -n "$ns" apply --dry-run=server -f "$work/tls.yaml"
   check "dry-run=server: NetworkPolicy with egress rules" k -n "$ns" apply --dry-run=server -f "$work/egress.yaml"
+  check "dry-run=server: executor address ranges" k -n "$ns" apply --dry-run=server -f "$work/executor.yaml"
   # the stand-in CRDs do validate: a malformed scrape interval is refused
   helm template "$release" "$chart" -n "$ns" "${base[@]}" -s templates/servicemonitor.yaml \
     --set metrics.serviceMonitor.enabled=true --set metrics.serviceMonitor.interval=thirty >"$work/bad-sm.yaml"

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use asyncd_kafka_admin::KafkaSecurity;
-use asyncd_operator::builders::DispatcherSettings;
+use asyncd_operator::builders::{self, DispatcherSettings};
 use asyncd_operator::kafka::{Broker, KafkaAdmin, TopicOwners};
 use asyncd_operator::leader::{Elector, LeaseSettings};
 use asyncd_operator::metrics::Metrics;
@@ -20,6 +20,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use clap::Parser;
+use ipnet::IpNet;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -68,6 +69,27 @@ struct Args {
     /// kept no records; leave it off otherwise.
     #[arg(long, env = "ASYNCD_ADOPT_UNOWNED_TOPICS")]
     adopt_unowned_topics: bool,
+    /// Address ranges the dispatchers' executors may not be at (CIDRs; repeatable, or
+    /// comma-separated), on top of the dispatcher's own policy in a pod: link-local,
+    /// loopback and the API server's service address (docs/security.md, "Executor URL
+    /// policy"). Each dispatcher gets them as ASYNCD_EXECUTOR_DENY_CIDRS.
+    #[arg(
+        long,
+        env = "ASYNCD_EXECUTOR_DENY_CIDRS",
+        value_delimiter = ',',
+        value_parser = builders::cidr
+    )]
+    executor_deny_cidrs: Vec<IpNet>,
+    /// Address ranges the dispatchers' executors may be at even where a denied range,
+    /// the dispatcher's own included, holds them (CIDRs; repeatable, or comma-separated).
+    /// Each dispatcher gets them as ASYNCD_EXECUTOR_ALLOW_CIDRS.
+    #[arg(
+        long,
+        env = "ASYNCD_EXECUTOR_ALLOW_CIDRS",
+        value_delimiter = ',',
+        value_parser = builders::cidr
+    )]
+    executor_allow_cidrs: Vec<IpNet>,
     /// Secret (in each config's namespace) whose `url` key is the dispatchers' store URL.
     #[arg(long, default_value = "asyncd-store")]
     store_secret: String,
@@ -203,6 +225,8 @@ async fn main() -> anyhow::Result<()> {
         store_secret: args.store_secret,
         service_account: args.dispatcher_service_account,
         kafka_secret: args.dispatcher_kafka_secret,
+        executor_deny_cidrs: args.executor_deny_cidrs,
+        executor_allow_cidrs: args.executor_allow_cidrs,
     };
     let metrics = Arc::new(Metrics::default());
     let ready = Arc::new(AtomicBool::new(false));

@@ -2,7 +2,8 @@
 //! providers are compiled in (kube's `ring`, the dispatcher's `aws-lc-rs`), and rustls then
 //! panics at the first TLS client config unless main installs one. Building the kube
 //! client is exactly that point, so: start the operator against an API server that is not
-//! there and expect it to get past the client and start watching.
+//! there and expect it to get past the client and start watching. And it does not start
+//! with a setting it would hand every dispatcher broken.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -78,4 +79,61 @@ current-context: absent
         "the operator did not start:\n{}",
         seen.join("\n")
     );
+}
+
+/// A bad executor range, by flag or by variable, stops the operator before it looks for a
+/// cluster, with a usage error naming the flag and the value.
+#[test]
+fn refuses_an_executor_range_that_is_no_cidr() {
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_asyncd-operator"))
+            .args([
+                "--kafka-brokers",
+                "127.0.0.1:1",
+                "--dispatcher-image",
+                "asyncd:test",
+            ])
+            .args(args)
+            .env_remove("ASYNCD_EXECUTOR_DENY_CIDRS")
+            .env_remove("ASYNCD_EXECUTOR_ALLOW_CIDRS")
+            .envs(env.iter().copied())
+            // were the range accepted, the operator would stop here instead, status 1
+            .env("KUBECONFIG", "/nonexistent/asyncd-operator-test-kubeconfig")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .stdout(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+
+    let (code, stderr) = run(&["--executor-deny-cidrs", "10.0.0.0/8,10.0.0.1"], &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--executor-deny-cidrs") && stderr.contains("\"10.0.0.1\" is not a CIDR"),
+        "{stderr}"
+    );
+
+    let (code, stderr) = run(&[], &[("ASYNCD_EXECUTOR_ALLOW_CIDRS", "fd00::/129")]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--executor-allow-cidrs")
+            && stderr.contains("\"fd00::/129\" is not a CIDR"),
+        "{stderr}"
+    );
+
+    // good ranges get past the flags, to the missing kubeconfig
+    let (code, stderr) = run(
+        &[
+            "--executor-deny-cidrs",
+            "0.0.0.0/0",
+            "--executor-deny-cidrs",
+            "::/0",
+        ],
+        &[("ASYNCD_EXECUTOR_ALLOW_CIDRS", "10.0.5.0/24, fd00::/8")],
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("kubeconfig"), "{stderr}");
 }

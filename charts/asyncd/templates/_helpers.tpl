@@ -217,6 +217,25 @@ readinessProbe:
 {{- end }}
 {{- end }}
 
+{{/*
+operator.executorAddresses.<key> as a JSON array, each entry shaped like a CIDR. The
+operator parses them for real at start; this catches a value that is no list, or a
+bare address, at install time instead of in a crash-looping pod.
+*/}}
+{{- define "asyncd.cidrs" -}}
+{{- $root := index . 0 }}{{- $key := index . 1 }}
+{{- $value := index $root.Values.operator.executorAddresses $key | default list }}
+{{- if not (kindIs "slice" $value) }}
+{{- fail (printf "operator.executorAddresses.%s must be a list of CIDRs, e.g. [10.0.0.0/16], got %v" $key $value) }}
+{{- end }}
+{{- range $value }}
+{{- if not (regexMatch "^[0-9A-Fa-f.:]+/[0-9]{1,3}$" (toString .)) }}
+{{- fail (printf "operator.executorAddresses.%s: %q is not a CIDR (an address and a prefix length: 10.0.0.0/8, fd00::/8)" $key (toString .)) }}
+{{- end }}
+{{- end }}
+{{- toJson $value }}
+{{- end }}
+
 {{/* Name of the operator's leader-election Lease. */}}
 {{- define "asyncd.operatorLease" -}}
 {{- printf "%s-operator" (include "asyncd.fullname" .) }}

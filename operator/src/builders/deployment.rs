@@ -134,6 +134,25 @@ pub fn build(config: &AsyncJobConfig, settings: &DispatcherSettings) -> Deployme
         value: Some(format!("http://$(ASYNCD_POD_IP):{METRICS_PORT}")),
         ..EnvVar::default()
     });
+    // Left out when empty, so a Deployment built without them is the one built before
+    // these settings existed and does not roll.
+    for (name, ranges) in [
+        ("ASYNCD_EXECUTOR_DENY_CIDRS", &settings.executor_deny_cidrs),
+        (
+            "ASYNCD_EXECUTOR_ALLOW_CIDRS",
+            &settings.executor_allow_cidrs,
+        ),
+    ] {
+        if ranges.is_empty() {
+            continue;
+        }
+        let ranges: Vec<String> = ranges.iter().map(ToString::to_string).collect();
+        env.push(EnvVar {
+            name: name.into(),
+            value: Some(ranges.join(",")),
+            ..EnvVar::default()
+        });
+    }
     let signing = signing_volume(config);
     let container = Container {
         name: "dispatcher".into(),
@@ -416,6 +435,53 @@ mod tests {
             ("asyncd-kafka", Some(false))
         );
         assert!(!c.args.as_ref().unwrap().join(" ").contains("sasl"));
+    }
+
+    /// The value of the dispatcher container's variable `name`, if it has one.
+    fn env_value(d: Deployment, name: &str) -> Option<String> {
+        let pod = d.spec.unwrap().template.spec.unwrap();
+        let env = pod.containers[0].env.clone().unwrap_or_default();
+        let found: Vec<&EnvVar> = env.iter().filter(|e| e.name == name).collect();
+        assert!(found.len() <= 1, "{name} set twice: {found:?}");
+        found
+            .first()
+            .map(|e| e.value.clone().expect("a plain value"))
+    }
+
+    #[test]
+    fn the_operators_executor_ranges_reach_the_dispatcher_only_when_set() {
+        let config = fixtures::config("job-a");
+        let unset = build(&config, &fixtures::settings());
+        assert_eq!(env_value(unset.clone(), "ASYNCD_EXECUTOR_DENY_CIDRS"), None);
+        assert_eq!(env_value(unset, "ASYNCD_EXECUTOR_ALLOW_CIDRS"), None);
+
+        let mut settings = fixtures::settings();
+        settings.executor_deny_cidrs =
+            vec!["10.0.0.0/16".parse().unwrap(), "fd00::/8".parse().unwrap()];
+        let deny_only = build(&config, &settings);
+        assert_eq!(
+            env_value(deny_only.clone(), "ASYNCD_EXECUTOR_DENY_CIDRS").as_deref(),
+            Some("10.0.0.0/16,fd00::/8")
+        );
+        assert_eq!(env_value(deny_only, "ASYNCD_EXECUTOR_ALLOW_CIDRS"), None);
+
+        settings.executor_allow_cidrs = vec!["10.0.5.0/24".parse().unwrap()];
+        let both = build(&config, &settings);
+        assert_eq!(
+            env_value(both.clone(), "ASYNCD_EXECUTOR_DENY_CIDRS").as_deref(),
+            Some("10.0.0.0/16,fd00::/8")
+        );
+        assert_eq!(
+            env_value(both.clone(), "ASYNCD_EXECUTOR_ALLOW_CIDRS").as_deref(),
+            Some("10.0.5.0/24")
+        );
+        // plain values, not arguments: the dispatcher's argv stays as it was
+        let args = both.spec.unwrap().template.spec.unwrap().containers[0]
+            .args
+            .clone()
+            .unwrap()
+            .join(" ");
+        assert!(!args.contains("executor"), "{args}");
     }
 
     #[test]

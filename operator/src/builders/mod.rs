@@ -14,6 +14,8 @@ pub mod topic;
 
 use std::collections::BTreeMap;
 
+use ipnet::IpNet;
+
 use crate::crd::AsyncJobConfig;
 
 pub const MANAGED_BY: &str = "asyncd-operator";
@@ -31,6 +33,13 @@ pub struct DispatcherSettings {
     /// Secret (in the config's namespace) whose keys are `ASYNCD_KAFKA_*` TLS and SASL
     /// settings, given to the dispatchers as environment variables (`envFrom`).
     pub kafka_secret: Option<String>,
+    /// Address ranges the dispatchers' executors may not be at, on top of the
+    /// dispatcher's own policy (in a pod: link-local, loopback, the API server's service
+    /// address); given to them as `ASYNCD_EXECUTOR_DENY_CIDRS`.
+    pub executor_deny_cidrs: Vec<IpNet>,
+    /// Exceptions to the denied ranges, the dispatcher's own included; given to them as
+    /// `ASYNCD_EXECUTOR_ALLOW_CIDRS`.
+    pub executor_allow_cidrs: Vec<IpNet>,
 }
 
 impl Default for DispatcherSettings {
@@ -42,8 +51,20 @@ impl Default for DispatcherSettings {
             store_secret: "asyncd-store".into(),
             service_account: "asyncd-dispatcher".into(),
             kafka_secret: None,
+            executor_deny_cidrs: Vec::new(),
+            executor_allow_cidrs: Vec::new(),
         }
     }
+}
+
+/// An address range of `--executor-deny-cidrs` / `--executor-allow-cidrs`, checked when
+/// the operator starts: a bad one would otherwise reach every dispatcher it creates, and
+/// each would fail to start.
+pub fn cidr(text: &str) -> Result<IpNet, String> {
+    let text = text.trim();
+    text.parse().map_err(|_| {
+        format!("{text:?} is not a CIDR (an address and a prefix length: 10.0.0.0/8, fd00::/8)")
+    })
 }
 
 /// `asyncd-dispatcher-<config name>`: the Deployment's and the HPA's name.
@@ -67,4 +88,25 @@ pub fn selector_labels(config: &AsyncJobConfig) -> BTreeMap<String, String> {
         ("app.kubernetes.io/name".into(), "asyncd-dispatcher".into()),
         (JOB_LABEL.into(), config.name().into()),
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn executor_ranges_must_be_cidrs() {
+        assert_eq!(cidr("10.0.0.0/8").unwrap().to_string(), "10.0.0.0/8");
+        assert_eq!(cidr(" fd00::/8 ").unwrap().to_string(), "fd00::/8");
+        for bad in [
+            "10.0.0.1",
+            "10.0.0.0/33",
+            "",
+            "example.com/8",
+            "10.0.0.0/8/8",
+        ] {
+            let err = cidr(bad).unwrap_err();
+            assert!(err.contains("is not a CIDR"), "{bad}: {err}");
+        }
+    }
 }

@@ -14,6 +14,7 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 
 use super::{Context, Error, RECHECK, RESYNC, reconcile};
+use crate::builders::DispatcherSettings;
 use crate::crd::{AsyncJobConfig, AsyncJobConfigStatus, FINALIZER};
 use crate::fixtures::{self, ApiServer, Call, Reply};
 use crate::kafka::fake::FakeAdmin;
@@ -34,6 +35,11 @@ struct Harness {
 
 /// A context whose cache holds `configs`, talking to a fresh scripted server.
 fn harness(configs: &[&AsyncJobConfig]) -> Harness {
+    harness_with(configs, fixtures::settings())
+}
+
+/// [`harness`] with the operator's dispatcher settings (its flags) given.
+fn harness_with(configs: &[&AsyncJobConfig], settings: DispatcherSettings) -> Harness {
     let (server, client) = ApiServer::start();
     let mut writer = Writer::default();
     for config in configs {
@@ -43,7 +49,7 @@ fn harness(configs: &[&AsyncJobConfig]) -> Harness {
     let ctx = Arc::new(Context::new(
         client,
         admin.clone(),
-        fixtures::settings(),
+        settings,
         crate::policy::Policy::default(),
         writer.as_reader(),
         Arc::new(Metrics::default()),
@@ -526,6 +532,41 @@ async fn a_signing_secret_labelled_for_the_config_is_mounted() {
     let calls = h.server.verify();
     let volumes = &calls[2].body["spec"]["template"]["spec"]["volumes"];
     assert_eq!(volumes[0]["secret"]["secretName"], "order-cancel-signing");
+}
+
+#[tokio::test]
+async fn the_operators_executor_ranges_reach_the_applied_deployment() {
+    let config = finalized(fixtures::config("a"));
+    let settings = DispatcherSettings {
+        executor_deny_cidrs: vec!["10.0.0.0/16".parse().unwrap()],
+        executor_allow_cidrs: vec!["10.0.5.0/24".parse().unwrap()],
+        ..fixtures::settings()
+    };
+    let h = harness_with(&[&config], settings);
+    expect_full_pass(&h.server, &config);
+    h.server
+        .expect("PATCH", format!("{CONFIGS}/a/status"), json_of(&config));
+
+    reconcile(Arc::new(config), h.ctx.clone()).await.unwrap();
+
+    let calls = h.server.verify();
+    assert_eq!(calls[1].path, format!("{DEPLOYMENTS}/asyncd-dispatcher-a"));
+    let env = calls[1].body["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap();
+    let value = |name: &str| {
+        env.iter()
+            .find(|e| e["name"] == name)
+            .map(|e| e["value"].clone())
+    };
+    assert_eq!(
+        value("ASYNCD_EXECUTOR_DENY_CIDRS"),
+        Some(json!("10.0.0.0/16"))
+    );
+    assert_eq!(
+        value("ASYNCD_EXECUTOR_ALLOW_CIDRS"),
+        Some(json!("10.0.5.0/24"))
+    );
 }
 
 #[tokio::test]
