@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -64,18 +65,25 @@ type APIError struct {
 	ExistingID string
 	// State names the task's current state (not_cancellable, not_dead).
 	State string
-	// RetryAfter is the answer's Retry-After (the 503s send one); 0 when absent.
+	// RetryAfter is the answer's Retry-After (the 503s and 429s send one); 0 when
+	// absent or unreadable.
 	RetryAfter time.Duration
 }
 
 // Retryable reports whether the same call may succeed if sent again: the 503s
-// (store_unavailable, kafka_unavailable, auth_unavailable) and a proxy's 429, 502, 503
-// or 504. Every other refusal is about the request and answers the same again.
+// (store_unavailable, kafka_unavailable, auth_unavailable), every 429 (ErrRateLimited,
+// whatever its code) and a proxy's 502 or 504. Every other refusal is about the request
+// and answers the same again.
 func (e *APIError) Retryable() bool {
 	switch e.Status {
-	case http.StatusServiceUnavailable:
+	// asyncd answers 429 (auth_unavailable, under --auth kubernetes, when one address
+	// sends too many new tokens) while authenticating the caller, before the handler
+	// reads the body, so nothing was stored or changed; a proxy's 429 did not forward the
+	// call at all. Sending it again is safe for a submit on both counts, as it is anyway
+	// with its idempotency key.
+	case http.StatusServiceUnavailable, http.StatusTooManyRequests:
 		return true
-	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusGatewayTimeout:
+	case http.StatusBadGateway, http.StatusGatewayTimeout:
 		return e.Code == CodeHTTPError
 	}
 	return false
@@ -128,6 +136,10 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 		if secs < 0 {
 			return 0
 		}
+		// Past this a Duration overflows; RetryPolicy caps the wait at MaxBackoff anyway.
+		if secs > math.MaxInt64/int64(time.Second) {
+			return math.MaxInt64
+		}
 		return time.Duration(secs) * time.Second
 	}
 	if at, err := http.ParseTime(v); err == nil && at.After(now) {
@@ -138,7 +150,13 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 
 func (e *APIError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "asyncd: %s (%d)", e.Code, e.Status)
+	b.WriteString("asyncd: ")
+	if e.Status == http.StatusTooManyRequests {
+		// The code alone (asyncd's is auth_unavailable) does not say the server wants
+		// this client to slow down.
+		b.WriteString("rate limited: ")
+	}
+	fmt.Fprintf(&b, "%s (%d)", e.Code, e.Status)
 	if e.Field != "" {
 		fmt.Fprintf(&b, " field %s", e.Field)
 	}
@@ -150,11 +168,15 @@ func (e *APIError) Error() string {
 }
 
 // Is reports whether target is an *APIError with the same Code, so that
-// errors.Is(err, asyncd.ErrNotFound) works whatever the message.
+// errors.Is(err, asyncd.ErrNotFound) works whatever the message; ErrRateLimited matches
+// every 429, whatever its code.
 func (e *APIError) Is(target error) bool {
 	var t *APIError
 	if !errors.As(target, &t) {
 		return false
+	}
+	if t == ErrRateLimited {
+		return e.Status == http.StatusTooManyRequests
 	}
 	return t.Code == e.Code
 }
@@ -183,6 +205,11 @@ var (
 	ErrAuthUnavailable    = &APIError{Code: CodeAuthUnavailable}
 	ErrClockSkew          = &APIError{Code: CodeClockSkew}
 	ErrSigningUnavailable = &APIError{Code: CodeSigningUnavailable}
+	// ErrRateLimited matches any 429: asyncd's own (code auth_unavailable: too many new
+	// bearer tokens from one address under --auth kubernetes) or a proxy's. Retryable;
+	// WithRetry waits the answer's Retry-After (at most MaxBackoff) before sending again,
+	// so a call that still gets it has used up its attempts.
+	ErrRateLimited = &APIError{Status: http.StatusTooManyRequests}
 )
 
 // ErrMissingIdempotencyKey is returned, before anything is sent, for a task without

@@ -48,6 +48,10 @@ type taxonomy struct {
 		Status    int  `json:"status"`
 		Retryable bool `json:"retryable"`
 	} `json:"http_errors"`
+	RateLimited []struct {
+		Code   string `json:"code"`
+		Status int    `json:"status"`
+	} `json:"rate_limited"`
 }
 
 // The shared table (sdk/testdata/errors.json): every code has its sentinel, its
@@ -88,6 +92,35 @@ func TestErrorTaxonomyMatchesTheSharedTable(t *testing.T) {
 		if !errors.As(err, &apiErr) || apiErr.Code != asyncd.CodeHTTPError || asyncd.IsRetryable(err) != row.Retryable {
 			t.Errorf("%d without an error body: %v, IsRetryable %v, want %v", row.Status, err, asyncd.IsRetryable(err), row.Retryable)
 		}
+		if errors.Is(err, asyncd.ErrRateLimited) != (row.Status == http.StatusTooManyRequests) {
+			t.Errorf("%d without an error body: errors.Is(ErrRateLimited) = %v", row.Status, row.Status != http.StatusTooManyRequests)
+		}
+	}
+	if len(tax.RateLimited) == 0 {
+		t.Fatal("the table has no rate_limited rows")
+	}
+	for _, row := range tax.RateLimited {
+		f, c := newFake(t, row.Status, fmt.Sprintf(`{"error":{"code":%q,"message":"slow down"}}`, row.Code))
+		f.header = http.Header{"Retry-After": {"1"}}
+		_, err := c.Get(context.Background(), "x")
+		var apiErr *asyncd.APIError
+		if !errors.Is(err, asyncd.ErrRateLimited) || !errors.As(err, &apiErr) || apiErr.Code != row.Code || !asyncd.IsRetryable(err) {
+			t.Errorf("%s (%d): %v is not a retryable rate-limit error keeping its code", row.Code, row.Status, err)
+		}
+		if sentinel, ok := sentinels[row.Code]; ok && !errors.Is(err, sentinel) {
+			t.Errorf("%s (%d): %v does not match its code's sentinel", row.Code, row.Status, err)
+		}
+		if d, ok := asyncd.RetryAfter(err); !ok || d != time.Second {
+			t.Errorf("%s (%d): RetryAfter = %v, %v", row.Code, row.Status, d, ok)
+		}
+		if !strings.HasPrefix(err.Error(), "asyncd: rate limited: "+row.Code+" (429): slow down") {
+			t.Errorf("%s (%d): the message does not say it is a rate limit: %q", row.Code, row.Status, err)
+		}
+	}
+	// Only a 429 is ErrRateLimited.
+	_, c := newFake(t, 503, unavailable)
+	if _, err := c.Get(context.Background(), "x"); errors.Is(err, asyncd.ErrRateLimited) {
+		t.Errorf("a 503 matches ErrRateLimited: %v", err)
 	}
 }
 
@@ -142,12 +175,20 @@ func (s *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 const unavailable = `{"error":{"code":"store_unavailable","message":"the store did not answer"}}`
 
 func retryingClient(t *testing.T, s *scripted, waits *[]time.Duration) *asyncd.Client {
+	return retryingClientWith(t, s, waits, func(*asyncd.RetryPolicy) {})
+}
+
+// retryingClientWith: 4 attempts, 100ms doubling to 3s, each wait recorded in waits
+// instead of slept; edit changes the policy.
+func retryingClientWith(t *testing.T, s *scripted, waits *[]time.Duration, edit func(*asyncd.RetryPolicy)) *asyncd.Client {
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
-	return asyncd.NewClient(asyncd.WithEndpoint(srv.URL), asyncd.WithRetry(asyncd.RetryPolicy{
-		MaxAttempts: 4, InitialBackoff: 100 * time.Millisecond, MaxBackoff: time.Second,
+	p := asyncd.RetryPolicy{
+		MaxAttempts: 4, InitialBackoff: 100 * time.Millisecond, MaxBackoff: 3 * time.Second,
 		Sleep: func(_ context.Context, d time.Duration) error { *waits = append(*waits, d); return nil },
-	}))
+	}
+	edit(&p)
+	return asyncd.NewClient(asyncd.WithEndpoint(srv.URL), asyncd.WithRetry(p))
 }
 
 func TestRetryHonoursRetryAfterAndResendsTheSameKey(t *testing.T) {
@@ -197,5 +238,86 @@ func TestWithoutRetryA503IsReturnedAtOnce(t *testing.T) {
 	_, err := asyncd.NewClient(asyncd.WithEndpoint(srv.URL)).Submit(context.Background(), &asyncd.Task{Type: "t", IdempotencyKey: "k"})
 	if !errors.Is(err, asyncd.ErrStoreUnavailable) || s.calls != 1 {
 		t.Fatalf("err %v after %d calls", err, s.calls)
+	}
+}
+
+// asyncd's own 429 (--auth kubernetes: too many new tokens from one address).
+const rateLimited = `{"error":{"code":"auth_unavailable","message":"Authorization: too many new bearer tokens from 127.0.0.1; retry in a second"}}`
+
+const created = `{"id":"t1","eta":"2026-12-01T00:00:00Z","route":"store","duplicate":false}`
+
+func TestA429IsRetriedAfterItsRetryAfter(t *testing.T) {
+	s := &scripted{answers: []answer{{429, "2", rateLimited}, {201, "", created}}}
+	var waits []time.Duration
+	var retried []string
+	c := retryingClientWith(t, s, &waits, func(p *asyncd.RetryPolicy) {
+		p.OnRetry = func(attempt int, err error, wait time.Duration) {
+			retried = append(retried, fmt.Sprintf("%d:%v:%v", attempt, errors.Is(err, asyncd.ErrRateLimited), wait))
+		}
+	})
+	res, err := c.Submit(context.Background(), &asyncd.Task{Type: "t", IdempotencyKey: "k-429"})
+	if err != nil || res.ID != "t1" {
+		t.Fatalf("res %+v err %v", res, err)
+	}
+	// One wait, the server's 2s (not the policy's 100ms backoff), then the same submit.
+	if s.calls != 2 || s.keys[0] != "k-429" || s.keys[1] != "k-429" {
+		t.Fatalf("%d calls with keys %v", s.calls, s.keys)
+	}
+	if len(waits) != 1 || waits[0] != 2*time.Second || len(retried) != 1 || retried[0] != "1:true:2s" {
+		t.Fatalf("waits %v, retries %v", waits, retried)
+	}
+
+	// The other calls the client retries get the same treatment.
+	s = &scripted{answers: []answer{{429, "1", rateLimited}, {200, "", `{"id":"t1","type":"t","state":"pending"}`}}}
+	waits = nil
+	c = retryingClient(t, s, &waits)
+	if st, err := c.Get(context.Background(), "t1"); err != nil || st.ID != "t1" || s.calls != 2 || len(waits) != 1 || waits[0] != time.Second {
+		t.Fatalf("get: %+v, %v after %d calls, waits %v", st, err, s.calls, waits)
+	}
+}
+
+func TestA429ThatOutlastsTheAttemptsIsARateLimitError(t *testing.T) {
+	// Retry-After 30s is more than the policy's MaxBackoff (3s): each wait is cut to it.
+	s := &scripted{answers: []answer{{429, "30", rateLimited}}}
+	var waits []time.Duration
+	c := retryingClient(t, s, &waits)
+	_, err := c.Submit(context.Background(), &asyncd.Task{Type: "t", IdempotencyKey: "k"})
+	var apiErr *asyncd.APIError
+	if !errors.Is(err, asyncd.ErrRateLimited) || !errors.As(err, &apiErr) || apiErr.Status != 429 {
+		t.Fatalf("err %v, want ErrRateLimited", err)
+	}
+	if want := "asyncd: rate limited: auth_unavailable (429): Authorization: too many new bearer tokens"; !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("err %q, want it to start %q", err, want)
+	}
+	if s.calls != 4 || len(waits) != 3 || waits[0] != 3*time.Second || waits[1] != 3*time.Second || waits[2] != 3*time.Second {
+		t.Fatalf("%d calls, waits %v", s.calls, waits)
+	}
+}
+
+func TestA429WithoutAReadableRetryAfterWaitsTheBackoff(t *testing.T) {
+	for _, retryAfter := range []string{"", "soon", "-5"} {
+		s := &scripted{answers: []answer{{429, retryAfter, rateLimited}, {429, retryAfter, `<html>proxy: slow down</html>`}, {201, "", created}}}
+		var waits []time.Duration
+		c := retryingClient(t, s, &waits)
+		if _, err := c.Submit(context.Background(), &asyncd.Task{Type: "t", IdempotencyKey: "k"}); err != nil || s.calls != 3 {
+			t.Fatalf("Retry-After %q: err %v after %d calls", retryAfter, err, s.calls)
+		}
+		// The backoff's first two steps, 100ms and 200ms, with equal jitter.
+		if len(waits) != 2 || waits[0] < 50*time.Millisecond || waits[0] > 100*time.Millisecond ||
+			waits[1] < 100*time.Millisecond || waits[1] > 200*time.Millisecond {
+			t.Fatalf("Retry-After %q: waits %v", retryAfter, waits)
+		}
+	}
+}
+
+func TestA429WhoseRetryAfterOutlastsTheDeadlineIsReturnedAtOnce(t *testing.T) {
+	s := &scripted{answers: []answer{{429, "2", rateLimited}, {201, "", created}}}
+	var waits []time.Duration
+	c := retryingClient(t, s, &waits)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err := c.Submit(ctx, &asyncd.Task{Type: "t", IdempotencyKey: "k"})
+	if !errors.Is(err, asyncd.ErrRateLimited) || s.calls != 1 || len(waits) != 0 {
+		t.Fatalf("err %v after %d calls, waits %v", err, s.calls, waits)
 	}
 }

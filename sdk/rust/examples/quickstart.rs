@@ -42,7 +42,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    // Client side; retries 503s and lost connections.
+    // Client side; retries 503s, 429s and lost connections.
     let client = Client::builder()
         .endpoint("http://127.0.0.1:7700")
         .service_name("orders")

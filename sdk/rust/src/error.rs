@@ -21,27 +21,50 @@ pub struct ApiError {
     pub existing_id: Option<String>,
     /// The task's current state (`not_cancellable`, `not_dead`).
     pub state: Option<TaskState>,
-    /// The answer's `Retry-After` (the 503s send one).
+    /// The answer's `Retry-After` (the 503s and 429s send one); `None` when absent or
+    /// unreadable.
     pub retry_after: Option<Duration>,
 }
 
 impl ApiError {
     /// Whether the same call may succeed if sent again: the 503s (`store_unavailable`,
-    /// `kafka_unavailable`, `auth_unavailable`, `clock_skew`) and a proxy's 429, 502, 503
-    /// or 504 without the API's error body. Every other refusal is about the request and
-    /// answers the same again.
+    /// `kafka_unavailable`, `auth_unavailable`, `clock_skew`), every 429
+    /// ([`is_rate_limited`](Self::is_rate_limited)) and a proxy's 502 or 504 without the
+    /// API's error body. Every other refusal is about the request and answers the same
+    /// again.
     pub fn is_retryable(&self) -> bool {
         match self.status {
-            503 => true,
-            429 | 502 | 504 => self.code == ErrorCode::HttpError,
+            // asyncd answers 429 (auth_unavailable, under --auth kubernetes, when one
+            // address sends too many new tokens) while authenticating the caller, before
+            // the handler reads the body, so nothing was stored or changed; a proxy's 429
+            // did not forward the call at all. Sending it again is safe for a submit on
+            // both counts, as it is anyway with its idempotency key.
+            429 | 503 => true,
+            502 | 504 => self.code == ErrorCode::HttpError,
             _ => false,
         }
+    }
+
+    /// Whether this is a 429: the server, or a proxy before it, asks this client to slow
+    /// down, whatever the code (asyncd's own is `auth_unavailable`: too many new bearer
+    /// tokens from one address under `--auth kubernetes`). Retryable:
+    /// [`RetryPolicy`](crate::RetryPolicy) waits its `retry_after` (at most the policy's
+    /// maximum backoff) and sends the call again, so a call that still gets it has used
+    /// up its attempts.
+    pub fn is_rate_limited(&self) -> bool {
+        self.status == 429
     }
 }
 
 impl fmt::Display for ApiError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "asyncd: {} ({})", self.code, self.status)?;
+        f.write_str("asyncd: ")?;
+        if self.is_rate_limited() {
+            // The code alone (asyncd's is auth_unavailable) does not say the server wants
+            // this client to slow down.
+            f.write_str("rate limited: ")?;
+        }
+        write!(f, "{} ({})", self.code, self.status)?;
         if let Some(field) = &self.field {
             write!(f, " field {field}")?;
         }
@@ -241,6 +264,11 @@ impl Error {
     /// The `Retry-After` of an API refusal, when it carried one.
     pub fn retry_after(&self) -> Option<Duration> {
         self.api().and_then(|e| e.retry_after)
+    }
+
+    /// Whether this is a 429 ([`ApiError::is_rate_limited`]).
+    pub fn is_rate_limited(&self) -> bool {
+        self.api().is_some_and(ApiError::is_rate_limited)
     }
 }
 

@@ -13,14 +13,16 @@ type Sleep = Arc<dyn Fn(Duration) -> Pin<Box<dyn Future<Output = ()> + Send>> + 
 type OnRetry = Arc<dyn Fn(u32, &Error, Duration) + Send + Sync>;
 
 /// Sends an API call again after a retryable failure ([`Error::is_retryable`]: the 503s
-/// `store_unavailable`, `kafka_unavailable`, `auth_unavailable`, a proxy's
-/// 429/502/503/504, a connection that failed). Retrying a submit is safe: it carries its
-/// idempotency key, so a submit stored before its answer was lost answers the first
-/// task (`duplicate`) instead of enqueueing a second.
+/// `store_unavailable`, `kafka_unavailable`, `auth_unavailable`, any 429
+/// ([`Error::is_rate_limited`]), a proxy's 502/503/504, a connection that failed).
+/// Retrying a submit is safe: it carries its idempotency key, so a submit stored before
+/// its answer was lost answers the first task (`duplicate`) instead of enqueueing a
+/// second.
 ///
 /// The wait before retry `n` is `initial_backoff * 2^(n-1)`, capped at `max_backoff`,
 /// drawn between half and all of it (equal jitter) — unless the answer carried
-/// `Retry-After`, which replaces it.
+/// `Retry-After` (a 429's, a 503's), which replaces it, also capped at `max_backoff` so
+/// that a proxy asking for an hour cannot hold a call that long.
 ///
 /// ```
 /// use asyncd_client::{Client, RetryPolicy};
@@ -94,10 +96,12 @@ impl RetryPolicy {
         self
     }
 
-    /// How long to wait after failed attempt `attempt` (1-based) that failed with `err`.
+    /// How long to wait after failed attempt `attempt` (1-based) that failed with `err`:
+    /// its `Retry-After` when it had one, at most the maximum backoff; otherwise the
+    /// backoff.
     pub fn wait(&self, attempt: u32, err: &Error) -> Duration {
         if let Some(after) = err.retry_after() {
-            return after;
+            return after.min(self.max_backoff);
         }
         let doublings = attempt.saturating_sub(1).min(30);
         let backoff = self

@@ -108,6 +108,24 @@ async fn every_code_of_the_shared_table_is_typed_and_classed() {
             row["retryable"].as_bool().unwrap(),
             "{status}"
         );
+        assert_eq!(err.is_rate_limited(), status == 429, "{status}");
+    }
+    let rate_limited = table["rate_limited"].as_array().unwrap();
+    assert!(!rate_limited.is_empty(), "the table has rate_limited rows");
+    for row in rate_limited {
+        let code = row["code"].as_str().unwrap();
+        let status = row["status"].as_u64().unwrap() as u16;
+        let body = json!({"error": {"code": code, "message": "slow down"}}).to_string();
+        let (_, endpoint) = Scripted::start(vec![(status, Some("1"), body)]).await;
+        let client = Client::builder().endpoint(endpoint).build().unwrap();
+        let err = client.get("x").await.unwrap_err();
+        assert!(err.is_rate_limited() && err.is_retryable(), "{code}: {err}");
+        assert!(err.is(&ErrorCode::parse(code)), "{code}: {err}");
+        assert_eq!(err.retry_after(), Some(Duration::from_secs(1)), "{code}");
+        assert_eq!(
+            err.to_string(),
+            format!("asyncd: rate limited: {code} (429): slow down")
+        );
     }
 }
 
@@ -134,10 +152,11 @@ const UNAVAILABLE: &str =
 const CREATED: &str =
     r#"{"id":"t1","eta":"2026-12-01T00:00:00Z","route":"store","duplicate":false}"#;
 
+/// `max_attempts`, 100 ms doubling to 3 s, each wait recorded in `waits` instead of slept.
 fn recording_policy(max_attempts: u32, waits: &Arc<Mutex<Vec<Duration>>>) -> RetryPolicy {
     let w = waits.clone();
     RetryPolicy::new(max_attempts)
-        .backoff(Duration::from_millis(100), Duration::from_secs(1))
+        .backoff(Duration::from_millis(100), Duration::from_secs(3))
         .sleep_with(move |d| {
             w.lock().unwrap().push(d);
             async {}
@@ -213,4 +232,113 @@ async fn retries_give_up_and_never_repeat_a_refusal() {
     let client = Client::builder().endpoint(endpoint).build().unwrap();
     assert!(client.submit(&task).await.unwrap_err().is_retryable());
     assert_eq!(s.calls(), 1);
+}
+
+/// asyncd's own 429 (`--auth kubernetes`: too many new tokens from one address).
+const RATE_LIMITED: &str = r#"{"error":{"code":"auth_unavailable","message":"Authorization: too many new bearer tokens from 127.0.0.1; retry in a second"}}"#;
+
+#[tokio::test]
+async fn a_429_is_retried_after_its_retry_after() {
+    let (s, endpoint) = Scripted::start(vec![
+        (429, Some("2"), RATE_LIMITED.into()),
+        (201, None, CREATED.into()),
+    ])
+    .await;
+    let waits = Arc::new(Mutex::new(Vec::new()));
+    let retried = Arc::new(Mutex::new(Vec::new()));
+    let r = retried.clone();
+    let client = Client::builder()
+        .endpoint(endpoint)
+        .retry(recording_policy(4, &waits).on_retry(move |n, err, wait| {
+            r.lock().unwrap().push((n, err.is_rate_limited(), wait));
+        }))
+        .build()
+        .unwrap();
+    let task = Task::new("t", json!({"a": 1})).idempotency_key("k-429");
+    assert_eq!(client.submit(&task).await.unwrap().id, "t1");
+    // One wait, the server's 2 s (not the policy's 100 ms backoff), then the same submit.
+    assert_eq!(*s.keys.lock().unwrap(), vec![Some("k-429".to_string()); 2]);
+    assert_eq!(*waits.lock().unwrap(), [Duration::from_secs(2)]);
+    assert_eq!(
+        *retried.lock().unwrap(),
+        [(1, true, Duration::from_secs(2))]
+    );
+
+    // The other calls the client retries get the same treatment.
+    let (s, endpoint) = Scripted::start(vec![
+        (429, Some("1"), RATE_LIMITED.into()),
+        (
+            200,
+            None,
+            json!({"id": "t1", "type": "t", "state": "pending", "attempt": 0, "max_retries": 3,
+                   "priority": 0, "payload": {}, "eta": "2026-12-01T00:00:00Z",
+                   "created_at": "2026-12-01T00:00:00Z", "updated_at": "2026-12-01T00:00:00Z"})
+            .to_string(),
+        ),
+    ])
+    .await;
+    waits.lock().unwrap().clear();
+    let client = Client::builder()
+        .endpoint(endpoint)
+        .retry(recording_policy(4, &waits))
+        .build()
+        .unwrap();
+    assert_eq!(client.get("t1").await.unwrap().id, "t1");
+    assert_eq!(s.calls(), 2);
+    assert_eq!(*waits.lock().unwrap(), [Duration::from_secs(1)]);
+}
+
+#[tokio::test]
+async fn a_429_that_outlasts_the_attempts_is_a_rate_limit_error() {
+    // Retry-After 30 s is more than the policy's maximum backoff (3 s): each wait is cut
+    // to it.
+    let (s, endpoint) = Scripted::start(vec![(429, Some("30"), RATE_LIMITED.into())]).await;
+    let waits = Arc::new(Mutex::new(Vec::new()));
+    let client = Client::builder()
+        .endpoint(endpoint)
+        .retry(recording_policy(4, &waits))
+        .build()
+        .unwrap();
+    let task = Task::new("t", json!({})).idempotency_key("k");
+    let err = client.submit(&task).await.unwrap_err();
+    assert!(err.is_rate_limited(), "{err}");
+    assert!(err.is(&ErrorCode::AuthUnavailable), "{err}");
+    assert_eq!(err.status(), Some(429));
+    assert!(
+        err.to_string().starts_with(
+            "asyncd: rate limited: auth_unavailable (429): Authorization: too many new bearer tokens"
+        ),
+        "{err}"
+    );
+    assert_eq!(s.calls(), 4);
+    assert_eq!(*waits.lock().unwrap(), [Duration::from_secs(3); 3]);
+}
+
+#[tokio::test]
+async fn a_429_without_a_readable_retry_after_waits_the_backoff() {
+    for retry_after in [None, Some("soon"), Some("-5")] {
+        let (s, endpoint) = Scripted::start(vec![
+            (429, retry_after, RATE_LIMITED.into()),
+            (429, retry_after, "<html>proxy: slow down</html>".into()),
+            (201, None, CREATED.into()),
+        ])
+        .await;
+        let waits = Arc::new(Mutex::new(Vec::new()));
+        let client = Client::builder()
+            .endpoint(endpoint)
+            .retry(recording_policy(4, &waits))
+            .build()
+            .unwrap();
+        let task = Task::new("t", json!({})).idempotency_key("k");
+        client.submit(&task).await.unwrap();
+        assert_eq!(s.calls(), 3, "{retry_after:?}");
+        // The backoff's first two steps, 100 ms and 200 ms, with equal jitter.
+        let waits = waits.lock().unwrap().clone();
+        assert_eq!(waits.len(), 2, "{retry_after:?}");
+        assert!(
+            (Duration::from_millis(50)..=Duration::from_millis(100)).contains(&waits[0])
+                && (Duration::from_millis(100)..=Duration::from_millis(200)).contains(&waits[1]),
+            "{retry_after:?}: {waits:?}"
+        );
+    }
 }

@@ -37,6 +37,7 @@ from ._errors import (
     SigningUnavailable,
     IdempotencyMismatch,
     KafkaUnavailable,
+    RateLimited,
     StoreUnavailable,
     Unavailable,
     is_retryable,
@@ -87,7 +88,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AsyncClient", "AuthUnavailable", "Cancelled", "ClockSkew", "SigningUnavailable", "IdempotencyMismatch", "KafkaUnavailable",
-    "RetryPolicy", "StoreUnavailable", "Unavailable", "is_retryable",
+    "RateLimited", "RetryPolicy", "StoreUnavailable", "Unavailable", "is_retryable",
     "APIError", "AsyncdError", "BadSignature", "BATCH_HEADER", "batch_canonical_string", "BatchResult", "BulkResult",
     "BLOCKED", "CANCELLED", "CancelResult", "CLAIMED", "Client", "CronTrigger",
     "canonical_json", "canonical_string", "Conflict", "DEAD", "DEFAULT_ENDPOINT",

@@ -47,6 +47,8 @@ class APIError(AsyncdError):
     per code so callers can ``except asyncd.NotFound``."""
 
     code_name: str = ""
+    #: What the message starts with before the code (a 429 says it is a rate limit).
+    _lead: str = ""
 
     def __init__(
         self,
@@ -66,9 +68,10 @@ class APIError(AsyncdError):
         self.existing_id = existing_id
         self.state = state
         self.body = body
-        #: The answer's ``Retry-After`` in seconds (the 503s send one), else None.
+        #: The answer's ``Retry-After`` in seconds (the 503s and 429s send one), else
+        #: None (also when it was unreadable).
         self.retry_after = retry_after
-        text = f"{code} ({status})"
+        text = f"{self._lead}{code} ({status})"
         if field:
             text += f" field {field}"
         if message:
@@ -78,11 +81,16 @@ class APIError(AsyncdError):
     @property
     def retryable(self) -> bool:
         """Whether the same call may succeed if sent again: the 503s
-        (:class:`Unavailable`) and a proxy's 429, 502, 503 or 504. Every other refusal is
-        about the request and answers the same again."""
-        if self.status == 503:
+        (:class:`Unavailable`), every 429 (:class:`RateLimited`) and a proxy's 502 or
+        504. Every other refusal is about the request and answers the same again."""
+        # asyncd answers 429 (auth_unavailable, under --auth kubernetes, when one address
+        # sends too many new tokens) while authenticating the caller, before the handler
+        # reads the body, so nothing was stored or changed; a proxy's 429 did not forward
+        # the call at all. Sending it again is safe for a submit on both counts, as it is
+        # anyway with its idempotency key.
+        if self.status in (429, 503):
             return True
-        return self.code == "http_error" and self.status in (429, 502, 504)
+        return self.code == "http_error" and self.status in (502, 504)
 
 
 class MalformedJSON(APIError):
@@ -164,6 +172,17 @@ class Unavailable(APIError):
     :class:`asyncd.RetryPolicy` does it for you."""
 
 
+class RateLimited(APIError):
+    """429: the server, or a proxy before it, asks this client to slow down; nothing was
+    done. Every 429 is this class whatever its ``code`` (asyncd's own is
+    ``auth_unavailable``: too many new bearer tokens from one address under
+    ``--auth kubernetes``). Retryable: :class:`asyncd.RetryPolicy` waits its
+    ``retry_after`` (at most ``max_backoff``) and sends the call again, so one that still
+    raises this has used up its attempts."""
+
+    _lead = "rate limited: "
+
+
 class StoreUnavailable(Unavailable):
     code_name = "store_unavailable"
 
@@ -211,7 +230,8 @@ def parse_retry_after(value: Optional[str], now: Optional[float] = None) -> Opti
         import time as _time
 
         at = parsedate_to_datetime(value).timestamp()
-    except (TypeError, ValueError, IndexError):
+    # Python before 3.10 returns None for what it cannot parse (AttributeError here).
+    except (TypeError, ValueError, IndexError, AttributeError):
         return None
     return max(0.0, at - (_time.time() if now is None else now))
 
@@ -235,7 +255,7 @@ def error_from_body(status: int, body: Any, text: str = "") -> APIError:
     err = body.get("error") if isinstance(body, dict) else None
     if isinstance(body, dict) and isinstance(err, dict) and isinstance(err.get("code"), str):
         code = err["code"]
-        cls = _BY_CODE.get(code, APIError)
+        cls = RateLimited if status == 429 else _BY_CODE.get(code, APIError)
         # docs/api.md does not say whether existing_id/state sit inside "error" or
         # beside it; accept both.
         return cls(
@@ -247,4 +267,4 @@ def error_from_body(status: int, body: Any, text: str = "") -> APIError:
             state=err.get("state") or body.get("state"),
             body=body,
         )
-    return APIError(status, "http_error", text, body=body)
+    return (RateLimited if status == 429 else APIError)(status, "http_error", text, body=body)

@@ -17,16 +17,18 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class RetryPolicy:
     """Sends an API call again after a retryable failure (:func:`asyncd.is_retryable`:
-    the 503s ``store_unavailable``, ``kafka_unavailable``, ``auth_unavailable``, a
-    proxy's 429/502/503/504, a connection that failed). Retrying a submit is safe: it
-    carries its idempotency key, so a submit stored before its answer was lost answers
-    the first task (``duplicate``) instead of enqueueing a second.
+    the 503s ``store_unavailable``, ``kafka_unavailable``, ``auth_unavailable``, any 429
+    (:class:`asyncd.RateLimited`), a proxy's 502/503/504, a connection that failed).
+    Retrying a submit is safe: it carries its idempotency key, so a submit stored before
+    its answer was lost answers the first task (``duplicate``) instead of enqueueing a
+    second.
 
     ``max_attempts`` counts the first call. The wait before retry n is
     ``initial_backoff * 2**(n-1)`` seconds, capped at ``max_backoff``, drawn between half
-    and all of it (equal jitter) — unless the answer carried ``Retry-After``, which
-    replaces it. ``on_retry(attempt, error, wait)`` is called before each wait;
-    ``sleep``/``async_sleep`` wait (tests replace them)."""
+    and all of it (equal jitter) — unless the answer carried ``Retry-After`` (a 429's, a
+    503's), which replaces it, also capped at ``max_backoff`` so that a proxy asking for
+    an hour cannot hold a call that long. ``on_retry(attempt, error, wait)`` is called
+    before each wait; ``sleep``/``async_sleep`` wait (tests replace them)."""
 
     max_attempts: int = 5
     initial_backoff: float = 0.2
@@ -39,7 +41,7 @@ class RetryPolicy:
         """Seconds to wait after failed attempt ``attempt`` (1-based) that raised ``err``."""
         retry_after = getattr(err, "retry_after", None)
         if retry_after is not None:
-            return float(retry_after)
+            return min(float(retry_after), self.max_backoff)
         backoff = min(self.initial_backoff * (2 ** (attempt - 1)), self.max_backoff)
         return backoff / 2 + random.uniform(0, backoff / 2)
 
