@@ -29,7 +29,7 @@ use sqlx::{MySql, MySqlConnection, MySqlPool, Pool};
 use super::domain;
 
 use super::rows::{self, ClaimRow, claim_columns, task_columns};
-use super::shared::Queries;
+use super::shared::{ManyRows, Queries};
 use super::sql_store::Backend;
 use super::tx::{Dialect, Tx};
 use super::*;
@@ -134,7 +134,7 @@ const QUERIES: Queries = Queries {
     // `ON DUPLICATE KEY UPDATE id = id` cannot tell a duplicate from an insert here:
     // sqlx sets CLIENT_FOUND_ROWS, under which both report one affected row.
     insert_tasks_conflict: "",
-    insert_many: false,
+    insert_many: ManyRows::AllOrNothing,
     holder_by_idempotency_key: "SELECT id, trigger_at, task_type, payload FROM tasks \
                                 WHERE idempotency_key = ? AND task_type = ?",
     holder_by_cron_key: "SELECT id, trigger_at FROM tasks WHERE cron_key = ?",

@@ -19,7 +19,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgQueryResult};
 use sqlx::{PgConnection, PgPool, Pool, Postgres};
 
 use super::rows::{self, ClaimRow, claim_columns, task_columns};
-use super::shared::Queries;
+use super::shared::{ManyRows, Queries};
 use super::sql_store::Backend;
 use super::tx::{Dialect, Tx};
 use super::*;
@@ -86,7 +86,7 @@ const QUERIES: Queries = Queries {
     // ON CONFLICT DO NOTHING, with no target, covers every unique constraint, like
     // SQLite's; an error would abort the whole transaction and the batch with it.
     insert_tasks_conflict: " ON CONFLICT DO NOTHING",
-    insert_many: true,
+    insert_many: ManyRows::LeftOut,
     holder_by_idempotency_key: "SELECT id, trigger_at, task_type, payload FROM tasks \
                                 WHERE idempotency_key = $1 AND task_type = $2",
     holder_by_cron_key: "SELECT id, trigger_at FROM tasks WHERE cron_key = $1",

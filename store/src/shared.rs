@@ -18,6 +18,20 @@ pub const INSERT_TASKS: &str = "INSERT INTO tasks (id, task_type, payload, state
      unique_for, cron_key, source_service, last_error, created_at, updated_at, lease_secret, \
      concurrency_key, traceparent, tracestate, owner, lease_until, lease_token) ";
 
+/// What a multi-row insert of tasks does when a row's key is taken. Either way a batch's
+/// runs of tasks without dependencies go in as multi-row statements, and a task whose
+/// key is taken goes through the one-row insert, which names the key's holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ManyRows {
+    /// The row is left out (`ON CONFLICT DO NOTHING`) and the statement names the rows
+    /// it inserted (`RETURNING id`): only the rows left out are tried again one by one.
+    LeftOut,
+    /// The statement fails, and the server undoes it alone (InnoDB: the transaction
+    /// goes on): the whole run is tried again one row at a time. A run holds a taken key
+    /// only after a redelivery or a repeated submit, so most runs go in at once.
+    AllOrNothing,
+}
+
 /// One backend's text for the statements run here and in [`super::tx`]; each takes its
 /// parameters in the order its comment names (the function binding it uses that order).
 pub struct Queries {
@@ -80,11 +94,8 @@ pub struct Queries {
     /// leaves the row out (`ON CONFLICT DO NOTHING`) or fails with a unique violation
     /// (empty).
     pub insert_tasks_conflict: &'static str,
-    /// Whether the insert, leaving out rows with a taken key, can name the rows it
-    /// inserted (`RETURNING id`): then a batch goes in as multi-row statements, and only
-    /// the rows left out are tried again one by one. MySQL fails the whole statement on
-    /// a taken key, so its rows go in one at a time.
-    pub insert_many: bool,
+    /// What a multi-row insert does with a row whose key is taken.
+    pub insert_many: ManyRows,
     /// `id, trigger_at, task_type, payload` of the task of type `task_type` holding
     /// idempotency key `key` (`key, task_type`): keys are unique per type.
     pub holder_by_idempotency_key: &'static str,

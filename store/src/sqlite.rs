@@ -17,7 +17,7 @@ use sqlx::sqlite::{
 use sqlx::{Pool, Sqlite, SqliteConnection, SqlitePool};
 
 use super::rows::{self, ClaimRow, claim_columns, task_columns};
-use super::shared::Queries;
+use super::shared::{ManyRows, Queries};
 use super::sql_store::Backend;
 use super::tx::{Dialect, Tx};
 use super::*;
@@ -176,7 +176,7 @@ const QUERIES: Queries = Queries {
     // One writer: nothing can finish a dependency while this transaction runs.
     dependency_state: "SELECT state FROM tasks WHERE id = ?",
     insert_tasks_conflict: " ON CONFLICT DO NOTHING",
-    insert_many: true,
+    insert_many: ManyRows::LeftOut,
     holder_by_idempotency_key: "SELECT id, trigger_at, task_type, payload FROM tasks \
                                 WHERE idempotency_key = ? AND task_type = ?",
     holder_by_cron_key: "SELECT id, trigger_at FROM tasks WHERE cron_key = ?",

@@ -14,7 +14,7 @@ use sqlx::{
 
 use super::domain::{self, DependentsEffect, Initial};
 use super::rows::{self, Holder, StartedRow, TaskRow};
-use super::shared::{INSERT_TASKS, Queries};
+use super::shared::{INSERT_TASKS, ManyRows, Queries};
 pub use super::task_row::ClaimAtInsert;
 use super::task_row::{CLAIMED_AT_INSERT_TOKEN, ClaimRoom, TaskValues, rows_per_statement};
 use super::{
@@ -117,7 +117,7 @@ where
             let mut tx = pool.begin().await?;
             // Read in the transaction, as the claim reads them in its statement.
             let paused: std::collections::HashSet<String> = match claim {
-                Some(_) if D::QUERIES.insert_many => {
+                Some(_) => {
                     sqlx::query_as::<DB, (String,)>("SELECT task_type FROM job_pauses")
                         .fetch_all(&mut *tx)
                         .await?
@@ -138,11 +138,7 @@ where
             let mut claimed = Vec::new();
             let mut rest = tasks;
             while let Some(first) = rest.first() {
-                let run = if D::QUERIES.insert_many {
-                    rest.iter().take_while(|t| t.depends_on.is_empty()).count()
-                } else {
-                    0
-                };
+                let run = rest.iter().take_while(|t| t.depends_on.is_empty()).count();
                 // One row goes in by itself, unless it may go in claimed: only the
                 // multi-row statement writes a claim.
                 if run >= 2 || (run == 1 && claim.is_some()) {
@@ -187,13 +183,22 @@ where
             })
             .collect();
         let mut insert = Self::insert_statement(&rows);
-        insert.push(" RETURNING id");
-        let mut inserted: std::collections::HashSet<String> = insert
-            .build_query_scalar::<String>()
-            .fetch_all(&mut **tx)
-            .await?
-            .into_iter()
-            .collect();
+        let mut inserted: std::collections::HashSet<String> = match D::QUERIES.insert_many {
+            ManyRows::LeftOut => {
+                insert.push(" RETURNING id");
+                insert
+                    .build_query_scalar::<String>()
+                    .fetch_all(&mut **tx)
+                    .await?
+                    .into_iter()
+                    .collect()
+            }
+            ManyRows::AllOrNothing => match insert.build().execute(&mut **tx).await {
+                Ok(_) => tasks.iter().map(|task| task.id.clone()).collect(),
+                Err(err) if is_unique_violation(&err) => Default::default(),
+                Err(err) => return Err(err.into()),
+            },
+        };
         let mut outcomes = Vec::with_capacity(tasks.len());
         let mut claimed = Vec::new();
         for (task, row) in tasks.iter().zip(&rows) {
