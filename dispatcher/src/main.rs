@@ -183,6 +183,12 @@ struct Common {
     /// task is stored instead (the route the answer names is then `store`).
     #[arg(long, env = "ASYNCD_KAFKA_DELIVERY_TIMEOUT", default_value = "5s", value_parser = duration)]
     kafka_delivery_timeout: Duration,
+    /// File (a mounted Secret key) of the keys Kafka messages are signed with: the api
+    /// signs what it produces with the first, and dispatchers take only messages signed
+    /// with one of them. Keys are separated by line breaks or commas, each at least 32
+    /// bytes. Or the keys themselves in ASYNCD_KAFKA_SIGNING_KEY. Read once at start.
+    #[arg(long, env = "ASYNCD_KAFKA_SIGNING_KEY_FILE")]
+    kafka_signing_key_file: Option<PathBuf>,
     /// Outside a cluster: create a missing topic with its job config's partitions.
     #[arg(long, env = "ASYNCD_CREATE_TOPICS")]
     create_topics: bool,
@@ -346,6 +352,10 @@ impl Common {
             // Environment only: a password in a flag would be in every `ps` listing.
             kafka_security: KafkaSecurity::from_env().context("Kafka security settings")?,
             kafka_delivery_timeout: self.kafka_delivery_timeout,
+            kafka_signing: kafka_signing_keys(
+                self.kafka_signing_key_file,
+                std::env::var(KAFKA_SIGNING_KEY).ok(),
+            )?,
             create_topics: self.create_topics,
             kafka_horizon: self.kafka_horizon,
             reload_interval: Duration::from_millis(500),
@@ -385,6 +395,38 @@ impl Common {
                 None => None,
             },
         })
+    }
+}
+
+/// The variable holding the Kafka signing keys themselves: environment only, so they are
+/// in no `ps` listing, and so they can come with the other `ASYNCD_KAFKA_*` variables
+/// from the chart's Kafka Secret, which the operator also gives its dispatchers.
+const KAFKA_SIGNING_KEY: &str = "ASYNCD_KAFKA_SIGNING_KEY";
+
+/// The Kafka signing keys from `--kafka-signing-key-file` or `ASYNCD_KAFKA_SIGNING_KEY`
+/// (`from_env`, its value if set), at most one of them. An empty file or variable is
+/// refused rather than taken as "unsigned": a Secret that lost its key must not quietly
+/// turn the check off.
+fn kafka_signing_keys(
+    file: Option<PathBuf>,
+    from_env: Option<String>,
+) -> anyhow::Result<Option<asyncd::kafka::MessageKeys>> {
+    const FLAG: &str = "--kafka-signing-key-file (ASYNCD_KAFKA_SIGNING_KEY_FILE)";
+    match (file, from_env) {
+        (Some(_), Some(_)) => {
+            anyhow::bail!("{FLAG} and {KAFKA_SIGNING_KEY} are both set; set one of them")
+        }
+        (Some(path), None) => {
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("{FLAG}: reading {}", path.display()))?;
+            let keys = asyncd::kafka::MessageKeys::parse(&text)
+                .with_context(|| format!("{FLAG}: {}", path.display()))?;
+            Ok(Some(keys))
+        }
+        (None, Some(text)) => Ok(Some(
+            asyncd::kafka::MessageKeys::parse(&text).context(KAFKA_SIGNING_KEY)?,
+        )),
+        (None, None) => Ok(None),
     }
 }
 

@@ -142,8 +142,9 @@ impl Metrics {
         let kafka_dead_letters = counter(
             "asyncd_kafka_dead_letters_total",
             "Kafka messages that were no task or that the store refused, kept in the \
-             kafka_dead_letters table with their bytes and passed",
-            &["job"],
+             kafka_dead_letters table with their bytes and passed, by reason: unreadable, \
+             foreign_type, refused, store_refused, unsigned, bad_signature",
+            &["job", "reason"],
         );
         let signing_unavailable = gauge(
             "asyncd_signing_unavailable",

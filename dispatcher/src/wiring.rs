@@ -110,6 +110,9 @@ pub struct Settings {
     pub kafka_security: KafkaSecurity,
     /// How long a Kafka-route submit waits for the broker before storing the task.
     pub kafka_delivery_timeout: Duration,
+    /// The API signs the messages it produces with the first key, and the consumers take
+    /// only messages signed with one of them; `None`: unsigned, and every message taken.
+    pub kafka_signing: Option<kafka::MessageKeys>,
     pub create_topics: bool,
     pub kafka_horizon: Duration,
     pub reload_interval: Duration,
@@ -443,6 +446,7 @@ async fn wire(
                 &settings.kafka_security,
                 settings.kafka_threshold,
                 settings.kafka_delivery_timeout,
+                settings.kafka_signing.clone(),
             )?),
             _ => None,
         },
@@ -510,6 +514,7 @@ async fn wire(
                 horizon: settings.kafka_horizon,
                 hold: settings.dispatcher.hold,
                 create_topics: settings.create_topics,
+                signing: settings.kafka_signing.clone(),
             };
             supervisor.spawn_loop(
                 "Kafka consumers",

@@ -11,10 +11,13 @@
 //! Retries, 202 leases and dead letters then work exactly as for store-path tasks.
 //!
 //! A message the consumer cannot make a task of never blocks the partition: one that is
-//! no task envelope, or a task the API could not have produced to this topic (another
-//! job's type, a field out of a submit's bounds: `envelope.rs`), or whose task the store refuses (found by splitting the batch, see
-//! `insert_consumed_isolating`), is kept in the store's Kafka dead-letter table with its bytes
-//! and the reason, and its offset is committed with the rest of the batch.
+//! not signed with the Kafka signing key when one is configured (`signature.rs`; checked
+//! before anything else is read), that is no task envelope, or a task the API could not
+//! have produced to this topic (another job's type, a field out of a submit's bounds:
+//! `envelope.rs`), or whose task the store refuses (found by splitting the batch, see
+//! `insert_consumed_isolating`), is kept in the store's Kafka dead-letter table with its
+//! bytes and the reason, counted by reason, and its offset is committed with the rest of
+//! the batch.
 //!
 //! Consumer settings: `session.timeout.ms` 10 s and `heartbeat.interval.ms` 3 s so a
 //! dead consumer's partitions move within seconds; the poll loop never waits on an
@@ -29,12 +32,13 @@ use std::time::Duration;
 use asyncd_kafka_admin::KafkaSecurity;
 use asyncd_spec::job::HIGH_TOPIC_SUFFIX;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
-use rdkafka::message::Message;
+use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::envelope::{self, TopicJob};
+use super::envelope::{self, DecodeError, TopicJob};
+use super::signature::{MessageKeys, SIGNATURE_HEADER};
 use super::topic_admin;
 use crate::clock::SharedClock;
 use crate::dispatch::HeapSink;
@@ -53,6 +57,8 @@ pub struct ConsumerConfig {
     pub hold: Duration,
     /// Outside a cluster: create missing topics with the config's partitions.
     pub create_topics: bool,
+    /// When set, only messages signed with one of these keys are read.
+    pub signing: Option<MessageKeys>,
 }
 
 /// Runs a consumer for each topic of each routed job that has one — the main topic and
@@ -236,14 +242,17 @@ async fn consume(
                 offset: message.offset(),
                 raw: message.payload().unwrap_or_default().to_vec(),
             };
-            match envelope::decode(message.payload(), &topic_job, clock.now_millis()) {
+            let decoded = verify(config.signing.as_ref(), &topic, &message)
+                .and_then(|()| envelope::decode(message.payload(), &topic_job, clock.now_millis()));
+            match decoded {
                 Ok(task) => batch.push(task, origin),
                 // A message no asyncd API wrote to this topic: kept with its bytes, and its
                 // offset committed with the batch, rather than wedge the partition, lose it
                 // or run it.
-                Err(err) => {
-                    letters.push(origin.dead_letter(&topic, err.to_string(), clock.now_millis()))
-                }
+                Err(err) => letters.push((
+                    origin.dead_letter(&topic, err.to_string(), clock.now_millis()),
+                    err.kind(),
+                )),
             }
         }
         if offsets.is_empty() {
@@ -267,7 +276,7 @@ async fn consume(
                 |claimed| sink.push(claimed),
             )
             .await?;
-            letters.extend(refused);
+            letters.extend(refused.into_iter().map(|letter| (letter, STORE_REFUSED)));
             record_dead_letters(store.as_ref(), &letters, &job, &metrics, &stop).await
         };
         if stored.await.is_err() {
@@ -293,6 +302,29 @@ async fn consume(
     close(consumer, lag, true).await;
     tracing::info!(%job, "consumer stopped");
 }
+
+/// With signing keys, whether `message` carries a signature of its value for `topic` by
+/// one of them; without, every message passes.
+fn verify(
+    keys: Option<&MessageKeys>,
+    topic: &str,
+    message: &impl Message,
+) -> Result<(), DecodeError> {
+    let Some(keys) = keys else {
+        return Ok(());
+    };
+    let signatures = message
+        .headers()
+        .into_iter()
+        .flat_map(|headers| headers.iter())
+        .filter(|header| header.key == SIGNATURE_HEADER)
+        .map(|header| header.value);
+    keys.verify(topic, message.payload().unwrap_or_default(), signatures)?;
+    Ok(())
+}
+
+/// The `reason` label of a dead letter whose task the store refused.
+const STORE_REFUSED: &str = "store_refused";
 
 /// Where a consumed task came from, kept with it so that a task the store refuses can
 /// be recorded as the message it was.
@@ -418,17 +450,20 @@ async fn insert_consumed_isolating(
 /// block the partition for good, the one thing this table exists to prevent.
 async fn record_dead_letters(
     store: &dyn Store,
-    letters: &[KafkaDeadLetter],
+    letters: &[(KafkaDeadLetter, &'static str)],
     job: &str,
     metrics: &Metrics,
     stop: &CancellationToken,
 ) -> Result<(), Stopped> {
-    for letter in letters {
+    for (letter, reason) in letters {
         let mut backoff = Duration::from_millis(50);
         loop {
             match store.record_kafka_dead_letter(letter).await {
                 Ok(()) => {
-                    metrics.kafka_dead_letters.with_label_values(&[job]).inc();
+                    metrics
+                        .kafka_dead_letters
+                        .with_label_values(&[job, reason])
+                        .inc();
                     tracing::warn!(%job, topic = %letter.topic, partition = letter.partition,
                         offset = letter.offset, reason = %letter.reason, "kept a Kafka message as a dead letter");
                     break;
@@ -518,6 +553,75 @@ mod tests {
     use super::*;
     use crate::kafka::test_task as task;
 
+    /// With keys, a message passes only with an `asyncd-signature` header (the exact,
+    /// case-sensitive name) signing its value for the topic read; without keys, every
+    /// message passes as before.
+    #[test]
+    fn with_keys_only_a_message_signed_for_the_topic_read_passes() {
+        use rdkafka::message::{Header, OwnedHeaders, OwnedMessage};
+        let keys = MessageKeys::parse(&"k".repeat(32)).unwrap();
+        let value = br#"{"id":"t1"}"#.to_vec();
+        let signature = keys.sign("orders", &value);
+        let message = |headers: &[(&str, &str)]| {
+            let headers = headers
+                .iter()
+                .fold(OwnedHeaders::new(), |all, (key, value)| {
+                    all.insert(Header {
+                        key,
+                        value: Some(*value),
+                    })
+                });
+            OwnedMessage::new(
+                Some(value.clone()),
+                Some(b"t1".to_vec()),
+                "orders".into(),
+                rdkafka::Timestamp::NotAvailable,
+                0,
+                7,
+                Some(headers),
+            )
+        };
+        let kind = |keys: Option<&MessageKeys>, topic: &str, message: &OwnedMessage| {
+            verify(keys, topic, message).err().map(|err| err.kind())
+        };
+        let signed = message(&[("trace", "x"), (SIGNATURE_HEADER, &signature)]);
+        assert_eq!(kind(Some(&keys), "orders", &signed), None);
+        assert_eq!(
+            kind(Some(&keys), "orders-high", &signed),
+            Some("bad_signature")
+        );
+        assert_eq!(
+            kind(Some(&keys), "orders", &message(&[("trace", "x")])),
+            Some("unsigned")
+        );
+        assert_eq!(
+            kind(
+                Some(&keys),
+                "orders",
+                &message(&[("Asyncd-Signature", &signature)])
+            ),
+            Some("unsigned")
+        );
+        let without_headers = OwnedMessage::new(
+            Some(value.clone()),
+            None,
+            "orders".into(),
+            rdkafka::Timestamp::NotAvailable,
+            0,
+            8,
+            None,
+        );
+        assert_eq!(
+            kind(Some(&keys), "orders", &without_headers),
+            Some("unsigned")
+        );
+        assert_eq!(kind(None, "orders", &without_headers), None);
+        assert_eq!(
+            kind(None, "orders", &message(&[(SIGNATURE_HEADER, "v1=00")])),
+            None
+        );
+    }
+
     /// The store refuses two tasks of a batch (a trigger stands in for a value a backend
     /// cannot store): every other task is stored and claimed, and each refused one comes
     /// back alone as the dead letter of its own message.
@@ -567,6 +671,7 @@ mod tests {
             horizon: Duration::from_secs(30),
             hold: Duration::from_secs(30),
             create_topics: false,
+            signing: None,
         };
         let mut claimed = Vec::new();
         let refused = insert_consumed_isolating(

@@ -1,6 +1,7 @@
 //! The message format of the Kafka route: a task as one JSON object in the message's
-//! value, everything the store row will need. Messages carry no headers; the key is the
-//! producer's choice (`producer.rs`).
+//! value, everything the store row will need. The only header is the API's signature,
+//! when a Kafka signing key is configured (`signature.rs`); the key is the producer's
+//! choice (`producer.rs`).
 //!
 //! A message is trusted no more than a submit: whoever may produce to a job's topic is
 //! not thereby the API. [`decode`] takes only tasks of the topic's own job, holds every
@@ -11,6 +12,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use super::signature::SignatureError;
 use crate::api::error::ApiError;
 use crate::api::submit::{bounds, legacy_task_id, task_id};
 use crate::trace::TraceContext;
@@ -158,6 +160,23 @@ pub(super) enum DecodeError {
     /// A field out of the submit's bounds; the text names the field.
     #[error("refused as a submit would be: {0}")]
     Refused(String),
+    /// A signing key is configured and the message is not signed with it; checked
+    /// before the value is read at all.
+    #[error(transparent)]
+    Signature(#[from] SignatureError),
+}
+
+impl DecodeError {
+    /// The `reason` label of `asyncd_kafka_dead_letters_total` for this error.
+    pub(super) fn kind(&self) -> &'static str {
+        match self {
+            DecodeError::NoValue | DecodeError::NotAnEnvelope(_) => "unreadable",
+            DecodeError::ForeignType { .. } => "foreign_type",
+            DecodeError::Refused(_) => "refused",
+            DecodeError::Signature(SignatureError::Unsigned) => "unsigned",
+            DecodeError::Signature(SignatureError::Mismatch(_)) => "bad_signature",
+        }
+    }
 }
 
 /// The task a consumed message's value (`None` for a message without one) carries, read
@@ -260,6 +279,26 @@ mod tests {
             reason(Some(b"{\"id\":")).starts_with("not an asyncd task envelope: EOF"),
             "{}",
             reason(Some(b"{\"id\":"))
+        );
+    }
+
+    /// The `reason` label each refusal is counted under in
+    /// `asyncd_kafka_dead_letters_total`, one per kind, as docs/operations.md lists them.
+    #[test]
+    fn each_refusal_is_counted_under_its_kind() {
+        let kind = |result: Result<NewTask, DecodeError>| result.unwrap_err().kind();
+        assert_eq!(kind(decode(None, &work(), NOW)), "unreadable");
+        assert_eq!(kind(decode(Some(b"[]"), &work(), NOW)), "unreadable");
+        assert_eq!(kind(forged("type", "payments".into())), "foreign_type");
+        assert_eq!(kind(forged("priority", 10.into())), "refused");
+        assert_eq!(kind(forged("id", "not-a-uuid".into())), "refused");
+        assert_eq!(
+            DecodeError::from(SignatureError::Unsigned).kind(),
+            "unsigned"
+        );
+        assert_eq!(
+            DecodeError::from(SignatureError::Mismatch("work".into())).kind(),
+            "bad_signature"
         );
     }
 

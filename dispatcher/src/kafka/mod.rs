@@ -10,10 +10,13 @@
 //!   durable in the store (claiming what is due soon into the heap) and only then commits
 //!   its offsets; a message it cannot make a task of becomes a Kafka dead letter.
 //! - `envelope.rs`: the message format both sides share.
+//! - `signature.rs`: with a Kafka signing key, the API's signature over each message,
+//!   which the consumers check before reading it.
 
 mod consumer;
 mod envelope;
 mod producer;
+mod signature;
 
 use std::time::Duration;
 
@@ -21,6 +24,7 @@ use asyncd_kafka_admin::{AdminError, KafkaAdmin, KafkaSecurity};
 
 pub use consumer::{ConsumerConfig, supervise};
 pub use producer::{PAUSE_AFTER_FAILURE, ProduceError, Producer, create_topics};
+pub use signature::{KeyError, MIN_KEY_BYTES, MessageKeys, SIGNATURE_HEADER};
 
 /// The admin client for `--create-topics`: created topics get one replica.
 fn topic_admin(brokers: &str, security: &KafkaSecurity) -> Result<KafkaAdmin, AdminError> {

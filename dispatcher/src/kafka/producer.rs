@@ -7,6 +7,9 @@
 //! insert finds the id taken and the copy changes nothing. For
 //! [`PAUSE_AFTER_FAILURE`] after such a failure, the API sends tasks to the store
 //! without trying Kafka.
+//!
+//! With a Kafka signing key, each message carries the `asyncd-signature` header over its
+//! value and topic (`signature.rs`).
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -15,9 +18,11 @@ use std::time::Duration;
 use asyncd_kafka_admin::KafkaSecurity;
 use asyncd_spec::Job;
 use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio_util::sync::CancellationToken;
 
+use super::signature::{MessageKeys, SIGNATURE_HEADER};
 use super::{envelope, topic_admin};
 use crate::job_table::Routes;
 use asyncd_store::{Millis, NewTask};
@@ -34,6 +39,8 @@ pub struct Producer {
     delivery_timeout: Duration,
     /// Until when (epoch ms) the store takes Kafka-route tasks; see [`PAUSE_AFTER_FAILURE`].
     paused_until: AtomicI64,
+    /// Signs each message when set.
+    signing: Option<MessageKeys>,
 }
 
 /// A produce the broker did not acknowledge in time.
@@ -49,12 +56,14 @@ impl Producer {
     /// `delivery_timeout` bounds how long a submit waits for the broker's
     /// acknowledgement (librdkafka's `message.timeout.ms`) before the API stores the
     /// task instead. A message that timed out may still land later; it carries the id
-    /// the store row got, so the consumer's insert drops it by the primary key.
+    /// the store row got, so the consumer's insert drops it by the primary key. With
+    /// `signing`, every message is signed with its first key.
     pub fn new(
         brokers: &str,
         security: &KafkaSecurity,
         threshold: Duration,
         delivery_timeout: Duration,
+        signing: Option<MessageKeys>,
     ) -> Result<Self, KafkaError> {
         // librdkafka wants at least 1 ms, and a request to outlive no message.
         let timeout_ms = delivery_timeout.as_millis().clamp(1, i32::MAX as u128);
@@ -71,6 +80,7 @@ impl Producer {
             threshold_ms: threshold.as_millis() as i64,
             delivery_timeout,
             paused_until: AtomicI64::new(i64::MIN),
+            signing,
         })
     }
 
@@ -102,8 +112,16 @@ impl Producer {
     pub async fn send(&self, topic: &str, task: &NewTask) -> Result<(), ProduceError> {
         let body = envelope::encode(task);
         let key = task.unique_key.as_deref().unwrap_or(&task.id);
+        let mut record = FutureRecord::to(topic).key(key).payload(&body);
+        if let Some(keys) = &self.signing {
+            let signature = keys.sign(topic, &body);
+            record = record.headers(OwnedHeaders::new().insert(Header {
+                key: SIGNATURE_HEADER,
+                value: Some(signature.as_str()),
+            }));
+        }
         let send = self.inner.send(
-            FutureRecord::to(topic).key(key).payload(&body),
+            record,
             // How long to wait for room in librdkafka's local queue, which fills when
             // the broker is away: no longer than for the acknowledgement itself.
             self.delivery_timeout,
@@ -164,6 +182,7 @@ mod tests {
             &KafkaSecurity::default(),
             Duration::from_secs(600),
             Duration::from_secs(5),
+            None,
         )
         .unwrap();
         let now = Millis::new(1_700_000_000_000);

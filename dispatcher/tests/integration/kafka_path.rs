@@ -14,7 +14,7 @@ use crate::support::*;
 
 /// The broker's bootstrap servers. Every test here begins by holding the [`Broker`] (the
 /// chaos test restarts it), which skips the test when there is none.
-fn brokers() -> String {
+pub(crate) fn brokers() -> String {
     Service::Kafka.address().expect("the test holds the broker")
 }
 
@@ -23,7 +23,7 @@ fn kafka_script() -> PathBuf {
 }
 
 /// A job whose tasks go through a topic of its own.
-fn kafka_job(name: &str, url: &str, partitions: u32) -> String {
+pub(crate) fn kafka_job(name: &str, url: &str, partitions: u32) -> String {
     kafka_job_with(name, url, partitions, "")
 }
 
@@ -930,6 +930,7 @@ async fn with_the_broker_unreachable_a_submit_falls_back_to_the_store_under_the_
         &Default::default(),
         Duration::from_secs(600),
         Duration::from_secs(10),
+        None,
     )
     .unwrap();
     let envelope = |id: &str, payload: &str| asyncd_store::NewTask {
@@ -974,7 +975,7 @@ async fn with_the_broker_unreachable_a_submit_falls_back_to_the_store_under_the_
 }
 
 /// The topic a [`kafka_job`] YAML names.
-fn topic_of(job: &str) -> String {
+pub(crate) fn topic_of(job: &str) -> String {
     job.lines()
         .find_map(|l| l.trim().strip_prefix("topic: "))
         .unwrap()
@@ -1099,7 +1100,8 @@ async fn an_unreadable_message_is_kept_with_its_bytes_and_passed() {
         .await
         .unwrap();
     assert!(
-        metrics.contains("asyncd_kafka_dead_letters_total{job=\"garbage\"} 1"),
+        metrics
+            .contains("asyncd_kafka_dead_letters_total{job=\"garbage\",reason=\"unreadable\"} 1"),
         "{metrics}"
     );
     wait_committed_to_the_end(&topic, &format!("{topic}-cg")).await;

@@ -31,6 +31,7 @@ mod executor_policy;
 mod fairness;
 mod jobs_overview;
 mod kafka_path;
+mod kafka_signing;
 mod leases;
 mod limits;
 mod logs;

@@ -618,6 +618,7 @@ pub fn settings(dir: &tempfile::TempDir, clock: Arc<ManualClock>) -> Settings {
         kafka_brokers: None,
         kafka_security: Default::default(),
         kafka_delivery_timeout: Duration::from_secs(5),
+        kafka_signing: None,
         create_topics: false,
         kafka_horizon: Duration::from_secs(30),
         reload_interval: Duration::from_millis(50),
