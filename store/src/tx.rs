@@ -117,14 +117,12 @@ where
             let mut tx = pool.begin().await?;
             // Read in the transaction, as the claim reads them in its statement.
             let paused: std::collections::HashSet<String> = match claim {
-                Some(_) => {
-                    sqlx::query_as::<DB, (String,)>("SELECT task_type FROM job_pauses")
-                        .fetch_all(&mut *tx)
-                        .await?
-                        .into_iter()
-                        .map(|(task_type,)| task_type)
-                        .collect()
-                }
+                Some(_) => sqlx::query_as::<DB, (String,)>("SELECT task_type FROM job_pauses")
+                    .fetch_all(&mut *tx)
+                    .await?
+                    .into_iter()
+                    .map(|(task_type,)| task_type)
+                    .collect(),
                 _ => Default::default(),
             };
             // What each type may still have claimed; counted down afresh by each try.
