@@ -277,7 +277,9 @@ def test_cancel_in_job(dev_env):
     job no config declares is refused."""
     env = need(dev_env)
     c = env.client
-    unconsumed = str(uuid.uuid4())
+    # Time-ordered (UUIDv7), as the API gives a task without an idempotency key: only such
+    # an id is recorded cancelled ahead of consumption (a derived one is cancelled by key).
+    unconsumed = "01934a6e-0000-7000-8000-%012x" % (time.time_ns() & 0xFFFFFFFFFFFF)
     with pytest.raises(asyncd.NotFound):
         c.cancel(unconsumed)
     c.cancel(unconsumed, job="py-kafka-job")
