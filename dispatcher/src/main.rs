@@ -445,6 +445,12 @@ fn instance_name(instance: Option<String>) -> String {
     )
 }
 
+/// mimalloc rather than glibc's malloc: the hot path allocates per task (requests,
+/// JSON, rows), and glibc spent a sixth of asyncd's CPU there under a drain
+/// (docs/benchmarks.md, "Hot-path guard").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
