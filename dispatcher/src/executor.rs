@@ -256,7 +256,7 @@ impl ExecutorClient {
         }
         let request = self
             .client
-            .post(&job.executor_url)
+            .post(job.executor_url.clone())
             .timeout(timeout)
             .header("content-type", "application/json")
             .header(headers::CALLBACK_URL, &self.callback_url)
@@ -642,7 +642,7 @@ pub(crate) fn test_job(url: &str) -> Job {
     Job {
         name: "job".into(),
         task_type: "t".into(),
-        executor_url: url.into(),
+        executor_url: url.parse().expect("a test URL"),
         executor_ip: None,
         executor_error_bodies: false,
         timeout: Duration::from_secs(30),

@@ -534,7 +534,8 @@ impl SpecError {
 pub struct Job {
     pub name: String,
     pub task_type: String,
-    pub executor_url: String,
+    /// Parsed once here: the dispatcher calls it for every attempt.
+    pub executor_url: url::Url,
     /// The host of `executor_url` when it is an IP address: no DNS resolver sees it, so
     /// the dispatcher checks it against its address policy before each call.
     pub executor_ip: Option<IpAddr>,

@@ -173,18 +173,15 @@ impl Attempts {
             let count = call.len();
             if job.batch.is_none() {
                 let (task, attempt, permit) = call.into_iter().next().expect("one attempt");
-                // Every line logged during the attempt carries the task it is about.
-                let span = attempt_span(&task, &attempt);
-                self.inflight.spawn(
-                    async move {
-                        tokio::select! {
-                            _ = this.execute(task, attempt, &keys, permit) => {}
-                            _ = this.abandon.cancelled() => {}
-                        }
-                        this.claims.let_go(&task_type);
+                // No span around the call: nothing logs during it, and the outcome's line
+                // carries the task ([`log_outcome`]).
+                self.inflight.spawn(async move {
+                    tokio::select! {
+                        _ = this.execute(task, attempt, &keys, permit) => {}
+                        _ = this.abandon.cancelled() => {}
                     }
-                    .instrument(span),
-                );
+                    this.claims.let_go(&task_type);
+                });
             } else {
                 let span = tracing::info_span!("batch", task_type = %task_type, tasks = count);
                 self.inflight.spawn(
@@ -226,7 +223,7 @@ impl Attempts {
             }
             None => self.vanished(&task, &attempt),
         };
-        log_outcome(&kind);
+        log_outcome(&kind, || attempt_span(&task, &attempt));
         self.outcomes
             .complete_attempt(task, attempt, kind, permit)
             .await;
@@ -274,7 +271,7 @@ impl Attempts {
                 .collect(),
         };
         for ((task, attempt, permit), kind) in attempts.into_iter().zip(kinds) {
-            attempt_span(&task, &attempt).in_scope(|| log_outcome(&kind));
+            log_outcome(&kind, || attempt_span(&task, &attempt));
             self.outcomes
                 .complete_attempt(task, attempt, kind, permit)
                 .await;
@@ -296,7 +293,7 @@ impl Attempts {
     }
 }
 
-/// The span of one attempt: every line logged about it carries its task.
+/// The span of one attempt's outcome line: it carries the task.
 fn attempt_span(task: &ClaimedTask, attempt: &Started) -> tracing::Span {
     tracing::info_span!(
         "attempt",

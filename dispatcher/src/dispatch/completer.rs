@@ -217,7 +217,21 @@ pub(super) fn failure(kind: &FinishKind) -> Option<String> {
 /// One line per attempt outcome, inside the attempt's span: failures at `info` (a
 /// retry) and `warn` (a dead letter), so they are in the default log; successes at
 /// `debug`, as a busy queue has millions.
-pub(super) fn log_outcome(kind: &FinishKind) {
+/// Logs an attempt's outcome inside `span` (the attempt's), made only when the line is
+/// written: at the default level a success writes none, and a span for each attempt cost
+/// the hot path an allocation and its fields' formatting per task.
+pub(super) fn log_outcome(kind: &FinishKind, span: impl FnOnce() -> tracing::Span) {
+    let written = match kind {
+        FinishKind::Succeeded { .. } | FinishKind::Extend { .. } | FinishKind::Release => {
+            tracing::enabled!(tracing::Level::DEBUG)
+        }
+        FinishKind::Retry { .. } => tracing::enabled!(tracing::Level::INFO),
+        FinishKind::Dead { .. } => tracing::enabled!(tracing::Level::WARN),
+    };
+    if !written {
+        return;
+    }
+    let _attempt = span().entered();
     match kind {
         FinishKind::Succeeded { .. } => tracing::debug!("attempt succeeded"),
         FinishKind::Extend { until } => tracing::debug!(

@@ -194,7 +194,7 @@ impl JobSpec {
         Ok(Job {
             name: name.to_string(),
             task_type: task_type.to_string(),
-            executor_url: url.to_string(),
+            executor_url: parsed,
             executor_ip,
             executor_error_bodies: self.executor.error_bodies,
             timeout,
