@@ -7,7 +7,8 @@
 #   2. `asyncd api` on PostgreSQL (e2e/services/postgres.sh, started if needed) with
 #      `--auth tokens`, Schemathesis sending the token (its generated requests without it,
 #      or with a broken header, must answer the documented 401),
-# and fails on any 5xx, any answer that does not match the schema (status code, content
+# then every path and query parameter holding a NUL or bytes that are not UTF-8
+# (e2e/fuzz_params.py), and fails on any 5xx, any answer that does not match the schema (status code, content
 # type, body, headers), on a panic in asyncd's log, and on an asyncd process that is no
 # longer running afterwards. One worker: Schemathesis 4.32.5 with two workers sometimes
 # reports an internal error (a KeyError while shrinking) instead of a result.
@@ -77,6 +78,8 @@ fuzz() {  # fuzz NAME PORT PID LOG [SCHEMATHESIS ARGS...]
     --max-examples "$examples" --seed 20261130 --workers 1 \
     --request-timeout 10 --no-color --warnings off \
     --generation-database none || status=$?
+  # Parameters holding a NUL or bytes that are not UTF-8, which Schemathesis does not send.
+  python3 "$root/e2e/fuzz_params.py" "http://127.0.0.1:$port" "$@" || status=$?
   if ! kill -0 "$pid" 2>/dev/null; then
     echo "FAIL: asyncd ($name) is not running after the fuzzer; its log:" >&2
     tail -40 "$log" >&2

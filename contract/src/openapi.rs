@@ -267,7 +267,7 @@ pub fn document() -> Value {
                 "operationId": "getTask",
                 "summary": "Inspect a task",
                 "responses": responses(&[(200, ok("The task", task.clone()))],
-                    errors(&error, &[NotFound, StoreUnavailable, Unauthenticated, AuthUnavailable])),
+                    errors(&error, &[InvalidField, NotFound, StoreUnavailable, Unauthenticated, AuthUnavailable])),
             },
             "delete": {
                 "operationId": "cancelTask",
@@ -333,7 +333,7 @@ pub fn document() -> Value {
             "summary": "Put a dead task back to pending, due now, attempts reset",
             "parameters": [path_id("The dead task's id")],
             "responses": responses(&[(200, ok("Redriven", s.answer::<RedriveResult>()))],
-                errors(&error, &[NotFound, NotDead, UniqueConflict, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+                errors(&error, &[InvalidField, NotFound, NotDead, UniqueConflict, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
         }},
         "/v1/kafka-dead-letters": {"get": {
             "operationId": "kafkaDeadLetters",
@@ -369,7 +369,7 @@ pub fn document() -> Value {
                 "operationId": "getJob",
                 "summary": "How a job stands: paused or not, backlog, lateness, dead letters, finishes in the last minute, cron entries",
                 "responses": responses(&[(200, ok("The job", s.answer::<JobOverview>()))],
-                    errors(&error, &[NotFound, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+                    errors(&error, &[InvalidField, NotFound, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
             },
         },
         "/v1/jobs/{name}/pause": {"post": {
@@ -377,14 +377,14 @@ pub fn document() -> Value {
             "summary": "Pause a job: no attempt of it begins, its tasks wait in the store (idempotent)",
             "parameters": [job_name()],
             "responses": responses(&[(200, ok("Paused", job.clone()))],
-                errors(&error, &[NotFound, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+                errors(&error, &[InvalidField, NotFound, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
         }},
         "/v1/jobs/{name}/resume": {"post": {
             "operationId": "resumeJob",
             "summary": "Lift the API's pause of a job; its waiting tasks run in order (idempotent)",
             "parameters": [job_name()],
             "responses": responses(&[(200, ok("Resumed, or still paused by its config", job))],
-                errors(&error, &[NotFound, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+                errors(&error, &[InvalidField, NotFound, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
         }},
         "/v1/jobs/{name}/cron/{entry}/trigger": {"post": {
             "operationId": "triggerCron",
@@ -394,7 +394,7 @@ pub fn document() -> Value {
                  "description": "The cron entry's name (spec.cron[].name)",
                  "schema": {"type": "string"}}],
             "responses": responses(&[(201, ok("The task it fired", s.answer::<CronTriggerResult>()))],
-                errors(&error, &[NotFound, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+                errors(&error, &[InvalidField, NotFound, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
         }},
         "/v1/openapi.json": {"get": {
             "operationId": "openapi", "security": [],

@@ -591,6 +591,9 @@ impl CronEntry {
 }
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The shortest executor timeout, a job's or a task's: timeouts are kept in whole
+/// milliseconds, and a shorter one was kept as none at all, failing every attempt.
+pub const MIN_TIMEOUT: Duration = Duration::from_millis(1);
 pub const MAX_RETRIES_LIMIT: u32 = 100;
 
 impl AsyncJobConfig {
@@ -731,6 +734,11 @@ mod tests {
         assert_eq!(
             with(|d| d.spec.executor.timeout = Some("-1s".into())).field,
             "spec.executor.timeout"
+        );
+        assert_eq!(
+            with(|d| d.spec.executor.timeout = Some("999us".into())).field,
+            "spec.executor.timeout",
+            "kept in whole milliseconds, it would be kept as none"
         );
         assert_eq!(
             with(|d| d.spec.retention = Some(RetentionSpec {

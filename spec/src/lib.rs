@@ -20,6 +20,7 @@ pub mod job;
 pub mod schedule;
 
 pub use duration::{format_duration, parse_duration};
+pub use job::MIN_TIMEOUT;
 pub use job::{
     Adaptive, AdaptiveConcurrencySpec, AsyncJobConfig, Batch, BatchSpec, ConcurrencyKey,
     ConcurrencyKeySpec, DeletePolicy, HIGH_PRIORITY, Job, JobSpec, KafkaSpec, RateLimit,

@@ -8,8 +8,10 @@ use asyncd_contract::{
 };
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+
+use super::extract::Path;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;

@@ -16,8 +16,10 @@ use asyncd_contract::{
 };
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, Query, State};
+
+use super::extract::{Path, Query};
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;

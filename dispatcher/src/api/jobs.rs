@@ -10,7 +10,9 @@ use asyncd_contract::{
     JobOverview, JobStats, JobStatus, MAX_JOB_COUNT,
 };
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
+
+use super::extract::Path;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 

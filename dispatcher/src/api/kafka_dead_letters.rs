@@ -13,8 +13,10 @@ use asyncd_contract::{
 };
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Query, State};
+
+use super::extract::Query;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 

@@ -11,12 +11,15 @@
 //! - [`guard`]: what a web page in the caller's browser may not do (`Host`, `Origin`,
 //!   `Content-Type`), in front of every public endpoint;
 //! - `listing`: the task as the API shows it, and the paging of task listings;
-//! - [`error`]: the one error shape every refusal has.
+//! - [`error`]: the one error shape every refusal has;
+//! - `extract`: the path and query extractors, which refuse a parameter that is not
+//!   UTF-8 or holds a NUL with that error.
 
 mod callbacks;
 pub mod console;
 mod dead_letters;
 pub mod error;
+mod extract;
 pub mod guard;
 mod jobs;
 mod kafka_dead_letters;

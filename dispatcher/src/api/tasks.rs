@@ -7,8 +7,10 @@ use std::sync::Arc;
 use asyncd_contract::{CancelResult, ErrorCode, MAX_LISTING_BYTES};
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, Query, State};
+
+use super::extract::{Path, Query};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 

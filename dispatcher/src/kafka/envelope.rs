@@ -326,17 +326,17 @@ mod tests {
             (
                 "timeout_ms",
                 serde_json::json!(86_400_001),
-                "timeout: must be above zero and at most 24h",
+                "timeout: must be at least 1ms and at most 24h",
             ),
             (
                 "timeout_ms",
                 serde_json::json!(0),
-                "timeout: must be above zero and at most 24h",
+                "timeout: must be at least 1ms and at most 24h",
             ),
             (
                 "timeout_ms",
                 serde_json::json!(-5),
-                "timeout: must be above zero and at most 24h",
+                "timeout: must be at least 1ms and at most 24h",
             ),
             (
                 "trigger_at",

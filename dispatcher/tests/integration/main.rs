@@ -18,6 +18,7 @@
 mod support;
 
 mod auth;
+mod bad_params;
 mod browser;
 mod callbacks;
 mod cancel;

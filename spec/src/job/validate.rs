@@ -50,10 +50,10 @@ impl JobSpec {
             &self.executor.timeout,
             DEFAULT_TIMEOUT,
         )?;
-        if timeout.is_zero() {
+        if timeout < MIN_TIMEOUT {
             return Err(SpecError::new(
                 "spec.executor.timeout",
-                "must be above zero",
+                "must be at least 1ms",
             ));
         }
         if self.retry.max_retries > MAX_RETRIES_LIMIT {

@@ -11,6 +11,7 @@ use serde_json::value::RawValue;
 
 use crate::api::error::ApiError;
 use crate::job_table::RouteTable;
+use asyncd_spec::MIN_TIMEOUT;
 use asyncd_store::{Millis, NewTask};
 
 pub const MAX_DELAY: Duration = Duration::from_secs(400 * 86_400);
@@ -185,12 +186,13 @@ pub fn max_retries(value: i64) -> Result<u32, ApiError> {
         .ok_or_else(|| ApiError::field("max_retries", format!("must be 0..={MAX_RETRIES_LIMIT}")))
 }
 
-/// A task's executor timeout: above zero, at most [`MAX_TIMEOUT`].
+/// A task's executor timeout: at least [`MIN_TIMEOUT`] (stored in milliseconds), at
+/// most [`MAX_TIMEOUT`].
 pub fn timeout(value: Duration) -> Result<Duration, ApiError> {
-    if value.is_zero() || value > MAX_TIMEOUT {
+    if value < MIN_TIMEOUT || value > MAX_TIMEOUT {
         return Err(ApiError::field(
             "timeout",
-            "must be above zero and at most 24h",
+            "must be at least 1ms and at most 24h",
         ));
     }
     Ok(value)
@@ -701,6 +703,11 @@ mod tests {
         );
         assert_eq!(
             field_of(&format!(r#"{{{t},"timeout":"0s"}}"#)).2,
+            Some("timeout".into())
+        );
+        // Kept in whole milliseconds, it would be kept as none at all.
+        assert_eq!(
+            field_of(&format!(r#"{{{t},"timeout":"999us"}}"#)).2,
             Some("timeout".into())
         );
         assert_eq!(
