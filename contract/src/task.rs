@@ -56,7 +56,7 @@ pub struct SubmitRequest<P = Value> {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schemars(range(min = 0, max = 100)))]
     pub max_retries: Option<i64>,
-    /// Per-attempt executor timeout (humantime, above zero, at most 24h); default the
+    /// Per-attempt executor timeout (humantime, at least 1ms, at most 24h); default the
     /// job's `executor.timeout`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(
