@@ -1,13 +1,13 @@
-//! The chaos soak: asyncd as separate real processes on PostgreSQL and Kafka (migrate, APIs,
-//! dispatchers, schedulers), N tasks over both routes, executors that misbehave in every
-//! way the contract allows, and every role SIGKILLed and restarted over and over, the
-//! database and the broker restarted once each. At the end every accepted task must have
+//! The chaos soak: asyncd as separate real processes on PostgreSQL or MariaDB and Kafka
+//! (migrate, APIs, dispatchers, schedulers), N tasks over both routes, executors that
+//! misbehave in every way the contract allows, and every role SIGKILLed and restarted over
+//! and over, the database and the broker restarted once each. At the end every accepted task must have
 //! reached the end state its executor's behaviour implies, no executor call may come before
 //! the task's ETA, and successful executions beyond the first are counted.
 //!
 //! Every random choice comes from `--seed` (printed), so a failing run can be repeated.
-//! Run through `e2e/soak.sh`, which builds the release binaries and starts private
-//! PostgreSQL and Kafka servers for the soak to restart.
+//! Run through `e2e/soak.sh`, which builds the release binaries and starts a private
+//! database server (`--store postgres|mariadb`) and Kafka server for the soak to restart.
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
@@ -34,8 +34,8 @@ pub struct Args {
     /// Seed of every random choice (default: from the clock; printed either way).
     #[arg(long)]
     seed: Option<u64>,
-    /// PostgreSQL database for the run (a fresh one). Given to every asyncd process as
-    /// ASYNCD_STORE, never as an argument (it holds the password).
+    /// Store URL of a fresh database for the run (`postgres://…` or `mysql://…`). Given to
+    /// every asyncd process as ASYNCD_STORE, never as an argument (it holds the password).
     #[arg(long, env = "ASYNCD_STORE", hide_env_values = true)]
     store: String,
     /// Kafka bootstrap servers.
@@ -233,6 +233,9 @@ pub struct Record {
     pub calls: u32,
     /// Executions the executor completed successfully.
     pub successes: u32,
+    /// When each success was completed (ms) and by which attempt and lease token, so a
+    /// duplicate can be set against the kills in `kills.log`.
+    pub success_at: Vec<(i64, u32, String)>,
     pub early: u32,
     /// The final state read back from the API (`succeeded`, `dead`, `cancelled`).
     pub end: Option<String>,
@@ -309,9 +312,12 @@ impl Ledger {
         }
     }
 
-    pub fn note_success(&mut self, index: usize) {
+    pub fn note_success(&mut self, index: usize, attempt: u32, lease_token: &str) {
         if let Some(record) = self.records.get_mut(index) {
             record.successes += 1;
+            record
+                .success_at
+                .push((now_ms(), attempt, lease_token.to_string()));
         }
     }
 
@@ -369,6 +375,8 @@ pub async fn run(args: &Args) -> Result<()> {
     };
     std::fs::create_dir_all(&logs)?;
     println!("process logs: {}", logs.display());
+    // The verdict alone does not say which backend it was on; the password stays out.
+    println!("store: {}", asyncd_store::redact_url(&args.store));
     let started = Instant::now();
 
     let ledger = Arc::new(Mutex::new(Ledger::new(seed, args.tasks)));
@@ -536,6 +544,53 @@ pub async fn run(args: &Args) -> Result<()> {
             r.successes
         );
     }
+    // Which route a duplicate took and the first few ids, to look them up in the store's
+    // rows and the dispatchers' logs; the route is judged from the delay the soak asked for,
+    // so a task within a few ms of the threshold may be on the other one.
+    let max_delay_ms = args.max_delay.as_millis() as u64;
+    let threshold_ms = args.kafka_threshold.as_millis() as u64;
+    let duplicated: Vec<(usize, &Record, u64)> = ledger
+        .records
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.successes > 1)
+        .map(|(index, r)| (index, r, delay_ms(seed, index as u64, max_delay_ms)))
+        .collect();
+    let on_kafka = duplicated
+        .iter()
+        .filter(|(_, _, delay)| *delay < threshold_ms)
+        .count();
+    println!(
+        "duplicated tasks: {} ({on_kafka} on the Kafka route, {} on the store route; all in duplicates.tsv, kill times in kills.log)",
+        duplicated.len(),
+        duplicated.len() - on_kafka
+    );
+    let mut table =
+        String::from("index\tid\tbehaviour\tdelay_ms\tcalls\tsuccesses (ms@attempt/lease token)\n");
+    for (index, r, delay) in &duplicated {
+        let at: Vec<String> = r
+            .success_at
+            .iter()
+            .map(|(ms, attempt, token)| format!("{ms}@{attempt}/{token}"))
+            .collect();
+        table.push_str(&format!(
+            "{index}\t{}\t{}\t{delay}\t{}\t{}\n",
+            r.id.as_deref().unwrap_or("?"),
+            Behaviour::of(seed, *index as u64).code(),
+            r.calls,
+            at.join(" ")
+        ));
+    }
+    std::fs::write(logs.join("duplicates.tsv"), table)?;
+    for (index, r, delay) in duplicated.iter().take(10) {
+        println!(
+            "duplicate: task {index} ({}) behaviour {} delay {delay} ms, {} calls, {} successes",
+            r.id.as_deref().unwrap_or("?"),
+            Behaviour::of(seed, *index as u64).code(),
+            r.calls,
+            r.successes
+        );
+    }
     for (index, r) in ledger.records.iter().enumerate() {
         let behaviour = Behaviour::of(seed, index as u64);
         let expected = behaviour.expected().as_str();
@@ -675,7 +730,13 @@ async fn execute(state: &ExecutorState, uri: &Uri, headers: &HeaderMap, body: &[
             .unwrap()
             .note_call(index, &id, arrival, &etas);
     }
-    let success = || state.ledger.lock().unwrap().note_success(index);
+    let success = || {
+        state
+            .ledger
+            .lock()
+            .unwrap()
+            .note_success(index, attempt, &lease_token)
+    };
     match behaviour {
         Behaviour::Ok => {
             success();
@@ -717,7 +778,7 @@ async fn execute(state: &ExecutorState, uri: &Uri, headers: &HeaderMap, body: &[
         Behaviour::Callback | Behaviour::InvalidJson202 => {
             let state = state.clone();
             tokio::spawn(async move {
-                finish_later(&state, index, &id, &lease_token).await;
+                finish_later(&state, index, attempt, &id, &lease_token).await;
             });
             if behaviour == Behaviour::Callback {
                 answer(202, r#"{"lease": "10s"}"#)
@@ -731,7 +792,13 @@ async fn execute(state: &ExecutorState, uri: &Uri, headers: &HeaderMap, body: &[
 
 /// The long-running half of a 202: a heartbeat, then the success result, through any API
 /// process that answers (they are being killed too).
-async fn finish_later(state: &ExecutorState, index: usize, id: &str, lease_token: &str) {
+async fn finish_later(
+    state: &ExecutorState,
+    index: usize,
+    attempt: u32,
+    id: &str,
+    lease_token: &str,
+) {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let heartbeat = json!({"lease_token": lease_token, "lease": "10s"});
     let path = format!("/v1/tasks/{id}/heartbeat");
@@ -739,7 +806,11 @@ async fn finish_later(state: &ExecutorState, index: usize, id: &str, lease_token
         return; // stale: a newer attempt has the task
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    state.ledger.lock().unwrap().note_success(index);
+    state
+        .ledger
+        .lock()
+        .unwrap()
+        .note_success(index, attempt, lease_token);
     let result = json!({"lease_token": lease_token, "status": "success", "output": {"i": index}});
     post_retrying(state, &format!("/v1/tasks/{id}/result"), &result).await;
 }
@@ -874,7 +945,8 @@ impl Fleet {
     }
 
     /// SIGKILL, after one last look at its peak memory.
-    fn kill(&mut self, i: usize) {
+    /// SIGKILLs process `i`; returns its name.
+    fn kill(&mut self, i: usize) -> String {
         self.sample();
         let p = &mut self.procs[i];
         if let Some(mut child) = p.child.take() {
@@ -882,6 +954,7 @@ impl Fleet {
             let _ = child.wait();
             *self.kills.entry(p.role).or_default() += 1;
         }
+        p.name.clone()
     }
 
     /// Notes each live process's peak memory; restarts one that died on its own.
@@ -965,6 +1038,7 @@ async fn chaos(
     let (mut db_pending, mut broker_pending) = (plan.db_restart, plan.broker_restart);
     let count = fleet.lock().unwrap().procs.len();
     let mut k: u64 = 0;
+    let mut kill_log = String::new();
     while now_ms() < until_ms.load(Ordering::Relaxed) {
         tokio::time::sleep(plan.every).await;
         let done = submitted.load(Ordering::Relaxed);
@@ -981,12 +1055,16 @@ async fn chaos(
         let victim = (k as usize) % count;
         let down = Duration::from_millis(200 + draw(plan.seed, 4, k) % 1300);
         k += 1;
-        fleet.lock().unwrap().kill(victim);
+        let name = fleet.lock().unwrap().kill(victim);
         report.kills += 1;
+        kill_log.push_str(&format!("{} {name}\n", now_ms()));
         tokio::time::sleep(down).await;
         if let Err(err) = fleet.lock().unwrap().spawn(victim) {
             eprintln!("restart failed: {err:#}");
         }
+    }
+    if let Err(err) = std::fs::write(plan.logs.join("kills.log"), kill_log) {
+        eprintln!("could not write kills.log: {err}");
     }
     for (what, handle) in outages {
         let ok = handle.await.unwrap_or(false);
@@ -1364,9 +1442,9 @@ mod tests {
         // ...then one lost, one wrong, two extra successes, one early and one on-time call.
         ledger.records[ok].end = None;
         ledger.records[dead].end = Some("succeeded".into());
-        ledger.note_success(ok);
-        ledger.note_success(ok);
-        ledger.note_success(ok);
+        ledger.note_success(ok, 1, "a");
+        ledger.note_success(ok, 2, "b");
+        ledger.note_success(ok, 2, "c");
         ledger.note_call(ok, "t", 1_000, &[1_001]); // rounding: not early
         ledger.note_call(ok, "t", 1_000, &[1_002, 900]); // the later ETA counts: early
         let v = ledger.verdict();
@@ -1378,6 +1456,13 @@ mod tests {
         assert_eq!(v.duplicates_by_behaviour.len(), 1);
         assert_eq!(v.duplicates_by_tenth.iter().sum::<usize>(), 2);
         assert_eq!(v.duplicates_by_tenth[ok * 10 / n], 2);
+        // Each success keeps its attempt and lease token, for duplicates.tsv.
+        let kept: Vec<(u32, &str)> = ledger.records[ok]
+            .success_at
+            .iter()
+            .map(|(_, attempt, token)| (*attempt, token.as_str()))
+            .collect();
+        assert_eq!(kept, [(1, "a"), (2, "b"), (2, "c")]);
         assert_eq!(v.early, 1);
         assert_eq!(v.calls, 2);
         assert_eq!(ledger.early_samples.len(), 1);
