@@ -197,7 +197,7 @@ impl Membership {
                 self.waker.wake();
             }
             Err(err) => {
-                tracing::warn!(%err, member = gone, "could not release the claims of a dispatcher that stopped heartbeating; the hold will")
+                tracing::warn!(%err, member = gone, "could not release the claims of a dispatcher that stopped heartbeating; they return to pending when their hold lapses")
             }
         }
         emit(&self.config.signals, || Signal::MemberGone {
