@@ -212,6 +212,13 @@ mod tests {
         ) -> store::Result<store::Admitted> {
             self.inner.start_limited(p, gate).await
         }
+        async fn start_due(
+            &self,
+            p: store::StartDueParams<'_>,
+            gate: store::JobGate<'_>,
+        ) -> store::Result<store::DueStarted> {
+            self.inner.start_due(p, gate).await
+        }
         async fn finish(&self, f: &[Finish], now: Millis) -> store::Result<Vec<bool>> {
             self.inner.finish(f, now).await
         }

@@ -494,6 +494,59 @@ impl Backend for MySqlStore {
         .await
     }
 
+    async fn start_due_on(
+        conn: &mut MySqlConnection,
+        task_type: &str,
+        params: StartDueParams<'_>,
+    ) -> Result<Vec<(ClaimedTask, Started)>> {
+        // The claim's walk and locks (see `claim_tx`), for one type, then one write that
+        // begins the rows locked, read back as the claim reads them (no RETURNING).
+        let ids: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM tasks FORCE INDEX (tasks_ranked_by_type) \
+             WHERE state = 'pending' AND claim_rank <= ? AND trigger_at <= ? AND task_type = ? \
+               AND NOT EXISTS (SELECT 1 FROM job_pauses p WHERE p.task_type = tasks.task_type) \
+             ORDER BY claim_rank, id LIMIT ? FOR UPDATE SKIP LOCKED",
+        )
+        .bind(params.now)
+        .bind(params.now)
+        .bind(task_type)
+        .bind(i64::from(params.limit))
+        .fetch_all(&mut *conn)
+        .await?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let list = placeholders(ids.len());
+        let sql = format!(
+            "UPDATE tasks FORCE INDEX (PRIMARY) \
+             SET state = 'running', attempt = attempt + 1, lease_token = lease_token + 1, \
+                 owner = ?, lease_until = ? + timeout_ms + ?, updated_at = ? \
+             WHERE id IN ({list})"
+        );
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(params.owner)
+            .bind(params.now)
+            .bind(duration_ms(params.grace))
+            .bind(params.now);
+        for id in padded(&ids) {
+            query = query.bind(id);
+        }
+        query.execute(&mut *conn).await?;
+        let sql = format!(
+            concat!(
+                "SELECT ",
+                claim_columns!(),
+                " FROM tasks WHERE id IN ({list})"
+            ),
+            list = list
+        );
+        let mut query = sqlx::query_as::<_, ClaimRow>(sqlx::AssertSqlSafe(sql));
+        for id in padded(&ids) {
+            query = query.bind(id);
+        }
+        rows::started_due(query.fetch_all(&mut *conn).await?)
+    }
+
     async fn start_on(conn: &mut MySqlConnection, params: StartParams<'_>) -> Result<Vec<Started>> {
         // A statement per claim made beginning attempts a round trip each, this backend's
         // ceiling. Without UPDATE … RETURNING, the batch is two statements (in the

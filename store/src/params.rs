@@ -174,6 +174,27 @@ pub struct StartParams<'a> {
     pub grace: Duration,
 }
 
+/// What [`Store::start_due`] takes: begin attempts on up to `limit` of one job's pending
+/// tasks due by `now`, best ranked first, without claiming them first.
+#[derive(Debug, Clone, Copy)]
+pub struct StartDueParams<'a> {
+    pub now: Millis,
+    /// Identifies the dispatcher in the store's `owner` column.
+    pub owner: &'a str,
+    /// How long past its timeout an attempt's lease runs.
+    pub grace: Duration,
+    pub limit: u32,
+}
+
+/// What [`Store::start_due`] did: the attempts begun, each with its task as a claim
+/// would read it (`attempt` the count before this one), in rank order; and the limit
+/// that kept more from beginning, if one did.
+#[derive(Debug, Clone)]
+pub struct DueStarted {
+    pub tasks: Vec<(ClaimedTask, Started)>,
+    pub held_by: Option<HeldBy>,
+}
+
 /// A job's limits, which [`Store::start_limited`] keeps in total across every
 /// dispatcher: the job's config as this dispatcher reads it.
 #[derive(Debug, Clone, Copy)]

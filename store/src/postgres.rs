@@ -339,6 +339,40 @@ impl Backend for PostgresStore {
         .await
     }
 
+    async fn start_due_on(
+        conn: &mut PgConnection,
+        task_type: &str,
+        params: StartDueParams<'_>,
+    ) -> Result<Vec<(ClaimedTask, Started)>> {
+        // The claim's walk and locks (see `claim_due`), for one type, with the start's
+        // write.
+        let rows: Vec<ClaimRow> = sqlx::query_as(concat!(
+            "UPDATE tasks SET state = 'running', attempt = attempt + 1, \
+                    lease_token = lease_token + 1, owner = $3, \
+                    lease_until = $2 + timeout_ms + $4, updated_at = $2 \
+             WHERE id = ANY(ARRAY( \
+                 SELECT id FROM tasks \
+                 WHERE state = 'pending' AND claim_rank <= $2 AND trigger_at <= $2 \
+                   AND task_type = $1 \
+                   AND CASE WHEN EXISTS (SELECT 1 FROM job_pauses p \
+                                         WHERE p.task_type = tasks.task_type) \
+                            THEN false ELSE true END \
+                 ORDER BY claim_rank, id \
+                 LIMIT $5 \
+                 FOR UPDATE SKIP LOCKED)) \
+             RETURNING ",
+            claim_columns!()
+        ))
+        .bind(task_type)
+        .bind(params.now)
+        .bind(params.owner)
+        .bind(duration_ms(params.grace))
+        .bind(i64::from(params.limit))
+        .fetch_all(conn)
+        .await?;
+        rows::started_due(rows)
+    }
+
     async fn start_on(conn: &mut PgConnection, params: StartParams<'_>) -> Result<Vec<Started>> {
         // One statement for the whole batch, the claims joined in as arrays: a statement
         // per claim made beginning attempts a round trip each, the dispatcher's ceiling on

@@ -259,6 +259,28 @@ pub fn claimed(rows: Vec<ClaimRow>) -> Result<Vec<ClaimedTask>> {
     Ok(claimed)
 }
 
+/// The rows [`Store::start_due`](crate::Store::start_due) began, read after the write:
+/// each task as its claim would have read it (the attempt before this one) with the
+/// attempt that began, in rank order.
+pub fn started_due(rows: Vec<ClaimRow>) -> Result<Vec<(ClaimedTask, super::Started)>> {
+    let mut tasks = claimed(rows)?;
+    tasks
+        .iter_mut()
+        .map(|task| {
+            let started = super::Started {
+                id: task.id.clone(),
+                attempt: task.attempt,
+                lease_token: task.lease_token,
+            };
+            task.attempt = task.attempt.checked_sub(1).ok_or_else(|| {
+                StoreError::Corrupt(format!("task {} began with attempt 0", task.id))
+            })?;
+            Ok(started)
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(|started| tasks.into_iter().zip(started).collect())
+}
+
 #[derive(sqlx::FromRow)]
 pub struct LapsedRow {
     id: String,

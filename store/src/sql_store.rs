@@ -46,6 +46,13 @@ pub trait Backend: Dialect {
         conn: &mut <Self::DB as Database>::Connection,
         params: StartParams<'_>,
     ) -> Result<Vec<Started>>;
+    /// [`Store::start_due`]'s one write, over `conn` in the caller's transaction: up to
+    /// `params.limit` due tasks of `task_type` from pending straight to running.
+    async fn start_due_on(
+        conn: &mut <Self::DB as Database>::Connection,
+        task_type: &str,
+        params: StartDueParams<'_>,
+    ) -> Result<Vec<(ClaimedTask, Started)>>;
     /// [`Store::finish`].
     async fn finish_batch(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>>;
 }
@@ -178,39 +185,9 @@ where
     }
 
     async fn start_limited(&self, params: StartParams<'_>, gate: JobGate<'_>) -> Result<Admitted> {
-        let q = &B::QUERIES;
         retrying(B::transient, || async {
             let mut tx = self.writer().begin().await?;
-            // Locked before it is inserted, then inserted only if missing: an insert that
-            // finds the row takes a shared lock on it (InnoDB), and two transactions
-            // upgrading theirs would deadlock on every start.
-            let mut row: Option<(i64, i64)> = sqlx::query_as(q.lock_limits)
-                .bind(gate.task_type)
-                .fetch_optional(&mut *tx)
-                .await?;
-            if row.is_none() {
-                let fresh = domain::Bucket::full(gate.rate, params.now);
-                sqlx::query::<DB>(q.new_limits)
-                    .bind(gate.task_type)
-                    .bind(fresh.milli_tokens)
-                    .bind(fresh.at)
-                    .execute(&mut *tx)
-                    .await?;
-                row = sqlx::query_as(q.lock_limits)
-                    .bind(gate.task_type)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-            }
-            let (milli_tokens, at) = row.ok_or_else(|| {
-                StoreError::Corrupt(format!("no job_limits row for {:?}", gate.task_type))
-            })?;
-            // Read after the row lock was granted, so it counts every attempt begun by
-            // the transactions that held it before (READ COMMITTED: a statement sees what
-            // was committed when it began).
-            let (running,): (i64,) = sqlx::query_as(q.running)
-                .bind(gate.task_type)
-                .fetch_one(&mut *tx)
-                .await?;
+            let (bucket, running) = lock_gate::<B>(&mut tx, &gate, params.now).await?;
             // The running attempts of the batch's keys, read under the same row lock
             // as the job's count.
             let mut key_running = HashMap::new();
@@ -240,10 +217,7 @@ where
                 running,
                 gate.concurrency,
                 gate.rate,
-                domain::Bucket {
-                    milli_tokens,
-                    at: Millis::new(at),
-                },
+                bucket,
                 params.now,
             );
             let tried: Vec<(String, i64)> = room[..admission.allowed]
@@ -262,16 +236,8 @@ where
                 )
                 .await?
             };
-            if gate.rate.is_some() {
-                // A claim that did not start (cancelled, paused, lapsed) took no token.
-                let bucket = domain::spend(admission.bucket, started.len());
-                sqlx::query::<DB>(q.save_limits)
-                    .bind(bucket.milli_tokens)
-                    .bind(bucket.at)
-                    .bind(gate.task_type)
-                    .execute(&mut *tx)
-                    .await?;
-            }
+            // A claim that did not start (cancelled, paused, lapsed) took no token.
+            spend_tokens::<B>(&mut tx, &gate, admission.bucket, started.len()).await?;
             tx.commit().await?;
             let mut deferred = vec![true; params.claims.len()];
             for &index in &room[..admission.allowed] {
@@ -281,6 +247,47 @@ where
                 started,
                 deferred: (0..params.claims.len()).filter(|&i| deferred[i]).collect(),
                 held_by: admission.held_by.or(key_held.then_some(super::HeldBy::Key)),
+            })
+        })
+        .await
+    }
+
+    async fn start_due(&self, params: StartDueParams<'_>, gate: JobGate<'_>) -> Result<DueStarted> {
+        if gate.key_limit.is_some() {
+            return Err(StoreError::Corrupt(
+                "a job with a concurrency key begins its claims, in turns".into(),
+            ));
+        }
+        retrying(B::transient, || async {
+            let mut tx = self.writer().begin().await?;
+            let (bucket, running) = lock_gate::<B>(&mut tx, &gate, params.now).await?;
+            let admission = domain::admit(
+                params.limit as usize,
+                running,
+                gate.concurrency,
+                gate.rate,
+                bucket,
+                params.now,
+            );
+            let tasks = match u32::try_from(admission.allowed) {
+                Ok(0) | Err(_) => Vec::new(),
+                Ok(allowed) => {
+                    B::start_due_on(
+                        &mut tx,
+                        gate.task_type,
+                        StartDueParams {
+                            limit: allowed,
+                            ..params
+                        },
+                    )
+                    .await?
+                }
+            };
+            spend_tokens::<B>(&mut tx, &gate, admission.bucket, tasks.len()).await?;
+            tx.commit().await?;
+            Ok(DueStarted {
+                tasks,
+                held_by: admission.held_by,
             })
         })
         .await
@@ -502,4 +509,88 @@ where
             .map(|(task_type, at)| (task_type, Millis::new(at)))
             .collect())
     }
+}
+
+/// Takes `gate`'s `job_limits` row lock, so dispatchers beginning the job's attempts
+/// take turns, and reads its token bucket and the type's running attempts under it.
+async fn lock_gate<B>(
+    conn: &mut <B::DB as Database>::Connection,
+    gate: &JobGate<'_>,
+    now: Millis,
+) -> Result<(domain::Bucket, i64)>
+where
+    B: Backend,
+    for<'c> &'c mut <B::DB as Database>::Connection: Executor<'c, Database = B::DB>,
+    <B::DB as Database>::Arguments: IntoArguments<B::DB>,
+    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> i64: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> Millis: Encode<'q, B::DB> + Type<B::DB>,
+    for<'r> (i64,): FromRow<'r, <B::DB as Database>::Row>,
+    for<'r> (i64, i64): FromRow<'r, <B::DB as Database>::Row>,
+{
+    let q = &B::QUERIES;
+    // Locked before it is inserted, then inserted only if missing: an insert that finds
+    // the row takes a shared lock on it (InnoDB), and two transactions upgrading theirs
+    // would deadlock on every start.
+    let mut row: Option<(i64, i64)> = sqlx::query_as(q.lock_limits)
+        .bind(gate.task_type)
+        .fetch_optional(&mut *conn)
+        .await?;
+    if row.is_none() {
+        let fresh = domain::Bucket::full(gate.rate, now);
+        sqlx::query::<B::DB>(q.new_limits)
+            .bind(gate.task_type)
+            .bind(fresh.milli_tokens)
+            .bind(fresh.at)
+            .execute(&mut *conn)
+            .await?;
+        row = sqlx::query_as(q.lock_limits)
+            .bind(gate.task_type)
+            .fetch_optional(&mut *conn)
+            .await?;
+    }
+    let (milli_tokens, at) = row.ok_or_else(|| {
+        StoreError::Corrupt(format!("no job_limits row for {:?}", gate.task_type))
+    })?;
+    // Read after the row lock was granted, so it counts every attempt begun by the
+    // transactions that held it before (READ COMMITTED: a statement sees what was
+    // committed when it began).
+    let (running,): (i64,) = sqlx::query_as(q.running)
+        .bind(gate.task_type)
+        .fetch_one(&mut *conn)
+        .await?;
+    let bucket = domain::Bucket {
+        milli_tokens,
+        at: Millis::new(at),
+    };
+    Ok((bucket, running))
+}
+
+/// Takes a token from `gate`'s bucket (as [`lock_gate`] read it, refilled to now) for
+/// each of the `started` attempts; nothing to write without a rate limit.
+async fn spend_tokens<B>(
+    conn: &mut <B::DB as Database>::Connection,
+    gate: &JobGate<'_>,
+    bucket: domain::Bucket,
+    started: usize,
+) -> Result<()>
+where
+    B: Backend,
+    for<'c> &'c mut <B::DB as Database>::Connection: Executor<'c, Database = B::DB>,
+    <B::DB as Database>::Arguments: IntoArguments<B::DB>,
+    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> i64: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> Millis: Encode<'q, B::DB> + Type<B::DB>,
+{
+    if gate.rate.is_none() {
+        return Ok(());
+    }
+    let bucket = domain::spend(bucket, started);
+    sqlx::query::<B::DB>(B::QUERIES.save_limits)
+        .bind(bucket.milli_tokens)
+        .bind(bucket.at)
+        .bind(gate.task_type)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
 }

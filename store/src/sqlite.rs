@@ -98,6 +98,22 @@ const CLAIM_NAMED: &str = concat!(
     claim_columns!()
 );
 
+/// Claims and begins up to `?5` of one type's due tasks in one write
+/// (`Store::start_due`), walking the type's pending tasks in claim order as the claim
+/// does.
+const START_DUE: &str = concat!(
+    "UPDATE tasks SET state = 'running', attempt = attempt + 1, \
+            lease_token = lease_token + 1, owner = ?1, lease_until = ?2 + timeout_ms + ?3, \
+            updated_at = ?2 \
+     WHERE id IN (SELECT id FROM tasks INDEXED BY tasks_ranked_by_type \
+                  WHERE state = 'pending' AND claim_rank <= ?2 AND trigger_at <= ?2 \
+                    AND task_type = ?4 \
+                    AND task_type NOT IN (SELECT task_type FROM job_pauses) \
+                  ORDER BY claim_rank, id LIMIT ?5) \
+     RETURNING ",
+    claim_columns!()
+);
+
 /// Begins attempts on a batch of `[id, lease_token]` claims.
 const START_BATCH: &str = "UPDATE tasks SET state = 'running', attempt = attempt + 1, \
         lease_token = lease_token + 1, lease_until = ?1 + timeout_ms + ?2, updated_at = ?1 \
@@ -347,6 +363,22 @@ impl Backend for SqliteStore {
         rows::started_in_order(params.claims, rows)
     }
 
+    async fn start_due_on(
+        conn: &mut SqliteConnection,
+        task_type: &str,
+        params: StartDueParams<'_>,
+    ) -> Result<Vec<(ClaimedTask, Started)>> {
+        let rows: Vec<ClaimRow> = sqlx::query_as(START_DUE)
+            .bind(params.owner)
+            .bind(params.now)
+            .bind(duration_ms(params.grace))
+            .bind(task_type)
+            .bind(i64::from(params.limit))
+            .fetch_all(conn)
+            .await?;
+        rows::started_due(rows)
+    }
+
     async fn finish_batch(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
         let mut tx = self.writer.begin().await?;
         let mut applied = vec![false; finishes.len()];
@@ -464,6 +496,11 @@ mod tests {
             (
                 "CLAIM_ONE_TYPE",
                 CLAIM_ONE_TYPE,
+                "SEARCH tasks USING INDEX tasks_ranked_by_type (task_type=? AND claim_rank<?)",
+            ),
+            (
+                "START_DUE",
+                START_DUE,
                 "SEARCH tasks USING INDEX tasks_ranked_by_type (task_type=? AND claim_rank<?)",
             ),
         ] {

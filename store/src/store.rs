@@ -67,6 +67,13 @@ pub trait Store: Send + Sync + 'static {
     /// (`store::domain::admit`), and takes a token for each attempt begun. The claims
     /// left over stay claimed, for the caller to try again.
     async fn start_limited(&self, params: StartParams<'_>, gate: JobGate<'_>) -> Result<Admitted>;
+    /// Claim and begin in one write: attempts on up to `params.limit` of `gate`'s type's
+    /// pending tasks due by `now`, best ranked first, skipping what another dispatcher
+    /// is taking, within the job's limits as [`Store::start_limited`] keeps them (in the
+    /// same transaction, after the same row lock). Not for a job with a concurrency key
+    /// (`gate.key_limit`), whose turns among keys the claim keeps. Each lease runs
+    /// until `now + its timeout + grace`.
+    async fn start_due(&self, params: StartDueParams<'_>, gate: JobGate<'_>) -> Result<DueStarted>;
     /// Claims up to `params.limit` of one keyed job's due tasks (`params.types` names
     /// it) fairly among its concurrency keys: each key's claimed and running tasks
     /// count first, so a key that has `per_key` of them gets no more, and the rest go

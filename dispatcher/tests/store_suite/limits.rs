@@ -6,7 +6,7 @@ use std::time::Duration;
 use asyncd_spec::RateLimit;
 use asyncd_store::{
     self as store, CancelOutcome, FairParams, Finish, FinishKind, HeldBy, JobGate, Millis, NewTask,
-    Store, TaskState, TypeFilter,
+    StartDueParams, Store, TaskState, TypeFilter,
 };
 
 use crate::{Server, T0, at, claim_params, insert, start_params, state};
@@ -14,6 +14,7 @@ use crate::{Server, T0, at, claim_params, insert, start_params, state};
 scenarios!(
     keys_are_claimed_in_turn_and_limited_in_total,
     limits_hold_in_total_across_starters,
+    due_tasks_begin_in_one_write_within_the_limits,
 );
 
 /// Claims `n` due tasks of `task_type` for `owner`, as `(id, token)` pairs in rank order.
@@ -321,8 +322,146 @@ async fn limits_hold_in_total_across_starters(store: &dyn Store) {
     assert_eq!(after.started.len(), 1, "the token the cancelled claim left");
 }
 
+fn start_due_params(now: Millis, owner: &str, limit: u32) -> StartDueParams<'_> {
+    StartDueParams {
+        now,
+        owner,
+        grace: Duration::from_secs(5),
+        limit,
+    }
+}
+
+/// `start_due`: a job's due pending tasks go straight to running in rank order, within
+/// its concurrency and rate in total (counting attempts begun from claims), never a
+/// claimed, future, paused or other type's task; each comes back as its claim would
+/// read it, with the attempt and token its outcome is fenced by.
+async fn due_tasks_begin_in_one_write_within_the_limits(store: &dyn Store) {
+    let first = insert(store, NewTask::test("due", T0)).await;
+    let urgent = insert(store, {
+        let mut task = NewTask::test("due", at(1));
+        task.priority = 9;
+        task
+    })
+    .await;
+    let third = insert(store, NewTask::test("due", at(2))).await;
+    let future = insert(store, NewTask::test("due", at(60_000))).await;
+    let other = insert(store, NewTask::test("other", T0)).await;
+    let gate = JobGate {
+        task_type: "due",
+        concurrency: 3,
+        rate: None,
+        key_limit: None,
+        keys: &[],
+    };
+    // Another dispatcher's claim of one due task: not taken, but counted once begun.
+    let claimed = claims_of(store, "due", "b", 1, at(5)).await;
+    assert_eq!(claimed[0].0, urgent, "the claim takes the best ranked");
+    let began = store
+        .start_limited(start_params(&claimed, at(5), 0), gate)
+        .await
+        .unwrap();
+    assert_eq!(began.started.len(), 1);
+
+    let due = store
+        .start_due(start_due_params(at(5), "a", 2), gate)
+        .await
+        .unwrap();
+    let ids: Vec<&str> = due.tasks.iter().map(|(t, _)| t.id.as_str()).collect();
+    assert_eq!(ids, [first.as_str(), third.as_str()], "in rank order");
+    assert_eq!(due.held_by, None, "room for the two asked for");
+    for (task, started) in &due.tasks {
+        let record = store.get(&task.id).await.unwrap().unwrap();
+        assert_eq!(record.state, TaskState::Running);
+        assert_eq!((task.attempt, started.attempt), (0, 1));
+        assert_eq!(started.lease_token, record.lease_token);
+        assert_eq!(task.task_type, "due");
+    }
+    assert_eq!(state(store, &future).await, TaskState::Pending);
+    assert_eq!(state(store, &other).await, TaskState::Pending);
+
+    // Full (3 running in total): nothing begins until an outcome is written.
+    let late = insert(store, NewTask::test("due", at(6))).await;
+    let full = store
+        .start_due(start_due_params(at(7), "a", 10), gate)
+        .await
+        .unwrap();
+    assert_eq!(
+        (full.tasks.len(), full.held_by),
+        (0, Some(HeldBy::Concurrency))
+    );
+    let (done, attempt) = &due.tasks[0];
+    let finished = store
+        .finish(
+            &[Finish {
+                id: done.id.clone(),
+                lease_token: attempt.lease_token,
+                kind: FinishKind::Succeeded { result: None },
+            }],
+            at(8),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        finished,
+        [true],
+        "the outcome is fenced by the token begun with"
+    );
+    // A pause (`Store::pause`) keeps its tasks pending.
+    store.pause("due", at(9)).await.unwrap();
+    let paused = store
+        .start_due(start_due_params(at(9), "a", 10), gate)
+        .await
+        .unwrap();
+    assert!(paused.tasks.is_empty());
+    store.resume("due").await.unwrap();
+    let after = store
+        .start_due(start_due_params(at(10), "a", 10), gate)
+        .await
+        .unwrap();
+    let ids: Vec<&str> = after.tasks.iter().map(|(t, _)| t.id.as_str()).collect();
+    assert_eq!(ids, [late.as_str()]);
+
+    // A rate of 10/s with a burst of 2, shared with the start of claims.
+    for _ in 0..5 {
+        insert(store, NewTask::test("rated", T0)).await;
+    }
+    let gate = JobGate {
+        task_type: "rated",
+        concurrency: 100,
+        rate: Some(RateLimit {
+            per_second: 10,
+            burst: 2,
+        }),
+        key_limit: None,
+        keys: &[],
+    };
+    let burst = store
+        .start_due(start_due_params(T0, "a", 5), gate)
+        .await
+        .unwrap();
+    assert_eq!(burst.tasks.len(), 2, "the burst");
+    assert_eq!(
+        burst.held_by,
+        Some(HeldBy::Rate {
+            next_token: Duration::from_millis(100)
+        })
+    );
+    let claimed = claims_of(store, "rated", "b", 1, at(40)).await;
+    let none = store
+        .start_limited(start_params(&claimed, at(40), 0), gate)
+        .await
+        .unwrap();
+    assert_eq!(none.started.len(), 0, "the claims' start shares the bucket");
+    let one = store
+        .start_due(start_due_params(at(100), "a", 5), gate)
+        .await
+        .unwrap();
+    assert_eq!(one.tasks.len(), 1);
+}
+
 /// Several dispatchers (each its own store and pool) beginning attempts of one job
-/// at once never have more running than its concurrency between them: each counts
+/// at once, half from their claims and half straight from pending (`start_due`),
+/// never have more running than its concurrency between them: each counts
 /// an attempt from after its start committed until before its finish does, a subset
 /// of what the store counts, and checks the total.
 async fn starters_never_exceed_the_concurrency_in_total(server: &Server) {
@@ -351,37 +490,67 @@ async fn starters_never_exceed_the_concurrency_in_total(server: &Server) {
                 keys: &[],
             };
             let mut done = 0;
-            let mut held = claims_of(store.as_ref(), "k", &owner, 3, T0).await;
-            while !held.is_empty() {
-                let admitted = store
-                    .start_limited(start_params(&held, T0, 60_000), gate)
-                    .await
-                    .unwrap();
-                let now =
-                    running.fetch_add(admitted.started.len(), SeqCst) + admitted.started.len();
-                most.fetch_max(now, SeqCst);
-                assert!(now <= K as usize, "{now} running, above {K}");
-                held.drain(..held.len() - admitted.deferred.len());
-                // The attempts' work: long enough for the others to try meanwhile.
-                tokio::task::yield_now().await;
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                running.fetch_sub(admitted.started.len(), SeqCst);
-                let finishes: Vec<Finish> = admitted
-                    .started
-                    .iter()
-                    .map(|s| Finish {
-                        id: s.id.clone(),
-                        lease_token: s.lease_token,
-                        kind: FinishKind::Succeeded { result: None },
-                    })
-                    .collect();
-                done += finishes.len();
-                store.finish(&finishes, at(1)).await.unwrap();
-                if held.len() < 3 {
-                    held.extend(claims_of(store.as_ref(), "k", &owner, 3, T0).await);
+            if n % 2 == 1 {
+                // Claim and begin in one write.
+                loop {
+                    let due = store
+                        .start_due(start_due_params(T0, &owner, 3), gate)
+                        .await
+                        .unwrap();
+                    if due.tasks.is_empty() && due.held_by.is_none() {
+                        break done;
+                    }
+                    let now = running.fetch_add(due.tasks.len(), SeqCst) + due.tasks.len();
+                    most.fetch_max(now, SeqCst);
+                    assert!(now <= K as usize, "{now} running, above {K}");
+                    tokio::task::yield_now().await;
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    running.fetch_sub(due.tasks.len(), SeqCst);
+                    let finishes: Vec<Finish> = due
+                        .tasks
+                        .iter()
+                        .map(|(_, s)| Finish {
+                            id: s.id.clone(),
+                            lease_token: s.lease_token,
+                            kind: FinishKind::Succeeded { result: None },
+                        })
+                        .collect();
+                    done += finishes.len();
+                    store.finish(&finishes, at(1)).await.unwrap();
                 }
+            } else {
+                let mut held = claims_of(store.as_ref(), "k", &owner, 3, T0).await;
+                while !held.is_empty() {
+                    let admitted = store
+                        .start_limited(start_params(&held, T0, 60_000), gate)
+                        .await
+                        .unwrap();
+                    let now =
+                        running.fetch_add(admitted.started.len(), SeqCst) + admitted.started.len();
+                    most.fetch_max(now, SeqCst);
+                    assert!(now <= K as usize, "{now} running, above {K}");
+                    held.drain(..held.len() - admitted.deferred.len());
+                    // The attempts' work: long enough for the others to try meanwhile.
+                    tokio::task::yield_now().await;
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    running.fetch_sub(admitted.started.len(), SeqCst);
+                    let finishes: Vec<Finish> = admitted
+                        .started
+                        .iter()
+                        .map(|s| Finish {
+                            id: s.id.clone(),
+                            lease_token: s.lease_token,
+                            kind: FinishKind::Succeeded { result: None },
+                        })
+                        .collect();
+                    done += finishes.len();
+                    store.finish(&finishes, at(1)).await.unwrap();
+                    if held.len() < 3 {
+                        held.extend(claims_of(store.as_ref(), "k", &owner, 3, T0).await);
+                    }
+                }
+                done
             }
-            done
         }));
     }
     let mut done = 0;
