@@ -176,6 +176,7 @@ fn claim_params(now: Millis, owner: &str) -> ClaimParams<'_> {
         hold: Duration::from_secs(30),
         owner,
         limit: 100,
+        ahead: false,
     }
 }
 

@@ -66,6 +66,8 @@ enum Selection<'a> {
         types: Option<&'a [String]>,
         horizon: Millis,
         limit: u32,
+        /// Only those due after this (`ClaimParams::ahead`), with a list of types.
+        after: Option<Millis>,
     },
     /// These rows.
     Ids(&'a [String]),
@@ -127,6 +129,9 @@ const QUERIES: Queries = Queries {
     running: "SELECT COUNT(*) FROM tasks FORCE INDEX (tasks_finished) \
               WHERE state = 'running' AND task_type = ?",
     save_limits: "UPDATE job_limits SET tokens = ?, refilled_at = ? WHERE task_type = ?",
+    due_exists: "SELECT trigger_at FROM tasks FORCE INDEX (tasks_ranked_by_type) \
+                 WHERE state = 'pending' AND task_type = ? AND claim_rank <= ? \
+                   AND trigger_at <= ? LIMIT 1",
     dependency_state: "SELECT state FROM tasks WHERE id = ? LOCK IN SHARE MODE",
     // A duplicate key fails the INSERT, which InnoDB rolls back alone (the transaction
     // goes on), and is told apart from every other error by its code. `INSERT IGNORE`
@@ -334,10 +339,39 @@ impl MySqlStore {
             // them). FORCE INDEX: a plan that scanned and sorted instead would lock every
             // due row, not just `limit` of them, and starve the other claimers;
             // statistics on a queue table change too fast to leave that to the optimizer.
+            // Only the tasks due after `after`: the range of the types' pending tasks
+            // due between it and the horizon (tasks_by_type_state), sorted; the walk in
+            // claim order would read every task already due first.
+            Selection::Due {
+                types: Some(types),
+                horizon,
+                limit,
+                after: Some(after),
+            } if !types.is_empty() => {
+                let sql = format!(
+                    "SELECT id FROM tasks FORCE INDEX (tasks_by_type_state) \
+                     WHERE task_type IN ({}) AND state = 'pending' \
+                       AND trigger_at > ? AND trigger_at <= ? \
+                       AND NOT EXISTS (SELECT 1 FROM job_pauses p WHERE p.task_type = tasks.task_type) \
+                     ORDER BY claim_rank, id LIMIT ? FOR UPDATE SKIP LOCKED",
+                    placeholders(types.len())
+                );
+                let mut query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql));
+                for task_type in padded(types) {
+                    query = query.bind(task_type);
+                }
+                query
+                    .bind(after)
+                    .bind(horizon)
+                    .bind(i64::from(limit))
+                    .fetch_all(&mut *tx)
+                    .await?
+            }
             Selection::Due {
                 types,
                 horizon,
                 limit,
+                after: _,
             } => {
                 let (index, type_filter) = match types {
                     None => ("tasks_ranked", String::new()),
@@ -466,6 +500,7 @@ impl Backend for MySqlStore {
             types,
             horizon: params.horizon,
             limit: params.limit,
+            after: params.ahead.then_some(params.now),
         };
         retrying(Self::transient, || {
             self.claim_tx(selection, params.now, params.hold, params.owner)

@@ -57,6 +57,10 @@ pub struct ClaimParams<'a> {
     pub hold: Duration,
     pub owner: &'a str,
     pub limit: u32,
+    /// Only the tasks due after `now`: what is due already is left for
+    /// [`Store::start_due`] (the types' runners claim and begin it in one write). For a
+    /// list of types ([`TypeFilter::Only`]); ignored with [`TypeFilter::All`].
+    pub ahead: bool,
 }
 
 /// What [`Store::dead_letters`] takes. Dead tasks are listed by `(trigger_at, id)`,

@@ -82,6 +82,8 @@ const QUERIES: Queries = Queries {
     lock_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = $1 FOR UPDATE",
     running: "SELECT COUNT(*) FROM tasks WHERE task_type = $1 AND state = 'running'",
     save_limits: "UPDATE job_limits SET tokens = $1, refilled_at = $2 WHERE task_type = $3",
+    due_exists: "SELECT trigger_at FROM tasks WHERE task_type = $1 AND state = 'pending' \
+                 AND claim_rank <= $2 AND trigger_at <= $3 LIMIT 1",
     dependency_state: "SELECT state FROM tasks WHERE id = $1 FOR SHARE",
     // ON CONFLICT DO NOTHING, with no target, covers every unique constraint, like
     // SQLite's; an error would abort the whole transaction and the batch with it.
@@ -221,6 +223,49 @@ impl Dialect for PostgresStore {
     }
 }
 
+impl PostgresStore {
+    /// The claim of only the tasks due after now (`ClaimParams::ahead`): the range of the
+    /// types' pending tasks due between now and the horizon (tasks_by_type_state),
+    /// sorted. The rank is ordered by as `claim_rank + 0`, which no index serves, so the
+    /// planner cannot choose to walk tasks_ranked_by_type in order instead — through
+    /// every task already due.
+    async fn claim_ahead(
+        &self,
+        params: ClaimParams<'_>,
+        types: &[String],
+    ) -> Result<Vec<ClaimedTask>> {
+        let rows: Vec<ClaimRow> = retrying(Self::transient, || async {
+            Ok(sqlx::query_as(concat!(
+                "UPDATE tasks SET state = 'claimed', lease_token = lease_token + 1, \
+                        owner = $4, lease_until = GREATEST(trigger_at, $5) + $6, \
+                        updated_at = $5 \
+                 WHERE id = ANY(ARRAY( \
+                     SELECT id FROM tasks \
+                     WHERE task_type = ANY($2) AND state = 'pending' \
+                       AND trigger_at > $5 AND trigger_at <= $1 \
+                       AND CASE WHEN EXISTS (SELECT 1 FROM job_pauses p \
+                                             WHERE p.task_type = tasks.task_type) \
+                                THEN false ELSE true END \
+                     ORDER BY claim_rank + 0, id \
+                     LIMIT $3 \
+                     FOR UPDATE SKIP LOCKED)) \
+                 RETURNING ",
+                claim_columns!()
+            ))
+            .bind(params.horizon)
+            .bind(types)
+            .bind(i64::from(params.limit))
+            .bind(params.owner)
+            .bind(params.now)
+            .bind(duration_ms(params.hold))
+            .fetch_all(&self.pool)
+            .await?)
+        })
+        .await?;
+        rows::claimed(rows)
+    }
+}
+
 #[async_trait]
 impl Backend for PostgresStore {
     fn writer(&self) -> &Pool<Self::DB> {
@@ -279,6 +324,9 @@ impl Backend for PostgresStore {
         // A CASE is opaque to it: half the rows, and the walk wins. The type test is
         // its own statement for one type (`task_type = $2`): a generic plan of
         // `$2 IS NULL OR …` could not choose the type's index.
+        if let (true, TypeFilter::Only(types)) = (params.ahead, params.types) {
+            return self.claim_ahead(params, types).await;
+        }
         let rows: Vec<ClaimRow> = retrying(Self::transient, || async {
             let types: Option<&[String]> = match params.types {
                 TypeFilter::All => None,

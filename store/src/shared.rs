@@ -84,6 +84,11 @@ pub struct Queries {
     pub lock_limits: &'static str,
     /// How many attempts of `task_type` are running.
     pub running: &'static str,
+    /// The ETA of a pending task of `task_type` due by `now`, if there is one
+    /// (`task_type, now, now`), through the index the claim walks: what
+    /// [`Store::start_due`](crate::Store::start_due) reads before it takes the job's
+    /// lock, so a look that finds nothing writes nothing.
+    pub due_exists: &'static str,
     /// Sets the bucket of `task_type`; parameters `tokens, refilled_at, task_type`.
     pub save_limits: &'static str,
 

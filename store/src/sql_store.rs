@@ -258,6 +258,18 @@ where
                 "a job with a concurrency key begins its claims, in turns".into(),
             ));
         }
+        let due: Option<(i64,)> = sqlx::query_as(B::QUERIES.due_exists)
+            .bind(gate.task_type)
+            .bind(params.now)
+            .bind(params.now)
+            .fetch_optional(self.reader())
+            .await?;
+        if due.is_none() {
+            return Ok(DueStarted {
+                tasks: Vec::new(),
+                held_by: None,
+            });
+        }
         retrying(B::transient, || async {
             let mut tx = self.writer().begin().await?;
             let (bucket, running) = lock_gate::<B>(&mut tx, &gate, params.now).await?;

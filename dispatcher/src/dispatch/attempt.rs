@@ -23,8 +23,11 @@ use crate::job_table::Routes;
 use crate::metrics::Metrics;
 use crate::retry;
 use crate::signing::{Keys, SigningKeys};
+use crate::test_hooks::{Signal, emit};
 use crate::trace::{SpanKind, Value};
-use asyncd_store::{ClaimedTask, FinishKind, HeldBy, JobGate, StartParams, Started, Store};
+use asyncd_store::{
+    ClaimedTask, FinishKind, HeldBy, JobGate, StartDueParams, StartParams, Started, Store,
+};
 
 /// What beginning and running attempts needs, shared by the runners that begin them and
 /// the attempts in flight.
@@ -163,6 +166,103 @@ impl Attempts {
                 None => unstarted.push(task),
             }
         }
+        self.spawn_calls(&job, &keys, attempts);
+        if !unstarted.is_empty() {
+            self.outcomes.release(unstarted).await;
+        }
+        admitted.held_by
+    }
+
+    /// Claims and begins up to one attempt per permit on `job`'s due tasks straight from
+    /// the store, within its limits in total ([`Store::start_due`]), and spawns their
+    /// calls. Returns how many began and the limit that held more back; `None` when
+    /// none may begin here now (the job's keys are missing, the clock is off, or the
+    /// store failed).
+    pub(super) async fn begin_due(
+        self: &Arc<Self>,
+        job: &asyncd_spec::Job,
+        mut permits: Vec<OwnedSemaphorePermit>,
+    ) -> Option<(usize, Option<HeldBy>)> {
+        let keys = self.signing.keys(job);
+        if matches!(keys, Keys::Unavailable(_)) || !self.config.clock_check.may_dispatch() {
+            return None;
+        }
+        let now = self.clock.now_millis();
+        let due = self
+            .store
+            .start_due(
+                StartDueParams {
+                    now,
+                    owner: &self.config.owner,
+                    grace: self.config.grace,
+                    limit: u32::try_from(permits.len()).unwrap_or(u32::MAX),
+                },
+                JobGate {
+                    task_type: &job.task_type,
+                    concurrency: job.concurrency,
+                    rate: job.rate_limit,
+                    key_limit: None,
+                    keys: &[],
+                },
+            )
+            .await;
+        let due = match due {
+            Ok(due) => due,
+            Err(err) => {
+                tracing::warn!(%err, job = %job.name, "could not begin due attempts");
+                return None;
+            }
+        };
+        let begun = due.tasks.len();
+        if due.held_by.is_some() {
+            // The permits left over: due tasks it may have been.
+            self.metrics
+                .limited
+                .with_label_values(&[job.name.as_str(), held_by_label(due.held_by)])
+                .inc_by((permits.len() - begun) as u64);
+        }
+        if begun > 0 {
+            // As the claimer's claims and the ticker's hand-offs count and signal them.
+            self.claims.holdings().add(&job.task_type, begun);
+            self.claims
+                .holdings()
+                .began(&job.task_type, begun, Instant::now());
+            self.metrics
+                .claimed
+                .with_label_values(&[job.task_type.as_str()])
+                .inc_by(begun as u64);
+            let signals = &self.config.signals;
+            emit(signals, || Signal::Claimed {
+                ids: due.tasks.iter().map(|(task, _)| task.id.clone()).collect(),
+                at: now,
+            });
+            for (task, _) in &due.tasks {
+                emit(signals, || Signal::Dispatched {
+                    id: task.id.clone(),
+                    eta: task.trigger_at,
+                    at: now,
+                });
+            }
+        }
+        permits.truncate(begun);
+        let attempts = due
+            .tasks
+            .into_iter()
+            .zip(permits)
+            .map(|((task, started), permit)| (task, started, permit))
+            .collect();
+        self.spawn_calls(job, &Arc::new(keys), attempts);
+        Some((begun, due.held_by))
+    }
+
+    /// Spawns the executor calls of attempts that began: one each, or for a batch job
+    /// up to `executor.batch.maxTasks` per call.
+    fn spawn_calls(
+        self: &Arc<Self>,
+        job: &asyncd_spec::Job,
+        keys: &Arc<Keys>,
+        attempts: Vec<(ClaimedTask, Started, OwnedSemaphorePermit)>,
+    ) {
         let per_call = job.batch.map_or(1, |batch| batch.max_tasks as usize);
         let mut attempts = attempts.into_iter().peekable();
         while attempts.peek().is_some() {
@@ -196,10 +296,6 @@ impl Attempts {
                 );
             }
         }
-        if !unstarted.is_empty() {
-            self.outcomes.release(unstarted).await;
-        }
-        admitted.held_by
     }
 
     /// One attempt in its own call.

@@ -2,7 +2,10 @@
 //! due within `lookahead` (every `poll_interval`, or at once when woken by a local
 //! submit, a retry or a task leaving a full job), so they are in the heap before their
 //! ETA instead of waiting for the next poll. It claims only what each job has room for
-//! ([`super::holdings`]), and keyed jobs fairly among their keys.
+//! ([`super::holdings`]), and keyed jobs fairly among their keys. What is already due
+//! it leaves to the job's runner, which claims and begins it in one write
+//! ([`Store::start_due`]), except for keyed and batch jobs; each pass tells those
+//! runners to look.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -109,6 +112,7 @@ impl Claimer {
                 types,
                 limit,
                 per_key,
+                ahead,
             } in plan
             {
                 let now = self.clock.now_millis();
@@ -121,6 +125,7 @@ impl Claimer {
                     hold: config.hold,
                     owner: &config.owner,
                     limit,
+                    ahead,
                 };
                 let claimed = match per_key {
                     Some(per_key) => self.claim_fair(params, per_key).await,
@@ -219,6 +224,16 @@ impl Claimer {
     /// per job with less room (limited to it) or with a concurrency key; jobs without room
     /// are left out until a task of theirs leaves (see [`super::holdings`]).
     fn plan(&self) -> Vec<Claim> {
+        let (plan, runners) = self.plan_and_runners();
+        // The runners of the jobs whose due tasks are left to them look for some.
+        self.intake.due(runners);
+        plan
+    }
+
+    /// [`Self::plan`], and the owned jobs whose runners begin their due tasks straight
+    /// from the store ([`runs_due_from_store`]): their claims take only what is due
+    /// after now.
+    fn plan_and_runners(&self) -> (Vec<Claim>, Vec<String>) {
         let config = &self.config;
         let routes = self.routes.borrow().clone();
         // A job whose signing keys are unavailable is not claimed: its tasks wait, pending.
@@ -236,11 +251,17 @@ impl Claimer {
             .owned(&jobs, Instant::now());
         let mut holdings = self.intake.claims.holdings();
         let mut open = Vec::new();
+        let mut open_ahead = Vec::new();
         let mut plan = Vec::new();
+        let mut runners = Vec::new();
         for task_type in owned {
             let Some(job) = routes.job(&task_type) else {
                 continue;
             };
+            let ahead = runs_due_from_store(job);
+            if ahead {
+                runners.push(task_type.clone());
+            }
             let limits = JobLimits {
                 concurrency: job.concurrency,
                 timeout: job.timeout,
@@ -254,33 +275,49 @@ impl Claimer {
                     types: vec![task_type],
                     limit: room.min(config.claim_batch),
                     per_key,
+                    ahead,
                 }),
                 Err(_) if per_key.is_some() => plan.push(Claim {
                     types: vec![task_type],
                     limit: config.claim_batch,
                     per_key,
+                    ahead,
                 }),
+                _ if ahead => open_ahead.push(task_type),
                 _ => open.push(task_type),
             }
         }
-        if !open.is_empty() {
-            plan.insert(
-                0,
-                Claim {
-                    types: open,
-                    limit: config.claim_batch,
-                    per_key: None,
-                },
-            );
+        for (types, ahead) in [(open, false), (open_ahead, true)] {
+            if !types.is_empty() {
+                plan.insert(
+                    0,
+                    Claim {
+                        types,
+                        limit: config.claim_batch,
+                        per_key: None,
+                        ahead,
+                    },
+                );
+            }
         }
-        plan
+        (plan, runners)
     }
 }
 
 /// One claim of a pass: of these task types, up to `limit` tasks; with `per_key`, of one
-/// keyed job, fairly among its keys ([`Store::claim_fair`]).
+/// keyed job, fairly among its keys ([`Store::claim_fair`]); `ahead`, only what is due
+/// after now.
 struct Claim {
     types: Vec<String>,
     limit: u32,
     per_key: Option<u32>,
+    ahead: bool,
+}
+
+/// Whether `job`'s runner claims and begins its due tasks in one write
+/// ([`Store::start_due`]), so the claimer only claims its tasks ahead of their ETA:
+/// every job but those whose keys take turns (the fair claim orders them) and batch
+/// jobs (whose calls are filled from claimed tasks within `maxWait`).
+pub(super) fn runs_due_from_store(job: &asyncd_spec::Job) -> bool {
+    job.concurrency_key.is_none() && job.batch.is_none()
 }

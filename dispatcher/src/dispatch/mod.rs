@@ -223,6 +223,10 @@ struct Unstarted {
     heap_changed: Notify,
     /// Tasks handed to runners but not yet taken by them; counts against `max_heap`.
     queued: AtomicUsize,
+    /// The jobs whose runners are to look in the store for due tasks
+    /// ([`claimer::runs_due_from_store`]), as the claimer's last pass named them; the
+    /// ticker passes it on. At most one entry per job.
+    look: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Unstarted {
@@ -259,6 +263,19 @@ impl Intake {
     fn reserve(&self, tasks: &[NewTask], horizon: Millis, wakes: u64) -> Option<Reserved> {
         let most = self.max_heap.saturating_sub(self.unstarted.len());
         self.at_submit().reserve(tasks, horizon, wakes, most)
+    }
+
+    /// The runners of these jobs are to look in the store for due tasks.
+    fn due(&self, task_types: Vec<String>) {
+        if task_types.is_empty() {
+            return;
+        }
+        self.unstarted
+            .look
+            .lock()
+            .expect("look lock")
+            .extend(task_types);
+        self.unstarted.heap_changed.notify_one();
     }
 
     fn push(&self, tasks: Vec<ClaimedTask>) {

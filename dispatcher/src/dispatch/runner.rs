@@ -127,9 +127,15 @@ impl Runner {
             _ = shutdown.cancelled() => return ControlFlow::Break(()),
         };
         let first = tokio::select! {
-            task = queue.pop() => match task {
-                Some(task) => task,
-                None => return ControlFlow::Break(()),
+            next = queue.next() => match next {
+                Next::Task(task) => task,
+                Next::LookInStore => {
+                    return match job {
+                        Some(job) => Self::begin_due(shared, queue, limit, &job, permit, shutdown).await,
+                        None => ControlFlow::Continue(()),
+                    };
+                }
+                Next::Closed => return ControlFlow::Break(()),
             },
             _ = shutdown.cancelled() => return ControlFlow::Break(()),
         };
@@ -197,14 +203,79 @@ impl Runner {
     }
 }
 
+impl Runner {
+    /// Claims and begins due tasks straight from the store ([`Attempts::begin_due`]),
+    /// as many as there are permits free now, up to a store round trip's 256; looks
+    /// again next round while that finds a full batch or a limit held some back.
+    async fn begin_due(
+        shared: &Runners,
+        queue: &ReadyQueue,
+        limit: &mut ConcurrencyLimit,
+        job: &asyncd_spec::Job,
+        permit: OwnedSemaphorePermit,
+        shutdown: &CancellationToken,
+    ) -> ControlFlow<()> {
+        if job.paused || !super::claimer::runs_due_from_store(job) {
+            return ControlFlow::Continue(());
+        }
+        let mut permits = vec![permit];
+        while permits.len() < 256
+            && let Some(permit) = limit.try_acquire()
+        {
+            permits.push(permit);
+        }
+        let wanted = permits.len();
+        let written = shared.outcomes_written.notified();
+        let Some((begun, held_by)) = shared.attempts.begin_due(job, permits).await else {
+            return ControlFlow::Continue(());
+        };
+        if begun < wanted && held_by.is_none() {
+            // Nothing more is due: the claimer's next pass says when to look again.
+            return ControlFlow::Continue(());
+        }
+        queue.look_in_store();
+        let (pause, on_outcome) = match held_by {
+            None => return ControlFlow::Continue(()),
+            Some(HeldBy::Rate { next_token }) => (next_token.max(Duration::from_millis(1)), false),
+            Some(HeldBy::Concurrency | HeldBy::Key) => (SLOT_POLL, true),
+        };
+        tokio::select! {
+            _ = written, if on_outcome => {}
+            _ = tokio::time::sleep(pause) => {}
+            _ = shutdown.cancelled() => return ControlFlow::Break(()),
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// What a runner takes next from its queue.
+// Moved once per round, never stored: boxing the task would allocate for each one.
+#[allow(clippy::large_enum_variant)]
+enum Next {
+    /// The best ranked claimed task.
+    Task(ClaimedTask),
+    /// None is queued, and due tasks may wait in the store ([`ReadyQueue::look_in_store`]).
+    LookInStore,
+    /// None is queued and none will come: the ticker has ended.
+    Closed,
+}
+
 /// A job's due tasks between the ticker and the job's runner, which takes the best
 /// ranked ([`asyncd_store::ClaimedTask::rank`]) whenever it may begin an attempt. A heap rather than a
 /// channel: a high-priority task that comes due behind a backlog goes before it.
 pub(super) struct ReadyQueue {
-    state: Mutex<(ReadyHeap, bool)>,
+    state: Mutex<QueueState>,
     changed: Notify,
     /// Counts the tasks waiting here against `max_heap`.
     unstarted: Arc<Unstarted>,
+}
+
+#[derive(Default)]
+struct QueueState {
+    ready: ReadyHeap,
+    closed: bool,
+    /// Due tasks may wait in the store for the runner to claim and begin.
+    look: bool,
 }
 
 impl ReadyQueue {
@@ -218,19 +289,48 @@ impl ReadyQueue {
 
     pub(super) fn push(&self, task: ClaimedTask) {
         self.unstarted.queued.fetch_add(1, Ordering::SeqCst);
-        self.state.lock().expect("ready lock").0.push(task);
+        self.state.lock().expect("ready lock").ready.push(task);
         self.changed.notify_one();
     }
 
     /// No more tasks will come (the ticker ended).
     pub(super) fn close(&self) {
-        self.state.lock().expect("ready lock").1 = true;
+        self.state.lock().expect("ready lock").closed = true;
+        self.changed.notify_one();
+    }
+
+    /// Due tasks may wait in the store: the runner looks once it has a permit and
+    /// nothing queued.
+    pub(super) fn look_in_store(&self) {
+        self.state.lock().expect("ready lock").look = true;
         self.changed.notify_one();
     }
 
     fn try_pop(&self) -> Option<ClaimedTask> {
-        let task = self.state.lock().expect("ready lock").0.pop()?;
+        let task = self.state.lock().expect("ready lock").ready.pop()?;
         Some(self.taken(task))
+    }
+
+    /// The best task queued, else whether to look in the store, waiting for either;
+    /// [`Next::Closed`] once closed and empty. One consumer (the runner): `notify_one`
+    /// keeps a wake-up for it when it is not waiting yet.
+    async fn next(&self) -> Next {
+        loop {
+            {
+                let mut state = self.state.lock().expect("ready lock");
+                if let Some(task) = state.ready.pop() {
+                    drop(state);
+                    return Next::Task(self.taken(task));
+                }
+                if state.closed {
+                    return Next::Closed;
+                }
+                if std::mem::take(&mut state.look) {
+                    return Next::LookInStore;
+                }
+            }
+            self.changed.notified().await;
+        }
     }
 
     /// The best task, waiting for one; `None` once closed and empty. One consumer (the
@@ -239,11 +339,11 @@ impl ReadyQueue {
         loop {
             {
                 let mut state = self.state.lock().expect("ready lock");
-                if let Some(task) = state.0.pop() {
+                if let Some(task) = state.ready.pop() {
                     drop(state);
                     return Some(self.taken(task));
                 }
-                if state.1 {
+                if state.closed {
                     return None;
                 }
             }

@@ -341,6 +341,7 @@ async fn a_dead_members_claims_run_as_soon_as_it_is_known_dead() {
             hold: Duration::from_secs(30),
             owner: "dead",
             limit: 10,
+            ahead: false,
         })
         .await
         .unwrap();

@@ -1,6 +1,6 @@
 //! The ticker: sleeps until the heap's earliest ETA or a new arrival, then moves the
 //! due tasks to their job's runner, starting a job's runner when its first task comes
-//! due. One place decides when a task is due, so the runners only decide in what order
+//! due (or when the claimer asks it to look in the store for due tasks). One place decides when a task is due, so the runners only decide in what order
 //! and how fast.
 
 use std::collections::HashMap;
@@ -108,17 +108,7 @@ impl Ticker {
             }
             // The claimer keeps heap plus queues within `max_heap` (Kafka adoption may
             // overshoot it by a batch).
-            let queue = self
-                .queues
-                .0
-                .entry(task.task_type.clone())
-                .or_insert_with(|| {
-                    let (runner, queue) = self.runners.runner(task.task_type.clone());
-                    self.started.push(
-                        tasks.spawn(stop_on_exit(shutdown.clone(), runner.run(shutdown.clone()))),
-                    );
-                    queue
-                });
+            let queue = self.queue(&task.task_type, tasks, shutdown);
             emit(&self.config.signals, || Signal::Dispatched {
                 id: task.id.clone(),
                 eta: task.trigger_at,
@@ -128,7 +118,40 @@ impl Ticker {
             // queue comes back when the claims' hold lapses.)
             queue.push(task);
         }
+        // The runners the claimer named look in the store for what is due.
+        let look = std::mem::take(&mut *self.unstarted.look.lock().expect("look lock"));
+        for task_type in look {
+            if !skewed && routes.job(&task_type).is_some() {
+                self.queue(&task_type, tasks, shutdown).look_in_store();
+            }
+        }
         (now, next_eta)
+    }
+
+    /// The queue of `task_type`'s runner, which is started with it.
+    fn queue(
+        &mut self,
+        task_type: &str,
+        tasks: &TaskTracker,
+        shutdown: &CancellationToken,
+    ) -> Arc<ReadyQueue> {
+        let Self {
+            queues,
+            runners,
+            started,
+            ..
+        } = self;
+        queues
+            .0
+            .entry(task_type.to_string())
+            .or_insert_with(|| {
+                let (runner, queue) = runners.runner(task_type.to_string());
+                started.push(
+                    tasks.spawn(stop_on_exit(shutdown.clone(), runner.run(shutdown.clone()))),
+                );
+                queue
+            })
+            .clone()
     }
 }
 

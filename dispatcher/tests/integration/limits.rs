@@ -271,6 +271,7 @@ impl Pair {
                             hold: Duration::from_secs(60),
                             owner,
                             limit: (n / 2 - claimed.len()) as u32,
+                            ahead: false,
                         })
                         .await
                         .unwrap(),

@@ -19,7 +19,68 @@ scenarios!(
     a_paused_type_waits_and_resumes_in_order,
     consumed_tasks_due_by_the_horizon_come_back_claimed,
     tasks_claimed_at_submit_stay_within_each_types_room,
+    a_claim_ahead_leaves_what_is_due_for_its_runner,
 );
+
+/// `ClaimParams::ahead`: of the listed types, only the tasks due after now and by the
+/// horizon, in rank order; what is due already stays pending (for `start_due`), as do
+/// other types' and a paused type's.
+async fn a_claim_ahead_leaves_what_is_due_for_its_runner(store: &dyn Store) {
+    let due = insert(store, NewTask::test("a", T0)).await;
+    let soon = insert(store, NewTask::test("a", at(1_000))).await;
+    let sooner_urgent = insert(store, {
+        let mut task = NewTask::test("b", at(1_500));
+        task.priority = 9;
+        task
+    })
+    .await;
+    let beyond = insert(store, NewTask::test("a", at(9_000))).await;
+    let other = insert(store, NewTask::test("c", at(1_000))).await;
+    let paused = insert(store, NewTask::test("p", at(1_000))).await;
+    store.pause("p", T0).await.unwrap();
+    let types = TypeFilter::Only(vec!["a".into(), "b".into(), "p".into()]);
+    let claimed: Vec<String> = store
+        .claim(store::ClaimParams {
+            ahead: true,
+            ..claim_params(&types, at(2_000), at(5), 60_000, "x", 10)
+        })
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|task| task.id)
+        .collect();
+    assert_eq!(
+        claimed,
+        [sooner_urgent.clone(), soon.clone()],
+        "in rank order"
+    );
+    for (id, expected) in [
+        (&due, TaskState::Pending),
+        (&beyond, TaskState::Pending),
+        (&other, TaskState::Pending),
+        (&paused, TaskState::Pending),
+        (&soon, TaskState::Claimed),
+    ] {
+        assert_eq!(state(store, id).await, expected, "{id}");
+    }
+    // One type, and a limit.
+    let one = store
+        .claim(store::ClaimParams {
+            ahead: true,
+            ..claim_params(
+                &TypeFilter::Only(vec!["a".into()]),
+                at(10_000),
+                at(5),
+                60_000,
+                "x",
+                1,
+            )
+        })
+        .await
+        .unwrap();
+    assert_eq!(one.iter().map(|t| &t.id).collect::<Vec<_>>(), [&beyond]);
+    assert_eq!(state(store, &due).await, TaskState::Pending);
+}
 
 /// The submitter's trace context comes back with the claim, as stored (issue 16).
 async fn a_claim_returns_the_tasks_trace_context(store: &dyn Store) {

@@ -104,6 +104,7 @@ fn claim_params<'a>(
         hold: Duration::from_millis(hold_ms),
         owner,
         limit,
+        ahead: false,
     }
 }
 
