@@ -395,6 +395,7 @@ impl Dispatcher {
             outcomes: outcomes.clone(),
             outcomes_written: outcomes_written.clone(),
             unstarted: unstarted.clone(),
+            looks: Arc::new(tokio::sync::Semaphore::new(runner::LOOKS_AT_ONCE)),
         };
         Self {
             completer: Completer {

@@ -24,6 +24,13 @@ use asyncd_store::{ClaimedTask, HeldBy};
 /// that learns when another dispatcher's attempt ends.
 const SLOT_POLL: Duration = Duration::from_millis(50);
 
+/// How many runners of a dispatcher may look in the store for due tasks at once
+/// ([`Attempts::begin_due`]). A look holds one of the store pool's 10 connections while
+/// it waits its turn at the job's limits row; a claimer pass sets every owned job's
+/// runner looking, and unbounded, with many jobs, those could hold them all while the
+/// completer's writes (the outcomes a SIGKILL would run again) wait behind them.
+pub(super) const LOOKS_AT_ONCE: usize = 2;
+
 /// What every job's runner shares; the ticker starts one from it for each job it sees.
 #[derive(Clone)]
 pub(super) struct Runners {
@@ -39,6 +46,8 @@ pub(super) struct Runners {
     pub(super) outcomes_written: Arc<Notify>,
     /// Where the tasks waiting in the runners' queues are counted.
     pub(super) unstarted: Arc<Unstarted>,
+    /// [`LOOKS_AT_ONCE`].
+    pub(super) looks: Arc<Semaphore>,
 }
 
 impl Runners {
@@ -224,9 +233,15 @@ impl Runner {
         {
             permits.push(permit);
         }
+        let look = tokio::select! {
+            look = shared.looks.acquire() => look.expect("never closed"),
+            _ = shutdown.cancelled() => return ControlFlow::Break(()),
+        };
         let wanted = permits.len();
         let written = shared.outcomes_written.notified();
-        let Some((begun, held_by)) = shared.attempts.begin_due(job, permits).await else {
+        let begun = shared.attempts.begin_due(job, permits).await;
+        drop(look);
+        let Some((begun, held_by)) = begun else {
             return ControlFlow::Continue(());
         };
         if begun < wanted && held_by.is_none() {
