@@ -32,6 +32,10 @@ pub struct Args {
     /// Tasks of the drain whose statements are counted (0: skip it).
     #[arg(long, default_value_t = 2_000)]
     count_writes: usize,
+    /// Fail when that drain changes more rows of `tasks` per task than this (0: no
+    /// bound): the insert, the claim that begins the attempt, and the outcome are 3.
+    #[arg(long, default_value_t = 0.0)]
+    max_task_rows: f64,
 }
 
 pub async fn run(args: &Args) -> Result<()> {
@@ -102,6 +106,13 @@ pub async fn run(args: &Args) -> Result<()> {
             per_task(writes.statements),
             per_task(writes.rows),
             per_task(writes.task_rows)
+        );
+        ensure!(
+            args.max_task_rows == 0.0 || per_task(writes.task_rows) <= args.max_task_rows,
+            "{:.2} rows of `tasks` changed per task, above the guard's {:.2}: a change \
+             added a write to the hot path (docs/benchmarks.md, \"Hot-path guard\")",
+            per_task(writes.task_rows),
+            args.max_task_rows
         );
     }
 
