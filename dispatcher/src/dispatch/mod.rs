@@ -4,16 +4,18 @@
 //! Five loops, a module each, every one owning the state only it uses:
 //! - [`membership`] heartbeats this dispatcher into the store and reads who else is
 //!   alive, so [`Ownership`] can split task types among the live dispatchers;
-//! - the [`claimer`] polls the store, for the task types this dispatcher owns, (every `poll_interval`, or at once when woken by a
-//!   local submit or retry) for tasks due within `lookahead`, so they are in the heap
-//!   before their ETA instead of waiting for the next tick;
+//! - the [`claimer`] polls the store, for the task types this dispatcher owns, (every
+//!   `poll_interval`, or at once when woken by a local submit or retry) for tasks due
+//!   within `lookahead`, so they are in the heap before their ETA instead of waiting for
+//!   the next tick; for jobs without keys or batches it claims only what is due ahead
+//!   and tells their runners to look in the store for the rest;
 //! - the [`ticker`] sleeps until the heap's earliest ETA or a new arrival, then moves
 //!   due tasks to their job's runner;
 //! - one [`runner`] per job keeps that job's order (its keys in turns), begins attempts
 //!   in batches within its `concurrency`, `rateLimit` and per-key limit — kept in total
-//!   across dispatchers by the store
-//!   ([`Store::start_limited`]) — and spawns the executor calls ([`attempt`]), so a slow
-//!   job never holds up another;
+//!   across dispatchers by the store ([`Store::start_limited`]; with free slots and
+//!   nothing queued it claims and begins due tasks in one write, [`Store::start_due`]) —
+//!   and spawns the executor calls ([`attempt`]), so a slow job never holds up another;
 //! - the [`completer`] writes attempt outcomes back in batches.
 //!
 //! What they share is small and named: [`Claims`] (per job, the tasks held here, which
