@@ -15,7 +15,11 @@
 //! Walking 100 000 entries still takes about half a second on PostgreSQL, so a pass that
 //! takes long waits longer before the next: sampling spends at most [`DUTY`] of the time
 //! (every 2 s while the backlog is small, about every 10 s under such a backlog — the
-//! autoscaler looks every 15 s).
+//! autoscaler looks every 15 s). Between full passes, a pass reads only the due figures
+//! ([`Store::due_backlog`]), which cost nothing while nothing is due; the pending count,
+//! which walks every task waiting for later, is refreshed at most [`PENDING_DUTY`] of the
+//! time. So an idle queue of a million future tasks is not counted over and over: that
+//! walk was most of an idle dispatcher's CPU.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -27,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::SharedClock;
 use crate::job_table::Routes;
 use crate::metrics::Metrics;
-use asyncd_store::{JobCountParams, Store};
+use asyncd_store::{DueBacklog, JobCountParams, Store};
 
 /// The most of its time the sampler spends counting.
 const DUTY: f64 = 0.05;
@@ -36,12 +40,29 @@ const DUTY: f64 = 0.05;
 /// must not leave the gauges stale for long.
 const MAX_PAUSE: u32 = 5;
 
+/// The most of its time the sampler spends on full passes, which count the tasks not
+/// yet due as well: raw depth is for dashboards and a slow-growth alert over 30 minutes,
+/// not for scaling, so it may be a minute or two old.
+const PENDING_DUTY: f64 = 0.005;
+
+/// The longest wait between full passes, in intervals.
+const MAX_PENDING_PAUSE: u32 = 60;
+
 /// How long to wait after a pass that took `took`: `interval`, or longer so that
 /// counting takes at most [`DUTY`] of the time, up to [`MAX_PAUSE`] intervals.
 fn pause_after(took: Duration, interval: Duration) -> Duration {
+    spaced(took, interval, DUTY, MAX_PAUSE)
+}
+
+/// How long after a full pass that took `took` the next may begin.
+fn full_pause_after(took: Duration, interval: Duration) -> Duration {
+    spaced(took, interval, PENDING_DUTY, MAX_PENDING_PAUSE)
+}
+
+fn spaced(took: Duration, interval: Duration, duty: f64, most: u32) -> Duration {
     interval
-        .max(took.mul_f64((1.0 - DUTY) / DUTY))
-        .min(interval * MAX_PAUSE)
+        .max(took.mul_f64((1.0 - duty) / duty))
+        .min(interval * most)
 }
 
 pub async fn run(
@@ -54,8 +75,10 @@ pub async fn run(
 ) {
     let cap = u32::try_from(MAX_JOB_COUNT).expect("the cap fits");
     let mut seen: HashSet<String> = HashSet::new();
+    let mut next_full = std::time::Instant::now();
     loop {
         let began = std::time::Instant::now();
+        let full = began >= next_full;
         let now = clock.now_millis();
         let mut paused: HashSet<String> = match store.paused_types().await {
             Ok(pauses) => pauses.into_iter().map(|(task_type, _)| task_type).collect(),
@@ -82,7 +105,22 @@ pub async fn run(
                 finished_since: now,
                 cap,
             };
-            let counts = match store.job_counts(params).await {
+            // A job just configured gets its pending count at once.
+            let counts = if full || !seen.contains(&task_type) {
+                store.job_counts(params).await.map(|counts| {
+                    let backlog = DueBacklog {
+                        due: counts.due,
+                        oldest_due: counts.oldest_due,
+                    };
+                    (backlog, Some(counts.due + counts.scheduled))
+                })
+            } else {
+                store
+                    .due_backlog(params)
+                    .await
+                    .map(|backlog| (backlog, None))
+            };
+            let (backlog, pending) = match counts {
                 Ok(counts) => counts,
                 Err(err) => {
                     // Keeps the last figures rather than zeroing a backlog it could not read.
@@ -92,13 +130,12 @@ pub async fn run(
                 }
             };
             let t = task_type.as_str();
-            metrics
-                .pending
-                .with_label_values(&[t])
-                .set(counts.due + counts.scheduled);
-            let due = if paused.contains(t) { 0 } else { counts.due };
+            if let Some(pending) = pending {
+                metrics.pending.with_label_values(&[t]).set(pending);
+            }
+            let due = if paused.contains(t) { 0 } else { backlog.due };
             metrics.due_backlog.with_label_values(&[t]).set(due);
-            let age = match counts.oldest_due {
+            let age = match backlog.oldest_due {
                 Some(at) if due > 0 => now.since(at).as_secs_f64(),
                 _ => 0.0,
             };
@@ -111,6 +148,9 @@ pub async fn run(
             metrics.oldest_due_age.with_label_values(&[gone]).set(0.0);
         }
         seen = current;
+        if full {
+            next_full = began + full_pause_after(began.elapsed(), interval);
+        }
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(pause_after(began.elapsed(), interval)) => {}
@@ -135,6 +175,26 @@ mod tests {
             pause_after(Duration::from_secs(3), interval),
             Duration::from_secs(10),
             "never staler than five intervals"
+        );
+    }
+
+    #[test]
+    fn the_pending_count_is_refreshed_at_a_much_lower_duty() {
+        let interval = Duration::from_secs(2);
+        assert_eq!(
+            full_pause_after(Duration::from_millis(5), interval),
+            interval,
+            "a cheap count: every pass is a full one"
+        );
+        assert_eq!(
+            full_pause_after(Duration::from_millis(500), interval),
+            Duration::from_millis(99_500),
+            "half a second of counting in every hundred"
+        );
+        assert_eq!(
+            full_pause_after(Duration::from_secs(3), interval),
+            Duration::from_secs(120),
+            "never staler than two minutes"
         );
     }
 }

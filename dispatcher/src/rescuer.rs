@@ -241,6 +241,12 @@ mod tests {
         async fn job_counts(&self, p: store::JobCountParams<'_>) -> store::Result<JobCounts> {
             self.inner.job_counts(p).await
         }
+        async fn due_backlog(
+            &self,
+            p: store::JobCountParams<'_>,
+        ) -> store::Result<store::DueBacklog> {
+            self.inner.due_backlog(p).await
+        }
         async fn purge(&self, params: store::PurgeParams<'_>) -> store::Result<u64> {
             self.inner.purge(params).await
         }

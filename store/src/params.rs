@@ -28,6 +28,16 @@ pub struct JobCounts {
     pub dead_since: i64,
 }
 
+/// One task type's due backlog: what autoscaling follows, without the counts of the
+/// tasks not yet due (which a backlog gauge can sample far less often).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DueBacklog {
+    /// Pending or claimed, due by `now`.
+    pub due: i64,
+    /// The earliest trigger time among the due tasks.
+    pub oldest_due: Option<Millis>,
+}
+
 /// What [`Store::job_counts`] takes.
 #[derive(Debug, Clone, Copy)]
 pub struct JobCountParams<'a> {

@@ -14,7 +14,9 @@ use sqlx::postgres::{PgTypeInfo, PgValueRef, Postgres};
 use sqlx::sqlite::{Sqlite, SqliteTypeInfo, SqliteValueRef};
 use sqlx::types::Type;
 
-use super::{ClaimedTask, JobCounts, Lapsed, Millis, Result, StoreError, TaskRecord, TaskState};
+use super::{
+    ClaimedTask, DueBacklog, JobCounts, Lapsed, Millis, Result, StoreError, TaskRecord, TaskState,
+};
 
 /// An integer column of any width.
 #[derive(Debug, Clone, Copy)]
@@ -393,13 +395,34 @@ impl From<JobCountsRow> for JobCounts {
             scheduled: row.scheduled.0,
             running: row.running.0,
             dead: row.dead.0,
-            oldest_due: match (row.oldest_pending, row.oldest_claimed) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            },
+            oldest_due: earliest(row.oldest_pending, row.oldest_claimed),
             succeeded_since: row.succeeded_since.0,
             dead_since: row.dead_since.0,
         }
+    }
+}
+
+/// The row of `shared::due_backlog`.
+#[derive(sqlx::FromRow)]
+pub struct DueBacklogRow {
+    due: Int,
+    oldest_pending: Option<Millis>,
+    oldest_claimed: Option<Millis>,
+}
+
+impl From<DueBacklogRow> for DueBacklog {
+    fn from(row: DueBacklogRow) -> Self {
+        DueBacklog {
+            due: row.due.0,
+            oldest_due: earliest(row.oldest_pending, row.oldest_claimed),
+        }
+    }
+}
+
+fn earliest(a: Option<Millis>, b: Option<Millis>) -> Option<Millis> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 

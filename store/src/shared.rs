@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, QueryBuilder, Type};
 
-use super::rows::{JobCountsRow, LapsedRow, TaskRow, task_columns};
+use super::rows::{DueBacklogRow, JobCountsRow, LapsedRow, TaskRow, task_columns};
 use super::{
-    JobCountParams, JobCounts, KafkaDeadLetter, KafkaDeadLetterParams, Lapsed, MEMBER_RETENTION,
-    Millis, PurgeParams, Result, SearchParams, Shares, TaskRecord,
+    DueBacklog, JobCountParams, JobCounts, KafkaDeadLetter, KafkaDeadLetterParams, Lapsed,
+    MEMBER_RETENTION, Millis, PurgeParams, Result, SearchParams, Shares, TaskRecord,
 };
 
 /// Inserts task rows, given as `VALUES` (in this column order) after it, then the
@@ -417,6 +417,50 @@ where
     rows.into_iter().map(TaskRow::into_record).collect()
 }
 
+/// One figure of [`job_counts`] or [`due_backlog`]: its alias, whether it is a minimum
+/// rather than a count, its condition, and the instant the condition ends with.
+pub(crate) type Figure = (&'static str, bool, &'static str, Option<Millis>);
+
+// Each condition starts with the predicate of the partial index it walks
+// (`tasks_by_type_state` or `tasks_finished`), word for word: SQLite uses a partial
+// index only for a query that repeats its predicate; elsewhere the term is a no-op.
+macro_rules! active {
+    ($rest:literal) => {
+        concat!("state IN ('pending', 'claimed', 'running') AND ", $rest)
+    };
+}
+macro_rules! finished {
+    ($rest:literal) => {
+        concat!("state IN ('succeeded', 'cancelled', 'dead') AND ", $rest)
+    };
+}
+
+fn due(now: Millis) -> Figure {
+    (
+        "due",
+        false,
+        active!("state IN ('pending', 'claimed') AND trigger_at <= "),
+        Some(now),
+    )
+}
+
+fn oldest_due(now: Millis) -> [Figure; 2] {
+    [
+        (
+            "oldest_pending",
+            true,
+            active!("state = 'pending' AND trigger_at <= "),
+            Some(now),
+        ),
+        (
+            "oldest_claimed",
+            true,
+            active!("state = 'claimed' AND trigger_at <= "),
+            Some(now),
+        ),
+    ]
+}
+
 /// [`super::Store::job_counts`]: one statement of scalar subqueries, each on an index
 /// range that leads with the task type and the state. A count wraps a `LIMIT cap`
 /// subquery, so it stops after `cap` index entries however many match; the two minimums
@@ -432,32 +476,13 @@ where
     for<'r> JobCountsRow: FromRow<'r, DB::Row>,
 {
     let JobCountParams {
-        task_type,
         now,
         finished_since,
-        cap,
+        ..
     } = params;
-    // Each condition starts with the predicate of the partial index it walks
-    // (`tasks_by_type_state` or `tasks_finished`), word for word: SQLite uses a partial
-    // index only for a query that repeats its predicate; elsewhere the term is a no-op.
-    macro_rules! active {
-        ($rest:literal) => {
-            concat!("state IN ('pending', 'claimed', 'running') AND ", $rest)
-        };
-    }
-    macro_rules! finished {
-        ($rest:literal) => {
-            concat!("state IN ('succeeded', 'cancelled', 'dead') AND ", $rest)
-        };
-    }
-    // (alias, a minimum rather than a count, condition, the instant it ends with)
-    let columns: [(&str, bool, &str, Option<Millis>); 8] = [
-        (
-            "due",
-            false,
-            active!("state IN ('pending', 'claimed') AND trigger_at <= "),
-            Some(now),
-        ),
+    let [oldest_pending, oldest_claimed] = oldest_due(now);
+    let figures = [
+        due(now),
         (
             "scheduled",
             false,
@@ -466,18 +491,8 @@ where
         ),
         ("running", false, active!("state = 'running'"), None),
         ("dead", false, finished!("state = 'dead'"), None),
-        (
-            "oldest_pending",
-            true,
-            active!("state = 'pending' AND trigger_at <= "),
-            Some(now),
-        ),
-        (
-            "oldest_claimed",
-            true,
-            active!("state = 'claimed' AND trigger_at <= "),
-            Some(now),
-        ),
+        oldest_pending,
+        oldest_claimed,
         (
             "succeeded_since",
             false,
@@ -491,9 +506,52 @@ where
             Some(finished_since),
         ),
     ];
-    let cap = i64::from(cap);
+    let row: JobCountsRow = figures_query::<DB>(&figures, params)
+        .build_query_as()
+        .fetch_one(pool)
+        .await?;
+    Ok(row.into())
+}
+
+/// [`due_backlog`]'s figures.
+pub(crate) fn due_figures(now: Millis) -> [Figure; 3] {
+    let [oldest_pending, oldest_claimed] = oldest_due(now);
+    [due(now), oldest_pending, oldest_claimed]
+}
+
+/// [`super::Store::due_backlog`]: [`job_counts`]' due figures alone.
+pub async fn due_backlog<DB>(pool: &Pool<DB>, params: JobCountParams<'_>) -> Result<DueBacklog>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Millis: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'r> DueBacklogRow: FromRow<'r, DB::Row>,
+{
+    let row: DueBacklogRow = figures_query::<DB>(&due_figures(params.now), params)
+        .build_query_as()
+        .fetch_one(pool)
+        .await?;
+    Ok(row.into())
+}
+
+/// One `SELECT` of a scalar subquery per figure, on `params`' task type, each count
+/// stopping at `params.cap`.
+pub(crate) fn figures_query<'a, DB>(
+    figures: &[Figure],
+    params: JobCountParams<'a>,
+) -> sqlx::QueryBuilder<DB>
+where
+    DB: Database,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Millis: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+{
+    let cap = i64::from(params.cap);
     let mut query = sqlx::QueryBuilder::<DB>::new("SELECT ");
-    for (i, (alias, min, condition, instant)) in columns.into_iter().enumerate() {
+    for (i, &(alias, min, condition, instant)) in figures.iter().enumerate() {
         if i > 0 {
             query.push(", ");
         }
@@ -502,7 +560,10 @@ where
         } else {
             "(SELECT COUNT(*) FROM (SELECT 1 AS one FROM tasks WHERE task_type = "
         });
-        query.push_bind(task_type).push(" AND ").push(condition);
+        query
+            .push_bind(params.task_type)
+            .push(" AND ")
+            .push(condition);
         if let Some(instant) = instant {
             query.push_bind(instant);
         }
@@ -514,8 +575,7 @@ where
         }
         query.push(format_args!(") AS {alias}"));
     }
-    let row: JobCountsRow = query.build_query_as().fetch_one(pool).await?;
-    Ok(row.into())
+    query
 }
 
 pub async fn remove_member<DB>(pool: &Pool<DB>, queries: &Queries, member: &str) -> Result<()>

@@ -10,7 +10,7 @@ use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
 use crate::bulk;
 use crate::domain;
-use crate::rows::{self, Holder, JobCountsRow, LapsedRow, StartedRow, TaskRow};
+use crate::rows::{self, DueBacklogRow, Holder, JobCountsRow, LapsedRow, StartedRow, TaskRow};
 use crate::shared::{self, KafkaDeadLetterRow};
 use crate::tx::{ClaimAtInsert, Dialect, Tx};
 use crate::*;
@@ -77,6 +77,7 @@ where
     for<'r> StartedRow: FromRow<'r, DB::Row>,
     for<'r> TaskRow: FromRow<'r, DB::Row>,
     for<'r> JobCountsRow: FromRow<'r, DB::Row>,
+    for<'r> DueBacklogRow: FromRow<'r, DB::Row>,
     for<'r> LapsedRow: FromRow<'r, DB::Row>,
     for<'r> KafkaDeadLetterRow: FromRow<'r, DB::Row>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
@@ -432,6 +433,10 @@ where
 
     async fn job_counts(&self, params: JobCountParams<'_>) -> Result<JobCounts> {
         shared::job_counts(self.reader(), params).await
+    }
+
+    async fn due_backlog(&self, params: JobCountParams<'_>) -> Result<DueBacklog> {
+        shared::due_backlog(self.reader(), params).await
     }
 
     async fn heartbeat_member(&self, member: &str, now: Millis, shares: &Shares) -> Result<()> {

@@ -488,6 +488,50 @@ impl Backend for SqliteStore {
 mod tests {
     use super::*;
 
+    /// The backlog gauges' frequent pass reads only the due end of each range: with a
+    /// million tasks waiting for later, an idle queue costs it nothing.
+    #[tokio::test]
+    async fn the_due_backlog_reads_only_what_is_due() {
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect("sqlite::memory:")
+            .await
+            .unwrap();
+        sqlx::migrate!("./migrations/sqlite")
+            .run(&pool)
+            .await
+            .unwrap();
+        let params = crate::JobCountParams {
+            task_type: "t",
+            now: crate::Millis::new(0),
+            finished_since: crate::Millis::new(0),
+            cap: 10,
+        };
+        let query =
+            crate::shared::figures_query::<Sqlite>(&crate::shared::due_figures(params.now), params);
+        let plan: Vec<(i64, i64, i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "EXPLAIN QUERY PLAN {}",
+            query.sql().as_str()
+        )))
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        let searches: Vec<&str> = plan
+            .iter()
+            .map(|row| row.3.as_str())
+            .filter(|d| d.contains("tasks"))
+            .collect();
+        assert_eq!(searches.len(), 3, "{plan:?}");
+        for search in searches {
+            assert!(
+                search.contains(
+                    "INDEX tasks_by_type_state (task_type=? AND state=? AND trigger_at<?)"
+                ),
+                "{search}"
+            );
+        }
+    }
+
     /// The plan SQLite (the version sqlx bundles) chooses for each hot statement: every
     /// named task reached by primary key, none by walking a state; the claims and the
     /// dead-letter listing by their partial indexes, in order, with no sort; the start's

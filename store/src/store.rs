@@ -111,6 +111,11 @@ pub trait Store: Send + Sync + 'static {
     /// 0008) for the waiting and running tasks, `tasks_finished` for the finished ones.
     async fn job_counts(&self, params: JobCountParams<'_>) -> Result<JobCounts>;
 
+    /// [`Self::job_counts`]' `due` and `oldest_due` alone (`finished_since` is not read):
+    /// with nothing due it reads no more than the first entry of each range, however
+    /// many tasks wait for later.
+    async fn due_backlog(&self, params: JobCountParams<'_>) -> Result<DueBacklog>;
+
     /// Records that dispatcher `member` is alive at `now` with its adaptive `shares` of
     /// the jobs it runs (and forgets members silent for an hour).
     async fn heartbeat_member(&self, member: &str, now: Millis, shares: &Shares) -> Result<()>;

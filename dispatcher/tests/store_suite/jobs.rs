@@ -1,8 +1,8 @@
 //! The jobs overview's counts.
 
 use asyncd_store::{
-    CancelOutcome, Finish, FinishKind, JobCountParams, JobCounts, Millis, NewTask, Store,
-    TaskState, TypeFilter,
+    CancelOutcome, DueBacklog, Finish, FinishKind, JobCountParams, JobCounts, Millis, NewTask,
+    Store, TaskState, TypeFilter,
 };
 
 use crate::{T0, at, claim_all, claim_params, insert, start_params, state};
@@ -44,7 +44,7 @@ async fn run_to(
 /// Issue 16, the jobs overview: one type's due (pending or claimed, due by now),
 /// scheduled, running and dead tasks, its oldest due task and what finished since a
 /// cutoff, each count stopping at the cap; other types, blocked and cancelled tasks do
-/// not count.
+/// not count. `due_backlog` reads the same due figures.
 async fn job_counts_by_state_stop_at_their_cap(store: &dyn Store) {
     let dead = || {
         Some(FinishKind::Dead {
@@ -129,4 +129,28 @@ async fn job_counts_by_state_stop_at_their_cap(store: &dyn Store) {
         }
     );
     assert_eq!(counts("none", 100).await, JobCounts::default());
+
+    // The backlog gauges' frequent pass: the due figures alone, the same as above.
+    let backlog = |task_type: &'static str, cap: u32| async move {
+        store
+            .due_backlog(JobCountParams {
+                task_type,
+                now: T0,
+                finished_since: at(-60_000),
+                cap,
+            })
+            .await
+            .unwrap()
+    };
+    let oldest_due = Some(at(-3_000));
+    assert_eq!(backlog("j", 100).await, DueBacklog { due: 3, oldest_due });
+    assert_eq!(backlog("j", 2).await, DueBacklog { due: 2, oldest_due });
+    assert_eq!(
+        backlog("k", 100).await,
+        DueBacklog {
+            due: 1,
+            oldest_due: Some(at(-9_000))
+        }
+    );
+    assert_eq!(backlog("none", 100).await, DueBacklog::default());
 }
