@@ -160,6 +160,12 @@ struct Common {
     /// Store poll interval.
     #[arg(long, env = "ASYNCD_POLL_INTERVAL", default_value = "200ms", value_parser = duration)]
     poll_interval: Duration,
+    /// The longest wait between polls once they find nothing: polls back off from
+    /// --poll-interval while the queue is idle (never beyond --lookahead). A task
+    /// submitted through this process is claimed at once regardless; one submitted
+    /// through another is found within this.
+    #[arg(long, env = "ASYNCD_IDLE_POLL_INTERVAL", default_value = "1s", value_parser = duration)]
+    idle_poll_interval: Duration,
     /// How far ahead of their ETA tasks are claimed into the heap.
     #[arg(long, env = "ASYNCD_LOOKAHEAD", default_value = "2s", value_parser = duration)]
     lookahead: Duration,
@@ -339,6 +345,9 @@ impl Common {
                 owner: instance_name(self.instance),
                 job: self.job,
                 poll_interval: self.poll_interval,
+                idle_poll_interval: self
+                    .idle_poll_interval
+                    .clamp(self.poll_interval, self.lookahead.max(self.poll_interval)),
                 lookahead: self.lookahead.max(self.poll_interval),
                 hold: self.claim_hold,
                 signing_dir: self.signing_dir,

@@ -1,6 +1,7 @@
 //! The claimer: polls the store for tasks of the types this dispatcher owns that are
-//! due within `lookahead` (every `poll_interval`, or at once when woken by a local
-//! submit, a retry or a task leaving a full job), so they are in the heap before their
+//! due within `lookahead` (every `poll_interval`, backing off to `idle_poll_interval`
+//! while polls find nothing ([`next_pause`]), or at once when woken by a local submit, a
+//! retry or a task leaving a full job), so they are in the heap before their
 //! ETA instead of waiting for the next poll. It claims only what each job has room for
 //! ([`super::holdings`]), and keyed jobs fairly among their keys. What is already due
 //! it leaves to the job's runner, which claims and begins it in one write
@@ -9,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
@@ -71,13 +72,27 @@ impl Claimer {
     }
 
     pub(super) async fn run(mut self, shutdown: CancellationToken) {
+        let intake = self.intake.clone();
+        let begun_from_store = move || {
+            intake
+                .unstarted
+                .begun_from_store
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let mut pause = self.config.poll_interval;
+        let mut begun_before = begun_from_store();
         loop {
-            tokio::select! {
+            let woken = tokio::select! {
                 _ = shutdown.cancelled() => break,
-                _ = tokio::time::sleep(self.config.poll_interval) => {}
-                _ = self.waker.0.notify.notified() => {}
-            }
-            self.pass(&shutdown).await;
+                _ = tokio::time::sleep(pause) => false,
+                _ = self.waker.0.notify.notified() => true,
+            };
+            let claimed = self.pass(&shutdown).await;
+            // The runners' begins that the previous pass set off count too.
+            let begun = begun_from_store();
+            let busy = woken || claimed > 0 || begun != begun_before;
+            begun_before = begun;
+            pause = next_pause(pause, busy, &self.config);
         }
         // No claim at submit once the claimer has stopped: the heap is about to be handed
         // back, and a task claimed into it afterwards would wait for its hold to lapse.
@@ -87,8 +102,8 @@ impl Claimer {
     }
 
     /// One pass: claims until no job has a full batch waiting, the heap is full, or the
-    /// clock is too far from the store's to dispatch.
-    pub(super) async fn pass(&mut self, shutdown: &CancellationToken) {
+    /// clock is too far from the store's to dispatch. Returns how many tasks it claimed.
+    pub(super) async fn pass(&mut self, shutdown: &CancellationToken) -> usize {
         let config = self.config.clone();
         // Every claim of this pass reads the clock at or after this.
         let now = self.clock.now_millis();
@@ -97,6 +112,7 @@ impl Claimer {
         let wakes = self.waker.wakes();
         // The types whose due tasks the last round of claims left none of in the store.
         let mut drained: Vec<String> = Vec::new();
+        let mut total = 0;
         loop {
             drained.clear();
             let unstarted = self.intake.unstarted.len();
@@ -154,6 +170,7 @@ impl Claimer {
                 more |= per_key.is_none()
                     && limit == config.claim_batch
                     && claimed.len() as u32 == limit;
+                total += claimed.len();
                 if !claimed.is_empty() {
                     self.intake.push(claimed);
                 }
@@ -168,6 +185,7 @@ impl Claimer {
             self.last_pass = Some(now);
             emit(&config.signals, || Signal::ClaimPass { at: now });
         }
+        total
     }
 
     /// What the API may claim at submit until the next wake ([`super::at_submit`]): of
@@ -304,6 +322,21 @@ impl Claimer {
     }
 }
 
+/// How long the claimer waits before its next poll: `poll_interval` while there is work
+/// (a pass claimed some, a runner began some from the store, or a local submit woke it),
+/// else twice the last wait, up to `idle_poll_interval`. Most polls of an idle queue find
+/// nothing, and each is a store round trip per claim and per runner's look; a task
+/// submitted through another process is then found within `idle_poll_interval`, which
+/// is within `lookahead`, so a task due later is still claimed before its ETA.
+fn next_pause(last: Duration, busy: bool, config: &DispatcherConfig) -> Duration {
+    let poll = config.poll_interval;
+    if busy {
+        return poll;
+    }
+    let idle = config.idle_poll_interval.max(poll);
+    last.saturating_mul(2).clamp(poll, idle)
+}
+
 /// One claim of a pass: of these task types, up to `limit` tasks; with `per_key`, of one
 /// keyed job, fairly among its keys ([`Store::claim_fair`]); `ahead`, only what is due
 /// after now.
@@ -320,4 +353,35 @@ struct Claim {
 /// jobs (whose calls are filled from claimed tasks within `maxWait`).
 pub(super) fn runs_due_from_store(job: &asyncd_spec::Job) -> bool {
     job.concurrency_key.is_none() && job.batch.is_none()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_idle_claimer_polls_less_often_and_work_brings_it_back_at_once() {
+        let config = DispatcherConfig {
+            poll_interval: Duration::from_millis(200),
+            idle_poll_interval: Duration::from_secs(1),
+            ..DispatcherConfig::default()
+        };
+        let mut pause = config.poll_interval;
+        let mut idle = Vec::new();
+        for _ in 0..5 {
+            pause = next_pause(pause, false, &config);
+            idle.push(pause.as_millis());
+        }
+        assert_eq!(idle, [400, 800, 1000, 1000, 1000]);
+        assert_eq!(next_pause(pause, true, &config), config.poll_interval);
+        let never_idle = DispatcherConfig {
+            idle_poll_interval: Duration::from_millis(50),
+            ..config
+        };
+        assert_eq!(
+            next_pause(Duration::from_millis(200), false, &never_idle),
+            Duration::from_millis(200),
+            "never faster than poll_interval"
+        );
+    }
 }

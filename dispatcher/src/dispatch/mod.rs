@@ -5,7 +5,8 @@
 //! - [`membership`] heartbeats this dispatcher into the store and reads who else is
 //!   alive, so [`Ownership`] can split task types among the live dispatchers;
 //! - the [`claimer`] polls the store, for the task types this dispatcher owns, (every
-//!   `poll_interval`, or at once when woken by a local submit or retry) for tasks due
+//!   `poll_interval`, less often while idle, or at once when woken by a local submit or
+//!   retry) for tasks due
 //!   within `lookahead`, so they are in the heap before their ETA instead of waiting for
 //!   the next tick; for jobs without keys or batches it claims only what is due ahead
 //!   and tells their runners to look in the store for the rest;
@@ -99,6 +100,10 @@ pub struct DispatcherConfig {
     /// `--job`: the one job this dispatcher serves, which scopes its membership.
     pub job: Option<String>,
     pub poll_interval: Duration,
+    /// The longest the claimer waits between polls once they find nothing: an idle
+    /// dispatcher polls less often (see [`claimer`]). At least `poll_interval`, at most
+    /// `lookahead`, so a task due later is still claimed ahead of its ETA.
+    pub idle_poll_interval: Duration,
     /// How far ahead of their ETA tasks are claimed into the heap.
     pub lookahead: Duration,
     pub claim_batch: u32,
@@ -133,6 +138,7 @@ impl Default for DispatcherConfig {
             owner: format!("dispatcher-{}", std::process::id()),
             job: None,
             poll_interval: Duration::from_millis(200),
+            idle_poll_interval: Duration::from_secs(1),
             lookahead: Duration::from_secs(2),
             claim_batch: 1000,
             max_heap: 200_000,
@@ -229,6 +235,9 @@ struct Unstarted {
     /// ([`claimer::runs_due_from_store`]), as the claimer's last pass named them; the
     /// ticker passes it on. At most one entry per job.
     look: Mutex<std::collections::HashSet<String>>,
+    /// Counts the tasks runners claimed and began straight from the store: work the
+    /// claimer's own claims do not see, which keeps it polling at its busy pace.
+    begun_from_store: AtomicU64,
 }
 
 impl Unstarted {

@@ -244,6 +244,10 @@ impl Runner {
         let Some((begun, held_by)) = begun else {
             return ControlFlow::Continue(());
         };
+        shared
+            .unstarted
+            .begun_from_store
+            .fetch_add(begun as u64, std::sync::atomic::Ordering::Relaxed);
         if begun < wanted && held_by.is_none() {
             // Nothing more is due: the claimer's next pass says when to look again.
             return ControlFlow::Continue(());
