@@ -21,6 +21,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use clap::Parser;
 use ipnet::IpNet;
+use tokio_util::sync::CancellationToken;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -184,6 +185,8 @@ async fn main() -> anyhow::Result<()> {
     // kube's TLS needs a process-level rustls provider; a workspace build compiles in two
     // (kube's ring, the dispatcher's aws-lc-rs) and rustls refuses to pick one itself.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
     let client = kube::Client::try_default()
         .await
         .context("no kubeconfig (KUBECONFIG, ~/.kube/config) and not in a cluster")?;
@@ -275,7 +278,7 @@ async fn main() -> anyhow::Result<()> {
         // stand by until this replica holds the Lease (or the pod is told to stop)
         tokio::select! {
             _ = elector.acquire() => {}
-            _ = shutdown_signal() => {
+            _ = shutdown.cancelled() => {
                 server.abort();
                 return Ok(());
             }
@@ -295,7 +298,22 @@ async fn main() -> anyhow::Result<()> {
         args.namespace,
         metrics.clone(),
         ready,
+        shutdown.clone(),
     );
+    let run = async {
+        tokio::select! {
+            () = run => {}
+            () = async {
+                shutdown.cancelled().await;
+                tokio::time::sleep(SHUTDOWN_BOUND).await;
+            } => {
+                tracing::warn!(
+                    bound = ?SHUTDOWN_BOUND,
+                    "the controller had not stopped after SIGTERM (watches or reconciles waiting on the API server): stopping without it"
+                );
+            }
+        }
+    };
     match &elector {
         None => run.await,
         Some(elector) => {
@@ -316,11 +334,21 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() {
+/// How long after SIGTERM the operator waits for the reconciles in progress before it
+/// stops without them: one waiting on an API server that does not answer would otherwise
+/// hold it as long as that lasts (a supervisor outside a cluster waits forever). Well
+/// within a pod's default 30 s grace period; an interrupted reconcile is redone by the
+/// next leader, since each one is idempotent.
+const SHUTDOWN_BOUND: Duration = Duration::from_secs(10);
+
+/// Cancels `shutdown` on SIGTERM or Ctrl-C.
+async fn cancel_on_signal(shutdown: CancellationToken) {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("SIGTERM handler");
     tokio::select! {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
     }
+    tracing::info!("stopping");
+    shutdown.cancel();
 }

@@ -13,6 +13,7 @@ use kube::runtime::controller::Controller;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::{Context, error_policy, reconcile};
@@ -55,7 +56,9 @@ where
     }
 }
 
-/// Runs the controller until shutdown (SIGTERM / Ctrl-C).
+/// Runs the controller until `shutdown`, then lets the reconciles in progress finish
+/// (the caller bounds how long).
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     client: Client,
     admin: Arc<dyn TopicAdmin>,
@@ -64,6 +67,7 @@ pub async fn run(
     namespace: Option<String>,
     metrics: Arc<Metrics>,
     ready: Arc<std::sync::atomic::AtomicBool>,
+    shutdown: CancellationToken,
 ) {
     let ns = namespace.as_deref();
     let configs: Api<AsyncJobConfig> = api(&client, ns);
@@ -100,7 +104,7 @@ pub async fn run(
         .with_config(
             kube::runtime::controller::Config::default().debounce(Duration::from_millis(300)),
         )
-        .shutdown_on_signal();
+        .graceful_shutdown_on(shutdown.cancelled_owned());
     let ctx = Arc::new(Context::new(
         client, admin, settings, policy, store, metrics,
     ));
