@@ -157,6 +157,11 @@ struct Common {
     /// operator mounts the job's Secret there; spec.executor.signing names both).
     #[arg(long, env = "ASYNCD_SIGNING_DIR", default_value = asyncd::signing::DEFAULT_DIR)]
     signing_dir: PathBuf,
+    /// How long attempts in flight may run on after SIGTERM before they are abandoned to
+    /// their leases. The process exits at most 15 s after that, whatever its store or
+    /// broker do.
+    #[arg(long, env = "ASYNCD_SHUTDOWN_GRACE", default_value = "25s", value_parser = duration)]
+    shutdown_grace: Duration,
     /// Store poll interval.
     #[arg(long, env = "ASYNCD_POLL_INTERVAL", default_value = "200ms", value_parser = duration)]
     poll_interval: Duration,
@@ -350,6 +355,7 @@ impl Common {
                     .clamp(self.poll_interval, self.lookahead.max(self.poll_interval)),
                 lookahead: self.lookahead.max(self.poll_interval),
                 hold: self.claim_hold,
+                shutdown_grace: self.shutdown_grace,
                 signing_dir: self.signing_dir,
                 ..DispatcherConfig::default()
             },
@@ -527,9 +533,16 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
             },
         ),
     };
+    let stop_bound = settings.dispatcher.shutdown_grace + STOP_MARGIN;
     let shutdown = CancellationToken::new();
     let role = async {
-        let result = wiring::run(settings, parts, shutdown.clone()).await;
+        let result = tokio::select! {
+            result = wiring::run(settings, parts, shutdown.clone()) => Some(result),
+            () = async {
+                shutdown.cancelled().await;
+                tokio::time::sleep(stop_bound).await;
+            } => None,
+        };
         // Ends the signal handler too when the role stopped on its own.
         shutdown.cancel();
         result
@@ -544,6 +557,22 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
     };
     let (role, signals) = tokio::join!(role, signals);
     signals.context("installing the signal handlers")?;
+    let Some(role) = role else {
+        tracing::error!(
+            bound = ?stop_bound,
+            "still stopping after the bound (a store or broker that does not answer?): \
+             exiting; what was not written comes back when its lease lapses"
+        );
+        // Not a return: dropping the runtime would wait for the very calls that hang.
+        std::process::exit(1);
+    };
     role.context("role")?;
     Ok(())
 }
+
+/// How long after `--shutdown-grace` a stopping role may take to hand back its claims and
+/// write its outcomes before the process exits anyway: a store or broker that stopped
+/// answering (a black hole, no reset) would otherwise hold those writes, and the
+/// process, for as long as the TCP connection lasts. Nothing is lost by it: a task whose
+/// outcome was not written is leased, and runs again when the lease lapses.
+const STOP_MARGIN: Duration = Duration::from_secs(15);

@@ -1,6 +1,7 @@
 //! The roles' lifecycle in-process: start-up failures come back from `start`, and a
 //! stopped role has wound every part down; and the real binary finishes its in-flight
-//! work on SIGTERM before it exits.
+//! work on SIGTERM before it exits, and exits within its bound when its store stops
+//! answering.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -278,4 +279,142 @@ async fn sigterm_finishes_in_flight_work_before_exiting() {
         (Some("succeeded"), Some(1))
     );
     assert_eq!(asyncd.task(&later).await["state"], "pending");
+}
+
+/// How a store stops answering a stopping dispatcher.
+#[derive(Clone, Copy, PartialEq)]
+enum Stuck {
+    /// A dead network path: no reset, no reply, on open connections and new ones.
+    BlackHole,
+    /// The outcome's row is locked by another transaction, so its write waits on it.
+    RowLocked,
+}
+
+/// A dispatcher whose store stopped answering (a black hole) while an attempt was in
+/// flight ends within its bound on SIGTERM: `--shutdown-grace` for the attempt, then at
+/// most 15 s for writes that cannot land. The outcome it could not write is not lost:
+/// the task's lease lapses and another dispatcher runs it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_a_dispatcher_whose_store_stopped_answering() {
+    store_stops_answering(Stuck::BlackHole).await;
+}
+
+/// The same with the outcome's write waiting on a row lock, which no pool timeout ends:
+/// the process exits at the bound, with a failure status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_a_dispatcher_whose_outcome_write_waits_forever() {
+    store_stops_answering(Stuck::RowLocked).await;
+}
+
+async fn store_stops_answering(stuck: Stuck) {
+    use sqlx::Connection;
+    let Some(database) = fresh_database(Service::Postgres).await else {
+        return;
+    };
+    let migrated = std::process::Command::new(env!("CARGO_BIN_EXE_asyncd"))
+        .args(["migrate", "--store", &database])
+        .status()
+        .unwrap();
+    assert!(migrated.success());
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = calls.clone();
+    // A channel, not a polled flag: the sleep below blocks a runtime thread, which can
+    // hold the timers a polling wait needs.
+    let (entered, mut first_call) = tokio::sync::mpsc::unbounded_channel();
+    let executor = Executor::start(move |_| {
+        if counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            let _ = entered.send(());
+            // The first attempt answers only after the store has gone.
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+        Answer::ok()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = dir.path().join("jobs");
+    std::fs::create_dir(&jobs).unwrap();
+    std::fs::write(
+        jobs.join("job.yaml"),
+        job_yaml("test-job", "work", &executor.url(), ""),
+    )
+    .unwrap();
+    let proxy = DbProxy::start(&database, true).await;
+    let role = |name: &str, store: &str, extra: &[&str]| {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let subcommand = name.split('-').next().unwrap();
+        let mut args: Vec<String> = [
+            subcommand,
+            "--store",
+            store,
+            "--config",
+            &jobs.display().to_string(),
+            "--listen",
+            &listen,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Role::start(name, &listen, args, dir.path())
+    };
+    let api = role("api", &database, &[]);
+    let mut dispatcher = role(
+        "dispatcher",
+        &proxy.url(&database),
+        &["--shutdown-grace", "2s"],
+    );
+    let http = reqwest::Client::new();
+    wait_healthy(&http, &api.listen).await;
+    let submitted: serde_json::Value = http
+        .post(format!("http://{}/v1/tasks", api.listen))
+        .json(&task("work", json!("in flight when the store goes")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = submitted["id"].as_str().expect("an id").to_string();
+    tokio::time::timeout(DEADLINE, first_call.recv())
+        .await
+        .expect("the first executor call");
+    let mut locker = sqlx::PgConnection::connect(&database).await.unwrap();
+    match stuck {
+        Stuck::BlackHole => proxy.black_hole(),
+        Stuck::RowLocked => {
+            sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
+            sqlx::query("SELECT id FROM tasks WHERE id = $1 FOR UPDATE")
+                .bind(&id)
+                .fetch_one(&mut locker)
+                .await
+                .unwrap();
+        }
+    }
+    // The bound (2 s + 15 s) and room for a busy machine; without it this never ends.
+    let status = dispatcher.terminate(Duration::from_secs(60)).await;
+    if stuck == Stuck::RowLocked {
+        assert!(!status.success(), "stopped at the bound: {status}");
+        sqlx::query("ROLLBACK").execute(&mut locker).await.unwrap();
+    }
+
+    let _rescuer = role("dispatcher-2", &database, &[]);
+    let done = wait_for("the task run again", Duration::from_secs(60), async || {
+        let task: serde_json::Value = http
+            .get(format!("http://{}/v1/tasks/{id}", api.listen))
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        (task["state"] == "succeeded").then_some(task)
+    })
+    .await;
+    assert_eq!(
+        done["attempt"],
+        2,
+        "{done}\n{}",
+        std::fs::read_to_string(dir.path().join("dispatcher.log")).unwrap_or_default()
+    );
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
 }

@@ -720,6 +720,18 @@ impl Role {
             child.wait().unwrap();
         }
     }
+
+    /// SIGTERM, then wait up to `deadline` for the process to exit.
+    pub async fn terminate(&mut self, deadline: Duration) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status()
+            .unwrap();
+        let what = format!("{} to exit after SIGTERM", self.name);
+        wait_for(&what, deadline, async || child.try_wait().unwrap()).await
+    }
 }
 
 impl Drop for Role {
@@ -730,10 +742,12 @@ impl Drop for Role {
 
 /// A TCP relay to a database server that a test can cut, as an outage looks to a client:
 /// while cut, open connections are closed and new ones are closed as soon as accepted
-/// (counted in `refused`).
+/// (counted in `refused`). Or it can turn into a black hole, as a dead network path looks:
+/// every connection, open or new, is held open and nothing more passes either way.
 pub struct DbProxy {
     pub port: u16,
     up: Arc<std::sync::atomic::AtomicBool>,
+    holes: Arc<std::sync::atomic::AtomicBool>,
     relays: Arc<Mutex<CancellationToken>>,
     pub refused: Arc<std::sync::atomic::AtomicUsize>,
 }
@@ -750,22 +764,37 @@ impl DbProxy {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let up = Arc::new(AtomicBool::new(up));
+        let holes = Arc::new(AtomicBool::new(false));
         let relays = Arc::new(Mutex::new(CancellationToken::new()));
         let refused = Arc::new(AtomicUsize::new(0));
-        let (is_up, tokens, count) = (up.clone(), relays.clone(), refused.clone());
+        let (is_up, is_hole, tokens, count) =
+            (up.clone(), holes.clone(), relays.clone(), refused.clone());
         tokio::spawn(async move {
             loop {
                 let (mut client, _) = listener.accept().await.unwrap();
+                if is_hole.load(Ordering::SeqCst) {
+                    tokio::spawn(async move {
+                        let _held = client;
+                        std::future::pending::<()>().await
+                    });
+                    continue;
+                }
                 if !is_up.load(Ordering::SeqCst) {
                     count.fetch_add(1, Ordering::SeqCst);
                     continue; // dropped: closed
                 }
                 let cut = tokens.lock().unwrap().clone();
+                let hole = is_hole.clone();
                 tokio::spawn(async move {
                     let mut server = tokio::net::TcpStream::connect(target).await.unwrap();
                     tokio::select! {
                         _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
                         _ = cut.cancelled() => {}
+                    }
+                    if hole.load(Ordering::SeqCst) {
+                        // Both ends stay open; nothing passes.
+                        let _held = (client, server);
+                        std::future::pending::<()>().await
                     }
                 });
             }
@@ -773,6 +802,7 @@ impl DbProxy {
         Self {
             port,
             up,
+            holes,
             relays,
             refused,
         }
@@ -794,6 +824,14 @@ impl DbProxy {
 
     pub fn restore(&self) {
         self.up.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// From now on nothing passes, and every connection stays open: no reset, no answer.
+    pub fn black_hole(&self) {
+        self.holes.store(true, std::sync::atomic::Ordering::SeqCst);
+        let mut relays = self.relays.lock().unwrap();
+        relays.cancel();
+        *relays = CancellationToken::new();
     }
 }
 
