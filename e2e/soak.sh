@@ -9,8 +9,8 @@
 # 2 APIs, 3 dispatchers, 2 schedulers), N tasks over the Kafka and the store route with
 # misbehaving executors, every role SIGKILLed and restarted over and over, the database
 # and the broker restarted once. Prints accepted, lost, early, duplicates, wrong end
-# states, peak RSS per role and throughput; exits non-zero on any loss, early run or wrong
-# end state. See docs/reliability.md.
+# states, peak and last RSS and open descriptors per role, and throughput; exits
+# non-zero on any loss, early run or wrong end state. See docs/reliability.md.
 #   e2e/soak.sh                        10⁵ tasks on PostgreSQL
 #   e2e/soak.sh --store mariadb        the same on MariaDB (--store postgres is the default)
 #   e2e/soak.sh --tasks 1000000        the full run

@@ -512,12 +512,20 @@ pub async fn run(args: &Args) -> Result<()> {
         "| executor calls / successful executions | {} / {} |",
         v.calls, v.successes
     );
-    for (role, kib) in &fleet.peak_kib {
+    for (role, usage) in &fleet.usage {
         println!(
             "| peak RSS {role} (VmHWM; {} kills, {} exits of its own) | {:.0} MiB |",
             fleet.kills.get(role).copied().unwrap_or(0),
             fleet.crashes.get(role).copied().unwrap_or(0),
-            *kib as f64 / 1024.0
+            usage.peak_rss_kib as f64 / 1024.0
+        );
+        println!(
+            "| last RSS {role} (VmRSS at the last sample, its largest process) | {:.0} MiB |",
+            usage.last_rss_kib as f64 / 1024.0
+        );
+        println!(
+            "| open descriptors {role}: peak / last (its largest process) | {} / {} |",
+            usage.peak_fds, usage.last_fds
         );
     }
     println!(
@@ -851,8 +859,8 @@ struct Fleet {
     store: String,
     logs: PathBuf,
     procs: Vec<Proc>,
-    /// Highest VmHWM seen per role, across processes and restarts.
-    peak_kib: BTreeMap<&'static str, u64>,
+    /// Per role, across its processes and their restarts.
+    usage: BTreeMap<&'static str, Usage>,
     kills: BTreeMap<&'static str, u32>,
     /// Exits nobody asked for.
     crashes: BTreeMap<&'static str, u32>,
@@ -915,7 +923,7 @@ impl Fleet {
             store: args.store.clone(),
             logs: logs.to_path_buf(),
             procs,
-            peak_kib: BTreeMap::new(),
+            usage: BTreeMap::new(),
             kills: BTreeMap::new(),
             crashes: BTreeMap::new(),
         };
@@ -957,9 +965,12 @@ impl Fleet {
         p.name.clone()
     }
 
-    /// Notes each live process's peak memory; restarts one that died on its own.
+    /// Notes each live process's memory and open descriptors; restarts one that died on
+    /// its own.
     fn sample(&mut self) {
         let mut crashed = Vec::new();
+        // This sample's largest process per role: what the role's "last" figures become.
+        let mut now: BTreeMap<&'static str, (u64, usize)> = BTreeMap::new();
         for (i, p) in self.procs.iter_mut().enumerate() {
             let Some(child) = &mut p.child else { continue };
             if let Ok(Some(status)) = child.try_wait() {
@@ -968,9 +979,18 @@ impl Fleet {
                 crashed.push(i);
                 continue;
             }
-            let kib = vm_hwm_kib(child.id());
-            let peak = self.peak_kib.entry(p.role).or_default();
-            *peak = (*peak).max(kib);
+            let pid = child.id();
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
+            let usage = self.usage.entry(p.role).or_default();
+            usage.peak_rss_kib = usage.peak_rss_kib.max(status_kib(&status, "VmHWM:"));
+            usage.peak_fds = usage.peak_fds.max(fds);
+            let last = now.entry(p.role).or_default();
+            *last = (last.0.max(status_kib(&status, "VmRSS:")), last.1.max(fds));
+        }
+        for (role, (rss, fds)) in now {
+            let usage = self.usage.entry(role).or_default();
+            (usage.last_rss_kib, usage.last_fds) = (rss, fds);
         }
         for i in crashed {
             *self.crashes.entry(self.procs[i].role).or_default() += 1;
@@ -992,11 +1012,24 @@ impl Drop for Fleet {
     }
 }
 
-fn vm_hwm_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
+/// A role's memory and open descriptors over the run: a leak shows as a last value
+/// near the peak that keeps climbing from run to run, where a flat role's last value
+/// falls back once a burst has passed.
+#[derive(Default)]
+struct Usage {
+    /// Highest VmHWM of any of its processes.
+    peak_rss_kib: u64,
+    /// VmRSS of its largest process at the last sample.
+    last_rss_kib: u64,
+    peak_fds: usize,
+    last_fds: usize,
+}
+
+/// A `kB` field of `/proc/PID/status`.
+fn status_kib(status: &str, field: &str) -> u64 {
+    status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
 }
