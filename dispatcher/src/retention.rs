@@ -22,7 +22,8 @@
 //! Each pass walks every routed job and finished state, deleting at most [`BATCH`] tasks
 //! per short transaction, oldest first, and at most [`MAX_BATCHES`] per job and state, so
 //! a pass never holds locks for long nor starves claims of the database; a backlog of
-//! expired rows drains over successive passes. Every dispatcher runs a purger: on
+//! expired rows drains over successive passes. Passes come every second while they
+//! delete, and back off to [`IDLE_INTERVAL`] while nothing has expired. Every dispatcher runs a purger: on
 //! PostgreSQL and MySQL concurrent purgers skip the rows another one has locked
 //! (`SKIP LOCKED`), and SQLite has one writer anyway. Tasks of a job no longer routed are
 //! left alone — nothing says how long to keep them.
@@ -48,6 +49,12 @@ pub const BATCH: u32 = 500;
 /// second than one pass deletes is still kept flat.
 pub const MAX_BATCHES: u32 = 20;
 
+/// The longest the purger waits between passes while they delete nothing: retention is
+/// counted in hours and days, so a store with nothing expired need not be asked every
+/// second (each pass is a statement per job and state). A pass that deletes something
+/// brings the purger back to its interval at once.
+pub const IDLE_INTERVAL: Duration = Duration::from_secs(8);
+
 /// How long a Kafka dead letter is kept: as long as a job's dead letters by default
 /// ([`asyncd_spec::Retention::DEFAULT`]), time for an operator to read one and replay it.
 pub const KAFKA_DEAD_LETTERS: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -63,6 +70,20 @@ pub struct Pass {
     pub more: bool,
 }
 
+/// The wait before the next pass after `pass`: none when it stopped at its cap with more
+/// to delete, `interval` when it deleted some, else twice the last wait up to
+/// [`IDLE_INTERVAL`].
+fn next_pause(last: Duration, pass: &Pass, interval: Duration) -> Duration {
+    if pass.more {
+        Duration::ZERO
+    } else if pass.purged > 0 {
+        interval
+    } else {
+        last.saturating_mul(2)
+            .clamp(interval, IDLE_INTERVAL.max(interval))
+    }
+}
+
 pub struct Purger {
     pub store: Arc<dyn Store>,
     pub routes: Routes,
@@ -75,23 +96,22 @@ pub struct Purger {
 
 impl Purger {
     pub async fn run(self, shutdown: CancellationToken) {
-        let mut more = false;
+        let mut pause = self.interval;
         loop {
-            let pause = if more { Duration::ZERO } else { self.interval };
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep(pause) => {}
             }
             match self.purge_once().await {
                 Ok(pass) => {
-                    more = pass.more;
+                    pause = next_pause(pause, &pass, self.interval);
                     emit(&self.signals, || Signal::Purged {
                         purged: pass.purged,
                         at: pass.at,
                     });
                 }
                 Err(err) => {
-                    more = false;
+                    pause = self.interval;
                     tracing::warn!(%err, "retention pass failed");
                 }
             }
@@ -167,4 +187,38 @@ where
         }
     }
     Ok((total, true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_idle_purger_asks_less_often_and_a_purge_brings_it_back() {
+        let second = Duration::from_secs(1);
+        let idle = Pass::default();
+        let mut pause = second;
+        let mut waits = Vec::new();
+        for _ in 0..5 {
+            pause = next_pause(pause, &idle, second);
+            waits.push(pause.as_secs());
+        }
+        assert_eq!(waits, [2, 4, 8, 8, 8]);
+        let purged = Pass {
+            purged: 3,
+            ..Pass::default()
+        };
+        assert_eq!(next_pause(pause, &purged, second), second);
+        let capped = Pass {
+            purged: 10_000,
+            more: true,
+            ..Pass::default()
+        };
+        assert_eq!(next_pause(pause, &capped, second), Duration::ZERO);
+        assert_eq!(
+            next_pause(Duration::ZERO, &idle, second),
+            second,
+            "after a pass at its cap, never sooner than the interval"
+        );
+    }
 }
