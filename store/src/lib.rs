@@ -60,6 +60,7 @@ mod bulk;
 pub mod domain;
 mod error;
 pub mod heap;
+mod job_counts;
 mod kafka_dead_letter;
 pub mod lease;
 mod millis;

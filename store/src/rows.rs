@@ -375,7 +375,7 @@ impl Holder {
     }
 }
 
-/// The row of `shared::job_counts`.
+/// The row of `job_counts::job_counts`.
 #[derive(sqlx::FromRow)]
 pub struct JobCountsRow {
     due: Int,
@@ -402,7 +402,7 @@ impl From<JobCountsRow> for JobCounts {
     }
 }
 
-/// The row of `shared::due_backlog`.
+/// The row of `job_counts::due_backlog`.
 #[derive(sqlx::FromRow)]
 pub struct DueBacklogRow {
     due: Int,

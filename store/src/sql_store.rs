@@ -432,11 +432,11 @@ where
     }
 
     async fn job_counts(&self, params: JobCountParams<'_>) -> Result<JobCounts> {
-        shared::job_counts(self.reader(), params).await
+        job_counts::job_counts(self.reader(), params).await
     }
 
     async fn due_backlog(&self, params: JobCountParams<'_>) -> Result<DueBacklog> {
-        shared::due_backlog(self.reader(), params).await
+        job_counts::due_backlog(self.reader(), params).await
     }
 
     async fn heartbeat_member(&self, member: &str, now: Millis, shares: &Shares) -> Result<()> {

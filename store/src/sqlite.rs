@@ -507,8 +507,10 @@ mod tests {
             finished_since: crate::Millis::new(0),
             cap: 10,
         };
-        let query =
-            crate::shared::figures_query::<Sqlite>(&crate::shared::due_figures(params.now), params);
+        let query = crate::job_counts::figures_query::<Sqlite>(
+            &crate::job_counts::due_figures(params.now),
+            params,
+        );
         let plan: Vec<(i64, i64, i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "EXPLAIN QUERY PLAN {}",
             query.sql().as_str()

@@ -306,19 +306,20 @@ impl Asyncd {
 
     /// SIGTERM, then wait for the process to exit.
     pub async fn terminate(&mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().expect("running");
-        Command::new("kill")
-            .arg("-TERM")
-            .arg(child.id().to_string())
-            .status()
-            .unwrap();
-        wait_for(
-            "asyncd to exit after SIGTERM",
-            Duration::from_secs(40),
-            async || child.try_wait().unwrap(),
-        )
-        .await
+        let child = self.child.take().expect("running");
+        terminate(child, "asyncd", Duration::from_secs(40)).await
     }
+}
+
+/// SIGTERM to `child` (named `name`), then wait up to `deadline` for it to exit.
+async fn terminate(mut child: Child, name: &str, deadline: Duration) -> std::process::ExitStatus {
+    Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    let what = format!("{name} to exit after SIGTERM");
+    wait_for(&what, deadline, async || child.try_wait().unwrap()).await
 }
 
 impl Drop for Asyncd {
@@ -723,14 +724,8 @@ impl Role {
 
     /// SIGTERM, then wait up to `deadline` for the process to exit.
     pub async fn terminate(&mut self, deadline: Duration) -> std::process::ExitStatus {
-        let mut child = self.child.take().expect("running");
-        Command::new("kill")
-            .arg("-TERM")
-            .arg(child.id().to_string())
-            .status()
-            .unwrap();
-        let what = format!("{} to exit after SIGTERM", self.name);
-        wait_for(&what, deadline, async || child.try_wait().unwrap()).await
+        let child = self.child.take().expect("running");
+        terminate(child, &self.name, deadline).await
     }
 }
 
