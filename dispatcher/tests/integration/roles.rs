@@ -318,14 +318,17 @@ async fn store_stops_answering(stuck: Stuck) {
     assert!(migrated.success());
     let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = calls.clone();
-    // A channel, not a polled flag: the sleep below blocks a runtime thread, which can
-    // hold the timers a polling wait needs.
+    // Channels, not polled flags or a sleep: the first attempt answers only once the
+    // test has made the store stop answering, however long that takes on a busy machine
+    // (a fixed 1.5 s lost that race to a slow connect, and the outcome was written).
     let (entered, mut first_call) = tokio::sync::mpsc::unbounded_channel();
+    let (stuck_tx, stuck_rx) = std::sync::mpsc::channel::<()>();
+    let stuck_rx = std::sync::Mutex::new(stuck_rx);
     let executor = Executor::start(move |_| {
         if counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
             let _ = entered.send(());
-            // The first attempt answers only after the store has gone.
-            std::thread::sleep(Duration::from_millis(1500));
+            // Blocks this runtime thread, which the tokio channel above does not need.
+            let _ = stuck_rx.lock().unwrap().recv_timeout(DEADLINE);
         }
         Answer::ok()
     })
@@ -375,10 +378,10 @@ async fn store_stops_answering(stuck: Stuck) {
         .await
         .unwrap();
     let id = submitted["id"].as_str().expect("an id").to_string();
+    let mut locker = sqlx::PgConnection::connect(&database).await.unwrap();
     tokio::time::timeout(DEADLINE, first_call.recv())
         .await
         .expect("the first executor call");
-    let mut locker = sqlx::PgConnection::connect(&database).await.unwrap();
     match stuck {
         Stuck::BlackHole => proxy.black_hole(),
         Stuck::RowLocked => {
@@ -390,6 +393,8 @@ async fn store_stops_answering(stuck: Stuck) {
                 .unwrap();
         }
     }
+    // The first attempt answers now, its outcome's write stuck.
+    stuck_tx.send(()).unwrap();
     // The bound (2 s + 15 s) and room for a busy machine; without it this never ends.
     let status = dispatcher.terminate(Duration::from_secs(60)).await;
     if stuck == Stuck::RowLocked {
