@@ -107,6 +107,14 @@ pub async fn run(args: &Args) -> Result<()> {
             per_task(writes.rows),
             per_task(writes.task_rows)
         );
+        println!(
+            "Statements per task, reads and transaction control included: {:.2}, the most \
+             frequent first:",
+            per_task(writes.all_statements)
+        );
+        for (kind, count) in writes.by_kind.iter().take(12) {
+            println!("- {:.3} `{kind} …`", per_task(*count));
+        }
         ensure!(
             args.max_task_rows == 0.0 || per_task(writes.task_rows) <= args.max_task_rows,
             "{:.2} rows of `tasks` changed per task, above the guard's {:.2}: a change \

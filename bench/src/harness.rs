@@ -274,12 +274,19 @@ impl Asyncd {
     pub fn store_writes(&self) -> Result<StoreWrites> {
         let log = std::fs::read_to_string(self.statement_log())?;
         let mut writes = StoreWrites::default();
+        let mut kinds = std::collections::HashMap::new();
         for line in log.lines() {
             let Ok(event) = serde_json::from_str::<Value>(line) else {
                 continue;
             };
             // asyncd's JSON lines carry an event's fields at the top level.
             let summary = event["summary"].as_str().unwrap_or_default();
+            if summary.is_empty() {
+                continue;
+            }
+            writes.all_statements += 1;
+            let kind: Vec<&str> = summary.split_whitespace().take(4).collect();
+            *kinds.entry(kind.join(" ")).or_insert(0u64) += 1;
             let verb = summary.split_whitespace().next().unwrap_or_default();
             if ["INSERT", "UPDATE", "DELETE", "REPLACE"]
                 .iter()
@@ -300,6 +307,10 @@ impl Asyncd {
                 }
             }
         }
+        writes.by_kind = kinds.into_iter().collect();
+        writes
+            .by_kind
+            .sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         Ok(writes)
     }
 
@@ -345,11 +356,16 @@ impl Drop for Asyncd {
 
 /// The writing statements an asyncd ran ([`Asyncd::store_writes`]): `INSERT`,
 /// `UPDATE` and `DELETE`, and the rows they changed, in every table and in `tasks`.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct StoreWrites {
     pub statements: u64,
     pub rows: u64,
     pub task_rows: u64,
+    /// Every statement, reads and transaction control included: on SQLite each is a
+    /// round trip to its connection's thread, a hand-off that costs as much as a write.
+    pub all_statements: u64,
+    /// Those by their first words, most frequent first.
+    pub by_kind: Vec<(String, u64)>,
 }
 
 /// The benchmark's one job, of task type `noop`.

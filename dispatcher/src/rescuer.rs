@@ -33,28 +33,52 @@ pub struct Rescuer {
 /// backoff's cap); the rest is margin for a busy machine.
 pub const SETTLE: Duration = Duration::from_secs(15);
 
+/// The longest the rescuer waits between passes while they find nothing lapsed. A lease
+/// lasts at least the dispatcher's grace (5 s by default) past an attempt's timeout, and a
+/// claim 30 s past its ETA, so a lapse found up to this much later than at `interval`
+/// delays a task by a fraction of its lease; an idle queue is then asked once every 2 s
+/// instead of twice a second (the rescuer was an eighth of an idle process's statements).
+pub const IDLE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// The wait before the next pass: `interval` after one that brought tasks back or
+/// failed, else twice the last wait up to [`IDLE_INTERVAL`].
+fn next_pause(last: Duration, found: Option<usize>, interval: Duration) -> Duration {
+    match found {
+        Some(0) => last
+            .saturating_mul(2)
+            .clamp(interval, IDLE_INTERVAL.max(interval)),
+        _ => interval,
+    }
+}
+
 impl Rescuer {
     pub async fn run(self, shutdown: CancellationToken) {
         // Running attempts are rescued only from this instant on.
         let mut settled_at = Millis::default();
+        let mut pause = self.interval;
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(self.interval) => {}
+                _ = tokio::time::sleep(pause) => {}
             }
             let now = self.clock.now_millis();
-            match self.rescue_once(now >= settled_at).await {
-                Ok(count) => emit(&self.signals, || Signal::Rescued {
-                    count,
-                    at: self.clock.now_millis(),
-                }),
+            let found = match self.rescue_once(now >= settled_at).await {
+                Ok(count) => {
+                    emit(&self.signals, || Signal::Rescued {
+                        count,
+                        at: self.clock.now_millis(),
+                    });
+                    Some(count)
+                }
                 Err(err) => {
                     if err.is_unavailable() {
                         settled_at = self.clock.now_millis() + SETTLE;
                     }
                     tracing::warn!(%err, "rescue pass failed");
+                    None
                 }
-            }
+            };
+            pause = next_pause(pause, found, self.interval);
         }
     }
 
@@ -147,6 +171,31 @@ mod tests {
     use asyncd_store::{self as store, *};
 
     const T0: i64 = 1_800_000_000_000;
+
+    #[test]
+    fn an_idle_rescuer_asks_less_often_and_a_rescue_or_a_failure_brings_it_back() {
+        let half = Duration::from_millis(500);
+        let mut pause = half;
+        let mut waits = Vec::new();
+        for _ in 0..4 {
+            pause = next_pause(pause, Some(0), half);
+            waits.push(pause.as_millis());
+        }
+        assert_eq!(waits, [1000, 2000, 2000, 2000]);
+        assert_eq!(next_pause(pause, Some(3), half), half);
+        assert_eq!(
+            next_pause(pause, None, half),
+            half,
+            "a failed pass tries again soon"
+        );
+        let fast = Duration::from_millis(5);
+        assert_eq!(
+            next_pause(Duration::from_secs(3), Some(0), Duration::from_secs(3)),
+            Duration::from_secs(3),
+            "never sooner than the interval"
+        );
+        assert_eq!(next_pause(fast, Some(0), fast), 2 * fast);
+    }
 
     /// A store whose `lapsed` fails as an unreachable database does while `down` is set.
     struct Flaky {
