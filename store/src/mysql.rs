@@ -128,6 +128,7 @@ const QUERIES: Queries = Queries {
     // Pinned, as the other statements on the state index are (see the top of this file).
     running: "SELECT COUNT(*) FROM tasks FORCE INDEX (tasks_finished) \
               WHERE state = 'running' AND task_type = ?",
+    limits_and_running: None,
     save_limits: "UPDATE job_limits SET tokens = ?, refilled_at = ? WHERE task_type = ?",
     due_exists: "SELECT trigger_at FROM tasks FORCE INDEX (tasks_ranked_by_type) \
                  WHERE state = 'pending' AND task_type = ? AND claim_rank <= ? \

@@ -198,6 +198,11 @@ pub struct StartDueParams<'a> {
     /// How long past its timeout an attempt's lease runs.
     pub grace: Duration,
     pub limit: u32,
+    /// First ask a reader whether anything is due, so that a look finding nothing takes
+    /// no lock (the job's limits row; on SQLite, the one writer). A runner whose last
+    /// look began all it asked for skips it: more is most likely due, and on SQLite the
+    /// read is a round trip to another thread for every batch.
+    pub probe: bool,
 }
 
 /// What [`Store::start_due`] did: the attempts begun, each with its task as a claim

@@ -81,6 +81,7 @@ const QUERIES: Queries = Queries {
                  ON CONFLICT DO NOTHING",
     lock_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = $1 FOR UPDATE",
     running: "SELECT COUNT(*) FROM tasks WHERE task_type = $1 AND state = 'running'",
+    limits_and_running: None,
     save_limits: "UPDATE job_limits SET tokens = $1, refilled_at = $2 WHERE task_type = $3",
     due_exists: "SELECT trigger_at FROM tasks WHERE task_type = $1 AND state = 'pending' \
                  AND claim_rank <= $2 AND trigger_at <= $3 LIMIT 1",

@@ -84,6 +84,11 @@ pub struct Queries {
     pub lock_limits: &'static str,
     /// How many attempts of `task_type` are running.
     pub running: &'static str,
+    /// [`Self::lock_limits`] and [`Self::running`] in one statement (`task_type`), where
+    /// that counts right: with one writer (SQLite) nothing can begin between the two.
+    /// Where rows lock, the count must be a statement of its own, read after the lock
+    /// was granted (READ COMMITTED: a statement sees what was committed when it began).
+    pub limits_and_running: Option<&'static str>,
     /// The ETA of a pending task of `task_type` due by `now`, if there is one
     /// (`task_type, now, now`), through the index the claim walks: what
     /// [`Store::start_due`](crate::Store::start_due) reads before it takes the job's

@@ -83,6 +83,7 @@ where
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> (String, i64): FromRow<'r, DB::Row>,
     for<'r> (i64, i64): FromRow<'r, DB::Row>,
+    for<'r> (i64, i64, i64): FromRow<'r, DB::Row>,
     for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
     for<'q> i32: Encode<'q, DB> + Type<DB>,
     for<'r> (rows::Key, i64): FromRow<'r, DB::Row>,
@@ -259,17 +260,19 @@ where
                 "a job with a concurrency key begins its claims, in turns".into(),
             ));
         }
-        let due: Option<(i64,)> = sqlx::query_as(B::QUERIES.due_exists)
-            .bind(gate.task_type)
-            .bind(params.now)
-            .bind(params.now)
-            .fetch_optional(self.reader())
-            .await?;
-        if due.is_none() {
-            return Ok(DueStarted {
-                tasks: Vec::new(),
-                held_by: None,
-            });
+        if params.probe {
+            let due: Option<(i64,)> = sqlx::query_as(B::QUERIES.due_exists)
+                .bind(gate.task_type)
+                .bind(params.now)
+                .bind(params.now)
+                .fetch_optional(self.reader())
+                .await?;
+            if due.is_none() {
+                return Ok(DueStarted {
+                    tasks: Vec::new(),
+                    held_by: None,
+                });
+            }
         }
         retrying(B::transient, || async {
             let mut tx = self.writer().begin().await?;
@@ -544,15 +547,37 @@ where
     for<'q> Millis: Encode<'q, B::DB> + Type<B::DB>,
     for<'r> (i64,): FromRow<'r, <B::DB as Database>::Row>,
     for<'r> (i64, i64): FromRow<'r, <B::DB as Database>::Row>,
+    for<'r> (i64, i64, i64): FromRow<'r, <B::DB as Database>::Row>,
 {
     let q = &B::QUERIES;
+    let read =
+        async |conn: &mut <B::DB as Database>::Connection| -> Result<Option<(i64, i64, i64)>> {
+            if let Some(both) = q.limits_and_running {
+                return Ok(sqlx::query_as(both)
+                    .bind(gate.task_type)
+                    .fetch_optional(&mut *conn)
+                    .await?);
+            }
+            let Some((milli_tokens, at)): Option<(i64, i64)> = sqlx::query_as(q.lock_limits)
+                .bind(gate.task_type)
+                .fetch_optional(&mut *conn)
+                .await?
+            else {
+                return Ok(None);
+            };
+            // Read after the row lock was granted, so it counts every attempt begun by the
+            // transactions that held it before (READ COMMITTED: a statement sees what was
+            // committed when it began).
+            let (running,): (i64,) = sqlx::query_as(q.running)
+                .bind(gate.task_type)
+                .fetch_one(&mut *conn)
+                .await?;
+            Ok(Some((milli_tokens, at, running)))
+        };
     // Locked before it is inserted, then inserted only if missing: an insert that finds
     // the row takes a shared lock on it (InnoDB), and two transactions upgrading theirs
     // would deadlock on every start.
-    let mut row: Option<(i64, i64)> = sqlx::query_as(q.lock_limits)
-        .bind(gate.task_type)
-        .fetch_optional(&mut *conn)
-        .await?;
+    let mut row = read(&mut *conn).await?;
     if row.is_none() {
         let fresh = domain::Bucket::full(gate.rate, now);
         sqlx::query::<B::DB>(q.new_limits)
@@ -561,21 +586,11 @@ where
             .bind(fresh.at)
             .execute(&mut *conn)
             .await?;
-        row = sqlx::query_as(q.lock_limits)
-            .bind(gate.task_type)
-            .fetch_optional(&mut *conn)
-            .await?;
+        row = read(&mut *conn).await?;
     }
-    let (milli_tokens, at) = row.ok_or_else(|| {
+    let (milli_tokens, at, running) = row.ok_or_else(|| {
         StoreError::Corrupt(format!("no job_limits row for {:?}", gate.task_type))
     })?;
-    // Read after the row lock was granted, so it counts every attempt begun by the
-    // transactions that held it before (READ COMMITTED: a statement sees what was
-    // committed when it began).
-    let (running,): (i64,) = sqlx::query_as(q.running)
-        .bind(gate.task_type)
-        .fetch_one(&mut *conn)
-        .await?;
     let bucket = domain::Bucket {
         milli_tokens,
         at: Millis::new(at),

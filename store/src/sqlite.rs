@@ -40,12 +40,17 @@ impl SqliteStore {
             // default) or a batch of 256 filled it, and the SQLite thread, the one writer,
             // parked until the caller drained it: a thread hand-off every 50 rows.
             .row_buffer_size(1024);
+        // No ping before each acquire (sqlx's default): a file cannot hang up, and on
+        // SQLite the ping is a round trip to the connection's thread, a hand-off that
+        // cost as much as a statement and came before every store call.
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
+            .test_before_acquire(false)
             .connect_with(options.clone())
             .await?;
         let reader = SqlitePoolOptions::new()
             .max_connections(4)
+            .test_before_acquire(false)
             .connect_with(options.read_only(true))
             .await?;
         Ok(Self { writer, reader })
@@ -148,16 +153,19 @@ const START_BATCH: &str = "UPDATE tasks SET state = 'running', attempt = attempt
        AND task_type NOT IN (SELECT task_type FROM job_pauses) \
      RETURNING id, attempt, lease_token";
 
-/// Finishes a batch of `[id, lease_token]` plain successes; returns each finished id
-/// and whether its unique key is now to be freed. It leaves `unique_active` to
-/// [`FREE_UNIQUE_KEYS`], run only for those: naming the column here would rewrite its
-/// unique index for every task, keyed or not.
+/// Finishes a batch of `[id, lease_token]` plain successes; returns each finished id,
+/// whether its unique key is now to be freed, and whether it has dependents to release.
+/// It leaves `unique_active` to [`FREE_UNIQUE_KEYS`], run only for those: naming the
+/// column here would rewrite its unique index for every task, keyed or not. The
+/// dependents are looked up here rather than by a statement of their own, one round
+/// trip to SQLite's thread fewer per batch (`task_deps_reverse`).
 const FINISH_SUCCESSES: &str = "UPDATE tasks SET state = 'succeeded', result = NULL, \
              lease_until = NULL, owner = NULL, updated_at = ?1 \
      WHERE id IN (SELECT value ->> 0 FROM json_each(?2)) \
        AND +state IN ('running', 'pending', 'dead') \
        AND id || ' ' || lease_token IN (SELECT value ->> 0 || ' ' || (value ->> 1) FROM json_each(?2)) \
-     RETURNING id, unique_active IS NOT NULL AND unique_for = 0";
+     RETURNING id, unique_active IS NOT NULL AND unique_for = 0, \
+               EXISTS (SELECT 1 FROM task_deps WHERE depends_on = tasks.id)";
 
 /// Frees the unique keys of these succeeded tasks (a JSON list of ids) that hold theirs
 /// for no window (`unique_for` 0), as the single `succeed` does.
@@ -214,6 +222,12 @@ const QUERIES: Queries = Queries {
     // The repeated `state IN (…)` term lets SQLite read tasks_by_type_state (0016).
     running: "SELECT COUNT(*) FROM tasks WHERE task_type = ? AND state = 'running' \
               AND state IN ('pending', 'claimed', 'running')",
+    limits_and_running: Some(
+        "SELECT tokens, refilled_at, (SELECT COUNT(*) FROM tasks \
+                 WHERE task_type = job_limits.task_type AND state = 'running' \
+                   AND state IN ('pending', 'claimed', 'running')) \
+         FROM job_limits WHERE task_type = ?",
+    ),
     save_limits: "UPDATE job_limits SET tokens = ?, refilled_at = ? WHERE task_type = ?",
     due_exists: "SELECT trigger_at FROM tasks INDEXED BY tasks_ranked_by_type \
                  WHERE task_type = ? AND state = 'pending' AND claim_rank <= ? \
@@ -440,15 +454,15 @@ impl Backend for SqliteStore {
             .collect();
         if !plain.is_empty() {
             let pairs: Vec<(&str, i64)> = plain.iter().map(|(_, p)| *p).collect();
-            let finished: Vec<(String, bool)> = sqlx::query_as(FINISH_SUCCESSES)
+            let finished: Vec<(String, bool, bool)> = sqlx::query_as(FINISH_SUCCESSES)
                 .bind(now)
                 .bind(serde_json::to_string(&pairs).expect("pairs serialize"))
                 .fetch_all(&mut *tx)
                 .await?;
             let to_free: Vec<&str> = finished
                 .iter()
-                .filter(|(_, free)| *free)
-                .map(|(id, _)| id.as_str())
+                .filter(|(_, free, _)| *free)
+                .map(|(id, _, _)| id.as_str())
                 .collect();
             if !to_free.is_empty() {
                 sqlx::query(FREE_UNIQUE_KEYS)
@@ -456,19 +470,15 @@ impl Backend for SqliteStore {
                     .execute(&mut *tx)
                     .await?;
             }
-            let done: std::collections::HashSet<String> =
-                finished.into_iter().map(|(id, _)| id).collect();
-            let done_ids = serde_json::to_string(&done).expect("ids serialize");
-            let with_dependents: Vec<String> = sqlx::query_scalar(
-                "SELECT DISTINCT depends_on FROM task_deps \
-                 WHERE depends_on IN (SELECT value FROM json_each(?))",
-            )
-            .bind(&done_ids)
-            .fetch_all(&mut *tx)
-            .await?;
-            for id in with_dependents {
-                <Self as Dialect>::release_dependents(&mut *tx, &id, now).await?;
+            // After the whole batch succeeded: a dependent of two of its tasks is
+            // released by whichever comes first, seeing both done.
+            for (id, _, has_dependents) in &finished {
+                if *has_dependents {
+                    <Self as Dialect>::release_dependents(&mut *tx, id, now).await?;
+                }
             }
+            let done: std::collections::HashSet<String> =
+                finished.into_iter().map(|(id, _, _)| id).collect();
             for (i, (id, _)) in &plain {
                 applied[*i] = done.contains(*id);
             }
@@ -560,6 +570,16 @@ mod tests {
             ("CLAIM_NAMED", CLAIM_NAMED, by_id),
             ("START_BATCH", START_BATCH, by_id),
             ("FINISH_SUCCESSES", FINISH_SUCCESSES, by_id),
+            (
+                "FINISH_SUCCESSES, its dependents",
+                FINISH_SUCCESSES,
+                "SEARCH task_deps USING COVERING INDEX task_deps_reverse (depends_on=?)",
+            ),
+            (
+                "limits_and_running",
+                QUERIES.limits_and_running.expect("one statement on SQLite"),
+                "SEARCH tasks USING COVERING INDEX tasks_by_type_state (task_type=? AND state=?)",
+            ),
             ("FREE_UNIQUE_KEYS", FREE_UNIQUE_KEYS, by_id),
             ("RELEASE_DEPENDENTS", RELEASE_DEPENDENTS, by_id),
             ("FAIL_BLOCKED_DEPENDENTS", FAIL_BLOCKED_DEPENDENTS, by_id),

@@ -177,11 +177,12 @@ impl Attempts {
     /// the store, within its limits in total ([`Store::start_due`]), and spawns their
     /// calls. Returns how many began and the limit that held more back; `None` when
     /// none may begin here now (the job's keys are missing, the clock is off, or the
-    /// store failed).
+    /// store failed). `probe`: see [`StartDueParams::probe`].
     pub(super) async fn begin_due(
         self: &Arc<Self>,
         job: &asyncd_spec::Job,
         mut permits: Vec<OwnedSemaphorePermit>,
+        probe: bool,
     ) -> Option<(usize, Option<HeldBy>)> {
         let keys = self.signing.keys(job);
         if matches!(keys, Keys::Unavailable(_)) || !self.config.clock_check.may_dispatch() {
@@ -196,6 +197,7 @@ impl Attempts {
                     owner: &self.config.owner,
                     grace: self.config.grace,
                     limit: u32::try_from(permits.len()).unwrap_or(u32::MAX),
+                    probe,
                 },
                 JobGate {
                     task_type: &job.task_type,

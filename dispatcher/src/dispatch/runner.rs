@@ -65,6 +65,7 @@ impl Runners {
             task_type,
             queue: queue.clone(),
             limit,
+            more_due: false,
         };
         (runner, queue)
     }
@@ -98,6 +99,9 @@ pub(super) struct Runner {
     task_type: String,
     queue: Arc<ReadyQueue>,
     limit: ConcurrencyLimit,
+    /// The last look in the store began all it asked for, so more is most likely due:
+    /// the next look skips the reader's check ([`asyncd_store::StartDueParams::probe`]).
+    more_due: bool,
 }
 
 impl Runner {
@@ -123,6 +127,7 @@ impl Runner {
             task_type,
             queue,
             limit,
+            more_due,
         } = self;
         // Follow a changed concurrency limit without a restart, and this dispatcher's
         // share of it as the executor's answers have it.
@@ -140,7 +145,10 @@ impl Runner {
                 Next::Task(task) => task,
                 Next::LookInStore => {
                     return match job {
-                        Some(job) => Self::begin_due(shared, queue, limit, &job, permit, shutdown).await,
+                        Some(job) => {
+                            Self::begin_due(shared, queue, limit, more_due, &job, permit, shutdown)
+                                .await
+                        }
                         None => ControlFlow::Continue(()),
                     };
                 }
@@ -220,6 +228,7 @@ impl Runner {
         shared: &Runners,
         queue: &ReadyQueue,
         limit: &mut ConcurrencyLimit,
+        more_due: &mut bool,
         job: &asyncd_spec::Job,
         permit: OwnedSemaphorePermit,
         shutdown: &CancellationToken,
@@ -239,11 +248,13 @@ impl Runner {
         };
         let wanted = permits.len();
         let written = shared.outcomes_written.notified();
-        let begun = shared.attempts.begin_due(job, permits).await;
+        let begun = shared.attempts.begin_due(job, permits, !*more_due).await;
         drop(look);
         let Some((begun, held_by)) = begun else {
+            *more_due = false;
             return ControlFlow::Continue(());
         };
+        *more_due = begun == wanted;
         shared
             .unstarted
             .begun_from_store

@@ -328,6 +328,15 @@ fn start_due_params(now: Millis, owner: &str, limit: u32) -> StartDueParams<'_> 
         owner,
         grace: Duration::from_secs(5),
         limit,
+        probe: true,
+    }
+}
+
+/// The same without the reader's look first, as a runner whose last look was full asks.
+fn start_due_unprobed(now: Millis, owner: &str, limit: u32) -> StartDueParams<'_> {
+    StartDueParams {
+        probe: false,
+        ..start_due_params(now, owner, limit)
     }
 }
 
@@ -382,7 +391,7 @@ async fn due_tasks_begin_in_one_write_within_the_limits(store: &dyn Store) {
     // Full (3 running in total): nothing begins until an outcome is written.
     let late = insert(store, NewTask::test("due", at(6))).await;
     let full = store
-        .start_due(start_due_params(at(7), "a", 10), gate)
+        .start_due(start_due_unprobed(at(7), "a", 10), gate)
         .await
         .unwrap();
     assert_eq!(
@@ -408,11 +417,10 @@ async fn due_tasks_begin_in_one_write_within_the_limits(store: &dyn Store) {
     );
     // A pause (`Store::pause`) keeps its tasks pending.
     store.pause("due", at(9)).await.unwrap();
-    let paused = store
-        .start_due(start_due_params(at(9), "a", 10), gate)
-        .await
-        .unwrap();
-    assert!(paused.tasks.is_empty());
+    for params in [start_due_params, start_due_unprobed] {
+        let paused = store.start_due(params(at(9), "a", 10), gate).await.unwrap();
+        assert!(paused.tasks.is_empty());
+    }
     store.resume("due").await.unwrap();
     let after = store
         .start_due(start_due_params(at(10), "a", 10), gate)
@@ -457,6 +465,17 @@ async fn due_tasks_begin_in_one_write_within_the_limits(store: &dyn Store) {
         .await
         .unwrap();
     assert_eq!(one.tasks.len(), 1);
+    // Nothing due: the unprobed look begins nothing and names no limit.
+    let gate = JobGate {
+        task_type: "nothing",
+        rate: None,
+        ..gate
+    };
+    let empty = store
+        .start_due(start_due_unprobed(at(10_000), "a", 5), gate)
+        .await
+        .unwrap();
+    assert_eq!((empty.tasks.len(), empty.held_by), (0, None));
 }
 
 /// Several dispatchers (each its own store and pool) beginning attempts of one job
