@@ -263,3 +263,22 @@ impl Store for Bounded {
         self.within("paused_types", self.inner.paused_types()).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_given_up_is_waited_out_like_an_outage() {
+        let err = StoreError::TimedOut {
+            call: "claim",
+            bound: Duration::from_secs(10),
+        };
+        // What the api answers (503) and the dispatcher's loops retry on.
+        assert!(err.is_unavailable());
+        assert_eq!(
+            err.to_string(),
+            "store: no answer within 10s to claim; the call was given up"
+        );
+    }
+}
