@@ -50,15 +50,16 @@ git ls-files -z '*.sh' .ci/run | xargs -0 shellcheck -x
 (cd bench/peers/driver && go vet .)
 for f in bench/peers/common.mjs bench/peers/graphile/peer.mjs bench/peers/bullmq/peer.mjs; do node --check "$f"; done
 
-step "starting MariaDB, PostgreSQL and Kafka on loopback"
-for service in mariadb postgres kafka; do
+step "starting MariaDB, PostgreSQL, Kafka and Toxiproxy on loopback"
+for service in mariadb postgres kafka toxiproxy; do
   e2e/services/$service.sh start
   started+=("$service")
 done
 ASYNCD_TEST_MYSQL_URL=$(e2e/services/mariadb.sh url)
 ASYNCD_TEST_POSTGRES_URL=$(e2e/services/postgres.sh url)
 ASYNCD_TEST_KAFKA_BROKERS=$(e2e/services/kafka.sh url)
-export ASYNCD_TEST_MYSQL_URL ASYNCD_TEST_POSTGRES_URL ASYNCD_TEST_KAFKA_BROKERS
+ASYNCD_TEST_TOXIPROXY_URL=$(e2e/services/toxiproxy.sh url)
+export ASYNCD_TEST_MYSQL_URL ASYNCD_TEST_POSTGRES_URL ASYNCD_TEST_KAFKA_BROKERS ASYNCD_TEST_TOXIPROXY_URL
 
 step "Rust tests (unit, the store suite on three backends, integration, Kafka, operator)"
 # Here every backend is running: a test that found one missing must fail, not skip.

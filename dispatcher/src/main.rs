@@ -76,6 +76,12 @@ struct Server {
     /// exiting with an error.
     #[arg(long, env = "ASYNCD_STORE_WAIT", default_value = "60s", value_parser = duration)]
     store_wait: Duration,
+    /// How long a call to a MariaDB or PostgreSQL store waits for its answer before it
+    /// fails as the store being unavailable (and is tried again): the longest a dead
+    /// network path to the database goes unnoticed. The server also ends a transaction
+    /// left idle this long.
+    #[arg(long, env = "ASYNCD_STORE_TIMEOUT", default_value = "10s", value_parser = duration)]
+    store_timeout: Duration,
     #[command(flatten)]
     common: Common,
 }
@@ -323,6 +329,7 @@ impl Common {
         self,
         store_url: String,
         store_wait: Duration,
+        store_timeout: Duration,
         dev: bool,
     ) -> anyhow::Result<Settings> {
         let executor_addresses = self.executor_addresses(dev);
@@ -337,6 +344,7 @@ impl Common {
         Ok(Settings {
             store_url,
             store_wait,
+            store_timeout,
             routing: match (self.config, self.routing_configmap) {
                 (Some(dir), _) => RoutingSource::Dir(dir),
                 (None, Some(reference)) => RoutingSource::ConfigMap(reference),
@@ -505,11 +513,17 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
         }
         Role::Dev { db, common } => (
             // An embedded database is never "restarting": fail at once.
-            common.settings(format!("sqlite://{}", db.display()), Duration::ZERO, true)?,
+            common.settings(
+                format!("sqlite://{}", db.display()),
+                Duration::ZERO,
+                asyncd_store::CALL_TIMEOUT,
+                true,
+            )?,
             Parts::ALL,
         ),
         Role::Api(s) => (
-            s.common.settings(s.store.url()?, s.store_wait, false)?,
+            s.common
+                .settings(s.store.url()?, s.store_wait, s.store_timeout, false)?,
             Parts {
                 api: true,
                 dispatcher: false,
@@ -517,7 +531,8 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
             },
         ),
         Role::Dispatcher(s) => (
-            s.common.settings(s.store.url()?, s.store_wait, false)?,
+            s.common
+                .settings(s.store.url()?, s.store_wait, s.store_timeout, false)?,
             Parts {
                 api: false,
                 dispatcher: true,
@@ -525,7 +540,8 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
             },
         ),
         Role::Scheduler(s) => (
-            s.common.settings(s.store.url()?, s.store_wait, false)?,
+            s.common
+                .settings(s.store.url()?, s.store_wait, s.store_timeout, false)?,
             Parts {
                 api: false,
                 dispatcher: false,

@@ -89,6 +89,9 @@ pub struct Settings {
     pub store_url: String,
     /// How long to wait at start for a database that is down or restarting.
     pub store_wait: Duration,
+    /// How long a store call waits for its answer (`--store-timeout`,
+    /// [`store::open_bounded`]).
+    pub store_timeout: Duration,
     pub routing: RoutingSource,
     /// Serve only this job (`--job`).
     pub job: Option<String>,
@@ -187,7 +190,13 @@ pub async fn cancel_on_signal(token: CancellationToken) -> std::io::Result<()> {
 }
 
 pub async fn migrate(store_url: &str, wait: Duration) -> Result<(), RoleError> {
-    store::open_migrated(store_url, wait, &CancellationToken::new()).await?;
+    store::open_migrated(
+        store_url,
+        wait,
+        store::CALL_TIMEOUT,
+        &CancellationToken::new(),
+    )
+    .await?;
     Ok(())
 }
 
@@ -334,8 +343,13 @@ async fn wire(
     supervisor: &Supervisor,
 ) -> Result<SocketAddr, RoleError> {
     let shutdown = supervisor.shutdown().clone();
-    let store: Arc<dyn Store> =
-        store::open_migrated(&settings.store_url, settings.store_wait, &shutdown).await?;
+    let store: Arc<dyn Store> = store::open_migrated(
+        &settings.store_url,
+        settings.store_wait,
+        settings.store_timeout,
+        &shutdown,
+    )
+    .await?;
     let routes: Routes = match &settings.routing {
         RoutingSource::Dir(dir) => {
             let (routes, watcher) = job_table::watch_dir(

@@ -24,6 +24,10 @@ pub enum StoreError {
     /// A write hit a unique key, again and again, that no task could be found holding.
     #[error("store conflict: {0}")]
     Conflict(String),
+    /// A call got no answer within the store's bound ([`crate::open_bounded`]): the
+    /// database or the path to it is gone without a word. Waited out like an outage.
+    #[error("store: no answer within {bound:?} to {call}; the call was given up")]
+    TimedOut { call: &'static str, bound: Duration },
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -38,6 +42,7 @@ impl StoreError {
                 sqlx::migrate::MigrateError::Execute(err)
                 | sqlx::migrate::MigrateError::ExecuteMigration(err, _),
             ) => sqlx_unavailable(err),
+            Self::TimedOut { .. } => true,
             _ => false,
         }
     }

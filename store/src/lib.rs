@@ -56,6 +56,7 @@
 //! The store suite, `dispatcher/tests/store_suite/` (a file per entity), runs every scenario
 //! against every backend.
 
+mod bounded;
 mod bulk;
 pub mod domain;
 mod error;
@@ -102,7 +103,8 @@ pub use task::{
     RedriveOutcome, Started, TaskRecord, WorkflowOutcome,
 };
 
-/// Opens the store a URL names and applies pending migrations, waiting up to `wait` for a
+/// Opens the store a URL names, each call bounded by `bound` ([`open_bounded`]), and
+/// applies pending migrations, waiting up to `wait` for a
 /// database that is down or restarting (retrying with backoff, each failure logged), so
 /// a role started during a database restart comes up with it instead of exiting. Any
 /// other error, and still no database after `wait`, is returned at once; so is
@@ -110,13 +112,14 @@ pub use task::{
 pub async fn open_migrated(
     url: &str,
     wait: Duration,
+    bound: Duration,
     shutdown: &tokio_util::sync::CancellationToken,
 ) -> Result<std::sync::Arc<dyn Store>> {
     let started = tokio::time::Instant::now();
     let mut backoff = Duration::from_millis(100);
     loop {
         let attempt = async {
-            let store = open(url).await?;
+            let store = open_bounded(url, bound).await?;
             store.migrate().await?;
             Ok::<_, StoreError>(store)
         };
@@ -142,24 +145,46 @@ pub async fn open_migrated(
 /// answers 503 with `Retry-After` instead, and the dispatcher's loops try again.
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Opens the store a URL names. No error it returns contains the URL's password: the
-/// URL is masked in our own messages, and a driver error that quotes the password (none
-/// is known to, but a parse error could) is turned into [`StoreError::Redacted`].
+/// How long a call to a store on a database server waits for its answer before it
+/// fails as unavailable ([`StoreError::TimedOut`]), unless the role says otherwise
+/// (`--store-timeout`): the longest a dead network path goes unnoticed. Far above what a
+/// call takes on a working link, each being a few statements over a bounded number of
+/// rows (the retention purge and the bulk actions go in batches), and below the claim
+/// holds and leases that a call stuck for longer would see lapse.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Opens the store a URL names, each call bounded by [`CALL_TIMEOUT`] ([`open_bounded`]).
 pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
-    open_unredacted(url)
+    open_bounded(url, CALL_TIMEOUT).await
+}
+
+/// Opens the store a URL names. On a database server (MariaDB, PostgreSQL) every call
+/// but the migrations fails after `bound` without an answer, and the server ends a
+/// transaction left idle for as long (see the `bounded` module); an embedded SQLite file
+/// has no network to lose and is not bounded. No error it returns contains the URL's
+/// password: the URL is masked in our own messages, and a driver error that quotes the
+/// password (none is known to, but a parse error could) is turned into
+/// [`StoreError::Redacted`].
+pub async fn open_bounded(url: &str, bound: Duration) -> Result<std::sync::Arc<dyn Store>> {
+    open_unredacted(url, bound)
         .await
         .map_err(|err| without_password(err, url))
 }
 
-async fn open_unredacted(url: &str) -> Result<std::sync::Arc<dyn Store>> {
+async fn open_unredacted(url: &str, bound: Duration) -> Result<std::sync::Arc<dyn Store>> {
+    let bounded = |store: std::sync::Arc<dyn Store>| -> std::sync::Arc<dyn Store> {
+        std::sync::Arc::new(bounded::Bounded::new(store, bound))
+    };
     if url.starts_with("sqlite:") {
         Ok(std::sync::Arc::new(sqlite::SqliteStore::open(url).await?))
     } else if url.starts_with("mysql:") {
-        Ok(std::sync::Arc::new(mysql::MySqlStore::open(url).await?))
+        Ok(bounded(std::sync::Arc::new(
+            mysql::MySqlStore::open(url, bound).await?,
+        )))
     } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-        Ok(std::sync::Arc::new(
-            postgres::PostgresStore::open(url).await?,
-        ))
+        Ok(bounded(std::sync::Arc::new(
+            postgres::PostgresStore::open(url, bound).await?,
+        )))
     } else {
         Err(StoreError::UnsupportedUrl(redact_url(url)))
     }

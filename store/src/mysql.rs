@@ -39,17 +39,36 @@ pub struct MySqlStore {
 }
 
 impl MySqlStore {
-    pub async fn open(url: &str) -> Result<Self> {
+    /// `bound`: how long the server lets a transaction sit idle before it ends the
+    /// session (see the `bounded` module), so the row locks of a client that went away
+    /// without a word are not held until `wait_timeout` (8 hours by default).
+    pub async fn open(url: &str, bound: Duration) -> Result<Self> {
         let options = MySqlConnectOptions::from_str(url)?;
+        let idle_transaction = format!(
+            "SET SESSION idle_transaction_timeout = {}",
+            bound.as_secs().max(1)
+        );
         let pool = MySqlPoolOptions::new()
             .max_connections(10)
             .acquire_timeout(ACQUIRE_TIMEOUT)
-            .after_connect(|conn, _| {
+            .after_connect(move |conn, _| {
+                let idle_transaction = sqlx::AssertSqlSafe(idle_transaction.clone());
                 Box::pin(async move {
                     sqlx::query("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                        .execute(conn)
-                        .await
-                        .map(drop)
+                        .execute(&mut *conn)
+                        .await?;
+                    match sqlx::query(idle_transaction).execute(&mut *conn).await {
+                        // MariaDB's own variable (1193: unknown to MySQL, whose sessions
+                        // keep the server's wait_timeout).
+                        Err(sqlx::Error::Database(db))
+                            if db
+                                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                                .is_some_and(|err| err.number() == 1193) =>
+                        {
+                            Ok(())
+                        }
+                        other => other.map(drop),
+                    }
                 })
             })
             .connect_with(options)

@@ -29,8 +29,15 @@ pub struct PostgresStore {
 }
 
 impl PostgresStore {
-    pub async fn open(url: &str) -> Result<Self> {
-        let options = PgConnectOptions::from_str(url)?;
+    /// `bound`: how long the server lets a transaction sit idle before it ends the
+    /// session (see the `bounded` module), so the row locks of a client that went away
+    /// without a word are not held for good. Sent with the connection's start-up
+    /// message: no round trip of its own.
+    pub async fn open(url: &str, bound: Duration) -> Result<Self> {
+        let options = PgConnectOptions::from_str(url)?.options([(
+            "idle_in_transaction_session_timeout",
+            bound.as_millis().max(1).to_string(),
+        )]);
         let pool = PgPoolOptions::new()
             .max_connections(10)
             .acquire_timeout(ACQUIRE_TIMEOUT)

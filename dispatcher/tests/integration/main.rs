@@ -47,6 +47,7 @@ mod roles;
 mod search;
 mod secret_hygiene;
 mod slow_executor;
+mod store_faults;
 mod submit;
 mod tls;
 mod tracing;

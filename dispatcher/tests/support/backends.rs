@@ -1,4 +1,4 @@
-//! The servers some tests need — MariaDB, PostgreSQL, Kafka — and what such a test does
+//! The servers some tests need — MariaDB, PostgreSQL, Kafka, Toxiproxy — and what such a test does
 //! when one is not there.
 //!
 //! Each server comes from an environment variable holding its address, which
@@ -29,6 +29,8 @@ pub enum Service {
     MariaDb,
     Postgres,
     Kafka,
+    /// The network-fault proxy (`support/toxiproxy.rs`).
+    Toxiproxy,
 }
 
 impl Service {
@@ -37,16 +39,18 @@ impl Service {
             Self::MariaDb => "MariaDB",
             Self::Postgres => "PostgreSQL",
             Self::Kafka => "Kafka",
+            Self::Toxiproxy => "Toxiproxy",
         }
     }
 
-    /// The variable holding the address: a server URL without a database, or Kafka's
-    /// bootstrap servers.
+    /// The variable holding the address: a server URL without a database, Kafka's
+    /// bootstrap servers, or Toxiproxy's API URL.
     pub const fn var(self) -> &'static str {
         match self {
             Self::MariaDb => "ASYNCD_TEST_MYSQL_URL",
             Self::Postgres => "ASYNCD_TEST_POSTGRES_URL",
             Self::Kafka => "ASYNCD_TEST_KAFKA_BROKERS",
+            Self::Toxiproxy => "ASYNCD_TEST_TOXIPROXY_URL",
         }
     }
 
@@ -56,6 +60,7 @@ impl Service {
             Self::MariaDb => "e2e/services/mariadb.sh",
             Self::Postgres => "e2e/services/postgres.sh",
             Self::Kafka => "e2e/services/kafka.sh",
+            Self::Toxiproxy => "e2e/services/toxiproxy.sh",
         }
     }
 
@@ -74,7 +79,7 @@ impl Service {
                 name = self.name()
             );
         }
-        static SAID: [Once; 3] = [Once::new(), Once::new(), Once::new()];
+        static SAID: [Once; 4] = [Once::new(), Once::new(), Once::new(), Once::new()];
         SAID[self as usize].call_once(|| {
             // Past the test harness's capture of `eprintln!`, so that it shows for a test
             // that passed.

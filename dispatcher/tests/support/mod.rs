@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod backends;
+pub mod toxiproxy;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -602,6 +603,7 @@ pub fn settings(dir: &tempfile::TempDir, clock: Arc<ManualClock>) -> Settings {
     Settings {
         store_url: format!("sqlite://{}", dir.path().join("asyncd.db").display()),
         store_wait: Duration::from_secs(30),
+        store_timeout: asyncd_store::CALL_TIMEOUT,
         routing: RoutingSource::Dir(dir.path().join("jobs")),
         job: None,
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -720,6 +722,16 @@ impl Role {
             child.kill().unwrap();
             child.wait().unwrap();
         }
+    }
+
+    /// How the process ended, or `None` while it runs.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut()?.try_wait().unwrap()
+    }
+
+    /// Its log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join(format!("{}.log", self.name))).unwrap_or_default()
     }
 
     /// SIGTERM, then wait up to `deadline` for the process to exit.

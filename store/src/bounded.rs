@@ -1,0 +1,284 @@
+//! The bound on every call to a store on a database server: a call that gets no answer
+//! within it fails with [`StoreError::TimedOut`], which counts as the store being
+//! unavailable, so each caller's existing path for an outage applies (the API answers
+//! 503 `store_unavailable`, the dispatcher's loops try again on their next pass).
+//!
+//! Nothing else notices a dead network path: a server-side timeout's answer never
+//! arrives through it, sqlx sets no socket timeouts or TCP keepalive, and the pool's
+//! `acquire_timeout` bounds only the wait for a connection, not the statements run on
+//! it. A black-holed connection, in use when the path died, otherwise waits for its
+//! answer until the kernel gives up on it, or forever if nothing is left to send.
+//!
+//! A call given up is dropped mid-flight. sqlx does not put its connection back as it
+//! is: on release it pings the connection, which first reads whatever the dropped
+//! statements still had to answer, and closes it if that fails; a transaction left open
+//! is rolled back first. Until that ping ends, the connection holds its place in the
+//! pool, so a dead path takes at most the pool's size out of it; new calls meanwhile
+//! fail within the pool's `acquire_timeout`. On the server side, the transaction of a
+//! client that went away without a word is ended after the bound too
+//! (`idle_in_transaction_session_timeout` on PostgreSQL, `idle_transaction_timeout` on
+//! MariaDB), so its row locks do not stop the other dispatchers.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::*;
+
+/// A store whose every call but [`Store::migrate`] fails after `bound` without an answer.
+pub(crate) struct Bounded {
+    inner: Arc<dyn Store>,
+    bound: Duration,
+}
+
+impl Bounded {
+    pub(crate) fn new(inner: Arc<dyn Store>, bound: Duration) -> Self {
+        Self { inner, bound }
+    }
+
+    async fn within<T>(
+        &self,
+        call: &'static str,
+        answer: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        tokio::time::timeout(self.bound, answer)
+            .await
+            .unwrap_or(Err(StoreError::TimedOut {
+                call,
+                bound: self.bound,
+            }))
+    }
+}
+
+#[async_trait]
+impl Store for Bounded {
+    async fn migrate(&self) -> Result<()> {
+        // Migrations may rewrite big tables: they are waited for, however long.
+        self.inner.migrate().await
+    }
+
+    async fn ping(&self) -> Result<()> {
+        self.within("ping", self.inner.ping()).await
+    }
+
+    async fn insert(&self, tasks: &[NewTask], now: Millis) -> Result<Vec<InsertOutcome>> {
+        self.within("insert", self.inner.insert(tasks, now)).await
+    }
+
+    async fn insert_workflow(&self, tasks: &[NewTask], now: Millis) -> Result<WorkflowOutcome> {
+        self.within("insert_workflow", self.inner.insert_workflow(tasks, now))
+            .await
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
+        self.within("get", self.inner.get(id)).await
+    }
+
+    async fn cancel(&self, id: &str, now: Millis) -> Result<CancelOutcome> {
+        self.within("cancel", self.inner.cancel(id, now)).await
+    }
+
+    async fn insert_cancelled(&self, id: &str, task_type: &str, now: Millis) -> Result<bool> {
+        self.within(
+            "insert_cancelled",
+            self.inner.insert_cancelled(id, task_type, now),
+        )
+        .await
+    }
+
+    async fn claim(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>> {
+        self.within("claim", self.inner.claim(params)).await
+    }
+
+    async fn claim_ids(&self, params: ClaimIdsParams<'_>) -> Result<Vec<ClaimedTask>> {
+        self.within("claim_ids", self.inner.claim_ids(params)).await
+    }
+
+    async fn insert_consumed(&self, params: InsertConsumedParams<'_>) -> Result<Vec<ClaimedTask>> {
+        self.within("insert_consumed", self.inner.insert_consumed(params))
+            .await
+    }
+
+    async fn insert_claiming(
+        &self,
+        tasks: &[NewTask],
+        now: Millis,
+        claim: ClaimAtInsert<'_>,
+    ) -> Result<(Vec<InsertOutcome>, Vec<ClaimedTask>)> {
+        self.within(
+            "insert_claiming",
+            self.inner.insert_claiming(tasks, now, claim),
+        )
+        .await
+    }
+
+    async fn find_idempotent(&self, task: &NewTask) -> Result<Option<InsertOutcome>> {
+        self.within("find_idempotent", self.inner.find_idempotent(task))
+            .await
+    }
+
+    async fn start(&self, params: StartParams<'_>) -> Result<Vec<Started>> {
+        self.within("start", self.inner.start(params)).await
+    }
+
+    async fn start_limited(&self, params: StartParams<'_>, gate: JobGate<'_>) -> Result<Admitted> {
+        self.within("start_limited", self.inner.start_limited(params, gate))
+            .await
+    }
+
+    async fn start_due(&self, params: StartDueParams<'_>, gate: JobGate<'_>) -> Result<DueStarted> {
+        self.within("start_due", self.inner.start_due(params, gate))
+            .await
+    }
+
+    async fn claim_fair(&self, params: ClaimParams<'_>, fair: FairParams<'_>) -> Result<FairClaim> {
+        self.within("claim_fair", self.inner.claim_fair(params, fair))
+            .await
+    }
+
+    async fn finish(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
+        self.within("finish", self.inner.finish(finishes, now))
+            .await
+    }
+
+    async fn lapsed_leases(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>> {
+        self.within("lapsed_leases", self.inner.lapsed_leases(now, limit))
+            .await
+    }
+
+    async fn dead_letters(&self, params: DeadLetterParams<'_>) -> Result<Vec<TaskRecord>> {
+        self.within("dead_letters", self.inner.dead_letters(params))
+            .await
+    }
+
+    async fn redrive(&self, id: &str, now: Millis) -> Result<RedriveOutcome> {
+        self.within("redrive", self.inner.redrive(id, now)).await
+    }
+
+    async fn purge(&self, params: PurgeParams<'_>) -> Result<u64> {
+        self.within("purge", self.inner.purge(params)).await
+    }
+
+    async fn release_unique_keys(&self, now: Millis, limit: u32) -> Result<u64> {
+        self.within(
+            "release_unique_keys",
+            self.inner.release_unique_keys(now, limit),
+        )
+        .await
+    }
+
+    async fn count_dead(&self, filter: DeadFilter<'_>) -> Result<DeadCount> {
+        self.within("count_dead", self.inner.count_dead(filter))
+            .await
+    }
+
+    async fn act_on_dead(&self, filter: DeadFilter<'_>, limit: u32, now: Millis) -> Result<u64> {
+        self.within("act_on_dead", self.inner.act_on_dead(filter, limit, now))
+            .await
+    }
+
+    async fn search(&self, params: SearchParams<'_>) -> Result<Vec<TaskRecord>> {
+        self.within("search", self.inner.search(params)).await
+    }
+
+    async fn job_counts(&self, params: JobCountParams<'_>) -> Result<JobCounts> {
+        self.within("job_counts", self.inner.job_counts(params))
+            .await
+    }
+
+    async fn due_backlog(&self, params: JobCountParams<'_>) -> Result<DueBacklog> {
+        self.within("due_backlog", self.inner.due_backlog(params))
+            .await
+    }
+
+    async fn heartbeat_member(&self, member: &str, now: Millis, shares: &Shares) -> Result<()> {
+        self.within(
+            "heartbeat_member",
+            self.inner.heartbeat_member(member, now, shares),
+        )
+        .await
+    }
+
+    async fn live_members(&self, since: Millis) -> Result<Vec<String>> {
+        self.within("live_members", self.inner.live_members(since))
+            .await
+    }
+
+    async fn live_shares(&self, since: Millis) -> Result<BTreeMap<String, u64>> {
+        self.within("live_shares", self.inner.live_shares(since))
+            .await
+    }
+
+    async fn remove_member(&self, member: &str) -> Result<()> {
+        self.within("remove_member", self.inner.remove_member(member))
+            .await
+    }
+
+    async fn release_claims(&self, owner: &str, now: Millis) -> Result<u64> {
+        self.within("release_claims", self.inner.release_claims(owner, now))
+            .await
+    }
+
+    async fn database_clock(&self) -> Result<Option<Millis>> {
+        self.within("database_clock", self.inner.database_clock())
+            .await
+    }
+
+    async fn record_kafka_dead_letter(&self, letter: &KafkaDeadLetter) -> Result<()> {
+        self.within(
+            "record_kafka_dead_letter",
+            self.inner.record_kafka_dead_letter(letter),
+        )
+        .await
+    }
+
+    async fn kafka_dead_letters(
+        &self,
+        params: KafkaDeadLetterParams<'_>,
+    ) -> Result<Vec<KafkaDeadLetter>> {
+        self.within("kafka_dead_letters", self.inner.kafka_dead_letters(params))
+            .await
+    }
+
+    async fn purge_kafka_dead_letters(&self, recorded_before: Millis, limit: u32) -> Result<u64> {
+        self.within(
+            "purge_kafka_dead_letters",
+            self.inner.purge_kafka_dead_letters(recorded_before, limit),
+        )
+        .await
+    }
+
+    async fn pause(&self, task_type: &str, now: Millis) -> Result<Millis> {
+        self.within("pause", self.inner.pause(task_type, now)).await
+    }
+
+    async fn resume(&self, task_type: &str) -> Result<bool> {
+        self.within("resume", self.inner.resume(task_type)).await
+    }
+
+    async fn paused_types(&self) -> Result<Vec<(String, Millis)>> {
+        self.within("paused_types", self.inner.paused_types()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_given_up_is_waited_out_like_an_outage() {
+        let err = StoreError::TimedOut {
+            call: "claim",
+            bound: Duration::from_secs(10),
+        };
+        // What the api answers (503) and the dispatcher's loops retry on.
+        assert!(err.is_unavailable());
+        assert_eq!(
+            err.to_string(),
+            "store: no answer within 10s to claim; the call was given up"
+        );
+    }
+}
