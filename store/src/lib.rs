@@ -145,6 +145,33 @@ pub async fn open_migrated(
 /// answers 503 with `Retry-After` instead, and the dispatcher's loops try again.
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// A pooled connection to a database server is pinged before use only after it sat idle
+/// this long. sqlx pings every connection as it comes back to the pool, so one used a
+/// moment ago was just found alive; its default, a ping before each use too, cost a
+/// round trip to the server on every store call. One idle longer (through a database
+/// restart, say) is still checked, and replaced if it died.
+pub const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
+
+/// What a pool's `before_acquire` hook returns: whether to hand the connection out.
+type AcquireCheck<'c> =
+    std::pin::Pin<Box<dyn Future<Output = std::result::Result<bool, sqlx::Error>> + Send + 'c>>;
+
+/// The pools' `before_acquire` ([`PING_AFTER_IDLE`]), for any database server.
+fn ping_if_idle<DB: sqlx::Database>()
+-> impl for<'c> Fn(&'c mut DB::Connection, sqlx::pool::PoolConnectionMetadata) -> AcquireCheck<'c>
++ Send
++ Sync
++ 'static {
+    |conn, meta| {
+        Box::pin(async move {
+            if meta.idle_for >= PING_AFTER_IDLE {
+                sqlx::Connection::ping(conn).await?;
+            }
+            Ok(true)
+        })
+    }
+}
+
 /// How long a call to a store on a database server waits for its answer before it
 /// fails as unavailable ([`StoreError::TimedOut`]), unless the role says otherwise
 /// (`--store-timeout`): the longest a dead network path goes unnoticed. Far above what a

@@ -51,6 +51,8 @@ impl MySqlStore {
         let pool = MySqlPoolOptions::new()
             .max_connections(10)
             .acquire_timeout(ACQUIRE_TIMEOUT)
+            .test_before_acquire(false)
+            .before_acquire(crate::ping_if_idle::<sqlx::MySql>())
             .after_connect(move |conn, _| {
                 let idle_transaction = sqlx::AssertSqlSafe(idle_transaction.clone());
                 Box::pin(async move {

@@ -41,6 +41,8 @@ impl PostgresStore {
         let pool = PgPoolOptions::new()
             .max_connections(10)
             .acquire_timeout(ACQUIRE_TIMEOUT)
+            .test_before_acquire(false)
+            .before_acquire(crate::ping_if_idle::<sqlx::Postgres>())
             .after_connect(|conn, _| {
                 Box::pin(async move {
                     sqlx::query(
