@@ -104,6 +104,11 @@ pub async fn same_second(
 
 /// The embedded figures: submit, end-to-end, lateness, heap.
 pub async fn run(args: &Args) -> Result<()> {
+    // Each of these rows reports the lateness of what it ran: of no task there is none.
+    anyhow::ensure!(
+        args.burst > 0 && args.random > 0 && !args.sizes.contains(&0),
+        "--burst, --random and every --sizes entry must be at least 1"
+    );
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(256)
         .build()?;
