@@ -327,8 +327,12 @@ async fn store_stops_answering(stuck: Stuck) {
     let executor = Executor::start(move |_| {
         if counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
             let _ = entered.send(());
-            // Blocks this runtime thread, which the tokio channel above does not need.
-            let _ = stuck_rx.lock().unwrap().recv_timeout(DEADLINE);
+            // Off the runtime's workers while it waits: the test's own connections and
+            // its proxy run on them, and on a loaded machine a blocked worker delayed the
+            // row lock past the attempt's timeout (the outcome was then written first).
+            tokio::task::block_in_place(|| {
+                let _ = stuck_rx.lock().unwrap().recv_timeout(DEADLINE);
+            });
         }
         Answer::ok()
     })
@@ -336,9 +340,12 @@ async fn store_stops_answering(stuck: Stuck) {
     let dir = tempfile::tempdir().unwrap();
     let jobs = dir.path().join("jobs");
     std::fs::create_dir(&jobs).unwrap();
+    // An attempt timeout well beyond how long the test takes to make the store stuck, so
+    // the first attempt's outcome is always the answer released after that; short enough
+    // that its lease (plus the 5 s grace) lapses within the wait for the run again below.
     std::fs::write(
         jobs.join("job.yaml"),
-        job_yaml("test-job", "work", &executor.url(), ""),
+        job_yaml("test-job", "work", &executor.url(), "").replace("timeout: 5s", "timeout: 20s"),
     )
     .unwrap();
     let proxy = DbProxy::start(&database, true).await;
@@ -398,7 +405,11 @@ async fn store_stops_answering(stuck: Stuck) {
     // The bound (2 s + 15 s) and room for a busy machine; without it this never ends.
     let status = dispatcher.terminate(Duration::from_secs(60)).await;
     if stuck == Stuck::RowLocked {
-        assert!(!status.success(), "stopped at the bound: {status}");
+        assert!(
+            !status.success(),
+            "stopped at the bound: {status}\n{}",
+            std::fs::read_to_string(dir.path().join("dispatcher.log")).unwrap_or_default()
+        );
         sqlx::query("ROLLBACK").execute(&mut locker).await.unwrap();
     }
 
