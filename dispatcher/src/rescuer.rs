@@ -392,6 +392,14 @@ mod tests {
         async fn paused_types(&self) -> store::Result<Vec<(String, Millis)>> {
             self.inner.paused_types().await
         }
+        async fn next_pending_eta(
+            &self,
+            task_type: &str,
+            after: Millis,
+            horizon: Millis,
+        ) -> store::Result<Option<Millis>> {
+            self.inner.next_pending_eta(task_type, after, horizon).await
+        }
     }
 
     /// A due task, claimed and started at T0 with a 1 s lease; its `(id, lease_token)`.

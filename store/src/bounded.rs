@@ -262,6 +262,19 @@ impl Store for Bounded {
     async fn paused_types(&self) -> Result<Vec<(String, Millis)>> {
         self.within("paused_types", self.inner.paused_types()).await
     }
+
+    async fn next_pending_eta(
+        &self,
+        task_type: &str,
+        after: Millis,
+        horizon: Millis,
+    ) -> Result<Option<Millis>> {
+        self.within(
+            "next_pending_eta",
+            self.inner.next_pending_eta(task_type, after, horizon),
+        )
+        .await
+    }
 }
 
 #[cfg(test)]

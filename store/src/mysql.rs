@@ -144,6 +144,10 @@ const QUERIES: Queries = Queries {
     pause: "INSERT IGNORE INTO job_pauses (task_type, paused_at) VALUES (?, ?)",
     resume: "DELETE FROM job_pauses WHERE task_type = ?",
     paused_types: "SELECT task_type, paused_at FROM job_pauses ORDER BY task_type",
+    next_pending_eta: "SELECT trigger_at FROM tasks FORCE INDEX (tasks_by_type_state) \
+                       WHERE task_type = ? AND state = 'pending' \
+                         AND trigger_at > ? AND trigger_at <= ? \
+                       ORDER BY trigger_at LIMIT 1",
     new_limits: "INSERT IGNORE INTO job_limits (task_type, tokens, refilled_at) VALUES (?, ?, ?)",
     lock_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = ? FOR UPDATE",
     // Pinned, as the other statements on the state index are (see the top of this file).

@@ -86,6 +86,9 @@ const QUERIES: Queries = Queries {
     pause: "INSERT INTO job_pauses (task_type, paused_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
     resume: "DELETE FROM job_pauses WHERE task_type = $1",
     paused_types: "SELECT task_type, paused_at FROM job_pauses ORDER BY task_type",
+    next_pending_eta: "SELECT trigger_at FROM tasks WHERE task_type = $1 \
+                       AND state = 'pending' AND trigger_at > $2 AND trigger_at <= $3 \
+                       ORDER BY trigger_at LIMIT 1",
     new_limits: "INSERT INTO job_limits (task_type, tokens, refilled_at) VALUES ($1, $2, $3) \
                  ON CONFLICT DO NOTHING",
     lock_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = $1 FOR UPDATE",

@@ -76,6 +76,9 @@ pub struct Queries {
     pub resume: &'static str,
     /// `task_type, paused_at` of every paused task type, sorted by type.
     pub paused_types: &'static str,
+    /// The earliest ETA of a pending task of `task_type` due after `after` and by
+    /// `horizon` (`task_type, after, horizon`), through `tasks_by_type_state`.
+    pub next_pending_eta: &'static str,
     /// Inserts the `job_limits` row of `task_type` with `tokens, refilled_at` unless it
     /// exists; parameters `task_type, tokens, refilled_at`.
     pub new_limits: &'static str,

@@ -529,6 +529,21 @@ where
             .map(|(task_type, at)| (task_type, Millis::new(at)))
             .collect())
     }
+
+    async fn next_pending_eta(
+        &self,
+        task_type: &str,
+        after: Millis,
+        horizon: Millis,
+    ) -> Result<Option<Millis>> {
+        let eta: Option<(i64,)> = sqlx::query_as(B::QUERIES.next_pending_eta)
+            .bind(task_type)
+            .bind(after)
+            .bind(horizon)
+            .fetch_optional(self.reader())
+            .await?;
+        Ok(eta.map(|(at,)| Millis::new(at)))
+    }
 }
 
 /// Takes `gate`'s `job_limits` row lock, so dispatchers beginning the job's attempts

@@ -215,6 +215,12 @@ const QUERIES: Queries = Queries {
     pause: "INSERT INTO job_pauses (task_type, paused_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
     resume: "DELETE FROM job_pauses WHERE task_type = ?",
     paused_types: "SELECT task_type, paused_at FROM job_pauses ORDER BY task_type",
+    // The repeated `state IN (…)` term lets SQLite read the partial tasks_by_type_state.
+    next_pending_eta: "SELECT trigger_at FROM tasks INDEXED BY tasks_by_type_state \
+                       WHERE task_type = ? AND state = 'pending' \
+                         AND state IN ('pending', 'claimed', 'running') \
+                         AND trigger_at > ? AND trigger_at <= ? \
+                       ORDER BY trigger_at LIMIT 1",
     new_limits: "INSERT INTO job_limits (task_type, tokens, refilled_at) VALUES (?, ?, ?) \
                  ON CONFLICT DO NOTHING",
     // One writer: the transaction itself keeps others out.
@@ -616,6 +622,11 @@ mod tests {
                 "CLAIM_AHEAD_ONE_TYPE",
                 CLAIM_AHEAD_ONE_TYPE,
                 "SEARCH tasks USING INDEX tasks_by_type_state (task_type=? AND state=? AND trigger_at>? AND trigger_at<?)",
+            ),
+            (
+                "next_pending_eta",
+                QUERIES.next_pending_eta,
+                "SEARCH tasks USING COVERING INDEX tasks_by_type_state (task_type=? AND state=? AND trigger_at>? AND trigger_at<?)",
             ),
             (
                 "due_exists",

@@ -156,6 +156,15 @@ pub trait Store: Send + Sync + 'static {
     async fn resume(&self, task_type: &str) -> Result<bool>;
     /// Every paused task type with since when, sorted by type.
     async fn paused_types(&self) -> Result<Vec<(String, Millis)>>;
+    /// The earliest ETA of a pending task of `task_type` due after `after` and by
+    /// `horizon`: for a claimer whose claim ahead was cut short by the job's room, when
+    /// the first task it left in the store falls due.
+    async fn next_pending_eta(
+        &self,
+        task_type: &str,
+        after: Millis,
+        horizon: Millis,
+    ) -> Result<Option<Millis>>;
 }
 
 /// How long a silent member's row is kept before a heartbeat of another deletes it.

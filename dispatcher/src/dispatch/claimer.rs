@@ -87,12 +87,15 @@ impl Claimer {
                 _ = tokio::time::sleep(pause) => false,
                 _ = self.waker.0.notify.notified() => true,
             };
-            let claimed = self.pass(&shutdown).await;
+            let pass = self.pass(&shutdown).await;
             // The runners' begins that the previous pass set off count too.
             let begun = begun_from_store();
-            let busy = woken || claimed > 0 || begun != begun_before;
+            let busy = woken || pass.claimed > 0 || begun != begun_before;
             begun_before = begun;
             pause = next_pause(pause, busy, &self.config);
+            if let Some(eta) = pass.next_look {
+                pause = pause.min(until_look(eta, self.clock.now_millis(), &self.config));
+            }
         }
         // No claim at submit once the claimer has stopped: the heap is about to be handed
         // back, and a task claimed into it afterwards would wait for its hold to lapse.
@@ -102,8 +105,8 @@ impl Claimer {
     }
 
     /// One pass: claims until no job has a full batch waiting, the heap is full, or the
-    /// clock is too far from the store's to dispatch. Returns how many tasks it claimed.
-    pub(super) async fn pass(&mut self, shutdown: &CancellationToken) -> usize {
+    /// clock is too far from the store's to dispatch.
+    pub(super) async fn pass(&mut self, shutdown: &CancellationToken) -> Pass {
         let config = self.config.clone();
         // Every claim of this pass reads the clock at or after this.
         let now = self.clock.now_millis();
@@ -112,14 +115,19 @@ impl Claimer {
         let wakes = self.waker.wakes();
         // The types whose due tasks the last round of claims left none of in the store.
         let mut drained: Vec<String> = Vec::new();
+        // The jobs whose due tasks their runners begin from the store and whose claim
+        // ahead their room cut short (or left out): what it left falls due in the store.
+        let mut capped: Vec<String> = Vec::new();
         let mut total = 0;
         loop {
             drained.clear();
+            capped.clear();
             let unstarted = self.intake.unstarted.len();
             if unstarted >= config.max_heap || !config.clock_check.may_dispatch() {
                 break;
             }
-            let plan = self.plan();
+            let (plan, roomless) = self.plan();
+            capped.extend(roomless);
             if plan.is_empty() {
                 break;
             }
@@ -160,9 +168,12 @@ impl Claimer {
                 };
                 if let TypeFilter::Only(types) = filter
                     && per_key.is_none()
-                    && (claimed.len() as u32) < limit
                 {
-                    drained.extend(types);
+                    if (claimed.len() as u32) < limit {
+                        drained.extend(types.iter().cloned());
+                    } else if ahead && limit < config.claim_batch {
+                        capped.extend(types.iter().cloned());
+                    }
                 }
                 // Only a full batch of the unconstrained jobs says more is waiting now;
                 // a constrained job has taken all its room, and a keyed one each key's
@@ -180,12 +191,39 @@ impl Claimer {
             }
         }
         self.measure_room_at_submit(wakes, &drained);
+        let next_look = self.next_look(&capped, now).await;
         // Once per clock reading, so a test on a manual clock is not flooded.
         if config.signals.is_some() && self.last_pass != Some(now) {
             self.last_pass = Some(now);
             emit(&config.signals, || Signal::ClaimPass { at: now });
         }
-        total
+        Pass {
+            claimed: total,
+            next_look,
+        }
+    }
+
+    /// When the first task that `capped` jobs left in the store falls due, if within the
+    /// lookahead: their runners look only when a pass tells them to, so the next pass
+    /// comes then ([`until_look`]) rather than up to a poll later. A fresh dispatcher's
+    /// room is small (`holdings`: sized by the slowest the executor may be, until a rate
+    /// is measured), and tasks due within its first lookahead waited up to 200 ms.
+    async fn next_look(&self, capped: &[String], now: Millis) -> Option<Millis> {
+        let mut next: Option<Millis> = None;
+        for task_type in capped {
+            match self
+                .store
+                .next_pending_eta(task_type, now, now + self.config.lookahead)
+                .await
+            {
+                Ok(Some(eta)) => next = Some(next.map_or(eta, |next| next.min(eta))),
+                Ok(None) => {}
+                Err(err) => {
+                    tracing::debug!(%err, "could not read the next due task left in the store")
+                }
+            }
+        }
+        next
     }
 
     /// What the API may claim at submit until the next wake ([`super::at_submit`]): of
@@ -241,17 +279,19 @@ impl Claimer {
     /// The claims to make now: one for the owned jobs with room for a whole batch, and one
     /// per job with less room (limited to it) or with a concurrency key; jobs without room
     /// are left out until a task of theirs leaves (see [`super::holdings`]).
-    fn plan(&self) -> Vec<Claim> {
-        let (plan, runners) = self.plan_and_runners();
+    /// Also returns the jobs whose runners begin their due tasks from the store that
+    /// have no room now.
+    fn plan(&self) -> (Vec<Claim>, Vec<String>) {
+        let (plan, runners, roomless) = self.plan_and_runners();
         // The runners of the jobs whose due tasks are left to them look for some.
         self.intake.due(runners);
-        plan
+        (plan, roomless)
     }
 
     /// [`Self::plan`], and the owned jobs whose runners begin their due tasks straight
     /// from the store ([`runs_due_from_store`]): their claims take only what is due
     /// after now.
-    fn plan_and_runners(&self) -> (Vec<Claim>, Vec<String>) {
+    fn plan_and_runners(&self) -> (Vec<Claim>, Vec<String>, Vec<String>) {
         let config = &self.config;
         let routes = self.routes.borrow().clone();
         // A job whose signing keys are unavailable is not claimed: its tasks wait, pending.
@@ -272,6 +312,7 @@ impl Claimer {
         let mut open_ahead = Vec::new();
         let mut plan = Vec::new();
         let mut runners = Vec::new();
+        let mut roomless = Vec::new();
         for task_type in owned {
             let Some(job) = routes.job(&task_type) else {
                 continue;
@@ -288,6 +329,7 @@ impl Claimer {
             let room = holdings.room(&task_type, limits, config.hold);
             let per_key = job.concurrency_key.as_ref().map(|key| key.limit);
             match u32::try_from(room) {
+                Ok(0) if ahead => roomless.push(task_type),
                 Ok(0) => {}
                 Ok(room) if room < config.claim_batch || per_key.is_some() => plan.push(Claim {
                     types: vec![task_type],
@@ -318,8 +360,23 @@ impl Claimer {
                 );
             }
         }
-        (plan, runners)
+        (plan, runners, roomless)
     }
+}
+
+/// What a pass did: how many tasks it claimed, and when it wants the next pass
+/// ([`Claimer::next_look`]).
+pub(super) struct Pass {
+    pub(super) claimed: usize,
+    pub(super) next_look: Option<Millis>,
+}
+
+/// The wait until a pass at `eta`, but never shorter than a quarter of `poll_interval`:
+/// where tasks fall due every few milliseconds a pass each would cost more than the
+/// lateness it saves, and an executor too slow for the job keeps its room full for good.
+fn until_look(eta: Millis, now: Millis, config: &DispatcherConfig) -> Duration {
+    let until = Duration::from_millis(u64::try_from(eta.as_i64() - now.as_i64()).unwrap_or(0));
+    until.max(config.poll_interval / 4)
 }
 
 /// How long the claimer waits before its next poll: `poll_interval` while there is work
@@ -382,6 +439,32 @@ mod tests {
             next_pause(Duration::from_millis(200), false, &never_idle),
             Duration::from_millis(200),
             "never faster than poll_interval"
+        );
+    }
+
+    #[test]
+    fn a_pass_comes_when_the_first_task_left_in_the_store_falls_due_but_not_in_a_spin() {
+        let config = DispatcherConfig {
+            poll_interval: Duration::from_millis(200),
+            ..DispatcherConfig::default()
+        };
+        let now = Millis::new(1_000_000);
+        let look = |in_ms: i64| until_look(Millis::new(now.as_i64() + in_ms), now, &config);
+        assert_eq!(look(130), Duration::from_millis(130));
+        assert_eq!(
+            look(2_000),
+            Duration::from_secs(2),
+            "the poll's own pause is shorter"
+        );
+        assert_eq!(
+            look(3),
+            Duration::from_millis(50),
+            "a quarter of the poll at least"
+        );
+        assert_eq!(
+            look(-40),
+            Duration::from_millis(50),
+            "already due: the same"
         );
     }
 }

@@ -20,7 +20,59 @@ scenarios!(
     consumed_tasks_due_by_the_horizon_come_back_claimed,
     tasks_claimed_at_submit_stay_within_each_types_room,
     a_claim_ahead_leaves_what_is_due_for_its_runner,
+    the_next_pending_eta_is_of_the_type_after_now_and_by_the_horizon,
 );
+
+/// `Store::next_pending_eta`: the earliest ETA among the type's pending tasks due after
+/// `after` and by the horizon; claimed ones, other types' and those outside the window
+/// do not count.
+async fn the_next_pending_eta_is_of_the_type_after_now_and_by_the_horizon(store: &dyn Store) {
+    assert_eq!(
+        store.next_pending_eta("a", at(5), at(2_000)).await.unwrap(),
+        None
+    );
+    insert(store, NewTask::test("a", T0)).await;
+    insert(store, NewTask::test("a", at(3_000))).await;
+    insert(store, NewTask::test("b", at(100))).await;
+    let claimed = insert(store, NewTask::test("a", at(200))).await;
+    let later = insert(store, NewTask::test("a", at(900))).await;
+    insert(store, NewTask::test("a", at(1_400))).await;
+    let taken = store
+        .claim(store::ClaimParams {
+            ahead: true,
+            ..claim_params(
+                &TypeFilter::Only(vec!["a".into()]),
+                at(250),
+                at(5),
+                60_000,
+                "x",
+                1,
+            )
+        })
+        .await
+        .unwrap();
+    assert_eq!(taken.iter().map(|t| &t.id).collect::<Vec<_>>(), [&claimed]);
+    assert_eq!(
+        store.next_pending_eta("a", at(5), at(2_000)).await.unwrap(),
+        Some(at(900)),
+        "{later}: the earliest pending in the window"
+    );
+    assert_eq!(
+        store
+            .next_pending_eta("a", at(900), at(1_399))
+            .await
+            .unwrap(),
+        None,
+        "after is exclusive, the horizon inclusive"
+    );
+    assert_eq!(
+        store
+            .next_pending_eta("a", at(900), at(1_400))
+            .await
+            .unwrap(),
+        Some(at(1_400))
+    );
+}
 
 /// `ClaimParams::ahead`: of the listed types, only the tasks due after now and by the
 /// horizon, in rank order; what is due already stays pending (for `start_due`), as do
