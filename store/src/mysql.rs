@@ -20,6 +20,8 @@
 //!   `FORCE INDEX (PRIMARY)` on the updates by id, and the pinned claim and dependents
 //!   plans below.
 
+mod queries;
+
 use std::str::FromStr;
 
 use async_trait::async_trait;
@@ -28,11 +30,12 @@ use sqlx::{MySql, MySqlConnection, MySqlPool, Pool};
 
 use super::domain;
 
-use super::rows::{self, ClaimRow, claim_columns, task_columns};
-use super::shared::{ManyRows, Queries};
+use super::rows::{self, ClaimRow, claim_columns};
+use super::shared::Queries;
 use super::sql_store::Backend;
 use super::tx::{Dialect, Tx};
 use super::*;
+use queries::QUERIES;
 
 pub struct MySqlStore {
     pool: MySqlPool,
@@ -113,117 +116,6 @@ fn padded<T>(values: &[T]) -> impl Iterator<Item = &T> {
         .iter()
         .chain(std::iter::repeat_n(last, values.len().next_power_of_two() - values.len()).flatten())
 }
-
-/// The statements every backend runs alike (see `shared` and `tx`).
-const QUERIES: Queries = Queries {
-    get: concat!("SELECT ", task_columns!(), " FROM tasks WHERE id = ?"),
-    dependencies: "SELECT depends_on FROM task_deps WHERE task_id = ? ORDER BY depends_on",
-    lapsed_leases: "SELECT id, task_type, state, attempt, max_retries, lease_token FROM tasks \
-             WHERE state IN ('claimed', 'running') AND lease_until < ? \
-             ORDER BY lease_until LIMIT ?",
-    heartbeat: "INSERT INTO dispatchers (id, heartbeat_at, shares) VALUES (?, ?, ?) \
-                ON DUPLICATE KEY UPDATE heartbeat_at = VALUES(heartbeat_at), \
-                shares = VALUES(shares)",
-    forget_members: "DELETE FROM dispatchers WHERE heartbeat_at < ?",
-    live_members: "SELECT id FROM dispatchers WHERE heartbeat_at >= ? ORDER BY id",
-    live_shares: "SELECT shares FROM dispatchers WHERE heartbeat_at >= ? AND shares IS NOT NULL",
-    remove_member: "DELETE FROM dispatchers WHERE id = ?",
-    release_claims: "UPDATE tasks SET state = 'pending', lease_until = NULL, owner = NULL, \
-                     updated_at = ? WHERE state = 'claimed' AND owner = ?",
-    skip_locked: " FOR UPDATE SKIP LOCKED",
-    database_clock: Some("SELECT CAST(UNIX_TIMESTAMP(SYSDATE(3)) * 1000 AS SIGNED)"),
-    // Not INSERT IGNORE, which would also turn a value the table refuses into a warning
-    // and a row that is not the message: the no-op update skips only the duplicate key.
-    record_kafka_dead_letter: "INSERT INTO kafka_dead_letters (topic, kafka_partition, kafka_offset, message, \
-                               message_size, reason, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?) \
-                               ON DUPLICATE KEY UPDATE topic = topic",
-    // MySQL deletes with ORDER BY and LIMIT in one statement, walking
-    // kafka_dead_letters_recent; concurrent purgers wait for each other's few rows.
-    purge_kafka_dead_letters: "DELETE FROM kafka_dead_letters WHERE recorded_at < ? \
-                               ORDER BY recorded_at LIMIT ?",
-    pause: "INSERT IGNORE INTO job_pauses (task_type, paused_at) VALUES (?, ?)",
-    resume: "DELETE FROM job_pauses WHERE task_type = ?",
-    paused_types: "SELECT task_type, paused_at FROM job_pauses ORDER BY task_type",
-    next_pending_eta: "SELECT trigger_at FROM tasks FORCE INDEX (tasks_by_type_state) \
-                       WHERE task_type = ? AND state = 'pending' \
-                         AND trigger_at > ? AND trigger_at <= ? \
-                       ORDER BY trigger_at LIMIT 1",
-    new_limits: "INSERT IGNORE INTO job_limits (task_type, tokens, refilled_at) VALUES (?, ?, ?)",
-    lock_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = ? FOR UPDATE",
-    // Pinned, as the other statements on the state index are (see the top of this file).
-    running: "SELECT COUNT(*) FROM tasks FORCE INDEX (tasks_finished) \
-              WHERE state = 'running' AND task_type = ?",
-    limits_and_running: None,
-    save_limits: "UPDATE job_limits SET tokens = ?, refilled_at = ? WHERE task_type = ?",
-    due_exists: "SELECT trigger_at FROM tasks FORCE INDEX (tasks_ranked_by_type) \
-                 WHERE state = 'pending' AND task_type = ? AND claim_rank <= ? \
-                   AND trigger_at <= ? LIMIT 1",
-    dependency_state: "SELECT state FROM tasks WHERE id = ? LOCK IN SHARE MODE",
-    // A duplicate key fails the INSERT, which InnoDB rolls back alone (the transaction
-    // goes on), and is told apart from every other error by its code. `INSERT IGNORE`
-    // would also turn other errors (truncated values, bad data) into warnings, and
-    // `ON DUPLICATE KEY UPDATE id = id` cannot tell a duplicate from an insert here:
-    // sqlx sets CLIENT_FOUND_ROWS, under which both report one affected row.
-    insert_tasks_conflict: "",
-    insert_many: ManyRows::AllOrNothing,
-    holder_by_idempotency_key: "SELECT id, trigger_at, task_type, payload FROM tasks \
-                                WHERE idempotency_key = ? AND task_type = ?",
-    holder_by_cron_key: "SELECT id, trigger_at FROM tasks WHERE cron_key = ?",
-    holder_by_id: "SELECT id, trigger_at, task_type FROM tasks WHERE id = ?",
-    holder_by_unique_key: "SELECT id, trigger_at FROM tasks \
-                           WHERE unique_active = ? AND task_type = ?",
-    release_unique: "UPDATE tasks FORCE INDEX (PRIMARY) SET unique_active = NULL \
-                     WHERE id = ? AND unique_until <= ?",
-    unique_expired: "SELECT id FROM tasks FORCE INDEX (tasks_unique_until) WHERE unique_until <= ? \
-                     ORDER BY unique_until LIMIT ? FOR UPDATE SKIP LOCKED",
-    state: "SELECT state FROM tasks WHERE id = ?",
-    cancel: "UPDATE tasks FORCE INDEX (PRIMARY) \
-             SET state = 'cancelled', unique_active = NULL, lease_until = NULL, \
-                 lease_token = lease_token + 1, updated_at = ? \
-             WHERE id = ? AND state IN ('blocked', 'pending', 'claimed', 'running')",
-    // rows_affected counts matched rows, not changed ones (sqlx sets CLIENT_FOUND_ROWS),
-    // so an extension that moves nothing still reports that its token matched, as on
-    // SQLite.
-    succeed: "UPDATE tasks FORCE INDEX (PRIMARY) \
-              SET state = 'succeeded', result = ?, \
-                     unique_active = CASE WHEN unique_for > 0 THEN unique_active END, \
-                  lease_until = NULL, owner = NULL, updated_at = ? \
-              WHERE id = ? AND lease_token = ? AND state IN ('running', 'pending', 'dead')",
-    retry: "UPDATE tasks FORCE INDEX (PRIMARY) \
-            SET state = 'pending', trigger_at = ?, last_error = ?, \
-                lease_until = NULL, owner = NULL, updated_at = ? \
-            WHERE id = ? AND lease_token = ? AND state = 'running'",
-    bury: "UPDATE tasks FORCE INDEX (PRIMARY) \
-           SET state = 'dead', last_error = ?, unique_active = NULL, \
-               lease_until = NULL, owner = NULL, updated_at = ? \
-           WHERE id = ? AND lease_token = ? AND state = 'running'",
-    release: "UPDATE tasks FORCE INDEX (PRIMARY) \
-              SET state = 'pending', lease_until = NULL, owner = NULL, updated_at = ? \
-              WHERE id = ? AND lease_token = ? AND state = 'claimed'",
-    extend: "UPDATE tasks FORCE INDEX (PRIMARY) \
-             SET lease_until = GREATEST(lease_until, ?), updated_at = ? \
-             WHERE id = ? AND lease_token = ? AND state = 'running'",
-    redrive: "UPDATE tasks FORCE INDEX (PRIMARY) \
-              SET state = ?, attempt = 0, trigger_at = ?, \
-                  lease_token = lease_token + 1, unique_active = unique_key, lease_until = NULL, updated_at = ? \
-              WHERE id = ? AND state = 'dead'",
-    redrive_holder: "SELECT b.id FROM tasks a JOIN tasks b \
-                     ON b.unique_active = a.unique_key AND b.task_type = a.task_type \
-                     WHERE a.id = ?",
-    dead_letters: concat!(
-        "SELECT ",
-        task_columns!(),
-        " FROM tasks WHERE state = 'dead' AND (? IS NULL OR task_type = ?) \
-           AND (trigger_at < ? OR (trigger_at = ? AND id < ?)) \
-         ORDER BY trigger_at DESC, id DESC LIMIT ?"
-    ),
-    // SUM is DECIMAL on MySQL: cast it back to the BIGINT the other backends return.
-    purgeable: "SELECT id FROM tasks \
-                WHERE task_type = ? AND state = ? AND updated_at < ? \
-                  AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks c ON c.id = d.task_id \
-                                 WHERE d.depends_on = tasks.id AND c.state = 'blocked') \
-                ORDER BY updated_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
-};
 
 /// No `UPDATE … RETURNING`: the started row is read back, still locked by the
 /// transaction.
