@@ -350,22 +350,7 @@ async fn store_stops_answering(stuck: Stuck) {
     .unwrap();
     let proxy = DbProxy::start(&database, true).await;
     let role = |name: &str, store: &str, extra: &[&str]| {
-        let listen = format!("127.0.0.1:{}", free_port());
-        let subcommand = name.split('-').next().unwrap();
-        let mut args: Vec<String> = [
-            subcommand,
-            "--store",
-            store,
-            "--config",
-            &jobs.display().to_string(),
-            "--listen",
-            &listen,
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        args.extend(extra.iter().map(|s| s.to_string()));
-        Role::start(name, &listen, args, dir.path())
+        Role::serve(name, store, &jobs, dir.path(), extra)
     };
     let api = role("api", &database, &[]);
     let mut dispatcher = role(

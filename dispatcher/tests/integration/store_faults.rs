@@ -107,22 +107,7 @@ async fn under(service: Service, fault: Fault) {
     )
     .unwrap();
     let store = proxy.url(&database);
-    let role = |name: &str| {
-        let listen = format!("127.0.0.1:{}", free_port());
-        let args = [
-            name,
-            "--store",
-            &store,
-            "--config",
-            &jobs.display().to_string(),
-            "--listen",
-            &listen,
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        Role::start(name, &listen, args, dir.path())
-    };
+    let role = |name: &str| Role::serve(name, &store, &jobs, dir.path(), &[]);
     let mut roles = [role("api"), role("dispatcher"), role("scheduler")];
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(120))

@@ -687,6 +687,29 @@ pub struct Role {
 }
 
 impl Role {
+    /// Starts role `name` (its subcommand is the part before any `-`, so two of one kind
+    /// can be told apart: `dispatcher-2`) on `store` with the job configs in `config`, on
+    /// a free port, with `extra` arguments.
+    pub fn serve(
+        name: &str,
+        store: &str,
+        config: &std::path::Path,
+        dir: &std::path::Path,
+        extra: &[&str],
+    ) -> Self {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let subcommand = name.split('-').next().unwrap_or(name);
+        let config = config.display().to_string();
+        let args = [
+            subcommand, "--store", store, "--config", &config, "--listen", &listen,
+        ]
+        .iter()
+        .chain(extra)
+        .map(|s| s.to_string())
+        .collect();
+        Self::start(name, &listen, args, dir)
+    }
+
     pub fn start(name: &str, listen: &str, args: Vec<String>, dir: &std::path::Path) -> Self {
         let mut role = Self {
             name: name.into(),
