@@ -8,7 +8,8 @@
 # other tests use), and runs `asyncd-bench soak`: asyncd as separate processes (migrate,
 # 2 APIs, 3 dispatchers, 2 schedulers), N tasks over the Kafka and the store route with
 # misbehaving executors, every role SIGKILLed and restarted over and over, the database
-# and the broker restarted once. Prints accepted, lost, early, duplicates, wrong end
+# and the broker restarted once, and network faults on every role's link to the database
+# (through a Toxiproxy server of its own). Prints accepted, lost, early, duplicates, wrong end
 # states, peak and last RSS and open descriptors per role, and throughput; exits
 # non-zero on any loss, early run or wrong end state. See docs/reliability.md.
 #   e2e/soak.sh                        10⁵ tasks on PostgreSQL
@@ -52,19 +53,26 @@ export ASYNCD_POSTGRES_PORT=${ASYNCD_SOAK_POSTGRES_PORT:-25432}
 export ASYNCD_MARIADB_PORT=${ASYNCD_SOAK_MARIADB_PORT:-23306}
 export ASYNCD_KAFKA_PORT=${ASYNCD_SOAK_KAFKA_PORT:-29092}
 export ASYNCD_KAFKA_CONTROLLER_PORT=${ASYNCD_SOAK_KAFKA_CONTROLLER_PORT:-29093}
+export ASYNCD_TOXIPROXY_PORT=${ASYNCD_SOAK_TOXIPROXY_PORT:-28474}
+toxiproxy_version=${ASYNCD_TOXIPROXY_VERSION:-v2.5.0}
 mkdir -p "$ASYNCD_CACHE"
-# The Kafka jars are the same for every instance: share the cached copy instead of fetching.
-if [ -d "$shared_cache/kafka-$kafka_version" ] && [ ! -e "$ASYNCD_CACHE/kafka-$kafka_version" ]; then
-  ln -s "$shared_cache/kafka-$kafka_version" "$ASYNCD_CACHE/kafka-$kafka_version"
-fi
+# The Kafka jars and the Toxiproxy build are the same for every instance: share the cached
+# copies instead of fetching and building them again.
+for tool in "kafka-$kafka_version" "toxiproxy-$toxiproxy_version"; do
+  if [ -d "$shared_cache/$tool" ] && [ ! -e "$ASYNCD_CACHE/$tool" ]; then
+    ln -s "$shared_cache/$tool" "$ASYNCD_CACHE/$tool"
+  fi
+done
 
 stop_services() {
   e2e/services/kafka.sh stop >/dev/null 2>&1 || true
   e2e/services/"$backend".sh stop >/dev/null 2>&1 || true
+  e2e/services/toxiproxy.sh stop >/dev/null 2>&1 || true
 }
 trap stop_services EXIT
 e2e/services/"$backend".sh start >&2
 e2e/services/kafka.sh start >&2
+e2e/services/toxiproxy.sh start >&2
 store=$(e2e/services/"$backend".sh createdb soak)
 
 machine
@@ -72,4 +80,5 @@ ASYNCD_STORE=$store "$CARGO_TARGET_DIR/release/asyncd-bench" soak \
   --kafka-brokers "$(e2e/services/kafka.sh url)" \
   --db-restart "e2e/services/$backend.sh restart" \
   --broker-restart "e2e/services/kafka.sh restart" \
+  --toxiproxy "$(e2e/services/toxiproxy.sh url)" \
   "${bench_args[@]}"

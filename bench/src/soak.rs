@@ -1,6 +1,7 @@
 //! The chaos soak: asyncd as separate real processes on PostgreSQL or MariaDB and Kafka
 //! (migrate, APIs, dispatchers, schedulers), N tasks over both routes, executors that
-//! misbehave in every way the contract allows, and every role SIGKILLed and restarted over
+//! misbehave in every way the contract allows and at the socket (an answer that never
+//! comes, trickles, or is cut after its headers), and every role SIGKILLed and restarted over
 //! and over, the database and the broker restarted once each. At the end every accepted task must have
 //! reached the end state its executor's behaviour implies, no executor call may come before
 //! the task's ETA, and successful executions beyond the first are counted.
@@ -25,6 +26,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 
 use crate::harness::now_ms;
+use asyncd_toxiproxy::{Fault, Proxy};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -71,6 +73,15 @@ pub struct Args {
     dispatchers: usize,
     #[arg(long, default_value_t = 2)]
     schedulers: usize,
+    /// Toxiproxy's API (`e2e/services/toxiproxy.sh url`): every asyncd process reaches the
+    /// store through a proxy there, whose link gets a network fault every
+    /// `--net-fault-every` while the chaos lasts (none without this).
+    #[arg(long)]
+    toxiproxy: Option<String>,
+    /// How often a network fault (black hole, 200 ms latency, 32 KiB/s, resets) is put on
+    /// the store link, for 1–5 s.
+    #[arg(long, default_value = "10s", value_parser = asyncd_spec::parse_duration)]
+    net_fault_every: Duration,
     /// Folder for the asyncd processes' logs (default: a new temporary folder, kept).
     #[arg(long)]
     logs: Option<PathBuf>,
@@ -120,6 +131,15 @@ pub enum Behaviour {
     Callback,
     /// 422 on every attempt: must end in dead letters.
     Permanent,
+    /// First attempt: the connection is accepted and never answered (the call runs into
+    /// the attempt's timeout); then 200.
+    Hang,
+    /// First attempt: 200 and its headers at once, then the body one byte a second, far
+    /// slower than the timeout allows; then 200.
+    Trickle,
+    /// First attempt: 200 and its headers with a `content-length` the body never reaches,
+    /// then the connection is closed; then 200.
+    CutAfterHeaders,
 }
 
 /// A task's end state.
@@ -145,7 +165,10 @@ impl Behaviour {
     pub fn of(seed: u64, index: u64) -> Self {
         let r = draw(seed, 1, index) % 1000;
         match r {
-            0..800 => Self::Ok,
+            0..785 => Self::Ok,
+            785..790 => Self::Hang,
+            790..795 => Self::Trickle,
+            795..800 => Self::CutAfterHeaders,
             800..860 => Self::FailThenOk(1 + (r % 3) as u32),
             860..875 => Self::Slow,
             875..890 => Self::InvalidJson200,
@@ -170,6 +193,9 @@ impl Behaviour {
             Self::Redirect => "redirect".into(),
             Self::Callback => "callback".into(),
             Self::Permanent => "permanent".into(),
+            Self::Hang => "hang".into(),
+            Self::Trickle => "trickle".into(),
+            Self::CutAfterHeaders => "cut".into(),
         }
     }
 
@@ -184,6 +210,9 @@ impl Behaviour {
             "redirect" => Self::Redirect,
             "callback" => Self::Callback,
             "permanent" => Self::Permanent,
+            "hang" => Self::Hang,
+            "trickle" => Self::Trickle,
+            "cut" => Self::CutAfterHeaders,
             _ => Self::FailThenOk(code.strip_prefix("fail")?.parse().ok()?),
         })
     }
@@ -266,6 +295,10 @@ pub struct Verdict {
     /// tell steady kills from the database and broker restarts (at a third, two thirds).
     pub duplicates_by_tenth: [usize; 10],
     pub wrong: usize,
+    /// Tasks that ended succeeded although no execution of theirs answered so whole:
+    /// asyncd took an answer that never arrived complete (hung, trickled, cut after its
+    /// headers) for a success.
+    pub unearned: usize,
     /// Tasks whose submit never got a 2xx but which ran anyway (allowed: the answer was lost).
     pub ran_unconfirmed: usize,
     pub calls: u64,
@@ -351,6 +384,7 @@ impl Ledger {
                     }
                 }
                 Some(end) if end != expected => v.wrong += 1,
+                Some("succeeded") if r.successes == 0 => v.unearned += 1,
                 Some(_) => {}
             }
         }
@@ -412,7 +446,27 @@ pub async fn run(args: &Args) -> Result<()> {
 
     let binary = std::env::current_exe()?.with_file_name("asyncd");
     migrate(&binary, &args.store).await?;
-    let fleet = Arc::new(Mutex::new(Fleet::start(binary, args, &apis, &jobs, &logs)?));
+    // The roles reach the store through the proxy; the soak's own steps (migrate, the
+    // database restart) go to it directly.
+    let proxy = match &args.toxiproxy {
+        Some(api) => {
+            let name = format!("soak-store-{}", std::process::id());
+            Some(Arc::new(Proxy::create(api, &name, &args.store).await?))
+        }
+        None => None,
+    };
+    let role_store = match &proxy {
+        Some(proxy) => proxy.url(&args.store)?,
+        None => args.store.clone(),
+    };
+    let fleet = Arc::new(Mutex::new(Fleet::start(
+        binary,
+        args,
+        &role_store,
+        &apis,
+        &jobs,
+        &logs,
+    )?));
     for api in &apis {
         wait_healthy(&http, api).await?;
     }
@@ -430,6 +484,17 @@ pub async fn run(args: &Args) -> Result<()> {
 
     let submitted = Arc::new(AtomicUsize::new(0));
     let chaos_until = Arc::new(AtomicI64::new(i64::MAX));
+    // The proxy lives until the run ends (dropping it deletes it): the roles reach the
+    // store through it until the drain is over.
+    let net_faults = proxy.clone().map(|proxy| {
+        tokio::spawn(net_faults(
+            proxy,
+            seed,
+            args.net_fault_every,
+            logs.join("net-faults.log"),
+            chaos_until.clone(),
+        ))
+    });
     let chaos = tokio::spawn(chaos(
         fleet.clone(),
         ChaosPlan {
@@ -462,6 +527,13 @@ pub async fn run(args: &Args) -> Result<()> {
         "chaos over: {} kills, database restart: {}, broker restart: {}",
         chaos_report.kills, chaos_report.db, chaos_report.broker
     );
+    let net_report = match net_faults {
+        Some(task) => Some(task.await?),
+        None => None,
+    };
+    if let Some(report) = &net_report {
+        println!("network faults on the store link: {}", report.summary());
+    }
 
     let drain_started = Instant::now();
     let missing = drain(&client, &ledger, args.drain_deadline).await;
@@ -504,6 +576,10 @@ pub async fn run(args: &Args) -> Result<()> {
         v.duplicates_by_tenth
     );
     println!("| wrong end state | {} |", v.wrong);
+    println!(
+        "| succeeded with no answer that said so (unearned) | {} |",
+        v.unearned
+    );
     println!(
         "| ran without a 2xx submit answer (allowed) | {} |",
         v.ran_unconfirmed
@@ -621,12 +697,26 @@ pub async fn run(args: &Args) -> Result<()> {
     if v.wrong > 0 {
         failures.push(format!("{} in the wrong end state", v.wrong));
     }
+    if v.unearned > 0 {
+        failures.push(format!(
+            "{} succeeded with no answer that said so",
+            v.unearned
+        ));
+    }
     if let Some(limit) = args.max_duplicates_pct
         && v.duplicates_pct() > limit
     {
         failures.push(format!(
             "duplicates {:.3} % over the {limit} % limit",
             v.duplicates_pct()
+        ));
+    }
+    if let Some(report) = &net_report
+        && !report.failed.is_empty()
+    {
+        failures.push(format!(
+            "{} network faults could not be put on or taken off",
+            report.failed.len()
         ));
     }
     if !chaos_report.db_ok || !chaos_report.broker_ok {
@@ -795,7 +885,51 @@ async fn execute(state: &ExecutorState, uri: &Uri, headers: &HeaderMap, body: &[
             }
         }
         Behaviour::Permanent => answer(422, r#"{"error": "never"}"#),
+        // The first attempt's answer never arrives whole, so asyncd must count it failed
+        // and try again; the work is noted as done only by an answer that can arrive.
+        Behaviour::Hang if attempt <= 1 => {
+            // Long past the timeout; the dispatcher has hung up by then.
+            tokio::time::sleep(EXECUTOR_TIMEOUT * 4).await;
+            answer(200, "too late")
+        }
+        Behaviour::Trickle if attempt <= 1 => {
+            let bytes = futures::stream::unfold(0u32, |sent| async move {
+                if sent > 0 {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                (sent < TRICKLE_BYTES)
+                    .then(|| (Ok::<_, std::io::Error>(Bytes::from_static(b"x")), sent + 1))
+            });
+            body_answer(TRICKLE_BYTES, bytes)
+        }
+        Behaviour::CutAfterHeaders if attempt <= 1 => {
+            // An error from the body stream makes hyper close the connection mid-body.
+            let bytes = futures::stream::iter([
+                Ok(Bytes::from_static(b"{\"ok\": ")),
+                Err(std::io::Error::other("the executor hangs up")),
+            ]);
+            body_answer(100, bytes)
+        }
+        Behaviour::Hang | Behaviour::Trickle | Behaviour::CutAfterHeaders => {
+            success();
+            answer(200, "")
+        }
     }
+}
+
+/// How long a trickled answer is, in bytes (one a second): many times the timeout.
+const TRICKLE_BYTES: u32 = 64;
+
+/// A 200 whose headers promise `length` bytes and whose body is `bytes`.
+fn body_answer<S>(length: u32, bytes: S) -> Response
+where
+    S: futures::Stream<Item = std::io::Result<Bytes>> + Send + 'static,
+{
+    let mut response = Response::new(axum::body::Body::from_stream(bytes));
+    response
+        .headers_mut()
+        .insert("content-length", length.into());
+    response
 }
 
 /// The long-running half of a 202: a heartbeat, then the success result, through any API
@@ -870,6 +1004,7 @@ impl Fleet {
     fn start(
         binary: PathBuf,
         args: &Args,
+        store: &str,
         apis: &[String],
         jobs: &Path,
         logs: &Path,
@@ -920,7 +1055,7 @@ impl Fleet {
         }
         let mut fleet = Self {
             binary,
-            store: args.store.clone(),
+            store: store.to_string(),
             logs: logs.to_path_buf(),
             procs,
             usage: BTreeMap::new(),
@@ -1032,6 +1167,77 @@ fn status_kib(status: &str, field: &str) -> u64 {
         .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// The network faults put on the store link, by kind, and those the proxy refused.
+#[derive(Default)]
+struct NetFaultReport {
+    by_fault: BTreeMap<&'static str, u32>,
+    failed: Vec<String>,
+}
+
+impl NetFaultReport {
+    fn summary(&self) -> String {
+        let mut parts: Vec<String> = self
+            .by_fault
+            .iter()
+            .map(|(name, n)| format!("{name} {n}"))
+            .collect();
+        if parts.is_empty() {
+            parts.push("none".into());
+        }
+        if !self.failed.is_empty() {
+            parts.push(format!("{} FAILED ({})", self.failed.len(), self.failed[0]));
+        }
+        parts.join(", ")
+    }
+}
+
+/// Puts one network fault after another on the store link (each `every`, for 1–5 s,
+/// the kind drawn from the seed) until `until_ms`; every fault is taken off again before
+/// the next, and before this returns.
+async fn net_faults(
+    proxy: Arc<Proxy>,
+    seed: u64,
+    every: Duration,
+    log: PathBuf,
+    until_ms: Arc<AtomicI64>,
+) -> NetFaultReport {
+    let mut report = NetFaultReport::default();
+    let mut lines = String::new();
+    let mut k: u64 = 0;
+    while now_ms() < until_ms.load(Ordering::Relaxed) {
+        tokio::time::sleep(every).await;
+        let fault = Fault::ALL[(draw(seed, 5, k) % Fault::ALL.len() as u64) as usize];
+        let hold = Duration::from_millis(1_000 + draw(seed, 6, k) % 4_000);
+        k += 1;
+        if let Err(err) = proxy.add(fault).await {
+            report.failed.push(format!("{err}"));
+            // A fault half put on (one direction of two) must not outlive this turn.
+            let _ = proxy.remove(fault).await;
+            continue;
+        }
+        let began = now_ms();
+        tokio::time::sleep(hold).await;
+        // The proxy's API is local and never faulted: a refusal here is a broken run.
+        let mut removed = proxy.remove(fault).await;
+        for _ in 0..3 {
+            if removed.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            removed = proxy.remove(fault).await;
+        }
+        if let Err(err) = removed {
+            report.failed.push(format!("{err}"));
+        }
+        *report.by_fault.entry(fault.name()).or_default() += 1;
+        lines.push_str(&format!("{began} {} {}\n", now_ms(), fault.name()));
+    }
+    if let Err(err) = std::fs::write(&log, lines) {
+        eprintln!("could not write {}: {err}", log.display());
+    }
+    report
 }
 
 struct ChaosPlan {
@@ -1398,10 +1604,13 @@ mod tests {
             *counts.entry(code).or_default() += 1;
         }
         let share = |code: &str| counts.get(code).copied().unwrap_or(0) as f64 / n as f64;
-        assert!((share("ok") - 0.80).abs() < 0.01, "{counts:?}");
+        assert!((share("ok") - 0.785).abs() < 0.01, "{counts:?}");
         assert!((share("fail") - 0.06).abs() < 0.005, "{counts:?}");
         assert!((share("permanent") - 0.02).abs() < 0.003, "{counts:?}");
-        assert_eq!(counts.len(), 10, "{counts:?}");
+        for socket in ["hang", "trickle", "cut"] {
+            assert!((share(socket) - 0.005).abs() < 0.002, "{counts:?}");
+        }
+        assert_eq!(counts.len(), 13, "{counts:?}");
     }
 
     #[test]
@@ -1417,6 +1626,9 @@ mod tests {
             Behaviour::NulBody,
             Behaviour::HugeBody,
             Behaviour::Callback,
+            Behaviour::Hang,
+            Behaviour::Trickle,
+            Behaviour::CutAfterHeaders,
         ] {
             assert_eq!(b.expected(), EndState::Succeeded, "{b:?}");
         }
@@ -1457,23 +1669,28 @@ mod tests {
         let seed = 11;
         let ok = index_of(seed, Behaviour::Ok);
         let dead = index_of(seed, Behaviour::Permanent);
-        let mut ledger = Ledger::new(seed, ok.max(dead) + 1);
+        // Room for more plain tasks than `ok`.
+        let mut ledger = Ledger::new(seed, ok.max(dead) + 50);
         let n = ledger.records.len();
         // Everything accepted and ended as expected, each once...
         for i in 0..n {
             let r = &mut ledger.records[i];
             r.id = Some(format!("t{i}"));
-            r.end = Some(Behaviour::of(seed, i as u64).expected().as_str().into());
+            let expected = Behaviour::of(seed, i as u64).expected();
+            r.end = Some(expected.as_str().into());
+            r.successes = u32::from(expected == EndState::Succeeded);
         }
         assert_eq!(
             ledger.verdict(),
             Verdict {
                 accepted: n,
+                successes: ledger.records.iter().map(|r| u64::from(r.successes)).sum(),
                 ..Verdict::default()
             }
         );
         // ...then one lost, one wrong, two extra successes, one early and one on-time call.
         ledger.records[ok].end = None;
+        ledger.records[ok].successes = 0;
         ledger.records[dead].end = Some("succeeded".into());
         ledger.note_success(ok, 1, "a");
         ledger.note_success(ok, 2, "b");
@@ -1501,6 +1718,14 @@ mod tests {
         assert_eq!(ledger.early_samples.len(), 1);
         assert!((v.duplicates_pct() - 200.0 / n as f64).abs() < 1e-9);
         assert_eq!(v.lost_unknown_id, 0);
+        assert_eq!(v.unearned, 0, "the wrong end is not counted twice");
+        // A success no executor answer reported is told apart.
+        let other_ok = (0..n)
+            .find(|i| *i != ok && Behaviour::of(seed, *i as u64) == Behaviour::Ok)
+            .expect("two plain tasks");
+        ledger.records[other_ok].successes = 0;
+        assert_eq!(ledger.verdict().unearned, 1);
+        ledger.records[other_ok].successes = 1;
         // A lost task whose id answers 404 while its work ran is told apart.
         ledger.records[ok].last = Some(NOT_FOUND.into());
         assert_eq!(ledger.verdict().lost_unknown_id, 1);

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::support::toxiproxy::{Fault, Proxy};
+use crate::support::toxiproxy::{Fault, proxy_to};
 use crate::support::*;
 
 /// The roles' default `--store-timeout`.
@@ -84,7 +84,7 @@ async fn under(service: Service, fault: Fault) {
     let Some(database) = fresh_database(service).await else {
         return;
     };
-    let Some(proxy) = Proxy::to(&database).await else {
+    let Some(proxy) = proxy_to(&database).await else {
         return;
     };
     let migrated = std::process::Command::new(env!("CARGO_BIN_EXE_asyncd"))
@@ -106,7 +106,7 @@ async fn under(service: Service, fault: Fault) {
         ),
     )
     .unwrap();
-    let store = proxy.url(&database);
+    let store = proxy.url(&database).unwrap();
     let role = |name: &str| Role::serve(name, &store, &jobs, dir.path(), &[]);
     let mut roles = [role("api"), role("dispatcher"), role("scheduler")];
     let http = reqwest::Client::builder()
@@ -179,7 +179,8 @@ async fn under(service: Service, fault: Fault) {
                 "latency",
                 json!({"latency": 1000, "jitter": 0}),
             )
-            .await;
+            .await
+            .unwrap();
         wait_for("a submit held up by the slow link", DEADLINE, async || {
             submits
                 .lock()
@@ -191,9 +192,9 @@ async fn under(service: Service, fault: Fault) {
         .await;
     }
     let began = Instant::now();
-    proxy.add(fault).await;
+    proxy.add(fault).await.unwrap();
     if fault == Fault::BlackHole {
-        proxy.remove_toxic("prelude").await;
+        proxy.remove_toxic("prelude").await.unwrap();
     }
     // What each role noticed first (its first warning or error), and when; and when it
     // first gave up on a call at the bound (None: not by the end of the fault).
@@ -224,7 +225,7 @@ async fn under(service: Service, fault: Fault) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let calls_during = executor.calls().len() - calls_before;
-    proxy.remove(fault).await;
+    proxy.remove(fault).await.unwrap();
     let healed = Instant::now();
 
     // Submits go on for a while on the healed path, then stop.
