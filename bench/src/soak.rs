@@ -82,6 +82,11 @@ pub struct Args {
     /// the store link, for 1–5 s.
     #[arg(long, default_value = "10s", value_parser = asyncd_spec::parse_duration)]
     net_fault_every: Duration,
+    /// How often the executor's host name stops resolving in the dispatchers, for 1–4 s
+    /// ("0s": never). The dispatchers then run in mount namespaces of their own, each
+    /// with the soak's hosts file over `/etc/hosts`, which needs root.
+    #[arg(long, default_value = "15s", value_parser = asyncd_spec::parse_duration)]
+    dns_outage_every: Duration,
     /// Folder for the asyncd processes' logs (default: a new temporary folder, kept).
     #[arg(long)]
     logs: Option<PathBuf>,
@@ -270,6 +275,9 @@ pub struct Record {
     pub end: Option<String>,
     /// The last state read back while the task was not final (`not found`: a 404).
     pub last: Option<String>,
+    /// Why its last failed attempt failed, as read back once final (asyncd keeps it
+    /// after a later success): shows what the socket faults and DNS outages did.
+    pub last_error: Option<String>,
 }
 
 /// The accounting: executor calls and submit answers in, the verdict out.
@@ -421,13 +429,35 @@ pub async fn run(args: &Args) -> Result<()> {
     let apis: Vec<String> = (0..args.apis)
         .map(|_| Ok(format!("http://127.0.0.1:{}", free_port()?)))
         .collect::<Result<_>>()?;
-    let executor = serve_executor(ExecutorState {
+    let executor_port = serve_executor(ExecutorState {
         ledger: ledger.clone(),
         http: http.clone(),
         apis: apis.clone(),
         huge: Bytes::from(vec![b'x'; HUGE_BODY]),
     })
     .await?;
+    // With DNS outages the dispatchers reach the executor by a name only the soak's hosts
+    // file knows, and that file is emptied now and then.
+    let hosts = if args.dns_outage_every.is_zero() {
+        None
+    } else {
+        let uid = std::fs::read_to_string("/proc/self/status")?
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|ids| ids.split_whitespace().next().map(str::to_string));
+        if uid.as_deref() != Some("0") {
+            bail!(
+                "DNS outages need root (the dispatchers get their own /etc/hosts in a mount namespace); run as root or pass --dns-outage-every 0s"
+            );
+        }
+        let hosts = logs.join("hosts");
+        std::fs::write(&hosts, HOSTS_RESOLVING)?;
+        Some(hosts)
+    };
+    let executor = match hosts {
+        Some(_) => format!("http://{EXECUTOR_HOST}:{executor_port}/run"),
+        None => format!("http://127.0.0.1:{executor_port}/run"),
+    };
 
     let jobs = logs.join("jobs");
     std::fs::create_dir_all(&jobs)?;
@@ -463,6 +493,7 @@ pub async fn run(args: &Args) -> Result<()> {
         binary,
         args,
         &role_store,
+        hosts.clone(),
         &apis,
         &jobs,
         &logs,
@@ -492,6 +523,15 @@ pub async fn run(args: &Args) -> Result<()> {
             seed,
             args.net_fault_every,
             logs.join("net-faults.log"),
+            chaos_until.clone(),
+        ))
+    });
+    let dns_outages = hosts.map(|hosts| {
+        tokio::spawn(dns_outages(
+            hosts,
+            seed,
+            args.dns_outage_every,
+            logs.join("dns-outages.log"),
             chaos_until.clone(),
         ))
     });
@@ -533,6 +573,13 @@ pub async fn run(args: &Args) -> Result<()> {
     };
     if let Some(report) = &net_report {
         println!("network faults on the store link: {}", report.summary());
+    }
+    let dns_report = match dns_outages {
+        Some(task) => Some(task.await?),
+        None => None,
+    };
+    if let Some(report) = &dns_report {
+        println!("DNS outages of the executor's name: {}", report.summary());
     }
 
     let drain_started = Instant::now();
@@ -584,6 +631,24 @@ pub async fn run(args: &Args) -> Result<()> {
         "| ran without a 2xx submit answer (allowed) | {} |",
         v.ran_unconfirmed
     );
+    println!(
+        "| succeeded tasks by their last failed attempt's cause (each in last-errors.tsv) | {} |",
+        failure_causes(&ledger.records)
+    );
+    let errors: String = ledger
+        .records
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| {
+            let error = r.last_error.as_deref()?;
+            let behaviour = Behaviour::of(seed, i as u64).code();
+            Some(format!(
+                "{i}\t{behaviour}\t{}\t{error}\n",
+                failure_cause(error)
+            ))
+        })
+        .collect();
+    std::fs::write(logs.join("last-errors.tsv"), errors)?;
     println!(
         "| executor calls / successful executions | {} / {} |",
         v.calls, v.successes
@@ -719,6 +784,14 @@ pub async fn run(args: &Args) -> Result<()> {
             report.failed.len()
         ));
     }
+    if let Some(report) = &dns_report
+        && !report.failed.is_empty()
+    {
+        failures.push(format!(
+            "{} DNS outages could not be started or ended",
+            report.failed.len()
+        ));
+    }
     if !chaos_report.db_ok || !chaos_report.broker_ok {
         failures.push("a database or broker restart failed (see the logs folder)".into());
     }
@@ -730,6 +803,43 @@ pub async fn run(args: &Args) -> Result<()> {
     }
     println!("soak passed (seed {seed})");
     Ok(())
+}
+
+/// The succeeded tasks that had a failed attempt, by its cause: evidence that the socket
+/// faults and DNS outages reached asyncd as failed attempts, which it then retried.
+fn failure_causes(records: &[Record]) -> String {
+    let mut causes: BTreeMap<&'static str, usize> = BTreeMap::new();
+    for r in records
+        .iter()
+        .filter(|r| r.end.as_deref() == Some("succeeded"))
+    {
+        let Some(error) = &r.last_error else { continue };
+        *causes.entry(failure_cause(error)).or_default() += 1;
+    }
+    if causes.is_empty() {
+        return "none".into();
+    }
+    causes
+        .iter()
+        .map(|(cause, n)| format!("{cause} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn failure_cause(error: &str) -> &'static str {
+    if error.contains("dns error") {
+        "name not resolved"
+    } else if error.contains("timed out") {
+        "timed out"
+    } else if error.contains("body") {
+        "answer cut"
+    } else if error.contains("connection closed") {
+        "connection closed"
+    } else if error.contains("executor answered 5") {
+        "5xx"
+    } else {
+        "other"
+    }
 }
 
 fn free_port() -> Result<u16> {
@@ -777,7 +887,50 @@ struct ExecutorState {
     huge: Bytes,
 }
 
-async fn serve_executor(state: ExecutorState) -> Result<String> {
+/// The executor's host name when DNS outages are on, and the soak's hosts file with and
+/// without it (`localhost` always resolves: the roles' other addresses are numeric).
+const EXECUTOR_HOST: &str = "soak-executor.test";
+const HOSTS_RESOLVING: &str =
+    "127.0.0.1 localhost\n::1 localhost ip6-localhost\n127.0.0.1 soak-executor.test\n";
+const HOSTS_NOT_RESOLVING: &str = "127.0.0.1 localhost\n::1 localhost ip6-localhost\n";
+
+/// Empties the executor's name out of `hosts` for 1–4 s every `every` (lengths drawn
+/// from the seed) until `until_ms`, and leaves it resolving. The file is rewritten in
+/// place: the dispatchers' bind mounts follow the inode, not the path.
+async fn dns_outages(
+    hosts: PathBuf,
+    seed: u64,
+    every: Duration,
+    log: PathBuf,
+    until_ms: Arc<AtomicI64>,
+) -> NetFaultReport {
+    let mut report = NetFaultReport::default();
+    let mut lines = String::new();
+    let mut k: u64 = 0;
+    while now_ms() < until_ms.load(Ordering::Relaxed) {
+        tokio::time::sleep(every).await;
+        let hold = Duration::from_millis(1_000 + draw(seed, 7, k) % 3_000);
+        k += 1;
+        if let Err(err) = std::fs::write(&hosts, HOSTS_NOT_RESOLVING) {
+            report.failed.push(format!("{err}"));
+            continue;
+        }
+        let began = now_ms();
+        tokio::time::sleep(hold).await;
+        if let Err(err) = std::fs::write(&hosts, HOSTS_RESOLVING) {
+            report.failed.push(format!("{err}"));
+        }
+        *report.by_fault.entry("outage").or_default() += 1;
+        lines.push_str(&format!("{began} {}\n", now_ms()));
+    }
+    if let Err(err) = std::fs::write(&log, lines) {
+        eprintln!("could not write {}: {err}", log.display());
+    }
+    report
+}
+
+/// Serves the soak's executor on a free port of 127.0.0.1; returns the port.
+async fn serve_executor(state: ExecutorState) -> Result<u16> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let app = axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap, body: Bytes| {
@@ -785,7 +938,7 @@ async fn serve_executor(state: ExecutorState) -> Result<String> {
         async move { execute(&state, &uri, &headers, &body).await }
     });
     tokio::spawn(async move { axum::serve(listener, app).await });
-    Ok(format!("http://{addr}/run"))
+    Ok(addr.port())
 }
 
 fn answer(status: u16, body: impl Into<Bytes>) -> Response {
@@ -903,11 +1056,14 @@ async fn execute(state: &ExecutorState, uri: &Uri, headers: &HeaderMap, body: &[
             body_answer(TRICKLE_BYTES, bytes)
         }
         Behaviour::CutAfterHeaders if attempt <= 1 => {
-            // An error from the body stream makes hyper close the connection mid-body.
-            let bytes = futures::stream::iter([
-                Ok(Bytes::from_static(b"{\"ok\": ")),
-                Err(std::io::Error::other("the executor hangs up")),
-            ]);
+            // An error from the body stream makes hyper close the connection mid-body;
+            // it comes a moment later, or hyper gives up before the headers are out.
+            let bytes = futures::stream::iter([Ok(Bytes::from_static(b"{\"ok\": "))]).chain(
+                futures::stream::once(async {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    Err(std::io::Error::other("the executor hangs up"))
+                }),
+            );
             body_answer(100, bytes)
         }
         Behaviour::Hang | Behaviour::Trickle | Behaviour::CutAfterHeaders => {
@@ -991,6 +1147,8 @@ struct Fleet {
     binary: PathBuf,
     /// The store URL, handed over in the environment.
     store: String,
+    /// The soak's hosts file, which the dispatchers see as `/etc/hosts` (DNS outages).
+    hosts: Option<PathBuf>,
     logs: PathBuf,
     procs: Vec<Proc>,
     /// Per role, across its processes and their restarts.
@@ -1005,6 +1163,7 @@ impl Fleet {
         binary: PathBuf,
         args: &Args,
         store: &str,
+        hosts: Option<PathBuf>,
         apis: &[String],
         jobs: &Path,
         logs: &Path,
@@ -1056,6 +1215,7 @@ impl Fleet {
         let mut fleet = Self {
             binary,
             store: store.to_string(),
+            hosts,
             logs: logs.to_path_buf(),
             procs,
             usage: BTreeMap::new(),
@@ -1074,7 +1234,22 @@ impl Fleet {
             .create(true)
             .append(true)
             .open(self.logs.join(format!("{}.log", p.name)))?;
-        let child = Command::new(&self.binary)
+        // A dispatcher with the soak's hosts file: `unshare` and `sh` exec in place, so the
+        // pid is asyncd's, and the bind mount is seen by it alone.
+        let mut command = match &self.hosts {
+            Some(hosts) if p.role == "dispatcher" => {
+                let mut command = Command::new("unshare");
+                command
+                    .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+                    .arg(r#"hosts=$1; shift; mount --bind "$hosts" /etc/hosts && exec "$@""#)
+                    .arg("soak-dispatcher")
+                    .arg(hosts)
+                    .arg(&self.binary);
+                command
+            }
+            _ => Command::new(&self.binary),
+        };
+        let child = command
             .args(&p.args)
             .env("ASYNCD_STORE", &self.store)
             .env("ASYNCD_LOG", "warn")
@@ -1529,24 +1704,28 @@ async fn drain(
         // would be counted lost.
         let pass_began = start.elapsed();
         let pending_before = pending.len();
-        let read: Vec<(usize, String, String)> = futures::stream::iter(pending)
+        let read: Vec<(usize, String, String, Option<String>)> = futures::stream::iter(pending)
             .map(|(i, id, last)| async move {
-                let state = match client.get(&format!("/v1/tasks/{id}")).await {
-                    Some((200, task)) => task["state"].as_str().unwrap_or("?").to_string(),
-                    Some((404, _)) => NOT_FOUND.to_string(),
-                    _ => last,
+                let (state, error) = match client.get(&format!("/v1/tasks/{id}")).await {
+                    Some((200, task)) => (
+                        task["state"].as_str().unwrap_or("?").to_string(),
+                        task["last_error"].as_str().map(str::to_string),
+                    ),
+                    Some((404, _)) => (NOT_FOUND.to_string(), None),
+                    _ => (last, None),
                 };
-                (i, id, state)
+                (i, id, state, error)
             })
             .buffer_unordered(32)
             .collect()
             .await;
-        let mut still = Vec::new();
+        let mut still: Vec<(usize, String, String)> = Vec::new();
         {
             let mut ledger = ledger.lock().unwrap();
-            for (i, id, state) in read {
+            for (i, id, state, error) in read {
                 if matches!(state.as_str(), "succeeded" | "dead" | "cancelled") {
                     ledger.records[i].end = Some(state);
+                    ledger.records[i].last_error = error;
                 } else {
                     ledger.records[i].last = Some(state.clone());
                     still.push((i, id, state));
@@ -1611,6 +1790,33 @@ mod tests {
             assert!((share(socket) - 0.005).abs() < 0.002, "{counts:?}");
         }
         assert_eq!(counts.len(), 13, "{counts:?}");
+    }
+
+    #[test]
+    fn failed_attempts_are_told_apart_by_asyncds_reason() {
+        // Reasons as asyncd wrote them in a soak run.
+        for (reason, cause) in [
+            (
+                "executor call failed: error sending request for url (http://soak-executor.test:45285/run): client error (Connect): dns error: error resolving DNS: failed to lookup address information: Name or service not known",
+                "name not resolved",
+            ),
+            (
+                "executor call timed out after 3s (the attempt's timeout)",
+                "timed out",
+            ),
+            (
+                "executor call failed: error decoding response body: request or response body error",
+                "answer cut",
+            ),
+            (
+                "executor call failed: error sending request for url (http://soak-executor.test:45285/run): client error (SendRequest): connection closed before message completed",
+                "connection closed",
+            ),
+            ("executor answered 500 Internal Server Error", "5xx"),
+            ("executor answered 422 Unprocessable Entity", "other"),
+        ] {
+            assert_eq!(failure_cause(reason), cause, "{reason}");
+        }
     }
 
     #[test]

@@ -91,7 +91,15 @@ impl Proxy {
         let (Some(host), Some(port)) = (url.host_str(), url.port()) else {
             return Err(Error::Url("the database URL".into()));
         };
-        let http = reqwest::Client::new();
+        // No kept-alive connections: calls come seconds apart, and a connection the
+        // server closed while idle failed the next call now and then.
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .map_err(|source| Error::Api {
+                api: api.clone(),
+                source,
+            })?;
         let failed = |source| Error::Api {
             api: api.clone(),
             source,
