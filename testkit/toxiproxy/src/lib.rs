@@ -1,7 +1,7 @@
 //! A client of Toxiproxy's HTTP API (`e2e/services/toxiproxy.sh` runs the server): a
 //! proxy of the caller's own in front of a database server, and the network faults put
 //! on its links. The store fault tests (`dispatcher/tests/integration/store_faults.rs`)
-//! and the chaos soak (`bench/src/soak.rs`) share it.
+//! and the chaos soak (`bench/src/soak/`) share it.
 //!
 //! Toxiproxy names a link's two directions `upstream` (client to server) and `downstream`
 //! (server to client); a toxic is on one of them. Removing a `timeout` toxic closes the

@@ -1,0 +1,298 @@
+//! The accounting: executor calls and submit answers in, the verdict out.
+
+use super::*;
+
+/// What the soak knows about one task.
+#[derive(Debug, Clone, Default)]
+pub struct Record {
+    /// The task id, once a submit of it got a 2xx.
+    pub id: Option<String>,
+    pub calls: u32,
+    /// Executions the executor completed successfully.
+    pub successes: u32,
+    /// When each success was completed (ms) and by which attempt and lease token, so a
+    /// duplicate can be set against the kills in `kills.log`.
+    pub success_at: Vec<(i64, u32, String)>,
+    pub early: u32,
+    /// The final state read back from the API (`succeeded`, `dead`, `cancelled`).
+    pub end: Option<String>,
+    /// The last state read back while the task was not final (`not found`: a 404).
+    pub last: Option<String>,
+    /// Why its last failed attempt failed, as read back once final (asyncd keeps it
+    /// after a later success): shows what the socket faults and DNS outages did.
+    pub last_error: Option<String>,
+}
+
+/// The accounting: executor calls and submit answers in, the verdict out.
+pub struct Ledger {
+    pub seed: u64,
+    pub records: Vec<Record>,
+    /// The first few early calls, for the report.
+    pub early_samples: Vec<String>,
+}
+
+#[derive(Debug, Default, PartialEq)]
+pub struct Verdict {
+    pub accepted: usize,
+    pub lost: usize,
+    /// Lost tasks whose id answers 404 although their work ran: the submit's 2xx named an
+    /// id that never reached the store (the work ran under another submit's id).
+    pub lost_unknown_id: usize,
+    pub early: usize,
+    pub duplicates: usize,
+    /// Duplicates by the task's behaviour code, to tell which path re-ran work.
+    pub duplicates_by_behaviour: std::collections::BTreeMap<String, usize>,
+    /// Duplicates by tenth of the run in submit order (tenth k holds tasks k·N/10..), to
+    /// tell steady kills from the database and broker restarts (at a third, two thirds).
+    pub duplicates_by_tenth: [usize; 10],
+    pub wrong: usize,
+    /// Tasks that ended succeeded although no execution of theirs answered so whole:
+    /// asyncd took an answer that never arrived complete (hung, trickled, cut after its
+    /// headers) for a success.
+    pub unearned: usize,
+    /// Tasks whose submit never got a 2xx but which ran anyway (allowed: the answer was lost).
+    pub ran_unconfirmed: usize,
+    pub calls: u64,
+    pub successes: u64,
+}
+
+impl Verdict {
+    pub fn duplicates_pct(&self) -> f64 {
+        if self.accepted == 0 {
+            0.0
+        } else {
+            self.duplicates as f64 * 100.0 / self.accepted as f64
+        }
+    }
+}
+
+impl Ledger {
+    pub fn new(seed: u64, n: usize) -> Self {
+        Self {
+            seed,
+            records: vec![Record::default(); n],
+            early_samples: Vec::new(),
+        }
+    }
+
+    /// One executor call of task `index` at `arrival_ms`. It is early when it comes before
+    /// the ETA the soak asked for or the one asyncd sent with the call (a retry's), with 1 ms
+    /// allowed for rounding to whole milliseconds.
+    pub fn note_call(&mut self, index: usize, id: &str, arrival_ms: i64, etas_ms: &[i64]) {
+        let Some(record) = self.records.get_mut(index) else {
+            return;
+        };
+        record.calls += 1;
+        if let Some(eta) = etas_ms.iter().copied().max()
+            && arrival_ms + 1 < eta
+        {
+            record.early += 1;
+            if self.early_samples.len() < 10 {
+                self.early_samples.push(format!(
+                    "task {index} ({id}): called at {arrival_ms}, {} ms before its ETA {eta}",
+                    eta - arrival_ms
+                ));
+            }
+        }
+    }
+
+    pub fn note_success(&mut self, index: usize, attempt: u32, lease_token: &str) {
+        if let Some(record) = self.records.get_mut(index) {
+            record.successes += 1;
+            record
+                .success_at
+                .push((now_ms(), attempt, lease_token.to_string()));
+        }
+    }
+
+    pub fn verdict(&self) -> Verdict {
+        let mut v = Verdict::default();
+        for (index, r) in self.records.iter().enumerate() {
+            v.calls += u64::from(r.calls);
+            v.successes += u64::from(r.successes);
+            v.early += r.early as usize;
+            let extra = r.successes.saturating_sub(1) as usize;
+            if extra > 0 {
+                v.duplicates += extra;
+                let behaviour = Behaviour::of(self.seed, index as u64).code();
+                *v.duplicates_by_behaviour.entry(behaviour).or_default() += extra;
+                v.duplicates_by_tenth[index * 10 / self.records.len()] += extra;
+            }
+            if r.id.is_none() {
+                if r.calls > 0 {
+                    v.ran_unconfirmed += 1;
+                }
+                continue;
+            }
+            v.accepted += 1;
+            let expected = Behaviour::of(self.seed, index as u64).expected().as_str();
+            match r.end.as_deref() {
+                None => {
+                    v.lost += 1;
+                    let ran = r.successes > 0 || (expected == "dead" && r.calls > 0);
+                    if ran && r.last.as_deref() == Some(NOT_FOUND) {
+                        v.lost_unknown_id += 1;
+                    }
+                }
+                Some(end) if end != expected => v.wrong += 1,
+                Some("succeeded") if r.successes == 0 => v.unearned += 1,
+                Some(_) => {}
+            }
+        }
+        v
+    }
+}
+
+/// The succeeded tasks that had a failed attempt, by its cause: evidence that the socket
+/// faults and DNS outages reached asyncd as failed attempts, which it then retried.
+pub(super) fn failure_causes(records: &[Record]) -> String {
+    let mut causes: BTreeMap<&'static str, usize> = BTreeMap::new();
+    for r in records
+        .iter()
+        .filter(|r| r.end.as_deref() == Some("succeeded"))
+    {
+        let Some(error) = &r.last_error else { continue };
+        *causes.entry(failure_cause(error)).or_default() += 1;
+    }
+    if causes.is_empty() {
+        return "none".into();
+    }
+    causes
+        .iter()
+        .map(|(cause, n)| format!("{cause} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub(super) fn failure_cause(error: &str) -> &'static str {
+    if error.contains("dns error") {
+        "name not resolved"
+    } else if error.contains("timed out") {
+        "timed out"
+    } else if error.contains("body") {
+        "answer cut"
+    } else if error.contains("connection closed") {
+        "connection closed"
+    } else if error.contains("executor answered 5") {
+        "5xx"
+    } else {
+        "other"
+    }
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_attempts_are_told_apart_by_asyncds_reason() {
+        // Reasons as asyncd wrote them in a soak run.
+        for (reason, cause) in [
+            (
+                "executor call failed: error sending request for url (http://soak-executor.test:45285/run): client error (Connect): dns error: error resolving DNS: failed to lookup address information: Name or service not known",
+                "name not resolved",
+            ),
+            (
+                "executor call timed out after 3s (the attempt's timeout)",
+                "timed out",
+            ),
+            (
+                "executor call failed: error decoding response body: request or response body error",
+                "answer cut",
+            ),
+            (
+                "executor call failed: error sending request for url (http://soak-executor.test:45285/run): client error (SendRequest): connection closed before message completed",
+                "connection closed",
+            ),
+            ("executor answered 500 Internal Server Error", "5xx"),
+            ("executor answered 422 Unprocessable Entity", "other"),
+        ] {
+            assert_eq!(failure_cause(reason), cause, "{reason}");
+        }
+    }
+
+    fn index_of(seed: u64, wanted: Behaviour) -> usize {
+        (0..).find(|i| Behaviour::of(seed, *i) == wanted).unwrap() as usize
+    }
+
+    #[test]
+    fn the_verdict_counts_losses_wrong_ends_duplicates_and_early_calls() {
+        let seed = 11;
+        let ok = index_of(seed, Behaviour::Ok);
+        let dead = index_of(seed, Behaviour::Permanent);
+        // Room for more plain tasks than `ok`.
+        let mut ledger = Ledger::new(seed, ok.max(dead) + 50);
+        let n = ledger.records.len();
+        // Everything accepted and ended as expected, each once...
+        for i in 0..n {
+            let r = &mut ledger.records[i];
+            r.id = Some(format!("t{i}"));
+            let expected = Behaviour::of(seed, i as u64).expected();
+            r.end = Some(expected.as_str().into());
+            r.successes = u32::from(expected == EndState::Succeeded);
+        }
+        assert_eq!(
+            ledger.verdict(),
+            Verdict {
+                accepted: n,
+                successes: ledger.records.iter().map(|r| u64::from(r.successes)).sum(),
+                ..Verdict::default()
+            }
+        );
+        // ...then one lost, one wrong, two extra successes, one early and one on-time call.
+        ledger.records[ok].end = None;
+        ledger.records[ok].successes = 0;
+        ledger.records[dead].end = Some("succeeded".into());
+        ledger.note_success(ok, 1, "a");
+        ledger.note_success(ok, 2, "b");
+        ledger.note_success(ok, 2, "c");
+        ledger.note_call(ok, "t", 1_000, &[1_001]); // rounding: not early
+        ledger.note_call(ok, "t", 1_000, &[1_002, 900]); // the later ETA counts: early
+        let v = ledger.verdict();
+        assert_eq!(v.accepted, n);
+        assert_eq!(v.lost, 1);
+        assert_eq!(v.wrong, 1);
+        assert_eq!(v.duplicates, 2);
+        assert_eq!(v.duplicates_by_behaviour.get("ok"), Some(&2));
+        assert_eq!(v.duplicates_by_behaviour.len(), 1);
+        assert_eq!(v.duplicates_by_tenth.iter().sum::<usize>(), 2);
+        assert_eq!(v.duplicates_by_tenth[ok * 10 / n], 2);
+        // Each success keeps its attempt and lease token, for duplicates.tsv.
+        let kept: Vec<(u32, &str)> = ledger.records[ok]
+            .success_at
+            .iter()
+            .map(|(_, attempt, token)| (*attempt, token.as_str()))
+            .collect();
+        assert_eq!(kept, [(1, "a"), (2, "b"), (2, "c")]);
+        assert_eq!(v.early, 1);
+        assert_eq!(v.calls, 2);
+        assert_eq!(ledger.early_samples.len(), 1);
+        assert!((v.duplicates_pct() - 200.0 / n as f64).abs() < 1e-9);
+        assert_eq!(v.lost_unknown_id, 0);
+        assert_eq!(v.unearned, 0, "the wrong end is not counted twice");
+        // A success no executor answer reported is told apart.
+        let other_ok = (0..n)
+            .find(|i| *i != ok && Behaviour::of(seed, *i as u64) == Behaviour::Ok)
+            .expect("two plain tasks");
+        ledger.records[other_ok].successes = 0;
+        assert_eq!(ledger.verdict().unearned, 1);
+        ledger.records[other_ok].successes = 1;
+        // A lost task whose id answers 404 while its work ran is told apart.
+        ledger.records[ok].last = Some(NOT_FOUND.into());
+        assert_eq!(ledger.verdict().lost_unknown_id, 1);
+        ledger.records[ok].successes = 0;
+        assert_eq!(ledger.verdict().lost_unknown_id, 0);
+        assert_eq!(ledger.verdict().lost, 1);
+    }
+
+    #[test]
+    fn a_task_without_a_2xx_is_not_accepted_and_may_still_run() {
+        let mut ledger = Ledger::new(1, 2);
+        ledger.records[0].id = Some("a".into());
+        ledger.records[0].end = Some(Behaviour::of(1, 0).expected().as_str().into());
+        ledger.note_call(1, "b", 5, &[5]);
+        let v = ledger.verdict();
+        assert_eq!(v.accepted, 1);
+        assert_eq!(v.lost, 0);
+        assert_eq!(v.ran_unconfirmed, 1);
+    }
+}
