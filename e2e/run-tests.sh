@@ -50,8 +50,8 @@ git ls-files -z '*.sh' .ci/run | xargs -0 shellcheck -x
 (cd bench/peers/driver && go vet .)
 for f in bench/peers/common.mjs bench/peers/graphile/peer.mjs bench/peers/bullmq/peer.mjs; do node --check "$f"; done
 
-step "starting MariaDB, PostgreSQL, Kafka and Toxiproxy on loopback"
-for service in mariadb postgres kafka toxiproxy; do
+step "starting MariaDB, PostgreSQL, Kafka and Toxiproxy on loopback, and a PostgreSQL and a MariaDB on small disks"
+for service in mariadb postgres kafka toxiproxy small-disk; do
   e2e/services/$service.sh start
   started+=("$service")
 done
@@ -60,6 +60,10 @@ ASYNCD_TEST_POSTGRES_URL=$(e2e/services/postgres.sh url)
 ASYNCD_TEST_KAFKA_BROKERS=$(e2e/services/kafka.sh url)
 ASYNCD_TEST_TOXIPROXY_URL=$(e2e/services/toxiproxy.sh url)
 export ASYNCD_TEST_MYSQL_URL ASYNCD_TEST_POSTGRES_URL ASYNCD_TEST_KAFKA_BROKERS ASYNCD_TEST_TOXIPROXY_URL
+# The servers whose disks dispatcher/tests/integration/disk_full.rs fills: URL and mount of each.
+while IFS='=' read -r name value; do
+  export "$name=$value"
+done < <(e2e/services/small-disk.sh env)
 
 step "Rust tests (unit, the store suite on three backends, integration, Kafka, operator)"
 # Here every backend is running: a test that found one missing must fail, not skip.

@@ -57,17 +57,31 @@ fn sqlx_unavailable(err: &sqlx::Error) -> bool {
         // SSLRequest"), not as I/O. Waiting out a peer that speaks no PostgreSQL costs
         // only `--store-wait`, each failure logged.
         sqlx::Error::Protocol(_) => true,
-        sqlx::Error::Database(db) => db.code().as_deref().is_some_and(unavailable_sqlstate),
+        sqlx::Error::Database(db) => {
+            db.code().as_deref().is_some_and(unavailable_sqlstate)
+                || db
+                    .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                    .is_some_and(|my| mysql_out_of_room(my.number()))
+        }
         _ => false,
     }
+}
+
+/// MariaDB's "disk full" (1021) and "the table is full" (1114): a full file system,
+/// waited out like an outage until space is freed (their SQLSTATE, HY000, names nothing).
+fn mysql_out_of_room(number: u16) -> bool {
+    matches!(number, 1021 | 1114)
 }
 
 /// SQLSTATEs of a server that is away for now. Class 08 is a connection exception on
 /// both PostgreSQL and MariaDB (MariaDB's "server shutdown in progress" and "too many
 /// connections" are 08S01 and 08004); 57P01–57P03 are PostgreSQL's administrator or crash
 /// shutdown and "the database system is starting up".
+/// PostgreSQL: a lost connection (class 08), a server shutting down or starting
+/// (57P01–57P03), and insufficient resources (class 53: a full disk, out of memory, too
+/// many connections), which pass once the server has room again.
 fn unavailable_sqlstate(code: &str) -> bool {
-    code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03")
+    code.starts_with("08") || code.starts_with("53") || matches!(code, "57P01" | "57P02" | "57P03")
 }
 
 impl From<asyncd_contract::UnknownState> for StoreError {
@@ -119,4 +133,22 @@ pub(crate) fn unnamed_redrive_conflict(id: &str) -> StoreError {
     StoreError::Conflict(format!(
         "redrive of {id} conflicted on a unique key no task holds"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outages_and_a_server_out_of_room_are_waited_out() {
+        for code in ["08006", "57P01", "57P03", "53100", "53300"] {
+            assert!(unavailable_sqlstate(code), "{code}");
+        }
+        // A bad statement or a constraint is the request's fault, not the server's.
+        for code in ["23505", "22021", "42601", "40001"] {
+            assert!(!unavailable_sqlstate(code), "{code}");
+        }
+        assert!(mysql_out_of_room(1021) && mysql_out_of_room(1114));
+        assert!(!mysql_out_of_room(1062), "a duplicate key");
+    }
 }

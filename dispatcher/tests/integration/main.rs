@@ -28,6 +28,7 @@ mod crash_recovery;
 mod cron;
 mod dead_letters;
 mod dedup;
+mod disk_full;
 mod executor_policy;
 mod fairness;
 mod jobs_overview;

@@ -31,6 +31,10 @@ pub enum Service {
     Kafka,
     /// The network-fault proxy (`support/toxiproxy.rs`).
     Toxiproxy,
+    /// PostgreSQL and MariaDB servers whose data is on a small file system of their own
+    /// (`e2e/services/small-disk.sh`), which a test may fill ([`Service::mount`]).
+    SmallDiskPostgres,
+    SmallDiskMariaDb,
 }
 
 impl Service {
@@ -40,6 +44,8 @@ impl Service {
             Self::Postgres => "PostgreSQL",
             Self::Kafka => "Kafka",
             Self::Toxiproxy => "Toxiproxy",
+            Self::SmallDiskPostgres => "PostgreSQL on a small disk",
+            Self::SmallDiskMariaDb => "MariaDB on a small disk",
         }
     }
 
@@ -51,7 +57,16 @@ impl Service {
             Self::Postgres => "ASYNCD_TEST_POSTGRES_URL",
             Self::Kafka => "ASYNCD_TEST_KAFKA_BROKERS",
             Self::Toxiproxy => "ASYNCD_TEST_TOXIPROXY_URL",
+            Self::SmallDiskPostgres => "ASYNCD_TEST_SMALL_DISK_POSTGRES_URL",
+            Self::SmallDiskMariaDb => "ASYNCD_TEST_SMALL_DISK_MYSQL_URL",
         }
+    }
+
+    /// Where a small-disk server's file system is mounted (`…_MOUNT` beside its URL's
+    /// variable): a file written there takes the database's space.
+    pub fn mount(self) -> Option<String> {
+        let var = self.var().strip_suffix("_URL")?;
+        std::env::var(format!("{var}_MOUNT")).ok()
     }
 
     /// The script under e2e/services/ that installs, starts and names the server.
@@ -61,6 +76,7 @@ impl Service {
             Self::Postgres => "e2e/services/postgres.sh",
             Self::Kafka => "e2e/services/kafka.sh",
             Self::Toxiproxy => "e2e/services/toxiproxy.sh",
+            Self::SmallDiskPostgres | Self::SmallDiskMariaDb => "e2e/services/small-disk.sh",
         }
     }
 
@@ -79,7 +95,7 @@ impl Service {
                 name = self.name()
             );
         }
-        static SAID: [Once; 4] = [Once::new(), Once::new(), Once::new(), Once::new()];
+        static SAID: [Once; 6] = [const { Once::new() }; 6];
         SAID[self as usize].call_once(|| {
             // Past the test harness's capture of `eprintln!`, so that it shows for a test
             // that passed.
