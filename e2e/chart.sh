@@ -279,6 +279,15 @@ check "executor ranges: the operator container starts (its CLI accepts them)" \
   assets operator-cli "$work/executor.yaml" "$operator_bin"
 check "default rendering: no executor ranges (the dispatchers' default policy alone)" \
   bash -c "! grep -qF -- '--executor-' '$work/default.yaml'"
+check "helm template (store.timeout)" render "$work/store-timeout.yaml" --set store.timeout=4s
+check "store.timeout reaches the api and scheduler env and the operator args" rendered_has "$work/store-timeout.yaml" \
+  '- name: ASYNCD_STORE_TIMEOUT' 'value: "4s"' '- --dispatcher-store-timeout=4s'
+check "store.timeout: every asyncd container starts (the CLI accepts it)" \
+  assets cli "$work/store-timeout.yaml" "$asyncd_bin"
+check "store.timeout: the operator container starts (its CLI accepts it)" \
+  assets operator-cli "$work/store-timeout.yaml" "$operator_bin"
+check "default rendering: no store timeout (asyncd's default)" \
+  bash -c "! grep -qF -- 'STORE_TIMEOUT' '$work/default.yaml'"
 check "helm template (api TLS, Kafka security Secret)" render "$work/tls.yaml" \
   --set api.tls.secretName=asyncd-api-tls --set kafka.securitySecret=asyncd-kafka "${monitoring[@]}"
 check "api TLS: every asyncd container starts" assets cli "$work/tls.yaml" "$asyncd_bin"

@@ -91,6 +91,11 @@ struct Args {
         value_parser = builders::cidr
     )]
     executor_allow_cidrs: Vec<IpNet>,
+    /// How long a dispatcher waits for any one answer from the store before it counts the
+    /// store unavailable (each dispatcher's ASYNCD_STORE_TIMEOUT; unset: asyncd's default,
+    /// 10 s): the longest a dead network path to the database goes unnoticed.
+    #[arg(long, env = "ASYNCD_DISPATCHER_STORE_TIMEOUT", value_parser = asyncd_spec::parse_duration)]
+    dispatcher_store_timeout: Option<std::time::Duration>,
     /// Secret (in each config's namespace) whose `url` key is the dispatchers' store URL.
     #[arg(long, default_value = "asyncd-store")]
     store_secret: String,
@@ -230,6 +235,7 @@ async fn main() -> anyhow::Result<()> {
         kafka_secret: args.dispatcher_kafka_secret,
         executor_deny_cidrs: args.executor_deny_cidrs,
         executor_allow_cidrs: args.executor_allow_cidrs,
+        store_timeout: args.dispatcher_store_timeout,
     };
     let metrics = Arc::new(Metrics::default());
     let ready = Arc::new(AtomicBool::new(false));

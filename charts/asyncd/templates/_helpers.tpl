@@ -128,6 +128,10 @@ app.kubernetes.io/component: {{ index . 1 }}
     secretKeyRef:
       name: {{ include "asyncd.storeSecretName" $ }}
       key: {{ include "asyncd.storeSecretKey" $ }}
+{{- with $.Values.store.timeout }}
+- name: ASYNCD_STORE_TIMEOUT
+  value: {{ . | quote }}
+{{- end }}
 - name: ASYNCD_LISTEN
   value: "0.0.0.0:{{ index . 1 }}"
 {{- /* One source of job configs: asyncd refuses both at once. */}}

@@ -153,6 +153,13 @@ pub fn build(config: &AsyncJobConfig, settings: &DispatcherSettings) -> Deployme
             ..EnvVar::default()
         });
     }
+    if let Some(timeout) = settings.store_timeout {
+        env.push(EnvVar {
+            name: "ASYNCD_STORE_TIMEOUT".into(),
+            value: Some(asyncd_spec::format_duration(timeout)),
+            ..EnvVar::default()
+        });
+    }
     let signing = signing_volume(config);
     let container = Container {
         name: "dispatcher".into(),
@@ -482,6 +489,24 @@ mod tests {
             .unwrap()
             .join(" ");
         assert!(!args.contains("executor"), "{args}");
+    }
+
+    #[test]
+    fn the_operators_store_timeout_reaches_the_dispatcher_only_when_set() {
+        let config = fixtures::config("job-a");
+        let unset = build(&config, &fixtures::settings());
+        // Unset, the Deployment is the one built before the setting existed: no roll.
+        assert_eq!(env_value(unset, "ASYNCD_STORE_TIMEOUT"), None);
+        let mut settings = fixtures::settings();
+        settings.store_timeout = Some(std::time::Duration::from_millis(4_500));
+        let set = build(&config, &settings);
+        let value = env_value(set, "ASYNCD_STORE_TIMEOUT").expect("set");
+        // In a form the dispatcher's own parser reads back as the same bound.
+        assert_eq!(
+            asyncd_spec::parse_duration(&value),
+            Ok(std::time::Duration::from_millis(4_500)),
+            "{value}"
+        );
     }
 
     #[test]

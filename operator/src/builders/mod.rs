@@ -40,6 +40,9 @@ pub struct DispatcherSettings {
     /// Exceptions to the denied ranges, the dispatcher's own included; given to them as
     /// `ASYNCD_EXECUTOR_ALLOW_CIDRS`.
     pub executor_allow_cidrs: Vec<IpNet>,
+    /// The dispatchers' bound on a store call (`ASYNCD_STORE_TIMEOUT`); `None` leaves
+    /// asyncd's default.
+    pub store_timeout: Option<std::time::Duration>,
 }
 
 impl Default for DispatcherSettings {
@@ -53,6 +56,7 @@ impl Default for DispatcherSettings {
             kafka_secret: None,
             executor_deny_cidrs: Vec::new(),
             executor_allow_cidrs: Vec::new(),
+            store_timeout: None,
         }
     }
 }
