@@ -8,8 +8,9 @@
 # other tests use), and runs `asyncd-bench soak`: asyncd as separate processes (migrate,
 # 2 APIs, 3 dispatchers, 2 schedulers), N tasks over the Kafka and the store route with
 # misbehaving executors, every role SIGKILLed and restarted over and over, the database
-# and the broker restarted once, and network faults on every role's link to the database
-# (through a Toxiproxy server of its own). Prints accepted, lost, early, duplicates, wrong end
+# and the broker restarted once, network faults on every role's links to the database and
+# the broker (through a Toxiproxy server of its own), and DNS outages of the executor's name
+# in the dispatchers (which run in mount namespaces of their own: the soak needs root). Prints accepted, lost, early, duplicates, wrong end
 # states, peak and last RSS and open descriptors per role, and throughput; exits
 # non-zero on any loss, early run or wrong end state. See docs/reliability.md.
 #   e2e/soak.sh                        10⁵ tasks on PostgreSQL
@@ -54,6 +55,12 @@ export ASYNCD_MARIADB_PORT=${ASYNCD_SOAK_MARIADB_PORT:-23306}
 export ASYNCD_KAFKA_PORT=${ASYNCD_SOAK_KAFKA_PORT:-29092}
 export ASYNCD_KAFKA_CONTROLLER_PORT=${ASYNCD_SOAK_KAFKA_CONTROLLER_PORT:-29093}
 export ASYNCD_TOXIPROXY_PORT=${ASYNCD_SOAK_TOXIPROXY_PORT:-28474}
+# The roles reach the broker through a Toxiproxy proxy on this port, which forwards to the
+# broker's listener for proxied clients; that listener advertises the proxy's address, so
+# the roles' Kafka clients stay behind the proxy (and its network faults) after bootstrap.
+kafka_proxy_port=${ASYNCD_SOAK_KAFKA_PROXY_PORT:-29095}
+export ASYNCD_KAFKA_PROXIED_PORT=${ASYNCD_SOAK_KAFKA_PROXIED_PORT:-29094}
+export ASYNCD_KAFKA_PROXY_ADDRESS=127.0.0.1:$kafka_proxy_port
 toxiproxy_version=${ASYNCD_TOXIPROXY_VERSION:-v2.5.0}
 mkdir -p "$ASYNCD_CACHE"
 # The Kafka jars and the Toxiproxy build are the same for every instance: share the cached
@@ -77,7 +84,8 @@ store=$(e2e/services/"$backend".sh createdb soak)
 
 machine
 ASYNCD_STORE=$store "$CARGO_TARGET_DIR/release/asyncd-bench" soak \
-  --kafka-brokers "$(e2e/services/kafka.sh url)" \
+  --kafka-brokers "$ASYNCD_KAFKA_PROXY_ADDRESS" \
+  --kafka-upstream "127.0.0.1:$ASYNCD_KAFKA_PROXIED_PORT" \
   --db-restart "e2e/services/$backend.sh restart" \
   --broker-restart "e2e/services/kafka.sh restart" \
   --toxiproxy "$(e2e/services/toxiproxy.sh url)" \

@@ -36,7 +36,7 @@ pub(super) async fn dns_outages(
         if let Err(err) = std::fs::write(&hosts, HOSTS_RESOLVING) {
             report.failed.push(format!("{err}"));
         }
-        *report.by_fault.entry("outage").or_default() += 1;
+        *report.by_fault.entry("outage".into()).or_default() += 1;
         lines.push_str(&format!("{began} {}\n", now_ms()));
     }
     if let Err(err) = std::fs::write(&log, lines) {
@@ -48,7 +48,7 @@ pub(super) async fn dns_outages(
 /// The network faults put on the store link, by kind, and those the proxy refused.
 #[derive(Default)]
 pub(super) struct NetFaultReport {
-    pub(super) by_fault: BTreeMap<&'static str, u32>,
+    pub(super) by_fault: BTreeMap<String, u32>,
     pub(super) failed: Vec<String>,
 }
 
@@ -69,11 +69,11 @@ impl NetFaultReport {
     }
 }
 
-/// Puts one network fault after another on the store link (each `every`, for 1–5 s,
-/// the kind drawn from the seed) until `until_ms`; every fault is taken off again before
-/// the next, and before this returns.
+/// Puts one network fault after another on one of the `links` (each `every`, for 1–5 s,
+/// the link and the kind drawn from the seed) until `until_ms`; every fault is taken off
+/// again before the next, and before this returns.
 pub(super) async fn net_faults(
-    proxy: Arc<Proxy>,
+    links: Vec<(&'static str, Arc<Proxy>)>,
     seed: u64,
     every: Duration,
     log: PathBuf,
@@ -86,6 +86,7 @@ pub(super) async fn net_faults(
         tokio::time::sleep(every).await;
         let fault = Fault::ALL[(draw(seed, 5, k) % Fault::ALL.len() as u64) as usize];
         let hold = Duration::from_millis(1_000 + draw(seed, 6, k) % 4_000);
+        let (link, proxy) = &links[(draw(seed, 8, k) % links.len() as u64) as usize];
         k += 1;
         if let Err(err) = proxy.add(fault).await {
             report.failed.push(format!("{err}"));
@@ -107,8 +108,11 @@ pub(super) async fn net_faults(
         if let Err(err) = removed {
             report.failed.push(format!("{err}"));
         }
-        *report.by_fault.entry(fault.name()).or_default() += 1;
-        lines.push_str(&format!("{began} {} {}\n", now_ms(), fault.name()));
+        *report
+            .by_fault
+            .entry(format!("{link}: {}", fault.name()))
+            .or_default() += 1;
+        lines.push_str(&format!("{began} {} {link} {}\n", now_ms(), fault.name()));
     }
     if let Err(err) = std::fs::write(&log, lines) {
         eprintln!("could not write {}: {err}", log.display());

@@ -63,6 +63,12 @@ pub struct Args {
     /// Kafka bootstrap servers.
     #[arg(long)]
     kafka_brokers: String,
+    /// With `--toxiproxy`: the broker's listener for proxied clients (`host:port`,
+    /// e2e/services/kafka.sh's ASYNCD_KAFKA_PROXIED_PORT). A proxy listening at
+    /// `--kafka-brokers` (the address that listener advertises) forwards to it, and the
+    /// network faults fall on the broker link as on the store link.
+    #[arg(long, requires = "toxiproxy")]
+    kafka_upstream: Option<String>,
     /// Shell command that restarts the database server (run once, mid-run).
     #[arg(long)]
     db_restart: Option<String>,
@@ -94,12 +100,13 @@ pub struct Args {
     #[arg(long, default_value_t = 2)]
     schedulers: usize,
     /// Toxiproxy's API (`e2e/services/toxiproxy.sh url`): every asyncd process reaches the
-    /// store through a proxy there, whose link gets a network fault every
-    /// `--net-fault-every` while the chaos lasts (none without this).
+    /// store (and, with `--kafka-upstream`, the broker) through proxies there, one of
+    /// whose links gets a network fault every `--net-fault-every` while the chaos lasts
+    /// (none without this).
     #[arg(long)]
     toxiproxy: Option<String>,
     /// How often a network fault (black hole, 200 ms latency, 32 KiB/s, resets) is put on
-    /// the store link, for 1–5 s.
+    /// the store or the broker link, for 1–5 s.
     #[arg(long, default_value = "10s", value_parser = asyncd_spec::parse_duration)]
     net_fault_every: Duration,
     /// How often the executor's host name stops resolving in the dispatchers, for 1–4 s
@@ -205,6 +212,15 @@ pub async fn run(args: &Args) -> Result<()> {
         }
         None => None,
     };
+    let broker_proxy = match (&args.toxiproxy, &args.kafka_upstream) {
+        (Some(api), Some(upstream)) => {
+            let name = format!("soak-broker-{}", std::process::id());
+            Some(Arc::new(
+                Proxy::create_tcp(api, &name, &args.kafka_brokers, upstream).await?,
+            ))
+        }
+        _ => None,
+    };
     let role_store = match &proxy {
         Some(proxy) => proxy.url(&args.store)?,
         None => args.store.clone(),
@@ -237,9 +253,13 @@ pub async fn run(args: &Args) -> Result<()> {
     let chaos_until = Arc::new(AtomicI64::new(i64::MAX));
     // The proxy lives until the run ends (dropping it deletes it): the roles reach the
     // store through it until the drain is over.
-    let net_faults = proxy.clone().map(|proxy| {
+    let links: Vec<(&'static str, Arc<Proxy>)> = [("store", &proxy), ("broker", &broker_proxy)]
+        .into_iter()
+        .filter_map(|(link, proxy)| Some((link, proxy.clone()?)))
+        .collect();
+    let net_faults = (!links.is_empty()).then(|| {
         tokio::spawn(net_faults(
-            proxy,
+            links,
             seed,
             args.net_fault_every,
             logs.join("net-faults.log"),
@@ -292,7 +312,7 @@ pub async fn run(args: &Args) -> Result<()> {
         None => None,
     };
     if let Some(report) = &net_report {
-        println!("network faults on the store link: {}", report.summary());
+        println!("network faults: {}", report.summary());
     }
     let dns_report = match dns_outages {
         Some(task) => Some(task.await?),

@@ -85,12 +85,19 @@ impl Proxy {
     /// A proxy named `name` on the server whose API is at `api`, to the server of
     /// `database_url`, listening on a free port of 127.0.0.1.
     pub async fn create(api: &str, name: &str, database_url: &str) -> Result<Self> {
-        let api = api.trim_end_matches('/').to_string();
         let url =
             reqwest::Url::parse(database_url).map_err(|_| Error::Url("the database URL".into()))?;
         let (Some(host), Some(port)) = (url.host_str(), url.port()) else {
             return Err(Error::Url("the database URL".into()));
         };
+        Self::create_tcp(api, name, "127.0.0.1:0", &format!("{host}:{port}")).await
+    }
+
+    /// A proxy named `name` listening on `listen` (`host:port`; port 0 for a free one)
+    /// and forwarding to `upstream` (`host:port`): for a server whose clients must be
+    /// told the proxy's address beforehand, as a Kafka broker advertises it.
+    pub async fn create_tcp(api: &str, name: &str, listen: &str, upstream: &str) -> Result<Self> {
+        let api = api.trim_end_matches('/').to_string();
         // No kept-alive connections: calls come seconds apart, and a connection the
         // server closed while idle failed the next call now and then.
         let http = reqwest::Client::builder()
@@ -106,7 +113,7 @@ impl Proxy {
         };
         let created: Value = http
             .post(format!("{api}/proxies"))
-            .json(&json!({"name": name, "listen": "127.0.0.1:0", "upstream": format!("{host}:{port}"), "enabled": true}))
+            .json(&json!({"name": name, "listen": listen, "upstream": upstream, "enabled": true}))
             .send()
             .await
             .and_then(reqwest::Response::error_for_status)
