@@ -91,11 +91,7 @@ async fn full(service: Service) {
         .mount()
         .unwrap_or_else(|| panic!("{} names no mount", service.var()));
     let filler = PathBuf::from(&mount).join(format!("filler-{}", std::process::id()));
-    let migrated = std::process::Command::new(env!("CARGO_BIN_EXE_asyncd"))
-        .args(["migrate", "--store", &database])
-        .status()
-        .unwrap();
-    assert!(migrated.success());
+    migrate(&database);
     let executor = Executor::start(|_| Answer::ok()).await;
     let dir = tempfile::tempdir().unwrap();
     let jobs = dir.path().join("jobs");

@@ -289,11 +289,7 @@ impl Cluster {
         for (file, job) in files {
             std::fs::write(jobs.join(file), job).unwrap();
         }
-        let status = Command::new(env!("CARGO_BIN_EXE_asyncd"))
-            .args(["migrate", "--store", &store])
-            .status()
-            .unwrap();
-        assert!(status.success());
+        migrate(&store);
         let api = format!("127.0.0.1:{}", free_port());
         let mut args = Self::args("api", &store, &jobs, &api);
         args.push("--create-topics".into());
@@ -817,11 +813,7 @@ async fn with_the_broker_unreachable_a_submit_falls_back_to_the_store_under_the_
     let jobs = dir.path().join("jobs");
     std::fs::create_dir(&jobs).unwrap();
     std::fs::write(jobs.join("job.yaml"), &job).unwrap();
-    let status = Command::new(env!("CARGO_BIN_EXE_asyncd"))
-        .args(["migrate", "--store", &store])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    migrate(&store);
     let role = |role: &str, listen: &str, brokers: &str, extra: &[&str]| {
         let mut args: Vec<String> = [
             role,

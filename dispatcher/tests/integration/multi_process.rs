@@ -4,7 +4,6 @@
 //! lapsed leases (counted and printed); every cron firing runs once.
 
 use std::collections::{BTreeMap, HashMap};
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::json;
@@ -37,11 +36,7 @@ async fn run_cluster(server: Service) {
     )
     .unwrap();
 
-    let status = Command::new(env!("CARGO_BIN_EXE_asyncd"))
-        .args(["migrate", "--store", &store])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    migrate(&store);
 
     let http = reqwest::Client::new();
     let common = |role: &str, addr: &str| -> Vec<String> {

@@ -311,11 +311,7 @@ async fn store_stops_answering(stuck: Stuck) {
     let Some(database) = fresh_database(Service::Postgres).await else {
         return;
     };
-    let migrated = std::process::Command::new(env!("CARGO_BIN_EXE_asyncd"))
-        .args(["migrate", "--store", &database])
-        .status()
-        .unwrap();
-    assert!(migrated.success());
+    migrate(&database);
     let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = calls.clone();
     // Channels, not polled flags or a sleep: the first attempt answers only once the

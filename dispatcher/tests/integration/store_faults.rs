@@ -87,11 +87,7 @@ async fn under(service: Service, fault: Fault) {
     let Some(proxy) = proxy_to(&database).await else {
         return;
     };
-    let migrated = std::process::Command::new(env!("CARGO_BIN_EXE_asyncd"))
-        .args(["migrate", "--store", &database])
-        .status()
-        .unwrap();
-    assert!(migrated.success());
+    migrate(&database);
     let executor = Executor::start(|_| Answer::ok()).await;
     let dir = tempfile::tempdir().unwrap();
     let jobs = dir.path().join("jobs");

@@ -675,6 +675,15 @@ pub async fn fresh_database(service: Service) -> Option<String> {
     Some(format!("{server}/{name}"))
 }
 
+/// Runs `asyncd migrate` on `store` and asserts that it succeeded.
+pub fn migrate(store: &str) {
+    let status = Command::new(env!("CARGO_BIN_EXE_asyncd"))
+        .args(["migrate", "--store", store])
+        .status()
+        .unwrap();
+    assert!(status.success(), "asyncd migrate");
+}
+
 /// One `asyncd` role process (api, dispatcher, scheduler) named by `ASYNCD_INSTANCE`,
 /// its log in `dir`; restartable, and SIGKILLed when dropped.
 pub struct Role {
@@ -910,11 +919,7 @@ impl Roles {
         for (file, yaml) in jobs {
             std::fs::write(config.join(file), yaml).unwrap();
         }
-        let status = Command::new(env!("CARGO_BIN_EXE_asyncd"))
-            .args(["migrate", "--store", &store])
-            .status()
-            .unwrap();
-        assert!(status.success(), "asyncd migrate");
+        migrate(&store);
         let args = |role: &str, listen: &str| -> Vec<String> {
             vec![
                 role.into(),
