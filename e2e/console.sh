@@ -97,6 +97,7 @@ port=$(free_port)
 pids+=($!)
 answering "http://127.0.0.1:$port/healthz" "${pids[-1]}" "asyncd dev"
 
+# `--token=`: a random token may begin with "-", which argparse takes for an option.
 SE_OFFLINE=true "$venv/bin/python" "$root/e2e/console_test.py" \
-  --url "http://127.0.0.1:$port" --token "$token" --out "$out"
+  --url "http://127.0.0.1:$port" --token="$token" --out "$out"
 echo "console: passed; screenshots in $out"
