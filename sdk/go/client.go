@@ -33,7 +33,9 @@ type Client struct {
 	now         func() time.Time
 
 	retry *RetryPolicy
-	log   *slog.Logger
+	// coalesce shares calls between concurrent Submits; nil sends each alone.
+	coalesce *coalescer
+	log      *slog.Logger
 	// stopHandlers cancels the contexts of long-running handlers still at work when
 	// Shutdown's grace period ends.
 	handlerCtx   context.Context
@@ -112,15 +114,29 @@ func NewClient(opts ...Option) *Client {
 		handlerCtx:   handlerCtx,
 		stopHandlers: stopHandlers,
 		endpoint:     DefaultEndpoint,
-		httpClient:   &http.Client{Timeout: 30 * time.Second},
+		httpClient:   &http.Client{Timeout: 30 * time.Second, Transport: apiTransport()},
 		token:        &tokenSource{path: DefaultTokenFile},
 		now:          time.Now,
 		executors:    map[string]executor{},
+		coalesce:     &coalescer{maxCalls: DefaultSubmitCalls},
 	}
 	for _, o := range opts {
 		o(c)
 	}
 	return c
+}
+
+// apiTransport is http.DefaultTransport keeping more idle connections to the API: the
+// default's 2 per host closes and reopens connections as soon as more than two
+// goroutines call at once, which a busy submitter always does.
+func apiTransport() http.RoundTripper {
+	t, ok := http.DefaultTransport.(*http.Transport)
+	if !ok {
+		return http.DefaultTransport
+	}
+	t = t.Clone()
+	t.MaxIdleConnsPerHost = 64
+	return t
 }
 
 // Task is one unit of work to submit.
@@ -302,10 +318,14 @@ func marshalPayload(p any) (json.RawMessage, error) {
 }
 
 // Submit enqueues t to run as soon as possible (or at t.Delay / t.ETA when set).
+// Concurrent Submits may share a call (WithSubmitCoalescing).
 func (c *Client) Submit(ctx context.Context, t *Task) (*SubmitResult, error) {
 	b, err := c.body(t)
 	if err != nil {
 		return nil, err
+	}
+	if parent, _ := TraceParent(ctx); c.coalesce != nil && parent == "" {
+		return c.coalesce.submit(ctx, c, b)
 	}
 	var res SubmitResult
 	if err := c.do(ctx, http.MethodPost, "/v1/tasks", b, &res); err != nil {
@@ -347,19 +367,7 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []*Task) ([]BatchResult,
 		}
 		req.Tasks = append(req.Tasks, b)
 	}
-	var res struct {
-		Results []struct {
-			Status int `json:"status"`
-			SubmitResult
-			Error *struct {
-				Code       string `json:"code"`
-				Message    string `json:"message"`
-				Field      string `json:"field"`
-				ExistingID string `json:"existing_id"`
-				State      string `json:"state"`
-			} `json:"error"`
-		} `json:"results"`
-	}
+	var res submitBatchAnswer
 	if err := c.do(ctx, http.MethodPost, "/v1/tasks:batch", req, &res); err != nil {
 		return nil, err
 	}
@@ -368,13 +376,7 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []*Task) ([]BatchResult,
 	}
 	out := make([]BatchResult, len(res.Results))
 	for i, r := range res.Results {
-		out[i] = BatchResult{Status: r.Status}
-		if r.Error != nil {
-			out[i].Err = &APIError{Status: r.Status, Code: r.Error.Code, Message: r.Error.Message,
-				Field: r.Error.Field, ExistingID: r.Error.ExistingID, State: r.Error.State}
-		} else {
-			out[i].SubmitResult = r.SubmitResult
-		}
+		out[i] = r.result()
 	}
 	return out, nil
 }

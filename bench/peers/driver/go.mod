@@ -3,6 +3,7 @@ module asyncd.example.io/bench/peers
 go 1.26.0
 
 require (
+	github.com/asyncd/asyncd/sdk/go v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
@@ -22,3 +23,5 @@ require (
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 )
+
+replace github.com/asyncd/asyncd/sdk/go => ../../../sdk/go

@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	sdk "github.com/asyncd/asyncd/sdk/go"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -73,7 +74,7 @@ func runBench(args []string) error {
 	fs.StringVar(&c.redis, "redis", "redis://127.0.0.1:16379", "Redis URL for BullMQ")
 	fs.StringVar(&c.redisPid, "redis-pid-file", "", "redis-server's pid file, to count its CPU with BullMQ's")
 	systems := fs.String("systems", "asyncd-dev,asyncd-pg,river,graphile,bullmq", "systems to run")
-	workloads := fs.String("workloads", "drain,drain-noop,enqueue-single,burst,random,idle", "workloads to run")
+	workloads := fs.String("workloads", "drain,drain-noop,enqueue-single,enqueue-single-http,burst,random,idle", "workloads to run")
 	_ = fs.Parse(args)
 	c.systems = strings.Split(*systems, ",")
 	c.workloads = strings.Split(*workloads, ",")
@@ -375,6 +376,7 @@ func freshPostgres(c *config, name string) (string, error) {
 type insertSpec struct {
 	count              int
 	single             bool
+	rawHTTP            bool // asyncd: one HTTP request per single submit, not its SDK
 	etaMs              int64
 	delayMin, delayMax int64
 }
@@ -733,11 +735,31 @@ func (a *asyncdTarget) Insert(ctx context.Context, s insertSpec) (float64, error
 		}
 		mu.Unlock()
 	}
-	if s.single {
+	if s.single && s.rawHTTP {
 		for range a.c.concurrency {
 			wg.Go(func() {
 				for next.Add(1) <= int64(s.count) {
 					if err := a.post(ctx, "/v1/tasks", task(time.Now().UnixMilli()), nil); err != nil {
+						fail(err)
+						return
+					}
+				}
+			})
+		}
+	} else if s.single {
+		client := sdk.NewClient(sdk.WithEndpoint(a.base), sdk.WithToken(""))
+		for range a.c.concurrency {
+			wg.Go(func() {
+				for {
+					n := next.Add(1)
+					if n > int64(s.count) {
+						return
+					}
+					// The SDK asks for an idempotency key, which the raw requests do
+					// without: asyncd stores and indexes it, a cost the peers do not pay.
+					_, err := client.Submit(ctx, &sdk.Task{Type: "noop", Payload: map[string]int{"n": 1},
+						IdempotencyKey: "bench-" + strconv.FormatInt(n, 10), ETA: time.UnixMilli(f.etaFor(time.Now().UnixMilli()))})
+					if err != nil {
 						fail(err)
 						return
 					}
@@ -886,11 +908,20 @@ func runWorkload(ctx context.Context, c *config, e *executorProc, t target, w st
 		// From the first call to the last: start-up (a worker process, leader
 		// election, noticing the resume) is left out for every system alike.
 		res.set(w, sys, rateCell(c.drain-1, float64(max(end-first, 1))/1000))
-	case "enqueue-single":
+	case "enqueue-single", "enqueue-single-http":
+		// Each system's client library submits one task per call; for asyncd that is the
+		// Go SDK, whose concurrent Submits share calls as BullMQ's adds share a pipelined
+		// Redis connection. enqueue-single-http is asyncd without its SDK: one HTTP
+		// request per task, the floor any HTTP client gets.
+		rawHTTP := w == "enqueue-single-http"
+		if _, ok := t.(*asyncdTarget); rawHTTP && !ok {
+			res.set(w, sys, cell{text: "n/a"})
+			return errNA
+		}
 		if err := reset(ctx, t); err != nil {
 			return err
 		}
-		secs, err := t.Insert(ctx, insertSpec{count: c.enqueue, single: true, delayMin: 3_600_000, delayMax: 3_600_000})
+		secs, err := t.Insert(ctx, insertSpec{count: c.enqueue, single: true, rawHTTP: rawHTTP, delayMin: 3_600_000, delayMax: 3_600_000})
 		if err != nil {
 			return err
 		}
@@ -993,6 +1024,7 @@ func printTable(c *config, targets []target, res results) {
 		{"drain", fmt.Sprintf("drain %s ready tasks, HTTP handler", thousands(float64(c.drain)))},
 		{"drain-noop", fmt.Sprintf("drain %s ready tasks, in-process no-op handler", thousands(float64(c.drain)))},
 		{"enqueue-single", fmt.Sprintf("enqueue %s, single (%d in flight)", thousands(float64(c.enqueue)), c.concurrency)},
+		{"enqueue-single-http", fmt.Sprintf("enqueue %s, single, one HTTP request each (%d in flight; asyncd without its SDK)", thousands(float64(c.enqueue)), c.concurrency)},
 		{"enqueue-batch", fmt.Sprintf("enqueue %s, batches of %d (%d in flight)", thousands(float64(c.drain)), c.batch, c.inflight)},
 		{"burst", fmt.Sprintf("%s due in the same second: lateness p50 / p99 / max", thousands(float64(c.burst)))},
 		{"random", fmt.Sprintf("%s with random 1–10 s delays: lateness p50 / p99 / max", thousands(float64(c.random)))},
