@@ -27,6 +27,10 @@ use crate::idempotency::idempotency_key_from;
 use crate::retry::RetryPolicy;
 use crate::time::{format_duration, format_time};
 
+mod coalesce;
+
+use coalesce::Coalescer;
+
 /// Where `asyncd dev` listens unless told otherwise.
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:7700";
 
@@ -41,6 +45,10 @@ pub const DEFAULT_TOKEN_FILE: &str = "/var/run/secrets/asyncd/token";
 /// renews a projected token at 80% of its lifetime (at least 10 minutes), so a minute is
 /// always in time.
 pub const TOKEN_FILE_REFRESH: Duration = Duration::from_secs(60);
+
+/// How many submit calls a [`Client`] has in flight at once before further concurrent
+/// submits wait and share the next call ([`ClientBuilder::submit_coalescing`]).
+pub const DEFAULT_SUBMIT_CALLS: usize = 4;
 
 /// Where the bearer token comes from.
 #[derive(Clone)]
@@ -68,6 +76,7 @@ pub struct ClientBuilder {
     timeout: Duration,
     token: TokenSource,
     retry: Option<RetryPolicy>,
+    submit_calls: usize,
 }
 
 impl Default for ClientBuilder {
@@ -79,6 +88,7 @@ impl Default for ClientBuilder {
             timeout: Duration::from_secs(30),
             token: TokenSource::File(DEFAULT_TOKEN_FILE.into()),
             retry: None,
+            submit_calls: DEFAULT_SUBMIT_CALLS,
         }
     }
 }
@@ -131,6 +141,26 @@ impl ClientBuilder {
         self
     }
 
+    /// How many submit calls the client has in flight at once (default
+    /// [`DEFAULT_SUBMIT_CALLS`]). While they are all busy, further concurrent
+    /// [`Client::submit`]s queue and go together in the next free call, as one
+    /// `POST /v1/tasks:batch` of up to 1000 tasks and 1 MiB whose items the API judges one
+    /// by one: each submit still returns its own task's result or error, exactly as
+    /// alone. A submit that finds a call free is sent at once, alone, as `POST /v1/tasks`,
+    /// so a caller submitting one task at a time sees no difference. This is how a Kafka
+    /// producer or a pipelining Redis client (BullMQ's) turns many small concurrent
+    /// writes into few round trips.
+    ///
+    /// `0` turns it off: every submit is its own call. A task with a trace
+    /// ([`Task::trace`]) is always its own call, because a batch's tasks all join the
+    /// batch request's trace. A call that fails as a whole fails each submit in it (an
+    /// error that cannot be copied comes as [`Error::Shared`]); a [`RetryPolicy`] retries
+    /// the call as a whole.
+    pub fn submit_coalescing(mut self, calls: usize) -> Self {
+        self.submit_calls = calls;
+        self
+    }
+
     pub fn build(self) -> Result<Client, Error> {
         let endpoint = self.endpoint.trim_end_matches('/').to_string();
         if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
@@ -153,6 +183,8 @@ impl ClientBuilder {
                 token: self.token,
                 file_token: Mutex::new(None),
                 retry: self.retry,
+                coalesce: (self.submit_calls > 0)
+                    .then(|| Arc::new(Coalescer::new(self.submit_calls))),
             }),
         })
     }
@@ -172,6 +204,8 @@ struct Inner {
     /// The token last read from the file, and when.
     file_token: Mutex<Option<(Option<String>, Instant)>>,
     retry: Option<RetryPolicy>,
+    /// Shares calls between concurrent submits; `None` sends each alone.
+    coalesce: Option<Arc<Coalescer>>,
 }
 
 impl Inner {
@@ -360,6 +394,28 @@ fn trace_headers(tasks: &[Task]) -> Result<Vec<(&'static str, String)>, Error> {
     Ok(out)
 }
 
+/// The items of the answer to a batch of `sent` tasks, in their order: for
+/// [`Client::submit_batch`] and for the calls concurrent submits share.
+fn batch_items(resp: BatchResponse, sent: usize) -> Result<Vec<BatchItem>, Error> {
+    if resp.results.len() != sent {
+        return Err(Error::BatchLength {
+            sent,
+            received: resp.results.len(),
+        });
+    }
+    Ok(resp
+        .results
+        .into_iter()
+        .map(|item| BatchItem {
+            status: item.status,
+            result: match item.outcome {
+                BatchOutcome::Accepted(result) => Ok(result),
+                BatchOutcome::Refused(body) => Err(ApiError::new(item.status, body.error)),
+            },
+        })
+        .collect())
+}
+
 /// One item of a [`Client::submit_batch`] answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchItem {
@@ -435,6 +491,8 @@ impl Client {
                 file_token: Mutex::new(None),
                 // Callbacks are not retried by a policy: the executor handles them.
                 retry: None,
+                // Callbacks submit nothing.
+                coalesce: None,
             }),
         }
     }
@@ -471,10 +529,20 @@ impl Client {
 
     /// Enqueues `task` to run as soon as possible (or at its `delay` / `eta`). A task
     /// without an idempotency key is refused with [`Error::MissingIdempotencyKey`]
-    /// before anything is sent.
+    /// before anything is sent. Concurrent submits may share a call
+    /// ([`ClientBuilder::submit_coalescing`], on by default): then a tokio task of the
+    /// client's own makes the call, and dropping this future once its task was taken
+    /// into a call does not stop it (the task may still be stored; a retry is safe with
+    /// its idempotency key). Dropped while still queued, the task is never sent.
     pub async fn submit(&self, task: &Task) -> Result<SubmitResult, Error> {
         let body = self.body(task)?;
         let trace = trace_headers(std::slice::from_ref(task))?;
+        if let Some(coalescer) = &self.inner.coalesce
+            && trace.is_empty()
+        {
+            let raw = serde_json::value::to_raw_value(&body).map_err(Error::Payload)?;
+            return coalescer.submit(self, raw).await;
+        }
         self.call_with(Method::POST, "/v1/tasks", Some(&body), &trace)
             .await
     }
@@ -524,23 +592,7 @@ impl Client {
                 &trace,
             )
             .await?;
-        if resp.results.len() != tasks.len() {
-            return Err(Error::BatchLength {
-                sent: tasks.len(),
-                received: resp.results.len(),
-            });
-        }
-        Ok(resp
-            .results
-            .into_iter()
-            .map(|item| BatchItem {
-                status: item.status,
-                result: match item.outcome {
-                    BatchOutcome::Accepted(result) => Ok(result),
-                    BatchOutcome::Refused(body) => Err(ApiError::new(item.status, body.error)),
-                },
-            })
-            .collect())
+        batch_items(resp, tasks.len())
     }
 
     /// The task with `id`; an unknown id is an API error with code `not_found`.

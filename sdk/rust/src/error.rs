@@ -2,6 +2,7 @@
 //! code) and everything that can go wrong before or around a call ([`Error`]).
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use asyncd_contract::ErrorCode;
@@ -218,6 +219,15 @@ pub enum Error {
     /// The client could not be built.
     #[error("asyncd: client: {0}")]
     Config(String),
+    /// A call that carried several concurrent submits together
+    /// ([`ClientBuilder::submit_coalescing`](crate::ClientBuilder::submit_coalescing))
+    /// failed with an error that cannot be copied (a [`Transport`](Self::Transport) or
+    /// [`Decode`](Self::Decode) failure): each of those submits gets the call's error,
+    /// shared. Its text, [`api`](Self::api), [`is_retryable`](Self::is_retryable) and
+    /// [`retry_after`](Self::retry_after) are the call's. (An API refusal of the call is
+    /// copied to each submit as [`Api`](Self::Api).)
+    #[error(transparent)]
+    Shared(Arc<Error>),
 }
 
 impl From<ApiError> for Error {
@@ -231,6 +241,7 @@ impl Error {
     pub fn api(&self) -> Option<&ApiError> {
         match self {
             Self::Api(e) => Some(e),
+            Self::Shared(e) => e.api(),
             _ => None,
         }
     }
@@ -257,6 +268,7 @@ impl Error {
         match self {
             Self::Api(e) => e.is_retryable(),
             Self::Transport { .. } => true,
+            Self::Shared(e) => e.is_retryable(),
             _ => false,
         }
     }
@@ -269,6 +281,21 @@ impl Error {
     /// Whether this is a 429 ([`ApiError::is_rate_limited`]).
     pub fn is_rate_limited(&self) -> bool {
         self.api().is_some_and(ApiError::is_rate_limited)
+    }
+
+    /// This error of a call, once for each of the `n` submits the call carried: a copy
+    /// where it can be copied, so that each reads as if its submit had been sent alone.
+    pub(crate) fn shared(self, n: usize) -> Vec<Error> {
+        match self {
+            Self::Api(api) => (0..n).map(|_| Self::Api(api.clone())).collect(),
+            Self::BatchLength { sent, received } => (0..n)
+                .map(|_| Self::BatchLength { sent, received })
+                .collect(),
+            other => {
+                let other = Arc::new(other);
+                (0..n).map(|_| Self::Shared(other.clone())).collect()
+            }
+        }
     }
 }
 

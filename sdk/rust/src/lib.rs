@@ -46,9 +46,9 @@ pub use asyncd_contract::{
 };
 pub use client::{
     BatchItem, CancelResult, Client, ClientBuilder, CronTriggerResult, DEFAULT_ENDPOINT,
-    DEFAULT_TOKEN_FILE, DeadLetterBulk, DeadLetterBulkResult, JobOverview, JobStatus, MAX_BATCH,
-    RedriveResult, ResultAck, ResultStatus, SOURCE_SERVICE_HEADER, SubmitResult,
-    TOKEN_FILE_REFRESH, Task, TaskPage, TaskQuery, TaskResult, TaskState, TaskStatus,
+    DEFAULT_SUBMIT_CALLS, DEFAULT_TOKEN_FILE, DeadLetterBulk, DeadLetterBulkResult, JobOverview,
+    JobStatus, MAX_BATCH, RedriveResult, ResultAck, ResultStatus, SOURCE_SERVICE_HEADER,
+    SubmitResult, TOKEN_FILE_REFRESH, Task, TaskPage, TaskQuery, TaskResult, TaskState, TaskStatus,
 };
 pub use error::{ApiError, Error, ErrorCode};
 pub use executor::{

@@ -4,12 +4,17 @@
 
 mod support;
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use asyncd_client::{
     Client, Error, ErrorCode, Executor, HEADER_BATCH, Outcome, ResultStatus, SubmitResult, Task,
     TaskContext, TaskResult, TaskState, idempotency_key_from,
 };
+use axum::body::Bytes;
+use axum::http::HeaderMap;
+use axum::response::IntoResponse;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -649,6 +654,140 @@ async fn submit_batch() {
         .await
         .unwrap_err();
     assert!(matches!(err, Error::BatchTask { index: 1, .. }), "{err}");
+}
+
+/// Serves a loopback proxy to `upstream` that counts the calls by method and path;
+/// returns its base URL and the counts.
+async fn counting_proxy(upstream: String) -> (String, Arc<Mutex<HashMap<String, usize>>>) {
+    let counts: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let seen = counts.clone();
+    let http = reqwest::Client::new();
+    let app = axum::Router::new().fallback(
+        move |method: reqwest::Method, uri: axum::http::Uri, headers: HeaderMap, body: Bytes| {
+            let (seen, http, upstream) = (seen.clone(), http.clone(), upstream.clone());
+            async move {
+                *seen
+                    .lock()
+                    .unwrap()
+                    .entry(format!("{method} {}", uri.path()))
+                    .or_default() += 1;
+                let mut forwarded = headers;
+                forwarded.remove(reqwest::header::HOST);
+                forwarded.remove(reqwest::header::CONTENT_LENGTH);
+                let resp = http
+                    .request(method, format!("{upstream}{uri}"))
+                    .headers(forwarded)
+                    .body(body)
+                    .send()
+                    .await
+                    .unwrap();
+                let status = resp.status();
+                let body = resp.bytes().await.unwrap();
+                (status, [("content-type", "application/json")], body).into_response()
+            }
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (base, counts)
+}
+
+/// Many tasks submitting through one call at a time against a real asyncd dev: the
+/// submits share batch calls, and each still gets exactly what it would alone.
+#[tokio::test]
+async fn concurrent_submits_share_calls_and_keep_their_own_answers() {
+    const N: usize = 200;
+    let rec = Recorder::default();
+    let dev = Dev::start(recording_executor(&rec), &[Job::new("rust_ok")]).await;
+    let (proxy, counts) = counting_proxy(dev.endpoint.clone()).await;
+    let client = Client::builder()
+        .endpoint(proxy)
+        .submit_coalescing(1)
+        .build()
+        .unwrap();
+    let base = uniq("co");
+    let mut handles = Vec::new();
+    for i in 0..N {
+        // An hour away: the executor plays no part.
+        let mut task = Task::new("rust_ok", json!({ "n": i }))
+            .idempotency_key(format!("{base}-{i}"))
+            .delay(Duration::from_secs(3600));
+        match i {
+            // The same key and payload as task 6: the same task.
+            7 => {
+                task.payload = json!({"n": 6});
+                task.idempotency_key = Some(format!("{base}-6"));
+            }
+            // The same key as task 6 with another payload: refused.
+            8 => task.idempotency_key = Some(format!("{base}-6")),
+            9 => task.task_type = "no_such_type".into(),
+            _ => {}
+        }
+        let client = client.clone();
+        handles.push(tokio::spawn(async move { client.submit(&task).await }));
+        // This test's runtime has one thread, which runs the spawned submits in the
+        // order they were spawned (so task 6 is queued before 7 and 8) once this loop
+        // yields: every ten, so that calls are made while more submits arrive.
+        if i % 10 == 9 {
+            tokio::task::yield_now().await;
+        }
+    }
+    let mut answers = Vec::new();
+    for handle in handles {
+        answers.push(handle.await.unwrap());
+    }
+
+    let mut ids = HashMap::new();
+    for (i, answer) in answers.iter().enumerate() {
+        if matches!(i, 7..=9) {
+            continue;
+        }
+        let res = answer
+            .as_ref()
+            .unwrap_or_else(|e| panic!("submit {i}: {e}"));
+        if let Some(prev) = ids.insert(res.id.clone(), i) {
+            panic!("submits {prev} and {i} answered the same id {}", res.id);
+        }
+    }
+    let six = answers[6].as_ref().unwrap();
+    let seven = answers[7].as_ref().unwrap();
+    assert!(
+        seven.id == six.id && seven.duplicate != six.duplicate,
+        "a repeat of task 6 answered {seven:?}; task 6 {six:?}"
+    );
+    for (i, code, status, field) in [
+        (8, ErrorCode::IdempotencyMismatch, 409, "idempotency_key"),
+        (9, ErrorCode::UnknownTaskType, 400, "type"),
+    ] {
+        let err = answers[i].as_ref().expect_err("an API refusal");
+        let Error::Api(api) = err else {
+            panic!("submit {i}: {err:?} is not an API refusal")
+        };
+        assert_eq!(
+            (&api.code, api.status, api.field.as_deref()),
+            (&code, status, Some(field)),
+            "submit {i}: {api}"
+        );
+    }
+    for i in [0, 6, 150, N - 1] {
+        let id = &answers[i].as_ref().unwrap().id;
+        let got = dev.client.get(id).await.unwrap();
+        assert_eq!(
+            (&got.payload, got.state),
+            (&json!({ "n": i }), TaskState::Pending),
+            "task {i}"
+        );
+    }
+    let counts = counts.lock().unwrap().clone();
+    let batches = counts.get("POST /v1/tasks:batch").copied().unwrap_or(0);
+    let singles = counts.get("POST /v1/tasks").copied().unwrap_or(0);
+    println!("{batches} batch calls and {singles} single calls for {N} submits");
+    assert!(
+        batches > 0 && batches + singles < N / 2,
+        "{batches} batch calls and {singles} single calls for {N} concurrent submits: \
+         they did not share calls ({counts:?})"
+    );
 }
 
 #[tokio::test]
