@@ -27,6 +27,9 @@ class FakeAPI:
     requests: List[Recorded] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     url: str = ""
+    #: When set, each request is recorded on arrival, then held until the gate opens,
+    #: so a test can keep calls in flight.
+    gate: Optional[threading.Event] = None
 
     def last(self) -> Recorded:
         with self.lock:
@@ -50,6 +53,9 @@ def serve(api: FakeAPI) -> ThreadingHTTPServer:
             rec = Recorded(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
             with api.lock:
                 api.requests.append(rec)
+                gate = api.gate
+            if gate is not None and not gate.wait(30):
+                raise AssertionError("the fake API's gate stayed closed for 30 s")
             reply = api.route(rec) if api.route else (api.status, api.body)
             status, answer = reply[0], reply[1]
             extra: Dict[str, str] = reply[2] if len(reply) > 2 else {}

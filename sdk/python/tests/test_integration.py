@@ -512,6 +512,75 @@ def test_source_service_metric(dev_env):
     ), text
 
 
+def test_concurrent_submits_share_calls_and_keep_their_own_answers(dev_env):
+    """Many threads submitting through one call at a time: the submits share batch calls,
+    and each still gets exactly what it would alone."""
+    env = need(dev_env)
+    c = asyncd.Client(env.server.endpoint, timeout=30, token_file=None, submit_calls=1)
+    paths: Dict[str, int] = {}
+    lock = threading.Lock()
+    send = c._send
+
+    def counting(method: str, path: str, *args: Any) -> Any:
+        with lock:
+            paths[path] = paths.get(path, 0) + 1
+        return send(method, path, *args)
+
+    c._send = counting  # type: ignore[method-assign]
+    base = key("co")
+    # Stored before the threads start, so that another payload under its key is refused
+    # whichever order the concurrent submits reach the API in.
+    taken = env.client.submit("py_ok", {"n": -1}, idempotency_key=f"{base}-taken", delay=timedelta(hours=1))
+    n = 200
+    answers: List[Any] = [None] * n
+
+    def one(i: int) -> None:
+        typ, payload, k = "py_ok", {"n": i}, f"{base}-{i}"
+        if i == 7:  # the same key and payload as task 6: the same task
+            payload, k = {"n": 6}, f"{base}-6"
+        elif i == 8:  # a stored task's key with another payload: refused
+            k = f"{base}-taken"
+        elif i == 9:
+            typ = "no_such_type"
+        try:
+            answers[i] = c.submit(typ, payload, idempotency_key=k, delay=timedelta(hours=1))
+        except Exception as e:  # noqa: BLE001 - checked below
+            answers[i] = e
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+        assert not t.is_alive(), "a submit did not return within 60 s"
+
+    ids: Dict[str, int] = {}
+    for i, a in enumerate(answers):
+        if i in (7, 8, 9):
+            continue
+        assert isinstance(a, asyncd.SubmitResult) and a.id, (i, a)
+        assert a.id not in ids, f"submits {ids.get(a.id)} and {i} answered the same id {a.id}"
+        ids[a.id] = i
+    six, seven = answers[6], answers[7]
+    assert isinstance(seven, asyncd.SubmitResult) and seven.id == six.id and seven.duplicate != six.duplicate, \
+        (six, seven)
+    assert isinstance(answers[8], asyncd.IdempotencyMismatch), answers[8]
+    assert (answers[8].status, answers[8].field, answers[8].existing_id) == (409, "idempotency_key", taken.id)
+    assert isinstance(answers[9], asyncd.UnknownTaskType), answers[9]
+    assert (answers[9].status, answers[9].field) == (400, "type")
+    for i in (0, 6, 150, n - 1):
+        got = env.client.get(answers[i].id)
+        assert (got.payload, got.state, got.idempotency_key) == ({"n": i}, asyncd.PENDING, f"{base}-{i}"), (i, got)
+    batches, singles = paths.get("/v1/tasks:batch", 0), paths.get("/v1/tasks", 0)
+    assert batches > 0 and batches + singles < n // 2, \
+        f"{batches} batch calls and {singles} single calls for {n} concurrent submits: they did not share calls"
+    for task_id in [*ids, taken.id]:
+        try:
+            env.client.cancel(task_id)
+        except asyncd.NotCancellable:
+            pass
+
+
 def test_transport_error_on_dead_endpoint():
     with pytest.raises(asyncd.TransportError):
         asyncd.Client("http://127.0.0.1:1", timeout=2).submit("py_ok", idempotency_key="k")

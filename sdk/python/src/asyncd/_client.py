@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import threading
 import time
 import urllib.parse
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, TypeVar, Union
 
+from ._coalesce import DEFAULT_SUBMIT_CALLS, AsyncSubmitQueue, Outcome, SubmitQueue, failed_all
 from ._errors import APIError, MissingIdempotencyKey, error_from_body
 from ._executor import DEFAULT_BATCH_CONCURRENCY, Executor, http_json
 from ._retry import RetryPolicy
@@ -187,7 +189,15 @@ class Client(Executor):
     no token (``asyncd dev`` needs none).
 
     ``retry`` (off unless given) sends an API call again after a retryable failure:
-    see :class:`asyncd.RetryPolicy`."""
+    see :class:`asyncd.RetryPolicy`.
+
+    ``submit_calls`` (default :data:`DEFAULT_SUBMIT_CALLS`) is how many submit calls the
+    client has in flight at once. While they are all busy, the submits of other threads
+    queue and go together in the next free call, one ``POST /v1/tasks:batch`` (up to
+    1000 tasks and 1 MiB); each :meth:`submit` still returns its own task's result or
+    raises its own error, exactly as alone. A submit that finds a call free is sent at
+    once, alone. ``0`` sends every submit alone; a submit with a ``traceparent`` always
+    is, since a batch's tasks all join the batch call's trace."""
 
     def __init__(
         self,
@@ -200,7 +210,10 @@ class Client(Executor):
         token_file: Optional[str] = DEFAULT_TOKEN_FILE,
         retry: Optional[RetryPolicy] = None,
         batch_concurrency: int = DEFAULT_BATCH_CONCURRENCY,
+        submit_calls: int = DEFAULT_SUBMIT_CALLS,
     ) -> None:
+        if submit_calls < 0:
+            raise ValueError("submit_calls must be 0 (off) or more")
         self.endpoint = endpoint.rstrip("/")
         self.retry = retry
         self.service_name = service_name
@@ -210,6 +223,7 @@ class Client(Executor):
         self._token_lock = threading.Lock()
         self._file_token: Optional[str] = None
         self._token_read_at: Optional[float] = None
+        self._submits = SubmitQueue(submit_calls, self._answer_call) if submit_calls else None
         super().__init__(signing_secret, callback_endpoint=self.endpoint, batch_concurrency=batch_concurrency)
 
     def _bearer(self) -> Optional[str]:
@@ -249,11 +263,15 @@ class Client(Executor):
         """Enqueues a task. ``idempotency_key`` is required (a repeat returns the first
         task); :func:`asyncd.idempotency_key_from` derives one from payload fields.
         ``traceparent`` (W3C Trace Context, with its ``tracestate``) puts the task in
-        that trace: every executor call receives it."""
-        body = self._body(Task(task_type, payload, idempotency_key, delay, eta, priority, unique_key,
-                               max_retries, timeout, depends_on))
-        return SubmitResult.from_json(
-            self._request("POST", "/v1/tasks", body, _trace_headers(traceparent, tracestate)))
+        that trace: every executor call receives it.
+
+        Called from several threads at once, submits share calls (``submit_calls``)."""
+        task = Task(task_type, payload, idempotency_key, delay, eta, priority, unique_key,
+                    max_retries, timeout, depends_on)
+        trace = _trace_headers(traceparent, tracestate)
+        if self._submits is None or trace:
+            return SubmitResult.from_json(self._request("POST", "/v1/tasks", self._body(task), trace))
+        return self._submits.submit(self._encode(task))
 
     def submit_delayed(self, task_type: str, payload: Any = None, *, delay: Duration, **kwargs: Any) -> SubmitResult:
         """Enqueues a task to run after ``delay`` (timedelta, seconds or "90s")."""
@@ -271,13 +289,25 @@ class Client(Executor):
         for i, t in enumerate(tasks):
             task = t if isinstance(t, Task) else Task(**t)
             try:
-                bodies.append(self._body(task))
+                bodies.append(self._encode(task))
             except MissingIdempotencyKey as e:
                 raise MissingIdempotencyKey(f"task {i}: {e}") from None
-        answer = self._request("POST", "/v1/tasks:batch", {"tasks": bodies}, _trace_headers(traceparent, tracestate))
+        return self._post_batch(bodies, _trace_headers(traceparent, tracestate))
+
+    def _encode(self, t: Task) -> bytes:
+        # Encoded in the submitting caller: a payload that is not JSON raises in its own
+        # submit rather than failing a call shared with others, and each task's size is
+        # known before a call is filled.
+        return json.dumps(self._body(t), allow_nan=False).encode("utf-8")
+
+    def _post_one(self, raw: bytes) -> SubmitResult:
+        return SubmitResult.from_json(self._request("POST", "/v1/tasks", raw))
+
+    def _post_batch(self, raws: Sequence[bytes], trace: Optional[Dict[str, str]] = None) -> List[BatchResult]:
+        answer = self._request("POST", "/v1/tasks:batch", b'{"tasks":[' + b",".join(raws) + b"]}", trace)
         results = answer.get("results") if isinstance(answer, dict) else None
-        if not isinstance(results, list) or len(results) != len(bodies):
-            raise APIError(200, "http_error", f"batch of {len(bodies)} answered with {answer!r}")
+        if not isinstance(results, list) or len(results) != len(raws):
+            raise APIError(200, "http_error", f"batch of {len(raws)} answered with {answer!r}")
         out = []
         for r in results:
             status = int(r.get("status", 0))
@@ -286,6 +316,18 @@ class Client(Executor):
             else:
                 out.append(BatchResult(status, result=SubmitResult.from_json(r)))
         return out
+
+    def _answer_call(self, raws: List[bytes]) -> List[Outcome]:
+        """One shared submit call: each submit's own outcome, as if it had been alone."""
+        if len(raws) == 1:
+            return [_outcome(self._post_one, raws[0])]
+        try:
+            items = self._post_batch(raws)
+        except Exception as e:  # noqa: BLE001 - each submit in the call raises it
+            if _too_large(e):
+                return [_outcome(self._post_one, r) for r in raws]
+            return failed_all(e, len(raws))
+        return [(i.result, i.error) for i in items]
 
     def _body(self, t: Task) -> Dict[str, Any]:
         if not t.type:
@@ -438,6 +480,19 @@ class Client(Executor):
         return http_json(method, self.endpoint + path, body, headers=headers or None, timeout=self.timeout)
 
 
+def _outcome(post_one: Callable[[bytes], SubmitResult], raw: bytes) -> Outcome:
+    try:
+        return post_one(raw), None
+    except Exception as e:  # noqa: BLE001 - the submit raises it
+        return None, e
+
+
+def _too_large(err: BaseException) -> bool:
+    # The API's batch body limit is below what a shared call carried: each task alone
+    # fits whatever a single submit of it would, so the call is sent again task by task.
+    return isinstance(err, APIError) and err.status == 413
+
+
 def _trace_headers(traceparent: Optional[str], tracestate: Optional[str]) -> Dict[str, str]:
     headers = {}
     if traceparent:
@@ -459,14 +514,22 @@ class AsyncClient:
     coroutine, and the blocking HTTP request runs in a worker thread
     (``asyncio.to_thread``), so awaiting it never blocks the event loop. Retries
     (``retry=``) wait with ``asyncio.sleep``; cancelling the awaiting task stops them.
-    Takes the same arguments as :class:`Client`."""
+    Takes the same arguments as :class:`Client`.
+
+    Concurrent submits (tasks of one event loop) share calls as the :class:`Client`'s
+    threads do (``submit_calls``); a submit cancelled while it is queued is not sent."""
 
     def __init__(self, endpoint: str = DEFAULT_ENDPOINT, service_name: Optional[str] = None, *,
-                 retry: Optional[RetryPolicy] = None, **kwargs: Any) -> None:
-        # The wrapped client sends single attempts; the retries happen here, off the thread.
-        self._client = Client(endpoint, service_name, **kwargs)
+                 retry: Optional[RetryPolicy] = None, submit_calls: int = DEFAULT_SUBMIT_CALLS,
+                 **kwargs: Any) -> None:
+        if submit_calls < 0:
+            raise ValueError("submit_calls must be 0 (off) or more")
+        # The wrapped client sends single attempts; the retries happen here, off the
+        # thread. Its submits come from here one call at a time, so it queues none itself.
+        self._client = Client(endpoint, service_name, submit_calls=0, **kwargs)
         self.endpoint = self._client.endpoint
         self.retry = retry
+        self._submits = AsyncSubmitQueue(submit_calls, self._answer_call) if submit_calls else None
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         def attempt() -> Awaitable[T]:
@@ -478,16 +541,39 @@ class AsyncClient:
 
     async def submit(self, task_type: str, payload: Any = None, **kwargs: Any) -> SubmitResult:
         """:meth:`Client.submit`."""
-        return await self._call(self._client.submit, task_type, payload, **kwargs)
+        if self._submits is None or kwargs.get("traceparent"):
+            return await self._call(self._client.submit, task_type, payload, **kwargs)
+        kwargs.pop("traceparent", None)
+        kwargs.pop("tracestate", None)
+        result: SubmitResult = await self._submits.submit(self._client._encode(Task(task_type, payload, **kwargs)))
+        return result
 
     async def submit_delayed(self, task_type: str, payload: Any = None, *, delay: Duration,
                              **kwargs: Any) -> SubmitResult:
         """:meth:`Client.submit_delayed`."""
-        return await self._call(self._client.submit, task_type, payload, delay=delay, **kwargs)
+        return await self.submit(task_type, payload, delay=delay, **kwargs)
 
     async def submit_at(self, task_type: str, payload: Any = None, *, eta: datetime, **kwargs: Any) -> SubmitResult:
         """:meth:`Client.submit_at`."""
-        return await self._call(self._client.submit, task_type, payload, eta=eta, **kwargs)
+        return await self.submit(task_type, payload, eta=eta, **kwargs)
+
+    async def _answer_call(self, raws: List[bytes]) -> List[Outcome]:
+        """:meth:`Client._answer_call`, each call retried here."""
+        async def one(raw: bytes) -> Outcome:
+            try:
+                return await self._call(self._client._post_one, raw), None
+            except Exception as e:  # noqa: BLE001 - the submit raises it
+                return None, e
+
+        if len(raws) == 1:
+            return [await one(raws[0])]
+        try:
+            items = await self._call(self._client._post_batch, raws)
+        except Exception as e:  # noqa: BLE001 - each submit in the call raises it
+            if _too_large(e):
+                return [await one(r) for r in raws]
+            return failed_all(e, len(raws))
+        return [(i.result, i.error) for i in items]
 
     async def submit_batch(self, tasks: Sequence[Union[Task, Mapping[str, Any]]], **kwargs: Any) -> List[BatchResult]:
         """:meth:`Client.submit_batch`."""

@@ -78,6 +78,12 @@ class APIError(AsyncdError):
             text += f": {message}"
         super().__init__(text)
 
+    def __reduce__(self) -> Any:
+        # Rebuilt from its fields, so copy.copy works: a call shared by several submits
+        # gives each its own copy of the error it failed with (and pickle works too).
+        return (type(self), (self.status, self.code, self.message, self.field, self.existing_id, self.state,
+                             self.body, self.retry_after))
+
     @property
     def retryable(self) -> bool:
         """Whether the same call may succeed if sent again: the 503s

@@ -989,7 +989,10 @@ def http_json(method: str, url: str, body: Any = None, *, headers: Optional[Mapp
     TransportError when the server cannot be reached."""
     data = None
     hdrs = {"Accept": "application/json"}
-    if body is not None:
+    if isinstance(body, bytes):  # JSON already encoded by the caller
+        data = body
+        hdrs["Content-Type"] = "application/json"
+    elif body is not None:
         data = json.dumps(body, allow_nan=False).encode("utf-8")
         hdrs["Content-Type"] = "application/json"
     if headers:
