@@ -1,4 +1,5 @@
-//! Group commit for single submits: concurrent `POST /v1/tasks` calls on the store route
+//! Group commit for single submits and small batches: concurrent `POST /v1/tasks` calls
+//! (and `POST /v1/tasks:batch` calls under [`OWN_TRANSACTION`] tasks) on the store route
 //! share one store transaction instead of committing one each. A call is answered only
 //! after the transaction holding its task committed, so "201 means durable" holds as
 //! before; what changes is that under load a thousand submits cost one commit (one WAL
@@ -28,6 +29,12 @@ use asyncd_store::{InsertOutcome, Millis, NewTask, StoreError};
 /// HTTP handlers: past it a submit waits to be queued, as it would for a connection.
 /// A thousand is several groups' worth at the largest group size.
 const QUEUE: usize = 1_000;
+
+/// A submit of this many tasks or more is written in a transaction of its own, not in a
+/// group: its commit is already shared by enough tasks, and on PostgreSQL such batches
+/// from several callers then commit side by side instead of one after another. Measured
+/// with 4 calls of 1 000 in flight (docs/benchmarks.md).
+pub const OWN_TRANSACTION: usize = 256;
 
 /// The most tasks one group's transaction takes: a full batch submit, the largest
 /// insert the store is asked for anyway.
@@ -187,15 +194,21 @@ mod tests {
         commit: &GroupCommit,
         tasks: Vec<NewTask>,
     ) -> Vec<tokio::task::JoinHandle<Result<Vec<InsertOutcome>, ApiError>>> {
-        let n = tasks.len();
-        let handles = tasks
+        queue_requests(commit, tasks.into_iter().map(|task| vec![task]).collect()).await
+    }
+
+    /// [`queue_all`] with several tasks to a request, as a batch submit sends them.
+    async fn queue_requests(
+        commit: &GroupCommit,
+        requests: Vec<Vec<NewTask>>,
+    ) -> Vec<tokio::task::JoinHandle<Result<Vec<InsertOutcome>, ApiError>>> {
+        let n = requests.len();
+        let handles = requests
             .into_iter()
             .enumerate()
-            .map(|(i, task)| {
+            .map(|(i, tasks)| {
                 let commit = commit.clone();
-                tokio::spawn(
-                    async move { commit.insert(vec![task], Millis::new(i as i64 + 1)).await },
-                )
+                tokio::spawn(async move { commit.insert(tasks, Millis::new(i as i64 + 1)).await })
             })
             .collect();
         while QUEUE - commit.requests.capacity() < n {
@@ -228,6 +241,51 @@ mod tests {
         for id in &ids {
             let stored = store.get(id).await.unwrap().unwrap();
             assert_eq!(stored.created_at, Millis::new(50), "{id}");
+        }
+        drop(commit);
+        writing.await.expect("the writer ends with its last sender");
+    }
+
+    #[tokio::test]
+    async fn small_batches_share_a_group_and_each_gets_its_own_outcomes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = sqlite(&dir).await;
+        let (commit, writer) = new(TaskWriter::new(store.clone(), None));
+        let requests: Vec<Vec<String>> = vec![
+            vec!["a1".into(), "a2".into(), "a3".into()],
+            vec!["b1".into()],
+            vec!["c1".into(), "c2".into()],
+        ];
+        let handles = queue_requests(
+            &commit,
+            requests
+                .iter()
+                .map(|ids| ids.iter().map(|id| task(id, "{}")).collect())
+                .collect(),
+        )
+        .await;
+        let writing = tokio::spawn(writer.run());
+        for (handle, ids) in handles.into_iter().zip(&requests) {
+            let outcomes = handle.await.unwrap().unwrap();
+            let want: Vec<InsertOutcome> = ids
+                .iter()
+                .map(|id| InsertOutcome::Inserted {
+                    id: id.clone(),
+                    trigger_at: Millis::new(1_000),
+                })
+                .collect();
+            assert_eq!(
+                outcomes, want,
+                "each request answered with its own tasks, in order"
+            );
+        }
+        for id in requests.iter().flatten() {
+            let stored = store.get(id).await.unwrap().unwrap();
+            assert_eq!(
+                stored.created_at,
+                Millis::new(3),
+                "{id}: one transaction for the three requests"
+            );
         }
         drop(commit);
         writing.await.expect("the writer ends with its last sender");

@@ -475,11 +475,12 @@ impl ApiState {
             .filter(|(_, topic)| topic.is_none())
             .map(|(task, _)| task.clone())
             .collect();
-        // Kafka-route tasks alone must not need the store. One task shares a
-        // transaction with the other single submits of the moment; a batch is one already.
+        // Kafka-route tasks alone must not need the store. A single submit, or a small
+        // batch (an SDK's concurrent submits sent together), shares a transaction with
+        // the other submits of the moment; a large batch pays for its own commit.
         let mut outcomes = match stored.len() {
             0 => Vec::new(),
-            1 => self.inserts.insert(stored, now).await?,
+            n if n < group_commit::OWN_TRANSACTION => self.inserts.insert(stored, now).await?,
             _ => self.tasks.insert(&stored, now).await?,
         }
         .into_iter();
