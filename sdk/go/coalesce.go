@@ -215,20 +215,13 @@ type submitBatchAnswer struct {
 type submitBatchItem struct {
 	Status int `json:"status"`
 	SubmitResult
-	Error *struct {
-		Code       string `json:"code"`
-		Message    string `json:"message"`
-		Field      string `json:"field"`
-		ExistingID string `json:"existing_id"`
-		State      string `json:"state"`
-	} `json:"error"`
+	Error *errorFields `json:"error"`
 }
 
 func (r submitBatchItem) result() BatchResult {
 	out := BatchResult{Status: r.Status}
 	if r.Error != nil {
-		out.Err = &APIError{Status: r.Status, Code: r.Error.Code, Message: r.Error.Message,
-			Field: r.Error.Field, ExistingID: r.Error.ExistingID, State: r.Error.State}
+		out.Err = r.Error.apiError(r.Status)
 	} else {
 		out.SubmitResult = r.SubmitResult
 	}

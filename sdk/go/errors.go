@@ -216,14 +216,22 @@ var (
 // an idempotency key: without one a retried submit could enqueue the task twice.
 var ErrMissingIdempotencyKey = errors.New("asyncd: task has no idempotency key (set Task.IdempotencyKey, e.g. with IdempotencyKeyFrom)")
 
+// errorFields is the API's "error" object, in an error answer and in a refused batch item.
+type errorFields struct {
+	Code       string `json:"code"`
+	Message    string `json:"message"`
+	Field      string `json:"field"`
+	ExistingID string `json:"existing_id"`
+	State      string `json:"state"`
+}
+
+func (f *errorFields) apiError(status int) *APIError {
+	return &APIError{Status: status, Code: f.Code, Message: f.Message, Field: f.Field,
+		ExistingID: f.ExistingID, State: f.State}
+}
+
 type errorBody struct {
-	Error *struct {
-		Code       string `json:"code"`
-		Message    string `json:"message"`
-		Field      string `json:"field"`
-		ExistingID string `json:"existing_id"`
-		State      string `json:"state"`
-	} `json:"error"`
+	Error *errorFields `json:"error"`
 	// docs/api.md does not say whether existing_id and state sit inside "error" or
 	// beside it; accept both.
 	ExistingID string `json:"existing_id"`
@@ -233,14 +241,7 @@ type errorBody struct {
 func parseAPIError(status int, body []byte) *APIError {
 	var eb errorBody
 	if json.Unmarshal(body, &eb) == nil && eb.Error != nil && eb.Error.Code != "" {
-		e := &APIError{
-			Status:     status,
-			Code:       eb.Error.Code,
-			Message:    eb.Error.Message,
-			Field:      eb.Error.Field,
-			ExistingID: eb.Error.ExistingID,
-			State:      eb.Error.State,
-		}
+		e := eb.Error.apiError(status)
 		if e.ExistingID == "" {
 			e.ExistingID = eb.ExistingID
 		}

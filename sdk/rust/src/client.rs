@@ -23,13 +23,17 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::{ApiError, Error};
-use crate::idempotency::idempotency_key_from;
 use crate::retry::RetryPolicy;
 use crate::time::{format_duration, format_time};
 
+mod builder;
 mod coalesce;
+mod task;
 
+pub use builder::ClientBuilder;
 use coalesce::Coalescer;
+pub use task::Task;
+use task::trace_headers;
 
 /// Where `asyncd dev` listens unless told otherwise.
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:7700";
@@ -64,129 +68,6 @@ impl fmt::Debug for TokenSource {
             TokenSource::Static(_) => f.write_str("Static(<redacted>)"),
             TokenSource::File(path) => f.debug_tuple("File").field(path).finish(),
         }
-    }
-}
-
-/// Configures a [`Client`].
-#[derive(Debug, Clone)]
-pub struct ClientBuilder {
-    endpoint: String,
-    service_name: Option<String>,
-    http: Option<reqwest::Client>,
-    timeout: Duration,
-    token: TokenSource,
-    retry: Option<RetryPolicy>,
-    submit_calls: usize,
-}
-
-impl Default for ClientBuilder {
-    fn default() -> Self {
-        Self {
-            endpoint: DEFAULT_ENDPOINT.to_string(),
-            service_name: None,
-            http: None,
-            timeout: Duration::from_secs(30),
-            token: TokenSource::File(DEFAULT_TOKEN_FILE.into()),
-            retry: None,
-            submit_calls: DEFAULT_SUBMIT_CALLS,
-        }
-    }
-}
-
-impl ClientBuilder {
-    /// Base URL of the asyncd API (default [`DEFAULT_ENDPOINT`]).
-    pub fn endpoint(mut self, endpoint: impl Into<String>) -> Self {
-        self.endpoint = endpoint.into();
-        self
-    }
-
-    /// Names the submitting service: sent as `Asyncd-Source-Service` and as
-    /// `source_service` in submit bodies, for `asyncd_task_submitted_total`.
-    pub fn service_name(mut self, name: impl Into<String>) -> Self {
-        self.service_name = Some(name.into());
-        self
-    }
-
-    /// Uses `http` for every call instead of a client of this builder's own.
-    pub fn http_client(mut self, http: reqwest::Client) -> Self {
-        self.http = Some(http);
-        self
-    }
-
-    /// Per-call timeout of the builder's own HTTP client (default 30 s; ignored with
-    /// [`http_client`](Self::http_client)).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Sends `token` as `Authorization: Bearer <token>` on every API call (an API token
-    /// of `asyncd api --auth tokens`, or a Kubernetes token for `--auth kubernetes`).
-    pub fn token(mut self, token: impl Into<String>) -> Self {
-        self.token = TokenSource::Static(token.into());
-        self
-    }
-
-    /// Reads the bearer token from `path`, again every [`TOKEN_FILE_REFRESH`] (projected
-    /// tokens rotate); a missing file sends no token. Default: [`DEFAULT_TOKEN_FILE`].
-    pub fn token_file(mut self, path: impl Into<PathBuf>) -> Self {
-        self.token = TokenSource::File(path.into());
-        self
-    }
-
-    /// Sends an API call again after a retryable failure, as `policy` says (off unless
-    /// set): see [`RetryPolicy`]. Heartbeats and results are not retried.
-    pub fn retry(mut self, policy: RetryPolicy) -> Self {
-        self.retry = Some(policy);
-        self
-    }
-
-    /// How many submit calls the client has in flight at once (default
-    /// [`DEFAULT_SUBMIT_CALLS`]). While they are all busy, further concurrent
-    /// [`Client::submit`]s queue and go together in the next free call, as one
-    /// `POST /v1/tasks:batch` of up to 1000 tasks and 1 MiB whose items the API judges one
-    /// by one: each submit still returns its own task's result or error, exactly as
-    /// alone. A submit that finds a call free is sent at once, alone, as `POST /v1/tasks`,
-    /// so a caller submitting one task at a time sees no difference. This is how a Kafka
-    /// producer or a pipelining Redis client (BullMQ's) turns many small concurrent
-    /// writes into few round trips.
-    ///
-    /// `0` turns it off: every submit is its own call. A task with a trace
-    /// ([`Task::trace`]) is always its own call, because a batch's tasks all join the
-    /// batch request's trace. A call that fails as a whole fails each submit in it (an
-    /// error that cannot be copied comes as [`Error::Shared`]); a [`RetryPolicy`] retries
-    /// the call as a whole.
-    pub fn submit_coalescing(mut self, calls: usize) -> Self {
-        self.submit_calls = calls;
-        self
-    }
-
-    pub fn build(self) -> Result<Client, Error> {
-        let endpoint = self.endpoint.trim_end_matches('/').to_string();
-        if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
-            return Err(Error::Config(format!(
-                "endpoint {endpoint:?} is not an http:// or https:// URL"
-            )));
-        }
-        let http = match self.http {
-            Some(http) => http,
-            None => reqwest::Client::builder()
-                .timeout(self.timeout)
-                .build()
-                .map_err(|e| Error::Config(e.to_string()))?,
-        };
-        Ok(Client {
-            inner: Arc::new(Inner {
-                endpoint,
-                service_name: self.service_name,
-                http,
-                token: self.token,
-                file_token: Mutex::new(None),
-                retry: self.retry,
-                coalesce: (self.submit_calls > 0)
-                    .then(|| Arc::new(Coalescer::new(self.submit_calls))),
-            }),
-        })
     }
 }
 
@@ -238,160 +119,6 @@ impl fmt::Debug for Client {
             .field("service_name", &self.inner.service_name)
             .finish()
     }
-}
-
-/// One unit of work to submit. Build it with [`Task::new`] and the setters:
-///
-/// ```
-/// # use asyncd_client::Task;
-/// # use std::time::Duration;
-/// let task = Task::new("cancel_expired_order", serde_json::json!({"order_id": 42}))
-///     .derive_idempotency_key(&["order_id"])
-///     .unwrap()
-///     .priority(5)
-///     .max_retries(3)
-///     .timeout(Duration::from_secs(30));
-/// assert_eq!(task.idempotency_key.as_deref().unwrap().len(), 64);
-/// ```
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Task {
-    /// An AsyncJobConfig's `spec.taskType`.
-    pub task_type: String,
-    /// Any JSON value; `null` by default.
-    pub payload: Value,
-    /// Required: a repeat of it returns the first task instead of enqueueing a second.
-    /// [`idempotency_key_from`] derives one from payload fields.
-    pub idempotency_key: Option<String>,
-    /// Refuses the submit (`unique_conflict`) while a task holding it is pending.
-    pub unique_key: Option<String>,
-    /// 0..=9, higher first among equal ETAs.
-    pub priority: u8,
-    /// Overrides the job's `spec.retry.maxRetries`; `Some(0)` is valid.
-    pub max_retries: Option<u32>,
-    /// Overrides the job's per-attempt executor timeout.
-    pub timeout: Option<Duration>,
-    /// Ids of tasks that must all succeed before this one runs.
-    pub depends_on: Vec<String>,
-    /// Postpones the task (0..=400 days). Set at most one of `delay` and `eta`;
-    /// [`Client::submit_delayed`] and [`Client::submit_at`] set them on a copy.
-    pub delay: Option<Duration>,
-    pub eta: Option<DateTime<Utc>>,
-    /// W3C Trace Context: the task joins this trace (sent as the `traceparent` and
-    /// `tracestate` headers) and every executor call receives it. asyncd ignores a
-    /// malformed one. The tasks of one batch share one.
-    pub traceparent: Option<String>,
-    pub tracestate: Option<String>,
-}
-
-impl Task {
-    /// A task of `task_type` with `payload` (anything `serde_json::Value` converts from,
-    /// e.g. `json!({...})`; see [`Task::with_payload`] for your own types).
-    pub fn new(task_type: impl Into<String>, payload: impl Into<Value>) -> Self {
-        Self {
-            task_type: task_type.into(),
-            payload: payload.into(),
-            ..Self::default()
-        }
-    }
-
-    /// A task whose payload is `payload` serialized with serde.
-    pub fn with_payload<T: Serialize + ?Sized>(
-        task_type: impl Into<String>,
-        payload: &T,
-    ) -> Result<Self, Error> {
-        Ok(Self::new(
-            task_type,
-            serde_json::to_value(payload).map_err(Error::Payload)?,
-        ))
-    }
-
-    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
-        self.idempotency_key = Some(key.into());
-        self
-    }
-
-    /// Sets the idempotency key to [`idempotency_key_from`] this task's type, payload
-    /// and `fields` (the whole payload when `fields` is empty).
-    pub fn derive_idempotency_key(mut self, fields: &[&str]) -> Result<Self, Error> {
-        self.idempotency_key = Some(idempotency_key_from(
-            &self.task_type,
-            &self.payload,
-            fields,
-        )?);
-        Ok(self)
-    }
-
-    pub fn unique_key(mut self, key: impl Into<String>) -> Self {
-        self.unique_key = Some(key.into());
-        self
-    }
-
-    pub fn priority(mut self, priority: u8) -> Self {
-        self.priority = priority;
-        self
-    }
-
-    pub fn max_retries(mut self, max_retries: u32) -> Self {
-        self.max_retries = Some(max_retries);
-        self
-    }
-
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
-    }
-
-    pub fn depends_on<I, S>(mut self, ids: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.depends_on = ids.into_iter().map(Into::into).collect();
-        self
-    }
-
-    pub fn delay(mut self, delay: Duration) -> Self {
-        self.delay = Some(delay);
-        self.eta = None;
-        self
-    }
-
-    pub fn eta(mut self, eta: DateTime<Utc>) -> Self {
-        self.eta = Some(eta);
-        self.delay = None;
-        self
-    }
-
-    /// Puts the task in the trace `traceparent` names (see [`Task::traceparent`]); in an
-    /// executor, pass the [`crate::TaskContext`]'s to continue the call's trace.
-    pub fn trace(mut self, traceparent: impl Into<String>, tracestate: Option<String>) -> Self {
-        self.traceparent = Some(traceparent.into());
-        self.tracestate = tracestate;
-        self
-    }
-}
-
-/// The trace headers of `tasks`, which must agree: one request carries one trace.
-fn trace_headers(tasks: &[Task]) -> Result<Vec<(&'static str, String)>, Error> {
-    let Some(first) = tasks.first() else {
-        return Ok(Vec::new());
-    };
-    if tasks
-        .iter()
-        .any(|t| (&t.traceparent, &t.tracestate) != (&first.traceparent, &first.tracestate))
-    {
-        return Err(Error::InvalidTask(
-            "the tasks of one batch must share one traceparent and tracestate".into(),
-        ));
-    }
-    let mut out = Vec::new();
-    if let Some(parent) = &first.traceparent {
-        out.push((headers::TRACEPARENT, parent.clone()));
-        if let Some(state) = &first.tracestate {
-            out.push((headers::TRACESTATE, state.clone()));
-        }
-    }
-    Ok(out)
 }
 
 /// The items of the answer to a batch of `sent` tasks, in their order: for

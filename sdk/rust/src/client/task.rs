@@ -1,0 +1,166 @@
+//! A task to submit: what it carries and the setters that build it.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::Error;
+use crate::idempotency::idempotency_key_from;
+
+use super::headers;
+
+/// One unit of work to submit. Build it with [`Task::new`] and the setters:
+///
+/// ```
+/// # use asyncd_client::Task;
+/// # use std::time::Duration;
+/// let task = Task::new("cancel_expired_order", serde_json::json!({"order_id": 42}))
+///     .derive_idempotency_key(&["order_id"])
+///     .unwrap()
+///     .priority(5)
+///     .max_retries(3)
+///     .timeout(Duration::from_secs(30));
+/// assert_eq!(task.idempotency_key.as_deref().unwrap().len(), 64);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Task {
+    /// An AsyncJobConfig's `spec.taskType`.
+    pub task_type: String,
+    /// Any JSON value; `null` by default.
+    pub payload: Value,
+    /// Required: a repeat of it returns the first task instead of enqueueing a second.
+    /// [`idempotency_key_from`] derives one from payload fields.
+    pub idempotency_key: Option<String>,
+    /// Refuses the submit (`unique_conflict`) while a task holding it is pending.
+    pub unique_key: Option<String>,
+    /// 0..=9, higher first among equal ETAs.
+    pub priority: u8,
+    /// Overrides the job's `spec.retry.maxRetries`; `Some(0)` is valid.
+    pub max_retries: Option<u32>,
+    /// Overrides the job's per-attempt executor timeout.
+    pub timeout: Option<Duration>,
+    /// Ids of tasks that must all succeed before this one runs.
+    pub depends_on: Vec<String>,
+    /// Postpones the task (0..=400 days). Set at most one of `delay` and `eta`;
+    /// [`Client::submit_delayed`] and [`Client::submit_at`] set them on a copy.
+    pub delay: Option<Duration>,
+    pub eta: Option<DateTime<Utc>>,
+    /// W3C Trace Context: the task joins this trace (sent as the `traceparent` and
+    /// `tracestate` headers) and every executor call receives it. asyncd ignores a
+    /// malformed one. The tasks of one batch share one.
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
+}
+
+impl Task {
+    /// A task of `task_type` with `payload` (anything `serde_json::Value` converts from,
+    /// e.g. `json!({...})`; see [`Task::with_payload`] for your own types).
+    pub fn new(task_type: impl Into<String>, payload: impl Into<Value>) -> Self {
+        Self {
+            task_type: task_type.into(),
+            payload: payload.into(),
+            ..Self::default()
+        }
+    }
+
+    /// A task whose payload is `payload` serialized with serde.
+    pub fn with_payload<T: Serialize + ?Sized>(
+        task_type: impl Into<String>,
+        payload: &T,
+    ) -> Result<Self, Error> {
+        Ok(Self::new(
+            task_type,
+            serde_json::to_value(payload).map_err(Error::Payload)?,
+        ))
+    }
+
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+
+    /// Sets the idempotency key to [`idempotency_key_from`] this task's type, payload
+    /// and `fields` (the whole payload when `fields` is empty).
+    pub fn derive_idempotency_key(mut self, fields: &[&str]) -> Result<Self, Error> {
+        self.idempotency_key = Some(idempotency_key_from(
+            &self.task_type,
+            &self.payload,
+            fields,
+        )?);
+        Ok(self)
+    }
+
+    pub fn unique_key(mut self, key: impl Into<String>) -> Self {
+        self.unique_key = Some(key.into());
+        self
+    }
+
+    pub fn priority(mut self, priority: u8) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    pub fn max_retries(mut self, max_retries: u32) -> Self {
+        self.max_retries = Some(max_retries);
+        self
+    }
+
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    pub fn depends_on<I, S>(mut self, ids: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.depends_on = ids.into_iter().map(Into::into).collect();
+        self
+    }
+
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = Some(delay);
+        self.eta = None;
+        self
+    }
+
+    pub fn eta(mut self, eta: DateTime<Utc>) -> Self {
+        self.eta = Some(eta);
+        self.delay = None;
+        self
+    }
+
+    /// Puts the task in the trace `traceparent` names (see [`Task::traceparent`]); in an
+    /// executor, pass the [`crate::TaskContext`]'s to continue the call's trace.
+    pub fn trace(mut self, traceparent: impl Into<String>, tracestate: Option<String>) -> Self {
+        self.traceparent = Some(traceparent.into());
+        self.tracestate = tracestate;
+        self
+    }
+}
+
+/// The trace headers of `tasks`, which must agree: one request carries one trace.
+pub(super) fn trace_headers(tasks: &[Task]) -> Result<Vec<(&'static str, String)>, Error> {
+    let Some(first) = tasks.first() else {
+        return Ok(Vec::new());
+    };
+    if tasks
+        .iter()
+        .any(|t| (&t.traceparent, &t.tracestate) != (&first.traceparent, &first.tracestate))
+    {
+        return Err(Error::InvalidTask(
+            "the tasks of one batch must share one traceparent and tracestate".into(),
+        ));
+    }
+    let mut out = Vec::new();
+    if let Some(parent) = &first.traceparent {
+        out.push((headers::TRACEPARENT, parent.clone()));
+        if let Some(state) = &first.tracestate {
+            out.push((headers::TRACESTATE, state.clone()));
+        }
+    }
+    Ok(out)
+}
