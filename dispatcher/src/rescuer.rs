@@ -244,6 +244,13 @@ mod tests {
         async fn find_idempotent(&self, task: &NewTask) -> store::Result<Option<InsertOutcome>> {
             self.inner.find_idempotent(task).await
         }
+        async fn idempotency_key_holder(
+            &self,
+            task_type: &str,
+            key: &str,
+        ) -> store::Result<Option<String>> {
+            self.inner.idempotency_key_holder(task_type, key).await
+        }
         async fn start(&self, p: StartParams<'_>) -> store::Result<Vec<Started>> {
             self.inner.start(p).await
         }

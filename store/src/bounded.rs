@@ -120,6 +120,14 @@ impl Store for Bounded {
             .await
     }
 
+    async fn idempotency_key_holder(&self, task_type: &str, key: &str) -> Result<Option<String>> {
+        self.within(
+            "idempotency_key_holder",
+            self.inner.idempotency_key_holder(task_type, key),
+        )
+        .await
+    }
+
     async fn start(&self, params: StartParams<'_>) -> Result<Vec<Started>> {
         self.within("start", self.inner.start(params)).await
     }

@@ -182,6 +182,14 @@ where
         Tx::<B>::find_idempotent(self.reader(), task).await
     }
 
+    async fn idempotency_key_holder(&self, task_type: &str, key: &str) -> Result<Option<String>> {
+        Ok(
+            Tx::<B>::idempotency_key_holder(self.reader(), task_type, key)
+                .await?
+                .map(|holder| holder.id),
+        )
+    }
+
     async fn start(&self, params: StartParams<'_>) -> Result<Vec<Started>> {
         self.start_claims(params).await
     }

@@ -35,6 +35,13 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(30))
             .foreign_keys(false)
+            // A statement that may fail halfway (any multi-row insert: a row can hit a
+            // unique key) keeps a statement journal of the pages it changed. SQLite keeps
+            // the first 64 KiB in memory and spills the rest to a temporary file it
+            // creates and deletes per transaction: most of a group commit's writes were
+            // to such files, not to the database. In memory, the journal is bounded by
+            // the pages one transaction changes.
+            .pragma("temp_store", "memory")
             // The rows a statement returns cross from sqlx's SQLite thread to the caller
             // through a channel of this many. At sqlx's 50 a claim (up to 1 000 rows by
             // default) or a batch of 256 filled it, and the SQLite thread, the one writer,

@@ -56,6 +56,8 @@ pub trait Store: Send + Sync + 'static {
     /// [`InsertOutcome::IdempotencyMismatch`]; `None` when no task holds it (or the task
     /// has no key). Inserts nothing.
     async fn find_idempotent(&self, task: &NewTask) -> Result<Option<InsertOutcome>>;
+    /// The id of the task of type `task_type` holding idempotency key `key`, if any.
+    async fn idempotency_key_holder(&self, task_type: &str, key: &str) -> Result<Option<String>>;
     /// Begins attempts on claimed tasks whose token still matches and whose type is not
     /// paused; each lease runs until `now + its timeout + grace`. Returns the ones that
     /// started.

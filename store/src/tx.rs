@@ -393,15 +393,24 @@ where
         let Some(key) = task.idempotency_key.as_deref() else {
             return Ok(None);
         };
-        let holder: Option<Holder> = sqlx::query_as(D::QUERIES.holder_by_idempotency_key)
-            .bind(D::key(key))
-            .bind(task.task_type.as_str())
-            .fetch_optional(pool)
-            .await?;
+        let holder = Self::idempotency_key_holder(pool, &task.task_type, key).await?;
         Ok(holder.map(|h| {
             let same = h.same_request(task);
             domain::ConflictKey::Idempotency(key).outcome(h.id, h.trigger_at, same)
         }))
+    }
+
+    /// The task of `task_type` holding idempotency key `key`.
+    pub async fn idempotency_key_holder(
+        pool: &Pool<DB>,
+        task_type: &str,
+        key: &str,
+    ) -> Result<Option<Holder>> {
+        Ok(sqlx::query_as(D::QUERIES.holder_by_idempotency_key)
+            .bind(D::key(key))
+            .bind(task_type)
+            .fetch_optional(pool)
+            .await?)
     }
 
     pub async fn cancel(pool: &Pool<DB>, id: &str, now: Millis) -> Result<CancelOutcome> {

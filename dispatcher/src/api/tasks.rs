@@ -149,7 +149,22 @@ pub(super) async fn cancel_by_key(
         .require(&caller, Verb::Cancel, Some(&job.name))
         .await?;
     if field == "idempotency_key" {
-        let id = submit::task_id(&job.task_type, Some(key));
+        // A stored task is found by its key. On a job with a Kafka topic a task not
+        // consumed yet is cancelled under the id its key derives (`submit::task_id`).
+        let id = match state
+            .store
+            .idempotency_key_holder(&job.task_type, key)
+            .await?
+        {
+            Some(id) => id,
+            None if job.kafka.is_some() => submit::key_id(&job.task_type, key),
+            None => {
+                return Err(ApiError::new(
+                    ErrorCode::NotFound,
+                    format!("no task of job {} holds idempotency key {key:?}", job.name),
+                ));
+            }
+        };
         return cancel_id(&state, &caller, Some(job), id).await;
     }
     let holders = state

@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 
 use super::signature::SignatureError;
 use crate::api::error::ApiError;
-use crate::api::submit::{bounds, legacy_task_id, task_id};
+use crate::api::submit::{bounds, key_id, legacy_task_id};
 use crate::trace::TraceContext;
 use asyncd_store::{Millis, NewTask};
 
@@ -110,8 +110,8 @@ impl Envelope {
     }
 }
 
-/// The API gives a task with an idempotency key the id derived from it, and any other a
-/// time-ordered one (`task_id`): a message claiming another id could plant a row under
+/// The API gives a task of a job with a topic the id derived from its idempotency key
+/// (`task_id`), and any other a time-ordered one: a message claiming another id could plant a row under
 /// the id a keyed submit will derive, which that submit would then run into. The id the
 /// release before derived from the key alone is still read, so that messages produced
 /// before an upgrade are not dead-lettered by it: under the topic's own type, such a row
@@ -119,9 +119,9 @@ impl Envelope {
 fn check_id(id: &str, task_type: &str, idempotency_key: Option<&str>) -> Result<(), DecodeError> {
     let refused = |why: &str| DecodeError::Refused(format!("id: {id:?} {why}"));
     match idempotency_key {
-        Some(key) if id != task_id(task_type, Some(key)) && id != legacy_task_id(key) => Err(
-            refused("is not the id the API derives from the idempotency key"),
-        ),
+        Some(key) if id != key_id(task_type, key) && id != legacy_task_id(key) => Err(refused(
+            "is not the id the API derives from the idempotency key",
+        )),
         Some(_) => Ok(()),
         None => match uuid::Uuid::parse_str(id) {
             Ok(uuid) if uuid.get_version_num() == 7 => Ok(()),
@@ -207,7 +207,7 @@ mod tests {
 
     /// The task as the API would produce it (`test_task` under an id it gives).
     fn task() -> NewTask {
-        crate::kafka::test_task(&task_id("work", None), "{}", NOW)
+        crate::kafka::test_task(&uuid::Uuid::now_v7().to_string(), "{}", NOW)
     }
 
     fn read(task: &NewTask) -> Result<NewTask, DecodeError> {
@@ -242,7 +242,7 @@ mod tests {
     fn a_task_the_api_could_produce_is_read_unchanged() {
         let mut keyed = task().priority(9).max_retries(100).timeout_ms(86_400_000);
         keyed.idempotency_key = Some("order-42".into());
-        keyed.id = task_id("work", Some("order-42"));
+        keyed.id = key_id("work", "order-42");
         keyed.trigger_at = NOW + crate::api::submit::bounds::MAX_DELAY;
         keyed.source_service = Some("s".repeat(128));
         let read_back = read(&keyed).unwrap();
@@ -375,7 +375,7 @@ mod tests {
     /// derive.
     #[test]
     fn an_id_the_api_would_not_give_is_refused() {
-        let planted = task_id("work", Some("order-77"));
+        let planted = key_id("work", "order-77");
         let reason = forged("id", planted.clone().into())
             .unwrap_err()
             .to_string();
@@ -397,7 +397,7 @@ mod tests {
         assert!(forged("id", "not-a-uuid".into()).is_err());
         // The id another job's submit derives from the same key: a message on this
         // topic cannot take it.
-        keyed.id = task_id("other", Some("order-42"));
+        keyed.id = key_id("other", "order-42");
         assert!(read(&keyed).is_err());
         // What the release before derived from the key alone is still read.
         keyed.id = legacy_task_id("order-42");

@@ -271,6 +271,28 @@ async fn a_running_task_is_cancelled_and_its_attempt_told(store_url: Option<Stri
         (400, Some("unique_key")),
         "{answer}"
     );
+
+    // Cancel by idempotency key: on a job without a Kafka topic a keyed task has a
+    // time-ordered id, found by its key.
+    let keyed = asyncd
+        .submit(json!({"type": "work", "payload": {"n": 3}, "idempotency_key": "order-3", "delay": "1h"}))
+        .await;
+    let (status, answer) = asyncd
+        .delete("/v1/tasks?job=test-job&idempotency_key=order-3")
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        (answer["id"].as_str(), answer["state"].as_str()),
+        (Some(keyed.as_str()), Some("cancelled"))
+    );
+    let (status, answer) = asyncd
+        .delete("/v1/tasks?job=test-job&idempotency_key=order-4")
+        .await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (404, Some("not_found")),
+        "no task holds the key: {answer}"
+    );
 }
 
 #[tokio::test]

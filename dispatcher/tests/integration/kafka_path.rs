@@ -582,14 +582,15 @@ async fn a_cancel_before_consumption_plants_nothing_under_another_jobs_ids() {
     let executor = Executor::start(|_| Answer::ok()).await;
     let Some(cluster) = Cluster::start_jobs(&[
         ("a.yaml", kafka_job("planter", &executor.url(), 1)),
-        ("b.yaml", job_yaml("victim", "victim", &executor.url(), "")),
+        // A job with a topic too: its keyed tasks have the ids their keys derive.
+        ("b.yaml", kafka_job("victim", &executor.url(), 1)),
     ])
     .await
     else {
         return;
     };
     let (http, api) = (&cluster.http, &cluster.api);
-    let victims_id = asyncd::api::submit::task_id("victim", Some("order-77"));
+    let victims_id = asyncd::api::submit::key_id("victim", "order-77");
     let answer = http
         .delete(format!("http://{api}/v1/tasks/{victims_id}?job=planter"))
         .send()
@@ -606,7 +607,7 @@ async fn a_cancel_before_consumption_plants_nothing_under_another_jobs_ids() {
         .unwrap();
     assert_eq!(answer.status(), 200);
     let cancelled: Value = answer.json().await.unwrap();
-    let planters_id = asyncd::api::submit::task_id("planter", Some("order-77"));
+    let planters_id = asyncd::api::submit::key_id("planter", "order-77");
     assert_eq!(
         (cancelled["id"].as_str(), cancelled["state"].as_str()),
         (Some(planters_id.as_str()), Some("cancelled"))
@@ -870,10 +871,7 @@ async fn with_the_broker_unreachable_a_submit_falls_back_to_the_store_under_the_
         "the submit took {took:?}"
     );
     let id = answer["id"].as_str().unwrap().to_string();
-    assert_eq!(
-        id,
-        asyncd::api::submit::task_id("fallback", Some("fallback-1"))
-    );
+    assert_eq!(id, asyncd::api::submit::key_id("fallback", "fallback-1"));
 
     // Right after a failure the broker is not waited for again: straight to the store.
     let started = std::time::Instant::now();
@@ -1351,7 +1349,7 @@ async fn with_the_store_away_a_kafka_route_submit_is_still_accepted() {
         "{second}"
     );
     let id = second["id"].as_str().unwrap();
-    assert_eq!(id, asyncd::api::submit::task_id("nostore", Some("second")));
+    assert_eq!(id, asyncd::api::submit::key_id("nostore", "second"));
     let calls = executor.wait_calls(id, 1).await;
     assert_eq!(calls[0].attempt, 1);
 }
@@ -1438,10 +1436,7 @@ async fn with_the_broker_and_the_store_both_down_a_submit_answers_503_and_a_retr
         "{answer}"
     );
     let id = answer["id"].as_str().unwrap();
-    assert_eq!(
-        id,
-        asyncd::api::submit::task_id("nowhere", Some("nowhere-1"))
-    );
+    assert_eq!(id, asyncd::api::submit::key_id("nowhere", "nowhere-1"));
     let task: Value = http
         .get(format!("http://{api}/v1/tasks/{id}"))
         .send()

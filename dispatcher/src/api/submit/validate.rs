@@ -12,6 +12,7 @@ use serde_json::value::RawValue;
 use crate::api::error::ApiError;
 use crate::job_table::RouteTable;
 use asyncd_spec::MIN_TIMEOUT;
+use asyncd_spec::job::Job;
 use asyncd_store::{Millis, NewTask};
 
 pub const MAX_DELAY: Duration = Duration::from_secs(400 * 86_400);
@@ -362,7 +363,7 @@ pub fn validate(
             .or_else(|| source_header.map(str::to_string)),
     )?;
     Ok(NewTask {
-        id: task_id(&job.task_type, idempotency_key.as_deref()),
+        id: task_id(job, idempotency_key.as_deref()),
         task_type: job.task_type.clone(),
         payload,
         priority,
@@ -407,22 +408,33 @@ fn checked_render(
     Ok(rendered)
 }
 
-/// A new task's id: time-ordered (UUIDv7), except that a task with an idempotency key gets
-/// an id derived from its type and key (UUIDv8 over their SHA-256). A repeat of a submit
-/// whose first copy is still in Kafka, not yet in the store where the key is checked, is
-/// then produced under the same id, the consumer keeps one copy by the primary key, and
-/// both answers name a task that exists. The type is part of it because keys are unique
-/// per type: two jobs using the same key get two ids, and neither can hold the other's.
-pub fn task_id(task_type: &str, idempotency_key: Option<&str>) -> String {
+/// A new task's id: time-ordered (UUIDv7), except that a task of a job with a Kafka topic
+/// and an idempotency key gets an id derived from its type and key (UUIDv8 over their
+/// SHA-256; [`key_id`]). A repeat of a submit whose first copy is still in Kafka, not yet
+/// in the store where the key is checked, is then produced under the same id, the
+/// consumer keeps one copy by the primary key, and both answers name a task that exists.
+///
+/// A job without a topic has every task in the store, whose unique key index answers a
+/// repeat with the first task, so its keyed tasks keep time-ordered ids: a derived id
+/// lands at a random place in the primary key, and on SQLite that cost a keyed submit
+/// two thirds of its rate (docs/benchmarks.md, "What a key cost").
+pub fn task_id(job: &Job, idempotency_key: Option<&str>) -> String {
     match idempotency_key {
-        Some(key) => derived_id(&[
-            b"asyncd idempotency key per type\0",
-            task_type.as_bytes(),
-            b"\0",
-            key.as_bytes(),
-        ]),
-        None => uuid::Uuid::now_v7().to_string(),
+        Some(key) if job.kafka.is_some() => key_id(&job.task_type, key),
+        _ => uuid::Uuid::now_v7().to_string(),
     }
+}
+
+/// The id a task of type `task_type` with idempotency key `key` gets on a job with a
+/// Kafka topic. The type is part of it because keys are unique per type: two jobs using
+/// the same key get two ids, and neither can hold the other's.
+pub fn key_id(task_type: &str, key: &str) -> String {
+    derived_id(&[
+        b"asyncd idempotency key per type\0",
+        task_type.as_bytes(),
+        b"\0",
+        key.as_bytes(),
+    ])
 }
 
 /// The id the release before derived from an idempotency key alone. Only the Kafka
@@ -448,15 +460,37 @@ mod tests {
 
     #[test]
     fn an_idempotency_key_always_gives_the_same_id_within_its_type() {
-        let first = task_id("t", Some("order-42"));
-        assert_eq!(first, task_id("t", Some("order-42")));
-        assert_ne!(first, task_id("t", Some("order-43")));
-        assert_ne!(first, task_id("u", Some("order-42")), "another job's key");
+        let first = key_id("t", "order-42");
+        assert_eq!(first, key_id("t", "order-42"));
+        assert_ne!(first, key_id("t", "order-43"));
+        assert_ne!(first, key_id("u", "order-42"), "another job's key");
         // The separator keeps (type, key) pairs that concatenate alike apart.
-        assert_ne!(task_id("ab", Some("c")), task_id("a", Some("bc")));
+        assert_ne!(key_id("ab", "c"), key_id("a", "bc"));
         assert_ne!(first, legacy_task_id("order-42"));
         assert!(uuid::Uuid::parse_str(&first).is_ok());
-        assert_ne!(task_id("t", None), task_id("t", None));
+    }
+
+    #[test]
+    fn only_a_job_with_a_kafka_topic_derives_ids_from_keys() {
+        let routes = routes();
+        let kafka_job = routes.job("cancel_expired_order").unwrap();
+        assert!(kafka_job.kafka.is_some(), "the sample routes through Kafka");
+        assert_eq!(
+            task_id(kafka_job, Some("order-42")),
+            key_id("cancel_expired_order", "order-42")
+        );
+        let mut store_job = (**kafka_job).clone();
+        store_job.kafka = None;
+        let (a, b) = (
+            task_id(&store_job, Some("order-42")),
+            task_id(&store_job, Some("order-42")),
+        );
+        assert_ne!(a, b, "a job without a topic: each task a new id");
+        for id in [&a, &b] {
+            let uuid = uuid::Uuid::parse_str(id).unwrap();
+            assert_eq!(uuid.get_version_num(), 7, "time-ordered: {id}");
+        }
+        assert_ne!(task_id(kafka_job, None), task_id(kafka_job, None));
     }
     use asyncd_spec::AsyncJobConfig;
 
