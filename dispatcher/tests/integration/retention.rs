@@ -41,14 +41,16 @@ async fn finished_tasks_are_purged_after_the_jobs_retention() {
             .await
             .contains("asyncd_tasks_purged_total{state=\"succeeded\",task_type=\"work\"} 1")
     );
-    // The key is free: the same submit makes a new task (whose id, derived from the key,
-    // is the same one).
+    // The key is free: the same submit makes a new task (a job without a Kafka topic
+    // gives it a new id).
     let (status, fresh) = asyncd.post("/v1/tasks", submit).await;
     assert_eq!(
         (status, fresh["duplicate"].as_bool()),
         (201, Some(false)),
         "{fresh}"
     );
-    let created = asyncd.task(&id).await;
+    let fresh_id = fresh["id"].as_str().unwrap();
+    assert_ne!(fresh_id, id, "the purged task is not brought back");
+    let created = asyncd.task(fresh_id).await;
     assert_eq!(parse_time(&created["created_at"]), last + 1);
 }
