@@ -41,6 +41,15 @@ use crate::time::{format_duration, retry_after_seconds};
 use crate::verifier::{VerifiedBatch, Verifier, VerifyError};
 use asyncd_contract::SignatureError;
 
+mod batch;
+mod context;
+mod long_running;
+
+use batch::{batch_result, serve_batch};
+pub use context::{BoxError, Outcome, TaskContext};
+use context::{panic_message, panic_text};
+use long_running::run_long;
+
 /// Executor call headers ([`asyncd_contract::headers`]).
 pub const HEADER_IDEMPOTENCY_KEY: &str = headers::IDEMPOTENCY_KEY;
 pub const HEADER_TASK_ID: &str = headers::TASK_ID;
@@ -67,160 +76,6 @@ pub const DEFAULT_BATCH_CONCURRENCY: usize = 64;
 
 /// asyncd's own payload limit is 1 MiB by default; this only stops garbage.
 const MAX_BODY: usize = 32 << 20;
-
-/// The task and attempt a handler is running.
-///
-/// Two contexts are equal when their fields other than [`cancellation`] are: a token
-/// has no value to compare.
-///
-/// [`cancellation`]: TaskContext::cancellation
-#[derive(Debug, Clone)]
-pub struct TaskContext {
-    pub id: String,
-    pub task_type: String,
-    /// 1-based attempt number.
-    pub attempt: u32,
-    /// The task's idempotency key, else its id: key your side effects on it, since
-    /// asyncd delivers at least once.
-    pub idempotency_key: String,
-    /// This attempt's lease token (opaque), for heartbeats and results.
-    pub lease_token: String,
-    /// Base URL of the asyncd API that sent the call (for heartbeats and results).
-    pub callback_url: String,
-    /// The task's due time.
-    pub eta: Option<DateTime<Utc>>,
-    /// The dispatcher instance that made the call, for logs.
-    pub dispatcher: Option<String>,
-    /// The call's W3C `traceparent` (the submitter's trace, under the attempt's span
-    /// when asyncd exports spans) and `tracestate`: give them to
-    /// [`crate::Task::trace`] (or an OpenTelemetry propagator) to continue the trace.
-    pub traceparent: Option<String>,
-    pub tracestate: Option<String>,
-    /// Cancelled when this attempt should stop: for a long-running handler, when a
-    /// heartbeat answers `task_cancelled` (the task was cancelled while it ran) or
-    /// `stale_lease` (a newer attempt owns it); for a handler within the call, when
-    /// asyncd hangs up on the call (the job's executor timeout passed). A long-running
-    /// handler that does not return within [`Executor::cancel_grace`] of it is
-    /// dropped; whatever it returns then is not posted. Await
-    /// `ctx.cancellation.cancelled()` in a `tokio::select!` (or poll
-    /// `is_cancelled()`) to stop cleanly, e.g. roll back or release a lock.
-    pub cancellation: CancellationToken,
-}
-
-impl PartialEq for TaskContext {
-    fn eq(&self, other: &Self) -> bool {
-        // Every field but `cancellation`; listed by destructuring, so a new field
-        // cannot be forgotten here.
-        let Self {
-            id,
-            task_type,
-            attempt,
-            idempotency_key,
-            lease_token,
-            callback_url,
-            eta,
-            dispatcher,
-            traceparent,
-            tracestate,
-            cancellation: _,
-        } = self;
-        (
-            id,
-            task_type,
-            attempt,
-            idempotency_key,
-            lease_token,
-            callback_url,
-            eta,
-            dispatcher,
-            traceparent,
-            tracestate,
-        ) == (
-            &other.id,
-            &other.task_type,
-            &other.attempt,
-            &other.idempotency_key,
-            &other.lease_token,
-            &other.callback_url,
-            &other.eta,
-            &other.dispatcher,
-            &other.traceparent,
-            &other.tracestate,
-        )
-    }
-}
-
-impl Eq for TaskContext {}
-
-/// Any error a handler may fail with: it becomes a 500 (retried with backoff).
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
-
-/// How a handler failed; `Ok` means the task succeeded.
-///
-/// | handler returns | answer | asyncd does |
-/// |---|---|---|
-/// | `Ok(_)` | 200 | task succeeded |
-/// | `Err(Outcome::Retry { after: Some(d) })` | 503, `Retry-After: ⌈d⌉` s | retries after `d` (counts as an attempt) |
-/// | `Err(Outcome::Retry { after: None })` | 503 without `Retry-After` | retries with exponential backoff |
-/// | `Err(Outcome::Permanent(msg))` | 422 | dead letters, no retry |
-/// | `Err(Outcome::Error(e))`, any `?`-converted error, a panic | 500 | retries with backoff until `max_retries`, then dead letters |
-///
-/// Every `std::error::Error` converts into `Outcome::Error`, so `?` works in handlers.
-///
-/// In a batch call (`Asyncd-Batch`) the same handler runs once per task, and each
-/// task's result says what the single call's answer would: `success`, `retry` (with
-/// `retry_after` for `Retry { after: Some(d) }`; also for `Error` and a panic),
-/// `failed` for `Permanent`, `accepted` with its `lease` for a long-running handler.
-#[derive(Debug)]
-pub enum Outcome {
-    /// A transient failure: retry after `after`, or with asyncd's backoff when `None`.
-    Retry { after: Option<Duration> },
-    /// No retry can fix it: the task goes to dead letters.
-    Permanent(String),
-    /// An unexpected failure: retried with backoff.
-    Error(BoxError),
-}
-
-impl Outcome {
-    /// Retry after `after` (`Duration::ZERO`: at once).
-    pub fn retry_after(after: Duration) -> Self {
-        Self::Retry { after: Some(after) }
-    }
-
-    /// Retry with asyncd's exponential backoff.
-    pub fn retry() -> Self {
-        Self::Retry { after: None }
-    }
-
-    /// Send the task to dead letters with `message` as its `last_error`.
-    pub fn permanent(message: impl fmt::Display) -> Self {
-        Self::Permanent(message.to_string())
-    }
-
-    /// An unexpected failure, e.g. from `anyhow::Error` (which is not a
-    /// `std::error::Error` and so does not convert with `?`).
-    pub fn error(err: impl Into<BoxError>) -> Self {
-        Self::Error(err.into())
-    }
-}
-
-impl fmt::Display for Outcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Retry { after: None } => f.write_str("retry"),
-            Self::Retry { after: Some(d) } => write!(f, "retry after {}", format_duration(*d)),
-            Self::Permanent(msg) if msg.is_empty() => f.write_str("permanent failure"),
-            Self::Permanent(msg) => f.write_str(msg),
-            Self::Error(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl<E: std::error::Error + Send + Sync + 'static> From<E> for Outcome {
-    fn from(err: E) -> Self {
-        Self::Error(Box::new(err))
-    }
-}
 
 type HandlerFuture = Pin<Box<dyn Future<Output = Result<Value, Outcome>> + Send>>;
 /// Decodes the payload (Err: the message of a 422) and starts the handler.
@@ -567,36 +422,6 @@ fn context(headers: &HeaderMap, env: &Envelope, origin: CallOrigin) -> TaskConte
     }
 }
 
-/// A batch call's task: what a single call carries in headers, its entry carries.
-fn batch_context(
-    task: &ExecutorBatchTask<Option<Box<RawValue>>>,
-    origin: &CallOrigin,
-) -> TaskContext {
-    let non_empty = |v: &Option<String>| {
-        v.as_deref()
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .map(str::to_string)
-    };
-    TaskContext {
-        id: task.id.clone(),
-        task_type: task.task_type.clone(),
-        attempt: task.attempt,
-        idempotency_key: if task.idempotency_key.is_empty() {
-            task.id.clone()
-        } else {
-            task.idempotency_key.clone()
-        },
-        lease_token: task.lease_token.clone(),
-        callback_url: origin.callback_url.clone(),
-        eta: task.eta,
-        dispatcher: origin.dispatcher.clone(),
-        traceparent: non_empty(&task.traceparent),
-        tracestate: non_empty(&task.tracestate),
-        cancellation: CancellationToken::new(),
-    }
-}
-
 async fn serve(
     State(shared): State<Arc<Shared>>,
     method: Method,
@@ -645,138 +470,6 @@ async fn serve(
     let origin = CallOrigin::of(&headers, shared.callbacks.endpoint());
     let ctx = context(&headers, &env, origin);
     run_task(shared, ctx, env.payload).await.answer()
-}
-
-/// A batch call: the signature over the body (per-task header values empty), then each
-/// task through [`run_task`], as a single call's would go, at most
-/// `batch_concurrency` at once; one result per task, in the body's order.
-async fn serve_batch(shared: Arc<Shared>, headers: HeaderMap, body: Bytes) -> Response {
-    let size = header_str(&headers, HEADER_BATCH).unwrap_or("");
-    let verified: Option<VerifiedBatch<'_>> = match &shared.verifier {
-        None => None,
-        Some(verifier) => match verifier.verify_batch(&headers, &body, SystemTime::now()) {
-            Ok(verified) => Some(verified),
-            Err(e) => {
-                tracing::error!(
-                    batch = %size,
-                    reason = %e,
-                    hint = refusal_hint(&headers, &e),
-                    "asyncd: refused a batch executor call (401: asyncd will not retry its tasks; redrive them once fixed)"
-                );
-                return error_answer(StatusCode::UNAUTHORIZED, e);
-            }
-        },
-    };
-    let call = match decode_batch(&body) {
-        Ok(call) => call,
-        // The same body would come again on a retry, so this is permanent (400).
-        Err(why) => {
-            tracing::error!(batch = %size, reason = %why,
-                "asyncd: refused a batch executor call (400): the body is not an asyncd batch");
-            return error_answer(
-                StatusCode::BAD_REQUEST,
-                format!("body is not an asyncd batch call: {why}"),
-            );
-        }
-    };
-    let origin = CallOrigin::of(&headers, shared.callbacks.endpoint());
-    let n = call.tasks.len();
-    let mut results: Vec<Option<ExecutorBatchResult>> = vec![None; n];
-    // Replays are refused before any handler runs, as a single call's are: that task
-    // fails (a single call would get a 401, a permanent failure), the others run.
-    let mut runnable = Vec::with_capacity(n);
-    for (i, task) in call.tasks.into_iter().enumerate() {
-        if let Some(verified) = &verified
-            && let Err(e) = verified.check_task(&task.id, task.attempt, &task.lease_token)
-        {
-            tracing::error!(
-                task = %task.id,
-                attempt = task.attempt,
-                reason = %e,
-                hint = refusal_hint(&headers, &e),
-                "asyncd: refused a task of a batch executor call (failed: asyncd will not retry it)"
-            );
-            results[i] = Some(batch_result(
-                task.id,
-                ExecutorBatchStatus::Failed,
-                Some(e.to_string()),
-            ));
-            continue;
-        }
-        let ctx = batch_context(&task, &origin);
-        runnable.push((i, ctx, task.payload));
-    }
-    let slots = Arc::new(Semaphore::new(shared.batch_concurrency.min(n).max(1)));
-    let mut running = JoinSet::new();
-    let mut index = HashMap::new();
-    for (i, ctx, payload) in runnable {
-        let (shared, slots) = (shared.clone(), slots.clone());
-        let id = ctx.id.clone();
-        let handle = running.spawn(async move {
-            let _slot = slots
-                .acquire_owned()
-                .await
-                .expect("the semaphore is never closed");
-            let id = ctx.id.clone();
-            run_task(shared, ctx, payload).await.batch_result(id)
-        });
-        index.insert(handle.id(), (i, id));
-    }
-    // Dropping the set (asyncd hung up) drops the tasks still waiting or running; their
-    // handlers, spawned, run on, as a single call's do.
-    while let Some(joined) = running.join_next_with_id().await {
-        let (task_id, result) = match joined {
-            Ok((task_id, result)) => (task_id, result),
-            Err(e) => {
-                let task_id = e.id();
-                let (_, id) = &index[&task_id];
-                let msg = panic_message(e);
-                (
-                    task_id,
-                    Verdict::Done(Err(Outcome::Error(msg.into()))).batch_result(id.clone()),
-                )
-            }
-        };
-        results[index[&task_id].0] = Some(result);
-    }
-    let answer = ExecutorBatchAnswer {
-        results: results
-            .into_iter()
-            .map(|r| r.expect("every task has a result"))
-            .collect(),
-    };
-    (StatusCode::OK, axum::Json(answer)).into_response()
-}
-
-/// A batch call's body, or why it is not one: every task needs an id and a type (the
-/// contract's other fields are required by the type itself).
-fn decode_batch(body: &[u8]) -> Result<BatchEnvelope, String> {
-    let call: BatchEnvelope = serde_json::from_slice(body).map_err(|e| e.to_string())?;
-    if call.tasks.is_empty() {
-        return Err("no tasks".into());
-    }
-    if let Some(i) = call
-        .tasks
-        .iter()
-        .position(|t| t.id.is_empty() || t.task_type.is_empty())
-    {
-        return Err(format!("tasks[{i}] has no id or no type"));
-    }
-    Ok(call)
-}
-
-fn batch_result(
-    id: String,
-    status: ExecutorBatchStatus,
-    error: Option<String>,
-) -> ExecutorBatchResult {
-    ExecutorBatchResult {
-        id,
-        status,
-        error,
-        retry_after: None,
-        lease: None,
-    }
 }
 
 /// What became of one task, whether it came alone or in a batch: [`Verdict::answer`]
@@ -944,22 +637,6 @@ fn log_outcome(ctx: &TaskContext, outcome: &Result<Value, Outcome>, took: Durati
     }
 }
 
-fn panic_message(e: tokio::task::JoinError) -> String {
-    if !e.is_panic() {
-        return "handler cancelled".to_string();
-    }
-    panic_text(e.into_panic())
-}
-
-fn panic_text(p: Box<dyn Any + Send>) -> String {
-    let msg = p
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown payload".into());
-    format!("handler panicked: {msg}")
-}
-
 fn outcome_answer(outcome: Result<Value, Outcome>) -> Response {
     match outcome {
         Ok(Value::Null) => answer(StatusCode::OK, json!({})),
@@ -1005,86 +682,6 @@ fn result_of(lease_token: String, outcome: Result<Value, Outcome>) -> TaskResult
         }
     }
     res
-}
-
-/// Stops a long-running handler whose attempt asyncd no longer accepts: cancels its
-/// token so that it can stop cleanly, waits the grace for it to return, and drops its
-/// future (Rust's own cancellation: it stops at its next await and its destructors run)
-/// if it has not. Its outcome is not posted: asyncd would refuse it.
-async fn stop(
-    shared: &Shared,
-    ctx: &TaskContext,
-    mut handler: tokio::task::JoinHandle<Result<Value, Outcome>>,
-) {
-    ctx.cancellation.cancel();
-    if tokio::time::timeout(shared.cancel_grace, &mut handler)
-        .await
-        .is_err()
-    {
-        tracing::warn!(task = %ctx.id, task_type = %ctx.task_type, attempt = ctx.attempt,
-            grace = ?shared.cancel_grace,
-            "asyncd: the handler did not return within its grace after its cancellation; dropping it");
-        handler.abort();
-    }
-}
-
-async fn run_long(shared: Arc<Shared>, ctx: TaskContext, lease: Duration, fut: HandlerFuture) {
-    let api = shared.callbacks.at(&ctx.callback_url);
-    let period = (lease / 3).max(Duration::from_millis(1));
-    let started = Instant::now();
-    let mut handler = tokio::spawn(fut);
-    let mut lease_until = Instant::now() + lease;
-    let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let joined = loop {
-        tokio::select! {
-            joined = &mut handler => break joined,
-            _ = ticker.tick() => {
-                let beat = tokio::time::timeout(period, api.heartbeat(&ctx.id, &ctx.lease_token, Some(lease))).await;
-                match beat {
-                    Ok(Ok(_)) => lease_until = Instant::now() + lease,
-                    Ok(Err(e)) if e.is(&ErrorCode::TaskCancelled) => {
-                        tracing::info!(task = %ctx.id, task_type = %ctx.task_type, attempt = ctx.attempt,
-                            "asyncd: task was cancelled while it ran (its heartbeat said so); stopping the handler, its result is dropped");
-                        stop(&shared, &ctx, handler).await;
-                        return;
-                    }
-                    Ok(Err(e)) if e.is(&ErrorCode::StaleLease) || e.is(&ErrorCode::NotFound) => {
-                        // A newer attempt owns the task; asyncd would refuse our result.
-                        tracing::warn!(task = %ctx.id, task_type = %ctx.task_type, attempt = ctx.attempt, error = %e,
-                            "asyncd: long-running task lost its lease (a heartbeat was refused): a newer attempt owns it; stopping the handler");
-                        stop(&shared, &ctx, handler).await;
-                        return;
-                    }
-                    Ok(Err(e)) => tracing::warn!(task = %ctx.id, error = %e, "asyncd heartbeat failed"),
-                    Err(_) => tracing::warn!(task = %ctx.id, "asyncd heartbeat timed out"),
-                }
-            }
-        }
-    };
-    let outcome = joined.unwrap_or_else(|e| Err(Outcome::Error(panic_message(e).into())));
-    log_outcome(&ctx, &outcome, started.elapsed());
-    let result = result_of(ctx.lease_token.clone(), outcome);
-    // Transport failures and 5xx are retried until the lease would have lapsed
-    // anyway; after that asyncd retries the task itself.
-    let mut backoff = Duration::from_millis(100);
-    loop {
-        match api.post_result(&ctx.id, &result).await {
-            Ok(_) => return,
-            Err(e) if e.status().is_some_and(|s| s < 500) => {
-                tracing::warn!(task = %ctx.id, error = %e, "asyncd refused the result");
-                return;
-            }
-            Err(e) => {
-                if Instant::now() + backoff > lease_until {
-                    tracing::warn!(task = %ctx.id, error = %e, "asyncd result not delivered");
-                    return;
-                }
-            }
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
-    }
 }
 
 #[cfg(test)]
