@@ -113,10 +113,9 @@ impl Envelope {
 /// The API gives a task of a job with a topic the id derived from its idempotency key
 /// (`task_id`), and any other a time-ordered one: a message claiming another id could
 /// plant a row under the id a keyed submit will derive, which that submit would then run
-/// into. The id the
-/// release before derived from the key alone is still read, so that messages produced
-/// before an upgrade are not dead-lettered by it: under the topic's own type, such a row
-/// can hold no id that a submit now derives.
+/// into. The id the release before derived from the key alone is still read, so that
+/// messages produced before an upgrade are not dead-lettered by it: under the topic's own
+/// type, such a row can hold no id that a submit now derives.
 fn check_id(id: &str, task_type: &str, idempotency_key: Option<&str>) -> Result<(), DecodeError> {
     let refused = |why: &str| DecodeError::Refused(format!("id: {id:?} {why}"));
     match idempotency_key {
