@@ -18,6 +18,7 @@
 #   e2e/soak.sh --tasks 1000000        the full run
 #   e2e/soak.sh --seed 123 …           repeat a run (the seed is printed)
 #   e2e/soak.sh --max-duplicates-pct 0.1 …
+#   e2e/soak.sh --max-unexplained-duplicates-pct 0.1 …   duplicates no dispatcher kill explains
 # Every option but --store goes to `asyncd-bench soak` (`asyncd-bench soak --help`).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -50,6 +50,8 @@ pub(super) async fn dns_outages(
 pub(super) struct NetFaultReport {
     pub(super) by_fault: BTreeMap<String, u32>,
     pub(super) failed: Vec<String>,
+    /// When the store link was faulted, from the fault's start to its removal (ms).
+    pub(super) store_faulted: Vec<(i64, i64)>,
 }
 
 impl NetFaultReport {
@@ -112,7 +114,11 @@ pub(super) async fn net_faults(
             .by_fault
             .entry(format!("{link}: {}", fault.name()))
             .or_default() += 1;
-        lines.push_str(&format!("{began} {} {link} {}\n", now_ms(), fault.name()));
+        let ended = now_ms();
+        if *link == "store" {
+            report.store_faulted.push((began, ended));
+        }
+        lines.push_str(&format!("{began} {ended} {link} {}\n", fault.name()));
     }
     if let Err(err) = std::fs::write(&log, lines) {
         eprintln!("could not write {}: {err}", log.display());
@@ -132,6 +138,10 @@ pub(super) struct ChaosPlan {
 #[derive(Default)]
 pub(super) struct ChaosReport {
     pub(super) kills: u32,
+    /// When each dispatcher was SIGKILLed (ms).
+    pub(super) dispatcher_kills: Vec<i64>,
+    /// When the database was down for its restart (ms), once it ran.
+    pub(super) db_down: Option<(i64, i64)>,
     pub(super) db: &'static str,
     pub(super) broker: &'static str,
     pub(super) db_ok: bool,
@@ -175,8 +185,12 @@ pub(super) async fn chaos(
         let down = Duration::from_millis(200 + draw(plan.seed, 4, k) % 1300);
         k += 1;
         let name = fleet.lock().unwrap().kill(victim);
+        let killed_at = now_ms();
         report.kills += 1;
-        kill_log.push_str(&format!("{} {name}\n", now_ms()));
+        if name.contains("dispatcher") {
+            report.dispatcher_kills.push(killed_at);
+        }
+        kill_log.push_str(&format!("{killed_at} {name}\n"));
         tokio::time::sleep(down).await;
         if let Err(err) = fleet.lock().unwrap().spawn(victim) {
             eprintln!("restart failed: {err:#}");
@@ -186,10 +200,11 @@ pub(super) async fn chaos(
         eprintln!("could not write kills.log: {err}");
     }
     for (what, handle) in outages {
-        let ok = handle.await.unwrap_or(false);
+        let (ok, down) = handle.await.unwrap_or((false, (0, 0)));
         let text = if ok { "done" } else { "FAILED" };
         if what == "database" {
             (report.db, report.db_ok) = (text, ok);
+            report.db_down = Some(down);
         } else {
             (report.broker, report.broker_ok) = (text, ok);
         }
@@ -197,19 +212,24 @@ pub(super) async fn chaos(
     report
 }
 
-pub(super) fn outage(cmd: String, log: PathBuf) -> tokio::task::JoinHandle<bool> {
+/// Runs `cmd` (a server restart): whether it succeeded, and when it began and ended (ms).
+pub(super) fn outage(cmd: String, log: PathBuf) -> tokio::task::JoinHandle<(bool, (i64, i64))> {
     eprintln!("chaos: {cmd}");
     tokio::task::spawn_blocking(move || {
+        let began = now_ms();
         let Ok(out) = std::fs::File::create(&log) else {
-            return false;
+            return (false, (began, now_ms()));
         };
         let err = out.try_clone();
-        let Ok(err) = err else { return false };
-        Command::new("bash")
+        let Ok(err) = err else {
+            return (false, (began, now_ms()));
+        };
+        let ok = Command::new("bash")
             .args(["-c", &cmd])
             .stdout(out)
             .stderr(err)
             .status()
-            .is_ok_and(|s| s.success())
+            .is_ok_and(|s| s.success());
+        (ok, (began, now_ms()))
     })
 }

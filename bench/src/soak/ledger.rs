@@ -45,6 +45,14 @@ pub struct Verdict {
     /// Duplicates by tenth of the run in submit order (tenth k holds tasks k·N/10..), to
     /// tell steady kills from the database and broker restarts (at a third, two thirds).
     pub duplicates_by_tenth: [usize; 10],
+    /// Duplicates set against a dispatcher SIGKILL ([`Timeline::kill_behind`]): the
+    /// earlier success was answered, but its outcome not yet written, when its dispatcher
+    /// was killed.
+    pub after_kills: usize,
+    /// The most duplicates one dispatcher kill was set against.
+    pub most_per_kill: usize,
+    /// Duplicates no kill explains: a re-run some other path caused.
+    pub unexplained: usize,
     pub wrong: usize,
     /// Tasks that ended succeeded although no execution of theirs answered so whole:
     /// asyncd took an answer that never arrived complete (hung, trickled, cut after its
@@ -58,11 +66,75 @@ pub struct Verdict {
 
 impl Verdict {
     pub fn duplicates_pct(&self) -> f64 {
+        self.pct(self.duplicates)
+    }
+
+    pub fn unexplained_pct(&self) -> f64 {
+        self.pct(self.unexplained)
+    }
+
+    fn pct(&self, n: usize) -> f64 {
         if self.accepted == 0 {
             0.0
         } else {
-            self.duplicates as f64 * 100.0 / self.accepted as f64
+            n as f64 * 100.0 / self.accepted as f64
         }
+    }
+}
+
+/// How long the store may have been reachable between an attempt's success and the
+/// SIGKILL of a dispatcher for the re-run that follows to be set against that kill. A
+/// dispatcher holds an attempt's concurrency slot until its outcome is written, so what a
+/// kill re-runs is what it had begun and not yet recorded: the attempts still calling
+/// their executor, and the outcomes answered but waiting for their write. While the store
+/// answers, an outcome waits far less than this (docs/reliability.md: each duplicate's
+/// first success came 14–570 ms before the kill); while it does not (a black hole, a
+/// slow link, the database's restart), outcomes wait for as long as that lasts, which
+/// is not counted.
+pub const KILL_WINDOW_MS: i64 = 1_000;
+
+/// When dispatchers were killed and the store was out of reach, to set duplicates against.
+#[derive(Debug, Default, Clone)]
+pub struct Timeline {
+    /// Dispatcher SIGKILLs (ms).
+    pub dispatcher_kills: Vec<i64>,
+    /// Spans (ms) in which the store link was faulted or the database down; they may
+    /// overlap.
+    pub store_out: Vec<(i64, i64)>,
+}
+
+impl Timeline {
+    /// The dispatcher kill a re-run of a success answered at `answered` is set against:
+    /// the first kill after it, if the store was reachable for at most [`KILL_WINDOW_MS`]
+    /// in between.
+    pub fn kill_behind(&self, answered: i64) -> Option<i64> {
+        let kill = self
+            .dispatcher_kills
+            .iter()
+            .copied()
+            .filter(|&k| k >= answered)
+            .min()?;
+        (kill - answered - self.out_between(answered, kill) <= KILL_WINDOW_MS).then_some(kill)
+    }
+
+    /// How long the store was out of reach between `from` and `to`, overlaps counted once.
+    fn out_between(&self, from: i64, to: i64) -> i64 {
+        let mut spans: Vec<(i64, i64)> = self
+            .store_out
+            .iter()
+            .map(|&(b, e)| (b.max(from), e.min(to)))
+            .filter(|(b, e)| b < e)
+            .collect();
+        spans.sort_unstable();
+        let (mut total, mut reached) = (0, from);
+        for (b, e) in spans {
+            let b = b.max(reached);
+            if e > b {
+                total += e - b;
+                reached = e;
+            }
+        }
+        total
     }
 }
 
@@ -105,9 +177,24 @@ impl Ledger {
         }
     }
 
-    pub fn verdict(&self) -> Verdict {
+    /// The verdict, each duplicate set against a dispatcher kill in `timeline` or counted
+    /// as unexplained.
+    pub fn verdict(&self, timeline: &Timeline) -> Verdict {
         let mut v = Verdict::default();
+        let mut per_kill: BTreeMap<i64, usize> = BTreeMap::new();
         for (index, r) in self.records.iter().enumerate() {
+            let mut answered: Vec<i64> = r.success_at.iter().map(|(at, _, _)| *at).collect();
+            answered.sort_unstable();
+            // Each success after the first re-ran the work of the one before it.
+            for pair in answered.windows(2) {
+                match timeline
+                    .kill_behind(pair[0])
+                    .filter(|&kill| kill <= pair[1])
+                {
+                    Some(kill) => *per_kill.entry(kill).or_default() += 1,
+                    None => v.unexplained += 1,
+                }
+            }
             v.calls += u64::from(r.calls);
             v.successes += u64::from(r.successes);
             v.early += r.early as usize;
@@ -139,6 +226,8 @@ impl Ledger {
                 Some(_) => {}
             }
         }
+        v.after_kills = per_kill.values().sum();
+        v.most_per_kill = per_kill.values().copied().max().unwrap_or(0);
         v
     }
 }
@@ -231,7 +320,7 @@ mod tests {
             r.successes = u32::from(expected == EndState::Succeeded);
         }
         assert_eq!(
-            ledger.verdict(),
+            ledger.verdict(&Timeline::default()),
             Verdict {
                 accepted: n,
                 successes: ledger.records.iter().map(|r| u64::from(r.successes)).sum(),
@@ -247,7 +336,7 @@ mod tests {
         ledger.note_success(ok, 2, "c");
         ledger.note_call(ok, "t", 1_000, &[1_001]); // rounding: not early
         ledger.note_call(ok, "t", 1_000, &[1_002, 900]); // the later ETA counts: early
-        let v = ledger.verdict();
+        let v = ledger.verdict(&Timeline::default());
         assert_eq!(v.accepted, n);
         assert_eq!(v.lost, 1);
         assert_eq!(v.wrong, 1);
@@ -274,14 +363,88 @@ mod tests {
             .find(|i| *i != ok && Behaviour::of(seed, *i as u64) == Behaviour::Ok)
             .expect("two plain tasks");
         ledger.records[other_ok].successes = 0;
-        assert_eq!(ledger.verdict().unearned, 1);
+        assert_eq!(ledger.verdict(&Timeline::default()).unearned, 1);
         ledger.records[other_ok].successes = 1;
         // A lost task whose id answers 404 while its work ran is told apart.
         ledger.records[ok].last = Some(NOT_FOUND.into());
-        assert_eq!(ledger.verdict().lost_unknown_id, 1);
+        assert_eq!(ledger.verdict(&Timeline::default()).lost_unknown_id, 1);
         ledger.records[ok].successes = 0;
-        assert_eq!(ledger.verdict().lost_unknown_id, 0);
-        assert_eq!(ledger.verdict().lost, 1);
+        assert_eq!(ledger.verdict(&Timeline::default()).lost_unknown_id, 0);
+        assert_eq!(ledger.verdict(&Timeline::default()).lost, 1);
+    }
+
+    #[test]
+    fn a_rerun_is_set_against_the_next_dispatcher_kill_within_the_reachable_window() {
+        let timeline = Timeline {
+            dispatcher_kills: vec![10_000, 20_000, 40_000],
+            // The store out of reach 13–16 s and, overlapping, 15–18 s.
+            store_out: vec![(15_000, 18_000), (13_000, 16_000)],
+        };
+        assert_eq!(timeline.kill_behind(9_500), Some(10_000));
+        assert_eq!(
+            timeline.kill_behind(10_000),
+            Some(10_000),
+            "the same instant"
+        );
+        assert_eq!(
+            timeline.kill_behind(8_999),
+            None,
+            "1 001 ms reachable before the kill"
+        );
+        // 12.5 s to the 20 s kill: 5 s out (13–18, overlaps once), 2.5 s reachable.
+        assert_eq!(timeline.kill_behind(12_500), None);
+        // 17.5 s: 0.5 s out, 2 s reachable.
+        assert_eq!(timeline.kill_behind(17_500), None);
+        // 18.5 s: nothing out, 1.5 s reachable.
+        assert_eq!(timeline.kill_behind(18_500), None);
+        // 14 s: 4 s out of 6, 2 s reachable; 15.5 s: 2.5 s out of 4.5, 2 s reachable.
+        assert_eq!(timeline.kill_behind(14_000), None);
+        let outage = Timeline {
+            dispatcher_kills: vec![20_000],
+            store_out: vec![(13_000, 19_500)],
+        };
+        // Answered at 12.5 s, just before the store went away: 1 s reachable in all.
+        assert_eq!(outage.kill_behind(12_500), Some(20_000));
+        assert_eq!(outage.kill_behind(12_400), None);
+        assert_eq!(outage.kill_behind(20_001), None, "no kill after it");
+    }
+
+    #[test]
+    fn the_verdict_sets_each_rerun_against_a_kill_or_counts_it_unexplained() {
+        let seed = 5;
+        let mut ledger = Ledger::new(seed, 4);
+        for (i, r) in ledger.records.iter_mut().enumerate() {
+            r.id = Some(format!("t{i}"));
+            r.end = Some(Behaviour::of(seed, i as u64).expected().as_str().into());
+        }
+        let at = |ms: i64| (ms, 1, String::new());
+        // Task 0 ran three times: re-run after the kill at 10 s, and that run's success
+        // again after the kill at 30 s. Task 1 re-ran after the 10 s kill too. Task 2's
+        // re-run has no kill within reach (answered 5 s before the next).
+        ledger.records[0].success_at = vec![at(9_900), at(29_500), at(30_200)];
+        ledger.records[0].successes = 3;
+        ledger.records[1].success_at = vec![at(9_990), at(12_000)];
+        ledger.records[1].successes = 2;
+        ledger.records[2].success_at = vec![at(25_000), at(25_100)];
+        ledger.records[2].successes = 2;
+        let timeline = Timeline {
+            dispatcher_kills: vec![10_000, 30_000],
+            store_out: Vec::new(),
+        };
+        let v = ledger.verdict(&timeline);
+        assert_eq!(v.duplicates, 4);
+        assert_eq!(v.unexplained, 1);
+        assert_eq!(v.after_kills, 3);
+        assert_eq!(v.most_per_kill, 2, "the 10 s kill");
+        // A second success answered before the kill its first would be set against was
+        // not that kill's doing.
+        ledger.records[3].success_at = vec![at(9_950), at(9_990)];
+        ledger.records[3].successes = 2;
+        let v = ledger.verdict(&timeline);
+        assert_eq!(
+            v.unexplained, 2,
+            "a second success before the kill was no re-run the kill caused"
+        );
     }
 
     #[test]
@@ -290,7 +453,7 @@ mod tests {
         ledger.records[0].id = Some("a".into());
         ledger.records[0].end = Some(Behaviour::of(1, 0).expected().as_str().into());
         ledger.note_call(1, "b", 5, &[5]);
-        let v = ledger.verdict();
+        let v = ledger.verdict(&Timeline::default());
         assert_eq!(v.accepted, 1);
         assert_eq!(v.lost, 0);
         assert_eq!(v.ran_unconfirmed, 1);

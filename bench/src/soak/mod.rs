@@ -93,6 +93,12 @@ pub struct Args {
     /// Fail when duplicates exceed this percentage of accepted tasks (default: report only).
     #[arg(long)]
     max_duplicates_pct: Option<f64>,
+    /// Fail when the duplicates no dispatcher kill explains exceed this percentage of
+    /// accepted tasks (default: report only). Whatever this says, a run fails when one
+    /// kill is set against more re-runs than the job's concurrency (docs/reliability.md,
+    /// "Which duplicates a kill explains").
+    #[arg(long)]
+    max_unexplained_duplicates_pct: Option<f64>,
     #[arg(long, default_value_t = 2)]
     apis: usize,
     #[arg(long, default_value_t = 3)]
@@ -119,6 +125,12 @@ pub struct Args {
     logs: Option<PathBuf>,
 }
 
+/// The soak job's `concurrency`, a total across the dispatchers: also the most attempts
+/// one dispatcher can have begun and not yet recorded, so the most re-runs one SIGKILL can
+/// cause. 768 is the 256 each of three dispatchers had before limits held across replicas.
+/// Less, and the long 202 tasks (which hold a slot for their whole lease) leave dispatch
+/// far behind the submit rate, so a full run measures capacity instead of reliability.
+const CONCURRENCY: usize = 768;
 /// The executor's per-attempt timeout in the soak's job config; `Slow` answers at half of it.
 const EXECUTOR_TIMEOUT: Duration = Duration::from_secs(3);
 /// Retries allowed per task: `FailThenOk` uses at most 3, the rest is slack for attempts
@@ -188,14 +200,10 @@ pub async fn run(args: &Args) -> Result<()> {
 
     let jobs = logs.join("jobs");
     std::fs::create_dir_all(&jobs)?;
-    // `concurrency` is a total across the three dispatchers: 768 is the 256 each they had
-    // before limits held across replicas. Less, and the long 202 tasks (which hold a slot
-    // for their whole lease) leave dispatch far behind the submit rate, so a full run
-    // measures capacity instead of reliability.
     std::fs::write(
         jobs.join("soak.yaml"),
         format!(
-            "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata: {{name: soak}}\nspec:\n  taskType: soak\n  executor: {{url: '{executor}', timeout: {}s}}\n  concurrency: 768\n  retry: {{maxRetries: {MAX_RETRIES}, initialBackoff: 200ms, maxBackoff: 2s}}\n  kafka: {{topic: asyncd-soak-{seed}-{}, partitions: 6}}\n",
+            "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata: {{name: soak}}\nspec:\n  taskType: soak\n  executor: {{url: '{executor}', timeout: {}s}}\n  concurrency: {CONCURRENCY}\n  retry: {{maxRetries: {MAX_RETRIES}, initialBackoff: 200ms, maxBackoff: 2s}}\n  kafka: {{topic: asyncd-soak-{seed}-{}, partitions: 6}}\n",
             EXECUTOR_TIMEOUT.as_secs(),
             std::process::id()
         ),
@@ -330,7 +338,15 @@ pub async fn run(args: &Args) -> Result<()> {
     let total = started.elapsed();
 
     let ledger = ledger.lock().unwrap();
-    let v = ledger.verdict();
+    let mut store_out = net_report
+        .as_ref()
+        .map(|report| report.store_faulted.clone())
+        .unwrap_or_default();
+    store_out.extend(chaos_report.db_down);
+    let v = ledger.verdict(&Timeline {
+        dispatcher_kills: chaos_report.dispatcher_kills.clone(),
+        store_out,
+    });
     let fleet = fleet.lock().unwrap();
     println!("\n| | |\n|---|---|");
     println!("| tasks | {} |", args.tasks);
@@ -344,6 +360,17 @@ pub async fn run(args: &Args) -> Result<()> {
         "| duplicates | {} ({:.3} %) |",
         v.duplicates,
         v.duplicates_pct()
+    );
+    println!(
+        "| duplicates set against a dispatcher kill (at most {KILL_WINDOW_MS} ms of reachable store between the first success and the kill) | {} (at most {} for one kill; {} kills of a dispatcher) |",
+        v.after_kills,
+        v.most_per_kill,
+        chaos_report.dispatcher_kills.len()
+    );
+    println!(
+        "| duplicates no kill explains | {} ({:.3} %) |",
+        v.unexplained,
+        v.unexplained_pct()
     );
     let by_behaviour: Vec<String> = v
         .duplicates_by_behaviour
@@ -514,6 +541,20 @@ pub async fn run(args: &Args) -> Result<()> {
         failures.push(format!(
             "duplicates {:.3} % over the {limit} % limit",
             v.duplicates_pct()
+        ));
+    }
+    if let Some(limit) = args.max_unexplained_duplicates_pct
+        && v.unexplained_pct() > limit
+    {
+        failures.push(format!(
+            "duplicates no kill explains {:.3} % over the {limit} % limit",
+            v.unexplained_pct()
+        ));
+    }
+    if v.most_per_kill > CONCURRENCY {
+        failures.push(format!(
+            "one dispatcher kill was set against {} re-runs, more than the job's concurrency ({CONCURRENCY}) lets a dispatcher hold unrecorded",
+            v.most_per_kill
         ));
     }
     if let Some(report) = &net_report
