@@ -6,17 +6,35 @@ use std::collections::{HashMap, HashSet};
 
 use asyncd_contract::TraceContext;
 
+use crate::shared::ManyRows;
 use crate::{ClaimedTask, Millis, NewTask, TaskState, domain};
 
 /// The most rows one insert statement carries: 256 × 24 parameters stays well inside
 /// every backend's limit (SQLite's is 32 766).
 const MAX_ROWS_PER_INSERT: usize = 256;
 
-/// How many of a run of `run` tasks one statement inserts: a power of two, so that a
-/// connection prepares and caches at most nine statement texts however batches are cut.
-pub(crate) fn rows_per_statement(run: usize) -> usize {
+/// A run of up to this many tasks goes in as one statement of its own size.
+const EXACT_ROWS: usize = 16;
+
+/// How many of a run of `run` tasks one statement inserts.
+///
+/// Where a taken key leaves its row out ([`ManyRows::LeftOut`]): all of them up to
+/// [`EXACT_ROWS`], else the most a multiple of it allows. So a run below
+/// [`MAX_ROWS_PER_INSERT`] takes at most two statements (a group commit's runs are
+/// mostly of 10–60 tasks; cut in powers of two they took four round trips on average),
+/// and a connection prepares and caches at most 31 statement texts however batches are
+/// cut (sqlx keeps 100).
+///
+/// Where a taken key fails the statement ([`ManyRows::AllOrNothing`]) and its rows are
+/// tried again one by one, without being claimed: a power of two, so that the statement
+/// one repeated key fails stays small (nine texts).
+pub(crate) fn rows_per_statement(run: usize, many: ManyRows) -> usize {
     let most = run.clamp(1, MAX_ROWS_PER_INSERT);
-    1 << most.ilog2()
+    match many {
+        ManyRows::LeftOut if most <= EXACT_ROWS => most,
+        ManyRows::LeftOut => most / EXACT_ROWS * EXACT_ROWS,
+        ManyRows::AllOrNothing => 1 << most.ilog2(),
+    }
 }
 
 /// A task row's values, in [`crate::shared::INSERT_TASKS`]' column order.
@@ -159,3 +177,41 @@ impl<'a> TaskValues<'a> {
 /// The lease token of a task claimed as it is inserted: the one a claim of a new task
 /// (token 0, plus one) gives it.
 pub(crate) const CLAIMED_AT_INSERT_TOKEN: i64 = 1;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The statements a run of `run` tasks is cut into, by their row counts.
+    fn cut(mut run: usize, many: ManyRows) -> Vec<usize> {
+        let mut statements = Vec::new();
+        while run > 0 {
+            let rows = rows_per_statement(run, many);
+            statements.push(rows);
+            run -= rows;
+        }
+        statements
+    }
+
+    #[test]
+    fn runs_go_in_as_few_statements_of_few_sizes() {
+        let mut sizes = HashSet::new();
+        for run in 1..=1_000 {
+            let statements = cut(run, ManyRows::LeftOut);
+            assert_eq!(statements.iter().sum::<usize>(), run);
+            let most = if run < MAX_ROWS_PER_INSERT {
+                2
+            } else {
+                run.div_ceil(MAX_ROWS_PER_INSERT) + 1
+            };
+            assert!(statements.len() <= most, "{run}: {statements:?}");
+            sizes.extend(statements);
+        }
+        assert_eq!(sizes.len(), 31, "statement texts a connection caches");
+        assert_eq!(cut(37, ManyRows::LeftOut), [32, 5]);
+        assert_eq!(cut(12, ManyRows::LeftOut), [12]);
+        // One taken key fails the whole statement here: the statements stay powers of two.
+        assert_eq!(cut(37, ManyRows::AllOrNothing), [32, 4, 1]);
+        assert_eq!(cut(300, ManyRows::AllOrNothing), [256, 32, 8, 4]);
+    }
+}

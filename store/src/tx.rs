@@ -137,10 +137,10 @@ where
             let mut rest = tasks;
             while let Some(first) = rest.first() {
                 let run = rest.iter().take_while(|t| t.depends_on.is_empty()).count();
-                // One row goes in by itself, unless it may go in claimed: only the
-                // multi-row statement writes a claim.
-                if run >= 2 || (run == 1 && claim.is_some()) {
-                    let (rows, after) = rest.split_at(rows_per_statement(run));
+                // A task with dependencies goes in by itself, after reading theirs.
+                if run >= 1 {
+                    let (rows, after) =
+                        rest.split_at(rows_per_statement(run, D::QUERIES.insert_many));
                     let (some, claimed_some) =
                         Self::insert_many(&mut tx, rows, now, claim.as_mut()).await?;
                     outcomes.extend(some);
@@ -320,7 +320,9 @@ where
             // statement, depending on the dialect's `insert_tasks_conflict`.
             match inserted {
                 Ok(done) if D::rows_affected(&done) == 1 => {
-                    D::insert_dependencies(&mut **tx, task).await?;
+                    if !task.depends_on.is_empty() {
+                        D::insert_dependencies(&mut **tx, task).await?;
+                    }
                     return Ok(InsertOutcome::Inserted {
                         id: task.id.clone(),
                         trigger_at: task.trigger_at,
