@@ -231,7 +231,7 @@ pub fn document() -> Value {
                  "description": "The unfinished task holding this unique key (give this or idempotency_key)",
                  "schema": {"type": "string"}},
                 {"name": "idempotency_key", "in": "query", "required": false,
-                 "description": "The task submitted with this idempotency key; on the Kafka route also before it is consumed (give this or unique_key)",
+                 "description": "The task submitted with this idempotency key (404 when none holds it); on a job with a Kafka topic also before it is consumed, under the id the key derives (give this or unique_key)",
                  "schema": {"type": "string"}},
             ],
             "responses": responses(&[(200, ok("Cancelled", s.answer::<CancelResult>()))],

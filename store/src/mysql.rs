@@ -643,3 +643,95 @@ impl Backend for MySqlStore {
         .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use sqlx::Connection;
+
+    use super::*;
+    use crate::Store;
+
+    /// The tests' MariaDB server (`ASYNCD_TEST_MYSQL_URL`, without a database): none
+    /// skips the test, unless `ASYNCD_TEST_REQUIRE_BACKENDS=1` (the test command's).
+    fn server() -> Option<String> {
+        match std::env::var("ASYNCD_TEST_MYSQL_URL") {
+            Ok(url) if !url.is_empty() => Some(url.trim_end_matches('/').to_string()),
+            _ if std::env::var("ASYNCD_TEST_REQUIRE_BACKENDS").as_deref() == Ok("1") => {
+                panic!("ASYNCD_TEST_MYSQL_URL is not set")
+            }
+            _ => None,
+        }
+    }
+
+    /// The plan's entry for table `tasks` in MariaDB's `EXPLAIN FORMAT=JSON`.
+    fn tasks_access(plan: &serde_json::Value) -> Option<&serde_json::Value> {
+        match plan {
+            serde_json::Value::Object(map) => {
+                if map.get("table_name").and_then(|t| t.as_str()) == Some("tasks") {
+                    return Some(plan);
+                }
+                map.values().find_map(tasks_access)
+            }
+            serde_json::Value::Array(items) => items.iter().find_map(tasks_access),
+            _ => None,
+        }
+    }
+
+    /// With thousands of lapsed claims (a killed dispatcher's), the rescuer's read walks
+    /// `tasks_lease` in order and stops at its limit: no sort of all of them.
+    #[tokio::test]
+    async fn the_rescuer_reads_lapsed_leases_in_index_order() {
+        let Some(server) = server() else { return };
+        let name = format!("asyncd_lapsed_{}", uuid::Uuid::now_v7().simple());
+        let mut admin = MySqlConnection::connect(&server).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        let url = format!("{server}/{name}");
+        let store = MySqlStore::open(&url, Duration::from_secs(60))
+            .await
+            .unwrap();
+        store.migrate().await.unwrap();
+        for _ in 0..3 {
+            let tasks: Vec<NewTask> = (0..1_000)
+                .map(|_| NewTask::test("t", Millis::new(1_000)))
+                .collect();
+            store.insert(&tasks, Millis::new(1_000)).await.unwrap();
+        }
+        let mut conn = MySqlConnection::connect(&url).await.unwrap();
+        // Every lease lapsed, at different times; a few attempts running too.
+        for statement in [
+            "UPDATE tasks SET state = 'claimed', owner = 'd', \
+             lease_until = 2000 + CRC32(id) % 5000",
+            "UPDATE tasks SET state = 'running' ORDER BY id LIMIT 10",
+            "ANALYZE TABLE tasks",
+        ] {
+            sqlx::query(statement).execute(&mut conn).await.unwrap();
+        }
+        let (plan,): (String,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "EXPLAIN FORMAT=JSON {}",
+            QUERIES.lapsed_leases
+        )))
+        .bind(10_000_i64)
+        .bind(100_i64)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
+        let access = tasks_access(&plan).unwrap_or_else(|| panic!("{plan}"));
+        assert_eq!(access["key"], "tasks_lease", "{plan}");
+        assert!(!plan.to_string().contains("filesort"), "sorts: {plan}");
+        let lapsed = store.lapsed_leases(Millis::new(10_000), 100).await.unwrap();
+        assert_eq!(lapsed.len(), 100);
+        assert!(
+            lapsed.iter().all(|l| l.state == TaskState::Claimed),
+            "claims first"
+        );
+        drop(store);
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {name}")))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+    }
+}

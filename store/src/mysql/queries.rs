@@ -9,9 +9,16 @@ use super::super::shared::{ManyRows, Queries};
 pub(super) const QUERIES: Queries = Queries {
     get: concat!("SELECT ", task_columns!(), " FROM tasks WHERE id = ?"),
     dependencies: "SELECT depends_on FROM task_deps WHERE task_id = ? ORDER BY depends_on",
-    lapsed_leases: "SELECT id, task_type, state, attempt, max_retries, lease_token FROM tasks \
+    // In `tasks_lease` order, (state, lease_until): claimed leases first, each state's
+    // oldest first. Ordered by `lease_until` alone, MariaDB read every lapsed lease (or,
+    // choosing another index, every claimed and running task) and sorted them to return
+    // the first 1 000: in the 10⁶ soak, with 87 000 claims of killed dispatchers lapsed,
+    // each read took 15–55 s and they piled up until the database did nothing else. In
+    // index order it stops after `limit` rows.
+    lapsed_leases: "SELECT id, task_type, state, attempt, max_retries, lease_token \
+             FROM tasks FORCE INDEX (tasks_lease) \
              WHERE state IN ('claimed', 'running') AND lease_until < ? \
-             ORDER BY lease_until LIMIT ?",
+             ORDER BY state, lease_until LIMIT ?",
     heartbeat: "INSERT INTO dispatchers (id, heartbeat_at, shares) VALUES (?, ?, ?) \
                 ON DUPLICATE KEY UPDATE heartbeat_at = VALUES(heartbeat_at), \
                 shares = VALUES(shares)",
