@@ -278,6 +278,14 @@ mod tests {
         async fn finish(&self, f: &[Finish], now: Millis) -> store::Result<Vec<bool>> {
             self.inner.finish(f, now).await
         }
+        async fn finish_and_start_due(
+            &self,
+            f: &[Finish],
+            now: Millis,
+            starts: &[store::DueStart<'_>],
+        ) -> store::Result<(Vec<bool>, Vec<store::DueStarted>)> {
+            self.inner.finish_and_start_due(f, now, starts).await
+        }
         async fn lapsed_leases(&self, now: Millis, limit: u32) -> store::Result<Vec<Lapsed>> {
             if self.down.load(Ordering::SeqCst) {
                 self.refused.fetch_add(1, Ordering::SeqCst);

@@ -21,6 +21,9 @@ pub enum Signal {
     Dispatched { id: String, eta: Millis, at: Millis },
     /// The completer recorded these outcomes in the store.
     Finished { ids: Vec<String>, at: Millis },
+    /// The completer began these attempts in the write of the outcomes that freed their
+    /// slots (`dispatch::refill`).
+    Refilled { ids: Vec<String> },
     /// Handed back unstarted (shutdown, or its job config is gone).
     Released { id: String },
     /// The dispatcher wrote its membership heartbeat.

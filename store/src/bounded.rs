@@ -152,6 +152,19 @@ impl Store for Bounded {
             .await
     }
 
+    async fn finish_and_start_due(
+        &self,
+        finishes: &[Finish],
+        now: Millis,
+        starts: &[DueStart<'_>],
+    ) -> Result<(Vec<bool>, Vec<DueStarted>)> {
+        self.within(
+            "finish_and_start_due",
+            self.inner.finish_and_start_due(finishes, now, starts),
+        )
+        .await
+    }
+
     async fn lapsed_leases(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>> {
         self.within("lapsed_leases", self.inner.lapsed_leases(now, limit))
             .await

@@ -92,8 +92,9 @@ pub use kafka_dead_letter::{
 pub use millis::{Millis, duration_ms};
 pub use params::{
     Admitted, BulkAction, ClaimIdsParams, ClaimParams, DeadCount, DeadFilter, DeadLetterParams,
-    DueBacklog, DueStarted, FairClaim, FairParams, HeldBy, InsertConsumedParams, JobCountParams,
-    JobCounts, JobGate, PurgeParams, SearchParams, Shares, StartDueParams, StartParams, TypeFilter,
+    DueBacklog, DueStart, DueStarted, FairClaim, FairParams, HeldBy, InsertConsumedParams,
+    JobCountParams, JobCounts, JobGate, PurgeParams, SearchParams, Shares, StartDueParams,
+    StartParams, TypeFilter,
 };
 use redact::without_password;
 pub use redact::{redact, redact_url};

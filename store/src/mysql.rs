@@ -547,7 +547,11 @@ impl Backend for MySqlStore {
         rows::started_in_order(params.claims, held)
     }
 
-    async fn finish_batch(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
+    async fn finish_on(
+        conn: &mut MySqlConnection,
+        finishes: &[Finish],
+        now: Millis,
+    ) -> Result<Vec<bool>> {
         // Successes, nearly every outcome, as one batch (see `start_claims`); the rest one
         // at a time, and the dependents of what succeeded after that.
         let successes: Vec<usize> = (0..finishes.len())
@@ -558,89 +562,84 @@ impl Backend for MySqlStore {
                 .iter()
                 .map(|&i| (finishes[i].id.as_str(), finishes[i].lease_token)),
         );
-        retrying(Self::transient, || async {
-            let mut tx = self.pool.begin().await?;
-            let mut applied = vec![false; finishes.len()];
-            if !successes.is_empty() {
-                let held: std::collections::HashSet<(String, i64)> = sqlx::query_as(concat!(
-                    "SELECT tasks.id, tasks.lease_token FROM ",
-                    json_pairs!(),
-                    " STRAIGHT_JOIN tasks FORCE INDEX (PRIMARY) \
+        let mut applied = vec![false; finishes.len()];
+        if !successes.is_empty() {
+            let held: std::collections::HashSet<(String, i64)> = sqlx::query_as(concat!(
+                "SELECT tasks.id, tasks.lease_token FROM ",
+                json_pairs!(),
+                " STRAIGHT_JOIN tasks FORCE INDEX (PRIMARY) \
+                   ON tasks.id = p.pair_id AND tasks.lease_token = p.pair_token \
+                 WHERE tasks.state IN ('running', 'pending', 'dead') ORDER BY tasks.id FOR UPDATE"
+            ))
+            .bind(&pairs)
+            .fetch_all(&mut *conn)
+            .await?
+            .into_iter()
+            .collect();
+            if !held.is_empty() {
+                let outcomes = serde_json::to_string(
+                    &successes
+                        .iter()
+                        .map(|&i| {
+                            let f = &finishes[i];
+                            let result = match &f.kind {
+                                FinishKind::Succeeded { result } => {
+                                    result.as_ref().map(|r| r.get())
+                                }
+                                _ => None,
+                            };
+                            (f.id.as_str(), f.lease_token, result)
+                        })
+                        .collect::<Vec<_>>(),
+                )
+                .expect("outcomes serialize");
+                // The result travels as a JSON string, so JSON_TABLE hands back its
+                // text exactly (results are stored byte for byte, never re-encoded).
+                sqlx::query(
+                    "UPDATE JSON_TABLE(?, '$[*]' COLUMNS ( \
+                         pair_id VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin \
+                             PATH '$[0]', \
+                         pair_token BIGINT PATH '$[1]', \
+                         outcome LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin \
+                             PATH '$[2]')) AS p \
+                       STRAIGHT_JOIN tasks FORCE INDEX (PRIMARY) \
                        ON tasks.id = p.pair_id AND tasks.lease_token = p.pair_token \
-                     WHERE tasks.state IN ('running', 'pending', 'dead') ORDER BY tasks.id FOR UPDATE"
-                ))
-                .bind(&pairs)
-                .fetch_all(&mut *tx)
-                .await?
-                .into_iter()
-                .collect();
-                if !held.is_empty() {
-                    let outcomes = serde_json::to_string(
-                        &successes
-                            .iter()
-                            .map(|&i| {
-                                let f = &finishes[i];
-                                let result = match &f.kind {
-                                    FinishKind::Succeeded { result } => {
-                                        result.as_ref().map(|r| r.get())
-                                    }
-                                    _ => None,
-                                };
-                                (f.id.as_str(), f.lease_token, result)
-                            })
-                            .collect::<Vec<_>>(),
-                    )
-                    .expect("outcomes serialize");
-                    // The result travels as a JSON string, so JSON_TABLE hands back its
-                    // text exactly (results are stored byte for byte, never re-encoded).
-                    sqlx::query(
-                        "UPDATE JSON_TABLE(?, '$[*]' COLUMNS ( \
-                             pair_id VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin \
-                                 PATH '$[0]', \
-                             pair_token BIGINT PATH '$[1]', \
-                             outcome LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin \
-                                 PATH '$[2]')) AS p \
-                           STRAIGHT_JOIN tasks FORCE INDEX (PRIMARY) \
-                           ON tasks.id = p.pair_id AND tasks.lease_token = p.pair_token \
-                         SET tasks.state = 'succeeded', tasks.result = p.outcome, \
-                             tasks.unique_active = CASE WHEN tasks.unique_for > 0 THEN tasks.unique_active END, \
-                             tasks.lease_until = NULL, \
-                             tasks.owner = NULL, tasks.updated_at = ? \
-                         WHERE tasks.state IN ('running', 'pending', 'dead')",
-                    )
-                    .bind(&outcomes)
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await?;
-                    let done: Vec<&str> = held.iter().map(|(id, _)| id.as_str()).collect();
-                    let with_dependents: Vec<String> = sqlx::query_scalar(
-                        "SELECT DISTINCT d.depends_on FROM JSON_TABLE(?, '$[*]' COLUMNS ( \
-                              id VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin \
-                              PATH '$')) AS i \
-                           STRAIGHT_JOIN task_deps d FORCE INDEX (task_deps_reverse) \
-                             ON d.depends_on = i.id \
-                         ORDER BY d.depends_on",
-                    )
-                    .bind(serde_json::to_string(&done).expect("ids serialize"))
-                    .fetch_all(&mut *tx)
-                    .await?;
-                    for id in with_dependents {
-                        Self::release_dependents(&mut tx, &id, now).await?;
-                    }
-                }
-                for &i in &successes {
-                    applied[i] = held.contains(&(finishes[i].id.clone(), finishes[i].lease_token));
+                     SET tasks.state = 'succeeded', tasks.result = p.outcome, \
+                         tasks.unique_active = CASE WHEN tasks.unique_for > 0 THEN tasks.unique_active END, \
+                         tasks.lease_until = NULL, \
+                         tasks.owner = NULL, tasks.updated_at = ? \
+                     WHERE tasks.state IN ('running', 'pending', 'dead')",
+                )
+                .bind(&outcomes)
+                .bind(now)
+                .execute(&mut *conn)
+                .await?;
+                let done: Vec<&str> = held.iter().map(|(id, _)| id.as_str()).collect();
+                let with_dependents: Vec<String> = sqlx::query_scalar(
+                    "SELECT DISTINCT d.depends_on FROM JSON_TABLE(?, '$[*]' COLUMNS ( \
+                          id VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin \
+                          PATH '$')) AS i \
+                       STRAIGHT_JOIN task_deps d FORCE INDEX (task_deps_reverse) \
+                         ON d.depends_on = i.id \
+                     ORDER BY d.depends_on",
+                )
+                .bind(serde_json::to_string(&done).expect("ids serialize"))
+                .fetch_all(&mut *conn)
+                .await?;
+                for id in with_dependents {
+                    Self::release_dependents(&mut *conn, &id, now).await?;
                 }
             }
-            for i in domain::lock_order(finishes.iter().map(|f| &f.id)) {
-                if !matches!(finishes[i].kind, FinishKind::Succeeded { .. }) {
-                    applied[i] = Tx::<Self>::finish_one(&mut tx, &finishes[i], now).await?;
-                }
+            for &i in &successes {
+                applied[i] = held.contains(&(finishes[i].id.clone(), finishes[i].lease_token));
             }
-            tx.commit().await?;
-            Ok(applied)
-        })
-        .await
+        }
+        for i in domain::lock_order(finishes.iter().map(|f| &f.id)) {
+            if !matches!(finishes[i].kind, FinishKind::Succeeded { .. }) {
+                applied[i] = Tx::<Self>::finish_one(&mut *conn, &finishes[i], now).await?;
+            }
+        }
+        Ok(applied)
     }
 }
 

@@ -214,6 +214,14 @@ pub struct DueStarted {
     pub held_by: Option<HeldBy>,
 }
 
+/// One job's start in [`Store::finish_and_start_due`]: [`Store::start_due`]'s arguments
+/// (`params.probe` is not read: the write that frees the slots makes the look anyway).
+#[derive(Debug, Clone, Copy)]
+pub struct DueStart<'a> {
+    pub params: StartDueParams<'a>,
+    pub gate: JobGate<'a>,
+}
+
 /// A job's limits, which [`Store::start_limited`] keeps in total across every
 /// dispatcher: the job's config as this dispatcher reads it.
 #[derive(Debug, Clone, Copy)]

@@ -53,8 +53,13 @@ pub trait Backend: Dialect {
         task_type: &str,
         params: StartDueParams<'_>,
     ) -> Result<Vec<(ClaimedTask, Started)>>;
-    /// [`Store::finish`].
-    async fn finish_batch(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>>;
+    /// [`Store::finish`] over `conn`, in the caller's transaction (with the next starts,
+    /// [`Store::finish_and_start_due`]).
+    async fn finish_on(
+        conn: &mut <Self::DB as Database>::Connection,
+        finishes: &[Finish],
+        now: Millis,
+    ) -> Result<Vec<bool>>;
 }
 
 #[async_trait]
@@ -284,35 +289,38 @@ where
         }
         retrying(B::transient, || async {
             let mut tx = self.writer().begin().await?;
-            let (bucket, running) = lock_gate::<B>(&mut tx, &gate, params.now).await?;
-            let admission = domain::admit(
-                params.limit as usize,
-                running,
-                gate.concurrency,
-                gate.rate,
-                bucket,
-                params.now,
-            );
-            let tasks = match u32::try_from(admission.allowed) {
-                Ok(0) | Err(_) => Vec::new(),
-                Ok(allowed) => {
-                    B::start_due_on(
-                        &mut tx,
-                        gate.task_type,
-                        StartDueParams {
-                            limit: allowed,
-                            ..params
-                        },
-                    )
-                    .await?
-                }
-            };
-            spend_tokens::<B>(&mut tx, &gate, admission.bucket, tasks.len()).await?;
+            let started = start_due_in::<B>(&mut tx, params, &gate).await?;
             tx.commit().await?;
-            Ok(DueStarted {
-                tasks,
-                held_by: admission.held_by,
-            })
+            Ok(started)
+        })
+        .await
+    }
+
+    async fn finish_and_start_due(
+        &self,
+        finishes: &[Finish],
+        now: Millis,
+        starts: &[DueStart<'_>],
+    ) -> Result<(Vec<bool>, Vec<DueStarted>)> {
+        if starts.iter().any(|start| start.gate.key_limit.is_some()) {
+            return Err(StoreError::Corrupt(
+                "a job with a concurrency key begins its claims, in turns".into(),
+            ));
+        }
+        // The limits rows are taken in one order, so two dispatchers' writes never wait
+        // on each other's.
+        let mut order: Vec<usize> = (0..starts.len()).collect();
+        order.sort_by_key(|&i| starts[i].gate.task_type);
+        retrying(B::transient, || async {
+            let mut tx = self.writer().begin().await?;
+            let applied = B::finish_on(&mut tx, finishes, now).await?;
+            let mut started: Vec<Option<DueStarted>> = vec![None; starts.len()];
+            for &i in &order {
+                let start = &starts[i];
+                started[i] = Some(start_due_in::<B>(&mut tx, start.params, &start.gate).await?);
+            }
+            tx.commit().await?;
+            Ok((applied, started.into_iter().flatten().collect()))
         })
         .await
     }
@@ -373,7 +381,13 @@ where
     }
 
     async fn finish(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
-        self.finish_batch(finishes, now).await
+        retrying(B::transient, || async {
+            let mut tx = self.writer().begin().await?;
+            let applied = B::finish_on(&mut tx, finishes, now).await?;
+            tx.commit().await?;
+            Ok(applied)
+        })
+        .await
     }
 
     async fn lapsed_leases(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>> {
@@ -556,6 +570,54 @@ where
 
 /// Takes `gate`'s `job_limits` row lock, so dispatchers beginning the job's attempts
 /// take turns, and reads its token bucket and the type's running attempts under it.
+/// [`Store::start_due`]'s write, in the caller's transaction: the job's limits row
+/// taken, then as many attempts begun as the limits admit.
+async fn start_due_in<B>(
+    conn: &mut <B::DB as Database>::Connection,
+    params: StartDueParams<'_>,
+    gate: &JobGate<'_>,
+) -> Result<DueStarted>
+where
+    B: Backend,
+    for<'c> &'c mut <B::DB as Database>::Connection: Executor<'c, Database = B::DB>,
+    <B::DB as Database>::Arguments: IntoArguments<B::DB>,
+    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> i64: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> Millis: Encode<'q, B::DB> + Type<B::DB>,
+    for<'r> (i64,): FromRow<'r, <B::DB as Database>::Row>,
+    for<'r> (i64, i64): FromRow<'r, <B::DB as Database>::Row>,
+    for<'r> (i64, i64, i64): FromRow<'r, <B::DB as Database>::Row>,
+{
+    let (bucket, running) = lock_gate::<B>(&mut *conn, gate, params.now).await?;
+    let admission = domain::admit(
+        params.limit as usize,
+        running,
+        gate.concurrency,
+        gate.rate,
+        bucket,
+        params.now,
+    );
+    let tasks = match u32::try_from(admission.allowed) {
+        Ok(0) | Err(_) => Vec::new(),
+        Ok(allowed) => {
+            B::start_due_on(
+                &mut *conn,
+                gate.task_type,
+                StartDueParams {
+                    limit: allowed,
+                    ..params
+                },
+            )
+            .await?
+        }
+    };
+    spend_tokens::<B>(&mut *conn, gate, admission.bucket, tasks.len()).await?;
+    Ok(DueStarted {
+        tasks,
+        held_by: admission.held_by,
+    })
+}
+
 async fn lock_gate<B>(
     conn: &mut <B::DB as Database>::Connection,
     gate: &JobGate<'_>,

@@ -454,8 +454,11 @@ impl Backend for SqliteStore {
         rows::started_due(rows)
     }
 
-    async fn finish_batch(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>> {
-        let mut tx = self.writer.begin().await?;
+    async fn finish_on(
+        conn: &mut SqliteConnection,
+        finishes: &[Finish],
+        now: Millis,
+    ) -> Result<Vec<bool>> {
         let mut applied = vec![false; finishes.len()];
         // The common case, plain successes, in one statement (see `start`); tasks that
         // have dependents then release them one by one.
@@ -470,7 +473,7 @@ impl Backend for SqliteStore {
             let finished: Vec<(String, bool, bool)> = sqlx::query_as(FINISH_SUCCESSES)
                 .bind(now)
                 .bind(serde_json::to_string(&pairs).expect("pairs serialize"))
-                .fetch_all(&mut *tx)
+                .fetch_all(&mut *conn)
                 .await?;
             let to_free: Vec<&str> = finished
                 .iter()
@@ -480,14 +483,14 @@ impl Backend for SqliteStore {
             if !to_free.is_empty() {
                 sqlx::query(FREE_UNIQUE_KEYS)
                     .bind(serde_json::to_string(&to_free).expect("ids serialize"))
-                    .execute(&mut *tx)
+                    .execute(&mut *conn)
                     .await?;
             }
             // After the whole batch succeeded: a dependent of two of its tasks is
             // released by whichever comes first, seeing both done.
             for (id, _, has_dependents) in &finished {
                 if *has_dependents {
-                    <Self as Dialect>::release_dependents(&mut *tx, id, now).await?;
+                    <Self as Dialect>::release_dependents(&mut *conn, id, now).await?;
                 }
             }
             let done: std::collections::HashSet<String> =
@@ -500,9 +503,8 @@ impl Backend for SqliteStore {
             if matches!(finish.kind, FinishKind::Succeeded { result: None }) {
                 continue;
             }
-            applied[i] = Tx::<Self>::finish_one(&mut tx, finish, now).await?;
+            applied[i] = Tx::<Self>::finish_one(&mut *conn, finish, now).await?;
         }
-        tx.commit().await?;
         Ok(applied)
     }
 }

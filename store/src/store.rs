@@ -85,6 +85,18 @@ pub trait Store: Send + Sync + 'static {
     async fn claim_fair(&self, params: ClaimParams<'_>, fair: FairParams<'_>) -> Result<FairClaim>;
     /// Applies each finish whose token still matches; `true` where it applied.
     async fn finish(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>>;
+    /// [`Store::finish`], then [`Store::start_due`] for each of `starts` (of distinct
+    /// types, none with a concurrency key), in one transaction: the outcomes that free a
+    /// job's slots begin its next due attempts in the same write, as BullMQ's
+    /// `moveToFinished` fetches the next job, instead of a slot waiting for its outcome's
+    /// write and then for the next start's. The finished attempts no longer count as
+    /// running for the starts' limits. One result per start, in the order given.
+    async fn finish_and_start_due(
+        &self,
+        finishes: &[Finish],
+        now: Millis,
+        starts: &[DueStart<'_>],
+    ) -> Result<(Vec<bool>, Vec<DueStarted>)>;
     /// Up to `limit` claims and attempts whose lease ran out before `now`, for the
     /// rescuer to retry, release or bury (River's `JobGetStuck`).
     async fn lapsed_leases(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>>;

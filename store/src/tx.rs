@@ -478,21 +478,17 @@ where
     }
 
     /// After a task failed for good: its blocked dependents, and theirs, go to dead letters.
-    async fn fail_dependents(tx: &mut Transaction<'_, DB>, id: &str, now: Millis) -> Result<()> {
+    async fn fail_dependents(conn: &mut Conn<D>, id: &str, now: Millis) -> Result<()> {
         let mut failed = vec![id.to_string()];
         while let Some(dep) = failed.pop() {
-            failed.extend(D::fail_blocked_dependents(&mut **tx, &dep, now).await?);
+            failed.extend(D::fail_blocked_dependents(&mut *conn, &dep, now).await?);
         }
         Ok(())
     }
 
     /// Applies one finish if its token still matches, and what it does to the tasks
     /// waiting on it; `true` where it applied.
-    pub async fn finish_one(
-        tx: &mut Transaction<'_, DB>,
-        finish: &Finish,
-        now: Millis,
-    ) -> Result<bool> {
+    pub async fn finish_one(conn: &mut Conn<D>, finish: &Finish, now: Millis) -> Result<bool> {
         let q = &D::QUERIES;
         // Each statement ends in `updated_at = ? WHERE id = ? AND lease_token = ?`.
         // Whoever wrote an error, it is made storable here: one value a backend refuses
@@ -516,15 +512,15 @@ where
             .bind(now)
             .bind(finish.id.as_str())
             .bind(finish.lease_token)
-            .execute(&mut **tx)
+            .execute(&mut *conn)
             .await?;
         let done = D::rows_affected(&done) == 1;
         if done {
             match domain::on_finish(&finish.kind) {
                 DependentsEffect::Release => {
-                    D::release_dependents(&mut **tx, &finish.id, now).await?
+                    D::release_dependents(&mut *conn, &finish.id, now).await?
                 }
-                DependentsEffect::Fail => Self::fail_dependents(tx, &finish.id, now).await?,
+                DependentsEffect::Fail => Self::fail_dependents(conn, &finish.id, now).await?,
                 DependentsEffect::None => {}
             }
         }

@@ -26,7 +26,8 @@ use crate::signing::{Keys, SigningKeys};
 use crate::test_hooks::{Signal, emit};
 use crate::trace::{SpanKind, Value};
 use asyncd_store::{
-    ClaimedTask, FinishKind, HeldBy, JobGate, StartDueParams, StartParams, Started, Store,
+    ClaimedTask, DueStart, DueStarted, FinishKind, HeldBy, JobGate, Millis, StartDueParams,
+    StartParams, Started, Store,
 };
 
 /// What beginning and running attempts needs, shared by the runners that begin them and
@@ -181,47 +182,74 @@ impl Attempts {
     pub(super) async fn begin_due(
         self: &Arc<Self>,
         job: &asyncd_spec::Job,
-        mut permits: Vec<OwnedSemaphorePermit>,
+        permits: Vec<OwnedSemaphorePermit>,
         probe: bool,
     ) -> Option<(usize, Option<HeldBy>)> {
-        let keys = self.signing.keys(job);
-        if matches!(keys, Keys::Unavailable(_)) || !self.config.clock_check.may_dispatch() {
-            return None;
-        }
+        let keys = self.due_keys(job)?;
         let now = self.clock.now_millis();
-        let due = self
-            .store
-            .start_due(
-                StartDueParams {
-                    now,
-                    owner: &self.config.owner,
-                    grace: self.config.grace,
-                    limit: u32::try_from(permits.len()).unwrap_or(u32::MAX),
-                    probe,
-                },
-                JobGate {
-                    task_type: &job.task_type,
-                    concurrency: job.concurrency,
-                    rate: job.rate_limit,
-                    key_limit: None,
-                    keys: &[],
-                },
-            )
-            .await;
-        let due = match due {
+        let mut start = self.due_start(job, now, permits.len());
+        start.params.probe = probe;
+        let due = match self.store.start_due(start.params, start.gate).await {
             Ok(due) => due,
             Err(err) => {
                 tracing::warn!(%err, job = %job.name, "could not begin due attempts");
                 return None;
             }
         };
+        let held_by = due.held_by;
+        Some((self.began_due(job, keys, now, due, permits), held_by))
+    }
+
+    /// The signing keys `job`'s attempts begin with, if they may begin here now: `None`
+    /// while its keys are missing or this dispatcher's clock is off.
+    pub(super) fn due_keys(&self, job: &asyncd_spec::Job) -> Option<Keys> {
+        let keys = self.signing.keys(job);
+        (!matches!(keys, Keys::Unavailable(_)) && self.config.clock_check.may_dispatch())
+            .then_some(keys)
+    }
+
+    /// What [`Store::start_due`] is asked, for up to `limit` of `job`'s due tasks.
+    pub(super) fn due_start<'a>(
+        &'a self,
+        job: &'a asyncd_spec::Job,
+        now: Millis,
+        limit: usize,
+    ) -> DueStart<'a> {
+        DueStart {
+            params: StartDueParams {
+                now,
+                owner: &self.config.owner,
+                grace: self.config.grace,
+                limit: u32::try_from(limit).unwrap_or(u32::MAX),
+                probe: false,
+            },
+            gate: JobGate {
+                task_type: &job.task_type,
+                concurrency: job.concurrency,
+                rate: job.rate_limit,
+                key_limit: None,
+                keys: &[],
+            },
+        }
+    }
+
+    /// Counts and spawns the attempts `due` began at `now`, one of `permits` each (the
+    /// rest are dropped); returns how many.
+    pub(super) fn began_due(
+        self: &Arc<Self>,
+        job: &asyncd_spec::Job,
+        keys: Keys,
+        now: Millis,
+        due: DueStarted,
+        mut permits: Vec<OwnedSemaphorePermit>,
+    ) -> usize {
         let begun = due.tasks.len();
         if due.held_by.is_some() {
             // The permits left over: due tasks it may have been.
             self.metrics
                 .limited
                 .with_label_values(&[job.name.as_str(), held_by_label(due.held_by)])
-                .inc_by((permits.len() - begun) as u64);
+                .inc_by(permits.len().saturating_sub(begun) as u64);
         }
         if begun > 0 {
             // As the claimer's claims and the ticker's hand-offs count and signal them.
@@ -254,7 +282,7 @@ impl Attempts {
             .map(|((task, started), permit)| (task, started, permit))
             .collect();
         self.spawn_calls(job, &Arc::new(keys), attempts);
-        Some((begun, due.held_by))
+        begun
     }
 
     /// Spawns the executor calls of attempts that began: one each, or for a batch job

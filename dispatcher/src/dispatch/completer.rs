@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, OwnedSemaphorePermit, mpsc};
 use tokio_util::sync::CancellationToken;
 
+use super::refill::Refill;
 use super::{ClaimerWakeup, Claims, DispatcherConfig};
 use crate::clock::SharedClock;
 use crate::metrics::Metrics;
@@ -24,6 +25,16 @@ pub(super) struct Completion {
     /// The attempt held a slot of its concurrency key: once its outcome is written the
     /// key's next task may be claimed, so the claimer looks at once.
     frees_key: bool,
+    /// The attempt's job, whose next attempt its permit may begin ([`Refill`]).
+    task_type: Option<String>,
+}
+
+impl Completion {
+    /// The permit, taken, with the job it belongs to.
+    pub(super) fn permit_of_job(&mut self) -> Option<(&str, OwnedSemaphorePermit)> {
+        let task_type = self.task_type.as_deref()?;
+        Some((task_type, self.permit.take()?))
+    }
 }
 
 impl From<Finish> for Completion {
@@ -32,6 +43,7 @@ impl From<Finish> for Completion {
             finish,
             permit: None,
             frees_key: false,
+            task_type: None,
         }
     }
 }
@@ -120,6 +132,7 @@ impl Outcomes {
                 },
                 permit: Some(permit),
                 frees_key,
+                task_type: Some(task.task_type),
             })
             .await;
     }
@@ -134,6 +147,8 @@ pub(super) struct Completer {
     /// job's concurrency look again.
     pub(super) written: Arc<Notify>,
     pub(super) completions: mpsc::Receiver<Completion>,
+    /// Begins jobs' next attempts with the outcomes that free their slots.
+    pub(super) refill: Arc<Refill>,
 }
 
 impl Completer {
@@ -146,12 +161,18 @@ impl Completer {
         }
     }
 
-    /// Writes one batch (taking what is in `received`), retrying while the store is
-    /// unavailable (a few times only once shutdown has begun), then frees its permits
-    /// and wakes who waits on it.
+    /// Writes one batch (taking what is in `received`), with the next attempts of the
+    /// jobs whose slots it frees ([`Refill`]); retrying while the store is unavailable
+    /// (a few times only once shutdown has begun), then frees the permits not kept and
+    /// wakes who waits on them.
     pub(super) async fn write(&self, received: &mut Vec<Completion>, shutdown: &CancellationToken) {
+        let now = self.clock.now_millis();
+        let plan = match shutdown.is_cancelled() {
+            true => None,
+            false => self.refill.plan(received, now),
+        };
         let frees_key = received.iter().any(|c: &Completion| c.frees_key);
-        let (mut batch, permits): (Vec<Finish>, Vec<_>) = received
+        let (mut batch, mut permits): (Vec<Finish>, Vec<_>) = received
             .drain(..)
             .map(|c: Completion| (c.finish, c.permit))
             .unzip();
@@ -160,23 +181,35 @@ impl Completer {
             || batch
                 .iter()
                 .any(|f| matches!(f.kind, FinishKind::Release | FinishKind::Retry { .. }));
+        let mut began = None;
+        let mut written = true;
+        if let Some(plan) = plan {
+            let starts = plan.starts();
+            match self.store.finish_and_start_due(&batch, now, &starts).await {
+                Ok((_, started)) => {
+                    batch.clear();
+                    began = Some((plan, started));
+                }
+                // Written below without the starts, where an outcome the store refuses
+                // is isolated; the kept permits are held until then.
+                Err(err) => {
+                    tracing::debug!(%err, "outcomes with the next starts not written; writing them alone");
+                    permits.extend(plan.into_permits().into_iter().map(Some));
+                }
+            }
+        }
         let mut backoff = Duration::from_millis(50);
         let mut tries = 0;
-        loop {
+        while !batch.is_empty() {
             // Only an unavailable store comes back as an error (with what is unwritten
             // left in `batch`); an outcome it refuses is isolated inside.
             match crate::outcomes::write(self.store.as_ref(), &mut batch, self.clock.now_millis())
                 .await
             {
-                Ok(_) => {
-                    emit(&self.signals, || Signal::Finished {
-                        ids,
-                        at: self.clock.now_millis(),
-                    });
-                    break;
-                }
+                Ok(_) => break,
                 Err(err) if shutdown.is_cancelled() && tries >= SHUTDOWN_FINISH_TRIES => {
                     tracing::warn!(%err, outcomes = batch.len(), "outcomes not recorded at shutdown; their leases will bring the tasks back");
+                    written = false;
                     break;
                 }
                 Err(err) => {
@@ -186,6 +219,15 @@ impl Completer {
                     tries += 1;
                 }
             }
+        }
+        if written {
+            emit(&self.signals, || Signal::Finished {
+                ids,
+                at: self.clock.now_millis(),
+            });
+        }
+        if let Some((plan, started)) = began {
+            plan.began(started);
         }
         drop(permits);
         self.written.notify_waiters();

@@ -53,6 +53,7 @@ mod completer;
 pub mod holdings;
 mod membership;
 pub mod ownership;
+mod refill;
 mod runner;
 #[cfg(test)]
 mod tests;
@@ -398,6 +399,13 @@ impl Dispatcher {
             inflight: inflight.clone(),
             abandon: abandon.clone(),
         });
+        let refill = Arc::new(refill::Refill::new(
+            routes.clone(),
+            adaptive.clone(),
+            metrics.clone(),
+            Arc::downgrade(&attempts),
+            unstarted.clone(),
+        ));
         let runners = Runners {
             routes: routes.clone(),
             metrics: metrics.clone(),
@@ -407,6 +415,7 @@ impl Dispatcher {
             outcomes_written: outcomes_written.clone(),
             unstarted: unstarted.clone(),
             looks: Arc::new(tokio::sync::Semaphore::new(runner::LOOKS_AT_ONCE)),
+            refill: refill.clone(),
         };
         Self {
             completer: Completer {
@@ -416,6 +425,7 @@ impl Dispatcher {
                 signals: config.signals.clone(),
                 written: outcomes_written,
                 completions: rx,
+                refill,
             },
             membership: Membership::new(
                 store.clone(),

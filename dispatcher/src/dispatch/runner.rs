@@ -12,6 +12,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::adaptive::Adaptive;
+use super::refill::Refill;
 use super::{Attempts, Outcomes, Unstarted};
 use crate::job_table::Routes;
 use crate::metrics::Metrics;
@@ -48,18 +49,23 @@ pub(super) struct Runners {
     pub(super) unstarted: Arc<Unstarted>,
     /// [`LOOKS_AT_ONCE`].
     pub(super) looks: Arc<Semaphore>,
+    /// Where each runner registers its limit and queue, for the completer to begin the
+    /// job's next attempts with the outcomes that free its slots.
+    pub(super) refill: Arc<Refill>,
 }
 
 impl Runners {
     /// The runner of `task_type`, and the queue the ticker hands it due tasks through.
     pub(super) fn runner(&self, task_type: String) -> (Runner, Arc<ReadyQueue>) {
         let queue = Arc::new(ReadyQueue::new(self.unstarted.clone()));
-        let limit = ConcurrencyLimit::new(
+        let limit = Arc::new(ConcurrencyLimit::new(
             self.routes
                 .borrow()
                 .job(&task_type)
                 .map_or(1, |job| job.concurrency as usize),
-        );
+        ));
+        self.refill
+            .runner_started(&task_type, limit.clone(), queue.clone());
         let runner = Runner {
             shared: self.clone(),
             task_type,
@@ -70,23 +76,31 @@ impl Runners {
         (runner, queue)
     }
 
-    /// The attempts of `job` this dispatcher lets run at once: its `concurrency`, or less
-    /// while adaptive concurrency has backed it off. Also the job's gauge.
     fn effective_concurrency(&self, job: &asyncd_spec::Job) -> u32 {
-        let limit = if job.adaptive.enabled {
-            self.adaptive
-                .lock()
-                .expect("adaptive lock")
-                .limit(&job.task_type, job.concurrency)
-        } else {
-            job.concurrency
-        };
-        self.metrics
-            .effective_concurrency
-            .with_label_values(&[job.name.as_str()])
-            .set(i64::from(limit));
-        limit
+        effective_concurrency(&self.adaptive, &self.metrics, job)
     }
+}
+
+/// The attempts of `job` this dispatcher lets run at once: its `concurrency`, or less
+/// while adaptive concurrency has backed it off. Also the job's gauge.
+pub(super) fn effective_concurrency(
+    adaptive: &Mutex<Adaptive>,
+    metrics: &Metrics,
+    job: &asyncd_spec::Job,
+) -> u32 {
+    let limit = if job.adaptive.enabled {
+        adaptive
+            .lock()
+            .expect("adaptive lock")
+            .limit(&job.task_type, job.concurrency)
+    } else {
+        job.concurrency
+    };
+    metrics
+        .effective_concurrency
+        .with_label_values(&[job.name.as_str()])
+        .set(i64::from(limit));
+    limit
 }
 
 /// One job's runner: at most `concurrency` attempts at once here (a permit is held until
@@ -98,7 +112,7 @@ pub(super) struct Runner {
     shared: Runners,
     task_type: String,
     queue: Arc<ReadyQueue>,
-    limit: ConcurrencyLimit,
+    limit: Arc<ConcurrencyLimit>,
     /// The last look in the store began all it asked for, so more is most likely due:
     /// the next look skips the reader's check ([`asyncd_store::StartDueParams::probe`]).
     more_due: bool,
@@ -227,7 +241,7 @@ impl Runner {
     async fn begin_due(
         shared: &Runners,
         queue: &ReadyQueue,
-        limit: &mut ConcurrencyLimit,
+        limit: &ConcurrencyLimit,
         more_due: &mut bool,
         job: &asyncd_spec::Job,
         permit: OwnedSemaphorePermit,
@@ -329,6 +343,13 @@ impl ReadyQueue {
         self.changed.notify_one();
     }
 
+    /// Whether the runner, given a permit, would look in the store next: nothing is
+    /// queued and due tasks may wait there.
+    pub(super) fn would_look_in_store(&self) -> bool {
+        let state = self.state.lock().expect("ready lock");
+        state.look && !state.closed && state.ready.is_empty()
+    }
+
     /// Due tasks may wait in the store: the runner looks once it has a permit and
     /// nothing queued.
     pub(super) fn look_in_store(&self) {
@@ -390,64 +411,84 @@ impl ReadyQueue {
 /// A job's concurrency limit, which a config change may lower while attempts hold its
 /// permits. `Semaphore::forget_permits` only forgets permits that are free, so the rest
 /// are owed and destroyed as they come back; without that, lowering the limit under load
-/// changed nothing.
-struct ConcurrencyLimit {
+/// changed nothing. Shared by the job's runner, which takes permits, and the completer,
+/// which may keep the permits its outcomes free for the job's next attempts
+/// ([`super::refill`]): either pays what is owed first.
+pub(super) struct ConcurrencyLimit {
     permits: Arc<Semaphore>,
+    debt: Mutex<Debt>,
+}
+
+struct Debt {
     limit: usize,
     owed: usize,
 }
 
 impl ConcurrencyLimit {
-    fn new(limit: usize) -> Self {
+    pub(super) fn new(limit: usize) -> Self {
         Self {
             permits: Arc::new(Semaphore::new(limit)),
-            limit,
-            owed: 0,
+            debt: Mutex::new(Debt { limit, owed: 0 }),
         }
     }
 
-    fn resize(&mut self, wanted: usize) {
-        if wanted > self.limit {
-            let grow = wanted - self.limit;
-            let cancelled = grow.min(self.owed);
-            self.owed -= cancelled;
+    fn debt(&self) -> std::sync::MutexGuard<'_, Debt> {
+        self.debt.lock().expect("debt lock")
+    }
+
+    pub(super) fn resize(&self, wanted: usize) {
+        let mut debt = self.debt();
+        if wanted > debt.limit {
+            let grow = wanted - debt.limit;
+            let cancelled = grow.min(debt.owed);
+            debt.owed -= cancelled;
             self.permits.add_permits(grow - cancelled);
-        } else if wanted < self.limit {
-            let shrink = self.limit - wanted;
-            self.owed += shrink - self.permits.forget_permits(shrink);
+        } else if wanted < debt.limit {
+            let shrink = debt.limit - wanted;
+            debt.owed += shrink - self.permits.forget_permits(shrink);
         }
-        self.limit = wanted;
+        debt.limit = wanted;
     }
 
     /// Pays what is owed with the permits of `batch`'s lowest ranked entries, and
     /// returns their tasks.
-    fn give_back_owed<T>(&mut self, batch: &mut Vec<(T, OwnedSemaphorePermit)>) -> Vec<T> {
+    fn give_back_owed<T>(&self, batch: &mut Vec<(T, OwnedSemaphorePermit)>) -> Vec<T> {
+        let mut debt = self.debt();
         let mut tasks = Vec::new();
-        while self.owed > 0
+        while debt.owed > 0
             && let Some((task, permit)) = batch.pop()
         {
             permit.forget();
-            self.owed -= 1;
+            debt.owed -= 1;
             tasks.push(task);
         }
         tasks
     }
 
+    /// `permit`, one of this limit's, kept for another attempt unless it pays a debt.
+    pub(super) fn keep(&self, permit: OwnedSemaphorePermit) -> Option<OwnedSemaphorePermit> {
+        let mut debt = self.debt();
+        if debt.owed == 0 {
+            return Some(permit);
+        }
+        permit.forget();
+        debt.owed -= 1;
+        None
+    }
+
     /// A permit if one is free now, after paying what is owed.
-    fn try_acquire(&mut self) -> Option<OwnedSemaphorePermit> {
+    fn try_acquire(&self) -> Option<OwnedSemaphorePermit> {
         loop {
             let permit = self.permits.clone().try_acquire_owned().ok()?;
-            if self.owed == 0 {
+            if let Some(permit) = self.keep(permit) {
                 return Some(permit);
             }
-            permit.forget();
-            self.owed -= 1;
         }
     }
 
     /// Waits for a permit, paying what is owed first. Cancel-safe: a permit is destroyed
     /// and the debt lowered in the same step.
-    async fn acquire(&mut self) -> OwnedSemaphorePermit {
+    async fn acquire(&self) -> OwnedSemaphorePermit {
         loop {
             let permit = self
                 .permits
@@ -455,11 +496,9 @@ impl ConcurrencyLimit {
                 .acquire_owned()
                 .await
                 .expect("semaphore never closes");
-            if self.owed == 0 {
+            if let Some(permit) = self.keep(permit) {
                 return permit;
             }
-            permit.forget();
-            self.owed -= 1;
         }
     }
 }
@@ -470,7 +509,7 @@ mod tests {
 
     #[tokio::test]
     async fn lowering_the_limit_while_every_permit_is_held_takes_effect_as_they_return() {
-        let mut limit = ConcurrencyLimit::new(4);
+        let limit = ConcurrencyLimit::new(4);
         let held: Vec<_> = (0..4).map(|_| limit.try_acquire().unwrap()).collect();
         limit.resize(1);
         drop(held);
@@ -486,7 +525,7 @@ mod tests {
 
     #[tokio::test]
     async fn raising_the_limit_cancels_what_is_owed_first() {
-        let mut limit = ConcurrencyLimit::new(4);
+        let limit = ConcurrencyLimit::new(4);
         let held: Vec<_> = (0..4).map(|_| limit.try_acquire().unwrap()).collect();
         limit.resize(1);
         limit.resize(3);
@@ -500,7 +539,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_batch_taken_at_the_old_limit_gives_back_what_is_over_the_new_one() {
-        let mut limit = ConcurrencyLimit::new(4);
+        let limit = ConcurrencyLimit::new(4);
         let mut batch: Vec<_> = (0..3).map(|n| (n, limit.try_acquire().unwrap())).collect();
         // Cut while the batch was gathered: two in flight elsewhere would have to end
         // before any of these began.

@@ -282,6 +282,76 @@ async fn a_batch_job_gets_its_due_tasks_in_calls_of_max_tasks_each_with_its_own_
     rig.stop().await;
 }
 
+/// An executor that answers 200 to everything, counting the calls in flight at once
+/// and the most it has seen.
+async fn counting_executor() -> (String, Arc<Mutex<(usize, usize)>>) {
+    let in_flight = Arc::new(Mutex::new((0, 0)));
+    let seen = in_flight.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new().fallback(move || {
+        let seen = seen.clone();
+        async move {
+            {
+                let mut seen = seen.lock().unwrap();
+                seen.0 += 1;
+                seen.1 = seen.1.max(seen.0);
+            }
+            // Long enough for calls to overlap, were the limit not kept.
+            tokio::task::yield_now().await;
+            seen.lock().unwrap().0 -= 1;
+            "ok"
+        }
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}/run"), in_flight)
+}
+
+/// A backlog of due tasks drains with most attempts begun by the completer, in the
+/// write of the outcomes that freed their slots, and never more than the job's
+/// concurrency at once.
+#[tokio::test]
+async fn the_outcomes_that_free_slots_begin_the_next_attempts() {
+    let (url, in_flight) = counting_executor().await;
+    let mut rig = Rig::start(vec![job("work", &url, 2)], fast()).await;
+    let tasks: Vec<NewTask> = (0..20)
+        .map(|_| new_task(&uuid::Uuid::now_v7().to_string(), "work", T0, 0))
+        .collect();
+    rig.store
+        .insert(&tasks, rig.clock.now_millis())
+        .await
+        .unwrap();
+    let mut unfinished: BTreeSet<String> = tasks.iter().map(|t| t.id.clone()).collect();
+    let mut refilled = 0;
+    while !unfinished.is_empty() {
+        let ids = rig
+            .next("the outcomes", |s| match s {
+                Signal::Finished { ids, .. } => Some(ids),
+                Signal::Refilled { ids } => {
+                    refilled += ids.len();
+                    None
+                }
+                _ => None,
+            })
+            .await;
+        for id in ids {
+            unfinished.remove(&id);
+        }
+    }
+    assert!(
+        refilled >= 10,
+        "{refilled} of 20 attempts begun with the outcomes before them"
+    );
+    assert!(in_flight.lock().unwrap().1 <= 2, "within the concurrency");
+    for task in &tasks {
+        assert_eq!(
+            rig.store.get(&task.id).await.unwrap().unwrap().state,
+            TaskState::Succeeded
+        );
+    }
+    rig.stop().await;
+}
+
 #[tokio::test]
 async fn claims_ahead_and_dispatches_exactly_at_the_eta() {
     let url = executor().await;

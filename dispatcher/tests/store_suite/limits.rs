@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use asyncd_spec::RateLimit;
 use asyncd_store::{
-    self as store, CancelOutcome, FairParams, Finish, FinishKind, HeldBy, JobGate, Millis, NewTask,
-    StartDueParams, Store, TaskState, TypeFilter,
+    self as store, CancelOutcome, DueStart, FairParams, Finish, FinishKind, HeldBy, JobGate,
+    Millis, NewTask, StartDueParams, Store, StoreError, TaskState, TypeFilter,
 };
 
 use crate::{Server, T0, at, claim_params, insert, start_params, state};
@@ -15,6 +15,7 @@ scenarios!(
     keys_are_claimed_in_turn_and_limited_in_total,
     limits_hold_in_total_across_starters,
     due_tasks_begin_in_one_write_within_the_limits,
+    outcomes_begin_the_next_due_attempts_in_the_same_write,
 );
 
 /// Claims `n` due tasks of `task_type` for `owner`, as `(id, token)` pairs in rank order.
@@ -600,4 +601,110 @@ async fn postgres_starters_never_exceed_the_concurrency_in_total() {
         return;
     };
     starters_never_exceed_the_concurrency_in_total(&server).await;
+}
+
+/// `finish_and_start_due`: outcomes and the next starts in one write. An attempt whose
+/// outcome the write records no longer counts against its job's concurrency; one whose
+/// stale outcome applies nothing still does. Each start is of its own job, and the
+/// results come back in the order the starts were given.
+async fn outcomes_begin_the_next_due_attempts_in_the_same_write(store: &dyn Store) {
+    let due: Vec<String> = [
+        insert(store, NewTask::test("refill", T0)).await,
+        insert(store, NewTask::test("refill", at(1))).await,
+        insert(store, NewTask::test("refill", at(2))).await,
+        insert(store, NewTask::test("refill", at(3))).await,
+    ]
+    .into();
+    let other = insert(store, NewTask::test("another", T0)).await;
+    let gate = JobGate {
+        task_type: "refill",
+        concurrency: 2,
+        rate: None,
+        key_limit: None,
+        keys: &[],
+    };
+    let running = store
+        .start_due(start_due_params(at(5), "a", 2), gate)
+        .await
+        .unwrap();
+    let [(first, first_attempt), (second, second_attempt)] = &running.tasks[..] else {
+        panic!("two begun: {:?}", running.tasks);
+    };
+    assert_eq!([&first.id, &second.id], [&due[0], &due[1]]);
+    let finishes = [
+        Finish {
+            id: first.id.clone(),
+            lease_token: first_attempt.lease_token,
+            kind: FinishKind::Succeeded { result: None },
+        },
+        // Stale: the second attempt runs on.
+        Finish {
+            id: second.id.clone(),
+            lease_token: second_attempt.lease_token - 1,
+            kind: FinishKind::Succeeded { result: None },
+        },
+    ];
+    let starts = [
+        DueStart {
+            params: start_due_params(at(6), "a", 2),
+            gate,
+        },
+        DueStart {
+            params: start_due_params(at(6), "a", 5),
+            gate: JobGate {
+                task_type: "another",
+                concurrency: 10,
+                ..gate
+            },
+        },
+    ];
+    let (applied, started) = store
+        .finish_and_start_due(&finishes, at(6), &starts)
+        .await
+        .unwrap();
+    assert_eq!(applied, [true, false]);
+    let ids = |n: usize| -> Vec<&str> {
+        started[n]
+            .tasks
+            .iter()
+            .map(|(task, _)| task.id.as_str())
+            .collect()
+    };
+    assert_eq!(ids(0), [due[2].as_str()], "the slot the outcome freed");
+    assert_eq!(started[0].held_by, Some(HeldBy::Concurrency));
+    assert_eq!(
+        ids(1),
+        [other.as_str()],
+        "in the order the starts were given"
+    );
+    assert_eq!(started[1].held_by, None);
+    assert_eq!(state(store, &due[0]).await, TaskState::Succeeded);
+    assert_eq!(state(store, &due[1]).await, TaskState::Running);
+    assert_eq!(state(store, &due[2]).await, TaskState::Running);
+    assert_eq!(state(store, &due[3]).await, TaskState::Pending);
+    let (task, attempt) = &started[0].tasks[0];
+    assert_eq!(
+        store.get(&task.id).await.unwrap().unwrap().lease_token,
+        attempt.lease_token
+    );
+
+    // A keyed job's turns are the claim's to keep: refused, nothing written.
+    let refused = store
+        .finish_and_start_due(
+            &finishes[1..],
+            at(7),
+            &[DueStart {
+                params: start_due_params(at(7), "a", 1),
+                gate: JobGate {
+                    key_limit: Some(1),
+                    ..gate
+                },
+            }],
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::Corrupt(_))),
+        "{refused:?}"
+    );
+    assert_eq!(state(store, &due[3]).await, TaskState::Pending);
 }
