@@ -426,6 +426,7 @@ impl Dispatcher {
                 written: outcomes_written,
                 completions: rx,
                 refill,
+                slow_store: false,
             },
             membership: Membership::new(
                 store.clone(),

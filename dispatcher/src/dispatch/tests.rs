@@ -352,6 +352,73 @@ async fn the_outcomes_that_free_slots_begin_the_next_attempts() {
     rig.stop().await;
 }
 
+/// After a write of outcomes that took long (here the store's writer held by another
+/// connection), the next batch's outcomes are written alone and the runner begins the
+/// next attempt; once writes are quick again, the completer refills.
+#[tokio::test]
+async fn after_a_slow_write_the_next_outcomes_are_written_alone() {
+    // Each call is answered when the test lets one through.
+    let answers = Arc::new(tokio::sync::Semaphore::new(0));
+    let gate = answers.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/run", listener.local_addr().unwrap());
+    let app = axum::Router::new().fallback(move || {
+        let gate = gate.clone();
+        async move {
+            gate.acquire().await.unwrap().forget();
+            "ok"
+        }
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let mut rig = Rig::start(vec![job("work", &url, 1)], fast()).await;
+    let tasks: Vec<NewTask> = (0..3)
+        .map(|_| new_task(&uuid::Uuid::now_v7().to_string(), "work", T0, 0))
+        .collect();
+    let ids: Vec<String> = tasks.iter().map(|t| t.id.clone()).collect();
+    rig.store
+        .insert(&tasks, rig.clock.now_millis())
+        .await
+        .unwrap();
+    let first = rig.dispatched().await.0;
+    assert_eq!(first, ids[0]);
+    // The first outcome's write waits for the writer, well past the bound.
+    let database = format!("sqlite://{}/tasks.db", rig.dir.path().display());
+    let mut writer = <sqlx::SqliteConnection as sqlx::Connection>::connect(&database)
+        .await
+        .unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut writer)
+        .await
+        .unwrap();
+    answers.add_permits(1);
+    tokio::time::sleep(completer::REFILL_WHILE_WRITES_UNDER * 3).await;
+    sqlx::query("ROLLBACK").execute(&mut writer).await.unwrap();
+    let mut refilled = BTreeSet::new();
+    let mut unfinished: BTreeSet<String> = ids.iter().cloned().collect();
+    while !unfinished.is_empty() {
+        answers.add_permits(1);
+        let finished = rig
+            .next("an outcome", |s| match s {
+                Signal::Finished { ids, .. } => Some(ids),
+                Signal::Refilled { ids } => {
+                    refilled.extend(ids);
+                    None
+                }
+                _ => None,
+            })
+            .await;
+        for id in finished {
+            unfinished.remove(&id);
+        }
+    }
+    assert_eq!(
+        refilled,
+        BTreeSet::from([ids[1].clone()]),
+        "the second begun with the slow write; the third by the runner, after it"
+    );
+    rig.stop().await;
+}
+
 #[tokio::test]
 async fn claims_ahead_and_dispatches_exactly_at_the_eta() {
     let url = executor().await;
