@@ -48,13 +48,6 @@ impl From<Finish> for Completion {
     }
 }
 
-/// A write that took this long means a slow store (a slow link, a struggling server):
-/// the next batch's outcomes are written alone, without the next starts ([`Refill`]),
-/// which on PostgreSQL double a write's round trips. Every outcome waiting behind a slow
-/// write is one a SIGKILL runs again; a healthy write takes a few milliseconds
-/// (docs/benchmarks.md, "Slots refilled in the write that frees them").
-pub(super) const REFILL_WHILE_WRITES_UNDER: Duration = Duration::from_millis(100);
-
 /// How many times the completer retries a batch once shutdown has begun, before leaving
 /// those tasks to their leases rather than holding the process up while the store is away.
 const SHUTDOWN_FINISH_TRIES: u32 = 5;
@@ -156,8 +149,6 @@ pub(super) struct Completer {
     pub(super) completions: mpsc::Receiver<Completion>,
     /// Begins jobs' next attempts with the outcomes that free their slots.
     pub(super) refill: Arc<Refill>,
-    /// The last write took [`REFILL_WHILE_WRITES_UNDER`] or longer.
-    pub(super) slow_store: bool,
 }
 
 impl Completer {
@@ -174,14 +165,9 @@ impl Completer {
     /// jobs whose slots it frees ([`Refill`]); retrying while the store is unavailable
     /// (a few times only once shutdown has begun), then frees the permits not kept and
     /// wakes who waits on them.
-    pub(super) async fn write(
-        &mut self,
-        received: &mut Vec<Completion>,
-        shutdown: &CancellationToken,
-    ) {
-        let began = std::time::Instant::now();
+    pub(super) async fn write(&self, received: &mut Vec<Completion>, shutdown: &CancellationToken) {
         let now = self.clock.now_millis();
-        let plan = match shutdown.is_cancelled() || self.slow_store {
+        let plan = match shutdown.is_cancelled() {
             true => None,
             false => self.refill.plan(received, now),
         };
@@ -195,14 +181,14 @@ impl Completer {
             || batch
                 .iter()
                 .any(|f| matches!(f.kind, FinishKind::Release | FinishKind::Retry { .. }));
-        let mut refilled = None;
+        let mut began = None;
         let mut written = true;
         if let Some(plan) = plan {
             let starts = plan.starts();
             match self.store.finish_and_start_due(&batch, now, &starts).await {
                 Ok((_, started)) => {
                     batch.clear();
-                    refilled = Some((plan, started));
+                    began = Some((plan, started));
                 }
                 // Written below without the starts, where an outcome the store refuses
                 // is isolated; the kept permits are held until then.
@@ -240,10 +226,9 @@ impl Completer {
                 at: self.clock.now_millis(),
             });
         }
-        if let Some((plan, started)) = refilled {
+        if let Some((plan, started)) = began {
             plan.began(started);
         }
-        self.slow_store = began.elapsed() >= REFILL_WHILE_WRITES_UNDER;
         drop(permits);
         self.written.notify_waiters();
         if wake {

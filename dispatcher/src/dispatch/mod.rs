@@ -426,7 +426,6 @@ impl Dispatcher {
                 written: outcomes_written,
                 completions: rx,
                 refill,
-                slow_store: false,
             },
             membership: Membership::new(
                 store.clone(),
