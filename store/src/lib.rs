@@ -62,6 +62,7 @@ pub mod domain;
 mod error;
 pub mod heap;
 mod job_counts;
+mod job_gate;
 mod kafka_dead_letter;
 pub mod lease;
 mod millis;
