@@ -98,11 +98,18 @@ impl Refill {
                 freed.entry(task_type).or_default().push(permit);
             }
         }
-        let runners = self.runners.lock().expect("runners lock").clone();
+        // Only the runners of the jobs freed here, looked up under one lock.
+        let freed: Vec<_> = {
+            let runners = self.runners.lock().expect("runners lock");
+            freed
+                .into_iter()
+                .map(|(task_type, permits)| (task_type, permits, runners.get(task_type).cloned()))
+                .collect()
+        };
         let mut jobs = Vec::new();
-        for (task_type, permits) in freed {
+        for (task_type, permits, runner) in freed {
             let job = self.routes.borrow().job(task_type).cloned();
-            let (Some(job), Some(runner)) = (job, runners.get(task_type)) else {
+            let (Some(job), Some(runner)) = (job, runner) else {
                 continue;
             };
             if job.paused || !runs_due_from_store(&job) || !runner.queue.would_look_in_store() {
