@@ -37,6 +37,9 @@ pub enum ErrorCode {
     StaleLease,
     /// 409: redrive of a task that is not in dead letters.
     NotDead,
+    /// 409: a change of a task that is no longer waiting to begin: an attempt is running
+    /// or it has ended; `state` names its state.
+    TaskStarted,
     /// 410: a heartbeat or result of an attempt whose task was cancelled while it ran:
     /// stop the work, nothing will be recorded.
     TaskCancelled,
@@ -65,7 +68,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code the server sends.
-    pub const SERVER: [ErrorCode; 18] = [
+    pub const SERVER: [ErrorCode; 19] = [
         Self::MalformedJson,
         Self::InvalidField,
         Self::UnknownTaskType,
@@ -78,6 +81,7 @@ impl ErrorCode {
         Self::NotCancellable,
         Self::StaleLease,
         Self::NotDead,
+        Self::TaskStarted,
         Self::TaskCancelled,
         Self::StoreUnavailable,
         Self::KafkaUnavailable,
@@ -101,6 +105,7 @@ impl ErrorCode {
             Self::NotCancellable => "not_cancellable",
             Self::StaleLease => "stale_lease",
             Self::NotDead => "not_dead",
+            Self::TaskStarted => "task_started",
             Self::TaskCancelled => "task_cancelled",
             Self::StoreUnavailable => "store_unavailable",
             Self::KafkaUnavailable => "kafka_unavailable",
@@ -132,7 +137,8 @@ impl ErrorCode {
             | Self::IdempotencyMismatch
             | Self::NotCancellable
             | Self::StaleLease
-            | Self::NotDead => 409,
+            | Self::NotDead
+            | Self::TaskStarted => 409,
             Self::TaskCancelled => 410,
             Self::PayloadTooLarge => 413,
             Self::StoreUnavailable
@@ -191,7 +197,7 @@ pub struct ErrorObject {
     /// `idempotency_mismatch`: the task holding the idempotency key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub existing_id: Option<String>,
-    /// `not_cancellable`, `not_dead`: the state the task is in.
+    /// `not_cancellable`, `not_dead`, `task_started`: the state the task is in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<TaskState>,
 }

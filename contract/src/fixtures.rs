@@ -98,6 +98,11 @@ fn errors() -> Vec<(ErrorCode, ErrorBody)> {
             &|o| o.state = Some(TaskState::Pending),
         ),
         with(
+            ErrorCode::TaskStarted,
+            &format!("task {ID} is running: it has begun and can no longer be changed"),
+            &|o| o.state = Some(TaskState::Running),
+        ),
+        with(
             ErrorCode::TaskCancelled,
             &format!("task {ID} was cancelled while this attempt ran; stop, nothing is recorded"),
             &|o| o.state = Some(TaskState::Cancelled),

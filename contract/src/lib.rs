@@ -38,10 +38,10 @@ pub use signature::{
 };
 pub use state::{TaskState, UnknownState};
 pub use task::{
-    BatchItemResult, BatchOutcome, BatchRequest, BatchResponse, CancelResult, CronTriggerResult,
-    DeadLetterBulk, DeadLetterBulkResult, DeadLetters, JobStatus, KafkaDeadLetterPage,
-    KafkaDeadLetterPurge, KafkaDeadLetterPurgeResult, KafkaDeadLetterStatus, MAX_BATCH, MAX_BULK,
-    MAX_DEPENDENCIES, MAX_LISTING_BYTES, RedriveResult, Route, SubmitRequest, SubmitResult,
-    TaskPage, TaskStatus,
+    BatchItemResult, BatchOutcome, BatchRequest, BatchResponse, CancelResult, ChangeRequest,
+    CronTriggerResult, DeadLetterBulk, DeadLetterBulkResult, DeadLetters, JobStatus,
+    KafkaDeadLetterPage, KafkaDeadLetterPurge, KafkaDeadLetterPurgeResult, KafkaDeadLetterStatus,
+    MAX_BATCH, MAX_BULK, MAX_DEPENDENCIES, MAX_LISTING_BYTES, RedriveResult, Route, SubmitRequest,
+    SubmitResult, TaskPage, TaskStatus,
 };
 pub use trace_context::{MAX_TRACESTATE_BYTES, TraceContext};

@@ -236,6 +236,24 @@ pub fn document() -> Value {
             ],
             "responses": responses(&[(200, ok("Cancelled", s.answer::<CancelResult>()))],
                 errors(&error, &[InvalidField, NotFound, NotCancellable, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+        }, "patch": {
+            "operationId": "changeByKey",
+            "summary": "Change the stored task of a job holding a unique key (unfinished) or submitted with an idempotency key, as PATCH /v1/tasks/{id} does",
+            "parameters": [
+                {"name": "job", "in": "query", "required": false, "description": "The AsyncJobConfig (or give type)",
+                 "schema": {"type": "string"}},
+                {"name": "type", "in": "query", "required": false, "description": "The task type (or give job)",
+                 "schema": {"type": "string"}},
+                {"name": "unique_key", "in": "query", "required": false,
+                 "description": "The unfinished task holding this unique key (give this or idempotency_key)",
+                 "schema": {"type": "string"}},
+                {"name": "idempotency_key", "in": "query", "required": false,
+                 "description": "The stored task submitted with this idempotency key (give this or unique_key)",
+                 "schema": {"type": "string"}},
+            ],
+            "requestBody": {"required": true, "content": json_content(s.request::<ChangeRequest>())},
+            "responses": responses(&[(200, ok("The task, changed", task.clone()))],
+                errors(&error, &[MalformedJson, InvalidField, PayloadTooLarge, NotFound, TaskStarted, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
         }, "post": {
             "operationId": "submitTask",
             "summary": "Submit a task",
@@ -268,6 +286,13 @@ pub fn document() -> Value {
                 "summary": "Inspect a task",
                 "responses": responses(&[(200, ok("The task", task.clone()))],
                     errors(&error, &[InvalidField, NotFound, StoreUnavailable, Unauthenticated, AuthUnavailable])),
+            },
+            "patch": {
+                "operationId": "changeTask",
+                "summary": "Change a task that has not begun, in place: its due time, payload or priority",
+                "requestBody": {"required": true, "content": json_content(s.request::<ChangeRequest>())},
+                "responses": responses(&[(200, ok("The task, changed", task.clone()))],
+                    errors(&error, &[MalformedJson, InvalidField, PayloadTooLarge, NotFound, TaskStarted, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
             },
             "delete": {
                 "operationId": "cancelTask",

@@ -279,6 +279,53 @@ pub struct TaskStatus {
     pub updated_at: DateTime<Utc>,
 }
 
+/// `PATCH /v1/tasks/{id}`: what to change in a task that has not begun, its id kept. A
+/// field left out keeps the task's value. `P` is the payload's type, as in
+/// [`SubmitRequest`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "openapi", schemars(rename = "ChangeRequest"))]
+#[serde(deny_unknown_fields)]
+pub struct ChangeRequest<P = Value> {
+    /// The new payload (any JSON value but null), stored as sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<P>,
+    /// Run this long from now (humantime); not together with `eta` or `run_now`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schemars(schema_with = "crate::time::duration_option_schema")
+    )]
+    pub delay: Option<String>,
+    /// Run at this RFC 3339 time (the past means now); not together with `delay` or
+    /// `run_now`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schemars(schema_with = "crate::time::schema_option")
+    )]
+    pub eta: Option<String>,
+    /// `true`: due now (promote), as an `eta` in the past is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_now: Option<bool>,
+    /// 0..=9, as in [`SubmitRequest::priority`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schemars(range(min = 0, max = 9)))]
+    pub priority: Option<i64>,
+}
+
+impl<P> Default for ChangeRequest<P> {
+    fn default() -> Self {
+        Self {
+            payload: None,
+            delay: None,
+            eta: None,
+            run_now: None,
+            priority: None,
+        }
+    }
+}
+
 /// The answer to `DELETE /v1/tasks/{id}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]

@@ -221,6 +221,14 @@ mod tests {
         async fn cancel(&self, id: &str, now: Millis) -> store::Result<CancelOutcome> {
             self.inner.cancel(id, now).await
         }
+        async fn change(
+            &self,
+            id: &str,
+            change: store::TaskChange<'_>,
+            now: Millis,
+        ) -> store::Result<store::ChangeOutcome> {
+            self.inner.change(id, change, now).await
+        }
         async fn insert_consumed(
             &self,
             p: store::InsertConsumedParams<'_>,

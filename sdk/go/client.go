@@ -407,6 +407,62 @@ func (c *Client) Cancel(ctx context.Context, id string, opts ...CancelOption) er
 	return c.do(ctx, http.MethodDelete, path, nil, nil)
 }
 
+// Change is what Client.Change changes in a task that has not begun. A zero field keeps
+// the task's value; at least one must be set.
+type Change struct {
+	// Payload, when non-nil, replaces the task's (marshalled with encoding/json; a
+	// json.RawMessage is sent as is).
+	Payload any
+	// Delay or ETA (at most one) is the new due time; RunNow (alone) makes it due now.
+	Delay  time.Duration
+	ETA    time.Time
+	RunNow bool
+	// Priority, when non-nil, is the new priority 0..9.
+	Priority *int
+}
+
+type changeBody struct {
+	Payload  json.RawMessage `json:"payload,omitempty"`
+	Delay    string          `json:"delay,omitempty"`
+	ETA      string          `json:"eta,omitempty"`
+	RunNow   bool            `json:"run_now,omitempty"`
+	Priority *int            `json:"priority,omitempty"`
+}
+
+// Change changes a task that has not begun (blocked, pending or claimed) in place, its id
+// kept (PATCH /v1/tasks/{id}), and returns it as Get would. A dispatcher that claimed it
+// loses the claim, so no attempt begins with the values replaced. Once an attempt has
+// begun, or the task ended, it is an error matching ErrTaskStarted whose State says which;
+// a payload from which the job renders another uniqueKey or concurrencyKey matches
+// ErrInvalidField (cancel the task and submit a new one instead).
+func (c *Client) Change(ctx context.Context, id string, change Change) (*TaskStatus, error) {
+	if change.Delay != 0 && !change.ETA.IsZero() {
+		return nil, errors.New("asyncd: change has both a delay and an ETA")
+	}
+	if change.Delay < 0 {
+		return nil, fmt.Errorf("asyncd: negative delay %v", change.Delay)
+	}
+	b := changeBody{RunNow: change.RunNow, Priority: change.Priority}
+	if change.Payload != nil {
+		payload, err := marshalPayload(change.Payload)
+		if err != nil {
+			return nil, err
+		}
+		b.Payload = payload
+	}
+	if change.Delay > 0 {
+		b.Delay = formatDuration(change.Delay)
+	}
+	if !change.ETA.IsZero() {
+		b.ETA = formatTime(change.ETA)
+	}
+	var s TaskStatus
+	if err := c.do(ctx, http.MethodPatch, "/v1/tasks/"+url.PathEscape(id), &b, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
 // CancelOption changes what Cancel sends.
 type CancelOption func(*cancelOptions)
 

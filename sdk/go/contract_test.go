@@ -169,12 +169,12 @@ func TestContractErrorsDecode(t *testing.T) {
 		}
 		codes[got.Code] = true
 	}
-	if len(codes) != 18 {
-		t.Errorf("the contract has %d codes, this SDK 18", len(codes))
+	if len(codes) != 19 {
+		t.Errorf("the contract has %d codes, this SDK 19", len(codes))
 	}
 	for _, code := range []string{CodeMalformedJSON, CodeInvalidField, CodeUnknownTaskType, CodePayloadTooLarge,
 		CodeUnauthenticated, CodeForbidden, CodeNotFound, CodeUniqueConflict, CodeIdempotencyMismatch, CodeNotCancellable, CodeStaleLease,
-		CodeNotDead, CodeTaskCancelled, CodeStoreUnavailable, CodeKafkaUnavailable, CodeAuthUnavailable, CodeClockSkew, CodeSigningUnavailable} {
+		CodeNotDead, CodeTaskStarted, CodeTaskCancelled, CodeStoreUnavailable, CodeKafkaUnavailable, CodeAuthUnavailable, CodeClockSkew, CodeSigningUnavailable} {
 		if !codes[code] {
 			t.Errorf("no contract fixture for %s", code)
 		}

@@ -31,6 +31,9 @@ const (
 	CodeNotCancellable      = "not_cancellable"
 	CodeStaleLease          = "stale_lease"
 	CodeNotDead             = "not_dead"
+	// CodeTaskStarted (409): a change (Client.Change) of a task that is no longer
+	// waiting to begin; State says whether it is running or ended.
+	CodeTaskStarted = "task_started"
 	// CodeTaskCancelled (410): a heartbeat or result of an attempt whose task was
 	// cancelled while it ran; the executor helpers cancel the handler's context.
 	CodeTaskCancelled = "task_cancelled"
@@ -63,7 +66,7 @@ type APIError struct {
 	// ExistingID names the task holding the key (unique_conflict,
 	// idempotency_mismatch).
 	ExistingID string
-	// State names the task's current state (not_cancellable, not_dead).
+	// State names the task's current state (not_cancellable, not_dead, task_started).
 	State string
 	// RetryAfter is the answer's Retry-After (the 503s and 429s send one); 0 when
 	// absent or unreadable.
@@ -196,6 +199,8 @@ var (
 	ErrNotCancellable      = &APIError{Code: CodeNotCancellable}
 	ErrStaleLease          = &APIError{Code: CodeStaleLease}
 	ErrNotDead             = &APIError{Code: CodeNotDead}
+	// ErrTaskStarted: the task began (or ended) before the change; nothing changed.
+	ErrTaskStarted = &APIError{Code: CodeTaskStarted}
 	// ErrTaskCancelled: the task was cancelled while this attempt ran; stop.
 	ErrTaskCancelled = &APIError{Code: CodeTaskCancelled}
 	// ErrStoreUnavailable, ErrKafkaUnavailable, ErrAuthUnavailable: 503s; retry

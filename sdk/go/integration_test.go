@@ -481,6 +481,41 @@ func TestIntegrationDelayedAtAndCancel(t *testing.T) {
 	}
 }
 
+// Change moves a waiting task's due time and replaces its payload and priority, its id
+// kept; the attempt then runs with the new values, and a change after it is refused.
+func TestIntegrationChange(t *testing.T) {
+	e := itEnv(t)
+	res, err := e.client.SubmitDelayed(ctx(t), &asyncd.Task{Type: "go_ok", Payload: map[string]any{"v": 1}, IdempotencyKey: uniq("change")}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	five := 5
+	got, err := e.client.Change(ctx(t), res.ID, asyncd.Change{Payload: map[string]any{"v": 2}, Priority: &five})
+	if err != nil || got.ID != res.ID || got.Priority != 5 || string(got.Payload) != `{"v":2}` || !got.ETA.Equal(res.ETA) {
+		t.Fatalf("change = %+v, %v", got, err)
+	}
+	if n := len(e.rec.get(res.ID)); n != 0 {
+		t.Fatalf("ran %d times an hour early", n)
+	}
+	if _, err := e.client.Change(ctx(t), res.ID, asyncd.Change{RunNow: true}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(t, res.ID, asyncd.StateSucceeded, 20*time.Second)
+	runs := e.rec.get(res.ID)
+	if len(runs) != 1 || runs[0].payload != `{"v":2}` {
+		t.Fatalf("runs %+v, want one with the changed payload", runs)
+	}
+	_, err = e.client.Change(ctx(t), res.ID, asyncd.Change{RunNow: true})
+	apiErr := wantAPIError(t, err, asyncd.ErrTaskStarted, 409, "")
+	if apiErr.State != asyncd.StateSucceeded {
+		t.Fatalf("task_started names state %q", apiErr.State)
+	}
+	_, err = e.client.Change(ctx(t), res.ID, asyncd.Change{Delay: time.Minute, ETA: time.Now()})
+	if err == nil {
+		t.Fatal("a change with both a delay and an ETA was sent")
+	}
+}
+
 // Issue 15: Cancel with CancelInJob reaches a Kafka-routed task that no dispatcher has
 // consumed (an id never submitted to go_kafka stands for one, as asyncd dev has no
 // brokers): a plain Cancel cannot tell it from an unknown id; with the job it is

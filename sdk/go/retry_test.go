@@ -30,6 +30,7 @@ var sentinels = map[string]error{
 	"not_cancellable":      asyncd.ErrNotCancellable,
 	"stale_lease":          asyncd.ErrStaleLease,
 	"not_dead":             asyncd.ErrNotDead,
+	"task_started":         asyncd.ErrTaskStarted,
 	"task_cancelled":       asyncd.ErrTaskCancelled,
 	"store_unavailable":    asyncd.ErrStoreUnavailable,
 	"kafka_unavailable":    asyncd.ErrKafkaUnavailable,

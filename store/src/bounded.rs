@@ -81,6 +81,11 @@ impl Store for Bounded {
         self.within("cancel", self.inner.cancel(id, now)).await
     }
 
+    async fn change(&self, id: &str, change: TaskChange<'_>, now: Millis) -> Result<ChangeOutcome> {
+        self.within("change", self.inner.change(id, change, now))
+            .await
+    }
+
     async fn insert_cancelled(&self, id: &str, task_type: &str, now: Millis) -> Result<bool> {
         self.within(
             "insert_cancelled",

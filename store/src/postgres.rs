@@ -115,6 +115,11 @@ const QUERIES: Queries = Queries {
     cancel: "UPDATE tasks SET state = 'cancelled', unique_active = NULL, lease_until = NULL, \
              lease_token = lease_token + 1, updated_at = $1 \
              WHERE id = $2 AND state IN ('blocked', 'pending', 'claimed', 'running')",
+    change: "UPDATE tasks SET trigger_at = COALESCE($1, trigger_at), \
+                 payload = COALESCE($2, payload), priority = COALESCE($3, priority), \
+                 state = CASE WHEN state = 'claimed' THEN 'pending' ELSE state END, \
+                 owner = NULL, lease_until = NULL, lease_token = lease_token + 1, updated_at = $4 \
+             WHERE id = $5 AND state IN ('blocked', 'pending', 'claimed')",
     succeed: "UPDATE tasks SET state = 'succeeded', result = $1, \
                      unique_active = CASE WHEN unique_for > 0 THEN unique_active END, \
               lease_until = NULL, owner = NULL, updated_at = $2 \

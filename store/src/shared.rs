@@ -132,6 +132,10 @@ pub struct Queries {
     pub state: &'static str,
     /// Cancels task `id` at `now` (`now, id`) if it has not begun.
     pub cancel: &'static str,
+    /// Changes task `id` if it has not begun (`trigger_at, payload, priority, now, id`,
+    /// each value `NULL` to keep the task's): a claim is given up (back to `pending`,
+    /// the token bumped, so the claimer's start no longer matches).
+    pub change: &'static str,
     /// The finishes, each binding its own values, then `(now, id, lease_token)`:
     /// `result`; `trigger_at, last_error`; `last_error`; nothing; `lease_until`.
     ///

@@ -78,6 +78,7 @@ where
     for<'q> Option<Millis>: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'q> i16: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<i16>: Encode<'q, DB> + Type<DB>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> Holder: FromRow<'r, DB::Row>,
     for<'r> StartedRow: FromRow<'r, DB::Row>,
@@ -122,6 +123,10 @@ where
 
     async fn cancel(&self, id: &str, now: Millis) -> Result<CancelOutcome> {
         Tx::<B>::cancel(self.writer(), id, now).await
+    }
+
+    async fn change(&self, id: &str, change: TaskChange<'_>, now: Millis) -> Result<ChangeOutcome> {
+        Tx::<B>::change(self.writer(), id, change, now).await
     }
 
     async fn insert_cancelled(&self, id: &str, task_type: &str, now: Millis) -> Result<bool> {

@@ -262,6 +262,11 @@ const QUERIES: Queries = Queries {
     cancel: "UPDATE tasks SET state = 'cancelled', unique_active = NULL, lease_until = NULL, \
              lease_token = lease_token + 1, updated_at = ? \
              WHERE id = ? AND state IN ('blocked', 'pending', 'claimed', 'running')",
+    change: "UPDATE tasks SET trigger_at = COALESCE(?, trigger_at), \
+                 payload = COALESCE(?, payload), priority = COALESCE(?, priority), \
+                 state = CASE WHEN state = 'claimed' THEN 'pending' ELSE state END, \
+                 owner = NULL, lease_until = NULL, lease_token = lease_token + 1, updated_at = ? \
+             WHERE id = ? AND state IN ('blocked', 'pending', 'claimed')",
     succeed: "UPDATE tasks SET state = 'succeeded', result = ?, \
                      unique_active = CASE WHEN unique_for > 0 THEN unique_active END, \
               lease_until = NULL, owner = NULL, updated_at = ? \

@@ -23,6 +23,12 @@ pub trait Store: Send + Sync + 'static {
     async fn insert_workflow(&self, tasks: &[NewTask], now: Millis) -> Result<WorkflowOutcome>;
     async fn get(&self, id: &str) -> Result<Option<TaskRecord>>;
     async fn cancel(&self, id: &str, now: Millis) -> Result<CancelOutcome>;
+    /// Changes task `id` in place (its id kept) if it has not begun: pending, blocked,
+    /// or claimed (the claim is given up, fenced by its token, so a dispatcher holding
+    /// it never begins it with the old values). One statement, so a racing start either
+    /// comes first (then the change answers [`ChangeOutcome::NotChangeable`]) or finds
+    /// the claim gone; never half.
+    async fn change(&self, id: &str, change: TaskChange<'_>, now: Millis) -> Result<ChangeOutcome>;
     /// Records task `id` of `task_type` as cancelled before it exists: a Kafka-routed
     /// task cancelled while its message still waits in the topic. When the consumer
     /// stores the message, the insert finds the id taken and nothing runs. `false` when

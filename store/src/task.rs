@@ -177,6 +177,26 @@ pub enum CancelOutcome {
     NotCancellable(TaskState),
 }
 
+/// [`Store::change`](crate::Store::change)'s new values for a task that has not begun;
+/// `None` keeps the task's own.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TaskChange<'a> {
+    pub trigger_at: Option<Millis>,
+    /// JSON, stored byte for byte as a submit's payload is.
+    pub payload: Option<&'a str>,
+    pub priority: Option<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChangeOutcome {
+    /// Changed in place, id kept. A claimed task is `pending` again: its claim's token is
+    /// spent, so the dispatcher holding it cannot begin it with the old values.
+    Changed,
+    NotFound,
+    /// It has begun (`running`) or ended: nothing changed.
+    NotChangeable(TaskState),
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum RedriveOutcome {
     /// Back to `pending`, or to `blocked` while one of its dependencies has not

@@ -18,9 +18,9 @@ use super::shared::{INSERT_TASKS, ManyRows, Queries};
 pub use super::task_row::ClaimAtInsert;
 use super::task_row::{CLAIMED_AT_INSERT_TOKEN, ClaimRoom, TaskValues, rows_per_statement};
 use super::{
-    CancelOutcome, ClaimedTask, DeadLetterParams, Finish, FinishKind, InsertOutcome, Millis,
-    NewTask, RedriveOutcome, Result, TaskRecord, TaskState, is_unique_violation, retrying,
-    unnamed_insert_conflict, unnamed_redrive_conflict,
+    CancelOutcome, ChangeOutcome, ClaimedTask, DeadLetterParams, Finish, FinishKind, InsertOutcome,
+    Millis, NewTask, RedriveOutcome, Result, TaskChange, TaskRecord, TaskState,
+    is_unique_violation, retrying, unnamed_insert_conflict, unnamed_redrive_conflict,
 };
 
 /// A connection of a dialect's database.
@@ -88,6 +88,7 @@ where
     for<'q> Option<Millis>: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'q> i16: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<i16>: Encode<'q, DB> + Type<DB>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> Holder: FromRow<'r, DB::Row>,
     for<'r> StartedRow: FromRow<'r, DB::Row>,
@@ -428,6 +429,37 @@ where
                 CancelOutcome::Cancelled
             } else {
                 domain::cancel_refused(Self::state(&mut tx, D::QUERIES.state, id).await?)
+            };
+            tx.commit().await?;
+            Ok(outcome)
+        })
+        .await
+    }
+
+    /// [`super::Store::change`].
+    pub async fn change(
+        pool: &Pool<DB>,
+        id: &str,
+        change: TaskChange<'_>,
+        now: Millis,
+    ) -> Result<ChangeOutcome> {
+        retrying(D::transient, || async {
+            let mut tx = pool.begin().await?;
+            let done = sqlx::query::<DB>(D::QUERIES.change)
+                .bind(change.trigger_at)
+                .bind(change.payload)
+                .bind(change.priority.map(i16::from))
+                .bind(now)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            let outcome = if D::rows_affected(&done) == 1 {
+                ChangeOutcome::Changed
+            } else {
+                match Self::state(&mut tx, D::QUERIES.state, id).await? {
+                    None => ChangeOutcome::NotFound,
+                    Some(state) => ChangeOutcome::NotChangeable(state),
+                }
             };
             tx.commit().await?;
             Ok(outcome)

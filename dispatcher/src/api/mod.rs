@@ -133,6 +133,7 @@ pub fn router(state: Arc<ApiState>, public: bool) -> Router {
                 "/v1/tasks",
                 post(tasks::submit_one)
                     .get(tasks::search)
+                    .patch(tasks::change_by_key)
                     .delete(tasks::cancel_by_key),
             )
             // The route's own limit replaces the router-wide one below.
@@ -140,7 +141,10 @@ pub fn router(state: Arc<ApiState>, public: bool) -> Router {
                 "/v1/tasks:batch",
                 post(tasks::submit_batch).layer(DefaultBodyLimit::max(batch_limit)),
             )
-            .route("/v1/tasks/{id}", get(tasks::get).delete(tasks::cancel))
+            .route(
+                "/v1/tasks/{id}",
+                get(tasks::get).patch(tasks::change).delete(tasks::cancel),
+            )
             .route("/v1/dead-letters", get(dead_letters::list))
             .route(
                 "/v1/dead-letters/redrive",

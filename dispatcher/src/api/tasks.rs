@@ -1,5 +1,5 @@
-//! Tasks: submit one or a batch (through [`super::submit`]), read one, search them, and
-//! cancel one by id or by unique key.
+//! Tasks: submit one or a batch (through [`super::submit`]), read one, search them,
+//! change one that has not begun, and cancel one by id or by unique key.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,6 +9,7 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
+use serde_json::value::RawValue;
 
 use super::extract::{Path, Query};
 use axum::http::HeaderMap;
@@ -19,7 +20,7 @@ use super::listing::{listing, listing_limit, parse_cursor, task_status};
 use super::submit::{self, Shape, plain_text};
 use super::{ApiState, AppState};
 use crate::auth::{Caller, Verb};
-use asyncd_store::{CancelOutcome, Millis, SearchParams, TaskState};
+use asyncd_store::{CancelOutcome, ChangeOutcome, Millis, SearchParams, TaskRecord, TaskState};
 
 /// `POST /v1/tasks`: one task, answered with its own status and body.
 pub(super) async fn submit_one(
@@ -50,6 +51,97 @@ pub(super) async fn get(
 ) -> Result<Response, ApiError> {
     let task = state.visible_task(&caller, &id, Verb::Get).await?;
     Ok(Json(task_status(&task)).into_response())
+}
+
+/// `PATCH /v1/tasks/{id}` (a [`asyncd_contract::ChangeRequest`]): changes a task that
+/// has not begun in place — its due time, payload or priority — keeping its id, and
+/// answers with the task as `GET` shows it. A claimed task goes back to pending under a
+/// new token, so the dispatcher holding it cannot begin it with the old values; one
+/// already running or ended is refused (409 `task_started`). Changing a task needs the
+/// right to submit its job's tasks. Only stored tasks: one whose Kafka message has not
+/// been consumed yet is not found (404) until it is.
+pub(super) async fn change(
+    State(state): AppState,
+    caller: Caller,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    change_task(&state, &caller, id, body).await
+}
+
+/// `PATCH /v1/tasks?job=J&unique_key=K` (or `idempotency_key=K`): [`change`] for the
+/// stored task of job `J` holding that key (for a unique key, the unfinished one).
+pub(super) async fn change_by_key(
+    State(state): AppState,
+    caller: Caller,
+    Query(query): Query<HashMap<String, String>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let (field, key, job) = query_key(&state, &query, "change")?;
+    // The right first, so that whoever may not change the job's tasks learns nothing of
+    // its keys.
+    state
+        .auth
+        .require(&caller, Verb::Submit, Some(&job.name))
+        .await?;
+    let id = if field == "idempotency_key" {
+        state
+            .store
+            .idempotency_key_holder(&job.task_type, key)
+            .await?
+    } else {
+        unfinished_unique_holder(&state, &job, key).await?
+    };
+    let Some(id) = id else {
+        return Err(ApiError::new(
+            ErrorCode::NotFound,
+            format!("no stored task of job {} holds {field} {key:?}", job.name),
+        ));
+    };
+    change_task(&state, &caller, id, body).await
+}
+
+async fn change_task(
+    state: &ApiState,
+    caller: &Caller,
+    id: String,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = super::body_bytes(body, state.limits.body_bytes())?;
+    let request: asyncd_contract::ChangeRequest<Box<RawValue>> = submit::parse_json(&body)?;
+    let task = state.visible_task(caller, &id, Verb::Submit).await?;
+    let now = state.clock.now_millis();
+    let change = submit::check_change(&request, &task, &state.routes.borrow(), &state.limits, now)?;
+    match state.store.change(&id, change, now).await? {
+        ChangeOutcome::Changed => {}
+        ChangeOutcome::NotFound => return Err(ApiError::not_found(&id)),
+        ChangeOutcome::NotChangeable(s) => return Err(started(&id, s)),
+    }
+    tracing::info!(caller = caller.name(), task_id = id, "task changed");
+    // A dispatcher in this process looks at once: the task may be due now, or a claim of
+    // it given up.
+    if let Some(waker) = &state.waker {
+        waker.wake();
+    }
+    // Read back for the answer: what a racing claim or start made of it since shows too.
+    let task: TaskRecord = state
+        .store
+        .get(&id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(&id))?;
+    Ok(Json(task_status(&task)).into_response())
+}
+
+fn started(id: &str, state: TaskState) -> ApiError {
+    let what = match state {
+        TaskState::Running => "has begun",
+        _ => "has ended",
+    };
+    ApiError::new(
+        ErrorCode::TaskStarted,
+        format!("task {id} is {state}: it {what} and can no longer be changed"),
+    )
+    .with_state(state)
 }
 
 /// `DELETE /v1/tasks/{id}`: cancels a task that has not finished. With `?job=` (or
@@ -120,30 +212,7 @@ pub(super) async fn cancel_by_key(
     caller: Caller,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let (field, key) = match (query.get("unique_key"), query.get("idempotency_key")) {
-        (Some(key), None) => ("unique_key", key),
-        (None, Some(key)) => ("idempotency_key", key),
-        (Some(_), Some(_)) => {
-            return Err(ApiError::field(
-                "idempotency_key",
-                "name either the unique key or the idempotency key of the task to cancel",
-            ));
-        }
-        (None, None) => {
-            return Err(ApiError::field(
-                "unique_key",
-                "name the unique key (or idempotency key) of the task to cancel \
-                 (DELETE /v1/tasks/{id} cancels by id)",
-            ));
-        }
-    };
-    plain_text(field, key)?;
-    let Some(job) = query_job(&state, &query)? else {
-        return Err(ApiError::field(
-            "job",
-            "name the job (or type) whose task holds the key",
-        ));
-    };
+    let (field, key, job) = query_key(&state, &query, "cancel")?;
     state
         .auth
         .require(&caller, Verb::Cancel, Some(&job.name))
@@ -167,6 +236,24 @@ pub(super) async fn cancel_by_key(
         };
         return cancel_id(&state, &caller, Some(job), id).await;
     }
+    let Some(holder) = unfinished_unique_holder(&state, &job, key).await? else {
+        return Err(ApiError::new(
+            ErrorCode::NotFound,
+            format!(
+                "no unfinished task of job {} holds unique key {key:?}",
+                job.name
+            ),
+        ));
+    };
+    cancel_stored(&state, &caller, holder, state.clock.now_millis()).await
+}
+
+/// The id of the unfinished task of `job` holding unique key `key`, if one does.
+async fn unfinished_unique_holder(
+    state: &ApiState,
+    job: &asyncd_spec::Job,
+    key: &str,
+) -> Result<Option<String>, ApiError> {
     let holders = state
         .store
         .search(SearchParams {
@@ -176,16 +263,48 @@ pub(super) async fn cancel_by_key(
             ..SearchParams::default()
         })
         .await?;
-    let Some(holder) = holders.into_iter().find(|t| !t.state.is_final()) else {
-        return Err(ApiError::new(
-            ErrorCode::NotFound,
-            format!(
-                "no unfinished task of job {} holds unique key {key:?}",
-                job.name
-            ),
+    Ok(holders
+        .into_iter()
+        .find(|t| !t.state.is_final())
+        .map(|t| t.id))
+}
+
+/// The key a `?job=J&unique_key=K` (or `idempotency_key=K`) call names — which of the
+/// two, the key, and the job — for the task to `action`.
+fn query_key<'q>(
+    state: &ApiState,
+    query: &'q HashMap<String, String>,
+    action: &str,
+) -> Result<(&'static str, &'q str, Arc<asyncd_spec::Job>), ApiError> {
+    let (field, key) = match (query.get("unique_key"), query.get("idempotency_key")) {
+        (Some(key), None) => ("unique_key", key),
+        (None, Some(key)) => ("idempotency_key", key),
+        (Some(_), Some(_)) => {
+            return Err(ApiError::field(
+                "idempotency_key",
+                format!(
+                    "name either the unique key or the idempotency key of the task to {action}"
+                ),
+            ));
+        }
+        (None, None) => {
+            return Err(ApiError::field(
+                "unique_key",
+                format!(
+                    "name the unique key (or idempotency key) of the task to {action} \
+                     (/v1/tasks/{{id}} names it by id)"
+                ),
+            ));
+        }
+    };
+    plain_text(field, key)?;
+    let Some(job) = query_job(state, query)? else {
+        return Err(ApiError::field(
+            "job",
+            "name the job (or type) whose task holds the key",
         ));
     };
-    cancel_stored(&state, &caller, holder.id, state.clock.now_millis()).await
+    Ok((field, key, job))
 }
 
 /// The job a `job=` or `type=` query parameter names, if either is given.

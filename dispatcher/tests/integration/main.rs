@@ -22,6 +22,7 @@ mod bad_params;
 mod browser;
 mod callbacks;
 mod cancel;
+mod changes;
 mod claim_at_submit;
 mod config_reload;
 mod crash_recovery;

@@ -1,7 +1,10 @@
 //! Tasks as inserted and read back: one at a time and in large batches, with every value
-//! kept exactly, and a task cancelled before its insert arrived.
+//! kept exactly, a task cancelled before its insert arrived, and a task changed in place
+//! until it begins.
 
-use asyncd_store::{Finish, FinishKind, InsertOutcome, NewTask, Store, TaskState};
+use asyncd_store::{
+    ChangeOutcome, Finish, FinishKind, InsertOutcome, NewTask, Store, TaskChange, TaskState,
+};
 use serde_json::value::RawValue;
 
 use crate::{T0, at, claim_all, insert, start_params, state};
@@ -12,6 +15,8 @@ scenarios!(
     payloads_and_results_are_kept_byte_for_byte,
     values_at_the_apis_limits_are_stored_exactly,
     a_task_cancelled_before_it_exists_is_stored_cancelled_once,
+    a_task_changes_in_place_until_it_begins,
+    a_change_racing_claims_and_starts_lands_whole_or_not_at_all,
 );
 
 async fn insert_get_and_order_within_one_millisecond(store: &dyn Store) {
@@ -268,4 +273,166 @@ async fn a_task_cancelled_before_it_exists_is_stored_cancelled_once(store: &dyn 
         "{outcome:?}"
     );
     assert_eq!(state(store, "early").await, TaskState::Cancelled);
+}
+
+/// A change keeps the id and every value it does not name; a claimed task goes back to
+/// pending and its claim's start begins nothing; once running or ended, nothing changes.
+async fn a_task_changes_in_place_until_it_begins(store: &dyn Store) {
+    let id = insert(store, NewTask::test("a", at(10))).await;
+    let every = TaskChange {
+        trigger_at: Some(at(20)),
+        payload: Some(r#"{"k":2}"#),
+        priority: Some(3),
+    };
+    assert_eq!(
+        store.change(&id, every, T0).await.unwrap(),
+        ChangeOutcome::Changed
+    );
+    let task = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            task.state,
+            task.trigger_at,
+            task.payload.get(),
+            task.priority
+        ),
+        (TaskState::Pending, at(20), r#"{"k":2}"#, 3)
+    );
+    let sooner = TaskChange {
+        trigger_at: Some(at(5)),
+        ..TaskChange::default()
+    };
+    assert_eq!(
+        store.change(&id, sooner, T0).await.unwrap(),
+        ChangeOutcome::Changed
+    );
+    let task = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (task.trigger_at, task.payload.get(), task.priority),
+        (at(5), r#"{"k":2}"#, 3),
+        "what the change did not name is kept"
+    );
+
+    let claimed = claim_all(store, at(100), T0).await;
+    assert_eq!(claimed.len(), 1);
+    let payload = TaskChange {
+        payload: Some(r#"{"k":3}"#),
+        ..TaskChange::default()
+    };
+    assert_eq!(
+        store.change(&id, payload, T0).await.unwrap(),
+        ChangeOutcome::Changed
+    );
+    assert_eq!(
+        state(store, &id).await,
+        TaskState::Pending,
+        "the claim is given up"
+    );
+    let old_claim = [(id.clone(), claimed[0].lease_token)];
+    assert!(
+        store
+            .start(start_params(&old_claim, T0, 0))
+            .await
+            .unwrap()
+            .is_empty(),
+        "the old claim's start begins nothing"
+    );
+
+    let claimed = claim_all(store, at(100), T0).await;
+    assert_eq!(
+        claimed[0].payload.get(),
+        r#"{"k":3}"#,
+        "claimed with the new values"
+    );
+    let claim = [(id.clone(), claimed[0].lease_token)];
+    let started = store.start(start_params(&claim, T0, 0)).await.unwrap();
+    assert_eq!(started.len(), 1);
+    assert_eq!(
+        store.change(&id, sooner, T0).await.unwrap(),
+        ChangeOutcome::NotChangeable(TaskState::Running)
+    );
+    let done = Finish {
+        id: id.clone(),
+        lease_token: started[0].lease_token,
+        kind: FinishKind::Succeeded { result: None },
+    };
+    store.finish(&[done], T0).await.unwrap();
+    assert_eq!(
+        store.change(&id, sooner, T0).await.unwrap(),
+        ChangeOutcome::NotChangeable(TaskState::Succeeded)
+    );
+    assert_eq!(
+        store
+            .change("01890000-0000-7000-8000-000000000000", sooner, T0)
+            .await
+            .unwrap(),
+        ChangeOutcome::NotFound
+    );
+}
+
+/// Changes of every task racing a dispatcher that claims and begins them: each change
+/// either lands (and no attempt begins with the values it replaced) or is refused
+/// because the attempt began first; never half.
+async fn a_change_racing_claims_and_starts_lands_whole_or_not_at_all(store: &dyn Store) {
+    const TASKS: usize = 60;
+    let mut ids = Vec::new();
+    for _ in 0..TASKS {
+        ids.push(insert(store, NewTask::test("a", at(0))).await);
+    }
+    let dispatcher = async {
+        let mut begun = Vec::new();
+        while begun.len() < TASKS {
+            let claimed = claim_all(store, at(100), T0).await;
+            let claims: Vec<(String, i64)> = claimed
+                .iter()
+                .map(|c| (c.id.clone(), c.lease_token))
+                .collect();
+            let started = store.start(start_params(&claims, T0, 0)).await.unwrap();
+            for s in started {
+                let claim = claimed
+                    .iter()
+                    .find(|c| c.id == s.id)
+                    .expect("a claimed task");
+                begun.push((s.id, claim.payload.get().to_string()));
+            }
+            tokio::task::yield_now().await;
+        }
+        begun
+    };
+    let changes = async {
+        let mut outcomes = Vec::new();
+        for id in &ids {
+            let change = TaskChange {
+                payload: Some(r#"{"k":"new"}"#),
+                ..TaskChange::default()
+            };
+            outcomes.push(store.change(id, change, T0).await.unwrap());
+            tokio::task::yield_now().await;
+        }
+        outcomes
+    };
+    let (begun, outcomes) = tokio::join!(dispatcher, changes);
+    for (id, outcome) in ids.iter().zip(&outcomes) {
+        let stored = store.get(id).await.unwrap().unwrap();
+        let sent = &begun
+            .iter()
+            .find(|(b, _)| b == id)
+            .expect("every task began")
+            .1;
+        assert_eq!(
+            sent,
+            stored.payload.get(),
+            "task {id} began with the values the store holds"
+        );
+        match outcome {
+            ChangeOutcome::Changed => {
+                assert_eq!(stored.payload.get(), r#"{"k":"new"}"#);
+            }
+            ChangeOutcome::NotChangeable(TaskState::Running) => {
+                assert_eq!(stored.payload.get(), r#"{"k":1}"#);
+            }
+            other => panic!("task {id}: {other:?}"),
+        }
+    }
+    assert_eq!(begun.len(), TASKS, "each task began once");
 }

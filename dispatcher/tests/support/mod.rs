@@ -371,6 +371,18 @@ pub trait Api {
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
+    async fn patch(&self, path: &str, body: Value) -> (u16, Value) {
+        let r = self
+            .http()
+            .patch(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
     async fn delete(&self, path: &str) -> (u16, Value) {
         let r = self.http().delete(self.url(path)).send().await.unwrap();
         let status = r.status().as_u16();

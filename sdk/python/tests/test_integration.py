@@ -258,6 +258,24 @@ def test_delayed_at_and_cancel(dev_env):
     assert len(runs) == 1 and runs[0].at >= soon.eta
 
 
+def test_change_a_waiting_task_then_it_runs_with_the_new_values(dev_env):
+    env = need(dev_env)
+    c = env.client
+    res = c.submit_delayed("py_ok", {"v": 1}, delay=timedelta(hours=1), idempotency_key=key())
+    got = c.change(res.id, payload={"v": 2}, priority=5)
+    assert (got.id, got.payload, got.priority, got.eta) == (res.id, {"v": 2}, 5, res.eta)
+    assert env.runs_of(res.id) == []
+    c.change(res.id, run_now=True)
+    env.wait_state(res.id, asyncd.SUCCEEDED)
+    runs = env.runs_of(res.id)
+    assert len(runs) == 1 and runs[0].payload == {"v": 2}
+    with pytest.raises(asyncd.TaskStarted) as info:
+        c.change(res.id, run_now=True)
+    assert (info.value.status, info.value.state) == (409, asyncd.SUCCEEDED)
+    with pytest.raises(ValueError):
+        c.change(res.id, delay=60, eta=datetime.now(timezone.utc))
+
+
 def test_cancel_finished_task_and_redrive_live_task(dev_env):
     env = need(dev_env)
     res = env.client.submit("py_ok", idempotency_key=key())

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use asyncd_contract::{
-    BatchOutcome, BatchRequest, BatchResponse, DeadLetters, HeartbeatRequest, HeartbeatResponse,
-    JobList, ResultRequest, SubmitRequest, headers,
+    BatchOutcome, BatchRequest, BatchResponse, ChangeRequest, DeadLetters, HeartbeatRequest,
+    HeartbeatResponse, JobList, ResultRequest, SubmitRequest, headers,
 };
 pub use asyncd_contract::{
     CancelResult, CronTriggerResult, DeadLetterBulk, DeadLetterBulkResult, JobOverview, JobStatus,
@@ -34,6 +34,22 @@ pub use builder::ClientBuilder;
 use coalesce::Coalescer;
 pub use task::Task;
 use task::trace_headers;
+
+/// What [`Client::change`] changes in a task that has not begun. What is `None` (or
+/// `false`) keeps the task's value; set at least one.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Change {
+    /// The new payload (any JSON value but null).
+    pub payload: Option<Value>,
+    /// The new due time, this long from now; not together with `eta`.
+    pub delay: Option<Duration>,
+    /// The new due time (the past means now); not together with `delay`.
+    pub eta: Option<DateTime<Utc>>,
+    /// Due now (promote); not together with `delay` or `eta`.
+    pub run_now: bool,
+    /// The new priority, 0..=9.
+    pub priority: Option<u8>,
+}
 
 /// Where `asyncd dev` listens unless told otherwise.
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:7700";
@@ -328,6 +344,33 @@ impl Client {
             Method::GET,
             &format!("/v1/tasks/{}", escape(id)),
             None::<&()>,
+        )
+        .await
+    }
+
+    /// Changes a task that has not begun (blocked, pending or claimed) in place, its id
+    /// kept (`PATCH /v1/tasks/{id}`), and answers it as [`get`](Self::get) would. A
+    /// dispatcher that claimed it loses the claim, so no attempt begins with the values
+    /// replaced. Once an attempt has begun, or the task ended, it is refused with
+    /// `task_started`, whose [`ApiError::state`] says which; a payload from which the job
+    /// renders another unique or concurrency key with `invalid_field`.
+    pub async fn change(&self, id: &str, change: &Change) -> Result<TaskStatus, Error> {
+        if change.delay.is_some() && change.eta.is_some() {
+            return Err(Error::InvalidTask(
+                "a change takes a delay or an eta, not both".into(),
+            ));
+        }
+        let body = ChangeRequest::<Value> {
+            payload: change.payload.clone(),
+            delay: change.delay.map(format_duration),
+            eta: change.eta.map(format_time),
+            run_now: change.run_now.then_some(true),
+            priority: change.priority.map(i64::from),
+        };
+        self.call(
+            Method::PATCH,
+            &format!("/v1/tasks/{}", escape(id)),
+            Some(&body),
         )
         .await
     }

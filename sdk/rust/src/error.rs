@@ -20,7 +20,7 @@ pub struct ApiError {
     pub field: Option<String>,
     /// The task holding the key (`unique_conflict`, `idempotency_mismatch`).
     pub existing_id: Option<String>,
-    /// The task's current state (`not_cancellable`, `not_dead`).
+    /// The task's current state (`not_cancellable`, `not_dead`, `task_started`).
     pub state: Option<TaskState>,
     /// The answer's `Retry-After` (the 503s and 429s send one); `None` when absent or
     /// unreadable.
@@ -357,6 +357,7 @@ mod tests {
             "not_cancellable",
             "stale_lease",
             "not_dead",
+            "task_started",
             "http_error",
         ] {
             let parsed = ErrorCode::parse(code);

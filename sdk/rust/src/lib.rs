@@ -45,7 +45,7 @@ pub use asyncd_contract::{
     SIGNATURE_TOLERANCE, SignatureError, SignedCall, sign, verify_signature,
 };
 pub use client::{
-    BatchItem, CancelResult, Client, ClientBuilder, CronTriggerResult, DEFAULT_ENDPOINT,
+    BatchItem, CancelResult, Change, Client, ClientBuilder, CronTriggerResult, DEFAULT_ENDPOINT,
     DEFAULT_SUBMIT_CALLS, DEFAULT_TOKEN_FILE, DeadLetterBulk, DeadLetterBulkResult, JobOverview,
     JobStatus, MAX_BATCH, RedriveResult, ResultAck, ResultStatus, SOURCE_SERVICE_HEADER,
     SubmitResult, TOKEN_FILE_REFRESH, Task, TaskPage, TaskQuery, TaskResult, TaskState, TaskStatus,

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use asyncd_client::{
-    Client, Error, ErrorCode, Executor, HEADER_BATCH, Outcome, ResultStatus, SubmitResult, Task,
-    TaskContext, TaskResult, TaskState, idempotency_key_from,
+    Change, Client, Error, ErrorCode, Executor, HEADER_BATCH, Outcome, ResultStatus, SubmitResult,
+    Task, TaskContext, TaskResult, TaskState, idempotency_key_from,
 };
 use axum::body::Bytes;
 use axum::http::HeaderMap;
@@ -168,6 +168,56 @@ async fn submit_runs_the_executor_and_dedupes() {
                 && l.contains(r#"task_type="rust_order""#)),
         "no asyncd_task_submitted_total sample for source_service rust-it:\n{metrics}"
     );
+}
+
+/// `change` moves a waiting task's due time and replaces its payload and priority, its
+/// id kept; the attempt then runs with the new values, and a change after it is refused.
+#[tokio::test]
+async fn a_waiting_task_changed_runs_with_its_new_values() {
+    let rec = Recorder::default();
+    let dev = Dev::start(recording_executor(&rec), &[Job::new("rust_ok")]).await;
+    let c = &dev.client;
+    let task = Task::new("rust_ok", json!({"v": 1})).idempotency_key(uniq("k"));
+    let res = c
+        .submit_delayed(&task, Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let change = Change {
+        payload: Some(json!({"v": 2})),
+        priority: Some(5),
+        ..Change::default()
+    };
+    let got = c.change(&res.id, &change).await.unwrap();
+    assert_eq!(
+        (got.id.as_str(), &got.payload, got.priority, got.eta),
+        (res.id.as_str(), &json!({"v": 2}), 5, res.eta)
+    );
+    assert!(rec.runs(&res.id).is_empty(), "ran an hour early");
+    let now = Change {
+        run_now: true,
+        ..Change::default()
+    };
+    c.change(&res.id, &now).await.unwrap();
+    dev.wait_state(&res.id, TaskState::Succeeded).await;
+    let runs = rec.runs(&res.id);
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].payload, json!({"v": 2}), "the changed payload ran");
+    let err = api_error(
+        c.change(&res.id, &now).await,
+        ErrorCode::TaskStarted,
+        409,
+        None,
+    );
+    assert_eq!(err.state, Some(TaskState::Succeeded));
+    let both = Change {
+        delay: Some(Duration::from_secs(60)),
+        eta: Some(Utc::now()),
+        ..Change::default()
+    };
+    assert!(matches!(
+        c.change(&res.id, &both).await,
+        Err(Error::InvalidTask(_))
+    ));
 }
 
 #[tokio::test]

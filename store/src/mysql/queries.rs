@@ -79,6 +79,14 @@ pub(super) const QUERIES: Queries = Queries {
              SET state = 'cancelled', unique_active = NULL, lease_until = NULL, \
                  lease_token = lease_token + 1, updated_at = ? \
              WHERE id = ? AND state IN ('blocked', 'pending', 'claimed', 'running')",
+    // MariaDB assigns left to right, each reading the values assigned before it: `state`
+    // is read by its own assignment only.
+    change: "UPDATE tasks FORCE INDEX (PRIMARY) \
+             SET trigger_at = COALESCE(?, trigger_at), \
+                 payload = COALESCE(?, payload), priority = COALESCE(?, priority), \
+                 owner = NULL, lease_until = NULL, lease_token = lease_token + 1, updated_at = ?, \
+                 state = CASE WHEN state = 'claimed' THEN 'pending' ELSE state END \
+             WHERE id = ? AND state IN ('blocked', 'pending', 'claimed')",
     // rows_affected counts matched rows, not changed ones (sqlx sets CLIENT_FOUND_ROWS),
     // so an extension that moves nothing still reports that its token matched, as on
     // SQLite.

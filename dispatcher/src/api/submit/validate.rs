@@ -1,5 +1,6 @@
-//! Submit validation: a request body becomes a [`NewTask`] or an [`ApiError`] naming
-//! the field. Pure, so every rule is unit-tested without a server.
+//! Submit validation: a request body becomes a [`NewTask`] (or, for a change of a task,
+//! a [`TaskChange`]) or an [`ApiError`] naming the field. Pure, so every rule is
+//! unit-tested without a server.
 
 use std::cell::Cell;
 use std::time::Duration;
@@ -13,7 +14,7 @@ use crate::api::error::ApiError;
 use crate::job_table::RouteTable;
 use asyncd_spec::MIN_TIMEOUT;
 use asyncd_spec::job::Job;
-use asyncd_store::{Millis, NewTask};
+use asyncd_store::{Millis, NewTask, TaskChange, TaskRecord};
 
 pub const MAX_DELAY: Duration = Duration::from_secs(400 * 86_400);
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
@@ -199,6 +200,122 @@ pub fn timeout(value: Duration) -> Result<Duration, ApiError> {
     Ok(value)
 }
 
+/// The due time a request gives as `delay` or `eta` (one of them at most), if it gives
+/// one.
+fn due_at(delay: Option<&str>, eta: Option<&str>, now: Millis) -> Result<Option<Millis>, ApiError> {
+    Ok(Some(match (delay, eta) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::field("eta", "give delay or eta, not both"));
+        }
+        (Some(delay), None) => {
+            let delay = parse_duration(delay).map_err(|m| ApiError::field("delay", m))?;
+            if delay > MAX_DELAY {
+                return Err(ApiError::field("delay", "must be at most 400 days"));
+            }
+            now + delay
+        }
+        (None, Some(eta)) => {
+            let eta = Millis::new(
+                chrono::DateTime::parse_from_rfc3339(eta)
+                    .map_err(|e| {
+                        ApiError::field("eta", format!("{eta:?} is not an RFC 3339 time ({e})"))
+                    })?
+                    .timestamp_millis(),
+            );
+            // A time in the past means "now", as in Cloud Tasks.
+            not_too_far("eta", eta, now)?.max(now)
+        }
+        (None, None) => return Ok(None),
+    }))
+}
+
+/// A change of `task` (`PATCH /v1/tasks/{id}`), checked as a submit's fields are. A new
+/// payload must leave the keys its job renders from the payload (`uniqueKey`,
+/// `concurrencyKey`) as they are: those are the task's identity among its job's tasks,
+/// and a new identity is a new task.
+pub fn check_change<'a>(
+    req: &'a asyncd_contract::ChangeRequest<Box<RawValue>>,
+    task: &TaskRecord,
+    routes: &RouteTable,
+    limits: &Limits,
+    now: Millis,
+) -> Result<TaskChange<'a>, ApiError> {
+    let due = due_at(req.delay.as_deref(), req.eta.as_deref(), now)?;
+    let trigger_at = match (req.run_now, due) {
+        (Some(true), Some(_)) => {
+            return Err(ApiError::field(
+                "run_now",
+                "give run_now, delay or eta, not two",
+            ));
+        }
+        (Some(true), None) => Some(now),
+        (_, due) => due,
+    };
+    let payload = req.payload.as_deref();
+    if let Some(payload) = payload {
+        if payload.get().len() > limits.max_payload_bytes {
+            return Err(ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!(
+                    "payload: {} bytes is over the limit of {} bytes",
+                    payload.get().len(),
+                    limits.max_payload_bytes
+                ),
+            )
+            .with_field("payload"));
+        }
+        if let Some(job) = routes.job(&task.task_type) {
+            same_keys(job, task, payload)?;
+        }
+    }
+    let priority = req.priority.map(priority).transpose()?;
+    if trigger_at.is_none() && payload.is_none() && priority.is_none() {
+        return Err(ApiError::field(
+            "payload",
+            "name what to change: payload, delay, eta, run_now or priority",
+        ));
+    }
+    Ok(TaskChange {
+        trigger_at,
+        payload: payload.map(RawValue::get),
+        priority,
+    })
+}
+
+/// Refuses a new payload from which `job` renders other keys than from the task's.
+fn same_keys(job: &Job, task: &TaskRecord, payload: &RawValue) -> Result<(), ApiError> {
+    if job.unique_key.is_none() && job.concurrency_key.is_none() {
+        return Ok(());
+    }
+    let new: serde_json::Value =
+        serde_json::from_str(payload.get()).map_err(|e| ApiError::field("payload", e))?;
+    let old: serde_json::Value = serde_json::from_str(task.payload.get()).unwrap_or_default();
+    let renders = [
+        (
+            "uniqueKey",
+            job.render_unique_key(&old),
+            job.render_unique_key(&new),
+        ),
+        (
+            "concurrencyKey",
+            job.render_concurrency_key(&old),
+            job.render_concurrency_key(&new),
+        ),
+    ];
+    for (what, old, new) in renders {
+        if old.ok() != new.ok() {
+            return Err(ApiError::field(
+                "payload",
+                format!(
+                    "the job renders the task's {what} from its payload, and this one gives \
+                     another: cancel the task and submit a new one"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A trigger instant given as `field`, at most [`MAX_DELAY`] after `now`.
 pub fn not_too_far(field: &str, at: Millis, now: Millis) -> Result<Millis, ApiError> {
     if at > now + MAX_DELAY {
@@ -298,30 +415,7 @@ pub fn validate(
         )
         .with_field("payload"));
     }
-    let trigger_at = match (req.delay, req.eta) {
-        (Some(_), Some(_)) => {
-            return Err(ApiError::field("eta", "give delay or eta, not both"));
-        }
-        (Some(delay), None) => {
-            let delay = parse_duration(&delay).map_err(|m| ApiError::field("delay", m))?;
-            if delay > MAX_DELAY {
-                return Err(ApiError::field("delay", "must be at most 400 days"));
-            }
-            now + delay
-        }
-        (None, Some(eta)) => {
-            let eta = Millis::new(
-                chrono::DateTime::parse_from_rfc3339(&eta)
-                    .map_err(|e| {
-                        ApiError::field("eta", format!("{eta:?} is not an RFC 3339 time ({e})"))
-                    })?
-                    .timestamp_millis(),
-            );
-            // A time in the past means "now", as in Cloud Tasks.
-            not_too_far("eta", eta, now)?.max(now)
-        }
-        (None, None) => now,
-    };
+    let trigger_at = due_at(req.delay.as_deref(), req.eta.as_deref(), now)?.unwrap_or(now);
     let priority = req.priority.map(priority).transpose()?.unwrap_or(0);
     let max_retries = match req.max_retries {
         None => job.max_retries,

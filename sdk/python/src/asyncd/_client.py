@@ -361,6 +361,32 @@ class Client(Executor):
         """The task with ``task_id``; raises :class:`asyncd.NotFound`."""
         return TaskStatus.from_json(self._request("GET", f"/v1/tasks/{_q(task_id)}"))
 
+    def change(self, task_id: str, *, payload: Any = None, delay: Optional[Duration] = None,
+               eta: Optional[datetime] = None, run_now: bool = False,
+               priority: Optional[int] = None) -> TaskStatus:
+        """Changes a task that has not begun (blocked, pending or claimed) in place, its id
+        kept (``PATCH /v1/tasks/{id}``), and returns it as :meth:`get` would. What is left
+        out (``None``) keeps its value: ``payload`` (``None`` cannot be set), the due time
+        (``delay`` or ``eta``, or ``run_now=True`` for now) and ``priority``. A dispatcher
+        that claimed the task loses the claim, so no attempt begins with the values
+        replaced. Raises :class:`asyncd.TaskStarted` (``.state`` says whether it runs or
+        ended) once an attempt has begun, and :class:`asyncd.InvalidField` for a payload
+        from which the job renders another unique or concurrency key."""
+        if delay is not None and eta is not None:
+            raise ValueError("a change takes a delay or an eta, not both")
+        body: Dict[str, Any] = {}
+        if payload is not None:
+            body["payload"] = payload
+        if delay is not None:
+            body["delay"] = format_duration(delay)
+        if eta is not None:
+            body["eta"] = format_time(eta)
+        if run_now:
+            body["run_now"] = True
+        if priority is not None:
+            body["priority"] = priority
+        return TaskStatus.from_json(self._request("PATCH", f"/v1/tasks/{_q(task_id)}", body))
+
     def cancel(self, task_id: str, job: Optional[str] = None) -> None:
         """Cancels a task that has not finished (a running attempt is told on its next
         heartbeat); raises :class:`asyncd.NotCancellable` (``.state`` says where it is)
@@ -582,6 +608,10 @@ class AsyncClient:
     async def get(self, task_id: str) -> TaskStatus:
         """:meth:`Client.get`."""
         return await self._call(self._client.get, task_id)
+
+    async def change(self, task_id: str, **kwargs: Any) -> TaskStatus:
+        """:meth:`Client.change`."""
+        return await self._call(self._client.change, task_id, **kwargs)
 
     async def cancel(self, task_id: str, job: Optional[str] = None) -> None:
         """:meth:`Client.cancel`."""

@@ -166,6 +166,13 @@ class NotDead(Conflict):
     code_name = "not_dead"
 
 
+class TaskStarted(Conflict):
+    """A change of a task that is no longer waiting to begin; ``state`` says whether it
+    is running or ended. Nothing changed."""
+
+    code_name = "task_started"
+
+
 class TaskCancelled(APIError):
     """410: a heartbeat or result of an attempt whose task was cancelled while it ran.
     The executor helpers cancel the handler; nothing it sends is recorded."""
@@ -213,7 +220,7 @@ _BY_CODE: Dict[str, Type[APIError]] = {
     cls.code_name: cls
     for cls in (MalformedJSON, InvalidField, UnknownTaskType, PayloadTooLarge, NotFound,
                 Unauthenticated, Forbidden, UniqueConflict, IdempotencyMismatch, NotCancellable,
-                StaleLease, NotDead, TaskCancelled, StoreUnavailable, KafkaUnavailable, AuthUnavailable, ClockSkew,
+                StaleLease, NotDead, TaskStarted, TaskCancelled, StoreUnavailable, KafkaUnavailable, AuthUnavailable, ClockSkew,
                 SigningUnavailable)
 }
 
