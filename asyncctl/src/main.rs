@@ -67,6 +67,8 @@ enum Command {
     },
     /// Search tasks, newest first.
     Ls(tasks::LsArgs),
+    /// Change a task that has not begun, in place: its payload, due time or priority.
+    Change(tasks::ChangeArgs),
     /// Cancel a task that has not finished: by id, or the one of a job holding a
     /// unique key.
     Cancel {
@@ -145,6 +147,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Submit(args) => tasks::submit(&client, out, args).await,
         Command::Get { id } => tasks::get(&client, out, &id).await,
         Command::Ls(args) => tasks::ls(&client, out, args).await,
+        Command::Change(args) => tasks::change(&client, out, args).await,
         Command::Cancel {
             id,
             job,

@@ -1,9 +1,9 @@
-//! `submit`, `get`, `ls`, `cancel`.
+//! `submit`, `get`, `ls`, `change`, `cancel`.
 
 use std::io::Read;
 use std::time::Duration;
 
-use asyncd_client::{Client, Task, TaskQuery, TaskState, TaskStatus};
+use asyncd_client::{Change, Client, Task, TaskQuery, TaskState, TaskStatus};
 use chrono::{DateTime, Utc};
 use clap::Args;
 use serde_json::Value;
@@ -44,6 +44,27 @@ pub struct SubmitArgs {
     /// Wait for this task to succeed first (repeatable).
     #[arg(long = "depends-on", value_name = "ID")]
     depends_on: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct ChangeArgs {
+    /// The task's id.
+    id: String,
+    /// The new payload as JSON; `-` reads it from stdin, `@FILE` from a file.
+    #[arg(long)]
+    payload: Option<String>,
+    /// Due this long from now (`90s`, `15m`, `2d`).
+    #[arg(long, value_parser = crate::duration, conflicts_with_all = ["eta", "now"])]
+    delay: Option<Duration>,
+    /// Due at this instant (RFC 3339).
+    #[arg(long, value_parser = crate::instant, conflicts_with = "now")]
+    eta: Option<DateTime<Utc>>,
+    /// Due now (promote).
+    #[arg(long)]
+    now: bool,
+    /// The new priority, 0 to 9.
+    #[arg(long)]
+    priority: Option<u8>,
 }
 
 /// The `--payload` argument as JSON: literal, `-` (stdin) or `@FILE`.
@@ -108,9 +129,35 @@ pub async fn submit(client: &Client, out: Format, args: SubmitArgs) -> Result<()
     Ok(())
 }
 
+/// Changes a task that has not begun and shows it as `get` does.
+pub async fn change(client: &Client, out: Format, args: ChangeArgs) -> Result<(), Failure> {
+    let change = Change {
+        payload: args
+            .payload
+            .as_deref()
+            .map(|p| payload(Some(p)))
+            .transpose()?,
+        delay: args.delay,
+        eta: args.eta,
+        run_now: args.now,
+        priority: args.priority,
+    };
+    if change == Change::default() {
+        return Err(usage(
+            "name what to change: --payload, --delay, --eta, --now or --priority",
+        ));
+    }
+    let task = client.change(&args.id, &change).await?;
+    show(out, &task)
+}
+
 pub async fn get(client: &Client, out: Format, id: &str) -> Result<(), Failure> {
     let task = client.get(id).await?;
-    if output::structured(out, &task)? {
+    show(out, &task)
+}
+
+fn show(out: Format, task: &TaskStatus) -> Result<(), Failure> {
+    if output::structured(out, task)? {
         return Ok(());
     }
     let mut table = Table::new(&["FIELD", "VALUE"]);

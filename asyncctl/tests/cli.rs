@@ -238,8 +238,27 @@ fn tasks_dead_letters_jobs_and_cron_through_the_cli() {
         table.contains(&waiting) && !table.contains('\x1b'),
         "{table}"
     );
+    let changed = dev.json(&[
+        "change",
+        &waiting,
+        "--payload",
+        r#"{"order": 43}"#,
+        "--priority",
+        "4",
+        "--delay",
+        "2h",
+    ]);
+    assert_eq!(
+        (&changed["id"], &changed["payload"], &changed["priority"]),
+        (&json!(waiting), &json!({"order": 43}), &json!(4)),
+        "{changed}"
+    );
+    let nothing = dev.ctl(&["change", &waiting]);
+    assert_eq!(code(&nothing), Some(2), "usage: {}", stderr(&nothing));
     let cancelled = dev.json(&["cancel", &waiting]);
     assert_eq!(cancelled["state"], "cancelled");
+    let late = dev.ctl(&["change", &waiting, "--now"]);
+    assert_eq!(code(&late), Some(5), "a conflict: {}", stderr(&late));
     let again = dev.ctl(&["cancel", &waiting]);
     assert_eq!(code(&again), Some(5), "a conflict: {}", stderr(&again));
     // By unique key: the job's unfinished task holding it.
