@@ -191,9 +191,11 @@ impl Completer {
                     began = Some((plan, started));
                 }
                 // Written below without the starts, where an outcome the store refuses
-                // is isolated; the kept permits are held until then.
+                // is isolated; the kept permits are held until then. A warning, as the
+                // outcomes' own write gives: a store that stopped answering shows here
+                // first, not a bound later.
                 Err(err) => {
-                    tracing::debug!(%err, "outcomes with the next starts not written; writing them alone");
+                    tracing::warn!(%err, outcomes = batch.len(), "could not record outcomes with the next starts; writing them alone");
                     permits.extend(plan.into_permits().into_iter().map(Some));
                 }
             }

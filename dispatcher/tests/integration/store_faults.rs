@@ -21,6 +21,11 @@ const BOUND: Duration = Duration::from_secs(10);
 const SLACK: Duration = Duration::from_secs(3);
 /// What the store's error says when a call got no answer within the bound.
 const GAVE_UP: &str = "no answer within";
+/// What it says when the server ended the call's session instead: a transaction left
+/// waiting is ended by the server after the same bound (`idle_in_transaction_session_
+/// timeout`, `idle_transaction_timeout`), and the proxy passes the close on. Both end
+/// the call at the bound, whichever comes first.
+const ENDED_BY_SERVER: &str = "error communicating with database";
 
 macro_rules! on_both_backends {
     ($($fault:ident => $name:ident),* $(,)?) => {
@@ -193,7 +198,8 @@ async fn under(service: Service, fault: Fault) {
         proxy.remove_toxic("prelude").await.unwrap();
     }
     // What each role noticed first (its first warning or error), and when; and when it
-    // first gave up on a call at the bound (None: not by the end of the fault).
+    // first gave up on a call at the bound or had it ended by the server (None: not by
+    // the end of the fault).
     let mut first: [Option<(Duration, String)>; 3] = [None, None, None];
     let mut noticed: [Option<Duration>; 3] = [None, None, None];
     let fault_for = match fault {
@@ -212,7 +218,10 @@ async fn under(service: Service, fault: Fault) {
             }
             if noticed[i].is_none()
                 && log
-                    .first(role, |line| is_problem(line) && line.contains(GAVE_UP))
+                    .first(role, |line| {
+                        is_problem(line)
+                            && (line.contains(GAVE_UP) || line.contains(ENDED_BY_SERVER))
+                    })
                     .is_some()
             {
                 noticed[i] = Some(began.elapsed());
