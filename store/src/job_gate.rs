@@ -9,12 +9,23 @@ use crate::domain;
 use crate::sql_store::Backend;
 use crate::*;
 
+/// Whether a start waits for the job's limits row while another transaction holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RowLock {
+    Wait,
+    /// Begins nothing instead: for a start written with outcomes, which must not wait
+    /// on another dispatcher's start to be committed (each outcome it holds is one a
+    /// crash would run again).
+    SkipIfHeld,
+}
+
 /// [`Store::start_due`]'s write, in the caller's transaction: the job's limits row
 /// taken, then as many attempts begun as the limits admit.
 pub(crate) async fn start_due_in<B>(
     conn: &mut <B::DB as Database>::Connection,
     params: StartDueParams<'_>,
     gate: &JobGate<'_>,
+    lock: RowLock,
 ) -> Result<DueStarted>
 where
     B: Backend,
@@ -27,7 +38,12 @@ where
     for<'r> (i64, i64): FromRow<'r, <B::DB as Database>::Row>,
     for<'r> (i64, i64, i64): FromRow<'r, <B::DB as Database>::Row>,
 {
-    let (bucket, running) = lock_gate::<B>(&mut *conn, gate, params.now).await?;
+    let Some((bucket, running)) = take_gate::<B>(&mut *conn, gate, params.now, lock).await? else {
+        return Ok(DueStarted {
+            tasks: Vec::new(),
+            held_by: None,
+        });
+    };
     let admission = domain::admit(
         params.limit as usize,
         running,
@@ -75,6 +91,29 @@ where
     for<'r> (i64, i64): FromRow<'r, <B::DB as Database>::Row>,
     for<'r> (i64, i64, i64): FromRow<'r, <B::DB as Database>::Row>,
 {
+    let taken = take_gate::<B>(conn, gate, now, RowLock::Wait).await?;
+    taken.ok_or_else(|| StoreError::Corrupt(format!("no job_limits row for {:?}", gate.task_type)))
+}
+
+/// [`lock_gate`]; with [`RowLock::SkipIfHeld`], `None` while another transaction holds
+/// the row (or it does not exist yet: a waiting start makes it).
+async fn take_gate<B>(
+    conn: &mut <B::DB as Database>::Connection,
+    gate: &JobGate<'_>,
+    now: Millis,
+    lock: RowLock,
+) -> Result<Option<(domain::Bucket, i64)>>
+where
+    B: Backend,
+    for<'c> &'c mut <B::DB as Database>::Connection: Executor<'c, Database = B::DB>,
+    <B::DB as Database>::Arguments: IntoArguments<B::DB>,
+    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> i64: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> Millis: Encode<'q, B::DB> + Type<B::DB>,
+    for<'r> (i64,): FromRow<'r, <B::DB as Database>::Row>,
+    for<'r> (i64, i64): FromRow<'r, <B::DB as Database>::Row>,
+    for<'r> (i64, i64, i64): FromRow<'r, <B::DB as Database>::Row>,
+{
     let q = &B::QUERIES;
     let read =
         async |conn: &mut <B::DB as Database>::Connection| -> Result<Option<(i64, i64, i64)>> {
@@ -84,7 +123,11 @@ where
                     .fetch_optional(&mut *conn)
                     .await?);
             }
-            let Some((milli_tokens, at)): Option<(i64, i64)> = sqlx::query_as(q.lock_limits)
+            let lock_limits = match lock {
+                RowLock::Wait => q.lock_limits,
+                RowLock::SkipIfHeld => q.try_lock_limits,
+            };
+            let Some((milli_tokens, at)): Option<(i64, i64)> = sqlx::query_as(lock_limits)
                 .bind(gate.task_type)
                 .fetch_optional(&mut *conn)
                 .await?
@@ -104,6 +147,17 @@ where
     // the row takes a shared lock on it (InnoDB), and two transactions upgrading theirs
     // would deadlock on every start.
     let mut row = read(&mut *conn).await?;
+    if row.is_none() && lock == RowLock::SkipIfHeld {
+        // No row, or one another transaction holds: only the first is made here (an
+        // insert that finds a held row would wait for it).
+        let exists: Option<(i64, i64)> = sqlx::query_as(q.peek_limits)
+            .bind(gate.task_type)
+            .fetch_optional(&mut *conn)
+            .await?;
+        if exists.is_some() {
+            return Ok(None);
+        }
+    }
     if row.is_none() {
         let fresh = domain::Bucket::full(gate.rate, now);
         sqlx::query::<B::DB>(q.new_limits)
@@ -114,14 +168,14 @@ where
             .await?;
         row = read(&mut *conn).await?;
     }
-    let (milli_tokens, at, running) = row.ok_or_else(|| {
-        StoreError::Corrupt(format!("no job_limits row for {:?}", gate.task_type))
-    })?;
+    let Some((milli_tokens, at, running)) = row else {
+        return Ok(None);
+    };
     let bucket = domain::Bucket {
         milli_tokens,
         at: Millis::new(at),
     };
-    Ok((bucket, running))
+    Ok(Some((bucket, running)))
 }
 
 /// Takes a token from `gate`'s bucket (as [`lock_gate`] read it, refilled to now) for

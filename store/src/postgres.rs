@@ -92,6 +92,9 @@ const QUERIES: Queries = Queries {
     new_limits: "INSERT INTO job_limits (task_type, tokens, refilled_at) VALUES ($1, $2, $3) \
                  ON CONFLICT DO NOTHING",
     lock_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = $1 FOR UPDATE",
+    try_lock_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = $1 \
+                      FOR UPDATE SKIP LOCKED",
+    peek_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = $1",
     running: "SELECT COUNT(*) FROM tasks WHERE task_type = $1 AND state = 'running'",
     limits_and_running: None,
     save_limits: "UPDATE job_limits SET tokens = $1, refilled_at = $2 WHERE task_type = $3",

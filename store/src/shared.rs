@@ -85,6 +85,12 @@ pub struct Queries {
     /// `tokens, refilled_at` of the `job_limits` row of `task_type`, locked where rows
     /// lock.
     pub lock_limits: &'static str,
+    /// [`Self::lock_limits`], but no row when another transaction holds it (`SKIP
+    /// LOCKED`) instead of waiting for it.
+    pub try_lock_limits: &'static str,
+    /// [`Self::lock_limits`] without the lock: whether the row exists, read without
+    /// waiting for whoever holds it.
+    pub peek_limits: &'static str,
     /// How many attempts of `task_type` are running.
     pub running: &'static str,
     /// [`Self::lock_limits`] and [`Self::running`] in one statement (`task_type`), where

@@ -10,7 +10,7 @@ use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
 use crate::bulk;
 use crate::domain;
-use crate::job_gate::{lock_gate, spend_tokens, start_due_in};
+use crate::job_gate::{RowLock, lock_gate, spend_tokens, start_due_in};
 use crate::rows::{self, DueBacklogRow, Holder, JobCountsRow, LapsedRow, StartedRow, TaskRow};
 use crate::shared::{self, KafkaDeadLetterRow};
 use crate::tx::{ClaimAtInsert, Dialect, Tx};
@@ -295,7 +295,7 @@ where
         }
         retrying(B::transient, || async {
             let mut tx = self.writer().begin().await?;
-            let started = start_due_in::<B>(&mut tx, params, &gate).await?;
+            let started = start_due_in::<B>(&mut tx, params, &gate, RowLock::Wait).await?;
             tx.commit().await?;
             Ok(started)
         })
@@ -323,7 +323,10 @@ where
             let mut started: Vec<Option<DueStarted>> = vec![None; starts.len()];
             for &i in &order {
                 let start = &starts[i];
-                started[i] = Some(start_due_in::<B>(&mut tx, start.params, &start.gate).await?);
+                let start =
+                    start_due_in::<B>(&mut tx, start.params, &start.gate, RowLock::SkipIfHeld)
+                        .await?;
+                started[i] = Some(start);
             }
             tx.commit().await?;
             Ok((applied, started.into_iter().flatten().collect()))

@@ -232,6 +232,9 @@ const QUERIES: Queries = Queries {
                  ON CONFLICT DO NOTHING",
     // One writer: the transaction itself keeps others out.
     lock_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = ?",
+    // One writer: nothing else can hold the row.
+    try_lock_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = ?",
+    peek_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = ?",
     // The repeated `state IN (…)` term lets SQLite read tasks_by_type_state (0016).
     running: "SELECT COUNT(*) FROM tasks WHERE task_type = ? AND state = 'running' \
               AND state IN ('pending', 'claimed', 'running')",

@@ -96,7 +96,9 @@ pub trait Store: Send + Sync + 'static {
     /// job's slots begin its next due attempts in the same write, as BullMQ's
     /// `moveToFinished` fetches the next job, instead of a slot waiting for its outcome's
     /// write and then for the next start's. The finished attempts no longer count as
-    /// running for the starts' limits. One result per start, in the order given.
+    /// running for the starts' limits. A start whose job's limits row another
+    /// transaction holds begins nothing rather than wait for it (the outcomes are not
+    /// held up). One result per start, in the order given.
     async fn finish_and_start_due(
         &self,
         finishes: &[Finish],

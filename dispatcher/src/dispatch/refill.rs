@@ -8,7 +8,9 @@
 //! in the store next, and the same transaction that writes the outcomes begins that
 //! job's next due attempts ([`Store::finish_and_start_due`]). The job's limits hold as
 //! they do for the runner's look: the start takes the job's limits row and counts the
-//! attempts running once the outcomes are written.
+//! attempts running once the outcomes are written. It never waits for that row: while
+//! another dispatcher's start holds it, the write begins nothing for the job and its
+//! permits go back to the runner, so the outcomes are not held up.
 //!
 //! The runner stays in charge of everything else: tasks claimed ahead of their ETA (its
 //! queue is read first, so the completer keeps no permit while one waits there), the

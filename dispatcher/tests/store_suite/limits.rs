@@ -9,6 +9,7 @@ use asyncd_store::{
     Millis, NewTask, StartDueParams, Store, StoreError, TaskState, TypeFilter,
 };
 
+use crate::server::Held;
 use crate::{Server, T0, at, claim_params, insert, start_params, state};
 
 scenarios!(
@@ -585,6 +586,87 @@ async fn starters_never_exceed_the_concurrency_in_total(server: &Server) {
     assert!(most > 3, "the starters never overlapped (at most {most})");
     drop(setup);
     server.drop_created().await;
+}
+
+/// The next starts written with a batch of outcomes never wait for the job's limits row
+/// while another dispatcher's start holds it: the outcomes commit at once, without
+/// those starts (the runner's own look, which waits its turn, begins them), and the
+/// next write, with the row free, refills again. An outcome waiting on another
+/// transaction is one more that a crash would run again.
+async fn a_refill_never_waits_for_a_limits_row_another_start_holds(server: &Server) {
+    let url = server.create_db().await;
+    let store = store::open(&url).await.unwrap();
+    store.migrate().await.unwrap();
+    for _ in 0..3 {
+        insert(store.as_ref(), NewTask::test("held", T0)).await;
+    }
+    let gate = JobGate {
+        task_type: "held",
+        concurrency: 1,
+        rate: None,
+        key_limit: None,
+        keys: &[],
+    };
+    let running = store
+        .start_due(start_due_params(at(5), "a", 1), gate)
+        .await
+        .unwrap();
+    let [(first, attempt)] = &running.tasks[..] else {
+        panic!("one begun: {:?}", running.tasks);
+    };
+    let held = Held::take(
+        &url,
+        "SELECT tokens FROM job_limits WHERE task_type = 'held' FOR UPDATE",
+    )
+    .await;
+    let finish = Finish {
+        id: first.id.clone(),
+        lease_token: attempt.lease_token,
+        kind: FinishKind::Succeeded { result: None },
+    };
+    let start = DueStart {
+        params: start_due_params(at(6), "a", 1),
+        gate,
+    };
+    let (applied, started) = tokio::time::timeout(
+        Duration::from_secs(10),
+        store.finish_and_start_due(std::slice::from_ref(&finish), at(6), &[start]),
+    )
+    .await
+    .expect("the outcomes waited for the held limits row")
+    .unwrap();
+    assert_eq!(applied, [true]);
+    assert!(started[0].tasks.is_empty(), "{:?}", started[0].tasks);
+    assert_eq!(state(store.as_ref(), &first.id).await, TaskState::Succeeded);
+    held.release().await;
+
+    let (_, started) = store
+        .finish_and_start_due(&[], at(7), &[start])
+        .await
+        .unwrap();
+    assert_eq!(
+        started[0].tasks.len(),
+        1,
+        "the row free, the slot is refilled"
+    );
+    drop(store);
+    server.drop_created().await;
+}
+
+#[tokio::test]
+async fn mariadb_a_refill_never_waits_for_a_limits_row_another_start_holds() {
+    let Some(server) = Server::mariadb() else {
+        return;
+    };
+    a_refill_never_waits_for_a_limits_row_another_start_holds(&server).await;
+}
+
+#[tokio::test]
+async fn postgres_a_refill_never_waits_for_a_limits_row_another_start_holds() {
+    let Some(server) = Server::postgres() else {
+        return;
+    };
+    a_refill_never_waits_for_a_limits_row_another_start_holds(&server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

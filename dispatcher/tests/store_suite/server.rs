@@ -105,3 +105,38 @@ impl Server {
         self.drop_created().await;
     }
 }
+
+/// A transaction of its own on database `url` holding the row locks `lock` (a `SELECT …
+/// FOR UPDATE`) took, as another dispatcher's write would, until [`Held::release`].
+pub enum Held {
+    Postgres(sqlx::PgConnection),
+    MariaDb(sqlx::MySqlConnection),
+}
+
+impl Held {
+    pub async fn take(url: &str, lock: &'static str) -> Self {
+        use sqlx::Connection;
+        if url.starts_with("postgres") {
+            let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+            sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+            sqlx::query(lock).execute(&mut conn).await.unwrap();
+            Self::Postgres(conn)
+        } else {
+            let mut conn = sqlx::MySqlConnection::connect(url).await.unwrap();
+            sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+            sqlx::query(lock).execute(&mut conn).await.unwrap();
+            Self::MariaDb(conn)
+        }
+    }
+
+    pub async fn release(self) {
+        match self {
+            Self::Postgres(mut conn) => {
+                sqlx::query("ROLLBACK").execute(&mut conn).await.unwrap();
+            }
+            Self::MariaDb(mut conn) => {
+                sqlx::query("ROLLBACK").execute(&mut conn).await.unwrap();
+            }
+        }
+    }
+}

@@ -48,6 +48,9 @@ pub(super) const QUERIES: Queries = Queries {
                        ORDER BY trigger_at LIMIT 1",
     new_limits: "INSERT IGNORE INTO job_limits (task_type, tokens, refilled_at) VALUES (?, ?, ?)",
     lock_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = ? FOR UPDATE",
+    try_lock_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = ? \
+                      FOR UPDATE SKIP LOCKED",
+    peek_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = ?",
     // Pinned, as the other statements on the state index are (see the top of this file).
     running: "SELECT COUNT(*) FROM tasks FORCE INDEX (tasks_finished) \
               WHERE state = 'running' AND task_type = ?",
