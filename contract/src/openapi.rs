@@ -63,6 +63,22 @@ fn trace_header(name: &str, what: &str) -> Value {
            "schema": {"type": "string"}})
 }
 
+/// The query parameters naming a task by its job and key; `idempotency_key` says what
+/// that key reaches.
+fn by_key(idempotency_key: &str) -> Value {
+    json!([
+        {"name": "job", "in": "query", "required": false, "description": "The AsyncJobConfig (or give type)",
+         "schema": {"type": "string"}},
+        {"name": "type", "in": "query", "required": false, "description": "The task type (or give job)",
+         "schema": {"type": "string"}},
+        {"name": "unique_key", "in": "query", "required": false,
+         "description": "The unfinished task holding this unique key (give this or idempotency_key)",
+         "schema": {"type": "string"}},
+        {"name": "idempotency_key", "in": "query", "required": false,
+         "description": idempotency_key, "schema": {"type": "string"}},
+    ])
+}
+
 fn job_name() -> Value {
     json!({"name": "name", "in": "path", "required": true,
            "description": "The AsyncJobConfig's name (metadata.name)",
@@ -222,35 +238,13 @@ pub fn document() -> Value {
         }, "delete": {
             "operationId": "cancelByUniqueKey",
             "summary": "Cancel the task of a job holding a unique key (unfinished) or submitted with an idempotency key",
-            "parameters": [
-                {"name": "job", "in": "query", "required": false, "description": "The AsyncJobConfig (or give type)",
-                 "schema": {"type": "string"}},
-                {"name": "type", "in": "query", "required": false, "description": "The task type (or give job)",
-                 "schema": {"type": "string"}},
-                {"name": "unique_key", "in": "query", "required": false,
-                 "description": "The unfinished task holding this unique key (give this or idempotency_key)",
-                 "schema": {"type": "string"}},
-                {"name": "idempotency_key", "in": "query", "required": false,
-                 "description": "The task submitted with this idempotency key (404 when none holds it); on a job with a Kafka topic also before it is consumed, under the id the key derives (give this or unique_key)",
-                 "schema": {"type": "string"}},
-            ],
+            "parameters": by_key("The task submitted with this idempotency key (404 when none holds it); on a job with a Kafka topic also before it is consumed, under the id the key derives (give this or unique_key)"),
             "responses": responses(&[(200, ok("Cancelled", s.answer::<CancelResult>()))],
                 errors(&error, &[InvalidField, NotFound, NotCancellable, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
         }, "patch": {
             "operationId": "changeByKey",
             "summary": "Change the stored task of a job holding a unique key (unfinished) or submitted with an idempotency key, as PATCH /v1/tasks/{id} does",
-            "parameters": [
-                {"name": "job", "in": "query", "required": false, "description": "The AsyncJobConfig (or give type)",
-                 "schema": {"type": "string"}},
-                {"name": "type", "in": "query", "required": false, "description": "The task type (or give job)",
-                 "schema": {"type": "string"}},
-                {"name": "unique_key", "in": "query", "required": false,
-                 "description": "The unfinished task holding this unique key (give this or idempotency_key)",
-                 "schema": {"type": "string"}},
-                {"name": "idempotency_key", "in": "query", "required": false,
-                 "description": "The stored task submitted with this idempotency key (give this or unique_key)",
-                 "schema": {"type": "string"}},
-            ],
+            "parameters": by_key("The stored task submitted with this idempotency key (give this or unique_key)"),
             "requestBody": {"required": true, "content": json_content(s.request::<ChangeRequest>())},
             "responses": responses(&[(200, ok("The task, changed", task.clone()))],
                 errors(&error, &[MalformedJson, InvalidField, PayloadTooLarge, NotFound, TaskStarted, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),

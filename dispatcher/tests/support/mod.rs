@@ -340,9 +340,17 @@ pub trait Api {
     }
 
     async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send_json(reqwest::Method::POST, path, body).await
+    }
+
+    async fn patch(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send_json(reqwest::Method::PATCH, path, body).await
+    }
+
+    async fn send_json(&self, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
         let r = self
             .http()
-            .post(self.url(path))
+            .request(method, self.url(path))
             .json(&body)
             .send()
             .await
@@ -367,18 +375,6 @@ pub trait Api {
 
     async fn get(&self, path: &str) -> (u16, Value) {
         let r = self.http().get(self.url(path)).send().await.unwrap();
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn patch(&self, path: &str, body: Value) -> (u16, Value) {
-        let r = self
-            .http()
-            .patch(self.url(path))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(Value::Null))
     }

@@ -253,17 +253,7 @@ pub fn check_change<'a>(
     };
     let payload = req.payload.as_deref();
     if let Some(payload) = payload {
-        if payload.get().len() > limits.max_payload_bytes {
-            return Err(ApiError::new(
-                ErrorCode::PayloadTooLarge,
-                format!(
-                    "payload: {} bytes is over the limit of {} bytes",
-                    payload.get().len(),
-                    limits.max_payload_bytes
-                ),
-            )
-            .with_field("payload"));
-        }
+        within_payload_limit(payload, limits)?;
         if let Some(job) = routes.job(&task.task_type) {
             same_keys(job, task, payload)?;
         }
@@ -280,6 +270,22 @@ pub fn check_change<'a>(
         payload: payload.map(RawValue::get),
         priority,
     })
+}
+
+/// Refuses a payload over `--max-payload-bytes`.
+fn within_payload_limit(payload: &RawValue, limits: &Limits) -> Result<(), ApiError> {
+    if payload.get().len() > limits.max_payload_bytes {
+        return Err(ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            format!(
+                "payload: {} bytes is over the limit of {} bytes",
+                payload.get().len(),
+                limits.max_payload_bytes
+            ),
+        )
+        .with_field("payload"));
+    }
+    Ok(())
 }
 
 /// Refuses a new payload from which `job` renders other keys than from the task's.
@@ -404,17 +410,7 @@ pub fn validate(
     let payload = req
         .payload
         .unwrap_or_else(|| RawValue::from_string("null".into()).expect("null is JSON"));
-    if payload.get().len() > limits.max_payload_bytes {
-        return Err(ApiError::new(
-            ErrorCode::PayloadTooLarge,
-            format!(
-                "payload: {} bytes is over the limit of {} bytes",
-                payload.get().len(),
-                limits.max_payload_bytes
-            ),
-        )
-        .with_field("payload"));
-    }
+    within_payload_limit(&payload, limits)?;
     let trigger_at = due_at(req.delay.as_deref(), req.eta.as_deref(), now)?.unwrap_or(now);
     let priority = req.priority.map(priority).transpose()?.unwrap_or(0);
     let max_retries = match req.max_retries {
