@@ -239,6 +239,7 @@ pub async fn run(args: &Args) -> Result<()> {
             lease_secret: String::new(),
             concurrency_key: None,
             trace: None,
+            expires_at: None,
         })
         .collect();
     let start = Instant::now();

@@ -161,6 +161,7 @@ fn task_status() -> TaskStatus {
         last_error: Some("executor answered 503: busy".into()),
         result: Some(json!({"rows": 12})),
         lease_until: None,
+        expires_at: Some(from_millis(ETA + 600_000)),
         created_at: from_millis(NOW),
         updated_at: from_millis(ETA + 1500),
     }
@@ -406,6 +407,7 @@ pub fn all() -> Vec<Fixture> {
     let submit = SubmitRequest {
         payload: Some(json!({"to": "a@b.c"})),
         delay: Some("90s".into()),
+        start_within: Some("10m".into()),
         priority: Some(5),
         idempotency_key: Some("order-42".into()),
         unique_key: Some("order:42".into()),

@@ -22,6 +22,8 @@ pub enum TaskState {
     /// In dead letters.
     Dead,
     Cancelled,
+    /// Not begun by its `expires_at`: it never reached the executor.
+    Expired,
 }
 
 /// A state name this version does not know.
@@ -30,7 +32,7 @@ pub enum TaskState {
 pub struct UnknownState(pub String);
 
 impl TaskState {
-    pub const ALL: [TaskState; 7] = [
+    pub const ALL: [TaskState; 8] = [
         Self::Blocked,
         Self::Pending,
         Self::Claimed,
@@ -38,6 +40,7 @@ impl TaskState {
         Self::Succeeded,
         Self::Dead,
         Self::Cancelled,
+        Self::Expired,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -49,6 +52,7 @@ impl TaskState {
             Self::Succeeded => "succeeded",
             Self::Dead => "dead",
             Self::Cancelled => "cancelled",
+            Self::Expired => "expired",
         }
     }
 
@@ -59,9 +63,12 @@ impl TaskState {
             .ok_or_else(|| UnknownState(text.to_string()))
     }
 
-    /// Succeeded, dead or cancelled: nothing more happens unless it is redriven.
+    /// Succeeded, dead, cancelled or expired: nothing more happens unless it is redriven.
     pub fn is_final(self) -> bool {
-        matches!(self, Self::Succeeded | Self::Dead | Self::Cancelled)
+        matches!(
+            self,
+            Self::Succeeded | Self::Dead | Self::Cancelled | Self::Expired
+        )
     }
 }
 

@@ -39,6 +39,24 @@ pub struct SubmitRequest<P = Value> {
         schemars(schema_with = "crate::time::schema_option")
     )]
     pub eta: Option<String>,
+    /// The RFC 3339 time by which an attempt must have begun: past it the task is not
+    /// begun (nor retried) but ends `expired`, never reaching the executor. After the
+    /// task is due; not together with `start_within`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schemars(schema_with = "crate::time::schema_option")
+    )]
+    pub expires_at: Option<String>,
+    /// `expires_at` as a span after the task is due (humantime, at least 1ms): `"10m"`
+    /// with `delay: "1h"` expires it 70 minutes after the submit. Default the job's
+    /// `spec.startWithin`, else no expiry; not together with `expires_at`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schemars(schema_with = "crate::time::duration_option_schema")
+    )]
+    pub start_within: Option<String>,
     /// 0..=9, default 0. Among due tasks of a job each level counts as 10 s of waiting: a
     /// priority-9 task goes before the lower-priority tasks due up to 90 s before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -105,6 +123,8 @@ impl<P> SubmitRequest<P> {
             payload: None,
             delay: None,
             eta: None,
+            expires_at: None,
+            start_within: None,
             priority: None,
             idempotency_key: None,
             unique_key: None,
@@ -271,6 +291,17 @@ pub struct TaskStatus {
         schemars(schema_with = "crate::time::schema_option")
     )]
     pub lease_until: Option<DateTime<Utc>>,
+    /// Not begun by then, the task ends `expired`.
+    #[serde(
+        default,
+        with = "crate::time::rfc3339_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(
+        feature = "openapi",
+        schemars(schema_with = "crate::time::schema_option")
+    )]
+    pub expires_at: Option<DateTime<Utc>>,
     #[serde(with = "crate::time::rfc3339")]
     #[cfg_attr(feature = "openapi", schemars(schema_with = "crate::time::schema"))]
     pub created_at: DateTime<Utc>,

@@ -325,7 +325,7 @@ function input(label, name, value, attrs = {}, prefix = "filter") {
   return h("label", {}, label, h("input", { name, id: prefix + "-" + name, value: value || "", ...attrs }));
 }
 
-const STATES = ["blocked", "pending", "claimed", "running", "succeeded", "dead", "cancelled"];
+const STATES = ["blocked", "pending", "claimed", "running", "succeeded", "dead", "cancelled", "expired"];
 
 function taskRows(items, extra) {
   return items.map((task) => h("tr", { "data-id": task.id },

@@ -659,6 +659,7 @@ pub(crate) fn test_job(url: &str) -> Job {
         kafka: None,
         cron: Vec::new(),
         retention: asyncd_spec::Retention::DEFAULT,
+        start_within: None,
         paused: false,
         batch: None,
     }
@@ -1159,6 +1160,7 @@ mod tests {
             lease_secret: "secret".into(),
             concurrency_key: None,
             trace: None,
+            expires_at: None,
         }
     }
 

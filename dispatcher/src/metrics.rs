@@ -30,6 +30,7 @@ pub struct Metrics {
     pub retries: IntCounterVec,
     pub claimed: IntCounterVec,
     pub rescued: IntCounterVec,
+    pub expired: IntCounterVec,
     pub purged: IntCounterVec,
     pub kafka_lag: IntGaugeVec,
     pub kafka_fallback: IntCounterVec,
@@ -123,6 +124,11 @@ impl Metrics {
             "asyncd_task_rescued_total",
             "Tasks the rescuer took back, by the state whose hold or lease lapsed (claimed or running)",
             &["task_type", "state"],
+        );
+        let expired = counter(
+            "asyncd_task_expired_total",
+            "Tasks that ended expired: no attempt had begun by their expires_at",
+            &["task_type"],
         );
         let purged = counter(
             "asyncd_tasks_purged_total",
@@ -237,6 +243,7 @@ impl Metrics {
             retries,
             claimed,
             rescued,
+            expired,
             purged,
             kafka_lag,
             kafka_fallback,

@@ -1,6 +1,7 @@
 //! The rescuer: brings back work whose lease ran out — claims held by a dispatcher that
 //! died, attempts whose executor never answered or stopped heartbeating — so a crash
-//! anywhere delays a task but never loses it.
+//! anywhere delays a task but never loses it. Each pass also ends the tasks whose
+//! expiry came before any attempt began ([`Store::expire`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,6 +41,11 @@ pub const SETTLE: Duration = Duration::from_secs(15);
 /// instead of twice a second (the rescuer was an eighth of an idle process's statements).
 pub const IDLE_INTERVAL: Duration = Duration::from_secs(2);
 
+/// The most tasks one expiry pass ends, in one transaction: a pass that ends this many
+/// is followed by the next at `interval`, so a backlog of expired tasks drains at this
+/// many per interval without holding row locks long.
+pub const EXPIRE_BATCH: u32 = 500;
+
 /// The wait before the next pass: `interval` after one that brought tasks back or
 /// failed, else twice the last wait up to [`IDLE_INTERVAL`].
 fn next_pause(last: Duration, found: Option<usize>, interval: Duration) -> Duration {
@@ -78,8 +84,38 @@ impl Rescuer {
                     None
                 }
             };
+            let expired = match self.expire_once().await {
+                Ok(count) => Some(count),
+                Err(err) => {
+                    tracing::warn!(%err, "expiry pass failed");
+                    None
+                }
+            };
+            let found = found
+                .zip(expired)
+                .map(|(rescued, expired)| rescued + expired);
             pause = next_pause(pause, found, self.interval);
         }
+    }
+
+    /// Ends up to [`EXPIRE_BATCH`] tasks whose expiry came before an attempt began;
+    /// returns how many. No start begins such a task whether or not this has run: it
+    /// decides when the task shows as `expired`, within a pass of its expiry.
+    pub async fn expire_once(&self) -> asyncd_store::Result<usize> {
+        let expired = self
+            .store
+            .expire(self.clock.now_millis(), EXPIRE_BATCH)
+            .await?;
+        for task in &expired {
+            self.metrics
+                .expired
+                .with_label_values(&[task.task_type.as_str()])
+                .inc();
+        }
+        if !expired.is_empty() {
+            tracing::info!(count = expired.len(), "expired tasks no attempt had begun");
+        }
+        Ok(expired.len())
     }
 
     /// One pass; returns how many tasks it brought back. Lapsed running attempts are
@@ -228,6 +264,9 @@ mod tests {
             now: Millis,
         ) -> store::Result<store::ChangeOutcome> {
             self.inner.change(id, change, now).await
+        }
+        async fn expire(&self, now: Millis, limit: u32) -> store::Result<Vec<ExpiredTask>> {
+            self.inner.expire(now, limit).await
         }
         async fn insert_consumed(
             &self,

@@ -1,6 +1,6 @@
 //! Retention: finished tasks are deleted once they are older than their job's
-//! `spec.retention` (succeeded and cancelled 24 h, dead letters 7 days by default), so
-//! the task table holds the unfinished work plus a bounded tail instead of growing
+//! `spec.retention` (succeeded, cancelled and expired 24 h, dead letters 7 days by
+//! default), so the task table holds the unfinished work plus a bounded tail instead of growing
 //! forever. An idempotency key lives exactly as long as its task's row: while the task is
 //! unfinished and for the retention after it finished; a submit with the key after that
 //! creates a new task.
@@ -133,6 +133,7 @@ impl Purger {
                 (TaskState::Succeeded, kept.succeeded),
                 (TaskState::Cancelled, kept.cancelled),
                 (TaskState::Dead, kept.dead),
+                (TaskState::Expired, kept.expired),
             ] {
                 let finished_before = now.saturating_sub(keep);
                 let (purged, more) = drain(|| {

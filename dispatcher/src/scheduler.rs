@@ -204,6 +204,7 @@ pub fn firing(job: &Job, entry: &CronEntry, at: Millis, cron_key: Option<String>
         // keyless tasks' own key rather than lost.
         concurrency_key: job.render_concurrency_key(&entry.payload).ok().flatten(),
         trace: None,
+        expires_at: job.start_within.map(|within| at + within),
     }
 }
 

@@ -84,6 +84,12 @@ pub struct JobSpec {
     /// idempotency keys), and how long a succeeded task holds its unique key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<RetentionSpec>,
+    /// How long after it falls due a task may still begin (humantime, at least 1ms, at
+    /// most 3650d): past that it ends `expired`, never reaching the executor, and no
+    /// retry of it begins either. A submit's own `expires_at` or `startWithin` wins.
+    /// Without it, tasks do not expire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_within: Option<String>,
     /// While true, no attempt of this job begins: its tasks (cron firings included) wait
     /// in the store and run, in order, once it is false again. `POST
     /// /v1/jobs/{name}/pause` pauses a job as well, without changing its config.
@@ -186,6 +192,9 @@ pub struct RetentionSpec {
     /// Dead letters (default 7d).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead: Option<String>,
+    /// Expired tasks (default 24h).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expired: Option<String>,
     /// How long a succeeded task keeps holding its unique key, so a late submit with the
     /// key is still refused as a duplicate (default 0s: the key is free once the task
     /// finished). At most `succeeded`: the key is kept in the task's row. A cancelled or
@@ -200,6 +209,7 @@ pub struct Retention {
     pub succeeded: Duration,
     pub cancelled: Duration,
     pub dead: Duration,
+    pub expired: Duration,
     /// See [`RetentionSpec::unique_keys`].
     pub unique_keys: Duration,
 }
@@ -209,6 +219,7 @@ impl Retention {
         succeeded: Duration::from_secs(24 * 3600),
         cancelled: Duration::from_secs(24 * 3600),
         dead: Duration::from_secs(7 * 24 * 3600),
+        expired: Duration::from_secs(24 * 3600),
         unique_keys: Duration::ZERO,
     };
     /// The longest retention accepted: ten years.
@@ -559,6 +570,8 @@ pub struct Job {
     pub kafka: Option<KafkaSpec>,
     pub cron: Vec<CronEntry>,
     pub retention: Retention,
+    /// `spec.startWithin`: see [`JobSpec::start_within`].
+    pub start_within: Option<Duration>,
     /// `spec.paused`: see [`JobSpec::paused`].
     pub paused: bool,
     /// `spec.executor.batch`: see [`ExecutorSpec::batch`].

@@ -170,6 +170,10 @@ impl Store for Bounded {
         .await
     }
 
+    async fn expire(&self, now: Millis, limit: u32) -> Result<Vec<ExpiredTask>> {
+        self.within("expire", self.inner.expire(now, limit)).await
+    }
+
     async fn lapsed_leases(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>> {
         self.within("lapsed_leases", self.inner.lapsed_leases(now, limit))
             .await

@@ -64,7 +64,7 @@ pub fn initial_state<'a>(
     for (dep, dep_state) in dependencies {
         match dep_state {
             None => return Initial::UnknownDependency(dep.to_string()),
-            Some(TaskState::Dead | TaskState::Cancelled) => {
+            Some(TaskState::Dead | TaskState::Cancelled | TaskState::Expired) => {
                 state = TaskState::Dead;
                 last_error = Some(dependency_failed(dep));
             }
@@ -75,6 +75,9 @@ pub fn initial_state<'a>(
     }
     Initial::Start { state, last_error }
 }
+
+/// The `last_error` of a task that expired ([`crate::Store::expire`]).
+pub const EXPIRED: &str = "expired: no attempt had begun by its expires_at";
 
 /// The `last_error` of a task that will never run because `dep` failed.
 pub fn dependency_failed(dep: &str) -> String {
@@ -396,7 +399,7 @@ mod tests {
 
     #[test]
     fn a_failed_dependency_kills_whatever_else_is_unfinished() {
-        for failed in [TaskState::Dead, TaskState::Cancelled] {
+        for failed in [TaskState::Dead, TaskState::Cancelled, TaskState::Expired] {
             let deps = [
                 ("a", Some(TaskState::Running)),
                 ("b", Some(failed)),

@@ -173,6 +173,7 @@ pub(crate) fn task(id: &str, trigger_at: i64, priority: u8) -> ClaimedTask {
         lease_secret: String::new(),
         concurrency_key: None,
         trace: None,
+        expires_at: None,
     }
 }
 

@@ -101,8 +101,9 @@ use redact::without_password;
 pub use redact::{redact, redact_url};
 pub use store::{MEMBER_RETENTION, Store};
 pub use task::{
-    CancelOutcome, ChangeOutcome, ClaimedTask, Finish, FinishKind, InsertOutcome, Lapsed, NewTask,
-    PRIORITY_STEP, RedriveOutcome, Started, TaskChange, TaskRecord, WorkflowOutcome,
+    CancelOutcome, ChangeOutcome, ClaimedTask, ExpiredTask, Finish, FinishKind, InsertOutcome,
+    Lapsed, NewTask, PRIORITY_STEP, RedriveOutcome, Started, TaskChange, TaskRecord,
+    WorkflowOutcome,
 };
 
 /// Opens the store a URL names, each call bounded by `bound` ([`open_bounded`]), and

@@ -458,11 +458,13 @@ impl Backend for MySqlStore {
             "SELECT id FROM tasks FORCE INDEX (tasks_ranked_by_type) \
              WHERE state = 'pending' AND claim_rank <= ? AND trigger_at <= ? AND task_type = ? \
                AND NOT EXISTS (SELECT 1 FROM job_pauses p WHERE p.task_type = tasks.task_type) \
+               AND (expires_at IS NULL OR expires_at > ?) \
              ORDER BY claim_rank, id LIMIT ? FOR UPDATE SKIP LOCKED",
         )
         .bind(params.now)
         .bind(params.now)
         .bind(task_type)
+        .bind(params.now)
         .bind(i64::from(params.limit))
         .fetch_all(&mut *conn)
         .await?;
@@ -519,9 +521,11 @@ impl Backend for MySqlStore {
                ON tasks.id = p.pair_id AND tasks.lease_token = p.pair_token \
              WHERE tasks.state = 'claimed' \
                AND NOT EXISTS (SELECT 1 FROM job_pauses q WHERE q.task_type = tasks.task_type) \
+               AND (tasks.expires_at IS NULL OR tasks.expires_at > ?) \
              ORDER BY tasks.id FOR UPDATE"
         ))
         .bind(&claims)
+        .bind(params.now)
         .fetch_all(&mut *conn)
         .await?;
         if !held.is_empty() {

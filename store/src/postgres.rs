@@ -114,6 +114,13 @@ const QUERIES: Queries = Queries {
     release_unique: "UPDATE tasks SET unique_active = NULL WHERE id = $1 AND unique_until <= $2",
     unique_expired: "SELECT id FROM tasks WHERE unique_until <= $1 \
                      ORDER BY unique_until LIMIT $2 FOR UPDATE SKIP LOCKED",
+    expirable: "SELECT id, task_type FROM tasks \
+                WHERE expires_at IS NOT NULL AND state IN ('blocked', 'pending', 'claimed') \
+                  AND expires_at <= $1 \
+                ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED",
+    expire: "UPDATE tasks SET state = 'expired', last_error = $1, unique_active = NULL, \
+             lease_until = NULL, owner = NULL, lease_token = lease_token + 1, updated_at = $2 \
+             WHERE id = $3 AND expires_at <= $4 AND state IN ('blocked', 'pending', 'claimed')",
     state: "SELECT state FROM tasks WHERE id = $1",
     cancel: "UPDATE tasks SET state = 'cancelled', unique_active = NULL, lease_until = NULL, \
              lease_token = lease_token + 1, updated_at = $1 \
@@ -426,6 +433,7 @@ impl Backend for PostgresStore {
                    AND CASE WHEN EXISTS (SELECT 1 FROM job_pauses p \
                                          WHERE p.task_type = tasks.task_type) \
                             THEN false ELSE true END \
+                   AND (expires_at IS NULL OR expires_at > $2) \
                  ORDER BY claim_rank, id \
                  LIMIT $5 \
                  FOR UPDATE SKIP LOCKED)) \
@@ -459,6 +467,7 @@ impl Backend for PostgresStore {
              WHERE tasks.id = c.claim_id AND tasks.lease_token = c.claim_token \
                AND tasks.state = 'claimed' \
                AND NOT EXISTS (SELECT 1 FROM job_pauses p WHERE p.task_type = tasks.task_type) \
+               AND (tasks.expires_at IS NULL OR tasks.expires_at > $1) \
              RETURNING tasks.id, tasks.attempt, tasks.lease_token",
         )
         .bind(params.now)

@@ -144,7 +144,7 @@ macro_rules! task_columns {
     () => {
         "id, task_type, payload, state, priority, trigger_at, attempt, max_retries, \
          timeout_ms, lease_token, lease_until, idempotency_key, unique_key, last_error, \
-         result, created_at, updated_at, lease_secret"
+         result, created_at, updated_at, lease_secret, expires_at"
     };
 }
 pub(crate) use task_columns;
@@ -153,7 +153,8 @@ pub(crate) use task_columns;
 macro_rules! claim_columns {
     () => {
         "id, task_type, payload, priority, trigger_at, attempt, max_retries, timeout_ms, \
-         lease_token, idempotency_key, lease_secret, concurrency_key, traceparent, tracestate"
+         lease_token, idempotency_key, lease_secret, concurrency_key, traceparent, tracestate, \
+         expires_at"
     };
 }
 pub(crate) use claim_columns;
@@ -179,6 +180,7 @@ pub struct TaskRow {
     created_at: Millis,
     updated_at: Millis,
     lease_secret: Option<String>,
+    expires_at: Option<Millis>,
 }
 
 impl TaskRow {
@@ -204,6 +206,7 @@ impl TaskRow {
             created_at: self.created_at,
             updated_at: self.updated_at,
             lease_secret: self.lease_secret.unwrap_or_default(),
+            expires_at: self.expires_at,
         })
     }
 }
@@ -225,6 +228,7 @@ pub struct ClaimRow {
     concurrency_key: Option<Key>,
     traceparent: Option<String>,
     tracestate: Option<String>,
+    expires_at: Option<Millis>,
 }
 
 impl ClaimRow {
@@ -247,6 +251,7 @@ impl ClaimRow {
             trace: self.traceparent.and_then(|parent| {
                 asyncd_contract::TraceContext::parse(&parent, self.tracestate.as_deref())
             }),
+            expires_at: self.expires_at,
         })
     }
 }

@@ -16,7 +16,7 @@ use super::{
 pub const INSERT_TASKS: &str = "INSERT INTO tasks (id, task_type, payload, state, priority, \
      trigger_at, max_retries, timeout_ms, idempotency_key, unique_key, unique_active, \
      unique_for, cron_key, source_service, last_error, created_at, updated_at, lease_secret, \
-     concurrency_key, traceparent, tracestate, owner, lease_until, lease_token) ";
+     concurrency_key, traceparent, tracestate, expires_at, owner, lease_until, lease_token) ";
 
 /// What a multi-row insert of tasks does when a row's key is taken. Either way a batch's
 /// runs of tasks without dependencies go in as multi-row statements, and a task whose
@@ -134,6 +134,14 @@ pub struct Queries {
     /// (`now, limit`), earliest end first, locked where rows lock (skipping those
     /// another purger holds).
     pub unique_expired: &'static str,
+    /// `id, task_type` of up to `limit` tasks not begun whose `expires_at` is at or before
+    /// `now` (`now, limit`), earliest expiry first, locked where rows lock (skipping
+    /// those another expirer or a start holds): `tasks_expiring` (migration 0018).
+    pub expirable: &'static str,
+    /// Ends task `id` `expired` if it has not begun and its expiry has come (`last_error,
+    /// now, id, now`), freeing its unique key and moving its token on, so a claim of it
+    /// no longer starts.
+    pub expire: &'static str,
     /// The state of task `id`, read to say why a transition did not apply.
     pub state: &'static str,
     /// Cancels task `id` at `now` (`now, id`) if it has not begun.

@@ -80,6 +80,7 @@ where
     for<'q> i16: Encode<'q, DB> + Type<DB>,
     for<'q> Option<i16>: Encode<'q, DB> + Type<DB>,
     for<'r> (String,): FromRow<'r, DB::Row>,
+    for<'r> (String, String): FromRow<'r, DB::Row>,
     for<'r> Holder: FromRow<'r, DB::Row>,
     for<'r> StartedRow: FromRow<'r, DB::Row>,
     for<'r> TaskRow: FromRow<'r, DB::Row>,
@@ -397,6 +398,10 @@ where
             Ok(applied)
         })
         .await
+    }
+
+    async fn expire(&self, now: Millis, limit: u32) -> Result<Vec<ExpiredTask>> {
+        Tx::<B>::expire(self.writer(), now, limit).await
     }
 
     async fn lapsed_leases(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>> {

@@ -147,6 +147,7 @@ const START_DUE: &str = concat!(
                   WHERE state = 'pending' AND claim_rank <= ?2 AND trigger_at <= ?2 \
                     AND task_type = ?4 \
                     AND task_type NOT IN (SELECT task_type FROM job_pauses) \
+                    AND (expires_at IS NULL OR expires_at > ?2) \
                   ORDER BY claim_rank, id LIMIT ?5) \
      RETURNING ",
     claim_columns!()
@@ -158,6 +159,7 @@ const START_BATCH: &str = "UPDATE tasks SET state = 'running', attempt = attempt
      WHERE id IN (SELECT value ->> 0 FROM json_each(?3)) AND +state = 'claimed' \
        AND id || ' ' || lease_token IN (SELECT value ->> 0 || ' ' || (value ->> 1) FROM json_each(?3)) \
        AND task_type NOT IN (SELECT task_type FROM job_pauses) \
+       AND (expires_at IS NULL OR expires_at > ?1) \
      RETURNING id, attempt, lease_token";
 
 /// Finishes a batch of `[id, lease_token]` plain successes; returns each finished id,
@@ -261,6 +263,14 @@ const QUERIES: Queries = Queries {
     release_unique: "UPDATE tasks SET unique_active = NULL WHERE id = ? AND unique_until <= ?",
     unique_expired: "SELECT id FROM tasks WHERE unique_until <= ? \
                      ORDER BY unique_until LIMIT ?",
+    // The partial index's terms word for word, or SQLite will not read it.
+    expirable: "SELECT id, task_type FROM tasks INDEXED BY tasks_expiring \
+                WHERE expires_at IS NOT NULL AND state IN ('blocked', 'pending', 'claimed') \
+                  AND expires_at <= ? \
+                ORDER BY expires_at LIMIT ?",
+    expire: "UPDATE tasks SET state = 'expired', last_error = ?, unique_active = NULL, \
+             lease_until = NULL, owner = NULL, lease_token = lease_token + 1, updated_at = ? \
+             WHERE id = ? AND expires_at <= ? AND state IN ('blocked', 'pending', 'claimed')",
     state: "SELECT state FROM tasks WHERE id = ?",
     cancel: "UPDATE tasks SET state = 'cancelled', unique_active = NULL, lease_until = NULL, \
              lease_token = lease_token + 1, updated_at = ? \
@@ -604,6 +614,12 @@ mod tests {
                 "SEARCH tasks USING COVERING INDEX tasks_by_type_state (task_type=? AND state=?)",
             ),
             ("FREE_UNIQUE_KEYS", FREE_UNIQUE_KEYS, by_id),
+            (
+                "expirable",
+                QUERIES.expirable,
+                "SEARCH tasks USING INDEX tasks_expiring (expires_at>? AND expires_at<?)",
+            ),
+            ("expire", QUERIES.expire, by_id),
             ("RELEASE_DEPENDENTS", RELEASE_DEPENDENTS, by_id),
             ("FAIL_BLOCKED_DEPENDENTS", FAIL_BLOCKED_DEPENDENTS, by_id),
             (

@@ -105,6 +105,12 @@ pub trait Store: Send + Sync + 'static {
         now: Millis,
         starts: &[DueStart<'_>],
     ) -> Result<(Vec<bool>, Vec<DueStarted>)>;
+    /// Ends up to `limit` tasks that had not begun by their [`NewTask::expires_at`]
+    /// (blocked, pending or claimed ones whose expiry is at or before `now`) as
+    /// [`TaskState::Expired`], earliest expiry first, failing their blocked dependents
+    /// as a death does; returns them. Every start leaves such a task unstarted, so this
+    /// decides only when it shows as expired, not whether an attempt begins.
+    async fn expire(&self, now: Millis, limit: u32) -> Result<Vec<ExpiredTask>>;
     /// Up to `limit` claims and attempts whose lease ran out before `now`, for the
     /// rescuer to retry, release or bury (River's `JobGetStuck`).
     async fn lapsed_leases(&self, now: Millis, limit: u32) -> Result<Vec<Lapsed>>;

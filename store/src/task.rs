@@ -30,6 +30,9 @@ pub struct NewTask {
     pub concurrency_key: Option<String>,
     /// The submitter's trace, continued by every attempt.
     pub trace: Option<TraceContext>,
+    /// No attempt begins at or after this time: the task ends
+    /// [`TaskState::Expired`] instead ([`crate::Store::expire`]).
+    pub expires_at: Option<Millis>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -87,6 +90,8 @@ pub struct TaskRecord {
     /// Where each attempt's executor-facing lease token comes from ([`crate::lease`]);
     /// empty only for a row written by hand, whose callbacks are then refused.
     pub lease_secret: String,
+    /// See [`NewTask::expires_at`].
+    pub expires_at: Option<Millis>,
 }
 
 /// A task claimed into a dispatcher's heap.
@@ -108,6 +113,23 @@ pub struct ClaimedTask {
     pub concurrency_key: Option<String>,
     /// See [`NewTask::trace`].
     pub trace: Option<TraceContext>,
+    /// See [`NewTask::expires_at`].
+    pub expires_at: Option<Millis>,
+}
+
+impl ClaimedTask {
+    /// Whether the task may no longer begin at `now` ([`NewTask::expires_at`]).
+    pub fn expired_by(&self, now: Millis) -> bool {
+        self.expires_at.is_some_and(|at| at <= now)
+    }
+}
+
+/// A task [`crate::Store::expire`] ended: it had not begun by its
+/// [`NewTask::expires_at`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpiredTask {
+    pub id: String,
+    pub task_type: String,
 }
 
 /// What one priority level is worth among due tasks: a task of priority `p` due at `t`

@@ -9,7 +9,7 @@ use asyncd_contract::TraceContext;
 use crate::shared::ManyRows;
 use crate::{ClaimedTask, Millis, NewTask, TaskState, domain};
 
-/// The most rows one insert statement carries: 256 × 24 parameters stays well inside
+/// The most rows one insert statement carries: 256 × 25 parameters stays well inside
 /// every backend's limit (SQLite's is 32 766).
 const MAX_ROWS_PER_INSERT: usize = 256;
 
@@ -61,6 +61,7 @@ pub(crate) struct TaskValues<'a> {
     pub(crate) concurrency_key: Option<&'a str>,
     pub(crate) traceparent: Option<String>,
     pub(crate) tracestate: Option<&'a str>,
+    pub(crate) expires_at: Option<Millis>,
     /// Claimed as it is inserted ([`ClaimAtInsert`]): by whom, and until when.
     pub(crate) claim: Option<(&'a str, Millis)>,
 }
@@ -141,6 +142,7 @@ impl<'a> TaskValues<'a> {
             concurrency_key: task.concurrency_key.as_deref(),
             traceparent: task.trace.as_ref().map(TraceContext::traceparent),
             tracestate: task.trace.as_ref().and_then(|t| t.state.as_deref()),
+            expires_at: task.expires_at,
             claim: None,
         }
     }
@@ -170,6 +172,7 @@ impl<'a> TaskValues<'a> {
             lease_secret: self.lease_secret.clone(),
             concurrency_key: task.concurrency_key.clone(),
             trace: task.trace.clone(),
+            expires_at: task.expires_at,
         }
     }
 }

@@ -31,7 +31,13 @@ impl NewTask {
             source_service: None,
             concurrency_key: None,
             trace: None,
+            expires_at: None,
         }
+    }
+
+    pub fn expires_at(mut self, at: Millis) -> Self {
+        self.expires_at = Some(at);
+        self
     }
 
     pub fn id(mut self, id: impl Into<String>) -> Self {

@@ -18,8 +18,8 @@ use super::shared::{INSERT_TASKS, ManyRows, Queries};
 pub use super::task_row::ClaimAtInsert;
 use super::task_row::{CLAIMED_AT_INSERT_TOKEN, ClaimRoom, TaskValues, rows_per_statement};
 use super::{
-    CancelOutcome, ChangeOutcome, ClaimedTask, DeadLetterParams, Finish, FinishKind, InsertOutcome,
-    Millis, NewTask, RedriveOutcome, Result, TaskChange, TaskRecord, TaskState,
+    CancelOutcome, ChangeOutcome, ClaimedTask, DeadLetterParams, ExpiredTask, Finish, FinishKind,
+    InsertOutcome, Millis, NewTask, RedriveOutcome, Result, TaskChange, TaskRecord, TaskState,
     is_unique_violation, retrying, unnamed_insert_conflict, unnamed_redrive_conflict,
 };
 
@@ -90,6 +90,7 @@ where
     for<'q> i16: Encode<'q, DB> + Type<DB>,
     for<'q> Option<i16>: Encode<'q, DB> + Type<DB>,
     for<'r> (String,): FromRow<'r, DB::Row>,
+    for<'r> (String, String): FromRow<'r, DB::Row>,
     for<'r> Holder: FromRow<'r, DB::Row>,
     for<'r> StartedRow: FromRow<'r, DB::Row>,
     for<'r> TaskRow: FromRow<'r, DB::Row>,
@@ -242,6 +243,7 @@ where
                 .push_bind(v.concurrency_key.map(D::key))
                 .push_bind(v.traceparent.as_deref())
                 .push_bind(v.tracestate)
+                .push_bind(v.expires_at)
                 .push_bind(v.claim.map(|(owner, _)| owner))
                 .push_bind(v.claim.map(|(_, until)| until))
                 .push_bind(if v.claim.is_some() {
@@ -496,6 +498,7 @@ where
             concurrency_key: None,
             traceparent: None,
             tracestate: None,
+            expires_at: None,
             claim: None,
         };
         let inserted = Self::insert_statement(std::slice::from_ref(&values))
@@ -507,6 +510,36 @@ where
             Err(err) if is_unique_violation(&err) => Ok(false),
             Err(err) => Err(err.into()),
         }
+    }
+
+    /// [`super::Store::expire`].
+    pub async fn expire(pool: &Pool<DB>, now: Millis, limit: u32) -> Result<Vec<ExpiredTask>> {
+        retrying(D::transient, || async {
+            let mut tx = pool.begin().await?;
+            let picked: Vec<(String, String)> = sqlx::query_as(D::QUERIES.expirable)
+                .bind(now)
+                .bind(i64::from(limit))
+                .fetch_all(&mut *tx)
+                .await?;
+            let mut expired = Vec::with_capacity(picked.len());
+            for (id, task_type) in picked {
+                let done = sqlx::query::<DB>(D::QUERIES.expire)
+                    .bind(domain::EXPIRED)
+                    .bind(now)
+                    .bind(id.as_str())
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                if D::rows_affected(&done) == 1 {
+                    Self::fail_dependents(&mut tx, &id, now).await?;
+                    expired.push(ExpiredTask { id, task_type });
+                }
+            }
+            // Committed even when nothing was picked: see `shared::release_unique_keys`.
+            tx.commit().await?;
+            Ok(expired)
+        })
+        .await
     }
 
     /// After a task failed for good: its blocked dependents, and theirs, go to dead letters.

@@ -31,6 +31,7 @@ pub fn task_status(task: &TaskRecord) -> TaskStatus {
         last_error: task.last_error.clone(),
         result: task.result.as_deref().map(raw_or_null),
         lease_until: task.lease_until.map(from_millis),
+        expires_at: task.expires_at.map(from_millis),
         created_at: from_millis(task.created_at),
         updated_at: from_millis(task.updated_at),
     }
@@ -127,6 +128,7 @@ mod tests {
             created_at: Millis::new(0),
             updated_at: Millis::new(0),
             lease_secret: String::new(),
+            expires_at: None,
         }
     }
 

@@ -84,6 +84,19 @@ impl Attempts {
                 return None;
             }
         };
+        let now = self.clock.now_millis();
+        // Past its expiry a claim is neither begun (the store's start would refuse it
+        // anyway) nor handed back, which would only have it claimed again: it stays
+        // claimed until the rescuer's expiry pass ends it.
+        let (batch, expired): (Vec<_>, Vec<_>) = batch
+            .into_iter()
+            .partition(|(task, _)| !task.expired_by(now));
+        for (task, _) in &expired {
+            self.claims.let_go(&task.task_type);
+        }
+        if batch.is_empty() {
+            return None;
+        }
         let keys = Arc::new(keys);
         let claims: Vec<(String, i64)> = batch
             .iter()
@@ -96,7 +109,6 @@ impl Attempts {
                 .collect(),
             None => Vec::new(),
         };
-        let now = self.clock.now_millis();
         let admitted = self
             .store
             .start_limited(

@@ -43,6 +43,9 @@ struct Envelope {
     traceparent: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     tracestate: Option<String>,
+    /// See `NewTask::expires_at`; absent in envelopes written before tasks expired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    expires_at: Option<Millis>,
 }
 
 impl Envelope {
@@ -60,6 +63,7 @@ impl Envelope {
             concurrency_key: task.concurrency_key.clone(),
             traceparent: task.trace.as_ref().map(TraceContext::traceparent),
             tracestate: task.trace.as_ref().and_then(|t| t.state.clone()),
+            expires_at: task.expires_at,
         }
     }
 
@@ -86,6 +90,11 @@ impl Envelope {
         let concurrency_key =
             bounds::key("concurrency_key", self.concurrency_key).map_err(refused)?;
         let source_service = bounds::source_service(self.source_service).map_err(refused)?;
+        let expires_at = self
+            .expires_at
+            .map(|at| bounds::after_due(at, trigger_at))
+            .transpose()
+            .map_err(refused)?;
         check_id(&self.id, &self.task_type, idempotency_key.as_deref())?;
         Ok(NewTask {
             id: self.id,
@@ -106,6 +115,7 @@ impl Envelope {
             trace: self
                 .traceparent
                 .and_then(|parent| TraceContext::parse(&parent, self.tracestate.as_deref())),
+            expires_at,
         })
     }
 }

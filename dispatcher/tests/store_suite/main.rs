@@ -59,6 +59,7 @@ mod claims;
 mod cron;
 mod dead_letters;
 mod dispatchers;
+mod expiry;
 mod jobs;
 mod keys;
 mod leases;

@@ -253,11 +253,18 @@ impl Client {
                 "task has both a delay and an eta".into(),
             ));
         }
+        if t.expires_at.is_some() && t.start_within.is_some() {
+            return Err(Error::InvalidTask(
+                "task has both an expires_at and a start_within".into(),
+            ));
+        }
         Ok(SubmitRequest {
             task_type: t.task_type.clone(),
             payload: Some(&t.payload),
             delay: t.delay.filter(|d| !d.is_zero()).map(format_duration),
             eta: t.eta.map(format_time),
+            expires_at: t.expires_at.map(format_time),
+            start_within: t.start_within.map(format_duration),
             priority: Some(i64::from(t.priority)).filter(|&p| p != 0),
             idempotency_key: Some(key.to_string()),
             unique_key: t.unique_key.clone(),

@@ -145,6 +145,18 @@ impl JobSpec {
             ));
         }
         let retention = validate_retention(self.retention.as_ref())?;
+        let start_within = self
+            .start_within
+            .as_deref()
+            .map(|text| {
+                let field = "spec.startWithin";
+                let within = parse_duration(text).map_err(|m| SpecError::new(field, m))?;
+                if within < MIN_TIMEOUT || within > Retention::MAX {
+                    return Err(SpecError::new(field, "must be 1ms to 3650d"));
+                }
+                Ok(within)
+            })
+            .transpose()?;
         let batch = self
             .executor
             .batch
@@ -216,6 +228,7 @@ impl JobSpec {
             kafka: self.kafka.clone(),
             cron,
             retention,
+            start_within,
             paused: self.paused,
             batch,
         })
@@ -327,6 +340,7 @@ fn validate_retention(spec: Option<&RetentionSpec>) -> Result<Retention, SpecErr
         succeeded,
         cancelled: each("spec.retention.cancelled", &spec.cancelled, d.cancelled)?,
         dead: each("spec.retention.dead", &spec.dead, d.dead)?,
+        expired: each("spec.retention.expired", &spec.expired, d.expired)?,
         unique_keys,
     })
 }

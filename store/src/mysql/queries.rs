@@ -77,6 +77,12 @@ pub(super) const QUERIES: Queries = Queries {
                      WHERE id = ? AND unique_until <= ?",
     unique_expired: "SELECT id FROM tasks FORCE INDEX (tasks_unique_until) WHERE unique_until <= ? \
                      ORDER BY unique_until LIMIT ? FOR UPDATE SKIP LOCKED",
+    expirable: "SELECT id, task_type FROM tasks FORCE INDEX (tasks_expiring) \
+                WHERE expiring <= ? ORDER BY expiring LIMIT ? FOR UPDATE SKIP LOCKED",
+    expire: "UPDATE tasks FORCE INDEX (PRIMARY) \
+             SET state = 'expired', last_error = ?, unique_active = NULL, lease_until = NULL, \
+                 owner = NULL, lease_token = lease_token + 1, updated_at = ? \
+             WHERE id = ? AND expires_at <= ? AND state IN ('blocked', 'pending', 'claimed')",
     state: "SELECT state FROM tasks WHERE id = ?",
     cancel: "UPDATE tasks FORCE INDEX (PRIMARY) \
              SET state = 'cancelled', unique_active = NULL, lease_until = NULL, \

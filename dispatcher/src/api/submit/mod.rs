@@ -38,7 +38,7 @@ use workflow::Refs;
 /// submit is held to them.
 pub mod bounds {
     pub use super::validate::{
-        MAX_DELAY, key, max_retries, not_too_far, priority, source_service, timeout,
+        MAX_DELAY, after_due, key, max_retries, not_too_far, priority, source_service, timeout,
     };
 }
 

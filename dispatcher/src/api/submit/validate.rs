@@ -229,6 +229,65 @@ fn due_at(delay: Option<&str>, eta: Option<&str>, now: Millis) -> Result<Option<
     }))
 }
 
+/// When a task due at `trigger_at` expires: at the request's `expires_at`, or
+/// `start_within` after it is due, or, when it gives neither, its job's
+/// `spec.startWithin` after it is due; `None` when it never expires.
+fn expiry(
+    expires_at: Option<&str>,
+    start_within: Option<&str>,
+    job_default: Option<Duration>,
+    trigger_at: Millis,
+) -> Result<Option<Millis>, ApiError> {
+    let at = match (expires_at, start_within) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::field(
+                "start_within",
+                "give expires_at or start_within, not both",
+            ));
+        }
+        (Some(text), None) => Millis::new(
+            chrono::DateTime::parse_from_rfc3339(text)
+                .map_err(|e| {
+                    ApiError::field(
+                        "expires_at",
+                        format!("{text:?} is not an RFC 3339 time ({e})"),
+                    )
+                })?
+                .timestamp_millis(),
+        ),
+        (None, Some(text)) => {
+            let within = parse_duration(text).map_err(|m| ApiError::field("start_within", m))?;
+            if within < MIN_TIMEOUT || within > MAX_DELAY {
+                return Err(ApiError::field(
+                    "start_within",
+                    "must be at least 1ms and at most 400 days",
+                ));
+            }
+            trigger_at + within
+        }
+        (None, None) => return Ok(job_default.map(|within| trigger_at + within)),
+    };
+    after_due(at, trigger_at).map(Some)
+}
+
+/// An expiry `at` (`expires_at`) of a task due at `trigger_at`: after it, by at most
+/// [`MAX_DELAY`].
+pub fn after_due(at: Millis, trigger_at: Millis) -> Result<Millis, ApiError> {
+    if at <= trigger_at {
+        return Err(ApiError::field(
+            "expires_at",
+            "must be after the task is due (now, or its delay or eta)",
+        ));
+    }
+    if at > trigger_at + MAX_DELAY {
+        return Err(ApiError::field(
+            "expires_at",
+            "must be at most 400 days after the task is due",
+        ));
+    }
+    Ok(at)
+}
+
 /// A change of `task` (`PATCH /v1/tasks/{id}`), checked as a submit's fields are. A new
 /// payload must leave the keys its job renders from the payload (`uniqueKey`,
 /// `concurrencyKey`) as they are: those are the task's identity among its job's tasks,
@@ -251,6 +310,17 @@ pub fn check_change<'a>(
         (Some(true), None) => Some(now),
         (_, due) => due,
     };
+    // A task due at or after its expiry could never begin: refused rather than
+    // expired on arrival. (`expires_at` never changes, so reading it first is safe.)
+    if let (Some(due), Some(expires_at)) = (trigger_at, task.expires_at)
+        && due >= expires_at
+    {
+        let field = if req.delay.is_some() { "delay" } else { "eta" };
+        return Err(ApiError::field(
+            field,
+            "must be before the task's expires_at: it could never begin",
+        ));
+    }
     let payload = req.payload.as_deref();
     if let Some(payload) = payload {
         within_payload_limit(payload, limits)?;
@@ -412,6 +482,12 @@ pub fn validate(
         .unwrap_or_else(|| RawValue::from_string("null".into()).expect("null is JSON"));
     within_payload_limit(&payload, limits)?;
     let trigger_at = due_at(req.delay.as_deref(), req.eta.as_deref(), now)?.unwrap_or(now);
+    let expires_at = expiry(
+        req.expires_at.as_deref(),
+        req.start_within.as_deref(),
+        job.start_within,
+        trigger_at,
+    )?;
     let priority = req.priority.map(priority).transpose()?.unwrap_or(0);
     let max_retries = match req.max_retries {
         None => job.max_retries,
@@ -473,6 +549,7 @@ pub fn validate(
         concurrency_key,
         // The API sets it from the request's headers.
         trace: None,
+        expires_at,
     })
 }
 

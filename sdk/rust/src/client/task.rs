@@ -47,6 +47,12 @@ pub struct Task {
     /// [`Client::submit_delayed`] and [`Client::submit_at`] set them on a copy.
     pub delay: Option<Duration>,
     pub eta: Option<DateTime<Utc>>,
+    /// The task expires, never reaching the executor, if no attempt has begun by then
+    /// (retries included). Set at most one of `expires_at` and `start_within`.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// `expires_at` as a span after the task is due; without either, the job's
+    /// `spec.startWithin` applies, if it has one.
+    pub start_within: Option<Duration>,
     /// W3C Trace Context: the task joins this trace (sent as the `traceparent` and
     /// `tracestate` headers) and every executor call receives it. asyncd ignores a
     /// malformed one. The tasks of one batch share one.
@@ -130,6 +136,20 @@ impl Task {
     pub fn eta(mut self, eta: DateTime<Utc>) -> Self {
         self.eta = Some(eta);
         self.delay = None;
+        self
+    }
+
+    /// Expires the task at `at` unless an attempt has begun by then.
+    pub fn expires_at(mut self, at: DateTime<Utc>) -> Self {
+        self.expires_at = Some(at);
+        self.start_within = None;
+        self
+    }
+
+    /// Expires the task `within` after it falls due unless an attempt has begun by then.
+    pub fn start_within(mut self, within: Duration) -> Self {
+        self.start_within = Some(within);
+        self.expires_at = None;
         self
     }
 
