@@ -31,6 +31,7 @@ mod dead_letters;
 mod dedup;
 mod disk_full;
 mod executor_policy;
+mod expiry;
 mod fairness;
 mod jobs_overview;
 mod kafka_path;

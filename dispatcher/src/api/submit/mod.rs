@@ -6,9 +6,11 @@
 //! `workflow`, stored whole or refused whole. Single submits of the moment share one
 //! store transaction ([`group_commit`]).
 
+mod change;
 pub mod group_commit;
 pub mod task_writer;
 mod validate;
+mod when;
 mod workflow;
 
 use std::borrow::Cow;
@@ -30,16 +32,16 @@ use crate::clock::from_millis;
 use crate::job_table::RouteTable;
 use crate::trace::{Span, SpanKind, TraceContext, Tracer, Value};
 use asyncd_store::{InsertOutcome, Millis, NewTask};
-pub use validate::{Limits, MAX_KEY_LEN, check_change, key_id, legacy_task_id};
+pub use change::check_change;
+pub use validate::{Limits, MAX_KEY_LEN, key_id, legacy_task_id};
 pub(super) use validate::{MAX_TIMEOUT, parse_json, plain_text};
 use workflow::Refs;
 
 /// The bounds of a task's fields, which the Kafka consumer holds each message to as a
 /// submit is held to them.
 pub mod bounds {
-    pub use super::validate::{
-        MAX_DELAY, after_due, key, max_retries, not_too_far, priority, source_service, timeout,
-    };
+    pub use super::validate::{key, max_retries, priority, source_service, timeout};
+    pub use super::when::{MAX_DELAY, after_due, not_too_far};
 }
 
 /// What a submit's body holds.

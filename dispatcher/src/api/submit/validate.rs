@@ -1,6 +1,5 @@
-//! Submit validation: a request body becomes a [`NewTask`] (or, for a change of a task,
-//! a [`TaskChange`]) or an [`ApiError`] naming the field. Pure, so every rule is
-//! unit-tested without a server.
+//! Submit validation: a request body becomes a [`NewTask`] or an [`ApiError`] naming the
+//! field. Pure, so every rule is unit-tested without a server.
 
 use std::cell::Cell;
 use std::time::Duration;
@@ -10,13 +9,13 @@ use asyncd_spec::job::MAX_RETRIES_LIMIT;
 use asyncd_spec::parse_duration;
 use serde_json::value::RawValue;
 
+use super::when::{due_at, expiry};
 use crate::api::error::ApiError;
 use crate::job_table::RouteTable;
 use asyncd_spec::MIN_TIMEOUT;
 use asyncd_spec::job::Job;
-use asyncd_store::{Millis, NewTask, TaskChange, TaskRecord};
+use asyncd_store::{Millis, NewTask};
 
-pub const MAX_DELAY: Duration = Duration::from_secs(400 * 86_400);
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
 pub const MAX_KEY_LEN: usize = 255;
 pub use asyncd_contract::MAX_DEPENDENCIES;
@@ -200,150 +199,8 @@ pub fn timeout(value: Duration) -> Result<Duration, ApiError> {
     Ok(value)
 }
 
-/// The due time a request gives as `delay` or `eta` (one of them at most), if it gives
-/// one.
-fn due_at(delay: Option<&str>, eta: Option<&str>, now: Millis) -> Result<Option<Millis>, ApiError> {
-    Ok(Some(match (delay, eta) {
-        (Some(_), Some(_)) => {
-            return Err(ApiError::field("eta", "give delay or eta, not both"));
-        }
-        (Some(delay), None) => {
-            let delay = parse_duration(delay).map_err(|m| ApiError::field("delay", m))?;
-            if delay > MAX_DELAY {
-                return Err(ApiError::field("delay", "must be at most 400 days"));
-            }
-            now + delay
-        }
-        (None, Some(eta)) => {
-            let eta = Millis::new(
-                chrono::DateTime::parse_from_rfc3339(eta)
-                    .map_err(|e| {
-                        ApiError::field("eta", format!("{eta:?} is not an RFC 3339 time ({e})"))
-                    })?
-                    .timestamp_millis(),
-            );
-            // A time in the past means "now", as in Cloud Tasks.
-            not_too_far("eta", eta, now)?.max(now)
-        }
-        (None, None) => return Ok(None),
-    }))
-}
-
-/// When a task due at `trigger_at` expires: at the request's `expires_at`, or
-/// `start_within` after it is due, or, when it gives neither, its job's
-/// `spec.startWithin` after it is due; `None` when it never expires.
-fn expiry(
-    expires_at: Option<&str>,
-    start_within: Option<&str>,
-    job_default: Option<Duration>,
-    trigger_at: Millis,
-) -> Result<Option<Millis>, ApiError> {
-    let at = match (expires_at, start_within) {
-        (Some(_), Some(_)) => {
-            return Err(ApiError::field(
-                "start_within",
-                "give expires_at or start_within, not both",
-            ));
-        }
-        (Some(text), None) => Millis::new(
-            chrono::DateTime::parse_from_rfc3339(text)
-                .map_err(|e| {
-                    ApiError::field(
-                        "expires_at",
-                        format!("{text:?} is not an RFC 3339 time ({e})"),
-                    )
-                })?
-                .timestamp_millis(),
-        ),
-        (None, Some(text)) => {
-            let within = parse_duration(text).map_err(|m| ApiError::field("start_within", m))?;
-            if within < MIN_TIMEOUT || within > MAX_DELAY {
-                return Err(ApiError::field(
-                    "start_within",
-                    "must be at least 1ms and at most 400 days",
-                ));
-            }
-            trigger_at + within
-        }
-        (None, None) => return Ok(job_default.map(|within| trigger_at + within)),
-    };
-    after_due(at, trigger_at).map(Some)
-}
-
-/// An expiry `at` (`expires_at`) of a task due at `trigger_at`: after it, by at most
-/// [`MAX_DELAY`].
-pub fn after_due(at: Millis, trigger_at: Millis) -> Result<Millis, ApiError> {
-    if at <= trigger_at {
-        return Err(ApiError::field(
-            "expires_at",
-            "must be after the task is due (now, or its delay or eta)",
-        ));
-    }
-    if at > trigger_at + MAX_DELAY {
-        return Err(ApiError::field(
-            "expires_at",
-            "must be at most 400 days after the task is due",
-        ));
-    }
-    Ok(at)
-}
-
-/// A change of `task` (`PATCH /v1/tasks/{id}`), checked as a submit's fields are. A new
-/// payload must leave the keys its job renders from the payload (`uniqueKey`,
-/// `concurrencyKey`) as they are: those are the task's identity among its job's tasks,
-/// and a new identity is a new task.
-pub fn check_change<'a>(
-    req: &'a asyncd_contract::ChangeRequest<Box<RawValue>>,
-    task: &TaskRecord,
-    routes: &RouteTable,
-    limits: &Limits,
-    now: Millis,
-) -> Result<TaskChange<'a>, ApiError> {
-    let due = due_at(req.delay.as_deref(), req.eta.as_deref(), now)?;
-    let trigger_at = match (req.run_now, due) {
-        (Some(true), Some(_)) => {
-            return Err(ApiError::field(
-                "run_now",
-                "give run_now, delay or eta, not two",
-            ));
-        }
-        (Some(true), None) => Some(now),
-        (_, due) => due,
-    };
-    // A task due at or after its expiry could never begin: refused rather than
-    // expired on arrival. (`expires_at` never changes, so reading it first is safe.)
-    if let (Some(due), Some(expires_at)) = (trigger_at, task.expires_at)
-        && due >= expires_at
-    {
-        let field = if req.delay.is_some() { "delay" } else { "eta" };
-        return Err(ApiError::field(
-            field,
-            "must be before the task's expires_at: it could never begin",
-        ));
-    }
-    let payload = req.payload.as_deref();
-    if let Some(payload) = payload {
-        within_payload_limit(payload, limits)?;
-        if let Some(job) = routes.job(&task.task_type) {
-            same_keys(job, task, payload)?;
-        }
-    }
-    let priority = req.priority.map(priority).transpose()?;
-    if trigger_at.is_none() && payload.is_none() && priority.is_none() {
-        return Err(ApiError::field(
-            "payload",
-            "name what to change: payload, delay, eta, run_now or priority",
-        ));
-    }
-    Ok(TaskChange {
-        trigger_at,
-        payload: payload.map(RawValue::get),
-        priority,
-    })
-}
-
 /// Refuses a payload over `--max-payload-bytes`.
-fn within_payload_limit(payload: &RawValue, limits: &Limits) -> Result<(), ApiError> {
+pub(super) fn within_payload_limit(payload: &RawValue, limits: &Limits) -> Result<(), ApiError> {
     if payload.get().len() > limits.max_payload_bytes {
         return Err(ApiError::new(
             ErrorCode::PayloadTooLarge,
@@ -356,48 +213,6 @@ fn within_payload_limit(payload: &RawValue, limits: &Limits) -> Result<(), ApiEr
         .with_field("payload"));
     }
     Ok(())
-}
-
-/// Refuses a new payload from which `job` renders other keys than from the task's.
-fn same_keys(job: &Job, task: &TaskRecord, payload: &RawValue) -> Result<(), ApiError> {
-    if job.unique_key.is_none() && job.concurrency_key.is_none() {
-        return Ok(());
-    }
-    let new: serde_json::Value =
-        serde_json::from_str(payload.get()).map_err(|e| ApiError::field("payload", e))?;
-    let old: serde_json::Value = serde_json::from_str(task.payload.get()).unwrap_or_default();
-    let renders = [
-        (
-            "uniqueKey",
-            job.render_unique_key(&old),
-            job.render_unique_key(&new),
-        ),
-        (
-            "concurrencyKey",
-            job.render_concurrency_key(&old),
-            job.render_concurrency_key(&new),
-        ),
-    ];
-    for (what, old, new) in renders {
-        if old.ok() != new.ok() {
-            return Err(ApiError::field(
-                "payload",
-                format!(
-                    "the job renders the task's {what} from its payload, and this one gives \
-                     another: cancel the task and submit a new one"
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// A trigger instant given as `field`, at most [`MAX_DELAY`] after `now`.
-pub fn not_too_far(field: &str, at: Millis, now: Millis) -> Result<Millis, ApiError> {
-    if at > now + MAX_DELAY {
-        return Err(ApiError::field(field, "must be at most 400 days ahead"));
-    }
-    Ok(at)
 }
 
 /// The service a task says it comes from: at most 128 bytes of plain text; empty is none.
