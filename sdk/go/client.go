@@ -162,6 +162,13 @@ type Task struct {
 	// them on a copy; in a batch set them here.
 	Delay time.Duration
 	ETA   time.Time
+	// ExpiresAt and StartWithin (set at most one) bound when the task may begin: if no
+	// attempt has begun by ExpiresAt, or StartWithin after the task is due (now, or its
+	// Delay or ETA), it is never begun (nor retried) and ends StateExpired without
+	// reaching the executor. ExpiresAt must be after the task is due. With neither, the
+	// job's spec.startWithin applies, if it has one.
+	ExpiresAt   time.Time
+	StartWithin time.Duration
 }
 
 // Retries returns a pointer to n, for Task.MaxRetries.
@@ -199,8 +206,11 @@ type TaskStatus struct {
 	DependsOn      []string        `json:"depends_on"`
 	LastError      string          `json:"-"`
 	Result         json.RawMessage `json:"result"`
-	CreatedAt      time.Time       `json:"created_at"`
-	UpdatedAt      time.Time       `json:"updated_at"`
+	// ExpiresAt is when the task expires unless an attempt has begun by then; nil when
+	// it never expires.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	UpdatedAt time.Time  `json:"updated_at"`
 }
 
 // UnmarshalJSON maps the API's nulls onto empty strings.
@@ -238,6 +248,9 @@ const (
 	StateSucceeded = "succeeded"
 	StateDead      = "dead"
 	StateCancelled = "cancelled"
+	// StateExpired: no attempt had begun by the task's ExpiresAt; it never reached the
+	// executor.
+	StateExpired = "expired"
 )
 
 // RedriveResult is the API's answer to a redrive.
@@ -252,6 +265,8 @@ type submitBody struct {
 	Payload        json.RawMessage `json:"payload"`
 	Delay          string          `json:"delay,omitempty"`
 	ETA            string          `json:"eta,omitempty"`
+	ExpiresAt      string          `json:"expires_at,omitempty"`
+	StartWithin    string          `json:"start_within,omitempty"`
 	Priority       int             `json:"priority,omitempty"`
 	IdempotencyKey string          `json:"idempotency_key"`
 	UniqueKey      string          `json:"unique_key,omitempty"`
@@ -277,6 +292,12 @@ func (c *Client) body(t *Task) (*submitBody, error) {
 	if t.Delay < 0 {
 		return nil, fmt.Errorf("asyncd: negative delay %v", t.Delay)
 	}
+	if !t.ExpiresAt.IsZero() && t.StartWithin != 0 {
+		return nil, errors.New("asyncd: task has both an ExpiresAt and a StartWithin")
+	}
+	if t.StartWithin < 0 {
+		return nil, fmt.Errorf("asyncd: negative StartWithin %v", t.StartWithin)
+	}
 	payload, err := marshalPayload(t.Payload)
 	if err != nil {
 		return nil, err
@@ -296,6 +317,12 @@ func (c *Client) body(t *Task) (*submitBody, error) {
 	}
 	if !t.ETA.IsZero() {
 		b.ETA = formatTime(t.ETA)
+	}
+	if !t.ExpiresAt.IsZero() {
+		b.ExpiresAt = formatTime(t.ExpiresAt)
+	}
+	if t.StartWithin > 0 {
+		b.StartWithin = formatDuration(t.StartWithin)
 	}
 	if t.Timeout != 0 {
 		b.Timeout = formatDuration(t.Timeout)

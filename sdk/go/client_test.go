@@ -167,6 +167,107 @@ func TestSubmitRefusesMissingIdempotencyKeyBeforeSending(t *testing.T) {
 	}
 }
 
+// ExpiresAt goes out as UTC milliseconds, StartWithin as humantime, each only when set;
+// the status's expires_at is read back, and nil when the task never expires.
+func TestSubmitSendsExpiry(t *testing.T) {
+	f, c := newFake(t, 201, `{"id":"a","eta":"2026-12-01T00:00:00Z","route":"store"}`)
+	at := time.Date(2026, 12, 1, 8, 30, 0, 250e6, time.FixedZone("x", 8*3600))
+	if _, err := c.Submit(context.Background(), &asyncd.Task{Type: "t", IdempotencyKey: "k", ExpiresAt: at}); err != nil {
+		t.Fatal(err)
+	}
+	b := f.last(t).body
+	if b["expires_at"] != "2026-12-01T00:30:00.250Z" {
+		t.Fatalf("expires_at = %v", b["expires_at"])
+	}
+	if _, ok := b["start_within"]; ok {
+		t.Fatal("start_within sent though unset")
+	}
+	if _, err := c.SubmitDelayed(context.Background(), &asyncd.Task{Type: "t", IdempotencyKey: "k", StartWithin: 90 * time.Second}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	b = f.last(t).body
+	if b["start_within"] != "1m 30s" || b["delay"] != "1h" {
+		t.Fatalf("start_within = %v, delay = %v", b["start_within"], b["delay"])
+	}
+	if _, ok := b["expires_at"]; ok {
+		t.Fatal("expires_at sent though unset")
+	}
+	f.body = `{"results":[{"status":201,"id":"a","eta":"2026-12-01T00:00:00Z","route":"store"},` +
+		`{"status":201,"id":"b","eta":"2026-12-01T00:00:00Z","route":"store"}]}`
+	if _, err := c.SubmitBatch(context.Background(), []*asyncd.Task{
+		{Type: "t", IdempotencyKey: "k1", StartWithin: 10 * time.Minute},
+		{Type: "t", IdempotencyKey: "k2"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	items := f.last(t).body["tasks"].([]any)
+	if items[0].(map[string]any)["start_within"] != "10m" {
+		t.Fatalf("batch item 0 = %v", items[0])
+	}
+	for _, k := range []string{"start_within", "expires_at"} {
+		if _, ok := items[1].(map[string]any)[k]; ok {
+			t.Fatalf("batch item 1 carries %s though unset: %v", k, items[1])
+		}
+	}
+
+	f.body = `{"id":"a","state":"expired","eta":"2026-12-01T00:00:00Z","expires_at":"2026-12-01T00:00:01.5Z"}`
+	st, err := c.Get(context.Background(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != asyncd.StateExpired || st.ExpiresAt == nil || !st.ExpiresAt.Equal(time.Date(2026, 12, 1, 0, 0, 1, 500e6, time.UTC)) {
+		t.Fatalf("status = %+v (expires_at %v)", st, st.ExpiresAt)
+	}
+	f.body = `{"id":"a","state":"pending","eta":"2026-12-01T00:00:00Z"}`
+	if st, err := c.Get(context.Background(), "a"); err != nil || st.ExpiresAt != nil {
+		t.Fatalf("status without expires_at = %+v, %v", st, err)
+	}
+}
+
+// A task with both ExpiresAt and StartWithin is refused by the SDK before anything is
+// sent, alone or in a batch (SubmitDelayed and SubmitAt keep both, so they refuse it
+// too); so is a negative StartWithin.
+func TestSubmitRefusesBothExpiriesBeforeSending(t *testing.T) {
+	f, c := newFake(t, 201, `{}`)
+	bg := context.Background()
+	both := &asyncd.Task{Type: "t", IdempotencyKey: "k", ExpiresAt: time.Now().Add(time.Hour), StartWithin: time.Minute}
+	calls := []struct {
+		name   string
+		submit func() error
+		want   []string // what the error must name
+	}{
+		{"Submit", func() error { _, err := c.Submit(bg, both); return err }, []string{"ExpiresAt", "StartWithin"}},
+		{"SubmitDelayed", func() error { _, err := c.SubmitDelayed(bg, both, time.Minute); return err }, []string{"ExpiresAt", "StartWithin"}},
+		{"SubmitAt", func() error { _, err := c.SubmitAt(bg, both, time.Now().Add(time.Minute)); return err }, []string{"ExpiresAt", "StartWithin"}},
+		{"SubmitBatch", func() error {
+			_, err := c.SubmitBatch(bg, []*asyncd.Task{{Type: "t", IdempotencyKey: "k0"}, both})
+			return err
+		}, []string{"task 1", "ExpiresAt", "StartWithin"}},
+		{"negative StartWithin", func() error {
+			_, err := c.Submit(bg, &asyncd.Task{Type: "t", IdempotencyKey: "k", StartWithin: -time.Second})
+			return err
+		}, []string{"StartWithin"}},
+	}
+	for _, call := range calls {
+		err := call.submit()
+		var apiErr *asyncd.APIError
+		if err == nil || errors.As(err, &apiErr) {
+			t.Errorf("%s: err = %v, want the SDK's own refusal", call.name, err)
+			continue
+		}
+		for _, w := range call.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: err %q does not name %s", call.name, err, w)
+			}
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.reqs) != 0 {
+		t.Fatalf("%d requests sent", len(f.reqs))
+	}
+}
+
 func TestAPIErrorCarriesCodeFieldStatus(t *testing.T) {
 	_, c := newFake(t, 409, `{"error":{"code":"unique_conflict","message":"order:42 is pending","field":"unique_key","existing_id":"0193e"}}`)
 	_, err := c.Submit(context.Background(), &asyncd.Task{Type: "t", IdempotencyKey: "k"})

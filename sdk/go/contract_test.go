@@ -129,16 +129,57 @@ func TestContractAnswersDecode(t *testing.T) {
 
 	var st TaskStatus
 	roundTrip(t, "task_status", &st, false)
+	expiresAt := time.Date(2026, 11, 30, 8, 10, 0, 123e6, time.UTC)
 	if st.IdempotencyKey != "order-42" || st.UniqueKey != "" || st.LastError != "executor answered 503: busy" ||
-		st.State != StateSucceeded || !reflect.DeepEqual(normalized(t, st.Result), map[string]any{"rows": 12.0}) {
+		st.State != StateSucceeded || !reflect.DeepEqual(normalized(t, st.Result), map[string]any{"rows": 12.0}) ||
+		st.ExpiresAt == nil || !st.ExpiresAt.Equal(expiresAt) {
 		t.Fatalf("task_status decodes as %+v", st)
 	}
 	var dead struct {
 		Items []TaskStatus `json:"items"`
 	}
 	roundTrip(t, "dead_letters_response", &dead, false)
-	if len(dead.Items) != 1 || dead.Items[0].State != StateDead || dead.Items[0].UniqueKey != "order:42" {
+	if len(dead.Items) != 1 || dead.Items[0].State != StateDead || dead.Items[0].UniqueKey != "order:42" ||
+		dead.Items[0].ExpiresAt == nil || !dead.Items[0].ExpiresAt.Equal(expiresAt) {
 		t.Fatalf("dead_letters_response decodes as %+v", dead)
+	}
+	// A task that never expires has no expires_at: nil, and none written back.
+	var never TaskStatus
+	if err := json.Unmarshal([]byte(`{"id":"a","state":"pending","expires_at":null}`), &never); err != nil || never.ExpiresAt != nil {
+		t.Fatalf("expires_at null decodes as %v (%v)", never.ExpiresAt, err)
+	}
+	if raw, _ := json.Marshal(never); bytes.Contains(raw, []byte("expires_at")) {
+		t.Fatalf("a status without expiry encodes as %s", raw)
+	}
+}
+
+// The body Client.body builds from a Task holding the values of submit_request.json is
+// that fixture: every field the SDK sets lands under the server's name. (The SDK writes
+// the delay in its own humantime units, "1m 30s", which the server reads as the
+// fixture's "90s".)
+func TestContractSubmitBodyFromTask(t *testing.T) {
+	c := NewClient(WithServiceName("orders"))
+	task := &Task{
+		Type: "send_email", Payload: map[string]any{"to": "a@b.c"}, IdempotencyKey: "order-42",
+		UniqueKey: "order:42", Priority: 5, MaxRetries: Retries(3), Timeout: 30 * time.Second,
+		DependsOn: []string{"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a50"}, Delay: 90 * time.Second,
+		StartWithin: 10 * time.Minute,
+	}
+	b, err := c.body(task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := json.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := normalized(t, fixture(t, "submit_request")).(map[string]any)
+	if want["delay"] != "90s" {
+		t.Fatalf("submit_request.json's delay is %v; update this test", want["delay"])
+	}
+	want["delay"] = "1m 30s"
+	if g := normalized(t, got); !reflect.DeepEqual(g, want) {
+		t.Fatalf("Task encodes as\n%s\nwant\n%v", got, want)
 	}
 }
 

@@ -163,6 +163,8 @@ func startDev() (*devEnv, error) {
 		e.job("go_long", ""),
 		e.job("go_unique", "order:{order_id}"),
 		e.job("go_kafka", ""),
+		// Paused by TestIntegrationExpiry while its tasks expire.
+		e.job("go_expiry", ""),
 		cron,
 	} {
 		doc, err := j.YAML()
@@ -236,6 +238,13 @@ func (e *devEnv) registerExecutors() {
 	})
 	c.RegisterExecutor("go_unique", func(ctx context.Context, payload string) error {
 		rec.add(ctx, payload)
+		return nil
+	})
+	c.RegisterExecutor("go_expiry", func(ctx context.Context, payload string) error {
+		// A "retry" task asks for its retry well after its expiry.
+		if rec.add(ctx, payload).Attempt == 1 && payload == `"retry"` {
+			return asyncd.Retry(30 * time.Second)
+		}
 		return nil
 	})
 	c.RegisterExecutor("go_cron", func(ctx context.Context, payload string) error {
@@ -920,4 +929,132 @@ func TestIntegrationSourceServiceMetric(t *testing.T) {
 		}
 	}
 	t.Fatalf("no asyncd_task_submitted_total sample for source_service go-it:\n%s", raw)
+}
+
+// Expiry, end to end: while its job is paused no attempt can begin, so a task given
+// StartWithin or ExpiresAt ends expired once that passes, with the expires_at the
+// server computed from what the SDK sent, and search finds it by state. After the job
+// resumes, a task submitted beside them without expiry runs, and the expired ones
+// never reach the executor.
+func TestIntegrationExpiry(t *testing.T) {
+	e := itEnv(t)
+	const job = "go-expiry-job"
+	if st, err := e.client.PauseJob(ctx(t), job); err != nil || !st.Paused {
+		t.Fatalf("pause %s = %+v, %v", job, st, err)
+	}
+	resumed := false
+	t.Cleanup(func() {
+		if !resumed {
+			_, _ = e.client.ResumeJob(context.Background(), job)
+		}
+	})
+
+	within := submit(t, e, &asyncd.Task{Type: "go_expiry", Payload: "within", StartWithin: time.Second})
+	// Milliseconds, as the API keeps times.
+	at := time.Now().Add(1500 * time.Millisecond).Truncate(time.Millisecond)
+	until := submit(t, e, &asyncd.Task{Type: "go_expiry", Payload: "until", ExpiresAt: at})
+	control := submit(t, e, &asyncd.Task{Type: "go_expiry", Payload: "control"})
+
+	// Before expiring: waiting, with expires_at start_within after its due time, or
+	// the time asked; the control task never expires.
+	wantExpiry := map[string]time.Time{within.ID: within.ETA.Add(time.Second), until.ID: at}
+	for id, want := range wantExpiry {
+		got, err := e.client.Get(ctx(t), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.ExpiresAt == nil || !got.ExpiresAt.Equal(want) {
+			t.Fatalf("task %s: expires_at %v, want %v", id, got.ExpiresAt, want)
+		}
+		if got.State == asyncd.StateExpired && time.Now().Before(want) {
+			t.Fatalf("task %s expired before its expires_at %v", id, want)
+		}
+	}
+	if got, err := e.client.Get(ctx(t), control.ID); err != nil || got.ExpiresAt != nil ||
+		(got.State != asyncd.StatePending && got.State != asyncd.StateClaimed) {
+		t.Fatalf("the control task = %+v (expires_at %v), %v", got, got.ExpiresAt, err)
+	}
+
+	for id, want := range wantExpiry {
+		got := e.waitState(t, id, asyncd.StateExpired, 20*time.Second)
+		if got.ExpiresAt == nil || !got.ExpiresAt.Equal(want) || got.Attempt != 0 || got.UpdatedAt.Before(want) {
+			t.Fatalf("expired task %+v (expires_at %v), want expires_at %v, no attempt, ended after it", got, got.ExpiresAt, want)
+		}
+	}
+	page, err := e.client.SearchTasks(ctx(t), asyncd.SearchFilter{Type: "go_expiry", State: asyncd.StateExpired, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := range wantExpiry {
+		if !containsID(page.Items, id) {
+			t.Fatalf("search state=expired lacks %s: %+v", id, page.Items)
+		}
+	}
+	for _, it := range page.Items {
+		if it.State != asyncd.StateExpired {
+			t.Fatalf("search state=expired holds %+v", it)
+		}
+	}
+
+	if _, err := e.client.ResumeJob(ctx(t), job); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	e.waitState(t, control.ID, asyncd.StateSucceeded, 20*time.Second)
+	if runs := e.rec.get(control.ID); len(runs) != 1 {
+		t.Fatalf("the control task ran %d times", len(runs))
+	}
+	for id := range wantExpiry {
+		if runs := e.rec.get(id); len(runs) != 0 {
+			t.Fatalf("expired task %s reached the executor: %+v", id, runs)
+		}
+		if got, err := e.client.Get(ctx(t), id); err != nil || got.State != asyncd.StateExpired {
+			t.Fatalf("task %s after the resume = %+v, %v", id, got, err)
+		}
+	}
+}
+
+// Expiry counts retries: a task whose first attempt asks to be retried after its
+// expiry ends expired after that one attempt, without a second call.
+func TestIntegrationExpiryEndsARetry(t *testing.T) {
+	e := itEnv(t)
+	// Long enough for the first attempt to begin on a loaded machine; the retry asked
+	// for is due 30 s after it, past the expiry.
+	res := submit(t, e, &asyncd.Task{Type: "go_expiry", Payload: "retry", StartWithin: 5 * time.Second})
+	got := e.waitState(t, res.ID, asyncd.StateExpired, 30*time.Second)
+	want := res.ETA.Add(5 * time.Second)
+	if got.Attempt != 1 || got.ExpiresAt == nil || !got.ExpiresAt.Equal(want) {
+		t.Fatalf("expired task %+v (expires_at %v), want one attempt and expires_at %v", got, got.ExpiresAt, want)
+	}
+	if runs := e.rec.get(res.ID); len(runs) != 1 || runs[0].info.Attempt != 1 {
+		t.Fatalf("the executor saw %+v, want attempt 1 only", runs)
+	}
+}
+
+// ExpiresAt and StartWithin together never reach the server (whose own refusal would be
+// an *APIError naming start_within): no task is stored under the key. An ExpiresAt not
+// after the task is due is the server's to refuse, naming expires_at.
+func TestIntegrationExpiryRefusals(t *testing.T) {
+	e := itEnv(t)
+	key := uniq("both")
+	_, err := e.client.Submit(ctx(t), &asyncd.Task{Type: "go_ok", IdempotencyKey: key,
+		ExpiresAt: time.Now().Add(time.Hour), StartWithin: time.Minute})
+	var apiErr *asyncd.APIError
+	if err == nil || errors.As(err, &apiErr) {
+		t.Fatalf("both expiries: err = %v, want the SDK's refusal before sending", err)
+	}
+	page, err := e.client.SearchTasks(ctx(t), asyncd.SearchFilter{Type: "go_ok", Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range page.Items {
+		if it.IdempotencyKey == key {
+			t.Fatalf("the refused task was stored: %+v", it)
+		}
+	}
+
+	_, err = e.client.Submit(ctx(t), &asyncd.Task{Type: "go_ok", IdempotencyKey: uniq("k"), ExpiresAt: time.Now().Add(-time.Minute)})
+	wantAPIError(t, err, asyncd.ErrInvalidField, 400, "expires_at")
+	_, err = e.client.SubmitDelayed(ctx(t), &asyncd.Task{Type: "go_ok", IdempotencyKey: uniq("k"), ExpiresAt: time.Now().Add(time.Minute)}, time.Hour)
+	wantAPIError(t, err, asyncd.ErrInvalidField, 400, "expires_at")
 }

@@ -274,6 +274,10 @@ mod tests {
                 keyed.source_service
             )
         );
+        let mut expiring = task();
+        expiring.expires_at = Some(expiring.trigger_at + crate::api::submit::bounds::MAX_DELAY);
+        assert_eq!(read(&expiring).unwrap().expires_at, expiring.expires_at);
+        assert_eq!(read(&task()).unwrap().expires_at, None);
         // Produced a while ago: a past trigger is due, and kept as the submit's instant.
         let mut late = task();
         late.trigger_at = Millis::new(NOW.as_i64() - 3_600_000);
@@ -352,6 +356,11 @@ mod tests {
                 "trigger_at",
                 serde_json::json!(NOW.as_i64() + 401 * 86_400_000),
                 "trigger_at: must be at most 400 days ahead",
+            ),
+            (
+                "expires_at",
+                serde_json::json!(NOW.as_i64()),
+                "expires_at: must be after the task is due (now, or its delay or eta)",
             ),
             (
                 "idempotency_key",

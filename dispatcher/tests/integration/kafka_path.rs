@@ -62,7 +62,7 @@ async fn immediate_and_delayed_tasks_round_trip_through_the_broker() {
     // The consumer is up once the first task ran; from here on, timing is steady state.
     executor.wait_calls(first["id"].as_str().unwrap(), 1).await;
     let (status, delayed) = asyncd
-        .post("/v1/tasks", json!({"type": "roundtrip", "payload": "later", "delay": "2s", "idempotency_key": "rt-1"}))
+        .post("/v1/tasks", json!({"type": "roundtrip", "payload": "later", "delay": "2s", "start_within": "10m", "idempotency_key": "rt-1"}))
         .await;
     assert_eq!((status, delayed["route"].as_str()), (201, Some("kafka")));
     let (status, far) = asyncd
@@ -87,6 +87,11 @@ async fn immediate_and_delayed_tasks_round_trip_through_the_broker() {
     assert_eq!(call.headers["idempotency-key"], "rt-1");
     let task = asyncd.wait_state(id, "succeeded").await;
     assert_eq!(task["attempt"], 1);
+    assert_eq!(
+        parse_time(&task["expires_at"]),
+        eta + 600_000,
+        "the expiry travels in the envelope: {task}"
+    );
 
     // Once consumed, the key is known: a repeat answers with the first task.
     let (status, again) = asyncd

@@ -61,7 +61,7 @@ def submit(args: argparse.Namespace) -> int:
         if st.state == asyncd.SUCCEEDED:
             print(f"python client: task {res.id} ({args.type}) succeeded")
             return 0
-        if st.state in (asyncd.DEAD, asyncd.CANCELLED):
+        if st.state in (asyncd.DEAD, asyncd.CANCELLED, asyncd.EXPIRED):
             print(f"crosstest: task {res.id} is {st.state}: {st.last_error}", file=sys.stderr)
             return 1
         if time.monotonic() > deadline:

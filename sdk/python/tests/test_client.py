@@ -45,6 +45,56 @@ def test_submit_at_and_string_delay(fake_api):
     assert fake_api.last().body["delay"] == "0s"
 
 
+def test_submit_sends_expiry(fake_api):
+    """``expires_at`` goes out as UTC milliseconds, ``start_within`` as humantime (as
+    ``delay`` is taken: timedelta, seconds or a string), each only when given; the
+    status's ``expires_at`` is read back, None when the task never expires."""
+    fake_api.status, fake_api.body = 201, SUBMITTED
+    c = asyncd.Client(fake_api.url)
+    c.submit("t", idempotency_key="k",
+             expires_at=datetime(2026, 12, 1, 8, 30, 0, 250000, tzinfo=timezone(timedelta(hours=8))))
+    assert fake_api.last().body == {"type": "t", "payload": None, "idempotency_key": "k",
+                                    "expires_at": "2026-12-01T00:30:00.250Z"}
+    for within, want in [(timedelta(seconds=90), "1m 30s"), (1.5, "1s 500ms"), ("10m", "10m")]:
+        c.submit_delayed("t", idempotency_key="k", delay="1h", start_within=within)
+        assert fake_api.last().body == {"type": "t", "payload": None, "idempotency_key": "k", "delay": "1h",
+                                        "start_within": want}
+    fake_api.body = {"results": [{"status": 201, **SUBMITTED}, {"status": 201, **SUBMITTED}]}
+    c.submit_batch([asyncd.Task("t", idempotency_key="k1", start_within=600),
+                    {"type": "t", "idempotency_key": "k2", "expires_at": datetime(2027, 1, 1, tzinfo=timezone.utc)}])
+    tasks = fake_api.last().body["tasks"]
+    assert (tasks[0]["start_within"], tasks[1]["expires_at"]) == ("10m", "2027-01-01T00:00:00.000Z")
+    assert "expires_at" not in tasks[0] and "start_within" not in tasks[1]
+
+    fake_api.status, fake_api.body = 200, {**TASK, "state": "expired", "expires_at": "2026-12-01T00:00:01.5Z"}
+    st = c.get("a")
+    assert (st.state, st.expires_at) == (asyncd.EXPIRED, datetime(2026, 12, 1, 0, 0, 1, 500000, tzinfo=timezone.utc))
+    fake_api.body = TASK
+    assert c.get("a").expires_at is None
+
+
+def test_expiry_refusals_send_nothing(fake_api):
+    """Both ``expires_at`` and ``start_within``, a naive ``expires_at`` or a negative
+    ``start_within`` are refused before anything is sent, by each submit call."""
+    c = asyncd.Client(fake_api.url)
+    later = datetime.now(timezone.utc) + timedelta(hours=1)
+    with pytest.raises(ValueError, match="expires_at or a start_within, not both"):
+        c.submit("t", idempotency_key="k", expires_at=later, start_within=60)
+    with pytest.raises(ValueError, match="not both"):
+        c.submit_delayed("t", idempotency_key="k", delay=1, expires_at=later, start_within="1m")
+    with pytest.raises(ValueError, match="not both"):
+        c.submit_batch([asyncd.Task("t", idempotency_key="k0"),
+                        {"type": "t", "idempotency_key": "k", "expires_at": later, "start_within": 60}])
+    with pytest.raises(ValueError, match="not both"):
+        asyncio.run(asyncd.AsyncClient(fake_api.url, token_file=None).submit(
+            "t", idempotency_key="k", expires_at=later, start_within=60))
+    with pytest.raises(ValueError, match="expires_at must be timezone-aware"):
+        c.submit("t", idempotency_key="k", expires_at=datetime(2030, 1, 1))
+    with pytest.raises(ValueError, match="negative"):
+        c.submit("t", idempotency_key="k", start_within=timedelta(seconds=-1))
+    assert fake_api.requests == []
+
+
 def test_client_side_refusals_send_nothing(fake_api):
     c = asyncd.Client(fake_api.url)
     with pytest.raises(asyncd.MissingIdempotencyKey):

@@ -4,7 +4,7 @@ answers exactly as they are there, and its signing must reproduce the test vecto
 
 import json
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,8 @@ def task_from(body: dict) -> asyncd.Task:
         type=body["type"], payload=body["payload"], delay=body.get("delay"), priority=body.get("priority"),
         idempotency_key=body["idempotency_key"], unique_key=body.get("unique_key"),
         max_retries=body.get("max_retries"), timeout=body.get("timeout"), depends_on=body.get("depends_on") or [],
+        expires_at=parse_time(body["expires_at"]) if "expires_at" in body else None,
+        start_within=body.get("start_within"),
     )
 
 
@@ -40,6 +42,18 @@ def test_submit_bodies_are_the_contracts():
     assert client(want)._body(task_from(want)) == want
     batch = fixture("batch_request")
     assert {"tasks": [client(t)._body(task_from(t)) for t in batch["tasks"]]} == batch
+
+
+def test_submit_body_from_typed_values():
+    """submit_request.json's body from the values a caller holds (timedelta durations):
+    the SDK writes them in its own humantime units, which the server reads as the same
+    spans."""
+    want = fixture("submit_request")
+    assert (want["delay"], want["timeout"], want["start_within"]) == ("90s", "30s", "10m")
+    task = task_from(want)
+    task.delay, task.timeout, task.start_within = (timedelta(seconds=90), timedelta(seconds=30),
+                                                   timedelta(minutes=10))
+    assert client(want)._body(task) == {**want, "delay": "1m 30s"}
 
 
 @pytest.mark.parametrize("name", ["heartbeat_request", "executor_accepted", "result_request"])
@@ -59,10 +73,14 @@ def test_answers_decode():
     for d in [fixture("task_status"), *fixture("dead_letters_response")["items"]]:
         st = asyncd.TaskStatus.from_json(d)
         for key, value in d.items():
-            if key in ("eta", "created_at", "updated_at"):
+            if key in ("eta", "created_at", "updated_at", "expires_at"):
                 assert getattr(st, key) == parse_time(value), key
             elif key != "lease_until":  # TaskStatus does not carry it
                 assert getattr(st, key) == value, key
+
+    assert asyncd.TaskStatus.from_json(fixture("task_status")).expires_at == datetime(
+        2026, 11, 30, 8, 10, 0, 123000, tzinfo=timezone.utc)
+    assert asyncd.TaskStatus.from_json({"id": "a", "expires_at": None}).expires_at is None
 
     for item, want in zip(fixture("batch_response")["results"], [201, 400]):
         assert item["status"] == want

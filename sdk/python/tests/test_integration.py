@@ -95,6 +95,12 @@ def register(env: Env) -> None:
     def cron(payload: Any, ctx: asyncd.TaskContext) -> None:
         env.record(payload, ctx)
 
+    @c.executor("py_expiry")
+    def expiry(payload: Any, ctx: asyncd.TaskContext) -> None:
+        # A "retry" task asks for its retry well after its expiry.
+        if env.record(payload, ctx).attempt == 1 and payload == "retry":
+            raise asyncd.Retry(after=timedelta(seconds=30))
+
     @c.executor("py_async")
     async def async_ok(payload: Any, ctx: asyncd.TaskContext) -> Dict[str, Any]:
         env.record(payload, ctx)
@@ -141,7 +147,7 @@ def register(env: Env) -> None:
 
 
 TYPES = ["py_ok", "py_async", "py_permanent", "py_flaky", "py_retry_after", "py_always_fails", "py_long", "py_unique",
-         "py_cancel", "py_kafka", "py_cron"]
+         "py_cancel", "py_kafka", "py_cron", "py_expiry"]
 
 
 @pytest.fixture(scope="module")
@@ -434,6 +440,88 @@ def test_retries(dev_env):
     assert runs[1].at - runs[0].at >= timedelta(milliseconds=900), "Retry(after=1s) not honoured"
     dead = env.wait_state(always.id, asyncd.DEAD)
     assert (dead.attempt, dead.max_retries, len(env.runs_of(always.id))) == (2, 1, 2)
+
+
+def test_expiry(dev_env):
+    """Expiry, end to end: while its job is paused no attempt can begin, so a task given
+    ``start_within`` or ``expires_at`` ends expired once that passes, with the
+    ``expires_at`` the server computed from what the SDK sent, and search finds it by
+    state. After the job resumes, a task submitted beside them without expiry runs, and
+    the expired ones never reach the executor."""
+    env = need(dev_env)
+    c = env.client
+    job = "py-expiry-job"
+    assert c.pause_job(job).paused
+    resumed = False
+    try:
+        within = c.submit("py_expiry", "within", idempotency_key=key(), start_within=timedelta(seconds=1))
+        # Milliseconds, as the API keeps times.
+        at = (datetime.now(timezone.utc) + timedelta(milliseconds=1500))
+        at = at.replace(microsecond=at.microsecond // 1000 * 1000)
+        until = c.submit("py_expiry", "until", idempotency_key=key(), expires_at=at)
+        control = c.submit("py_expiry", "control", idempotency_key=key())
+
+        # Before expiring: expires_at is start_within after the due time, or the time
+        # asked; the control task never expires.
+        want = {within.id: within.eta + timedelta(seconds=1), until.id: at}
+        for task_id, expires_at in want.items():
+            got = c.get(task_id)
+            assert got.expires_at == expires_at, (task_id, got)
+            assert got.state != asyncd.EXPIRED or datetime.now(timezone.utc) >= expires_at, got
+        got = c.get(control.id)
+        assert got.expires_at is None and got.state in (asyncd.PENDING, asyncd.CLAIMED), got
+
+        for task_id, expires_at in want.items():
+            got = env.wait_state(task_id, asyncd.EXPIRED)
+            assert (got.expires_at, got.attempt) == (expires_at, 0), got
+            assert got.updated_at is not None and got.updated_at >= expires_at, got
+        page = c.search(type="py_expiry", state=asyncd.EXPIRED, limit=1000)
+        assert set(want) <= {t.id for t in page.items}, page
+        assert all(t.state == asyncd.EXPIRED for t in page.items), page
+
+        c.resume_job(job)
+        resumed = True
+    finally:
+        if not resumed:
+            c.resume_job(job)
+    env.wait_state(control.id, asyncd.SUCCEEDED)
+    assert [r.payload for r in env.runs_of(control.id)] == ["control"]
+    for task_id in want:
+        assert env.runs_of(task_id) == [], f"expired task {task_id} reached the executor"
+        assert c.get(task_id).state == asyncd.EXPIRED
+
+
+def test_expiry_ends_a_retry(dev_env):
+    """Expiry counts retries: a task whose first attempt asks to be retried after its
+    expiry ends expired after that one attempt, without a second call."""
+    env = need(dev_env)
+    # Long enough for the first attempt to begin on a loaded machine; the retry asked
+    # for is due 30 s after it, past the expiry.
+    res = env.client.submit("py_expiry", "retry", idempotency_key=key(), start_within=5)
+    got = env.wait_state(res.id, asyncd.EXPIRED, 30)
+    assert (got.attempt, got.expires_at) == (1, res.eta + timedelta(seconds=5)), got
+    assert [r.ctx.attempt for r in env.runs_of(res.id)] == [1]
+
+
+def test_expiry_refusals(dev_env):
+    """``expires_at`` and ``start_within`` together never reach the server (whose own
+    refusal would be an ``InvalidField`` naming start_within): no task is stored under
+    the key. An ``expires_at`` not after the task is due is the server's to refuse,
+    naming expires_at."""
+    env = need(dev_env)
+    c = env.client
+    k = key("both")
+    with pytest.raises(ValueError, match="not both") as info:
+        c.submit("py_ok", idempotency_key=k, expires_at=datetime.now(timezone.utc) + timedelta(hours=1),
+                 start_within=60)
+    assert not isinstance(info.value, asyncd.APIError)
+    assert k not in {t.idempotency_key for t in c.search(type="py_ok", limit=1000).items}
+
+    for kwargs in ({"expires_at": datetime.now(timezone.utc) - timedelta(minutes=1)},
+                   {"expires_at": datetime.now(timezone.utc) + timedelta(minutes=1), "delay": "1h"}):
+        with pytest.raises(asyncd.InvalidField) as err:
+            c.submit("py_ok", idempotency_key=key(), **kwargs)
+        assert (err.value.status, err.value.field) == (400, "expires_at")
 
 
 def test_submit_batch(dev_env):

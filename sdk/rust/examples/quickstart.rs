@@ -48,8 +48,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .service_name("orders")
         .retry(RetryPolicy::default())
         .build()?;
+    // Useless if it has not begun within 10 minutes of its due time: then it expires.
     let task = Task::new("cancel_expired_order", json!({"order_id": 42}))
-        .derive_idempotency_key(&["order_id"])?;
+        .derive_idempotency_key(&["order_id"])?
+        .start_within(Duration::from_secs(600));
     let res = client.submit_delayed(&task, Duration::from_secs(2)).await?;
     println!(
         "submitted {}, due {} (duplicate: {})",

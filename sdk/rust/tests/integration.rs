@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use asyncd_client::{
     Change, Client, Error, ErrorCode, Executor, HEADER_BATCH, Outcome, ResultStatus, SubmitResult,
-    Task, TaskContext, TaskResult, TaskState, idempotency_key_from,
+    Task, TaskContext, TaskQuery, TaskResult, TaskState, idempotency_key_from,
 };
 use axum::body::Bytes;
 use axum::http::HeaderMap;
@@ -218,6 +218,60 @@ async fn a_waiting_task_changed_runs_with_its_new_values() {
         c.change(&res.id, &both).await,
         Err(Error::InvalidTask(_))
     ));
+}
+
+/// A task whose expiry comes while its job is paused never runs: it ends `expired`, and
+/// the task submitted after the resume runs while it does not.
+#[tokio::test]
+async fn a_task_not_begun_by_its_expiry_ends_expired_and_never_runs() {
+    let rec = Recorder::default();
+    let dev = Dev::start(recording_executor(&rec), &[Job::new("rust_ok")]).await;
+    let c = &dev.client;
+    c.pause_job("rust-ok-job").await.unwrap();
+    let res = submit(
+        &dev,
+        Task::new("rust_ok", json!({"code": 1}))
+            .idempotency_key(uniq("code"))
+            .start_within(Duration::from_millis(300)),
+    )
+    .await;
+    let expired = dev.wait_state(&res.id, TaskState::Expired).await;
+    let expires_at = expired
+        .expires_at
+        .expect("an expiring task shows its expiry");
+    assert_eq!(
+        expires_at,
+        res.eta + chrono::Duration::milliseconds(300),
+        "300 ms after it fell due"
+    );
+    assert_eq!(expired.attempt, 0);
+    c.resume_job("rust-ok-job").await.unwrap();
+    let later = submit(
+        &dev,
+        Task::new("rust_ok", json!({"code": 2})).idempotency_key(uniq("code")),
+    )
+    .await;
+    dev.wait_state(&later.id, TaskState::Succeeded).await;
+    assert!(rec.runs(&res.id).is_empty(), "the expired task never ran");
+    let found = c
+        .search(&TaskQuery {
+            task_type: Some("rust_ok".into()),
+            state: Some(TaskState::Expired),
+            ..TaskQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(found.items.len(), 1);
+    assert_eq!(found.items[0].id, res.id);
+
+    let both = Task::new("rust_ok", Value::Null)
+        .idempotency_key(uniq("code"))
+        .expires_at(Utc::now() + chrono::Duration::hours(1));
+    let both = Task {
+        start_within: Some(Duration::from_secs(60)),
+        ..both
+    };
+    assert!(matches!(c.submit(&both).await, Err(Error::InvalidTask(_))));
 }
 
 #[tokio::test]

@@ -130,7 +130,7 @@ func submit(args []string) error {
 		case asyncd.StateSucceeded:
 			fmt.Printf("go client: task %s (%s) succeeded\n", res.ID, *taskType)
 			return nil
-		case asyncd.StateDead, asyncd.StateCancelled:
+		case asyncd.StateDead, asyncd.StateCancelled, asyncd.StateExpired:
 			return fmt.Errorf("task %s is %s: %s", res.ID, st.State, st.LastError)
 		}
 		select {

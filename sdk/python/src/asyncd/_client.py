@@ -30,9 +30,10 @@ TOKEN_FILE_REFRESH = 60.0
 
 SOURCE_SERVICE_HEADER = "Asyncd-Source-Service"
 
-# Task states.
-BLOCKED, PENDING, CLAIMED, RUNNING, SUCCEEDED, DEAD, CANCELLED = (
-    "blocked", "pending", "claimed", "running", "succeeded", "dead", "cancelled")
+# Task states. EXPIRED: no attempt had begun by the task's ``expires_at``; it never
+# reached the executor.
+BLOCKED, PENDING, CLAIMED, RUNNING, SUCCEEDED, DEAD, CANCELLED, EXPIRED = (
+    "blocked", "pending", "claimed", "running", "succeeded", "dead", "cancelled", "expired")
 
 
 @dataclass
@@ -50,6 +51,11 @@ class Task:
     max_retries: Optional[int] = None
     timeout: Optional[Duration] = None
     depends_on: Optional[Sequence[str]] = None
+    #: At most one of the two: if no attempt has begun by ``expires_at`` (an aware
+    #: datetime), or ``start_within`` (timedelta, seconds or "90s") after the task is due,
+    #: retries included, it ends :data:`EXPIRED` without reaching the executor.
+    expires_at: Optional[datetime] = None
+    start_within: Optional[Duration] = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,8 @@ class TaskStatus:
     created_at: Optional[datetime]
     updated_at: Optional[datetime]
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: When the task expires unless an attempt has begun by then; None when it never does.
+    expires_at: Optional[datetime] = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "TaskStatus":
@@ -111,7 +119,7 @@ class TaskStatus:
             max_retries=d.get("max_retries") or 0, idempotency_key=d.get("idempotency_key"),
             unique_key=d.get("unique_key"), depends_on=list(d.get("depends_on") or []),
             last_error=d.get("last_error"), result=d.get("result"), created_at=t("created_at"),
-            updated_at=t("updated_at"), raw=dict(d),
+            updated_at=t("updated_at"), raw=dict(d), expires_at=t("expires_at"),
         )
 
 
@@ -259,15 +267,22 @@ class Client(Executor):
         depends_on: Optional[Sequence[str]] = None,
         traceparent: Optional[str] = None,
         tracestate: Optional[str] = None,
+        expires_at: Optional[datetime] = None,
+        start_within: Optional[Duration] = None,
     ) -> SubmitResult:
         """Enqueues a task. ``idempotency_key`` is required (a repeat returns the first
         task); :func:`asyncd.idempotency_key_from` derives one from payload fields.
         ``traceparent`` (W3C Trace Context, with its ``tracestate``) puts the task in
         that trace: every executor call receives it.
 
+        ``expires_at`` (an aware datetime, after the task is due) or ``start_within``
+        (timedelta, seconds or "90s" after it is due), not both: if no attempt has begun
+        by then, retries included, the task ends :data:`EXPIRED` without reaching the
+        executor. With neither, the job's ``spec.startWithin`` applies, if it has one.
+
         Called from several threads at once, submits share calls (``submit_calls``)."""
         task = Task(task_type, payload, idempotency_key, delay, eta, priority, unique_key,
-                    max_retries, timeout, depends_on)
+                    max_retries, timeout, depends_on, expires_at=expires_at, start_within=start_within)
         trace = _trace_headers(traceparent, tracestate)
         if self._submits is None or trace:
             return SubmitResult.from_json(self._request("POST", "/v1/tasks", self._body(task), trace))
@@ -336,11 +351,17 @@ class Client(Executor):
             raise MissingIdempotencyKey()
         if t.delay is not None and t.eta is not None:
             raise ValueError("a task takes a delay or an eta, not both")
+        if t.expires_at is not None and t.start_within is not None:
+            raise ValueError("a task takes an expires_at or a start_within, not both")
         body: Dict[str, Any] = {"type": t.type, "payload": t.payload, "idempotency_key": t.idempotency_key}
         if t.delay is not None:
             body["delay"] = format_duration(t.delay)
         if t.eta is not None:
             body["eta"] = format_time(t.eta)
+        if t.expires_at is not None:
+            body["expires_at"] = format_time(t.expires_at, "expires_at")
+        if t.start_within is not None:
+            body["start_within"] = format_duration(t.start_within)
         if t.priority is not None:
             body["priority"] = t.priority
         if t.unique_key is not None:

@@ -43,11 +43,12 @@ def format_duration(d: Duration) -> str:
     return " ".join(parts)
 
 
-def format_time(t: datetime) -> str:
+def format_time(t: datetime, name: str = "eta") -> str:
     """RFC 3339 in UTC with milliseconds. Naive datetimes are refused: whether they
-    meant local time or UTC cannot be told, and a wrong guess shifts the ETA."""
+    meant local time or UTC cannot be told, and a wrong guess shifts the ETA. ``name``
+    is the field the error names."""
     if t.tzinfo is None or t.utcoffset() is None:
-        raise ValueError("eta must be timezone-aware (e.g. datetime.now(timezone.utc))")
+        raise ValueError(f"{name} must be timezone-aware (e.g. datetime.now(timezone.utc))")
     u = t.astimezone(timezone.utc)
     return u.strftime("%Y-%m-%dT%H:%M:%S.") + f"{u.microsecond // 1000:03d}Z"
 
