@@ -24,6 +24,13 @@ pub struct SubmitArgs {
     /// Run it at this instant (RFC 3339).
     #[arg(long, value_parser = crate::instant)]
     eta: Option<DateTime<Utc>>,
+    /// Never run it unless an attempt has begun by this instant (RFC 3339): it expires.
+    #[arg(long, value_parser = crate::instant, conflicts_with = "start_within")]
+    expires_at: Option<DateTime<Utc>>,
+    /// Never run it unless an attempt has begun this long after it is due (`10m`)
+    /// [default: the job's startWithin, if any].
+    #[arg(long, value_parser = crate::duration)]
+    start_within: Option<Duration>,
     /// 0 (default) to 9: a higher priority runs first among tasks due together.
     #[arg(long)]
     priority: Option<u8>,
@@ -115,6 +122,12 @@ pub async fn submit(client: &Client, out: Format, args: SubmitArgs) -> Result<()
     if let Some(eta) = args.eta {
         task = task.eta(eta);
     }
+    if let Some(at) = args.expires_at {
+        task = task.expires_at(at);
+    }
+    if let Some(within) = args.start_within {
+        task = task.start_within(within);
+    }
     let result = client.submit(&task).await?;
     if !output::structured(out, &result)? {
         let mut table = Table::new(&["ID", "ETA", "ROUTE", "DUPLICATE"]);
@@ -173,6 +186,7 @@ fn show(out: Format, task: &TaskStatus) -> Result<(), Failure> {
         ),
         ("last_error", or_dash(task.last_error.clone())),
         ("lease_until", or_dash(task.lease_until.map(output::time))),
+        ("expires_at", or_dash(task.expires_at.map(output::time))),
         ("idempotency_key", or_dash(task.idempotency_key.clone())),
         ("unique_key", or_dash(task.unique_key.clone())),
         (

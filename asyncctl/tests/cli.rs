@@ -207,6 +207,13 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// An RFC 3339 time of an answer, in milliseconds.
+fn parse_time(value: &Value) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(value.as_str().expect("a time"))
+        .expect("RFC 3339")
+        .timestamp_millis()
+}
+
 fn ids(page: &Value) -> Vec<&str> {
     page["items"]
         .as_array()
@@ -255,6 +262,23 @@ fn tasks_dead_letters_jobs_and_cron_through_the_cli() {
     );
     let nothing = dev.ctl(&["change", &waiting]);
     assert_eq!(code(&nothing), Some(2), "usage: {}", stderr(&nothing));
+    // An expiry: shown by get, and both kinds at once are a usage error.
+    let expiring = dev.json(&["submit", "work", "--delay", "1h", "--start-within", "10m"]);
+    let shown = dev.json(&["get", expiring["id"].as_str().unwrap()]);
+    assert_eq!(
+        parse_time(&shown["expires_at"]) - parse_time(&shown["eta"]),
+        600_000,
+        "{shown}"
+    );
+    let both = dev.ctl(&[
+        "submit",
+        "work",
+        "--start-within",
+        "10m",
+        "--expires-at",
+        "2030-01-01T00:00:00Z",
+    ]);
+    assert_eq!(code(&both), Some(2), "usage: {}", stderr(&both));
     let cancelled = dev.json(&["cancel", &waiting]);
     assert_eq!(cancelled["state"], "cancelled");
     let late = dev.ctl(&["change", &waiting, "--now"]);
