@@ -40,6 +40,9 @@ pub enum ErrorCode {
     /// 409: a change of a task that is no longer waiting to begin: an attempt is running
     /// or it has ended; `state` names its state.
     TaskStarted,
+    /// 409: a submit under a throttle with `on_limit: refuse` while the key's window is
+    /// open; `existing_id` names the task the window last stored.
+    Throttled,
     /// 410: a heartbeat or result of an attempt whose task was cancelled while it ran:
     /// stop the work, nothing will be recorded.
     TaskCancelled,
@@ -68,7 +71,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code the server sends.
-    pub const SERVER: [ErrorCode; 19] = [
+    pub const SERVER: [ErrorCode; 20] = [
         Self::MalformedJson,
         Self::InvalidField,
         Self::UnknownTaskType,
@@ -82,6 +85,7 @@ impl ErrorCode {
         Self::StaleLease,
         Self::NotDead,
         Self::TaskStarted,
+        Self::Throttled,
         Self::TaskCancelled,
         Self::StoreUnavailable,
         Self::KafkaUnavailable,
@@ -106,6 +110,7 @@ impl ErrorCode {
             Self::StaleLease => "stale_lease",
             Self::NotDead => "not_dead",
             Self::TaskStarted => "task_started",
+            Self::Throttled => "throttled",
             Self::TaskCancelled => "task_cancelled",
             Self::StoreUnavailable => "store_unavailable",
             Self::KafkaUnavailable => "kafka_unavailable",
@@ -138,7 +143,8 @@ impl ErrorCode {
             | Self::NotCancellable
             | Self::StaleLease
             | Self::NotDead
-            | Self::TaskStarted => 409,
+            | Self::TaskStarted
+            | Self::Throttled => 409,
             Self::TaskCancelled => 410,
             Self::PayloadTooLarge => 413,
             Self::StoreUnavailable

@@ -103,6 +103,17 @@ fn errors() -> Vec<(ErrorCode, ErrorBody)> {
             &|o| o.state = Some(TaskState::Running),
         ),
         with(
+            ErrorCode::Throttled,
+            &format!(
+                "throttle: task {ID} was stored under key \"user:7\" within the last 1m; \
+                 the window closes at 2026-12-01T09:01:00.000Z"
+            ),
+            &|o| {
+                o.field = Some("throttle".into());
+                o.existing_id = Some(ID.into());
+            },
+        ),
+        with(
             ErrorCode::TaskCancelled,
             &format!("task {ID} was cancelled while this attempt ran; stop, nothing is recorded"),
             &|o| o.state = Some(TaskState::Cancelled),
@@ -422,6 +433,8 @@ pub fn all() -> Vec<Fixture> {
         eta: from_millis(ETA),
         route: Route::Store,
         duplicate: false,
+        debounced: false,
+        dropped: false,
     };
     let refused = errors()
         .into_iter()
@@ -433,6 +446,13 @@ pub fn all() -> Vec<Fixture> {
     let mut fixtures = vec![
         fixture("submit_request", &submit),
         fixture("submit_response", &accepted),
+        fixture(
+            "submit_response_debounced",
+            &SubmitResult {
+                debounced: true,
+                ..accepted.clone()
+            },
+        ),
         fixture(
             "batch_request",
             &BatchRequest {

@@ -39,9 +39,9 @@ pub use signature::{
 pub use state::{TaskState, UnknownState};
 pub use task::{
     BatchItemResult, BatchOutcome, BatchRequest, BatchResponse, CancelResult, ChangeRequest,
-    CronTriggerResult, DeadLetterBulk, DeadLetterBulkResult, DeadLetters, JobStatus,
-    KafkaDeadLetterPage, KafkaDeadLetterPurge, KafkaDeadLetterPurgeResult, KafkaDeadLetterStatus,
-    MAX_BATCH, MAX_BULK, MAX_DEPENDENCIES, MAX_LISTING_BYTES, RedriveResult, Route, SubmitRequest,
-    SubmitResult, TaskPage, TaskStatus,
+    CronTriggerResult, DeadLetterBulk, DeadLetterBulkResult, DeadLetters, Debounce, DebounceMode,
+    JobStatus, KafkaDeadLetterPage, KafkaDeadLetterPurge, KafkaDeadLetterPurgeResult,
+    KafkaDeadLetterStatus, MAX_BATCH, MAX_BULK, MAX_DEPENDENCIES, MAX_LISTING_BYTES, OnLimit,
+    RedriveResult, Route, SubmitRequest, SubmitResult, TaskPage, TaskStatus, Throttle,
 };
 pub use trace_context::{MAX_TRACESTATE_BYTES, TraceContext};

@@ -108,6 +108,15 @@ pub struct SubmitRequest<P = Value> {
     )]
     #[cfg_attr(feature = "openapi", schemars(length(max = 100)))]
     pub depends_on_refs: Option<Vec<String>>,
+    /// Combines this submit with the job's others of the same key (see [`Debounce`]);
+    /// default the job's `spec.debounce`. Not together with `throttle`, `depends_on`,
+    /// or (trailing) a `delay` or `eta`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debounce: Option<Debounce>,
+    /// At most one task of the key per period (see [`Throttle`]); default the job's
+    /// `spec.throttle`. Not together with `debounce` or `depends_on`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttle: Option<Throttle>,
     /// Label for `asyncd_task_submitted_total` (at most 128 bytes); wins over the
     /// `Asyncd-Source-Service` header.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -133,9 +142,84 @@ impl<P> SubmitRequest<P> {
             depends_on: None,
             reference: None,
             depends_on_refs: None,
+            debounce: None,
+            throttle: None,
             source_service: None,
         }
     }
+}
+
+/// A submit's `debounce`: the job's submits with the same `key` are combined.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Debounce {
+    /// 1 to 255 bytes, within the job.
+    #[cfg_attr(feature = "openapi", schemars(length(min = 1, max = 255)))]
+    pub key: String,
+    /// Humantime, 1ms to 400 days. Trailing: the task is due this long after the
+    /// latest submit. Leading: the quiet period after which a submit runs again.
+    #[cfg_attr(
+        feature = "openapi",
+        schemars(schema_with = "crate::time::duration_schema")
+    )]
+    pub period: String,
+    /// Trailing only: the task is due at most this long after the first submit of the
+    /// burst, however the submits keep coming (humantime, at least `period`); default
+    /// no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schemars(schema_with = "crate::time::duration_option_schema")
+    )]
+    pub max_delay: Option<String>,
+    #[serde(default)]
+    pub mode: DebounceMode,
+}
+
+/// How a [`Debounce`] combines its key's submits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum DebounceMode {
+    /// One waiting task per key: each submit replaces its payload and moves it to
+    /// `period` after the submit (within `max_delay`); answered `200` with
+    /// `"debounced": true` and the waiting task's id.
+    #[default]
+    Trailing,
+    /// A submit after `period` of quiet is stored and runs as submitted; the others are
+    /// dropped (`200`, `"dropped": true`), each extending the quiet.
+    Leading,
+}
+
+/// A submit's `throttle`: at most one task of the job's `key` stored per `period`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Throttle {
+    /// 1 to 255 bytes, within the job.
+    #[cfg_attr(feature = "openapi", schemars(length(min = 1, max = 255)))]
+    pub key: String,
+    /// Humantime, 1ms to 400 days, counted from the submit that stored the key's task.
+    #[cfg_attr(
+        feature = "openapi",
+        schemars(schema_with = "crate::time::duration_schema")
+    )]
+    pub period: String,
+    #[serde(default)]
+    pub on_limit: OnLimit,
+}
+
+/// What a submit over its [`Throttle`] gets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum OnLimit {
+    /// `409 throttled`, naming the key's task in `existing_id`.
+    #[default]
+    Refuse,
+    /// `200` with `"dropped": true` and the key's task's id: nothing is stored.
+    Drop,
 }
 
 /// `depends_on` as [`SubmitRequest`] reads it: up to `MAX_DEPENDENCIES + 1` ids.
@@ -216,6 +300,14 @@ pub struct SubmitResult {
     /// The idempotency key was seen before; `id` is the first task's.
     #[serde(default)]
     pub duplicate: bool,
+    /// A trailing debounce folded the submit into its key's waiting task: `id` is that
+    /// task's, `eta` its new due time (`200`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub debounced: bool,
+    /// A leading debounce or a throttle held the submit back and stored nothing: `id`
+    /// is the task the key's window last stored, `eta` when the window closes (`200`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dropped: bool,
 }
 
 /// `POST /v1/tasks:batch`. `T` is an item: a [`SubmitRequest`] for clients, a raw JSON
@@ -291,12 +383,8 @@ pub struct TaskStatus {
         schemars(schema_with = "crate::time::schema_option")
     )]
     pub lease_until: Option<DateTime<Utc>>,
-    /// Not begun by then, the task ends `expired`.
-    #[serde(
-        default,
-        with = "crate::time::rfc3339_option",
-        skip_serializing_if = "Option::is_none"
-    )]
+    /// Not begun by then, the task ends `expired`; null when it never expires.
+    #[serde(default, with = "crate::time::rfc3339_option")]
     #[cfg_attr(
         feature = "openapi",
         schemars(schema_with = "crate::time::schema_option")

@@ -80,6 +80,16 @@ pub(crate) fn schema_option(_: &mut schemars::SchemaGenerator) -> schemars::Sche
     schemars::json_schema!({"type": ["string", "null"], "format": "date-time"})
 }
 
+/// A humantime duration (`"90s"`, `"1h 30m"`).
+#[cfg(feature = "openapi")]
+pub(crate) fn duration_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "description": "A duration in humantime form: \"500ms\", \"90s\", \"15m\", \"3d\", \"1h 30m\".",
+        "examples": ["90s"]
+    })
+}
+
 /// A humantime duration (`"90s"`, `"1h 30m"`), when given.
 #[cfg(feature = "openapi")]
 pub(crate) fn duration_option_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {

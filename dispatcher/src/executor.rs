@@ -660,6 +660,7 @@ pub(crate) fn test_job(url: &str) -> Job {
         cron: Vec::new(),
         retention: asyncd_spec::Retention::DEFAULT,
         start_within: None,
+        window: None,
         paused: false,
         batch: None,
     }

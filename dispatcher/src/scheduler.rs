@@ -205,6 +205,8 @@ pub fn firing(job: &Job, entry: &CronEntry, at: Millis, cron_key: Option<String>
         concurrency_key: job.render_concurrency_key(&entry.payload).ok().flatten(),
         trace: None,
         expires_at: job.start_within.map(|within| at + within),
+        // Each firing is its own: a job's debounce or throttle is for its submits.
+        window: None,
     }
 }
 

@@ -12,6 +12,9 @@ use serde::{Deserialize, Serialize};
 use crate::CronSchedule;
 
 mod validate;
+pub mod window;
+
+pub use window::{DebounceSpec, JobWindow, ThrottleSpec};
 
 pub const API_VERSION: &str = "asyncd.example.io/v1";
 pub const KIND: &str = "AsyncJobConfig";
@@ -90,6 +93,15 @@ pub struct JobSpec {
     /// Without it, tasks do not expire.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_within: Option<String>,
+    /// Combines the submits whose payloads render the same key: a trailing debounce
+    /// keeps one waiting task with the latest payload, a leading one runs the first and
+    /// drops the rest until a quiet period. A submit's own `debounce` wins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debounce: Option<DebounceSpec>,
+    /// At most one task per key rendered from the payload and period; the rest are
+    /// refused or dropped. A submit's own `throttle` wins. Not with `debounce`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttle: Option<ThrottleSpec>,
     /// While true, no attempt of this job begins: its tasks (cron firings included) wait
     /// in the store and run, in order, once it is false again. `POST
     /// /v1/jobs/{name}/pause` pauses a job as well, without changing its config.
@@ -572,6 +584,8 @@ pub struct Job {
     pub retention: Retention,
     /// `spec.startWithin`: see [`JobSpec::start_within`].
     pub start_within: Option<Duration>,
+    /// `spec.debounce` or `spec.throttle`, the submits' default key window.
+    pub window: Option<JobWindow>,
     /// `spec.paused`: see [`JobSpec::paused`].
     pub paused: bool,
     /// `spec.executor.batch`: see [`ExecutorSpec::batch`].
@@ -645,7 +659,11 @@ fn any_json(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 
 /// Fills `{field}` in `template` from the payload's top-level fields; `what` names the
 /// template in the error for a missing field.
-fn render(template: &str, what: &str, payload: &serde_json::Value) -> Result<String, String> {
+pub(crate) fn render(
+    template: &str,
+    what: &str,
+    payload: &serde_json::Value,
+) -> Result<String, String> {
     let mut out = String::new();
     let mut rest = template;
     while let Some(start) = rest.find('{') {

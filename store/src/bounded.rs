@@ -170,6 +170,14 @@ impl Store for Bounded {
         .await
     }
 
+    async fn purge_key_windows(&self, closed_before: Millis) -> Result<u64> {
+        self.within(
+            "purge_key_windows",
+            self.inner.purge_key_windows(closed_before),
+        )
+        .await
+    }
+
     async fn expire(&self, now: Millis, limit: u32) -> Result<Vec<ExpiredTask>> {
         self.within("expire", self.inner.expire(now, limit)).await
     }

@@ -81,6 +81,7 @@ pub use task_row::ClaimAtInsert;
 #[doc(hidden)]
 pub mod testing;
 mod tx;
+pub mod window;
 
 use std::time::Duration;
 
@@ -105,6 +106,7 @@ pub use task::{
     Lapsed, NewTask, PRIORITY_STEP, RedriveOutcome, Started, TaskChange, TaskRecord,
     WorkflowOutcome,
 };
+pub use window::{KeyWindow, WindowRule};
 
 /// Opens the store a URL names, each call bounded by `bound` ([`open_bounded`]), and
 /// applies pending migrations, waiting up to `wait` for a

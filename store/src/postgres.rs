@@ -114,6 +114,17 @@ const QUERIES: Queries = Queries {
     release_unique: "UPDATE tasks SET unique_active = NULL WHERE id = $1 AND unique_until <= $2",
     unique_expired: "SELECT id FROM tasks WHERE unique_until <= $1 \
                      ORDER BY unique_until LIMIT $2 FOR UPDATE SKIP LOCKED",
+    open_window: "INSERT INTO key_windows (task_type, kind, window_key, opened_at, closes_at) \
+                  VALUES ($1, $2, $3, 0, 0) \
+                  ON CONFLICT (task_type, kind, window_key) \
+                  DO UPDATE SET closes_at = key_windows.closes_at",
+    read_window: "SELECT task_id, opened_at, closes_at FROM key_windows \
+                  WHERE task_type = $1 AND kind = $2 AND window_key = $3",
+    save_window: "UPDATE key_windows SET task_id = $1, opened_at = $2, closes_at = $3 \
+                  WHERE task_type = $4 AND kind = $5 AND window_key = $6",
+    purge_windows: "DELETE FROM key_windows WHERE closes_at < $1 \
+                    AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.id = key_windows.task_id \
+                                    AND t.state IN ('blocked', 'pending', 'claimed'))",
     expirable: "SELECT id, task_type FROM tasks \
                 WHERE expires_at IS NOT NULL AND state IN ('blocked', 'pending', 'claimed') \
                   AND expires_at <= $1 \

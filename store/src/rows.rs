@@ -435,3 +435,21 @@ fn earliest(a: Option<Millis>, b: Option<Millis>) -> Option<Millis> {
 pub fn state(text: Option<String>) -> Result<Option<TaskState>> {
     Ok(text.as_deref().map(TaskState::parse).transpose()?)
 }
+
+/// A key window as `read_window` reads it.
+#[derive(sqlx::FromRow)]
+pub struct KeyWindowRow {
+    task_id: Option<String>,
+    opened_at: Millis,
+    closes_at: Millis,
+}
+
+impl From<KeyWindowRow> for crate::window::WindowRow {
+    fn from(row: KeyWindowRow) -> Self {
+        Self {
+            task_id: row.task_id,
+            opened_at: row.opened_at,
+            closes_at: row.closes_at,
+        }
+    }
+}

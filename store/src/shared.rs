@@ -142,6 +142,17 @@ pub struct Queries {
     /// now, id, now`), freeing its unique key and moving its token on, so a claim of it
     /// no longer starts.
     pub expire: &'static str,
+    /// Creates the key window `(task_type, kind, key)` if it does not exist, and locks
+    /// it either way where rows lock (`task_type, kind, key`).
+    pub open_window: &'static str,
+    /// `task_id, opened_at, closes_at` of key window `(task_type, kind, key)`.
+    pub read_window: &'static str,
+    /// Sets key window `(task_type, kind, key)` to `task_id, opened_at, closes_at`
+    /// (bound in that order, then the window's three).
+    pub save_window: &'static str,
+    /// Deletes the key windows closed before `closed_before` whose task no longer
+    /// waits (`closed_before`); returns nothing.
+    pub purge_windows: &'static str,
     /// The state of task `id`, read to say why a transition did not apply.
     pub state: &'static str,
     /// Cancels task `id` at `now` (`now, id`) if it has not begun.

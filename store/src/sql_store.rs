@@ -82,6 +82,7 @@ where
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (String, String): FromRow<'r, DB::Row>,
     for<'r> Holder: FromRow<'r, DB::Row>,
+    for<'r> rows::KeyWindowRow: FromRow<'r, DB::Row>,
     for<'r> StartedRow: FromRow<'r, DB::Row>,
     for<'r> TaskRow: FromRow<'r, DB::Row>,
     for<'r> JobCountsRow: FromRow<'r, DB::Row>,
@@ -396,6 +397,17 @@ where
             let applied = B::finish_on(&mut tx, finishes, now).await?;
             tx.commit().await?;
             Ok(applied)
+        })
+        .await
+    }
+
+    async fn purge_key_windows(&self, closed_before: Millis) -> Result<u64> {
+        retrying(B::transient, || async {
+            let done = sqlx::query::<B::DB>(B::QUERIES.purge_windows)
+                .bind(closed_before)
+                .execute(self.writer())
+                .await?;
+            Ok(B::rows_affected(&done))
         })
         .await
     }

@@ -263,6 +263,17 @@ const QUERIES: Queries = Queries {
     release_unique: "UPDATE tasks SET unique_active = NULL WHERE id = ? AND unique_until <= ?",
     unique_expired: "SELECT id FROM tasks WHERE unique_until <= ? \
                      ORDER BY unique_until LIMIT ?",
+    open_window: "INSERT INTO key_windows (task_type, kind, window_key, opened_at, closes_at) \
+                  VALUES (?, ?, ?, 0, 0) \
+                  ON CONFLICT (task_type, kind, window_key) \
+                  DO UPDATE SET closes_at = key_windows.closes_at",
+    read_window: "SELECT task_id, opened_at, closes_at FROM key_windows \
+                  WHERE task_type = ? AND kind = ? AND window_key = ?",
+    save_window: "UPDATE key_windows SET task_id = ?, opened_at = ?, closes_at = ? \
+                  WHERE task_type = ? AND kind = ? AND window_key = ?",
+    purge_windows: "DELETE FROM key_windows WHERE closes_at < ? \
+                    AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.id = key_windows.task_id \
+                                    AND t.state IN ('blocked', 'pending', 'claimed'))",
     // The partial index's terms word for word, or SQLite will not read it.
     expirable: "SELECT id, task_type FROM tasks INDEXED BY tasks_expiring \
                 WHERE expires_at IS NOT NULL AND state IN ('blocked', 'pending', 'claimed') \

@@ -5,6 +5,7 @@ use std::time::Duration;
 use asyncd_contract::{TaskState, TraceContext};
 use serde_json::value::RawValue;
 
+use crate::window::KeyWindow;
 use crate::{Millis, duration_ms};
 
 /// A task to insert, validated by the API or the cron scheduler.
@@ -33,6 +34,9 @@ pub struct NewTask {
     /// No attempt begins at or after this time: the task ends
     /// [`TaskState::Expired`] instead ([`crate::Store::expire`]).
     pub expires_at: Option<Millis>,
+    /// A debounce or throttle: the insert combines this submit with the others of its
+    /// key ([`crate::window`]).
+    pub window: Option<KeyWindow>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -63,6 +67,20 @@ pub enum InsertOutcome {
     /// holder belongs to another job, so the outcome names only the task's own id.
     IdTaken {
         id: String,
+    },
+    /// A trailing debounce folded the submit into its key's waiting task `id`, now due
+    /// at `trigger_at` with the submit's payload.
+    Debounced {
+        id: String,
+        trigger_at: Millis,
+    },
+    /// A leading debounce or a throttle held the submit back: nothing was stored. `id`
+    /// is the task the key's window last stored, `until` when the window closes;
+    /// `refuse` is the window's [`KeyWindow::refuse_held`].
+    Held {
+        id: String,
+        until: Millis,
+        refuse: bool,
     },
 }
 

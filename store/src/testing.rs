@@ -32,6 +32,7 @@ impl NewTask {
             concurrency_key: None,
             trace: None,
             expires_at: None,
+            window: None,
         }
     }
 

@@ -13,10 +13,11 @@ use sqlx::{
 };
 
 use super::domain::{self, DependentsEffect, Initial};
-use super::rows::{self, Holder, StartedRow, TaskRow};
+use super::rows::{self, Holder, KeyWindowRow, StartedRow, TaskRow};
 use super::shared::{INSERT_TASKS, ManyRows, Queries};
 pub use super::task_row::ClaimAtInsert;
 use super::task_row::{CLAIMED_AT_INSERT_TOKEN, ClaimRoom, TaskValues, rows_per_statement};
+use super::window::{self, KeyWindow, WindowRow, WindowStep};
 use super::{
     CancelOutcome, ChangeOutcome, ClaimedTask, DeadLetterParams, ExpiredTask, Finish, FinishKind,
     InsertOutcome, Millis, NewTask, RedriveOutcome, Result, TaskChange, TaskRecord, TaskState,
@@ -92,6 +93,7 @@ where
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (String, String): FromRow<'r, DB::Row>,
     for<'r> Holder: FromRow<'r, DB::Row>,
+    for<'r> KeyWindowRow: FromRow<'r, DB::Row>,
     for<'r> StartedRow: FromRow<'r, DB::Row>,
     for<'r> TaskRow: FromRow<'r, DB::Row>,
 {
@@ -138,8 +140,12 @@ where
             let mut claimed = Vec::new();
             let mut rest = tasks;
             while let Some(first) = rest.first() {
-                let run = rest.iter().take_while(|t| t.depends_on.is_empty()).count();
-                // A task with dependencies goes in by itself, after reading theirs.
+                let run = rest
+                    .iter()
+                    .take_while(|t| t.depends_on.is_empty() && t.window.is_none())
+                    .count();
+                // A task with dependencies goes in by itself, after reading theirs, and
+                // one under a key window after locking the window.
                 if run >= 1 {
                     let (rows, after) =
                         rest.split_at(rows_per_statement(run, D::QUERIES.insert_many));
@@ -293,6 +299,103 @@ where
     }
 
     async fn insert_one(
+        tx: &mut Transaction<'_, DB>,
+        task: &NewTask,
+        now: Millis,
+    ) -> Result<InsertOutcome> {
+        match &task.window {
+            Some(window) => Self::insert_windowed(tx, task, window, now).await,
+            None => Self::insert_row(tx, task, now).await,
+        }
+    }
+
+    /// A submit under a key window ([`crate::window`]). The window's row is created if
+    /// need be and locked first, so the submits of one key take turns across every
+    /// API replica; then [`window::step`] decides: fold it into the key's waiting task,
+    /// store it, or hold it back.
+    async fn insert_windowed(
+        tx: &mut Transaction<'_, DB>,
+        task: &NewTask,
+        window: &KeyWindow,
+        now: Millis,
+    ) -> Result<InsertOutcome> {
+        let names = (
+            task.task_type.as_str(),
+            window.rule.kind(),
+            D::key(&window.key),
+        );
+        sqlx::query::<DB>(D::QUERIES.open_window)
+            .bind(names.0)
+            .bind(names.1)
+            .bind(names.2)
+            .execute(&mut **tx)
+            .await?;
+        let row: WindowRow = sqlx::query_as::<DB, KeyWindowRow>(D::QUERIES.read_window)
+            .bind(names.0)
+            .bind(names.1)
+            .bind(names.2)
+            .fetch_one(&mut **tx)
+            .await?
+            .into();
+        let (trigger_at, opened) = match window::step(window.rule, &row, task.trigger_at, now) {
+            WindowStep::Replace { id, trigger_at } => {
+                // The change's own statement: a claim of the task is given up, and a
+                // task that began meanwhile is left alone (a new burst begins).
+                let folded = sqlx::query::<DB>(D::QUERIES.change)
+                    .bind(Some(trigger_at))
+                    .bind(Some(task.payload.get()))
+                    .bind(None::<i16>)
+                    .bind(now)
+                    .bind(id.as_str())
+                    .execute(&mut **tx)
+                    .await?;
+                if D::rows_affected(&folded) == 1 {
+                    return Ok(InsertOutcome::Debounced { id, trigger_at });
+                }
+                match window::open(window.rule, task.trigger_at, now) {
+                    WindowStep::Insert { trigger_at, row } => (trigger_at, row),
+                    other => unreachable!("a window opens with an insert, not {other:?}"),
+                }
+            }
+            WindowStep::Insert { trigger_at, row } => (trigger_at, row),
+            WindowStep::Hold { id, closes_at } => {
+                Self::save_window(tx, names, Some(&id), row.opened_at, closes_at).await?;
+                return Ok(InsertOutcome::Held {
+                    id,
+                    until: closes_at,
+                    refuse: window.refuse_held,
+                });
+            }
+        };
+        let mut task = task.clone();
+        task.trigger_at = trigger_at;
+        let outcome = Self::insert_row(tx, &task, now).await?;
+        if let InsertOutcome::Inserted { id, .. } = &outcome {
+            Self::save_window(tx, names, Some(id), opened.opened_at, opened.closes_at).await?;
+        }
+        Ok(outcome)
+    }
+
+    async fn save_window(
+        tx: &mut Transaction<'_, DB>,
+        (task_type, kind, key): (&str, &str, &D::Key),
+        task_id: Option<&str>,
+        opened_at: Millis,
+        closes_at: Millis,
+    ) -> Result<()> {
+        sqlx::query::<DB>(D::QUERIES.save_window)
+            .bind(task_id)
+            .bind(opened_at)
+            .bind(closes_at)
+            .bind(task_type)
+            .bind(kind)
+            .bind(key)
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
+
+    async fn insert_row(
         tx: &mut Transaction<'_, DB>,
         task: &NewTask,
         now: Millis,

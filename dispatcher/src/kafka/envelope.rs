@@ -116,6 +116,8 @@ impl Envelope {
                 .traceparent
                 .and_then(|parent| TraceContext::parse(&parent, self.tracestate.as_deref())),
             expires_at,
+            // Such tasks never take the Kafka route.
+            window: None,
         })
     }
 }

@@ -93,7 +93,7 @@ impl Producer {
     /// The topic a task goes to, or `None` for the store: the job's high-priority topic
     /// for priority [`asyncd_spec::HIGH_PRIORITY`] and above, its main topic otherwise.
     /// Tasks that need the store's constraints at submit time — a unique key,
-    /// dependencies — always go to the store. While paused after a failure, every task
+    /// dependencies, a key window — always go to the store. While paused after a failure, every task
     /// goes to the store.
     pub fn topic_for<'a>(&self, task: &NewTask, job: &'a Job, now: Millis) -> Option<Cow<'a, str>> {
         if now.as_i64() < self.paused_until.load(Ordering::Relaxed) {
@@ -103,6 +103,7 @@ impl Producer {
         let eligible = task.trigger_at.as_i64() - now.as_i64() <= self.threshold_ms
             && task.unique_key.is_none()
             && task.depends_on.is_empty()
+            && task.window.is_none()
             && task.cron_key.is_none();
         eligible.then(|| kafka.topic_for(task.priority))
     }

@@ -68,6 +68,7 @@ mod outcomes;
 mod retention;
 mod search;
 mod tasks;
+mod windows;
 mod workflows;
 
 /// Runs one scenario on a fresh, migrated SQLite database in a folder of its own.

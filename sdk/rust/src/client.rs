@@ -265,6 +265,8 @@ impl Client {
             eta: t.eta.map(format_time),
             expires_at: t.expires_at.map(format_time),
             start_within: t.start_within.map(format_duration),
+            debounce: t.debounce.clone(),
+            throttle: t.throttle.clone(),
             priority: Some(i64::from(t.priority)).filter(|&p| p != 0),
             idempotency_key: Some(key.to_string()),
             unique_key: t.unique_key.clone(),
@@ -817,7 +819,9 @@ mod tests {
                 id: "0193a".into(),
                 eta: want,
                 route: asyncd_contract::Route::Store,
-                duplicate: false
+                duplicate: false,
+                debounced: false,
+                dropped: false,
             }
         );
         let r = fake.last();

@@ -42,7 +42,8 @@ mod verifier;
 pub use asyncd_contract;
 
 pub use asyncd_contract::{
-    SIGNATURE_TOLERANCE, SignatureError, SignedCall, sign, verify_signature,
+    Debounce, DebounceMode, OnLimit, SIGNATURE_TOLERANCE, SignatureError, SignedCall, Throttle,
+    sign, verify_signature,
 };
 pub use client::{
     BatchItem, CancelResult, Change, Client, ClientBuilder, CronTriggerResult, DEFAULT_ENDPOINT,

@@ -145,6 +145,7 @@ impl JobSpec {
             ));
         }
         let retention = validate_retention(self.retention.as_ref())?;
+        let window = window::validate_window(self.debounce.as_ref(), self.throttle.as_ref())?;
         let start_within = self
             .start_within
             .as_deref()
@@ -229,6 +230,7 @@ impl JobSpec {
             cron,
             retention,
             start_within,
+            window,
             paused: self.paused,
             batch,
         })
@@ -398,7 +400,7 @@ fn validate_signing(signing: &SigningSpec) -> Result<Signing, SpecError> {
     })
 }
 
-fn check_template(template: &str) -> Result<(), String> {
+pub(super) fn check_template(template: &str) -> Result<(), String> {
     let mut open = false;
     for c in template.chars() {
         match (c, open) {

@@ -77,6 +77,16 @@ pub(super) const QUERIES: Queries = Queries {
                      WHERE id = ? AND unique_until <= ?",
     unique_expired: "SELECT id FROM tasks FORCE INDEX (tasks_unique_until) WHERE unique_until <= ? \
                      ORDER BY unique_until LIMIT ? FOR UPDATE SKIP LOCKED",
+    // An upsert that changes nothing still takes the row's exclusive lock.
+    open_window: "INSERT INTO key_windows (task_type, kind, window_key, opened_at, closes_at) \
+                  VALUES (?, ?, ?, 0, 0) ON DUPLICATE KEY UPDATE closes_at = closes_at",
+    read_window: "SELECT task_id, opened_at, closes_at FROM key_windows \
+                  WHERE task_type = ? AND kind = ? AND window_key = ?",
+    save_window: "UPDATE key_windows SET task_id = ?, opened_at = ?, closes_at = ? \
+                  WHERE task_type = ? AND kind = ? AND window_key = ?",
+    purge_windows: "DELETE FROM key_windows WHERE closes_at < ? \
+                    AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.id = key_windows.task_id \
+                                    AND t.state IN ('blocked', 'pending', 'claimed'))",
     expirable: "SELECT id, task_type FROM tasks FORCE INDEX (tasks_expiring) \
                 WHERE expiring <= ? ORDER BY expiring LIMIT ? FOR UPDATE SKIP LOCKED",
     expire: "UPDATE tasks FORCE INDEX (PRIMARY) \

@@ -336,6 +336,8 @@ fn submitted(id: String, trigger_at: Millis, route: Route, duplicate: bool) -> S
         eta: from_millis(trigger_at),
         route,
         duplicate,
+        debounced: false,
+        dropped: false,
     }
 }
 
@@ -377,6 +379,38 @@ fn accepted(outcome: InsertOutcome) -> Answer {
              job; use another key",
         )
         .with_field("idempotency_key")),
+        InsertOutcome::Debounced { id, trigger_at } => Ok((
+            StatusCode::OK,
+            SubmitResult {
+                debounced: true,
+                ..submitted(id, trigger_at, Route::Store, false)
+            },
+        )),
+        InsertOutcome::Held {
+            id,
+            until,
+            refuse: false,
+        } => Ok((
+            StatusCode::OK,
+            SubmitResult {
+                dropped: true,
+                ..submitted(id, until, Route::Store, false)
+            },
+        )),
+        InsertOutcome::Held {
+            id,
+            until,
+            refuse: true,
+        } => Err(ApiError::new(
+            ErrorCode::Throttled,
+            format!(
+                "throttle: task {id} was stored under this key within the throttle's period; \
+                 the window closes at {}",
+                from_millis(until).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+            ),
+        )
+        .with_field("throttle")
+        .with_existing_id(id)),
     }
 }
 

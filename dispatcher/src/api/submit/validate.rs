@@ -12,9 +12,11 @@ use serde_json::value::RawValue;
 use super::when::{due_at, expiry};
 use crate::api::error::ApiError;
 use crate::job_table::RouteTable;
+use asyncd_contract::{Debounce, DebounceMode, OnLimit, Throttle};
 use asyncd_spec::MIN_TIMEOUT;
 use asyncd_spec::job::Job;
-use asyncd_store::{Millis, NewTask};
+use asyncd_spec::job::window::{WindowRule as SpecRule, debounce_rule, window_duration};
+use asyncd_store::{KeyWindow, Millis, NewTask, WindowRule};
 
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
 pub const MAX_KEY_LEN: usize = 255;
@@ -296,7 +298,8 @@ pub fn validate(
         .payload
         .unwrap_or_else(|| RawValue::from_string("null".into()).expect("null is JSON"));
     within_payload_limit(&payload, limits)?;
-    let trigger_at = due_at(req.delay.as_deref(), req.eta.as_deref(), now)?.unwrap_or(now);
+    let due = due_at(req.delay.as_deref(), req.eta.as_deref(), now)?;
+    let trigger_at = due.unwrap_or(now);
     let expires_at = expiry(
         req.expires_at.as_deref(),
         req.start_within.as_deref(),
@@ -314,17 +317,34 @@ pub fn validate(
     };
     let idempotency_key = key("idempotency_key", req.idempotency_key)?;
     // Parsed once, and only for a job with a template to fill.
-    let value: serde_json::Value = if job.unique_key.is_some() || job.concurrency_key.is_some() {
-        serde_json::from_str(payload.get()).map_err(|e| ApiError::field("payload", e))?
-    } else {
-        serde_json::Value::Null
-    };
+    let value: serde_json::Value =
+        if job.unique_key.is_some() || job.concurrency_key.is_some() || job.window.is_some() {
+            serde_json::from_str(payload.get()).map_err(|e| ApiError::field("payload", e))?
+        } else {
+            serde_json::Value::Null
+        };
     let unique_key = match key("unique_key", req.unique_key)? {
         Some(k) => Some(k),
         None => checked_render("uniqueKey", job.render_unique_key(&value))?,
     };
     let concurrency_key = checked_render("concurrencyKey", job.render_concurrency_key(&value))?;
+    let window = key_window(req.debounce, req.throttle, job, &value)?;
     let depends_on = req.depends_on.unwrap_or_default();
+    if let Some(window) = &window {
+        if !depends_on.is_empty() {
+            return Err(ApiError::field(
+                "depends_on",
+                "a debounced or throttled task cannot wait on other tasks",
+            ));
+        }
+        if matches!(window.rule, WindowRule::Trailing { .. }) && due.is_some() {
+            let field = if req.delay.is_some() { "delay" } else { "eta" };
+            return Err(ApiError::field(
+                field,
+                "a trailing debounce sets the due time: its period after the latest submit",
+            ));
+        }
+    }
     if depends_on.len() > MAX_DEPENDENCIES {
         return Err(ApiError::field(
             "depends_on",
@@ -365,7 +385,70 @@ pub fn validate(
         // The API sets it from the request's headers.
         trace: None,
         expires_at,
+        window,
     })
+}
+
+/// The submit's key window: its own `debounce` or `throttle` (at most one), else the
+/// job's, its key rendered from the payload `value`.
+fn key_window(
+    debounce: Option<Debounce>,
+    throttle: Option<Throttle>,
+    job: &Job,
+    value: &serde_json::Value,
+) -> Result<Option<KeyWindow>, ApiError> {
+    let refused = |(field, message): (String, String)| ApiError::field(field, message);
+    let (key, rule) = match (debounce, throttle) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::field(
+                "throttle",
+                "give debounce or throttle, not both",
+            ));
+        }
+        (Some(d), None) => {
+            let key = key("debounce.key", Some(d.key))?.expect("a key was given");
+            let leading = d.mode == DebounceMode::Leading;
+            let rule = debounce_rule(
+                &d.period,
+                d.max_delay.as_deref(),
+                leading,
+                ("debounce", "max_delay"),
+            )
+            .map_err(refused)?;
+            (key, rule)
+        }
+        (None, Some(t)) => {
+            let key = key("throttle.key", Some(t.key))?.expect("a key was given");
+            let period = window_duration("throttle.period", &t.period)
+                .map_err(|m| ApiError::field("throttle.period", m))?;
+            let rule = SpecRule::Throttle {
+                period,
+                drop: t.on_limit == OnLimit::Drop,
+            };
+            (key, rule)
+        }
+        (None, None) => match &job.window {
+            None => return Ok(None),
+            Some(window) => {
+                let key = checked_render("window key", window.render(value).map(Some))?
+                    .expect("a rendered key");
+                (key, window.rule)
+            }
+        },
+    };
+    // A held debounce is always dropped; a held throttle as its `on_limit` says.
+    let (rule, refuse_held) = match rule {
+        SpecRule::Trailing { period, max_delay } => {
+            (WindowRule::Trailing { period, max_delay }, false)
+        }
+        SpecRule::Leading { period } => (WindowRule::Leading { period }, false),
+        SpecRule::Throttle { period, drop } => (WindowRule::Throttle { period }, !drop),
+    };
+    Ok(Some(KeyWindow {
+        key,
+        rule,
+        refuse_held,
+    }))
 }
 
 /// A key rendered from the job's template `what` and the payload's values: a long or

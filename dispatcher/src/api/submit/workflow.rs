@@ -149,7 +149,17 @@ pub(super) async fn store(
 ) -> Result<Vec<Answer>, ApiError> {
     let mut tasks = Vec::with_capacity(checked.len());
     for (i, item) in checked.into_iter().enumerate() {
-        tasks.push(item.map_err(|err| in_item(i, err))?);
+        let task = item.map_err(|err| in_item(i, err))?;
+        if task.window.is_some() {
+            // Stored all or nothing, a workflow has no room for a submit folded into
+            // another task or held back.
+            let refused = ApiError::field(
+                "debounce",
+                "a workflow's tasks cannot be debounced or throttled",
+            );
+            return Err(in_item(i, refused));
+        }
+        tasks.push(task);
     }
     let own_dependencies: Vec<usize> = tasks.iter().map(|t| t.depends_on.len()).collect();
     let (ordered, parents) = order(refs, &own_dependencies)?;

@@ -8,6 +8,8 @@ use serde_json::Value;
 
 use crate::error::Error;
 use crate::idempotency::idempotency_key_from;
+use crate::time::format_duration;
+use asyncd_contract::{Debounce, DebounceMode, OnLimit, Throttle};
 
 use super::headers;
 
@@ -53,6 +55,12 @@ pub struct Task {
     /// `expires_at` as a span after the task is due; without either, the job's
     /// `spec.startWithin` applies, if it has one.
     pub start_within: Option<Duration>,
+    /// Combines the task with the job's other submits of the same key (set at most one
+    /// of `debounce` and `throttle`): [`Task::debounce`], [`Task::debounce_leading`],
+    /// [`Task::throttle`]. Without either, the job's `spec.debounce` or `spec.throttle`
+    /// applies, if it has one.
+    pub debounce: Option<Debounce>,
+    pub throttle: Option<Throttle>,
     /// W3C Trace Context: the task joins this trace (sent as the `traceparent` and
     /// `tracestate` headers) and every executor call receives it. asyncd ignores a
     /// malformed one. The tasks of one batch share one.
@@ -150,6 +158,51 @@ impl Task {
     pub fn start_within(mut self, within: Duration) -> Self {
         self.start_within = Some(within);
         self.expires_at = None;
+        self
+    }
+
+    /// Trailing debounce on `key`: the job keeps one waiting task of the key, due
+    /// `period` after the latest submit and never later than `max_delay` after the
+    /// first (`None`: no cap), carrying the latest payload. A submit folded into that
+    /// task is answered with its id and `debounced: true`.
+    pub fn debounce(
+        mut self,
+        key: impl Into<String>,
+        period: Duration,
+        max_delay: Option<Duration>,
+    ) -> Self {
+        self.debounce = Some(Debounce {
+            key: key.into(),
+            period: format_duration(period),
+            max_delay: max_delay.map(format_duration),
+            mode: DebounceMode::Trailing,
+        });
+        self.throttle = None;
+        self
+    }
+
+    /// Leading debounce on `key`: the task is stored (and runs as submitted) only after
+    /// `period` without a submit of the key; otherwise it is dropped (`dropped: true`).
+    pub fn debounce_leading(mut self, key: impl Into<String>, period: Duration) -> Self {
+        self.debounce = Some(Debounce {
+            key: key.into(),
+            period: format_duration(period),
+            max_delay: None,
+            mode: DebounceMode::Leading,
+        });
+        self.throttle = None;
+        self
+    }
+
+    /// At most one task of `key` stored per `period`; a submit over it is refused
+    /// ([`crate::ErrorCode::Throttled`]) or dropped (`dropped: true`), as `on_limit` says.
+    pub fn throttle(mut self, key: impl Into<String>, period: Duration, on_limit: OnLimit) -> Self {
+        self.throttle = Some(Throttle {
+            key: key.into(),
+            period: format_duration(period),
+            on_limit,
+        });
+        self.debounce = None;
         self
     }
 
