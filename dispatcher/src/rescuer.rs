@@ -265,8 +265,8 @@ mod tests {
         ) -> store::Result<store::ChangeOutcome> {
             self.inner.change(id, change, now).await
         }
-        async fn purge_key_windows(&self, closed_before: Millis) -> store::Result<u64> {
-            self.inner.purge_key_windows(closed_before).await
+        async fn purge_key_windows(&self, closed_before: Millis, limit: u32) -> store::Result<u64> {
+            self.inner.purge_key_windows(closed_before, limit).await
         }
         async fn expire(&self, now: Millis, limit: u32) -> store::Result<Vec<ExpiredTask>> {
             self.inner.expire(now, limit).await

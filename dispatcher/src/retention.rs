@@ -59,6 +59,11 @@ pub const IDLE_INTERVAL: Duration = Duration::from_secs(8);
 /// ([`asyncd_spec::Retention::DEFAULT`]), time for an operator to read one and replay it.
 pub const KAFKA_DEAD_LETTERS: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// How long a key window (a debounce's or throttle's, `store::window`) is kept after it
+/// closed, once its task no longer waits: a closed window decides nothing (the next
+/// submit of its key opens a new one), so this only keeps the table small.
+pub const KEY_WINDOWS: Duration = Duration::from_secs(24 * 3600);
+
 /// What one pass did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Pass {
@@ -159,6 +164,9 @@ impl Purger {
         let recorded_before = now.saturating_sub(KAFKA_DEAD_LETTERS);
         let (kafka_purged, more) =
             drain(|| self.store.purge_kafka_dead_letters(recorded_before, BATCH)).await?;
+        pass.more |= more;
+        let closed_before = now.saturating_sub(KEY_WINDOWS);
+        let (_, more) = drain(|| self.store.purge_key_windows(closed_before, BATCH)).await?;
         pass.more |= more;
         if released + kafka_purged > 0 {
             tracing::debug!(

@@ -170,10 +170,10 @@ impl Store for Bounded {
         .await
     }
 
-    async fn purge_key_windows(&self, closed_before: Millis) -> Result<u64> {
+    async fn purge_key_windows(&self, closed_before: Millis, limit: u32) -> Result<u64> {
         self.within(
             "purge_key_windows",
-            self.inner.purge_key_windows(closed_before),
+            self.inner.purge_key_windows(closed_before, limit),
         )
         .await
     }

@@ -122,9 +122,12 @@ const QUERIES: Queries = Queries {
                   WHERE task_type = $1 AND kind = $2 AND window_key = $3",
     save_window: "UPDATE key_windows SET task_id = $1, opened_at = $2, closes_at = $3 \
                   WHERE task_type = $4 AND kind = $5 AND window_key = $6",
-    purge_windows: "DELETE FROM key_windows WHERE closes_at < $1 \
-                    AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.id = key_windows.task_id \
-                                    AND t.state IN ('blocked', 'pending', 'claimed'))",
+    purge_windows: "DELETE FROM key_windows WHERE (task_type, kind, window_key) IN ( \
+                        SELECT task_type, kind, window_key FROM key_windows w \
+                        WHERE closes_at < $1 \
+                          AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.id = w.task_id \
+                                          AND t.state IN ('blocked', 'pending', 'claimed')) \
+                        ORDER BY closes_at LIMIT $2)",
     expirable: "SELECT id, task_type FROM tasks \
                 WHERE expires_at IS NOT NULL AND state IN ('blocked', 'pending', 'claimed') \
                   AND expires_at <= $1 \

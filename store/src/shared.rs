@@ -150,8 +150,8 @@ pub struct Queries {
     /// Sets key window `(task_type, kind, key)` to `task_id, opened_at, closes_at`
     /// (bound in that order, then the window's three).
     pub save_window: &'static str,
-    /// Deletes the key windows closed before `closed_before` whose task no longer
-    /// waits (`closed_before`); returns nothing.
+    /// Deletes up to `limit` key windows closed before `closed_before` whose task no
+    /// longer waits, earliest closed first (`closed_before, limit`).
     pub purge_windows: &'static str,
     /// The state of task `id`, read to say why a transition did not apply.
     pub state: &'static str,

@@ -401,10 +401,11 @@ where
         .await
     }
 
-    async fn purge_key_windows(&self, closed_before: Millis) -> Result<u64> {
+    async fn purge_key_windows(&self, closed_before: Millis, limit: u32) -> Result<u64> {
         retrying(B::transient, || async {
             let done = sqlx::query::<B::DB>(B::QUERIES.purge_windows)
                 .bind(closed_before)
+                .bind(i64::from(limit))
                 .execute(self.writer())
                 .await?;
             Ok(B::rows_affected(&done))

@@ -271,9 +271,12 @@ const QUERIES: Queries = Queries {
                   WHERE task_type = ? AND kind = ? AND window_key = ?",
     save_window: "UPDATE key_windows SET task_id = ?, opened_at = ?, closes_at = ? \
                   WHERE task_type = ? AND kind = ? AND window_key = ?",
-    purge_windows: "DELETE FROM key_windows WHERE closes_at < ? \
-                    AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.id = key_windows.task_id \
-                                    AND t.state IN ('blocked', 'pending', 'claimed'))",
+    purge_windows: "DELETE FROM key_windows WHERE (task_type, kind, window_key) IN ( \
+                        SELECT task_type, kind, window_key FROM key_windows w \
+                        WHERE closes_at < ? \
+                          AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.id = w.task_id \
+                                          AND t.state IN ('blocked', 'pending', 'claimed')) \
+                        ORDER BY closes_at LIMIT ?)",
     // The partial index's terms word for word, or SQLite will not read it.
     expirable: "SELECT id, task_type FROM tasks INDEXED BY tasks_expiring \
                 WHERE expires_at IS NOT NULL AND state IN ('blocked', 'pending', 'claimed') \

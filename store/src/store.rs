@@ -126,10 +126,11 @@ pub trait Store: Send + Sync + 'static {
     /// transaction; returns how many. (An insert or redrive that hits such a key frees
     /// it itself: this only keeps them from piling up.)
     async fn release_unique_keys(&self, now: Millis, limit: u32) -> Result<u64>;
-    /// Deletes the key windows ([`crate::window`]) that closed before `closed_before` and
-    /// whose task no longer waits; returns how many. (A window still naming a waiting
-    /// task is kept: a trailing debounce must keep folding submits into it.)
-    async fn purge_key_windows(&self, closed_before: Millis) -> Result<u64>;
+    /// Deletes up to `limit` key windows ([`crate::window`]) that closed before
+    /// `closed_before` and whose task no longer waits, in one short statement; returns
+    /// how many. (A window still naming a waiting task is kept: a trailing debounce
+    /// must keep folding submits into it.)
+    async fn purge_key_windows(&self, closed_before: Millis, limit: u32) -> Result<u64>;
     /// Tasks by filter ([`SearchParams`]), without their `depends_on`.
     /// How many dead letters match `filter`, and how many of them its action can act on.
     async fn count_dead(&self, filter: DeadFilter<'_>) -> Result<DeadCount>;

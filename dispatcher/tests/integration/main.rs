@@ -54,4 +54,5 @@ mod store_faults;
 mod submit;
 mod tls;
 mod tracing;
+mod windows;
 mod workflow;

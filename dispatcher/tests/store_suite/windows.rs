@@ -121,14 +121,14 @@ async fn a_trailing_debounce_keeps_one_task_with_the_latest_payload_until_its_ca
 
     // Windows closed a while ago whose task no longer waits are purged; the window of
     // a waiting task is kept (a trailing debounce still folds submits into it).
-    assert_eq!(store.purge_key_windows(at(200_000)).await.unwrap(), 0);
+    assert_eq!(store.purge_key_windows(at(200_000), 10).await.unwrap(), 0);
     store.cancel(&other, at(33_000)).await.unwrap();
     assert_eq!(
-        store.purge_key_windows(at(55_000)).await.unwrap(),
+        store.purge_key_windows(at(55_000), 10).await.unwrap(),
         0,
         "still open"
     );
-    assert_eq!(store.purge_key_windows(at(200_000)).await.unwrap(), 1);
+    assert_eq!(store.purge_key_windows(at(200_000), 10).await.unwrap(), 1);
     let again = submit(store, windowed("u:1", trailing(), r#"{"n":7}"#), at(33_000)).await;
     assert!(
         matches!(&again, InsertOutcome::Debounced { id: got, .. } if *got == next),

@@ -86,7 +86,8 @@ pub(super) const QUERIES: Queries = Queries {
                   WHERE task_type = ? AND kind = ? AND window_key = ?",
     purge_windows: "DELETE FROM key_windows WHERE closes_at < ? \
                     AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.id = key_windows.task_id \
-                                    AND t.state IN ('blocked', 'pending', 'claimed'))",
+                                    AND t.state IN ('blocked', 'pending', 'claimed')) \
+                    ORDER BY closes_at LIMIT ?",
     expirable: "SELECT id, task_type FROM tasks FORCE INDEX (tasks_expiring) \
                 WHERE expiring <= ? ORDER BY expiring LIMIT ? FOR UPDATE SKIP LOCKED",
     expire: "UPDATE tasks FORCE INDEX (PRIMARY) \
