@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use asyncd_client::{
-    Change, Client, Error, ErrorCode, Executor, HEADER_BATCH, Outcome, ResultStatus, SubmitResult,
-    Task, TaskContext, TaskQuery, TaskResult, TaskState, idempotency_key_from,
+    Change, Client, Error, ErrorCode, Executor, HEADER_BATCH, OnLimit, Outcome, ResultStatus,
+    SubmitResult, Task, TaskContext, TaskQuery, TaskResult, TaskState, idempotency_key_from,
 };
 use axum::body::Bytes;
 use axum::http::HeaderMap;
@@ -272,6 +272,64 @@ async fn a_task_not_begun_by_its_expiry_ends_expired_and_never_runs() {
         ..both
     };
     assert!(matches!(c.submit(&both).await, Err(Error::InvalidTask(_))));
+}
+
+/// A trailing debounce folds the submits of a key into one task, which runs once with
+/// the latest payload; a throttle refuses the second submit of its period.
+#[tokio::test]
+async fn debounced_submits_run_once_with_the_latest_payload_and_a_throttle_refuses() {
+    let rec = Recorder::default();
+    let dev = Dev::start(recording_executor(&rec), &[Job::new("rust_ok")]).await;
+    let c = &dev.client;
+    c.pause_job("rust-ok-job").await.unwrap();
+    let debounced = |n: u32| {
+        Task::new("rust_ok", json!({"n": n}))
+            .idempotency_key(uniq("d"))
+            .debounce("user:7", Duration::from_millis(200), None)
+    };
+    let first = submit(&dev, debounced(1)).await;
+    assert!(!first.debounced);
+    for n in 2..=3 {
+        let folded = submit(&dev, debounced(n)).await;
+        assert_eq!(
+            (folded.id.as_str(), folded.debounced),
+            (first.id.as_str(), true)
+        );
+    }
+    c.resume_job("rust-ok-job").await.unwrap();
+    dev.wait_state(&first.id, TaskState::Succeeded).await;
+    let runs = rec.runs(&first.id);
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].payload, json!({"n": 3}), "the latest payload ran");
+
+    let throttled = || {
+        Task::new("rust_ok", Value::Null)
+            .idempotency_key(uniq("t"))
+            .delay(Duration::from_secs(3600))
+            .throttle("report:1", Duration::from_secs(60), OnLimit::Refuse)
+    };
+    let stored = submit(&dev, throttled()).await;
+    let err = api_error(
+        c.submit(&throttled()).await,
+        ErrorCode::Throttled,
+        409,
+        Some("throttle"),
+    );
+    assert_eq!(err.existing_id.as_deref(), Some(stored.id.as_str()));
+    let dropped = c
+        .submit(&Task {
+            throttle: Some(asyncd_client::Throttle {
+                on_limit: OnLimit::Drop,
+                ..throttled().throttle.unwrap()
+            }),
+            ..throttled()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        (dropped.id.as_str(), dropped.dropped),
+        (stored.id.as_str(), true)
+    );
 }
 
 #[tokio::test]
