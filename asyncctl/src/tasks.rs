@@ -3,7 +3,7 @@
 use std::io::Read;
 use std::time::Duration;
 
-use asyncd_client::{Change, Client, Task, TaskQuery, TaskState, TaskStatus};
+use asyncd_client::{Change, Client, OnLimit, Task, TaskQuery, TaskState, TaskStatus};
 use chrono::{DateTime, Utc};
 use clap::Args;
 use serde_json::Value;
@@ -31,6 +31,26 @@ pub struct SubmitArgs {
     /// [default: the job's startWithin, if any].
     #[arg(long, value_parser = crate::duration)]
     start_within: Option<Duration>,
+    /// Debounce on this key (trailing: one waiting task per key, with the latest payload,
+    /// due --period after the latest submit).
+    #[arg(long, value_name = "KEY", requires = "period", conflicts_with_all = ["throttle", "delay", "eta"])]
+    debounce: Option<String>,
+    /// At most one task of this key per --period.
+    #[arg(long, value_name = "KEY", requires = "period")]
+    throttle: Option<String>,
+    /// The debounce's or throttle's period (`30s`).
+    #[arg(long, value_parser = crate::duration)]
+    period: Option<Duration>,
+    /// A trailing debounce's cap: due at most this long after the burst's first submit.
+    #[arg(long, value_parser = crate::duration, requires = "debounce", conflicts_with = "leading")]
+    max_delay: Option<Duration>,
+    /// A leading debounce: run the first, drop the rest until --period of quiet.
+    #[arg(long, requires = "debounce")]
+    leading: bool,
+    /// A throttled submit over the limit is dropped (answered with the key's task)
+    /// rather than refused.
+    #[arg(long, requires = "throttle")]
+    drop: bool,
     /// 0 (default) to 9: a higher priority runs first among tasks due together.
     #[arg(long)]
     priority: Option<u8>,
@@ -128,14 +148,38 @@ pub async fn submit(client: &Client, out: Format, args: SubmitArgs) -> Result<()
     if let Some(within) = args.start_within {
         task = task.start_within(within);
     }
+    // clap requires --period with either.
+    let period = args.period.unwrap_or_default();
+    if let Some(key) = args.debounce {
+        task = match args.leading {
+            true => task.debounce_leading(key, period),
+            false => task.debounce(key, period, args.max_delay),
+        };
+    }
+    if let Some(key) = args.throttle {
+        let on_limit = if args.drop {
+            OnLimit::Drop
+        } else {
+            OnLimit::Refuse
+        };
+        task = task.throttle(key, period, on_limit);
+    }
     let result = client.submit(&task).await?;
     if !output::structured(out, &result)? {
-        let mut table = Table::new(&["ID", "ETA", "ROUTE", "DUPLICATE"]);
+        let mut table = Table::new(&["ID", "ETA", "ROUTE", "DUPLICATE", "FOLDED"]);
+        let folded = if result.debounced {
+            "debounced"
+        } else if result.dropped {
+            "dropped"
+        } else {
+            "-"
+        };
         table.row(vec![
             result.id.clone(),
             output::time(result.eta),
             result.route.as_str().into(),
             result.duplicate.to_string(),
+            folded.into(),
         ]);
         table.print();
     }

@@ -279,6 +279,30 @@ fn tasks_dead_letters_jobs_and_cron_through_the_cli() {
         "2030-01-01T00:00:00Z",
     ]);
     assert_eq!(code(&both), Some(2), "usage: {}", stderr(&both));
+    // A debounce folds the second submit into the first's task; a throttle refuses.
+    let debounce = ["submit", "work", "--debounce", "user:7", "--period", "1h"];
+    let first = dev.json(&debounce);
+    let second = dev.json(&debounce);
+    assert_eq!(
+        (&second["id"], &second["debounced"]),
+        (&first["id"], &json!(true)),
+        "{second}"
+    );
+    let throttle = [
+        "submit",
+        "work",
+        "--delay",
+        "1h",
+        "--throttle",
+        "r",
+        "--period",
+        "1h",
+    ];
+    dev.json(&throttle);
+    let refused = dev.ctl(&throttle);
+    assert_eq!(code(&refused), Some(5), "a conflict: {}", stderr(&refused));
+    let no_period = dev.ctl(&["submit", "work", "--debounce", "k"]);
+    assert_eq!(code(&no_period), Some(2), "usage: {}", stderr(&no_period));
     let cancelled = dev.json(&["cancel", &waiting]);
     assert_eq!(cancelled["state"], "cancelled");
     let late = dev.ctl(&["change", &waiting, "--now"]);
