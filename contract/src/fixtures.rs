@@ -105,7 +105,7 @@ fn errors() -> Vec<(ErrorCode, ErrorBody)> {
         with(
             ErrorCode::Throttled,
             &format!(
-                "throttle: task {ID} was stored under key \"user:7\" within the last 1m; \
+                "throttle: task {ID} was stored under this key within the throttle's period; \
                  the window closes at 2026-12-01T09:01:00.000Z"
             ),
             &|o| {

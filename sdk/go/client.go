@@ -169,6 +169,12 @@ type Task struct {
 	// job's spec.startWithin applies, if it has one.
 	ExpiresAt   time.Time
 	StartWithin time.Duration
+	// Debounce and Throttle (set at most one) combine the task with the job's other
+	// submits of the same key: see Debounce and Throttle. With neither, the job's
+	// spec.debounce or spec.throttle applies, if it has one. Not with DependsOn; a
+	// trailing Debounce not with Delay or ETA either.
+	Debounce *Debounce
+	Throttle *Throttle
 }
 
 // Retries returns a pointer to n, for Task.MaxRetries.
@@ -182,6 +188,14 @@ type SubmitResult struct {
 	Route string `json:"route"`
 	// Duplicate is true when the idempotency key was seen before; ID is the first task's.
 	Duplicate bool `json:"duplicate"`
+	// Debounced: a trailing Debounce folded the submit into its key's waiting task
+	// (answered 200): ID is that task's, ETA its new due time, and it now carries this
+	// submit's payload.
+	Debounced bool `json:"debounced,omitempty"`
+	// Dropped: a leading Debounce or a Throttle with OnLimitDrop held the submit back and
+	// stored nothing (answered 200): ID is the task the key last stored, ETA when its
+	// window closes.
+	Dropped bool `json:"dropped,omitempty"`
 }
 
 // BatchResult is one item of a SubmitBatch answer: either Err is set or the rest is.
@@ -273,6 +287,8 @@ type submitBody struct {
 	MaxRetries     *int            `json:"max_retries,omitempty"`
 	Timeout        string          `json:"timeout,omitempty"`
 	DependsOn      []string        `json:"depends_on,omitempty"`
+	Debounce       *debounceBody   `json:"debounce,omitempty"`
+	Throttle       *throttleBody   `json:"throttle,omitempty"`
 	SourceService  string          `json:"source_service,omitempty"`
 }
 
@@ -297,6 +313,9 @@ func (c *Client) body(t *Task) (*submitBody, error) {
 	}
 	if t.StartWithin < 0 {
 		return nil, fmt.Errorf("asyncd: negative StartWithin %v", t.StartWithin)
+	}
+	if t.Debounce != nil && t.Throttle != nil {
+		return nil, errors.New("asyncd: task has both a Debounce and a Throttle")
 	}
 	payload, err := marshalPayload(t.Payload)
 	if err != nil {
@@ -326,6 +345,12 @@ func (c *Client) body(t *Task) (*submitBody, error) {
 	}
 	if t.Timeout != 0 {
 		b.Timeout = formatDuration(t.Timeout)
+	}
+	if t.Debounce != nil {
+		b.Debounce = t.Debounce.body()
+	}
+	if t.Throttle != nil {
+		b.Throttle = t.Throttle.body()
 	}
 	return b, nil
 }

@@ -122,7 +122,19 @@ func TestContractRequestsEncodeAsTheServerReadsThem(t *testing.T) {
 }
 
 func TestContractAnswersDecode(t *testing.T) {
-	roundTrip(t, "submit_response", &SubmitResult{}, true)
+	var accepted SubmitResult
+	roundTrip(t, "submit_response", &accepted, true)
+	if accepted.Debounced || accepted.Dropped {
+		t.Fatalf("submit_response decodes as %+v", accepted)
+	}
+	// A submit a trailing debounce folded into its key's waiting task: debounced, and
+	// written back only when true (as the server does), so both fixtures round-trip.
+	var debounced SubmitResult
+	roundTrip(t, "submit_response_debounced", &debounced, true)
+	if !debounced.Debounced || debounced.Dropped || debounced.Duplicate || debounced.ID != "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b" ||
+		!debounced.ETA.Equal(time.Date(2026, 11, 30, 8, 0, 0, 123e6, time.UTC)) {
+		t.Fatalf("submit_response_debounced decodes as %+v", debounced)
+	}
 	roundTrip(t, "redrive_response", &RedriveResult{}, true)
 	roundTrip(t, "dead_letter_bulk_response", &BulkResult{}, true)
 	roundTrip(t, "executor_call", &envelope{}, true)
@@ -210,14 +222,25 @@ func TestContractErrorsDecode(t *testing.T) {
 		}
 		codes[got.Code] = true
 	}
-	if len(codes) != 19 {
-		t.Errorf("the contract has %d codes, this SDK 19", len(codes))
+	if len(codes) != 20 {
+		t.Errorf("the contract has %d codes, this SDK 20", len(codes))
 	}
 	for _, code := range []string{CodeMalformedJSON, CodeInvalidField, CodeUnknownTaskType, CodePayloadTooLarge,
 		CodeUnauthenticated, CodeForbidden, CodeNotFound, CodeUniqueConflict, CodeIdempotencyMismatch, CodeNotCancellable, CodeStaleLease,
-		CodeNotDead, CodeTaskStarted, CodeTaskCancelled, CodeStoreUnavailable, CodeKafkaUnavailable, CodeAuthUnavailable, CodeClockSkew, CodeSigningUnavailable} {
+		CodeNotDead, CodeTaskStarted, CodeThrottled, CodeTaskCancelled, CodeStoreUnavailable, CodeKafkaUnavailable, CodeAuthUnavailable, CodeClockSkew, CodeSigningUnavailable} {
 		if !codes[code] {
 			t.Errorf("no contract fixture for %s", code)
+		}
+	}
+	// The throttled refusal is ErrThrottled, naming the key's task and the field.
+	for _, c := range cases {
+		got := parseAPIError(c.Status, c.Body)
+		if got.Code != CodeThrottled {
+			continue
+		}
+		if !errors.Is(got, ErrThrottled) || errors.Is(got, ErrUniqueConflict) || got.Status != http.StatusConflict ||
+			got.ExistingID != "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b" || got.Field != "throttle" || got.Retryable() {
+			t.Errorf("the throttled fixture decodes as %+v", got)
 		}
 	}
 }

@@ -34,6 +34,10 @@ const (
 	// CodeTaskStarted (409): a change (Client.Change) of a task that is no longer
 	// waiting to begin; State says whether it is running or ended.
 	CodeTaskStarted = "task_started"
+	// CodeThrottled (409): a submit under a Throttle with OnLimitRefuse while its key's
+	// window is open; ExistingID names the task the key last stored, Field is
+	// "throttle". Nothing was stored.
+	CodeThrottled = "throttled"
 	// CodeTaskCancelled (410): a heartbeat or result of an attempt whose task was
 	// cancelled while it ran; the executor helpers cancel the handler's context.
 	CodeTaskCancelled = "task_cancelled"
@@ -64,7 +68,7 @@ type APIError struct {
 	Message string
 	Field   string // the field at fault, when there is one
 	// ExistingID names the task holding the key (unique_conflict,
-	// idempotency_mismatch).
+	// idempotency_mismatch, throttled).
 	ExistingID string
 	// State names the task's current state (not_cancellable, not_dead, task_started).
 	State string
@@ -201,6 +205,10 @@ var (
 	ErrNotDead             = &APIError{Code: CodeNotDead}
 	// ErrTaskStarted: the task began (or ended) before the change; nothing changed.
 	ErrTaskStarted = &APIError{Code: CodeTaskStarted}
+	// ErrThrottled: a Throttle's key stored a task within its period; nothing was
+	// stored, ExistingID names that task. Not retryable as is: the same submit is
+	// refused until the window closes.
+	ErrThrottled = &APIError{Code: CodeThrottled}
 	// ErrTaskCancelled: the task was cancelled while this attempt ran; stop.
 	ErrTaskCancelled = &APIError{Code: CodeTaskCancelled}
 	// ErrStoreUnavailable, ErrKafkaUnavailable, ErrAuthUnavailable: 503s; retry

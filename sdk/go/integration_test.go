@@ -165,6 +165,10 @@ func startDev() (*devEnv, error) {
 		e.job("go_kafka", ""),
 		// Paused by TestIntegrationExpiry while its tasks expire.
 		e.job("go_expiry", ""),
+		// Paused by TestIntegrationDebounceTrailing while its submits are folded.
+		e.job("go_debounce", ""),
+		// Throttled and leading-debounced submits (window_integration_test.go).
+		e.job("go_window", ""),
 		cron,
 	} {
 		doc, err := j.YAML()
@@ -247,6 +251,12 @@ func (e *devEnv) registerExecutors() {
 		}
 		return nil
 	})
+	for _, taskType := range []string{"go_debounce", "go_window"} {
+		c.RegisterExecutor(taskType, func(ctx context.Context, payload string) error {
+			rec.add(ctx, payload)
+			return nil
+		})
+	}
 	c.RegisterExecutor("go_cron", func(ctx context.Context, payload string) error {
 		rec.add(ctx, payload)
 		return nil

@@ -31,6 +31,7 @@ var sentinels = map[string]error{
 	"stale_lease":          asyncd.ErrStaleLease,
 	"not_dead":             asyncd.ErrNotDead,
 	"task_started":         asyncd.ErrTaskStarted,
+	"throttled":            asyncd.ErrThrottled,
 	"task_cancelled":       asyncd.ErrTaskCancelled,
 	"store_unavailable":    asyncd.ErrStoreUnavailable,
 	"kafka_unavailable":    asyncd.ErrKafkaUnavailable,

@@ -69,6 +69,13 @@ def test_answers_decode():
     sub = fixture("submit_response")
     res = asyncd.SubmitResult.from_json(sub)
     assert (res.id, res.eta, res.route, res.duplicate) == (sub["id"], parse_time(sub["eta"]), sub["route"], sub["duplicate"])
+    assert (res.debounced, res.dropped) == (False, False)
+    # A submit a trailing debounce folded into its key's waiting task.
+    deb = fixture("submit_response_debounced")
+    res = asyncd.SubmitResult.from_json(deb)
+    assert deb["debounced"] is True and "dropped" not in deb
+    assert (res.id, res.eta, res.route, res.duplicate, res.debounced, res.dropped) == (
+        deb["id"], parse_time(deb["eta"]), deb["route"], False, True, False)
 
     for d in [fixture("task_status"), *fixture("dead_letters_response")["items"]]:
         st = asyncd.TaskStatus.from_json(d)
@@ -95,8 +102,16 @@ def test_errors_decode():
             case["status"], err["code"], err["message"], err.get("field"), err.get("existing_id"), err.get("state"),
         )
         assert isinstance(e, asyncd.APIError)
+        # Every code the contract sends has its own class.
+        assert type(e) is not asyncd.APIError, err["code"]
         codes.add(e.code)
     assert len(codes) == len(fixture("errors"))
+    throttled = [error_from_body(c["status"], c["body"]) for c in fixture("errors")
+                 if c["body"]["error"]["code"] == "throttled"]
+    assert len(throttled) == 1
+    e = throttled[0]
+    assert type(e) is asyncd.Throttled and isinstance(e, asyncd.Conflict)
+    assert (e.status, e.field, e.existing_id, e.retryable) == (409, "throttle", "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", False)
 
 
 def test_executor_call_is_read_into_the_context():

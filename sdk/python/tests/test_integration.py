@@ -12,7 +12,7 @@ import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Dict, Iterator, List, Union
+from typing import Any, Dict, Iterator, List, Optional, Union
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
@@ -101,6 +101,16 @@ def register(env: Env) -> None:
         if env.record(payload, ctx).attempt == 1 and payload == "retry":
             raise asyncd.Retry(after=timedelta(seconds=30))
 
+    # py_debounce is paused by test_debounce_trailing while its submits are folded;
+    # py_window takes the throttled and leading-debounced submits.
+    @c.executor("py_debounce")
+    def debounced(payload: Any, ctx: asyncd.TaskContext) -> None:
+        env.record(payload, ctx)
+
+    @c.executor("py_window")
+    def windowed(payload: Any, ctx: asyncd.TaskContext) -> None:
+        env.record(payload, ctx)
+
     @c.executor("py_async")
     async def async_ok(payload: Any, ctx: asyncd.TaskContext) -> Dict[str, Any]:
         env.record(payload, ctx)
@@ -147,7 +157,7 @@ def register(env: Env) -> None:
 
 
 TYPES = ["py_ok", "py_async", "py_permanent", "py_flaky", "py_retry_after", "py_always_fails", "py_long", "py_unique",
-         "py_cancel", "py_kafka", "py_cron", "py_expiry"]
+         "py_cancel", "py_kafka", "py_cron", "py_expiry", "py_debounce", "py_window"]
 
 
 @pytest.fixture(scope="module")
@@ -522,6 +532,142 @@ def test_expiry_refusals(dev_env):
         with pytest.raises(asyncd.InvalidField) as err:
             c.submit("py_ok", idempotency_key=key(), **kwargs)
         assert (err.value.status, err.value.field) == (400, "expires_at")
+
+
+def tasks_of(env: Env, task_type: str, since: Optional[datetime] = None) -> List[asyncd.TaskStatus]:
+    """The tasks of ``task_type`` (created after ``since``), newest first."""
+    page = env.client.search(type=task_type, created_after=since, limit=1000)
+    assert page.next_cursor is None, f"more than 1000 {task_type} tasks"
+    return page.items
+
+
+def assert_eta_near(eta: datetime, before: datetime, after: datetime, span: timedelta) -> None:
+    """A due time the server set to its clock at the submit plus ``span``: the submit
+    happened between ``before`` and ``after`` on this machine's clock, and the API keeps
+    milliseconds."""
+    lo = before.replace(microsecond=before.microsecond // 1000 * 1000) + span
+    assert lo <= eta <= after + span, (eta, lo, after + span)
+
+
+def test_debounce_trailing(dev_env):
+    """Trailing debounce, end to end. With the job paused nothing can begin, so every
+    submit of the key lands while its task waits: the first stores the task (not
+    debounced), the next two are folded into it (``debounced``, the same id, the due time
+    moved to the period after each), and the task holds the last payload. Once the job
+    resumes the executor runs that one task exactly once, with the last payload; no other
+    task was stored for the three submits."""
+    env = need(dev_env)
+    c = env.client
+    job = "py-debounce-job"
+    assert c.pause_job(job).paused
+    resumed = False
+    try:
+        since = datetime.now(timezone.utc) - timedelta(milliseconds=1)
+        period = timedelta(milliseconds=500)
+        deb = asyncd.Debounce(key("user"), period, max_delay=timedelta(minutes=1))
+        payloads = [{"user_id": 7, "edit": e} for e in ("first", "second", "third")]
+        results = []
+        for i, p in enumerate(payloads):
+            before = datetime.now(timezone.utc)
+            res = c.submit("py_debounce", p, idempotency_key=key(), debounce=deb)
+            assert_eta_near(res.eta, before, datetime.now(timezone.utc), period)
+            assert (res.debounced, res.dropped, res.duplicate) == (i > 0, False, False), (i, res)
+            results.append(res)
+        first, last = results[0], results[-1]
+        assert {r.id for r in results} == {first.id}, results
+
+        # Still waiting: one task for the three submits, carrying the last payload, due
+        # when the last answer said.
+        got = c.get(first.id)
+        assert got.state in (asyncd.PENDING, asyncd.CLAIMED), got
+        assert (got.payload, got.eta) == (payloads[-1], last.eta), got
+        assert [t.id for t in tasks_of(env, "py_debounce", since)] == [first.id]
+
+        c.resume_job(job)
+        resumed = True
+    finally:
+        if not resumed:
+            c.resume_job(job)
+    done = env.wait_state(first.id, asyncd.SUCCEEDED)
+    assert done.attempt == 1, done
+    assert [r.payload for r in env.runs_of(first.id)] == [payloads[-1]], "run exactly once, with the last payload"
+    assert [t.id for t in tasks_of(env, "py_debounce", since)] == [first.id]
+
+
+def test_debounce_leading(dev_env):
+    """Leading debounce: the first submit of a key is stored and runs as submitted; one
+    within the period of it stores nothing and answers ``dropped`` with the stored
+    task's id and the end of the quiet period it extended."""
+    env = need(dev_env)
+    c = env.client
+    deb = asyncd.Debounce(key("user"), timedelta(minutes=1), mode=asyncd.LEADING)
+    first = c.submit("py_window", "leading-first", idempotency_key=key(), debounce=deb)
+    assert not first.dropped and not first.debounced, first
+    k = key()
+    before = datetime.now(timezone.utc)
+    again = c.submit("py_window", "leading-second", idempotency_key=k, debounce=deb)
+    assert (again.dropped, again.debounced, again.duplicate, again.id) == (True, False, False, first.id), again
+    assert_eta_near(again.eta, before, datetime.now(timezone.utc), timedelta(minutes=1))
+    assert k not in {t.idempotency_key for t in tasks_of(env, "py_window")}
+    env.wait_state(first.id, asyncd.SUCCEEDED)
+    assert [r.payload for r in env.runs_of(first.id)] == ["leading-first"]
+
+
+def test_throttle(dev_env):
+    """Throttle: within the period of the key's stored task, a submit with
+    ``on_limit=REFUSE`` raises :class:`asyncd.Throttled` (409, field throttle) whose
+    ``existing_id`` is that task; with ``on_limit=DROP`` it answers ``dropped`` with that
+    task's id and the window's end. Neither stores anything; the stored tasks run with
+    their own payloads."""
+    env = need(dev_env)
+    c = env.client
+    refuse = asyncd.Throttle(key("user"), timedelta(minutes=1))
+    first = c.submit("py_window", "throttle-first", idempotency_key=key(), throttle=refuse)
+    assert not first.dropped and not first.debounced, first
+    refused_key = key()
+    with pytest.raises(asyncd.Throttled) as info:
+        c.submit("py_window", "throttle-second", idempotency_key=refused_key, throttle=refuse)
+    e = info.value
+    assert (e.status, e.code, e.field, e.existing_id, e.retryable) == (409, "throttled", "throttle", first.id, False)
+
+    drop = asyncd.Throttle(key("user"), 60, on_limit=asyncd.DROP)
+    before = datetime.now(timezone.utc)
+    kept = c.submit("py_window", "throttle-kept", idempotency_key=key(), throttle=drop)
+    after = datetime.now(timezone.utc)
+    assert not kept.dropped and not kept.debounced, kept
+    dropped_key = key()
+    dropped = c.submit("py_window", "throttle-dropped", idempotency_key=dropped_key, throttle=drop)
+    assert (dropped.dropped, dropped.debounced, dropped.duplicate, dropped.id) == (True, False, False, kept.id), dropped
+    # A throttle's window is counted from the submit that stored the task.
+    assert_eta_near(dropped.eta, before, after, timedelta(minutes=1))
+    stored = {t.idempotency_key for t in tasks_of(env, "py_window")}
+    assert refused_key not in stored and dropped_key not in stored
+
+    for task_id, payload in ((first.id, "throttle-first"), (kept.id, "throttle-kept")):
+        env.wait_state(task_id, asyncd.SUCCEEDED)
+        assert [r.payload for r in env.runs_of(task_id)] == [payload]
+
+
+def test_debounce_refusals(dev_env):
+    """A debounce with a throttle never reaches the server (whose own refusal would be an
+    ``InvalidField`` naming throttle): nothing is stored under the key. The values are the
+    server's to refuse, each naming its field: a trailing debounce with a delay, a
+    debounce waiting on another task, a cap below the period."""
+    env = need(dev_env)
+    c = env.client
+    k = key("both")
+    with pytest.raises(ValueError, match="not both") as info:
+        c.submit("py_window", idempotency_key=k, debounce=asyncd.Debounce("u", 1), throttle=asyncd.Throttle("u", 1))
+    assert not isinstance(info.value, asyncd.APIError)
+    assert k not in {t.idempotency_key for t in tasks_of(env, "py_window")}
+
+    trailing = asyncd.Debounce(key("user"), 1)
+    for kwargs, field in (({"debounce": trailing, "delay": 60}, "delay"),
+                          ({"debounce": trailing, "depends_on": [UNKNOWN_ID]}, "depends_on"),
+                          ({"debounce": asyncd.Debounce(key("user"), 60, max_delay=1)}, "debounce.max_delay")):
+        with pytest.raises(asyncd.InvalidField) as err:
+            c.submit("py_window", idempotency_key=key(), **kwargs)
+        assert (err.value.status, err.value.field) == (400, field), kwargs
 
 
 def test_submit_batch(dev_env):

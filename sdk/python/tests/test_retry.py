@@ -21,6 +21,7 @@ CLASSES = {
     "not_found": asyncd.NotFound, "unique_conflict": asyncd.UniqueConflict,
     "idempotency_mismatch": asyncd.IdempotencyMismatch, "not_cancellable": asyncd.NotCancellable,
     "stale_lease": asyncd.StaleLease, "not_dead": asyncd.NotDead, "task_started": asyncd.TaskStarted,
+    "throttled": asyncd.Throttled,
     "task_cancelled": asyncd.TaskCancelled,
     "store_unavailable": asyncd.StoreUnavailable, "kafka_unavailable": asyncd.KafkaUnavailable,
     "auth_unavailable": asyncd.AuthUnavailable, "clock_skew": asyncd.ClockSkew,

@@ -10,7 +10,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, TypeVar, Union
+from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Type, TypeVar, Union
 
 from ._coalesce import DEFAULT_SUBMIT_CALLS, AsyncSubmitQueue, Outcome, SubmitQueue, failed_all
 from ._errors import APIError, MissingIdempotencyKey, error_from_body
@@ -30,10 +30,68 @@ TOKEN_FILE_REFRESH = 60.0
 
 SOURCE_SERVICE_HEADER = "Asyncd-Source-Service"
 
+# Debounce modes and what a throttled submit gets (:class:`Debounce`, :class:`Throttle`).
+TRAILING, LEADING = "trailing", "leading"
+REFUSE, DROP = "refuse", "drop"
+
 # Task states. EXPIRED: no attempt had begun by the task's ``expires_at``; it never
 # reached the executor.
 BLOCKED, PENDING, CLAIMED, RUNNING, SUCCEEDED, DEAD, CANCELLED, EXPIRED = (
     "blocked", "pending", "claimed", "running", "succeeded", "dead", "cancelled", "expired")
+
+
+@dataclass(frozen=True)
+class Debounce:
+    """Combines a submit with its job's other submits of the same ``key`` (the
+    ``debounce=`` of a submit; docs/api.md, "Debounce and throttle").
+
+    ``mode=TRAILING`` (the default): the job keeps one waiting task per key. Each submit
+    replaces its payload and moves it to ``period`` after that submit, never later than
+    ``max_delay`` (optional, at least ``period``) after the burst's first submit. The
+    first submit is stored as usual; a later one is folded into the waiting task: its
+    :class:`SubmitResult` has ``debounced`` set, ``id`` the waiting task's and ``eta``
+    its new due time. A trailing debounce sets the due time itself, so the submit takes
+    no ``delay`` or ``eta`` (:class:`asyncd.InvalidField` naming it).
+
+    ``mode=LEADING``: a submit after ``period`` without one of its key is stored and runs
+    as submitted; one within ``period`` of the key's last submit stores nothing and
+    answers ``dropped``, ``id`` the task the key last stored, ``eta`` when the quiet
+    period ends (each dropped submit extends it).
+
+    ``key`` is 1 to 255 bytes; ``period`` and ``max_delay`` are timedelta, seconds or
+    "90s" (1ms to 400 days)."""
+
+    key: str
+    period: Duration
+    max_delay: Optional[Duration] = None
+    mode: str = TRAILING
+
+    def to_json(self) -> Dict[str, Any]:
+        body: Dict[str, Any] = {"key": self.key, "period": format_duration(self.period)}
+        if self.max_delay is not None:
+            body["max_delay"] = format_duration(self.max_delay)
+        body["mode"] = self.mode
+        return body
+
+
+@dataclass(frozen=True)
+class Throttle:
+    """Stores at most one task of the job's ``key`` per ``period``, counted from the
+    submit that stored it (the ``throttle=`` of a submit). A submit within that period
+    stores nothing: with ``on_limit=REFUSE`` (the default) it raises
+    :class:`asyncd.Throttled`, whose ``existing_id`` names the key's task; with
+    ``on_limit=DROP`` it returns a :class:`SubmitResult` with ``dropped`` set, ``id`` the
+    key's task and ``eta`` when the window closes.
+
+    ``key`` is 1 to 255 bytes; ``period`` is timedelta, seconds or "90s" (1ms to 400
+    days)."""
+
+    key: str
+    period: Duration
+    on_limit: str = REFUSE
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"key": self.key, "period": format_duration(self.period), "on_limit": self.on_limit}
 
 
 @dataclass
@@ -56,6 +114,11 @@ class Task:
     #: retries included, it ends :data:`EXPIRED` without reaching the executor.
     expires_at: Optional[datetime] = None
     start_within: Optional[Duration] = None
+    #: At most one of the two (a :class:`Debounce` or a :class:`Throttle`, or a mapping
+    #: of its fields): the task is combined with its job's other submits of the same key.
+    #: With neither, the job's ``spec.debounce`` or ``spec.throttle`` applies, if any.
+    debounce: Optional[Union[Debounce, Mapping[str, Any]]] = None
+    throttle: Optional[Union[Throttle, Mapping[str, Any]]] = None
 
 
 @dataclass(frozen=True)
@@ -65,10 +128,19 @@ class SubmitResult:
     route: str  # "store" or "kafka"
     #: True when the idempotency key was seen before; ``id`` is the first task's.
     duplicate: bool = False
+    #: A trailing :class:`Debounce` folded the submit into its key's waiting task
+    #: (answered 200): ``id`` is that task's, ``eta`` its new due time, and it now carries
+    #: this submit's payload.
+    debounced: bool = False
+    #: A leading :class:`Debounce` or a :class:`Throttle` with ``on_limit=DROP`` held the
+    #: submit back and stored nothing (answered 200): ``id`` is the task the key last
+    #: stored, ``eta`` when its window closes.
+    dropped: bool = False
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "SubmitResult":
-        return cls(id=d["id"], eta=parse_time(d["eta"]), route=d.get("route", ""), duplicate=bool(d.get("duplicate")))
+        return cls(id=d["id"], eta=parse_time(d["eta"]), route=d.get("route", ""), duplicate=bool(d.get("duplicate")),
+                   debounced=bool(d.get("debounced")), dropped=bool(d.get("dropped")))
 
 
 @dataclass(frozen=True)
@@ -269,6 +341,8 @@ class Client(Executor):
         tracestate: Optional[str] = None,
         expires_at: Optional[datetime] = None,
         start_within: Optional[Duration] = None,
+        debounce: Optional[Debounce] = None,
+        throttle: Optional[Throttle] = None,
     ) -> SubmitResult:
         """Enqueues a task. ``idempotency_key`` is required (a repeat returns the first
         task); :func:`asyncd.idempotency_key_from` derives one from payload fields.
@@ -280,9 +354,16 @@ class Client(Executor):
         by then, retries included, the task ends :data:`EXPIRED` without reaching the
         executor. With neither, the job's ``spec.startWithin`` applies, if it has one.
 
+        ``debounce`` (a :class:`Debounce`) or ``throttle`` (a :class:`Throttle`), not
+        both, combine the task with its job's other submits of the same key: the answer
+        may be ``debounced`` or ``dropped`` (see :class:`SubmitResult`), or
+        :class:`asyncd.Throttled` raised. With neither, the job's ``spec.debounce`` or
+        ``spec.throttle`` applies, if it has one. Not with ``depends_on``.
+
         Called from several threads at once, submits share calls (``submit_calls``)."""
         task = Task(task_type, payload, idempotency_key, delay, eta, priority, unique_key,
-                    max_retries, timeout, depends_on, expires_at=expires_at, start_within=start_within)
+                    max_retries, timeout, depends_on, expires_at=expires_at, start_within=start_within,
+                    debounce=debounce, throttle=throttle)
         trace = _trace_headers(traceparent, tracestate)
         if self._submits is None or trace:
             return SubmitResult.from_json(self._request("POST", "/v1/tasks", self._body(task), trace))
@@ -353,6 +434,8 @@ class Client(Executor):
             raise ValueError("a task takes a delay or an eta, not both")
         if t.expires_at is not None and t.start_within is not None:
             raise ValueError("a task takes an expires_at or a start_within, not both")
+        if t.debounce is not None and t.throttle is not None:
+            raise ValueError("a task takes a debounce or a throttle, not both")
         body: Dict[str, Any] = {"type": t.type, "payload": t.payload, "idempotency_key": t.idempotency_key}
         if t.delay is not None:
             body["delay"] = format_duration(t.delay)
@@ -372,6 +455,10 @@ class Client(Executor):
             body["timeout"] = format_duration(t.timeout)
         if t.depends_on:
             body["depends_on"] = list(t.depends_on)
+        if t.debounce is not None:
+            body["debounce"] = _window(t.debounce, Debounce).to_json()
+        if t.throttle is not None:
+            body["throttle"] = _window(t.throttle, Throttle).to_json()
         if self.service_name:
             body["source_service"] = self.service_name
         return body
@@ -525,6 +612,19 @@ class Client(Executor):
         if token:
             headers["Authorization"] = f"Bearer {token}"
         return http_json(method, self.endpoint + path, body, headers=headers or None, timeout=self.timeout)
+
+
+W = TypeVar("W", Debounce, Throttle)
+
+
+def _window(value: Any, cls: Type[W]) -> W:
+    """A :class:`Debounce` or :class:`Throttle` given as such or as a mapping of its
+    fields (a batch's dict tasks)."""
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, Mapping):
+        return cls(**value)
+    raise TypeError(f"{cls.__name__.lower()} must be an asyncd.{cls.__name__} or a mapping, not {type(value).__name__}")
 
 
 def _outcome(post_one: Callable[[bytes], SubmitResult], raw: bytes) -> Outcome:

@@ -173,6 +173,15 @@ class TaskStarted(Conflict):
     code_name = "task_started"
 
 
+class Throttled(Conflict):
+    """A submit under a :class:`asyncd.Throttle` with ``on_limit=REFUSE`` while its key's
+    window is open: ``existing_id`` names the task the key last stored, ``field`` is
+    ``"throttle"``. Nothing was stored; the same submit is refused until the window
+    closes (not retryable)."""
+
+    code_name = "throttled"
+
+
 class TaskCancelled(APIError):
     """410: a heartbeat or result of an attempt whose task was cancelled while it ran.
     The executor helpers cancel the handler; nothing it sends is recorded."""
@@ -220,7 +229,7 @@ _BY_CODE: Dict[str, Type[APIError]] = {
     cls.code_name: cls
     for cls in (MalformedJSON, InvalidField, UnknownTaskType, PayloadTooLarge, NotFound,
                 Unauthenticated, Forbidden, UniqueConflict, IdempotencyMismatch, NotCancellable,
-                StaleLease, NotDead, TaskStarted, TaskCancelled, StoreUnavailable, KafkaUnavailable, AuthUnavailable, ClockSkew,
+                StaleLease, NotDead, TaskStarted, Throttled, TaskCancelled, StoreUnavailable, KafkaUnavailable, AuthUnavailable, ClockSkew,
                 SigningUnavailable)
 }
 
