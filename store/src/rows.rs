@@ -320,19 +320,62 @@ pub struct BatchStarted {
 }
 
 /// The attempts of a batch `start` that began, in the order `claims` asked for them, as
-/// the backends that begin one claim at a time answer.
+/// the backends that begin one claim at a time answer. Each is matched to its claim by id
+/// *and* token (a start moves the token on by one): a dispatcher may hold two claims of
+/// one task — one given up by a change (`PATCH`, a debounce) and the task's claim since,
+/// with the new payload — and only the live one began; the other must not be run.
 pub fn started_in_order(
     claims: &[(String, i64)],
     rows: Vec<BatchStarted>,
 ) -> Result<Vec<super::Started>> {
-    let mut started: std::collections::HashMap<String, super::Started> = rows
+    let mut started: std::collections::HashMap<(String, i64), super::Started> = rows
         .into_iter()
-        .map(|row| Ok((row.id.clone(), row.started.into_started(row.id)?)))
+        .map(|row| {
+            let claimed_with = row.started.lease_token - 1;
+            Ok((
+                (row.id.clone(), claimed_with),
+                row.started.into_started(row.id)?,
+            ))
+        })
         .collect::<Result<_>>()?;
     Ok(claims
         .iter()
-        .filter_map(|(id, _)| started.remove(id))
+        .filter_map(|(id, token)| started.remove(&(id.clone(), *token)))
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn began(id: &str, attempt: i64, token: i64) -> BatchStarted {
+        BatchStarted {
+            id: id.into(),
+            started: StartedRow {
+                attempt: Int(attempt),
+                lease_token: token,
+            },
+        }
+    }
+
+    #[test]
+    fn a_started_attempt_goes_to_the_claim_it_began_not_a_stale_one_of_the_task() {
+        let claims = [
+            ("a".to_string(), 3),
+            ("a".to_string(), 5),
+            ("b".to_string(), 1),
+        ];
+        let started = started_in_order(&claims, vec![began("b", 1, 2), began("a", 1, 6)]).unwrap();
+        let got: Vec<(&str, i64)> = started
+            .iter()
+            .map(|s| (s.id.as_str(), s.lease_token))
+            .collect();
+        assert_eq!(
+            got,
+            [("a", 6), ("b", 2)],
+            "claim (a, 3) was given up: no attempt"
+        );
+    }
 }
 
 /// An attempt that began: the new attempt number and token.

@@ -165,8 +165,13 @@ impl Attempts {
                 .holdings()
                 .began(&task.task_type, started.len(), Instant::now());
         }
-        let mut started: HashMap<String, _> =
-            started.into_iter().map(|s| (s.id.clone(), s)).collect();
+        let mut started: HashMap<(String, i64), _> =
+            // By id and the claim's token (a start moves it on by one): a batch may hold a
+            // claim a change gave up beside the task's live one, and only that one began.
+            started
+                .into_iter()
+                .map(|s| ((s.id.clone(), s.lease_token - 1), s))
+                .collect();
         let mut unstarted = Vec::new();
         let mut attempts = Vec::with_capacity(batch.len());
         for (task, permit) in batch {
@@ -174,7 +179,7 @@ impl Attempts {
             // back to the store, where it waits for the resume), cancelled meanwhile, or the
             // claim lapsed and went to someone else (then the release, fenced by the token,
             // changes nothing).
-            match started.remove(&task.id) {
+            match started.remove(&(task.id.clone(), task.lease_token)) {
                 Some(attempt) => attempts.push((task, attempt, permit)),
                 None => unstarted.push(task),
             }

@@ -58,6 +58,40 @@ async fn a_trailing_debounce_runs_once_with_the_latest_payload() {
     assert_ne!(next["id"].as_str(), Some(id.as_str()));
 }
 
+/// A debounce due within the dispatcher's look-ahead: each submit's task is claimed
+/// into the heap at once, and each fold gives that claim up, so the heap holds stale
+/// claims of the task beside its live one. Only the live one, with the latest payload,
+/// may run (a stale claim's payload ran once, when a start was matched by id alone).
+#[tokio::test]
+async fn a_debounce_within_the_look_ahead_runs_the_latest_payload_not_a_stale_claim() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let asyncd = InProcess::start(&one_job(&executor, "")).await;
+    let mut id = String::new();
+    for n in 1..=3 {
+        let (status, answer) = asyncd
+            .post(
+                "/v1/tasks",
+                json!({"type": "work", "payload": {"n": n},
+                       "debounce": {"key": "k", "period": "1s"}}),
+            )
+            .await;
+        assert!(status == 201 || status == 200, "{answer}");
+        id = answer["id"].as_str().unwrap().to_string();
+        // The claimer takes the task (again) into its heap before the next submit.
+        wait_for("the task claimed", DEADLINE, async || {
+            (asyncd.task(&id).await["state"] == "claimed").then_some(())
+        })
+        .await;
+    }
+    asyncd
+        .clock
+        .set_millis(asyncd_store::Millis::new(T0 + 1_000));
+    asyncd.wait_state(&id, "succeeded").await;
+    let calls = executor.calls();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0].body["payload"], json!({"n": 3}));
+}
+
 #[tokio::test]
 async fn a_throttle_refuses_or_drops_and_a_leading_debounce_drops() {
     let executor = Executor::start(|_| Answer::ok()).await;
