@@ -11,9 +11,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::CronSchedule;
 
+mod retention;
 mod validate;
 pub mod window;
 
+pub use retention::{Retention, RetentionSpec};
 pub use window::{DebounceSpec, JobWindow, ThrottleSpec};
 
 pub const API_VERSION: &str = "asyncd.example.io/v1";
@@ -186,56 +188,6 @@ impl RateLimit {
     /// takes, and low enough that the store's token arithmetic (thousandths of a token
     /// in 64 bits) cannot overflow.
     pub const MAX: u32 = 1_000_000;
-}
-
-/// How long a finished task stays in the store, by how it finished, counted from when
-/// it finished. While it stays, `GET /v1/tasks/{id}` finds it and its idempotency key
-/// still answers with it; after, both are gone.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RetentionSpec {
-    /// Succeeded tasks (default 24h).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub succeeded: Option<String>,
-    /// Cancelled tasks (default 24h).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cancelled: Option<String>,
-    /// Dead letters (default 7d).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dead: Option<String>,
-    /// Expired tasks (default 24h).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expired: Option<String>,
-    /// How long a succeeded task keeps holding its unique key, so a late submit with the
-    /// key is still refused as a duplicate (default 0s: the key is free once the task
-    /// finished). At most `succeeded`: the key is kept in the task's row. A cancelled or
-    /// dead task frees its key at once, for a new submit or its redrive.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub unique_keys: Option<String>,
-}
-
-/// A validated [`RetentionSpec`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Retention {
-    pub succeeded: Duration,
-    pub cancelled: Duration,
-    pub dead: Duration,
-    pub expired: Duration,
-    /// See [`RetentionSpec::unique_keys`].
-    pub unique_keys: Duration,
-}
-
-impl Retention {
-    pub const DEFAULT: Retention = Retention {
-        succeeded: Duration::from_secs(24 * 3600),
-        cancelled: Duration::from_secs(24 * 3600),
-        dead: Duration::from_secs(7 * 24 * 3600),
-        expired: Duration::from_secs(24 * 3600),
-        unique_keys: Duration::ZERO,
-    };
-    /// The longest retention accepted: ten years.
-    pub const MAX: Duration = Duration::from_secs(3650 * 24 * 3600);
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

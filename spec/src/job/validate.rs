@@ -144,7 +144,7 @@ impl JobSpec {
                 "must not be below minReplicas",
             ));
         }
-        let retention = validate_retention(self.retention.as_ref())?;
+        let retention = retention::validate_retention(self.retention.as_ref())?;
         let window = window::validate_window(self.debounce.as_ref(), self.throttle.as_ref())?;
         let start_within = self
             .start_within
@@ -308,42 +308,6 @@ fn validate_concurrency_key(spec: &ConcurrencyKeySpec) -> Result<ConcurrencyKey,
     Ok(ConcurrencyKey {
         template: spec.key.clone(),
         limit: spec.limit,
-    })
-}
-
-fn validate_retention(spec: Option<&RetentionSpec>) -> Result<Retention, SpecError> {
-    let spec = spec.cloned().unwrap_or_default();
-    let d = Retention::DEFAULT;
-    let each = |field: &str, value: &Option<String>, default: Duration| {
-        let kept = value
-            .as_deref()
-            .map(parse_duration)
-            .transpose()
-            .map_err(|message| SpecError::new(field, message))?
-            .unwrap_or(default);
-        if kept > Retention::MAX {
-            return Err(SpecError::new(field, "must be at most 3650d"));
-        }
-        Ok(kept)
-    };
-    let succeeded = each("spec.retention.succeeded", &spec.succeeded, d.succeeded)?;
-    let unique_keys = each(
-        "spec.retention.uniqueKeys",
-        &spec.unique_keys,
-        d.unique_keys,
-    )?;
-    if unique_keys > succeeded {
-        return Err(SpecError::new(
-            "spec.retention.uniqueKeys",
-            "must be at most spec.retention.succeeded: the key is kept in the task's row",
-        ));
-    }
-    Ok(Retention {
-        succeeded,
-        cancelled: each("spec.retention.cancelled", &spec.cancelled, d.cancelled)?,
-        dead: each("spec.retention.dead", &spec.dead, d.dead)?,
-        expired: each("spec.retention.expired", &spec.expired, d.expired)?,
-        unique_keys,
     })
 }
 
