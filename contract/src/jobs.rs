@@ -97,11 +97,19 @@ pub struct CronOverview {
 }
 
 /// What a cron entry does when a firing comes while the previous one has not finished.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub enum CronOverlap {
-    /// The firing runs anyway.
+    /// The firing runs anyway (also spelled `AllowAll`).
+    #[default]
+    #[serde(alias = "AllowAll")]
     Allow,
     /// The firing is skipped.
     Skip,
+    /// The firing waits until the previous one finishes, then runs; at most one waits
+    /// (a further firing meanwhile is skipped).
+    BufferOne,
+    /// The previous firing is cancelled (a running attempt's outcome is then ignored)
+    /// and the new one runs.
+    CancelOther,
 }

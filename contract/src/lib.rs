@@ -15,6 +15,7 @@ mod executor;
 pub mod fixtures;
 pub mod headers;
 mod jobs;
+mod schedule;
 #[cfg(feature = "openapi")]
 pub mod openapi;
 mod signature;
@@ -32,6 +33,10 @@ pub use executor::{
 pub use jobs::{
     CRON_FIRINGS, CronOverlap, CronOverview, FinishedCounts, JobList, JobOverview, JobStats,
     MAX_JOB_COUNT,
+};
+pub use schedule::{
+    BackfillRequest, BackfillResult, MAX_BACKFILL, MAX_SCHEDULE_NAME, MAX_SCHEDULE_PAGE, Schedule,
+    ScheduleCreate, SchedulePage, SchedulePatch, ScheduleSource, ScheduleSpec,
 };
 pub use signature::{
     SIGNATURE_SCHEME, SIGNATURE_TOLERANCE, SignatureError, SignedCall, sign, verify_signature,

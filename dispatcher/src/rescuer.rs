@@ -325,6 +325,52 @@ mod tests {
         ) -> store::Result<store::DueStarted> {
             self.inner.start_due(p, gate).await
         }
+        async fn create_schedule(
+            &self,
+            put: store::PutSchedule<'_>,
+        ) -> store::Result<Option<store::ScheduleRecord>> {
+            self.inner.create_schedule(put).await
+        }
+        async fn update_schedule(
+            &self,
+            put: store::PutSchedule<'_>,
+            version: Option<i64>,
+        ) -> store::Result<Option<store::ScheduleRecord>> {
+            self.inner.update_schedule(put, version).await
+        }
+        async fn get_schedule(
+            &self,
+            task_type: &str,
+            name: &str,
+        ) -> store::Result<Option<store::ScheduleRecord>> {
+            self.inner.get_schedule(task_type, name).await
+        }
+        async fn list_schedules(
+            &self,
+            task_type: &str,
+            after: Option<&str>,
+            limit: u32,
+        ) -> store::Result<Vec<store::ScheduleRecord>> {
+            self.inner.list_schedules(task_type, after, limit).await
+        }
+        async fn delete_schedule(&self, task_type: &str, name: &str) -> store::Result<bool> {
+            self.inner.delete_schedule(task_type, name).await
+        }
+        async fn sync_config_schedules(
+            &self,
+            task_type: &str,
+            entries: &[store::ConfigSchedule],
+            now: Millis,
+        ) -> store::Result<()> {
+            self.inner.sync_config_schedules(task_type, entries, now).await
+        }
+        async fn fire_schedules(
+            &self,
+            params: store::FireParams,
+            planner: store::Planner<'_>,
+        ) -> store::Result<store::FirePass> {
+            self.inner.fire_schedules(params, planner).await
+        }
         async fn finish(&self, f: &[Finish], now: Millis) -> store::Result<Vec<bool>> {
             self.inner.finish(f, now).await
         }

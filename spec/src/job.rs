@@ -431,8 +431,9 @@ pub struct CronSpec {
     #[serde(default)]
     #[cfg_attr(feature = "kube", schemars(range(max = 9)))]
     pub priority: u8,
-    /// `Allow` (default): a firing runs even while the previous one has not finished.
-    /// `Skip`: a firing is skipped while the previous one has not finished.
+    /// While the previous firing has not finished, a firing runs anyway (`Allow`, the
+    /// default), is skipped (`Skip`), waits for it (`BufferOne`: at most one waits), or
+    /// cancels it (`CancelOther`).
     #[serde(default)]
     pub overlap: Overlap,
     /// How far back firings missed while no scheduler could write them (an outage)
@@ -446,14 +447,9 @@ pub struct CronSpec {
     pub paused: bool,
 }
 
-/// What a cron entry does when a firing comes while the previous one has not finished.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
-pub enum Overlap {
-    #[default]
-    Allow,
-    Skip,
-}
+/// What a cron entry or a schedule does when a firing comes while the previous one has
+/// not finished: the wire's enum, so the config and the API spell it alike.
+pub use asyncd_contract::CronOverlap as Overlap;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
@@ -496,7 +492,7 @@ pub struct SpecError {
 }
 
 impl SpecError {
-    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             field: field.into(),
             message: message.into(),

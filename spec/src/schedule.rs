@@ -12,6 +12,8 @@
 //!   (the earlier UTC instant); the second pass through the same wall-clock times fires
 //!   nothing.
 
+pub mod rule;
+
 use chrono::{DateTime, TimeZone, Utc};
 use chrono_tz::Tz;
 use croner::Cron;

@@ -313,6 +313,61 @@ impl Store for Bounded {
         )
         .await
     }
+    async fn create_schedule(&self, put: PutSchedule<'_>) -> Result<Option<ScheduleRecord>> {
+        self.within("create_schedule", self.inner.create_schedule(put))
+            .await
+    }
+
+    async fn update_schedule(
+        &self,
+        put: PutSchedule<'_>,
+        version: Option<i64>,
+    ) -> Result<Option<ScheduleRecord>> {
+        self.within("update_schedule", self.inner.update_schedule(put, version))
+            .await
+    }
+
+    async fn get_schedule(&self, task_type: &str, name: &str) -> Result<Option<ScheduleRecord>> {
+        self.within("get_schedule", self.inner.get_schedule(task_type, name))
+            .await
+    }
+
+    async fn list_schedules(
+        &self,
+        task_type: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<ScheduleRecord>> {
+        self.within(
+            "list_schedules",
+            self.inner.list_schedules(task_type, after, limit),
+        )
+        .await
+    }
+
+    async fn delete_schedule(&self, task_type: &str, name: &str) -> Result<bool> {
+        self.within("delete_schedule", self.inner.delete_schedule(task_type, name))
+            .await
+    }
+
+    async fn sync_config_schedules(
+        &self,
+        task_type: &str,
+        entries: &[ConfigSchedule],
+        now: Millis,
+    ) -> Result<()> {
+        self.within(
+            "sync_config_schedules",
+            self.inner.sync_config_schedules(task_type, entries, now),
+        )
+        .await
+    }
+
+    async fn fire_schedules(&self, params: FireParams, planner: Planner<'_>) -> Result<FirePass> {
+        self.within("fire_schedules", self.inner.fire_schedules(params, planner))
+            .await
+    }
+
 }
 
 #[cfg(test)]

@@ -71,6 +71,7 @@ mod params;
 pub mod postgres;
 mod redact;
 mod rows;
+pub mod schedule;
 mod shared;
 mod sql_store;
 pub mod sqlite;
@@ -107,6 +108,10 @@ pub use task::{
     WorkflowOutcome,
 };
 pub use window::{KeyWindow, WindowRule};
+pub use schedule::{
+    ConfigSchedule, FireParams, FirePass, FirePlan, Fired, FiringOutcome, PlannedFiring, Planner, PutSchedule,
+    ScheduleRecord, ScheduleSource,
+};
 
 /// Opens the store a URL names, each call bounded by `bound` ([`open_bounded`]), and
 /// applies pending migrations, waiting up to `wait` for a

@@ -155,6 +155,10 @@ pub struct Queries {
     pub purge_windows: &'static str,
     /// The state of task `id`, read to say why a transition did not apply.
     pub state: &'static str,
+    /// What ends a `SELECT` that locks the rows it reads and passes over those another
+    /// transaction holds (empty where one writer is all there is): a schedule firing
+    /// pass's.
+    pub lock_skipping: &'static str,
     /// Cancels task `id` at `now` (`now, id`) if it has not begun.
     pub cancel: &'static str,
     /// Changes task `id` if it has not begun (`trigger_at, payload, priority, now, id`,

@@ -88,6 +88,7 @@ where
     for<'r> JobCountsRow: FromRow<'r, DB::Row>,
     for<'r> DueBacklogRow: FromRow<'r, DB::Row>,
     for<'r> LapsedRow: FromRow<'r, DB::Row>,
+    for<'r> crate::tx::ScheduleRow: FromRow<'r, DB::Row>,
     for<'r> KafkaDeadLetterRow: FromRow<'r, DB::Row>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> (String, i64): FromRow<'r, DB::Row>,
@@ -577,6 +578,48 @@ where
             .into_iter()
             .map(|(task_type, at)| (task_type, Millis::new(at)))
             .collect())
+    }
+
+    async fn create_schedule(&self, put: PutSchedule<'_>) -> Result<Option<ScheduleRecord>> {
+        Tx::<B>::create_schedule(self.writer(), put).await
+    }
+
+    async fn update_schedule(
+        &self,
+        put: PutSchedule<'_>,
+        version: Option<i64>,
+    ) -> Result<Option<ScheduleRecord>> {
+        Tx::<B>::update_schedule(self.writer(), put, version).await
+    }
+
+    async fn get_schedule(&self, task_type: &str, name: &str) -> Result<Option<ScheduleRecord>> {
+        Tx::<B>::get_schedule(self.reader(), task_type, name).await
+    }
+
+    async fn list_schedules(
+        &self,
+        task_type: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<ScheduleRecord>> {
+        Tx::<B>::list_schedules(self.reader(), task_type, after, limit).await
+    }
+
+    async fn delete_schedule(&self, task_type: &str, name: &str) -> Result<bool> {
+        Tx::<B>::delete_schedule(self.writer(), task_type, name).await
+    }
+
+    async fn sync_config_schedules(
+        &self,
+        task_type: &str,
+        entries: &[ConfigSchedule],
+        now: Millis,
+    ) -> Result<()> {
+        Tx::<B>::sync_config_schedules(self.writer(), task_type, entries, now).await
+    }
+
+    async fn fire_schedules(&self, params: FireParams, planner: Planner<'_>) -> Result<FirePass> {
+        Tx::<B>::fire_schedules(self.writer(), params, planner).await
     }
 
     async fn next_pending_eta(

@@ -189,6 +189,42 @@ pub trait Store: Send + Sync + 'static {
     async fn resume(&self, task_type: &str) -> Result<bool>;
     /// Every paused task type with since when, sorted by type.
     async fn paused_types(&self) -> Result<Vec<(String, Millis)>>;
+    /// Creates schedule `put.name` of `put.task_type` ([`crate::schedule`]), to be
+    /// planned from `put.now`; `None` if the job has a schedule of that name.
+    async fn create_schedule(&self, put: PutSchedule<'_>) -> Result<Option<ScheduleRecord>>;
+    /// Writes over schedule `put.name` of `put.task_type` — only at `version`, if given
+    /// — and plans it afresh from `put.now` (firings already created stay). `None` if
+    /// there is no such schedule, or it is no longer at `version`.
+    async fn update_schedule(
+        &self,
+        put: PutSchedule<'_>,
+        version: Option<i64>,
+    ) -> Result<Option<ScheduleRecord>>;
+    async fn get_schedule(&self, task_type: &str, name: &str) -> Result<Option<ScheduleRecord>>;
+    /// Up to `limit` schedules of `task_type` named after `after`, by name.
+    async fn list_schedules(
+        &self,
+        task_type: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<ScheduleRecord>>;
+    /// Deletes a schedule (its firings already created stay); `false` if there was none.
+    async fn delete_schedule(&self, task_type: &str, name: &str) -> Result<bool>;
+    /// Makes `task_type`'s config schedules `entries`, in one transaction: creates the
+    /// new, writes over the changed (planned afresh from `now`), deletes the rest.
+    async fn sync_config_schedules(
+        &self,
+        task_type: &str,
+        entries: &[ConfigSchedule],
+        now: Millis,
+    ) -> Result<()>;
+    /// Takes up to `params.limit` schedules due to be looked at by `params.wake_by`,
+    /// earliest first, passing over those another scheduler holds, and in one
+    /// transaction, for each: asks `planner` for its firings, stores them under its
+    /// overlap policy, and writes where the schedule stands. Returns every firing dealt
+    /// with.
+    async fn fire_schedules(&self, params: FireParams, planner: Planner<'_>) -> Result<FirePass>;
+
     /// The earliest ETA of a pending task of `task_type` due after `after` and by
     /// `horizon`: for a claimer whose claim ahead was cut short by the job's room, when
     /// the first task it left in the store falls due.

@@ -24,7 +24,10 @@ use super::{
 };
 
 /// A connection of a dialect's database.
+mod schedules;
 mod waiting;
+
+pub use schedules::ScheduleRow;
 
 pub type Conn<D> = <<D as Dialect>::DB as Database>::Connection;
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use asyncd_contract::{
-    CRON_FIRINGS, CronOverlap, CronOverview, CronTriggerResult, ErrorCode, FinishedCounts, JobList,
+    CRON_FIRINGS, CronOverview, CronTriggerResult, ErrorCode, FinishedCounts, JobList,
     JobOverview, JobStats, JobStatus, MAX_JOB_COUNT,
 };
 use axum::Json;
@@ -95,10 +95,7 @@ async fn job_overview(
             })
             .take(CRON_FIRINGS)
             .collect(),
-            overlap: match entry.overlap {
-                asyncd_spec::job::Overlap::Allow => CronOverlap::Allow,
-                asyncd_spec::job::Overlap::Skip => CronOverlap::Skip,
-            },
+            overlap: entry.overlap,
             catch_up: if entry.catch_up.is_zero() {
                 "0s".into()
             } else {
@@ -242,7 +239,7 @@ pub(super) async fn trigger_cron(
         .with_field("entry"));
     };
     let now = state.clock.now_millis();
-    let task = crate::scheduler::firing(&job, cron, now, None);
+    let task = crate::scheduler::triggered(&job, &cron.rule(), &cron.name, now);
     let outcome = state.store.insert(std::slice::from_ref(&task), now).await?;
     let (id, trigger_at) = match outcome.into_iter().next() {
         Some(InsertOutcome::Inserted { id, trigger_at }) => (id, trigger_at),

@@ -123,21 +123,32 @@ where
     pub async fn cancel(pool: &Pool<DB>, id: &str, now: Millis) -> Result<CancelOutcome> {
         retrying(D::transient, || async {
             let mut tx = pool.begin().await?;
-            let done = sqlx::query::<DB>(D::QUERIES.cancel)
-                .bind(now)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-            let outcome = if D::rows_affected(&done) == 1 {
-                Self::fail_dependents(&mut tx, id, now).await?;
-                CancelOutcome::Cancelled
-            } else {
-                domain::cancel_refused(Self::state(&mut tx, D::QUERIES.state, id).await?)
-            };
+            let outcome = Self::cancel_in(&mut tx, id, now).await?;
             tx.commit().await?;
             Ok(outcome)
         })
         .await
+    }
+
+    /// [`Self::cancel`] in the caller's transaction (a schedule's `CancelOther`).
+    pub(super) async fn cancel_in(
+        tx: &mut Transaction<'_, DB>,
+        id: &str,
+        now: Millis,
+    ) -> Result<CancelOutcome> {
+        let done = sqlx::query::<DB>(D::QUERIES.cancel)
+            .bind(now)
+            .bind(id)
+            .execute(&mut **tx)
+            .await?;
+        if D::rows_affected(&done) == 1 {
+            Self::fail_dependents(&mut **tx, id, now).await?;
+            Ok(CancelOutcome::Cancelled)
+        } else {
+            Ok(domain::cancel_refused(
+                Self::state(tx, D::QUERIES.state, id).await?,
+            ))
+        }
     }
 
     /// [`super::Store::change`].

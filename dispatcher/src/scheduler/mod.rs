@@ -1,48 +1,57 @@
-//! The cron scheduler: makes sure each upcoming firing of every job's cron entries
-//! exists as a store row before it is due.
+//! The scheduler: fires the schedules held in the store — the API's `/v1/schedules` and
+//! every job's `spec.cron` entries, which it writes there as schedules of their own
+//! ([`Store::sync_config_schedules`]) — so that each firing exists as a task before it
+//! is due.
 //!
-//! Stateless by design (the reference system's idea): a firing's identity is
-//! `task_type/entry name/UTC millis`, held by a unique constraint, so any number of
-//! schedulers can run at once and each firing is created exactly once.
+//! Any number of schedulers can run at once: a pass takes the schedules due to be looked
+//! at (`wake_at`), passing over those another scheduler holds, and in one transaction
+//! creates their firings and writes where each stands ([`Store::fire_schedules`]). A
+//! firing's identity is `task_type/schedule name/UTC millis`, held by a unique
+//! constraint, so each is created once.
 //!
-//! A scheduler that could not create firings for a while (the store was down) catches
-//! up on the ones it missed, at most the entry's `catchUp` back (default an hour; none
-//! with "0s"); they run at once. A scheduler starting fresh does not back-fill: it
-//! begins with the next firing.
-//!
-//! Per entry: `paused` creates nothing (and forgets where the entry was, so a resumed
-//! entry starts with its next firing instead of catching up); `overlap: Skip` gives each
-//! firing the entry's unique key, so a firing whose predecessor has not finished is
-//! refused by the store and skipped — which is why such firings are created only when
-//! due (within one pass), not a horizon ahead.
+//! Firings of a schedule that allows overlaps are created up to the horizon (60 s)
+//! ahead; the others when due, within one pass, because whether such a firing is
+//! skipped, held back or cancels the previous one is decided as it is created
+//! ([`plan::Leads`]). Firings missed while no scheduler could write (an outage) are
+//! caught up at most the schedule's `catchUp` back (default an hour; none with "0s");
+//! they run at once. A schedule new, changed, or resumed from a pause starts with its
+//! next firing.
+
+pub mod plan;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use asyncd_spec::Job;
-use asyncd_spec::job::CronEntry;
-use serde_json::value::RawValue;
+use asyncd_store::{
+    ConfigSchedule, FireParams, FiringOutcome, NewTask, ScheduleRecord, Store,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
 use crate::dispatch::ClaimerWakeup;
-use crate::job_table::Routes;
+use crate::job_table::{RouteTable, Routes};
 use crate::test_hooks::{Signal, TestSignals, emit};
-use asyncd_spec::job::Overlap;
-use asyncd_store::{InsertOutcome, Millis, NewTask, Store};
+pub use plan::{firing, triggered};
+
+/// The most schedules one transaction of a pass takes: a pass of a million schedules
+/// due at once is many short transactions, each holding its rows briefly.
+pub const FIRE_BATCH: u32 = 500;
+/// The most transactions one pass runs, so a pass ends (and sees shutdown) within
+/// seconds however many schedules are due; the next pass goes on.
+const BATCHES_PER_PASS: usize = 200;
 
 pub struct Scheduler {
     pub store: Arc<dyn Store>,
     pub routes: Routes,
     pub clock: SharedClock,
     pub waker: Option<ClaimerWakeup>,
-    /// Firings up to this far ahead are created on each pass (at least the next one).
+    /// Firings of schedules that allow overlaps are created this far ahead.
     pub horizon: Duration,
     pub interval: Duration,
-    /// Per (task type, entry, schedule text): the latest firing known to exist, so a
-    /// pass only writes what is new.
-    pub created: HashMap<(String, String, String), Millis>,
+    /// Per task type, the config schedules last written to the store, so a pass writes
+    /// only what changed.
+    synced: HashMap<String, Vec<ConfigSchedule>>,
     /// Test-only event hooks.
     pub signals: Option<TestSignals>,
 }
@@ -61,7 +70,7 @@ impl Scheduler {
             waker,
             horizon: Duration::from_secs(60),
             interval: Duration::from_secs(1),
-            created: HashMap::new(),
+            synced: HashMap::new(),
             signals: None,
         }
     }
@@ -73,7 +82,7 @@ impl Scheduler {
                     created: created.len(),
                     at: self.clock.now_millis(),
                 }),
-                Err(err) => tracing::warn!(%err, "cron pass failed"),
+                Err(err) => tracing::warn!(%err, "schedule pass failed"),
             }
             tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -82,132 +91,117 @@ impl Scheduler {
         }
     }
 
-    /// One pass over every cron entry; returns the firings this pass inserted.
+    /// One pass: the config's cron entries written to the store if they changed, then
+    /// every schedule due fired; returns the firings this pass created.
     pub async fn schedule_once(&mut self) -> asyncd_store::Result<Vec<NewTask>> {
-        let now_ms = self.clock.now_millis();
-        let now = crate::clock::from_millis(now_ms);
-        let horizon = now_ms + self.horizon;
+        let now = self.clock.now_millis();
         let routes = self.routes.borrow().clone();
-        let mut firings = Vec::new();
-        let mut latest = Vec::new();
-        for job in routes.jobs() {
-            for entry in &job.cron {
-                let key = (
-                    job.task_type.clone(),
-                    entry.name.clone(),
-                    entry.schedule.as_str().to_string(),
-                );
-                if entry.paused {
-                    self.created.remove(&key);
-                    continue;
-                }
-                let skip_overlap = entry.overlap == Overlap::Skip;
-                // Whether a firing is skipped is decided by the store when it is
-                // inserted, so that must happen when it is due, not a horizon ahead.
-                let entry_horizon = if skip_overlap {
-                    now_ms + self.interval
-                } else {
-                    horizon
-                };
-                // Continue after the last firing this scheduler created (within the
-                // catch-up window, so an outage loses nothing); a fresh one starts now.
-                let known = self.created.get(&key).copied();
-                let mut after = known
-                    .map(|at| {
-                        crate::clock::from_millis(at.max(now_ms.saturating_sub(entry.catch_up)))
-                    })
-                    .unwrap_or(now);
-                let mut last = None;
-                while let Some(next) = entry.schedule.next_after(after) {
-                    let at = Millis::from(next);
-                    // Always the next firing (unless it may be skipped), then every one
-                    // within the horizon.
-                    let next_exists = known.into_iter().chain(last).any(|t| t > now_ms);
-                    if at > entry_horizon && (next_exists || skip_overlap) {
-                        break;
+        self.sync_config(&routes, now).await?;
+        let leads = plan::Leads {
+            horizon: self.horizon,
+            pass: self.interval,
+        };
+        let planner = |row: &ScheduleRecord| plan::plan(&routes, row, now, leads);
+        let mut created = Vec::new();
+        for _ in 0..BATCHES_PER_PASS {
+            let pass = self
+                .store
+                .fire_schedules(
+                    FireParams {
+                        now,
+                        wake_by: now,
+                        limit: FIRE_BATCH,
+                    },
+                    &planner,
+                )
+                .await?;
+            for fired in pass.fired {
+                match fired.outcome {
+                    FiringOutcome::Created { .. } | FiringOutcome::Replaced { .. } => {
+                        if let FiringOutcome::Replaced { cancelled, .. } = &fired.outcome {
+                            tracing::info!(
+                                task_type = fired.task_type,
+                                schedule = fired.name,
+                                cancelled,
+                                "schedule firing cancelled the previous one (overlap: CancelOther)"
+                            );
+                        }
+                        created.push(fired.task);
                     }
-                    firings.push(firing(
-                        job,
-                        entry,
-                        at,
-                        Some(format!("{}/{}/{at}", job.task_type, entry.name)),
-                    ));
-                    last = Some(at);
-                    after = next;
-                }
-                if let Some(at) = last {
-                    latest.push((key, at));
+                    FiringOutcome::Existed { .. } => {}
+                    FiringOutcome::Skipped { running } => tracing::info!(
+                        task_type = fired.task_type,
+                        schedule = fired.name,
+                        firing = fired.task.cron_key,
+                        running,
+                        "schedule firing skipped: the previous one has not finished"
+                    ),
+                    FiringOutcome::Buffered { running } => tracing::debug!(
+                        task_type = fired.task_type,
+                        schedule = fired.name,
+                        firing = fired.task.cron_key,
+                        running,
+                        "schedule firing held back until the previous one finishes"
+                    ),
+                    FiringOutcome::Refused { reason } => tracing::warn!(
+                        task_type = fired.task_type,
+                        schedule = fired.name,
+                        firing = fired.task.cron_key,
+                        reason,
+                        "the store refused a schedule firing"
+                    ),
                 }
             }
+            if pass.schedules < FIRE_BATCH as usize {
+                break;
+            }
         }
-        if firings.is_empty() {
-            return Ok(firings);
-        }
-        let outcomes = self.store.insert(&firings, now_ms).await?;
-        for (key, at) in latest {
-            self.created.insert(key, at);
-        }
-        let soon = firings
+        let soon = created
             .iter()
-            .any(|f| f.trigger_at <= now_ms + Duration::from_secs(5));
+            .any(|f| f.trigger_at <= now + Duration::from_secs(5));
         if soon && let Some(waker) = &self.waker {
             waker.wake();
         }
-        Ok(firings
-            .into_iter()
-            .zip(outcomes)
-            .filter_map(|(firing, outcome)| match outcome {
-                InsertOutcome::Inserted { .. } => Some(firing),
-                InsertOutcome::UniqueConflict { existing_id } => {
-                    tracing::info!(
-                        task_type = firing.task_type,
-                        firing = firing.cron_key,
-                        running = existing_id,
-                        "cron firing skipped: the entry skips overlaps and its previous firing has not finished"
-                    );
-                    None
-                }
-                _ => None,
-            })
-            .collect())
+        Ok(created)
+    }
+
+    /// Writes each job's cron entries to the store as its config schedules, where they
+    /// differ from what this scheduler last wrote.
+    async fn sync_config(
+        &mut self,
+        routes: &RouteTable,
+        now: asyncd_store::Millis,
+    ) -> asyncd_store::Result<()> {
+        for job in routes.jobs() {
+            let entries: Vec<ConfigSchedule> = job
+                .cron
+                .iter()
+                .map(|entry| ConfigSchedule {
+                    name: entry.name.clone(),
+                    spec: serde_json::to_string(&entry.to_spec())
+                        .expect("a schedule spec serialises"),
+                    paused: entry.paused,
+                })
+                .collect();
+            let known = self.synced.get(&job.task_type);
+            if known.is_some_and(|known| same(known, &entries)) {
+                continue;
+            }
+            self.store
+                .sync_config_schedules(&job.task_type, &entries, now)
+                .await?;
+            self.synced.insert(job.task_type.clone(), entries);
+        }
+        Ok(())
     }
 }
 
-/// The task a firing of `entry` at `at` is: the entry's payload and priority, the job's
-/// retries and timeout. `cron_key` is a scheduled firing's identity, which makes it
-/// exactly-once; a firing triggered through the API has none, so it never takes the place
-/// of the scheduled firing of the same instant.
-pub fn firing(job: &Job, entry: &CronEntry, at: Millis, cron_key: Option<String>) -> NewTask {
-    let payload =
-        RawValue::from_string(entry.payload.to_string()).expect("a JSON value prints as JSON");
-    NewTask {
-        id: uuid::Uuid::now_v7().to_string(),
-        task_type: job.task_type.clone(),
-        payload,
-        priority: entry.priority,
-        trigger_at: at,
-        max_retries: job.max_retries,
-        timeout_ms: job.timeout.as_millis() as i64,
-        idempotency_key: None,
-        // One key for every firing of an entry that skips overlaps: the store refuses a
-        // firing while the previous one holds it (unfinished).
-        unique_key: (entry.overlap == Overlap::Skip)
-            .then(|| format!("cron:{}/{}", job.task_type, entry.name)),
-        // Held only while unfinished, whatever the job's `retention.uniqueKeys`: the
-        // next firing must not be skipped for one that already finished.
-        unique_for: Duration::ZERO,
-        cron_key,
-        depends_on: Vec::new(),
-        source_service: Some("asyncd-scheduler".into()),
-        // A payload the job's template cannot fill (the entry or the template changed
-        // since the config was checked) leaves the firing keyless: it is claimed as the
-        // keyless tasks' own key rather than lost.
-        concurrency_key: job.render_concurrency_key(&entry.payload).ok().flatten(),
-        trace: None,
-        expires_at: job.start_within.map(|within| at + within),
-        // Each firing is its own: a job's debounce or throttle is for its submits.
-        window: None,
-    }
+fn same(a: &[ConfigSchedule], b: &[ConfigSchedule]) -> bool {
+    a.len() == b.len()
+        && a
+            .iter()
+            .zip(b)
+            .all(|(a, b)| a.name == b.name && a.spec == b.spec && a.paused == b.paused)
 }
 
 #[cfg(test)]
@@ -216,6 +210,7 @@ mod tests {
     use crate::clock::ManualClock;
     use crate::job_table::{RouteTable, fixed};
     use asyncd_spec::AsyncJobConfig;
+    use asyncd_store::Millis;
     use chrono::{DateTime, Utc};
 
     fn utc(text: &str) -> DateTime<Utc> {
@@ -271,6 +266,12 @@ mod tests {
             .collect()
     }
 
+    /// The next firing the store holds for the entry `nightly`, not yet created.
+    async fn next_firing(store: &Arc<dyn Store>) -> Option<DateTime<Utc>> {
+        let row = store.get_schedule("report", "nightly").await.unwrap().unwrap();
+        row.next_at.map(crate::clock::from_millis)
+    }
+
     #[tokio::test]
     async fn firings_follow_the_zone_through_both_dst_changes() {
         let dir = tempfile::tempdir().unwrap();
@@ -280,27 +281,33 @@ mod tests {
         let mut s = scheduler(&store, &routes, &clock);
 
         // Spring forward: 02:30 does not exist on 29 March; the firing is at 03:00 CEST.
+        assert!(s.schedule_once().await.unwrap().is_empty(), "13 h ahead");
+        assert_eq!(next_firing(&store).await, Some(utc("2026-03-29T01:00:00Z")));
+        clock.set(utc("2026-03-29T00:59:30Z"));
         assert_eq!(
             times(&s.schedule_once().await.unwrap()),
-            [utc("2026-03-29T01:00:00Z")]
+            [utc("2026-03-29T01:00:00Z")],
+            "within the horizon"
         );
         assert!(
             s.schedule_once().await.unwrap().is_empty(),
             "already created"
         );
-        clock.set(utc("2026-03-29T01:00:01Z"));
-        assert_eq!(
-            times(&s.schedule_once().await.unwrap()),
-            [utc("2026-03-30T00:30:00Z")]
-        );
+        assert_eq!(next_firing(&store).await, Some(utc("2026-03-30T00:30:00Z")));
 
         // Fall back: 02:30 happens twice on 25 October; it fires on the first pass only.
-        clock.set(utc("2026-10-24T12:00:00Z"));
+        clock.set(utc("2026-10-25T00:29:30Z"));
         assert_eq!(
             times(&s.schedule_once().await.unwrap()),
             [utc("2026-10-25T00:30:00Z")]
         );
-        clock.set(utc("2026-10-25T01:10:00Z")); // inside the second pass
+        clock.set(utc("2026-10-25T01:29:30Z")); // 02:29:30 of the second pass
+        assert!(
+            s.schedule_once().await.unwrap().is_empty(),
+            "no second firing of 02:30"
+        );
+        assert_eq!(next_firing(&store).await, Some(utc("2026-10-26T01:30:00Z")));
+        clock.set(utc("2026-10-26T01:29:30Z"));
         assert_eq!(
             times(&s.schedule_once().await.unwrap()),
             [utc("2026-10-26T01:30:00Z")]
@@ -308,8 +315,8 @@ mod tests {
 
         assert_eq!(
             waiting(&store, utc("2026-10-27T00:00:00Z")).await,
-            4,
-            "four firings, one row each"
+            3,
+            "three firings created, one row each (the jump to October passed 30 March)"
         );
     }
 
