@@ -43,6 +43,11 @@ pub enum ErrorCode {
     /// 409: a submit under a throttle with `on_limit: refuse` while the key's window is
     /// open; `existing_id` names the task the window last stored.
     Throttled,
+    /// 409: `POST /v1/schedules` of a name the job already has a schedule of.
+    ScheduleExists,
+    /// 409: a change, pause or delete of a schedule its job's AsyncJobConfig manages
+    /// (`spec.cron`): change the config instead.
+    ScheduleReadOnly,
     /// 410: a heartbeat or result of an attempt whose task was cancelled while it ran:
     /// stop the work, nothing will be recorded.
     TaskCancelled,
@@ -71,7 +76,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code the server sends.
-    pub const SERVER: [ErrorCode; 20] = [
+    pub const SERVER: [ErrorCode; 22] = [
         Self::MalformedJson,
         Self::InvalidField,
         Self::UnknownTaskType,
@@ -86,6 +91,8 @@ impl ErrorCode {
         Self::NotDead,
         Self::TaskStarted,
         Self::Throttled,
+        Self::ScheduleExists,
+        Self::ScheduleReadOnly,
         Self::TaskCancelled,
         Self::StoreUnavailable,
         Self::KafkaUnavailable,
@@ -111,6 +118,8 @@ impl ErrorCode {
             Self::NotDead => "not_dead",
             Self::TaskStarted => "task_started",
             Self::Throttled => "throttled",
+            Self::ScheduleExists => "schedule_exists",
+            Self::ScheduleReadOnly => "schedule_read_only",
             Self::TaskCancelled => "task_cancelled",
             Self::StoreUnavailable => "store_unavailable",
             Self::KafkaUnavailable => "kafka_unavailable",
@@ -144,7 +153,9 @@ impl ErrorCode {
             | Self::StaleLease
             | Self::NotDead
             | Self::TaskStarted
-            | Self::Throttled => 409,
+            | Self::Throttled
+            | Self::ScheduleExists
+            | Self::ScheduleReadOnly => 409,
             Self::TaskCancelled => 410,
             Self::PayloadTooLarge => 413,
             Self::StoreUnavailable

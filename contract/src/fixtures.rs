@@ -34,6 +34,38 @@ const DEP_ID: &str = "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a50";
 const ETA: i64 = 1_796_025_600_123; // 2026-11-30T08:00:00.123Z
 const NOW: i64 = 1_796_024_700_000;
 
+fn schedule_spec() -> ScheduleSpec {
+    ScheduleSpec {
+        cron: Some("CRON_TZ=Europe/Berlin 0 9 * * MON".into()),
+        payload: json!({"customer": 42, "week_of": "{{scheduled_at}}"}),
+        priority: 3,
+        overlap: CronOverlap::BufferOne,
+        catch_up: Some("1h".into()),
+        start_at: Some(from_millis(NOW)),
+        end_at: None,
+        jitter: Some("5m".into()),
+        paused: false,
+        ..ScheduleSpec::default()
+    }
+}
+
+fn schedule() -> Schedule {
+    Schedule {
+        job: "send-email".into(),
+        name: "weekly-42".into(),
+        task_type: "email".into(),
+        source: ScheduleSource::Api,
+        spec: schedule_spec(),
+        next_firing: Some(from_millis(ETA)),
+        last_firing: Some(from_millis(NOW - 7 * 86_400_000)),
+        last_task_id: Some(ID.into()),
+        buffered_firing: None,
+        fired: 12,
+        created_at: from_millis(NOW - 90 * 86_400_000),
+        updated_at: from_millis(NOW - 86_400_000),
+    }
+}
+
 /// One example of each error code, with the members it carries.
 fn errors() -> Vec<(ErrorCode, ErrorBody)> {
     let with = |code: ErrorCode, message: &str, f: &dyn Fn(&mut ErrorObject)| {
@@ -112,6 +144,16 @@ fn errors() -> Vec<(ErrorCode, ErrorBody)> {
                 o.field = Some("throttle".into());
                 o.existing_id = Some(ID.into());
             },
+        ),
+        with(
+            ErrorCode::ScheduleExists,
+            "name: job send-email already has a schedule named weekly-42",
+            &|o| o.field = Some("name".into()),
+        ),
+        with(
+            ErrorCode::ScheduleReadOnly,
+            "schedule nightly of job send-email is its config's spec.cron entry: change the config",
+            &|_| {},
         ),
         with(
             ErrorCode::TaskCancelled,
@@ -564,6 +606,36 @@ pub fn all() -> Vec<Fixture> {
                 remaining: 500,
                 dry_run: false,
                 dead_before: from_millis(NOW),
+            },
+        ),
+        fixture(
+            "schedule_create_request",
+            &ScheduleCreate {
+                job: "send-email".into(),
+                name: "weekly-42".into(),
+                spec: schedule_spec(),
+            },
+        ),
+        fixture("schedule_response", &schedule()),
+        fixture(
+            "schedules_response",
+            &SchedulePage {
+                items: vec![schedule()],
+                next_cursor: Some("weekly-42".into()),
+            },
+        ),
+        fixture(
+            "backfill_request",
+            &BackfillRequest {
+                from: from_millis(NOW - 7 * 86_400_000),
+                to: from_millis(NOW),
+            },
+        ),
+        fixture(
+            "backfill_response",
+            &BackfillResult {
+                firings: 7,
+                created: 6,
             },
         ),
         fixture("executor_call", &executor_call()),

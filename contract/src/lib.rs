@@ -15,9 +15,9 @@ mod executor;
 pub mod fixtures;
 pub mod headers;
 mod jobs;
-mod schedule;
 #[cfg(feature = "openapi")]
 pub mod openapi;
+mod schedule;
 mod signature;
 mod state;
 mod task;

@@ -79,6 +79,15 @@ fn by_key(idempotency_key: &str) -> Value {
     ])
 }
 
+fn schedule_path() -> Value {
+    json!([
+        {"name": "job", "in": "path", "required": true,
+         "description": "The AsyncJobConfig's name (metadata.name)", "schema": {"type": "string"}},
+        {"name": "name", "in": "path", "required": true,
+         "description": "The schedule's name, unique within its job", "schema": {"type": "string"}},
+    ])
+}
+
 fn job_name() -> Value {
     json!({"name": "name", "in": "path", "required": true,
            "description": "The AsyncJobConfig's name (metadata.name)",
@@ -407,13 +416,95 @@ pub fn document() -> Value {
         }},
         "/v1/jobs/{name}/cron/{entry}/trigger": {"post": {
             "operationId": "triggerCron",
-            "summary": "Fire a cron entry of a job once, now, besides its schedule: a new task with the entry's payload and priority",
+            "summary": "Fire a cron entry of a job, or one of its API schedules, once, now, besides its schedule: a new task with the entry's payload and priority",
             "parameters": [job_name(),
                 {"name": "entry", "in": "path", "required": true,
                  "description": "The cron entry's name (spec.cron[].name)",
                  "schema": {"type": "string"}}],
             "responses": responses(&[(201, ok("The task it fired", s.answer::<CronTriggerResult>()))],
                 errors(&error, &[InvalidField, NotFound, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+        }},
+        "/v1/schedules": {
+            "post": {
+                "operationId": "createSchedule",
+                "summary": "Create a schedule of a job: a cron (with its time zone) or an interval, firing tasks of the job (docs/api.md, Schedules)",
+                "requestBody": {"required": true, "content": json_content(s.request::<ScheduleCreate>())},
+                "responses": responses(&[(201, ok("The schedule", s.answer::<Schedule>()))],
+                    errors(&error, &[MalformedJson, InvalidField, PayloadTooLarge, NotFound, ScheduleExists, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+            },
+            "get": {
+                "operationId": "listSchedules",
+                "summary": "A job's schedules by name, its config's cron entries among them (source: config)",
+                "parameters": [
+                    {"name": "job", "in": "query", "required": true, "description": "The AsyncJobConfig whose schedules to list",
+                     "schema": {"type": "string"}},
+                    {"name": "limit", "in": "query", "required": false, "description": "At most this many (default 100)",
+                     "schema": {"type": "integer", "minimum": 1, "maximum": MAX_SCHEDULE_PAGE}},
+                    {"name": "cursor", "in": "query", "required": false,
+                     "description": "The previous page's next_cursor: list what comes after it",
+                     "schema": {"type": "string"}},
+                ],
+                "responses": responses(&[(200, ok("Schedules", s.answer::<SchedulePage>()))],
+                    errors(&error, &[InvalidField, NotFound, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+            },
+        },
+        "/v1/schedules/{job}/{name}": {
+            "parameters": schedule_path(),
+            "get": {
+                "operationId": "getSchedule",
+                "summary": "A schedule and where it stands: its next firing, its last, what it holds back",
+                "responses": responses(&[(200, ok("The schedule", s.answer::<Schedule>()))],
+                    errors(&error, &[InvalidField, NotFound, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+            },
+            "put": {
+                "operationId": "putSchedule",
+                "summary": "Create the schedule, or write over it: it starts again with its next firing",
+                "requestBody": {"required": true, "content": json_content(s.request::<ScheduleSpec>())},
+                "responses": responses(&[(200, ok("Written over", s.answer::<Schedule>())), (201, ok("Created", s.answer::<Schedule>()))],
+                    errors(&error, &[MalformedJson, InvalidField, PayloadTooLarge, NotFound, ScheduleReadOnly, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+            },
+            "patch": {
+                "operationId": "changeSchedule",
+                "summary": "Change members of a schedule (a null clears one); it starts again with its next firing",
+                "requestBody": {"required": true, "content": json_content(json!({"type": "object", "description": "Members of a ScheduleSpec"}))},
+                "responses": responses(&[(200, ok("Changed", s.answer::<Schedule>()))],
+                    errors(&error, &[MalformedJson, InvalidField, PayloadTooLarge, NotFound, ScheduleReadOnly, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+            },
+            "delete": {
+                "operationId": "deleteSchedule",
+                "summary": "Delete a schedule; the firings it created stay",
+                "responses": responses(&[(204, json!({"description": "Deleted"}))],
+                    errors(&error, &[InvalidField, NotFound, ScheduleReadOnly, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+            },
+        },
+        "/v1/schedules/{job}/{name}/pause": {"post": {
+            "operationId": "pauseSchedule",
+            "summary": "Pause a schedule: it creates no firings (idempotent)",
+            "parameters": schedule_path(),
+            "responses": responses(&[(200, ok("Paused", s.answer::<Schedule>()))],
+                errors(&error, &[InvalidField, NotFound, ScheduleReadOnly, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+        }},
+        "/v1/schedules/{job}/{name}/resume": {"post": {
+            "operationId": "resumeSchedule",
+            "summary": "Resume a schedule with its next firing; the pause's firings are not caught up (idempotent)",
+            "parameters": schedule_path(),
+            "responses": responses(&[(200, ok("Resumed", s.answer::<Schedule>()))],
+                errors(&error, &[InvalidField, NotFound, ScheduleReadOnly, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+        }},
+        "/v1/schedules/{job}/{name}/trigger": {"post": {
+            "operationId": "triggerSchedule",
+            "summary": "Fire a schedule once, now, besides its firings",
+            "parameters": schedule_path(),
+            "responses": responses(&[(201, ok("The task it fired", s.answer::<CronTriggerResult>()))],
+                errors(&error, &[InvalidField, NotFound, UniqueConflict, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+        }},
+        "/v1/schedules/{job}/{name}/backfill": {"post": {
+            "operationId": "backfillSchedule",
+            "summary": "Create the firings of a time range, as if the schedule had run then; each once, however often repeated",
+            "parameters": schedule_path(),
+            "requestBody": {"required": true, "content": json_content(s.request::<BackfillRequest>())},
+            "responses": responses(&[(200, ok("Counts", s.answer::<BackfillResult>()))],
+                errors(&error, &[MalformedJson, InvalidField, NotFound, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
         }},
         "/v1/openapi.json": {"get": {
             "operationId": "openapi", "security": [],

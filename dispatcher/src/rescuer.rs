@@ -362,7 +362,9 @@ mod tests {
             entries: &[store::ConfigSchedule],
             now: Millis,
         ) -> store::Result<()> {
-            self.inner.sync_config_schedules(task_type, entries, now).await
+            self.inner
+                .sync_config_schedules(task_type, entries, now)
+                .await
         }
         async fn fire_schedules(
             &self,

@@ -346,8 +346,11 @@ impl Store for Bounded {
     }
 
     async fn delete_schedule(&self, task_type: &str, name: &str) -> Result<bool> {
-        self.within("delete_schedule", self.inner.delete_schedule(task_type, name))
-            .await
+        self.within(
+            "delete_schedule",
+            self.inner.delete_schedule(task_type, name),
+        )
+        .await
     }
 
     async fn sync_config_schedules(
@@ -367,7 +370,6 @@ impl Store for Bounded {
         self.within("fire_schedules", self.inner.fire_schedules(params, planner))
             .await
     }
-
 }
 
 #[cfg(test)]

@@ -101,6 +101,10 @@ pub use params::{
 };
 use redact::without_password;
 pub use redact::{redact, redact_url};
+pub use schedule::{
+    ConfigSchedule, FireParams, FirePass, FirePlan, Fired, FiringOutcome, PlannedFiring, Planner,
+    PutSchedule, ScheduleRecord, ScheduleSource,
+};
 pub use store::{MEMBER_RETENTION, Store};
 pub use task::{
     CancelOutcome, ChangeOutcome, ClaimedTask, ExpiredTask, Finish, FinishKind, InsertOutcome,
@@ -108,10 +112,6 @@ pub use task::{
     WorkflowOutcome,
 };
 pub use window::{KeyWindow, WindowRule};
-pub use schedule::{
-    ConfigSchedule, FireParams, FirePass, FirePlan, Fired, FiringOutcome, PlannedFiring, Planner, PutSchedule,
-    ScheduleRecord, ScheduleSource,
-};
 
 /// Opens the store a URL names, each call bounded by `bound` ([`open_bounded`]), and
 /// applies pending migrations, waiting up to `wait` for a

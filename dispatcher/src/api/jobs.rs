@@ -6,21 +6,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use asyncd_contract::{
-    CRON_FIRINGS, CronOverview, CronTriggerResult, ErrorCode, FinishedCounts, JobList,
-    JobOverview, JobStats, JobStatus, MAX_JOB_COUNT,
+    CRON_FIRINGS, CronOverview, ErrorCode, FinishedCounts, JobList, JobOverview, JobStats,
+    JobStatus, MAX_JOB_COUNT,
 };
 use axum::Json;
 use axum::extract::State;
 
 use super::extract::Path;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
 use super::error::ApiError;
 use super::{ApiState, AppState};
 use crate::auth::{Caller, Verb};
 use crate::clock::from_millis;
-use asyncd_store::{InsertOutcome, JobCountParams, Millis};
+use asyncd_store::{JobCountParams, Millis};
 
 /// The job named `name` (an AsyncJobConfig), when `caller` may do `verb` on it: 404 for a
 /// name no config declares, 403 for a job the caller may not act on.
@@ -223,12 +222,18 @@ pub(super) async fn trigger_cron(
     Path((name, entry)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     let job = named_job(&state, &caller, &name, Verb::Submit).await?;
-    let Some(cron) = job.cron.iter().find(|c| c.name == entry) else {
+    if !job.cron.iter().any(|c| c.name == entry)
+        && state
+            .store
+            .get_schedule(&job.task_type, &entry)
+            .await?
+            .is_none()
+    {
         let known: Vec<&str> = job.cron.iter().map(|c| c.name.as_str()).collect();
         return Err(ApiError::new(
             ErrorCode::NotFound,
             format!(
-                "job {name:?} has no cron entry {entry:?} (its entries: {})",
+                "job {name:?} has no cron entry or schedule {entry:?} (its entries: {})",
                 if known.is_empty() {
                     "none".to_string()
                 } else {
@@ -237,39 +242,6 @@ pub(super) async fn trigger_cron(
             ),
         )
         .with_field("entry"));
-    };
-    let now = state.clock.now_millis();
-    let task = crate::scheduler::triggered(&job, &cron.rule(), &cron.name, now);
-    let outcome = state.store.insert(std::slice::from_ref(&task), now).await?;
-    let (id, trigger_at) = match outcome.into_iter().next() {
-        Some(InsertOutcome::Inserted { id, trigger_at }) => (id, trigger_at),
-        other => {
-            // A firing carries no key that could clash: nothing else can come back.
-            return Err(ApiError::new(
-                ErrorCode::StoreUnavailable,
-                format!("the store did not insert the firing: {other:?}"),
-            ));
-        }
-    };
-    if let Some(waker) = &state.waker {
-        waker.wake();
     }
-    tracing::info!(
-        caller = caller.name(),
-        job = job.name.as_str(),
-        entry = entry.as_str(),
-        task_id = id.as_str(),
-        "cron entry triggered"
-    );
-    Ok((
-        StatusCode::CREATED,
-        Json(CronTriggerResult {
-            id,
-            job: job.name.clone(),
-            entry,
-            task_type: job.task_type.clone(),
-            eta: from_millis(trigger_at),
-        }),
-    )
-        .into_response())
+    super::schedules::trigger_named(&state, &caller, &job, &entry).await
 }

@@ -25,6 +25,7 @@ mod jobs;
 mod kafka_dead_letters;
 mod listing;
 mod ops;
+mod schedules;
 pub mod submit;
 mod tasks;
 
@@ -164,6 +165,27 @@ pub fn router(state: Arc<ApiState>, public: bool) -> Router {
             .route(
                 "/v1/jobs/{name}/cron/{entry}/trigger",
                 post(jobs::trigger_cron),
+            )
+            .route(
+                "/v1/schedules",
+                post(schedules::create).get(schedules::list),
+            )
+            .route(
+                "/v1/schedules/{job}/{name}",
+                get(schedules::get)
+                    .put(schedules::put)
+                    .patch(schedules::patch)
+                    .delete(schedules::delete),
+            )
+            .route("/v1/schedules/{job}/{name}/pause", post(schedules::pause))
+            .route("/v1/schedules/{job}/{name}/resume", post(schedules::resume))
+            .route(
+                "/v1/schedules/{job}/{name}/trigger",
+                post(schedules::trigger),
+            )
+            .route(
+                "/v1/schedules/{job}/{name}/backfill",
+                post(schedules::backfill),
             )
             .merge(console::routes())
             .route_layer(axum::middleware::from_fn_with_state(

@@ -23,9 +23,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use asyncd_store::{
-    ConfigSchedule, FireParams, FiringOutcome, NewTask, ScheduleRecord, Store,
-};
+use asyncd_store::{ConfigSchedule, FireParams, FiringOutcome, NewTask, ScheduleRecord, Store};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
@@ -198,8 +196,7 @@ impl Scheduler {
 
 fn same(a: &[ConfigSchedule], b: &[ConfigSchedule]) -> bool {
     a.len() == b.len()
-        && a
-            .iter()
+        && a.iter()
             .zip(b)
             .all(|(a, b)| a.name == b.name && a.spec == b.spec && a.paused == b.paused)
 }
@@ -268,7 +265,11 @@ mod tests {
 
     /// The next firing the store holds for the entry `nightly`, not yet created.
     async fn next_firing(store: &Arc<dyn Store>) -> Option<DateTime<Utc>> {
-        let row = store.get_schedule("report", "nightly").await.unwrap().unwrap();
+        let row = store
+            .get_schedule("report", "nightly")
+            .await
+            .unwrap()
+            .unwrap();
         row.next_at.map(crate::clock::from_millis)
     }
 

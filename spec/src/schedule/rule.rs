@@ -71,7 +71,10 @@ impl ScheduleRule {
                 When::Every(period)
             }
             (Some(_), Some(_)) => {
-                return Err(SpecError::new("every", "give either cron or every, not both"));
+                return Err(SpecError::new(
+                    "every",
+                    "give either cron or every, not both",
+                ));
             }
             (None, None) => {
                 return Err(SpecError::new(
@@ -131,11 +134,7 @@ impl ScheduleRule {
     /// The first firing strictly after `after`, or `None` once the schedule has ended.
     /// An interval counts from `start_at`, or else from `anchor` (the schedule's
     /// creation), so every scheduler computes the same instants.
-    pub fn next_after(
-        &self,
-        after: DateTime<Utc>,
-        anchor: DateTime<Utc>,
-    ) -> Option<DateTime<Utc>> {
+    pub fn next_after(&self, after: DateTime<Utc>, anchor: DateTime<Utc>) -> Option<DateTime<Utc>> {
         // Firings at `start_at` itself count.
         let after = match self.start_at {
             Some(start) => after.max(start - chrono::Duration::milliseconds(1)),
@@ -146,12 +145,9 @@ impl ScheduleRule {
             When::Every(period) => {
                 let origin = self.start_at.unwrap_or(anchor);
                 let period_ms = i64::try_from(period.as_millis()).ok()?.max(1);
-                let since = (after - origin).num_milliseconds();
-                let steps = if since < 0 {
-                    0
-                } else {
-                    since / period_ms + 1
-                };
+                // Whole periods either side of the origin: a backfill may reach back
+                // before the schedule was created (never before its `start_at`).
+                let steps = (after - origin).num_milliseconds().div_euclid(period_ms) + 1;
                 origin + chrono::Duration::milliseconds(steps.checked_mul(period_ms)?)
             }
         };
@@ -198,11 +194,7 @@ impl ScheduleRule {
             }
         }
         let mut payload = self.payload.clone();
-        fill(
-            &mut payload,
-            name,
-            &asyncd_contract::time::format_time(at),
-        );
+        fill(&mut payload, name, &asyncd_contract::time::format_time(at));
         payload
     }
 }
@@ -261,8 +253,14 @@ mod tests {
             ),
             (serde_json::json!({"every": "500ms"}), "every"),
             (serde_json::json!({"every": "soon"}), "every"),
-            (serde_json::json!({"every": "1h", "priority": 10}), "priority"),
-            (serde_json::json!({"every": "1h", "catch_up": "8d"}), "catch_up"),
+            (
+                serde_json::json!({"every": "1h", "priority": 10}),
+                "priority",
+            ),
+            (
+                serde_json::json!({"every": "1h", "catch_up": "8d"}),
+                "catch_up",
+            ),
             (serde_json::json!({"every": "1m", "jitter": "2m"}), "jitter"),
             (
                 serde_json::json!({"cron": "CRON_TZ=UTC 0 9 * * *", "jitter": "2h"}),
@@ -292,6 +290,11 @@ mod tests {
             Some(utc("2026-12-01T10:37:00Z")),
             "strictly after"
         );
+        assert_eq!(
+            every.next_after(utc("2026-12-01T09:00:00Z"), anchor),
+            Some(utc("2026-12-01T09:07:00Z")),
+            "on the same grid before the anchor"
+        );
         let started = rule(serde_json::json!({"every": "15m",
             "start_at": "2026-12-02T00:00:00Z", "end_at": "2026-12-02T00:30:00Z"}))
         .unwrap();
@@ -314,8 +317,10 @@ mod tests {
 
     #[test]
     fn a_cron_rule_waits_for_its_start() {
-        let cron = rule(serde_json::json!({"cron": "CRON_TZ=Europe/Berlin 0 9 * * *",
-            "start_at": "2026-12-10T08:00:00Z"}))
+        let cron = rule(
+            serde_json::json!({"cron": "CRON_TZ=Europe/Berlin 0 9 * * *",
+            "start_at": "2026-12-10T08:00:00Z"}),
+        )
         .unwrap();
         assert_eq!(
             cron.next_after(utc("2026-12-01T00:00:00Z"), utc("2026-12-01T00:00:00Z")),

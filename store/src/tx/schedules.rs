@@ -11,8 +11,8 @@ use sqlx::{
 use super::{Dialect, Tx};
 use crate::rows::{Holder, KeyWindowRow, StartedRow, TaskRow};
 use crate::schedule::{
-    BUFFER_RECHECK, ConfigSchedule, FireParams, FirePass, Fired, FiringOutcome, Planner, PutSchedule,
-    ScheduleRecord, ScheduleSource,
+    BUFFER_RECHECK, ConfigSchedule, FireParams, FirePass, Fired, FiringOutcome, Planner,
+    PutSchedule, ScheduleRecord, ScheduleSource,
 };
 use crate::{CancelOutcome, InsertOutcome, Millis, Result, is_unique_violation, retrying};
 use asyncd_spec::job::Overlap;
@@ -187,8 +187,9 @@ where
         task_type: &str,
         name: &str,
     ) -> Result<Option<ScheduleRecord>> {
-        let mut select =
-            QueryBuilder::<DB>::new(format!("SELECT {COLUMNS} FROM schedules WHERE task_type = "));
+        let mut select = QueryBuilder::<DB>::new(format!(
+            "SELECT {COLUMNS} FROM schedules WHERE task_type = "
+        ));
         select
             .push_bind(task_type)
             .push(" AND name = ")
@@ -204,8 +205,9 @@ where
         after: Option<&str>,
         limit: u32,
     ) -> Result<Vec<ScheduleRecord>> {
-        let mut select =
-            QueryBuilder::<DB>::new(format!("SELECT {COLUMNS} FROM schedules WHERE task_type = "));
+        let mut select = QueryBuilder::<DB>::new(format!(
+            "SELECT {COLUMNS} FROM schedules WHERE task_type = "
+        ));
         select.push_bind(task_type);
         if let Some(after) = after {
             select.push(" AND name > ").push_bind(after);
@@ -312,8 +314,9 @@ where
                 let mut row = ScheduleRecord::from(row);
                 let plan = planner(&row);
                 for firing in plan.firings {
-                    let outcome = Self::fire_one(&mut tx, &mut row, &firing, plan.overlap, params.now)
-                        .await?;
+                    let outcome =
+                        Self::fire_one(&mut tx, &mut row, &firing, plan.overlap, params.now)
+                            .await?;
                     fired.push(Fired {
                         task_type: row.task_type.clone(),
                         name: row.name.clone(),
