@@ -66,6 +66,7 @@ mod leases;
 mod limits;
 mod outcomes;
 mod retention;
+mod schedules;
 mod search;
 mod tasks;
 mod windows;

@@ -1,20 +1,21 @@
 //! The API client: submit, inspect, search, cancel, dead letters (one by one and in
-//! bulk), the jobs overview, pause and resume a job, trigger a cron entry, and the
-//! long-running callbacks (heartbeat, result).
+//! bulk), the jobs overview, pause and resume a job, trigger a cron entry, schedules
+//! (`client/schedule.rs`), and the long-running callbacks (heartbeat, result).
 
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub use asyncd_contract::{
+    BackfillResult, CancelResult, CronOverlap, CronTriggerResult, DeadLetterBulk,
+    DeadLetterBulkResult, JobOverview, JobStatus, MAX_BACKFILL, MAX_BATCH, MAX_SCHEDULE_NAME,
+    MAX_SCHEDULE_PAGE, RedriveResult, ResultAck, ResultStatus, Schedule, SchedulePage,
+    SchedulePatch, ScheduleSource, ScheduleSpec, SubmitResult, TaskPage, TaskState, TaskStatus,
+};
 use asyncd_contract::{
     BatchOutcome, BatchRequest, BatchResponse, ChangeRequest, DeadLetters, HeartbeatRequest,
     HeartbeatResponse, JobList, ResultRequest, SubmitRequest, headers,
-};
-pub use asyncd_contract::{
-    CancelResult, CronTriggerResult, DeadLetterBulk, DeadLetterBulkResult, JobOverview, JobStatus,
-    MAX_BATCH, RedriveResult, ResultAck, ResultStatus, SubmitResult, TaskPage, TaskState,
-    TaskStatus,
 };
 use chrono::{DateTime, Utc};
 use reqwest::Method;
@@ -28,6 +29,7 @@ use crate::time::{format_duration, format_time};
 
 mod builder;
 mod coalesce;
+mod schedule;
 mod task;
 
 pub use builder::ClientBuilder;
@@ -607,13 +609,43 @@ impl Client {
         body: Option<&B>,
         extra: &[(&'static str, String)],
     ) -> Result<T, Error> {
+        self.retrying(|| self.send(method.clone(), path, body, true, extra))
+            .await
+    }
+
+    /// [`Client::call`] that also returns the answer's status (`201` created or `200`).
+    async fn call_status<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> Result<(u16, T), Error> {
+        self.retrying(|| async {
+            let (status, raw) = self.exchange(method.clone(), path, body, true, &[]).await?;
+            Ok((status, self.decode(&method, path, &raw)?))
+        })
+        .await
+    }
+
+    /// [`Client::call`] of an endpoint that answers `204` without a body.
+    async fn call_no_content(&self, method: Method, path: &str) -> Result<(), Error> {
+        self.retrying(|| async {
+            self.exchange(method.clone(), path, None::<&()>, true, &[])
+                .await
+                .map(drop)
+        })
+        .await
+    }
+
+    /// Runs `call` once, or under the client's retry policy when it has one.
+    async fn retrying<T, F, Fut>(&self, mut call: F) -> Result<T, Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, Error>>,
+    {
         match &self.inner.retry {
-            None => self.send(method.clone(), path, body, true, extra).await,
-            Some(policy) => {
-                policy
-                    .run(move || self.send(method.clone(), path, body, true, extra))
-                    .await
-            }
+            None => call().await,
+            Some(policy) => policy.run(call).await,
         }
     }
 
@@ -636,6 +668,35 @@ impl Client {
         with_token: bool,
         extra: &[(&'static str, String)],
     ) -> Result<T, Error> {
+        let (_, raw) = self
+            .exchange(method.clone(), path, body, with_token, extra)
+            .await?;
+        self.decode(&method, path, &raw)
+    }
+
+    /// Decodes a 2xx answer's body.
+    fn decode<T: DeserializeOwned>(
+        &self,
+        method: &Method,
+        path: &str,
+        raw: &[u8],
+    ) -> Result<T, Error> {
+        serde_json::from_slice(raw).map_err(|source| Error::Decode {
+            method: method.to_string(),
+            url: self.url(path),
+            source,
+        })
+    }
+
+    /// Sends one call; a 2xx answer's status and body, or the refusal as an error.
+    async fn exchange<B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        with_token: bool,
+        extra: &[(&'static str, String)],
+    ) -> Result<(u16, axum::body::Bytes), Error> {
         let url = self.url(path);
         let transport = |source| Error::Transport {
             method: method.to_string(),
@@ -675,11 +736,7 @@ impl Client {
             err.retry_after = retry_after;
             return Err(err.into());
         }
-        serde_json::from_slice(&raw).map_err(|source| Error::Decode {
-            method: method.to_string(),
-            url: url.clone(),
-            source,
-        })
+        Ok((status, raw))
     }
 }
 
@@ -1187,6 +1244,167 @@ mod tests {
         let err = c.trigger_cron("j", "x").await.unwrap_err();
         assert!(err.is(&ErrorCode::NotFound), "{err}");
         assert_eq!(err.api().unwrap().field.as_deref(), Some("entry"));
+    }
+
+    const SCHEDULE: &str = r#"{"job":"j 1","name":"cust/42","type":"t","source":"api",
+        "cron":"CRON_TZ=Europe/Berlin 0 9 * * MON","payload":{"c":42},"priority":3,"overlap":"BufferOne",
+        "catch_up":"1h","jitter":"5m","start_at":"2026-12-07T00:00:00.000Z","paused":false,
+        "next_firing":"2026-12-07T08:00:00.000Z","last_firing":null,"last_task_id":null,
+        "buffered_firing":null,"fired":0,"created_at":"2026-11-30T00:00:00.000Z",
+        "updated_at":"2026-11-30T00:00:00.000Z"}"#;
+
+    #[tokio::test]
+    async fn schedule_calls_send_the_contract() {
+        let (fake, c) = Fake::start(201, SCHEDULE).await;
+        let spec = ScheduleSpec {
+            cron: Some("CRON_TZ=Europe/Berlin 0 9 * * MON".into()),
+            payload: json!({"c": 42}),
+            priority: 3,
+            overlap: CronOverlap::BufferOne,
+            jitter: Some("5m".into()),
+            start_at: Some(Utc.with_ymd_and_hms(2026, 12, 7, 0, 0, 0).unwrap()),
+            ..ScheduleSpec::default()
+        };
+        let s = c.create_schedule("j 1", "cust/42", &spec).await.unwrap();
+        assert_eq!(
+            (s.job.as_str(), s.name.as_str(), s.source, &s.spec.overlap),
+            (
+                "j 1",
+                "cust/42",
+                ScheduleSource::Api,
+                &CronOverlap::BufferOne
+            )
+        );
+        assert_eq!(s.spec.cron, spec.cron);
+        assert!(s.next_firing.is_some() && s.last_firing.is_none());
+        let r = fake.last();
+        assert_eq!(
+            (r.method.as_str(), r.path.as_str()),
+            ("POST", "/v1/schedules")
+        );
+        assert_eq!(
+            r.body,
+            json!({"job": "j 1", "name": "cust/42", "cron": "CRON_TZ=Europe/Berlin 0 9 * * MON",
+                   "payload": {"c": 42}, "priority": 3, "overlap": "BufferOne", "jitter": "5m",
+                   "start_at": "2026-12-07T00:00:00.000Z", "paused": false})
+        );
+
+        // PUT: 201 created, 200 written over; the body is the spec alone.
+        let (_, created) = c.put_schedule("j 1", "cust/42", &spec).await.unwrap();
+        assert!(created);
+        let r = fake.last();
+        assert_eq!(
+            (r.method.as_str(), r.path.as_str()),
+            ("PUT", "/v1/schedules/j%201/cust%2F42")
+        );
+        assert!(
+            r.body.get("job").is_none() && r.body["priority"] == 3,
+            "{}",
+            r.body
+        );
+        fake.answer(200, SCHEDULE);
+        let (_, created) = c.put_schedule("j 1", "cust/42", &spec).await.unwrap();
+        assert!(!created);
+
+        c.get_schedule("j 1", "cust/42").await.unwrap();
+        let r = fake.last();
+        assert_eq!(
+            (r.method.as_str(), r.path.as_str()),
+            ("GET", "/v1/schedules/j%201/cust%2F42")
+        );
+
+        fake.answer(
+            200,
+            &format!(r#"{{"items":[{SCHEDULE}],"next_cursor":"cust/42"}}"#),
+        );
+        let page = c.list_schedules("j 1", Some("a:b"), Some(1)).await.unwrap();
+        assert_eq!(page.items.len(), 1);
+        assert_eq!(page.next_cursor.as_deref(), Some("cust/42"));
+        let r = fake.last();
+        assert_eq!(
+            (r.path.as_str(), r.query.as_str()),
+            ("/v1/schedules", "job=j%201&cursor=a%3Ab&limit=1")
+        );
+        fake.answer(200, r#"{"items":[]}"#);
+        let page = c.list_schedules("j", None, None).await.unwrap();
+        assert!(page.items.is_empty() && page.next_cursor.is_none());
+        assert_eq!(fake.last().query, "job=j");
+
+        fake.answer(200, SCHEDULE);
+        c.change_schedule("j", "s", json!({"priority": 5, "jitter": null}))
+            .await
+            .unwrap();
+        let r = fake.last();
+        assert_eq!(
+            (r.method.as_str(), r.path.as_str()),
+            ("PATCH", "/v1/schedules/j/s")
+        );
+        assert_eq!(r.body, json!({"priority": 5, "jitter": null}));
+        let mut patch = SchedulePatch::new();
+        patch.insert("every".into(), json!("1h"));
+        c.change_schedule("j", "s", patch).await.unwrap();
+        assert_eq!(fake.last().body, json!({"every": "1h"}));
+
+        for (call, want) in [
+            ("pause", "/v1/schedules/j/s/pause"),
+            ("resume", "/v1/schedules/j/s/resume"),
+        ] {
+            match call {
+                "pause" => c.pause_schedule("j", "s").await.unwrap(),
+                _ => c.resume_schedule("j", "s").await.unwrap(),
+            };
+            let r = fake.last();
+            assert_eq!((r.method.as_str(), r.path.as_str()), ("POST", want));
+        }
+
+        fake.answer(204, "");
+        c.delete_schedule("j", "s").await.unwrap();
+        let r = fake.last();
+        assert_eq!(
+            (r.method.as_str(), r.path.as_str()),
+            ("DELETE", "/v1/schedules/j/s")
+        );
+
+        fake.answer(
+            201,
+            r#"{"id":"t1","job":"j","entry":"s","type":"t","eta":"2026-11-30T06:00:00.000Z"}"#,
+        );
+        let fired = c.trigger_schedule("j", "s").await.unwrap();
+        assert_eq!((fired.id.as_str(), fired.entry.as_str()), ("t1", "s"));
+        assert_eq!(fake.last().path, "/v1/schedules/j/s/trigger");
+
+        fake.answer(200, r#"{"firings":5,"created":3}"#);
+        let from = Utc.with_ymd_and_hms(2026, 11, 1, 0, 0, 0).unwrap();
+        let result = c
+            .backfill_schedule("j", "s", from, from + chrono::Duration::hours(5))
+            .await
+            .unwrap();
+        assert_eq!((result.firings, result.created), (5, 3));
+        let r = fake.last();
+        assert_eq!(
+            (r.method.as_str(), r.path.as_str()),
+            ("POST", "/v1/schedules/j/s/backfill")
+        );
+        assert_eq!(
+            r.body,
+            json!({"from": "2026-11-01T00:00:00.000Z", "to": "2026-11-01T05:00:00.000Z"})
+        );
+
+        fake.answer(
+            409,
+            r#"{"error":{"code":"schedule_exists","message":"name: taken","field":"name"}}"#,
+        );
+        let err = c.create_schedule("j", "s", &spec).await.unwrap_err();
+        assert!(err.is(&ErrorCode::ScheduleExists), "{err}");
+        assert_eq!(err.api().unwrap().field.as_deref(), Some("name"));
+        fake.answer(
+            409,
+            r#"{"error":{"code":"schedule_read_only","message":"config"}}"#,
+        );
+        let err = c.delete_schedule("j", "nightly").await.unwrap_err();
+        assert!(err.is(&ErrorCode::ScheduleReadOnly), "{err}");
+        let err = c.put_schedule("j", "nightly", &spec).await.unwrap_err();
+        assert_eq!(err.status(), Some(409));
     }
 
     #[tokio::test]

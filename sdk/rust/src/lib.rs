@@ -7,6 +7,9 @@
 //!   (a tower service): signature check, dispatch by task type, outcome → answer,
 //!   long-running work with leases and heartbeats, and batch calls (one handler run
 //!   per task, one result per task).
+//! - [`Client::create_schedule`], [`Client::put_schedule`] and the other schedule calls
+//!   manage schedules at runtime: a job's tasks fired on a cron or at a fixed interval,
+//!   one per customer if need be (`docs/api.md`, "Schedules").
 //! - [`cron::validate`] checks AsyncJobConfig cron schedules (`CRON_TZ=` required).
 //! - The wire types, error codes, task states, header names and signing are
 //!   [`asyncd_contract`]'s, re-exported here; it is the server's contract too.
@@ -46,10 +49,12 @@ pub use asyncd_contract::{
     sign, verify_signature,
 };
 pub use client::{
-    BatchItem, CancelResult, Change, Client, ClientBuilder, CronTriggerResult, DEFAULT_ENDPOINT,
-    DEFAULT_SUBMIT_CALLS, DEFAULT_TOKEN_FILE, DeadLetterBulk, DeadLetterBulkResult, JobOverview,
-    JobStatus, MAX_BATCH, RedriveResult, ResultAck, ResultStatus, SOURCE_SERVICE_HEADER,
-    SubmitResult, TOKEN_FILE_REFRESH, Task, TaskPage, TaskQuery, TaskResult, TaskState, TaskStatus,
+    BackfillResult, BatchItem, CancelResult, Change, Client, ClientBuilder, CronOverlap,
+    CronTriggerResult, DEFAULT_ENDPOINT, DEFAULT_SUBMIT_CALLS, DEFAULT_TOKEN_FILE, DeadLetterBulk,
+    DeadLetterBulkResult, JobOverview, JobStatus, MAX_BACKFILL, MAX_BATCH, MAX_SCHEDULE_NAME,
+    MAX_SCHEDULE_PAGE, RedriveResult, ResultAck, ResultStatus, SOURCE_SERVICE_HEADER, Schedule,
+    SchedulePage, SchedulePatch, ScheduleSource, ScheduleSpec, SubmitResult, TOKEN_FILE_REFRESH,
+    Task, TaskPage, TaskQuery, TaskResult, TaskState, TaskStatus,
 };
 pub use error::{ApiError, Error, ErrorCode};
 pub use executor::{
