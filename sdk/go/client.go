@@ -730,12 +730,23 @@ func (c *Client) Redrive(ctx context.Context, id string) (*RedriveResult, error)
 // decodes a 2xx answer into out.
 // With WithRetry, a retryable failure is sent again (see RetryPolicy).
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	_, err := c.doStatus(ctx, method, path, in, out)
+	return err
+}
+
+// doStatus is do that also returns the status of the 2xx answer (of the last attempt,
+// under WithRetry), for calls whose answer differs by it (PutSchedule's 201 or 200).
+func (c *Client) doStatus(ctx context.Context, method, path string, in, out any) (int, error) {
 	if c.retry == nil {
-		return c.send(ctx, c.endpoint, method, path, in, out, true)
+		return c.sendStatus(ctx, c.endpoint, method, path, in, out, true)
 	}
-	return c.retry.run(ctx, func() error {
-		return c.send(ctx, c.endpoint, method, path, in, out, true)
+	var status int
+	err := c.retry.run(ctx, func() error {
+		var err error
+		status, err = c.sendStatus(ctx, c.endpoint, method, path, in, out, true)
+		return err
 	})
+	return status, err
 }
 
 // doAt is for the executor callbacks, which the lease token authenticates: the API token
@@ -745,17 +756,23 @@ func (c *Client) doAt(ctx context.Context, base, method, path string, in, out an
 }
 
 func (c *Client) send(ctx context.Context, base, method, path string, in, out any, withToken bool) error {
+	_, err := c.sendStatus(ctx, base, method, path, in, out, withToken)
+	return err
+}
+
+// sendStatus is send that also returns the status of a 2xx answer.
+func (c *Client) sendStatus(ctx context.Context, base, method, path string, in, out any, withToken bool) (int, error) {
 	var body io.Reader
 	if in != nil {
 		raw, err := json.Marshal(in)
 		if err != nil {
-			return fmt.Errorf("asyncd: marshal request: %w", err)
+			return 0, fmt.Errorf("asyncd: marshal request: %w", err)
 		}
 		body = bytes.NewReader(raw)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(base, "/")+path, body)
 	if err != nil {
-		return fmt.Errorf("asyncd: %w", err)
+		return 0, fmt.Errorf("asyncd: %w", err)
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -777,23 +794,23 @@ func (c *Client) send(ctx context.Context, base, method, path string, in, out an
 	}
 	resp, err := c.httpClient.Do(req)
 	if err != nil {
-		return &TransportError{Method: method, Path: path, Err: err}
+		return 0, &TransportError{Method: method, Path: path, Err: err}
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return fmt.Errorf("asyncd: %s %s: read answer: %w", method, path, err)
+		return 0, fmt.Errorf("asyncd: %s %s: read answer: %w", method, path, err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		apiErr := parseAPIError(resp.StatusCode, raw)
 		apiErr.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), c.now())
-		return apiErr
+		return 0, apiErr
 	}
 	if out == nil || len(bytes.TrimSpace(raw)) == 0 {
-		return nil
+		return resp.StatusCode, nil
 	}
 	if err := json.Unmarshal(raw, out); err != nil {
-		return fmt.Errorf("asyncd: %s %s: decode answer: %w", method, path, err)
+		return 0, fmt.Errorf("asyncd: %s %s: decode answer: %w", method, path, err)
 	}
-	return nil
+	return resp.StatusCode, nil
 }

@@ -119,6 +119,52 @@ func TestContractRequestsEncodeAsTheServerReadsThem(t *testing.T) {
 	roundTrip(t, "heartbeat_request", &map[string]any{}, true)
 	roundTrip(t, "executor_accepted", &map[string]string{}, true)
 	roundTrip(t, "dead_letter_bulk_request", &DeadLetterFilter{}, true)
+	roundTrip(t, "schedule_create_request", &scheduleCreate{}, true)
+	roundTrip(t, "backfill_request", &backfillBody{}, true)
+}
+
+// The bodies CreateSchedule, PutSchedule and BackfillSchedule build from the typed
+// values of schedule_create_request.json and backfill_request.json are those fixtures.
+func TestContractScheduleBodiesFromTypedValues(t *testing.T) {
+	startAt := time.Date(2026, 11, 30, 8, 45, 0, 0, time.FixedZone("CET", 3600))
+	spec := ScheduleSpec{
+		Cron:     "CRON_TZ=Europe/Berlin 0 9 * * MON",
+		Payload:  map[string]any{"customer": 42, "week_of": "{{scheduled_at}}"},
+		Priority: 3, Overlap: OverlapBufferOne, CatchUp: CatchUpFor(time.Hour), Jitter: 5 * time.Minute,
+		StartAt: &startAt,
+	}
+	got, err := json.Marshal(scheduleCreate{Job: "send-email", Name: "weekly-42", Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := normalized(t, fixture(t, "schedule_create_request")).(map[string]any)
+	if g := normalized(t, got); !reflect.DeepEqual(g, want) {
+		t.Fatalf("the create body encodes as\n%s\nwant\n%v", got, want)
+	}
+	// PUT's body is the same spec without job and name.
+	got, err = json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(want, "job")
+	delete(want, "name")
+	if g := normalized(t, got); !reflect.DeepEqual(g, want) {
+		t.Fatalf("the put body encodes as\n%s\nwant\n%v", got, want)
+	}
+	// Every, in the SDK's humantime units.
+	every, err := json.Marshal(ScheduleSpec{Every: 90 * time.Second})
+	if err != nil || string(every) != `{"every":"1m 30s","payload":null,"priority":0,"paused":false}` {
+		t.Fatalf("an Every spec encodes as %s (%v)", every, err)
+	}
+
+	from := time.Date(2026, 11, 23, 7, 45, 0, 0, time.UTC)
+	got, err = json.Marshal(backfillBody{From: formatTime(from), To: formatTime(from.Add(7 * 24 * time.Hour))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, w := normalized(t, got), normalized(t, fixture(t, "backfill_request")); !reflect.DeepEqual(g, w) {
+		t.Fatalf("the backfill body encodes as\n%s\nwant\n%v", got, w)
+	}
 }
 
 func TestContractAnswersDecode(t *testing.T) {
@@ -138,6 +184,21 @@ func TestContractAnswersDecode(t *testing.T) {
 	roundTrip(t, "redrive_response", &RedriveResult{}, true)
 	roundTrip(t, "dead_letter_bulk_response", &BulkResult{}, true)
 	roundTrip(t, "executor_call", &envelope{}, true)
+
+	var sched Schedule
+	roundTrip(t, "schedule_response", &sched, true)
+	checkContractSchedule(t, &sched)
+	var page SchedulePage
+	roundTrip(t, "schedules_response", &page, true)
+	if len(page.Items) != 1 || page.NextCursor != "weekly-42" {
+		t.Fatalf("schedules_response decodes as %+v", page)
+	}
+	checkContractSchedule(t, &page.Items[0])
+	var backfill BackfillResult
+	roundTrip(t, "backfill_response", &backfill, true)
+	if backfill != (BackfillResult{Firings: 7, Created: 6}) {
+		t.Fatalf("backfill_response decodes as %+v", backfill)
+	}
 
 	var st TaskStatus
 	roundTrip(t, "task_status", &st, false)
@@ -222,14 +283,31 @@ func TestContractErrorsDecode(t *testing.T) {
 		}
 		codes[got.Code] = true
 	}
-	if len(codes) != 20 {
-		t.Errorf("the contract has %d codes, this SDK 20", len(codes))
+	if len(codes) != 22 {
+		t.Errorf("the contract has %d codes, this SDK 22", len(codes))
 	}
 	for _, code := range []string{CodeMalformedJSON, CodeInvalidField, CodeUnknownTaskType, CodePayloadTooLarge,
 		CodeUnauthenticated, CodeForbidden, CodeNotFound, CodeUniqueConflict, CodeIdempotencyMismatch, CodeNotCancellable, CodeStaleLease,
-		CodeNotDead, CodeTaskStarted, CodeThrottled, CodeTaskCancelled, CodeStoreUnavailable, CodeKafkaUnavailable, CodeAuthUnavailable, CodeClockSkew, CodeSigningUnavailable} {
+		CodeNotDead, CodeTaskStarted, CodeThrottled, CodeScheduleExists, CodeScheduleReadOnly, CodeTaskCancelled, CodeStoreUnavailable,
+		CodeKafkaUnavailable, CodeAuthUnavailable, CodeClockSkew, CodeSigningUnavailable} {
 		if !codes[code] {
 			t.Errorf("no contract fixture for %s", code)
+		}
+	}
+	// The schedule refusals are their own sentinels, 409s that are not retryable; a
+	// create's names the field.
+	for _, c := range cases {
+		got := parseAPIError(c.Status, c.Body)
+		switch got.Code {
+		case CodeScheduleExists:
+			if !errors.Is(got, ErrScheduleExists) || errors.Is(got, ErrScheduleReadOnly) || got.Status != http.StatusConflict ||
+				got.Field != "name" || got.Retryable() {
+				t.Errorf("the schedule_exists fixture decodes as %+v", got)
+			}
+		case CodeScheduleReadOnly:
+			if !errors.Is(got, ErrScheduleReadOnly) || errors.Is(got, ErrScheduleExists) || got.Status != http.StatusConflict || got.Retryable() {
+				t.Errorf("the schedule_read_only fixture decodes as %+v", got)
+			}
 		}
 	}
 	// The throttled refusal is ErrThrottled, naming the key's task and the field.
@@ -508,5 +586,31 @@ func TestContractBatchSignature(t *testing.T) {
 	h.Set(HeaderSignature, Sign(primary, h, []byte(`{"tasks":7}`)))
 	if _, err := NewVerifier(primary...).VerifyBatch(h, []byte(`{"tasks":7}`), now); !errors.Is(err, ErrMalformedBatch) {
 		t.Fatalf("signed garbage: %v", err)
+	}
+}
+
+// checkContractSchedule: the members of schedule_response.json, typed.
+func checkContractSchedule(t *testing.T, s *Schedule) {
+	t.Helper()
+	at := func(h, m, sec, ms int, day ...int) time.Time {
+		d := 30
+		if len(day) > 0 {
+			d = day[0]
+		}
+		return time.Date(2026, 11, d, h, m, sec, ms*1e6, time.UTC)
+	}
+	if s.Job != "send-email" || s.Name != "weekly-42" || s.Type != "email" || s.Source != ScheduleSourceAPI ||
+		s.Cron != "CRON_TZ=Europe/Berlin 0 9 * * MON" || s.Every != 0 || s.Priority != 3 || s.Overlap != OverlapBufferOne ||
+		s.CatchUp == nil || *s.CatchUp != time.Hour || s.Jitter != 5*time.Minute || s.Paused ||
+		s.StartAt == nil || !s.StartAt.Equal(at(7, 45, 0, 0)) || s.EndAt != nil ||
+		s.NextFiring == nil || !s.NextFiring.Equal(at(8, 0, 0, 123)) ||
+		s.LastFiring == nil || !s.LastFiring.Equal(at(7, 45, 0, 0, 23)) ||
+		s.LastTaskID != "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b" || s.BufferedFiring != nil || s.Fired != 12 ||
+		!s.CreatedAt.Equal(time.Date(2026, 9, 1, 7, 45, 0, 0, time.UTC)) || !s.UpdatedAt.Equal(at(7, 45, 0, 0, 29)) {
+		t.Fatalf("the schedule decodes as %+v", s)
+	}
+	payload, ok := s.Payload.(json.RawMessage)
+	if !ok || !reflect.DeepEqual(normalized(t, payload), map[string]any{"customer": 42.0, "week_of": "{{scheduled_at}}"}) {
+		t.Fatalf("the schedule's payload decodes as %#v", s.Payload)
 	}
 }

@@ -38,6 +38,12 @@ const (
 	// window is open; ExistingID names the task the key last stored, Field is
 	// "throttle". Nothing was stored.
 	CodeThrottled = "throttled"
+	// CodeScheduleExists (409): CreateSchedule of a name the job already has a schedule
+	// of; Field is "name". PutSchedule writes over it instead.
+	CodeScheduleExists = "schedule_exists"
+	// CodeScheduleReadOnly (409): a change, pause, resume, delete or put of a schedule
+	// that is its job's spec.cron entry (Source "config"): change the AsyncJobConfig.
+	CodeScheduleReadOnly = "schedule_read_only"
 	// CodeTaskCancelled (410): a heartbeat or result of an attempt whose task was
 	// cancelled while it ran; the executor helpers cancel the handler's context.
 	CodeTaskCancelled = "task_cancelled"
@@ -209,6 +215,10 @@ var (
 	// stored, ExistingID names that task. Not retryable as is: the same submit is
 	// refused until the window closes.
 	ErrThrottled = &APIError{Code: CodeThrottled}
+	// ErrScheduleExists: CreateSchedule of a name the job already has; nothing changed.
+	ErrScheduleExists = &APIError{Code: CodeScheduleExists}
+	// ErrScheduleReadOnly: the schedule is its job's spec.cron entry; change the config.
+	ErrScheduleReadOnly = &APIError{Code: CodeScheduleReadOnly}
 	// ErrTaskCancelled: the task was cancelled while this attempt ran; stop.
 	ErrTaskCancelled = &APIError{Code: CodeTaskCancelled}
 	// ErrStoreUnavailable, ErrKafkaUnavailable, ErrAuthUnavailable: 503s; retry

@@ -32,6 +32,8 @@ var sentinels = map[string]error{
 	"not_dead":             asyncd.ErrNotDead,
 	"task_started":         asyncd.ErrTaskStarted,
 	"throttled":            asyncd.ErrThrottled,
+	"schedule_exists":      asyncd.ErrScheduleExists,
+	"schedule_read_only":   asyncd.ErrScheduleReadOnly,
 	"task_cancelled":       asyncd.ErrTaskCancelled,
 	"store_unavailable":    asyncd.ErrStoreUnavailable,
 	"kafka_unavailable":    asyncd.ErrKafkaUnavailable,

@@ -47,6 +47,7 @@ mod priority;
 mod retention;
 mod retries;
 mod roles;
+mod schedules;
 mod search;
 mod secret_hygiene;
 mod slow_executor;

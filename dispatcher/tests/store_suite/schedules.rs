@@ -69,7 +69,13 @@ async fn a_schedule_is_written_read_listed_and_deleted(store: &dyn Store) {
         ["c:1", "c:2"],
         "the page after b"
     );
-    assert!(store.list_schedules("other", None, 10).await.unwrap().is_empty());
+    assert!(
+        store
+            .list_schedules("other", None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     let paused = PutSchedule {
         paused: true,
@@ -131,9 +137,7 @@ fn pass(now: Millis) -> FireParams {
     }
 }
 
-async fn a_pass_creates_each_firing_once_and_records_where_the_schedule_stands(
-    store: &dyn Store,
-) {
+async fn a_pass_creates_each_firing_once_and_records_where_the_schedule_stands(store: &dyn Store) {
     store
         .create_schedule(put("tick", r#"{"every":"10s"}"#, T0))
         .await
@@ -158,8 +162,20 @@ async fn a_pass_creates_each_firing_once_and_records_where_the_schedule_stands(
     assert_eq!(state(store, id).await, TaskState::Pending);
     let row = store.get_schedule("s", "tick").await.unwrap().unwrap();
     assert_eq!(
-        (row.next_at, row.wake_at, row.last_task_id.as_deref(), row.last_fired_at, row.fired),
-        (Some(at(10_000)), Some(at(10_000)), Some(id.as_str()), Some(T0), 1)
+        (
+            row.next_at,
+            row.wake_at,
+            row.last_task_id.as_deref(),
+            row.last_fired_at,
+            row.fired
+        ),
+        (
+            Some(at(10_000)),
+            Some(at(10_000)),
+            Some(id.as_str()),
+            Some(T0),
+            1
+        )
     );
     assert_eq!(row.version, 2);
 
@@ -176,7 +192,10 @@ async fn a_pass_creates_each_firing_once_and_records_where_the_schedule_stands(
         wake_at: Some(at(20_000)),
         overlap: Overlap::Allow,
     };
-    let repeated = store.fire_schedules(pass(at(10_000)), &repeat).await.unwrap();
+    let repeated = store
+        .fire_schedules(pass(at(10_000)), &repeat)
+        .await
+        .unwrap();
     assert_eq!(
         repeated.fired[0].outcome,
         FiringOutcome::Existed { id: id.clone() }
@@ -232,7 +251,10 @@ async fn overlap_policies_are_decided_as_a_firing_is_created(store: &dyn Store) 
             .map(|f| f.outcome.clone())
             .collect()
     };
-    let first = store.fire_schedules(pass(T0), &planner_at(T0)).await.unwrap();
+    let first = store
+        .fire_schedules(pass(T0), &planner_at(T0))
+        .await
+        .unwrap();
     let created = |name: &str| match outcomes(&first.fired, name).as_slice() {
         [FiringOutcome::Created { id }] => id.clone(),
         other => panic!("{name}: {other:?}"),
@@ -240,7 +262,10 @@ async fn overlap_policies_are_decided_as_a_firing_is_created(store: &dyn Store) 
     let (skip0, buffer0, cancel0) = (created("skip"), created("buffer"), created("cancel"));
 
     // 10 s: every first firing is unfinished.
-    let second = store.fire_schedules(pass(at(10_000)), &planner_at(at(10_000))).await.unwrap();
+    let second = store
+        .fire_schedules(pass(at(10_000)), &planner_at(at(10_000)))
+        .await
+        .unwrap();
     assert_eq!(
         outcomes(&second.fired, "skip"),
         [FiringOutcome::Skipped {
@@ -254,7 +279,13 @@ async fn overlap_policies_are_decided_as_a_firing_is_created(store: &dyn Store) 
         }]
     );
     let cancel = outcomes(&second.fired, "cancel");
-    let [FiringOutcome::Replaced { id: cancel1, cancelled }] = cancel.as_slice() else {
+    let [
+        FiringOutcome::Replaced {
+            id: cancel1,
+            cancelled,
+        },
+    ] = cancel.as_slice()
+    else {
         panic!("cancel: {cancel:?}");
     };
     assert_eq!(cancelled, &cancel0);
@@ -269,7 +300,10 @@ async fn overlap_policies_are_decided_as_a_firing_is_created(store: &dyn Store) 
     );
 
     // 11 s: the previous firing has not finished; the held one stays held.
-    let third = store.fire_schedules(pass(at(11_000)), &planner_at(at(11_000))).await.unwrap();
+    let third = store
+        .fire_schedules(pass(at(11_000)), &planner_at(at(11_000)))
+        .await
+        .unwrap();
     assert_eq!(
         outcomes(&third.fired, "buffer"),
         [FiringOutcome::Buffered {
@@ -277,7 +311,10 @@ async fn overlap_policies_are_decided_as_a_firing_is_created(store: &dyn Store) 
         }]
     );
     // 20 s: still unfinished; the held firing stays the 10 s one, the new one is skipped.
-    let fourth = store.fire_schedules(pass(at(20_000)), &planner_at(at(20_000))).await.unwrap();
+    let fourth = store
+        .fire_schedules(pass(at(20_000)), &planner_at(at(20_000)))
+        .await
+        .unwrap();
     assert_eq!(
         outcomes(&fourth.fired, "buffer")[1],
         FiringOutcome::Skipped {
@@ -292,7 +329,10 @@ async fn overlap_policies_are_decided_as_a_firing_is_created(store: &dyn Store) 
         store.cancel(&buffer0, at(20_500)).await.unwrap(),
         CancelOutcome::Cancelled
     );
-    let fifth = store.fire_schedules(pass(at(21_000)), &planner_at(at(21_000))).await.unwrap();
+    let fifth = store
+        .fire_schedules(pass(at(21_000)), &planner_at(at(21_000)))
+        .await
+        .unwrap();
     let held: Vec<_> = fifth.fired.iter().filter(|f| f.name == "buffer").collect();
     let [held] = held.as_slice() else {
         panic!("buffer: {held:?}");
@@ -330,14 +370,20 @@ async fn config_schedules_follow_the_config(store: &dyn Store) {
     let nightly = store.get_schedule("s", "nightly").await.unwrap().unwrap();
     assert_eq!(nightly.source, ScheduleSource::Config);
     // The same config again writes nothing.
-    store.sync_config_schedules("s", &v1, at(1_000)).await.unwrap();
+    store
+        .sync_config_schedules("s", &v1, at(1_000))
+        .await
+        .unwrap();
     assert_eq!(
         store.get_schedule("s", "nightly").await.unwrap().unwrap(),
         nightly
     );
     // hourly paused, nightly gone: the API's schedule stays.
     let v2 = [entry("hourly", r#"{"cron":"CRON_TZ=UTC 0 * * * *"}"#, true)];
-    store.sync_config_schedules("s", &v2, at(2_000)).await.unwrap();
+    store
+        .sync_config_schedules("s", &v2, at(2_000))
+        .await
+        .unwrap();
     assert_eq!(store.get_schedule("s", "nightly").await.unwrap(), None);
     let hourly = store.get_schedule("s", "hourly").await.unwrap().unwrap();
     assert!(hourly.paused);
@@ -372,7 +418,10 @@ async fn two_schedulers_take_each_schedule_once(server: &Server) {
                     limit: 50,
                     ..pass(T0)
                 };
-                let pass = store.fire_schedules(params, &every_ten_seconds).await.unwrap();
+                let pass = store
+                    .fire_schedules(params, &every_ten_seconds)
+                    .await
+                    .unwrap();
                 fired.extend(pass.fired);
                 if pass.schedules == 0 {
                     return fired;

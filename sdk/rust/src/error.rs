@@ -358,6 +358,8 @@ mod tests {
             "stale_lease",
             "not_dead",
             "task_started",
+            "schedule_exists",
+            "schedule_read_only",
             "http_error",
         ] {
             let parsed = ErrorCode::parse(code);

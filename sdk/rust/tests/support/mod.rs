@@ -96,6 +96,8 @@ pub struct Job {
     /// has no brokers, so its tasks still go to the store, but the API treats the job
     /// as Kafka-routed (e.g. a cancel naming it may be of a task not consumed yet).
     pub kafka_topic: Option<&'static str>,
+    /// `spec.cron` entries: name and schedule (`CRON_TZ=… …`).
+    pub cron: Vec<(&'static str, &'static str)>,
 }
 
 impl Job {
@@ -107,7 +109,14 @@ impl Job {
             max_retries: 2,
             batch: None,
             kafka_topic: None,
+            cron: Vec::new(),
         }
+    }
+
+    /// A `spec.cron` entry: shown by `/v1/schedules` as a schedule with `source: config`.
+    pub fn cron(mut self, name: &'static str, schedule: &'static str) -> Self {
+        self.cron.push((name, schedule));
+        self
     }
 
     /// Delivers the job's tasks in batch calls of up to `max_tasks`, waiting up to
@@ -150,6 +159,14 @@ impl Job {
             doc.push_str(&format!(
                 "  kafka:\n    topic: {topic}\n    partitions: 1\n"
             ));
+        }
+        if !self.cron.is_empty() {
+            doc.push_str("  cron:\n");
+            for (name, schedule) in &self.cron {
+                doc.push_str(&format!(
+                    "    - name: {name}\n      schedule: \"{schedule}\"\n"
+                ));
+            }
         }
         doc
     }
