@@ -10,12 +10,13 @@ pub const OTHER: u8 = 1;
 /// A usage error: a bad flag or argument (clap's own code), a bad config file, or a
 /// request the API refused as invalid (400, 413).
 pub const USAGE: u8 = 2;
-/// No such task, job or cron entry (404).
+/// No such task, job, cron entry or schedule (404).
 pub const NOT_FOUND: u8 = 3;
 /// No usable credentials, or not allowed on this job (401, 403).
 pub const DENIED: u8 = 4;
 /// The task is not in a state that allows it: cancelling a finished task, redriving one
-/// that is not dead, a unique key held by another task (409).
+/// that is not dead, a unique key held by another task; a schedule name the job already
+/// has, a change of a schedule that is its config's cron entry (409).
 pub const CONFLICT: u8 = 5;
 /// The server is up but cannot serve now: its store or Kafka or the Kubernetes API
 /// did not answer (503). Trying again later may succeed.
@@ -89,6 +90,8 @@ mod tests {
         assert_eq!(api(401, "unauthenticated").code, DENIED);
         assert_eq!(api(403, "forbidden").code, DENIED);
         assert_eq!(api(409, "not_cancellable").code, CONFLICT);
+        assert_eq!(api(409, "schedule_exists").code, CONFLICT);
+        assert_eq!(api(409, "schedule_read_only").code, CONFLICT);
         assert_eq!(api(400, "invalid_field").code, USAGE);
         assert_eq!(api(503, "store_unavailable").code, UNAVAILABLE);
         assert_eq!(api(500, "http_error").code, OTHER);

@@ -5,6 +5,7 @@ mod dlq;
 mod exit;
 mod jobs;
 mod output;
+mod schedules;
 mod tasks;
 
 use std::path::PathBuf;
@@ -21,7 +22,7 @@ use crate::output::Format;
 #[command(
     name = "asyncctl",
     version,
-    about = "The asyncd command line: tasks, dead letters, jobs, cron entries and a live view",
+    about = "The asyncd command line: tasks, dead letters, jobs, cron entries, schedules and a live view",
     after_help = "Exit codes: 0 ok, 1 other failure, 2 usage or invalid request, 3 not found, \
                   4 unauthenticated or forbidden, 5 conflict, 6 server unavailable (asyncctl/README.md)."
 )]
@@ -93,6 +94,10 @@ enum Command {
     /// Cron entries: list with their next firings, trigger one now.
     #[command(subcommand)]
     Cron(jobs::Cron),
+    /// Schedules made at runtime: create, put, get, list, pause, resume, delete,
+    /// trigger, backfill.
+    #[command(subcommand)]
+    Schedule(schedules::ScheduleCommand),
     /// Live per-job rates, due backlog and lateness, refreshed until interrupted.
     Top(jobs::TopArgs),
     /// Print a shell completion script, e.g. `source <(asyncctl completion bash)`.
@@ -156,6 +161,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Dlq(command) => dlq::run(&client, out, command).await,
         Command::Jobs(command) => jobs::jobs(&client, out, command).await,
         Command::Cron(command) => jobs::cron(&client, out, command).await,
+        Command::Schedule(command) => schedules::run(&client, out, command).await,
         Command::Top(args) => jobs::top(&client, out, args).await,
         Command::Completion { .. } => unreachable!("handled above"),
     }

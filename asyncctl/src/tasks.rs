@@ -94,27 +94,33 @@ pub struct ChangeArgs {
     priority: Option<u8>,
 }
 
-/// The `--payload` argument as JSON: literal, `-` (stdin) or `@FILE`.
+/// The `PAYLOAD` argument as JSON: literal, `-` (stdin) or `@FILE`.
 fn payload(arg: Option<&str>) -> Result<Value, Failure> {
+    json_arg("PAYLOAD", arg)
+}
+
+/// The argument `name` (as the usage names it: `PAYLOAD`, `--payload`) as JSON: literal,
+/// `-` (stdin) or `@FILE`; `null` when not given. Its errors name the argument.
+pub fn json_arg(name: &str, arg: Option<&str>) -> Result<Value, Failure> {
     let (text, source) = match arg {
         None => return Ok(Value::Null),
         Some("-") => {
             let mut text = String::new();
             std::io::stdin()
                 .read_to_string(&mut text)
-                .map_err(|e| usage(format!("PAYLOAD: reading stdin: {e}")))?;
+                .map_err(|e| usage(format!("{name}: reading stdin: {e}")))?;
             (text, "stdin".to_string())
         }
         Some(arg) => match arg.strip_prefix('@') {
             Some(path) => (
                 std::fs::read_to_string(path)
-                    .map_err(|e| usage(format!("PAYLOAD: reading {path}: {e}")))?,
+                    .map_err(|e| usage(format!("{name}: reading {path}: {e}")))?,
                 path.to_string(),
             ),
             None => (arg.to_string(), "the argument".to_string()),
         },
     };
-    serde_json::from_str(&text).map_err(|e| usage(format!("PAYLOAD: {source} is not JSON ({e})")))
+    serde_json::from_str(&text).map_err(|e| usage(format!("{name}: {source} is not JSON ({e})")))
 }
 
 pub async fn submit(client: &Client, out: Format, args: SubmitArgs) -> Result<(), Failure> {

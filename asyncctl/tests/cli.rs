@@ -477,6 +477,292 @@ fn tasks_dead_letters_jobs_and_cron_through_the_cli() {
     assert_eq!(code(&anonymous), Some(4), "{}", stderr(&anonymous));
 }
 
+/// The names of a page of schedules (`schedule list -o json`).
+fn names(page: &Value) -> Vec<&str> {
+    page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect()
+}
+
+#[test]
+fn schedules_through_the_cli() {
+    let dev = Dev::start();
+
+    // create: the flags are the spec.
+    let created = dev.json(&[
+        "schedule",
+        "create",
+        "work-job",
+        "cust-1",
+        "--every",
+        "1h",
+        "--payload",
+        r#"{"customer": 1, "schedule": "{{schedule}}"}"#,
+        "--priority",
+        "3",
+        "--overlap",
+        "Skip",
+        "--jitter",
+        "5m",
+        "--catch-up",
+        "0s",
+        "--end-at",
+        "2099-01-01T00:00:00Z",
+    ]);
+    assert_eq!(
+        (
+            &created["job"],
+            &created["name"],
+            &created["type"],
+            &created["source"]
+        ),
+        (
+            &json!("work-job"),
+            &json!("cust-1"),
+            &json!("work"),
+            &json!("api")
+        ),
+        "{created}"
+    );
+    assert_eq!(
+        (
+            &created["every"],
+            &created["payload"],
+            &created["priority"],
+            &created["overlap"],
+            &created["jitter"],
+            &created["catch_up"],
+            &created["paused"]
+        ),
+        (
+            &json!("1h"),
+            &json!({"customer": 1, "schedule": "{{schedule}}"}),
+            &json!(3),
+            &json!("Skip"),
+            &json!("5m"),
+            &json!("0s"),
+            &json!(false)
+        ),
+        "{created}"
+    );
+    assert_eq!(parse_time(&created["end_at"]), 4_070_908_800_000);
+    assert!(created["next_firing"].is_string(), "{created}");
+    // The name is taken: a conflict.
+    let taken = dev.ctl(&["schedule", "create", "work-job", "cust-1", "--every", "2h"]);
+    assert_eq!(code(&taken), Some(5), "{}", stderr(&taken));
+    assert!(
+        stderr(&taken).contains("schedule_exists"),
+        "{}",
+        stderr(&taken)
+    );
+
+    // put: creates, then writes over (the flags are the whole spec).
+    let put = dev.ctl(&[
+        "schedule",
+        "put",
+        "work-job",
+        "cust-2",
+        "--cron",
+        "CRON_TZ=Europe/Berlin 0 9 * * MON",
+        "--paused",
+    ]);
+    assert_eq!(code(&put), Some(0), "{}", stderr(&put));
+    assert!(stderr(&put).contains("created"), "{}", stderr(&put));
+    let table = String::from_utf8_lossy(&put.stdout);
+    assert!(
+        table.starts_with("FIELD ") && table.contains("CRON_TZ=Europe/Berlin 0 9 * * MON"),
+        "{table}"
+    );
+    let put = dev.ctl(&["schedule", "put", "work-job", "cust-2", "--every", "15m"]);
+    assert_eq!(code(&put), Some(0), "{}", stderr(&put));
+    assert!(stderr(&put).contains("written over"), "{}", stderr(&put));
+    let got = dev.json(&["schedule", "get", "work-job", "cust-2"]);
+    assert_eq!(
+        (&got["every"], &got["cron"], &got["paused"]),
+        (&json!("15m"), &Value::Null, &json!(false)),
+        "{got}"
+    );
+
+    // list: one page, or every page through the cursor; the config entry among them.
+    let first = dev.ctl(&["schedule", "list", "work-job", "--limit", "1", "-o", "json"]);
+    assert_eq!(code(&first), Some(0), "{}", stderr(&first));
+    let page: Value = serde_json::from_slice(&first.stdout).unwrap();
+    assert_eq!(names(&page), ["cust-1"], "{page}");
+    assert_eq!(page["next_cursor"], "cust-1", "{page}");
+    let next = dev.json(&[
+        "schedule", "list", "work-job", "--limit", "1", "--cursor", "cust-1",
+    ]);
+    assert_eq!(names(&next), ["cust-2"], "{next}");
+    let all = dev.json(&["schedule", "list", "work-job", "--limit", "1", "--all"]);
+    assert_eq!(names(&all), ["cust-1", "cust-2", "yearly"], "{all}");
+    assert!(all.get("next_cursor").is_none(), "{all}");
+    assert_eq!(all["items"][2]["source"], "config", "{all}");
+    let table = dev.ctl(&["schedule", "ls", "work-job", "--all"]);
+    assert_eq!(code(&table), Some(0), "{}", stderr(&table));
+    let text = String::from_utf8_lossy(&table.stdout);
+    let header = text.lines().next().unwrap_or_default();
+    for column in [
+        "NAME", "SOURCE", "WHEN", "OVERLAP", "PAUSED", "NEXT", "LAST", "FIRED",
+    ] {
+        assert!(header.contains(column), "{column}: {text}");
+    }
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("cust-1 "))
+        .unwrap_or_default();
+    assert!(
+        row.contains("api") && row.contains("every 1h") && row.contains("Skip"),
+        "{text}"
+    );
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("yearly "))
+        .unwrap_or_default();
+    assert!(
+        row.contains("config") && row.contains("CRON_TZ=UTC 0 3 1 1 *"),
+        "{text}"
+    );
+
+    // pause: no next firing; resume: one again.
+    let paused = dev.json(&["schedule", "pause", "work-job", "cust-1"]);
+    assert_eq!(
+        (&paused["paused"], &paused["next_firing"]),
+        (&json!(true), &Value::Null),
+        "{paused}"
+    );
+    let resumed = dev.json(&["schedule", "resume", "work-job", "cust-1"]);
+    assert_eq!(resumed["paused"], false, "{resumed}");
+    assert!(resumed["next_firing"].is_string(), "{resumed}");
+
+    // trigger: a task of the job, now, with the schedule's payload.
+    let fired = dev.json(&["schedule", "trigger", "work-job", "cust-1"]);
+    assert_eq!(
+        (&fired["job"], &fired["entry"], &fired["type"]),
+        (&json!("work-job"), &json!("cust-1"), &json!("work")),
+        "{fired}"
+    );
+    let task = dev.json(&["get", fired["id"].as_str().unwrap()]);
+    assert_eq!(
+        task["payload"],
+        json!({"customer": 1, "schedule": "cust-1"}),
+        "{task}"
+    );
+
+    // backfill: the firings in [from, to), once.
+    let t0 =
+        chrono::DateTime::from_timestamp((chrono::Utc::now().timestamp() / 3600 - 24) * 3600, 0)
+            .unwrap();
+    let at = |hours: i64| {
+        (t0 + chrono::Duration::hours(hours)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    };
+    dev.json(&[
+        "schedule",
+        "create",
+        "work-job",
+        "hourly",
+        "--every",
+        "1h",
+        "--start-at",
+        &at(0),
+    ]);
+    let backfill = [
+        "schedule",
+        "backfill",
+        "work-job",
+        "hourly",
+        "--from",
+        &at(2),
+        "--to",
+        &at(7),
+    ];
+    let result = dev.json(&backfill);
+    assert_eq!(result, json!({"firings": 5, "created": 5}));
+    let table = dev.ctl(&backfill);
+    assert_eq!(code(&table), Some(0), "{}", stderr(&table));
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.starts_with("FIRINGS "), "{text}");
+    assert!(
+        text.lines()
+            .nth(1)
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            == ["5", "0", "5"],
+        "repeated, it creates none: {text}"
+    );
+    let backwards = dev.ctl(&[
+        "schedule",
+        "backfill",
+        "work-job",
+        "hourly",
+        "--from",
+        &at(7),
+        "--to",
+        &at(2),
+    ]);
+    assert_eq!(code(&backwards), Some(2), "{}", stderr(&backwards));
+    assert!(
+        stderr(&backwards).contains("--to"),
+        "{}",
+        stderr(&backwards)
+    );
+
+    // delete: gone (not found after), and the config entry is read-only.
+    let deleted = dev.json(&["schedule", "delete", "work-job", "cust-2"]);
+    assert_eq!(deleted["deleted"], true, "{deleted}");
+    let gone = dev.ctl(&["schedule", "get", "work-job", "cust-2"]);
+    assert_eq!(code(&gone), Some(3), "{}", stderr(&gone));
+    let again = dev.ctl(&["schedule", "delete", "work-job", "cust-2"]);
+    assert_eq!(code(&again), Some(3), "{}", stderr(&again));
+    let read_only = dev.ctl(&["schedule", "delete", "work-job", "yearly"]);
+    assert_eq!(code(&read_only), Some(5), "{}", stderr(&read_only));
+    assert!(
+        stderr(&read_only).contains("schedule_read_only"),
+        "{}",
+        stderr(&read_only)
+    );
+    let no_job = dev.ctl(&["schedule", "get", "no-such-job", "x"]);
+    assert_eq!(code(&no_job), Some(3), "{}", stderr(&no_job));
+
+    // Bad input: a usage error naming the flag, before or from the server.
+    for (bad, flag) in [
+        (
+            &["--cron", "CRON_TZ=UTC 0 3 * * *", "--every", "1h"][..],
+            "--every",
+        ),
+        (&[], "--cron"),
+        (&["--every", "1h", "--payload", "{nope"], "--payload"),
+        (&["--every", "1h", "--priority", "12"], "--priority"),
+        (&["--every", "1h", "--overlap", "Never"], "--overlap"),
+        (&["--every", "1h", "--start-at", "monday"], "--start-at"),
+        (&["--every", "500ms"], "--every"),
+    ] {
+        let out = dev.ctl(&[&["schedule", "create", "work-job", "bad"], bad].concat());
+        assert_eq!(code(&out), Some(2), "{bad:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(flag), "{bad:?}: {}", stderr(&out));
+        assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    }
+    let no_zone = dev.ctl(&[
+        "schedule",
+        "create",
+        "work-job",
+        "bad",
+        "--cron",
+        "0 9 * * *",
+    ]);
+    assert_eq!(code(&no_zone), Some(2), "{}", stderr(&no_zone));
+    assert!(
+        stderr(&no_zone).contains("invalid_field") && stderr(&no_zone).contains("cron"),
+        "{}",
+        stderr(&no_zone)
+    );
+    let listed = dev.json(&["schedule", "list", "work-job"]);
+    assert_eq!(names(&listed), ["cust-1", "hourly", "yearly"], "{listed}");
+}
+
 #[test]
 fn the_server_and_token_come_from_the_config_file_when_not_given() {
     let dev = Dev::start();
@@ -527,6 +813,37 @@ fn usage_errors_exit_2_and_completions_print() {
         &["cancel", "--unique-key", "k"],
         &["cancel", "x", "--job", "j", "--unique-key", "k"],
         &["cancel", "--job", "j"],
+        &["schedule", "create", "j", "n"],
+        &[
+            "schedule",
+            "put",
+            "j",
+            "n",
+            "--cron",
+            "CRON_TZ=UTC 0 3 * * *",
+            "--every",
+            "1h",
+        ],
+        &[
+            "schedule",
+            "create",
+            "j",
+            "n",
+            "--every",
+            "1h",
+            "--payload",
+            "{x",
+        ],
+        &["schedule", "list", "j", "--limit", "0"],
+        &["schedule", "list", "j", "--all", "--cursor", "c"],
+        &[
+            "schedule",
+            "backfill",
+            "j",
+            "n",
+            "--from",
+            "2026-12-01T00:00:00Z",
+        ],
         &["frobnicate"],
     ] {
         let out = run(bad);

@@ -29,6 +29,8 @@ type recorded struct {
 	method, path, query string
 	header              http.Header
 	body                map[string]any
+	// rawPath is the path as sent, its escapes kept.
+	rawPath string
 }
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -36,7 +38,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var body map[string]any
 	_ = json.Unmarshal(raw, &body)
 	f.mu.Lock()
-	f.reqs = append(f.reqs, recorded{r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Clone(), body})
+	f.reqs = append(f.reqs, recorded{r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Clone(), body, r.URL.EscapedPath()})
 	status, resp, header := f.status, f.body, f.header
 	f.mu.Unlock()
 	for k, v := range header {

@@ -154,6 +154,10 @@ func startDev() (*devEnv, error) {
 	cron := e.job("go_cron", "")
 	// Fires once a year, so only TriggerCron runs it within a test.
 	cron.Cron = []asyncd.CronSchedule{{Name: "yearly", Schedule: "CRON_TZ=UTC 0 0 1 1 *", Payload: map[string]any{"report": "annual"}}}
+	// The job of the schedule tests (schedule_integration_test.go); its spec.cron entry
+	// fires once a year and is the read-only schedule "nightly" of /v1/schedules.
+	sched := e.job("go_sched", "")
+	sched.Cron = []asyncd.CronSchedule{{Name: "nightly", Schedule: "CRON_TZ=UTC 0 0 1 1 *", Payload: map[string]any{"report": "annual"}}}
 	for _, j := range []asyncd.JobConfig{
 		e.job("go_ok", ""),
 		e.job("go_permanent", ""),
@@ -170,6 +174,7 @@ func startDev() (*devEnv, error) {
 		// Throttled and leading-debounced submits (window_integration_test.go).
 		e.job("go_window", ""),
 		cron,
+		sched,
 	} {
 		doc, err := j.YAML()
 		if err != nil {
@@ -257,10 +262,12 @@ func (e *devEnv) registerExecutors() {
 			return nil
 		})
 	}
-	c.RegisterExecutor("go_cron", func(ctx context.Context, payload string) error {
-		rec.add(ctx, payload)
-		return nil
-	})
+	for _, taskType := range []string{"go_cron", "go_sched"} {
+		c.RegisterExecutor(taskType, func(ctx context.Context, payload string) error {
+			rec.add(ctx, payload)
+			return nil
+		})
+	}
 	c.RegisterExecutor("go_permanent", func(ctx context.Context, payload string) error {
 		rec.add(ctx, payload)
 		return asyncd.Permanent(errors.New("bad order"))

@@ -48,6 +48,7 @@ mod retention;
 mod retries;
 mod roles;
 mod schedules;
+mod schedules_scale;
 mod search;
 mod secret_hygiene;
 mod slow_executor;

@@ -68,7 +68,7 @@ def serve(api: FakeAPI) -> ThreadingHTTPServer:
             self.end_headers()
             self.wfile.write(out)
 
-        do_GET = do_POST = do_DELETE = _any
+        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _any
 
         def log_message(self, *args: Any) -> None:
             pass

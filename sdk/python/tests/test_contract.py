@@ -114,6 +114,70 @@ def test_errors_decode():
     assert (e.status, e.field, e.existing_id, e.retryable) == (409, "throttle", "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", False)
 
 
+def test_schedule_bodies_are_the_contracts():
+    """The bodies create_schedule, put_schedule and backfill_schedule send for the values
+    of schedule_create_request.json and backfill_request.json are those fixtures."""
+    from asyncd._client import _schedule_spec
+
+    want = fixture("schedule_create_request")
+    spec = {k: v for k, v in want.items() if k not in ("job", "name")}
+    spec["start_at"] = parse_time(spec["start_at"])
+    assert _schedule_spec(**spec) == {k: v for k, v in want.items() if k not in ("job", "name")}
+    # From typed values: timedeltas in the SDK's humantime units, a datetime in any zone.
+    typed = dict(spec, catch_up=timedelta(hours=1), jitter=timedelta(minutes=5),
+                 start_at=parse_time(want["start_at"]).astimezone(timezone(timedelta(hours=1))))
+    assert {"job": want["job"], "name": want["name"], **_schedule_spec(**typed)} == want
+    assert _schedule_spec(every=timedelta(seconds=90)) == {"every": "1m 30s", "payload": None}
+
+
+def test_schedule_calls_send_the_contracts_bodies(fake_api):
+    """Through the client: the create body is schedule_create_request.json, the backfill
+    body backfill_request.json."""
+    create = fixture("schedule_create_request")
+    fake_api.status, fake_api.body = 201, fixture("schedule_response")
+    c = asyncd.Client(fake_api.url, token_file=None)
+    spec = {k: v for k, v in create.items() if k not in ("job", "name")}
+    c.create_schedule(create["job"], create["name"], **dict(spec, start_at=parse_time(spec["start_at"])))
+    assert fake_api.last().body == create
+    backfill = fixture("backfill_request")
+    fake_api.status, fake_api.body = 200, fixture("backfill_response")
+    res = c.backfill_schedule("send-email", "weekly-42", parse_time(backfill["from"]), parse_time(backfill["to"]))
+    assert fake_api.last().body == backfill
+    assert res.to_json() == fixture("backfill_response")
+
+
+def test_schedule_answers_decode_and_encode_back():
+    want = fixture("schedule_response")
+    s = asyncd.Schedule.from_json(want)
+    assert s.to_json() == want
+    assert (s.job, s.name, s.type, s.source, s.cron, s.every, s.priority, s.overlap, s.catch_up, s.jitter, s.paused,
+            s.fired, s.last_task_id, s.buffered_firing, s.end_at) == (
+        "send-email", "weekly-42", "email", asyncd.SOURCE_API, "CRON_TZ=Europe/Berlin 0 9 * * MON", None, 3,
+        asyncd.BUFFER_ONE, "1h", "5m", False, 12, "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", None, None)
+    assert s.payload == {"customer": 42, "week_of": "{{scheduled_at}}"}
+    assert s.next_firing == datetime(2026, 11, 30, 8, 0, 0, 123000, tzinfo=timezone.utc)
+    assert (s.start_at, s.last_firing) == (parse_time(want["start_at"]), parse_time(want["last_firing"]))
+    assert (s.created_at, s.updated_at) == (parse_time(want["created_at"]), parse_time(want["updated_at"]))
+
+    page = fixture("schedules_response")
+    p = asyncd.SchedulePage.from_json(page)
+    assert p.to_json() == page
+    assert (p.next_cursor, p.items) == ("weekly-42", [s])
+
+    res = asyncd.BackfillResult.from_json(fixture("backfill_response"))
+    assert (res.firings, res.created) == (7, 6)
+    assert res.to_json() == fixture("backfill_response")
+
+
+def test_schedule_errors_decode():
+    by_code = {c["body"]["error"]["code"]: error_from_body(c["status"], c["body"]) for c in fixture("errors")}
+    exists, read_only = by_code["schedule_exists"], by_code["schedule_read_only"]
+    assert type(exists) is asyncd.ScheduleExists and isinstance(exists, asyncd.Conflict)
+    assert (exists.status, exists.field, exists.retryable) == (409, "name", False)
+    assert type(read_only) is asyncd.ScheduleReadOnly and isinstance(read_only, asyncd.Conflict)
+    assert (read_only.status, read_only.retryable) == (409, False)
+
+
 def test_executor_call_is_read_into_the_context():
     call = fixture("executor_call")
     ctx = asyncd.Executor()._context({}, call)

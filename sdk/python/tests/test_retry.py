@@ -22,6 +22,7 @@ CLASSES = {
     "idempotency_mismatch": asyncd.IdempotencyMismatch, "not_cancellable": asyncd.NotCancellable,
     "stale_lease": asyncd.StaleLease, "not_dead": asyncd.NotDead, "task_started": asyncd.TaskStarted,
     "throttled": asyncd.Throttled,
+    "schedule_exists": asyncd.ScheduleExists, "schedule_read_only": asyncd.ScheduleReadOnly,
     "task_cancelled": asyncd.TaskCancelled,
     "store_unavailable": asyncd.StoreUnavailable, "kafka_unavailable": asyncd.KafkaUnavailable,
     "auth_unavailable": asyncd.AuthUnavailable, "clock_skew": asyncd.ClockSkew,

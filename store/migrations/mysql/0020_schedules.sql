@@ -15,5 +15,6 @@ CREATE TABLE schedules (
     created_at    BIGINT NOT NULL,
     updated_at    BIGINT NOT NULL,
     PRIMARY KEY (task_type, name),
-    KEY schedules_waking (wake_at)
+    KEY schedules_waking (wake_at),
+    KEY schedules_config (task_type, source)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

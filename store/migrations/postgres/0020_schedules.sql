@@ -17,3 +17,4 @@ CREATE TABLE schedules (
     PRIMARY KEY (task_type, name)
 );
 CREATE INDEX schedules_waking ON schedules (wake_at) WHERE wake_at IS NOT NULL;
+CREATE INDEX schedules_config ON schedules (task_type, source) WHERE source = 'config';

@@ -6,6 +6,7 @@
 -- ended), the only indexed time, so a pass reads the rows due and nothing else.
 -- `buffered_at` is a firing held back by `overlap: BufferOne`. Times in UTC
 -- milliseconds; `version` counts writes, for the API's read-modify-write.
+-- `schedules_config` finds a job's config schedules among its million API ones.
 CREATE TABLE schedules (
     task_type     TEXT NOT NULL,
     name          TEXT NOT NULL,
@@ -24,3 +25,4 @@ CREATE TABLE schedules (
     PRIMARY KEY (task_type, name)
 );
 CREATE INDEX schedules_waking ON schedules (wake_at) WHERE wake_at IS NOT NULL;
+CREATE INDEX schedules_config ON schedules (task_type, source) WHERE source = 'config';

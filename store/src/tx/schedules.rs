@@ -239,10 +239,25 @@ where
     ) -> Result<()> {
         retrying(D::transient, || async {
             let mut tx = pool.begin().await?;
+            // The job's config schedules, and any of the entries' names (an API
+            // schedule a new entry takes over): never the job's every schedule.
             let mut select = QueryBuilder::<DB>::new(format!(
                 "SELECT {COLUMNS} FROM schedules WHERE task_type = "
             ));
-            select.push_bind(task_type);
+            select.push_bind(task_type).push(" AND source = 'config'");
+            if !entries.is_empty() {
+                select
+                    .push(" UNION SELECT ")
+                    .push(COLUMNS)
+                    .push(" FROM schedules WHERE task_type = ")
+                    .push_bind(task_type)
+                    .push(" AND name IN (");
+                let mut names = select.separated(", ");
+                for entry in entries {
+                    names.push_bind(entry.name.as_str());
+                }
+                select.push(")");
+            }
             let rows: Vec<ScheduleRow> = select.build_query_as().fetch_all(&mut *tx).await?;
             let rows: Vec<ScheduleRecord> = rows.into_iter().map(Into::into).collect();
             for entry in entries {

@@ -5,7 +5,10 @@ Submit with :class:`Client`; serve tasks with ``@client.executor("type")`` and
 """
 
 from ._client import (
+    ALLOW,
     BLOCKED,
+    BUFFER_ONE,
+    CANCEL_OTHER,
     CANCELLED,
     CLAIMED,
     DEAD,
@@ -15,13 +18,19 @@ from ._client import (
     DROP,
     EXPIRED,
     LEADING,
+    MAX_BACKFILL,
+    MAX_SCHEDULE_PAGE,
     PENDING,
     REFUSE,
     RUNNING,
+    SKIP,
+    SOURCE_API,
+    SOURCE_CONFIG,
     SOURCE_SERVICE_HEADER,
     SUCCEEDED,
     TRAILING,
     AsyncClient,
+    BackfillResult,
     BatchResult,
     BulkResult,
     CancelResult,
@@ -30,6 +39,8 @@ from ._client import (
     Debounce,
     JobStatus,
     RedriveResult,
+    Schedule,
+    SchedulePage,
     SubmitResult,
     Task,
     TaskPage,
@@ -61,6 +72,8 @@ from ._errors import (
     NotFound,
     PayloadTooLarge,
     Replayed,
+    ScheduleExists,
+    ScheduleReadOnly,
     StaleLease,
     StaleTimestamp,
     TaskCancelled,
@@ -97,6 +110,8 @@ from ._time import format_duration, parse_duration
 __version__ = "0.1.0"
 
 __all__ = [
+    "ALLOW", "BackfillResult", "BUFFER_ONE", "CANCEL_OTHER", "MAX_BACKFILL", "MAX_SCHEDULE_PAGE", "Schedule",
+    "ScheduleExists", "SchedulePage", "ScheduleReadOnly", "SKIP", "SOURCE_API", "SOURCE_CONFIG",
     "AsyncClient", "AuthUnavailable", "Cancelled", "ClockSkew", "SigningUnavailable", "IdempotencyMismatch", "KafkaUnavailable",
     "RateLimited", "RetryPolicy", "StoreUnavailable", "Unavailable", "is_retryable",
     "APIError", "AsyncdError", "BadSignature", "BATCH_HEADER", "batch_canonical_string", "BatchResult", "BulkResult",

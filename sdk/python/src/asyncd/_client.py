@@ -10,11 +10,12 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Type, TypeVar, Union
+from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple,
+                    Type, TypeVar, Union)
 
 from ._coalesce import DEFAULT_SUBMIT_CALLS, AsyncSubmitQueue, Outcome, SubmitQueue, failed_all
 from ._errors import APIError, MissingIdempotencyKey, error_from_body
-from ._executor import DEFAULT_BATCH_CONCURRENCY, Executor, http_json
+from ._executor import DEFAULT_BATCH_CONCURRENCY, Executor, http_json, http_json_status
 from ._retry import RetryPolicy
 from ._time import Duration, format_duration, format_time, parse_time
 
@@ -33,6 +34,21 @@ SOURCE_SERVICE_HEADER = "Asyncd-Source-Service"
 # Debounce modes and what a throttled submit gets (:class:`Debounce`, :class:`Throttle`).
 TRAILING, LEADING = "trailing", "leading"
 REFUSE, DROP = "refuse", "drop"
+
+# What a schedule's firing does while the previous one has not finished (its
+# ``overlap``; docs/api.md, "Schedules"): ALLOW runs it anyway (the default; the API also
+# reads "AllowAll"), SKIP skips it, BUFFER_ONE holds it back until the previous one
+# finishes (at most one is held), CANCEL_OTHER cancels the previous one.
+ALLOW, SKIP, BUFFER_ONE, CANCEL_OTHER = "Allow", "Skip", "BufferOne", "CancelOther"
+
+# Who manages a schedule (:attr:`Schedule.source`): the API, or its job's config
+# (``spec.cron``: read-only through the API).
+SOURCE_API, SOURCE_CONFIG = "api", "config"
+
+#: The most schedules one :meth:`Client.list_schedules` page holds (the default is 100).
+MAX_SCHEDULE_PAGE = 1000
+#: The most firings one :meth:`Client.backfill_schedule` creates.
+MAX_BACKFILL = 10_000
 
 # Task states. EXPIRED: no attempt had begun by the task's ``expires_at``; it never
 # reached the executor.
@@ -256,6 +272,160 @@ class JobStatus:
     paused: bool
     paused_at: Optional[datetime]
     paused_by_config: bool
+
+
+def _opt_time(d: Mapping[str, Any], key: str) -> Optional[datetime]:
+    v = d.get(key)
+    return parse_time(v) if isinstance(v, str) else None
+
+
+def _write_time(t: Optional[datetime]) -> Optional[str]:
+    return format_time(t) if t is not None else None
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A schedule as ``/v1/schedules`` answers it (docs/api.md, "Schedules"): its spec —
+    ``cron`` or ``every``, ``payload``, ``priority``, ``overlap``, ``catch_up``,
+    ``start_at``, ``end_at``, ``jitter``, ``paused`` — and where it stands. Durations
+    (``every``, ``catch_up``, ``jitter``) are strings as the API writes them (``"15m"``);
+    :func:`asyncd.parse_duration` reads the common forms."""
+
+    job: str
+    name: str
+    #: The job's task type.
+    type: str
+    #: :data:`SOURCE_API`, or :data:`SOURCE_CONFIG` for its job's ``spec.cron`` entry.
+    source: str
+    cron: Optional[str]
+    every: Optional[str]
+    payload: Any
+    priority: int
+    overlap: str
+    #: None: the default (an hour).
+    catch_up: Optional[str]
+    start_at: Optional[datetime]
+    end_at: Optional[datetime]
+    jitter: Optional[str]
+    paused: bool
+    #: The next firing not yet created; None while paused, ended or not planned yet.
+    next_firing: Optional[datetime]
+    #: The latest firing created (for a schedule that allows overlaps, up to a minute
+    #: ahead) and its task; None before the first.
+    last_firing: Optional[datetime]
+    last_task_id: Optional[str]
+    #: :data:`BUFFER_ONE`: the firing held back until the previous one finishes.
+    buffered_firing: Optional[datetime]
+    #: Tasks its firings created.
+    fired: int
+    created_at: Optional[datetime]
+    updated_at: Optional[datetime]
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Schedule":
+        return cls(
+            job=d["job"], name=d["name"], type=d.get("type", ""), source=d.get("source", ""),
+            cron=d.get("cron"), every=d.get("every"), payload=d.get("payload"), priority=d.get("priority") or 0,
+            overlap=d.get("overlap") or ALLOW, catch_up=d.get("catch_up"), start_at=_opt_time(d, "start_at"),
+            end_at=_opt_time(d, "end_at"), jitter=d.get("jitter"), paused=bool(d.get("paused")),
+            next_firing=_opt_time(d, "next_firing"), last_firing=_opt_time(d, "last_firing"),
+            last_task_id=d.get("last_task_id"), buffered_firing=_opt_time(d, "buffered_firing"),
+            fired=d.get("fired") or 0, created_at=_opt_time(d, "created_at"), updated_at=_opt_time(d, "updated_at"),
+            raw=dict(d),
+        )
+
+    def to_json(self) -> Dict[str, Any]:
+        """The schedule as the API writes it (the optional spec members only when set)."""
+        out: Dict[str, Any] = {"job": self.job, "name": self.name, "type": self.type, "source": self.source}
+        for key in ("cron", "every"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        out.update(payload=self.payload, priority=self.priority, overlap=self.overlap)
+        if self.catch_up is not None:
+            out["catch_up"] = self.catch_up
+        for key in ("start_at", "end_at"):
+            if getattr(self, key) is not None:
+                out[key] = format_time(getattr(self, key), key)
+        if self.jitter is not None:
+            out["jitter"] = self.jitter
+        out.update(paused=self.paused, next_firing=_write_time(self.next_firing),
+                   last_firing=_write_time(self.last_firing), last_task_id=self.last_task_id,
+                   buffered_firing=_write_time(self.buffered_firing), fired=self.fired,
+                   created_at=_write_time(self.created_at), updated_at=_write_time(self.updated_at))
+        return out
+
+
+@dataclass(frozen=True)
+class SchedulePage:
+    """One page of :meth:`Client.list_schedules`, by name. ``next_cursor`` is set while
+    there may be more: pass it as ``cursor``."""
+
+    items: List[Schedule]
+    next_cursor: Optional[str]
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "SchedulePage":
+        return cls(items=[Schedule.from_json(i) for i in d.get("items") or []], next_cursor=d.get("next_cursor"))
+
+    def to_json(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"items": [i.to_json() for i in self.items]}
+        if self.next_cursor is not None:
+            out["next_cursor"] = self.next_cursor
+        return out
+
+
+@dataclass(frozen=True)
+class BackfillResult:
+    """:meth:`Client.backfill_schedule`'s answer: the firings in the range, and of those
+    the ones this call created (the rest existed already)."""
+
+    firings: int
+    created: int
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "BackfillResult":
+        return cls(firings=d["firings"], created=d["created"])
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"firings": self.firings, "created": self.created}
+
+
+# The members of a schedule's spec that are durations, and times.
+_SPEC_DURATIONS = ("every", "catch_up", "jitter")
+_SPEC_TIMES = ("start_at", "end_at")
+
+
+def _schedule_spec(cron: Optional[str] = None, every: Optional[Duration] = None, payload: Any = None,
+                   priority: Optional[int] = None, overlap: Optional[str] = None,
+                   catch_up: Optional[Duration] = None, start_at: Optional[datetime] = None,
+                   end_at: Optional[datetime] = None, jitter: Optional[Duration] = None,
+                   paused: Optional[bool] = None) -> Dict[str, Any]:
+    """The body of a schedule's PUT: the members given (``payload`` always)."""
+    body: Dict[str, Any] = {"payload": payload}
+    for key, value in (("cron", cron), ("priority", priority), ("overlap", overlap), ("paused", paused)):
+        if value is not None:
+            body[key] = value
+    for key, d in (("every", every), ("catch_up", catch_up), ("jitter", jitter)):
+        if d is not None:
+            body[key] = format_duration(d)
+    for key, t in (("start_at", start_at), ("end_at", end_at)):
+        if t is not None:
+            body[key] = format_time(t, key)
+    return body
+
+
+def _schedule_patch(changes: Mapping[str, Any]) -> Dict[str, Any]:
+    if not changes:
+        raise ValueError("change_schedule needs at least one member to change")
+    body: Dict[str, Any] = {}
+    for key, value in changes.items():
+        if value is not None and key in _SPEC_DURATIONS:
+            value = format_duration(value)
+        elif value is not None and key in _SPEC_TIMES:
+            value = format_time(value, key)
+        body[key] = value
+    return body
 
 
 class Client(Executor):
@@ -600,18 +770,152 @@ class Client(Executor):
             paused_by_config=bool(d["paused_by_config"]),
         )
 
+    # -- schedules -----------------------------------------------------------------
+
+    def create_schedule(self, job: str, name: str, *, cron: Optional[str] = None, every: Optional[Duration] = None,
+                        payload: Any = None, priority: Optional[int] = None, overlap: Optional[str] = None,
+                        catch_up: Optional[Duration] = None, start_at: Optional[datetime] = None,
+                        end_at: Optional[datetime] = None, jitter: Optional[Duration] = None,
+                        paused: Optional[bool] = None) -> Schedule:
+        """Creates the schedule ``name`` of ``job`` (its AsyncJobConfig's name) with the
+        spec given (``POST /v1/schedules``; docs/api.md, "Schedules"):
+
+        - ``cron`` (``"CRON_TZ=Area/City"`` and a 5- or 6-field expression) or ``every``
+          (an interval of at least 1 s, counted from ``start_at`` or else from the
+          creation), exactly one;
+        - ``payload`` of each firing, in whose strings ``{{scheduled_at}}`` becomes the
+          firing's instant and ``{{schedule}}`` the schedule's name;
+        - ``priority`` (0..9); ``overlap`` (:data:`ALLOW`, :data:`SKIP`,
+          :data:`BUFFER_ONE`, :data:`CANCEL_OTHER`); ``catch_up`` (how far back missed
+          firings are still created, up to 7 days, ``0`` for none; default an hour);
+          ``start_at``, ``end_at`` (aware datetimes); ``jitter`` (up to an hour and up to
+          ``every``); ``paused``.
+
+        Durations are timedelta, seconds or strings (``"15m"``). A name the job already
+        has raises :class:`asyncd.ScheduleExists` (``field == "name"``): use
+        :meth:`put_schedule` to write over it. A bad spec raises
+        :class:`asyncd.InvalidField` naming the member; an unknown job
+        :class:`asyncd.NotFound` (``field == "job"``). Under ``retry=``, a create that
+        was stored but whose answer was lost raises :class:`asyncd.ScheduleExists` from
+        its retry; :meth:`put_schedule` is safe to repeat."""
+        body = {"job": job, "name": name,
+                **_schedule_spec(cron, every, payload, priority, overlap, catch_up, start_at, end_at, jitter, paused)}
+        return Schedule.from_json(self._request("POST", "/v1/schedules", body))
+
+    def put_schedule(self, job: str, name: str, *, cron: Optional[str] = None, every: Optional[Duration] = None,
+                     payload: Any = None, priority: Optional[int] = None, overlap: Optional[str] = None,
+                     catch_up: Optional[Duration] = None, start_at: Optional[datetime] = None,
+                     end_at: Optional[datetime] = None, jitter: Optional[Duration] = None,
+                     paused: Optional[bool] = None) -> Tuple[Schedule, bool]:
+        """Creates the schedule ``name`` of ``job``, or writes the spec over it (``PUT
+        /v1/schedules/{job}/{name}``; the keywords of :meth:`create_schedule`, a member
+        left out taking its default): an upsert, for a caller that keeps one schedule per
+        customer without knowing which exist. Returns the schedule and whether it was
+        created (201) rather than written over (200). A job's ``spec.cron`` entry raises
+        :class:`asyncd.ScheduleReadOnly`."""
+        body = _schedule_spec(cron, every, payload, priority, overlap, catch_up, start_at, end_at, jitter, paused)
+        status, d = self._request_status("PUT", _schedule_path(job, name), body)
+        return Schedule.from_json(d), status == 201
+
+    def get_schedule(self, job: str, name: str) -> Schedule:
+        """The schedule ``name`` of ``job``; raises :class:`asyncd.NotFound` when the job
+        has none of that name (``field == "name"``; ``"job"`` for an unknown job)."""
+        return Schedule.from_json(self._request("GET", _schedule_path(job, name)))
+
+    def list_schedules(self, job: str, cursor: Optional[str] = None, limit: Optional[int] = None) -> SchedulePage:
+        """One page of ``job``'s schedules, by name, its ``spec.cron`` entries among them
+        (``source == "config"``): at most ``limit`` (1 to :data:`MAX_SCHEDULE_PAGE`;
+        the server's default, 100, when None), after ``cursor``, a previous page's
+        ``next_cursor``. :meth:`iter_schedules` goes through every page."""
+        q: Dict[str, Any] = {"job": job}
+        if cursor is not None:
+            q["cursor"] = cursor
+        if limit is not None:
+            q["limit"] = limit
+        return SchedulePage.from_json(self._request("GET", "/v1/schedules?" + urllib.parse.urlencode(q)) or {})
+
+    def iter_schedules(self, job: str, page_size: int = MAX_SCHEDULE_PAGE) -> Iterator[Schedule]:
+        """Every schedule of ``job``, by name, read ``page_size`` at a time."""
+        cursor: Optional[str] = None
+        while True:
+            page = self.list_schedules(job, cursor, page_size)
+            yield from page.items
+            if not page.next_cursor or not page.items:
+                return
+            cursor = page.next_cursor
+
+    def change_schedule(self, job: str, name: str, **changes: Any) -> Schedule:
+        """Changes members of the schedule's spec (``PATCH /v1/schedules/{job}/{name}``),
+        the keywords of :meth:`create_schedule`: each given replaces the schedule's, one
+        given as None clears it (back to its default), the rest are kept; giving ``cron``
+        drops ``every`` and the reverse. At least one is needed (``ValueError``). The
+        schedule is planned afresh from the time of the call; firings already created (at
+        most a minute ahead) keep their values. A job's ``spec.cron`` entry raises
+        :class:`asyncd.ScheduleReadOnly`; a member the spec does not have
+        :class:`asyncd.MalformedJSON`, a bad value :class:`asyncd.InvalidField`, each
+        naming it."""
+        return Schedule.from_json(self._request("PATCH", _schedule_path(job, name), _schedule_patch(changes)))
+
+    def pause_schedule(self, job: str, name: str) -> Schedule:
+        """Pauses the schedule: it creates no firings (``next_firing`` is None) until
+        :meth:`resume_schedule`; firings already created stay."""
+        return Schedule.from_json(self._request("POST", _schedule_path(job, name, "/pause")))
+
+    def resume_schedule(self, job: str, name: str) -> Schedule:
+        """Resumes a paused schedule: it goes on with its next firing; the firings of the
+        pause are not caught up."""
+        return Schedule.from_json(self._request("POST", _schedule_path(job, name, "/resume")))
+
+    def delete_schedule(self, job: str, name: str) -> None:
+        """Deletes the schedule (``DELETE /v1/schedules/{job}/{name}``); the firings it
+        created stay. A job's ``spec.cron`` entry raises :class:`asyncd.ScheduleReadOnly`."""
+        self._request("DELETE", _schedule_path(job, name))
+
+    def trigger_schedule(self, job: str, name: str) -> CronTrigger:
+        """Fires the schedule once, now, besides its firings (``POST
+        /v1/schedules/{job}/{name}/trigger``): the task it created, as :meth:`trigger_cron`
+        returns it (``entry`` is the schedule's name). A ``spec.cron`` entry can be
+        triggered too."""
+        d = self._request("POST", _schedule_path(job, name, "/trigger"))
+        return CronTrigger(id=d["id"], job=d["job"], entry=d["entry"], type=d["type"], eta=parse_time(d["eta"]))
+
+    def backfill_schedule(self, job: str, name: str, from_: datetime, to: datetime) -> BackfillResult:
+        """Creates the schedule's firings whose instants fall in ``[from_, to)`` (aware
+        datetimes), as if it had been running then; they are due at once. At most
+        :data:`MAX_BACKFILL` per call (more, or a ``to`` not after ``from_``, raises
+        :class:`asyncd.InvalidField` naming ``to``). Each firing is created once however
+        often the backfill is repeated: ``created`` counts the new ones among ``firings``.
+        Overlap does not apply. An ``every`` schedule has no firing before its
+        ``start_at`` (or, without one, its creation). A ``spec.cron`` entry can be
+        backfilled too."""
+        body = {"from": format_time(from_, "from_"), "to": format_time(to, "to")}
+        return BackfillResult.from_json(self._request("POST", _schedule_path(job, name, "/backfill"), body))
+
     def _request(self, method: str, path: str, body: Any = None, extra: Optional[Dict[str, str]] = None) -> Any:
         if self.retry is None:
             return self._send(method, path, body, extra)
         return self.retry.run(lambda: self._send(method, path, body, extra))
 
-    def _send(self, method: str, path: str, body: Any = None, extra: Optional[Dict[str, str]] = None) -> Any:
+    def _request_status(self, method: str, path: str, body: Any = None) -> Tuple[int, Any]:
+        """:meth:`_request` that also returns the status of the 2xx answer (of the last
+        attempt, under ``retry``)."""
+        if self.retry is None:
+            return self._send_status(method, path, body)
+        return self.retry.run(lambda: self._send_status(method, path, body))
+
+    def _headers(self, extra: Optional[Dict[str, str]] = None) -> Optional[Dict[str, str]]:
         headers = {SOURCE_SERVICE_HEADER: self.service_name} if self.service_name else {}
         headers.update(extra or {})
         token = self._bearer()
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        return http_json(method, self.endpoint + path, body, headers=headers or None, timeout=self.timeout)
+        return headers or None
+
+    def _send(self, method: str, path: str, body: Any = None, extra: Optional[Dict[str, str]] = None) -> Any:
+        return http_json(method, self.endpoint + path, body, headers=self._headers(extra), timeout=self.timeout)
+
+    def _send_status(self, method: str, path: str, body: Any = None) -> Tuple[int, Any]:
+        return http_json_status(method, self.endpoint + path, body, headers=self._headers(), timeout=self.timeout)
 
 
 W = TypeVar("W", Debounce, Throttle)
@@ -651,6 +955,11 @@ def _trace_headers(traceparent: Optional[str], tracestate: Optional[str]) -> Dic
 
 def _q(task_id: str) -> str:
     return urllib.parse.quote(task_id, safe="")
+
+
+def _schedule_path(job: str, name: str, rest: str = "") -> str:
+    """``/v1/schedules/{job}/{name}`` and what follows it, the segments escaped."""
+    return f"/v1/schedules/{_q(job)}/{_q(name)}{rest}"
 
 
 T = TypeVar("T")
@@ -765,3 +1074,54 @@ class AsyncClient:
     async def purge_dead_letters(self, **filter: Any) -> BulkResult:  # noqa: A002
         """:meth:`Client.purge_dead_letters`."""
         return await self._call(self._client.purge_dead_letters, **filter)
+
+    async def create_schedule(self, job: str, name: str, **spec: Any) -> Schedule:
+        """:meth:`Client.create_schedule`."""
+        return await self._call(self._client.create_schedule, job, name, **spec)
+
+    async def put_schedule(self, job: str, name: str, **spec: Any) -> Tuple[Schedule, bool]:
+        """:meth:`Client.put_schedule`."""
+        return await self._call(self._client.put_schedule, job, name, **spec)
+
+    async def get_schedule(self, job: str, name: str) -> Schedule:
+        """:meth:`Client.get_schedule`."""
+        return await self._call(self._client.get_schedule, job, name)
+
+    async def list_schedules(self, job: str, cursor: Optional[str] = None, limit: Optional[int] = None) -> SchedulePage:
+        """:meth:`Client.list_schedules`."""
+        return await self._call(self._client.list_schedules, job, cursor, limit)
+
+    async def iter_schedules(self, job: str, page_size: int = MAX_SCHEDULE_PAGE) -> AsyncIterator[Schedule]:
+        """:meth:`Client.iter_schedules`, for ``async for``."""
+        cursor: Optional[str] = None
+        while True:
+            page = await self.list_schedules(job, cursor, page_size)
+            for item in page.items:
+                yield item
+            if not page.next_cursor or not page.items:
+                return
+            cursor = page.next_cursor
+
+    async def change_schedule(self, job: str, name: str, **changes: Any) -> Schedule:
+        """:meth:`Client.change_schedule`."""
+        return await self._call(self._client.change_schedule, job, name, **changes)
+
+    async def pause_schedule(self, job: str, name: str) -> Schedule:
+        """:meth:`Client.pause_schedule`."""
+        return await self._call(self._client.pause_schedule, job, name)
+
+    async def resume_schedule(self, job: str, name: str) -> Schedule:
+        """:meth:`Client.resume_schedule`."""
+        return await self._call(self._client.resume_schedule, job, name)
+
+    async def delete_schedule(self, job: str, name: str) -> None:
+        """:meth:`Client.delete_schedule`."""
+        await self._call(self._client.delete_schedule, job, name)
+
+    async def trigger_schedule(self, job: str, name: str) -> CronTrigger:
+        """:meth:`Client.trigger_schedule`."""
+        return await self._call(self._client.trigger_schedule, job, name)
+
+    async def backfill_schedule(self, job: str, name: str, from_: datetime, to: datetime) -> BackfillResult:
+        """:meth:`Client.backfill_schedule`."""
+        return await self._call(self._client.backfill_schedule, job, name, from_, to)

@@ -182,6 +182,22 @@ class Throttled(Conflict):
     code_name = "throttled"
 
 
+class ScheduleExists(Conflict):
+    """:meth:`asyncd.Client.create_schedule` of a name the job already has a schedule
+    of (``field`` is ``"name"``); nothing changed. :meth:`asyncd.Client.put_schedule`
+    writes over it instead."""
+
+    code_name = "schedule_exists"
+
+
+class ScheduleReadOnly(Conflict):
+    """A change, pause, resume, delete or put of a schedule that is its job's
+    ``spec.cron`` entry (``source == "config"``): change the AsyncJobConfig instead. It
+    can still be triggered and backfilled."""
+
+    code_name = "schedule_read_only"
+
+
 class TaskCancelled(APIError):
     """410: a heartbeat or result of an attempt whose task was cancelled while it ran.
     The executor helpers cancel the handler; nothing it sends is recorded."""
@@ -229,7 +245,7 @@ _BY_CODE: Dict[str, Type[APIError]] = {
     cls.code_name: cls
     for cls in (MalformedJSON, InvalidField, UnknownTaskType, PayloadTooLarge, NotFound,
                 Unauthenticated, Forbidden, UniqueConflict, IdempotencyMismatch, NotCancellable,
-                StaleLease, NotDead, TaskStarted, Throttled, TaskCancelled, StoreUnavailable, KafkaUnavailable, AuthUnavailable, ClockSkew,
+                StaleLease, NotDead, TaskStarted, Throttled, ScheduleExists, ScheduleReadOnly, TaskCancelled, StoreUnavailable, KafkaUnavailable, AuthUnavailable, ClockSkew,
                 SigningUnavailable)
 }
 

@@ -987,6 +987,12 @@ def http_json(method: str, url: str, body: Any = None, *, headers: Optional[Mapp
               timeout: float = 30.0) -> Any:
     """One JSON request; raises the APIError subclass for 4xx/5xx answers and
     TransportError when the server cannot be reached."""
+    return http_json_status(method, url, body, headers=headers, timeout=timeout)[1]
+
+
+def http_json_status(method: str, url: str, body: Any = None, *, headers: Optional[Mapping[str, str]] = None,
+                     timeout: float = 30.0) -> Tuple[int, Any]:
+    """:func:`http_json` that also returns the status of the 2xx answer."""
     data = None
     hdrs = {"Accept": "application/json"}
     if isinstance(body, bytes):  # JSON already encoded by the caller
@@ -1000,6 +1006,7 @@ def http_json(method: str, url: str, body: Any = None, *, headers: Optional[Mapp
     req = urllib.request.Request(url, data=data, headers=hdrs, method=method)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
+            status = resp.status
             raw = resp.read()
     except urllib.error.HTTPError as e:
         raw = e.read() if e.fp is not None else b""
@@ -1008,8 +1015,8 @@ def http_json(method: str, url: str, body: Any = None, *, headers: Optional[Mapp
     except (urllib.error.URLError, OSError) as e:
         raise TransportError(f"{method} {url}: {getattr(e, 'reason', e)}") from e
     if not raw.strip():
-        return None
+        return status, None
     try:
-        return json.loads(raw)
+        return status, json.loads(raw)
     except ValueError as e:
         raise TransportError(f"{method} {url}: answer is not JSON") from e

@@ -67,6 +67,11 @@ impl Recorder {
             });
     }
 
+    /// Every call of every task.
+    pub fn all(&self) -> Vec<Run> {
+        self.0.lock().unwrap().values().flatten().cloned().collect()
+    }
+
     pub fn runs(&self, id: &str) -> Vec<Run> {
         self.0.lock().unwrap().get(id).cloned().unwrap_or_default()
     }
