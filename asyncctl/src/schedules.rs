@@ -12,7 +12,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde::Serialize;
 
 use crate::exit::{Failure, usage};
-use crate::output::{self, Format, Table, or_dash, short};
+use crate::output::{self, Format, Table, or_dash};
 
 #[derive(Subcommand)]
 pub enum ScheduleCommand {
@@ -236,13 +236,20 @@ fn source(s: &Schedule) -> &'static str {
 /// Schedules as table rows: one line each.
 fn list_table(items: &[Schedule]) -> Table {
     let mut table = Table::new(&[
-        "NAME", "SOURCE", "WHEN", "OVERLAP", "PAUSED", "NEXT", "LAST", "FIRED",
+        "NAME",
+        "SOURCE",
+        "CRON/EVERY",
+        "OVERLAP",
+        "PAUSED",
+        "NEXT",
+        "LAST",
+        "FIRED",
     ]);
     for s in items {
         table.row(vec![
             s.name.clone(),
             source(s).into(),
-            short(&when(s), 40),
+            when(s),
             overlap_name(s.spec.overlap),
             s.spec.paused.to_string(),
             or_dash(s.next_firing.map(output::time)),

@@ -586,7 +586,11 @@ fn schedules_through_the_cli() {
         "{got}"
     );
 
-    // list: one page, or every page through the cursor; the config entry among them.
+    // list: one page, or every page through the cursor; the config entry among them
+    // (once the scheduler's first pass has written it to the store).
+    wait_for("the config entry among the schedules", || {
+        (code(&dev.ctl(&["schedule", "get", "work-job", "yearly"])) == Some(0)).then_some(())
+    });
     let first = dev.ctl(&["schedule", "list", "work-job", "--limit", "1", "-o", "json"]);
     assert_eq!(code(&first), Some(0), "{}", stderr(&first));
     let page: Value = serde_json::from_slice(&first.stdout).unwrap();
@@ -605,7 +609,14 @@ fn schedules_through_the_cli() {
     let text = String::from_utf8_lossy(&table.stdout);
     let header = text.lines().next().unwrap_or_default();
     for column in [
-        "NAME", "SOURCE", "WHEN", "OVERLAP", "PAUSED", "NEXT", "LAST", "FIRED",
+        "NAME",
+        "SOURCE",
+        "CRON/EVERY",
+        "OVERLAP",
+        "PAUSED",
+        "NEXT",
+        "LAST",
+        "FIRED",
     ] {
         assert!(header.contains(column), "{column}: {text}");
     }

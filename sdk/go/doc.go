@@ -2,7 +2,8 @@
 // services that execute its tasks.
 //
 // A Client submits, inspects, cancels and redrives tasks over the HTTP API
-// (docs/api.md). The same Client is an http.Handler: register executors with
+// (docs/api.md), and creates, changes and fires schedules (CreateSchedule, PutSchedule,
+// ChangeSchedule, …; docs/api.md, "Schedules"). The same Client is an http.Handler: register executors with
 // RegisterExecutor and mount it at the URL an AsyncJobConfig's spec.executor.url
 // names. It verifies asyncd's HMAC signature, hands the task to the handler and
 // maps the handler's outcome onto the executor contract:

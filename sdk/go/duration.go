@@ -67,7 +67,7 @@ const day = 24 * time.Hour
 // without spaces between them ("90s", "1h 30m", "1h30m", "1.5h", "2 days").
 func parseDuration(s string) (time.Duration, error) {
 	bad := func(why string) (time.Duration, error) {
-		return 0, fmt.Errorf("asyncd: duration %q: %s", s, why)
+		return 0, fmt.Errorf("duration %q: %s", s, why)
 	}
 	rest := strings.TrimSpace(s)
 	if rest == "" {
@@ -76,25 +76,23 @@ func parseDuration(s string) (time.Duration, error) {
 	isDigit := func(r rune) bool { return r >= '0' && r <= '9' }
 	var total time.Duration
 	for rest != "" {
-		i := strings.IndexFunc(rest, func(r rune) bool { return !isDigit(r) })
+		// The number: digits, then maybe a fraction; humantime skips whitespace in it.
+		i := strings.IndexFunc(rest, func(r rune) bool { return !isDigit(r) && r != '.' && !unicode.IsSpace(r) })
 		if i < 0 {
 			return bad("a number without a unit")
 		}
-		if i == 0 {
+		number := strings.Join(strings.Fields(rest[:i]), "")
+		rest = rest[i:]
+		whole, frac, hasFrac := strings.Cut(number, ".")
+		if whole == "" || strings.IndexFunc(whole, func(r rune) bool { return !isDigit(r) }) >= 0 {
 			return bad("expected a number")
 		}
-		whole, err := strconv.ParseInt(rest[:i], 10, 64)
+		if hasFrac && (frac == "" || strings.IndexFunc(frac, func(r rune) bool { return !isDigit(r) }) >= 0) {
+			return bad("expected digits and a unit after the decimal point")
+		}
+		n, err := strconv.ParseInt(whole, 10, 64)
 		if err != nil {
 			return bad("number too large")
-		}
-		rest = rest[i:]
-		var frac string
-		if rest[0] == '.' {
-			j := strings.IndexFunc(rest[1:], func(r rune) bool { return !isDigit(r) })
-			if j <= 0 {
-				return bad("expected digits and a unit after the decimal point")
-			}
-			frac, rest = rest[1:1+j], rest[1+j:]
 		}
 		rest = strings.TrimLeftFunc(rest, unicode.IsSpace)
 		j := strings.IndexFunc(rest, func(r rune) bool { return !unicode.IsLetter(r) })
@@ -106,10 +104,10 @@ func parseDuration(s string) (time.Duration, error) {
 			return bad(fmt.Sprintf("unknown unit %q", rest[:j]))
 		}
 		rest = strings.TrimLeftFunc(rest[j:], unicode.IsSpace)
-		if whole > int64(math.MaxInt64/unit) {
+		if n > int64(math.MaxInt64/unit) {
 			return bad("too long for a time.Duration")
 		}
-		span := time.Duration(whole) * unit
+		span := time.Duration(n) * unit
 		if frac != "" {
 			// The fraction of the unit, to the nanosecond (at most 18 digits count).
 			if len(frac) > 18 {

@@ -23,13 +23,14 @@ func TestParseDurationReadsHumantime(t *testing.T) {
 		"0s":              0,
 		"250ms 5us 3ns":   250*time.Millisecond + 5*time.Microsecond + 3,
 		"2µs":             2 * time.Microsecond,
+		"1 0s":            10 * time.Second, // humantime skips spaces in a number
 	} {
 		got, err := parseDuration(in)
 		if err != nil || got != want {
 			t.Errorf("parseDuration(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "s", "5", "1.s", "1x", "-1s", "1h-", "1e3s", "300y", "99999999999999999999s"} {
+	for _, bad := range []string{"", "s", "5", "1.s", "1x", "-1s", "1h-", "1e3s", "1.2.3s", "1h,2m", "300y", "99999999999999999999s"} {
 		if got, err := parseDuration(bad); err == nil {
 			t.Errorf("parseDuration(%q) = %v, want an error", bad, got)
 		}

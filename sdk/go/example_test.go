@@ -63,3 +63,27 @@ func ExampleValidateCron() {
 	// <nil>
 	// true
 }
+
+func ExampleClient_PutSchedule() {
+	c := asyncd.NewClient(asyncd.WithEndpoint("http://127.0.0.1:7700"))
+	ctx := context.Background()
+	// One schedule per customer, written whether or not it exists.
+	s, created, err := c.PutSchedule(ctx, "report-job", "customer-42", asyncd.ScheduleSpec{
+		Cron:    "CRON_TZ=Europe/Berlin 0 9 * * MON",
+		Payload: map[string]any{"customer": 42, "week_of": "{{scheduled_at}}"},
+		Overlap: asyncd.OverlapBufferOne,
+		Jitter:  5 * time.Minute,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("schedule %s (created: %v), next firing %v", s.Name, created, s.NextFiring)
+	// Twice a week from now on, and without jitter.
+	if _, err := c.ChangeSchedule(ctx, "report-job", "customer-42", asyncd.SchedulePatch{
+		"cron": "CRON_TZ=Europe/Berlin 0 9 * * MON,THU", "jitter": nil,
+	}); errors.Is(err, asyncd.ErrScheduleReadOnly) {
+		log.Print("customer-42 is a spec.cron entry of report-job: change its AsyncJobConfig")
+	} else if err != nil {
+		log.Fatal(err)
+	}
+}

@@ -233,7 +233,10 @@ func (s *ScheduleSpec) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &w); err != nil {
 		return err
 	}
-	return s.fromWire(w)
+	if err := s.fromWire(w); err != nil {
+		return fmt.Errorf("asyncd: schedule spec: %w", err)
+	}
+	return nil
 }
 
 // scheduleWire is a Schedule as the API writes it.
@@ -483,13 +486,13 @@ func (c *Client) TriggerSchedule(ctx context.Context, job, name string) (*CronTr
 }
 
 // BackfillSchedule creates the schedule's firings whose instants fall in [from, to), as
-// if it had been running then (POST /v1/schedules/{job}/{name}/backfill); they are due
-// at once. At most MaxBackfill per call (more, or a to not after from, matches
-// ErrInvalidField with Field "to"). Each firing is created once however often the
-// backfill is repeated: Created counts the new ones among Firings. Overlap does not
-// apply; each firing is a task of its own. An Every schedule has no firing before its
-// StartAt (or, without one, its creation). A job's spec.cron entry can be backfilled
-// too.
+// if it had been running then (POST /v1/schedules/{job}/{name}/backfill): those whose
+// instant has passed are due at once, the others at their instant. At most MaxBackfill
+// per call (more, or a to not after from, matches ErrInvalidField with Field "to"). Each
+// firing is created once however often the backfill is repeated: Created counts the new
+// ones among Firings. Overlap does not apply; each firing is a task of its own. An Every
+// schedule has no firing before its StartAt (or, without one, its creation). A job's
+// spec.cron entry can be backfilled too.
 func (c *Client) BackfillSchedule(ctx context.Context, job, name string, from, to time.Time) (*BackfillResult, error) {
 	body := backfillBody{From: formatTime(from), To: formatTime(to)}
 	var res BackfillResult

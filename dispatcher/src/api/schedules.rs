@@ -310,6 +310,13 @@ pub(super) async fn patch(
     let body = super::body_bytes(body, state.limits.body_bytes())?;
     let patch: serde_json::Map<String, serde_json::Value> = parse_json(&body)?;
     let job = job_named(&state, &caller, &job_name, Verb::Submit).await?;
+    if patch.is_empty() {
+        // It would plan the schedule afresh and change nothing else.
+        return Err(ApiError::field(
+            "body",
+            "give at least one member of the schedule to change",
+        ));
+    }
     change(&state, &job, &name, |spec| {
         let mut members = match serde_json::to_value(spec).expect("JSON") {
             serde_json::Value::Object(members) => members,
@@ -517,6 +524,12 @@ pub(super) async fn backfill(
     let job = job_named(&state, &caller, &job_name, Verb::Submit).await?;
     if request.to <= request.from {
         return Err(ApiError::field("to", "must be after from"));
+    }
+    if Millis::from(request.to) > state.clock.now_millis() {
+        return Err(ApiError::field(
+            "to",
+            "must not be in the future: the schedule creates its coming firings itself",
+        ));
     }
     let rule = rule_named(&state, &job, &name).await?;
     let row = state.store.get_schedule(&job.task_type, &name).await?;

@@ -236,6 +236,21 @@ async fn bad_schedules_are_refused_naming_the_field() {
         expect(404, "not_found", "name")
     );
     assert_eq!(
+        refused(Method::PATCH, "/v1/schedules/test-job/a", json!({})).await,
+        expect(400, "invalid_field", "body"),
+        "nothing to change"
+    );
+    assert_eq!(
+        refused(
+            Method::POST,
+            "/v1/schedules/test-job/a/backfill",
+            json!({"from": time(T0), "to": time(T0 + 1)})
+        )
+        .await,
+        expect(400, "invalid_field", "to"),
+        "the future is the schedule's own"
+    );
+    assert_eq!(
         refused(Method::GET, "/v1/schedules", json!(null)).await,
         expect(400, "invalid_field", "job")
     );

@@ -95,6 +95,10 @@ def register(env: Env) -> None:
     def cron(payload: Any, ctx: asyncd.TaskContext) -> None:
         env.record(payload, ctx)
 
+    @c.executor("py_sched")
+    def scheduled(payload: Any, ctx: asyncd.TaskContext) -> None:
+        env.record(payload, ctx)
+
     @c.executor("py_expiry")
     def expiry(payload: Any, ctx: asyncd.TaskContext) -> None:
         # A "retry" task asks for its retry well after its expiry.
@@ -157,7 +161,10 @@ def register(env: Env) -> None:
 
 
 TYPES = ["py_ok", "py_async", "py_permanent", "py_flaky", "py_retry_after", "py_always_fails", "py_long", "py_unique",
-         "py_cancel", "py_kafka", "py_cron", "py_expiry", "py_debounce", "py_window"]
+         "py_cancel", "py_kafka", "py_cron", "py_expiry", "py_debounce", "py_window", "py_sched"]
+# The py_sched job's spec.cron entry, the read-only schedule "nightly" of /v1/schedules
+# (fires once a year).
+NIGHTLY = {"name": "nightly", "schedule": "CRON_TZ=UTC 0 0 1 1 *", "payload": {"report": "annual"}}
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +186,7 @@ def dev_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Union[Env, Exc
             initial_backoff=0.1, max_backoff=0.5, unique_key="order:{order_id}" if t == "py_unique" else None,
             # Fires once a year, so only trigger_cron runs it within a test.
             cron=[{"name": "yearly", "schedule": "CRON_TZ=UTC 0 0 1 1 *", "payload": {"report": "annual"}}]
-            if t == "py_cron" else None,
+            if t == "py_cron" else [NIGHTLY] if t == "py_sched" else None,
         )
         if t == "py_kafka":
             # A Kafka-routed job (job_config has no argument for it). asyncd dev has no
@@ -917,3 +924,235 @@ def test_batch_delivery(tmp_path):
         server.stop()
         executor.shutdown()
         executor.server_close()
+
+
+# -- schedules (/v1/schedules), on the job py-sched-job ------------------------------
+
+SCHED_JOB = "py-sched-job"
+
+
+def wait_schedule(env: Env, name: str, cond: Any, timeout: float = 30.0) -> asyncd.Schedule:
+    """Polls the schedule until ``cond(schedule)``, failing with its last seen shape."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = env.client.get_schedule(SCHED_JOB, name)
+            if cond(last):
+                return last
+        except asyncd.AsyncdError as e:
+            last = e
+        time.sleep(0.05)
+    pytest.fail(f"schedule {name} not as wanted within {timeout}s: last {last!r}\n{env.server.log_tail()}")
+
+
+def test_schedule_fires(dev_env):
+    """A schedule every second fires: its task, its payload's templates rendered, runs on
+    the executor. Deleted, it is gone; the task it created stays."""
+    env = need(dev_env)
+    c = env.client
+    name = key("every-second")
+    s = c.create_schedule(SCHED_JOB, name, every="1s", overlap=asyncd.SKIP,  # each firing when due
+                          payload={"customer": 42, "at": "{{scheduled_at}}", "schedule": "{{schedule}}"})
+    assert (s.job, s.name, s.type, s.source, s.every, s.overlap, s.paused) == (
+        SCHED_JOB, name, "py_sched", asyncd.SOURCE_API, "1s", asyncd.SKIP, False)
+    fired = wait_schedule(env, name, lambda s: s.fired >= 1 and s.last_task_id)
+    assert fired.last_firing is not None
+    task = c.get(fired.last_task_id)
+    assert task.type == "py_sched"
+    assert (task.payload["customer"], task.payload["schedule"]) == (42, name)
+    assert parse_time(task.payload["at"]).tzinfo is not None and task.payload["at"].endswith("Z")
+    env.wait_state(task.id, asyncd.SUCCEEDED)
+
+    c.delete_schedule(SCHED_JOB, name)
+    with pytest.raises(asyncd.NotFound) as info:
+        c.get_schedule(SCHED_JOB, name)
+    assert info.value.field == "name"
+    with pytest.raises(asyncd.NotFound):
+        c.delete_schedule(SCHED_JOB, name)
+    assert c.get(task.id).id == task.id
+
+
+def test_schedule_lifecycle(dev_env):
+    """Put, create, change, pause, resume, trigger and the refusals, on one schedule."""
+    env = need(dev_env)
+    c = env.client
+    name = key("customer")
+    # Hourly from a start a day ahead, so that nothing fires during the test.
+    start = (datetime.now(timezone.utc) + timedelta(days=1)).replace(microsecond=0)
+    spec: Dict[str, Any] = dict(every=timedelta(hours=1), start_at=start, payload={"customer": 7}, priority=2,
+                                catch_up=0, jitter=timedelta(seconds=90))
+    s, created = c.put_schedule(SCHED_JOB, name, **spec)
+    assert created
+    assert (s.priority, s.catch_up, s.jitter, s.start_at, s.end_at) == (2, "0s", "1m 30s", start, None)
+    assert s.next_firing is not None and s.next_firing >= start
+    s, created = c.put_schedule(SCHED_JOB, name, **dict(spec, priority=4))
+    assert not created and s.priority == 4
+
+    with pytest.raises(asyncd.ScheduleExists) as exists:
+        c.create_schedule(SCHED_JOB, name, **spec)
+    assert (exists.value.status, exists.value.field, exists.value.retryable) == (409, "name", False)
+
+    s = c.change_schedule(SCHED_JOB, name, priority=6, jitter=None)
+    assert (s.priority, s.jitter, s.every) == (6, None, "1h")
+    got = c.get_schedule(SCHED_JOB, name)
+    assert (got.priority, got.jitter) == (6, None)
+    s = c.change_schedule(SCHED_JOB, name, cron="CRON_TZ=Europe/Berlin 0 9 * * MON")  # cron replaces every
+    assert (s.cron, s.every) == ("CRON_TZ=Europe/Berlin 0 9 * * MON", None)
+
+    s = c.pause_schedule(SCHED_JOB, name)
+    assert s.paused and s.next_firing is None
+    got = c.get_schedule(SCHED_JOB, name)
+    assert got.paused and got.next_firing is None
+    s = c.resume_schedule(SCHED_JOB, name)
+    assert not s.paused and s.next_firing is not None
+
+    before = datetime.now(timezone.utc)
+    fired = c.trigger_schedule(SCHED_JOB, name)
+    assert (fired.job, fired.entry, fired.type) == (SCHED_JOB, name, "py_sched")
+    assert before - timedelta(seconds=1) <= fired.eta <= datetime.now(timezone.utc) + timedelta(seconds=1)
+    task = c.get(fired.id)
+    assert (task.type, task.priority) == ("py_sched", 6)
+    env.wait_state(fired.id, asyncd.SUCCEEDED)
+    assert [r.payload for r in env.runs_of(fired.id)] == [{"customer": 7}]
+
+    # A bad spec is refused naming the member; nothing is created.
+    bad = key("bad")
+    with pytest.raises(asyncd.InvalidField) as info:
+        c.create_schedule(SCHED_JOB, bad, cron="0 9 * * MON")
+    assert (info.value.status, info.value.field) == (400, "cron")
+    with pytest.raises(asyncd.InvalidField) as info:
+        c.put_schedule(SCHED_JOB, bad, every=0.5)
+    assert info.value.field == "every"
+    with pytest.raises(asyncd.MalformedJSON) as malformed:
+        c.change_schedule(SCHED_JOB, name, no_such_member=1)
+    assert malformed.value.field == "no_such_member"
+    with pytest.raises(asyncd.NotFound):
+        c.get_schedule(SCHED_JOB, bad)
+    with pytest.raises(asyncd.NotFound) as info:
+        c.create_schedule("no-such-job", bad, every="1h")
+    assert info.value.field == "job"
+
+    c.delete_schedule(SCHED_JOB, name)
+    with pytest.raises(asyncd.NotFound):
+        c.get_schedule(SCHED_JOB, name)
+
+
+def test_list_schedules(dev_env):
+    """Pages of one schedule each, followed by their cursors, list every schedule of the
+    job once — the config's entry among them — as one page and iter_schedules do."""
+    env = need(dev_env)
+    c = env.client
+    prefix = key("list")
+    mine = [f"{prefix}-{x}" for x in "abc"]
+    for name in mine:
+        c.create_schedule(SCHED_JOB, name, every="1h", paused=True)
+    try:
+        paged: List[str] = []
+        cursor: Optional[str] = None
+        for _ in range(1000):
+            page = c.list_schedules(SCHED_JOB, cursor=cursor, limit=1)
+            assert len(page.items) <= 1
+            assert all(s.job == SCHED_JOB for s in page.items)
+            paged += [s.name for s in page.items]
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+        else:
+            pytest.fail(f"no last page: {paged}")
+        assert paged == sorted(paged) and len(paged) == len(set(paged)), paged
+        assert set(mine) | {"nightly"} <= set(paged)
+
+        whole = c.list_schedules(SCHED_JOB, limit=asyncd.MAX_SCHEDULE_PAGE)
+        assert whole.next_cursor is None and [s.name for s in whole.items] == paged
+        walked = list(c.iter_schedules(SCHED_JOB))
+        assert [s.name for s in walked] == paged
+        assert {s.name: s.source for s in walked}["nightly"] == asyncd.SOURCE_CONFIG
+
+        async def walk_async() -> List[str]:
+            ac = asyncd.AsyncClient(env.server.endpoint, timeout=10)
+            return [s.name async for s in ac.iter_schedules(SCHED_JOB, page_size=2)]
+
+        assert asyncio.run(walk_async()) == paged
+        with pytest.raises(asyncd.InvalidField) as info:
+            c.list_schedules(SCHED_JOB, limit=asyncd.MAX_SCHEDULE_PAGE + 1)
+        assert info.value.field == "limit"
+    finally:
+        for name in mine:
+            c.delete_schedule(SCHED_JOB, name)
+
+
+def test_backfill_schedule(dev_env):
+    """A backfill creates the firings of a past range once: repeated, it creates none."""
+    env = need(dev_env)
+    c = env.client
+    name = key("backfill")
+    # Hourly since a start a month ago (an ``every`` schedule has no firing before it).
+    start = (datetime.now(timezone.utc) - timedelta(days=30)).replace(minute=0, second=0, microsecond=0)
+    c.create_schedule(SCHED_JOB, name, every="1h", start_at=start, catch_up=0, payload={"at": "{{scheduled_at}}"})
+    try:
+        frm, to = start + timedelta(days=1), start + timedelta(days=1, hours=5)
+        first = c.backfill_schedule(SCHED_JOB, name, frm, to)
+        assert first.firings == 5 and first.created == first.firings
+        assert c.backfill_schedule(SCHED_JOB, name, frm, to) == asyncd.BackfillResult(firings=5, created=0)
+        assert c.backfill_schedule(SCHED_JOB, name, frm, to + timedelta(hours=1)) == asyncd.BackfillResult(6, 1)
+        with pytest.raises(asyncd.InvalidField) as info:
+            c.backfill_schedule(SCHED_JOB, name, to, frm)
+        assert info.value.field == "to"
+        with pytest.raises(asyncd.InvalidField) as info:
+            c.backfill_schedule(SCHED_JOB, name, start, start + timedelta(hours=asyncd.MAX_BACKFILL + 1))
+        assert info.value.field == "to"
+    finally:
+        c.delete_schedule(SCHED_JOB, name)
+
+
+def test_config_schedule_is_read_only(dev_env):
+    """The job's spec.cron entry is a schedule of source config: read-only here, but it
+    can be triggered and backfilled."""
+    env = need(dev_env)
+    c = env.client
+    s = c.get_schedule(SCHED_JOB, "nightly")
+    assert (s.source, s.cron, s.type, s.payload) == (asyncd.SOURCE_CONFIG, NIGHTLY["schedule"], "py_sched",
+                                                     NIGHTLY["payload"])
+    for call in (lambda: c.change_schedule(SCHED_JOB, "nightly", priority=5),
+                 lambda: c.pause_schedule(SCHED_JOB, "nightly"), lambda: c.resume_schedule(SCHED_JOB, "nightly"),
+                 lambda: c.delete_schedule(SCHED_JOB, "nightly"),
+                 lambda: c.put_schedule(SCHED_JOB, "nightly", every="1h")):
+        with pytest.raises(asyncd.ScheduleReadOnly) as info:
+            call()
+        assert (info.value.status, info.value.retryable) == (409, False)
+    with pytest.raises(asyncd.ScheduleExists):
+        c.create_schedule(SCHED_JOB, "nightly", every="1h")
+
+    fired = c.trigger_schedule(SCHED_JOB, "nightly")
+    assert (fired.entry, fired.type) == ("nightly", "py_sched")
+    env.wait_state(fired.id, asyncd.SUCCEEDED)
+    assert [r.payload for r in env.runs_of(fired.id)] == [NIGHTLY["payload"]]
+    # Two new years in [2020, 2022); a repeat creates none.
+    frm, to = datetime(2020, 1, 1, tzinfo=timezone.utc), datetime(2022, 1, 1, tzinfo=timezone.utc)
+    assert c.backfill_schedule(SCHED_JOB, "nightly", frm, to).firings == 2
+    assert c.backfill_schedule(SCHED_JOB, "nightly", frm, to) == asyncd.BackfillResult(firings=2, created=0)
+    after = c.get_schedule(SCHED_JOB, "nightly")
+    assert (after.priority, after.paused) == (s.priority, False)
+
+
+def test_async_client_schedules(dev_env):
+    """The AsyncClient's schedule calls against the server."""
+    env = need(dev_env)
+    name = key("async")
+
+    async def main() -> None:
+        ac = asyncd.AsyncClient(env.server.endpoint, timeout=10)
+        s, created = await ac.put_schedule(SCHED_JOB, name, every="1h", paused=True)
+        assert created and s.paused
+        s = await ac.change_schedule(SCHED_JOB, name, priority=3)
+        assert s.priority == 3 and (await ac.get_schedule(SCHED_JOB, name)).priority == 3
+        assert not (await ac.resume_schedule(SCHED_JOB, name)).paused
+        assert (await ac.pause_schedule(SCHED_JOB, name)).paused
+        fired = await ac.trigger_schedule(SCHED_JOB, name)
+        assert fired.entry == name
+        await ac.delete_schedule(SCHED_JOB, name)
+        with pytest.raises(asyncd.NotFound):
+            await ac.get_schedule(SCHED_JOB, name)
+
+    asyncio.run(main())

@@ -129,6 +129,13 @@ async fn schedules_are_written_listed_changed_paused_triggered_and_deleted() {
     let rec = Recorder::default();
     let dev = start(&rec).await;
     let c = &dev.client;
+    // The scheduler writes the config's entries to the store on its first pass.
+    wait_for(
+        "the config entry among the schedules",
+        DEADLINE,
+        async || c.get_schedule(JOB, "nightly").await.ok(),
+    )
+    .await;
 
     // PUT creates, then writes over.
     let (s, created) = c.put_schedule(JOB, "cust-1", &every("1h")).await.unwrap();

@@ -16,11 +16,14 @@ use crate::{format_duration, parse_duration};
 pub const MAX_JITTER: Duration = Duration::from_secs(3600);
 /// The shortest interval of an `every` schedule.
 pub const MIN_EVERY: Duration = Duration::from_secs(1);
+/// The longest: as far as a task's delay may reach (and within every SDK's duration
+/// type).
+pub const MAX_EVERY: Duration = Duration::from_secs(400 * 86_400);
 
 /// When a schedule fires.
 #[derive(Debug, Clone)]
 pub enum When {
-    Cron(CronSchedule),
+    Cron(Box<CronSchedule>),
     /// Every `period`, counted from the schedule's anchor ([`ScheduleRule::next_after`]).
     Every(Duration),
 }
@@ -59,14 +62,14 @@ impl ScheduleRule {
     /// Validates `spec`; an error names the member at fault.
     pub fn from_spec(spec: &ScheduleSpec) -> Result<Self, SpecError> {
         let when = match (&spec.cron, &spec.every) {
-            (Some(cron), None) => When::Cron(
+            (Some(cron), None) => When::Cron(Box::new(
                 CronSchedule::parse(cron).map_err(|message| SpecError::new("cron", message))?,
-            ),
+            )),
             (None, Some(every)) => {
                 let period =
                     parse_duration(every).map_err(|message| SpecError::new("every", message))?;
-                if period < MIN_EVERY {
-                    return Err(SpecError::new("every", "must be at least 1s"));
+                if period < MIN_EVERY || period > MAX_EVERY {
+                    return Err(SpecError::new("every", "must be 1s to 400 days"));
                 }
                 When::Every(period)
             }
@@ -203,7 +206,7 @@ impl CronEntry {
     /// The entry's rule, as [`ScheduleRule::from_spec`] reads [`Self::to_spec`].
     pub fn rule(&self) -> ScheduleRule {
         ScheduleRule {
-            when: When::Cron(self.schedule.clone()),
+            when: When::Cron(Box::new(self.schedule.clone())),
             payload: self.payload.clone(),
             priority: self.priority,
             overlap: self.overlap,
@@ -252,6 +255,7 @@ mod tests {
                 "every",
             ),
             (serde_json::json!({"every": "500ms"}), "every"),
+            (serde_json::json!({"every": "401days"}), "every"),
             (serde_json::json!({"every": "soon"}), "every"),
             (
                 serde_json::json!({"every": "1h", "priority": 10}),

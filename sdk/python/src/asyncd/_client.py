@@ -881,13 +881,13 @@ class Client(Executor):
 
     def backfill_schedule(self, job: str, name: str, from_: datetime, to: datetime) -> BackfillResult:
         """Creates the schedule's firings whose instants fall in ``[from_, to)`` (aware
-        datetimes), as if it had been running then; they are due at once. At most
-        :data:`MAX_BACKFILL` per call (more, or a ``to`` not after ``from_``, raises
-        :class:`asyncd.InvalidField` naming ``to``). Each firing is created once however
-        often the backfill is repeated: ``created`` counts the new ones among ``firings``.
-        Overlap does not apply. An ``every`` schedule has no firing before its
-        ``start_at`` (or, without one, its creation). A ``spec.cron`` entry can be
-        backfilled too."""
+        datetimes), as if it had been running then: those whose instant has passed are due
+        at once, the others at their instant. At most :data:`MAX_BACKFILL` per call (more,
+        or a ``to`` not after ``from_``, raises :class:`asyncd.InvalidField` naming
+        ``to``). Each firing is created once however often the backfill is repeated:
+        ``created`` counts the new ones among ``firings``. Overlap does not apply. An
+        ``every`` schedule has no firing before its ``start_at`` (or, without one, its
+        creation). A ``spec.cron`` entry can be backfilled too."""
         body = {"from": format_time(from_, "from_"), "to": format_time(to, "to")}
         return BackfillResult.from_json(self._request("POST", _schedule_path(job, name, "/backfill"), body))
 
@@ -903,7 +903,7 @@ class Client(Executor):
             return self._send_status(method, path, body)
         return self.retry.run(lambda: self._send_status(method, path, body))
 
-    def _headers(self, extra: Optional[Dict[str, str]] = None) -> Optional[Dict[str, str]]:
+    def _api_headers(self, extra: Optional[Dict[str, str]] = None) -> Optional[Dict[str, str]]:
         headers = {SOURCE_SERVICE_HEADER: self.service_name} if self.service_name else {}
         headers.update(extra or {})
         token = self._bearer()
@@ -912,10 +912,10 @@ class Client(Executor):
         return headers or None
 
     def _send(self, method: str, path: str, body: Any = None, extra: Optional[Dict[str, str]] = None) -> Any:
-        return http_json(method, self.endpoint + path, body, headers=self._headers(extra), timeout=self.timeout)
+        return http_json(method, self.endpoint + path, body, headers=self._api_headers(extra), timeout=self.timeout)
 
     def _send_status(self, method: str, path: str, body: Any = None) -> Tuple[int, Any]:
-        return http_json_status(method, self.endpoint + path, body, headers=self._headers(), timeout=self.timeout)
+        return http_json_status(method, self.endpoint + path, body, headers=self._api_headers(), timeout=self.timeout)
 
 
 W = TypeVar("W", Debounce, Throttle)
