@@ -618,6 +618,15 @@ pub fn all() -> Vec<Fixture> {
         ),
         fixture("schedule_response", &schedule()),
         fixture(
+            "change_pending_response",
+            &PendingChange {
+                id: ID.into(),
+                job: "send-email".into(),
+                task_type: "email".into(),
+                consumed: false,
+            },
+        ),
+        fixture(
             "schedules_response",
             &SchedulePage {
                 items: vec![schedule()],

@@ -47,6 +47,7 @@ pub use task::{
     CronTriggerResult, DeadLetterBulk, DeadLetterBulkResult, DeadLetters, Debounce, DebounceMode,
     JobStatus, KafkaDeadLetterPage, KafkaDeadLetterPurge, KafkaDeadLetterPurgeResult,
     KafkaDeadLetterStatus, MAX_BATCH, MAX_BULK, MAX_DEPENDENCIES, MAX_LISTING_BYTES, OnLimit,
-    RedriveResult, Route, SubmitRequest, SubmitResult, TaskPage, TaskStatus, Throttle,
+    PendingChange, RedriveResult, Route, SubmitRequest, SubmitResult, TaskPage, TaskStatus,
+    Throttle,
 };
 pub use trace_context::{MAX_TRACESTATE_BYTES, TraceContext};

@@ -252,10 +252,11 @@ pub fn document() -> Value {
                 errors(&error, &[InvalidField, NotFound, NotCancellable, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
         }, "patch": {
             "operationId": "changeByKey",
-            "summary": "Change the stored task of a job holding a unique key (unfinished) or submitted with an idempotency key, as PATCH /v1/tasks/{id} does",
-            "parameters": by_key("The stored task submitted with this idempotency key (give this or unique_key)"),
+            "summary": "Change the stored task of a job holding a unique key (unfinished) or submitted with an idempotency key, as PATCH /v1/tasks/{id} does; on a Kafka-routed job, a task by idempotency key also before it is consumed (202)",
+            "parameters": by_key("The task submitted with this idempotency key (give this or unique_key)"),
             "requestBody": {"required": true, "content": json_content(s.request::<ChangeRequest>())},
-            "responses": responses(&[(200, ok("The task, changed", task.clone()))],
+            "responses": responses(&[(200, ok("The task, changed", task.clone())),
+                (202, ok("Recorded for a task not consumed yet: it takes the change when stored", s.answer::<PendingChange>()))],
                 errors(&error, &[MalformedJson, InvalidField, PayloadTooLarge, NotFound, TaskStarted, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
         }, "post": {
             "operationId": "submitTask",
@@ -292,9 +293,15 @@ pub fn document() -> Value {
             },
             "patch": {
                 "operationId": "changeTask",
-                "summary": "Change a task that has not begun, in place: its due time, payload or priority",
+                "summary": "Change a task that has not begun, in place: its due time, payload or priority; with ?job= naming a Kafka-routed job, also one whose message has not been consumed (202)",
+                "parameters": [
+                    {"name": "job", "in": "query", "required": false,
+                     "description": "A Kafka-routed job: change a task of it that is not in the store yet, ahead of consumption",
+                     "schema": {"type": "string"}},
+                ],
                 "requestBody": {"required": true, "content": json_content(s.request::<ChangeRequest>())},
-                "responses": responses(&[(200, ok("The task, changed", task.clone()))],
+                "responses": responses(&[(200, ok("The task, changed", task.clone())),
+                    (202, ok("Recorded for a task not consumed yet: it takes the change when stored", s.answer::<PendingChange>()))],
                     errors(&error, &[MalformedJson, InvalidField, PayloadTooLarge, NotFound, TaskStarted, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
             },
             "delete": {

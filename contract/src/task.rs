@@ -641,6 +641,23 @@ pub struct JobStatus {
     pub paused_by_config: bool,
 }
 
+/// The answer (202) to a change (`PATCH /v1/tasks/{id}?job=…`, or by idempotency key) of
+/// a Kafka-routed task whose message has not been consumed yet: the change is recorded,
+/// and the task takes it when the consumer stores it (docs/api.md, "Change a task that
+/// has not begun").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub struct PendingChange {
+    pub id: String,
+    /// The AsyncJobConfig's name.
+    pub job: String,
+    #[serde(rename = "type")]
+    pub task_type: String,
+    /// Always false: the task is not in the store yet. `GET /v1/tasks/{id}` shows a
+    /// cancelled placeholder until it is, then the task, changed.
+    pub consumed: bool,
+}
+
 /// The answer to `POST /v1/jobs/{name}/cron/{entry}/trigger`: the task the cron entry
 /// fired, now, once, besides its schedule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -325,6 +325,17 @@ mod tests {
         ) -> store::Result<store::DueStarted> {
             self.inner.start_due(p, gate).await
         }
+        async fn change_unconsumed(
+            &self,
+            id: &str,
+            task_type: &str,
+            change: store::TaskChange<'_>,
+            now: Millis,
+        ) -> store::Result<bool> {
+            self.inner
+                .change_unconsumed(id, task_type, change, now)
+                .await
+        }
         async fn create_schedule(
             &self,
             put: store::PutSchedule<'_>,

@@ -68,6 +68,20 @@ impl Store for Bounded {
         self.within("insert", self.inner.insert(tasks, now)).await
     }
 
+    async fn change_unconsumed(
+        &self,
+        id: &str,
+        task_type: &str,
+        change: TaskChange<'_>,
+        now: Millis,
+    ) -> Result<bool> {
+        self.within(
+            "change_unconsumed",
+            self.inner.change_unconsumed(id, task_type, change, now),
+        )
+        .await
+    }
+
     async fn insert_workflow(&self, tasks: &[NewTask], now: Millis) -> Result<WorkflowOutcome> {
         self.within("insert_workflow", self.inner.insert_workflow(tasks, now))
             .await

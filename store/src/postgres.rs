@@ -135,6 +135,7 @@ const QUERIES: Queries = Queries {
     expire: "UPDATE tasks SET state = 'expired', last_error = $1, unique_active = NULL, \
              lease_until = NULL, owner = NULL, lease_token = lease_token + 1, updated_at = $2 \
              WHERE id = $3 AND expires_at <= $4 AND state IN ('blocked', 'pending', 'claimed')",
+    lock_rows: " FOR UPDATE",
     lock_skipping: " FOR UPDATE SKIP LOCKED",
     state: "SELECT state FROM tasks WHERE id = $1",
     cancel: "UPDATE tasks SET state = 'cancelled', unique_active = NULL, lease_until = NULL, \

@@ -159,6 +159,9 @@ pub struct Queries {
     /// transaction holds (empty where one writer is all there is): a schedule firing
     /// pass's.
     pub lock_skipping: &'static str,
+    /// What ends a `SELECT` that locks the rows it reads, waiting for another
+    /// transaction's (empty where one writer is all there is).
+    pub lock_rows: &'static str,
     /// Cancels task `id` at `now` (`now, id`) if it has not begun.
     pub cancel: &'static str,
     /// Changes task `id` if it has not begun (`trigger_at, payload, priority, now, id`,

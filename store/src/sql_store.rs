@@ -89,6 +89,7 @@ where
     for<'r> DueBacklogRow: FromRow<'r, DB::Row>,
     for<'r> LapsedRow: FromRow<'r, DB::Row>,
     for<'r> crate::tx::ScheduleRow: FromRow<'r, DB::Row>,
+    for<'r> crate::tx::KafkaChangeRow: FromRow<'r, DB::Row>,
     for<'r> KafkaDeadLetterRow: FromRow<'r, DB::Row>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> (String, i64): FromRow<'r, DB::Row>,
@@ -136,6 +137,16 @@ where
         Tx::<B>::insert_cancelled(self.writer(), id, task_type, now).await
     }
 
+    async fn change_unconsumed(
+        &self,
+        id: &str,
+        task_type: &str,
+        change: TaskChange<'_>,
+        now: Millis,
+    ) -> Result<bool> {
+        Tx::<B>::change_unconsumed(self.writer(), id, task_type, change, now).await
+    }
+
     async fn claim(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>> {
         self.claim_due(params).await
     }
@@ -158,7 +169,7 @@ where
             Tx::<B>::insert_claiming(self.writer(), params.tasks, params.now, Some(&claim)).await?;
         let taken: std::collections::HashSet<&str> =
             claimed.iter().map(|task| task.id.as_str()).collect();
-        let due: Vec<String> = params
+        let mut due: Vec<String> = params
             .tasks
             .iter()
             .zip(&outcomes)
@@ -169,6 +180,30 @@ where
             })
             .map(|(task, _)| task.id.clone())
             .collect();
+        // An id found taken: a message consumed twice, or a task changed (or cancelled)
+        // before it was consumed, whose change takes its placeholder's place. Rare, so
+        // the look for changes costs nothing on the common path.
+        let taken_ids: Vec<&NewTask> = params
+            .tasks
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, outcome)| {
+                matches!(
+                    outcome,
+                    InsertOutcome::IdTaken { .. } | InsertOutcome::Duplicate { .. }
+                )
+            })
+            .map(|(task, _)| task)
+            .collect();
+        if !taken_ids.is_empty() {
+            let merged = Tx::<B>::merge_changes(self.writer(), &taken_ids, params.now).await?;
+            due.extend(
+                merged
+                    .into_iter()
+                    .filter(|(_, trigger_at)| *trigger_at <= params.horizon)
+                    .map(|(id, _)| id),
+            );
+        }
         if !due.is_empty() {
             claimed.extend(
                 self.claim_named(ClaimIdsParams {
@@ -543,6 +578,7 @@ where
                 .await?)
         })
         .await?;
+        Tx::<B>::purge_kafka_changes(self.writer(), recorded_before).await?;
         Ok(B::rows_affected(&done))
     }
 

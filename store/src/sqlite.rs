@@ -285,6 +285,7 @@ const QUERIES: Queries = Queries {
     expire: "UPDATE tasks SET state = 'expired', last_error = ?, unique_active = NULL, \
              lease_until = NULL, owner = NULL, lease_token = lease_token + 1, updated_at = ? \
              WHERE id = ? AND expires_at <= ? AND state IN ('blocked', 'pending', 'claimed')",
+    lock_rows: "",
     lock_skipping: "",
     state: "SELECT state FROM tasks WHERE id = ?",
     cancel: "UPDATE tasks SET state = 'cancelled', unique_active = NULL, lease_until = NULL, \

@@ -35,6 +35,21 @@ pub trait Store: Send + Sync + 'static {
     /// a task with this id exists already (cancel that one instead).
     async fn insert_cancelled(&self, id: &str, task_type: &str, now: Millis) -> Result<bool>;
 
+    /// Changes Kafka-routed task `id` of `task_type` whose message has not been consumed:
+    /// writes a cancelled placeholder under the id, and the change, which the consumer
+    /// applies to the task when it stores the message ([`Store::insert_consumed`]); a
+    /// change before this one is kept for the members this one does not name. `false`
+    /// when the id is taken otherwise (the task was consumed, or cancelled ahead of
+    /// consumption): change the stored task instead. A cancel of the placeholder drops
+    /// the change, and with it the task.
+    async fn change_unconsumed(
+        &self,
+        id: &str,
+        task_type: &str,
+        change: TaskChange<'_>,
+        now: Millis,
+    ) -> Result<bool>;
+
     /// Claims up to `limit` pending tasks due by `horizon`, best `(claim_rank, id)` first
     /// (the trigger time moved 10 s earlier per priority level, [`ClaimedTask::rank`]),
     /// holding each until `max(trigger_at, now) + hold`. Tasks of a paused type
@@ -44,7 +59,9 @@ pub trait Store: Send + Sync + 'static {
     async fn claim_ids(&self, params: ClaimIdsParams<'_>) -> Result<Vec<ClaimedTask>>;
     /// Stores tasks consumed from Kafka and claims for `owner` the new ones due by
     /// `horizon`, so the consumer that read them dispatches them without a poll. Tasks
-    /// already stored (a message consumed twice) are left alone.
+    /// already stored (a message consumed twice) are left alone; a task changed before
+    /// it was consumed ([`Store::change_unconsumed`]) takes its placeholder's place,
+    /// changed.
     async fn insert_consumed(&self, params: InsertConsumedParams<'_>) -> Result<Vec<ClaimedTask>>;
     /// [`Store::insert`], claiming for `claim.owner` as they go in the new tasks it
     /// allows (due by its horizon, of a type not paused, within each type's room): a
@@ -177,7 +194,9 @@ pub trait Store: Send + Sync + 'static {
         params: KafkaDeadLetterParams<'_>,
     ) -> Result<Vec<KafkaDeadLetter>>;
     /// Deletes up to `limit` Kafka dead letters recorded before `recorded_before`, oldest
-    /// first, in one short statement; returns how many went.
+    /// first, in one short statement, and the changes of Kafka-routed tasks made before
+    /// then whose message never came ([`Store::change_unconsumed`]); returns how many
+    /// dead letters went.
     async fn purge_kafka_dead_letters(&self, recorded_before: Millis, limit: u32) -> Result<u64>;
 
     /// Pauses task type `task_type` (the API's pause of its job): from the commit on, no

@@ -115,6 +115,36 @@ impl ClaimAtInsert<'_> {
 }
 
 impl<'a> TaskValues<'a> {
+    /// A cancelled row under `id`, holding the id of a Kafka-routed task whose message
+    /// has not been consumed: a cancel ahead of consumption, or a change's placeholder
+    /// (`tx/kafka_changes.rs`). The consumer's insert of the message finds the id taken.
+    pub(crate) fn placeholder(id: &'a str, task_type: &'a str, now: Millis) -> Self {
+        Self {
+            id,
+            task_type,
+            payload: "null",
+            state: TaskState::Cancelled,
+            priority: 0,
+            trigger_at: now,
+            max_retries: 0,
+            timeout_ms: 0,
+            idempotency_key: None,
+            unique_key: None,
+            unique_active: None,
+            unique_for: 0,
+            cron_key: None,
+            source_service: None,
+            last_error: Some("cancelled before it was consumed from Kafka"),
+            now,
+            lease_secret: crate::lease::new_secret(),
+            concurrency_key: None,
+            traceparent: None,
+            tracestate: None,
+            expires_at: None,
+            claim: None,
+        }
+    }
+
     pub(crate) fn new(
         task: &'a NewTask,
         state: TaskState,

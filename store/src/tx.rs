@@ -24,9 +24,11 @@ use super::{
 };
 
 /// A connection of a dialect's database.
+mod kafka_changes;
 mod schedules;
 mod waiting;
 
+pub use kafka_changes::KafkaChangeRow;
 pub use schedules::ScheduleRow;
 
 pub type Conn<D> = <<D as Dialect>::DB as Database>::Connection;

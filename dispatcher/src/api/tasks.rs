@@ -9,6 +9,7 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
+use axum::http::StatusCode;
 use serde_json::value::RawValue;
 
 use super::extract::{Path, Query};
@@ -60,13 +61,19 @@ pub(super) async fn get(
 /// already running or ended is refused (409 `task_started`). Changing a task needs the
 /// right to submit its job's tasks. Only stored tasks: one whose Kafka message has not
 /// been consumed yet is not found (404) until it is.
+/// With `?job=` (or `?type=`) naming a Kafka-routed job, a time-ordered id not in the
+/// store yet — its message still waits in the topic — is changed ahead of consumption
+/// (202, [`asyncd_store::Store::change_unconsumed`]), as `DELETE` cancels one.
 pub(super) async fn change(
     State(state): AppState,
     caller: Caller,
     Path(id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    change_task(&state, &caller, id, body).await
+    let time_ordered = uuid::Uuid::parse_str(&id).is_ok_and(|id| id.get_version_num() == 7);
+    let job = query_job(&state, &query)?.filter(|_| time_ordered);
+    change_task(&state, &caller, id, body, job).await
 }
 
 /// `PATCH /v1/tasks?job=J&unique_key=K` (or `idempotency_key=K`): [`change`] for the
@@ -85,10 +92,19 @@ pub(super) async fn change_by_key(
         .require(&caller, Verb::Submit, Some(&job.name))
         .await?;
     let id = if field == "idempotency_key" {
-        state
+        match state
             .store
             .idempotency_key_holder(&job.task_type, key)
             .await?
+        {
+            // On a job with a Kafka topic a task not consumed yet is changed under the
+            // id its key derives, as it is cancelled.
+            None if job.kafka.is_some() => {
+                let id = submit::key_id(&job.task_type, key);
+                return change_task(&state, &caller, id, body, Some(job)).await;
+            }
+            id => id,
+        }
     } else {
         unfinished_unique_holder(&state, &job, key).await?
     };
@@ -98,7 +114,7 @@ pub(super) async fn change_by_key(
             format!("no stored task of job {} holds {field} {key:?}", job.name),
         ));
     };
-    change_task(&state, &caller, id, body).await
+    change_task(&state, &caller, id, body, None).await
 }
 
 async fn change_task(
@@ -106,11 +122,45 @@ async fn change_task(
     caller: &Caller,
     id: String,
     body: Result<Bytes, BytesRejection>,
+    kafka_job: Option<Arc<asyncd_spec::Job>>,
 ) -> Result<Response, ApiError> {
     let body = super::body_bytes(body, state.limits.body_bytes())?;
     let request: asyncd_contract::ChangeRequest<Box<RawValue>> = submit::parse_json(&body)?;
-    let task = state.visible_task(caller, &id, Verb::Submit).await?;
     let now = state.clock.now_millis();
+    if let Some(job) = kafka_job
+        && job.kafka.is_some()
+        && state.store.get(&id).await?.is_none()
+    {
+        state
+            .auth
+            .require(caller, Verb::Submit, Some(&job.name))
+            .await?;
+        let change = submit::check_unconsumed_change(&request, &job, &state.limits, now)?;
+        if state
+            .store
+            .change_unconsumed(&id, &job.task_type, change, now)
+            .await?
+        {
+            tracing::info!(
+                caller = caller.name(),
+                job = job.name,
+                task_id = id,
+                "task changed before it was consumed from Kafka"
+            );
+            return Ok((
+                StatusCode::ACCEPTED,
+                Json(asyncd_contract::PendingChange {
+                    id,
+                    job: job.name.clone(),
+                    task_type: job.task_type.clone(),
+                    consumed: false,
+                }),
+            )
+                .into_response());
+        }
+        // Consumed in the meantime: change the stored task.
+    }
+    let task = state.visible_task(caller, &id, Verb::Submit).await?;
     let change = submit::check_change(&request, &task, &state.routes.borrow(), &state.limits, now)?;
     match state.store.change(&id, change, now).await? {
         ChangeOutcome::Changed => {}

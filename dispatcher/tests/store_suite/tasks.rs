@@ -2,8 +2,11 @@
 //! kept exactly, a task cancelled before its insert arrived, and a task changed in place
 //! until it begins.
 
+use std::time::Duration;
+
 use asyncd_store::{
-    ChangeOutcome, Finish, FinishKind, InsertOutcome, NewTask, Store, TaskChange, TaskState,
+    CancelOutcome, ChangeOutcome, Finish, FinishKind, InsertConsumedParams, InsertOutcome, NewTask,
+    Store, TaskChange, TaskState,
 };
 use serde_json::value::RawValue;
 
@@ -15,6 +18,7 @@ scenarios!(
     payloads_and_results_are_kept_byte_for_byte,
     values_at_the_apis_limits_are_stored_exactly,
     a_task_cancelled_before_it_exists_is_stored_cancelled_once,
+    a_task_changed_before_it_is_consumed_is_stored_changed,
     a_task_changes_in_place_until_it_begins,
     a_change_racing_claims_and_starts_lands_whole_or_not_at_all,
 );
@@ -273,6 +277,131 @@ async fn a_task_cancelled_before_it_exists_is_stored_cancelled_once(store: &dyn 
         "{outcome:?}"
     );
     assert_eq!(state(store, "early").await, TaskState::Cancelled);
+}
+
+/// A Kafka-routed task changed while its message waits in the topic: a cancelled
+/// placeholder holds its id until the consumer stores the message, which then takes the
+/// placeholder's place with the change applied (a second change before consumption is
+/// kept member by member). Consumed again, nothing changes; a cancel of the placeholder
+/// drops the change and the message with it; a message of another type under the id is
+/// not the changed task.
+async fn a_task_changed_before_it_is_consumed_is_stored_changed(store: &dyn Store) {
+    let change = |trigger_at, payload, priority| TaskChange {
+        trigger_at,
+        payload,
+        priority,
+    };
+    assert!(
+        store
+            .change_unconsumed(
+                "early",
+                "k",
+                change(Some(at(50)), Some(r#"{"n":2}"#), None),
+                T0
+            )
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        state(store, "early").await,
+        TaskState::Cancelled,
+        "a placeholder"
+    );
+    assert!(
+        store
+            .change_unconsumed("early", "k", change(None, None, Some(5)), at(1))
+            .await
+            .unwrap(),
+        "a second change goes over the first"
+    );
+    let consume = |id: &str, task_type: &str| {
+        let mut task = NewTask::test(task_type, T0).payload(r#"{"n":1}"#);
+        task.id = id.into();
+        task
+    };
+    let messages = [consume("early", "k")];
+    let claimed = store
+        .insert_consumed(InsertConsumedParams {
+            tasks: &messages,
+            horizon: at(100),
+            now: at(2),
+            hold: Duration::from_secs(30),
+            owner: "consumer",
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        claimed.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
+        ["early"],
+        "stored, and due within the horizon: claimed"
+    );
+    let task = store.get("early").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            task.state,
+            task.trigger_at,
+            task.payload.get(),
+            task.priority
+        ),
+        (TaskState::Claimed, at(50), r#"{"n":2}"#, 5),
+        "the message's task, changed"
+    );
+    assert!(
+        !store
+            .change_unconsumed("early", "k", change(None, None, Some(1)), at(3))
+            .await
+            .unwrap(),
+        "consumed: change the stored task instead"
+    );
+    // The message again (a redelivery): the stored task stays as it is.
+    store
+        .insert_consumed(InsertConsumedParams {
+            tasks: &messages,
+            horizon: at(100),
+            now: at(4),
+            hold: Duration::from_secs(30),
+            owner: "consumer",
+        })
+        .await
+        .unwrap();
+    let again = store.get("early").await.unwrap().unwrap();
+    assert_eq!((again.payload.get(), again.priority), (r#"{"n":2}"#, 5));
+
+    // Changed, then cancelled: the message is dropped.
+    assert!(
+        store
+            .change_unconsumed("dropped", "k", change(None, None, Some(2)), T0)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.cancel("dropped", at(1)).await.unwrap(),
+        CancelOutcome::Cancelled
+    );
+    // Changed, and a message of another type under the id.
+    assert!(
+        store
+            .change_unconsumed("other", "k", change(None, None, Some(2)), T0)
+            .await
+            .unwrap()
+    );
+    store
+        .insert_consumed(InsertConsumedParams {
+            tasks: &[consume("dropped", "k"), consume("other", "j")],
+            horizon: at(100),
+            now: at(5),
+            hold: Duration::from_secs(30),
+            owner: "consumer",
+        })
+        .await
+        .unwrap();
+    assert_eq!(state(store, "dropped").await, TaskState::Cancelled);
+    let other = store.get("other").await.unwrap().unwrap();
+    assert_eq!(
+        (other.task_type.as_str(), other.state),
+        ("k", TaskState::Cancelled),
+        "not the changed task"
+    );
 }
 
 /// A change keeps the id and every value it does not name; a claimed task goes back to

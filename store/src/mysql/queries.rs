@@ -94,6 +94,7 @@ pub(super) const QUERIES: Queries = Queries {
              SET state = 'expired', last_error = ?, unique_active = NULL, lease_until = NULL, \
                  owner = NULL, lease_token = lease_token + 1, updated_at = ? \
              WHERE id = ? AND expires_at <= ? AND state IN ('blocked', 'pending', 'claimed')",
+    lock_rows: " FOR UPDATE",
     lock_skipping: " FOR UPDATE SKIP LOCKED",
     state: "SELECT state FROM tasks WHERE id = ?",
     cancel: "UPDATE tasks FORCE INDEX (PRIMARY) \

@@ -145,9 +145,13 @@ where
             Self::fail_dependents(&mut **tx, id, now).await?;
             Ok(CancelOutcome::Cancelled)
         } else {
-            Ok(domain::cancel_refused(
-                Self::state(tx, D::QUERIES.state, id).await?,
-            ))
+            let state = Self::state(tx, D::QUERIES.state, id).await?;
+            // A task changed before it was consumed from Kafka is a cancelled placeholder
+            // and its change: without the change, the consumer drops the message.
+            if state == Some(TaskState::Cancelled) && Self::drop_change(tx, id).await? {
+                return Ok(CancelOutcome::Cancelled);
+            }
+            Ok(domain::cancel_refused(state))
         }
     }
 
@@ -195,36 +199,22 @@ where
 
     /// [`super::Store::insert_cancelled`]: the task row, already `cancelled`, with no
     /// payload, keys or attempts.
+    /// Drops the change waiting for task `id`, if there is one: a cancel of a task changed
+    /// before it was consumed (its placeholder is cancelled already).
+    async fn drop_change(tx: &mut Transaction<'_, DB>, id: &str) -> Result<bool> {
+        let mut delete = sqlx::QueryBuilder::<DB>::new("DELETE FROM kafka_changes WHERE id = ");
+        delete.push_bind(id);
+        let done = delete.build().execute(&mut **tx).await?;
+        Ok(D::rows_affected(&done) == 1)
+    }
+
     pub async fn insert_cancelled(
         pool: &Pool<DB>,
         id: &str,
         task_type: &str,
         now: Millis,
     ) -> Result<bool> {
-        let values = TaskValues {
-            id,
-            task_type,
-            payload: "null",
-            state: TaskState::Cancelled,
-            priority: 0,
-            trigger_at: now,
-            max_retries: 0,
-            timeout_ms: 0,
-            idempotency_key: None,
-            unique_key: None,
-            unique_active: None,
-            unique_for: 0,
-            cron_key: None,
-            source_service: None,
-            last_error: Some("cancelled before it was consumed from Kafka"),
-            now,
-            lease_secret: crate::lease::new_secret(),
-            concurrency_key: None,
-            traceparent: None,
-            tracestate: None,
-            expires_at: None,
-            claim: None,
-        };
+        let values = TaskValues::placeholder(id, task_type, now);
         let inserted = Self::insert_statement(std::slice::from_ref(&values))
             .build()
             .execute(pool)

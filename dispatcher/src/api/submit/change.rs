@@ -21,17 +21,7 @@ pub fn check_change<'a>(
     limits: &Limits,
     now: Millis,
 ) -> Result<TaskChange<'a>, ApiError> {
-    let due = due_at(req.delay.as_deref(), req.eta.as_deref(), now)?;
-    let trigger_at = match (req.run_now, due) {
-        (Some(true), Some(_)) => {
-            return Err(ApiError::field(
-                "run_now",
-                "give run_now, delay or eta, not two",
-            ));
-        }
-        (Some(true), None) => Some(now),
-        (_, due) => due,
-    };
+    let change = change_values(req, limits, now)?;
     // A waiting task due at or after its expiry could never begin: refused rather than
     // expired on arrival. (`expires_at` never changes, so reading it first is safe; a
     // task that began or ended is left to the store's answer, 409.)
@@ -39,7 +29,7 @@ pub fn check_change<'a>(
         task.state,
         TaskState::Blocked | TaskState::Pending | TaskState::Claimed
     );
-    if let (true, Some(due), Some(expires_at)) = (waiting, trigger_at, task.expires_at)
+    if let (true, Some(due), Some(expires_at)) = (waiting, change.trigger_at, task.expires_at)
         && due >= expires_at
     {
         let field = match (req.run_now, &req.delay) {
@@ -52,12 +42,59 @@ pub fn check_change<'a>(
             "must be before the task's expires_at: it could never begin",
         ));
     }
+    if let Some(payload) = req.payload.as_deref()
+        && let Some(job) = routes.job(&task.task_type)
+    {
+        same_keys(job, task, payload)?;
+    }
+    Ok(change)
+}
+
+/// A change of a Kafka-routed task of `job` whose message has not been consumed
+/// ([`asyncd_store::Store::change_unconsumed`]). Its payload is not known here, so a new
+/// payload is refused where the job renders keys from it: whether the keys stay could
+/// not be checked.
+pub fn check_unconsumed_change<'a>(
+    req: &'a asyncd_contract::ChangeRequest<Box<RawValue>>,
+    job: &Job,
+    limits: &Limits,
+    now: Millis,
+) -> Result<TaskChange<'a>, ApiError> {
+    let change = change_values(req, limits, now)?;
+    if change.payload.is_some() && (job.unique_key.is_some() || job.concurrency_key.is_some()) {
+        return Err(ApiError::field(
+            "payload",
+            format!(
+                "job {} renders keys from the payload, and this task has not been consumed \
+                 from Kafka yet, so its keys cannot be checked: change its payload once it is \
+                 stored",
+                job.name
+            ),
+        ));
+    }
+    Ok(change)
+}
+
+/// The values a change names, each checked as a submit's.
+fn change_values<'a>(
+    req: &'a asyncd_contract::ChangeRequest<Box<RawValue>>,
+    limits: &Limits,
+    now: Millis,
+) -> Result<TaskChange<'a>, ApiError> {
+    let due = due_at(req.delay.as_deref(), req.eta.as_deref(), now)?;
+    let trigger_at = match (req.run_now, due) {
+        (Some(true), Some(_)) => {
+            return Err(ApiError::field(
+                "run_now",
+                "give run_now, delay or eta, not two",
+            ));
+        }
+        (Some(true), None) => Some(now),
+        (_, due) => due,
+    };
     let payload = req.payload.as_deref();
     if let Some(payload) = payload {
         within_payload_limit(payload, limits)?;
-        if let Some(job) = routes.job(&task.task_type) {
-            same_keys(job, task, payload)?;
-        }
     }
     let priority = req.priority.map(priority).transpose()?;
     if trigger_at.is_none() && payload.is_none() && priority.is_none() {

@@ -32,7 +32,7 @@ use crate::clock::from_millis;
 use crate::job_table::RouteTable;
 use crate::trace::{Span, SpanKind, TraceContext, Tracer, Value};
 use asyncd_store::{InsertOutcome, Millis, NewTask};
-pub use change::check_change;
+pub use change::{check_change, check_unconsumed_change};
 pub use validate::{Limits, MAX_KEY_LEN, key_id, legacy_task_id};
 pub(super) use validate::{MAX_TIMEOUT, parse_json, plain_text};
 use workflow::Refs;
