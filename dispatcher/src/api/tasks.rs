@@ -127,9 +127,14 @@ async fn change_task(
     let body = super::body_bytes(body, state.limits.body_bytes())?;
     let request: asyncd_contract::ChangeRequest<Box<RawValue>> = submit::parse_json(&body)?;
     let now = state.clock.now_millis();
+    // Not stored yet, or a cancelled placeholder that may hold an earlier change.
     if let Some(job) = kafka_job
         && job.kafka.is_some()
-        && state.store.get(&id).await?.is_none()
+        && state
+            .store
+            .get(&id)
+            .await?
+            .is_none_or(|task| task.state == TaskState::Cancelled)
     {
         state
             .auth

@@ -575,6 +575,86 @@ async fn a_task_cancelled_before_it_is_consumed_never_runs() {
     );
 }
 
+/// Issue 33: a Kafka-routed task changed while its message waits in the topic (no
+/// dispatcher consumes it yet) runs changed once consumed: the change is recorded (202),
+/// a second change before consumption adds to it, and the task keeps its id.
+#[tokio::test]
+async fn a_task_changed_before_it_is_consumed_runs_changed() {
+    let Some(_broker) = Broker::shared().await else {
+        return;
+    };
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let Some(cluster) = Cluster::start(&kafka_job("prechange", &executor.url(), 1)).await else {
+        return;
+    };
+    let ids = cluster
+        .submit(vec![
+            json!({"type": "prechange", "payload": "as submitted"}),
+        ])
+        .await;
+    let id = &ids[0];
+    let (http, api) = (&cluster.http, &cluster.api);
+    let patch = async |path: String, body: Value| {
+        let answer = http
+            .patch(format!("http://{api}{path}"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = answer.status().as_u16();
+        (status, answer.json::<Value>().await.unwrap_or(Value::Null))
+    };
+    let (status, _) = patch(format!("/v1/tasks/{id}"), json!({"payload": "changed"})).await;
+    assert_eq!(
+        status, 404,
+        "without ?job= an id not in the store is unknown"
+    );
+    let (status, answer) = patch(
+        format!("/v1/tasks/{id}?job=prechange"),
+        json!({"payload": "changed"}),
+    )
+    .await;
+    assert_eq!(status, 202, "{answer}");
+    assert_eq!(
+        (&answer["id"], &answer["consumed"]),
+        (&json!(id), &json!(false))
+    );
+    let (status, answer) = patch(
+        format!("/v1/tasks/{id}?job=prechange"),
+        json!({"priority": 7}),
+    )
+    .await;
+    assert_eq!(status, 202, "a second change before consumption: {answer}");
+
+    let _dispatcher = cluster.dispatcher("dispatcher-0");
+    executor.wait_calls(id, 1).await;
+    let calls = executor.calls_for(id);
+    assert_eq!(
+        calls[0].body["payload"],
+        json!("changed"),
+        "the changed payload"
+    );
+    let task: Value = http
+        .get(format!("http://{api}/v1/tasks/{id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(task["priority"], 7, "both changes: {task}");
+    let (status, answer) = patch(
+        format!("/v1/tasks/{id}?job=prechange"),
+        json!({"priority": 1}),
+    )
+    .await;
+    assert_eq!(
+        (status, &answer["error"]["code"]),
+        (409, &json!("task_started")),
+        "consumed and run: {answer}"
+    );
+}
+
 /// Issue 31, reproduction 1: a cancel ahead of consumption cannot plant a row under the
 /// id another job's idempotency key derives (nor can it under its own job's: that id is
 /// another), so the other job's submit with that key is a new task that runs, not a
