@@ -58,6 +58,11 @@ class Api:
         assert status == 200, (status, answer)
         return answer
 
+    def schedule(self, job, name):
+        """The schedule's (status, answer): 404 once deleted."""
+        status, _, answer = self.call("GET", f"/v1/schedules/{job}/{name}")
+        return status, answer
+
 
 def until(what, check):
     """Polls `check` until it returns something true; fails after DEADLINE naming `what`."""
@@ -192,6 +197,124 @@ def main():
         policies = [td.text for td in driver.find_elements(*css("td.policy"))]
         assert policies == ["skip while running", "30m"], policies
         driver.save_screenshot(str(out / "cron.png"))
+
+        # Schedules. A page of them is 50: 51 (made through the API, paused) take "More".
+        for n in range(51):
+            status, _, answer = api.call("POST", "/v1/schedules", {
+                "job": "billing-job", "name": f"page-{n:03}", "every": "1h", "paused": True})
+            assert status == 201, (status, answer)
+        driver.find_element(*css('header nav a[data-page="schedules"]')).click()
+        rows = css("#schedule-list tbody tr[data-schedule]")
+        # The first job by name is shown first.
+        wait.until(lambda d: len(d.find_elements(*rows)) == 50)
+        assert Select(driver.find_element(By.ID, "schedules-job")).first_selected_option.text == "billing-job"
+        wait.until(EC.element_to_be_clickable((By.ID, "schedules-more"))).click()
+        wait.until(lambda d: len(d.find_elements(*rows)) == 51)
+        wait.until(EC.invisibility_of_element_located((By.ID, "schedules-more")))
+        names = [r.get_attribute("data-schedule") for r in driver.find_elements(*rows)]
+        assert names == [f"page-{n:03}" for n in range(51)], names
+
+        # The report job: its spec.cron entry is listed, read-only (trigger only), and
+        # the API refuses to change it.
+        chooser = driver.find_element(By.ID, "schedules-job")
+        Select(chooser).select_by_value("report-job")
+        wait.until(EC.staleness_of(chooser))
+        config_row = wait.until(EC.presence_of_element_located(css('tr[data-schedule="weekly-summary"]')))
+        assert config_row.get_attribute("data-source") == "config"
+        assert "read-only" in config_row.find_element(*css('td[data-col="source"]')).text
+        buttons = [b.get_attribute("class") for b in config_row.find_elements(By.TAG_NAME, "button")]
+        assert buttons == ["trigger"], buttons
+        assert config_row.find_element(*css('td[data-col="when"]')).text == "CRON_TZ=Europe/Berlin 0 7 * * 1"
+        status, _, answer = api.call("POST", "/v1/schedules/report-job/weekly-summary/pause")
+        assert (status, answer["error"]["code"]) == (409, "schedule_read_only"), (status, answer)
+
+        # Trigger the config entry with its button: a task of the job appears.
+        config_row.find_element(By.CSS_SELECTOR, "button.trigger").click()
+        prefix = "Triggered schedule weekly-summary: task "
+        wait.until(EC.text_to_be_present_in_element((By.ID, "notice"), prefix))
+        fired = driver.find_element(By.ID, "notice").text.removeprefix(prefix).rstrip(".")
+        assert api.task(fired)["type"] == "send_report", fired
+
+        # A cron without CRON_TZ: the server's error, naming the field, and nothing made.
+        form = driver.find_element(By.ID, "schedule-form")
+        form.find_element(By.ID, "schedule-name").send_keys("console-weekly")
+        form.find_element(By.ID, "schedule-cron").send_keys("0 7 * * 1")
+        payload = {"note": HOSTILE, "schedule": "{{schedule}}"}
+        textarea = form.find_element(By.ID, "schedule-payload")
+        textarea.clear()
+        textarea.send_keys(json.dumps(payload))
+        Select(form.find_element(By.ID, "schedule-overlap")).select_by_value("BufferOne")
+        form.find_element(By.ID, "schedule-create").click()
+        wait.until(EC.text_to_be_present_in_element((By.ID, "schedule-error-field"), "cron"))
+        message = driver.find_element(By.ID, "schedule-error-message").text
+        assert "CRON_TZ" in message and "invalid_field" in message, message
+        assert "invalid" in form.find_element(By.ID, "schedule-cron").get_attribute("class")
+        assert api.schedule("report-job", "console-weekly")[0] == 404
+
+        # With its zone it is created, and listed.
+        cron = form.find_element(By.ID, "schedule-cron")
+        cron.clear()
+        cron.send_keys("CRON_TZ=Europe/Berlin 0 7 * * 1")
+        form.find_element(By.ID, "schedule-create").click()
+        row = css('tr[data-schedule="console-weekly"]')
+        wait.until(EC.presence_of_element_located(row))
+        wait.until(EC.invisibility_of_element_located((By.ID, "schedule-error")))
+        status, created = api.schedule("report-job", "console-weekly")
+        assert status == 200, (status, created)
+        assert (created["source"], created["cron"], created["overlap"], created["paused"]) == \
+            ("api", "CRON_TZ=Europe/Berlin 0 7 * * 1", "BufferOne", False), created
+        assert created["payload"] == payload, created["payload"]
+        shown = driver.find_element(*row).find_element(*css('td[data-col="payload"]'))
+        assert json.loads(shown.get_attribute("title")) == payload, shown.get_attribute("title")
+        # The cell shows the payload as JSON text (clipped): the markup in it as written.
+        assert shown.text.startswith('{"note":' + json.dumps(HOSTILE)), shown.text
+        assert not driver.find_elements(By.ID, "injected"), "a payload was rendered as HTML"
+        assert driver.title != "pwned"
+
+        # Pause it: the API says paused, the row offers Resume.
+        driver.find_element(*css('button.pause[data-schedule="console-weekly"]')).click()
+        until("console-weekly paused", lambda: api.schedule("report-job", "console-weekly")[1]["paused"])
+        wait.until(EC.element_to_be_clickable(css('button.resume[data-schedule="console-weekly"]')))
+        assert driver.find_element(*row).find_element(*css('td[data-col="state"]')).text == "paused"
+
+        # Trigger it: a task of the job with the schedule's payload, filled in.
+        driver.find_element(*css('button.trigger[data-schedule="console-weekly"]')).click()
+        prefix = "Triggered schedule console-weekly: task "
+        wait.until(EC.text_to_be_present_in_element((By.ID, "notice"), prefix))
+        fired = driver.find_element(By.ID, "notice").text.removeprefix(prefix).rstrip(".")
+
+        def listed():
+            status, _, page = api.call("GET", "/v1/tasks?job=report-job&limit=1000")
+            assert status == 200, (status, page)
+            return next((t for t in page["items"] if t["id"] == fired), None)
+
+        task = until("the triggered task listed in its job", listed)
+        assert task["type"] == "send_report", task
+        assert task["payload"] == {"note": HOSTILE, "schedule": "console-weekly"}, task["payload"]
+
+        # An interval schedule created paused, with an empty payload.
+        form = driver.find_element(By.ID, "schedule-form")
+        form.find_element(By.ID, "schedule-name").send_keys("console-every")
+        form.find_element(By.ID, "schedule-every").send_keys("90s")
+        form.find_element(By.ID, "schedule-payload").clear()
+        form.find_element(By.ID, "schedule-paused").click()
+        form.find_element(By.ID, "schedule-create").click()
+        every_row = wait.until(EC.presence_of_element_located(css('tr[data-schedule="console-every"]')))
+        assert every_row.find_element(*css('td[data-col="when"]')).text == "every 90s"
+        assert every_row.find_element(*css('td[data-col="state"]')).text == "paused"
+        status, every = api.schedule("report-job", "console-every")
+        assert (status, every["every"], every["paused"], every["overlap"]) == (200, "90s", True, "Allow"), every
+        driver.execute_script("window.scrollTo(0, 0)")
+        driver.save_screenshot(str(out / "schedules.png"))
+
+        # Delete it, confirmed: gone from the API and from the list.
+        doomed = driver.find_element(*row)
+        driver.find_element(*css('button.delete[data-schedule="console-weekly"]')).click()
+        alert = wait.until(EC.alert_is_present())
+        assert "console-weekly" in alert.text, alert.text
+        alert.accept()
+        until("console-weekly deleted", lambda: api.schedule("report-job", "console-weekly")[0] == 404)
+        wait.until(EC.staleness_of(doomed))
 
         # Forgetting the token: the next call asks for one again.
         driver.find_element(By.ID, "token-button").click()

@@ -125,6 +125,8 @@ class ApiError extends Error {
     super(error && error.message ? error.message : "HTTP " + status);
     this.status = status;
     this.code = error && error.code;
+    // The member at fault, when the server names one ("cron", "name", …).
+    this.field = error && error.field;
   }
 }
 
@@ -529,7 +531,201 @@ async function deadPage(view, live, params) {
     "No dead letters.");
 }
 
-const PAGES = { jobs: jobsPage, tasks: tasksPage, task: taskPage, dead: deadPage, cron: cronPage };
+// ---------------------------------------------------------------------------------------
+// Schedules (docs/api.md "Schedules"): a job's schedules by name, its spec.cron entries
+// among them (source "config": read-only here — change the AsyncJobConfig — but they can
+// be triggered).
+
+const OVERLAPS = ["Allow", "Skip", "BufferOne", "CancelOther"];
+
+function schedulePath(job, name, verb) {
+  return "/v1/schedules/" + encodeURIComponent(job) + "/" + encodeURIComponent(name) + (verb ? "/" + verb : "");
+}
+
+// One schedule's row; its buttons redraw it (or remove it) from the server's answer.
+function scheduleRow(schedule) {
+  const { job, name } = schedule;
+  const readOnly = schedule.source === "config";
+  const path = (verb) => schedulePath(job, name, verb);
+  let row;
+  const redraw = (fresh) => row.isConnected && row.replaceWith(scheduleRow(fresh));
+  const button = (cls, label, onclick) =>
+    h("button", { type: "button", class: cls, "data-schedule": name, onclick }, label);
+  const buttons = [];
+  if (!readOnly) {
+    buttons.push(schedule.paused
+      ? button("resume", "Resume", () => action("Resumed schedule " + name + ".", async () => redraw(await api("POST", path("resume")))))
+      : button("pause", "Pause", () => action("Paused schedule " + name + ".", async () => redraw(await api("POST", path("pause"))))));
+  }
+  buttons.push(button("trigger", "Trigger", async () => {
+    try {
+      const fired = await api("POST", path("trigger"));
+      notice("Triggered schedule " + name + ": task " + fired.id + ".");
+      redraw(await api("GET", path()));
+    } catch (error) {
+      notice("Trigger of " + name + " failed: " + error.message, true);
+    }
+  }));
+  if (!readOnly) {
+    buttons.push(button("delete danger", "Delete", () =>
+      confirm("Delete schedule " + name + " of job " + job + "? The tasks it created stay.") &&
+      action("Deleted schedule " + name + ".", async () => {
+        await api("DELETE", path());
+        row.remove();
+      })));
+  }
+  const last = schedule.last_firing && schedule.last_task_id
+    ? link("task/" + encodeURIComponent(schedule.last_task_id), time(schedule.last_firing))
+    : time(schedule.last_firing);
+  row = h("tr", { "data-schedule": name, "data-source": schedule.source },
+    h("td", { class: "mono name", "data-col": "name" }, name),
+    h("td", { "data-col": "source" }, badge(schedule.source), readOnly ? [" ", badge("read-only", "read-only")] : ""),
+    h("td", { class: "mono", "data-col": "when" }, schedule.cron ? schedule.cron : "every " + schedule.every),
+    h("td", { "data-col": "overlap" }, schedule.overlap),
+    h("td", { "data-col": "state" }, schedule.paused ? badge("paused") : badge("active")),
+    h("td", { "data-col": "next" }, time(schedule.next_firing)),
+    h("td", { "data-col": "last" }, last),
+    h("td", { class: "num", "data-col": "fired" }, String(schedule.fired)),
+    h("td", { class: "mono payload", "data-col": "payload", title: json(schedule.payload) }, clip(JSON.stringify(schedule.payload), 80)),
+    h("td", { class: "buttons" }, buttons),
+  );
+  return row;
+}
+
+// The job's schedules, PAGE_SIZE at a time: "More" follows next_cursor.
+function scheduleListing(job) {
+  const container = h("div", { id: "schedules" });
+  const more = h("button", { type: "button", id: "schedules-more" }, "More");
+  let cursor;
+  let tbody = h("tbody");
+  const load = async () => {
+    const into = tbody;
+    const page = await api("GET", "/v1/schedules" + query({ job, limit: PAGE_SIZE, cursor }));
+    if (into !== tbody) return 0;  // reloaded meanwhile
+    into.append(...page.items.map(scheduleRow));
+    cursor = page.next_cursor;
+    more.hidden = !cursor;
+    return page.items.length;
+  };
+  more.addEventListener("click", () => load().catch((error) => notice(error.message, true)));
+  const reload = async () => {
+    cursor = undefined;
+    tbody = h("tbody");
+    const first = await load();
+    container.replaceChildren(...(first === 0
+      ? [h("p", { class: "hint empty" }, "This job has no schedules.")]
+      : [
+        h("table", { id: "schedule-list" },
+          h("thead", {}, h("tr", {}, [
+            ["Name"], ["Source"], ["Cron or every"], ["Overlap"], ["State"], ["Next firing"],
+            ["Last firing"], ["Fired", "num"], ["Payload"], [""],
+          ].map(([label, cls]) => h("th", { class: cls }, label)))),
+          tbody),
+        h("div", { class: "actions" }, more),
+      ]));
+  };
+  return { container, reload };
+}
+
+// The form that creates a schedule of `job` (POST /v1/schedules). The server checks
+// everything; its error is shown with the field it names, and that field marked.
+function scheduleForm(job, created) {
+  const prefix = "schedule";
+  const problem = h("div", { class: "form-error", id: "schedule-error", role: "alert", hidden: true });
+  const submit = h("button", { type: "submit", id: "schedule-create" }, "Create");
+  const form = h("form", { class: "filters schedule", id: "schedule-form" },
+    input("Name", "name", "", { spellcheck: "false", placeholder: "weekly-42" }, prefix),
+    input("Cron", "cron", "", { spellcheck: "false", size: 34, placeholder: "CRON_TZ=Europe/Berlin 0 9 * * MON" }, prefix),
+    input("or every", "every", "", { spellcheck: "false", placeholder: "15m" }, prefix),
+    h("label", {}, "Overlap", h("select", { name: "overlap", id: "schedule-overlap" },
+      OVERLAPS.map((o) => h("option", { value: o }, o)))),
+    h("label", { class: "check" },
+      h("input", { type: "checkbox", name: "paused", id: "schedule-paused" }), "Paused"),
+    h("label", { class: "wide" }, "Payload (JSON; {{scheduled_at}} and {{schedule}} are filled in)",
+      h("textarea", { name: "payload", id: "schedule-payload", rows: 4, spellcheck: "false" }, "{}")),
+    submit,
+  );
+  const field = (name) => form.elements.namedItem(name);
+  const show = (error) => {
+    const at = error.field ? field(error.field) : null;
+    if (at instanceof Element) {
+      at.classList.add("invalid");
+      at.setAttribute("aria-invalid", "true");
+      at.focus();
+    }
+    const status = error.status ? " (" + error.status + (error.code ? " " + error.code : "") + ")" : "";
+    problem.replaceChildren(
+      error.field ? h("p", {}, "Field ", h("code", { id: "schedule-error-field" }, error.field)) : null,
+      h("p", { id: "schedule-error-message" }, String(error.message || error) + status),
+    );
+    problem.hidden = false;
+  };
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    problem.hidden = true;
+    problem.replaceChildren();
+    for (const el of form.elements) {
+      el.classList.remove("invalid");
+      el.removeAttribute("aria-invalid");
+    }
+    const value = (name) => field(name).value.trim();
+    const body = { job, name: value("name"), overlap: value("overlap"), paused: field("paused").checked };
+    if (value("cron")) body.cron = value("cron");
+    if (value("every")) body.every = value("every");
+    if (value("payload")) {
+      try {
+        body.payload = JSON.parse(value("payload"));
+      } catch (error) {
+        show({ field: "payload", message: "payload: not JSON: " + error.message });
+        return;
+      }
+    }
+    submit.disabled = true;
+    try {
+      const schedule = await api("POST", "/v1/schedules", body);
+      notice("Created schedule " + schedule.name + ".");
+      form.reset();
+      await created(schedule);
+    } catch (error) {
+      show(error);
+    } finally {
+      submit.disabled = false;
+    }
+  });
+  return h("div", { class: "panel", id: "schedule-new" },
+    h("h2", {}, "New schedule of ", h("span", { class: "mono" }, job)),
+    form,
+    problem,
+  );
+}
+
+async function schedulesPage(view, live, params) {
+  const list = await jobs();
+  view.append(
+    h("h1", {}, "Schedules"),
+    h("p", { class: "hint" },
+      "A job's schedules, by name: those made through the API, and its config's spec.cron entries (source config: read-only here, change the AsyncJobConfig; they can still be triggered). Times in UTC (hover for how far off)."),
+  );
+  if (list.length === 0) {
+    view.append(h("p", { class: "hint empty" }, "No job is declared, or none you may read."));
+    return;
+  }
+  const wanted = params.get("job");
+  const job = list.some((j) => j.job === wanted) ? wanted : list[0].job;
+  const select = h("select", { name: "job", id: "schedules-job" },
+    list.map((j) => h("option", { value: j.job, selected: j.job === job }, j.job)));
+  select.addEventListener("change", () => { location.hash = "#/schedules" + query({ job: select.value }); });
+  const chooser = h("form", { class: "filters", id: "schedules-filters" }, h("label", {}, "Job", select));
+  chooser.addEventListener("submit", (event) => event.preventDefault());
+  const listing = scheduleListing(job);
+  view.append(chooser, listing.container, scheduleForm(job, () => listing.reload()));
+  await listing.reload();
+}
+
+const PAGES = {
+  jobs: jobsPage, tasks: tasksPage, task: taskPage, dead: deadPage, cron: cronPage,
+  schedules: schedulesPage,
+};
 
 // #/<page>/<argument>?<query>
 function route() {
