@@ -377,6 +377,9 @@ mod tests {
                 .sync_config_schedules(task_type, entries, now)
                 .await
         }
+        async fn cancel_firings(&self, keys: &[String], now: Millis) -> store::Result<u64> {
+            self.inner.cancel_firings(keys, now).await
+        }
         async fn fire_schedules(
             &self,
             params: store::FireParams,

@@ -380,6 +380,11 @@ impl Store for Bounded {
         .await
     }
 
+    async fn cancel_firings(&self, cron_keys: &[String], now: Millis) -> Result<u64> {
+        self.within("cancel_firings", self.inner.cancel_firings(cron_keys, now))
+            .await
+    }
+
     async fn fire_schedules(&self, params: FireParams, planner: Planner<'_>) -> Result<FirePass> {
         self.within("fire_schedules", self.inner.fire_schedules(params, planner))
             .await

@@ -654,6 +654,10 @@ where
         Tx::<B>::sync_config_schedules(self.writer(), task_type, entries, now).await
     }
 
+    async fn cancel_firings(&self, cron_keys: &[String], now: Millis) -> Result<u64> {
+        Tx::<B>::cancel_firings(self.writer(), cron_keys, now).await
+    }
+
     async fn fire_schedules(&self, params: FireParams, planner: Planner<'_>) -> Result<FirePass> {
         Tx::<B>::fire_schedules(self.writer(), params, planner).await
     }

@@ -237,6 +237,10 @@ pub trait Store: Send + Sync + 'static {
         entries: &[ConfigSchedule],
         now: Millis,
     ) -> Result<()>;
+    /// Cancels the firings named by `cron_keys` that wait, not due before `now`: those a
+    /// schedule created ahead (up to its horizon) when it is paused or deleted. Returns
+    /// how many.
+    async fn cancel_firings(&self, cron_keys: &[String], now: Millis) -> Result<u64>;
     /// Takes up to `params.limit` schedules due to be looked at by `params.wake_by`,
     /// earliest first, passing over those another scheduler holds, and in one
     /// transaction, for each: asks `planner` for its firings, stores them under its

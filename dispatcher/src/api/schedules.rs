@@ -29,7 +29,7 @@ use super::submit::parse_json;
 use super::{ApiState, AppState};
 use crate::auth::{Caller, Verb};
 use crate::clock::from_millis;
-use crate::scheduler::plan::{firing, rule_of, triggered};
+use crate::scheduler::plan::{firing, firing_key, rule_of, triggered};
 
 /// How often a change retries its read-modify-write when another change of the same
 /// schedule came in between.
@@ -369,11 +369,46 @@ async fn set_paused(
     paused: bool,
 ) -> Result<Json<Schedule>, ApiError> {
     let job = job_named(&state, &caller, &job_name, Verb::Submit).await?;
-    change(&state, &job, &name, |spec| {
+    let before = stored(&state, &job, &name).await?;
+    let schedule = change(&state, &job, &name, |spec| {
         Ok(ScheduleSpec { paused, ..spec })
     })
-    .await
-    .map(Json)
+    .await?;
+    if paused {
+        cancel_ahead(&state, &job, &before).await?;
+    }
+    Ok(Json(schedule))
+}
+
+/// Cancels the firings `row` created ahead of their instant (a schedule that allows
+/// overlaps has them up to a minute ahead), so a pause or a delete stops the schedule
+/// at once. Their instants lie between now and its next firing not created.
+async fn cancel_ahead(state: &ApiState, job: &Job, row: &ScheduleRecord) -> Result<(), ApiError> {
+    let (Some(next_at), Ok(rule)) = (row.next_at, rule_of(row)) else {
+        return Ok(());
+    };
+    let now = state.clock.now_millis();
+    let anchor = from_millis(row.created_at);
+    // Jitter may put a firing's due time after now while its instant is before.
+    let mut after = from_millis(now.saturating_sub(rule.jitter));
+    let mut keys = Vec::new();
+    while let Some(at) = rule.next_after(after, anchor)
+        && Millis::from(at) < next_at
+        && keys.len() < crate::scheduler::plan::MAX_FIRINGS_PER_PLAN
+    {
+        keys.push(firing_key(job, &row.name, Millis::from(at)));
+        after = at;
+    }
+    let cancelled = state.store.cancel_firings(&keys, now).await?;
+    if cancelled > 0 {
+        tracing::info!(
+            job = job.name,
+            schedule = row.name,
+            cancelled,
+            "firings created ahead of their instant cancelled"
+        );
+    }
+    Ok(())
 }
 
 /// Reads schedule `name`, applies `edit` to its spec and writes it back, again if
@@ -424,6 +459,7 @@ pub(super) async fn delete(
     if !state.store.delete_schedule(&job.task_type, &name).await? {
         return Err(no_schedule(&job, &name));
     }
+    cancel_ahead(&state, &job, &row).await?;
     tracing::info!(
         caller = caller.name(),
         job = job.name,

@@ -73,6 +73,19 @@ async fn an_api_schedule_fires_through_the_executor_until_deleted() {
     assert!(schedule["fired"].as_u64().unwrap() >= 2, "{schedule}");
     assert!(schedule["last_task_id"].is_string(), "{schedule}");
 
+    // Firings exist up to a minute ahead; a pause cancels them, so it stops the
+    // schedule at once.
+    let waiting = async || {
+        let (status, page) = asyncd.get("/v1/tasks?job=test-job&state=pending").await;
+        assert_eq!(status, 200, "{page}");
+        page["items"].as_array().unwrap().len()
+    };
+    assert!(waiting().await > 50, "created ahead");
+    let (status, paused) = asyncd
+        .post("/v1/schedules/test-job/customer-42/pause", json!(null))
+        .await;
+    assert_eq!(status, 200, "{paused}");
+    assert_eq!(waiting().await, 0, "cancelled by the pause");
     let (status, _) = asyncd.delete("/v1/schedules/test-job/customer-42").await;
     assert_eq!(status, 204);
     let (status, answer) = asyncd.get("/v1/schedules/test-job/customer-42").await;

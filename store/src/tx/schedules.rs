@@ -306,6 +306,30 @@ where
         .await
     }
 
+    /// [`crate::Store::cancel_firings`].
+    pub async fn cancel_firings(pool: &Pool<DB>, cron_keys: &[String], now: Millis) -> Result<u64> {
+        if cron_keys.is_empty() {
+            return Ok(0);
+        }
+        let mut update = QueryBuilder::<DB>::new(
+            "UPDATE tasks SET state = 'cancelled', unique_active = NULL, lease_until = NULL, \
+             lease_token = lease_token + 1, last_error = 'its schedule was paused or deleted', \
+             updated_at = ",
+        );
+        update
+            .push_bind(now)
+            .push(" WHERE state IN ('pending', 'claimed') AND trigger_at > ")
+            .push_bind(now)
+            .push(" AND cron_key IN (");
+        let mut keys = update.separated(", ");
+        for key in cron_keys {
+            keys.push_bind(D::key(key));
+        }
+        update.push(")");
+        let done = update.build().execute(pool).await?;
+        Ok(D::rows_affected(&done))
+    }
+
     /// [`crate::Store::fire_schedules`].
     pub async fn fire_schedules(
         pool: &Pool<DB>,
