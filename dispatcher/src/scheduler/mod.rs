@@ -431,6 +431,71 @@ mod tests {
         );
     }
 
+    /// An API schedule takes the same firing code: a cron in New York's zone through
+    /// spring forward (02:30 does not exist on 14 March 2027: 03:00 EDT) and fall back
+    /// (01:30 happens twice on 7 November 2027: the first), with jitter held to its bound.
+    #[tokio::test]
+    async fn an_api_schedule_follows_its_zone_through_both_dst_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir).await;
+        let routes = routes("CRON_TZ=UTC 0 0 1 1 *");
+        let clock = ManualClock::at(utc("2027-03-13T12:00:00Z"));
+        let mut s = scheduler(&store, &routes, &clock);
+        let put = |name: &'static str, spec: &'static str| asyncd_store::PutSchedule {
+            task_type: "report",
+            name,
+            source: asyncd_store::ScheduleSource::Api,
+            spec,
+            paused: false,
+            now: Millis::from(utc("2027-03-13T12:00:00Z")),
+        };
+        store
+            .create_schedule(put(
+                "spring",
+                r#"{"cron":"CRON_TZ=America/New_York 30 2 * * *"}"#,
+            ))
+            .await
+            .unwrap()
+            .unwrap();
+        store
+            .create_schedule(put(
+                "fall",
+                r#"{"cron":"CRON_TZ=America/New_York 30 1 7 11 *","jitter":"10s"}"#,
+            ))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(s.schedule_once().await.unwrap().is_empty(), "planned only");
+        clock.set(utc("2027-03-14T06:59:30Z"));
+        assert_eq!(
+            times(&s.schedule_once().await.unwrap()),
+            [utc("2027-03-14T07:00:00Z")],
+            "03:00 EDT, right after the gap"
+        );
+        clock.set(utc("2027-11-07T05:29:30Z"));
+        let fall = s.schedule_once().await.unwrap();
+        let [firing] = fall.as_slice() else {
+            panic!("{fall:?}");
+        };
+        assert_eq!(
+            firing.cron_key.as_deref(),
+            Some(format!("report/fall/{}", Millis::from(utc("2027-11-07T05:30:00Z"))).as_str()),
+            "01:30 EDT, the first pass"
+        );
+        let jitter =
+            firing.trigger_at.as_i64() - Millis::from(utc("2027-11-07T05:30:00Z")).as_i64();
+        assert!((0..10_000).contains(&jitter), "jitter {jitter} ms");
+        clock.set(utc("2027-11-07T06:29:30Z")); // 01:29:30 EST, the second pass
+        assert!(
+            s.schedule_once().await.unwrap().iter().all(|f| !f
+                .cron_key
+                .as_deref()
+                .unwrap_or("")
+                .contains("/fall/")),
+            "no second 01:30"
+        );
+    }
+
     #[tokio::test]
     async fn several_schedulers_create_each_firing_once() {
         let dir = tempfile::tempdir().unwrap();
