@@ -28,6 +28,39 @@ const RUN_MS: i64 = 360_000;
 /// ahead of their instant.
 const HORIZON_MS: i64 = 60_000;
 
+/// Writes the million schedules as a planned schedule stands: schedule `i` created
+/// `i mod 3600` seconds before `start`, firing hourly from then, looked at a horizon
+/// before its next firing.
+async fn seed(url: &str, start: i64) {
+    let seeding = Instant::now();
+    let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO schedules (task_type, name, source, spec, paused, next_at, wake_at, \
+           buffered_at, last_task_id, last_fired_at, fired, version, created_at, updated_at) \
+         SELECT 'hourly', 'customer-' || i, 'api', '{{\"every\":\"1h\"}}', 0, \
+           c + {HOUR_MS}, c + {HOUR_MS} - {HORIZON_MS}, NULL, NULL, NULL, 0, 1, c, c \
+         FROM generate_series(0, {last}) AS i, LATERAL (SELECT {start} - (i % 3600) * 1000 AS c) AS t",
+        last = SCHEDULES - 1
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE schedules")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    eprintln!("seeded {SCHEDULES} schedules in {:?}", seeding.elapsed());
+}
+
+fn hourly_job() -> asyncd::job_table::Routes {
+    let (_, job) = AsyncJobConfig::from_yaml(
+        "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata: {name: reports}\n\
+         spec:\n  taskType: hourly\n  executor: {url: 'http://127.0.0.1:1/'}\n",
+    )
+    .unwrap();
+    fixed(RouteTable::from_jobs([job]))
+}
+
 /// Schedule `i`'s first firing: created `i mod 3600` seconds before the run, hourly.
 fn first_firing(i: i64) -> i64 {
     T0 - (i % 3600) * 1_000 + HOUR_MS
@@ -40,33 +73,9 @@ async fn a_million_schedules_fire_on_time_with_two_schedulers() {
     };
     let setup = asyncd_store::open(&url).await.unwrap();
     setup.migrate().await.unwrap();
-    let seeding = Instant::now();
-    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
-    // The state a planned schedule is in: its next firing, and when a scheduler looks
-    // at it (the horizon before).
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "INSERT INTO schedules (task_type, name, source, spec, paused, next_at, wake_at, \
-           buffered_at, last_task_id, last_fired_at, fired, version, created_at, updated_at) \
-         SELECT 'hourly', 'customer-' || i, 'api', '{{\"every\":\"1h\"}}', 0, \
-           c + {HOUR_MS}, c + {HOUR_MS} - {HORIZON_MS}, NULL, NULL, NULL, 0, 1, c, c \
-         FROM generate_series(0, {last}) AS i, LATERAL (SELECT {T0} - (i % 3600) * 1000 AS c) AS t",
-        last = SCHEDULES - 1
-    )))
-    .execute(&mut conn)
-    .await
-    .unwrap();
-    sqlx::query("ANALYZE schedules")
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    eprintln!("seeded {SCHEDULES} schedules in {:?}", seeding.elapsed());
+    seed(&url, T0).await;
 
-    let (_, job) = AsyncJobConfig::from_yaml(
-        "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata: {name: reports}\n\
-         spec:\n  taskType: hourly\n  executor: {url: 'http://127.0.0.1:1/'}\n",
-    )
-    .unwrap();
-    let routes = fixed(RouteTable::from_jobs([job]));
+    let routes = hourly_job();
     let clock = ManualClock::at(asyncd::clock::from_millis(Millis::new(T0)));
     let mut schedulers = Vec::new();
     for _ in 0..2 {
@@ -155,4 +164,96 @@ fn cpu_seconds() -> f64 {
     };
     // utime and stime are the 14th and 15th fields; the rest starts at the 3rd.
     (ticks(11) + ticks(12)) / 100.0
+}
+
+/// The benchmark of docs/benchmarks.md, "Schedules": the same million schedules on the
+/// real clock, two schedulers running their passes every second for
+/// `ASYNCD_BENCH_SCHEDULE_SECS` (default 300); prints how far ahead of its instant each
+/// firing was created (its lead; a negative one would be late), and the CPU of the
+/// schedulers and of PostgreSQL. Run alone, in release:
+/// `cargo test --release -p asyncd --test integration schedules_scale -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "a benchmark: minutes of wall clock"]
+async fn bench_a_million_schedules_on_the_real_clock() {
+    let Some(url) = fresh_database(Service::Postgres).await else {
+        return;
+    };
+    let setup = asyncd_store::open(&url).await.unwrap();
+    setup.migrate().await.unwrap();
+    // Planned a minute ahead, as a scheduler that has been running leaves them: the run
+    // measures the steady state, not a first pass's catch-up of what is due at once.
+    let start = asyncd::clock::Clock::now_millis(&asyncd::clock::SystemClock).as_i64();
+    seed(&url, start + HORIZON_MS).await;
+    let secs: u64 = std::env::var("ASYNCD_BENCH_SCHEDULE_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let mut runs = Vec::new();
+    let (cpu, postgres_cpu) = (cpu_seconds(), postgres_cpu_seconds());
+    for _ in 0..2 {
+        let store: Arc<dyn Store> = asyncd_store::open(&url).await.unwrap();
+        let scheduler = Scheduler::new(
+            store,
+            hourly_job(),
+            Arc::new(asyncd::clock::SystemClock),
+            None,
+        );
+        runs.push(tokio::spawn(scheduler.run(shutdown.clone())));
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(secs)).await;
+    shutdown.cancel();
+    for run in runs {
+        run.await.unwrap();
+    }
+    let (cpu, postgres_cpu) = (cpu_seconds() - cpu, postgres_cpu_seconds() - postgres_cpu);
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    let (firings, min_lead, p50, p99): (i64, Option<i64>, Option<f64>, Option<f64>) =
+        sqlx::query_as(
+            "SELECT COUNT(*), MIN(trigger_at - created_at), \
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY trigger_at - created_at), \
+           percentile_cont(0.01) WITHIN GROUP (ORDER BY trigger_at - created_at) \
+         FROM tasks WHERE task_type = 'hourly'",
+        )
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    eprintln!(
+        "{secs} s: {firings} firings ({:.0}/s); lead ahead of the instant: min {} ms, \
+         1st percentile {:.0} ms, median {:.0} ms; schedulers' CPU {cpu:.1} s ({:.1} % of a \
+         core), PostgreSQL's {postgres_cpu:.1} s",
+        firings as f64 / secs as f64,
+        min_lead.unwrap_or_default(),
+        p99.unwrap_or_default(),
+        p50.unwrap_or_default(),
+        100.0 * cpu / secs as f64,
+    );
+    assert!(
+        min_lead.unwrap_or(0) >= 0,
+        "a firing was created after its instant"
+    );
+}
+
+/// The CPU seconds of every `postgres` process on the machine (the test's server),
+/// with those of its exited backends (the postmaster's children's time).
+fn postgres_cpu_seconds() -> f64 {
+    let mut total = 0.0;
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        if !head.ends_with("(postgres") {
+            continue;
+        }
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = |n: usize| {
+            fields
+                .get(n)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        total += (ticks(11) + ticks(12) + ticks(13) + ticks(14)) / 100.0;
+    }
+    total
 }
