@@ -3,7 +3,9 @@
 use std::io::Read;
 use std::time::Duration;
 
-use asyncd_client::{Change, Client, OnLimit, Task, TaskQuery, TaskState, TaskStatus};
+use asyncd_client::{
+    Change, Changed, Client, OnLimit, PendingChange, Task, TaskQuery, TaskState, TaskStatus,
+};
 use chrono::{DateTime, Utc};
 use clap::Args;
 use serde_json::Value;
@@ -92,6 +94,11 @@ pub struct ChangeArgs {
     /// The new priority, 0 to 9.
     #[arg(long)]
     priority: Option<u8>,
+    /// The job (AsyncJobConfig name) of the task: it also changes a Kafka-routed task
+    /// not consumed yet (without it, that is "not found"), which takes the change when a
+    /// dispatcher stores it.
+    #[arg(long)]
+    job: Option<String>,
 }
 
 /// The `PAYLOAD` argument as JSON: literal, `-` (stdin) or `@FILE`.
@@ -192,7 +199,9 @@ pub async fn submit(client: &Client, out: Format, args: SubmitArgs) -> Result<()
     Ok(())
 }
 
-/// Changes a task that has not begun and shows it as `get` does.
+/// Changes a task that has not begun and shows it as `get` does; with `--job`, a task of a
+/// Kafka-routed job not consumed yet gets the change recorded, which a line (or the API's
+/// answer, with `-o json|yaml`) says.
 pub async fn change(client: &Client, out: Format, args: ChangeArgs) -> Result<(), Failure> {
     let change = Change {
         payload: args
@@ -210,8 +219,27 @@ pub async fn change(client: &Client, out: Format, args: ChangeArgs) -> Result<()
             "name what to change: --payload, --delay, --eta, --now or --priority",
         ));
     }
-    let task = client.change(&args.id, &change).await?;
-    show(out, &task)
+    let Some(job) = args.job else {
+        let task = client.change(&args.id, &change).await?;
+        return show(out, &task);
+    };
+    match client.change_in_job(&job, &args.id, &change).await? {
+        Changed::Stored(task) => show(out, &task),
+        Changed::Pending(pending) => {
+            if !output::structured(out, &pending)? {
+                println!("{}", pending_line(&pending));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The table format's line for a change that waits for its task to be consumed.
+fn pending_line(pending: &PendingChange) -> String {
+    format!(
+        "{} not consumed yet: the change waits, and the task (job {}, type {}) takes it when a dispatcher stores it",
+        pending.id, pending.job, pending.task_type
+    )
 }
 
 pub async fn get(client: &Client, out: Format, id: &str) -> Result<(), Failure> {
@@ -382,6 +410,22 @@ mod tests {
             err.message.starts_with("PAYLOAD: the argument is not JSON"),
             "{}",
             err.message
+        );
+    }
+
+    #[test]
+    fn a_pending_change_is_one_line_naming_the_task_and_its_job() {
+        let line = pending_line(&PendingChange {
+            id: "0193a".into(),
+            job: "hello-job".into(),
+            task_type: "say_hello".into(),
+            consumed: false,
+        });
+        assert!(
+            line.starts_with("0193a not consumed yet: the change waits")
+                && line.contains("job hello-job")
+                && !line.contains('\n'),
+            "{line}"
         );
     }
 

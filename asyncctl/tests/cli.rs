@@ -79,9 +79,17 @@ struct Dev {
 
 impl Dev {
     fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// [`Dev::start`] with more job configs: (file name, YAML).
+    fn start_with(more_jobs: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let jobs = dir.path().join("jobs");
         std::fs::create_dir(&jobs).unwrap();
+        for (name, yaml) in more_jobs {
+            std::fs::write(jobs.join(name), yaml).unwrap();
+        }
         std::fs::write(
             jobs.join("work.yaml"),
             "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata:\n  name: work-job\n\
@@ -475,6 +483,61 @@ fn tasks_dead_letters_jobs_and_cron_through_the_cli() {
     assert_eq!(code(&denied), Some(4), "{}", stderr(&denied));
     let anonymous = dev.ctl_with(&["jobs", "ls"], &[("ASYNCD_SERVER", dev.server.as_str())]);
     assert_eq!(code(&anonymous), Some(4), "{}", stderr(&anonymous));
+}
+
+/// `change --job` also reaches a Kafka-routed task that no dispatcher has consumed (an id
+/// never submitted to the Kafka job stands for one, as `asyncd dev` has no brokers): the
+/// change waits for it, which a line says (the API's answer with `-o json`). A stored
+/// task is changed and shown as without `--job`.
+#[test]
+fn change_in_a_job_through_the_cli() {
+    let dev = Dev::start_with(&[(
+        "stream.yaml",
+        "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata:\n  name: stream-job\n\
+         spec:\n  taskType: stream\n  executor:\n    url: http://127.0.0.1:1/\n  \
+         kafka:\n    topic: asyncctl-it-stream\n    partitions: 1\n",
+    )]);
+    let unconsumed = "01934a6e-0004-7000-8000-000000000001";
+    let plain = dev.ctl(&["change", unconsumed, "--priority", "7"]);
+    assert_eq!(code(&plain), Some(3), "not found: {}", stderr(&plain));
+    let pending = dev.json(&[
+        "change",
+        unconsumed,
+        "--job",
+        "stream-job",
+        "--priority",
+        "7",
+    ]);
+    assert_eq!(
+        pending,
+        json!({"id": unconsumed, "job": "stream-job", "type": "stream", "consumed": false})
+    );
+    let line = dev.ctl(&["change", unconsumed, "--job", "stream-job", "--delay", "1h"]);
+    assert_eq!(code(&line), Some(0), "{}", stderr(&line));
+    let line = String::from_utf8(line.stdout).unwrap();
+    assert!(
+        line.starts_with(&format!("{unconsumed} not consumed yet")) && line.contains("stream-job"),
+        "{line}"
+    );
+
+    let waiting = dev.json(&["submit", "work", "--delay", "1h"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let changed = dev.json(&["change", &waiting, "--job", "work-job", "--priority", "4"]);
+    assert_eq!(
+        (&changed["id"], &changed["priority"], &changed["state"]),
+        (&json!(waiting), &json!(4), &json!("pending")),
+        "{changed}"
+    );
+    let table = dev.ctl(&["change", &waiting, "--job", "work-job", "--priority", "5"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        text.starts_with("FIELD "),
+        "the task as get shows it: {text}"
+    );
+    let unknown = dev.ctl(&["change", &waiting, "--job", "no-such-job", "--now"]);
+    assert_eq!(code(&unknown), Some(2), "{}", stderr(&unknown));
 }
 
 /// The names of a page of schedules (`schedule list -o json`).

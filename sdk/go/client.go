@@ -459,8 +459,8 @@ func (c *Client) Cancel(ctx context.Context, id string, opts ...CancelOption) er
 	return c.do(ctx, http.MethodDelete, path, nil, nil)
 }
 
-// Change is what Client.Change changes in a task that has not begun. A zero field keeps
-// the task's value; at least one must be set.
+// Change is what Client.Change and Client.ChangeInJob change in a task that has not
+// begun. A zero field keeps the task's value; at least one must be set.
 type Change struct {
 	// Payload, when non-nil, replaces the task's (marshalled with encoding/json; a
 	// json.RawMessage is sent as is).
@@ -488,6 +488,19 @@ type changeBody struct {
 // a payload from which the job renders another uniqueKey or concurrencyKey matches
 // ErrInvalidField (cancel the task and submit a new one instead).
 func (c *Client) Change(ctx context.Context, id string, change Change) (*TaskStatus, error) {
+	b, err := change.body()
+	if err != nil {
+		return nil, err
+	}
+	var s TaskStatus
+	if err := c.do(ctx, http.MethodPatch, "/v1/tasks/"+url.PathEscape(id), b, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// body is the PATCH body of the change, or why it cannot be sent.
+func (change Change) body() (*changeBody, error) {
 	if change.Delay != 0 && !change.ETA.IsZero() {
 		return nil, errors.New("asyncd: change has both a delay and an ETA")
 	}
@@ -508,11 +521,74 @@ func (c *Client) Change(ctx context.Context, id string, change Change) (*TaskSta
 	if !change.ETA.IsZero() {
 		b.ETA = formatTime(change.ETA)
 	}
-	var s TaskStatus
-	if err := c.do(ctx, http.MethodPatch, "/v1/tasks/"+url.PathEscape(id), &b, &s); err != nil {
+	return &b, nil
+}
+
+// PendingChange is ChangeInJob's answer for a task of a Kafka-routed job that no
+// dispatcher has consumed yet: the change is recorded under the task's id and the task
+// takes it when it is stored. Consumed is always false.
+type PendingChange struct {
+	ID       string `json:"id"`
+	Job      string `json:"job"` // the AsyncJobConfig's name
+	Type     string `json:"type"`
+	Consumed bool   `json:"consumed"`
+}
+
+// ChangeResult is what ChangeInJob changed: Task, the task as Get shows it, when it was in
+// the store (200); Pending when the change waits for the task's message to be consumed
+// (202). Exactly one is set.
+type ChangeResult struct {
+	Task    *TaskStatus
+	Pending *PendingChange
+}
+
+// ChangeInJob is Change naming the task's job (its AsyncJobConfig's name; PATCH
+// /v1/tasks/{id}?job=JOB). A stored task is changed as Change changes it (Task set). A
+// task of a Kafka-routed job whose message no dispatcher has consumed yet — which Change
+// answers ErrNotFound — gets the change recorded, and takes it when it is stored
+// (Pending set); a second change before then adds to the first. The server recognizes
+// such a task by a time-ordered id, the id it gives a task submitted without an
+// idempotency key: a task submitted with a key (as every submit of this SDK is) has an id
+// derived from the key, and is found only once stored. A new payload before consumption
+// matches ErrInvalidField (Field "payload") when the job renders keys from the payload;
+// a job no config declares matches ErrInvalidField, Field "job".
+func (c *Client) ChangeInJob(ctx context.Context, job, id string, change Change) (*ChangeResult, error) {
+	if job == "" {
+		return nil, errors.New("asyncd: ChangeInJob needs a job")
+	}
+	b, err := change.body()
+	if err != nil {
 		return nil, err
 	}
-	return &s, nil
+	path := "/v1/tasks/" + url.PathEscape(id) + "?" + url.Values{"job": {job}}.Encode()
+	return c.changeResult(ctx, path, b)
+}
+
+// changeResult sends a change whose answer is a task (200) or a PendingChange (202).
+func (c *Client) changeResult(ctx context.Context, path string, b *changeBody) (*ChangeResult, error) {
+	var raw json.RawMessage
+	status, err := c.doStatus(ctx, http.MethodPatch, path, b, &raw)
+	if err != nil {
+		return nil, err
+	}
+	decode := func(v any) error {
+		if err := json.Unmarshal(raw, v); err != nil {
+			return fmt.Errorf("asyncd: PATCH %s: decode answer: %w", path, err)
+		}
+		return nil
+	}
+	if status == http.StatusAccepted {
+		var p PendingChange
+		if err := decode(&p); err != nil {
+			return nil, err
+		}
+		return &ChangeResult{Pending: &p}, nil
+	}
+	var s TaskStatus
+	if err := decode(&s); err != nil {
+		return nil, err
+	}
+	return &ChangeResult{Task: &s}, nil
 }
 
 // CancelOption changes what Cancel sends.

@@ -448,3 +448,60 @@ func TestBatchGetDeadLettersRedrive(t *testing.T) {
 		t.Fatalf("trigger of an unknown entry: %v", err)
 	}
 }
+
+// ChangeInJob names the job in the query (escaped) and sends Change's body; a 202 is the
+// change recorded for a task not consumed yet, a 200 the stored task changed.
+func TestChangeInJob(t *testing.T) {
+	f, c := newFake(t, 202, `{"id":"a/b","job":"j 1","type":"t","consumed":false}`)
+	five := 5
+	res, err := c.ChangeInJob(context.Background(), "j 1&x=y", "a/b", asyncd.Change{Payload: map[string]any{"v": 2}, Priority: &five})
+	if err != nil || res.Task != nil || res.Pending == nil ||
+		*res.Pending != (asyncd.PendingChange{ID: "a/b", Job: "j 1", Type: "t", Consumed: false}) {
+		t.Fatalf("change in job = %+v, %v", res, err)
+	}
+	r := f.last(t)
+	if r.method != "PATCH" || r.rawPath != "/v1/tasks/a%2Fb" || r.query != "job=j+1%26x%3Dy" ||
+		!reflect.DeepEqual(r.body, map[string]any{"payload": map[string]any{"v": 2.0}, "priority": 5.0}) {
+		t.Fatalf("%s %s?%s %v", r.method, r.rawPath, r.query, r.body)
+	}
+
+	f.status, f.body = 200, `{"id":"a","type":"t","payload":{"v":2},"state":"pending","priority":5,"eta":"2026-12-01T00:00:00.000Z",
+		"attempt":0,"max_retries":3,"idempotency_key":null,"unique_key":null,"depends_on":[],"last_error":null,
+		"result":null,"created_at":"2026-11-30T00:00:00.000Z","updated_at":"2026-11-30T00:00:01.000Z"}`
+	res, err = c.ChangeInJob(context.Background(), "j", "a", asyncd.Change{RunNow: true})
+	if err != nil || res.Pending != nil || res.Task == nil || res.Task.ID != "a" || res.Task.Priority != 5 || res.Task.State != asyncd.StatePending {
+		t.Fatalf("change in job of a stored task = %+v, %v", res, err)
+	}
+	if r := f.last(t); r.path != "/v1/tasks/a" || r.query != "job=j" || !reflect.DeepEqual(r.body, map[string]any{"run_now": true}) {
+		t.Fatalf("%s?%s %v", r.path, r.query, r.body)
+	}
+
+	f.status, f.body = 400, `{"error":{"code":"invalid_field","message":"the job renders its keys from the payload","field":"payload"}}`
+	_, err = c.ChangeInJob(context.Background(), "j", "a", asyncd.Change{Payload: 1})
+	var apiErr *asyncd.APIError
+	if !errors.As(err, &apiErr) || !errors.Is(err, asyncd.ErrInvalidField) || apiErr.Field != "payload" {
+		t.Fatalf("a refused change: %v", err)
+	}
+
+	// Change's checks, and a job is required: nothing is sent.
+	f.mu.Lock()
+	sent := len(f.reqs)
+	f.mu.Unlock()
+	for _, bad := range []struct {
+		job    string
+		change asyncd.Change
+	}{
+		{"j", asyncd.Change{Delay: time.Minute, ETA: time.Now()}},
+		{"j", asyncd.Change{Delay: -time.Second}},
+		{"", asyncd.Change{RunNow: true}},
+	} {
+		if _, err := c.ChangeInJob(context.Background(), bad.job, "a", bad.change); err == nil {
+			t.Fatalf("ChangeInJob(%q, %+v) was sent", bad.job, bad.change)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.reqs) != sent {
+		t.Fatalf("%d requests sent for refused changes", len(f.reqs)-sent)
+	}
+}

@@ -182,6 +182,11 @@ func TestContractAnswersDecode(t *testing.T) {
 		t.Fatalf("submit_response_debounced decodes as %+v", debounced)
 	}
 	roundTrip(t, "redrive_response", &RedriveResult{}, true)
+	var pending PendingChange
+	roundTrip(t, "change_pending_response", &pending, true)
+	if pending != (PendingChange{ID: "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", Job: "send-email", Type: "email"}) {
+		t.Fatalf("change_pending_response decodes as %+v", pending)
+	}
 	roundTrip(t, "dead_letter_bulk_response", &BulkResult{}, true)
 	roundTrip(t, "executor_call", &envelope{}, true)
 

@@ -570,6 +570,41 @@ func TestIntegrationCancelInJob(t *testing.T) {
 	e.waitState(t, waiting.ID, asyncd.StateCancelled, 5*time.Second)
 }
 
+// ChangeInJob reaches a Kafka-routed task that no dispatcher has consumed (an id never
+// submitted to go_kafka stands for one, as asyncd dev has no brokers): Change cannot tell
+// it from an unknown id; with the job the change is recorded (202, Pending), and a second
+// one too. A stored task is changed with the job as without it (200, Task) — asyncd dev
+// ignores ?job= for a job without Kafka — and a job no config declares is refused.
+func TestIntegrationChangeInJob(t *testing.T) {
+	e := itEnv(t)
+	unconsumed := fmt.Sprintf("01934a6e-0001-7000-8000-%012x", time.Now().UnixNano()&0xffffffffffff)
+	seven := 7
+	_, err := e.client.Change(ctx(t), unconsumed, asyncd.Change{Priority: &seven})
+	wantAPIError(t, err, asyncd.ErrNotFound, 404, "")
+	want := asyncd.PendingChange{ID: unconsumed, Job: "go-kafka-job", Type: "go_kafka"}
+	for _, change := range []asyncd.Change{{Priority: &seven}, {Delay: time.Hour, Payload: map[string]any{"v": 2}}} {
+		res, err := e.client.ChangeInJob(ctx(t), "go-kafka-job", unconsumed, change)
+		if err != nil || res.Task != nil || res.Pending == nil || *res.Pending != want {
+			t.Fatalf("change in job of an unconsumed task = %+v, %v", res, err)
+		}
+	}
+
+	waiting, err := e.client.SubmitDelayed(ctx(t), &asyncd.Task{Type: "go_ok", Payload: map[string]any{"v": 1}, IdempotencyKey: uniq("change-in-job")}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.client.ChangeInJob(ctx(t), "go-ok-job", waiting.ID, asyncd.Change{Payload: map[string]any{"v": 2}, Priority: &seven})
+	if err != nil || res.Pending != nil || res.Task == nil || res.Task.ID != waiting.ID || res.Task.Priority != 7 ||
+		string(res.Task.Payload) != `{"v":2}` || res.Task.State != asyncd.StatePending {
+		t.Fatalf("change in job of a stored task = %+v, %v", res, err)
+	}
+	_, err = e.client.ChangeInJob(ctx(t), "no-such-job", waiting.ID, asyncd.Change{RunNow: true})
+	wantAPIError(t, err, asyncd.ErrInvalidField, 400, "job")
+	if err := e.client.Cancel(ctx(t), waiting.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // CancelUnique cancels the job's unfinished task holding the key, and only that one.
 func TestIntegrationCancelUnique(t *testing.T) {
 	e := itEnv(t)

@@ -271,6 +271,41 @@ def test_async_client_cancel_in_job_cancel_unique_and_trigger_cron(fake_api):
     assert (fired.id, trigger_path) == ("t1", "/v1/jobs/j/cron/e/trigger")
 
 
+def test_change_in_job(fake_api):
+    """``change_in_job`` names the job in the query (escaped) and sends :meth:`change`'s
+    body: a 202 is the change recorded for a task not consumed yet, a 200 the stored task
+    changed. The AsyncClient does the same."""
+    c = asyncd.Client(fake_api.url)
+    fake_api.status, fake_api.body = 202, {"id": "a/b", "job": "j 1", "type": "t", "consumed": False}
+    res = c.change_in_job("j 1&x=y", "a/b", payload={"v": 2}, priority=5)
+    assert res == asyncd.PendingChange(id="a/b", job="j 1", type="t", consumed=False)
+    r = fake_api.last()
+    assert (r.method, r.path, r.body) == ("PATCH", "/v1/tasks/a%2Fb?job=j+1%26x%3Dy", {"payload": {"v": 2}, "priority": 5})
+
+    fake_api.status, fake_api.body = 200, {**TASK, "state": "pending", "priority": 5}
+    res = c.change_in_job("j", "a", run_now=True)
+    assert isinstance(res, asyncd.TaskStatus) and (res.id, res.priority, res.state) == ("a", 5, asyncd.PENDING)
+    assert (fake_api.last().path, fake_api.last().body) == ("/v1/tasks/a?job=j", {"run_now": True})
+
+    fake_api.status, fake_api.body = 400, {"error": {"code": "invalid_field", "message": "keys from the payload",
+                                                     "field": "payload"}}
+    with pytest.raises(asyncd.InvalidField) as info:
+        c.change_in_job("j", "a", payload=1)
+    assert info.value.field == "payload"
+
+    sent = len(fake_api.requests)
+    with pytest.raises(ValueError):
+        c.change_in_job("j", "a", delay=60, eta=datetime(2027, 1, 1, tzinfo=timezone.utc))
+    with pytest.raises(ValueError):
+        c.change_in_job("", "a", run_now=True)
+    assert len(fake_api.requests) == sent, "nothing may be sent"
+
+    fake_api.status, fake_api.body = 202, {"id": "a", "job": "j", "type": "t", "consumed": False}
+    pending = asyncio.run(asyncd.AsyncClient(fake_api.url, token_file=None).change_in_job("j", "a", delay=60))
+    assert pending == asyncd.PendingChange(id="a", job="j", type="t")
+    assert (fake_api.last().path, fake_api.last().body) == ("/v1/tasks/a?job=j", {"delay": "1m"})
+
+
 @pytest.mark.parametrize(
     "value,want",
     [

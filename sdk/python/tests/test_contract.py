@@ -92,6 +92,12 @@ def test_answers_decode():
     for item, want in zip(fixture("batch_response")["results"], [201, 400]):
         assert item["status"] == want
 
+    pending = fixture("change_pending_response")
+    res = asyncd.PendingChange.from_json(pending)
+    assert res == asyncd.PendingChange(id="0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", job="send-email", type="email",
+                                       consumed=False)
+    assert res.to_json() == pending
+
 
 def test_errors_decode():
     codes = set()

@@ -336,6 +336,32 @@ def test_cancel_in_job(dev_env):
     env.wait_state(waiting.id, asyncd.CANCELLED, 5)
 
 
+def test_change_in_job(dev_env):
+    """``change_in_job`` reaches a Kafka-routed task that no dispatcher has consumed (an
+    id never submitted to py_kafka stands for one, as asyncd dev has no brokers):
+    ``change`` cannot tell it from an unknown id; with the job the change is recorded
+    (202, PendingChange), and a second one too. A stored task is changed with the job as
+    without it (200, TaskStatus) — the server ignores ``?job=`` for a job without Kafka —
+    and a job no config declares is refused."""
+    env = need(dev_env)
+    c = env.client
+    unconsumed = "01934a6e-0002-7000-8000-%012x" % (time.time_ns() & 0xFFFFFFFFFFFF)
+    with pytest.raises(asyncd.NotFound):
+        c.change(unconsumed, priority=7)
+    want = asyncd.PendingChange(id=unconsumed, job="py-kafka-job", type="py_kafka", consumed=False)
+    assert c.change_in_job("py-kafka-job", unconsumed, priority=7) == want
+    assert c.change_in_job("py-kafka-job", unconsumed, delay=timedelta(hours=1), payload={"v": 2}) == want
+
+    waiting = c.submit_delayed("py_ok", {"v": 1}, delay=timedelta(hours=1), idempotency_key=key())
+    got = c.change_in_job("py-ok-job", waiting.id, payload={"v": 2}, priority=7)
+    assert isinstance(got, asyncd.TaskStatus), got
+    assert (got.id, got.payload, got.priority, got.state) == (waiting.id, {"v": 2}, 7, asyncd.PENDING)
+    with pytest.raises(asyncd.InvalidField) as info:
+        c.change_in_job("no-such-job", waiting.id, run_now=True)
+    assert (info.value.status, info.value.field) == (400, "job")
+    c.cancel(waiting.id)
+
+
 def test_cancel_unique(dev_env):
     """``cancel_unique`` cancels the job's unfinished task holding the key, and only it."""
     env = need(dev_env)

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 pub use asyncd_contract::{
     BackfillResult, CancelResult, CronOverlap, CronTriggerResult, DeadLetterBulk,
     DeadLetterBulkResult, JobOverview, JobStatus, MAX_BACKFILL, MAX_BATCH, MAX_SCHEDULE_NAME,
-    MAX_SCHEDULE_PAGE, RedriveResult, ResultAck, ResultStatus, Schedule, SchedulePage,
-    SchedulePatch, ScheduleSource, ScheduleSpec, SubmitResult, TaskPage, TaskState, TaskStatus,
+    MAX_SCHEDULE_PAGE, PendingChange, RedriveResult, ResultAck, ResultStatus, Schedule,
+    SchedulePage, SchedulePatch, ScheduleSource, ScheduleSpec, SubmitResult, TaskPage, TaskState,
+    TaskStatus,
 };
 use asyncd_contract::{
     BatchOutcome, BatchRequest, BatchResponse, ChangeRequest, DeadLetters, HeartbeatRequest,
@@ -37,7 +38,7 @@ use coalesce::Coalescer;
 pub use task::Task;
 use task::trace_headers;
 
-/// What [`Client::change`] changes in a task that has not begun. What is `None` (or
+/// What [`Client::change`] and [`Client::change_in_job`] change in a task that has not begun. What is `None` (or
 /// `false`) keeps the task's value; set at least one.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Change {
@@ -51,6 +52,16 @@ pub struct Change {
     pub run_now: bool,
     /// The new priority, 0..=9.
     pub priority: Option<u8>,
+}
+
+/// What [`Client::change_in_job`] changed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Changed {
+    /// The task was in the store: changed, as [`Client::get`] shows it (`200`).
+    Stored(TaskStatus),
+    /// A task of a Kafka-routed job whose message no dispatcher has consumed yet: the
+    /// change is recorded, and the task takes it when it is stored (`202`).
+    Pending(PendingChange),
 }
 
 /// Where `asyncd dev` listens unless told otherwise.
@@ -199,6 +210,22 @@ pub struct TaskQuery {
     pub limit: Option<u32>,
     /// A previous page's `next_cursor`.
     pub cursor: Option<String>,
+}
+
+/// The body of `PATCH /v1/tasks/{id}`, or why `change` cannot be sent.
+fn change_body(change: &Change) -> Result<ChangeRequest<Value>, Error> {
+    if change.delay.is_some() && change.eta.is_some() {
+        return Err(Error::InvalidTask(
+            "a change takes a delay or an eta, not both".into(),
+        ));
+    }
+    Ok(ChangeRequest {
+        payload: change.payload.clone(),
+        delay: change.delay.map(format_duration),
+        eta: change.eta.map(format_time),
+        run_now: change.run_now.then_some(true),
+        priority: change.priority.map(i64::from),
+    })
 }
 
 /// Percent-encodes one path segment or query value.
@@ -366,23 +393,47 @@ impl Client {
     /// `task_started`, whose [`ApiError::state`] says which; a payload from which the job
     /// renders another unique or concurrency key with `invalid_field`.
     pub async fn change(&self, id: &str, change: &Change) -> Result<TaskStatus, Error> {
-        if change.delay.is_some() && change.eta.is_some() {
-            return Err(Error::InvalidTask(
-                "a change takes a delay or an eta, not both".into(),
-            ));
-        }
-        let body = ChangeRequest::<Value> {
-            payload: change.payload.clone(),
-            delay: change.delay.map(format_duration),
-            eta: change.eta.map(format_time),
-            run_now: change.run_now.then_some(true),
-            priority: change.priority.map(i64::from),
-        };
+        let body = change_body(change)?;
         self.call(
             Method::PATCH,
             &format!("/v1/tasks/{}", escape(id)),
             Some(&body),
         )
+        .await
+    }
+
+    /// [`change`](Self::change) naming the task's job (its AsyncJobConfig's name)
+    /// (`PATCH /v1/tasks/{id}?job=J`). A stored task is changed as `change` changes it
+    /// ([`Changed::Stored`]). A task of a Kafka-routed job whose message no dispatcher
+    /// has consumed yet — which `change` answers `not_found` — gets the change recorded,
+    /// and takes it when it is stored ([`Changed::Pending`]); a second change before then
+    /// adds to the first. The server recognizes such a task by a time-ordered id, the id
+    /// it gives a task submitted without an idempotency key: a task submitted with a key
+    /// (as every submit of this SDK is) has an id derived from the key, and is found only
+    /// once stored. A new payload before consumption is `invalid_field` naming `payload`
+    /// when the job renders keys from the payload; a job no config declares is
+    /// `invalid_field` naming `job`.
+    pub async fn change_in_job(
+        &self,
+        job: &str,
+        id: &str,
+        change: &Change,
+    ) -> Result<Changed, Error> {
+        if job.is_empty() {
+            return Err(Error::InvalidTask("change_in_job needs a job".into()));
+        }
+        let body = change_body(change)?;
+        let path = format!("/v1/tasks/{}?job={}", escape(id), escape(job));
+        let method = Method::PATCH;
+        self.retrying(|| async {
+            let (status, raw) = self
+                .exchange(method.clone(), &path, Some(&body), true, &[])
+                .await?;
+            Ok(match status {
+                202 => Changed::Pending(self.decode(&method, &path, &raw)?),
+                _ => Changed::Stored(self.decode(&method, &path, &raw)?),
+            })
+        })
         .await
     }
 
@@ -1185,6 +1236,86 @@ mod tests {
             (r.method.as_str(), r.path.as_str(), r.query.as_str()),
             ("DELETE", "/v1/tasks/c%2Fd", "job=j%201")
         );
+    }
+
+    /// `change_in_job` names the job in the query (escaped) and sends `change`'s body: a
+    /// 202 (the contract's fixture) is the change recorded for a task not consumed yet, a
+    /// 200 the stored task changed.
+    #[tokio::test]
+    async fn change_in_job_tells_a_pending_change_from_a_stored_task() {
+        let (fake, c) = Fake::start(
+            202,
+            include_str!("../../../contract/fixtures/change_pending_response.json"),
+        )
+        .await;
+        let change = Change {
+            payload: Some(json!({"v": 2})),
+            priority: Some(5),
+            ..Change::default()
+        };
+        let changed = c
+            .change_in_job("send email&x=y", "a/b", &change)
+            .await
+            .unwrap();
+        assert_eq!(
+            changed,
+            Changed::Pending(PendingChange {
+                id: "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b".into(),
+                job: "send-email".into(),
+                task_type: "email".into(),
+                consumed: false,
+            })
+        );
+        let r = fake.last();
+        assert_eq!(
+            (r.method.as_str(), r.path.as_str(), r.query.as_str()),
+            ("PATCH", "/v1/tasks/a%2Fb", "job=send%20email%26x%3Dy")
+        );
+        assert_eq!(r.body, json!({"payload": {"v": 2}, "priority": 5}));
+
+        fake.answer(200, TASK);
+        let now = Change {
+            run_now: true,
+            ..Change::default()
+        };
+        match c.change_in_job("j", "a", &now).await.unwrap() {
+            Changed::Stored(task) => assert_eq!((task.id.as_str(), task.attempt), ("a", 4)),
+            other => panic!("{other:?}"),
+        }
+        let r = fake.last();
+        assert_eq!(
+            (r.path.as_str(), r.query.as_str()),
+            ("/v1/tasks/a", "job=j")
+        );
+        assert_eq!(r.body, json!({"run_now": true}));
+
+        fake.answer(
+            400,
+            r#"{"error":{"code":"invalid_field","message":"keys from the payload","field":"payload"}}"#,
+        );
+        match c.change_in_job("j", "a", &change).await.unwrap_err() {
+            Error::Api(err) => assert_eq!(
+                (&err.code, err.field.as_deref()),
+                (&ErrorCode::InvalidField, Some("payload"))
+            ),
+            other => panic!("{other}"),
+        }
+
+        let sent = fake.count();
+        let both = Change {
+            delay: Some(Duration::from_secs(60)),
+            eta: Some(Utc::now()),
+            ..Change::default()
+        };
+        assert!(matches!(
+            c.change_in_job("j", "a", &both).await,
+            Err(Error::InvalidTask(_))
+        ));
+        assert!(matches!(
+            c.change_in_job("", "a", &now).await,
+            Err(Error::InvalidTask(_))
+        ));
+        assert_eq!(fake.count(), sent, "nothing may be sent");
     }
 
     #[tokio::test]

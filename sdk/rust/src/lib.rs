@@ -49,12 +49,12 @@ pub use asyncd_contract::{
     sign, verify_signature,
 };
 pub use client::{
-    BackfillResult, BatchItem, CancelResult, Change, Client, ClientBuilder, CronOverlap,
+    BackfillResult, BatchItem, CancelResult, Change, Changed, Client, ClientBuilder, CronOverlap,
     CronTriggerResult, DEFAULT_ENDPOINT, DEFAULT_SUBMIT_CALLS, DEFAULT_TOKEN_FILE, DeadLetterBulk,
     DeadLetterBulkResult, JobOverview, JobStatus, MAX_BACKFILL, MAX_BATCH, MAX_SCHEDULE_NAME,
-    MAX_SCHEDULE_PAGE, RedriveResult, ResultAck, ResultStatus, SOURCE_SERVICE_HEADER, Schedule,
-    SchedulePage, SchedulePatch, ScheduleSource, ScheduleSpec, SubmitResult, TOKEN_FILE_REFRESH,
-    Task, TaskPage, TaskQuery, TaskResult, TaskState, TaskStatus,
+    MAX_SCHEDULE_PAGE, PendingChange, RedriveResult, ResultAck, ResultStatus,
+    SOURCE_SERVICE_HEADER, Schedule, SchedulePage, SchedulePatch, ScheduleSource, ScheduleSpec,
+    SubmitResult, TOKEN_FILE_REFRESH, Task, TaskPage, TaskQuery, TaskResult, TaskState, TaskStatus,
 };
 pub use error::{ApiError, Error, ErrorCode};
 pub use executor::{

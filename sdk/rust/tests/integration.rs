@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use asyncd_client::{
-    Change, Client, Error, ErrorCode, Executor, HEADER_BATCH, OnLimit, Outcome, ResultStatus,
-    SubmitResult, Task, TaskContext, TaskQuery, TaskResult, TaskState, idempotency_key_from,
+    Change, Changed, Client, Error, ErrorCode, Executor, HEADER_BATCH, OnLimit, Outcome,
+    PendingChange, ResultStatus, SubmitResult, Task, TaskContext, TaskQuery, TaskResult, TaskState,
+    idempotency_key_from,
 };
 use axum::body::Bytes;
 use axum::http::HeaderMap;
@@ -1211,6 +1212,88 @@ async fn cancel_in_a_job_cancels_a_kafka_task_not_consumed_yet() {
         400,
         Some("job"),
     );
+}
+
+/// `change_in_job` reaches a Kafka-routed task that no dispatcher has consumed (an id
+/// never submitted stands for one, as `asyncd dev` has no brokers): `change` cannot tell
+/// it from an unknown id (404); with the job the change is recorded (202,
+/// `Changed::Pending`), and a second one too. A stored task is changed with the job as
+/// without it (200, `Changed::Stored`) — the server ignores `?job=` for a job without
+/// Kafka — and a job no config declares is refused.
+#[tokio::test]
+async fn change_in_job_records_a_change_of_a_kafka_task_not_consumed_yet() {
+    let rec = Recorder::default();
+    let dev = Dev::start(
+        recording_executor(&rec),
+        &[
+            Job::new("rust_ok"),
+            Job::new("rust_kafka").kafka("asyncd-it-rust-kafka"),
+        ],
+    )
+    .await;
+    let c = &dev.client;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let unconsumed = format!("01934a6e-0003-7000-8000-{:012x}", nanos & 0xffff_ffff_ffff);
+    let priority = Change {
+        priority: Some(7),
+        ..Change::default()
+    };
+    api_error(
+        c.change(&unconsumed, &priority).await,
+        ErrorCode::NotFound,
+        404,
+        None,
+    );
+    let want = Changed::Pending(PendingChange {
+        id: unconsumed.clone(),
+        job: "rust-kafka-job".into(),
+        task_type: "rust_kafka".into(),
+        consumed: false,
+    });
+    let later = Change {
+        payload: Some(json!({"v": 2})),
+        delay: Some(Duration::from_secs(3600)),
+        ..Change::default()
+    };
+    for change in [&priority, &later] {
+        let changed = c
+            .change_in_job("rust-kafka-job", &unconsumed, change)
+            .await
+            .unwrap();
+        assert_eq!(changed, want);
+    }
+
+    let waiting = submit(
+        &dev,
+        Task::new("rust_ok", json!({"v": 1})).delay(Duration::from_secs(3600)),
+    )
+    .await;
+    let change = Change {
+        payload: Some(json!({"v": 2})),
+        priority: Some(7),
+        ..Change::default()
+    };
+    match c
+        .change_in_job("rust-ok-job", &waiting.id, &change)
+        .await
+        .unwrap()
+    {
+        Changed::Stored(task) => assert_eq!(
+            (task.id.as_str(), &task.payload, task.priority, task.state),
+            (waiting.id.as_str(), &json!({"v": 2}), 7, TaskState::Pending)
+        ),
+        other => panic!("{other:?}"),
+    }
+    api_error(
+        c.change_in_job("no-such-job", &waiting.id, &priority).await,
+        ErrorCode::InvalidField,
+        400,
+        Some("job"),
+    );
+    c.cancel(&waiting.id).await.unwrap();
 }
 
 #[tokio::test]

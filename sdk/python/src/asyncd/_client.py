@@ -227,6 +227,25 @@ class CancelResult:
 
 
 @dataclass(frozen=True)
+class PendingChange:
+    """:meth:`Client.change_in_job`'s answer for a task of a Kafka-routed job that no
+    dispatcher has consumed yet: the change is recorded under the task's id, and the task
+    takes it when it is stored. ``consumed`` is always ``False``."""
+
+    id: str
+    job: str
+    type: str
+    consumed: bool = False
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "PendingChange":
+        return cls(id=d["id"], job=d["job"], type=d["type"], consumed=bool(d.get("consumed", False)))
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"id": self.id, "job": self.job, "type": self.type, "consumed": self.consumed}
+
+
+@dataclass(frozen=True)
 class CronTrigger:
     """The task :meth:`Client.trigger_cron` fired: its id, job, cron entry, type and due
     time."""
@@ -650,20 +669,32 @@ class Client(Executor):
         replaced. Raises :class:`asyncd.TaskStarted` (``.state`` says whether it runs or
         ended) once an attempt has begun, and :class:`asyncd.InvalidField` for a payload
         from which the job renders another unique or concurrency key."""
-        if delay is not None and eta is not None:
-            raise ValueError("a change takes a delay or an eta, not both")
-        body: Dict[str, Any] = {}
-        if payload is not None:
-            body["payload"] = payload
-        if delay is not None:
-            body["delay"] = format_duration(delay)
-        if eta is not None:
-            body["eta"] = format_time(eta)
-        if run_now:
-            body["run_now"] = True
-        if priority is not None:
-            body["priority"] = priority
+        body = _change_body(payload, delay, eta, run_now, priority)
         return TaskStatus.from_json(self._request("PATCH", f"/v1/tasks/{_q(task_id)}", body))
+
+    def change_in_job(self, job: str, task_id: str, *, payload: Any = None, delay: Optional[Duration] = None,
+                      eta: Optional[datetime] = None, run_now: bool = False,
+                      priority: Optional[int] = None) -> Union[TaskStatus, PendingChange]:
+        """:meth:`change` naming the task's job (its AsyncJobConfig's name;
+        ``PATCH /v1/tasks/{id}?job=``). A stored task is changed as :meth:`change` changes
+        it, and returned as a :class:`TaskStatus` (200). A task of a Kafka-routed job whose
+        message no dispatcher has consumed yet — which :meth:`change` raises
+        :class:`asyncd.NotFound` for — gets the change recorded, and takes it when it is
+        stored: the answer is a :class:`PendingChange` (202). A second change before then
+        adds to the first. The server recognizes such a task by a time-ordered id, the id
+        it gives a task submitted without an idempotency key; a task submitted with one
+        (as every submit of this SDK is) has an id derived from the key and is found only
+        once stored. A new payload before consumption raises :class:`asyncd.InvalidField`
+        (``field == "payload"``) when the job renders keys from the payload; a job no
+        config declares, :class:`asyncd.InvalidField` (``field == "job"``)."""
+        if not job:
+            raise ValueError("change_in_job needs a job")
+        body = _change_body(payload, delay, eta, run_now, priority)
+        path = f"/v1/tasks/{_q(task_id)}?" + urllib.parse.urlencode({"job": job})
+        status, d = self._request_status("PATCH", path, body)
+        if status == 202:
+            return PendingChange.from_json(d)
+        return TaskStatus.from_json(d)
 
     def cancel(self, task_id: str, job: Optional[str] = None) -> None:
         """Cancels a task that has not finished (a running attempt is told on its next
@@ -953,6 +984,25 @@ def _trace_headers(traceparent: Optional[str], tracestate: Optional[str]) -> Dic
     return headers
 
 
+def _change_body(payload: Any, delay: Optional[Duration], eta: Optional[datetime], run_now: bool,
+                 priority: Optional[int]) -> Dict[str, Any]:
+    """The body of ``PATCH /v1/tasks/{id}``: what is ``None`` is left out."""
+    if delay is not None and eta is not None:
+        raise ValueError("a change takes a delay or an eta, not both")
+    body: Dict[str, Any] = {}
+    if payload is not None:
+        body["payload"] = payload
+    if delay is not None:
+        body["delay"] = format_duration(delay)
+    if eta is not None:
+        body["eta"] = format_time(eta)
+    if run_now:
+        body["run_now"] = True
+    if priority is not None:
+        body["priority"] = priority
+    return body
+
+
 def _q(task_id: str) -> str:
     return urllib.parse.quote(task_id, safe="")
 
@@ -1042,6 +1092,10 @@ class AsyncClient:
     async def change(self, task_id: str, **kwargs: Any) -> TaskStatus:
         """:meth:`Client.change`."""
         return await self._call(self._client.change, task_id, **kwargs)
+
+    async def change_in_job(self, job: str, task_id: str, **kwargs: Any) -> Union[TaskStatus, PendingChange]:
+        """:meth:`Client.change_in_job`."""
+        return await self._call(self._client.change_in_job, job, task_id, **kwargs)
 
     async def cancel(self, task_id: str, job: Optional[str] = None) -> None:
         """:meth:`Client.cancel`."""
