@@ -138,8 +138,8 @@ pub(super) struct ChaosPlan {
 #[derive(Default)]
 pub(super) struct ChaosReport {
     pub(super) kills: u32,
-    /// When each dispatcher was SIGKILLed (ms).
-    pub(super) dispatcher_kills: Vec<i64>,
+    /// Each dispatcher SIGKILL: when, and which process.
+    pub(super) dispatcher_kills: Vec<Kill>,
     /// When the database was down for its restart (ms), once it ran.
     pub(super) db_down: Option<(i64, i64)>,
     pub(super) db: &'static str,
@@ -184,13 +184,16 @@ pub(super) async fn chaos(
         let victim = (k as usize) % count;
         let down = Duration::from_millis(200 + draw(plan.seed, 4, k) % 1300);
         k += 1;
-        let name = fleet.lock().unwrap().kill(victim);
+        let (name, pid) = fleet.lock().unwrap().kill(victim);
         let killed_at = now_ms();
         report.kills += 1;
-        if name.contains("dispatcher") {
-            report.dispatcher_kills.push(killed_at);
+        if name.contains("dispatcher")
+            && let Some(pid) = pid
+        {
+            report.dispatcher_kills.push(Kill { at: killed_at, pid });
         }
-        kill_log.push_str(&format!("{killed_at} {name}\n"));
+        let pid = pid.map_or("-".into(), |pid| pid.to_string());
+        kill_log.push_str(&format!("{killed_at} {name} {pid}\n"));
         tokio::time::sleep(down).await;
         if let Err(err) = fleet.lock().unwrap().spawn(victim) {
             eprintln!("restart failed: {err:#}");

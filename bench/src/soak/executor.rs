@@ -52,6 +52,7 @@ pub(super) async fn execute(
     let id = header("asyncd-task-id");
     let attempt: u32 = header("asyncd-attempt").parse().unwrap_or(0);
     let lease_token = header("asyncd-lease-token");
+    let caller = caller_pid(&header("asyncd-dispatcher"));
     let redirected = uri.query().is_some_and(|q| q.contains("redirected"));
     if !redirected {
         let mut etas = Vec::with_capacity(2);
@@ -73,7 +74,7 @@ pub(super) async fn execute(
             .ledger
             .lock()
             .unwrap()
-            .note_success(index, attempt, &lease_token)
+            .note_success(index, attempt, &lease_token, caller)
     };
     match behaviour {
         Behaviour::Ok => {
@@ -116,7 +117,7 @@ pub(super) async fn execute(
         Behaviour::Callback | Behaviour::InvalidJson202 => {
             let state = state.clone();
             tokio::spawn(async move {
-                finish_later(&state, index, attempt, &id, &lease_token).await;
+                finish_later(&state, index, attempt, &id, &lease_token, caller).await;
             });
             if behaviour == Behaviour::Callback {
                 answer(202, r#"{"lease": "10s"}"#)
@@ -183,6 +184,7 @@ pub(super) async fn finish_later(
     attempt: u32,
     id: &str,
     lease_token: &str,
+    caller: Option<u32>,
 ) {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let heartbeat = json!({"lease_token": lease_token, "lease": "10s"});
@@ -195,7 +197,7 @@ pub(super) async fn finish_later(
         .ledger
         .lock()
         .unwrap()
-        .note_success(index, attempt, lease_token);
+        .note_success(index, attempt, lease_token, caller);
     let result = json!({"lease_token": lease_token, "status": "success", "output": {"i": index}});
     post_retrying(state, &format!("/v1/tasks/{id}/result"), &result).await;
 }

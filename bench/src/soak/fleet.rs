@@ -129,17 +129,19 @@ impl Fleet {
         Ok(())
     }
 
-    /// SIGKILL, after one last look at its peak memory.
-    /// SIGKILLs process `i`; returns its name.
-    pub(super) fn kill(&mut self, i: usize) -> String {
+    /// SIGKILLs process `i`, after one last look at its memory; returns its name and the
+    /// pid killed (none when it was not running).
+    pub(super) fn kill(&mut self, i: usize) -> (String, Option<u32>) {
         self.sample();
         let p = &mut self.procs[i];
+        let mut pid = None;
         if let Some(mut child) = p.child.take() {
+            pid = Some(child.id());
             let _ = child.kill();
             let _ = child.wait();
             *self.kills.entry(p.role).or_default() += 1;
         }
-        p.name.clone()
+        (p.name.clone(), pid)
     }
 
     /// Notes each live process's memory and open descriptors; restarts one that died on

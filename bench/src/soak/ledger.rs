@@ -10,9 +10,9 @@ pub struct Record {
     pub calls: u32,
     /// Executions the executor completed successfully.
     pub successes: u32,
-    /// When each success was completed (ms) and by which attempt and lease token, so a
-    /// duplicate can be set against the kills in `kills.log`.
-    pub success_at: Vec<(i64, u32, String)>,
+    /// Each success the executor completed, so a duplicate can be set against the kill
+    /// of the dispatcher that made the call (`kills.log`).
+    pub success_at: Vec<Success>,
     pub early: u32,
     /// The final state read back from the API (`succeeded`, `dead`, `cancelled`).
     pub end: Option<String>,
@@ -21,6 +21,24 @@ pub struct Record {
     /// Why its last failed attempt failed, as read back once final (asyncd keeps it
     /// after a later success): shows what the socket faults and DNS outages did.
     pub last_error: Option<String>,
+}
+
+/// One execution the executor completed successfully.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Success {
+    /// When (ms).
+    pub at: i64,
+    pub attempt: u32,
+    pub lease_token: String,
+    /// The pid of the dispatcher process that made the call, read from the instance name
+    /// it sends in `Asyncd-Dispatcher` ([`caller_pid`]).
+    pub caller: Option<u32>,
+}
+
+/// The pid in a dispatcher's instance name, `{instance}-{pid}-{random hex}` (the name
+/// `asyncd dispatcher` gives itself and sends in `Asyncd-Dispatcher` with each call).
+pub fn caller_pid(instance_name: &str) -> Option<u32> {
+    instance_name.rsplit('-').nth(1)?.parse().ok()
 }
 
 /// The accounting: executor calls and submit answers in, the verdict out.
@@ -83,37 +101,49 @@ impl Verdict {
 }
 
 /// How long the store may have been reachable between an attempt's success and the
-/// SIGKILL of a dispatcher for the re-run that follows to be set against that kill. A
-/// dispatcher holds an attempt's concurrency slot until its outcome is written, so what a
-/// kill re-runs is what it had begun and not yet recorded: the attempts still calling
-/// their executor, and the outcomes answered but waiting for their write. While the store
-/// answers, an outcome waits far less than this (docs/reliability.md: each duplicate's
-/// first success came 14–570 ms before the kill); while it does not (a black hole, a
-/// slow link, the database's restart), outcomes wait for as long as that lasts, which
-/// is not counted.
-pub const KILL_WINDOW_MS: i64 = 1_000;
+/// SIGKILL of the dispatcher that made the call for the re-run that follows to be set
+/// against that kill: the attempt's lease, the executor's timeout plus the 5 s grace
+/// asyncd adds to it. A dispatcher holds an attempt's
+/// concurrency slot until its outcome is written, so what a kill re-runs is what it had
+/// begun and not yet recorded: the attempts still calling their executor (whose answer
+/// may come after the kill), and the outcomes answered but waiting for their write.
+/// Within its lease, an outcome not yet written is the dispatcher's to write; past it,
+/// the rescuer retries the attempt whether or not the dispatcher lives, which is not a
+/// kill's doing. Time the store was out of reach (a black hole, a slow link, the
+/// database's restart) is not counted: outcomes wait for as long as that lasts.
+pub const KILL_WINDOW_MS: i64 = EXECUTOR_TIMEOUT.as_millis() as i64 + 5_000;
+
+/// A dispatcher's SIGKILL.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Kill {
+    /// When (ms).
+    pub at: i64,
+    /// The process killed.
+    pub pid: u32,
+}
 
 /// When dispatchers were killed and the store was out of reach, to set duplicates against.
 #[derive(Debug, Default, Clone)]
 pub struct Timeline {
-    /// Dispatcher SIGKILLs (ms).
-    pub dispatcher_kills: Vec<i64>,
+    pub dispatcher_kills: Vec<Kill>,
     /// Spans (ms) in which the store link was faulted or the database down; they may
     /// overlap.
     pub store_out: Vec<(i64, i64)>,
 }
 
 impl Timeline {
-    /// The dispatcher kill a re-run of a success answered at `answered` is set against:
-    /// the first kill after it, if the store was reachable for at most [`KILL_WINDOW_MS`]
-    /// in between.
-    pub fn kill_behind(&self, answered: i64) -> Option<i64> {
+    /// The dispatcher kill a re-run of `success` is set against: the SIGKILL of the
+    /// process that made the successful call, if the store was reachable for at most
+    /// [`KILL_WINDOW_MS`] from the success to it. A kill before the success counts: the
+    /// call was in flight, and the executor answered a caller already gone.
+    pub fn kill_behind(&self, success: &Success) -> Option<i64> {
+        let caller = success.caller?;
         let kill = self
             .dispatcher_kills
             .iter()
-            .copied()
-            .filter(|&k| k >= answered)
-            .min()?;
+            .find(|kill| kill.pid == caller)?
+            .at;
+        let answered = success.at;
         (kill - answered - self.out_between(answered, kill) <= KILL_WINDOW_MS).then_some(kill)
     }
 
@@ -168,12 +198,22 @@ impl Ledger {
         }
     }
 
-    pub fn note_success(&mut self, index: usize, attempt: u32, lease_token: &str) {
+    /// A success of task `index`'s attempt, called by dispatcher process `caller`.
+    pub fn note_success(
+        &mut self,
+        index: usize,
+        attempt: u32,
+        lease_token: &str,
+        caller: Option<u32>,
+    ) {
         if let Some(record) = self.records.get_mut(index) {
             record.successes += 1;
-            record
-                .success_at
-                .push((now_ms(), attempt, lease_token.to_string()));
+            record.success_at.push(Success {
+                at: now_ms(),
+                attempt,
+                lease_token: lease_token.to_string(),
+                caller,
+            });
         }
     }
 
@@ -183,13 +223,13 @@ impl Ledger {
         let mut v = Verdict::default();
         let mut per_kill: BTreeMap<i64, usize> = BTreeMap::new();
         for (index, r) in self.records.iter().enumerate() {
-            let mut answered: Vec<i64> = r.success_at.iter().map(|(at, _, _)| *at).collect();
-            answered.sort_unstable();
+            let mut answered: Vec<&Success> = r.success_at.iter().collect();
+            answered.sort_unstable_by_key(|success| success.at);
             // Each success after the first re-ran the work of the one before it.
             for pair in answered.windows(2) {
                 match timeline
                     .kill_behind(pair[0])
-                    .filter(|&kill| kill <= pair[1])
+                    .filter(|&kill| kill <= pair[1].at)
                 {
                     Some(kill) => *per_kill.entry(kill).or_default() += 1,
                     None => v.unexplained += 1,
@@ -331,9 +371,9 @@ mod tests {
         ledger.records[ok].end = None;
         ledger.records[ok].successes = 0;
         ledger.records[dead].end = Some("succeeded".into());
-        ledger.note_success(ok, 1, "a");
-        ledger.note_success(ok, 2, "b");
-        ledger.note_success(ok, 2, "c");
+        ledger.note_success(ok, 1, "a", Some(7));
+        ledger.note_success(ok, 2, "b", None);
+        ledger.note_success(ok, 2, "c", Some(8));
         ledger.note_call(ok, "t", 1_000, &[1_001]); // rounding: not early
         ledger.note_call(ok, "t", 1_000, &[1_002, 900]); // the later ETA counts: early
         let v = ledger.verdict(&Timeline::default());
@@ -345,13 +385,13 @@ mod tests {
         assert_eq!(v.duplicates_by_behaviour.len(), 1);
         assert_eq!(v.duplicates_by_tenth.iter().sum::<usize>(), 2);
         assert_eq!(v.duplicates_by_tenth[ok * 10 / n], 2);
-        // Each success keeps its attempt and lease token, for duplicates.tsv.
-        let kept: Vec<(u32, &str)> = ledger.records[ok]
+        // Each success keeps its attempt, lease token and caller, for duplicates.tsv.
+        let kept: Vec<(u32, &str, Option<u32>)> = ledger.records[ok]
             .success_at
             .iter()
-            .map(|(_, attempt, token)| (*attempt, token.as_str()))
+            .map(|s| (s.attempt, s.lease_token.as_str(), s.caller))
             .collect();
-        assert_eq!(kept, [(1, "a"), (2, "b"), (2, "c")]);
+        assert_eq!(kept, [(1, "a", Some(7)), (2, "b", None), (2, "c", Some(8))]);
         assert_eq!(v.early, 1);
         assert_eq!(v.calls, 2);
         assert_eq!(ledger.early_samples.len(), 1);
@@ -373,40 +413,70 @@ mod tests {
         assert_eq!(ledger.verdict(&Timeline::default()).lost, 1);
     }
 
+    /// A success at `at` ms, called by dispatcher process `caller`.
+    fn success(at: i64, caller: u32) -> Success {
+        Success {
+            at,
+            attempt: 1,
+            lease_token: String::new(),
+            caller: Some(caller),
+        }
+    }
+
     #[test]
-    fn a_rerun_is_set_against_the_next_dispatcher_kill_within_the_reachable_window() {
+    fn a_dispatcher_s_pid_is_read_from_its_instance_name() {
+        assert_eq!(caller_pid("soak-dispatcher-0-41234-0a9f"), Some(41234));
+        assert_eq!(caller_pid("asyncd-7-ffff"), Some(7));
+        assert_eq!(caller_pid("soak-dispatcher-0"), None, "no pid in it");
+        assert_eq!(caller_pid(""), None);
+    }
+
+    #[test]
+    fn a_rerun_is_set_against_the_kill_of_its_caller_within_the_reachable_lease() {
+        let w = KILL_WINDOW_MS;
         let timeline = Timeline {
-            dispatcher_kills: vec![10_000, 20_000, 40_000],
+            dispatcher_kills: vec![
+                Kill { at: 10_000, pid: 1 },
+                Kill { at: 20_000, pid: 2 },
+                Kill { at: 40_000, pid: 3 },
+            ],
             // The store out of reach 13–16 s and, overlapping, 15–18 s.
             store_out: vec![(15_000, 18_000), (13_000, 16_000)],
         };
-        assert_eq!(timeline.kill_behind(9_500), Some(10_000));
+        assert_eq!(timeline.kill_behind(&success(9_500, 1)), Some(10_000));
         assert_eq!(
-            timeline.kill_behind(10_000),
+            timeline.kill_behind(&success(10_000 - w, 1)),
             Some(10_000),
-            "the same instant"
+            "a whole lease before"
+        );
+        assert_eq!(timeline.kill_behind(&success(10_000 - w - 1, 1)), None);
+        assert_eq!(
+            timeline.kill_behind(&success(10_300, 1)),
+            Some(10_000),
+            "a call in flight, answered after its caller died"
         );
         assert_eq!(
-            timeline.kill_behind(8_999),
+            timeline.kill_behind(&success(9_900, 3)),
             None,
-            "1 001 ms reachable before the kill"
+            "the kill of another dispatcher 100 ms later explains nothing"
         );
-        // 12.5 s to the 20 s kill: 5 s out (13–18, overlaps once), 2.5 s reachable.
-        assert_eq!(timeline.kill_behind(12_500), None);
-        // 17.5 s: 0.5 s out, 2 s reachable.
-        assert_eq!(timeline.kill_behind(17_500), None);
-        // 18.5 s: nothing out, 1.5 s reachable.
-        assert_eq!(timeline.kill_behind(18_500), None);
-        // 14 s: 4 s out of 6, 2 s reachable; 15.5 s: 2.5 s out of 4.5, 2 s reachable.
-        assert_eq!(timeline.kill_behind(14_000), None);
-        let outage = Timeline {
-            dispatcher_kills: vec![20_000],
-            store_out: vec![(13_000, 19_500)],
+        assert_eq!(
+            timeline.kill_behind(&success(9_900, 9)),
+            None,
+            "never killed"
+        );
+        let unknown = Success {
+            caller: None,
+            ..success(9_900, 1)
         };
-        // Answered at 12.5 s, just before the store went away: 1 s reachable in all.
-        assert_eq!(outage.kill_behind(12_500), Some(20_000));
-        assert_eq!(outage.kill_behind(12_400), None);
-        assert_eq!(outage.kill_behind(20_001), None, "no kill after it");
+        assert_eq!(timeline.kill_behind(&unknown), None, "no caller named");
+        // To the 20 s kill from 20 s − w − 5 s: 5 s out (13–18, overlaps counted once),
+        // a lease of reachable store.
+        assert_eq!(
+            timeline.kill_behind(&success(20_000 - w - 5_000, 2)),
+            Some(20_000)
+        );
+        assert_eq!(timeline.kill_behind(&success(20_000 - w - 5_001, 2)), None);
     }
 
     #[test]
@@ -417,18 +487,19 @@ mod tests {
             r.id = Some(format!("t{i}"));
             r.end = Some(Behaviour::of(seed, i as u64).expected().as_str().into());
         }
-        let at = |ms: i64| (ms, 1, String::new());
-        // Task 0 ran three times: re-run after the kill at 10 s, and that run's success
-        // again after the kill at 30 s. Task 1 re-ran after the 10 s kill too. Task 2's
-        // re-run has no kill within reach (answered 5 s before the next).
-        ledger.records[0].success_at = vec![at(9_900), at(29_500), at(30_200)];
+        // Task 0 ran three times: called by process 1, re-run after its kill at 10 s, and
+        // that run (by process 2) again after the kill of 2 at 30 s. Task 1, called by 1,
+        // re-ran after the 10 s kill too. Task 2 was called by 2, which lived on past the
+        // re-run: not a kill's doing.
+        ledger.records[0].success_at =
+            vec![success(9_900, 1), success(29_500, 2), success(30_200, 3)];
         ledger.records[0].successes = 3;
-        ledger.records[1].success_at = vec![at(9_990), at(12_000)];
+        ledger.records[1].success_at = vec![success(9_990, 1), success(12_000, 3)];
         ledger.records[1].successes = 2;
-        ledger.records[2].success_at = vec![at(25_000), at(25_100)];
+        ledger.records[2].success_at = vec![success(25_000, 2), success(25_100, 3)];
         ledger.records[2].successes = 2;
         let timeline = Timeline {
-            dispatcher_kills: vec![10_000, 30_000],
+            dispatcher_kills: vec![Kill { at: 10_000, pid: 1 }, Kill { at: 30_000, pid: 2 }],
             store_out: Vec::new(),
         };
         let v = ledger.verdict(&timeline);
@@ -436,9 +507,9 @@ mod tests {
         assert_eq!(v.unexplained, 1);
         assert_eq!(v.after_kills, 3);
         assert_eq!(v.most_per_kill, 2, "the 10 s kill");
-        // A second success answered before the kill its first would be set against was
-        // not that kill's doing.
-        ledger.records[3].success_at = vec![at(9_950), at(9_990)];
+        // A second success answered before the kill of the first one's caller was not
+        // that kill's doing.
+        ledger.records[3].success_at = vec![success(9_950, 1), success(9_990, 3)];
         ledger.records[3].successes = 2;
         let v = ledger.verdict(&timeline);
         assert_eq!(

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -362,7 +362,7 @@ pub async fn run(args: &Args) -> Result<()> {
         v.duplicates_pct()
     );
     println!(
-        "| duplicates set against a dispatcher kill (at most {KILL_WINDOW_MS} ms of reachable store between the first success and the kill) | {} (at most {} for one kill; {} kills of a dispatcher) |",
+        "| duplicates set against a dispatcher kill (the kill of the dispatcher that made the successful call, at most {KILL_WINDOW_MS} ms of reachable store after it) | {} (at most {} for one kill; {} kills of a dispatcher) |",
         v.after_kills,
         v.most_per_kill,
         chaos_report.dispatcher_kills.len()
@@ -481,13 +481,17 @@ pub async fn run(args: &Args) -> Result<()> {
         duplicated.len(),
         duplicated.len() - on_kafka
     );
-    let mut table =
-        String::from("index\tid\tbehaviour\tdelay_ms\tcalls\tsuccesses (ms@attempt/lease token)\n");
+    let mut table = String::from(
+        "index\tid\tbehaviour\tdelay_ms\tcalls\tsuccesses (ms@attempt/lease token by pid of the calling dispatcher)\n",
+    );
     for (index, r, delay) in &duplicated {
         let at: Vec<String> = r
             .success_at
             .iter()
-            .map(|(ms, attempt, token)| format!("{ms}@{attempt}/{token}"))
+            .map(|s| {
+                let caller = s.caller.map_or("?".into(), |pid| pid.to_string());
+                format!("{}@{}/{} by pid {caller}", s.at, s.attempt, s.lease_token)
+            })
             .collect();
         table.push_str(&format!(
             "{index}\t{}\t{}\t{delay}\t{}\t{}\n",
@@ -586,10 +590,26 @@ pub async fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
+/// A port for a role or the executor to listen on, below the kernel's ephemeral range
+/// (`ip_local_port_range`, from 32768 by default). The chaos restarts a role on the same
+/// port again and again through the run, and a port of the ephemeral range can meanwhile
+/// be the local end of any outgoing connection on the machine: one run left a scheduler,
+/// then a dispatcher, failing to bind ("Address already in use") for most of it.
 fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    /// Ports handed out so far: each probe starts past them, as they are not bound yet.
+    static HANDED_OUT: AtomicU16 = AtomicU16::new(0);
+    const FIRST: u16 = 21_000;
+    const COUNT: u16 = 2_000;
+    // Runs on one machine at once start at different places.
+    let start = (std::process::id() % u32::from(COUNT)) as u16;
+    for _ in 0..COUNT {
+        let offset = (start + HANDED_OUT.fetch_add(1, Ordering::Relaxed)) % COUNT;
+        let port = FIRST + offset;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    anyhow::bail!("no free port in {FIRST}..{}", FIRST + COUNT)
 }
 
 async fn migrate(binary: &Path, store: &str) -> Result<()> {
