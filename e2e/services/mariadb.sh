@@ -13,6 +13,10 @@ PORT="${ASYNCD_MARIADB_PORT:-13306}"
 USER_NAME=asyncd
 USER_PASS=asyncd
 TIMEOUT="${ASYNCD_SERVICE_TIMEOUT:-90}"
+# InnoDB reads through its own buffer pool, not the page cache (O_DIRECT): with the
+# default 128M, a soak of 10^6 tasks (a tasks table near 2 GB) read its indexes from disk
+# and dispatch collapsed to 190-250 tasks/s. Memory is taken as pages are used.
+BUFFER_POOL="${ASYNCD_MARIADB_BUFFER_POOL:-2G}"
 
 RUN_DIR="$ASYNCD_RUN/mariadb"
 DATA_DIR="$RUN_DIR/data"
@@ -52,7 +56,7 @@ skip-log-bin
 character-set-server = utf8mb4
 collation-server = utf8mb4_unicode_ci
 max_connections = 500
-innodb_buffer_pool_size = 128M
+innodb_buffer_pool_size = $BUFFER_POOL
 innodb_log_file_size = 64M
 innodb_flush_log_at_trx_commit = 2
 innodb_use_native_aio = 0
