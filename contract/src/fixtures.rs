@@ -9,6 +9,11 @@ use serde_json::{Value, json};
 use crate::time::from_millis;
 use crate::*;
 
+mod signing;
+
+pub use signing::{LEASE_TOKEN, SIGNING_KEYS, SIGNING_TIMESTAMP};
+use signing::{batch_signature_vector, signature_vectors};
+
 /// One fixture: `contract/fixtures/<name>.json`.
 pub struct Fixture {
     pub name: &'static str,
@@ -250,155 +255,6 @@ fn executor_batch_call() -> ExecutorBatchCall {
     }
 }
 
-/// `batch_signature.json`: a signed batch call and its canonical string, which is a
-/// single call's with the four per-task header values empty (each task carries them in
-/// the signed body).
-fn batch_signature_vector() -> Value {
-    let body = serde_json::to_string(&executor_batch_call()).expect("JSON renders");
-    let timestamp = SIGNING_TIMESTAMP.to_string();
-    let call = SignedCall {
-        timestamp: &timestamp,
-        task_id: "",
-        attempt: "",
-        idempotency_key: "",
-        lease_token: "",
-        callback_url: "http://10.0.0.7:7700",
-        body: body.as_bytes(),
-    };
-    let primary = SIGNING_KEYS[0].1.as_bytes();
-    json!({
-        "keys": SIGNING_KEYS.iter().map(|(n, k)| (n.to_string(), json!(k))).collect::<serde_json::Map<_, _>>(),
-        "canonical": String::from_utf8(call.canonical()).expect("UTF-8"),
-        "headers": {
-            (headers::BATCH): "2",
-            (headers::TIMESTAMP): timestamp,
-            (headers::CALLBACK_URL): "http://10.0.0.7:7700",
-            (headers::SIGNATURE): sign(&[primary], &call).expect("a key is set"),
-        },
-        "body": body,
-        "now": SIGNING_TIMESTAMP,
-    })
-}
-
-/// The signing keys of `signature.json`: the primary, and the one being rotated out.
-pub const SIGNING_KEYS: [(&str, &str); 2] = [("primary", "s3cret"), ("secondary", "0ld-s3cret")];
-pub const SIGNING_TIMESTAMP: i64 = 1_700_000_000;
-/// A lease token as the server makes them (64 hex digits).
-pub const LEASE_TOKEN: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
-
-/// `signature.json`: a signed executor call (headers and body) and the verification
-/// cases every SDK's executor helper must decide alike. A replay is a second call with
-/// the same task id, attempt and lease token (a redriven task starts at attempt 1 again,
-/// with a new token). Each case runs its steps, in
-/// order, against one fresh verifier holding the named keys; `want` is `ok`, `mismatch`,
-/// `stale`, `malformed_timestamp` or `replay`.
-fn signature_vectors(body: &str) -> Value {
-    let key = |name: &str| {
-        SIGNING_KEYS
-            .iter()
-            .find(|(n, _)| *n == name)
-            .expect("a named key")
-            .1
-            .as_bytes()
-    };
-    let headers_with = |timestamp: i64, attempt: u32, lease_token: &str, signers: &[&str]| {
-        let timestamp = timestamp.to_string();
-        let attempt = attempt.to_string();
-        let call = SignedCall {
-            timestamp: &timestamp,
-            task_id: ID,
-            attempt: &attempt,
-            idempotency_key: "order-42",
-            lease_token,
-            callback_url: "http://10.0.0.7:7700",
-            body: body.as_bytes(),
-        };
-        let keys: Vec<&[u8]> = signers.iter().map(|n| key(n)).collect();
-        json!({
-            (headers::TIMESTAMP): timestamp,
-            (headers::TASK_ID): ID,
-            (headers::ATTEMPT): attempt,
-            (headers::IDEMPOTENCY_KEY): "order-42",
-            (headers::LEASE_TOKEN): lease_token,
-            (headers::CALLBACK_URL): "http://10.0.0.7:7700",
-            (headers::SIGNATURE): sign(&keys, &call).expect("keys are set"),
-        })
-    };
-    let headers = |timestamp: i64, attempt: u32, signers: &[&str]| {
-        headers_with(timestamp, attempt, LEASE_TOKEN, signers)
-    };
-    let with = |mut headers: Value, name: &str, value: &str| {
-        headers[name] = json!(value);
-        headers
-    };
-    let t = SIGNING_TIMESTAMP;
-    let step = |headers: Value, now: i64, want: &str| json!({"headers": headers, "body": body, "now": now, "want": want});
-    let case = |name: &str, keys: &[&str], steps: Vec<Value>| json!({"name": name, "keys": keys, "steps": steps});
-    let canonical = String::from_utf8(
-        SignedCall {
-            timestamp: &t.to_string(),
-            task_id: ID,
-            attempt: "1",
-            idempotency_key: "order-42",
-            lease_token: LEASE_TOKEN,
-            callback_url: "http://10.0.0.7:7700",
-            body: body.as_bytes(),
-        }
-        .canonical(),
-    )
-    .expect("UTF-8");
-    let signed = headers(t, 1, &["primary"]);
-    json!({
-        "keys": SIGNING_KEYS.iter().map(|(n, k)| (n.to_string(), json!(k))).collect::<serde_json::Map<_, _>>(),
-        "tolerance_seconds": SIGNATURE_TOLERANCE.as_secs(),
-        "canonical": canonical,
-        "headers": signed,
-        "body": body,
-        "cases": [
-            case("signed with the primary key", &["primary"], vec![step(signed.clone(), t, "ok")]),
-            case("within the window, late", &["primary"], vec![step(signed.clone(), t + 300, "ok")]),
-            case("within the window, early", &["primary"], vec![step(signed.clone(), t - 300, "ok")]),
-            case("stale timestamp", &["primary"], vec![step(signed.clone(), t + 301, "stale")]),
-            case("timestamp from the future", &["primary"], vec![step(signed.clone(), t - 301, "stale")]),
-            case("missing timestamp", &["primary"], vec![step(with(signed.clone(), headers::TIMESTAMP, ""), t, "malformed_timestamp")]),
-            case("timestamp not the signed one", &["primary"], vec![step(with(signed.clone(), headers::TIMESTAMP, &(t + 1).to_string()), t, "mismatch")]),
-            case("another lease token", &["primary"], vec![step(with(signed.clone(), headers::LEASE_TOKEN, &LEASE_TOKEN.replace('9', "8")), t, "mismatch")]),
-            case("another callback url", &["primary"], vec![step(with(signed.clone(), headers::CALLBACK_URL, "http://evil.example:7700"), t, "mismatch")]),
-            case("another attempt", &["primary"], vec![step(with(signed.clone(), headers::ATTEMPT, "2"), t, "mismatch")]),
-            case("another idempotency key", &["primary"], vec![step(with(signed.clone(), headers::IDEMPOTENCY_KEY, "order-43"), t, "mismatch")]),
-            case("another task id", &["primary"], vec![step(with(signed.clone(), headers::TASK_ID, DEP_ID), t, "mismatch")]),
-            case("tampered body", &["primary"], vec![json!({"headers": signed, "body": body.replace("a@b.c", "x@b.c"), "now": t, "want": "mismatch"})]),
-            case("signed with a key the verifier lacks", &["primary"], vec![step(headers(t, 1, &["secondary"]), t, "mismatch")]),
-            case("unsigned", &["primary"], vec![step(with(signed.clone(), headers::SIGNATURE, ""), t, "mismatch")]),
-            case("the old v1 scheme", &["primary"], vec![step(with(signed.clone(), headers::SIGNATURE, &signed[headers::SIGNATURE].as_str().unwrap().replace("v2=", "v1=")), t, "mismatch")]),
-            case("rotation: signed with both keys, verifier on the new key", &["primary"], vec![step(headers(t, 1, &["primary", "secondary"]), t, "ok")]),
-            case("rotation: signed with both keys, verifier still on the old key", &["secondary"], vec![step(headers(t, 1, &["primary", "secondary"]), t, "ok")]),
-            case("rotation: signed with the old key, verifier holding both", &["primary", "secondary"], vec![step(headers(t, 1, &["secondary"]), t, "ok")]),
-            case("replay of the same task and attempt", &["primary"], vec![
-                step(signed.clone(), t, "ok"),
-                step(signed.clone(), t + 10, "replay"),
-            ]),
-            case("a replay refused even when signed anew", &["primary"], vec![
-                step(signed.clone(), t, "ok"),
-                step(headers(t + 5, 1, &["primary"]), t + 10, "replay"),
-            ]),
-            case("the next attempt is not a replay", &["primary"], vec![
-                step(signed.clone(), t, "ok"),
-                step(headers(t + 60, 2, &["primary"]), t + 60, "ok"),
-            ]),
-            case("a redriven task (attempt 1 again, a new lease token) is not a replay", &["primary"], vec![
-                step(signed.clone(), t, "ok"),
-                step(headers_with(t + 60, 1, &LEASE_TOKEN.replace('9', "7"), &["primary"]), t + 60, "ok"),
-            ]),
-            case("a refused call is not remembered", &["primary"], vec![
-                step(with(signed.clone(), headers::LEASE_TOKEN, "forged"), t, "mismatch"),
-                step(signed.clone(), t, "ok"),
-            ]),
-        ],
-    })
-}
-
-/// Every fixture, in file-name order.
 /// An overview of one job with a cron entry and one without.
 fn jobs() -> JobList {
     let stats = JobStats {
@@ -456,6 +312,7 @@ fn jobs() -> JobList {
     }
 }
 
+/// Every fixture, in file-name order.
 pub fn all() -> Vec<Fixture> {
     let submit = SubmitRequest {
         payload: Some(json!({"to": "a@b.c"})),

@@ -1,6 +1,7 @@
 //! The API client: submit, inspect, search, cancel, dead letters (one by one and in
-//! bulk), the jobs overview, pause and resume a job, trigger a cron entry, schedules
-//! (`client/schedule.rs`), and the long-running callbacks (heartbeat, result).
+//! bulk), the jobs overview, pause and resume a job, trigger a cron entry, changes of a
+//! task not begun (`client/change.rs`), schedules (`client/schedule.rs`), and the
+//! long-running callbacks (heartbeat, result).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -15,8 +16,7 @@ pub use asyncd_contract::{
     TaskStatus,
 };
 use asyncd_contract::{
-    BatchOutcome, BatchRequest, BatchResponse, ChangeRequest, DeadLetters, HeartbeatRequest,
-    HeartbeatResponse, JobList, ResultRequest, SubmitRequest, headers,
+    BatchOutcome, BatchRequest, BatchResponse, DeadLetters, JobList, SubmitRequest, headers,
 };
 use chrono::{DateTime, Utc};
 use reqwest::Method;
@@ -29,40 +29,18 @@ use crate::retry::RetryPolicy;
 use crate::time::{format_duration, format_time};
 
 mod builder;
+mod callbacks;
+mod change;
 mod coalesce;
 mod schedule;
 mod task;
 
 pub use builder::ClientBuilder;
+pub use callbacks::TaskResult;
+pub use change::{Change, Changed};
 use coalesce::Coalescer;
 pub use task::Task;
 use task::trace_headers;
-
-/// What [`Client::change`] and [`Client::change_in_job`] change in a task that has not begun. What is `None` (or
-/// `false`) keeps the task's value; set at least one.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Change {
-    /// The new payload (any JSON value but null).
-    pub payload: Option<Value>,
-    /// The new due time, this long from now; not together with `eta`.
-    pub delay: Option<Duration>,
-    /// The new due time (the past means now); not together with `delay`.
-    pub eta: Option<DateTime<Utc>>,
-    /// Due now (promote); not together with `delay` or `eta`.
-    pub run_now: bool,
-    /// The new priority, 0..=9.
-    pub priority: Option<u8>,
-}
-
-/// What [`Client::change_in_job`] changed.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Changed {
-    /// The task was in the store: changed, as [`Client::get`] shows it (`200`).
-    Stored(TaskStatus),
-    /// A task of a Kafka-routed job whose message no dispatcher has consumed yet: the
-    /// change is recorded, and the task takes it when it is stored (`202`).
-    Pending(PendingChange),
-}
 
 /// Where `asyncd dev` listens unless told otherwise.
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:7700";
@@ -180,19 +158,6 @@ pub struct BatchItem {
     pub result: Result<SubmitResult, ApiError>,
 }
 
-/// The body of `POST /v1/tasks/{id}/result`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TaskResult {
-    /// The `Asyncd-Lease-Token` of the attempt.
-    pub lease_token: String,
-    pub status: ResultStatus,
-    pub error: Option<String>,
-    /// Stored as the task's `result` on success.
-    pub output: Option<Value>,
-    /// With [`ResultStatus::Retry`]: when to retry instead of the backoff.
-    pub retry_after: Option<Duration>,
-}
-
 /// The filters of [`Client::search`]: each one set narrows the search; none lists every
 /// task (newest first) the caller may read.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -210,22 +175,6 @@ pub struct TaskQuery {
     pub limit: Option<u32>,
     /// A previous page's `next_cursor`.
     pub cursor: Option<String>,
-}
-
-/// The body of `PATCH /v1/tasks/{id}`, or why `change` cannot be sent.
-fn change_body(change: &Change) -> Result<ChangeRequest<Value>, Error> {
-    if change.delay.is_some() && change.eta.is_some() {
-        return Err(Error::InvalidTask(
-            "a change takes a delay or an eta, not both".into(),
-        ));
-    }
-    Ok(ChangeRequest {
-        payload: change.payload.clone(),
-        delay: change.delay.map(format_duration),
-        eta: change.eta.map(format_time),
-        run_now: change.run_now.then_some(true),
-        priority: change.priority.map(i64::from),
-    })
 }
 
 /// Percent-encodes one path segment or query value.
@@ -383,57 +332,6 @@ impl Client {
             &format!("/v1/tasks/{}", escape(id)),
             None::<&()>,
         )
-        .await
-    }
-
-    /// Changes a task that has not begun (blocked, pending or claimed) in place, its id
-    /// kept (`PATCH /v1/tasks/{id}`), and answers it as [`get`](Self::get) would. A
-    /// dispatcher that claimed it loses the claim, so no attempt begins with the values
-    /// replaced. Once an attempt has begun, or the task ended, it is refused with
-    /// `task_started`, whose [`ApiError::state`] says which; a payload from which the job
-    /// renders another unique or concurrency key with `invalid_field`.
-    pub async fn change(&self, id: &str, change: &Change) -> Result<TaskStatus, Error> {
-        let body = change_body(change)?;
-        self.call(
-            Method::PATCH,
-            &format!("/v1/tasks/{}", escape(id)),
-            Some(&body),
-        )
-        .await
-    }
-
-    /// [`change`](Self::change) naming the task's job (its AsyncJobConfig's name)
-    /// (`PATCH /v1/tasks/{id}?job=J`). A stored task is changed as `change` changes it
-    /// ([`Changed::Stored`]). A task of a Kafka-routed job whose message no dispatcher
-    /// has consumed yet — which `change` answers `not_found` — gets the change recorded,
-    /// and takes it when it is stored ([`Changed::Pending`]); a second change before then
-    /// adds to the first. The server recognizes such a task by a time-ordered id, the id
-    /// it gives a task submitted without an idempotency key: a task submitted with a key
-    /// (as every submit of this SDK is) has an id derived from the key, and is found only
-    /// once stored. A new payload before consumption is `invalid_field` naming `payload`
-    /// when the job renders keys from the payload; a job no config declares is
-    /// `invalid_field` naming `job`.
-    pub async fn change_in_job(
-        &self,
-        job: &str,
-        id: &str,
-        change: &Change,
-    ) -> Result<Changed, Error> {
-        if job.is_empty() {
-            return Err(Error::InvalidTask("change_in_job needs a job".into()));
-        }
-        let body = change_body(change)?;
-        let path = format!("/v1/tasks/{}?job={}", escape(id), escape(job));
-        let method = Method::PATCH;
-        self.retrying(|| async {
-            let (status, raw) = self
-                .exchange(method.clone(), &path, Some(&body), true, &[])
-                .await?;
-            Ok(match status {
-                202 => Changed::Pending(self.decode(&method, &path, &raw)?),
-                _ => Changed::Stored(self.decode(&method, &path, &raw)?),
-            })
-        })
         .await
     }
 
@@ -596,46 +494,6 @@ impl Client {
     ) -> Result<DeadLetterBulkResult, Error> {
         self.call(Method::POST, "/v1/dead-letters/purge", Some(filter))
             .await
-    }
-
-    /// Keeps a long-running attempt's lease (`None`: the task's timeout); returns the
-    /// new `lease_until`. A token that is not the current attempt's is refused with
-    /// `stale_lease`. [`Executor`](crate::Executor) sends these for you.
-    pub async fn heartbeat(
-        &self,
-        id: &str,
-        lease_token: &str,
-        lease: Option<Duration>,
-    ) -> Result<DateTime<Utc>, Error> {
-        let resp: HeartbeatResponse = self
-            .callback(
-                Method::POST,
-                &format!("/v1/tasks/{}/heartbeat", escape(id)),
-                Some(&HeartbeatRequest {
-                    lease_token: Some(lease_token.to_string()),
-                    lease: lease.map(format_duration),
-                }),
-            )
-            .await?;
-        Ok(resp.lease_until)
-    }
-
-    /// Reports how a long-running attempt ended. [`Executor`](crate::Executor) posts
-    /// these for you.
-    pub async fn post_result(&self, id: &str, result: &TaskResult) -> Result<ResultAck, Error> {
-        let body = ResultRequest {
-            lease_token: Some(result.lease_token.clone()),
-            status: Some(result.status),
-            error: result.error.clone(),
-            output: result.output.as_ref(),
-            retry_after: result.retry_after.map(format_duration),
-        };
-        self.callback(
-            Method::POST,
-            &format!("/v1/tasks/{}/result", escape(id)),
-            Some(&body),
-        )
-        .await
     }
 
     fn url(&self, path: &str) -> String {

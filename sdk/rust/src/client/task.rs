@@ -46,7 +46,7 @@ pub struct Task {
     /// Ids of tasks that must all succeed before this one runs.
     pub depends_on: Vec<String>,
     /// Postpones the task (0..=400 days). Set at most one of `delay` and `eta`;
-    /// [`Client::submit_delayed`] and [`Client::submit_at`] set them on a copy.
+    /// [`Client::submit_delayed`](super::Client::submit_delayed) and [`Client::submit_at`](super::Client::submit_at) set them on a copy.
     pub delay: Option<Duration>,
     pub eta: Option<DateTime<Utc>>,
     /// The task expires, never reaching the executor, if no attempt has begun by then
