@@ -56,10 +56,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "changed {}: due {}, payload {}",
         changed.id, changed.eta, changed.payload
     );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let done = loop {
         let t = client.get(&res.id).await?;
         if t.state.is_final() {
             break t;
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!("task {} is still {}", t.id, t.state).into());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };

@@ -43,10 +43,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let task =
         Task::new("build_report", json!({"month": "2026-11"})).idempotency_key("report-2026-11");
     let res = client.submit(&task).await?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let done = loop {
         let t = client.get(&res.id).await?;
         if t.state.is_final() {
             break t;
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!("task {} is still {}", t.id, t.state).into());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
