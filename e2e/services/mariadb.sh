@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Private MariaDB server on 127.0.0.1 for asyncd e2e tests.
-#   mariadb.sh start|stop|restart|status|url|createdb NAME|reset
+#   mariadb.sh start|stop|restart|status|url|createdb NAME|dropdbs PREFIX...|reset
 # See README.md in this folder.
 set -euo pipefail
 
@@ -166,6 +166,24 @@ createdb() {
   echo "$(url)/$name"
 }
 
+# Drops every database whose name starts with one of the PREFIXes: the test suites
+# create a database per test and do not drop it (a failing test's data is worth
+# reading), so the test command clears the earlier runs' before it starts.
+dropdbs() {
+  [[ $# -gt 0 ]] || die "usage: $0 dropdbs PREFIX..."
+  local prefix name dropped=0
+  is_running || start
+  for prefix in "$@"; do
+    valid_name "$prefix"
+    while read -r name; do
+      [[ -n "$name" ]] || continue
+      sql_root -e "DROP DATABASE IF EXISTS \`$name\`"
+      dropped=$((dropped + 1))
+    done < <(sql_root -e "SELECT schema_name FROM information_schema.schemata WHERE LEFT(schema_name, ${#prefix}) = '$prefix'")
+  done
+  log "dropped $dropped databases named $*"
+}
+
 status() {
   if is_running; then echo "running pid=$(server_pid) $(url)"; else echo "stopped"; return 1; fi
 }
@@ -178,6 +196,7 @@ case "$cmd" in
   restart) with_lock mariadb; stop; start ;;
   status) status ;;
   createdb) with_lock mariadb; createdb "$@" ;;
+  dropdbs) with_lock mariadb; dropdbs "$@" ;;
   reset) with_lock mariadb; stop; rm -rf "$RUN_DIR"; log "removed $RUN_DIR" ;;
   *) echo "usage: $0 start|stop|restart|status|url|createdb NAME|reset" >&2; exit 2 ;;
 esac

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Private PostgreSQL server on 127.0.0.1 for asyncd e2e tests.
-#   postgres.sh start|stop|restart|status|url|createdb NAME|reset
+#   postgres.sh start|stop|restart|status|url|createdb NAME|dropdbs PREFIX...|reset
 # See README.md in this folder.
 set -euo pipefail
 
@@ -183,6 +183,24 @@ createdb() {
   echo "$(url)/$name"
 }
 
+# Drops every database whose name starts with one of the PREFIXes: the test suites
+# create a database per test and do not drop it (a failing test's data is worth
+# reading), so the test command clears the earlier runs' before it starts.
+dropdbs() {
+  [[ $# -gt 0 ]] || die "usage: $0 dropdbs PREFIX..."
+  local prefix name dropped=0
+  is_running || start
+  for prefix in "$@"; do
+    valid_name "$prefix"
+    while read -r name; do
+      [[ -n "$name" ]] || continue
+      sql_super -c "DROP DATABASE IF EXISTS \"$name\" WITH (FORCE)"
+      dropped=$((dropped + 1))
+    done < <(sql_super -c "SELECT datname FROM pg_database WHERE starts_with(datname, '$prefix')")
+  done
+  log "dropped $dropped databases named $*"
+}
+
 status() {
   if is_running; then echo "running pid=$(server_pid) $(url)"; else echo "stopped"; return 1; fi
 }
@@ -196,6 +214,7 @@ case "$cmd" in
   restart) with_lock postgres; stop; start ;;
   status) status ;;
   createdb) with_lock postgres; createdb "$@" ;;
+  dropdbs) with_lock postgres; dropdbs "$@" ;;
   reset) with_lock postgres; stop; rm -rf "$RUN_DIR"; log "removed $RUN_DIR" ;;
-  *) echo "usage: $0 start|stop|restart|status|url|createdb NAME|reset" >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|restart|status|url|createdb NAME|dropdbs PREFIX...|reset" >&2; exit 2 ;;
 esac
