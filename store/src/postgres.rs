@@ -21,8 +21,11 @@ use sqlx::{PgConnection, PgPool, Pool, Postgres};
 use super::rows::{self, ClaimRow, claim_columns, task_columns};
 use super::shared::{ManyRows, Queries};
 use super::sql_store::Backend;
+use super::task_row::TaskValues;
 use super::tx::{Dialect, Tx};
 use super::*;
+
+mod copy;
 
 pub struct PostgresStore {
     pool: PgPool,
@@ -200,6 +203,12 @@ impl Dialect for PostgresStore {
 
     fn rows_affected(done: &PgQueryResult) -> u64 {
         done.rows_affected()
+    }
+
+    const BULK_LOAD: bool = true;
+
+    async fn load_tasks(conn: &mut PgConnection, rows: &[TaskValues<'_>]) -> Result<()> {
+        copy::load_tasks(conn, rows).await
     }
 
     /// One statement for all of them (a round trip to the server saved per

@@ -11,12 +11,22 @@ use super::{
     SearchParams, Shares, TaskRecord,
 };
 
+/// The columns a new task's row is written with, in [`crate::task_row::TaskValues`]'
+/// order: by [`INSERT_TASKS`], and by a dialect's bulk load of tasks
+/// ([`crate::tx::Dialect::load_tasks`]).
+macro_rules! insert_columns {
+    () => {
+        "id, task_type, payload, state, priority, trigger_at, max_retries, timeout_ms, \
+         idempotency_key, unique_key, unique_active, unique_for, cron_key, source_service, \
+         last_error, created_at, updated_at, lease_secret, concurrency_key, traceparent, \
+         tracestate, expires_at, owner, lease_until, lease_token"
+    };
+}
+pub(crate) use insert_columns;
+
 /// Inserts task rows, given as `VALUES` (in this column order) after it, then the
 /// dialect's [`Queries::insert_tasks_conflict`].
-pub const INSERT_TASKS: &str = "INSERT INTO tasks (id, task_type, payload, state, priority, \
-     trigger_at, max_retries, timeout_ms, idempotency_key, unique_key, unique_active, \
-     unique_for, cron_key, source_service, last_error, created_at, updated_at, lease_secret, \
-     concurrency_key, traceparent, tracestate, expires_at, owner, lease_until, lease_token) ";
+pub const INSERT_TASKS: &str = concat!("INSERT INTO tasks (", insert_columns!(), ") ");
 
 /// What a multi-row insert of tasks does when a row's key is taken. Either way a batch's
 /// runs of tasks without dependencies go in as multi-row statements, and a task whose

@@ -16,6 +16,24 @@ const MAX_ROWS_PER_INSERT: usize = 256;
 /// A run of up to this many tasks goes in as one statement of its own size.
 const EXACT_ROWS: usize = 16;
 
+/// A run of at least this many tasks that hold no key goes in by the dialect's bulk
+/// load ([`crate::tx::Dialect::load_tasks`]) where it has one. Below it the multi-row
+/// insert's one round trip beats the load's two (PostgreSQL's `COPY` first waits for
+/// the server to accept the data); a group commit's runs are mostly of 10–60 tasks.
+pub(crate) const BULK_LOAD_MIN_ROWS: usize = 128;
+
+/// The most rows one bulk load carries (a batch submit holds at most
+/// [`asyncd_contract::MAX_BATCH`]): its text stays a few hundred kilobytes.
+pub(crate) const BULK_LOAD_MAX_ROWS: usize = 4_096;
+
+/// Whether `task`'s row can go in by a bulk load, which has no way to leave out a row
+/// whose key is taken: it holds no idempotency, unique or cron key. (Its id can still
+/// be taken, by a redelivered Kafka message: the load then fails, and the insert runs
+/// again without it.)
+pub(crate) fn loadable(task: &NewTask) -> bool {
+    task.idempotency_key.is_none() && task.unique_key.is_none() && task.cron_key.is_none()
+}
+
 /// How many of a run of `run` tasks one statement inserts.
 ///
 /// Where a taken key leaves its row out ([`ManyRows::LeftOut`]): all of them up to
@@ -37,8 +55,9 @@ pub(crate) fn rows_per_statement(run: usize, many: ManyRows) -> usize {
     }
 }
 
-/// A task row's values, in [`crate::shared::INSERT_TASKS`]' column order.
-pub(crate) struct TaskValues<'a> {
+/// A task row's values, in [`crate::shared::INSERT_TASKS`]' column order. (`pub` only
+/// because [`crate::tx::Dialect::load_tasks`] names it; its module is private.)
+pub struct TaskValues<'a> {
     pub(crate) id: &'a str,
     pub(crate) task_type: &'a str,
     pub(crate) payload: &'a str,

@@ -16,7 +16,10 @@ use super::domain::{self, DependentsEffect, Initial};
 use super::rows::{self, Holder, KeyWindowRow, StartedRow, TaskRow};
 use super::shared::{INSERT_TASKS, ManyRows, Queries};
 pub use super::task_row::ClaimAtInsert;
-use super::task_row::{CLAIMED_AT_INSERT_TOKEN, ClaimRoom, TaskValues, rows_per_statement};
+use super::task_row::{
+    BULK_LOAD_MAX_ROWS, BULK_LOAD_MIN_ROWS, CLAIMED_AT_INSERT_TOKEN, ClaimRoom, TaskValues,
+    loadable, rows_per_statement,
+};
 use super::{
     ClaimedTask, DeadLetterParams, Finish, FinishKind, InsertOutcome, Millis, NewTask,
     RedriveOutcome, Result, TaskRecord, TaskState, is_unique_violation, retrying,
@@ -53,6 +56,20 @@ pub trait Dialect: Send + Sync + 'static {
 
     /// sqlx has no database-generic way to read this.
     fn rows_affected(done: &<Self::DB as Database>::QueryResult) -> u64;
+
+    /// Whether the dialect has a bulk load of task rows ([`Self::load_tasks`]) faster
+    /// than its multi-row insert.
+    const BULK_LOAD: bool = false;
+
+    /// Writes `rows`, none holding a key ([`crate::task_row::loadable`]), as one bulk
+    /// load. Called only where [`Self::BULK_LOAD`] is set. A row whose id is taken fails
+    /// the whole load with a unique violation, and with it the transaction.
+    fn load_tasks<'a>(
+        _conn: &'a mut Conn<Self>,
+        _rows: &'a [TaskValues<'a>],
+    ) -> impl Future<Output = Result<()>> + Send + 'a {
+        async { Err(sqlx::Error::Protocol("this store has no bulk load of tasks".into()).into()) }
+    }
 
     /// Records that the new task `task` depends on each of its `depends_on` (a
     /// dependency named twice is recorded once).
@@ -123,6 +140,30 @@ where
         now: Millis,
         claim: Option<&ClaimAtInsert<'_>>,
     ) -> Result<(Vec<InsertOutcome>, Vec<ClaimedTask>)> {
+        if !D::BULK_LOAD {
+            return Self::insert_claiming_by(pool, tasks, now, claim, false).await;
+        }
+        // A bulk load cannot leave out a row whose id is taken (a Kafka message
+        // consumed again): it fails, the transaction rolls back, and the insert runs
+        // again row by row, leaving such rows out.
+        match Self::insert_claiming_by(pool, tasks, now, claim, true).await {
+            Err(super::StoreError::Database(err)) if is_unique_violation(&err) => {
+                tracing::debug!(error = %err, "bulk load of tasks met a taken id; inserting them instead");
+                Self::insert_claiming_by(pool, tasks, now, claim, false).await
+            }
+            done => done,
+        }
+    }
+
+    /// [`Self::insert_claiming`]; `bulk_load`: runs of at least
+    /// [`BULK_LOAD_MIN_ROWS`] tasks holding no key go in by [`Dialect::load_tasks`].
+    async fn insert_claiming_by(
+        pool: &Pool<DB>,
+        tasks: &[NewTask],
+        now: Millis,
+        claim: Option<&ClaimAtInsert<'_>>,
+        bulk_load: bool,
+    ) -> Result<(Vec<InsertOutcome>, Vec<ClaimedTask>)> {
         retrying(D::transient, || async {
             let mut tx = pool.begin().await?;
             // Read in the transaction, as the claim reads them in its statement.
@@ -150,9 +191,20 @@ where
                     .iter()
                     .take_while(|t| t.depends_on.is_empty() && t.window.is_none())
                     .count();
+                let loadable = match bulk_load {
+                    true => rest[..run].iter().take_while(|t| loadable(t)).count(),
+                    false => 0,
+                };
                 // A task with dependencies goes in by itself, after reading theirs, and
                 // one under a key window after locking the window.
-                if run >= 1 {
+                if loadable >= BULK_LOAD_MIN_ROWS {
+                    let (rows, after) = rest.split_at(loadable.min(BULK_LOAD_MAX_ROWS));
+                    let (some, claimed_some) =
+                        Self::load_many(&mut tx, rows, now, claim.as_mut()).await?;
+                    outcomes.extend(some);
+                    claimed.extend(claimed_some);
+                    rest = after;
+                } else if run >= 1 {
                     let (rows, after) =
                         rest.split_at(rows_per_statement(run, D::QUERIES.insert_many));
                     let (some, claimed_some) =
@@ -171,15 +223,13 @@ where
         .await
     }
 
-    /// Inserts `tasks`, none with dependencies, in one statement; those it left out for
-    /// a taken key go through [`Self::insert_one`], which names the key's holder.
-    async fn insert_many(
-        tx: &mut Transaction<'_, DB>,
-        tasks: &[NewTask],
+    /// The new rows of `tasks`, pending, or claimed as `claim` takes them.
+    fn new_rows<'t, 'a: 't>(
+        tasks: &'t [NewTask],
         now: Millis,
-        mut claim: Option<&mut ClaimRoom<'_, '_>>,
-    ) -> Result<(Vec<InsertOutcome>, Vec<ClaimedTask>)> {
-        let rows: Vec<TaskValues<'_>> = tasks
+        mut claim: Option<&mut ClaimRoom<'_, 'a>>,
+    ) -> Vec<TaskValues<'t>> {
+        tasks
             .iter()
             .map(|task| {
                 let row = TaskValues::new(task, TaskState::Pending, None, now);
@@ -193,7 +243,44 @@ where
                     None => row,
                 }
             })
+            .collect()
+    }
+
+    /// Writes `tasks`, none with dependencies or a key, by the dialect's bulk load: all
+    /// of them go in, or the load fails (see [`Self::insert_claiming`]).
+    async fn load_many(
+        tx: &mut Transaction<'_, DB>,
+        tasks: &[NewTask],
+        now: Millis,
+        claim: Option<&mut ClaimRoom<'_, '_>>,
+    ) -> Result<(Vec<InsertOutcome>, Vec<ClaimedTask>)> {
+        let rows = Self::new_rows(tasks, now, claim);
+        D::load_tasks(&mut **tx, &rows).await?;
+        let outcomes = tasks
+            .iter()
+            .map(|task| InsertOutcome::Inserted {
+                id: task.id.clone(),
+                trigger_at: task.trigger_at,
+            })
             .collect();
+        let claimed = tasks
+            .iter()
+            .zip(&rows)
+            .filter(|(_, row)| row.claim.is_some())
+            .map(|(task, row)| row.claimed_task(task))
+            .collect();
+        Ok((outcomes, claimed))
+    }
+
+    /// Inserts `tasks`, none with dependencies, in one statement; those it left out for
+    /// a taken key go through [`Self::insert_one`], which names the key's holder.
+    async fn insert_many(
+        tx: &mut Transaction<'_, DB>,
+        tasks: &[NewTask],
+        now: Millis,
+        claim: Option<&mut ClaimRoom<'_, '_>>,
+    ) -> Result<(Vec<InsertOutcome>, Vec<ClaimedTask>)> {
+        let rows = Self::new_rows(tasks, now, claim);
         let mut insert = Self::insert_statement(&rows);
         let mut inserted: std::collections::HashSet<String> = match D::QUERIES.insert_many {
             ManyRows::LeftOut => {

@@ -4,9 +4,11 @@
 
 use std::time::Duration;
 
+use std::collections::HashMap;
+
 use asyncd_store::{
-    CancelOutcome, ChangeOutcome, Finish, FinishKind, InsertConsumedParams, InsertOutcome, NewTask,
-    Store, TaskChange, TaskState,
+    CancelOutcome, ChangeOutcome, ClaimAtInsert, Finish, FinishKind, InsertConsumedParams,
+    InsertOutcome, NewTask, Store, TaskChange, TaskState,
 };
 use serde_json::value::RawValue;
 
@@ -15,6 +17,7 @@ use crate::{T0, at, claim_all, insert, start_params, state};
 scenarios!(
     insert_get_and_order_within_one_millisecond,
     a_large_batch_keeps_each_tasks_outcome_and_values,
+    a_large_batch_without_keys_keeps_every_value_and_survives_a_taken_id,
     payloads_and_results_are_kept_byte_for_byte,
     values_at_the_apis_limits_are_stored_exactly,
     a_task_cancelled_before_it_exists_is_stored_cancelled_once,
@@ -148,6 +151,146 @@ async fn a_large_batch_keeps_each_tasks_outcome_and_values(store: &dyn Store) {
             "task {i} stored"
         );
     }
+}
+
+/// A large batch of tasks that hold no key goes in by the backend's bulk load where it
+/// has one (PostgreSQL's `COPY`, [`asyncd_store::Store::insert_claiming`]): every value
+/// comes back as submitted, the characters a bulk load's text format must escape
+/// included, and the first of the due ones go in claimed within their type's room. A
+/// task whose id is taken (a Kafka message consumed twice) fails a bulk load as a
+/// whole; the batch then goes in row by row: the repeat is answered as a duplicate and
+/// every other task is stored.
+async fn a_large_batch_without_keys_keeps_every_value_and_survives_a_taken_id(store: &dyn Store) {
+    const TASKS: usize = 300;
+    const ROOM: usize = 40;
+    // A tab and a newline between tokens, and backslashes, quotes and \u0000 in strings.
+    let odd = "{ \"z\" : [1, 2.50],\n\t\"a\": \"é😀\\u0000\\\\\\\"\" }";
+    let trace = asyncd::trace::TraceContext::parse(
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        Some("vendor=1,other=x"),
+    )
+    .unwrap();
+    let batch = |first: i64| -> Vec<NewTask> {
+        (0..TASKS as i64)
+            .map(|i| {
+                let mut task = NewTask::test("a", at(first + i));
+                task.payload = RawValue::from_string(match i % 3 {
+                    0 => odd.to_string(),
+                    _ => format!(r#"{{"n":{i}}}"#),
+                })
+                .unwrap();
+                task.priority = (i % 10) as u8;
+                task.max_retries = (i % 4) as u32;
+                task.timeout_ms = 1_000 + i;
+                task.source_service = Some(format!("svc\t{i}\\"));
+                if i % 5 == 0 {
+                    task.concurrency_key = Some(format!("key\t{i}\n\\"));
+                }
+                if i % 7 == 0 {
+                    task.expires_at = Some(at(1_000_000 + i));
+                }
+                if i % 2 == 0 {
+                    task = task.trace(trace.clone());
+                }
+                task
+            })
+            .collect()
+    };
+    let room: HashMap<String, usize> = [("a".to_string(), ROOM)].into();
+    let claim = ClaimAtInsert {
+        owner: "local",
+        hold: Duration::from_secs(30),
+        horizon: at(1_000),
+        room: Some(&room),
+    };
+
+    let tasks = batch(10);
+    let (outcomes, claimed) = store.insert_claiming(&tasks, T0, claim).await.unwrap();
+    let inserted: Vec<InsertOutcome> = tasks
+        .iter()
+        .map(|t| InsertOutcome::Inserted {
+            id: t.id.clone(),
+            trigger_at: t.trigger_at,
+        })
+        .collect();
+    assert_eq!(outcomes, inserted);
+    let claimed_ids: Vec<&str> = claimed.iter().map(|c| c.id.as_str()).collect();
+    let first: Vec<&str> = tasks[..ROOM].iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(claimed_ids, first, "the first due tasks, within a's room");
+    let mut secrets = std::collections::HashSet::new();
+    for (i, task) in tasks.iter().enumerate() {
+        let stored = store.get(&task.id).await.unwrap().unwrap();
+        let state = if i < ROOM {
+            TaskState::Claimed
+        } else {
+            TaskState::Pending
+        };
+        assert_eq!(
+            (
+                stored.state,
+                stored.payload.get(),
+                stored.priority,
+                stored.trigger_at,
+                stored.max_retries,
+                stored.timeout_ms,
+                stored.expires_at,
+                stored.idempotency_key.as_deref(),
+            ),
+            (
+                state,
+                task.payload.get(),
+                task.priority,
+                task.trigger_at,
+                task.max_retries,
+                task.timeout_ms,
+                task.expires_at,
+                None,
+            ),
+            "task {i}"
+        );
+        assert!(secrets.insert(stored.lease_secret), "task {i}'s own secret");
+    }
+    for c in &claimed {
+        let stored = store.get(&c.id).await.unwrap().unwrap();
+        assert_eq!(
+            (stored.lease_token, stored.lease_secret.as_str()),
+            (c.lease_token, c.lease_secret.as_str())
+        );
+    }
+    // The keys and traces come back with a claim.
+    let rest = claim_all(store, at(1_000), T0).await;
+    assert_eq!(rest.len(), TASKS - ROOM);
+    for c in rest.iter().chain(&claimed) {
+        let task = tasks.iter().find(|t| t.id == c.id).unwrap();
+        assert_eq!(
+            (c.concurrency_key.as_ref(), c.trace.as_ref()),
+            (task.concurrency_key.as_ref(), task.trace.as_ref()),
+            "{}",
+            c.id
+        );
+    }
+
+    let mut again = batch(2_000);
+    again[150] = tasks[7].clone();
+    let outcomes = store.insert(&again, T0).await.unwrap();
+    for (i, outcome) in outcomes.iter().enumerate() {
+        let expected = match i {
+            150 => InsertOutcome::Duplicate {
+                id: tasks[7].id.clone(),
+                trigger_at: tasks[7].trigger_at,
+            },
+            _ => InsertOutcome::Inserted {
+                id: again[i].id.clone(),
+                trigger_at: again[i].trigger_at,
+            },
+        };
+        assert_eq!(outcome, &expected, "task {i} of the second batch");
+    }
+    assert_eq!(
+        claim_all(store, at(3_000), T0).await.len(),
+        TASKS - 1,
+        "the second batch's tasks are all stored"
+    );
 }
 
 async fn payloads_and_results_are_kept_byte_for_byte(store: &dyn Store) {
