@@ -163,6 +163,13 @@ struct Common {
     /// operator mounts the job's Secret there; spec.executor.signing names both).
     #[arg(long, env = "ASYNCD_SIGNING_DIR", default_value = asyncd::signing::DEFAULT_DIR)]
     signing_dir: PathBuf,
+    /// Dispatching roles (dispatcher, dev): a directory for this process's outcome
+    /// journal. Each outcome is appended there as its attempt ends, so that after a
+    /// SIGKILL the process started again on the same directory writes the outcomes the
+    /// kill left unwritten, instead of their tasks running again once their leases
+    /// lapse. One directory per process (it is locked); in Kubernetes an emptyDir.
+    #[arg(long, env = "ASYNCD_OUTCOME_JOURNAL")]
+    outcome_journal: Option<PathBuf>,
     /// How long attempts in flight may run on after SIGTERM before they are abandoned to
     /// their leases. The process exits at most 15 s after that, whatever its store or
     /// broker do.
@@ -365,6 +372,7 @@ impl Common {
                 hold: self.claim_hold,
                 shutdown_grace: self.shutdown_grace,
                 signing_dir: self.signing_dir,
+                outcome_journal: self.outcome_journal,
                 ..DispatcherConfig::default()
             },
             executor_addresses,

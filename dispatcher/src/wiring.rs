@@ -31,7 +31,7 @@ use crate::auth::Auth;
 use crate::auth::kubernetes::KubeAuth;
 use crate::auth::tokens::TokenFile;
 use crate::clock::SharedClock;
-use crate::dispatch::{ClaimerWakeup, Dispatcher, DispatcherConfig};
+use crate::dispatch::{ClaimerWakeup, Dispatcher, DispatcherConfig, OutcomeJournal};
 use crate::executor::{AddressPolicy, ExecutorClient};
 use crate::job_table::{self, Routes};
 use crate::kafka::{self, Producer};
@@ -153,6 +153,8 @@ pub enum RoleError {
     Browser(String),
     #[error(transparent)]
     TokenFile(#[from] crate::auth::tokens::TokenFileError),
+    #[error(transparent)]
+    Journal(#[from] crate::dispatch::JournalError),
     /// The part that ended first and took the role down.
     #[error("{part} {failure}")]
     Part {
@@ -413,6 +415,10 @@ async fn wire(
             local,
             settings.tls.is_some(),
         )?;
+        let journal = match &settings.dispatcher.outcome_journal {
+            Some(dir) => Some(Arc::new(OutcomeJournal::open(dir)?)),
+            None => None,
+        };
         Some(Dispatcher::new(
             store.clone(),
             routes.clone(),
@@ -430,6 +436,7 @@ async fn wire(
             },
             waker.clone().unwrap_or_default(),
             shutdown.clone(),
+            journal,
         ))
     } else {
         None

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, OwnedSemaphorePermit, mpsc};
 use tokio_util::sync::CancellationToken;
 
+use super::journal::{OutcomeJournal, Ticket};
 use super::refill::Refill;
 use super::{ClaimerWakeup, Claims, DispatcherConfig};
 use crate::clock::SharedClock;
@@ -27,6 +28,8 @@ pub(super) struct Completion {
     frees_key: bool,
     /// The attempt's job, whose next attempt its permit may begin ([`Refill`]).
     task_type: Option<String>,
+    /// Where the outcome went in the outcome journal, if anywhere.
+    ticket: Option<Ticket>,
 }
 
 impl Completion {
@@ -44,6 +47,7 @@ impl From<Finish> for Completion {
             permit: None,
             frees_key: false,
             task_type: None,
+            ticket: None,
         }
     }
 }
@@ -63,6 +67,7 @@ pub(super) struct Outcomes {
     clock: SharedClock,
     lookahead: Duration,
     signals: Option<TestSignals>,
+    journal: Option<Arc<OutcomeJournal>>,
 }
 
 impl Outcomes {
@@ -72,6 +77,7 @@ impl Outcomes {
         metrics: Arc<Metrics>,
         clock: SharedClock,
         config: &DispatcherConfig,
+        journal: &Option<Arc<OutcomeJournal>>,
     ) -> Self {
         Self {
             sender,
@@ -80,6 +86,7 @@ impl Outcomes {
             clock,
             lookahead: config.lookahead,
             signals: config.signals.clone(),
+            journal: journal.clone(),
         }
     }
 
@@ -122,17 +129,21 @@ impl Outcomes {
             }
         }
         let frees_key = task.concurrency_key.is_some();
+        let finish = Finish {
+            id: task.id,
+            lease_token: attempt.lease_token,
+            kind,
+        };
+        // Before it can wait for the write: a kill from here on finds it journaled.
+        let ticket = self.journal.as_ref().and_then(|j| j.append(&finish));
         let _ = self
             .sender
             .send(Completion {
-                finish: Finish {
-                    id: task.id,
-                    lease_token: attempt.lease_token,
-                    kind,
-                },
+                finish,
                 permit: Some(permit),
                 frees_key,
                 task_type: Some(task.task_type),
+                ticket,
             })
             .await;
     }
@@ -149,12 +160,32 @@ pub(super) struct Completer {
     pub(super) completions: mpsc::Receiver<Completion>,
     /// Begins jobs' next attempts with the outcomes that free their slots.
     pub(super) refill: Arc<Refill>,
+    /// Told which journaled outcomes are written.
+    pub(super) journal: Option<Arc<OutcomeJournal>>,
 }
 
 impl Completer {
     /// Holds no sender: the channel closing (every [`Outcomes`] gone) is what ends this
     /// loop, once it has written what is queued. `shutdown` only shortens its retries.
     pub(super) async fn run(mut self, shutdown: CancellationToken) {
+        // What an earlier process journaled and did not write comes first, while its
+        // tasks' leases still hold.
+        let mut recovered: Vec<Completion> = self
+            .journal
+            .as_ref()
+            .map(|journal| journal.take_recovered())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(finish, ticket)| Completion {
+                ticket: Some(ticket),
+                ..Completion::from(finish)
+            })
+            .collect();
+        while !recovered.is_empty() {
+            let rest = recovered.split_off(recovered.len().min(512));
+            let mut chunk = std::mem::replace(&mut recovered, rest);
+            self.write(&mut chunk, &shutdown).await;
+        }
         let mut received = Vec::with_capacity(512);
         while self.completions.recv_many(&mut received, 512).await > 0 {
             self.write(&mut received, &shutdown).await;
@@ -172,6 +203,7 @@ impl Completer {
             false => self.refill.plan(received, now),
         };
         let frees_key = received.iter().any(|c: &Completion| c.frees_key);
+        let tickets: Vec<Ticket> = received.iter().filter_map(|c| c.ticket).collect();
         let (mut batch, mut permits): (Vec<Finish>, Vec<_>) = received
             .drain(..)
             .map(|c: Completion| (c.finish, c.permit))
@@ -223,6 +255,9 @@ impl Completer {
             }
         }
         if written {
+            if let Some(journal) = &self.journal {
+                journal.written(tickets);
+            }
             emit(&self.signals, || Signal::Finished {
                 ids,
                 at: self.clock.now_millis(),

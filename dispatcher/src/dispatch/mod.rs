@@ -51,6 +51,7 @@ mod attempt;
 mod claimer;
 mod completer;
 pub mod holdings;
+mod journal;
 mod membership;
 pub mod ownership;
 mod refill;
@@ -85,6 +86,7 @@ use attempt::Attempts;
 use claimer::Claimer;
 use completer::{Completer, Outcomes};
 use holdings::Holdings;
+pub use journal::{JournalError, OutcomeJournal};
 use membership::Membership;
 use ownership::Ownership;
 use runner::Runners;
@@ -131,6 +133,9 @@ pub struct DispatcherConfig {
     pub signals: Option<TestSignals>,
     /// Where the `dispatch` and `attempt` spans go ([`crate::trace`]).
     pub tracer: Tracer,
+    /// `--outcome-journal`: the directory of this process's outcome journal
+    /// ([`OutcomeJournal`]); none by default.
+    pub outcome_journal: Option<std::path::PathBuf>,
 }
 
 impl Default for DispatcherConfig {
@@ -153,6 +158,7 @@ impl Default for DispatcherConfig {
             signing_status: Arc::default(),
             signals: None,
             tracer: Tracer::default(),
+            outcome_journal: None,
         }
     }
 }
@@ -346,6 +352,7 @@ impl Dispatcher {
         config: DispatcherConfig,
         waker: ClaimerWakeup,
         shutdown: CancellationToken,
+        journal: Option<Arc<OutcomeJournal>>,
     ) -> Self {
         let (tx, rx) = mpsc::channel(config.max_heap.max(1));
         let member = ownership::member_name(config.job.as_deref(), &config.owner);
@@ -382,7 +389,14 @@ impl Dispatcher {
         };
         let adaptive = Arc::new(Mutex::new(Adaptive::default()));
         let outcomes_written = Arc::new(Notify::new());
-        let outcomes = Outcomes::new(tx, claims.clone(), metrics.clone(), clock.clone(), &config);
+        let outcomes = Outcomes::new(
+            tx,
+            claims.clone(),
+            metrics.clone(),
+            clock.clone(),
+            &config,
+            &journal,
+        );
         let inflight = TaskTracker::new();
         let abandon = CancellationToken::new();
         let attempts = Arc::new(Attempts {
@@ -426,6 +440,7 @@ impl Dispatcher {
                 written: outcomes_written,
                 completions: rx,
                 refill,
+                journal,
             },
             membership: Membership::new(
                 store.clone(),

@@ -82,6 +82,7 @@ impl Rig {
             },
             ClaimerWakeup::default(),
             shutdown.clone(),
+            None,
         );
         let run = tokio::spawn(dispatcher.run(tasks.clone()));
         Self {

@@ -61,3 +61,91 @@ async fn kill_9_mid_run_loses_nothing() {
         asyncd.wait_state(id, "succeeded").await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_killed_dispatchers_unwritten_outcome_is_written_when_it_starts_again() {
+    unwritten_outcome_written_on_restart(Service::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_a_killed_dispatchers_unwritten_outcome_is_written_when_it_starts_again() {
+    unwritten_outcome_written_on_restart(Service::MariaDb).await;
+}
+
+/// The outcome journal (`--outcome-journal`): the executor answers 200 as the
+/// dispatcher's link to its store is cut, so the outcome cannot be written; the
+/// dispatcher is SIGKILLed and started again on the same journal once the link is back.
+/// It writes the outcome first thing: the task succeeds with its one executor call.
+/// Without the journal the task would stay running until its lease lapsed (the 60 s
+/// timeout plus the grace), far past this test's deadline, and then run a second time.
+async fn unwritten_outcome_written_on_restart(service: Service) {
+    let Some(database) = fresh_database(service).await else {
+        return;
+    };
+    migrate(&database);
+    let proxy = std::sync::Arc::new(DbProxy::start(&database, true).await);
+    let link = proxy.clone();
+    let executor = Executor::start(move |_| {
+        link.cut();
+        Answer::ok()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = dir.path().join("jobs");
+    std::fs::create_dir(&jobs).unwrap();
+    std::fs::write(
+        jobs.join("job.yaml"),
+        job_yaml("test-job", "work", &executor.url(), "").replace("timeout: 5s", "timeout: 60s"),
+    )
+    .unwrap();
+    let journal = dir.path().join("journal");
+    let journal_arg = journal.display().to_string();
+    let api = Role::serve("api", &database, &jobs, dir.path(), &[]);
+    let mut dispatcher = Role::serve(
+        "dispatcher",
+        &proxy.url(&database),
+        &jobs,
+        dir.path(),
+        &["--outcome-journal", &journal_arg],
+    );
+    let http = reqwest::Client::new();
+    wait_healthy(&http, &api.listen).await;
+    let answer: serde_json::Value = http
+        .post(format!("http://{}/v1/tasks", api.listen))
+        .json(&json!({"type": "work", "payload": {"n": 1}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = answer["id"].as_str().expect("an id").to_string();
+
+    // The outcome is journaled once the dispatcher has the executor's answer.
+    let segments = ["outcomes-0.jsonl", "outcomes-1.jsonl"].map(|name| journal.join(name));
+    wait_for("the outcome journaled", DEADLINE, async || {
+        segments
+            .iter()
+            .any(|path| std::fs::read_to_string(path).is_ok_and(|text| text.contains(&id)))
+            .then_some(())
+    })
+    .await;
+    dispatcher.kill9();
+    proxy.restore();
+    dispatcher.spawn();
+
+    let task_url = format!("http://{}/v1/tasks/{id}", api.listen);
+    wait_for("the task succeeded", Duration::from_secs(30), async || {
+        let task: serde_json::Value = http.get(&task_url).send().await.ok()?.json().await.ok()?;
+        (task["state"] == "succeeded").then_some(())
+    })
+    .await;
+    assert_eq!(executor.calls_for(&id).len(), 1, "run once");
+    assert!(
+        dispatcher
+            .log()
+            .contains("writing the outcomes an earlier process left unwritten"),
+        "{}",
+        dispatcher.log()
+    );
+}

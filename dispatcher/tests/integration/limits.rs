@@ -203,6 +203,7 @@ impl Pair {
                 },
                 ClaimerWakeup::default(),
                 shutdown.clone(),
+                None,
             );
             sinks.push(dispatcher.sink());
             runs.push(tokio::spawn(dispatcher.run(tasks.clone())));
