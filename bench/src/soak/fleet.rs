@@ -63,6 +63,10 @@ impl Fleet {
             let name = format!("soak-{role}-{i}");
             let mut argv = vec![role.to_string()];
             argv.extend(common(&listen, &name));
+            if role == "dispatcher" && args.outcome_journal {
+                let journal = logs.join(format!("{name}-journal"));
+                argv.extend(["--outcome-journal".into(), journal.display().to_string()]);
+            }
             procs.push(Proc {
                 role,
                 name,

@@ -103,6 +103,12 @@ pub struct Args {
     apis: usize,
     #[arg(long, default_value_t = 3)]
     dispatchers: usize,
+    /// Whether each dispatcher keeps an outcome journal (`--outcome-journal`, a folder of
+    /// its own under the soak's, kept across its kills as a pod's emptyDir is), so that
+    /// it writes after a kill the outcomes the kill left unwritten. `false` measures the
+    /// duplicates without it.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    outcome_journal: bool,
     #[arg(long, default_value_t = 2)]
     schedulers: usize,
     /// Toxiproxy's API (`e2e/services/toxiproxy.sh url`): every asyncd process reaches the

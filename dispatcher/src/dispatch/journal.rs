@@ -33,6 +33,12 @@ use asyncd_store::{Finish, FinishKind, Millis};
 /// waits while the store is away.
 const SEGMENT_BYTES: u64 = 4 << 20;
 
+/// While the store is away nothing is written and the current segment keeps growing;
+/// past this size outcomes go on unjournaled, so that the journal's folder (in
+/// Kubernetes a size-limited emptyDir, whose overflow evicts the pod) stays under
+/// 2 × this.
+const SEGMENT_CAP: u64 = 32 << 20;
+
 const SEGMENTS: [&str; 2] = ["outcomes-0.jsonl", "outcomes-1.jsonl"];
 
 #[derive(Debug, thiserror::Error)]
@@ -219,8 +225,9 @@ impl OutcomeJournal {
         std::mem::take(&mut *self.recovered.lock().expect("journal lock"))
     }
 
-    /// Appends `finish`. An error (a full disk) is logged and the outcome goes on
-    /// unjournaled: the journal only saves re-runs, and an outcome must never wait on it.
+    /// Appends `finish`. A full journal ([`SEGMENT_CAP`]) or an error (a full disk)
+    /// leaves the outcome unjournaled: the journal only saves re-runs, and an outcome
+    /// must never wait on it.
     pub fn append(&self, finish: &Finish) -> Option<Ticket> {
         let mut line = serde_json::to_vec(&Entry::from(finish)).expect("an outcome serializes");
         line.push(b'\n');
@@ -234,6 +241,10 @@ impl OutcomeJournal {
         }
         let index = segments.current;
         let segment = &mut segments.files[index];
+        if segment.len + line.len() as u64 > SEGMENT_CAP {
+            tracing::debug!(journal = %self.dir.display(), "outcome journal full; an outcome goes on unjournaled");
+            return None;
+        }
         match segment.file.write_all(&line) {
             Ok(()) => {
                 segment.len += line.len() as u64;
@@ -404,6 +415,29 @@ mod tests {
             "the 10 waiting outcomes are kept: {}",
             left.len()
         );
+    }
+
+    #[test]
+    fn the_journal_stops_growing_at_its_cap_while_nothing_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = OutcomeJournal::open(dir.path()).unwrap();
+        let big = "x".repeat(64 << 10);
+        let dead = |n: usize| Finish {
+            id: format!("t{n}"),
+            lease_token: 1,
+            kind: FinishKind::Dead { error: big.clone() },
+        };
+        let journaled = (0..1_000)
+            .filter(|&n| journal.append(&dead(n)).is_some())
+            .count();
+        assert!(
+            (400..600).contains(&journaled),
+            "{journaled} of 1 000 journaled"
+        );
+        for name in SEGMENTS {
+            let len = std::fs::metadata(dir.path().join(name)).unwrap().len();
+            assert!(len <= SEGMENT_CAP, "{name}: {len}");
+        }
     }
 
     #[test]

@@ -6,9 +6,10 @@
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EnvFromSource, EnvVar, EnvVarSource, HTTPGetAction,
-    ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
-    SecretEnvSource, SecretKeySelector, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource, EnvVar,
+    EnvVarSource, HTTPGetAction, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec,
+    Probe, ResourceRequirements, SecretEnvSource, SecretKeySelector, SecretVolumeSource,
+    SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -26,6 +27,33 @@ pub const METRICS_PORT: i32 = 7700;
 /// mounted at `<this>/<secret name>`, so each key is `<this>/<secret name>/<key>`.
 pub const SIGNING_DIR: &str = "/var/run/asyncd/signing";
 const SIGNING_VOLUME: &str = "signing";
+
+/// Where the dispatcher keeps its outcome journal (`asyncd --outcome-journal`): an
+/// emptyDir, which a container's restart in the same pod keeps, so that a dispatcher
+/// killed with outcomes unwritten (OOM, a liveness failure) writes them when it starts
+/// again instead of its tasks running twice.
+pub const OUTCOME_JOURNAL_DIR: &str = "/var/lib/asyncd/outcome-journal";
+const OUTCOME_JOURNAL_VOLUME: &str = "outcome-journal";
+
+/// The outcome journal's volume. Its size limit is above what the journal keeps (two
+/// segments of at most 32 MiB): past it the kubelet would evict the pod.
+fn outcome_journal_volume() -> (Volume, VolumeMount) {
+    (
+        Volume {
+            name: OUTCOME_JOURNAL_VOLUME.into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                size_limit: Some(Quantity("128Mi".into())),
+                ..EmptyDirVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        VolumeMount {
+            name: OUTCOME_JOURNAL_VOLUME.into(),
+            mount_path: OUTCOME_JOURNAL_DIR.into(),
+            ..VolumeMount::default()
+        },
+    )
+}
 
 /// The job's own signing Secret, and nothing else, as a read-only volume. Optional: a
 /// pod starts while the Secret is missing and the dispatcher holds the job's tasks back
@@ -160,7 +188,19 @@ pub fn build(config: &AsyncJobConfig, settings: &DispatcherSettings) -> Deployme
             ..EnvVar::default()
         });
     }
+    env.push(EnvVar {
+        name: "ASYNCD_OUTCOME_JOURNAL".into(),
+        value: Some(OUTCOME_JOURNAL_DIR.into()),
+        ..EnvVar::default()
+    });
+    let (journal_volume, journal_mount) = outcome_journal_volume();
     let signing = signing_volume(config);
+    let mut volumes = vec![journal_volume];
+    let mut volume_mounts = vec![journal_mount];
+    if let Some((volume, mount)) = signing {
+        volumes.push(volume);
+        volume_mounts.push(mount);
+    }
     let container = Container {
         name: "dispatcher".into(),
         image: Some(settings.image.clone()),
@@ -206,7 +246,7 @@ pub fn build(config: &AsyncJobConfig, settings: &DispatcherSettings) -> Deployme
             }),
             ..SecurityContext::default()
         }),
-        volume_mounts: signing.as_ref().map(|(_, mount)| vec![mount.clone()]),
+        volume_mounts: Some(volume_mounts),
         ..Container::default()
     };
     let pod_annotations = BTreeMap::from([
@@ -255,7 +295,7 @@ pub fn build(config: &AsyncJobConfig, settings: &DispatcherSettings) -> Deployme
                         ..PodSecurityContext::default()
                     }),
                     containers: vec![container],
-                    volumes: signing.map(|(volume, _)| vec![volume]),
+                    volumes: Some(volumes),
                     ..PodSpec::default()
                 }),
             },
@@ -354,16 +394,17 @@ mod tests {
                 .join(" ")
                 .ends_with("--signing-dir /var/run/asyncd/signing"),
         );
+        // mounted after the outcome journal's emptyDir, which every dispatcher has
         let mounts = c.volume_mounts.as_ref().unwrap();
-        assert_eq!(mounts.len(), 1);
+        assert_eq!(mounts.len(), 2);
         assert_eq!(
-            (mounts[0].mount_path.as_str(), mounts[0].read_only),
+            (mounts[1].mount_path.as_str(), mounts[1].read_only),
             ("/var/run/asyncd/signing/order-cancel-signing", Some(true))
         );
         let volumes = pod.volumes.as_ref().unwrap();
-        assert_eq!(volumes.len(), 1);
-        assert_eq!(volumes[0].name, mounts[0].name);
-        let secret = volumes[0].secret.as_ref().unwrap();
+        assert_eq!(volumes.len(), 2);
+        assert_eq!(volumes[1].name, mounts[1].name);
+        let secret = volumes[1].secret.as_ref().unwrap();
         assert_eq!(
             (
                 secret.secret_name.as_deref(),
@@ -416,7 +457,45 @@ mod tests {
             .template
             .spec
             .unwrap();
-        assert!(pod.containers[0].volume_mounts.is_none());
+        let mounts: Vec<&str> = pod.containers[0]
+            .volume_mounts
+            .iter()
+            .flatten()
+            .map(|m| m.mount_path.as_str())
+            .collect();
+        assert_eq!(mounts, [OUTCOME_JOURNAL_DIR], "the outcome journal only");
+    }
+
+    #[test]
+    fn every_dispatcher_keeps_its_outcome_journal_on_a_bounded_emptydir() {
+        let pod = build(&fixtures::config("job-a"), &fixtures::settings())
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap();
+        let container = &pod.containers[0];
+        let env = container.env.as_ref().unwrap();
+        let journal = env
+            .iter()
+            .find(|e| e.name == "ASYNCD_OUTCOME_JOURNAL")
+            .and_then(|e| e.value.as_deref());
+        assert_eq!(journal, Some(OUTCOME_JOURNAL_DIR));
+        let mount = container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.mount_path == OUTCOME_JOURNAL_DIR)
+            .expect("mounted");
+        assert_ne!(mount.read_only, Some(true), "the journal is written");
+        let volume = pod
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == mount.name)
+            .expect("a volume");
+        let empty_dir = volume.empty_dir.as_ref().expect("an emptyDir");
+        assert_eq!(empty_dir.size_limit, Some(Quantity("128Mi".into())));
     }
 
     #[test]
