@@ -342,7 +342,7 @@ check "label the Secret for the config"      kn label secret bare-signing asyncd
 # a Secret's change does not wake the operator (it never watches Secrets): touch the config
 check "touch the config"                     kn annotate asyncjobconfig bare-signer e2e/touched=1
 check "then it is Ready"                     kn wait --for=condition=Ready --timeout=60s asyncjobconfig/bare-signer
-mounted() { expect_eq volume "$(jp deploy/asyncd-dispatcher-bare-signer '{.spec.template.spec.volumes[0].secret.secretName}')" bare-signing; }
+mounted() { expect_eq volume "$(jp deploy/asyncd-dispatcher-bare-signer '{.spec.template.spec.volumes[?(@.name=="signing")].secret.secretName}')" bare-signing; }
 check "and its Deployment mounts the Secret" mounted
 check "delete both signers"                  kn delete asyncjobconfig key-thief bare-signer --wait=true --timeout=30s
 
