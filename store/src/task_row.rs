@@ -133,6 +133,29 @@ impl ClaimAtInsert<'_> {
     }
 }
 
+/// The new rows of `tasks`, pending, or claimed as `claim` takes them.
+pub(crate) fn new_rows<'t, 'a: 't>(
+    tasks: &'t [NewTask],
+    now: Millis,
+    mut claim: Option<&mut ClaimRoom<'_, 'a>>,
+) -> Vec<TaskValues<'t>> {
+    tasks
+        .iter()
+        .map(|task| {
+            let row = TaskValues::new(task, TaskState::Pending, None, now);
+            let claimed = claim.as_deref_mut().and_then(|claim| {
+                let ClaimAtInsert { owner, .. } = *claim.claim;
+                let until = claim.claim.lease_until(task.trigger_at, now);
+                claim.takes(task).then_some((owner, until))
+            });
+            match claimed {
+                Some((owner, until)) => row.claimed(owner, until),
+                None => row,
+            }
+        })
+        .collect()
+}
+
 impl<'a> TaskValues<'a> {
     /// A cancelled row under `id`, holding the id of a Kafka-routed task whose message
     /// has not been consumed: a cancel ahead of consumption, or a change's placeholder

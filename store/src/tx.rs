@@ -18,12 +18,12 @@ use super::shared::{INSERT_TASKS, ManyRows, Queries};
 pub use super::task_row::ClaimAtInsert;
 use super::task_row::{
     BULK_LOAD_MAX_ROWS, BULK_LOAD_MIN_ROWS, CLAIMED_AT_INSERT_TOKEN, ClaimRoom, TaskValues,
-    loadable, rows_per_statement,
+    loadable, new_rows, rows_per_statement,
 };
 use super::{
     ClaimedTask, DeadLetterParams, Finish, FinishKind, InsertOutcome, Millis, NewTask,
-    RedriveOutcome, Result, TaskRecord, TaskState, is_unique_violation, retrying,
-    unnamed_insert_conflict, unnamed_redrive_conflict,
+    RedriveOutcome, Result, TaskRecord, is_unique_violation, retrying, unnamed_insert_conflict,
+    unnamed_redrive_conflict,
 };
 
 /// A connection of a dialect's database.
@@ -223,29 +223,6 @@ where
         .await
     }
 
-    /// The new rows of `tasks`, pending, or claimed as `claim` takes them.
-    fn new_rows<'t, 'a: 't>(
-        tasks: &'t [NewTask],
-        now: Millis,
-        mut claim: Option<&mut ClaimRoom<'_, 'a>>,
-    ) -> Vec<TaskValues<'t>> {
-        tasks
-            .iter()
-            .map(|task| {
-                let row = TaskValues::new(task, TaskState::Pending, None, now);
-                let claimed = claim.as_deref_mut().and_then(|claim| {
-                    let ClaimAtInsert { owner, .. } = *claim.claim;
-                    let until = claim.claim.lease_until(task.trigger_at, now);
-                    claim.takes(task).then_some((owner, until))
-                });
-                match claimed {
-                    Some((owner, until)) => row.claimed(owner, until),
-                    None => row,
-                }
-            })
-            .collect()
-    }
-
     /// Writes `tasks`, none with dependencies or a key, by the dialect's bulk load: all
     /// of them go in, or the load fails (see [`Self::insert_claiming`]).
     async fn load_many(
@@ -254,7 +231,7 @@ where
         now: Millis,
         claim: Option<&mut ClaimRoom<'_, '_>>,
     ) -> Result<(Vec<InsertOutcome>, Vec<ClaimedTask>)> {
-        let rows = Self::new_rows(tasks, now, claim);
+        let rows = new_rows(tasks, now, claim);
         D::load_tasks(&mut **tx, &rows).await?;
         let outcomes = tasks
             .iter()
@@ -280,7 +257,7 @@ where
         now: Millis,
         claim: Option<&mut ClaimRoom<'_, '_>>,
     ) -> Result<(Vec<InsertOutcome>, Vec<ClaimedTask>)> {
-        let rows = Self::new_rows(tasks, now, claim);
+        let rows = new_rows(tasks, now, claim);
         let mut insert = Self::insert_statement(&rows);
         let mut inserted: std::collections::HashSet<String> = match D::QUERIES.insert_many {
             ManyRows::LeftOut => {
