@@ -265,6 +265,21 @@ mod tests {
         ) -> store::Result<store::ChangeOutcome> {
             self.inner.change(id, change, now).await
         }
+        async fn cool_down_key(
+            &self,
+            task_type: &str,
+            key: &str,
+            ends_at: Millis,
+        ) -> store::Result<()> {
+            self.inner.cool_down_key(task_type, key, ends_at).await
+        }
+        async fn purge_key_cooldowns(
+            &self,
+            ended_before: Millis,
+            limit: u32,
+        ) -> store::Result<u64> {
+            self.inner.purge_key_cooldowns(ended_before, limit).await
+        }
         async fn purge_key_windows(&self, closed_before: Millis, limit: u32) -> store::Result<u64> {
             self.inner.purge_key_windows(closed_before, limit).await
         }

@@ -168,6 +168,9 @@ impl Purger {
         let closed_before = now.saturating_sub(KEY_WINDOWS);
         let (_, more) = drain(|| self.store.purge_key_windows(closed_before, BATCH)).await?;
         pass.more |= more;
+        // A cooldown that ended rests nothing: it goes at once.
+        let (_, more) = drain(|| self.store.purge_key_cooldowns(now, BATCH)).await?;
+        pass.more |= more;
         if released + kafka_purged > 0 {
             tracing::debug!(
                 released,

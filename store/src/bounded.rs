@@ -184,6 +184,22 @@ impl Store for Bounded {
         .await
     }
 
+    async fn cool_down_key(&self, task_type: &str, key: &str, ends_at: Millis) -> Result<()> {
+        self.within(
+            "cool_down_key",
+            self.inner.cool_down_key(task_type, key, ends_at),
+        )
+        .await
+    }
+
+    async fn purge_key_cooldowns(&self, ended_before: Millis, limit: u32) -> Result<u64> {
+        self.within(
+            "purge_key_cooldowns",
+            self.inner.purge_key_cooldowns(ended_before, limit),
+        )
+        .await
+    }
+
     async fn purge_key_windows(&self, closed_before: Millis, limit: u32) -> Result<u64> {
         self.within(
             "purge_key_windows",

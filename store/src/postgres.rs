@@ -131,6 +131,12 @@ const QUERIES: Queries = Queries {
                           AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.id = w.task_id \
                                           AND t.state IN ('blocked', 'pending', 'claimed')) \
                         ORDER BY closes_at LIMIT $2)",
+    cool_down_key: "INSERT INTO key_cooldowns (task_type, concurrency_key, ends_at) \
+                    VALUES ($1, $2, $3) ON CONFLICT (task_type, concurrency_key) \
+                    DO UPDATE SET ends_at = GREATEST(key_cooldowns.ends_at, EXCLUDED.ends_at)",
+    purge_cooldowns: "DELETE FROM key_cooldowns WHERE (task_type, concurrency_key) IN ( \
+                          SELECT task_type, concurrency_key FROM key_cooldowns \
+                          WHERE ends_at < $1 ORDER BY ends_at LIMIT $2)",
     expirable: "SELECT id, task_type FROM tasks \
                 WHERE expires_at IS NOT NULL AND state IN ('blocked', 'pending', 'claimed') \
                   AND expires_at <= $1 \

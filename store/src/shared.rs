@@ -163,6 +163,12 @@ pub struct Queries {
     /// Deletes up to `limit` key windows closed before `closed_before` whose task no
     /// longer waits, earliest closed first (`closed_before, limit`).
     pub purge_windows: &'static str,
+    /// Rests key `(task_type, key)` until `ends_at`, or keeps its later end
+    /// (`task_type, key, ends_at`).
+    pub cool_down_key: &'static str,
+    /// Deletes up to `limit` key cooldowns that ended before `ended_before`, earliest
+    /// first (`ended_before, limit`).
+    pub purge_cooldowns: &'static str,
     /// The state of task `id`, read to say why a transition did not apply.
     pub state: &'static str,
     /// What ends a `SELECT` that locks the rows it reads and passes over those another

@@ -400,6 +400,16 @@ where
             .push_bind(params.horizon)
             .push(")) ) ranked WHERE state = 'pending' AND turn <= ")
             .push_bind(i64::from(fair.per_key))
+            // A key cooling down waits; a task without a key (from before the job was
+            // keyed) matches no cooldown.
+            .push(
+                " AND NOT EXISTS (SELECT 1 FROM key_cooldowns c \
+                   WHERE c.task_type = ",
+            )
+            .push_bind(task_type.as_str())
+            .push(" AND c.concurrency_key = ranked.concurrency_key AND c.ends_at > ")
+            .push_bind(params.now)
+            .push(")")
             .push(" ORDER BY turn, CASE WHEN concurrency_key > ")
             .push_bind(B::key(fair.after.unwrap_or("")))
             .push(" THEN 0 ELSE 1 END, concurrency_key, claim_rank, id LIMIT ")
@@ -433,6 +443,31 @@ where
             let applied = B::finish_on(&mut tx, finishes, now).await?;
             tx.commit().await?;
             Ok(applied)
+        })
+        .await
+    }
+
+    async fn cool_down_key(&self, task_type: &str, key: &str, ends_at: Millis) -> Result<()> {
+        retrying(B::transient, || async {
+            sqlx::query::<B::DB>(B::QUERIES.cool_down_key)
+                .bind(task_type)
+                .bind(B::key(key))
+                .bind(ends_at)
+                .execute(self.writer())
+                .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn purge_key_cooldowns(&self, ended_before: Millis, limit: u32) -> Result<u64> {
+        retrying(B::transient, || async {
+            let done = sqlx::query::<B::DB>(B::QUERIES.purge_cooldowns)
+                .bind(ended_before)
+                .bind(i64::from(limit))
+                .execute(self.writer())
+                .await?;
+            Ok(B::rows_affected(&done))
         })
         .await
     }

@@ -346,6 +346,12 @@ const QUERIES: Queries = Queries {
                           AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.id = w.task_id \
                                           AND t.state IN ('blocked', 'pending', 'claimed')) \
                         ORDER BY closes_at LIMIT ?)",
+    cool_down_key: "INSERT INTO key_cooldowns (task_type, concurrency_key, ends_at) \
+                    VALUES (?, ?, ?) ON CONFLICT (task_type, concurrency_key) \
+                    DO UPDATE SET ends_at = MAX(ends_at, excluded.ends_at)",
+    purge_cooldowns: "DELETE FROM key_cooldowns WHERE (task_type, concurrency_key) IN ( \
+                          SELECT task_type, concurrency_key FROM key_cooldowns \
+                          WHERE ends_at < ? ORDER BY ends_at LIMIT ?)",
     // The partial index's terms word for word, or SQLite will not read it.
     expirable: "SELECT id, task_type FROM tasks INDEXED BY tasks_expiring \
                 WHERE expires_at IS NOT NULL AND state IN ('blocked', 'pending', 'claimed') \

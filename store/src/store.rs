@@ -104,8 +104,12 @@ pub trait Store: Send + Sync + 'static {
     /// count first, so a key that has `per_key` of them gets no more, and the rest go
     /// to the keys in turns — every key's best ranked task before any key's second,
     /// the keys of a turn in rotation from the one after `after` (docs/design.md,
-    /// "Per-key limits").
+    /// "Per-key limits"). A key cooling down past `params.now`
+    /// ([`Store::cool_down_key`]) gets none.
     async fn claim_fair(&self, params: ClaimParams<'_>, fair: FairParams<'_>) -> Result<FairClaim>;
+    /// Rests concurrency key `key` of `task_type` until `ends_at`: no fair claim takes
+    /// its pending tasks before then. A cooldown already ending later is kept.
+    async fn cool_down_key(&self, task_type: &str, key: &str, ends_at: Millis) -> Result<()>;
     /// Applies each finish whose token still matches; `true` where it applied.
     async fn finish(&self, finishes: &[Finish], now: Millis) -> Result<Vec<bool>>;
     /// [`Store::finish`], then [`Store::start_due`] for each of `starts` (of distinct
@@ -148,6 +152,9 @@ pub trait Store: Send + Sync + 'static {
     /// how many. (A window still naming a waiting task is kept: a trailing debounce
     /// must keep folding submits into it.)
     async fn purge_key_windows(&self, closed_before: Millis, limit: u32) -> Result<u64>;
+    /// Deletes up to `limit` key cooldowns that ended before `ended_before`, earliest
+    /// first, in one short statement; returns how many.
+    async fn purge_key_cooldowns(&self, ended_before: Millis, limit: u32) -> Result<u64>;
     /// Tasks by filter ([`SearchParams`]), without their `depends_on`.
     /// How many dead letters match `filter`, and how many of them its action can act on.
     async fn count_dead(&self, filter: DeadFilter<'_>) -> Result<DeadCount>;

@@ -362,7 +362,12 @@ impl Attempts {
                     .executor
                     .call(job, &task, &attempt, keys, watch.sent(&task))
                     .await;
-                watch.answered(&task, &attempt, outcome, status, clock.elapsed())
+                let cooldown = cooldown(job, &task, &outcome);
+                let kind = watch.answered(&task, &attempt, outcome, status, clock.elapsed());
+                if let Some(after) = cooldown {
+                    self.cool_down(&task, after).await;
+                }
+                kind
             }
             None => self.vanished(&task, &attempt),
         };
@@ -399,6 +404,14 @@ impl Attempts {
                 let (outcomes, status) = self.executor.call_batch(job, &calls, keys).await;
                 let took = clock.elapsed();
                 drop(calls);
+                let cooldowns: Vec<(&ClaimedTask, Duration)> = attempts
+                    .iter()
+                    .zip(&outcomes)
+                    .filter_map(|((task, ..), outcome)| Some((task, cooldown(job, task, outcome)?)))
+                    .collect();
+                for (task, after) in cooldowns {
+                    self.cool_down(task, after).await;
+                }
                 watches
                     .into_iter()
                     .zip(outcomes)
@@ -421,6 +434,24 @@ impl Attempts {
         }
     }
 
+    /// Rests `task`'s concurrency key for `after`, for every dispatcher's fair claims.
+    /// Written before the attempt's outcome: once the outcome frees the key's slot, the
+    /// next claim must already see the key resting, or the key's next task would be
+    /// called at once.
+    async fn cool_down(&self, task: &ClaimedTask, after: Duration) {
+        let Some(key) = task.concurrency_key.as_deref() else {
+            return;
+        };
+        let ends_at = self.clock.now_millis() + after;
+        if let Err(err) = self
+            .store
+            .cool_down_key(&task.task_type, key, ends_at)
+            .await
+        {
+            tracing::warn!(%err, "could not rest the task's concurrency key as its executor's Retry-After asked; the key's other tasks may be called before then");
+        }
+    }
+
     /// The job vanished between the attempt's start and its call: a failed attempt.
     fn vanished(&self, task: &ClaimedTask, attempt: &Started) -> FinishKind {
         retry::settle(
@@ -437,6 +468,27 @@ impl Attempts {
 }
 
 /// The span of one attempt's outcome line: it carries the task.
+/// How long an answer asks the task's concurrency key to rest: a 429 or 503 with a
+/// `Retry-After` speaks for the upstream behind the executor, which for a keyed job is
+/// the key's (a merchant's, a tenant's), so the key's other tasks wait too while the
+/// job's other keys go on. `None` for an unkeyed job or task, or a wait of nothing.
+fn cooldown(
+    job: &asyncd_spec::Job,
+    task: &ClaimedTask,
+    outcome: &AttemptOutcome,
+) -> Option<Duration> {
+    match outcome {
+        AttemptOutcome::RetryAfter { after, .. }
+            if !after.is_zero()
+                && job.concurrency_key.is_some()
+                && task.concurrency_key.is_some() =>
+        {
+            Some(*after)
+        }
+        _ => None,
+    }
+}
+
 fn attempt_span(task: &ClaimedTask, attempt: &Started) -> tracing::Span {
     tracing::info_span!(
         "attempt",

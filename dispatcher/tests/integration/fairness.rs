@@ -292,3 +292,90 @@ async fn the_effective_concurrency_backs_off_to_what_the_executor_takes() {
         LATE_429_RATE * 100.0
     );
 }
+
+/// An executor that answers key `m0`'s first call 429 with `Retry-After: 30` and every
+/// other call 200, recording each call's key in order.
+#[derive(Clone, Default)]
+struct UpstreamLimited {
+    calls: Arc<Mutex<Vec<String>>>,
+}
+
+impl UpstreamLimited {
+    async fn start() -> (Self, String) {
+        let executor = Self::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/run", listener.local_addr().unwrap());
+        let e = executor.clone();
+        let app = axum::Router::new().fallback(move |body: Bytes| {
+            let e = e.clone();
+            async move {
+                let body: Value = serde_json::from_slice(&body).unwrap();
+                let key = body["payload"]["m"].as_str().unwrap().to_string();
+                let first_of_m0 = {
+                    let mut calls = e.calls.lock().unwrap();
+                    calls.push(key.clone());
+                    key == "m0" && calls.iter().filter(|k| **k == "m0").count() == 1
+                };
+                match first_of_m0 {
+                    true => (
+                        StatusCode::TOO_MANY_REQUESTS,
+                        [("retry-after", "30")],
+                        "slow down",
+                    ),
+                    false => (StatusCode::OK, [("retry-after", "0")], "{}"),
+                }
+            }
+        });
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (executor, url)
+    }
+
+    fn calls_of(&self, key: &str) -> usize {
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|k| *k == key)
+            .count()
+    }
+}
+
+/// A 429 with `Retry-After` for a task of a keyed job rests that task's key until then:
+/// none of the key's other tasks is called meanwhile, while another key's run one after
+/// another; once the clock passes the end, the key's tasks (the refused one's retry
+/// among them) run. Without the cooldown the key's next task would be called as soon as
+/// the refusal freed its slot (its limit is 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_with_retry_after_rests_only_its_key() {
+    const EACH: usize = 5;
+    let (executor, url) = UpstreamLimited::start().await;
+    let limits = "  concurrency: 4\n  concurrencyKey: {key: '{m}', limit: 1}\n";
+    let jobs = vec![("job.yaml", job_yaml("keyed-job", "keyed", &url, limits))];
+    let asyncd = InProcess::start(&jobs).await;
+    let eta = asyncd::clock::rfc3339(Millis::new(T0 + 1_000));
+    submit_key(&asyncd, 0, EACH, &eta).await;
+    submit_key(&asyncd, 1, EACH, &eta).await;
+    asyncd.clock.set_millis(Millis::new(T0 + 2_000));
+
+    // m1's tasks run one after another (its limit is 1), a claim pass or more each,
+    // while the clock stands still, 30 s short of the end of m0's cooldown.
+    wait_for("every task of m1 called", DEADLINE, async || {
+        (executor.calls_of("m1") >= EACH).then_some(())
+    })
+    .await;
+    assert_eq!(
+        executor.calls_of("m0"),
+        1,
+        "m0 was called again while resting: {:?}",
+        executor.calls.lock().unwrap()
+    );
+
+    asyncd
+        .clock
+        .set_millis(Millis::new(T0 + 2_000 + 30_000 + 1_000));
+    // The refused task's retry and m0's four others.
+    wait_for("m0's tasks called once it rested", DEADLINE, async || {
+        (executor.calls_of("m0") > EACH).then_some(())
+    })
+    .await;
+}

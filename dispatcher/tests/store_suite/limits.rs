@@ -14,6 +14,7 @@ use crate::{Server, T0, at, claim_params, insert, start_params, state};
 
 scenarios!(
     keys_are_claimed_in_turn_and_limited_in_total,
+    a_cooling_key_waits_while_the_other_keys_go_on,
     limits_hold_in_total_across_starters,
     due_tasks_begin_in_one_write_within_the_limits,
     outcomes_begin_the_next_due_attempts_in_the_same_write,
@@ -41,6 +42,70 @@ async fn claims_of(
         .into_iter()
         .map(|c| (c.id, c.lease_token))
         .collect()
+}
+
+/// A key cooling down (its executor answered 429 with `Retry-After`) gets no fair claim
+/// until its end, while the job's other keys, its tasks without a key and the same key
+/// of another job go on; an earlier end does not shorten a cooldown; the retention
+/// pass deletes only those that ended.
+async fn a_cooling_key_waits_while_the_other_keys_go_on(store: &dyn Store) {
+    let keyed = |key: &str, ms: i64| NewTask::test("cooled", at(ms)).concurrency_key(key);
+    let a = insert(store, keyed("a", 0)).await;
+    let b = insert(store, keyed("b", 1)).await;
+    let keyless = insert(store, NewTask::test("cooled", at(2))).await;
+    let other_job = insert(store, NewTask::test("other", at(0)).concurrency_key("a")).await;
+    store
+        .cool_down_key("cooled", "a", at(10_000))
+        .await
+        .unwrap();
+    store.cool_down_key("cooled", "a", at(5_000)).await.unwrap();
+    let fair = |task_type: &'static str, now: Millis| async move {
+        let only = TypeFilter::Only(vec![task_type.into()]);
+        let mut ids: Vec<String> = store
+            .claim_fair(
+                claim_params(&only, now, now, 60_000, "x", 100),
+                FairParams {
+                    per_key: 5,
+                    after: None,
+                },
+            )
+            .await
+            .unwrap()
+            .tasks
+            .into_iter()
+            .map(|c| c.id)
+            .collect();
+        ids.sort();
+        ids
+    };
+    let mut others = vec![b, keyless];
+    others.sort();
+    assert_eq!(
+        fair("cooled", at(20)).await,
+        others,
+        "a rests; b and the keyless go on"
+    );
+    assert_eq!(
+        fair("other", at(20)).await,
+        vec![other_job],
+        "another job's key \"a\""
+    );
+    assert!(
+        fair("cooled", at(9_999)).await.is_empty(),
+        "the earlier end did not shorten a's cooldown"
+    );
+    assert_eq!(
+        fair("cooled", at(10_000)).await,
+        vec![a],
+        "a's cooldown ended"
+    );
+    store
+        .cool_down_key("cooled", "c", at(50_000))
+        .await
+        .unwrap();
+    assert_eq!(store.purge_key_cooldowns(at(20_000), 100).await.unwrap(), 1);
+    assert_eq!(store.purge_key_cooldowns(at(20_000), 100).await.unwrap(), 0);
+    assert_eq!(store.purge_key_cooldowns(at(50_001), 100).await.unwrap(), 1);
 }
 
 /// `concurrencyKey`: the fair claim takes each key's best task before any key's second,

@@ -88,6 +88,10 @@ pub(super) const QUERIES: Queries = Queries {
                     AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.id = key_windows.task_id \
                                     AND t.state IN ('blocked', 'pending', 'claimed')) \
                     ORDER BY closes_at LIMIT ?",
+    cool_down_key: "INSERT INTO key_cooldowns (task_type, concurrency_key, ends_at) \
+                    VALUES (?, ?, ?) \
+                    ON DUPLICATE KEY UPDATE ends_at = GREATEST(ends_at, VALUES(ends_at))",
+    purge_cooldowns: "DELETE FROM key_cooldowns WHERE ends_at < ? ORDER BY ends_at LIMIT ?",
     expirable: "SELECT id, task_type FROM tasks FORCE INDEX (tasks_expiring) \
                 WHERE expiring <= ? ORDER BY expiring LIMIT ? FOR UPDATE SKIP LOCKED",
     expire: "UPDATE tasks FORCE INDEX (PRIMARY) \
