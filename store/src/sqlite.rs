@@ -36,10 +36,12 @@ impl Drop for SqliteStore {
     }
 }
 
-/// How often the checkpointer looks for new frames in the write-ahead log. Under a
-/// full load the writer adds a few thousand frames a second: each pass copies a few
-/// hundred, and a pass with nothing new costs one `stat`.
+/// How often the checkpointer looks for new frames in the write-ahead log while the
+/// writer is busy. Under a full load the writer adds a few thousand frames a second:
+/// each pass copies a few hundred. A look that finds nothing new doubles the wait, up
+/// to [`CHECKPOINT_IDLE`], so an idle store costs a `stat` a second.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(50);
+const CHECKPOINT_IDLE: Duration = Duration::from_secs(1);
 
 /// The log's size, in pages, at which the writer checkpoints itself after a commit
 /// (SQLite's default is 1 000). With the checkpointer ahead of it, the writer's own
@@ -48,8 +50,8 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(50);
 /// (16 MiB at 4 KiB pages).
 const WRITER_CHECKPOINT_PAGES: &str = "4000";
 
-/// Checkpoints the write-ahead log of the database at `wal` through `pool` every
-/// [`CHECKPOINT_EVERY`] that the log has changed.
+/// Checkpoints the write-ahead log of the database at `wal` through `pool` whenever it
+/// changed, looking every [`CHECKPOINT_EVERY`] to [`CHECKPOINT_IDLE`].
 ///
 /// With SQLite's default, the writer itself copies the log into the database after
 /// every 1 000 pages, in the commit that crossed them: the one writer, which every
@@ -58,16 +60,17 @@ const WRITER_CHECKPOINT_PAGES: &str = "4000";
 /// the writer or the readers, so this runs on the other core beside them.
 async fn checkpoint_beside_the_writer(pool: SqlitePool, wal: std::path::PathBuf) {
     let mut seen = None;
-    let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut wait = CHECKPOINT_EVERY;
     loop {
-        tick.tick().await;
+        tokio::time::sleep(wait).await;
         let changed = std::fs::metadata(&wal)
             .and_then(|m| Ok((m.len(), m.modified()?)))
             .ok();
         if changed.is_none() || changed == seen {
+            wait = (wait * 2).min(CHECKPOINT_IDLE);
             continue;
         }
+        wait = CHECKPOINT_EVERY;
         match sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
             .execute(&pool)
             .await
@@ -119,10 +122,12 @@ impl SqliteStore {
             .await?;
         let mut wal = options.get_filename().as_os_str().to_owned();
         wal.push("-wal");
+        // A checkpoint copies frames from the log to the database file without its
+        // connection's page cache: a small one is all it needs.
         let checkpointer = SqlitePoolOptions::new()
             .max_connections(1)
             .test_before_acquire(false)
-            .connect_with(options)
+            .connect_with(options.pragma("cache_size", "-64"))
             .await?;
         let checkpoints = tokio::spawn(checkpoint_beside_the_writer(checkpointer, wal.into()));
         Ok(Self {
