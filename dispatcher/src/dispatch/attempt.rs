@@ -467,7 +467,6 @@ impl Attempts {
     }
 }
 
-/// The span of one attempt's outcome line: it carries the task.
 /// How long an answer asks the task's concurrency key to rest: a 429 or 503 with a
 /// `Retry-After` speaks for the upstream behind the executor, which for a keyed job is
 /// the key's (a merchant's, a tenant's), so the key's other tasks wait too while the
@@ -489,6 +488,7 @@ fn cooldown(
     }
 }
 
+/// The span of one attempt's outcome line: it carries the task.
 fn attempt_span(task: &ClaimedTask, attempt: &Started) -> tracing::Span {
     tracing::info_span!(
         "attempt",
