@@ -44,6 +44,7 @@ pub struct Metrics {
     pub signing_unavailable: IntGaugeVec,
     pub job_paused: IntGaugeVec,
     pub limited: IntCounterVec,
+    pub key_cooldowns: IntCounterVec,
     pub effective_concurrency: IntGaugeVec,
     pub trace_spans_dropped: IntCounterVec,
 }
@@ -171,6 +172,12 @@ impl Metrics {
              waits, claimed, and is tried again",
             &["job", "limit"],
         );
+        let key_cooldowns = counter(
+            "asyncd_job_key_cooldowns_total",
+            "Concurrency keys of a job rested by an executor's 429 or 503 with Retry-After: \
+             no other task of the key is claimed until then",
+            &["job"],
+        );
         let effective_concurrency = gauge(
             "asyncd_job_effective_concurrency",
             "Attempts of a job this dispatcher lets run at once: its concurrency, backed off \
@@ -257,6 +264,7 @@ impl Metrics {
             signing_unavailable,
             job_paused,
             limited,
+            key_cooldowns,
             effective_concurrency,
             trace_spans_dropped,
         }

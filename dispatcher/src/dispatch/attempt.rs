@@ -365,7 +365,7 @@ impl Attempts {
                 let cooldown = cooldown(job, &task, &outcome);
                 let kind = watch.answered(&task, &attempt, outcome, status, clock.elapsed());
                 if let Some(after) = cooldown {
-                    self.cool_down(&task, after).await;
+                    self.cool_down(job, &task, after).await;
                 }
                 kind
             }
@@ -410,7 +410,7 @@ impl Attempts {
                     .filter_map(|((task, ..), outcome)| Some((task, cooldown(job, task, outcome)?)))
                     .collect();
                 for (task, after) in cooldowns {
-                    self.cool_down(task, after).await;
+                    self.cool_down(job, task, after).await;
                 }
                 watches
                     .into_iter()
@@ -438,17 +438,24 @@ impl Attempts {
     /// Written before the attempt's outcome: once the outcome frees the key's slot, the
     /// next claim must already see the key resting, or the key's next task would be
     /// called at once.
-    async fn cool_down(&self, task: &ClaimedTask, after: Duration) {
+    async fn cool_down(&self, job: &asyncd_spec::Job, task: &ClaimedTask, after: Duration) {
         let Some(key) = task.concurrency_key.as_deref() else {
             return;
         };
         let ends_at = self.clock.now_millis() + after;
-        if let Err(err) = self
+        match self
             .store
             .cool_down_key(&task.task_type, key, ends_at)
             .await
         {
-            tracing::warn!(%err, "could not rest the task's concurrency key as its executor's Retry-After asked; the key's other tasks may be called before then");
+            Ok(()) => self
+                .metrics
+                .key_cooldowns
+                .with_label_values(&[job.name.as_str()])
+                .inc(),
+            Err(err) => {
+                tracing::warn!(%err, "could not rest the task's concurrency key as its executor's Retry-After asked; the key's other tasks may be called before then")
+            }
         }
     }
 

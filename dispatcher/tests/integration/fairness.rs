@@ -370,6 +370,22 @@ async fn a_429_with_retry_after_rests_only_its_key() {
         executor.calls.lock().unwrap()
     );
 
+    let metrics = asyncd
+        .http
+        .get(format!("http://{}/metrics", asyncd.addr))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "asyncd_job_key_cooldowns_total{job=\"keyed-job\"} 1"),
+        "one key rested, counted for its job"
+    );
+
     asyncd
         .clock
         .set_millis(Millis::new(T0 + 2_000 + 30_000 + 1_000));
