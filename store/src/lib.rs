@@ -60,6 +60,7 @@ mod bounded;
 mod bulk;
 pub mod domain;
 mod error;
+mod fair_claim;
 pub mod heap;
 mod job_counts;
 mod job_gate;

@@ -10,6 +10,7 @@ use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
 use crate::bulk;
 use crate::domain;
+use crate::fair_claim;
 use crate::job_gate::{RowLock, lock_gate, spend_tokens, start_due_in};
 use crate::rows::{self, DueBacklogRow, Holder, JobCountsRow, LapsedRow, StartedRow, TaskRow};
 use crate::shared::{self, KafkaDeadLetterRow};
@@ -379,43 +380,7 @@ where
         let [task_type] = types.as_slice() else {
             return Err(StoreError::Corrupt("a fair claim is of one job".into()));
         };
-        // The job's active tasks, found through tasks_keyed (type, key, rank), numbered
-        // within each key (`turn`), its claimed and running ones first: linear in the
-        // job's due backlog (docs/design.md, "Per-key limits", on the cost). The keys
-        // take each turn in rotation, starting after `after`.
-        let mut query = sqlx::QueryBuilder::<DB>::new(
-            "SELECT id, concurrency_key FROM (SELECT id, state, claim_rank, concurrency_key, \
-               ROW_NUMBER() OVER (PARTITION BY concurrency_key \
-                 ORDER BY CASE WHEN state = 'pending' THEN 1 ELSE 0 END, claim_rank, id) AS turn \
-             FROM tasks WHERE task_type = ",
-        );
-        query
-            .push_bind(task_type.as_str())
-            .push(
-                " AND state IN ('pending', 'claimed', 'running') \
-                  AND (state <> 'pending' OR (claim_rank <= ",
-            )
-            .push_bind(params.horizon)
-            .push(" AND trigger_at <= ")
-            .push_bind(params.horizon)
-            .push(")) ) ranked WHERE state = 'pending' AND turn <= ")
-            .push_bind(i64::from(fair.per_key))
-            // A key cooling down waits; a task without a key (from before the job was
-            // keyed) matches no cooldown.
-            .push(
-                " AND NOT EXISTS (SELECT 1 FROM key_cooldowns c \
-                   WHERE c.task_type = ",
-            )
-            .push_bind(task_type.as_str())
-            .push(" AND c.concurrency_key = ranked.concurrency_key AND c.ends_at > ")
-            .push_bind(params.now)
-            .push(")")
-            .push(" ORDER BY turn, CASE WHEN concurrency_key > ")
-            .push_bind(B::key(fair.after.unwrap_or("")))
-            .push(" THEN 0 ELSE 1 END, concurrency_key, claim_rank, id LIMIT ")
-            .push_bind(i64::from(params.limit));
-        let picked: Vec<(String, Option<rows::Key>)> =
-            query.build_query_as().fetch_all(self.writer()).await?;
+        let picked = fair_claim::pick::<B, DB>(self.writer(), task_type, &params, &fair).await?;
         let Some((_, last_key)) = picked.last() else {
             return Ok(FairClaim {
                 tasks: Vec::new(),

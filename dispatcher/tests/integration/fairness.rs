@@ -46,8 +46,6 @@ struct PerKey {
 impl PerKey {
     async fn start(work: Duration) -> (Self, String) {
         let executor = Self::default();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/run", listener.local_addr().unwrap());
         let e = executor.clone();
         let app = axum::Router::new().fallback(move |body: Bytes| {
             let e = e.clone();
@@ -66,13 +64,20 @@ impl PerKey {
                 "{}"
             }
         });
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        (executor, url)
+        (executor, serve(app).await)
     }
 
     fn calls(&self) -> Vec<String> {
         self.calls.lock().unwrap().clone()
     }
+}
+
+/// Serves `app` on a port of its own; its executor URL.
+async fn serve(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/run", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
 }
 
 fn key(i: usize) -> String {
@@ -167,8 +172,6 @@ const CAPACITY: usize = 8;
 impl Overloaded {
     async fn start() -> (Self, String) {
         let executor = Self::default();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/run", listener.local_addr().unwrap());
         let e = executor.clone();
         let app = axum::Router::new().fallback(move || {
             let e = e.clone();
@@ -185,14 +188,13 @@ impl Overloaded {
                 (status, "{}")
             }
         });
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        (executor, url)
+        (executor, serve(app).await)
     }
 }
 
-/// The job's `asyncd_job_effective_concurrency` as `/metrics` shows it.
-async fn effective_concurrency(asyncd: &InProcess) -> Option<f64> {
-    let text = asyncd
+/// What `/metrics` shows.
+async fn metrics(asyncd: &InProcess) -> String {
+    asyncd
         .http
         .get(format!("http://{}/metrics", asyncd.addr))
         .send()
@@ -200,8 +202,14 @@ async fn effective_concurrency(asyncd: &InProcess) -> Option<f64> {
         .unwrap()
         .text()
         .await
-        .unwrap();
-    text.lines()
+        .unwrap()
+}
+
+/// The job's `asyncd_job_effective_concurrency` as `/metrics` shows it.
+async fn effective_concurrency(asyncd: &InProcess) -> Option<f64> {
+    metrics(asyncd)
+        .await
+        .lines()
         .find(|l| l.starts_with("asyncd_job_effective_concurrency{job=\"adaptive-job\"}"))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
@@ -303,8 +311,6 @@ struct UpstreamLimited {
 impl UpstreamLimited {
     async fn start() -> (Self, String) {
         let executor = Self::default();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/run", listener.local_addr().unwrap());
         let e = executor.clone();
         let app = axum::Router::new().fallback(move |body: Bytes| {
             let e = e.clone();
@@ -326,8 +332,7 @@ impl UpstreamLimited {
                 }
             }
         });
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        (executor, url)
+        (executor, serve(app).await)
     }
 
     fn calls_of(&self, key: &str) -> usize {
@@ -370,17 +375,9 @@ async fn a_429_with_retry_after_rests_only_its_key() {
         executor.calls.lock().unwrap()
     );
 
-    let metrics = asyncd
-        .http
-        .get(format!("http://{}/metrics", asyncd.addr))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
     assert!(
-        metrics
+        metrics(&asyncd)
+            .await
             .lines()
             .any(|l| l == "asyncd_job_key_cooldowns_total{job=\"keyed-job\"} 1"),
         "one key rested, counted for its job"
