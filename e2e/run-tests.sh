@@ -89,12 +89,15 @@ step "Helm chart: lint, render, PromQL, server-side dry-run on the API server"
 bash e2e/chart.sh
 
 # Each dispatcher keeps an outcome journal (the soak's default), so a kill re-runs only the
-# calls it caught in flight: at most 0.1 % of the tasks may run twice. The MariaDB run is
-# long enough (about ten dispatcher kills) that one unlucky kill cannot pass that alone.
-step "chaos soak: 10^5 tasks, every role SIGKILLed, PostgreSQL and Kafka restarted, network faults and DNS outages, at most 0.1 % run twice (e2e/soak.sh)"
-bash e2e/soak.sh --tasks 100000 --max-duplicates-pct 0.1 --max-unexplained-duplicates-pct 0.1
-step "chaos soak on MariaDB: 5*10^4 tasks, every role SIGKILLed, MariaDB and Kafka restarted, network faults and DNS outages, at most 0.1 % run twice (e2e/soak.sh --store mariadb)"
-bash e2e/soak.sh --store mariadb --tasks 50000 --max-duplicates-pct 0.1 --max-unexplained-duplicates-pct 0.1
+# calls it caught in flight: at most 0.1 % of the tasks may run twice. One kill in the
+# seconds after the broker's restart, when a dispatcher works off the backlog at full
+# speed on a starved machine, has caught up to 111 calls answered but not yet read
+# (docs/reliability.md, "What still re-runs"); each run has one such restart, so each is
+# large enough (2*10^5, 1.5*10^5 tasks) that 0.1 % holds well over a hundred of them.
+step "chaos soak: 2*10^5 tasks, every role SIGKILLed, PostgreSQL and Kafka restarted, network faults and DNS outages, at most 0.1 % run twice (e2e/soak.sh)"
+bash e2e/soak.sh --tasks 200000 --max-duplicates-pct 0.1 --max-unexplained-duplicates-pct 0.1
+step "chaos soak on MariaDB: 1.5*10^5 tasks, every role SIGKILLed, MariaDB and Kafka restarted, network faults and DNS outages, at most 0.1 % run twice (e2e/soak.sh --store mariadb)"
+bash e2e/soak.sh --store mariadb --tasks 150000 --max-duplicates-pct 0.1 --max-unexplained-duplicates-pct 0.1
 
 step "hot-path guard: asyncd dev's drain against a plain HTTP loop to the same executor (asyncd-bench guard)"
 # A ratio measured in turn in one run, so it holds on any machine. The floor sits below
