@@ -11,10 +11,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::CronSchedule;
 
+mod keys;
 mod retention;
 mod validate;
 pub mod window;
 
+pub use keys::{ConcurrencyKey, ConcurrencyKeySpec, OnDead, OrderingMode, OrderingSpec};
 pub use retention::{Retention, RetentionSpec};
 pub use window::{DebounceSpec, JobWindow, ThrottleSpec};
 
@@ -70,6 +72,11 @@ pub struct JobSpec {
     /// keys' due tasks claimed in turn so one key's flood does not starve the others.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency_key: Option<ConcurrencyKeySpec>,
+    /// Tasks of one key begin in the order they were submitted, one at a time: a task
+    /// begins only once the key's earlier tasks have ended, and a retry keeps its place.
+    /// Its key is the job's concurrency key (`concurrencyKey.key`, with a limit of 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordering: Option<OrderingSpec>,
     /// How each dispatcher backs its share of `concurrency` off when the executor says
     /// it is overloaded (on by default for 429 and 503).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -123,26 +130,6 @@ pub struct RateLimitSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "kube", schemars(range(min = 1, max = 1000000)))]
     pub burst: Option<u32>,
-}
-
-/// `spec.concurrencyKey`: a limit per key, the key rendered from the payload.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ConcurrencyKeySpec {
-    /// Template filled from the payload's top-level fields, like `uniqueKey`:
-    /// `"{merchant_id}"`. A submit whose payload lacks a field is refused.
-    pub key: String,
-    /// Attempts of one key in flight at once, in total.
-    #[cfg_attr(feature = "kube", schemars(range(min = 1, max = 1000000)))]
-    pub limit: u32,
-}
-
-/// A validated [`ConcurrencyKeySpec`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConcurrencyKey {
-    pub template: String,
-    pub limit: u32,
 }
 
 /// `spec.adaptiveConcurrency`: additive increase, multiplicative decrease of each
@@ -848,6 +835,49 @@ mod tests {
         )
         .unwrap();
         assert!(opted.executor_error_bodies);
+    }
+
+    #[test]
+    fn ordering_keys_the_job_one_task_at_a_time_and_must_agree_with_its_concurrency_key() {
+        let job = |extra: &str| AsyncJobConfig::from_yaml(&SAMPLE.replace("spec:\n", extra));
+        let (_, ordered) = job("spec:\n  ordering: {key: '{account}', mode: fifo}\n").unwrap();
+        assert_eq!(
+            ordered.concurrency_key,
+            Some(ConcurrencyKey {
+                template: "{account}".into(),
+                limit: 1,
+                fifo: Some(OnDead::Block),
+            }),
+            "a key of its own, limit 1, dead tasks blocking by default"
+        );
+        let (_, both) = job(
+            "spec:\n  concurrencyKey: {key: '{account}', limit: 1}\n  ordering: {key: '{account}', mode: fifo, onDead: continue}\n",
+        )
+        .unwrap();
+        assert_eq!(both.concurrency_key.unwrap().fifo, Some(OnDead::Continue));
+        for (extra, field, message) in [
+            (
+                "spec:\n  concurrencyKey: {key: '{merchant}', limit: 1}\n  ordering: {key: '{account}', mode: fifo}\n",
+                "spec.ordering.key",
+                "differs from spec.concurrencyKey.key",
+            ),
+            (
+                "spec:\n  concurrencyKey: {key: '{account}', limit: 2}\n  ordering: {key: '{account}', mode: fifo}\n",
+                "spec.concurrencyKey.limit",
+                "must be 1 with spec.ordering",
+            ),
+            (
+                "spec:\n  ordering: {key: 'account', mode: fifo}\n",
+                "spec.ordering.key",
+                "names no payload field",
+            ),
+        ] {
+            let err = job(extra).unwrap_err();
+            assert_eq!(err.field, field, "{extra}");
+            assert!(err.message.contains(message), "{extra}: {}", err.message);
+        }
+        let err = job("spec:\n  ordering: {key: '{account}', mode: lifo}\n").unwrap_err();
+        assert!(err.to_string().contains("lifo"), "{err}");
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub use duration::{format_duration, parse_duration};
 pub use job::MIN_TIMEOUT;
 pub use job::{
     Adaptive, AdaptiveConcurrencySpec, AsyncJobConfig, Batch, BatchSpec, ConcurrencyKey,
-    ConcurrencyKeySpec, DeletePolicy, HIGH_PRIORITY, Job, JobSpec, KafkaSpec, RateLimit,
-    RateLimitSpec, Retention, SpecError,
+    ConcurrencyKeySpec, DeletePolicy, HIGH_PRIORITY, Job, JobSpec, KafkaSpec, OnDead, OrderingMode,
+    OrderingSpec, RateLimit, RateLimitSpec, Retention, SpecError,
 };
 pub use schedule::CronSchedule;

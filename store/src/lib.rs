@@ -97,8 +97,8 @@ pub use millis::{Millis, duration_ms};
 pub use params::{
     Admitted, BulkAction, ClaimIdsParams, ClaimParams, DeadCount, DeadFilter, DeadLetterParams,
     DueBacklog, DueStart, DueStarted, FairClaim, FairParams, HeldBy, InsertConsumedParams,
-    JobCountParams, JobCounts, JobGate, PurgeParams, SearchParams, Shares, StartDueParams,
-    StartParams, TypeFilter,
+    JobCountParams, JobCounts, JobGate, KeyOrder, PurgeParams, SearchParams, Shares,
+    StartDueParams, StartParams, TypeFilter,
 };
 use redact::without_password;
 pub use redact::{redact, redact_url};

@@ -167,6 +167,21 @@ pub struct FairParams<'a> {
     pub per_key: u32,
     /// The last key the previous claim took ([`FairClaim::last_key`]).
     pub after: Option<&'a str>,
+    /// In what order each key's tasks are taken.
+    pub order: KeyOrder,
+}
+
+/// In what order a keyed job's claim takes each key's tasks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum KeyOrder {
+    /// By rank (priority, then due time), as many at once as the key's limit.
+    #[default]
+    Rank,
+    /// `spec.ordering: fifo`: in submission order (`created_at`, then id), and only the
+    /// key's earliest unfinished task, once it is due — a retry waiting for its time
+    /// holds its key. With `dead_blocks`, a dead task holds its key too, until it is
+    /// redriven or purged.
+    Fifo { dead_blocks: bool },
 }
 
 /// What [`Store::claim_fair`] did.

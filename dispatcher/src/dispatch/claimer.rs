@@ -22,7 +22,7 @@ use crate::job_table::Routes;
 use crate::metrics::Metrics;
 use crate::signing::SigningKeys;
 use crate::test_hooks::{Signal, emit};
-use asyncd_store::{ClaimParams, ClaimedTask, FairParams, Millis, Store, TypeFilter};
+use asyncd_store::{ClaimParams, ClaimedTask, FairParams, KeyOrder, Millis, Store, TypeFilter};
 
 pub(super) struct Claimer {
     store: Arc<dyn Store>,
@@ -152,7 +152,7 @@ impl Claimer {
                     ahead,
                 };
                 let claimed = match per_key {
-                    Some(per_key) => self.claim_fair(params, per_key).await,
+                    Some((per_key, order)) => self.claim_fair(params, per_key, order).await,
                     None => self.store.claim(params).await,
                 };
                 self.metrics
@@ -254,6 +254,7 @@ impl Claimer {
         &mut self,
         params: ClaimParams<'_>,
         per_key: u32,
+        order: KeyOrder,
     ) -> asyncd_store::Result<Vec<ClaimedTask>> {
         let TypeFilter::Only(types) = params.types else {
             return Ok(Vec::new());
@@ -267,6 +268,7 @@ impl Claimer {
                 FairParams {
                     per_key,
                     after: after.as_deref(),
+                    order,
                 },
             )
             .await?;
@@ -327,7 +329,15 @@ impl Claimer {
                 per_second: job.rate_limit.map(|r| r.per_second),
             };
             let room = holdings.room(&task_type, limits, config.hold);
-            let per_key = job.concurrency_key.as_ref().map(|key| key.limit);
+            let per_key = job.concurrency_key.as_ref().map(|key| {
+                let order = match key.fifo {
+                    None => KeyOrder::Rank,
+                    Some(on_dead) => KeyOrder::Fifo {
+                        dead_blocks: on_dead == asyncd_spec::OnDead::Block,
+                    },
+                };
+                (key.limit, order)
+            });
             match u32::try_from(room) {
                 Ok(0) if ahead => roomless.push(task_type),
                 Ok(0) => {}
@@ -400,7 +410,8 @@ fn next_pause(last: Duration, busy: bool, config: &DispatcherConfig) -> Duration
 struct Claim {
     types: Vec<String>,
     limit: u32,
-    per_key: Option<u32>,
+    /// A keyed job's `concurrencyKey.limit` and the order of each key's tasks.
+    per_key: Option<(u32, KeyOrder)>,
     ahead: bool,
 }
 

@@ -104,7 +104,9 @@ impl Producer {
             && task.unique_key.is_none()
             && task.depends_on.is_empty()
             && task.window.is_none()
-            && task.cron_key.is_none();
+            && task.cron_key.is_none()
+            // An ordered key's tasks are numbered in the store from their submit on.
+            && job.concurrency_key.as_ref().is_none_or(|key| key.fifo.is_none());
         eligible.then(|| kafka.topic_for(task.priority))
     }
 
@@ -201,6 +203,19 @@ mod tests {
             producer.topic_for(&high, &job, now).as_deref(),
             Some(format!("{topic}-high").as_str()),
             "high priority has a topic of its own"
+        );
+        let ordered = asyncd_spec::Job {
+            concurrency_key: Some(asyncd_spec::ConcurrencyKey {
+                template: "{order_id}".into(),
+                limit: 1,
+                fifo: Some(asyncd_spec::OnDead::Block),
+            }),
+            ..job.clone()
+        };
+        assert_eq!(
+            producer.topic_for(&task, &ordered, now),
+            None,
+            "an ordered job's tasks are numbered in the store"
         );
         producer.pause(now);
         let end = now + PAUSE_AFTER_FAILURE;

@@ -42,6 +42,7 @@ mod logs;
 mod metrics;
 mod multi_process;
 mod openapi;
+mod ordering;
 mod pause;
 mod priority;
 mod retention;

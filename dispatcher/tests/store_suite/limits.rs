@@ -6,7 +6,7 @@ use std::time::Duration;
 use asyncd_spec::RateLimit;
 use asyncd_store::{
     self as store, CancelOutcome, DueStart, FairParams, Finish, FinishKind, HeldBy, JobGate,
-    Millis, NewTask, StartDueParams, Store, StoreError, TaskState, TypeFilter,
+    KeyOrder, Millis, NewTask, StartDueParams, Store, StoreError, TaskState, TypeFilter,
 };
 
 use crate::server::Held;
@@ -67,6 +67,7 @@ async fn a_cooling_key_waits_while_the_other_keys_go_on(store: &dyn Store) {
                 FairParams {
                     per_key: 5,
                     after: None,
+                    order: KeyOrder::Rank,
                 },
             )
             .await
@@ -134,7 +135,11 @@ async fn keys_are_claimed_in_turn_and_limited_in_total(store: &dyn Store) {
             let mut ids: Vec<String> = store
                 .claim_fair(
                     claim_params(&only, now, now, 60_000, owner, limit),
-                    FairParams { per_key: 2, after },
+                    FairParams {
+                        per_key: 2,
+                        after,
+                        order: KeyOrder::Rank,
+                    },
                 )
                 .await
                 .unwrap()

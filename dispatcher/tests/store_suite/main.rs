@@ -64,6 +64,7 @@ mod jobs;
 mod keys;
 mod leases;
 mod limits;
+mod ordering;
 mod outcomes;
 mod retention;
 mod schedules;

@@ -89,11 +89,8 @@ impl JobSpec {
             .as_ref()
             .map(validate_rate_limit)
             .transpose()?;
-        let concurrency_key = self
-            .concurrency_key
-            .as_ref()
-            .map(validate_concurrency_key)
-            .transpose()?;
+        let concurrency_key =
+            validate_key_and_ordering(self.concurrency_key.as_ref(), self.ordering.as_ref())?;
         let adaptive = match &self.adaptive_concurrency {
             None => Adaptive::default(),
             Some(spec) => {
@@ -283,22 +280,66 @@ fn validate_rate_limit(spec: &RateLimitSpec) -> Result<RateLimit, SpecError> {
     })
 }
 
-fn validate_concurrency_key(spec: &ConcurrencyKeySpec) -> Result<ConcurrencyKey, SpecError> {
-    let field = "spec.concurrencyKey.key";
-    check_template(&spec.key).map_err(|m| SpecError::new(field, m))?;
-    if !spec.key.contains('{') {
+/// `spec.concurrencyKey` and `spec.ordering` as one key: an ordered job's tasks are
+/// keyed by the ordering's key, one of each key at a time.
+fn validate_key_and_ordering(
+    key: Option<&ConcurrencyKeySpec>,
+    ordering: Option<&OrderingSpec>,
+) -> Result<Option<ConcurrencyKey>, SpecError> {
+    let Some(ordering) = ordering else {
+        return key.map(validate_concurrency_key).transpose();
+    };
+    check_key_template("spec.ordering.key", &ordering.key)?;
+    let fifo = Some(ordering.on_dead.unwrap_or_default());
+    let Some(key) = key else {
+        return Ok(Some(ConcurrencyKey {
+            template: ordering.key.clone(),
+            limit: 1,
+            fifo,
+        }));
+    };
+    let key = validate_concurrency_key(key)?;
+    if key.template != ordering.key {
+        return Err(SpecError::new(
+            "spec.ordering.key",
+            format!(
+                "{:?} differs from spec.concurrencyKey.key {:?}: an ordered job has one key",
+                ordering.key, key.template
+            ),
+        ));
+    }
+    if key.limit != 1 {
+        return Err(SpecError::new(
+            "spec.concurrencyKey.limit",
+            format!(
+                "must be 1 with spec.ordering (one task of a key at a time), not {}",
+                key.limit
+            ),
+        ));
+    }
+    Ok(Some(ConcurrencyKey { fifo, ..key }))
+}
+
+fn check_key_template(field: &str, template: &str) -> Result<(), SpecError> {
+    check_template(template).map_err(|m| SpecError::new(field, m))?;
+    if !template.contains('{') {
         // One key for every task is what `concurrency` is for.
         return Err(SpecError::new(
             field,
-            format!("{:?} names no payload field ({{field}})", spec.key),
+            format!("{template:?} names no payload field ({{field}})"),
         ));
     }
-    if spec.key.contains("{}") {
+    if template.contains("{}") {
         return Err(SpecError::new(
             field,
-            format!("{:?} has an empty {{}}", spec.key),
+            format!("{template:?} has an empty {{}}"),
         ));
     }
+    Ok(())
+}
+
+fn validate_concurrency_key(spec: &ConcurrencyKeySpec) -> Result<ConcurrencyKey, SpecError> {
+    check_key_template("spec.concurrencyKey.key", &spec.key)?;
     if !(1..=RateLimit::MAX).contains(&spec.limit) {
         return Err(SpecError::new(
             "spec.concurrencyKey.limit",
@@ -308,6 +349,7 @@ fn validate_concurrency_key(spec: &ConcurrencyKeySpec) -> Result<ConcurrencyKey,
     Ok(ConcurrencyKey {
         template: spec.key.clone(),
         limit: spec.limit,
+        fifo: None,
     })
 }
 

@@ -1,0 +1,63 @@
+//! `spec.concurrencyKey` and `spec.ordering`: one key per task, rendered from its
+//! payload, that limits and orders the job's tasks key by key.
+
+use serde::{Deserialize, Serialize};
+
+/// `spec.concurrencyKey`: a limit per key, the key rendered from the payload.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConcurrencyKeySpec {
+    /// Template filled from the payload's top-level fields, like `uniqueKey`:
+    /// `"{merchant_id}"`. A submit whose payload lacks a field is refused.
+    pub key: String,
+    /// Attempts of one key in flight at once, in total.
+    #[cfg_attr(feature = "kube", schemars(range(min = 1, max = 1000000)))]
+    pub limit: u32,
+}
+
+/// A validated [`ConcurrencyKeySpec`], with the job's [`OrderingSpec`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConcurrencyKey {
+    pub template: String,
+    pub limit: u32,
+    /// `spec.ordering`: the key's tasks begin one at a time in submission order.
+    pub fifo: Option<OnDead>,
+}
+
+/// `spec.ordering`: the order in which one key's tasks begin.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OrderingSpec {
+    /// Template filled from the payload's top-level fields, like `concurrencyKey.key`
+    /// (which it must equal when both are set): `"{account_id}"`.
+    pub key: String,
+    /// `fifo`: in submission order, one at a time.
+    pub mode: OrderingMode,
+    /// What the key's later tasks do once one of its tasks is dead (default `block`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_dead: Option<OnDead>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub enum OrderingMode {
+    /// The key's tasks begin in the order the API accepted them, each after the one
+    /// before it has ended.
+    #[default]
+    Fifo,
+}
+
+/// What an ordered key's later tasks do once one of its tasks is dead.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub enum OnDead {
+    /// They wait until the dead task is redriven (it then runs first) or purged.
+    #[default]
+    Block,
+    /// They go on: the dead task no longer holds its place.
+    Continue,
+}
