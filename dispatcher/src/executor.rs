@@ -151,7 +151,7 @@ impl ExecutorClient {
                 request = request.header(headers::TRACESTATE, state);
             }
         }
-        match send(request, body, timeout, MAX_ANSWER_BYTES).await {
+        match send(request, body, timeout, MAX_ANSWER_BYTES, job).await {
             Ok(answer) => (
                 classify(
                     &answer.view(),
@@ -217,7 +217,7 @@ impl ExecutorClient {
             Err(not_called) => return (every(not_called), None),
         };
         let cap = MAX_ANSWER_BYTES + attempts.len() * MAX_BATCH_RESULT_BYTES;
-        match send(request, body, timeout, cap).await {
+        match send(request, body, timeout, cap, job).await {
             Ok(answer) => {
                 let ids: Vec<&str> = attempts.iter().map(|a| a.task.id.as_str()).collect();
                 (
@@ -331,12 +331,14 @@ impl ReadAnswer {
 }
 
 /// Sends the call and reads the answer; `Err` is the outcome of a call that got no
-/// (whole) answer, with the status when there was one.
+/// (whole) answer, with the status when there was one. The retry time is read from the
+/// job's `executor.retryAfterHeader`.
 async fn send(
     request: reqwest::RequestBuilder,
     body: Vec<u8>,
     timeout: Duration,
     cap: usize,
+    job: &Job,
 ) -> Result<ReadAnswer, (AttemptOutcome, Option<u16>)> {
     let response = match request.body(body).send().await {
         Ok(response) => response,
@@ -344,7 +346,7 @@ async fn send(
     };
     let status = response.status().as_u16();
     let header = |name: &str| response.headers().get(name).map(|v| v.as_bytes().to_vec());
-    let retry_after = header(headers::RETRY_AFTER);
+    let retry_after = header(&job.executor_retry_after_header);
     let location = header(reqwest::header::LOCATION.as_str());
     match read_capped(response, cap).await {
         Ok(body) => Ok(ReadAnswer {
@@ -645,6 +647,7 @@ pub(crate) fn test_job(url: &str) -> Job {
         executor_url: url.parse().expect("a test URL"),
         executor_ip: None,
         executor_error_bodies: false,
+        executor_retry_after_header: "retry-after".into(),
         timeout: Duration::from_secs(30),
         signing: None,
         max_retries: 3,
@@ -936,6 +939,40 @@ mod tests {
             matches!(&outcome, AttemptOutcome::Retry { reason, timed_out: false } if reason.contains("500") && reason.chars().count() <= MAX_REASON_CHARS + 1),
             "{outcome:?}"
         );
+    }
+
+    /// `executor.retryAfterHeader` names the header a 429's retry time is read from;
+    /// `Retry-After` is then not read.
+    #[tokio::test]
+    async fn the_retry_time_is_read_from_the_header_the_job_names() {
+        let app = axum::Router::new().route(
+            "/",
+            axum::routing::post(|| async {
+                (
+                    axum::http::StatusCode::TOO_MANY_REQUESTS,
+                    [("RateLimit-Reset", "30"), ("Retry-After", "5")],
+                    "slow down",
+                )
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let client = ExecutorClient::new("http://127.0.0.1:1".into(), "test".into());
+        let url = format!("http://{addr}/");
+        for (header, expected) in [("retry-after", 5), ("ratelimit-reset", 30)] {
+            let job = Job {
+                executor_retry_after_header: header.into(),
+                ..test_job(&url)
+            };
+            let (outcome, _) = client
+                .call(&job, &test_task(), &test_started(), &Keys::Unsigned, None)
+                .await;
+            assert!(
+                matches!(&outcome, AttemptOutcome::RetryAfter { after, .. } if *after == Duration::from_secs(expected)),
+                "{header}: {outcome:?}"
+            );
+        }
     }
 
     fn batch(

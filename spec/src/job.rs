@@ -199,6 +199,11 @@ pub struct ExecutorSpec {
     /// reason, never text from whatever service the URL reaches.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub error_bodies: bool,
+    /// The answer header that says, on a 429 or 503, when to try again: delay-seconds
+    /// or an HTTP date, read like `Retry-After` (the default). For an upstream that
+    /// names its own, e.g. `RateLimit-Reset`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_header: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -499,6 +504,8 @@ pub struct Job {
     pub executor_ip: Option<IpAddr>,
     /// `spec.executor.errorBodies`: see [`ExecutorSpec::error_bodies`].
     pub executor_error_bodies: bool,
+    /// `spec.executor.retryAfterHeader`, lower-cased (default `retry-after`).
+    pub executor_retry_after_header: String,
     pub timeout: Duration,
     pub signing: Option<Signing>,
     pub max_retries: u32,
@@ -835,6 +842,26 @@ mod tests {
         )
         .unwrap();
         assert!(opted.executor_error_bodies);
+    }
+
+    #[test]
+    fn the_retry_after_header_is_a_header_name_lower_cased() {
+        let (_, default) = AsyncJobConfig::from_yaml(SAMPLE).unwrap();
+        assert_eq!(default.executor_retry_after_header, "retry-after");
+        let named = |name: &str| with(|d| d.spec.executor.retry_after_header = Some(name.into()));
+        for bad in ["", "Rate Limit", "x:y", "é"] {
+            assert_eq!(
+                named(bad).field,
+                "spec.executor.retryAfterHeader",
+                "{bad:?}"
+            );
+        }
+        let mut spec = AsyncJobConfig::from_yaml(SAMPLE).unwrap().0;
+        spec.spec.executor.retry_after_header = Some("RateLimit-Reset".into());
+        assert_eq!(
+            spec.validate().unwrap().executor_retry_after_header,
+            "ratelimit-reset"
+        );
     }
 
     #[test]

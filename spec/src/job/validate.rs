@@ -207,6 +207,9 @@ impl JobSpec {
             executor_url: parsed,
             executor_ip,
             executor_error_bodies: self.executor.error_bodies,
+            executor_retry_after_header: validate_retry_after_header(
+                self.executor.retry_after_header.as_deref(),
+            )?,
             timeout,
             signing: self
                 .executor
@@ -336,6 +339,23 @@ fn check_key_template(field: &str, template: &str) -> Result<(), SpecError> {
         ));
     }
     Ok(())
+}
+
+/// A header name as HTTP has it (RFC 9110 `token`), lower-cased as HTTP/2 sends it.
+fn validate_retry_after_header(name: Option<&str>) -> Result<String, SpecError> {
+    let Some(name) = name else {
+        return Ok(asyncd_contract::headers::RETRY_AFTER.to_ascii_lowercase());
+    };
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if name.is_empty() || name.len() > 64 || !name.chars().all(token) {
+        return Err(SpecError::new(
+            "spec.executor.retryAfterHeader",
+            format!(
+                "{name:?} is not an HTTP header name (letters, digits and !#$%&'*+-.^_`|~, at most 64)"
+            ),
+        ));
+    }
+    Ok(name.to_ascii_lowercase())
 }
 
 fn validate_concurrency_key(spec: &ConcurrencyKeySpec) -> Result<ConcurrencyKey, SpecError> {
