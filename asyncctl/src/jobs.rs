@@ -15,7 +15,7 @@ use crate::output::{self, Format, Table, or_dash};
 pub enum Jobs {
     /// Every job you may read: paused, due backlog, lateness, running, dead letters.
     Ls,
-    /// One job, with its cron entries.
+    /// One job, with its cron entries and the keys resting after a 429 or 503.
     Get {
         /// The AsyncJobConfig's name.
         name: String,
@@ -118,6 +118,15 @@ fn overview_table(jobs: &[JobOverview]) -> Table {
     table
 }
 
+/// The keys resting after an executor's 429 or 503, and until when.
+fn resting_table(job: &JobOverview) -> Table {
+    let mut table = Table::new(&["RESTING KEY", "UNTIL"]);
+    for key in &job.resting_keys {
+        table.row(vec![key.key.clone(), output::time(key.until)]);
+    }
+    table
+}
+
 fn cron_table(jobs: &[JobOverview]) -> Table {
     let mut table = Table::new(&[
         "JOB", "ENTRY", "SCHEDULE", "OVERLAP", "CATCH-UP", "PAUSED", "NEXT",
@@ -159,6 +168,10 @@ pub async fn jobs(client: &Client, out: Format, command: Jobs) -> Result<(), Fai
                 if !job.cron.is_empty() {
                     println!();
                     cron_table(one).print();
+                }
+                if !job.resting_keys.is_empty() {
+                    println!();
+                    resting_table(&job).print();
                 }
             }
         }

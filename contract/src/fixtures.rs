@@ -291,6 +291,7 @@ fn jobs() -> JobList {
                     catch_up: "1h".into(),
                     paused: false,
                 }],
+                resting_keys: vec![],
             },
             JobOverview {
                 status: JobStatus {
@@ -307,6 +308,10 @@ fn jobs() -> JobList {
                     ..stats
                 },
                 cron: vec![],
+                resting_keys: vec![RestingKey {
+                    key: "merchant:m7".into(),
+                    until: from_millis(NOW + 30_000),
+                }],
             },
         ],
     }

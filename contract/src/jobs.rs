@@ -40,6 +40,28 @@ pub struct JobOverview {
     /// The job's cron entries in config order; empty for a job without cron.
     #[serde(default)]
     pub cron: Vec<CronOverview>,
+    /// Keys of a job with a `concurrencyKey` resting now: an executor answered one of
+    /// their tasks 429 or 503 with a retry time, and none of the key's tasks is claimed
+    /// before `until`. The [`MAX_RESTING_KEYS`] that rest longest, longest first; absent
+    /// when none rests.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resting_keys: Vec<RestingKey>,
+}
+
+/// How many resting keys the overview names: a flood of 429s over 10⁴ merchants would
+/// otherwise make one answer of them all.
+pub const MAX_RESTING_KEYS: usize = 20;
+
+/// One key resting after an executor's 429 or 503 (docs/api.md, "Per-key limits").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub struct RestingKey {
+    /// The key, as rendered from the payload.
+    pub key: String,
+    /// When its cooldown ends.
+    #[serde(with = "crate::time::rfc3339")]
+    #[cfg_attr(feature = "openapi", schemars(schema_with = "crate::time::schema"))]
+    pub until: DateTime<Utc>,
 }
 
 /// What the store holds of a job's tasks at the moment of the answer. Each count stops

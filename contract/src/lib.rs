@@ -32,7 +32,7 @@ pub use executor::{
 };
 pub use jobs::{
     CRON_FIRINGS, CronOverlap, CronOverview, FinishedCounts, JobList, JobOverview, JobStats,
-    MAX_JOB_COUNT,
+    MAX_JOB_COUNT, MAX_RESTING_KEYS, RestingKey,
 };
 pub use schedule::{
     BackfillRequest, BackfillResult, MAX_BACKFILL, MAX_SCHEDULE_NAME, MAX_SCHEDULE_PAGE, Schedule,

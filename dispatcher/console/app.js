@@ -220,9 +220,17 @@ function jobsTable(list, refresh) {
   const rows = list.map((job) => {
     const s = job.stats;
     const late = s.oldest_due_seconds !== null && s.oldest_due_seconds > 60;
-    const state = job.paused
-      ? [badge("paused"), job.paused_by_config ? " by config" : ""]
-      : badge("active");
+    const resting = job.resting_keys || [];
+    const state = [
+      job.paused ? [badge("paused"), job.paused_by_config ? " by config" : ""] : badge("active"),
+      // Keys an executor's 429 or 503 rests: how many, and each with its end on hover.
+      resting.length
+        ? h("span", {
+          class: "resting", "data-col": "resting",
+          title: resting.map((r) => r.key + " until " + r.until).join("\n"),
+        }, " · " + resting.length + (resting.length === 1 ? " key resting" : " keys resting"))
+        : "",
+    ];
     const name = job.job;
     const toggle = job.paused_at
       ? h("button", {

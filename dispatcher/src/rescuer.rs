@@ -280,6 +280,14 @@ mod tests {
         ) -> store::Result<u64> {
             self.inner.purge_key_cooldowns(ended_before, limit).await
         }
+        async fn resting_keys(
+            &self,
+            task_type: &str,
+            now: Millis,
+            limit: u32,
+        ) -> store::Result<Vec<(String, Millis)>> {
+            self.inner.resting_keys(task_type, now, limit).await
+        }
         async fn purge_key_windows(&self, closed_before: Millis, limit: u32) -> store::Result<u64> {
             self.inner.purge_key_windows(closed_before, limit).await
         }

@@ -192,6 +192,19 @@ impl Store for Bounded {
         .await
     }
 
+    async fn resting_keys(
+        &self,
+        task_type: &str,
+        now: Millis,
+        limit: u32,
+    ) -> Result<Vec<(String, Millis)>> {
+        self.within(
+            "resting_keys",
+            self.inner.resting_keys(task_type, now, limit),
+        )
+        .await
+    }
+
     async fn purge_key_cooldowns(&self, ended_before: Millis, limit: u32) -> Result<u64> {
         self.within(
             "purge_key_cooldowns",

@@ -182,3 +182,37 @@ where
     }
     query
 }
+
+/// [`super::Store::resting_keys`]: up to `limit` keys of `task_type` whose cooldown ends
+/// after `now`, the latest ending first, through the primary key of `key_cooldowns`
+/// (one job's rows: its resting keys and the ended ones retention has not purged yet).
+pub async fn resting_keys<DB>(
+    pool: &Pool<DB>,
+    task_type: &str,
+    now: Millis,
+    limit: u32,
+) -> Result<Vec<(String, Millis)>>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Millis: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'r> (super::rows::Key, i64): FromRow<'r, DB::Row>,
+{
+    let mut query = sqlx::QueryBuilder::<DB>::new(
+        "SELECT concurrency_key, ends_at FROM key_cooldowns WHERE task_type = ",
+    );
+    query
+        .push_bind(task_type)
+        .push(" AND ends_at > ")
+        .push_bind(now)
+        .push(" ORDER BY ends_at DESC, concurrency_key LIMIT ")
+        .push_bind(i64::from(limit));
+    let rows: Vec<(super::rows::Key, i64)> = query.build_query_as().fetch_all(pool).await?;
+    Ok(rows
+        .into_iter()
+        .map(|(key, at)| (key.0, Millis::new(at)))
+        .collect())
+}

@@ -523,6 +523,15 @@ where
         job_counts::job_counts(self.reader(), params).await
     }
 
+    async fn resting_keys(
+        &self,
+        task_type: &str,
+        now: Millis,
+        limit: u32,
+    ) -> Result<Vec<(String, Millis)>> {
+        job_counts::resting_keys(self.reader(), task_type, now, limit).await
+    }
+
     async fn due_backlog(&self, params: JobCountParams<'_>) -> Result<DueBacklog> {
         job_counts::due_backlog(self.reader(), params).await
     }

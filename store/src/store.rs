@@ -155,6 +155,14 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes up to `limit` key cooldowns that ended before `ended_before`, earliest
     /// first, in one short statement; returns how many.
     async fn purge_key_cooldowns(&self, ended_before: Millis, limit: u32) -> Result<u64>;
+    /// Up to `limit` keys of `task_type` resting at `now` ([`Self::cool_down_key`]) with
+    /// the end of each, the latest ending first: what the jobs overview shows.
+    async fn resting_keys(
+        &self,
+        task_type: &str,
+        now: Millis,
+        limit: u32,
+    ) -> Result<Vec<(String, Millis)>>;
     /// Tasks by filter ([`SearchParams`]), without their `depends_on`.
     /// How many dead letters match `filter`, and how many of them its action can act on.
     async fn count_dead(&self, filter: DeadFilter<'_>) -> Result<DeadCount>;

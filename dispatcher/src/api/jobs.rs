@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use asyncd_contract::{
     CRON_FIRINGS, CronOverview, ErrorCode, FinishedCounts, JobList, JobOverview, JobStats,
-    JobStatus, MAX_JOB_COUNT,
+    JobStatus, MAX_JOB_COUNT, MAX_RESTING_KEYS, RestingKey,
 };
 use axum::Json;
 use axum::extract::State;
@@ -75,6 +75,19 @@ async fn job_overview(
         })
         .await?;
     let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    let resting_keys = match &job.concurrency_key {
+        Some(_) => state
+            .store
+            .resting_keys(&job.task_type, now, MAX_RESTING_KEYS as u32)
+            .await?
+            .into_iter()
+            .map(|(key, until)| RestingKey {
+                key,
+                until: from_millis(until),
+            })
+            .collect(),
+        None => Vec::new(),
+    };
     // The dispatchers running the job each offer its executor their share; together
     // never more than `concurrency` (the store's count holds that).
     let effective_concurrency = match shares.get(&job.task_type) {
@@ -118,6 +131,7 @@ async fn job_overview(
             },
         },
         cron,
+        resting_keys,
     })
 }
 

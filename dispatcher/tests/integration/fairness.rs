@@ -382,6 +382,13 @@ async fn a_429_with_retry_after_rests_only_its_key() {
             .any(|l| l == "asyncd_job_key_cooldowns_total{job=\"keyed-job\"} 1"),
         "one key rested, counted for its job"
     );
+    let (status, job) = asyncd.get("/v1/jobs/keyed-job").await;
+    assert_eq!(status, 200, "{job}");
+    assert_eq!(
+        job["resting_keys"],
+        json!([{"key": "m0", "until": asyncd::clock::rfc3339(Millis::new(T0 + 2_000 + 30_000))}]),
+        "the overview names the resting key and its end"
+    );
 
     asyncd
         .clock
@@ -391,4 +398,6 @@ async fn a_429_with_retry_after_rests_only_its_key() {
         (executor.calls_of("m0") > EACH).then_some(())
     })
     .await;
+    let (_, job) = asyncd.get("/v1/jobs/keyed-job").await;
+    assert!(job.get("resting_keys").is_none(), "no key rests now: {job}");
 }

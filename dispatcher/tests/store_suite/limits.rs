@@ -79,6 +79,27 @@ async fn a_cooling_key_waits_while_the_other_keys_go_on(store: &dyn Store) {
         ids.sort();
         ids
     };
+    assert_eq!(
+        store.resting_keys("cooled", at(20), 10).await.unwrap(),
+        [("a".to_string(), at(10_000))],
+        "the overview's resting keys: a, until the later end"
+    );
+    assert!(
+        store
+            .resting_keys("other", at(20), 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "another job's key \"a\" does not rest"
+    );
+    assert!(
+        store
+            .resting_keys("cooled", at(10_000), 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a's cooldown ended"
+    );
     let mut others = vec![b, keyless];
     others.sort();
     assert_eq!(
