@@ -222,7 +222,7 @@ function jobsTable(list, refresh) {
     const late = s.oldest_due_seconds !== null && s.oldest_due_seconds > 60;
     const resting = job.resting_keys || [];
     const state = [
-      job.paused ? [badge("paused"), job.paused_by_config ? " by config" : ""] : badge("active"),
+      ...(job.paused ? [badge("paused"), job.paused_by_config ? " by config" : ""] : [badge("active")]),
       // Keys an executor's 429 or 503 rests: how many, and each with its end on hover.
       resting.length
         ? h("span", {
