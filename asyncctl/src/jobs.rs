@@ -347,4 +347,25 @@ mod tests {
         assert_eq!(count(3), "3");
         assert_eq!(count(cap), format!("{cap}+"));
     }
+
+    #[test]
+    fn resting_keys_are_listed_with_their_ends() {
+        let mut job: JobOverview =
+            serde_json::from_str(include_str!("../../contract/fixtures/jobs_response.json"))
+                .map(|list: asyncd_client::asyncd_contract::JobList| list.jobs[1].clone())
+                .unwrap();
+        let until = job.resting_keys[0].until;
+        let table = resting_table(&job).render();
+        assert!(table.starts_with("RESTING KEY"), "{table}");
+        assert!(
+            table.contains("merchant:m7") && table.contains(&output::time(until)),
+            "{table}"
+        );
+        job.resting_keys.clear();
+        assert_eq!(
+            resting_table(&job).render().lines().count(),
+            1,
+            "a header alone"
+        );
+    }
 }
