@@ -64,20 +64,12 @@ impl PerKey {
                 "{}"
             }
         });
-        (executor, serve(app).await)
+        (executor, serve_executor(app).await)
     }
 
     fn calls(&self) -> Vec<String> {
         self.calls.lock().unwrap().clone()
     }
-}
-
-/// Serves `app` on a port of its own; its executor URL.
-async fn serve(app: axum::Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/run", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    url
 }
 
 fn key(i: usize) -> String {
@@ -188,7 +180,7 @@ impl Overloaded {
                 (status, "{}")
             }
         });
-        (executor, serve(app).await)
+        (executor, serve_executor(app).await)
     }
 }
 
@@ -332,7 +324,7 @@ impl UpstreamLimited {
                 }
             }
         });
-        (executor, serve(app).await)
+        (executor, serve_executor(app).await)
     }
 
     fn calls_of(&self, key: &str) -> usize {

@@ -43,10 +43,7 @@ impl Recorder {
                 }
             }
         });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/run", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        (recorder, url)
+        (recorder, serve_executor(app).await)
     }
 
     /// The `n` of each call of `key`, in arrival order.

@@ -193,6 +193,14 @@ impl Executor {
 }
 
 /// A job config document for the test's config folder.
+/// Serves `app`, an executor written for one test, on a port of its own; its URL.
+pub async fn serve_executor(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/run", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
+}
+
 pub fn job_yaml(name: &str, task_type: &str, url: &str, extra_spec: &str) -> String {
     format!(
         "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata:\n  name: {name}\nspec:\n  taskType: {task_type}\n  executor:\n    url: {url}\n    timeout: 5s\n{extra_spec}"
