@@ -666,6 +666,8 @@ pub(crate) fn test_job(url: &str) -> Job {
         window: None,
         paused: false,
         batch: None,
+        limiter_names: Vec::new(),
+        limiters: Vec::new(),
     }
 }
 

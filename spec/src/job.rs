@@ -18,6 +18,7 @@ pub mod window;
 
 pub use keys::{ConcurrencyKey, ConcurrencyKeySpec, OnDead, OrderingMode, OrderingSpec};
 pub use retention::{Retention, RetentionSpec};
+pub(crate) use validate::validate_rate_limit;
 pub use window::{DebounceSpec, JobWindow, ThrottleSpec};
 
 pub const API_VERSION: &str = "asyncd.example.io/v1";
@@ -116,6 +117,10 @@ pub struct JobSpec {
     /// /v1/jobs/{name}/pause` pauses a job as well, without changing its config.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+    /// AsyncLimiters declared beside the job (in its namespace) whose limits the job's
+    /// attempts count against, in total with every other job that names them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limiters: Vec<String>,
 }
 
 /// `spec.rateLimit`: a token bucket shared by every dispatcher of the job.
@@ -532,6 +537,11 @@ pub struct Job {
     pub paused: bool,
     /// `spec.executor.batch`: see [`ExecutorSpec::batch`].
     pub batch: Option<Batch>,
+    /// `spec.limiters`, validated names.
+    pub limiter_names: Vec<String>,
+    /// The limiters `limiter_names` name, sorted by id: empty until
+    /// [`bind_limiters`](crate::bind_limiters) resolves them beside the other jobs.
+    pub limiters: Vec<std::sync::Arc<crate::Limiter>>,
 }
 
 /// A validated signing config: a Secret name and its one or two keys, primary first.

@@ -17,6 +17,7 @@
 
 pub mod duration;
 pub mod job;
+pub mod limiter;
 pub mod schedule;
 
 pub use duration::{format_duration, parse_duration};
@@ -26,4 +27,5 @@ pub use job::{
     ConcurrencyKeySpec, DeletePolicy, HIGH_PRIORITY, Job, JobSpec, KafkaSpec, OnDead, OrderingMode,
     OrderingSpec, RateLimit, RateLimitSpec, Retention, SpecError,
 };
+pub use limiter::{AsyncLimiter, Declared, LIMITER_KIND, Limiter, LimiterSpec, bind_limiters};
 pub use schedule::CronSchedule;

@@ -305,6 +305,52 @@ pub fn admit(
     }
 }
 
+/// One limit a start must pass: the job's own, or a limiter it names
+/// ([`JobGate::limiters`](crate::JobGate::limiters)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    /// Attempts under way that count against it, in the store.
+    pub running: i64,
+    pub concurrency: u32,
+    pub rate: Option<RateLimit>,
+    pub bucket: Bucket,
+    /// What holds when its concurrency is the one that binds.
+    pub held_by_concurrency: HeldBy,
+}
+
+/// [`admit`] through every limit in turn, each taking what the one before it admitted:
+/// as many begin as the tightest allows. `held_by` names the last limit that cut the
+/// number (the one that binds); the buckets come back refilled to `now`, in the order
+/// given, for [`spend`].
+pub fn admit_all(
+    wanted: usize,
+    limits: &[Limit],
+    now: Millis,
+) -> (usize, Vec<Bucket>, Option<HeldBy>) {
+    let mut allowed = wanted;
+    let mut held_by = None;
+    let mut buckets = Vec::with_capacity(limits.len());
+    for limit in limits {
+        let admission = admit(
+            allowed,
+            limit.running,
+            limit.concurrency,
+            limit.rate,
+            limit.bucket,
+            now,
+        );
+        if admission.allowed < allowed {
+            held_by = admission.held_by.map(|held| match held {
+                HeldBy::Concurrency => limit.held_by_concurrency,
+                other => other,
+            });
+        }
+        allowed = admission.allowed;
+        buckets.push(admission.bucket);
+    }
+    (allowed, buckets, held_by)
+}
+
 /// Which claims, in the order given, their keys leave room for: a claim whose key
 /// already has `limit` attempts running (`running`, per key, in the store) or admitted
 /// ahead of it in this batch is skipped, and the claims after it are still considered,
@@ -618,6 +664,56 @@ mod tests {
         let behind = admit(1, 0, 1000, Some(RATE), empty, Millis::new(600));
         assert_eq!(behind.allowed, 0);
         assert_eq!(behind.bucket, empty);
+    }
+
+    #[test]
+    fn the_tightest_limit_binds_and_names_itself() {
+        let bucket = Bucket::full(None, Millis::new(0));
+        let job = Limit {
+            running: 2,
+            concurrency: 10,
+            rate: None,
+            bucket,
+            held_by_concurrency: HeldBy::Concurrency,
+        };
+        let shared = Limit {
+            running: 5,
+            concurrency: 6,
+            rate: None,
+            bucket,
+            held_by_concurrency: HeldBy::Limiter,
+        };
+        let (allowed, buckets, held) = admit_all(4, &[job, shared], Millis::new(0));
+        assert_eq!(
+            (allowed, buckets.len(), held),
+            (1, 2, Some(HeldBy::Limiter))
+        );
+        let (allowed, _, held) = admit_all(
+            9,
+            &[
+                job,
+                Limit {
+                    running: 0,
+                    ..shared
+                },
+            ],
+            Millis::new(0),
+        );
+        assert_eq!((allowed, held), (6, Some(HeldBy::Limiter)));
+        let (allowed, _, held) = admit_all(1, &[job, shared], Millis::new(0));
+        assert_eq!((allowed, held), (1, None));
+        let rated = Limit {
+            rate: Some(RATE),
+            bucket: Bucket {
+                milli_tokens: 0,
+                at: Millis::new(0),
+            },
+            ..shared
+        };
+        let (allowed, buckets, held) = admit_all(1, &[job, rated], Millis::new(0));
+        assert_eq!(allowed, 0);
+        assert!(matches!(held, Some(HeldBy::Rate { .. })), "{held:?}");
+        assert_eq!(buckets[1].milli_tokens, 0);
     }
 
     #[test]

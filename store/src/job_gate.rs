@@ -1,11 +1,13 @@
 //! A job's limits as every start keeps them in total across dispatchers: its
-//! `job_limits` row taken first (so starters take turns), the running attempts counted
-//! under it, and the token bucket spent. Used by [`Store`](crate::Store)'s starts in
+//! `job_limits` row taken first (so starters take turns), then the rows of the
+//! AsyncLimiters it shares with other jobs, the running attempts counted under each,
+//! and the token buckets spent. Used by [`Store`](crate::Store)'s starts in
 //! `sql_store.rs`, in the caller's transaction.
 
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Type};
 
 use crate::domain;
+use crate::shared::GateRow;
 use crate::sql_store::Backend;
 use crate::*;
 
@@ -19,7 +21,32 @@ pub(crate) enum RowLock {
     SkipIfHeld,
 }
 
-/// [`Store::start_due`]'s write, in the caller's transaction: the job's limits row
+/// The rows a start took and what they hold: the job's, then each of its limiters', in
+/// [`JobGate::limiters`]' order.
+pub(crate) struct Gates {
+    pub(crate) limits: Vec<domain::Limit>,
+}
+
+impl Gates {
+    /// How many of `wanted` attempts may begin now, the buckets refilled to `now`, and
+    /// which limit binds.
+    pub(crate) fn admit(&self, wanted: usize, now: Millis) -> Admission {
+        let (allowed, buckets, held_by) = domain::admit_all(wanted, &self.limits, now);
+        Admission {
+            allowed,
+            buckets,
+            held_by,
+        }
+    }
+}
+
+pub(crate) struct Admission {
+    pub(crate) allowed: usize,
+    pub(crate) buckets: Vec<domain::Bucket>,
+    pub(crate) held_by: Option<HeldBy>,
+}
+
+/// [`Store::start_due`]'s write, in the caller's transaction: the job's limits rows
 /// taken, then as many attempts begun as the limits admit.
 pub(crate) async fn start_due_in<B>(
     conn: &mut <B::DB as Database>::Connection,
@@ -38,20 +65,13 @@ where
     for<'r> (i64, i64): FromRow<'r, <B::DB as Database>::Row>,
     for<'r> (i64, i64, i64): FromRow<'r, <B::DB as Database>::Row>,
 {
-    let Some((bucket, running)) = take_gate::<B>(&mut *conn, gate, params.now, lock).await? else {
+    let Some(gates) = take_gates::<B>(&mut *conn, gate, params.now, lock).await? else {
         return Ok(DueStarted {
             tasks: Vec::new(),
             held_by: None,
         });
     };
-    let admission = domain::admit(
-        params.limit as usize,
-        running,
-        gate.concurrency,
-        gate.rate,
-        bucket,
-        params.now,
-    );
+    let admission = gates.admit(params.limit as usize, params.now);
     let tasks = match u32::try_from(admission.allowed) {
         Ok(0) | Err(_) => Vec::new(),
         Ok(allowed) => {
@@ -66,7 +86,7 @@ where
             .await?
         }
     };
-    spend_tokens::<B>(&mut *conn, gate, admission.bucket, tasks.len()).await?;
+    spend_tokens::<B>(&mut *conn, gate, &admission, tasks.len()).await?;
     Ok(DueStarted {
         tasks,
         held_by: admission.held_by,
@@ -74,12 +94,13 @@ where
 }
 
 /// Takes `gate`'s `job_limits` row lock, so dispatchers beginning the job's attempts
-/// take turns, and reads its token bucket and the type's running attempts under it.
+/// take turns, then its limiters' rows; reads each token bucket and the running
+/// attempts that count against each under the locks.
 pub(crate) async fn lock_gate<B>(
     conn: &mut <B::DB as Database>::Connection,
     gate: &JobGate<'_>,
     now: Millis,
-) -> Result<(domain::Bucket, i64)>
+) -> Result<Gates>
 where
     B: Backend,
     for<'c> &'c mut <B::DB as Database>::Connection: Executor<'c, Database = B::DB>,
@@ -91,15 +112,93 @@ where
     for<'r> (i64, i64): FromRow<'r, <B::DB as Database>::Row>,
     for<'r> (i64, i64, i64): FromRow<'r, <B::DB as Database>::Row>,
 {
-    let taken = take_gate::<B>(conn, gate, now, RowLock::Wait).await?;
+    let taken = take_gates::<B>(conn, gate, now, RowLock::Wait).await?;
     taken.ok_or_else(|| StoreError::Corrupt(format!("no job_limits row for {:?}", gate.task_type)))
 }
 
 /// [`lock_gate`]; with [`RowLock::SkipIfHeld`], `None` while another transaction holds
-/// the row (or it does not exist yet: a waiting start makes it).
-async fn take_gate<B>(
+/// one of the rows (or it does not exist yet: a waiting start makes it). Every start
+/// takes the job's row first and its limiters' in id order, and only a waiting start
+/// waits, each for one job's row at most before the limiters': so no two starts wait on
+/// each other.
+async fn take_gates<B>(
     conn: &mut <B::DB as Database>::Connection,
     gate: &JobGate<'_>,
+    now: Millis,
+    lock: RowLock,
+) -> Result<Option<Gates>>
+where
+    B: Backend,
+    for<'c> &'c mut <B::DB as Database>::Connection: Executor<'c, Database = B::DB>,
+    <B::DB as Database>::Arguments: IntoArguments<B::DB>,
+    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> i64: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> Millis: Encode<'q, B::DB> + Type<B::DB>,
+    for<'r> (i64,): FromRow<'r, <B::DB as Database>::Row>,
+    for<'r> (i64, i64): FromRow<'r, <B::DB as Database>::Row>,
+    for<'r> (i64, i64, i64): FromRow<'r, <B::DB as Database>::Row>,
+{
+    let q = &B::QUERIES;
+    let own_type = [gate.task_type];
+    let job_row = Row {
+        rows: &q.job_limits,
+        key: gate.task_type,
+        rate: gate.rate,
+        types: &own_type,
+        // One statement where that counts right (SQLite, one writer).
+        combined: q.limits_and_running,
+    };
+    let Some((bucket, running)) = take_row::<B>(&mut *conn, &job_row, now, lock).await? else {
+        return Ok(None);
+    };
+    let mut limits = Vec::with_capacity(1 + gate.limiters.len());
+    limits.push(domain::Limit {
+        running,
+        concurrency: gate.concurrency,
+        rate: gate.rate,
+        bucket,
+        held_by_concurrency: HeldBy::Concurrency,
+    });
+    for limiter in gate.limiters {
+        let types: Vec<&str> = limiter.task_types.iter().map(String::as_str).collect();
+        let row = Row {
+            rows: &q.limiters,
+            key: &limiter.id,
+            rate: limiter.rate,
+            types: &types,
+            combined: None,
+        };
+        let Some((bucket, running)) = take_row::<B>(&mut *conn, &row, now, lock).await? else {
+            return Ok(None);
+        };
+        limits.push(domain::Limit {
+            running,
+            concurrency: limiter.concurrency.unwrap_or(u32::MAX),
+            rate: limiter.rate,
+            bucket,
+            held_by_concurrency: HeldBy::Limiter,
+        });
+    }
+    Ok(Some(Gates { limits }))
+}
+
+/// One limits row to take: where it lives, its bucket's rate, and the task types whose
+/// running attempts count against it.
+struct Row<'a> {
+    rows: &'a GateRow,
+    key: &'a str,
+    rate: Option<asyncd_spec::RateLimit>,
+    types: &'a [&'a str],
+    /// The row and the count of its one type in one statement, where that counts right.
+    combined: Option<&'static str>,
+}
+
+/// The bucket of `row`, locked (made full first if missing), and the running attempts
+/// of its types counted after the lock was granted; `None` with
+/// [`RowLock::SkipIfHeld`] while another transaction holds it.
+async fn take_row<B>(
+    conn: &mut <B::DB as Database>::Connection,
+    row: &Row<'_>,
     now: Millis,
     lock: RowLock,
 ) -> Result<Option<(domain::Bucket, i64)>>
@@ -117,18 +216,18 @@ where
     let q = &B::QUERIES;
     let read =
         async |conn: &mut <B::DB as Database>::Connection| -> Result<Option<(i64, i64, i64)>> {
-            if let Some(both) = q.limits_and_running {
+            if let Some(both) = row.combined {
                 return Ok(sqlx::query_as(both)
-                    .bind(gate.task_type)
+                    .bind(row.key)
                     .fetch_optional(&mut *conn)
                     .await?);
             }
-            let lock_limits = match lock {
-                RowLock::Wait => q.lock_limits,
-                RowLock::SkipIfHeld => q.try_lock_limits,
+            let lock_row = match lock {
+                RowLock::Wait => row.rows.lock,
+                RowLock::SkipIfHeld => row.rows.try_lock,
             };
-            let Some((milli_tokens, at)): Option<(i64, i64)> = sqlx::query_as(lock_limits)
-                .bind(gate.task_type)
+            let Some((milli_tokens, at)): Option<(i64, i64)> = sqlx::query_as(lock_row)
+                .bind(row.key)
                 .fetch_optional(&mut *conn)
                 .await?
             else {
@@ -137,38 +236,42 @@ where
             // Read after the row lock was granted, so it counts every attempt begun by the
             // transactions that held it before (READ COMMITTED: a statement sees what was
             // committed when it began).
-            let (running,): (i64,) = sqlx::query_as(q.running)
-                .bind(gate.task_type)
-                .fetch_one(&mut *conn)
-                .await?;
+            let mut running = 0;
+            for task_type in row.types {
+                let (count,): (i64,) = sqlx::query_as(q.running)
+                    .bind(*task_type)
+                    .fetch_one(&mut *conn)
+                    .await?;
+                running += count;
+            }
             Ok(Some((milli_tokens, at, running)))
         };
     // Locked before it is inserted, then inserted only if missing: an insert that finds
     // the row takes a shared lock on it (InnoDB), and two transactions upgrading theirs
     // would deadlock on every start.
-    let mut row = read(&mut *conn).await?;
-    if row.is_none() && lock == RowLock::SkipIfHeld {
+    let mut taken = read(&mut *conn).await?;
+    if taken.is_none() && lock == RowLock::SkipIfHeld {
         // No row, or one another transaction holds: only the first is made here (an
         // insert that finds a held row would wait for it).
-        let exists: Option<(i64, i64)> = sqlx::query_as(q.peek_limits)
-            .bind(gate.task_type)
+        let exists: Option<(i64, i64)> = sqlx::query_as(row.rows.peek)
+            .bind(row.key)
             .fetch_optional(&mut *conn)
             .await?;
         if exists.is_some() {
             return Ok(None);
         }
     }
-    if row.is_none() {
-        let fresh = domain::Bucket::full(gate.rate, now);
-        sqlx::query::<B::DB>(q.new_limits)
-            .bind(gate.task_type)
+    if taken.is_none() {
+        let fresh = domain::Bucket::full(row.rate, now);
+        sqlx::query::<B::DB>(row.rows.new)
+            .bind(row.key)
             .bind(fresh.milli_tokens)
             .bind(fresh.at)
             .execute(&mut *conn)
             .await?;
-        row = read(&mut *conn).await?;
+        taken = read(&mut *conn).await?;
     }
-    let Some((milli_tokens, at, running)) = row else {
+    let Some((milli_tokens, at, running)) = taken else {
         return Ok(None);
     };
     let bucket = domain::Bucket {
@@ -178,12 +281,12 @@ where
     Ok(Some((bucket, running)))
 }
 
-/// Takes a token from `gate`'s bucket (as [`lock_gate`] read it, refilled to now) for
-/// each of the `started` attempts; nothing to write without a rate limit.
+/// Takes a token from each rate-limited bucket (as [`lock_gate`] read it, refilled to
+/// now) for each of the `started` attempts; nothing to write without a rate limit.
 pub(crate) async fn spend_tokens<B>(
     conn: &mut <B::DB as Database>::Connection,
     gate: &JobGate<'_>,
-    bucket: domain::Bucket,
+    admission: &Admission,
     started: usize,
 ) -> Result<()>
 where
@@ -194,15 +297,23 @@ where
     for<'q> i64: Encode<'q, B::DB> + Type<B::DB>,
     for<'q> Millis: Encode<'q, B::DB> + Type<B::DB>,
 {
-    if gate.rate.is_none() {
-        return Ok(());
+    let q = &B::QUERIES;
+    let rows = std::iter::once((&q.job_limits, gate.task_type, gate.rate)).chain(
+        gate.limiters
+            .iter()
+            .map(|limiter| (&q.limiters, limiter.id.as_str(), limiter.rate)),
+    );
+    for ((rows, key, rate), bucket) in rows.zip(&admission.buckets) {
+        if rate.is_none() {
+            continue;
+        }
+        let bucket = domain::spend(*bucket, started);
+        sqlx::query::<B::DB>(rows.save)
+            .bind(bucket.milli_tokens)
+            .bind(bucket.at)
+            .bind(key)
+            .execute(&mut *conn)
+            .await?;
     }
-    let bucket = domain::spend(bucket, started);
-    sqlx::query::<B::DB>(B::QUERIES.save_limits)
-        .bind(bucket.milli_tokens)
-        .bind(bucket.at)
-        .bind(gate.task_type)
-        .execute(&mut *conn)
-        .await?;
     Ok(())
 }

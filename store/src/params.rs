@@ -250,6 +250,9 @@ pub struct JobGate<'a> {
     /// Each claim's concurrency key, in the order of [`StartParams::claims`] (empty
     /// without a key limit).
     pub keys: &'a [Option<&'a str>],
+    /// The AsyncLimiters the job names (`Job::limiters`, sorted by id): each holds the
+    /// attempts of all its task types in total, its row taken after the job's.
+    pub limiters: &'a [std::sync::Arc<asyncd_spec::Limiter>],
 }
 
 /// Which limit kept claims from beginning.
@@ -263,6 +266,9 @@ pub enum HeldBy {
     /// Some claims' keys have as many attempts running as `concurrencyKey.limit`
     /// allows (the others' claims were tried); one ends when its outcome is written.
     Key,
+    /// A limiter the job shares with others has as many attempts running as its
+    /// `concurrency` allows; one ends when an outcome of any of its jobs is written.
+    Limiter,
 }
 
 /// What [`Store::start_limited`] did.

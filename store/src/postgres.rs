@@ -19,7 +19,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgQueryResult};
 use sqlx::{PgConnection, PgPool, Pool, Postgres};
 
 use super::rows::{self, ClaimRow, claim_columns, task_columns};
-use super::shared::{ManyRows, Queries};
+use super::shared::{GateRow, ManyRows, Queries};
 use super::sql_store::Backend;
 use super::task_row::TaskValues;
 use super::tx::{Dialect, Tx};
@@ -92,15 +92,26 @@ const QUERIES: Queries = Queries {
     next_pending_eta: "SELECT trigger_at FROM tasks WHERE task_type = $1 \
                        AND state = 'pending' AND trigger_at > $2 AND trigger_at <= $3 \
                        ORDER BY trigger_at LIMIT 1",
-    new_limits: "INSERT INTO job_limits (task_type, tokens, refilled_at) VALUES ($1, $2, $3) \
-                 ON CONFLICT DO NOTHING",
-    lock_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = $1 FOR UPDATE",
-    try_lock_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = $1 \
-                      FOR UPDATE SKIP LOCKED",
-    peek_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = $1",
+    job_limits: GateRow {
+        new: "INSERT INTO job_limits (task_type, tokens, refilled_at) VALUES ($1, $2, $3) \
+                     ON CONFLICT DO NOTHING",
+        lock: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = $1 FOR UPDATE",
+        try_lock: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = $1 \
+                          FOR UPDATE SKIP LOCKED",
+        peek: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = $1",
+        save: "UPDATE job_limits SET tokens = $1, refilled_at = $2 WHERE task_type = $3",
+    },
+    limiters: GateRow {
+        new: "INSERT INTO limiters (id, tokens, refilled_at) VALUES ($1, $2, $3) \
+                     ON CONFLICT DO NOTHING",
+        lock: "SELECT tokens, refilled_at FROM limiters WHERE id = $1 FOR UPDATE",
+        try_lock: "SELECT tokens, refilled_at FROM limiters WHERE id = $1 \
+                          FOR UPDATE SKIP LOCKED",
+        peek: "SELECT tokens, refilled_at FROM limiters WHERE id = $1",
+        save: "UPDATE limiters SET tokens = $1, refilled_at = $2 WHERE id = $3",
+    },
     running: "SELECT COUNT(*) FROM tasks WHERE task_type = $1 AND state = 'running'",
     limits_and_running: None,
-    save_limits: "UPDATE job_limits SET tokens = $1, refilled_at = $2 WHERE task_type = $3",
     due_exists: "SELECT trigger_at FROM tasks WHERE task_type = $1 AND state = 'pending' \
                  AND claim_rank <= $2 AND trigger_at <= $3 LIMIT 1",
     dependency_state: "SELECT state FROM tasks WHERE id = $1 FOR SHARE",

@@ -89,18 +89,10 @@ pub struct Queries {
     /// The earliest ETA of a pending task of `task_type` due after `after` and by
     /// `horizon` (`task_type, after, horizon`), through `tasks_by_type_state`.
     pub next_pending_eta: &'static str,
-    /// Inserts the `job_limits` row of `task_type` with `tokens, refilled_at` unless it
-    /// exists; parameters `task_type, tokens, refilled_at`.
-    pub new_limits: &'static str,
-    /// `tokens, refilled_at` of the `job_limits` row of `task_type`, locked where rows
-    /// lock.
-    pub lock_limits: &'static str,
-    /// [`Self::lock_limits`], but no row when another transaction holds it (`SKIP
-    /// LOCKED`) instead of waiting for it.
-    pub try_lock_limits: &'static str,
-    /// [`Self::lock_limits`] without the lock: whether the row exists, read without
-    /// waiting for whoever holds it.
-    pub peek_limits: &'static str,
+    /// The `job_limits` row of a task type.
+    pub job_limits: GateRow,
+    /// The `limiters` row of a limiter's id (migration 0024).
+    pub limiters: GateRow,
     /// How many attempts of `task_type` are running.
     pub running: &'static str,
     /// [`Self::lock_limits`] and [`Self::running`] in one statement (`task_type`), where
@@ -113,8 +105,6 @@ pub struct Queries {
     /// [`Store::start_due`](crate::Store::start_due) reads before it takes the job's
     /// lock, so a look that finds nothing writes nothing.
     pub due_exists: &'static str,
-    /// Sets the bucket of `task_type`; parameters `tokens, refilled_at, task_type`.
-    pub save_limits: &'static str,
 
     /// The state of task `id`, a new task's dependency: locked, where rows lock, so it
     /// cannot finish before the new task is committed.
@@ -215,6 +205,26 @@ pub struct Queries {
     /// state, finished_before, limit`), oldest first, locked where rows lock (skipping
     /// those another purger holds).
     pub purgeable: &'static str,
+}
+
+/// The statements on one table of limits rows (`job_limits` keyed by task type,
+/// `limiters` by limiter id): a token bucket per row, `tokens` in thousandths of a
+/// token as of `refilled_at`, the row's lock the turn every start of its attempts takes.
+#[derive(Debug)]
+pub struct GateRow {
+    /// Inserts the row of `key` with `tokens, refilled_at` unless it exists; parameters
+    /// `key, tokens, refilled_at`.
+    pub new: &'static str,
+    /// `tokens, refilled_at` of the row of `key`, locked where rows lock.
+    pub lock: &'static str,
+    /// [`Self::lock`], but no row when another transaction holds it (`SKIP LOCKED`)
+    /// instead of waiting for it.
+    pub try_lock: &'static str,
+    /// [`Self::lock`] without the lock: whether the row exists, read without waiting for
+    /// whoever holds it.
+    pub peek: &'static str,
+    /// Sets the bucket of `key`; parameters `tokens, refilled_at, key`.
+    pub save: &'static str,
 }
 
 pub async fn get<DB>(pool: &Pool<DB>, queries: &Queries, id: &str) -> Result<Option<TaskRecord>>

@@ -247,7 +247,7 @@ where
     async fn start_limited(&self, params: StartParams<'_>, gate: JobGate<'_>) -> Result<Admitted> {
         retrying(B::transient, || async {
             let mut tx = self.writer().begin().await?;
-            let (bucket, running) = lock_gate::<B>(&mut tx, &gate, params.now).await?;
+            let gates = lock_gate::<B>(&mut tx, &gate, params.now).await?;
             // The running attempts of the batch's keys, read under the same row lock
             // as the job's count.
             let mut key_running = HashMap::new();
@@ -272,14 +272,7 @@ where
                 .map(|index| gate.keys.get(index).copied().flatten())
                 .collect();
             let (room, key_held) = domain::key_room(&keys, gate.key_limit, &key_running);
-            let admission = domain::admit(
-                room.len(),
-                running,
-                gate.concurrency,
-                gate.rate,
-                bucket,
-                params.now,
-            );
+            let admission = gates.admit(room.len(), params.now);
             let tried: Vec<(String, i64)> = room[..admission.allowed]
                 .iter()
                 .map(|&index| params.claims[index].clone())
@@ -297,7 +290,7 @@ where
                 .await?
             };
             // A claim that did not start (cancelled, paused, lapsed) took no token.
-            spend_tokens::<B>(&mut tx, &gate, admission.bucket, started.len()).await?;
+            spend_tokens::<B>(&mut tx, &gate, &admission, started.len()).await?;
             tx.commit().await?;
             let mut deferred = vec![true; params.claims.len()];
             for &index in &room[..admission.allowed] {

@@ -17,7 +17,7 @@ use sqlx::sqlite::{
 use sqlx::{Pool, Sqlite, SqliteConnection, SqlitePool};
 
 use super::rows::{self, ClaimRow, claim_columns, task_columns};
-use super::shared::{ManyRows, Queries};
+use super::shared::{GateRow, ManyRows, Queries};
 use super::sql_store::Backend;
 use super::tx::{Dialect, Tx};
 use super::*;
@@ -304,13 +304,26 @@ const QUERIES: Queries = Queries {
                          AND state IN ('pending', 'claimed', 'running') \
                          AND trigger_at > ? AND trigger_at <= ? \
                        ORDER BY trigger_at LIMIT 1",
-    new_limits: "INSERT INTO job_limits (task_type, tokens, refilled_at) VALUES (?, ?, ?) \
-                 ON CONFLICT DO NOTHING",
-    // One writer: the transaction itself keeps others out.
-    lock_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = ?",
-    // One writer: nothing else can hold the row.
-    try_lock_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = ?",
-    peek_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = ?",
+    job_limits: GateRow {
+        new: "INSERT INTO job_limits (task_type, tokens, refilled_at) VALUES (?, ?, ?) \
+                     ON CONFLICT DO NOTHING",
+        // One writer: the transaction itself keeps others out.
+        lock: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = ?",
+        // One writer: nothing else can hold the row.
+        try_lock: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = ?",
+        peek: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = ?",
+        save: "UPDATE job_limits SET tokens = ?, refilled_at = ? WHERE task_type = ?",
+    },
+    limiters: GateRow {
+        new: "INSERT INTO limiters (id, tokens, refilled_at) VALUES (?, ?, ?) \
+                     ON CONFLICT DO NOTHING",
+        // One writer: the transaction itself keeps others out.
+        lock: "SELECT tokens, refilled_at FROM limiters WHERE id = ?",
+        // One writer: nothing else can hold the row.
+        try_lock: "SELECT tokens, refilled_at FROM limiters WHERE id = ?",
+        peek: "SELECT tokens, refilled_at FROM limiters WHERE id = ?",
+        save: "UPDATE limiters SET tokens = ?, refilled_at = ? WHERE id = ?",
+    },
     // The repeated `state IN (…)` term lets SQLite read tasks_by_type_state (0016).
     running: "SELECT COUNT(*) FROM tasks WHERE task_type = ? AND state = 'running' \
               AND state IN ('pending', 'claimed', 'running')",
@@ -320,7 +333,6 @@ const QUERIES: Queries = Queries {
                    AND state IN ('pending', 'claimed', 'running')) \
          FROM job_limits WHERE task_type = ?",
     ),
-    save_limits: "UPDATE job_limits SET tokens = ?, refilled_at = ? WHERE task_type = ?",
     due_exists: "SELECT trigger_at FROM tasks INDEXED BY tasks_ranked_by_type \
                  WHERE task_type = ? AND state = 'pending' AND claim_rank <= ? \
                    AND trigger_at <= ? LIMIT 1",

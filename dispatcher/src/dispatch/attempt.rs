@@ -123,6 +123,7 @@ impl Attempts {
                     rate: job.rate_limit,
                     key_limit: job.concurrency_key.as_ref().map(|key| key.limit),
                     keys: &task_keys,
+                    limiters: &job.limiters,
                 },
             )
             .await;
@@ -246,6 +247,7 @@ impl Attempts {
                 rate: job.rate_limit,
                 key_limit: None,
                 keys: &[],
+                limiters: &job.limiters,
             },
         }
     }
@@ -509,6 +511,7 @@ fn held_by_label(held_by: Option<HeldBy>) -> &'static str {
     match held_by {
         Some(HeldBy::Rate { .. }) => "rate",
         Some(HeldBy::Key) => "key",
+        Some(HeldBy::Limiter) => "limiter",
         _ => "concurrency",
     }
 }

@@ -223,7 +223,7 @@ impl Runner {
             None => return ControlFlow::Continue(()),
             // No outcome brings the next token sooner.
             Some(HeldBy::Rate { next_token }) => (next_token.max(Duration::from_millis(1)), false),
-            Some(HeldBy::Concurrency | HeldBy::Key) => (SLOT_POLL, true),
+            Some(HeldBy::Concurrency | HeldBy::Key | HeldBy::Limiter) => (SLOT_POLL, true),
         };
         tokio::select! {
             _ = written, if on_outcome => {}
@@ -281,7 +281,7 @@ impl Runner {
         let (pause, on_outcome) = match held_by {
             None => return ControlFlow::Continue(()),
             Some(HeldBy::Rate { next_token }) => (next_token.max(Duration::from_millis(1)), false),
-            Some(HeldBy::Concurrency | HeldBy::Key) => (SLOT_POLL, true),
+            Some(HeldBy::Concurrency | HeldBy::Key | HeldBy::Limiter) => (SLOT_POLL, true),
         };
         tokio::select! {
             _ = written, if on_outcome => {}

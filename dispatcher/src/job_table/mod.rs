@@ -1,6 +1,6 @@
-//! The routing table: which jobs exist, read from a folder of AsyncJobConfig YAML files
-//! (`--config DIR`) or from the operator's routing ConfigMap (`--routing-configmap`,
-//! see [`configmap`]), and re-read when either changes, so edits apply without a restart.
+//! The routing table: which jobs exist, with the AsyncLimiters they name, read from a
+//! folder of YAML files (`--config DIR`) or from the operator's routing ConfigMap
+//! (`--routing-configmap`, see [`configmap`]), and re-read when either changes, so edits apply without a restart.
 //! `--job NAME` narrows the table to one job, for the dispatchers the operator runs per
 //! AsyncJobConfig.
 //!
@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use asyncd_spec::{AsyncJobConfig, Job};
+use asyncd_spec::{
+    AsyncJobConfig, AsyncLimiter, Declared, Job, LIMITER_KIND, Limiter, SpecError, bind_limiters,
+};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -81,7 +83,8 @@ pub fn table_from_documents(
     sources: impl IntoIterator<Item = (PathBuf, String)>,
     job: Option<&str>,
 ) -> Result<RouteTable, RoutingError> {
-    let mut jobs: HashMap<String, (Job, PathBuf)> = HashMap::new();
+    let mut jobs: Vec<(Declared<Job>, PathBuf)> = Vec::new();
+    let mut limiters: HashMap<String, (Limiter, PathBuf)> = HashMap::new();
     for (file, text) in sources {
         for document in serde_yaml::Deserializer::from_str(&text) {
             let invalid = |e: serde_yaml::Error| RoutingError::Invalid {
@@ -94,31 +97,78 @@ pub fn table_from_documents(
             if value.is_null() {
                 continue;
             }
-            let doc: AsyncJobConfig = serde_yaml::from_value(value).map_err(invalid)?;
-            let job = doc.validate().map_err(|e| RoutingError::Invalid {
+            let spec_error = |e: SpecError| RoutingError::Invalid {
                 file: file.clone(),
                 field: e.field,
                 message: e.message,
-            })?;
-            if let Some((_, other)) = jobs.get(&job.task_type) {
+            };
+            if value.get("kind").and_then(|k| k.as_str()) == Some(LIMITER_KIND) {
+                let doc: AsyncLimiter = serde_yaml::from_value(value).map_err(invalid)?;
+                let limiter = doc.validate().map_err(spec_error)?;
+                if let Some((_, other)) = limiters.get(&limiter.id) {
+                    return Err(RoutingError::Invalid {
+                        file: file.clone(),
+                        field: "metadata.name".into(),
+                        message: format!(
+                            "limiter {:?} is already declared in {}",
+                            limiter.id,
+                            other.display()
+                        ),
+                    });
+                }
+                limiters.insert(limiter.id.clone(), (limiter, file.clone()));
+                continue;
+            }
+            let doc: AsyncJobConfig = serde_yaml::from_value(value).map_err(invalid)?;
+            let validated = doc.validate().map_err(spec_error)?;
+            if let Some((_, other)) = jobs
+                .iter()
+                .find(|(j, _)| j.value.task_type == validated.task_type)
+            {
                 return Err(RoutingError::Invalid {
                     file: file.clone(),
                     field: "spec.taskType".into(),
                     message: format!(
                         "task type {:?} is already declared in {}",
-                        job.task_type,
+                        validated.task_type,
                         other.display()
                     ),
                 });
             }
-            jobs.insert(job.task_type.clone(), (job, file.clone()));
+            let declared = Declared {
+                namespace: doc.metadata.namespace.clone(),
+                value: validated,
+            };
+            jobs.push((declared, file.clone()));
         }
     }
+    // Bound before narrowing to `job`: a limiter counts the attempts of every job that
+    // names it, including those this dispatcher does not run.
+    let (mut declared, files): (Vec<_>, Vec<_>) = jobs.into_iter().unzip();
+    bind_limiters(
+        &mut declared,
+        limiters.into_values().map(|(l, _)| l).collect(),
+    )
+    .map_err(|(name, e)| RoutingError::Invalid {
+        file: declared_file(&declared, &files, &name),
+        field: e.field,
+        message: e.message,
+    })?;
     Ok(RouteTable::from_jobs(
-        jobs.into_values()
-            .map(|(j, _)| j)
+        declared
+            .into_iter()
+            .map(|d| d.value)
             .filter(|j| job.is_none_or(|name| j.name == name)),
     ))
+}
+
+/// The file the job named `name` came from.
+fn declared_file(declared: &[Declared<Job>], files: &[PathBuf], name: &str) -> PathBuf {
+    declared
+        .iter()
+        .position(|d| d.value.name == name)
+        .map(|i| files[i].clone())
+        .unwrap_or_default()
 }
 
 fn config_files(dir: &Path) -> Result<Vec<PathBuf>, RoutingError> {

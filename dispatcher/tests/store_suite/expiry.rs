@@ -194,6 +194,7 @@ async fn a_start_straight_from_pending_passes_over_expired_tasks(store: &dyn Sto
         rate: None,
         key_limit: None,
         keys: &[],
+        limiters: &[],
     };
     let params = StartDueParams {
         now: at(50),

@@ -21,7 +21,7 @@ scenarios!(
 );
 
 /// Claims `n` due tasks of `task_type` for `owner`, as `(id, token)` pairs in rank order.
-async fn claims_of(
+pub(crate) async fn claims_of(
     store: &dyn Store,
     task_type: &str,
     owner: &str,
@@ -228,6 +228,7 @@ async fn keys_are_claimed_in_turn_and_limited_in_total(store: &dyn Store) {
         rate: None,
         key_limit: Some(1),
         keys: &keys,
+        limiters: &[],
     };
     let first = store
         .start_limited(start_params(&held, at(20), 0), gate)
@@ -292,6 +293,7 @@ async fn limits_hold_in_total_across_starters(store: &dyn Store) {
         rate: None,
         key_limit: None,
         keys: &[],
+        limiters: &[],
     };
     // Two dispatchers' claims: the first may begin 3, the second none until one ends.
     let a = claims_of(store, "slots", "a", 5, T0).await;
@@ -359,6 +361,7 @@ async fn limits_hold_in_total_across_starters(store: &dyn Store) {
         }),
         key_limit: None,
         keys: &[],
+        limiters: &[],
     };
     let a = claims_of(store, "rated", "a", 5, T0).await;
     let b = claims_of(store, "rated", "b", 5, T0).await;
@@ -415,7 +418,7 @@ async fn limits_hold_in_total_across_starters(store: &dyn Store) {
     assert_eq!(after.started.len(), 1, "the token the cancelled claim left");
 }
 
-fn start_due_params(now: Millis, owner: &str, limit: u32) -> StartDueParams<'_> {
+pub(crate) fn start_due_params(now: Millis, owner: &str, limit: u32) -> StartDueParams<'_> {
     StartDueParams {
         now,
         owner,
@@ -454,6 +457,7 @@ async fn due_tasks_begin_in_one_write_within_the_limits(store: &dyn Store) {
         rate: None,
         key_limit: None,
         keys: &[],
+        limiters: &[],
     };
     // Another dispatcher's claim of one due task: not taken, but counted once begun.
     let claimed = claims_of(store, "due", "b", 1, at(5)).await;
@@ -535,6 +539,7 @@ async fn due_tasks_begin_in_one_write_within_the_limits(store: &dyn Store) {
         }),
         key_limit: None,
         keys: &[],
+        limiters: &[],
     };
     let burst = store
         .start_due(start_due_params(T0, "a", 5), gate)
@@ -600,6 +605,7 @@ async fn starters_never_exceed_the_concurrency_in_total(server: &Server) {
                 rate: None,
                 key_limit: None,
                 keys: &[],
+                limiters: &[],
             };
             let mut done = 0;
             if n % 2 == 1 {
@@ -697,6 +703,7 @@ async fn a_refill_never_waits_for_a_limits_row_another_start_holds(server: &Serv
         rate: None,
         key_limit: None,
         keys: &[],
+        limiters: &[],
     };
     let running = store
         .start_due(start_due_params(at(5), "a", 1), gate)
@@ -795,6 +802,7 @@ async fn outcomes_begin_the_next_due_attempts_in_the_same_write(store: &dyn Stor
         rate: None,
         key_limit: None,
         keys: &[],
+        limiters: &[],
     };
     let running = store
         .start_due(start_due_params(at(5), "a", 2), gate)

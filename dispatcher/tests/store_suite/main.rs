@@ -63,6 +63,7 @@ mod expiry;
 mod jobs;
 mod keys;
 mod leases;
+mod limiters;
 mod limits;
 mod ordering;
 mod outcomes;

@@ -5,6 +5,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use super::*;
+use crate::limiter::{MAX_LIMITERS_PER_JOB, check_name as check_limiter_name};
 use crate::{CronSchedule, parse_duration};
 
 impl JobSpec {
@@ -87,8 +88,27 @@ impl JobSpec {
         let rate_limit = self
             .rate_limit
             .as_ref()
-            .map(validate_rate_limit)
+            .map(|spec| validate_rate_limit(spec, "spec.rateLimit"))
             .transpose()?;
+        if self.limiters.len() > MAX_LIMITERS_PER_JOB {
+            return Err(SpecError::new(
+                "spec.limiters",
+                format!("at most {MAX_LIMITERS_PER_JOB} limiters"),
+            ));
+        }
+        let mut limiter_names = Vec::with_capacity(self.limiters.len());
+        for (index, name) in self.limiters.iter().enumerate() {
+            let name = name.trim();
+            check_limiter_name(name)
+                .map_err(|m| SpecError::new(format!("spec.limiters[{index}]"), m))?;
+            if limiter_names.iter().any(|n| n == name) {
+                return Err(SpecError::new(
+                    format!("spec.limiters[{index}]"),
+                    format!("{name:?} is named twice"),
+                ));
+            }
+            limiter_names.push(name.to_string());
+        }
         let concurrency_key =
             validate_key_and_ordering(self.concurrency_key.as_ref(), self.ordering.as_ref())?;
         let adaptive = match &self.adaptive_concurrency {
@@ -233,6 +253,8 @@ impl JobSpec {
             window,
             paused: self.paused,
             batch,
+            limiter_names,
+            limiters: Vec::new(),
         })
     }
 }
@@ -263,7 +285,11 @@ fn validate_batch(spec: &BatchSpec) -> Result<Batch, SpecError> {
     })
 }
 
-fn validate_rate_limit(spec: &RateLimitSpec) -> Result<RateLimit, SpecError> {
+/// `spec` at `field` (`spec.rateLimit`), each error naming its sub-field.
+pub(crate) fn validate_rate_limit(
+    spec: &RateLimitSpec,
+    field: &str,
+) -> Result<RateLimit, SpecError> {
     let check = |field: &str, value: u32| {
         if (1..=RateLimit::MAX).contains(&value) {
             Ok(value)
@@ -275,9 +301,9 @@ fn validate_rate_limit(spec: &RateLimitSpec) -> Result<RateLimit, SpecError> {
         }
     };
     Ok(RateLimit {
-        per_second: check("spec.rateLimit.perSecond", spec.per_second)?,
+        per_second: check(&format!("{field}.perSecond"), spec.per_second)?,
         burst: check(
-            "spec.rateLimit.burst",
+            &format!("{field}.burst"),
             spec.burst.unwrap_or(spec.per_second),
         )?,
     })

@@ -3,7 +3,7 @@
 //! them.
 
 use super::super::rows::task_columns;
-use super::super::shared::{ManyRows, Queries};
+use super::super::shared::{GateRow, ManyRows, Queries};
 
 /// The statements every backend runs alike (see `shared` and `tx`).
 pub(super) const QUERIES: Queries = Queries {
@@ -46,16 +46,26 @@ pub(super) const QUERIES: Queries = Queries {
                        WHERE task_type = ? AND state = 'pending' \
                          AND trigger_at > ? AND trigger_at <= ? \
                        ORDER BY trigger_at LIMIT 1",
-    new_limits: "INSERT IGNORE INTO job_limits (task_type, tokens, refilled_at) VALUES (?, ?, ?)",
-    lock_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = ? FOR UPDATE",
-    try_lock_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = ? \
-                      FOR UPDATE SKIP LOCKED",
-    peek_limits: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = ?",
+    job_limits: GateRow {
+        new: "INSERT IGNORE INTO job_limits (task_type, tokens, refilled_at) VALUES (?, ?, ?)",
+        lock: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = ? FOR UPDATE",
+        try_lock: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = ? \
+                          FOR UPDATE SKIP LOCKED",
+        peek: "SELECT tokens, refilled_at FROM job_limits WHERE task_type = ?",
+        save: "UPDATE job_limits SET tokens = ?, refilled_at = ? WHERE task_type = ?",
+    },
+    limiters: GateRow {
+        new: "INSERT IGNORE INTO limiters (id, tokens, refilled_at) VALUES (?, ?, ?)",
+        lock: "SELECT tokens, refilled_at FROM limiters WHERE id = ? FOR UPDATE",
+        try_lock: "SELECT tokens, refilled_at FROM limiters WHERE id = ? \
+                          FOR UPDATE SKIP LOCKED",
+        peek: "SELECT tokens, refilled_at FROM limiters WHERE id = ?",
+        save: "UPDATE limiters SET tokens = ?, refilled_at = ? WHERE id = ?",
+    },
     // Pinned, as the other statements on the state index are (see the top of this file).
     running: "SELECT COUNT(*) FROM tasks FORCE INDEX (tasks_finished) \
               WHERE state = 'running' AND task_type = ?",
     limits_and_running: None,
-    save_limits: "UPDATE job_limits SET tokens = ?, refilled_at = ? WHERE task_type = ?",
     due_exists: "SELECT trigger_at FROM tasks FORCE INDEX (tasks_ranked_by_type) \
                  WHERE state = 'pending' AND task_type = ? AND claim_rank <= ? \
                    AND trigger_at <= ? LIMIT 1",
