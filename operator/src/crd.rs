@@ -1,14 +1,17 @@
-//! The `AsyncJobConfig` custom resource: group `asyncd.example.io`, version `v1`.
+//! The custom resources, group `asyncd.example.io`, version `v1`: `AsyncJobConfig` and
+//! `AsyncLimiter`.
 //!
-//! The spec *is* [`asyncd_spec::JobSpec`] — the struct `asyncd dev --config DIR` and the
-//! dispatchers' loader parse — wrapped in a transparent newtype so the derive can hang the
-//! CRD on it. Its schema (and the CEL rules the API server enforces) come from the
-//! `kube` feature of `asyncd-spec`, so the document a team writes means the same thing on a
-//! laptop and in a cluster. `crds/asyncjobconfigs.yaml` is [`yaml`]'s output (`crdgen`).
+//! Each spec *is* the `asyncd-spec` struct — [`asyncd_spec::JobSpec`],
+//! [`asyncd_spec::LimiterSpec`] — that `asyncd dev --config DIR` and the dispatchers'
+//! loader parse, wrapped in a transparent newtype so the derive can hang the CRD on it.
+//! Their schemas (and the CEL rules the API server enforces) come from the `kube` feature
+//! of `asyncd-spec`, so the document a team writes means the same thing on a laptop and in
+//! a cluster. `crds/asyncjobconfigs.yaml` is [`yaml`]'s output (`crdgen`): both CRDs, one
+//! YAML document each.
 
 use std::ops::Deref;
 
-use asyncd_spec::JobSpec;
+use asyncd_spec::{JobSpec, LimiterSpec};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
@@ -186,12 +189,136 @@ impl AsyncJobConfig {
     }
 }
 
-/// The CRD, as applied to clusters: the derive's output, tidied for the API server (see
-/// [`tidy`]).
+/// An AsyncLimiter: a concurrency limit, a rate limit or both, held in total across the
+/// AsyncJobConfigs of its namespace that name it in `spec.limiters`.
+// clippy reads the repeated `printcolumn(type_ = …)` arguments as duplicated attributes
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "asyncd.example.io",
+    version = "v1",
+    kind = "AsyncLimiter",
+    plural = "asynclimiters",
+    singular = "asynclimiter",
+    shortname = "alim",
+    category = "asyncd",
+    namespaced,
+    status = "AsyncLimiterStatus",
+    derive = "PartialEq",
+    doc = "A concurrency limit, a rate limit or both, shared by the AsyncJobConfigs of its namespace that name it in spec.limiters: their attempts count against it in total, across every dispatcher. The operator puts it in the namespace's asyncd-routing ConfigMap beside them.",
+    printcolumn(
+        name = "Concurrency",
+        type_ = "integer",
+        json_path = ".spec.concurrency",
+        description = "Attempts running at once, in total across the jobs that name it"
+    ),
+    printcolumn(
+        name = "Rate",
+        type_ = "integer",
+        json_path = ".spec.rateLimit.perSecond",
+        description = "Attempts begun per second, in total across the jobs that name it"
+    ),
+    printcolumn(
+        name = "Jobs",
+        type_ = "integer",
+        json_path = ".status.jobCount",
+        description = "AsyncJobConfigs of the namespace that name it"
+    ),
+    printcolumn(
+        name = "Job Names",
+        type_ = "string",
+        json_path = ".status.jobs",
+        priority = "1"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(transparent)]
+pub struct AsyncLimiterSpec(pub LimiterSpec);
+
+impl Deref for AsyncLimiterSpec {
+    type Target = LimiterSpec;
+    fn deref(&self) -> &LimiterSpec {
+        &self.0
+    }
+}
+
+/// Which configs name a limiter, written by the operator through the status subresource
+/// whenever it rebuilds the namespace's routing ConfigMap.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AsyncLimiterStatus {
+    /// The `metadata.generation` the operator last saw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The AsyncJobConfigs of the namespace whose `spec.limiters` name this limiter, sorted
+    /// (those being deleted left out). Only those that are routed count against it: a
+    /// config in conflict or with an invalid spec is listed but not dispatched.
+    #[serde(default)]
+    pub jobs: Vec<String>,
+    /// How many `jobs` there are (the JOBS column).
+    #[serde(default)]
+    pub job_count: u32,
+}
+
+impl AsyncLimiter {
+    pub fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    pub fn namespace(&self) -> &str {
+        self.metadata.namespace.as_deref().unwrap_or_default()
+    }
+
+    pub fn is_deleting(&self) -> bool {
+        self.metadata.deletion_timestamp.is_some()
+    }
+}
+
+/// The AsyncJobConfig CRD, as applied to clusters: the derive's output, tidied for the API
+/// server (see [`tidy`]), with `spec.limiters` capped at
+/// [`MAX_LIMITERS_PER_JOB`](asyncd_spec::limiter::MAX_LIMITERS_PER_JOB) names.
 pub fn definition() -> CustomResourceDefinition {
     let mut value = serde_json::to_value(AsyncJobConfig::crd()).expect("CRD serialises");
     tidy(&mut value);
+    let spec = &mut value["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        ["properties"];
+    if let Some(limiters) = spec.get_mut("limiters").and_then(|l| l.as_object_mut()) {
+        limiters.insert(
+            "maxItems".into(),
+            asyncd_spec::limiter::MAX_LIMITERS_PER_JOB.into(),
+        );
+    }
     serde_json::from_value(value).expect("CRD deserialises")
+}
+
+/// The CEL rule on an AsyncLimiter's spec: a limiter limits something.
+pub const LIMITER_RULE: &str = "has(self.concurrency) || has(self.rateLimit)";
+
+/// The AsyncLimiter CRD, tidied the same way, with [`LIMITER_RULE`] on its spec (what
+/// `AsyncLimiter::validate` checks besides the ranges the schema holds).
+pub fn limiter_definition() -> CustomResourceDefinition {
+    let mut value = serde_json::to_value(AsyncLimiter::crd()).expect("CRD serialises");
+    tidy(&mut value);
+    let spec = value["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        .as_object_mut()
+        .expect("the CRD has a spec schema");
+    spec.insert(
+        "x-kubernetes-validations".into(),
+        serde_json::json!([{
+            "rule": LIMITER_RULE,
+            "message": "must set concurrency, rateLimit or both",
+        }]),
+    );
+    serde_json::from_value(value).expect("CRD deserialises")
+}
+
+/// Every CRD of the operator, in the order `crdgen` prints them.
+pub fn definitions() -> Vec<CustomResourceDefinition> {
+    vec![definition(), limiter_definition()]
 }
 
 /// Removes what the API server refuses or warns about: `default: null` (from fields that
@@ -217,12 +344,15 @@ fn tidy(value: &mut serde_json::Value) {
     }
 }
 
-pub const YAML_HEADER: &str = "# Generated by `cargo run -p asyncd-operator --bin crdgen > crds/asyncjobconfigs.yaml`.\n# Do not edit: change the Rust types (operator/src/crd.rs, spec/src/job.rs) and regenerate.\n";
+pub const YAML_HEADER: &str = "# Generated by `cargo run -p asyncd-operator --bin crdgen > crds/asyncjobconfigs.yaml`.\n# Do not edit: change the Rust types (operator/src/crd.rs, spec/src/job.rs, spec/src/limiter.rs) and regenerate.\n# Two CRDs, one document each: AsyncJobConfig and AsyncLimiter.\n";
 
-/// The CRD as YAML, exactly as committed in `crds/asyncjobconfigs.yaml`.
+/// The CRDs as YAML, one document each, exactly as committed in `crds/asyncjobconfigs.yaml`.
 pub fn yaml() -> String {
-    let body = serde_yaml::to_string(&definition()).expect("CRD renders as YAML");
-    format!("{YAML_HEADER}{body}")
+    let bodies: Vec<String> = definitions()
+        .iter()
+        .map(|crd| serde_yaml::to_string(crd).expect("CRD renders as YAML"))
+        .collect();
+    format!("{YAML_HEADER}{}", bodies.join("---\n"))
 }
 
 #[cfg(test)]
@@ -239,6 +369,36 @@ mod tests {
         assert!(
             committed == yaml(),
             "crds/asyncjobconfigs.yaml is stale: run\n  cargo run -p asyncd-operator --bin crdgen > crds/asyncjobconfigs.yaml"
+        );
+    }
+
+    /// Helm installs the chart's copy: it must be the committed file (e2e/chart.sh checks
+    /// the same; `e2e/chart.sh --sync-crd` copies it over).
+    #[test]
+    fn the_charts_copy_is_the_committed_crds() {
+        let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../charts/asyncd/crds/asyncjobconfigs.yaml");
+        let copy = std::fs::read_to_string(chart).unwrap_or_default();
+        assert!(
+            copy == yaml(),
+            "charts/asyncd/crds/asyncjobconfigs.yaml is stale: run\n  cp crds/asyncjobconfigs.yaml charts/asyncd/crds/"
+        );
+    }
+
+    #[test]
+    fn the_file_holds_both_crds_one_document_each() {
+        let names: Vec<String> = serde_yaml::Deserializer::from_str(&yaml())
+            .map(|doc| {
+                let crd = CustomResourceDefinition::deserialize(doc).unwrap();
+                crd.metadata.name.unwrap()
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "asyncjobconfigs.asyncd.example.io",
+                "asynclimiters.asyncd.example.io"
+            ]
         );
     }
 
@@ -282,15 +442,94 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_limiter_crd_names_scope_columns_and_rule() {
+        let crd = limiter_definition();
+        assert_eq!(
+            crd.metadata.name.as_deref(),
+            Some("asynclimiters.asyncd.example.io")
+        );
+        assert_eq!(crd.spec.group, GROUP);
+        assert_eq!(crd.spec.scope, "Namespaced");
+        assert_eq!(crd.spec.names.kind, "AsyncLimiter");
+        assert_eq!(crd.spec.names.plural, "asynclimiters");
+        assert_eq!(crd.spec.names.short_names, Some(vec!["alim".to_string()]));
+        assert_eq!(crd.spec.names.categories, Some(vec!["asyncd".to_string()]));
+        let version = &crd.spec.versions[0];
+        assert_eq!(version.name, "v1");
+        assert!(version.subresources.as_ref().unwrap().status.is_some());
+        let columns: Vec<(&str, &str)> = version
+            .additional_printer_columns
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|c| (c.name.as_str(), c.json_path.as_str()))
+            .collect();
+        assert_eq!(
+            columns,
+            [
+                ("Concurrency", ".spec.concurrency"),
+                ("Rate", ".spec.rateLimit.perSecond"),
+                ("Jobs", ".status.jobCount"),
+                ("Job Names", ".status.jobs"),
+                ("Age", ".metadata.creationTimestamp"),
+            ]
+        );
+        let schema =
+            serde_json::to_value(&crd).unwrap()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+                .clone();
+        let spec = &schema["properties"]["spec"];
+        assert_eq!(spec["x-kubernetes-validations"][0]["rule"], LIMITER_RULE);
+        assert_eq!(spec["properties"]["concurrency"]["minimum"], 1.0);
+        assert_eq!(
+            spec["properties"]["rateLimit"]["required"],
+            serde_json::json!(["perSecond"])
+        );
+        let status = &schema["properties"]["status"]["properties"];
+        for field in ["observedGeneration", "jobs", "jobCount"] {
+            assert!(status.get(field).is_some(), "status.{field}");
+        }
+    }
+
+    #[test]
+    fn a_config_names_at_most_four_limiters() {
+        let limiters = &spec_schema()["properties"]["limiters"];
+        assert_eq!(limiters["type"], "array");
+        assert_eq!(limiters["maxItems"], 4);
+        assert_eq!(limiters["items"]["type"], "string");
+    }
+
+    /// An AsyncLimiter sample reads the same through the dispatcher's loader and through
+    /// the CRD type, and round-trips.
+    fn limiter_sample_parses_identically(path: &std::path::Path, text: &str) {
+        let doc: asyncd_spec::AsyncLimiter = serde_yaml::from_str(text).unwrap();
+        let resource: AsyncLimiter = serde_yaml::from_str(text).unwrap();
+        assert_eq!(resource.spec.0, doc.spec, "{}", path.display());
+        assert_eq!(resource.name(), doc.metadata.name);
+        let back: AsyncLimiter =
+            serde_json::from_value(serde_json::to_value(&resource).unwrap()).unwrap();
+        assert_eq!(back, resource);
+        doc.validate()
+            .unwrap_or_else(|e| panic!("{}: {}: {}", path.display(), e.field, e.message));
+    }
+
     /// Every committed sample reads the same through the dispatcher's loader
-    /// (`asyncd_spec::AsyncJobConfig`) and through the CRD type, and round-trips.
+    /// (`asyncd_spec::AsyncJobConfig`, `asyncd_spec::AsyncLimiter`) and through the CRD
+    /// type, and round-trips.
     #[test]
     fn samples_parse_identically_as_documents_and_resources() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/samples");
         let mut seen = 0;
+        let mut limiters = 0;
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
             let text = std::fs::read_to_string(&path).unwrap();
+            let value: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+            if value["kind"].as_str() == Some(asyncd_spec::LIMITER_KIND) {
+                limiter_sample_parses_identically(&path, &text);
+                limiters += 1;
+                continue;
+            }
             let doc: asyncd_spec::AsyncJobConfig = serde_yaml::from_str(&text).unwrap();
             let resource: AsyncJobConfig = serde_yaml::from_str(&text).unwrap();
             assert_eq!(resource.spec.0, doc.spec, "{}", path.display());
@@ -309,6 +548,7 @@ mod tests {
             seen += 1;
         }
         assert!(seen >= 4, "samples: {seen}");
+        assert!(limiters >= 1, "limiter samples: {limiters}");
     }
 
     fn spec_schema() -> serde_json::Value {
@@ -392,6 +632,12 @@ mod tests {
         }
         let mut untyped = Vec::new();
         walk("spec", &spec_schema(), &mut untyped);
+        let limiter = serde_json::to_value(limiter_definition()).unwrap();
+        walk(
+            "AsyncLimiter",
+            &limiter["spec"]["versions"][0]["schema"]["openAPIV3Schema"],
+            &mut untyped,
+        );
         assert!(untyped.is_empty(), "untyped: {untyped:?}");
     }
 }

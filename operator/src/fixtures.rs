@@ -4,13 +4,13 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use asyncd_spec::JobSpec;
 use asyncd_spec::job::{ExecutorSpec, KafkaSpec};
+use asyncd_spec::{JobSpec, LimiterSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::ObjectMeta;
 
 use crate::builders::DispatcherSettings;
-use crate::crd::{AsyncJobConfig, AsyncJobConfigSpec};
+use crate::crd::{AsyncJobConfig, AsyncJobConfigSpec, AsyncLimiter, AsyncLimiterSpec};
 
 pub const NAMESPACE: &str = "shop";
 
@@ -58,6 +58,15 @@ pub fn aged(name: &str, created_secs: i64, edit: impl FnOnce(&mut JobSpec)) -> A
     let mut config = AsyncJobConfig::new(name, AsyncJobConfigSpec(spec));
     config.metadata = meta(name, created_secs);
     config
+}
+
+/// An AsyncLimiter of namespace `shop`, its spec empty before `edit`.
+pub fn limiter(name: &str, edit: impl FnOnce(&mut LimiterSpec)) -> AsyncLimiter {
+    let mut spec = LimiterSpec::default();
+    edit(&mut spec);
+    let mut limiter = AsyncLimiter::new(name, AsyncLimiterSpec(spec));
+    limiter.metadata = meta(name, 0);
+    limiter
 }
 
 /// A committed sample from `config/samples/`, as the API server would hand it over.

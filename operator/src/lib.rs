@@ -1,14 +1,20 @@
-//! `asyncd-operator`: reconciles `AsyncJobConfig` resources.
+//! `asyncd-operator`: reconciles `AsyncJobConfig` resources, and the `AsyncLimiter`s they
+//! name.
 //!
 //! Each config becomes, in its namespace:
 //! - a Kafka topic with the partitions asked (grown, never shrunk; deleted with the config
 //!   only under `kafka.deletePolicy: Delete`),
 //! - a document in the `asyncd-routing` ConfigMap (one key per config, the format
-//!   `asyncd dev --config DIR` reads), rebuilt from every routable config,
+//!   `asyncd dev --config DIR` reads), rebuilt from every routable config and every
+//!   valid AsyncLimiter of the namespace (one key each, `limiter_<name>.yaml`),
 //! - a dispatcher Deployment `asyncd-dispatcher-<config>` and its HPA on due backlog.
 //!
+//! A config naming an AsyncLimiter its namespace does not hold is not routed
+//! (`InvalidSpec` on `spec.limiters[i]`); each limiter's status lists the configs naming it.
+//!
 //! Layout (after kube-rs/controller-rs):
-//! - [`crd`]: the resource type (its spec is `asyncd_spec::JobSpec`) and the CRD.
+//! - [`crd`]: the resource types (their specs are `asyncd_spec::JobSpec` and
+//!   `asyncd_spec::LimiterSpec`) and the CRDs.
 //! - [`controller`]: the reconcile pipeline read → validate → build → apply → status,
 //!   `error_policy`, the finalizer, and the `Controller` wiring.
 //! - [`builders`]: one pure builder per resource; [`conflicts`]: who owns a task type or

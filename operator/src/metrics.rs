@@ -12,7 +12,8 @@ pub struct Metrics {
     pub registry: Registry,
     /// `asyncd_operator_reconciliations_total{result}`: ok, error.
     pub reconciliations: IntCounterVec,
-    /// `asyncd_operator_reconcile_failures_total{error}`: kube, kafka, finalizer, …
+    /// `asyncd_operator_reconcile_failures_total{error}`: kube, kafka, finalizer, step,
+    /// and limiter_status (an AsyncLimiter's status not written; the pass goes on).
     pub failures: IntCounterVec,
     /// `asyncd_operator_reconcile_duration_seconds{phase}`: apply, cleanup.
     pub duration: HistogramVec,

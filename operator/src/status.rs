@@ -9,7 +9,10 @@
 use asyncd_spec::Job;
 
 use crate::conflicts::Conflict;
-use crate::crd::{AsyncJobConfigStatus, Condition, LimitsStatus, RateLimitStatus};
+use crate::crd::{
+    AsyncJobConfig, AsyncJobConfigStatus, AsyncLimiter, AsyncLimiterStatus, Condition,
+    LimitsStatus, RateLimitStatus,
+};
 
 pub const READY: &str = "Ready";
 pub const TOPIC_READY: &str = "TopicReady";
@@ -260,6 +263,27 @@ pub fn with_job(mut status: AsyncJobConfigStatus, job: Option<&Job>) -> AsyncJob
     status
 }
 
+/// An AsyncLimiter's status: the configs of `configs` (its namespace's) whose
+/// `spec.limiters` name it, sorted, those being deleted left out.
+pub fn limiter_status<'a>(
+    limiter: &AsyncLimiter,
+    configs: impl IntoIterator<Item = &'a AsyncJobConfig>,
+) -> AsyncLimiterStatus {
+    let mut jobs: Vec<String> = configs
+        .into_iter()
+        .filter(|c| c.namespace() == limiter.namespace() && !c.is_deleting())
+        .filter(|c| c.spec.limiters.iter().any(|n| n.trim() == limiter.name()))
+        .map(|c| c.name().to_string())
+        .collect();
+    jobs.sort();
+    jobs.dedup();
+    AsyncLimiterStatus {
+        observed_generation: limiter.metadata.generation,
+        job_count: u32::try_from(jobs.len()).unwrap_or(u32::MAX),
+        jobs,
+    }
+}
+
 /// Condition changes worth an Event: `(warning, reason, message)` for each condition whose
 /// status or reason changed, skipping the noise of steps going Pending.
 pub fn transitions(
@@ -494,5 +518,28 @@ mod tests {
             events.iter().any(|(w, r, _)| *w && r == "Conflict"),
             "{events:?}"
         );
+    }
+
+    #[test]
+    fn a_limiters_status_lists_the_configs_of_its_namespace_that_name_it() {
+        let limiter = crate::fixtures::limiter("psp", |s| s.concurrency = Some(2));
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let b = crate::fixtures::config_with("b", |s| s.limiters = names(&["bank", "psp "]));
+        let a = crate::fixtures::config_with("a", |s| s.limiters = names(&["psp"]));
+        let other = crate::fixtures::config_with("c", |s| s.limiters = names(&["bank"]));
+        let mut gone = crate::fixtures::config_with("d", |s| s.limiters = names(&["psp"]));
+        gone.metadata.deletion_timestamp = gone.metadata.creation_timestamp.clone();
+        let mut elsewhere = crate::fixtures::config_with("e", |s| s.limiters = names(&["psp"]));
+        elsewhere.metadata.namespace = Some("bank".into());
+        let s = limiter_status(&limiter, [&b, &a, &other, &gone, &elsewhere]);
+        assert_eq!(
+            s,
+            AsyncLimiterStatus {
+                observed_generation: Some(1),
+                jobs: names(&["a", "b"]),
+                job_count: 2,
+            }
+        );
+        assert_eq!(limiter_status(&limiter, []).job_count, 0);
     }
 }

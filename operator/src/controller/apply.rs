@@ -1,7 +1,9 @@
 //! Steps 3–4, build and apply, for a config admitted by [`validate`](super::validate):
 //! topic, route, Deployment, HPA — each built by its pure builder, then applied by
 //! server-side apply with field manager `asyncd-operator`, stopping at the first step
-//! that fails (later steps stay Pending in the report).
+//! that fails (later steps stay Pending in the report). A config the routing rebuild
+//! leaves out (a limiter it names went away since the pass began) stops there too, with
+//! `RoutingReady=False`: no dispatcher for a job no dispatcher can load.
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
@@ -9,8 +11,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 
+use super::status::write_limiter_statuses;
 use super::topic::apply_topic;
-use super::validate::validate;
+use super::validate::{check_limiters, validate};
 use super::{Context, Error};
 use crate::builders::{self, MANAGED_BY, deployment, hpa, routing};
 use crate::conflicts;
@@ -32,7 +35,7 @@ pub(super) async fn run_pipeline(
         let partitions = apply_topic(config, ctx, &mut report).await?;
         report.partitions = partitions;
 
-        apply_routing(ctx, config.namespace())
+        let routed = apply_routing(ctx, config.namespace())
             .await
             .inspect_err(|e| {
                 report.set(
@@ -40,17 +43,12 @@ pub(super) async fn run_pipeline(
                     Step::failed("RoutingApplyFailed", e.to_string()),
                 )
             })?;
-        report.set(
-            ROUTING_READY,
-            Step::ok(
-                "RouteApplied",
-                format!(
-                    "key {} of ConfigMap {}",
-                    routing::key(config),
-                    routing::ROUTING_CONFIGMAP
-                ),
-            ),
-        );
+        if let Err(step) = routed.step(config) {
+            let message = step.message.clone();
+            report.set(ROUTING_READY, step);
+            return Err(Error::Step(message));
+        }
+        report.set(ROUTING_READY, route_step(config));
 
         let desired = deployment::build(config, &ctx.settings);
         let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), config.namespace());
@@ -147,18 +145,75 @@ fn scaling_step(config: &AsyncJobConfig, bounds: hpa::Bounds) -> Step {
     }
 }
 
+fn route_step(config: &AsyncJobConfig) -> Step {
+    let mut message = format!(
+        "key {} of ConfigMap {}",
+        routing::key(config),
+        routing::ROUTING_CONFIGMAP
+    );
+    if !config.spec.limiters.is_empty() {
+        let names: Vec<&str> = config.spec.limiters.iter().map(|n| n.trim()).collect();
+        message.push_str(&format!(", beside AsyncLimiters {}", names.join(", ")));
+    }
+    Step::ok("RouteApplied", message)
+}
+
+/// What a routing rebuild did: the configs it routed, and why it left out those that
+/// name a limiter they cannot bind (as the rebuild's own list of limiters saw them).
+#[derive(Debug, Default)]
+pub(super) struct Routed {
+    pub names: Vec<String>,
+    pub unbound: Vec<(String, asyncd_spec::SpecError)>,
+}
+
+impl Routed {
+    /// `Ok` when `config` is in the ConfigMap; else the RoutingReady step saying why not.
+    pub fn step(&self, config: &AsyncJobConfig) -> Result<(), Step> {
+        if self.names.iter().any(|n| n == config.name()) {
+            return Ok(());
+        }
+        match self.unbound.iter().find(|(n, _)| n == config.name()) {
+            Some((_, err)) => Err(Step::failed(
+                "LimiterUnavailable",
+                format!("{}: {}", err.field, err.message),
+            )),
+            None => Err(Step::failed(
+                "NotRouted",
+                "the routing rebuild left this config out (the namespace's configs changed \
+                 meanwhile); retrying",
+            )),
+        }
+    }
+}
+
 /// Rebuilds the namespace's routing ConfigMap from every routable config (owners with a
-/// valid spec, not being deleted, not refused by their claim step).
-pub(super) async fn apply_routing(ctx: &Context, namespace: &str) -> Result<(), Error> {
+/// valid spec whose limiters all bind, not being deleted, not refused by their claim
+/// step) and every valid AsyncLimiter, then writes the limiters' statuses.
+pub(super) async fn apply_routing(ctx: &Context, namespace: &str) -> Result<Routed, Error> {
     let lock = ctx.routing_lock(namespace);
     let _guard = lock.lock().await;
+    let limiters = ctx.limiters_in(namespace).await?;
     let configs = ctx.configs_in(namespace);
     let ownership = conflicts::resolve(configs.iter().map(|c| c.as_ref()));
+    let mut routed = Routed::default();
     let routable: Vec<&AsyncJobConfig> = conflicts::routable(&configs, &ownership)
         .into_iter()
-        .filter(|c| validate(c, &ctx.policy).is_ok() && !ctx.is_refused(c))
+        .filter(|c| !ctx.is_refused(c))
+        .filter(|c| {
+            let Ok(job) = validate(c, &ctx.policy) else {
+                return false;
+            };
+            match check_limiters(&job, namespace, &limiters) {
+                Ok(()) => true,
+                Err(err) => {
+                    routed.unbound.push((c.name().to_string(), err));
+                    false
+                }
+            }
+        })
         .collect();
-    let desired = routing::build(namespace, routable);
+    routed.names = routable.iter().map(|c| c.name().to_string()).collect();
+    let desired = routing::build(namespace, routable, limiters.routable());
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
     api.patch(
         routing::ROUTING_CONFIGMAP,
@@ -166,7 +221,8 @@ pub(super) async fn apply_routing(ctx: &Context, namespace: &str) -> Result<(), 
         &Patch::Apply(&desired),
     )
     .await?;
-    Ok(())
+    write_limiter_statuses(ctx, namespace, &limiters, &configs).await;
+    Ok(routed)
 }
 
 #[cfg(test)]

@@ -4,13 +4,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kube::api::{Api, ListParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource};
 use tracing::warn;
 
+use super::validate::Limiters;
 use crate::builders::{DispatcherSettings, MANAGED_BY};
-use crate::crd::AsyncJobConfig;
+use crate::crd::{AsyncJobConfig, AsyncLimiter};
 use crate::kafka::TopicAdmin;
 use crate::metrics::Metrics;
 use crate::policy::Policy;
@@ -106,6 +108,30 @@ impl Context {
         let mut configs = self.store.state_filter(|c| c.namespace() == namespace);
         configs.sort_by(|a, b| a.name().cmp(b.name()));
         configs
+    }
+
+    /// The read step for limiters: every AsyncLimiter of `namespace`, listed from the API
+    /// server (not a cache: a routing rebuild must never see limiters older than the
+    /// change that triggered it). Without the AsyncLimiter CRD (404) or the right to list
+    /// them (403: RBAC older than this operator) there are none, and the configs that name
+    /// one say why they are not routed; the others are routed as before.
+    pub(super) async fn limiters_in(&self, namespace: &str) -> Result<Limiters, kube::Error> {
+        let api: Api<AsyncLimiter> = Api::namespaced(self.client.clone(), namespace);
+        let unavailable = |why: &str| Limiters {
+            items: Vec::new(),
+            unavailable: Some(why.into()),
+        };
+        match api.list(&ListParams::default()).await {
+            Ok(list) => Ok(Limiters::new(list.items)),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(unavailable(
+                "the AsyncLimiter CRD is not installed (kubectl apply -f crds/asyncjobconfigs.yaml)",
+            )),
+            Err(kube::Error::Api(status)) if status.code == 403 => Ok(unavailable(
+                "the operator may not list AsyncLimiters (its RBAC needs asynclimiters: get, \
+                 list, watch; config/rbac/operator.yaml)",
+            )),
+            Err(err) => Err(err),
+        }
     }
 
     pub(super) fn routing_lock(&self, namespace: &str) -> Arc<tokio::sync::Mutex<()>> {

@@ -1,10 +1,13 @@
 //! The reconciler. One pass over a config is a pipeline, one module per step:
 //!
 //! 1. **read** — the config and its namespace's other configs, from the controller's
-//!    cache ([`Context`]);
+//!    cache ([`Context`]), and, for a config that names limiters, the namespace's
+//!    AsyncLimiters, listed from the API server;
 //! 2. [`validate`] — `asyncd_spec::JobSpec::validate`, the same check the dispatcher
-//!    runs, then ownership ([`conflicts::resolve`](crate::conflicts::resolve)): a config
-//!    that is invalid or in conflict changes nothing; then [`claims`]: the signing
+//!    runs, that every limiter it names exists and is valid (else `InvalidSpec` on
+//!    `spec.limiters[i]`), then ownership
+//!    ([`conflicts::resolve`](crate::conflicts::resolve)): a config that is invalid or
+//!    in conflict changes nothing; then [`claims`]: the signing
 //!    Secret must be labelled for the config, and its topics must not be recorded on the
 //!    broker as owned elsewhere — a config refused there changes nothing either;
 //! 3. **build** — the desired objects from [`builders`](crate::builders) (pure);
@@ -15,7 +18,9 @@
 //!    only when they changed, with Events on changes.
 //!
 //! Passes are level-based and idempotent: everything is recomputed from the current
-//! state each time, and the routing ConfigMap is rebuilt whole from every routable config.
+//! state each time, and the routing ConfigMap is rebuilt whole from every routable config
+//! and every valid AsyncLimiter of the namespace (listed again under the namespace's
+//! routing lock), after which each limiter's `status.jobs` is written if it changed.
 //! A finalizer makes deletion run [`cleanup`]: the route goes (and the topics only under
 //! `deletePolicy: Delete`, and only those recorded as this config's). Errors requeue with
 //! exponential backoff per object ([`error_policy`]). [`wiring`] sets up the `Controller`
@@ -30,6 +35,8 @@ mod topic;
 mod validate;
 mod wiring;
 
+#[cfg(test)]
+mod limiter_scenarios;
 #[cfg(test)]
 mod scenarios;
 
@@ -126,7 +133,13 @@ pub fn error_policy(config: Arc<AsyncJobConfig>, error: &Error, ctx: Arc<Context
 async fn pass(config: &AsyncJobConfig, ctx: &Context) -> Result<Action, Error> {
     let _timer = ctx.metrics.timer("apply");
     let peers = ctx.configs_in(config.namespace());
-    let admitted = match validate::admit(config, &peers, &ctx.policy) {
+    // listed only for a config that names limiters: the routing rebuild lists them anyway
+    let limiters = if config.spec.limiters.is_empty() {
+        validate::Limiters::default()
+    } else {
+        ctx.limiters_in(config.namespace()).await?
+    };
+    let admitted = match validate::admit(config, &peers, &limiters, &ctx.policy) {
         Ok(()) => claims::claim(config, ctx).await.map(|claimed| {
             ctx.set_refused(config, claimed.is_err());
             claimed.map_err(Verdict::Conflict)

@@ -15,26 +15,27 @@ use serde_json::{Value, json};
 
 use super::{Context, Error, RECHECK, RESYNC, reconcile};
 use crate::builders::DispatcherSettings;
-use crate::crd::{AsyncJobConfig, AsyncJobConfigStatus, FINALIZER};
+use crate::crd::{AsyncJobConfig, AsyncJobConfigStatus, AsyncLimiter, FINALIZER};
 use crate::fixtures::{self, ApiServer, Call, Reply};
 use crate::kafka::fake::FakeAdmin;
 use crate::metrics::Metrics;
 
-const CONFIGS: &str = "/apis/asyncd.example.io/v1/namespaces/shop/asyncjobconfigs";
-const ROUTING: &str = "/api/v1/namespaces/shop/configmaps/asyncd-routing";
-const DEPLOYMENTS: &str = "/apis/apps/v1/namespaces/shop/deployments";
-const HPAS: &str = "/apis/autoscaling/v2/namespaces/shop/horizontalpodautoscalers";
+pub(super) const CONFIGS: &str = "/apis/asyncd.example.io/v1/namespaces/shop/asyncjobconfigs";
+pub(super) const LIMITERS: &str = "/apis/asyncd.example.io/v1/namespaces/shop/asynclimiters";
+pub(super) const ROUTING: &str = "/api/v1/namespaces/shop/configmaps/asyncd-routing";
+pub(super) const DEPLOYMENTS: &str = "/apis/apps/v1/namespaces/shop/deployments";
+pub(super) const HPAS: &str = "/apis/autoscaling/v2/namespaces/shop/horizontalpodautoscalers";
 
-struct Harness {
-    server: ApiServer,
-    admin: Arc<FakeAdmin>,
-    ctx: Arc<Context>,
+pub(super) struct Harness {
+    pub server: ApiServer,
+    pub admin: Arc<FakeAdmin>,
+    pub ctx: Arc<Context>,
     // keeps the cache the context reads alive
     _writer: Writer<AsyncJobConfig>,
 }
 
 /// A context whose cache holds `configs`, talking to a fresh scripted server.
-fn harness(configs: &[&AsyncJobConfig]) -> Harness {
+pub(super) fn harness(configs: &[&AsyncJobConfig]) -> Harness {
     harness_with(configs, fixtures::settings())
 }
 
@@ -63,12 +64,12 @@ fn harness_with(configs: &[&AsyncJobConfig], settings: DispatcherSettings) -> Ha
 }
 
 /// A config that already carries the finalizer (past its first reconcile).
-fn finalized(mut config: AsyncJobConfig) -> AsyncJobConfig {
+pub(super) fn finalized(mut config: AsyncJobConfig) -> AsyncJobConfig {
     config.metadata.finalizers = Some(vec![FINALIZER.into()]);
     config
 }
 
-fn deleting(config: AsyncJobConfig) -> AsyncJobConfig {
+pub(super) fn deleting(config: AsyncJobConfig) -> AsyncJobConfig {
     let mut config = finalized(config);
     config.metadata.deletion_timestamp = Some(Time(
         k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap(),
@@ -76,12 +77,34 @@ fn deleting(config: AsyncJobConfig) -> AsyncJobConfig {
     config
 }
 
-fn json_of(config: &AsyncJobConfig) -> Reply {
+pub(super) fn json_of(config: &AsyncJobConfig) -> Reply {
     Reply::Json(serde_json::to_value(config).unwrap())
 }
 
-/// Scripts the calls of a pass that gets through every step.
-fn expect_full_pass(server: &ApiServer, config: &AsyncJobConfig) {
+/// The namespace's AsyncLimiters, as a LIST answers them.
+pub(super) fn limiter_list(limiters: &[&AsyncLimiter]) -> Reply {
+    Reply::Json(json!({
+        "apiVersion": "asyncd.example.io/v1",
+        "kind": "AsyncLimiterList",
+        "metadata": {"resourceVersion": "1"},
+        "items": limiters,
+    }))
+}
+
+/// Scripts the LIST of the namespace's AsyncLimiters (none) a routing rebuild begins with.
+pub(super) fn expect_no_limiters(server: &ApiServer) -> &ApiServer {
+    server.expect("GET", LIMITERS, limiter_list(&[]))
+}
+
+/// Scripts the calls of a pass that gets through every step (the namespace holding no
+/// AsyncLimiter).
+pub(super) fn expect_full_pass(server: &ApiServer, config: &AsyncJobConfig) {
+    expect_no_limiters(server);
+    expect_routed_and_deployed(server, config);
+}
+
+/// The routing ConfigMap, the Deployment and the HPA of a pass, after the rebuild's LIST.
+pub(super) fn expect_routed_and_deployed(server: &ApiServer, config: &AsyncJobConfig) {
     let name = config.name();
     server
         .expect("PATCH", ROUTING, Reply::Echo)
@@ -97,7 +120,7 @@ fn expect_full_pass(server: &ApiServer, config: &AsyncJobConfig) {
         );
 }
 
-fn routing_keys(call: &Call) -> Vec<String> {
+pub(super) fn routing_keys(call: &Call) -> Vec<String> {
     assert_eq!(call.path, ROUTING);
     call.body["data"]
         .as_object()
@@ -106,7 +129,7 @@ fn routing_keys(call: &Call) -> Vec<String> {
 }
 
 /// `(type, status, reason)` of each condition in a status patch.
-fn conditions(call: &Call) -> Vec<(String, String, String)> {
+pub(super) fn conditions(call: &Call) -> Vec<(String, String, String)> {
     assert!(call.path.ends_with("/status"), "{}", call.path);
     call.body["status"]["conditions"]
         .as_array()
@@ -119,7 +142,7 @@ fn conditions(call: &Call) -> Vec<(String, String, String)> {
         .collect()
 }
 
-fn triples(expected: &[(&str, &str, &str)]) -> Vec<(String, String, String)> {
+pub(super) fn triples(expected: &[(&str, &str, &str)]) -> Vec<(String, String, String)> {
     expected
         .iter()
         .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
@@ -172,11 +195,12 @@ async fn a_pass_applies_every_step_and_reports_each_condition() {
         ]
     );
     let calls = h.server.verify();
-    assert_eq!(routing_keys(&calls[0]), ["a.yaml"]);
-    assert_eq!(calls[1].body["kind"], "Deployment");
-    assert_eq!(calls[2].body["kind"], "HorizontalPodAutoscaler");
+    assert_eq!(calls[0].path, LIMITERS);
+    assert_eq!(routing_keys(&calls[1]), ["a.yaml"]);
+    assert_eq!(calls[2].body["kind"], "Deployment");
+    assert_eq!(calls[3].body["kind"], "HorizontalPodAutoscaler");
     assert_eq!(
-        conditions(&calls[3]),
+        conditions(&calls[4]),
         triples(&[
             ("Ready", "True", "Reconciled"),
             ("TopicReady", "True", "TopicCreated"),
@@ -186,7 +210,7 @@ async fn a_pass_applies_every_step_and_reports_each_condition() {
             ("Conflict", "False", "NoConflict"),
         ])
     );
-    assert_eq!(calls[3].body["status"]["partitions"], 6);
+    assert_eq!(calls[4].body["status"]["partitions"], 6);
     assert_eq!(
         h.server.events(),
         ["TopicCreated", "TopicCreated", "Reconciled"],
@@ -217,7 +241,7 @@ async fn an_unchanged_status_is_not_written_again() {
     let action = reconcile(Arc::new(config), h.ctx.clone()).await.unwrap();
 
     assert_eq!(action, Action::requeue(RESYNC));
-    assert_eq!(h.server.verify().len(), 4 + 3);
+    assert_eq!(h.server.verify().len(), 5 + 4);
     assert_eq!(h.server.events().len(), events_before);
     assert!(h.admin.calls.lock().unwrap().is_empty());
 }
@@ -226,7 +250,7 @@ async fn an_unchanged_status_is_not_written_again() {
 async fn a_failing_step_is_reported_and_later_steps_stay_pending() {
     let config = finalized(fixtures::config("a"));
     let h = harness(&[&config]);
-    h.server
+    expect_no_limiters(&h.server)
         .expect("PATCH", ROUTING, Reply::Echo)
         .expect(
             "PATCH",
@@ -242,7 +266,7 @@ async fn a_failing_step_is_reported_and_later_steps_stay_pending() {
     assert!(matches!(error, Error::Kube(_)), "{error}");
     let calls = h.server.verify();
     assert_eq!(
-        conditions(&calls[2]),
+        conditions(&calls[3]),
         triples(&[
             ("Ready", "False", "DeploymentApplyFailed"),
             ("TopicReady", "True", "TopicCreated"),
@@ -278,18 +302,16 @@ async fn the_younger_of_two_claimants_gets_conflict_and_nothing_is_created() {
         let younger = finalized(younger);
         let h = harness(&[&older, &younger]);
         // the route is rebuilt without the younger; no topic, Deployment or HPA for it
-        h.server.expect("PATCH", ROUTING, Reply::Echo).expect(
-            "PATCH",
-            format!("{CONFIGS}/b/status"),
-            json_of(&younger),
-        );
+        expect_no_limiters(&h.server)
+            .expect("PATCH", ROUTING, Reply::Echo)
+            .expect("PATCH", format!("{CONFIGS}/b/status"), json_of(&younger));
 
         let action = reconcile(Arc::new(younger), h.ctx.clone()).await.unwrap();
 
         assert_eq!(action, Action::requeue(RECHECK), "{claim}");
         let calls = h.server.verify();
-        assert_eq!(routing_keys(&calls[0]), ["a.yaml"], "{claim}");
-        let conditions = conditions(&calls[1]);
+        assert_eq!(routing_keys(&calls[1]), ["a.yaml"], "{claim}");
+        let conditions = conditions(&calls[2]);
         assert_eq!(
             conditions[0],
             ("Ready".into(), "False".into(), "Conflict".into()),
@@ -300,7 +322,7 @@ async fn the_younger_of_two_claimants_gets_conflict_and_nothing_is_created() {
             &("Conflict".into(), "True".into(), reason.into()),
             "{claim}"
         );
-        let message = calls[1].body["status"]["conditions"][5]["message"]
+        let message = calls[2].body["status"]["conditions"][5]["message"]
             .as_str()
             .unwrap()
             .to_string();
@@ -340,7 +362,7 @@ async fn deletion_under_delete_policy_deletes_the_topic_then_drops_the_finalizer
     let h = harness(&[&doomed, &other]);
     h.admin.own(&["topic", "topic-high"], "shop/a");
     let dispatcher = format!("{DEPLOYMENTS}/asyncd-dispatcher-a");
-    h.server
+    expect_no_limiters(&h.server)
         .expect("PATCH", ROUTING, Reply::Echo)
         .expect("GET", dispatcher.clone(), owned_deployment(&doomed))
         .expect("DELETE", dispatcher, owned_deployment(&doomed))
@@ -355,7 +377,7 @@ async fn deletion_under_delete_policy_deletes_the_topic_then_drops_the_finalizer
 
     assert_eq!(action, Action::await_change());
     let calls = h.server.verify();
-    assert_eq!(routing_keys(&calls[0]), ["b.yaml"]);
+    assert_eq!(routing_keys(&calls[1]), ["b.yaml"]);
     assert!(removes_the_finalizer(calls.last().unwrap()));
     assert_eq!(
         *h.admin.calls.lock().unwrap(),
@@ -374,7 +396,7 @@ async fn deletion_under_delete_policy_deletes_the_topic_then_drops_the_finalizer
 /// Scripts the calls of a deletion of `config` that finds no Deployment and no HPA.
 fn expect_bare_cleanup(server: &ApiServer, config: &AsyncJobConfig) {
     let name = config.name();
-    server
+    expect_no_limiters(server)
         .expect("PATCH", ROUTING, Reply::Echo)
         .expect(
             "GET",
@@ -416,11 +438,13 @@ async fn deletion_under_delete_policy_keeps_topics_not_recorded_as_this_configs(
 /// A refused config: its route is dropped and its status says why; nothing else.
 async fn expect_refused(h: &Harness, config: AsyncJobConfig, reason: &str) -> String {
     let name = config.name().to_string();
-    h.server.expect("PATCH", ROUTING, Reply::Echo).expect(
-        "PATCH",
-        format!("{CONFIGS}/{name}/status"),
-        json_of(&config),
-    );
+    expect_no_limiters(&h.server)
+        .expect("PATCH", ROUTING, Reply::Echo)
+        .expect(
+            "PATCH",
+            format!("{CONFIGS}/{name}/status"),
+            json_of(&config),
+        );
     let action = reconcile(Arc::new(config), h.ctx.clone()).await.unwrap();
     assert_eq!(action, Action::requeue(RECHECK), "{reason}");
     let calls = h.server.verify();
@@ -530,7 +554,7 @@ async fn a_signing_secret_labelled_for_the_config_is_mounted() {
 
     assert_eq!(action, Action::requeue(RESYNC));
     let calls = h.server.verify();
-    let volumes = calls[2].body["spec"]["template"]["spec"]["volumes"]
+    let volumes = calls[3].body["spec"]["template"]["spec"]["volumes"]
         .as_array()
         .unwrap();
     let secrets: Vec<&serde_json::Value> =
@@ -557,8 +581,8 @@ async fn the_operators_executor_ranges_reach_the_applied_deployment() {
     reconcile(Arc::new(config), h.ctx.clone()).await.unwrap();
 
     let calls = h.server.verify();
-    assert_eq!(calls[1].path, format!("{DEPLOYMENTS}/asyncd-dispatcher-a"));
-    let env = calls[1].body["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert_eq!(calls[2].path, format!("{DEPLOYMENTS}/asyncd-dispatcher-a"));
+    let env = calls[2].body["spec"]["template"]["spec"]["containers"][0]["env"]
         .as_array()
         .unwrap();
     let value = |name: &str| {
@@ -581,7 +605,7 @@ async fn deletion_under_retain_policy_keeps_the_topic() {
     let doomed = deleting(fixtures::config("a"));
     let h = harness(&[&doomed]);
     h.admin.topics.lock().unwrap().insert("topic".into(), 6);
-    h.server
+    expect_no_limiters(&h.server)
         .expect("PATCH", ROUTING, Reply::Echo)
         .expect(
             "GET",
@@ -598,7 +622,7 @@ async fn deletion_under_retain_policy_keeps_the_topic() {
     reconcile(Arc::new(doomed), h.ctx.clone()).await.unwrap();
 
     let calls = h.server.verify();
-    assert!(routing_keys(&calls[0]).is_empty());
+    assert!(routing_keys(&calls[1]).is_empty());
     assert!(removes_the_finalizer(calls.last().unwrap()));
     assert!(h.admin.calls.lock().unwrap().is_empty());
     assert_eq!(h.admin.topics.lock().unwrap()["topic"], 6);
@@ -612,7 +636,7 @@ async fn deleting_a_config_in_conflict_leaves_the_owners_topic() {
     }));
     let h = harness(&[&owner, &doomed]);
     h.admin.topics.lock().unwrap().insert("topic".into(), 6);
-    h.server
+    expect_no_limiters(&h.server)
         .expect("PATCH", ROUTING, Reply::Echo)
         .expect(
             "GET",
@@ -629,7 +653,7 @@ async fn deleting_a_config_in_conflict_leaves_the_owners_topic() {
     reconcile(Arc::new(doomed), h.ctx.clone()).await.unwrap();
 
     let calls = h.server.verify();
-    assert_eq!(routing_keys(&calls[0]), ["b.yaml"]);
+    assert_eq!(routing_keys(&calls[1]), ["b.yaml"]);
     assert!(h.admin.calls.lock().unwrap().is_empty());
     assert_eq!(h.admin.topics.lock().unwrap()["topic"], 6);
 }
@@ -640,22 +664,20 @@ async fn an_invalid_config_loses_its_route_and_reports_the_field() {
         s.executor.url = "ftp://nope".into()
     }));
     let h = harness(&[&invalid]);
-    h.server.expect("PATCH", ROUTING, Reply::Echo).expect(
-        "PATCH",
-        format!("{CONFIGS}/a/status"),
-        json_of(&invalid),
-    );
+    expect_no_limiters(&h.server)
+        .expect("PATCH", ROUTING, Reply::Echo)
+        .expect("PATCH", format!("{CONFIGS}/a/status"), json_of(&invalid));
 
     let action = reconcile(Arc::new(invalid), h.ctx.clone()).await.unwrap();
 
     assert_eq!(action, Action::requeue(RECHECK));
     let calls = h.server.verify();
-    assert!(routing_keys(&calls[0]).is_empty());
+    assert!(routing_keys(&calls[1]).is_empty());
     assert_eq!(
-        conditions(&calls[1])[0],
+        conditions(&calls[2])[0],
         ("Ready".into(), "False".into(), "InvalidSpec".into())
     );
-    let message: &Value = &calls[1].body["status"]["conditions"][0]["message"];
+    let message: &Value = &calls[2].body["status"]["conditions"][0]["message"];
     assert!(
         message.as_str().unwrap().starts_with("spec.executor.url"),
         "{message}"
@@ -693,5 +715,5 @@ async fn a_config_refused_by_its_claims_stays_out_of_the_route_another_pass_rebu
     reconcile(Arc::new(owner), h.ctx.clone()).await.unwrap();
 
     let calls = h.server.verify();
-    assert_eq!(routing_keys(&calls[0]), ["b.yaml"]);
+    assert_eq!(routing_keys(&calls[1]), ["b.yaml"]);
 }

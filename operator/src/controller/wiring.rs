@@ -1,5 +1,6 @@
-//! The `Controller`: what it watches, and which configs a change sends back through
-//! [`reconcile`].
+//! The `Controller`: what it watches (AsyncJobConfigs, the Deployments and HPAs they
+//! own, the routing ConfigMaps, AsyncLimiters), and which configs a change sends back
+//! through [`reconcile`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +19,7 @@ use tracing::{info, warn};
 
 use super::{Context, error_policy, reconcile};
 use crate::builders::{DispatcherSettings, MANAGED_BY, routing};
-use crate::crd::AsyncJobConfig;
+use crate::crd::{AsyncJobConfig, AsyncLimiter};
 use crate::kafka::TopicAdmin;
 use crate::metrics::Metrics;
 use crate::policy::Policy;
@@ -41,6 +42,27 @@ pub fn peers_to_recheck(
                     .is_some_and(|s| s.status == "True")
         })
         .map(|c| ObjectRef::from_obj(c.as_ref()))
+        .collect()
+}
+
+/// Configs to pass again when an AsyncLimiter changes (created, edited, deleted, or its
+/// status written): those of its namespace that name it, whose routing and status depend
+/// on it, and the namespace's first config by name, whose pass rebuilds the routing
+/// ConfigMap (and the limiter's status) even when no config names it.
+pub fn configs_for_limiter(
+    limiter: &AsyncLimiter,
+    all: &[Arc<AsyncJobConfig>],
+) -> Vec<ObjectRef<AsyncJobConfig>> {
+    let mut in_namespace: Vec<&Arc<AsyncJobConfig>> = all
+        .iter()
+        .filter(|c| c.namespace() == limiter.namespace())
+        .collect();
+    in_namespace.sort_by(|a, b| a.name().cmp(b.name()));
+    in_namespace
+        .into_iter()
+        .enumerate()
+        .filter(|(i, c)| *i == 0 || c.spec.limiters.iter().any(|n| n.trim() == limiter.name()))
+        .map(|(_, c)| ObjectRef::from_obj(c.as_ref()))
         .collect()
 }
 
@@ -79,6 +101,7 @@ pub async fn run(
     let store = controller.store();
     let peers_store = store.clone();
     let routing_store = store.clone();
+    let limiters_store = store.clone();
     let controller = controller
         // a config's deletion or edit can settle another's conflict
         .watches(
@@ -101,6 +124,14 @@ pub async fn run(
                     .map(|c| ObjectRef::from_obj(c.as_ref()))
             },
         )
+        // an AsyncLimiter created, edited or deleted: rebuild the routing ConfigMap and
+        // recheck the configs that name it (without the CRD installed, this watch fails
+        // and retries with backoff; the passes see no limiters)
+        .watches(
+            api::<AsyncLimiter>(&client, ns),
+            watcher::Config::default(),
+            move |limiter: AsyncLimiter| configs_for_limiter(&limiter, &limiters_store.state()),
+        )
         .with_config(
             kube::runtime::controller::Config::default().debounce(Duration::from_millis(300)),
         )
@@ -110,7 +141,7 @@ pub async fn run(
     ));
     info!(
         namespace = ns.unwrap_or("<all>"),
-        "asyncd-operator watching AsyncJobConfigs"
+        "asyncd-operator watching AsyncJobConfigs and AsyncLimiters"
     );
     ready.store(true, std::sync::atomic::Ordering::SeqCst);
     controller
@@ -162,5 +193,24 @@ mod tests {
             .map(|r| r.name)
             .collect();
         assert_eq!(names, ["b", "c"]);
+    }
+
+    #[test]
+    fn a_limiter_change_rechecks_the_configs_naming_it_and_the_first_of_its_namespace() {
+        let a = fixtures::config("a");
+        let b = fixtures::config_with("b", |s| s.limiters = vec!["other".into()]);
+        let c = fixtures::config_with("c", |s| s.limiters = vec!["x".into(), " psp ".into()]);
+        let mut elsewhere = fixtures::config_with("d", |s| s.limiters = vec!["psp".into()]);
+        elsewhere.metadata.namespace = Some("bank".into());
+        let all: Vec<_> = [&c, &elsewhere, &b, &a].map(|c| Arc::new(c.clone())).into();
+        let names = |limiter: &AsyncLimiter, all: &[Arc<AsyncJobConfig>]| -> Vec<String> {
+            configs_for_limiter(limiter, all)
+                .into_iter()
+                .map(|r| r.name)
+                .collect()
+        };
+        let psp = fixtures::limiter("psp", |s| s.concurrency = Some(2));
+        assert_eq!(names(&psp, &all), ["a", "c"]);
+        assert!(names(&psp, &[]).is_empty());
     }
 }
