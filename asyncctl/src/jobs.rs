@@ -4,7 +4,7 @@ use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use asyncd_client::Client;
-use asyncd_client::asyncd_contract::{JobOverview, JobStatus};
+use asyncd_client::asyncd_contract::{BindingLimit, JobOverview, JobStatus};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
@@ -15,7 +15,8 @@ use crate::output::{self, Format, Table, or_dash};
 pub enum Jobs {
     /// Every job you may read: paused, due backlog, lateness, running, dead letters.
     Ls,
-    /// One job, with its cron entries and the keys resting after a 429 or 503.
+    /// One job, with the limit that binds now, its shared limiters, its cron entries and
+    /// the keys resting after a 429 or 503.
     Get {
         /// The AsyncJobConfig's name.
         name: String,
@@ -127,6 +128,32 @@ fn resting_table(job: &JobOverview) -> Table {
     table
 }
 
+/// The AsyncLimiters the job shares with others, each with what runs under it now.
+fn limiters_table(job: &JobOverview) -> Table {
+    let mut table = Table::new(&["LIMITER", "RUNNING", "CONCURRENCY", "RATE/S", "TYPES"]);
+    for limiter in &job.limiters {
+        table.row(vec![
+            limiter.name.clone(),
+            limiter.running.to_string(),
+            or_dash(limiter.concurrency),
+            or_dash(limiter.rate_per_second),
+            limiter.task_types.join(","),
+        ]);
+    }
+    table
+}
+
+/// The limit keeping the job's due tasks waiting, as one line.
+fn binding_line(job: &JobOverview) -> Option<String> {
+    let limit = match job.binding_limit.as_ref()? {
+        BindingLimit::Paused => "paused".to_string(),
+        BindingLimit::Concurrency => format!("concurrency ({})", job.effective_concurrency),
+        BindingLimit::Limiter { name } => format!("limiter {name}"),
+        BindingLimit::KeyCooldown => "keys resting after 429/503".to_string(),
+    };
+    Some(format!("Held by: {limit}"))
+}
+
 fn cron_table(jobs: &[JobOverview]) -> Table {
     let mut table = Table::new(&[
         "JOB", "ENTRY", "SCHEDULE", "OVERLAP", "CATCH-UP", "PAUSED", "NEXT",
@@ -165,6 +192,13 @@ pub async fn jobs(client: &Client, out: Format, command: Jobs) -> Result<(), Fai
             if !output::structured(out, &job)? {
                 let one = std::slice::from_ref(&job);
                 overview_table(one).print();
+                if let Some(line) = binding_line(&job) {
+                    println!("{line}");
+                }
+                if !job.limiters.is_empty() {
+                    println!();
+                    limiters_table(&job).print();
+                }
                 if !job.cron.is_empty() {
                     println!();
                     cron_table(one).print();
@@ -346,6 +380,32 @@ mod tests {
         let cap = asyncd_client::asyncd_contract::MAX_JOB_COUNT;
         assert_eq!(count(3), "3");
         assert_eq!(count(cap), format!("{cap}+"));
+    }
+
+    #[test]
+    fn limiters_and_the_binding_limit_are_shown() {
+        let list: asyncd_client::asyncd_contract::JobList =
+            serde_json::from_str(include_str!("../../contract/fixtures/jobs_response.json"))
+                .unwrap();
+        let table = limiters_table(&list.jobs[1]).render();
+        assert!(table.starts_with("LIMITER"), "{table}");
+        assert!(
+            table.contains("shop/mail-provider") && table.contains("send_email,send_sms"),
+            "{table}"
+        );
+        assert_eq!(
+            binding_line(&list.jobs[0]).as_deref(),
+            Some("Held by: paused")
+        );
+        let mut held = list.jobs[1].clone();
+        held.binding_limit = Some(BindingLimit::Limiter {
+            name: "shop/mail-provider".into(),
+        });
+        assert_eq!(
+            binding_line(&held).as_deref(),
+            Some("Held by: limiter shop/mail-provider")
+        );
+        assert_eq!(binding_line(&list.jobs[1]), None);
     }
 
     #[test]

@@ -292,6 +292,8 @@ fn jobs() -> JobList {
                     paused: false,
                 }],
                 resting_keys: vec![],
+                limiters: vec![],
+                binding_limit: Some(BindingLimit::Paused),
             },
             JobOverview {
                 status: JobStatus {
@@ -312,6 +314,14 @@ fn jobs() -> JobList {
                     key: "merchant:m7".into(),
                     until: from_millis(NOW + 30_000),
                 }],
+                limiters: vec![LimiterUsage {
+                    name: "shop/mail-provider".into(),
+                    concurrency: Some(20),
+                    rate_per_second: Some(50),
+                    running: 20,
+                    task_types: vec!["send_email".into(), "send_sms".into()],
+                }],
+                binding_limit: None,
             },
         ],
     }

@@ -46,6 +46,49 @@ pub struct JobOverview {
     /// when none rests.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resting_keys: Vec<RestingKey>,
+    /// The AsyncLimiters the job names (`spec.limiters`), each with the attempts running
+    /// under it now across every job that names it; absent when it names none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limiters: Vec<LimiterUsage>,
+    /// Which limit keeps the job's due tasks from beginning now, read from the counts
+    /// above; absent when nothing is due or none of these is reached (a rate limit that
+    /// binds shows in `asyncd_job_limited_total{held_by="rate"}` instead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binding_limit: Option<BindingLimit>,
+}
+
+/// An AsyncLimiter as the jobs overview shows it (docs/api.md, "Limiters shared across
+/// jobs").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub struct LimiterUsage {
+    /// The limiter's name; `namespace/name` when it was declared in a namespace.
+    pub name: String,
+    /// Attempts it lets run at once across its jobs; absent when it limits only a rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    /// Attempts it lets begin per second across its jobs; absent without a rate limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_per_second: Option<u32>,
+    /// Attempts running now of every job that names it.
+    pub running: u64,
+    /// The task types of the jobs that name it, sorted.
+    pub task_types: Vec<String>,
+}
+
+/// The limit that keeps a job's due tasks waiting, first match in this order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+#[serde(tag = "limit", rename_all = "snake_case")]
+pub enum BindingLimit {
+    /// The job is paused.
+    Paused,
+    /// As many attempts run as its effective concurrency allows.
+    Concurrency,
+    /// As many attempts of the limiter's jobs run as the limiter allows.
+    Limiter { name: String },
+    /// Keys of the job rest after 429 or 503 answers (`resting_keys`).
+    KeyCooldown,
 }
 
 /// How many resting keys the overview names: a flood of 429s over 10⁴ merchants would

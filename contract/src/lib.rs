@@ -31,8 +31,8 @@ pub use executor::{
     ResultAck, ResultRequest, ResultStatus,
 };
 pub use jobs::{
-    CRON_FIRINGS, CronOverlap, CronOverview, FinishedCounts, JobList, JobOverview, JobStats,
-    MAX_JOB_COUNT, MAX_RESTING_KEYS, RestingKey,
+    BindingLimit, CRON_FIRINGS, CronOverlap, CronOverview, FinishedCounts, JobList, JobOverview,
+    JobStats, LimiterUsage, MAX_JOB_COUNT, MAX_RESTING_KEYS, RestingKey,
 };
 pub use schedule::{
     BackfillRequest, BackfillResult, MAX_BACKFILL, MAX_SCHEDULE_NAME, MAX_SCHEDULE_PAGE, Schedule,

@@ -288,6 +288,9 @@ mod tests {
         ) -> store::Result<Vec<(String, Millis)>> {
             self.inner.resting_keys(task_type, now, limit).await
         }
+        async fn running_attempts(&self, task_types: &[String]) -> store::Result<u64> {
+            self.inner.running_attempts(task_types).await
+        }
         async fn purge_key_windows(&self, closed_before: Millis, limit: u32) -> store::Result<u64> {
             self.inner.purge_key_windows(closed_before, limit).await
         }

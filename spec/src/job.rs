@@ -489,7 +489,7 @@ pub struct SpecError {
 }
 
 impl SpecError {
-    pub(crate) fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             field: field.into(),
             message: message.into(),

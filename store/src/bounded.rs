@@ -205,6 +205,11 @@ impl Store for Bounded {
         .await
     }
 
+    async fn running_attempts(&self, task_types: &[String]) -> Result<u64> {
+        self.within("running_attempts", self.inner.running_attempts(task_types))
+            .await
+    }
+
     async fn purge_key_cooldowns(&self, ended_before: Millis, limit: u32) -> Result<u64> {
         self.within(
             "purge_key_cooldowns",

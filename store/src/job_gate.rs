@@ -25,7 +25,14 @@ pub(crate) enum RowLock {
 /// [`JobGate::limiters`]' order.
 pub(crate) struct Gates {
     pub(crate) limits: Vec<domain::Limit>,
+    /// Each limiter's waiter as its row holds it: `(task type, since)`, `("", 0)` for none.
+    waiters: Vec<(String, i64)>,
 }
+
+/// How long a job that found a limiter full is left the next slot freed: ten of a
+/// dispatcher's polls for a slot (50 ms each). A waiter that stops asking (its backlog
+/// gone, its dispatcher stopped) holds a slot back no longer than this.
+const WAITER_FOR_MS: i64 = 500;
 
 impl Gates {
     /// How many of `wanted` attempts may begin now, the buckets refilled to `now`, and
@@ -64,6 +71,7 @@ where
     for<'r> (i64,): FromRow<'r, <B::DB as Database>::Row>,
     for<'r> (i64, i64): FromRow<'r, <B::DB as Database>::Row>,
     for<'r> (i64, i64, i64): FromRow<'r, <B::DB as Database>::Row>,
+    for<'r> (String, i64): FromRow<'r, <B::DB as Database>::Row>,
 {
     let Some(gates) = take_gates::<B>(&mut *conn, gate, params.now, lock).await? else {
         return Ok(DueStarted {
@@ -87,6 +95,21 @@ where
         }
     };
     spend_tokens::<B>(&mut *conn, gate, &admission, tasks.len()).await?;
+    if !gate.limiters.is_empty() {
+        // Held back with due tasks left: all it was allowed began, and more are due.
+        let work_left = admission.allowed < params.limit as usize
+            && tasks.len() == admission.allowed
+            && (admission.allowed > 0 || {
+                let due: Option<(i64,)> = sqlx::query_as(B::QUERIES.due_exists)
+                    .bind(gate.task_type)
+                    .bind(params.now)
+                    .bind(params.now)
+                    .fetch_optional(&mut *conn)
+                    .await?;
+                due.is_some()
+            });
+        settle_waiters::<B>(&mut *conn, gate, &gates, tasks.len(), work_left, params.now).await?;
+    }
     Ok(DueStarted {
         tasks,
         held_by: admission.held_by,
@@ -111,6 +134,7 @@ where
     for<'r> (i64,): FromRow<'r, <B::DB as Database>::Row>,
     for<'r> (i64, i64): FromRow<'r, <B::DB as Database>::Row>,
     for<'r> (i64, i64, i64): FromRow<'r, <B::DB as Database>::Row>,
+    for<'r> (String, i64): FromRow<'r, <B::DB as Database>::Row>,
 {
     let taken = take_gates::<B>(conn, gate, now, RowLock::Wait).await?;
     taken.ok_or_else(|| StoreError::Corrupt(format!("no job_limits row for {:?}", gate.task_type)))
@@ -137,6 +161,7 @@ where
     for<'r> (i64,): FromRow<'r, <B::DB as Database>::Row>,
     for<'r> (i64, i64): FromRow<'r, <B::DB as Database>::Row>,
     for<'r> (i64, i64, i64): FromRow<'r, <B::DB as Database>::Row>,
+    for<'r> (String, i64): FromRow<'r, <B::DB as Database>::Row>,
 {
     let q = &B::QUERIES;
     let own_type = [gate.task_type];
@@ -152,6 +177,7 @@ where
         return Ok(None);
     };
     let mut limits = Vec::with_capacity(1 + gate.limiters.len());
+    let mut waiters = Vec::with_capacity(gate.limiters.len());
     limits.push(domain::Limit {
         running,
         concurrency: gate.concurrency,
@@ -171,15 +197,26 @@ where
         let Some((bucket, running)) = take_row::<B>(&mut *conn, &row, now, lock).await? else {
             return Ok(None);
         };
+        let waiter: (String, i64) = sqlx::query_as(q.limiter_waiter)
+            .bind(limiter.id.as_str())
+            .fetch_one(&mut *conn)
+            .await?;
+        // Another job waits for this limiter: the next slot freed is left to it.
+        let leave_one = !waiter.0.is_empty()
+            && waiter.0 != gate.task_type
+            && now.as_i64().saturating_sub(waiter.1) <= WAITER_FOR_MS;
+        waiters.push(waiter);
         limits.push(domain::Limit {
             running,
-            concurrency: limiter.concurrency.unwrap_or(u32::MAX),
+            concurrency: limiter
+                .concurrency
+                .map_or(u32::MAX, |c| c - u32::from(leave_one)),
             rate: limiter.rate,
             bucket,
             held_by_concurrency: HeldBy::Limiter,
         });
     }
-    Ok(Some(Gates { limits }))
+    Ok(Some(Gates { limits, waiters }))
 }
 
 /// One limits row to take: where it lives, its bucket's rate, and the task types whose
@@ -212,6 +249,7 @@ where
     for<'r> (i64,): FromRow<'r, <B::DB as Database>::Row>,
     for<'r> (i64, i64): FromRow<'r, <B::DB as Database>::Row>,
     for<'r> (i64, i64, i64): FromRow<'r, <B::DB as Database>::Row>,
+    for<'r> (String, i64): FromRow<'r, <B::DB as Database>::Row>,
 {
     let q = &B::QUERIES;
     let read =
@@ -312,6 +350,54 @@ where
             .bind(bucket.milli_tokens)
             .bind(bucket.at)
             .bind(key)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// After a start of `started` attempts under `gates`: the job becomes its full
+/// limiters' waiter when it has `work_left` (unless another job waits already), and
+/// stops being one when it began or has nothing left, so each limiter's other jobs leave
+/// a waiting job the next slot freed. Nothing to write for a job without limiters, or
+/// while no limiter is full and nobody waits.
+pub(crate) async fn settle_waiters<B>(
+    conn: &mut <B::DB as Database>::Connection,
+    gate: &JobGate<'_>,
+    gates: &Gates,
+    started: usize,
+    work_left: bool,
+    now: Millis,
+) -> Result<()>
+where
+    B: Backend,
+    for<'c> &'c mut <B::DB as Database>::Connection: Executor<'c, Database = B::DB>,
+    <B::DB as Database>::Arguments: IntoArguments<B::DB>,
+    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> i64: Encode<'q, B::DB> + Type<B::DB>,
+{
+    let started = i64::try_from(started).unwrap_or(i64::MAX);
+    for ((limiter, limit), (waiting, since)) in gate
+        .limiters
+        .iter()
+        .zip(&gates.limits[1..])
+        .zip(&gates.waiters)
+    {
+        let full = limiter.concurrency.is_some()
+            && limit.running.saturating_add(started) >= i64::from(limit.concurrency);
+        let mine = waiting == gate.task_type;
+        let free = waiting.is_empty() || now.as_i64().saturating_sub(*since) > WAITER_FOR_MS;
+        let (waiter, at) = if full && work_left && (mine || free) {
+            (gate.task_type, now.as_i64())
+        } else if mine && (started > 0 || !work_left) {
+            ("", 0)
+        } else {
+            continue;
+        };
+        sqlx::query::<B::DB>(B::QUERIES.set_limiter_waiter)
+            .bind(waiter)
+            .bind(at)
+            .bind(limiter.id.as_str())
             .execute(&mut *conn)
             .await?;
     }

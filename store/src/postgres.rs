@@ -110,6 +110,8 @@ const QUERIES: Queries = Queries {
         peek: "SELECT tokens, refilled_at FROM limiters WHERE id = $1",
         save: "UPDATE limiters SET tokens = $1, refilled_at = $2 WHERE id = $3",
     },
+    limiter_waiter: "SELECT waiting, waiting_at FROM limiters WHERE id = $1",
+    set_limiter_waiter: "UPDATE limiters SET waiting = $1, waiting_at = $2 WHERE id = $3",
     running: "SELECT COUNT(*) FROM tasks WHERE task_type = $1 AND state = 'running'",
     limits_and_running: None,
     due_exists: "SELECT trigger_at FROM tasks WHERE task_type = $1 AND state = 'pending' \

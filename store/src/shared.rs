@@ -93,6 +93,11 @@ pub struct Queries {
     pub job_limits: GateRow,
     /// The `limiters` row of a limiter's id (migration 0024).
     pub limiters: GateRow,
+    /// `waiting, waiting_at` of the `limiters` row of `id`: the job left the next slot.
+    pub limiter_waiter: &'static str,
+    /// Sets `waiting, waiting_at` of the `limiters` row of `id`; parameters `waiting,
+    /// waiting_at, id` (`''` and 0 clear it).
+    pub set_limiter_waiter: &'static str,
     /// How many attempts of `task_type` are running.
     pub running: &'static str,
     /// [`Self::lock_limits`] and [`Self::running`] in one statement (`task_type`), where

@@ -11,7 +11,7 @@ use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 use crate::bulk;
 use crate::domain;
 use crate::fair_claim;
-use crate::job_gate::{RowLock, lock_gate, spend_tokens, start_due_in};
+use crate::job_gate::{RowLock, lock_gate, settle_waiters, spend_tokens, start_due_in};
 use crate::rows::{self, DueBacklogRow, Holder, JobCountsRow, LapsedRow, StartedRow, TaskRow};
 use crate::shared::{self, KafkaDeadLetterRow};
 use crate::tx::{ClaimAtInsert, Dialect, Tx};
@@ -291,6 +291,10 @@ where
             };
             // A claim that did not start (cancelled, paused, lapsed) took no token.
             spend_tokens::<B>(&mut tx, &gate, &admission, started.len()).await?;
+            // Claims the limits held back are work left.
+            let work_left = admission.allowed < room.len();
+            settle_waiters::<B>(&mut tx, &gate, &gates, started.len(), work_left, params.now)
+                .await?;
             tx.commit().await?;
             let mut deferred = vec![true; params.claims.len()];
             for &index in &room[..admission.allowed] {
@@ -523,6 +527,18 @@ where
         limit: u32,
     ) -> Result<Vec<(String, Millis)>> {
         job_counts::resting_keys(self.reader(), task_type, now, limit).await
+    }
+
+    async fn running_attempts(&self, task_types: &[String]) -> Result<u64> {
+        let mut running = 0;
+        for task_type in task_types {
+            let (count,): (i64,) = sqlx::query_as(B::QUERIES.running)
+                .bind(task_type.as_str())
+                .fetch_one(self.reader())
+                .await?;
+            running += u64::try_from(count).unwrap_or(0);
+        }
+        Ok(running)
     }
 
     async fn due_backlog(&self, params: JobCountParams<'_>) -> Result<DueBacklog> {

@@ -324,6 +324,8 @@ const QUERIES: Queries = Queries {
         peek: "SELECT tokens, refilled_at FROM limiters WHERE id = ?",
         save: "UPDATE limiters SET tokens = ?, refilled_at = ? WHERE id = ?",
     },
+    limiter_waiter: "SELECT waiting, waiting_at FROM limiters WHERE id = ?",
+    set_limiter_waiter: "UPDATE limiters SET waiting = ?, waiting_at = ? WHERE id = ?",
     // The repeated `state IN (…)` term lets SQLite read tasks_by_type_state (0016).
     running: "SELECT COUNT(*) FROM tasks WHERE task_type = ? AND state = 'running' \
               AND state IN ('pending', 'claimed', 'running')",

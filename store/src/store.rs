@@ -163,6 +163,9 @@ pub trait Store: Send + Sync + 'static {
         now: Millis,
         limit: u32,
     ) -> Result<Vec<(String, Millis)>>;
+    /// Attempts running now of `task_types`, together: what an AsyncLimiter the types'
+    /// jobs share holds (the jobs overview's `limiters`).
+    async fn running_attempts(&self, task_types: &[String]) -> Result<u64>;
     /// Tasks by filter ([`SearchParams`]), without their `depends_on`.
     /// How many dead letters match `filter`, and how many of them its action can act on.
     async fn count_dead(&self, filter: DeadFilter<'_>) -> Result<DeadCount>;

@@ -1,13 +1,13 @@
-//! Jobs: the overview of each AsyncJobConfig (its counts, effective concurrency and cron
-//! schedule), pausing and resuming a job, and firing one of its cron entries now.
+//! Jobs: the overview of each AsyncJobConfig (its counts, effective concurrency, shared
+//! limiters, the limit that binds and cron schedule), pausing and resuming a job, and firing one of its cron entries now.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use asyncd_contract::{
-    CRON_FIRINGS, CronOverview, ErrorCode, FinishedCounts, JobList, JobOverview, JobStats,
-    JobStatus, MAX_JOB_COUNT, MAX_RESTING_KEYS, RestingKey,
+    BindingLimit, CRON_FIRINGS, CronOverview, ErrorCode, FinishedCounts, JobList, JobOverview,
+    JobStats, JobStatus, LimiterUsage, MAX_JOB_COUNT, MAX_RESTING_KEYS, RestingKey,
 };
 use axum::Json;
 use axum::extract::State;
@@ -116,8 +116,27 @@ async fn job_overview(
             paused: entry.paused,
         })
         .collect();
+    let mut limiters = Vec::with_capacity(job.limiters.len());
+    for limiter in &job.limiters {
+        limiters.push(LimiterUsage {
+            name: limiter.id.clone(),
+            concurrency: limiter.concurrency,
+            rate_per_second: limiter.rate.map(|rate| rate.per_second),
+            running: state.store.running_attempts(&limiter.task_types).await?,
+            task_types: limiter.task_types.clone(),
+        });
+    }
+    let status = job_status(job, paused_at);
+    let binding_limit = binding_limit(
+        &status,
+        count(counts.due),
+        count(counts.running),
+        effective_concurrency,
+        &limiters,
+        !resting_keys.is_empty(),
+    );
     Ok(JobOverview {
-        status: job_status(job, paused_at),
+        status,
         effective_concurrency,
         stats: JobStats {
             due: count(counts.due),
@@ -132,7 +151,39 @@ async fn job_overview(
         },
         cron,
         resting_keys,
+        limiters,
+        binding_limit,
     })
+}
+
+/// Which limit keeps a job's `due` tasks waiting, the first that is reached in the
+/// order of [`BindingLimit`]'s variants.
+fn binding_limit(
+    status: &JobStatus,
+    due: u64,
+    running: u64,
+    effective_concurrency: u32,
+    limiters: &[LimiterUsage],
+    keys_resting: bool,
+) -> Option<BindingLimit> {
+    if due == 0 {
+        return None;
+    }
+    if status.paused {
+        return Some(BindingLimit::Paused);
+    }
+    if running >= u64::from(effective_concurrency) {
+        return Some(BindingLimit::Concurrency);
+    }
+    if let Some(full) = limiters
+        .iter()
+        .find(|l| l.concurrency.is_some_and(|c| l.running >= u64::from(c)))
+    {
+        return Some(BindingLimit::Limiter {
+            name: full.name.clone(),
+        });
+    }
+    keys_resting.then_some(BindingLimit::KeyCooldown)
 }
 
 /// The API's pause of `task_type`, from the store's list of pauses.

@@ -37,6 +37,7 @@ mod jobs_overview;
 mod kafka_path;
 mod kafka_signing;
 mod leases;
+mod limiters;
 mod limits;
 mod logs;
 mod metrics;

@@ -14,7 +14,10 @@ use asyncd_store::{
 use crate::limits::{claims_of, start_due_params};
 use crate::{Server, T0, at, insert, start_params, state};
 
-scenarios!(a_limiter_holds_the_jobs_that_name_it_in_total);
+scenarios!(
+    a_limiter_holds_the_jobs_that_name_it_in_total,
+    a_job_the_limiter_held_back_gets_the_next_slot_freed,
+);
 
 fn limiter(id: &str, concurrency: Option<u32>, rate: Option<RateLimit>) -> Arc<Limiter> {
     Arc::new(Limiter {
@@ -167,6 +170,65 @@ async fn a_limiter_holds_the_jobs_that_name_it_in_total(store: &dyn Store) {
         .await
         .unwrap();
     assert_eq!(later.tasks.len(), 1, "a token a tenth of a second");
+}
+
+/// A job that found the limiter full with due work left waits for it: the other job's
+/// next refill leaves it the slot its outcome freed, so a job refilling every slot it
+/// frees cannot starve the other. Once the waiter began, the other job refills again;
+/// a waiter that stops asking holds nothing back after half a second.
+async fn a_job_the_limiter_held_back_gets_the_next_slot_freed(store: &dyn Store) {
+    for n in 0..4 {
+        insert(store, NewTask::test("refund", at(n))).await;
+        insert(store, NewTask::test("payout", at(n))).await;
+    }
+    let psp = [limiter("psp", Some(2), None)];
+    let refunds = store
+        .start_due(start_due_params(at(10), "a", 2), gate("refund", &psp))
+        .await
+        .unwrap();
+    assert_eq!(refunds.tasks.len(), 2);
+    let payouts = store
+        .start_due(start_due_params(at(10), "b", 2), gate("payout", &psp))
+        .await
+        .unwrap();
+    assert_eq!(
+        (payouts.tasks.len(), payouts.held_by),
+        (0, Some(HeldBy::Limiter))
+    );
+    let refill = |n: usize, now: i64| {
+        let (task, attempt) = &refunds.tasks[n];
+        (
+            succeeded(&task.id, attempt.lease_token),
+            DueStart {
+                params: start_due_params(at(now), "a", 1),
+                gate: gate("refund", &psp),
+            },
+        )
+    };
+    let (finish, start) = refill(0, 20);
+    let (_, started) = store
+        .finish_and_start_due(&[finish], at(20), &[start])
+        .await
+        .unwrap();
+    assert_eq!(
+        (started[0].tasks.len(), started[0].held_by),
+        (0, Some(HeldBy::Limiter)),
+        "the slot is left to the waiting payouts"
+    );
+    let payouts = store
+        .start_due(start_due_params(at(30), "b", 2), gate("payout", &psp))
+        .await
+        .unwrap();
+    assert_eq!(payouts.tasks.len(), 1, "the waiter takes it");
+    assert_eq!(store.running_attempts(&psp[0].task_types).await.unwrap(), 2);
+    // The payouts, held again with work left, wait again; a refill after the wait has
+    // lapsed takes the slot.
+    let (finish, start) = refill(1, 1_000);
+    let (_, started) = store
+        .finish_and_start_due(&[finish], at(1_000), &[start])
+        .await
+        .unwrap();
+    assert_eq!(started[0].tasks.len(), 1, "nobody waits any longer");
 }
 
 /// Dispatchers (each its own store and pool) of two jobs that share a limiter of 4,

@@ -62,6 +62,8 @@ pub(super) const QUERIES: Queries = Queries {
         peek: "SELECT tokens, refilled_at FROM limiters WHERE id = ?",
         save: "UPDATE limiters SET tokens = ?, refilled_at = ? WHERE id = ?",
     },
+    limiter_waiter: "SELECT waiting, waiting_at FROM limiters WHERE id = ?",
+    set_limiter_waiter: "UPDATE limiters SET waiting = ?, waiting_at = ? WHERE id = ?",
     // Pinned, as the other statements on the state index are (see the top of this file).
     running: "SELECT COUNT(*) FROM tasks FORCE INDEX (tasks_finished) \
               WHERE state = 'running' AND task_type = ?",

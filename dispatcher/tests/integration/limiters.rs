@@ -1,0 +1,181 @@
+//! An AsyncLimiter shared by two jobs holds in total across both jobs and two
+//! dispatcher processes (docs/design.md, "Limiters shared across jobs"): a config folder
+//! declares the limiter `psp` (3 at once) and two jobs that name it, each allowing 10;
+//! an API process and one dispatcher per job (`--job`, as the operator runs them) on one
+//! MariaDB or PostgreSQL database. The executor counts what arrives: never more than 3
+//! calls at once of both jobs together, and both jobs' calls in flight at one moment (the
+//! slots were shared, not taken in turns). The jobs overview names the limiter, what
+//! runs under it, and that it is what holds the job's due tasks.
+
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+const LIMIT: usize = 3;
+const PER_JOB: usize = 60;
+const JOBS: [&str; 2] = ["refund", "payout"];
+
+/// Calls in flight now: in total and per job; the most in total, and the most calls of
+/// the two jobs in flight together (the smaller job's count at the moment).
+#[derive(Default)]
+struct InFlight {
+    total: AtomicUsize,
+    per_job: Mutex<[usize; 2]>,
+    most: AtomicUsize,
+    most_together: AtomicUsize,
+    done: AtomicUsize,
+}
+
+async fn serve(counts: Arc<InFlight>) -> String {
+    let app = axum::Router::new().fallback(move |body: Bytes| {
+        let counts = counts.clone();
+        async move {
+            let body: Value = serde_json::from_slice(&body).unwrap_or_default();
+            let job = usize::from(body["type"] == JOBS[1]);
+            let now = counts.total.fetch_add(1, SeqCst) + 1;
+            counts.most.fetch_max(now, SeqCst);
+            {
+                let mut per_job = counts.per_job.lock().unwrap();
+                per_job[job] += 1;
+                counts
+                    .most_together
+                    .fetch_max(per_job[0].min(per_job[1]), SeqCst);
+            }
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            counts.per_job.lock().unwrap()[job] -= 1;
+            counts.total.fetch_sub(1, SeqCst);
+            counts.done.fetch_add(1, SeqCst);
+            "{}"
+        }
+    });
+    serve_executor(app).await
+}
+
+async fn a_limiter_holds_two_jobs_and_two_dispatchers_in_total(server: Service) {
+    let Some(store) = fresh_database(server).await else {
+        return;
+    };
+    let _turn = cluster_turn().await;
+    let counts = Arc::new(InFlight::default());
+    let url = serve(counts.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("jobs");
+    std::fs::create_dir(&config).unwrap();
+    std::fs::write(
+        config.join("psp.yaml"),
+        format!(
+            "apiVersion: asyncd.example.io/v1\nkind: AsyncLimiter\nmetadata: {{name: psp}}\n\
+             spec: {{concurrency: {LIMIT}}}\n"
+        ),
+    )
+    .unwrap();
+    for job in JOBS {
+        std::fs::write(
+            config.join(format!("{job}.yaml")),
+            job_yaml(
+                &format!("{job}-job"),
+                job,
+                &url,
+                "  concurrency: 10\n  limiters: [psp]\n",
+            ),
+        )
+        .unwrap();
+    }
+    migrate(&store);
+    let api = Role::serve("api", &store, &config, dir.path(), &[]);
+    let dispatchers: Vec<Role> = JOBS
+        .iter()
+        .map(|job| {
+            Role::serve(
+                &format!("dispatcher-{job}"),
+                &store,
+                &config,
+                dir.path(),
+                &["--job", &format!("{job}-job")],
+            )
+        })
+        .collect();
+    let http = reqwest::Client::new();
+    for role in std::iter::once(&api).chain(&dispatchers) {
+        wait_healthy(&http, &role.listen).await;
+    }
+
+    let tasks: Vec<Value> = (0..PER_JOB)
+        .flat_map(|i| JOBS.map(|job| json!({"type": job, "payload": {"i": i}})))
+        .collect();
+    let answer: Value = http
+        .post(format!("http://{}/v1/tasks:batch", api.listen))
+        .json(&json!({ "tasks": tasks }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for result in answer["results"].as_array().unwrap() {
+        assert_eq!(result["status"], 201, "{result}");
+    }
+    // While the backlog waits, the overview says the limiter is what holds it.
+    let overview = |job: &'static str| {
+        let (http, listen) = (http.clone(), api.listen.clone());
+        async move {
+            let r = http
+                .get(format!("http://{listen}/v1/jobs/{job}-job"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            r.json::<Value>().await.unwrap()
+        }
+    };
+    wait_for(
+        "the overview to name the limiter as what holds refunds",
+        Duration::from_secs(30),
+        async || {
+            let job = overview("refund").await;
+            (job["binding_limit"] == json!({"limit": "limiter", "name": "psp"})).then_some(())
+        },
+    )
+    .await;
+    wait_for("every call answered", Duration::from_secs(60), async || {
+        (counts.done.load(SeqCst) >= 2 * PER_JOB).then_some(())
+    })
+    .await;
+    let most = counts.most.load(SeqCst);
+    let together = counts.most_together.load(SeqCst);
+    eprintln!("at most {most} calls at once (limiter {LIMIT}); both jobs at once: {together}");
+    assert!(
+        most <= LIMIT,
+        "{most} calls at once, above the limiter's {LIMIT}"
+    );
+    assert_eq!(
+        most, LIMIT,
+        "the limit was reached: the dispatchers were busy"
+    );
+    assert!(together >= 1, "the two jobs never ran at the same time");
+    assert_eq!(counts.done.load(SeqCst), 2 * PER_JOB, "each task ran once");
+
+    let job = overview("payout").await;
+    assert_eq!(
+        job["limiters"],
+        json!([{"name": "psp", "concurrency": LIMIT, "running": 0,
+                "task_types": ["payout", "refund"]}]),
+        "{job}"
+    );
+    assert_eq!(job.get("binding_limit"), None, "nothing waits: {job}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_a_limiter_holds_two_jobs_and_two_dispatchers_in_total() {
+    a_limiter_holds_two_jobs_and_two_dispatchers_in_total(Service::MariaDb).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_limiter_holds_two_jobs_and_two_dispatchers_in_total() {
+    a_limiter_holds_two_jobs_and_two_dispatchers_in_total(Service::Postgres).await;
+}
