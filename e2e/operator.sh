@@ -141,6 +141,7 @@ STORE_URL=$("$MARIADB" createdb asyncd_operator_e2e)
 section "CRD, RBAC, namespace $NS"
 check "CRD applies"                  k apply -f crds/asyncjobconfigs.yaml
 check "CRD established"              k wait --for=condition=Established --timeout=30s crd/asyncjobconfigs.asyncd.example.io
+check "AsyncLimiter CRD established" k wait --for=condition=Established --timeout=30s crd/asynclimiters.asyncd.example.io
 check "operator RBAC applies"        k apply -f config/rbac/operator.yaml
 k create namespace "$NS" >/dev/null
 check "dispatcher RBAC applies"      kn apply -f config/rbac/dispatcher.yaml
@@ -195,7 +196,8 @@ routing_entry() {  # the document under KEY, checked against what the loader nee
   expect_has "entry $1" "$doc" "name: ${1%.yaml}" &&
   expect_has "entry $1" "$doc" "taskType: $2" &&
   expect_has "entry $1" "$doc" "topic: $3" &&
-  ! grep -q "status:\|uid:\|namespace:" <<<"$doc"
+  expect_has "entry $1" "$doc" "namespace: $NS" &&
+  ! grep -q "status:\|uid:" <<<"$doc"
 }
 # shellcheck disable=SC2016 # a go-template, expanded by kubectl
 routing_keys() { kn get configmap asyncd-routing -o go-template='{{range $k, $v := .data}}{{$k}} {{end}}'; }
@@ -612,7 +614,28 @@ check "invoice-reminder-job Ready"   kn wait --for=condition=Ready --timeout=60s
 check "topic has 3 partitions"       topic_has "$IR_TOPIC" 3
 clamped() { expect_eq min/max "$(jp "hpa/asyncd-dispatcher-$IR" '{.spec.minReplicas}/{.spec.maxReplicas}')" 1/3 && expect_eq reason "$(cond $IR ScalingReady reason)" MaxReplicasClamped; }
 check "maxReplicas clamped to 3"     clamped
+
+section "an AsyncLimiter named by invoice-reminder-job (config/samples/payment-provider-limiter.yaml)"
+check "name a limiter not declared"  kn patch asyncjobconfig "$IR" --type merge -p '{"spec":{"limiters":["payment-provider"]}}'
+check "not Ready, InvalidSpec"       kn wait --for=condition=Ready=false --timeout=30s "asyncjobconfig/$IR"
+check "the message names the field"  expect_has message "$(cond $IR Ready message)" "spec.limiters[0]"
+check "not routed meanwhile"         expect_eq keys "$(routing_keys)" ""
+check "declare the limiter"          apply_sample payment-provider-limiter.yaml
+check "Ready again"                  kn wait --for=condition=Ready --timeout=60s "asyncjobconfig/$IR"
+routed_with_limiter() { expect_eq keys "$(routing_keys)" "invoice-reminder-job.yaml limiter_payment-provider.yaml "; }
+check "routed, the limiter beside it" wait_for 20 routed_with_limiter
+limiter_doc() {
+  local doc; doc=$(kn get configmap asyncd-routing -o 'go-template={{index .data "limiter_payment-provider.yaml"}}')
+  expect_has limiter "$doc" "kind: AsyncLimiter" && expect_has limiter "$doc" "namespace: $NS" &&
+  expect_has limiter "$doc" "concurrency: 20"
+}
+check "the limiter's routing entry"  limiter_doc
+limiter_jobs() { expect_eq jobs "$(jp asynclimiter/payment-provider '{.status.jobs}')" '["invoice-reminder-job"]'; }
+check "status.jobs names the job"    wait_for 20 limiter_jobs
+limiter_columns() { expect_eq columns "$(kn get asynclimiters payment-provider --no-headers | awk '{print $1, $2, $3, $4}')" "payment-provider 20 50 1"; }
+check "kubectl get asynclimiters: CONCURRENCY, RATE, JOBS" limiter_columns
 check "delete invoice-reminder-job"  kn delete asyncjobconfig "$IR" --wait=true --timeout=30s
+check "delete the limiter"           kn delete asynclimiter payment-provider --wait=true --timeout=30s
 check "its topic is deleted"         wait_for 20 topic_absent "$IR_TOPIC"
 check "high-priority topic too"      wait_for 20 topic_absent "$IR_TOPIC-high"
 
