@@ -16,7 +16,10 @@ mod retention;
 mod validate;
 pub mod window;
 
-pub use keys::{ConcurrencyKey, ConcurrencyKeySpec, OnDead, OrderingMode, OrderingSpec};
+pub use keys::{
+    ConcurrencyKey, ConcurrencyKeySpec, FairnessSpec, OnDead, OrderingMode, OrderingSpec,
+    TENANT_SEPARATOR, Tenants,
+};
 pub use retention::{Retention, RetentionSpec};
 pub(crate) use validate::validate_rate_limit;
 pub use window::{DebounceSpec, JobWindow, ThrottleSpec};
@@ -121,6 +124,10 @@ pub struct JobSpec {
     /// attempts count against, in total with every other job that names them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub limiters: Vec<String>,
+    /// Share the job between tenants first, by weight, then between each tenant's
+    /// `concurrencyKey` keys in turn (store route).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fairness: Option<FairnessSpec>,
 }
 
 /// `spec.rateLimit`: a token bucket shared by every dispatcher of the job.
@@ -648,15 +655,24 @@ impl Job {
             .transpose()
     }
 
-    /// Renders the job's `concurrencyKey` template, as [`Job::render_unique_key`] does.
+    /// Renders the job's `concurrencyKey` template, as [`Job::render_unique_key`] does;
+    /// with `fairness`, as `tenant␟key` ([`TENANT_SEPARATOR`]).
     pub fn render_concurrency_key(
         &self,
         payload: &serde_json::Value,
     ) -> Result<Option<String>, String> {
-        self.concurrency_key
-            .as_ref()
-            .map(|key| render(&key.template, "concurrencyKey", payload))
-            .transpose()
+        let Some(key) = &self.concurrency_key else {
+            return Ok(None);
+        };
+        let rendered = render(&key.template, "concurrencyKey", payload)?;
+        let Some(tenants) = &key.tenants else {
+            return Ok(Some(rendered));
+        };
+        let tenant = render(&tenants.template, "fairness.tenant", payload)?;
+        if tenant.contains(TENANT_SEPARATOR) {
+            return Err("the job's fairness.tenant must not contain U+001F".into());
+        }
+        Ok(Some(format!("{tenant}{TENANT_SEPARATOR}{rendered}")))
     }
 
     /// The retry delay after the given failed attempt (1-based), before jitter.
@@ -875,6 +891,49 @@ mod tests {
     }
 
     #[test]
+    fn fairness_keys_each_task_by_tenant_and_key_and_checks_its_weights() {
+        let job = |extra: &str| AsyncJobConfig::from_yaml(&SAMPLE.replace("spec:\n", extra));
+        let (_, tenant_only) =
+            job("spec:\n  fairness: {tenant: '{customer}', weights: {acme: 4}}\n").unwrap();
+        let key = tenant_only.concurrency_key.as_ref().unwrap();
+        assert_eq!(
+            (key.limit, key.tenants.as_ref().unwrap().default_weight),
+            (64, 1),
+            "a tenant's key is limited by the job's concurrency"
+        );
+        let payload = serde_json::json!({"customer": "acme", "merchant": "m1"});
+        assert_eq!(
+            tenant_only
+                .render_concurrency_key(&payload)
+                .unwrap()
+                .as_deref(),
+            Some("acme\u{1f}")
+        );
+        let (_, keyed) = job("spec:\n  concurrencyKey: {key: '{merchant}', limit: 2}\n  \
+             fairness: {tenant: '{customer}'}\n")
+        .unwrap();
+        assert_eq!(
+            keyed.render_concurrency_key(&payload).unwrap().as_deref(),
+            Some("acme\u{1f}m1")
+        );
+        let sneaky = serde_json::json!({"customer": "a\u{1f}b", "merchant": "m1"});
+        assert!(keyed.render_concurrency_key(&sneaky).is_err());
+        let refused = |extra: &str| job(extra).unwrap_err().field;
+        assert_eq!(
+            refused("spec:\n  fairness: {tenant: '{c}', weights: {acme: 0}}\n"),
+            "spec.fairness.weights.acme"
+        );
+        assert_eq!(
+            refused("spec:\n  fairness: {tenant: 'fixed'}\n"),
+            "spec.fairness.tenant"
+        );
+        assert_eq!(
+            refused("spec:\n  ordering: {key: '{a}', mode: fifo}\n  fairness: {tenant: '{c}'}\n"),
+            "spec.fairness"
+        );
+    }
+
+    #[test]
     fn ordering_keys_the_job_one_task_at_a_time_and_must_agree_with_its_concurrency_key() {
         let job = |extra: &str| AsyncJobConfig::from_yaml(&SAMPLE.replace("spec:\n", extra));
         let (_, ordered) = job("spec:\n  ordering: {key: '{account}', mode: fifo}\n").unwrap();
@@ -884,6 +943,7 @@ mod tests {
                 template: "{account}".into(),
                 limit: 1,
                 fifo: Some(OnDead::Block),
+                tenants: None,
             }),
             "a key of its own, limit 1, dead tasks blocking by default"
         );

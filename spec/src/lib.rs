@@ -24,8 +24,9 @@ pub use duration::{format_duration, parse_duration};
 pub use job::MIN_TIMEOUT;
 pub use job::{
     Adaptive, AdaptiveConcurrencySpec, AsyncJobConfig, Batch, BatchSpec, ConcurrencyKey,
-    ConcurrencyKeySpec, DeletePolicy, HIGH_PRIORITY, Job, JobSpec, KafkaSpec, OnDead, OrderingMode,
-    OrderingSpec, RateLimit, RateLimitSpec, Retention, SpecError,
+    ConcurrencyKeySpec, DeletePolicy, FairnessSpec, HIGH_PRIORITY, Job, JobSpec, KafkaSpec, OnDead,
+    OrderingMode, OrderingSpec, RateLimit, RateLimitSpec, Retention, SpecError, TENANT_SEPARATOR,
+    Tenants,
 };
 pub use limiter::{AsyncLimiter, Declared, LIMITER_KIND, Limiter, LimiterSpec, bind_limiters};
 pub use schedule::CronSchedule;

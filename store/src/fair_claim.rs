@@ -1,11 +1,14 @@
 //! The first step of [`Store::claim_fair`](crate::Store::claim_fair), written once for
 //! every SQL dialect: which of a keyed job's pending tasks to claim, in turns of their
-//! keys, leaving out the keys cooling down. The second step claims the picked ids.
+//! keys (with `spec.fairness`, by the tenants' weights first), leaving out the keys
+//! cooling down. The second step claims the picked ids.
 
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
 use crate::rows;
 use crate::tx::Dialect;
+use asyncd_spec::TENANT_SEPARATOR;
+
 use crate::{ClaimParams, FairParams, KeyOrder, Millis, Result};
 
 /// `(id, concurrency_key)` of up to `params.limit` pending tasks of `task_type`, in the
@@ -27,9 +30,10 @@ where
     for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'r> (String, Option<rows::Key>): FromRow<'r, DB::Row>,
 {
-    let mut query = match fair.order {
-        KeyOrder::Rank => by_rank::<DB>(task_type, params, fair),
-        KeyOrder::Fifo { dead_blocks } => in_order::<DB>(task_type, params, dead_blocks),
+    let mut query = match (fair.order, fair.tenants) {
+        (KeyOrder::Rank, None) => by_rank::<DB>(task_type, params, fair),
+        (KeyOrder::Rank, Some(_)) => by_tenant::<D, DB>(task_type, params, fair),
+        (KeyOrder::Fifo { dead_blocks }, _) => in_order::<DB>(task_type, params, dead_blocks),
     };
     // A key cooling down waits; a task without a key (from before the job was keyed)
     // matches no cooldown.
@@ -41,11 +45,90 @@ where
         .push_bind(task_type)
         .push(" AND c.concurrency_key = ranked.concurrency_key AND c.ends_at > ")
         .push_bind(params.now)
-        .push(") ORDER BY turn, CASE WHEN concurrency_key > ")
-        .push_bind(D::key(fair.after.unwrap_or("")))
-        .push(" THEN 0 ELSE 1 END, concurrency_key, claim_rank, id LIMIT ")
-        .push_bind(i64::from(params.limit));
+        .push(")");
+    match fair.tenants {
+        None => {
+            query
+                .push(" ORDER BY turn, CASE WHEN concurrency_key > ")
+                .push_bind(D::key(fair.after.unwrap_or("")))
+                .push(" THEN 0 ELSE 1 END, concurrency_key, claim_rank, id");
+        }
+        Some(tenants) => {
+            // Weighted fair queuing: a tenant's n-th task finishes its share at n / w
+            // (its virtual time); ties go round the tenants, starting after the last
+            // tenant the previous claim took.
+            let after = fair.after.unwrap_or("");
+            let after = after.split(TENANT_SEPARATOR).next().unwrap_or("");
+            query.push(" ORDER BY tenant_turn * 1.0 / ");
+            if tenants.weights.is_empty() {
+                query.push_bind(i64::from(tenants.default_weight));
+            } else {
+                query.push("(CASE tenant");
+                for (tenant, weight) in tenants.weights {
+                    query
+                        .push(" WHEN ")
+                        .push_bind(D::key(tenant))
+                        .push(" THEN ")
+                        .push_bind(i64::from(*weight));
+                }
+                query
+                    .push(" ELSE ")
+                    .push_bind(i64::from(tenants.default_weight))
+                    .push(" END)");
+            }
+            query
+                .push(", CASE WHEN tenant > ")
+                .push_bind(D::key(after))
+                .push(" THEN 0 ELSE 1 END, tenant, tenant_turn");
+        }
+    }
+    query.push(" LIMIT ").push_bind(i64::from(params.limit));
     Ok(query.build_query_as().fetch_all(pool).await?)
+}
+
+/// [`KeyOrder::Rank`] with [`FairParams::tenants`]: the keys' turns as [`by_rank`]
+/// numbers them, then each tenant's tasks numbered (`tenant_turn`) in the order of those
+/// turns, its claimed and running tasks first, so a tenant with attempts in flight
+/// comes after one without, and one holding `per_tenant` is not taken. Linear in the job's due backlog, like `by_rank`. Ends
+/// inside the `WHERE` of the ranked tasks.
+fn by_tenant<D, DB>(
+    task_type: &str,
+    params: &ClaimParams<'_>,
+    fair: &FairParams<'_>,
+) -> sqlx::QueryBuilder<DB>
+where
+    D: Dialect<DB = DB>,
+    DB: Database,
+    for<'e> &'e str: Encode<'e, DB> + Type<DB>,
+    for<'e> Millis: Encode<'e, DB> + Type<DB>,
+    for<'e> i64: Encode<'e, DB> + Type<DB>,
+{
+    let mut query = sqlx::QueryBuilder::<DB>::new(format!(
+        "SELECT id, concurrency_key FROM (SELECT id, state, claim_rank, concurrency_key, \
+           tenant, ROW_NUMBER() OVER (PARTITION BY tenant \
+             ORDER BY turn, concurrency_key, claim_rank, id) AS tenant_turn \
+         FROM (SELECT id, state, claim_rank, concurrency_key, {} AS tenant, \
+           ROW_NUMBER() OVER (PARTITION BY concurrency_key \
+             ORDER BY CASE WHEN state = 'pending' THEN 1 ELSE 0 END, claim_rank, id) AS turn \
+         FROM tasks WHERE task_type = ",
+        D::TENANT_OF_KEY
+    ));
+    query
+        .push_bind(task_type)
+        .push(
+            " AND state IN ('pending', 'claimed', 'running') \
+              AND (state <> 'pending' OR (claim_rank <= ",
+        )
+        .push_bind(params.horizon)
+        .push(" AND trigger_at <= ")
+        .push_bind(params.horizon)
+        .push(")) ) keyed WHERE turn <= ")
+        .push_bind(i64::from(fair.per_key))
+        .push(") ranked WHERE state = 'pending' AND tenant_turn <= ")
+        .push_bind(i64::from(
+            fair.tenants.map_or(u32::MAX, |tenants| tenants.per_tenant),
+        ));
+    query
 }
 
 /// [`KeyOrder::Rank`]: the job's active tasks, found through tasks_keyed (type, key,

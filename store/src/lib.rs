@@ -98,7 +98,7 @@ pub use params::{
     Admitted, BulkAction, ClaimIdsParams, ClaimParams, DeadCount, DeadFilter, DeadLetterParams,
     DueBacklog, DueStart, DueStarted, FairClaim, FairParams, HeldBy, InsertConsumedParams,
     JobCountParams, JobCounts, JobGate, KeyOrder, PurgeParams, SearchParams, Shares,
-    StartDueParams, StartParams, TypeFilter,
+    StartDueParams, StartParams, TenantWeights, TypeFilter,
 };
 use redact::without_password;
 pub use redact::{redact, redact_url};

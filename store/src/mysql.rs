@@ -143,6 +143,7 @@ impl Dialect for MySqlStore {
     type Key = [u8];
 
     const QUERIES: Queries = QUERIES;
+    const TENANT_OF_KEY: &'static str = "SUBSTRING_INDEX(concurrency_key, CHAR(31), 1)";
     // InnoDB rolls a failed statement back alone; the transaction goes on.
     const FAILED_STATEMENT_ABORTS: bool = false;
 

@@ -169,6 +169,21 @@ pub struct FairParams<'a> {
     pub after: Option<&'a str>,
     /// In what order each key's tasks are taken.
     pub order: KeyOrder,
+    /// `spec.fairness`: keys are `tenant␟key`, and the claim takes the tenants' tasks
+    /// by weight before the keys' turns (with [`KeyOrder::Rank`]).
+    pub tenants: Option<TenantWeights<'a>>,
+}
+
+/// The tenants' weights of a job with `spec.fairness`: a tenant of weight `w` begins `w`
+/// tasks in each round where a tenant of weight 1 begins one.
+#[derive(Debug, Clone, Copy)]
+pub struct TenantWeights<'a> {
+    pub weights: &'a std::collections::BTreeMap<String, u32>,
+    pub default_weight: u32,
+    /// A tenant's claimed and running tasks, at most (the job's `concurrency`): a
+    /// tenant with a flood of due tasks holds no more claims than could run, so the
+    /// next claim finds room for the others' tasks before the runner's queue fills.
+    pub per_tenant: u32,
 }
 
 /// In what order a keyed job's claim takes each key's tasks.

@@ -209,6 +209,7 @@ impl Dialect for PostgresStore {
     type Key = str;
 
     const QUERIES: Queries = QUERIES;
+    const TENANT_OF_KEY: &'static str = "split_part(concurrency_key, chr(31), 1)";
     const FAILED_STATEMENT_ABORTS: bool = true;
 
     /// Deadlock victims (`40P01`) and serialization failures (`40001`).

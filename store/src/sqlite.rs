@@ -429,6 +429,8 @@ impl Dialect for SqliteStore {
     type Key = str;
 
     const QUERIES: Queries = QUERIES;
+    const TENANT_OF_KEY: &'static str =
+        "substr(concurrency_key, 1, instr(concurrency_key, char(31)) - 1)";
     // A failed statement is rolled back alone (SQLite's default ABORT resolution).
     const FAILED_STATEMENT_ABORTS: bool = false;
 

@@ -44,6 +44,9 @@ pub trait Dialect: Send + Sync + 'static {
     type Key: ?Sized + Sync;
 
     const QUERIES: Queries;
+    /// The tenant of a `tenant␟key` concurrency key (`spec.fairness`): the column's text
+    /// before its first U+001F.
+    const TENANT_OF_KEY: &'static str;
     /// Whether a failed statement aborts the whole transaction, so that one expected to
     /// fail (a redrive hitting the unique key) must run in a savepoint.
     const FAILED_STATEMENT_ABORTS: bool;

@@ -22,7 +22,9 @@ use crate::job_table::Routes;
 use crate::metrics::Metrics;
 use crate::signing::SigningKeys;
 use crate::test_hooks::{Signal, emit};
-use asyncd_store::{ClaimParams, ClaimedTask, FairParams, KeyOrder, Millis, Store, TypeFilter};
+use asyncd_store::{
+    ClaimParams, ClaimedTask, FairParams, KeyOrder, Millis, Store, TenantWeights, TypeFilter,
+};
 
 pub(super) struct Claimer {
     store: Arc<dyn Store>,
@@ -261,6 +263,15 @@ impl Claimer {
         };
         let task_type = types.first().cloned().unwrap_or_default();
         let after = self.fair_after.get(&task_type).cloned();
+        let routes = self.routes.borrow().clone();
+        let job = routes.job(&task_type);
+        let tenants = job
+            .and_then(|job| Some((job, job.concurrency_key.as_ref()?.tenants.as_ref()?)))
+            .map(|(job, tenants)| TenantWeights {
+                weights: &tenants.weights,
+                default_weight: tenants.default_weight,
+                per_tenant: job.concurrency,
+            });
         let claim = self
             .store
             .claim_fair(
@@ -269,6 +280,7 @@ impl Claimer {
                     per_key,
                     after: after.as_deref(),
                     order,
+                    tenants,
                 },
             )
             .await?;

@@ -105,8 +105,12 @@ impl Producer {
             && task.depends_on.is_empty()
             && task.window.is_none()
             && task.cron_key.is_none()
-            // An ordered key's tasks are numbered in the store from their submit on.
-            && job.concurrency_key.as_ref().is_none_or(|key| key.fifo.is_none());
+            // An ordered key's tasks are numbered in the store from their submit on, and
+            // tenants are shared by the store's claim.
+            && job
+                .concurrency_key
+                .as_ref()
+                .is_none_or(|key| key.fifo.is_none() && key.tenants.is_none());
         eligible.then(|| kafka.topic_for(task.priority))
     }
 
@@ -209,6 +213,7 @@ mod tests {
                 template: "{order_id}".into(),
                 limit: 1,
                 fifo: Some(asyncd_spec::OnDead::Block),
+                tenants: None,
             }),
             ..job.clone()
         };
@@ -216,6 +221,24 @@ mod tests {
             producer.topic_for(&task, &ordered, now),
             None,
             "an ordered job's tasks are numbered in the store"
+        );
+        let shared = asyncd_spec::Job {
+            concurrency_key: Some(asyncd_spec::ConcurrencyKey {
+                template: String::new(),
+                limit: 100,
+                fifo: None,
+                tenants: Some(asyncd_spec::Tenants {
+                    template: "{customer}".into(),
+                    weights: Default::default(),
+                    default_weight: 1,
+                }),
+            }),
+            ..job.clone()
+        };
+        assert_eq!(
+            producer.topic_for(&task, &shared, now),
+            None,
+            "a job shared between tenants is shared by the store's claim"
         );
         producer.pause(now);
         let end = now + PAUSE_AFTER_FAILURE;

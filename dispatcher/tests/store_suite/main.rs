@@ -71,6 +71,7 @@ mod retention;
 mod schedules;
 mod search;
 mod tasks;
+mod tenants;
 mod windows;
 mod workflows;
 

@@ -1,7 +1,14 @@
-//! `spec.concurrencyKey` and `spec.ordering`: one key per task, rendered from its
-//! payload, that limits and orders the job's tasks key by key.
+//! `spec.concurrencyKey`, `spec.ordering` and `spec.fairness`: one key per task,
+//! rendered from its payload, that limits and orders the job's tasks key by key, and
+//! shares the job between tenants before keys.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+/// Between a task's tenant and its key in the stored key (`tenant␟key`): a control
+/// character no tenant may contain, so the store can split the two.
+pub const TENANT_SEPARATOR: char = '\u{1f}';
 
 /// `spec.concurrencyKey`: a limit per key, the key rendered from the payload.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -23,6 +30,43 @@ pub struct ConcurrencyKey {
     pub limit: u32,
     /// `spec.ordering`: the key's tasks begin one at a time in submission order.
     pub fifo: Option<OnDead>,
+    /// `spec.fairness`: the key is rendered as `tenant␟key`, and the claim shares the
+    /// job between tenants first, by weight.
+    pub tenants: Option<Tenants>,
+}
+
+/// `spec.fairness`: the job's tasks are shared between tenants first (weighted fair
+/// queuing), then between each tenant's keys in turn.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FairnessSpec {
+    /// Template of a task's tenant, filled from the payload like `concurrencyKey.key`:
+    /// `"{customer_id}"`.
+    pub tenant: String,
+    /// Tasks a tenant begins per round, against `defaultWeight` for the others
+    /// (at most 100 tenants named, each 1 to 1000).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub weights: BTreeMap<String, u32>,
+    /// The weight of a tenant `weights` does not name (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "kube", schemars(range(min = 1, max = 1000)))]
+    pub default_weight: Option<u32>,
+}
+
+/// A validated [`FairnessSpec`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenants {
+    pub template: String,
+    pub weights: BTreeMap<String, u32>,
+    pub default_weight: u32,
+}
+
+impl Tenants {
+    /// How many tenants `weights` may name: each is a term of the claim's SQL.
+    pub const MAX_WEIGHTS: usize = 100;
+    /// The highest weight: a thousand of its tasks per round to one of the others'.
+    pub const MAX_WEIGHT: u32 = 1000;
 }
 
 /// `spec.ordering`: the order in which one key's tasks begin.

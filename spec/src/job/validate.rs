@@ -111,6 +111,11 @@ impl JobSpec {
         }
         let concurrency_key =
             validate_key_and_ordering(self.concurrency_key.as_ref(), self.ordering.as_ref())?;
+        let concurrency_key = with_fairness(
+            concurrency_key,
+            self.fairness.as_ref(),
+            self.concurrency.unwrap_or(DEFAULT_CONCURRENCY),
+        )?;
         let adaptive = match &self.adaptive_concurrency {
             None => Adaptive::default(),
             Some(spec) => {
@@ -242,7 +247,7 @@ impl JobSpec {
             initial_backoff,
             max_backoff,
             unique_key: self.unique_key.clone(),
-            concurrency: self.concurrency.unwrap_or(100),
+            concurrency: self.concurrency.unwrap_or(DEFAULT_CONCURRENCY),
             rate_limit,
             concurrency_key,
             adaptive,
@@ -325,6 +330,7 @@ fn validate_key_and_ordering(
             template: ordering.key.clone(),
             limit: 1,
             fifo,
+            tenants: None,
         }));
     };
     let key = validate_concurrency_key(key)?;
@@ -396,7 +402,66 @@ fn validate_concurrency_key(spec: &ConcurrencyKeySpec) -> Result<ConcurrencyKey,
         template: spec.key.clone(),
         limit: spec.limit,
         fifo: None,
+        tenants: None,
     })
+}
+
+/// The job's attempts in flight when `spec.concurrency` is not set.
+const DEFAULT_CONCURRENCY: u32 = 100;
+
+/// `spec.fairness` on the job's key: a job without a `concurrencyKey` is keyed by tenant
+/// alone (an empty key, limited only by `concurrency`).
+fn with_fairness(
+    key: Option<ConcurrencyKey>,
+    fairness: Option<&FairnessSpec>,
+    concurrency: u32,
+) -> Result<Option<ConcurrencyKey>, SpecError> {
+    let Some(fairness) = fairness else {
+        return Ok(key);
+    };
+    check_key_template("spec.fairness.tenant", &fairness.tenant)?;
+    if key.as_ref().is_some_and(|k| k.fifo.is_some()) {
+        return Err(SpecError::new(
+            "spec.fairness",
+            "does not go with spec.ordering: an ordered key begins in submission order",
+        ));
+    }
+    if fairness.weights.len() > Tenants::MAX_WEIGHTS {
+        return Err(SpecError::new(
+            "spec.fairness.weights",
+            format!("at most {} tenants", Tenants::MAX_WEIGHTS),
+        ));
+    }
+    let weight_ok = |w: u32| (1..=Tenants::MAX_WEIGHT).contains(&w);
+    for (tenant, &weight) in &fairness.weights {
+        if !weight_ok(weight) {
+            return Err(SpecError::new(
+                format!("spec.fairness.weights.{tenant}"),
+                format!("must be 1 to {}, not {weight}", Tenants::MAX_WEIGHT),
+            ));
+        }
+    }
+    let default_weight = fairness.default_weight.unwrap_or(1);
+    if !weight_ok(default_weight) {
+        return Err(SpecError::new(
+            "spec.fairness.defaultWeight",
+            format!("must be 1 to {}, not {default_weight}", Tenants::MAX_WEIGHT),
+        ));
+    }
+    let tenants = Some(Tenants {
+        template: fairness.tenant.clone(),
+        weights: fairness.weights.clone(),
+        default_weight,
+    });
+    Ok(Some(match key {
+        Some(key) => ConcurrencyKey { tenants, ..key },
+        None => ConcurrencyKey {
+            template: String::new(),
+            limit: concurrency,
+            fifo: None,
+            tenants,
+        },
+    }))
 }
 
 fn validate_signing(signing: &SigningSpec) -> Result<Signing, SpecError> {

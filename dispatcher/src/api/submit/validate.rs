@@ -325,9 +325,17 @@ pub fn validate(
         };
     let unique_key = match key("unique_key", req.unique_key)? {
         Some(k) => Some(k),
-        None => checked_render("uniqueKey", job.render_unique_key(&value))?,
+        None => checked_render("uniqueKey", job.render_unique_key(&value), false)?,
     };
-    let concurrency_key = checked_render("concurrencyKey", job.render_concurrency_key(&value))?;
+    let tenant_keyed = job
+        .concurrency_key
+        .as_ref()
+        .is_some_and(|key| key.tenants.is_some());
+    let concurrency_key = checked_render(
+        "concurrencyKey",
+        job.render_concurrency_key(&value),
+        tenant_keyed,
+    )?;
     let window = key_window(req.debounce, req.throttle, job, &value)?;
     let depends_on = req.depends_on.unwrap_or_default();
     if let Some(window) = &window {
@@ -430,7 +438,7 @@ fn key_window(
         (None, None) => match &job.window {
             None => return Ok(None),
             Some(window) => {
-                let key = checked_render("window key", window.render(value).map(Some))?
+                let key = checked_render("window key", window.render(value).map(Some), false)?
                     .expect("a rendered key");
                 (key, window.rule)
             }
@@ -456,6 +464,7 @@ fn key_window(
 fn checked_render(
     what: &str,
     rendered: Result<Option<String>, String>,
+    tenant_keyed: bool,
 ) -> Result<Option<String>, ApiError> {
     let rendered = rendered.map_err(|m| ApiError::field("payload", m))?;
     if let Some(rendered) = &rendered {
@@ -468,7 +477,15 @@ fn checked_render(
                 ),
             ));
         }
-        plain_text("payload", rendered)?;
+        // A `fairness` job's key is `tenant␟key`: the separator is the job's, each part
+        // the payload's (the tenant was refused if it held the separator).
+        match rendered.split_once(asyncd_spec::TENANT_SEPARATOR) {
+            Some((tenant, key)) if tenant_keyed => {
+                plain_text("payload", tenant)?;
+                plain_text("payload", key)?;
+            }
+            _ => plain_text("payload", rendered)?,
+        }
     }
     Ok(rendered)
 }
