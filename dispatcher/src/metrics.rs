@@ -167,8 +167,9 @@ impl Metrics {
         let limited = counter(
             "asyncd_job_limited_total",
             "Attempts a job's limits held back when a dispatcher would have begun them, by \
-             the limit that did (concurrency: in total across dispatchers; rate; key: the \
-             task's concurrencyKey); each \
+             the limit that did (concurrency: in total across dispatchers; rate: the job's \
+             or its key's; key: the task's concurrencyKey; limiter: an AsyncLimiter the job \
+             shares); each \
              waits, claimed, and is tried again",
             &["job", "limit"],
         );

@@ -802,6 +802,7 @@ mod tests {
                 d.spec.concurrency_key = Some(ConcurrencyKeySpec {
                     key: key.into(),
                     limit,
+                    rate_limit: None,
                 })
             })
         };
@@ -891,6 +892,20 @@ mod tests {
     }
 
     #[test]
+    fn a_key_rate_is_validated_like_the_jobs() {
+        let job = |extra: &str| AsyncJobConfig::from_yaml(&SAMPLE.replace("spec:\n", extra));
+        let (_, paced) =
+            job("spec:\n  concurrencyKey: {key: '{m}', limit: 2, rateLimit: {perSecond: 5}}\n")
+                .unwrap();
+        let rate = paced.concurrency_key.unwrap().rate.unwrap();
+        assert_eq!((rate.per_second, rate.burst), (5, 5));
+        let refused =
+            job("spec:\n  concurrencyKey: {key: '{m}', limit: 2, rateLimit: {perSecond: 0}}\n")
+                .unwrap_err();
+        assert_eq!(refused.field, "spec.concurrencyKey.rateLimit.perSecond");
+    }
+
+    #[test]
     fn fairness_keys_each_task_by_tenant_and_key_and_checks_its_weights() {
         let job = |extra: &str| AsyncJobConfig::from_yaml(&SAMPLE.replace("spec:\n", extra));
         let (_, tenant_only) =
@@ -942,6 +957,7 @@ mod tests {
             Some(ConcurrencyKey {
                 template: "{account}".into(),
                 limit: 1,
+                rate: None,
                 fifo: Some(OnDead::Block),
                 tenants: None,
             }),

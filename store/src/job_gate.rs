@@ -403,3 +403,116 @@ where
     }
     Ok(())
 }
+
+/// The token buckets of `concurrencyKey.rateLimit` that a batch's keys spend.
+#[derive(Default)]
+pub(crate) struct KeyBuckets {
+    /// Each key's bucket id (`task type␟key`) and its bucket refilled to now.
+    buckets: Vec<(String, String, domain::Bucket)>,
+}
+
+/// With `gate.key_rate`: takes the bucket of each key of `room`'s claims (in key
+/// order, after the job's and its limiters' rows), and keeps of `room` the claims their
+/// keys have a token for, in order; the rest wait for their key's next token, which
+/// `held_by` says. Without a key rate, `room` as it is.
+pub(crate) async fn take_key_buckets<B>(
+    conn: &mut <B::DB as Database>::Connection,
+    gate: &JobGate<'_>,
+    room: Vec<usize>,
+    now: Millis,
+) -> Result<(Vec<usize>, KeyBuckets, Option<HeldBy>)>
+where
+    B: Backend,
+    for<'c> &'c mut <B::DB as Database>::Connection: Executor<'c, Database = B::DB>,
+    <B::DB as Database>::Arguments: IntoArguments<B::DB>,
+    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> i64: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> Millis: Encode<'q, B::DB> + Type<B::DB>,
+    for<'r> (i64,): FromRow<'r, <B::DB as Database>::Row>,
+    for<'r> (i64, i64): FromRow<'r, <B::DB as Database>::Row>,
+    for<'r> (i64, i64, i64): FromRow<'r, <B::DB as Database>::Row>,
+    for<'r> (String, i64): FromRow<'r, <B::DB as Database>::Row>,
+{
+    let Some(rate) = gate.key_rate else {
+        return Ok((room, KeyBuckets::default(), None));
+    };
+    let mut wanted: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for &index in &room {
+        if let Some(Some(key)) = gate.keys.get(index) {
+            *wanted.entry(key).or_default() += 1;
+        }
+    }
+    let mut tokens = std::collections::HashMap::new();
+    let mut buckets = KeyBuckets::default();
+    let mut held_by: Option<HeldBy> = None;
+    for (key, wanted) in wanted {
+        let id = format!("{}{}{key}", gate.task_type, asyncd_spec::TENANT_SEPARATOR);
+        let row = Row {
+            rows: &B::QUERIES.key_buckets,
+            key: &id,
+            rate: Some(rate),
+            types: &[],
+            combined: None,
+        };
+        let (bucket, _) = take_row::<B>(&mut *conn, &row, now, RowLock::Wait)
+            .await?
+            .ok_or_else(|| StoreError::Corrupt(format!("no key bucket {id:?}")))?;
+        let admission = domain::admit(wanted, 0, u32::MAX, Some(rate), bucket, now);
+        if let Some(HeldBy::Rate { next_token }) = admission.held_by {
+            // The soonest of the held keys' next tokens.
+            held_by = Some(match held_by {
+                Some(HeldBy::Rate { next_token: other }) => HeldBy::Rate {
+                    next_token: next_token.min(other),
+                },
+                _ => HeldBy::Rate { next_token },
+            });
+        }
+        tokens.insert(key, admission.allowed);
+        buckets
+            .buckets
+            .push((id, key.to_string(), admission.bucket));
+    }
+    let room = room
+        .into_iter()
+        .filter(|&index| {
+            let Some(key) = gate.keys.get(index).copied().flatten() else {
+                return true;
+            };
+            match tokens.get_mut(key) {
+                Some(left) if *left > 0 => {
+                    *left -= 1;
+                    true
+                }
+                _ => false,
+            }
+        })
+        .collect();
+    Ok((room, buckets, held_by))
+}
+
+/// Takes a token from each key's bucket for each of its attempts that began.
+pub(crate) async fn spend_key_tokens<B>(
+    conn: &mut <B::DB as Database>::Connection,
+    buckets: &KeyBuckets,
+    started_per_key: &std::collections::HashMap<&str, usize>,
+) -> Result<()>
+where
+    B: Backend,
+    for<'c> &'c mut <B::DB as Database>::Connection: Executor<'c, Database = B::DB>,
+    <B::DB as Database>::Arguments: IntoArguments<B::DB>,
+    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> i64: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> Millis: Encode<'q, B::DB> + Type<B::DB>,
+{
+    for (id, key, bucket) in &buckets.buckets {
+        let started = started_per_key.get(key.as_str()).copied().unwrap_or(0);
+        let bucket = domain::spend(*bucket, started);
+        sqlx::query::<B::DB>(B::QUERIES.key_buckets.save)
+            .bind(bucket.milli_tokens)
+            .bind(bucket.at)
+            .bind(id.as_str())
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}

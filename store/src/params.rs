@@ -262,6 +262,8 @@ pub struct JobGate<'a> {
     pub rate: Option<asyncd_spec::RateLimit>,
     /// `concurrencyKey.limit`: running attempts of one key, at most.
     pub key_limit: Option<u32>,
+    /// `concurrencyKey.rateLimit`: each key's token bucket (with [`Self::keys`]).
+    pub key_rate: Option<asyncd_spec::RateLimit>,
     /// Each claim's concurrency key, in the order of [`StartParams::claims`] (empty
     /// without a key limit).
     pub keys: &'a [Option<&'a str>],

@@ -110,6 +110,18 @@ const QUERIES: Queries = Queries {
         peek: "SELECT tokens, refilled_at FROM limiters WHERE id = $1",
         save: "UPDATE limiters SET tokens = $1, refilled_at = $2 WHERE id = $3",
     },
+    key_buckets: GateRow {
+        new: "INSERT INTO key_buckets (id, tokens, refilled_at) VALUES ($1, $2, $3) \
+                     ON CONFLICT DO NOTHING",
+        lock: "SELECT tokens, refilled_at FROM key_buckets WHERE id = $1 FOR UPDATE",
+        try_lock: "SELECT tokens, refilled_at FROM key_buckets WHERE id = $1 \
+                          FOR UPDATE SKIP LOCKED",
+        peek: "SELECT tokens, refilled_at FROM key_buckets WHERE id = $1",
+        save: "UPDATE key_buckets SET tokens = $1, refilled_at = $2 WHERE id = $3",
+    },
+    purge_key_buckets: "DELETE FROM key_buckets WHERE id IN ( \
+                        SELECT id FROM key_buckets WHERE refilled_at < $1 \
+                        ORDER BY refilled_at LIMIT $2)",
     limiter_waiter: "SELECT waiting, waiting_at FROM limiters WHERE id = $1",
     set_limiter_waiter: "UPDATE limiters SET waiting = $1, waiting_at = $2 WHERE id = $3",
     running: "SELECT COUNT(*) FROM tasks WHERE task_type = $1 AND state = 'running'",

@@ -93,6 +93,11 @@ pub struct Queries {
     pub job_limits: GateRow,
     /// The `limiters` row of a limiter's id (migration 0024).
     pub limiters: GateRow,
+    /// The `key_buckets` row of a job's key (`task type␟key`, migration 0025).
+    pub key_buckets: GateRow,
+    /// Deletes up to `limit` key buckets last refilled before `before`, oldest first
+    /// (`before, limit`).
+    pub purge_key_buckets: &'static str,
     /// `waiting, waiting_at` of the `limiters` row of `id`: the job left the next slot.
     pub limiter_waiter: &'static str,
     /// Sets `waiting, waiting_at` of the `limiters` row of `id`; parameters `waiting,

@@ -11,7 +11,10 @@ use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 use crate::bulk;
 use crate::domain;
 use crate::fair_claim;
-use crate::job_gate::{RowLock, lock_gate, settle_waiters, spend_tokens, start_due_in};
+use crate::job_gate::{
+    RowLock, lock_gate, settle_waiters, spend_key_tokens, spend_tokens, start_due_in,
+    take_key_buckets,
+};
 use crate::rows::{self, DueBacklogRow, Holder, JobCountsRow, LapsedRow, StartedRow, TaskRow};
 use crate::shared::{self, KafkaDeadLetterRow};
 use crate::tx::{ClaimAtInsert, Dialect, Tx};
@@ -272,6 +275,8 @@ where
                 .map(|index| gate.keys.get(index).copied().flatten())
                 .collect();
             let (room, key_held) = domain::key_room(&keys, gate.key_limit, &key_running);
+            let (room, key_buckets, rate_held) =
+                take_key_buckets::<B>(&mut tx, &gate, room, params.now).await?;
             let admission = gates.admit(room.len(), params.now);
             let tried: Vec<(String, i64)> = room[..admission.allowed]
                 .iter()
@@ -291,6 +296,21 @@ where
             };
             // A claim that did not start (cancelled, paused, lapsed) took no token.
             spend_tokens::<B>(&mut tx, &gate, &admission, started.len()).await?;
+            if gate.key_rate.is_some() {
+                let key_of: HashMap<&str, &str> = params
+                    .claims
+                    .iter()
+                    .zip(&keys)
+                    .filter_map(|((id, _), key)| Some((id.as_str(), (*key)?)))
+                    .collect();
+                let mut started_per_key: HashMap<&str, usize> = HashMap::new();
+                for begun in &started {
+                    if let Some(key) = key_of.get(begun.id.as_str()) {
+                        *started_per_key.entry(key).or_default() += 1;
+                    }
+                }
+                spend_key_tokens::<B>(&mut tx, &key_buckets, &started_per_key).await?;
+            }
             // Claims the limits held back are work left.
             let work_left = admission.allowed < room.len();
             settle_waiters::<B>(&mut tx, &gate, &gates, started.len(), work_left, params.now)
@@ -303,7 +323,10 @@ where
             Ok(Admitted {
                 started,
                 deferred: (0..params.claims.len()).filter(|&i| deferred[i]).collect(),
-                held_by: admission.held_by.or(key_held.then_some(super::HeldBy::Key)),
+                held_by: admission
+                    .held_by
+                    .or(key_held.then_some(super::HeldBy::Key))
+                    .or(rate_held),
             })
         })
         .await
@@ -423,15 +446,28 @@ where
     }
 
     async fn purge_key_cooldowns(&self, ended_before: Millis, limit: u32) -> Result<u64> {
-        retrying(B::transient, || async {
-            let done = sqlx::query::<B::DB>(B::QUERIES.purge_cooldowns)
-                .bind(ended_before)
-                .bind(i64::from(limit))
-                .execute(self.writer())
-                .await?;
-            Ok(B::rows_affected(&done))
-        })
-        .await
+        // A bucket idle for a day is full again at any rate but one whose burst takes
+        // longer to refill; deleted, it is made full at its key's next start.
+        const IDLE_BUCKET: Duration = Duration::from_secs(24 * 3600);
+        let mut purged = 0;
+        for (statement, before) in [
+            (B::QUERIES.purge_cooldowns, ended_before),
+            (
+                B::QUERIES.purge_key_buckets,
+                ended_before.saturating_sub(IDLE_BUCKET),
+            ),
+        ] {
+            purged += retrying(B::transient, || async {
+                let done = sqlx::query::<B::DB>(statement)
+                    .bind(before)
+                    .bind(i64::from(limit))
+                    .execute(self.writer())
+                    .await?;
+                Ok(B::rows_affected(&done))
+            })
+            .await?;
+        }
+        Ok(purged)
     }
 
     async fn purge_key_windows(&self, closed_before: Millis, limit: u32) -> Result<u64> {

@@ -324,6 +324,19 @@ const QUERIES: Queries = Queries {
         peek: "SELECT tokens, refilled_at FROM limiters WHERE id = ?",
         save: "UPDATE limiters SET tokens = ?, refilled_at = ? WHERE id = ?",
     },
+    key_buckets: GateRow {
+        new: "INSERT INTO key_buckets (id, tokens, refilled_at) VALUES (?, ?, ?) \
+                     ON CONFLICT DO NOTHING",
+        // One writer: the transaction itself keeps others out.
+        lock: "SELECT tokens, refilled_at FROM key_buckets WHERE id = ?",
+        // One writer: nothing else can hold the row.
+        try_lock: "SELECT tokens, refilled_at FROM key_buckets WHERE id = ?",
+        peek: "SELECT tokens, refilled_at FROM key_buckets WHERE id = ?",
+        save: "UPDATE key_buckets SET tokens = ?, refilled_at = ? WHERE id = ?",
+    },
+    purge_key_buckets: "DELETE FROM key_buckets WHERE id IN ( \
+                        SELECT id FROM key_buckets WHERE refilled_at < ? \
+                        ORDER BY refilled_at LIMIT ?)",
     limiter_waiter: "SELECT waiting, waiting_at FROM limiters WHERE id = ?",
     set_limiter_waiter: "UPDATE limiters SET waiting = ?, waiting_at = ? WHERE id = ?",
     // The repeated `state IN (…)` term lets SQLite read tasks_by_type_state (0016).

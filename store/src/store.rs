@@ -153,7 +153,8 @@ pub trait Store: Send + Sync + 'static {
     /// must keep folding submits into it.)
     async fn purge_key_windows(&self, closed_before: Millis, limit: u32) -> Result<u64>;
     /// Deletes up to `limit` key cooldowns that ended before `ended_before`, earliest
-    /// first, in one short statement; returns how many.
+    /// first, in one short statement, then up to `limit` key buckets
+    /// (`concurrencyKey.rateLimit`) idle for a day before it; returns how many of both.
     async fn purge_key_cooldowns(&self, ended_before: Millis, limit: u32) -> Result<u64>;
     /// Up to `limit` keys of `task_type` resting at `now` ([`Self::cool_down_key`]) with
     /// the end of each, the latest ending first: what the jobs overview shows.

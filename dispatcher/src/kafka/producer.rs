@@ -212,6 +212,7 @@ mod tests {
             concurrency_key: Some(asyncd_spec::ConcurrencyKey {
                 template: "{order_id}".into(),
                 limit: 1,
+                rate: None,
                 fifo: Some(asyncd_spec::OnDead::Block),
                 tenants: None,
             }),
@@ -226,6 +227,7 @@ mod tests {
             concurrency_key: Some(asyncd_spec::ConcurrencyKey {
                 template: String::new(),
                 limit: 100,
+                rate: None,
                 fifo: None,
                 tenants: Some(asyncd_spec::Tenants {
                     template: "{customer}".into(),

@@ -475,3 +475,46 @@ async fn a_429_with_retry_after_rests_only_its_key() {
     let (_, job) = asyncd.get("/v1/jobs/keyed-job").await;
     assert!(job.get("resting_keys").is_none(), "no key rests now: {job}");
 }
+
+/// `concurrencyKey.rateLimit` of 1/s per key, burst 1, on the manual clock: each key's
+/// first task runs; while the clock stands still the others wait for their key's next
+/// token (counted as held by the rate), and a second later each key's second runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_rate_paces_each_key_on_its_own() {
+    let (executor, url) = PerKey::start(Duration::from_millis(1)).await;
+    let limits = "  concurrency: 4\n  concurrencyKey: {key: '{m}', limit: 5, rateLimit: {perSecond: 1, burst: 1}}\n";
+    let jobs = vec![("job.yaml", job_yaml("keyed-job", "keyed", &url, limits))];
+    let asyncd = InProcess::start(&jobs).await;
+    let eta = asyncd::clock::rfc3339(Millis::new(T0 + 1_000));
+    submit_key(&asyncd, 0, 3, &eta).await;
+    submit_key(&asyncd, 1, 3, &eta).await;
+    asyncd.clock.set_millis(Millis::new(T0 + 2_000));
+    let count = |key: &str| executor.calls().iter().filter(|k| *k == key).count();
+    wait_for("each key's first call", DEADLINE, async || {
+        (count("m0") >= 1 && count("m1") >= 1).then_some(())
+    })
+    .await;
+    wait_for(
+        "the others held by their keys' rate",
+        DEADLINE,
+        async || {
+            metrics(&asyncd)
+                .await
+                .lines()
+                .any(|l| {
+                    l.starts_with("asyncd_job_limited_total{job=\"keyed-job\",limit=\"rate\"}")
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!((count("m0"), count("m1")), (1, 1), "{:?}", executor.calls());
+    asyncd.clock.set_millis(Millis::new(T0 + 3_000));
+    wait_for(
+        "each key's second call, a second later",
+        DEADLINE,
+        async || (count("m0") >= 2 && count("m1") >= 2).then_some(()),
+    )
+    .await;
+    assert_eq!((count("m0"), count("m1")), (2, 2), "{:?}", executor.calls());
+}

@@ -193,6 +193,7 @@ async fn a_start_straight_from_pending_passes_over_expired_tasks(store: &dyn Sto
         concurrency: 10,
         rate: None,
         key_limit: None,
+        key_rate: None,
         keys: &[],
         limiters: &[],
     };

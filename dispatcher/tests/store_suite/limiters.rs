@@ -34,6 +34,7 @@ fn gate<'a>(task_type: &'a str, limiters: &'a [Arc<Limiter>]) -> JobGate<'a> {
         concurrency: 100,
         rate: None,
         key_limit: None,
+        key_rate: None,
         keys: &[],
         limiters,
     }

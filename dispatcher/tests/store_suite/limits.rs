@@ -229,6 +229,7 @@ async fn keys_are_claimed_in_turn_and_limited_in_total(store: &dyn Store) {
         concurrency: 10,
         rate: None,
         key_limit: Some(1),
+        key_rate: None,
         keys: &keys,
         limiters: &[],
     };
@@ -294,6 +295,7 @@ async fn limits_hold_in_total_across_starters(store: &dyn Store) {
         concurrency: 3,
         rate: None,
         key_limit: None,
+        key_rate: None,
         keys: &[],
         limiters: &[],
     };
@@ -362,6 +364,7 @@ async fn limits_hold_in_total_across_starters(store: &dyn Store) {
             burst: 2,
         }),
         key_limit: None,
+        key_rate: None,
         keys: &[],
         limiters: &[],
     };
@@ -458,6 +461,7 @@ async fn due_tasks_begin_in_one_write_within_the_limits(store: &dyn Store) {
         concurrency: 3,
         rate: None,
         key_limit: None,
+        key_rate: None,
         keys: &[],
         limiters: &[],
     };
@@ -540,6 +544,7 @@ async fn due_tasks_begin_in_one_write_within_the_limits(store: &dyn Store) {
             burst: 2,
         }),
         key_limit: None,
+        key_rate: None,
         keys: &[],
         limiters: &[],
     };
@@ -606,6 +611,7 @@ async fn starters_never_exceed_the_concurrency_in_total(server: &Server) {
                 concurrency: K,
                 rate: None,
                 key_limit: None,
+                key_rate: None,
                 keys: &[],
                 limiters: &[],
             };
@@ -704,6 +710,7 @@ async fn a_refill_never_waits_for_a_limits_row_another_start_holds(server: &Serv
         concurrency: 1,
         rate: None,
         key_limit: None,
+        key_rate: None,
         keys: &[],
         limiters: &[],
     };
@@ -803,6 +810,7 @@ async fn outcomes_begin_the_next_due_attempts_in_the_same_write(store: &dyn Stor
         concurrency: 2,
         rate: None,
         key_limit: None,
+        key_rate: None,
         keys: &[],
         limiters: &[],
     };
@@ -880,6 +888,7 @@ async fn outcomes_begin_the_next_due_attempts_in_the_same_write(store: &dyn Stor
                 params: start_due_params(at(7), "a", 1),
                 gate: JobGate {
                     key_limit: Some(1),
+                    key_rate: None,
                     ..gate
                 },
             }],

@@ -61,6 +61,7 @@ mod dead_letters;
 mod dispatchers;
 mod expiry;
 mod jobs;
+mod key_rates;
 mod keys;
 mod leases;
 mod limiters;

@@ -21,6 +21,10 @@ pub struct ConcurrencyKeySpec {
     /// Attempts of one key in flight at once, in total.
     #[cfg_attr(feature = "kube", schemars(range(min = 1, max = 1000000)))]
     pub limit: u32,
+    /// Attempts of one key begun per second, a token bucket per key held in total
+    /// across dispatchers (optional).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<crate::RateLimitSpec>,
 }
 
 /// A validated [`ConcurrencyKeySpec`], with the job's [`OrderingSpec`].
@@ -28,6 +32,8 @@ pub struct ConcurrencyKeySpec {
 pub struct ConcurrencyKey {
     pub template: String,
     pub limit: u32,
+    /// `concurrencyKey.rateLimit`: each key's own token bucket.
+    pub rate: Option<crate::RateLimit>,
     /// `spec.ordering`: the key's tasks begin one at a time in submission order.
     pub fifo: Option<OnDead>,
     /// `spec.fairness`: the key is rendered as `tenant␟key`, and the claim shares the

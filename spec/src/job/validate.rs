@@ -329,6 +329,7 @@ fn validate_key_and_ordering(
         return Ok(Some(ConcurrencyKey {
             template: ordering.key.clone(),
             limit: 1,
+            rate: None,
             fifo,
             tenants: None,
         }));
@@ -401,6 +402,11 @@ fn validate_concurrency_key(spec: &ConcurrencyKeySpec) -> Result<ConcurrencyKey,
     Ok(ConcurrencyKey {
         template: spec.key.clone(),
         limit: spec.limit,
+        rate: spec
+            .rate_limit
+            .as_ref()
+            .map(|rate| validate_rate_limit(rate, "spec.concurrencyKey.rateLimit"))
+            .transpose()?,
         fifo: None,
         tenants: None,
     })
@@ -458,6 +464,7 @@ fn with_fairness(
         None => ConcurrencyKey {
             template: String::new(),
             limit: concurrency,
+            rate: None,
             fifo: None,
             tenants,
         },

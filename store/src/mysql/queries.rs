@@ -62,6 +62,15 @@ pub(super) const QUERIES: Queries = Queries {
         peek: "SELECT tokens, refilled_at FROM limiters WHERE id = ?",
         save: "UPDATE limiters SET tokens = ?, refilled_at = ? WHERE id = ?",
     },
+    key_buckets: GateRow {
+        new: "INSERT IGNORE INTO key_buckets (id, tokens, refilled_at) VALUES (?, ?, ?)",
+        lock: "SELECT tokens, refilled_at FROM key_buckets WHERE id = ? FOR UPDATE",
+        try_lock: "SELECT tokens, refilled_at FROM key_buckets WHERE id = ? \
+                          FOR UPDATE SKIP LOCKED",
+        peek: "SELECT tokens, refilled_at FROM key_buckets WHERE id = ?",
+        save: "UPDATE key_buckets SET tokens = ?, refilled_at = ? WHERE id = ?",
+    },
+    purge_key_buckets: "DELETE FROM key_buckets WHERE refilled_at < ? ORDER BY refilled_at LIMIT ?",
     limiter_waiter: "SELECT waiting, waiting_at FROM limiters WHERE id = ?",
     set_limiter_waiter: "UPDATE limiters SET waiting = ?, waiting_at = ? WHERE id = ?",
     // Pinned, as the other statements on the state index are (see the top of this file).
