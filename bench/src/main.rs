@@ -4,6 +4,7 @@
 //! the chaos soak (`soak`) through `e2e/soak.sh`.
 
 mod embedded;
+mod fair_claim;
 mod guard;
 mod harness;
 mod kafka;
@@ -34,6 +35,9 @@ enum Bench {
     /// Retention: the task table's size and the dispatch lateness under a steady load,
     /// with the purge and without it.
     Retention(retention::Args),
+    /// One keyed job's fair claim: its cost against the due backlog, the keys and the
+    /// tenants, on each backend.
+    FairClaim(fair_claim::Args),
     /// Chaos soak: every role killed and restarted, the database and broker restarted,
     /// misbehaving executors; fails on any lost, early or wrongly ended task.
     Soak(soak::Args),
@@ -45,6 +49,7 @@ async fn main() -> Result<()> {
         Bench::Embedded(args) => embedded::run(&args).await,
         Bench::Guard(args) => guard::run(&args).await,
         Bench::Store(args) => store::run(&args).await,
+        Bench::FairClaim(args) => fair_claim::run(&args).await,
         Bench::Kafka(args) => kafka::run(&args).await,
         Bench::Retention(args) => retention::run(&args).await,
         Bench::Soak(args) => soak::run(&args).await,

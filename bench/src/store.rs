@@ -116,7 +116,7 @@ async fn end_to_end(args: &Args, servers: &[(&str, &str)]) -> Result<()> {
     Ok(())
 }
 
-async fn fresh_database(server: &str) -> Result<String> {
+pub(crate) async fn fresh_database(server: &str) -> Result<String> {
     let name = format!("asyncd_bench_{}", uuid_like());
     if server.starts_with("mysql:") {
         let mut conn = sqlx::MySqlConnection::connect(server).await?;
