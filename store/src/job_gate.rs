@@ -1,8 +1,10 @@
 //! A job's limits as every start keeps them in total across dispatchers: its
 //! `job_limits` row taken first (so starters take turns), then the rows of the
-//! AsyncLimiters it shares with other jobs, the running attempts counted under each,
-//! and the token buckets spent. Used by [`Store`](crate::Store)'s starts in
-//! `sql_store.rs`, in the caller's transaction.
+//! AsyncLimiters it shares with other jobs (with their waiters, so no job starves
+//! another), then its keys' token buckets (`concurrencyKey.rateLimit`); the running
+//! attempts counted under each lock, and the buckets spent. Every start takes them in
+//! that order, each group sorted, so no two starts wait on each other. Used by
+//! [`Store`](crate::Store)'s starts in `sql_store.rs`, in the caller's transaction.
 
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Type};
 
