@@ -158,30 +158,26 @@ fn route_step(config: &AsyncJobConfig) -> Step {
     Step::ok("RouteApplied", message)
 }
 
-/// What a routing rebuild did: the configs it routed, and why it left out those that
-/// name a limiter they cannot bind (as the rebuild's own list of limiters saw them).
+/// What a routing rebuild left out for naming a limiter it could not bind (as the
+/// rebuild's own list of limiters saw them), and why.
 #[derive(Debug, Default)]
 pub(super) struct Routed {
-    pub names: Vec<String>,
     pub unbound: Vec<(String, asyncd_spec::SpecError)>,
 }
 
 impl Routed {
-    /// `Ok` when `config` is in the ConfigMap; else the RoutingReady step saying why not.
+    /// The RoutingReady step saying why `config` was left out when a limiter it names
+    /// could not be bound. A config left out for another reason — the cache already
+    /// shows it deleted, or its ownership changed under the pass — goes on as before the
+    /// limiters: the pass the change itself triggers settles it, and a failure here would
+    /// only log one more reconcile failure for an ordinary deletion.
     pub fn step(&self, config: &AsyncJobConfig) -> Result<(), Step> {
-        if self.names.iter().any(|n| n == config.name()) {
-            return Ok(());
-        }
         match self.unbound.iter().find(|(n, _)| n == config.name()) {
             Some((_, err)) => Err(Step::failed(
                 "LimiterUnavailable",
                 format!("{}: {}", err.field, err.message),
             )),
-            None => Err(Step::failed(
-                "NotRouted",
-                "the routing rebuild left this config out (the namespace's configs changed \
-                 meanwhile); retrying",
-            )),
+            None => Ok(()),
         }
     }
 }
@@ -212,7 +208,6 @@ pub(super) async fn apply_routing(ctx: &Context, namespace: &str) -> Result<Rout
             }
         })
         .collect();
-    routed.names = routable.iter().map(|c| c.name().to_string()).collect();
     let desired = routing::build(namespace, routable, limiters.routable());
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
     api.patch(
