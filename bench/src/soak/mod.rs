@@ -90,6 +90,14 @@ pub struct Args {
     /// How long to wait, after the last ETA, for every accepted task to finish.
     #[arg(long, default_value = "120s", value_parser = asyncd_spec::parse_duration)]
     drain_deadline: Duration,
+    /// Past the deadline, the drain goes on while tasks still finish: it ends when no
+    /// task finished for this long (a stall), or at `--drain-limit`. A pipeline that is
+    /// slow on a busy machine is told apart from one that stopped.
+    #[arg(long, default_value = "60s", value_parser = asyncd_spec::parse_duration)]
+    drain_stall: Duration,
+    /// The drain's hard end, however it progresses.
+    #[arg(long, default_value = "600s", value_parser = asyncd_spec::parse_duration)]
+    drain_limit: Duration,
     /// Fail when duplicates exceed this percentage of accepted tasks (default: report only).
     #[arg(long)]
     max_duplicates_pct: Option<f64>,
@@ -337,7 +345,16 @@ pub async fn run(args: &Args) -> Result<()> {
     }
 
     let drain_started = Instant::now();
-    let missing = drain(&client, &ledger, args.drain_deadline).await;
+    let missing = drain(
+        &client,
+        &ledger,
+        submit::DrainLimits {
+            deadline: args.drain_deadline,
+            stall: args.drain_stall,
+            limit: args.drain_limit,
+        },
+    )
+    .await;
     let drain_time = drain_started.elapsed();
     stop_sampling.store(true, Ordering::Relaxed);
     sampler.await?;

@@ -173,14 +173,28 @@ pub(super) async fn submit_unit(
     out
 }
 
-/// Reads every accepted task back until all are final or the deadline passes; returns the
-/// ones that never got there, with the last state seen.
+/// When [`drain`] gives up on the tasks not yet final.
+pub(super) struct DrainLimits {
+    /// Every task should be final by then.
+    pub(super) deadline: Duration,
+    /// Past the deadline, how long without a task finishing ends the drain.
+    pub(super) stall: Duration,
+    /// The end, however the drain progresses.
+    pub(super) limit: Duration,
+}
+
+/// Reads every accepted task back until all are final, or, past the deadline, until no
+/// task finished for `stall` or the `limit` passed; returns the ones that never got
+/// there, with the last state seen. A drain still finishing tasks after the deadline
+/// says so: the pipeline is slow (a busy machine), not stopped.
 pub(super) async fn drain(
     client: &Submitter,
     ledger: &Arc<Mutex<Ledger>>,
-    deadline: Duration,
+    limits: DrainLimits,
 ) -> Vec<(usize, String)> {
     let start = Instant::now();
+    let mut last_finish = Duration::ZERO;
+    let mut said_late = false;
     let mut pending: Vec<(usize, String, String)> = ledger
         .lock()
         .unwrap()
@@ -232,9 +246,24 @@ pub(super) async fn drain(
             );
             last_print = Instant::now();
         }
+        if still.len() < pending_before {
+            last_finish = start.elapsed();
+        }
         pending = still;
-        if pending.is_empty() || pass_began > deadline {
+        // Only a read begun after the deadline may call a task unfinished (see above);
+        // past it, the drain stops at a stall or the limit.
+        let stalled =
+            pass_began > limits.deadline && pass_began.saturating_sub(last_finish) > limits.stall;
+        if pending.is_empty() || stalled || pass_began > limits.limit {
             return pending.into_iter().map(|(i, _, s)| (i, s)).collect();
+        }
+        if pass_began > limits.deadline && !said_late {
+            eprintln!(
+                "drain: past the {} s deadline with {} unfinished, going on while they finish",
+                limits.deadline.as_secs(),
+                pending.len()
+            );
+            said_late = true;
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
