@@ -40,7 +40,7 @@ enum Bench {
     FairClaim(fair_claim::Args),
     /// Chaos soak: every role killed and restarted, the database and broker restarted,
     /// misbehaving executors; fails on any lost, early or wrongly ended task.
-    Soak(soak::Args),
+    Soak(Box<soak::Args>),
 }
 
 #[tokio::main]
