@@ -3,18 +3,15 @@
 //! operations it does its own way — migrations, claims, `start` and `finish`. Every
 //! other method runs the shared bodies of [`Tx`] and [`shared`] on the backend's pools.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
 use crate::bulk;
-use crate::domain;
 use crate::fair_claim;
-use crate::job_gate::{
-    RowLock, lock_gate, settle_waiters, spend_key_tokens, spend_tokens, start_due_in,
-    take_key_buckets,
-};
+use crate::job_gate::{RowLock, start_due_in};
+use crate::limited_start;
 use crate::rows::{self, DueBacklogRow, Holder, JobCountsRow, LapsedRow, StartedRow, TaskRow};
 use crate::shared::{self, KafkaDeadLetterRow};
 use crate::tx::{ClaimAtInsert, Dialect, Tx};
@@ -250,84 +247,9 @@ where
     async fn start_limited(&self, params: StartParams<'_>, gate: JobGate<'_>) -> Result<Admitted> {
         retrying(B::transient, || async {
             let mut tx = self.writer().begin().await?;
-            let gates = lock_gate::<B>(&mut tx, &gate, params.now).await?;
-            // The running attempts of the batch's keys, read under the same row lock
-            // as the job's count.
-            let mut key_running = HashMap::new();
-            let mut batch_keys: Vec<&str> = gate.keys.iter().flatten().copied().collect();
-            batch_keys.sort_unstable();
-            batch_keys.dedup();
-            if gate.key_limit.is_some() && !batch_keys.is_empty() {
-                let mut query = sqlx::QueryBuilder::<DB>::new(RUNNING_PER_KEY.0);
-                query.push_bind(gate.task_type).push(RUNNING_PER_KEY.1);
-                let mut list = query.separated(", ");
-                for key in &batch_keys {
-                    list.push_bind(B::key(key));
-                }
-                query.push(") GROUP BY concurrency_key");
-                let counts: Vec<(rows::Key, i64)> =
-                    query.build_query_as().fetch_all(&mut *tx).await?;
-                key_running.extend(counts.into_iter().map(|(key, n)| (key.0, n)));
-            }
-            // The keys first, so a full key's claims do not take the job's slots or
-            // tokens from the others'.
-            let keys: Vec<Option<&str>> = (0..params.claims.len())
-                .map(|index| gate.keys.get(index).copied().flatten())
-                .collect();
-            let (room, key_held) = domain::key_room(&keys, gate.key_limit, &key_running);
-            let (room, key_buckets, rate_held) =
-                take_key_buckets::<B>(&mut tx, &gate, room, params.now).await?;
-            let admission = gates.admit(room.len(), params.now);
-            let tried: Vec<(String, i64)> = room[..admission.allowed]
-                .iter()
-                .map(|&index| params.claims[index].clone())
-                .collect();
-            let started = if tried.is_empty() {
-                Vec::new()
-            } else {
-                B::start_on(
-                    &mut *tx,
-                    StartParams {
-                        claims: &tried,
-                        ..params
-                    },
-                )
-                .await?
-            };
-            // A claim that did not start (cancelled, paused, lapsed) took no token.
-            spend_tokens::<B>(&mut tx, &gate, &admission, started.len()).await?;
-            if gate.key_rate.is_some() {
-                let key_of: HashMap<&str, &str> = params
-                    .claims
-                    .iter()
-                    .zip(&keys)
-                    .filter_map(|((id, _), key)| Some((id.as_str(), (*key)?)))
-                    .collect();
-                let mut started_per_key: HashMap<&str, usize> = HashMap::new();
-                for begun in &started {
-                    if let Some(key) = key_of.get(begun.id.as_str()) {
-                        *started_per_key.entry(key).or_default() += 1;
-                    }
-                }
-                spend_key_tokens::<B>(&mut tx, &key_buckets, &started_per_key).await?;
-            }
-            // Claims the limits held back are work left.
-            let work_left = admission.allowed < room.len();
-            settle_waiters::<B>(&mut tx, &gate, &gates, started.len(), work_left, params.now)
-                .await?;
+            let admitted = limited_start::start_limited_in::<B>(&mut tx, params, &gate).await?;
             tx.commit().await?;
-            let mut deferred = vec![true; params.claims.len()];
-            for &index in &room[..admission.allowed] {
-                deferred[index] = false;
-            }
-            Ok(Admitted {
-                started,
-                deferred: (0..params.claims.len()).filter(|&i| deferred[i]).collect(),
-                held_by: admission
-                    .held_by
-                    .or(key_held.then_some(super::HeldBy::Key))
-                    .or(rate_held),
-            })
+            Ok(admitted)
         })
         .await
     }

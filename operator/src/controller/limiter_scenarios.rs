@@ -6,7 +6,7 @@ use std::sync::Arc;
 use kube::runtime::controller::Action;
 use serde_json::json;
 
-use super::scenarios::{
+use super::scenario_harness::{
     CONFIGS, DEPLOYMENTS, HPAS, LIMITERS, ROUTING, conditions, deleting,
     expect_routed_and_deployed, finalized, harness, json_of, limiter_list, routing_keys, triples,
 };

@@ -38,6 +38,8 @@ mod wiring;
 #[cfg(test)]
 mod limiter_scenarios;
 #[cfg(test)]
+mod scenario_harness;
+#[cfg(test)]
 mod scenarios;
 
 use std::sync::Arc;
