@@ -149,6 +149,8 @@ fn binding_line(job: &JobOverview) -> Option<String> {
         BindingLimit::Paused => "paused".to_string(),
         BindingLimit::Concurrency => format!("concurrency ({})", job.effective_concurrency),
         BindingLimit::Limiter { name } => format!("limiter {name}"),
+        BindingLimit::Rate => "rate limit (no token left)".to_string(),
+        BindingLimit::LimiterRate { name } => format!("limiter {name}'s rate (no token left)"),
         BindingLimit::KeyCooldown => "keys resting after 429/503".to_string(),
     };
     Some(format!("Held by: {limit}"))
@@ -404,6 +406,13 @@ mod tests {
         assert_eq!(
             binding_line(&held).as_deref(),
             Some("Held by: limiter shop/mail-provider")
+        );
+        held.binding_limit = Some(BindingLimit::LimiterRate {
+            name: "shop/mail-provider".into(),
+        });
+        assert_eq!(
+            binding_line(&held).as_deref(),
+            Some("Held by: limiter shop/mail-provider's rate (no token left)")
         );
         assert_eq!(binding_line(&list.jobs[1]), None);
     }

@@ -51,8 +51,9 @@ pub struct JobOverview {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub limiters: Vec<LimiterUsage>,
     /// Which limit keeps the job's due tasks from beginning now, read from the counts
-    /// above; absent when nothing is due or none of these is reached (a rate limit that
-    /// binds shows in `asyncd_job_limited_total{held_by="rate"}` instead).
+    /// above and the rate limits' token buckets; absent when nothing is due or none of
+    /// these is reached (a key's own rate shows in
+    /// `asyncd_job_limited_total{limit="rate"}` instead).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binding_limit: Option<BindingLimit>,
 }
@@ -87,6 +88,10 @@ pub enum BindingLimit {
     Concurrency,
     /// As many attempts of the limiter's jobs run as the limiter allows.
     Limiter { name: String },
+    /// The job's `rateLimit` has no token left: the next begins when one refills.
+    Rate,
+    /// The rate of an AsyncLimiter the job names has no token left.
+    LimiterRate { name: String },
     /// Keys of the job rest after 429 or 503 answers (`resting_keys`).
     KeyCooldown,
 }

@@ -291,6 +291,12 @@ mod tests {
         async fn running_attempts(&self, task_types: &[String]) -> store::Result<u64> {
             self.inner.running_attempts(task_types).await
         }
+        async fn rate_bucket(
+            &self,
+            of: store::RateBucket<'_>,
+        ) -> store::Result<Option<store::domain::Bucket>> {
+            self.inner.rate_bucket(of).await
+        }
         async fn purge_key_windows(&self, closed_before: Millis, limit: u32) -> store::Result<u64> {
             self.inner.purge_key_windows(closed_before, limit).await
         }

@@ -210,6 +210,10 @@ impl Store for Bounded {
             .await
     }
 
+    async fn rate_bucket(&self, of: RateBucket<'_>) -> Result<Option<domain::Bucket>> {
+        self.within("rate_bucket", self.inner.rate_bucket(of)).await
+    }
+
     async fn purge_key_cooldowns(&self, ended_before: Millis, limit: u32) -> Result<u64> {
         self.within(
             "purge_key_cooldowns",

@@ -98,7 +98,7 @@ pub use millis::{Millis, duration_ms};
 pub use params::{
     Admitted, BulkAction, ClaimIdsParams, ClaimParams, DeadCount, DeadFilter, DeadLetterParams,
     DueBacklog, DueStart, DueStarted, FairClaim, FairParams, HeldBy, InsertConsumedParams,
-    JobCountParams, JobCounts, JobGate, KeyOrder, PurgeParams, SearchParams, Shares,
+    JobCountParams, JobCounts, JobGate, KeyOrder, PurgeParams, RateBucket, SearchParams, Shares,
     StartDueParams, StartParams, TenantWeights, TypeFilter,
 };
 use redact::without_password;

@@ -38,6 +38,14 @@ pub struct DueBacklog {
     pub oldest_due: Option<Millis>,
 }
 
+/// A token bucket [`Store::rate_bucket`] reads: a job's own (`spec.rateLimit`, keyed by
+/// task type) or an AsyncLimiter's (by its id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateBucket<'a> {
+    Job(&'a str),
+    Limiter(&'a str),
+}
+
 /// What [`Store::job_counts`] takes.
 #[derive(Debug, Clone, Copy)]
 pub struct JobCountParams<'a> {

@@ -499,6 +499,21 @@ where
         Ok(running)
     }
 
+    async fn rate_bucket(&self, of: RateBucket<'_>) -> Result<Option<domain::Bucket>> {
+        let (peek, key) = match of {
+            RateBucket::Job(task_type) => (B::QUERIES.job_limits.peek, task_type),
+            RateBucket::Limiter(id) => (B::QUERIES.limiters.peek, id),
+        };
+        let row: Option<(i64, i64)> = sqlx::query_as(peek)
+            .bind(key)
+            .fetch_optional(self.reader())
+            .await?;
+        Ok(row.map(|(milli_tokens, at)| domain::Bucket {
+            milli_tokens,
+            at: Millis::new(at),
+        }))
+    }
+
     async fn due_backlog(&self, params: JobCountParams<'_>) -> Result<DueBacklog> {
         job_counts::due_backlog(self.reader(), params).await
     }

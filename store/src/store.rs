@@ -167,6 +167,9 @@ pub trait Store: Send + Sync + 'static {
     /// Attempts running now of `task_types`, together: what an AsyncLimiter the types'
     /// jobs share holds (the jobs overview's `limiters`).
     async fn running_attempts(&self, task_types: &[String]) -> Result<u64>;
+    /// The token bucket of a rate limit as its last start left it (not refilled to now,
+    /// see [`domain::admit`]); `None` before any start made it (a full bucket).
+    async fn rate_bucket(&self, of: RateBucket<'_>) -> Result<Option<domain::Bucket>>;
     /// Tasks by filter ([`SearchParams`]), without their `depends_on`.
     /// How many dead letters match `filter`, and how many of them its action can act on.
     async fn count_dead(&self, filter: DeadFilter<'_>) -> Result<DeadCount>;

@@ -19,7 +19,7 @@ use super::error::ApiError;
 use super::{ApiState, AppState};
 use crate::auth::{Caller, Verb};
 use crate::clock::from_millis;
-use asyncd_store::{JobCountParams, Millis};
+use asyncd_store::{JobCountParams, Millis, RateBucket, domain};
 
 /// The job named `name` (an AsyncJobConfig), when `caller` may do `verb` on it: 404 for a
 /// name no config declares, 403 for a job the caller may not act on.
@@ -126,6 +126,25 @@ async fn job_overview(
             task_types: limiter.task_types.clone(),
         });
     }
+    // The rate limits with no token left now: the job's own, then its limiters'.
+    let mut empty_rates = Vec::new();
+    let rated = std::iter::once((RateBucket::Job(&job.task_type), job.rate_limit, None)).chain(
+        job.limiters
+            .iter()
+            .map(|l| (RateBucket::Limiter(&l.id), l.rate, Some(l.id.clone()))),
+    );
+    for (of, rate, limiter) in rated {
+        let Some(rate) = rate else { continue };
+        let Some(bucket) = state.store.rate_bucket(of).await? else {
+            continue;
+        };
+        if domain::admit(1, 0, u32::MAX, Some(rate), bucket, now).allowed == 0 {
+            empty_rates.push(match limiter {
+                None => BindingLimit::Rate,
+                Some(name) => BindingLimit::LimiterRate { name },
+            });
+        }
+    }
     let status = job_status(job, paused_at);
     let binding_limit = binding_limit(
         &status,
@@ -133,6 +152,7 @@ async fn job_overview(
         count(counts.running),
         effective_concurrency,
         &limiters,
+        empty_rates.into_iter().next(),
         !resting_keys.is_empty(),
     );
     Ok(JobOverview {
@@ -164,6 +184,7 @@ fn binding_limit(
     running: u64,
     effective_concurrency: u32,
     limiters: &[LimiterUsage],
+    empty_rate: Option<BindingLimit>,
     keys_resting: bool,
 ) -> Option<BindingLimit> {
     if due == 0 {
@@ -183,7 +204,7 @@ fn binding_limit(
             name: full.name.clone(),
         });
     }
-    keys_resting.then_some(BindingLimit::KeyCooldown)
+    empty_rate.or(keys_resting.then_some(BindingLimit::KeyCooldown))
 }
 
 /// The API's pause of `task_type`, from the store's list of pauses.

@@ -153,3 +153,81 @@ async fn the_overview_counts_each_jobs_tasks_and_names_its_next_cron_firings() {
     assert_eq!(status, 404, "{answer}");
     assert_eq!(answer["error"]["field"], "name");
 }
+
+/// A rate limit with no token left is what the overview names while tasks are due: the
+/// job's own `rateLimit`, then an AsyncLimiter's rate. The manual clock stands still, so
+/// each bucket stays empty after its burst began until the clock moves on.
+#[tokio::test]
+async fn an_empty_rate_bucket_is_named_as_the_binding_limit() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let jobs = [
+        (
+            "rated.yaml",
+            job_yaml(
+                "rated-job",
+                "rated",
+                &executor.url(),
+                "  rateLimit: {perSecond: 1, burst: 2}\n",
+            ),
+        ),
+        (
+            "shared.yaml",
+            job_yaml(
+                "shared-job",
+                "shared",
+                &executor.url(),
+                "  limiters: [mail]\n",
+            ),
+        ),
+        (
+            "mail.yaml",
+            "apiVersion: asyncd.example.io/v1\nkind: AsyncLimiter\nmetadata: {name: mail}\n\
+             spec: {rateLimit: {perSecond: 1, burst: 1}}\n"
+                .to_string(),
+        ),
+    ];
+    let asyncd = InProcess::start(&jobs).await;
+    let mut ids = Vec::new();
+    for (task_type, n) in [("rated", 4), ("shared", 3)] {
+        for _ in 0..n {
+            ids.push((task_type, asyncd.submit(json!({"type": task_type})).await));
+        }
+    }
+    // The bursts began (2 and 1), then each bucket is empty until the clock moves.
+    wait_for("the bursts to run", Duration::from_secs(30), async || {
+        let calls = executor.calls();
+        let of = |t: &str| calls.iter().filter(|c| c.body["type"] == t).count();
+        (of("rated") == 2 && of("shared") == 1).then_some(())
+    })
+    .await;
+    let binding = async |job: &str| -> Value {
+        let (status, one) = asyncd.get(&format!("/v1/jobs/{job}")).await;
+        assert_eq!(status, 200, "{one}");
+        one.get("binding_limit").cloned().unwrap_or(Value::Null)
+    };
+    assert_eq!(binding("rated-job").await, json!({"limit": "rate"}));
+    assert_eq!(
+        binding("shared-job").await,
+        json!({"limit": "limiter_rate", "name": "mail"})
+    );
+
+    // A second at a time, the buckets refill and the rest begin; once none is due,
+    // nothing binds.
+    wait_for("every task to run", Duration::from_secs(60), async || {
+        if executor.calls().len() == ids.len() {
+            return Some(());
+        }
+        asyncd.clock.advance(Duration::from_secs(1));
+        None
+    })
+    .await;
+    for (_, id) in &ids {
+        wait_for("each outcome written", DEADLINE, async || {
+            (asyncd.task(id).await["state"] == "succeeded").then_some(())
+        })
+        .await;
+    }
+    assert_eq!(binding("rated-job").await, Value::Null);
+    assert_eq!(binding("shared-job").await, Value::Null);
+    assert_eq!(executor.calls().len(), 7, "each task ran once");
+}

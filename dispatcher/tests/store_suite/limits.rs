@@ -6,7 +6,8 @@ use std::time::Duration;
 use asyncd_spec::RateLimit;
 use asyncd_store::{
     self as store, CancelOutcome, DueStart, FairParams, Finish, FinishKind, HeldBy, JobGate,
-    KeyOrder, Millis, NewTask, StartDueParams, Store, StoreError, TaskState, TypeFilter,
+    KeyOrder, Millis, NewTask, RateBucket, StartDueParams, Store, StoreError, TaskState,
+    TypeFilter, domain,
 };
 
 use crate::server::Held;
@@ -548,11 +549,24 @@ async fn due_tasks_begin_in_one_write_within_the_limits(store: &dyn Store) {
         keys: &[],
         limiters: &[],
     };
+    assert_eq!(
+        store.rate_bucket(RateBucket::Job("rated")).await.unwrap(),
+        None,
+        "no bucket before the first start"
+    );
     let burst = store
         .start_due(start_due_params(T0, "a", 5), gate)
         .await
         .unwrap();
     assert_eq!(burst.tasks.len(), 2, "the burst");
+    // The jobs overview reads the bucket as the start left it: empty at T0.
+    assert_eq!(
+        store.rate_bucket(RateBucket::Job("rated")).await.unwrap(),
+        Some(domain::Bucket {
+            milli_tokens: 0,
+            at: T0
+        })
+    );
     assert_eq!(
         burst.held_by,
         Some(HeldBy::Rate {
