@@ -293,6 +293,7 @@ fn jobs() -> JobList {
                 }],
                 resting_keys: vec![],
                 limiters: vec![],
+                tenant_weights: Default::default(),
                 binding_limit: Some(BindingLimit::Paused),
             },
             JobOverview {
@@ -314,6 +315,7 @@ fn jobs() -> JobList {
                     key: "merchant:m7".into(),
                     until: from_millis(NOW + 30_000),
                 }],
+                tenant_weights: Default::default(),
                 limiters: vec![LimiterUsage {
                     name: "shop/mail-provider".into(),
                     concurrency: Some(20),

@@ -50,6 +50,11 @@ pub struct JobOverview {
     /// under it now across every job that names it; absent when it names none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub limiters: Vec<LimiterUsage>,
+    /// A `spec.fairness` job's tenants whose weight was set at runtime
+    /// ([`TenantWeightRequest`]), with that weight, in place of the spec's; absent when
+    /// none was.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tenant_weights: std::collections::BTreeMap<String, u32>,
     /// Which limit keeps the job's due tasks from beginning now, read from the counts
     /// above and the rate limits' token buckets; absent when nothing is due or none of
     /// these is reached (a key's own rate shows in
@@ -182,4 +187,28 @@ pub enum CronOverlap {
     /// The previous firing is cancelled (a running attempt's outcome is then ignored)
     /// and the new one runs.
     CancelOther,
+}
+
+/// `PUT /v1/jobs/{name}/tenants/{tenant}/weight`'s body: the tenant's weight in the job's
+/// fair claim from the next claim on, in place of its `spec.fairness` weight, until it
+/// is deleted (docs/api.md, "Tenants' weights at runtime").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct TenantWeightRequest {
+    /// 1 to 1000, as in `spec.fairness.weights`.
+    pub weight: u32,
+}
+
+/// A tenant's weight in a job's fair claim, as `PUT` and `DELETE
+/// /v1/jobs/{name}/tenants/{tenant}/weight` answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub struct TenantWeight {
+    pub job: String,
+    pub tenant: String,
+    /// The weight the claim uses now.
+    pub weight: u32,
+    /// Whether it was set at runtime (else it is the spec's).
+    pub set_at_runtime: bool,
 }

@@ -421,6 +421,25 @@ pub fn document() -> Value {
             "responses": responses(&[(200, ok("Resumed, or still paused by its config", job))],
                 errors(&error, &[InvalidField, NotFound, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
         }},
+        "/v1/jobs/{name}/tenants/{tenant}/weight": {
+            "parameters": [job_name(),
+                {"name": "tenant", "in": "path", "required": true,
+                 "description": "A tenant of the job's spec.fairness, as its tenant template renders it",
+                 "schema": {"type": "string"}}],
+            "put": {
+                "operationId": "setTenantWeight",
+                "summary": "Give a tenant of a spec.fairness job a weight in its fair claim, in place of the spec's, from the next claim on",
+                "requestBody": {"required": true, "content": json_content(s.request::<TenantWeightRequest>())},
+                "responses": responses(&[(200, ok("The weight set", s.answer::<TenantWeight>()))],
+                    errors(&error, &[MalformedJson, InvalidField, PayloadTooLarge, NotFound, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+            },
+            "delete": {
+                "operationId": "resetTenantWeight",
+                "summary": "Give a tenant back the weight its job's spec.fairness gives it (idempotent)",
+                "responses": responses(&[(200, ok("The spec's weight", s.answer::<TenantWeight>()))],
+                    errors(&error, &[InvalidField, NotFound, StoreUnavailable, Unauthenticated, Forbidden, AuthUnavailable])),
+            },
+        },
         "/v1/jobs/{name}/cron/{entry}/trigger": {"post": {
             "operationId": "triggerCron",
             "summary": "Fire a cron entry of a job, or one of its API schedules, once, now, besides its schedule: a new task with the entry's payload and priority",

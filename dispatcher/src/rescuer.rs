@@ -297,6 +297,23 @@ mod tests {
         ) -> store::Result<Option<store::domain::Bucket>> {
             self.inner.rate_bucket(of).await
         }
+        async fn set_tenant_weight(
+            &self,
+            task_type: &str,
+            tenant: &str,
+            weight: Option<u32>,
+            now: Millis,
+        ) -> store::Result<bool> {
+            self.inner
+                .set_tenant_weight(task_type, tenant, weight, now)
+                .await
+        }
+        async fn tenant_weights(
+            &self,
+            task_type: &str,
+        ) -> store::Result<std::collections::BTreeMap<String, u32>> {
+            self.inner.tenant_weights(task_type).await
+        }
         async fn purge_key_windows(&self, closed_before: Millis, limit: u32) -> store::Result<u64> {
             self.inner.purge_key_windows(closed_before, limit).await
         }

@@ -214,6 +214,25 @@ impl Store for Bounded {
         self.within("rate_bucket", self.inner.rate_bucket(of)).await
     }
 
+    async fn set_tenant_weight(
+        &self,
+        task_type: &str,
+        tenant: &str,
+        weight: Option<u32>,
+        now: Millis,
+    ) -> Result<bool> {
+        self.within(
+            "set_tenant_weight",
+            self.inner.set_tenant_weight(task_type, tenant, weight, now),
+        )
+        .await
+    }
+
+    async fn tenant_weights(&self, task_type: &str) -> Result<BTreeMap<String, u32>> {
+        self.within("tenant_weights", self.inner.tenant_weights(task_type))
+            .await
+    }
+
     async fn purge_key_cooldowns(&self, ended_before: Millis, limit: u32) -> Result<u64> {
         self.within(
             "purge_key_cooldowns",

@@ -124,6 +124,12 @@ const QUERIES: Queries = Queries {
                         ORDER BY refilled_at LIMIT $2)",
     limiter_waiter: "SELECT waiting, waiting_at FROM limiters WHERE id = $1",
     set_limiter_waiter: "UPDATE limiters SET waiting = $1, waiting_at = $2 WHERE id = $3",
+    set_tenant_weight: "INSERT INTO tenant_weights (task_type, tenant, weight, updated_at) \
+                        VALUES ($1, $2, $3, $4) ON CONFLICT (task_type, tenant) DO UPDATE \
+                        SET weight = excluded.weight, updated_at = excluded.updated_at",
+    delete_tenant_weight: "DELETE FROM tenant_weights WHERE task_type = $1 AND tenant = $2",
+    tenant_weights: "SELECT tenant, weight FROM tenant_weights WHERE task_type = $1 \
+                     ORDER BY tenant",
     running: "SELECT COUNT(*) FROM tasks WHERE task_type = $1 AND state = 'running'",
     limits_and_running: None,
     due_exists: "SELECT trigger_at FROM tasks WHERE task_type = $1 AND state = 'pending' \

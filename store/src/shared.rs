@@ -103,6 +103,13 @@ pub struct Queries {
     /// Sets `waiting, waiting_at` of the `limiters` row of `id`; parameters `waiting,
     /// waiting_at, id` (`''` and 0 clear it).
     pub set_limiter_waiter: &'static str,
+    /// Sets the runtime weight of a job's tenant (migration 0026); parameters
+    /// `task_type, tenant, weight, updated_at`.
+    pub set_tenant_weight: &'static str,
+    /// Deletes the runtime weight of a job's tenant (`task_type, tenant`).
+    pub delete_tenant_weight: &'static str,
+    /// `tenant, weight` of every runtime weight of `task_type`, by tenant.
+    pub tenant_weights: &'static str,
     /// How many attempts of `task_type` are running.
     pub running: &'static str,
     /// [`Self::lock_limits`] and [`Self::running`] in one statement (`task_type`), where

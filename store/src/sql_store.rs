@@ -514,6 +514,48 @@ where
         }))
     }
 
+    async fn set_tenant_weight(
+        &self,
+        task_type: &str,
+        tenant: &str,
+        weight: Option<u32>,
+        now: Millis,
+    ) -> Result<bool> {
+        retrying(B::transient, || async {
+            let done = match weight {
+                Some(weight) => {
+                    sqlx::query::<DB>(B::QUERIES.set_tenant_weight)
+                        .bind(task_type)
+                        .bind(tenant)
+                        .bind(i64::from(weight))
+                        .bind(now)
+                        .execute(self.writer())
+                        .await?
+                }
+                None => {
+                    sqlx::query::<DB>(B::QUERIES.delete_tenant_weight)
+                        .bind(task_type)
+                        .bind(tenant)
+                        .execute(self.writer())
+                        .await?
+                }
+            };
+            Ok(B::rows_affected(&done) > 0)
+        })
+        .await
+    }
+
+    async fn tenant_weights(&self, task_type: &str) -> Result<BTreeMap<String, u32>> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(B::QUERIES.tenant_weights)
+            .bind(task_type)
+            .fetch_all(self.reader())
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(tenant, weight)| (tenant, u32::try_from(weight).unwrap_or(u32::MAX)))
+            .collect())
+    }
+
     async fn due_backlog(&self, params: JobCountParams<'_>) -> Result<DueBacklog> {
         job_counts::due_backlog(self.reader(), params).await
     }

@@ -339,6 +339,12 @@ const QUERIES: Queries = Queries {
                         ORDER BY refilled_at LIMIT ?)",
     limiter_waiter: "SELECT waiting, waiting_at FROM limiters WHERE id = ?",
     set_limiter_waiter: "UPDATE limiters SET waiting = ?, waiting_at = ? WHERE id = ?",
+    set_tenant_weight: "INSERT INTO tenant_weights (task_type, tenant, weight, updated_at) \
+                        VALUES (?, ?, ?, ?) ON CONFLICT (task_type, tenant) DO UPDATE \
+                        SET weight = excluded.weight, updated_at = excluded.updated_at",
+    delete_tenant_weight: "DELETE FROM tenant_weights WHERE task_type = ? AND tenant = ?",
+    tenant_weights: "SELECT tenant, weight FROM tenant_weights WHERE task_type = ? \
+                     ORDER BY tenant",
     // The repeated `state IN (…)` term lets SQLite read tasks_by_type_state (0016).
     running: "SELECT COUNT(*) FROM tasks WHERE task_type = ? AND state = 'running' \
               AND state IN ('pending', 'claimed', 'running')",

@@ -170,6 +170,17 @@ pub trait Store: Send + Sync + 'static {
     /// The token bucket of a rate limit as its last start left it (not refilled to now,
     /// see [`domain::admit`]); `None` before any start made it (a full bucket).
     async fn rate_bucket(&self, of: RateBucket<'_>) -> Result<Option<domain::Bucket>>;
+    /// Sets (`Some`) or deletes (`None`) the runtime weight of `tenant` in the fair claim
+    /// of `task_type`, in place of its `spec.fairness` weight; whether a row changed.
+    async fn set_tenant_weight(
+        &self,
+        task_type: &str,
+        tenant: &str,
+        weight: Option<u32>,
+        now: Millis,
+    ) -> Result<bool>;
+    /// The runtime weights of `task_type`'s tenants.
+    async fn tenant_weights(&self, task_type: &str) -> Result<BTreeMap<String, u32>>;
     /// Tasks by filter ([`SearchParams`]), without their `depends_on`.
     /// How many dead letters match `filter`, and how many of them its action can act on.
     async fn count_dead(&self, filter: DeadFilter<'_>) -> Result<DeadCount>;

@@ -23,7 +23,7 @@ use asyncd_store::{JobCountParams, Millis, RateBucket, domain};
 
 /// The job named `name` (an AsyncJobConfig), when `caller` may do `verb` on it: 404 for a
 /// name no config declares, 403 for a job the caller may not act on.
-async fn named_job(
+pub(super) async fn named_job(
     state: &ApiState,
     caller: &Caller,
     name: &str,
@@ -145,6 +145,14 @@ async fn job_overview(
             });
         }
     }
+    let tenant_weights = match job
+        .concurrency_key
+        .as_ref()
+        .and_then(|k| k.tenants.as_ref())
+    {
+        Some(_) => state.store.tenant_weights(&job.task_type).await?,
+        None => Default::default(),
+    };
     let status = job_status(job, paused_at);
     let binding_limit = binding_limit(
         &status,
@@ -172,6 +180,7 @@ async fn job_overview(
         cron,
         resting_keys,
         limiters,
+        tenant_weights,
         binding_limit,
     })
 }

@@ -28,6 +28,7 @@ mod ops;
 mod schedules;
 pub mod submit;
 mod tasks;
+mod tenant_weights;
 
 use std::sync::Arc;
 
@@ -37,7 +38,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 
 use crate::auth::{Auth, Caller, Verb};
 use crate::dispatch::ClaimerWakeup;
@@ -162,6 +163,10 @@ pub fn router(state: Arc<ApiState>, public: bool) -> Router {
             .route("/v1/jobs/{name}", get(jobs::get))
             .route("/v1/jobs/{name}/pause", post(jobs::pause))
             .route("/v1/jobs/{name}/resume", post(jobs::resume))
+            .route(
+                "/v1/jobs/{name}/tenants/{tenant}/weight",
+                put(tenant_weights::put).delete(tenant_weights::delete),
+            )
             .route(
                 "/v1/jobs/{name}/cron/{entry}/trigger",
                 post(jobs::trigger_cron),

@@ -8,7 +8,7 @@
 //! ([`Store::start_due`]), except for keyed and batch jobs; each pass tells those
 //! runners to look.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -265,13 +265,20 @@ impl Claimer {
         let after = self.fair_after.get(&task_type).cloned();
         let routes = self.routes.borrow().clone();
         let job = routes.job(&task_type);
-        let tenants = job
-            .and_then(|job| Some((job, job.concurrency_key.as_ref()?.tenants.as_ref()?)))
-            .map(|(job, tenants)| TenantWeights {
-                weights: &tenants.weights,
-                default_weight: tenants.default_weight,
-                per_tenant: job.concurrency,
-            });
+        let shared =
+            job.and_then(|job| Some((job, job.concurrency_key.as_ref()?.tenants.as_ref()?)));
+        // The weights set at runtime replace the spec's for their tenants, read at each
+        // claim so that a change holds from the next one on.
+        let mut weights = BTreeMap::new();
+        if let Some((_, tenants)) = shared {
+            weights.clone_from(&tenants.weights);
+            weights.extend(self.store.tenant_weights(&task_type).await?);
+        }
+        let tenants = shared.map(|(job, tenants)| TenantWeights {
+            weights: &weights,
+            default_weight: tenants.default_weight,
+            per_tenant: job.concurrency,
+        });
         let claim = self
             .store
             .claim_fair(

@@ -518,3 +518,80 @@ async fn a_key_rate_paces_each_key_on_its_own() {
     .await;
     assert_eq!((count("m0"), count("m1")), (2, 2), "{:?}", executor.calls());
 }
+
+/// A tenant's weight set at runtime (`PUT /v1/jobs/{name}/tenants/{tenant}/weight`):
+/// answered, shown in the jobs overview, given back to the spec's by `DELETE`; bad
+/// weights, tenants and jobs refused naming the field. That the fair claim orders
+/// tenants by the weights it is given is `tenants_begin_in_proportion_to_their_weights`
+/// in the store suite; the claimer passes the spec's weights with these over them.
+#[tokio::test]
+async fn a_tenant_weight_set_at_runtime_is_shown_and_reset() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let shared = "  concurrency: 4\n  concurrencyKey: {key: '{m}', limit: 1}\n  \
+                  fairness: {tenant: '{t}', weights: {heavy: 2}}\n";
+    let jobs = vec![
+        (
+            "job.yaml",
+            job_yaml("shared-job", "shared", &executor.url(), shared),
+        ),
+        (
+            "plain.yaml",
+            job_yaml("plain-job", "plain", &executor.url(), ""),
+        ),
+    ];
+    let asyncd = InProcess::start(&jobs).await;
+    let weight = "/v1/jobs/shared-job/tenants/heavy/weight";
+    let put =
+        async |path: &str, body: Value| asyncd.send_json(reqwest::Method::PUT, path, body).await;
+
+    for (path, body, field) in [
+        (weight, json!({"weight": 0}), "weight"),
+        (weight, json!({"weight": 1001}), "weight"),
+        (
+            "/v1/jobs/shared-job/tenants/%07bell/weight",
+            json!({"weight": 2}),
+            "tenant",
+        ),
+        (
+            "/v1/jobs/plain-job/tenants/heavy/weight",
+            json!({"weight": 2}),
+            "name",
+        ),
+    ] {
+        let (status, answer) = put(path, body).await;
+        assert_eq!(
+            (status, &answer["error"]["field"]),
+            (400, &json!(field)),
+            "{path}: {answer}"
+        );
+    }
+    let (status, answer) = put(weight, json!({"weight": 3, "extra": 1})).await;
+    assert_eq!(status, 400, "unknown fields are refused: {answer}");
+    let (status, answer) = put("/v1/jobs/nope/tenants/heavy/weight", json!({"weight": 2})).await;
+    assert_eq!(status, 404, "{answer}");
+
+    let (status, answer) = put(weight, json!({"weight": 7})).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer,
+        json!({"job": "shared-job", "tenant": "heavy", "weight": 7, "set_at_runtime": true})
+    );
+    let (_, job) = asyncd.get("/v1/jobs/shared-job").await;
+    assert_eq!(job["tenant_weights"], json!({"heavy": 7}), "{job}");
+
+    let (status, answer) = asyncd.delete(weight).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer,
+        json!({"job": "shared-job", "tenant": "heavy", "weight": 2, "set_at_runtime": false}),
+        "back to the spec's weight"
+    );
+    let (_, job) = asyncd.get("/v1/jobs/shared-job").await;
+    assert_eq!(job.get("tenant_weights"), None, "{job}");
+    let (status, again) = asyncd.delete(weight).await;
+    assert_eq!(
+        (status, &again),
+        (200, &answer),
+        "a second reset changes nothing"
+    );
+}

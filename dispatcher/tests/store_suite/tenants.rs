@@ -13,6 +13,7 @@ use crate::{T0, at, claim_params, insert};
 scenarios!(
     a_flooding_tenant_leaves_each_small_tenant_a_place_in_the_first_claim,
     tenants_begin_in_proportion_to_their_weights,
+    runtime_weights_are_set_replaced_and_deleted_per_job,
 );
 
 const FLOOD: usize = 100_000;
@@ -140,4 +141,60 @@ async fn tenants_begin_in_proportion_to_their_weights(store: &dyn Store) {
     let (picked, _) = claim(store, "weighted", at(100), 8, &weights, None).await;
     let heavy = picked.iter().filter(|(_, t)| t == "heavy").count();
     assert_eq!((heavy, picked.len() - heavy), (6, 2), "{picked:?}");
+}
+
+/// The weights set at runtime (migration 0026): one per job and tenant, replaced by a
+/// later set, deleted back to none, each job's apart.
+async fn runtime_weights_are_set_replaced_and_deleted_per_job(store: &dyn Store) {
+    assert!(store.tenant_weights("weighed").await.unwrap().is_empty());
+    assert!(
+        store
+            .set_tenant_weight("weighed", "acme", Some(5), T0)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .set_tenant_weight("weighed", "zeta", Some(2), T0)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .set_tenant_weight("other", "acme", Some(9), T0)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .set_tenant_weight("weighed", "acme", Some(7), at(10))
+            .await
+            .unwrap(),
+        "a later weight replaces the earlier"
+    );
+    assert_eq!(
+        store.tenant_weights("weighed").await.unwrap(),
+        BTreeMap::from([("acme".to_string(), 7), ("zeta".to_string(), 2)])
+    );
+    assert!(
+        store
+            .set_tenant_weight("weighed", "acme", None, at(20))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .set_tenant_weight("weighed", "acme", None, at(30))
+            .await
+            .unwrap(),
+        "nothing left to delete"
+    );
+    assert_eq!(
+        store.tenant_weights("weighed").await.unwrap(),
+        BTreeMap::from([("zeta".to_string(), 2)])
+    );
+    assert_eq!(
+        store.tenant_weights("other").await.unwrap(),
+        BTreeMap::from([("acme".to_string(), 9)])
+    );
 }

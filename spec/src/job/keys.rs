@@ -73,6 +73,14 @@ impl Tenants {
     pub const MAX_WEIGHTS: usize = 100;
     /// The highest weight: a thousand of its tasks per round to one of the others'.
     pub const MAX_WEIGHT: u32 = 1000;
+
+    /// The weight `spec.fairness` gives `tenant`.
+    pub fn weight_of(&self, tenant: &str) -> u32 {
+        self.weights
+            .get(tenant)
+            .copied()
+            .unwrap_or(self.default_weight)
+    }
 }
 
 /// `spec.ordering`: the order in which one key's tasks begin.

@@ -73,6 +73,13 @@ pub(super) const QUERIES: Queries = Queries {
     purge_key_buckets: "DELETE FROM key_buckets WHERE refilled_at < ? ORDER BY refilled_at LIMIT ?",
     limiter_waiter: "SELECT waiting, waiting_at FROM limiters WHERE id = ?",
     set_limiter_waiter: "UPDATE limiters SET waiting = ?, waiting_at = ? WHERE id = ?",
+    set_tenant_weight: "INSERT INTO tenant_weights (task_type, tenant, weight, updated_at) \
+                        VALUES (?, ?, ?, ?) \
+                        ON DUPLICATE KEY UPDATE weight = VALUES(weight), \
+                        updated_at = VALUES(updated_at)",
+    delete_tenant_weight: "DELETE FROM tenant_weights WHERE task_type = ? AND tenant = ?",
+    tenant_weights: "SELECT tenant, weight FROM tenant_weights WHERE task_type = ? \
+                     ORDER BY tenant",
     // Pinned, as the other statements on the state index are (see the top of this file).
     running: "SELECT COUNT(*) FROM tasks FORCE INDEX (tasks_finished) \
               WHERE state = 'running' AND task_type = ?",
