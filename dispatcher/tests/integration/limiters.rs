@@ -160,7 +160,17 @@ async fn a_limiter_holds_two_jobs_and_two_dispatchers_in_total(server: Service) 
     assert!(together >= 1, "the two jobs never ran at the same time");
     assert_eq!(counts.done.load(SeqCst), 2 * PER_JOB, "each task ran once");
 
-    let job = overview("payout").await;
+    // The executor answers before the dispatchers write the outcomes: the store counts
+    // an attempt as running until then.
+    let job = wait_for(
+        "every outcome written",
+        Duration::from_secs(30),
+        async || {
+            let job = overview("payout").await;
+            (job["limiters"][0]["running"] == 0).then_some(job)
+        },
+    )
+    .await;
     assert_eq!(
         job["limiters"],
         json!([{"name": "psp", "concurrency": LIMIT, "running": 0,
