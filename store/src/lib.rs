@@ -66,6 +66,7 @@ mod job_counts;
 mod job_gate;
 mod kafka_dead_letter;
 pub mod lease;
+mod limit_rows;
 mod limited_start;
 mod millis;
 pub mod mysql;

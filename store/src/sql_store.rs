@@ -11,6 +11,7 @@ use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 use crate::bulk;
 use crate::fair_claim;
 use crate::job_gate::{RowLock, start_due_in};
+use crate::limit_rows;
 use crate::limited_start;
 use crate::rows::{self, DueBacklogRow, Holder, JobCountsRow, LapsedRow, StartedRow, TaskRow};
 use crate::shared::{self, KafkaDeadLetterRow};
@@ -500,18 +501,7 @@ where
     }
 
     async fn rate_bucket(&self, of: RateBucket<'_>) -> Result<Option<domain::Bucket>> {
-        let (peek, key) = match of {
-            RateBucket::Job(task_type) => (B::QUERIES.job_limits.peek, task_type),
-            RateBucket::Limiter(id) => (B::QUERIES.limiters.peek, id),
-        };
-        let row: Option<(i64, i64)> = sqlx::query_as(peek)
-            .bind(key)
-            .fetch_optional(self.reader())
-            .await?;
-        Ok(row.map(|(milli_tokens, at)| domain::Bucket {
-            milli_tokens,
-            at: Millis::new(at),
-        }))
+        limit_rows::rate_bucket(self, of).await
     }
 
     async fn set_tenant_weight(
@@ -521,39 +511,11 @@ where
         weight: Option<u32>,
         now: Millis,
     ) -> Result<bool> {
-        retrying(B::transient, || async {
-            let done = match weight {
-                Some(weight) => {
-                    sqlx::query::<DB>(B::QUERIES.set_tenant_weight)
-                        .bind(task_type)
-                        .bind(tenant)
-                        .bind(i64::from(weight))
-                        .bind(now)
-                        .execute(self.writer())
-                        .await?
-                }
-                None => {
-                    sqlx::query::<DB>(B::QUERIES.delete_tenant_weight)
-                        .bind(task_type)
-                        .bind(tenant)
-                        .execute(self.writer())
-                        .await?
-                }
-            };
-            Ok(B::rows_affected(&done) > 0)
-        })
-        .await
+        limit_rows::set_tenant_weight(self, task_type, tenant, weight, now).await
     }
 
     async fn tenant_weights(&self, task_type: &str) -> Result<BTreeMap<String, u32>> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(B::QUERIES.tenant_weights)
-            .bind(task_type)
-            .fetch_all(self.reader())
-            .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(tenant, weight)| (tenant, u32::try_from(weight).unwrap_or(u32::MAX)))
-            .collect())
+        limit_rows::tenant_weights(self, task_type).await
     }
 
     async fn due_backlog(&self, params: JobCountParams<'_>) -> Result<DueBacklog> {
