@@ -89,17 +89,19 @@ step "Helm chart: lint, render, PromQL, server-side dry-run on the API server"
 bash e2e/chart.sh
 
 # Each dispatcher keeps an outcome journal (the soak's default), so a kill re-runs only the
-# calls it caught in flight: at most 0.1 % of the tasks may run twice. What one kill
-# catches grows with how fast the dispatchers work and how starved the two cores are: at
-# the driver's default 2 000 submits/s (more than this machine drains) one kill after
-# the broker's or the database's restart caught 111-113 calls in flight, and a 2*10^5
-# PostgreSQL run passed at 0.099 %. So both runs submit at 900/s, as the recorded 10^6
-# runs do (docs/reliability.md), and are large enough (1.5*10^5) that one such kill
-# cannot break 0.1 % alone.
-step "chaos soak: 1.5*10^5 tasks at 900/s, every role SIGKILLed, PostgreSQL and Kafka restarted, network faults and DNS outages, at most 0.1 % run twice (e2e/soak.sh)"
-bash e2e/soak.sh --tasks 150000 --rate 900 --max-duplicates-pct 0.1 --max-unexplained-duplicates-pct 0.1
-step "chaos soak on MariaDB: 1.5*10^5 tasks at 900/s, every role SIGKILLed, MariaDB and Kafka restarted, network faults and DNS outages, at most 0.1 % run twice (e2e/soak.sh --store mariadb)"
-bash e2e/soak.sh --store mariadb --tasks 150000 --rate 900 --max-duplicates-pct 0.1 --max-unexplained-duplicates-pct 0.1
+# calls it caught in flight: answers the executor sent that the killed dispatcher had not
+# yet read. Runs at 900 submits/s (the recorded 10^6 runs' rate) with 1.5*10^5 tasks and
+# 24-27 dispatcher kills each: most kills catch nothing, but one that lands while a
+# dispatcher works off a backlog on the starved two cores catches a whole begun batch
+# (up to 256 calls; 86, 78 and 103 in single kills of 2026-12-06). At this size one or two
+# such kills decide the figure (0-190 re-runs over eight runs), so the bound on all
+# duplicates is 0.25 %, three such kills; the 0.1 % goal is the 10^6 runs'
+# (docs/reliability.md). What no kill explains stays bounded at 0.1 %, and a run fails on
+# one kill set against more re-runs than the job's concurrency.
+step "chaos soak: 1.5*10^5 tasks at 900/s, every role SIGKILLed, PostgreSQL and Kafka restarted, network faults and DNS outages, at most 0.25 % run twice (e2e/soak.sh)"
+bash e2e/soak.sh --tasks 150000 --rate 900 --max-duplicates-pct 0.25 --max-unexplained-duplicates-pct 0.1
+step "chaos soak on MariaDB: 1.5*10^5 tasks at 900/s, every role SIGKILLed, MariaDB and Kafka restarted, network faults and DNS outages, at most 0.25 % run twice (e2e/soak.sh --store mariadb)"
+bash e2e/soak.sh --store mariadb --tasks 150000 --rate 900 --max-duplicates-pct 0.25 --max-unexplained-duplicates-pct 0.1
 
 step "hot-path guard: asyncd dev's drain against a plain HTTP loop to the same executor (asyncd-bench guard)"
 # A ratio measured in turn in one run, so it holds on any machine. The floor sits below

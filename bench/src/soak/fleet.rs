@@ -123,7 +123,8 @@ impl Fleet {
         let child = command
             .args(&p.args)
             .env("ASYNCD_STORE", &self.store)
-            .env("ASYNCD_LOG", "warn")
+            // The journal's recoveries at info: how many outcomes each restart wrote.
+            .env("ASYNCD_LOG", "warn,asyncd::dispatch::journal=info")
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())
             .stderr(log)

@@ -181,10 +181,24 @@ impl Completer {
                 ..Completion::from(finish)
             })
             .collect();
+        let (total, began) = (recovered.len(), std::time::Instant::now());
+        let mut applied = 0;
         while !recovered.is_empty() {
             let rest = recovered.split_off(recovered.len().min(512));
             let mut chunk = std::mem::replace(&mut recovered, rest);
-            self.write(&mut chunk, &shutdown).await;
+            applied += self.write(&mut chunk, &shutdown).await;
+        }
+        if total > 0 {
+            // Most of what a journal holds was written before the kill (a segment is
+            // emptied only once all of it is); `applied` are the outcomes the kill had
+            // left unwritten, saved from running twice.
+            tracing::info!(
+                target: "asyncd::dispatch::journal",
+                journaled = total,
+                applied,
+                took_ms = began.elapsed().as_millis() as u64,
+                "wrote the outcomes an earlier process left in its journal"
+            );
         }
         let mut received = Vec::with_capacity(512);
         while self.completions.recv_many(&mut received, 512).await > 0 {
@@ -195,8 +209,13 @@ impl Completer {
     /// Writes one batch (taking what is in `received`), with the next attempts of the
     /// jobs whose slots it frees ([`Refill`]); retrying while the store is unavailable
     /// (a few times only once shutdown has begun), then frees the permits not kept and
-    /// wakes who waits on them.
-    pub(super) async fn write(&self, received: &mut Vec<Completion>, shutdown: &CancellationToken) {
+    /// wakes who waits on them. Returns how many outcomes applied (a stale lease token
+    /// applies none).
+    pub(super) async fn write(
+        &self,
+        received: &mut Vec<Completion>,
+        shutdown: &CancellationToken,
+    ) -> usize {
         let now = self.clock.now_millis();
         let plan = match shutdown.is_cancelled() {
             true => None,
@@ -215,10 +234,12 @@ impl Completer {
                 .any(|f| matches!(f.kind, FinishKind::Release | FinishKind::Retry { .. }));
         let mut began = None;
         let mut written = true;
+        let mut applied = 0;
         if let Some(plan) = plan {
             let starts = plan.starts();
             match self.store.finish_and_start_due(&batch, now, &starts).await {
-                Ok((_, started)) => {
+                Ok((done, started)) => {
+                    applied = done.iter().filter(|a| **a).count();
                     batch.clear();
                     began = Some((plan, started));
                 }
@@ -240,7 +261,10 @@ impl Completer {
             match crate::outcomes::write(self.store.as_ref(), &mut batch, self.clock.now_millis())
                 .await
             {
-                Ok(_) => break,
+                Ok(done) => {
+                    applied = done;
+                    break;
+                }
                 Err(err) if shutdown.is_cancelled() && tries >= SHUTDOWN_FINISH_TRIES => {
                     tracing::warn!(%err, outcomes = batch.len(), "outcomes not recorded at shutdown; their leases will bring the tasks back");
                     written = false;
@@ -271,6 +295,7 @@ impl Completer {
         if wake {
             self.waker.wake();
         }
+        applied
     }
 }
 
