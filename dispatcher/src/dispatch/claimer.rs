@@ -347,7 +347,21 @@ impl Claimer {
                 timeout: job.timeout,
                 per_second: job.rate_limit.map(|r| r.per_second),
             };
-            let room = holdings.room(&task_type, limits, config.hold);
+            // A job with weighted tenants claims only what it can begin now: each claim
+            // then fills free slots in the weighted order, from the tenants' running
+            // counts as they are. Claimed ahead, the order would be fixed before those
+            // counts change, and a first claim with room for the backlog takes a share
+            // of every tenant whatever the weights (docs/design.md, "Tenants").
+            let weighted = job
+                .concurrency_key
+                .as_ref()
+                .is_some_and(|key| key.tenants.is_some());
+            let hold = if weighted {
+                Duration::ZERO
+            } else {
+                config.hold
+            };
+            let room = holdings.room(&task_type, limits, hold);
             let per_key = job.concurrency_key.as_ref().map(|key| {
                 let order = match key.fifo {
                     None => KeyOrder::Rank,

@@ -595,3 +595,77 @@ async fn a_tenant_weight_set_at_runtime_is_shown_and_reset() {
         "a second reset changes nothing"
     );
 }
+
+/// A weight set at runtime shows in the order the executor is called: eleven tenants with
+/// eight due tasks each share `concurrency` 4, and the one given weight 1000 takes every
+/// slot while it has work. Its eight calls come first, give or take the calls of one
+/// claim that reach the executor in another order than they began; with equal weights
+/// (or with claims made ahead of the free slots) it had 2 of the first 16.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heavy_tenant_takes_every_free_slot_while_it_has_work() {
+    const TENANTS: usize = 11;
+    const EACH: usize = 8;
+    let calls: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = calls.clone();
+    let app = axum::Router::new().fallback(move |body: Bytes| {
+        let seen = seen.clone();
+        async move {
+            let body: Value = serde_json::from_slice(&body).unwrap();
+            seen.lock()
+                .unwrap()
+                .push(body["payload"]["t"].as_str().unwrap().to_string());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            "{}"
+        }
+    });
+    let url = serve_executor(app).await;
+    let limits = format!(
+        "  concurrency: {CONCURRENCY}\n  concurrencyKey: {{key: '{{m}}', limit: 1}}\n  \
+         fairness: {{tenant: '{{t}}'}}\n"
+    );
+    let jobs = vec![("job.yaml", job_yaml("keyed-job", "keyed", &url, &limits))];
+    let asyncd = InProcess::start(&jobs).await;
+    let (status, answer) = asyncd
+        .send_json(
+            reqwest::Method::PUT,
+            "/v1/jobs/keyed-job/tenants/heavy/weight",
+            json!({"weight": 1000}),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let eta = asyncd::clock::rfc3339(Millis::new(T0 + 1_000));
+    let tenant = |n: usize| match n {
+        0 => "heavy".to_string(),
+        n => format!("light-{n}"),
+    };
+    // Submitted light tenants first, so that submission order alone would put the heavy
+    // tenant last; each task its own key, so that only the tenants' weights decide.
+    let tasks: Vec<Value> = (1..TENANTS)
+        .chain([0])
+        .flat_map(|n| (0..EACH).map(move |i| (n, i)))
+        .map(|(n, i)| {
+            json!({"type": "keyed", "eta": eta,
+                   "payload": {"t": tenant(n), "m": format!("{}-{i}", tenant(n))}})
+        })
+        .collect();
+    let (status, answer) = asyncd
+        .post("/v1/tasks:batch", json!({"tasks": tasks}))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    asyncd.clock.set_millis(Millis::new(T0 + 2_000));
+    let calls = wait_for("the first 16 calls", DEADLINE, async || {
+        let calls = calls.lock().unwrap().clone();
+        (calls.len() >= 16).then_some(calls)
+    })
+    .await;
+    let heavy_in_first = calls[..EACH + CONCURRENCY]
+        .iter()
+        .filter(|t| *t == "heavy")
+        .count();
+    assert_eq!(
+        heavy_in_first,
+        EACH,
+        "every heavy call within the first {}: {calls:?}",
+        EACH + CONCURRENCY
+    );
+}
