@@ -1,4 +1,4 @@
-//! `jobs ls|get|pause|resume`, `cron ls|trigger` and `top`.
+//! `jobs ls|get|pause|resume|weight`, `cron ls|trigger` and `top`.
 
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
@@ -30,6 +30,21 @@ pub enum Jobs {
     Resume {
         /// The AsyncJobConfig's name.
         name: String,
+    },
+    /// Set a tenant's weight in a job with `spec.fairness`, in place of the spec's, from
+    /// the next claim on; `--reset` gives the spec's back.
+    Weight {
+        /// The AsyncJobConfig's name.
+        name: String,
+        /// The tenant, as the job's `fairness.tenant` template renders it.
+        tenant: String,
+        /// 1 to 1000: the tenant's share of the job's concurrency is its weight over the
+        /// weights of the tenants with work.
+        #[arg(required_unless_present = "reset", conflicts_with = "reset")]
+        weight: Option<u32>,
+        /// Drop the weight set at runtime.
+        #[arg(long)]
+        reset: bool,
     },
 }
 
@@ -129,6 +144,21 @@ fn resting_table(job: &JobOverview) -> Table {
 }
 
 /// The AsyncLimiters the job shares with others, each with what runs under it now.
+/// A fair job's busiest tenants with their usage and share.
+fn tenants_table(job: &JobOverview) -> Table {
+    let mut table = Table::new(&["TENANT", "WEIGHT", "RUNNING", "DUE", "FAIR SHARE"]);
+    for t in &job.tenants {
+        table.row(vec![
+            t.tenant.clone(),
+            t.weight.to_string(),
+            count(t.running),
+            count(t.due),
+            format!("{:.1}", t.fair_share),
+        ]);
+    }
+    table
+}
+
 fn limiters_table(job: &JobOverview) -> Table {
     let mut table = Table::new(&["LIMITER", "RUNNING", "CONCURRENCY", "RATE/S", "TYPES"]);
     for limiter in &job.limiters {
@@ -209,6 +239,18 @@ pub async fn jobs(client: &Client, out: Format, command: Jobs) -> Result<(), Fai
                     println!();
                     resting_table(&job).print();
                 }
+                if !job.tenants.is_empty() {
+                    println!();
+                    tenants_table(&job).print();
+                }
+                if !job.tenant_weights.is_empty() {
+                    println!();
+                    let mut table = Table::new(&["TENANT", "WEIGHT SET AT RUNTIME"]);
+                    for (tenant, weight) in &job.tenant_weights {
+                        table.row(vec![tenant.clone(), weight.to_string()]);
+                    }
+                    table.print();
+                }
             }
         }
         Jobs::Pause { name } => {
@@ -221,6 +263,28 @@ pub async fn jobs(client: &Client, out: Format, command: Jobs) -> Result<(), Fai
             let status = client.resume_job(&name).await?;
             if !output::structured(out, &status)? {
                 pause_table(&status).print();
+            }
+        }
+        Jobs::Weight {
+            name,
+            tenant,
+            weight,
+            reset,
+        } => {
+            let set = match (weight, reset) {
+                (Some(weight), false) => client.set_tenant_weight(&name, &tenant, weight).await?,
+                (None, true) => client.reset_tenant_weight(&name, &tenant).await?,
+                _ => return Err(usage("give a weight (1 to 1000) or --reset")),
+            };
+            if !output::structured(out, &set)? {
+                let mut table = Table::new(&["JOB", "TENANT", "WEIGHT", "SET AT RUNTIME"]);
+                table.row(vec![
+                    set.job,
+                    set.tenant,
+                    set.weight.to_string(),
+                    set.set_at_runtime.to_string(),
+                ]);
+                table.print();
             }
         }
     }

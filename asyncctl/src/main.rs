@@ -88,7 +88,7 @@ enum Command {
     /// Dead letters: list, redrive, purge.
     #[command(subcommand)]
     Dlq(dlq::Dlq),
-    /// Jobs: overview, pause, resume.
+    /// Jobs: overview, pause, resume, tenants' weights.
     #[command(subcommand)]
     Jobs(jobs::Jobs),
     /// Cron entries: list with their next firings, trigger one now.

@@ -939,3 +939,42 @@ fn usage_errors_exit_2_and_completions_print() {
         );
     }
 }
+
+/// `jobs weight`: a tenant's weight set at runtime, shown by `jobs get`, given back to the
+/// spec's by `--reset`; a weight out of range refused naming the field.
+#[test]
+fn tenant_weights_through_the_cli() {
+    let dev = Dev::start_with(&[(
+        "shared.yaml",
+        "apiVersion: asyncd.example.io/v1\nkind: AsyncJobConfig\nmetadata:\n  name: shared-job\n\
+         spec:\n  taskType: shared\n  executor:\n    url: http://127.0.0.1:1/\n  \
+         concurrencyKey: {key: '{m}', limit: 1}\n  fairness: {tenant: '{t}', weights: {acme: 2}}\n",
+    )]);
+    let set = dev.json(&["jobs", "weight", "shared-job", "acme", "7"]);
+    assert_eq!(
+        set,
+        json!({"job": "shared-job", "tenant": "acme", "weight": 7, "set_at_runtime": true})
+    );
+    let job = dev.json(&["jobs", "get", "shared-job"]);
+    assert_eq!(job["tenant_weights"], json!({"acme": 7}), "{job}");
+    let table = dev.ctl(&["jobs", "get", "shared-job"]);
+    let shown = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        shown.contains("WEIGHT SET AT RUNTIME") && shown.lines().any(|l| l.starts_with("acme")),
+        "{shown}"
+    );
+
+    let refused = dev.ctl(&["jobs", "weight", "shared-job", "acme", "1001"]);
+    assert_eq!(code(&refused), Some(2), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("weight"), "{}", stderr(&refused));
+    let neither = dev.ctl(&["jobs", "weight", "shared-job", "acme"]);
+    assert_eq!(code(&neither), Some(2), "{}", stderr(&neither));
+
+    let reset = dev.json(&["jobs", "weight", "shared-job", "acme", "--reset"]);
+    assert_eq!(
+        reset,
+        json!({"job": "shared-job", "tenant": "acme", "weight": 2, "set_at_runtime": false})
+    );
+    let job = dev.json(&["jobs", "get", "shared-job"]);
+    assert_eq!(job.get("tenant_weights"), None, "{job}");
+}

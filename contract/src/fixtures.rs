@@ -294,6 +294,7 @@ fn jobs() -> JobList {
                 resting_keys: vec![],
                 limiters: vec![],
                 tenant_weights: Default::default(),
+                tenants: Vec::new(),
                 binding_limit: Some(BindingLimit::Paused),
             },
             JobOverview {
@@ -316,6 +317,7 @@ fn jobs() -> JobList {
                     until: from_millis(NOW + 30_000),
                 }],
                 tenant_weights: Default::default(),
+                tenants: Vec::new(),
                 limiters: vec![LimiterUsage {
                     name: "shop/mail-provider".into(),
                     concurrency: Some(20),

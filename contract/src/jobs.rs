@@ -55,6 +55,12 @@ pub struct JobOverview {
     /// none was.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub tenant_weights: std::collections::BTreeMap<String, u32>,
+    /// A `spec.fairness` job's tenants with tasks claimed, running or due now, the most
+    /// running first, then the most due: the [`MAX_TENANTS_SHOWN`] busiest, counted over
+    /// at most [`MAX_JOB_COUNT`] of the job's waiting and running tasks; absent when no
+    /// tenant has work.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tenants: Vec<TenantUsage>,
     /// Which limit keeps the job's due tasks from beginning now, read from the counts
     /// above and the rate limits' token buckets; absent when nothing is due or none of
     /// these is reached (a key's own rate shows in
@@ -99,6 +105,26 @@ pub enum BindingLimit {
     LimiterRate { name: String },
     /// Keys of the job rest after 429 or 503 answers (`resting_keys`).
     KeyCooldown,
+}
+
+/// How many tenants the overview names: one tenant per customer may mean thousands.
+pub const MAX_TENANTS_SHOWN: usize = 20;
+
+/// A tenant of a `spec.fairness` job as the jobs overview shows it (docs/api.md,
+/// "Fairness between tenants").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub struct TenantUsage {
+    pub tenant: String,
+    /// Its weight in the claim now: the one set at runtime, else the spec's.
+    pub weight: u32,
+    /// Its tasks claimed or running now.
+    pub running: u64,
+    /// Its tasks due now and waiting.
+    pub due: u64,
+    /// The attempts it may have in flight while the tenants listed keep work: the job's
+    /// effective concurrency times its weight over theirs.
+    pub fair_share: f64,
 }
 
 /// How many resting keys the overview names: a flood of 429s over 10⁴ merchants would

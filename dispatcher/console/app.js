@@ -221,6 +221,7 @@ function jobsTable(list, refresh) {
     const s = job.stats;
     const late = s.oldest_due_seconds !== null && s.oldest_due_seconds > 60;
     const resting = job.resting_keys || [];
+    const tenants = job.tenants || [];
     const state = [
       ...(job.paused ? [badge("paused"), job.paused_by_config ? " by config" : ""] : [badge("active")]),
       // Keys an executor's 429 or 503 rests: how many, and each with its end on hover.
@@ -229,6 +230,14 @@ function jobsTable(list, refresh) {
           class: "resting", "data-col": "resting",
           title: resting.map((r) => r.key + " until " + r.until).join("\n"),
         }, " · " + resting.length + (resting.length === 1 ? " key resting" : " keys resting"))
+        : "",
+      // A fair job's busiest tenants: how many, and each one's usage and share on hover.
+      tenants.length
+        ? h("span", {
+          class: "tenants", "data-col": "tenants",
+          title: tenants.map((t) => t.tenant + ": " + t.running + " running, " + t.due + " due, weight "
+            + t.weight + ", fair share " + t.fair_share.toFixed(1)).join("\n"),
+        }, " · " + tenants.length + (tenants.length === 1 ? " tenant" : " tenants") + " with work")
         : "",
     ];
     const name = job.job;

@@ -228,6 +228,20 @@ impl Store for Bounded {
         .await
     }
 
+    async fn tenant_usage(
+        &self,
+        task_type: &str,
+        now: Millis,
+        cap: u64,
+        limit: u32,
+    ) -> Result<Vec<TenantCounts>> {
+        self.within(
+            "tenant_usage",
+            self.inner.tenant_usage(task_type, now, cap, limit),
+        )
+        .await
+    }
+
     async fn tenant_weights(&self, task_type: &str) -> Result<BTreeMap<String, u32>> {
         self.within("tenant_weights", self.inner.tenant_weights(task_type))
             .await

@@ -38,6 +38,16 @@ pub struct DueBacklog {
     pub oldest_due: Option<Millis>,
 }
 
+/// One tenant of a `spec.fairness` job, from [`Store::tenant_usage`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantCounts {
+    pub tenant: String,
+    /// Its tasks claimed or running.
+    pub running: u64,
+    /// Its tasks pending and due.
+    pub due: u64,
+}
+
 /// A token bucket [`Store::rate_bucket`] reads: a job's own (`spec.rateLimit`, keyed by
 /// task type) or an AsyncLimiter's (by its id).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -97,6 +97,7 @@ where
     for<'r> (String, i64): FromRow<'r, DB::Row>,
     for<'r> (i64, i64): FromRow<'r, DB::Row>,
     for<'r> (i64, i64, i64): FromRow<'r, DB::Row>,
+    for<'r> (rows::Key, i64, i64): FromRow<'r, DB::Row>,
     for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
     for<'q> i32: Encode<'q, DB> + Type<DB>,
     for<'r> (rows::Key, i64): FromRow<'r, DB::Row>,
@@ -516,6 +517,16 @@ where
 
     async fn tenant_weights(&self, task_type: &str) -> Result<BTreeMap<String, u32>> {
         limit_rows::tenant_weights(self, task_type).await
+    }
+
+    async fn tenant_usage(
+        &self,
+        task_type: &str,
+        now: Millis,
+        cap: u64,
+        limit: u32,
+    ) -> Result<Vec<TenantCounts>> {
+        job_counts::tenant_usage::<B, DB>(self.reader(), task_type, now, cap, limit).await
     }
 
     async fn due_backlog(&self, params: JobCountParams<'_>) -> Result<DueBacklog> {

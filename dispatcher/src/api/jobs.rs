@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use asyncd_contract::{
     BindingLimit, CRON_FIRINGS, CronOverview, ErrorCode, FinishedCounts, JobList, JobOverview,
-    JobStats, JobStatus, LimiterUsage, MAX_JOB_COUNT, MAX_RESTING_KEYS, RestingKey,
+    JobStats, JobStatus, LimiterUsage, MAX_JOB_COUNT, MAX_RESTING_KEYS, MAX_TENANTS_SHOWN,
+    RestingKey, TenantUsage,
 };
 use axum::Json;
 use axum::extract::State;
@@ -145,12 +146,39 @@ async fn job_overview(
             });
         }
     }
-    let tenant_weights = match job
+    let fairness = job
         .concurrency_key
         .as_ref()
-        .and_then(|k| k.tenants.as_ref())
-    {
-        Some(_) => state.store.tenant_weights(&job.task_type).await?,
+        .and_then(|k| k.tenants.as_ref());
+    let (tenant_weights, tenants) = match fairness {
+        Some(spec) => {
+            let set = state.store.tenant_weights(&job.task_type).await?;
+            let busy = state
+                .store
+                .tenant_usage(&job.task_type, now, MAX_JOB_COUNT, MAX_TENANTS_SHOWN as u32)
+                .await?;
+            let weight = |tenant: &str| {
+                set.get(tenant)
+                    .copied()
+                    .unwrap_or_else(|| spec.weight_of(tenant))
+            };
+            let weights: u64 = busy.iter().map(|t| u64::from(weight(&t.tenant))).sum();
+            let tenants = busy
+                .into_iter()
+                .map(|t| {
+                    let weight = weight(&t.tenant);
+                    TenantUsage {
+                        fair_share: f64::from(effective_concurrency) * f64::from(weight)
+                            / weights.max(1) as f64,
+                        tenant: t.tenant,
+                        weight,
+                        running: t.running,
+                        due: t.due,
+                    }
+                })
+                .collect();
+            (set, tenants)
+        }
         None => Default::default(),
     };
     let status = job_status(job, paused_at);
@@ -181,6 +209,7 @@ async fn job_overview(
         resting_keys,
         limiters,
         tenant_weights,
+        tenants,
         binding_limit,
     })
 }

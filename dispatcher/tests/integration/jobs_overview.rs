@@ -231,3 +231,55 @@ async fn an_empty_rate_bucket_is_named_as_the_binding_limit() {
     assert_eq!(binding("shared-job").await, Value::Null);
     assert_eq!(executor.calls().len(), 7, "each task ran once");
 }
+
+/// A fair job's tenants with work, each with the weight the claim uses now, its counts
+/// and its share of the job's concurrency, the busiest first; a weight set at runtime
+/// changes the shares. The job is paused, so every task stays due.
+#[tokio::test]
+async fn a_fair_jobs_tenants_show_their_work_and_shares() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let fair = "  concurrency: 4\n  concurrencyKey: {key: '{m}', limit: 1}\n  \
+                fairness: {tenant: '{t}', weights: {acme: 3}}\n";
+    let jobs = [(
+        "fair.yaml",
+        job_yaml("fair-job", "fair", &executor.url(), fair),
+    )];
+    let asyncd = InProcess::start(&jobs).await;
+    let (status, answer) = asyncd.post("/v1/jobs/fair-job/pause", json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+    for (tenant, n) in [("acme", 3), ("zeta", 1)] {
+        for i in 0..n {
+            asyncd
+                .submit(json!({"type": "fair", "payload": {"t": tenant, "m": i}}))
+                .await;
+        }
+    }
+    let tenants = async || {
+        let (status, one) = asyncd.get("/v1/jobs/fair-job").await;
+        assert_eq!(status, 200, "{one}");
+        one["tenants"].clone()
+    };
+    assert_eq!(
+        tenants().await,
+        json!([
+            {"tenant": "acme", "weight": 3, "running": 0, "due": 3, "fair_share": 3.0},
+            {"tenant": "zeta", "weight": 1, "running": 0, "due": 1, "fair_share": 1.0},
+        ])
+    );
+    let (status, answer) = asyncd
+        .send_json(
+            reqwest::Method::PUT,
+            "/v1/jobs/fair-job/tenants/zeta/weight",
+            json!({"weight": 5}),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        tenants().await,
+        json!([
+            {"tenant": "acme", "weight": 3, "running": 0, "due": 3, "fair_share": 1.5},
+            {"tenant": "zeta", "weight": 5, "running": 0, "due": 1, "fair_share": 2.5},
+        ])
+    );
+    assert!(executor.calls().is_empty(), "paused: nothing ran");
+}

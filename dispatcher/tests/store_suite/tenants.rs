@@ -6,7 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use asyncd_spec::TENANT_SEPARATOR;
-use asyncd_store::{FairParams, KeyOrder, Millis, NewTask, Store, TenantWeights, TypeFilter};
+use asyncd_store::{
+    ClaimIdsParams, FairParams, KeyOrder, Millis, NewTask, Store, TenantCounts, TenantWeights,
+    TypeFilter,
+};
 
 use crate::{T0, at, claim_params, insert};
 
@@ -14,6 +17,7 @@ scenarios!(
     a_flooding_tenant_leaves_each_small_tenant_a_place_in_the_first_claim,
     tenants_begin_in_proportion_to_their_weights,
     runtime_weights_are_set_replaced_and_deleted_per_job,
+    tenants_with_work_are_counted_busiest_first,
 );
 
 const FLOOD: usize = 100_000;
@@ -197,4 +201,70 @@ async fn runtime_weights_are_set_replaced_and_deleted_per_job(store: &dyn Store)
         store.tenant_weights("other").await.unwrap(),
         BTreeMap::from([("acme".to_string(), 9)])
     );
+}
+
+/// The jobs overview's tenants (`Store::tenant_usage`): claimed and due tasks counted per
+/// tenant at `now`, the most running first, then the most due; a tenant whose tasks are
+/// all due later, and another job's, left out; `limit` and `cap` honoured.
+async fn tenants_with_work_are_counted_busiest_first(store: &dyn Store) {
+    let mut busy = Vec::new();
+    for i in 0..3 {
+        busy.push(
+            insert(
+                store,
+                NewTask::test("usage", at(i)).concurrency_key(key("busy", &format!("k{i}"))),
+            )
+            .await,
+        );
+    }
+    for i in 0..2 {
+        insert(
+            store,
+            NewTask::test("usage", at(i)).concurrency_key(key("queued", &format!("k{i}"))),
+        )
+        .await;
+    }
+    insert(
+        store,
+        NewTask::test("usage", at(1_000)).concurrency_key(key("later", "k")),
+    )
+    .await;
+    insert(
+        store,
+        NewTask::test("other-usage", at(0)).concurrency_key(key("elsewhere", "k")),
+    )
+    .await;
+    let claimed = store
+        .claim_ids(ClaimIdsParams {
+            ids: &busy[..2],
+            now: at(10),
+            hold: std::time::Duration::from_secs(60),
+            owner: "x",
+        })
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 2);
+    let counts = |tenant: &str, running, due| TenantCounts {
+        tenant: tenant.into(),
+        running,
+        due,
+    };
+    assert_eq!(
+        store
+            .tenant_usage("usage", at(100), 1_000, 20)
+            .await
+            .unwrap(),
+        vec![counts("busy", 2, 1), counts("queued", 0, 2)]
+    );
+    assert_eq!(
+        store
+            .tenant_usage("usage", at(2_000), 1_000, 1)
+            .await
+            .unwrap(),
+        vec![counts("busy", 2, 1)],
+        "the busiest alone"
+    );
+    let capped = store.tenant_usage("usage", at(2_000), 3, 20).await.unwrap();
+    let seen: u64 = capped.iter().map(|t| t.running + t.due).sum();
+    assert_eq!(seen, 3, "at most the cap's tasks counted: {capped:?}");
 }

@@ -13,10 +13,11 @@ pub use asyncd_contract::{
     DeadLetterBulkResult, JobOverview, JobStatus, MAX_BACKFILL, MAX_BATCH, MAX_SCHEDULE_NAME,
     MAX_SCHEDULE_PAGE, PendingChange, RedriveResult, ResultAck, ResultStatus, Schedule,
     SchedulePage, SchedulePatch, ScheduleSource, ScheduleSpec, SubmitResult, TaskPage, TaskState,
-    TaskStatus,
+    TaskStatus, TenantWeight,
 };
 use asyncd_contract::{
-    BatchOutcome, BatchRequest, BatchResponse, DeadLetters, JobList, SubmitRequest, headers,
+    BatchOutcome, BatchRequest, BatchResponse, DeadLetters, JobList, SubmitRequest,
+    TenantWeightRequest, headers,
 };
 use chrono::{DateTime, Utc};
 use reqwest::Method;
@@ -414,6 +415,30 @@ impl Client {
     pub async fn resume_job(&self, job: &str) -> Result<JobStatus, Error> {
         let path = format!("/v1/jobs/{}/resume", escape(job));
         self.call(Method::POST, &path, None::<&()>).await
+    }
+
+    /// Gives `tenant` the weight `weight` (1 to 1000) in the fair claim of `job` (one with
+    /// `spec.fairness`), in place of the spec's, from the next claim on and until
+    /// [`Client::reset_tenant_weight`].
+    pub async fn set_tenant_weight(
+        &self,
+        job: &str,
+        tenant: &str,
+        weight: u32,
+    ) -> Result<TenantWeight, Error> {
+        let path = format!("/v1/jobs/{}/tenants/{}/weight", escape(job), escape(tenant));
+        self.call(Method::PUT, &path, Some(&TenantWeightRequest { weight }))
+            .await
+    }
+
+    /// Gives `tenant` back the weight `spec.fairness` gives it in `job`. Idempotent.
+    pub async fn reset_tenant_weight(
+        &self,
+        job: &str,
+        tenant: &str,
+    ) -> Result<TenantWeight, Error> {
+        let path = format!("/v1/jobs/{}/tenants/{}/weight", escape(job), escape(tenant));
+        self.call(Method::DELETE, &path, None::<&()>).await
     }
 
     /// Tasks matching every filter of `query`, newest first, one page (`GET /v1/tasks`):
