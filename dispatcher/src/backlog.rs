@@ -23,6 +23,12 @@
 //! says nothing about it). So an idle queue of a million future
 //! tasks is not counted over and over: that walk was a third of an idle dispatcher's CPU
 //! on PostgreSQL.
+//!
+//! A `spec.fairness` job's tenants are counted on the passes that count its pending
+//! tasks ([`Store::tenant_usage`], one grouped read over at most [`MAX_JOB_COUNT`] of its
+//! active tasks): the [`TENANT_SERIES`] busiest each get their series, and the rest are
+//! summed under `tenant="others"`, so a job with a tenant per customer publishes at most
+//! eleven per state, never one per tenant.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -34,7 +40,14 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::SharedClock;
 use crate::job_table::Routes;
 use crate::metrics::Metrics;
-use asyncd_store::{DueBacklog, JobCountParams, Store};
+use asyncd_store::{DueBacklog, JobCountParams, Store, TenantCounts};
+
+/// How many tenants of a job get series of their own in `asyncd_tenant_tasks`.
+const TENANT_SERIES: usize = 10;
+
+/// How many tenants' counts a pass reads: past the first [`TENANT_SERIES`], what they sum
+/// to under "others" (a job with more tenants with work undercounts "others").
+const TENANTS_READ: u32 = 1_000;
 
 /// The most of its time the sampler spends counting.
 const DUTY: f64 = 0.05;
@@ -93,6 +106,8 @@ pub async fn run(
     let cap = u32::try_from(MAX_JOB_COUNT).expect("the cap fits");
     // Each sampled type's last pending count.
     let mut seen: HashMap<String, i64> = HashMap::new();
+    // The tenants each fair type has series for.
+    let mut tenant_series: HashMap<String, Vec<String>> = HashMap::new();
     let mut next_full = std::time::Instant::now();
     loop {
         let began = std::time::Instant::now();
@@ -105,7 +120,7 @@ pub async fn run(
                 HashSet::new()
             }
         };
-        let types: Vec<String> = {
+        let (types, fair): (Vec<String>, HashSet<String>) = {
             let routes = routes.borrow();
             paused.extend(
                 routes
@@ -113,7 +128,16 @@ pub async fn run(
                     .filter(|job| job.paused)
                     .map(|job| job.task_type.clone()),
             );
-            routes.task_types()
+            let fair = routes
+                .jobs()
+                .filter(|job| {
+                    job.concurrency_key
+                        .as_ref()
+                        .is_some_and(|key| key.tenants.is_some())
+                })
+                .map(|job| job.task_type.clone())
+                .collect();
+            (routes.task_types(), fair)
         };
         let mut current = HashMap::new();
         for task_type in types {
@@ -152,6 +176,19 @@ pub async fn run(
             let t = task_type.as_str();
             if let Some(pending) = pending {
                 metrics.pending.with_label_values(&[t]).set(pending);
+                if fair.contains(t) {
+                    match store
+                        .tenant_usage(t, now, MAX_JOB_COUNT, TENANTS_READ)
+                        .await
+                    {
+                        Ok(usage) => {
+                            let published = publish_tenants(&metrics, t, usage);
+                            let before = tenant_series.insert(task_type.clone(), published);
+                            remove_tenants(&metrics, t, before, tenant_series.get(t));
+                        }
+                        Err(err) => tracing::warn!(%err, task_type, "tenant counts failed"),
+                    }
+                }
             }
             let pending = pending.or_else(|| seen.get(t).copied()).unwrap_or_default();
             let due = if paused.contains(t) { 0 } else { backlog.due };
@@ -168,6 +205,14 @@ pub async fn run(
             metrics.due_backlog.with_label_values(&[gone]).set(0);
             metrics.oldest_due_age.with_label_values(&[gone]).set(0.0);
         }
+        let unfair: Vec<String> = tenant_series
+            .keys()
+            .filter(|t| !fair.contains(*t))
+            .cloned()
+            .collect();
+        for t in unfair {
+            remove_tenants(&metrics, &t, tenant_series.remove(&t), None);
+        }
         seen = current;
         if full {
             next_full = began + full_pause_after(began.elapsed(), interval);
@@ -179,9 +224,84 @@ pub async fn run(
     }
 }
 
+/// The [`TENANT_SERIES`] busiest of `usage` (busiest first, as the store answers), then
+/// the rest summed as "others" when there are any: `(tenant, running, due)`.
+fn top_tenants(usage: Vec<TenantCounts>) -> Vec<(String, u64, u64)> {
+    let mut rest = (0, 0);
+    let mut top = Vec::with_capacity(TENANT_SERIES + 1);
+    for (i, t) in usage.into_iter().enumerate() {
+        if i < TENANT_SERIES {
+            top.push((t.tenant, t.running, t.due));
+        } else {
+            rest = (rest.0 + t.running, rest.1 + t.due);
+        }
+    }
+    if rest != (0, 0) {
+        top.push(("others".to_string(), rest.0, rest.1));
+    }
+    top
+}
+
+/// Sets `task_type`'s tenant series from `usage`; returns the tenants published.
+fn publish_tenants(metrics: &Metrics, task_type: &str, usage: Vec<TenantCounts>) -> Vec<String> {
+    top_tenants(usage)
+        .into_iter()
+        .map(|(tenant, running, due)| {
+            for (state, n) in [("running", running), ("due", due)] {
+                metrics
+                    .tenant_tasks
+                    .with_label_values(&[task_type, &tenant, state])
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            }
+            tenant
+        })
+        .collect()
+}
+
+/// Drops the series of the tenants in `before` that are not in `now`: a tenant that left
+/// the top (or a job no longer fair) must not keep its last figures.
+fn remove_tenants(
+    metrics: &Metrics,
+    task_type: &str,
+    before: Option<Vec<String>>,
+    now: Option<&Vec<String>>,
+) {
+    for tenant in before.unwrap_or_default() {
+        if now.is_some_and(|now| now.contains(&tenant)) {
+            continue;
+        }
+        for state in ["running", "due"] {
+            let _ = metrics
+                .tenant_tasks
+                .remove_label_values(&[task_type, &tenant, state]);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_busiest_tenants_get_series_and_the_rest_are_summed() {
+        let usage: Vec<TenantCounts> = (0..13)
+            .map(|i| TenantCounts {
+                tenant: format!("t{i:02}"),
+                running: 13 - i,
+                due: 1,
+            })
+            .collect();
+        let top = top_tenants(usage.clone());
+        assert_eq!(top.len(), TENANT_SERIES + 1);
+        assert_eq!(top[0], ("t00".to_string(), 13, 1));
+        assert_eq!(top[TENANT_SERIES], ("others".to_string(), 3 + 2 + 1, 3));
+        let few = top_tenants(usage[..2].to_vec());
+        assert_eq!(
+            few.len(),
+            2,
+            "no others while every tenant has its own: {few:?}"
+        );
+    }
 
     #[test]
     fn a_slow_pass_spaces_out_the_next() {

@@ -38,6 +38,7 @@ pub struct Metrics {
     pub pending: IntGaugeVec,
     pub poll_duration: Histogram,
     pub due_backlog: IntGaugeVec,
+    pub tenant_tasks: IntGaugeVec,
     pub oldest_due_age: GaugeVec,
     pub heap_size: IntGauge,
     pub clock_offset: Gauge,
@@ -212,6 +213,12 @@ impl Metrics {
             "Tasks already due and not yet dispatched",
             &["task_type"],
         );
+        let tenant_tasks = gauge(
+            "asyncd_tenant_tasks",
+            "Tasks of a spec.fairness job's busiest tenants, claimed or running and due: the \
+             top 10 by running then due, the rest summed as tenant=\"others\"",
+            &["task_type", "tenant", "state"],
+        );
         let oldest_due_age = GaugeVec::new(
             Opts::new(
                 "asyncd_oldest_due_age_seconds",
@@ -259,6 +266,7 @@ impl Metrics {
             pending,
             poll_duration,
             due_backlog,
+            tenant_tasks,
             oldest_due_age,
             heap_size,
             clock_offset,

@@ -68,3 +68,54 @@ async fn source_service_labels_are_bounded() {
         "{metrics}"
     );
 }
+
+/// `asyncd_tenant_tasks`: a fair job's ten busiest tenants each get a series, the rest
+/// are summed as "others", so a tenant per customer does not mint a series each. The
+/// job is paused, so every task stays due.
+#[tokio::test]
+async fn tenant_series_are_the_busiest_ten_and_others() {
+    let executor = Executor::start(|_| Answer::ok()).await;
+    let fair = "  concurrencyKey: {key: '{m}', limit: 1}\n  fairness: {tenant: '{t}'}\n";
+    let asyncd = InProcess::start(&[(
+        "fair.yaml",
+        job_yaml("fair-job", "fair", &executor.url(), fair),
+    )])
+    .await;
+    let (status, answer) = asyncd.post("/v1/jobs/fair-job/pause", json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+    // t00 has 3 due tasks, t01..t12 one each: t00 and the nine first by name get series,
+    // t10, t11 and t12 are summed.
+    let tasks: Vec<_> = (0..13)
+        .flat_map(|i| (0..if i == 0 { 3 } else { 1 }).map(move |n| (i, n)))
+        .map(|(i, n)| json!({"type": "fair", "payload": {"t": format!("t{i:02}"), "m": n}}))
+        .collect();
+    let (status, answer) = asyncd
+        .post("/v1/tasks:batch", json!({ "tasks": tasks }))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let series = |m: &str, tenant: &str| {
+        format!("asyncd_tenant_tasks{{state=\"due\",task_type=\"fair\",tenant=\"{tenant}\"}} {m}")
+    };
+    let metrics = wait_for("the tenants' series", DEADLINE, async || {
+        let m = asyncd.metrics().await;
+        m.contains(&series("3", "others")).then_some(m)
+    })
+    .await;
+    assert!(metrics.contains(&series("3", "t00")), "{metrics}");
+    assert!(metrics.contains(&series("1", "t09")), "{metrics}");
+    let due_series = metrics
+        .lines()
+        .filter(|l| l.starts_with("asyncd_tenant_tasks{state=\"due\""))
+        .count();
+    assert_eq!(due_series, 11, "ten tenants and others:\n{metrics}");
+    assert!(!metrics.contains("tenant=\"t10\""), "{metrics}");
+
+    // Resumed, every task runs; tenants without work lose their series.
+    let (status, answer) = asyncd.post("/v1/jobs/fair-job/resume", json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+    wait_for("the tenants' series to go", DEADLINE, async || {
+        let m = asyncd.metrics().await;
+        (executor.calls().len() == 15 && !m.contains("asyncd_tenant_tasks{")).then_some(())
+    })
+    .await;
+}
