@@ -130,11 +130,7 @@ pub async fn run(
             );
             let fair = routes
                 .jobs()
-                .filter(|job| {
-                    job.concurrency_key
-                        .as_ref()
-                        .is_some_and(|key| key.tenants.is_some())
-                })
+                .filter(|job| job.tenants().is_some())
                 .map(|job| job.task_type.clone())
                 .collect();
             (routes.task_types(), fair)

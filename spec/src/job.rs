@@ -646,6 +646,11 @@ pub(crate) fn render(
 }
 
 impl Job {
+    /// The job's tenants (`spec.fairness`), weighted in its fair claim; `None` without.
+    pub fn tenants(&self) -> Option<&Tenants> {
+        self.concurrency_key.as_ref()?.tenants.as_ref()
+    }
+
     /// Renders the job's unique-key template from a payload's top-level fields; `None`
     /// when the job has no template. A missing field is an error naming it.
     pub fn render_unique_key(&self, payload: &serde_json::Value) -> Result<Option<String>, String> {

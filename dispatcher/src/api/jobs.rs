@@ -146,11 +146,7 @@ async fn job_overview(
             });
         }
     }
-    let fairness = job
-        .concurrency_key
-        .as_ref()
-        .and_then(|k| k.tenants.as_ref());
-    let (tenant_weights, tenants) = match fairness {
+    let (tenant_weights, tenants) = match job.tenants() {
         Some(spec) => {
             let set = state.store.tenant_weights(&job.task_type).await?;
             let busy = state

@@ -169,8 +169,9 @@ const TENANT_FIRST_BOUND: usize = 2 * SMALL_TENANTS + 1 + CONCURRENCY;
 /// `spec.fairness`: one tenant spreads a flood over a thousand keys, twenty small
 /// tenants submit one task each after it; every small tenant's task begins within
 /// [`TENANT_FIRST_BOUND`] attempts.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tenant_spreading_a_flood_over_many_keys_does_not_hold_back_the_others() {
+/// An executor that takes 5 ms a call and records each call's tenant (`payload.t`), in
+/// arrival order.
+async fn tenant_executor() -> (Arc<Mutex<Vec<String>>>, String) {
     let calls: Arc<Mutex<Vec<String>>> = Arc::default();
     let seen = calls.clone();
     let app = axum::Router::new().fallback(move |body: Bytes| {
@@ -183,7 +184,12 @@ async fn a_tenant_spreading_a_flood_over_many_keys_does_not_hold_back_the_others
             "{}"
         }
     });
-    let url = serve_executor(app).await;
+    (calls, serve_executor(app).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_spreading_a_flood_over_many_keys_does_not_hold_back_the_others() {
+    let (calls, url) = tenant_executor().await;
     let limits = format!(
         "  concurrency: {CONCURRENCY}\n  concurrencyKey: {{key: '{{m}}', limit: {PER_KEY}}}\n  \
          fairness: {{tenant: '{{t}}'}}\n"
@@ -605,20 +611,7 @@ async fn a_tenant_weight_set_at_runtime_is_shown_and_reset() {
 async fn a_heavy_tenant_takes_every_free_slot_while_it_has_work() {
     const TENANTS: usize = 11;
     const EACH: usize = 8;
-    let calls: Arc<Mutex<Vec<String>>> = Arc::default();
-    let seen = calls.clone();
-    let app = axum::Router::new().fallback(move |body: Bytes| {
-        let seen = seen.clone();
-        async move {
-            let body: Value = serde_json::from_slice(&body).unwrap();
-            seen.lock()
-                .unwrap()
-                .push(body["payload"]["t"].as_str().unwrap().to_string());
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            "{}"
-        }
-    });
-    let url = serve_executor(app).await;
+    let (calls, url) = tenant_executor().await;
     let limits = format!(
         "  concurrency: {CONCURRENCY}\n  concurrencyKey: {{key: '{{m}}', limit: 1}}\n  \
          fairness: {{tenant: '{{t}}'}}\n"

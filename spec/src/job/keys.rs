@@ -81,6 +81,14 @@ impl Tenants {
             .copied()
             .unwrap_or(self.default_weight)
     }
+
+    /// The spec's weights with those set at runtime laid over them: what the claim uses.
+    /// A tenant in neither has [`Self::default_weight`].
+    pub fn with_runtime(&self, runtime: BTreeMap<String, u32>) -> BTreeMap<String, u32> {
+        let mut weights = self.weights.clone();
+        weights.extend(runtime);
+        weights
+    }
 }
 
 /// `spec.ordering`: the order in which one key's tasks begin.

@@ -327,10 +327,7 @@ pub fn validate(
         Some(k) => Some(k),
         None => checked_render("uniqueKey", job.render_unique_key(&value), false)?,
     };
-    let tenant_keyed = job
-        .concurrency_key
-        .as_ref()
-        .is_some_and(|key| key.tenants.is_some());
+    let tenant_keyed = job.tenants().is_some();
     let concurrency_key = checked_render(
         "concurrencyKey",
         job.render_concurrency_key(&value),
