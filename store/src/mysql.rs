@@ -144,6 +144,14 @@ impl Dialect for MySqlStore {
 
     const QUERIES: Queries = QUERIES;
     const TENANT_OF_KEY: &'static str = "SUBSTRING_INDEX(concurrency_key, CHAR(31), 1)";
+    const PENDING_BY_RANK: &'static str = "tasks FORCE INDEX (tasks_ranked_by_type)";
+    const KEYED_WALK: crate::tx::KeyedWalk = crate::tx::KeyedWalk {
+        table: "tasks FORCE INDEX (tasks_keyed)",
+        walked: "state = 'pending'",
+        pending: "state = 'pending'",
+        trigger_at: "trigger_at",
+        stepwise: true,
+    };
     // InnoDB rolls a failed statement back alone; the transaction goes on.
     const FAILED_STATEMENT_ABORTS: bool = false;
 
@@ -153,6 +161,10 @@ impl Dialect for MySqlStore {
     }
 
     /// The dedupe keys are VARBINARY (see the migration).
+    fn after_tenant_of(column: &str) -> String {
+        format!("CONCAT(SUBSTRING_INDEX({column}, CHAR(31), 1), CHAR(32))")
+    }
+
     fn key(key: &str) -> &[u8] {
         key.as_bytes()
     }

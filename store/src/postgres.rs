@@ -228,11 +228,23 @@ impl Dialect for PostgresStore {
 
     const QUERIES: Queries = QUERIES;
     const TENANT_OF_KEY: &'static str = "split_part(concurrency_key, chr(31), 1)";
+    const PENDING_BY_RANK: &'static str = "tasks";
+    const KEYED_WALK: crate::tx::KeyedWalk = crate::tx::KeyedWalk {
+        table: "tasks",
+        walked: "state IN ('pending', 'claimed', 'running')",
+        pending: "CASE WHEN state = 'pending' THEN true ELSE false END",
+        trigger_at: "trigger_at + 0",
+        stepwise: false,
+    };
     const FAILED_STATEMENT_ABORTS: bool = true;
 
     /// Deadlock victims (`40P01`) and serialization failures (`40001`).
     fn transient(code: &str) -> bool {
         matches!(code, "40001" | "40P01")
+    }
+
+    fn after_tenant_of(column: &str) -> String {
+        format!("split_part({column}, chr(31), 1) || chr(32)")
     }
 
     fn key(key: &str) -> &str {

@@ -102,6 +102,11 @@ where
     for<'q> i32: Encode<'q, DB> + Type<DB>,
     for<'r> (rows::Key, i64): FromRow<'r, DB::Row>,
     for<'r> (String, Option<rows::Key>): FromRow<'r, DB::Row>,
+    for<'r> (Option<rows::Key>, i64): FromRow<'r, DB::Row>,
+    for<'r> (rows::Key, Option<String>): FromRow<'r, DB::Row>,
+    for<'r> (rows::Key,): FromRow<'r, DB::Row>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
+    for<'r> (String, rows::Key, Millis): FromRow<'r, DB::Row>,
 {
     async fn migrate(&self) -> Result<()> {
         self.run_migrations().await
@@ -324,15 +329,14 @@ where
         let [task_type] = types.as_slice() else {
             return Err(StoreError::Corrupt("a fair claim is of one job".into()));
         };
-        let picked = fair_claim::pick::<B, DB>(self.writer(), task_type, &params, &fair).await?;
-        let Some((_, last_key)) = picked.last() else {
+        let fair_claim::Picked { ids, last_key } =
+            fair_claim::pick::<B, DB>(self.writer(), task_type, &params, &fair).await?;
+        if ids.is_empty() {
             return Ok(FairClaim {
                 tasks: Vec::new(),
-                last_key: None,
+                last_key,
             });
-        };
-        let last_key = last_key.as_ref().map(|key| key.0.clone());
-        let ids: Vec<String> = picked.into_iter().map(|(id, _)| id).collect();
+        }
         // Claimed by id, only those still pending: another dispatcher's claim between
         // the two statements takes a task from this one, never twice.
         let tasks = self

@@ -60,6 +60,7 @@ mod cron;
 mod dead_letters;
 mod dispatchers;
 mod expiry;
+mod fair_walk;
 mod jobs;
 mod key_rates;
 mod keys;
