@@ -71,8 +71,8 @@ async fn claim(
 /// Here one tenant floods 10⁵ tasks over 10⁴ keys, all due before any of 50 small
 /// tenants' two tasks each: one claim of 64 (a dispatcher's batch) takes every small
 /// tenant's first task, and the flood takes no more than its fair share of it (one a
-/// round). The claim's cost at this size is printed: it reads the job's whole due
-/// backlog (docs/benchmarks.md).
+/// round). The claim's cost at this size is printed: index probes per tenant and key
+/// it looks at, not the backlog (docs/benchmarks.md).
 async fn a_flooding_tenant_leaves_each_small_tenant_a_place_in_the_first_claim(store: &dyn Store) {
     let started = Instant::now();
     let flood: Vec<NewTask> = (0..FLOOD)
