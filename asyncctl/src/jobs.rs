@@ -143,7 +143,15 @@ fn resting_table(job: &JobOverview) -> Table {
     table
 }
 
-/// The AsyncLimiters the job shares with others, each with what runs under it now.
+/// A keyed job's busiest keys with their usage.
+fn keys_table(job: &JobOverview) -> Table {
+    let mut table = Table::new(&["KEY", "RUNNING", "DUE"]);
+    for k in &job.keys {
+        table.row(vec![k.key.clone(), count(k.running), count(k.due)]);
+    }
+    table
+}
+
 /// A fair job's busiest tenants with their usage and share.
 fn tenants_table(job: &JobOverview) -> Table {
     let mut table = Table::new(&["TENANT", "WEIGHT", "RUNNING", "DUE", "FAIR SHARE"]);
@@ -159,6 +167,7 @@ fn tenants_table(job: &JobOverview) -> Table {
     table
 }
 
+/// The AsyncLimiters the job shares with others, each with what runs under it now.
 fn limiters_table(job: &JobOverview) -> Table {
     let mut table = Table::new(&["LIMITER", "RUNNING", "CONCURRENCY", "RATE/S", "TYPES"]);
     for limiter in &job.limiters {
@@ -242,6 +251,10 @@ pub async fn jobs(client: &Client, out: Format, command: Jobs) -> Result<(), Fai
                 if !job.tenants.is_empty() {
                     println!();
                     tenants_table(&job).print();
+                }
+                if !job.keys.is_empty() {
+                    println!();
+                    keys_table(&job).print();
                 }
                 if !job.tenant_weights.is_empty() {
                     println!();
@@ -500,5 +513,18 @@ mod tests {
             1,
             "a header alone"
         );
+    }
+
+    #[test]
+    fn busy_keys_are_listed_with_their_usage() {
+        let list: asyncd_client::asyncd_contract::JobList =
+            serde_json::from_str(include_str!("../../contract/fixtures/jobs_response.json"))
+                .unwrap();
+        let table = keys_table(&list.jobs[1]).render();
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 3, "{table}");
+        assert!(lines[0].starts_with("KEY"), "{table}");
+        let m3: Vec<&str> = lines[1].split_whitespace().collect();
+        assert_eq!(m3, ["merchant:m3", "2", "40"], "{table}");
     }
 }

@@ -292,6 +292,7 @@ fn jobs() -> JobList {
                     paused: false,
                 }],
                 resting_keys: vec![],
+                keys: vec![],
                 limiters: vec![],
                 tenant_weights: Default::default(),
                 tenants: Vec::new(),
@@ -316,6 +317,18 @@ fn jobs() -> JobList {
                     key: "merchant:m7".into(),
                     until: from_millis(NOW + 30_000),
                 }],
+                keys: vec![
+                    KeyUsage {
+                        key: "merchant:m3".into(),
+                        running: 2,
+                        due: 40,
+                    },
+                    KeyUsage {
+                        key: "merchant:m7".into(),
+                        running: 0,
+                        due: 12,
+                    },
+                ],
                 tenant_weights: Default::default(),
                 tenants: Vec::new(),
                 limiters: vec![LimiterUsage {

@@ -46,6 +46,12 @@ pub struct JobOverview {
     /// when none rests.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resting_keys: Vec<RestingKey>,
+    /// A job with a `concurrencyKey`: its keys with tasks claimed, running or due now, the
+    /// most running first, then the most due: the [`MAX_KEYS_SHOWN`] busiest, counted over
+    /// at most [`MAX_JOB_COUNT`] of the job's waiting and running tasks; absent when no key
+    /// has work. With `spec.fairness` a key is `tenant␟key`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<KeyUsage>,
     /// The AsyncLimiters the job names (`spec.limiters`), each with the attempts running
     /// under it now across every job that names it; absent when it names none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -125,6 +131,21 @@ pub struct TenantUsage {
     /// The attempts it may have in flight while the tenants listed keep work: the job's
     /// effective concurrency times its weight over theirs.
     pub fair_share: f64,
+}
+
+/// How many keys the overview names: one key per merchant may mean thousands.
+pub const MAX_KEYS_SHOWN: usize = 20;
+
+/// A concurrency key of a job as the jobs overview shows it (docs/api.md, "Per-key
+/// limits").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub struct KeyUsage {
+    pub key: String,
+    /// Its tasks claimed or running now (at most `concurrencyKey.limit`).
+    pub running: u64,
+    /// Its tasks due now and waiting.
+    pub due: u64,
 }
 
 /// How many resting keys the overview names: a flood of 429s over 10⁴ merchants would

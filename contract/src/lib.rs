@@ -32,8 +32,8 @@ pub use executor::{
 };
 pub use jobs::{
     BindingLimit, CRON_FIRINGS, CronOverlap, CronOverview, FinishedCounts, JobList, JobOverview,
-    JobStats, LimiterUsage, MAX_JOB_COUNT, MAX_RESTING_KEYS, MAX_TENANTS_SHOWN, RestingKey,
-    TenantUsage, TenantWeight, TenantWeightRequest,
+    JobStats, KeyUsage, LimiterUsage, MAX_JOB_COUNT, MAX_KEYS_SHOWN, MAX_RESTING_KEYS,
+    MAX_TENANTS_SHOWN, RestingKey, TenantUsage, TenantWeight, TenantWeightRequest,
 };
 pub use schedule::{
     BackfillRequest, BackfillResult, MAX_BACKFILL, MAX_SCHEDULE_NAME, MAX_SCHEDULE_PAGE, Schedule,

@@ -222,6 +222,7 @@ function jobsTable(list, refresh) {
     const late = s.oldest_due_seconds !== null && s.oldest_due_seconds > 60;
     const resting = job.resting_keys || [];
     const tenants = job.tenants || [];
+    const keys = job.keys || [];
     const state = [
       ...(job.paused ? [badge("paused"), job.paused_by_config ? " by config" : ""] : [badge("active")]),
       // Keys an executor's 429 or 503 rests: how many, and each with its end on hover.
@@ -238,6 +239,13 @@ function jobsTable(list, refresh) {
           title: tenants.map((t) => t.tenant + ": " + t.running + " running, " + t.due + " due, weight "
             + t.weight + ", fair share " + t.fair_share.toFixed(1)).join("\n"),
         }, " · " + tenants.length + (tenants.length === 1 ? " tenant" : " tenants") + " with work")
+        : "",
+      // A keyed job's busiest keys: how many, and each one's usage on hover.
+      keys.length
+        ? h("span", {
+          class: "keys", "data-col": "keys",
+          title: keys.map((k) => k.key + ": " + k.running + " running, " + k.due + " due").join("\n"),
+        }, " · " + keys.length + (keys.length === 1 ? " key" : " keys") + " with work")
         : "",
     ];
     const name = job.job;

@@ -24,11 +24,11 @@
 //! tasks is not counted over and over: that walk was a third of an idle dispatcher's CPU
 //! on PostgreSQL.
 //!
-//! A `spec.fairness` job's tenants are counted on the passes that count its pending
-//! tasks ([`Store::tenant_usage`], one grouped read over at most [`MAX_JOB_COUNT`] of its
-//! active tasks): the [`TENANT_SERIES`] busiest each get their series, and the rest are
-//! summed under `tenant="others"`, so a job with a tenant per customer publishes at most
-//! eleven per state, never one per tenant.
+//! A keyed job's keys, and a `spec.fairness` job's tenants, are counted on the passes
+//! that count its pending tasks ([`Store::usage`], one grouped read over at most
+//! [`MAX_JOB_COUNT`] of its active tasks each): the [`SERIES`] busiest each get their
+//! series, and the rest are summed under `key="others"` / `tenant="others"`, so a job
+//! with a key per merchant publishes at most eleven per state, never one per key.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -40,14 +40,16 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::SharedClock;
 use crate::job_table::Routes;
 use crate::metrics::Metrics;
-use asyncd_store::{DueBacklog, JobCountParams, Store, TenantCounts};
+use asyncd_store::{DueBacklog, JobCountParams, Store, UsageBy, UsageCounts};
+use prometheus::IntGaugeVec;
 
-/// How many tenants of a job get series of their own in `asyncd_tenant_tasks`.
-const TENANT_SERIES: usize = 10;
+/// How many keys or tenants of a job get series of their own in `asyncd_key_tasks` and
+/// `asyncd_tenant_tasks`.
+const SERIES: usize = 10;
 
-/// How many tenants' counts a pass reads: past the first [`TENANT_SERIES`], what they sum
-/// to under "others" (a job with more tenants with work undercounts "others").
-const TENANTS_READ: u32 = 1_000;
+/// How many keys' or tenants' counts a pass reads: past the first [`SERIES`], what they
+/// sum to under "others" (a job with more keys with work undercounts "others").
+const USAGE_READ: u32 = 1_000;
 
 /// The most of its time the sampler spends counting.
 const DUTY: f64 = 0.05;
@@ -106,8 +108,8 @@ pub async fn run(
     let cap = u32::try_from(MAX_JOB_COUNT).expect("the cap fits");
     // Each sampled type's last pending count.
     let mut seen: HashMap<String, i64> = HashMap::new();
-    // The tenants each fair type has series for.
-    let mut tenant_series: HashMap<String, Vec<String>> = HashMap::new();
+    let mut tenants = Busiest::new(UsageBy::Tenant, metrics.tenant_tasks.clone());
+    let mut keys = Busiest::new(UsageBy::Key, metrics.key_tasks.clone());
     let mut next_full = std::time::Instant::now();
     loop {
         let began = std::time::Instant::now();
@@ -120,7 +122,7 @@ pub async fn run(
                 HashSet::new()
             }
         };
-        let (types, fair): (Vec<String>, HashSet<String>) = {
+        let (types, keyed, fair): (Vec<String>, HashSet<String>, HashSet<String>) = {
             let routes = routes.borrow();
             paused.extend(
                 routes
@@ -128,12 +130,17 @@ pub async fn run(
                     .filter(|job| job.paused)
                     .map(|job| job.task_type.clone()),
             );
+            let keyed = routes
+                .jobs()
+                .filter(|job| job.concurrency_key.is_some())
+                .map(|job| job.task_type.clone())
+                .collect();
             let fair = routes
                 .jobs()
                 .filter(|job| job.tenants().is_some())
                 .map(|job| job.task_type.clone())
                 .collect();
-            (routes.task_types(), fair)
+            (routes.task_types(), keyed, fair)
         };
         let mut current = HashMap::new();
         for task_type in types {
@@ -172,18 +179,11 @@ pub async fn run(
             let t = task_type.as_str();
             if let Some(pending) = pending {
                 metrics.pending.with_label_values(&[t]).set(pending);
+                if keyed.contains(t) {
+                    keys.sample(store.as_ref(), t, now).await;
+                }
                 if fair.contains(t) {
-                    match store
-                        .tenant_usage(t, now, MAX_JOB_COUNT, TENANTS_READ)
-                        .await
-                    {
-                        Ok(usage) => {
-                            let published = publish_tenants(&metrics, t, usage);
-                            let before = tenant_series.insert(task_type.clone(), published);
-                            remove_tenants(&metrics, t, before, tenant_series.get(t));
-                        }
-                        Err(err) => tracing::warn!(%err, task_type, "tenant counts failed"),
-                    }
+                    tenants.sample(store.as_ref(), t, now).await;
                 }
             }
             let pending = pending.or_else(|| seen.get(t).copied()).unwrap_or_default();
@@ -201,14 +201,8 @@ pub async fn run(
             metrics.due_backlog.with_label_values(&[gone]).set(0);
             metrics.oldest_due_age.with_label_values(&[gone]).set(0.0);
         }
-        let unfair: Vec<String> = tenant_series
-            .keys()
-            .filter(|t| !fair.contains(*t))
-            .cloned()
-            .collect();
-        for t in unfair {
-            remove_tenants(&metrics, &t, tenant_series.remove(&t), None);
-        }
+        keys.keep_only(&keyed);
+        tenants.keep_only(&fair);
         seen = current;
         if full {
             next_full = began + full_pause_after(began.elapsed(), interval);
@@ -220,16 +214,93 @@ pub async fn run(
     }
 }
 
-/// The [`TENANT_SERIES`] busiest of `usage` (busiest first, as the store answers), then
-/// the rest summed as "others" when there are any: `(tenant, running, due)`.
-fn top_tenants(usage: Vec<TenantCounts>) -> Vec<(String, u64, u64)> {
+/// A keyed job's busiest keys, or a fair job's busiest tenants, each as series of its own
+/// in one gauge, the rest summed as "others".
+struct Busiest {
+    by: UsageBy,
+    gauge: IntGaugeVec,
+    /// The keys or tenants each type has series for.
+    published: HashMap<String, Vec<String>>,
+}
+
+impl Busiest {
+    fn new(by: UsageBy, gauge: IntGaugeVec) -> Self {
+        Self {
+            by,
+            gauge,
+            published: HashMap::new(),
+        }
+    }
+
+    /// Sets `task_type`'s series from a fresh count, and drops those of the keys or
+    /// tenants that left the top: none keeps its last figures.
+    async fn sample(&mut self, store: &dyn Store, task_type: &str, now: asyncd_store::Millis) {
+        let usage = match store
+            .usage(task_type, self.by, now, MAX_JOB_COUNT, USAGE_READ)
+            .await
+        {
+            Ok(usage) => usage,
+            Err(err) => {
+                tracing::warn!(%err, task_type, by = ?self.by, "usage counts failed");
+                return;
+            }
+        };
+        let now: Vec<String> = top(usage)
+            .into_iter()
+            .map(|(of, running, due)| {
+                // A fair job's key is `tenant␟key`: the label shows the separator as the
+                // symbol for it, not as a control character.
+                let of = of.replace(asyncd_spec::TENANT_SEPARATOR, "\u{241f}");
+                for (state, n) in [("running", running), ("due", due)] {
+                    self.gauge
+                        .with_label_values(&[task_type, &of, state])
+                        .set(i64::try_from(n).unwrap_or(i64::MAX));
+                }
+                of
+            })
+            .collect();
+        let before = self.published.insert(task_type.to_string(), now);
+        self.remove(task_type, before.unwrap_or_default());
+    }
+
+    /// Drops every series of the types not in `types` (no longer keyed, or fair).
+    fn keep_only(&mut self, types: &HashSet<String>) {
+        let gone: Vec<String> = self
+            .published
+            .keys()
+            .filter(|t| !types.contains(*t))
+            .cloned()
+            .collect();
+        for task_type in gone {
+            let before = self.published.remove(&task_type).unwrap_or_default();
+            self.remove(&task_type, before);
+        }
+    }
+
+    /// Drops the series of `before` that `task_type` no longer publishes.
+    fn remove(&self, task_type: &str, before: Vec<String>) {
+        let now = self.published.get(task_type);
+        for of in before {
+            if now.is_some_and(|now| now.contains(&of)) {
+                continue;
+            }
+            for state in ["running", "due"] {
+                let _ = self.gauge.remove_label_values(&[task_type, &of, state]);
+            }
+        }
+    }
+}
+
+/// The [`SERIES`] busiest of `usage` (busiest first, as the store answers), then the rest
+/// summed as "others" when there are any: `(key or tenant, running, due)`.
+fn top(usage: Vec<UsageCounts>) -> Vec<(String, u64, u64)> {
     let mut rest = (0, 0);
-    let mut top = Vec::with_capacity(TENANT_SERIES + 1);
-    for (i, t) in usage.into_iter().enumerate() {
-        if i < TENANT_SERIES {
-            top.push((t.tenant, t.running, t.due));
+    let mut top = Vec::with_capacity(SERIES + 1);
+    for (i, u) in usage.into_iter().enumerate() {
+        if i < SERIES {
+            top.push((u.of, u.running, u.due));
         } else {
-            rest = (rest.0 + t.running, rest.1 + t.due);
+            rest = (rest.0 + u.running, rest.1 + u.due);
         }
     }
     if rest != (0, 0) {
@@ -238,65 +309,25 @@ fn top_tenants(usage: Vec<TenantCounts>) -> Vec<(String, u64, u64)> {
     top
 }
 
-/// Sets `task_type`'s tenant series from `usage`; returns the tenants published.
-fn publish_tenants(metrics: &Metrics, task_type: &str, usage: Vec<TenantCounts>) -> Vec<String> {
-    top_tenants(usage)
-        .into_iter()
-        .map(|(tenant, running, due)| {
-            for (state, n) in [("running", running), ("due", due)] {
-                metrics
-                    .tenant_tasks
-                    .with_label_values(&[task_type, &tenant, state])
-                    .set(i64::try_from(n).unwrap_or(i64::MAX));
-            }
-            tenant
-        })
-        .collect()
-}
-
-/// Drops the series of the tenants in `before` that are not in `now`: a tenant that left
-/// the top (or a job no longer fair) must not keep its last figures.
-fn remove_tenants(
-    metrics: &Metrics,
-    task_type: &str,
-    before: Option<Vec<String>>,
-    now: Option<&Vec<String>>,
-) {
-    for tenant in before.unwrap_or_default() {
-        if now.is_some_and(|now| now.contains(&tenant)) {
-            continue;
-        }
-        for state in ["running", "due"] {
-            let _ = metrics
-                .tenant_tasks
-                .remove_label_values(&[task_type, &tenant, state]);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn the_busiest_tenants_get_series_and_the_rest_are_summed() {
-        let usage: Vec<TenantCounts> = (0..13)
-            .map(|i| TenantCounts {
-                tenant: format!("t{i:02}"),
+    fn the_busiest_get_series_and_the_rest_are_summed() {
+        let usage: Vec<UsageCounts> = (0..13)
+            .map(|i| UsageCounts {
+                of: format!("t{i:02}"),
                 running: 13 - i,
                 due: 1,
             })
             .collect();
-        let top = top_tenants(usage.clone());
-        assert_eq!(top.len(), TENANT_SERIES + 1);
+        let top = top(usage.clone());
+        assert_eq!(top.len(), SERIES + 1);
         assert_eq!(top[0], ("t00".to_string(), 13, 1));
-        assert_eq!(top[TENANT_SERIES], ("others".to_string(), 3 + 2 + 1, 3));
-        let few = top_tenants(usage[..2].to_vec());
-        assert_eq!(
-            few.len(),
-            2,
-            "no others while every tenant has its own: {few:?}"
-        );
+        assert_eq!(top[SERIES], ("others".to_string(), 3 + 2 + 1, 3));
+        let few = super::top(usage[..2].to_vec());
+        assert_eq!(few.len(), 2, "no others while each has its own: {few:?}");
     }
 
     #[test]

@@ -39,6 +39,7 @@ pub struct Metrics {
     pub poll_duration: Histogram,
     pub due_backlog: IntGaugeVec,
     pub tenant_tasks: IntGaugeVec,
+    pub key_tasks: IntGaugeVec,
     pub oldest_due_age: GaugeVec,
     pub heap_size: IntGauge,
     pub clock_offset: Gauge,
@@ -219,6 +220,12 @@ impl Metrics {
              top 10 by running then due, the rest summed as tenant=\"others\"",
             &["task_type", "tenant", "state"],
         );
+        let key_tasks = gauge(
+            "asyncd_key_tasks",
+            "Tasks of a keyed job's busiest concurrency keys, claimed or running and due: the \
+             top 10 by running then due, the rest summed as key=\"others\"",
+            &["task_type", "key", "state"],
+        );
         let oldest_due_age = GaugeVec::new(
             Opts::new(
                 "asyncd_oldest_due_age_seconds",
@@ -267,6 +274,7 @@ impl Metrics {
             poll_duration,
             due_backlog,
             tenant_tasks,
+            key_tasks,
             oldest_due_age,
             heap_size,
             clock_offset,

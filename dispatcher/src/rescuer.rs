@@ -314,14 +314,15 @@ mod tests {
         ) -> store::Result<std::collections::BTreeMap<String, u32>> {
             self.inner.tenant_weights(task_type).await
         }
-        async fn tenant_usage(
+        async fn usage(
             &self,
             task_type: &str,
+            by: store::UsageBy,
             now: Millis,
             cap: u64,
             limit: u32,
-        ) -> store::Result<Vec<store::TenantCounts>> {
-            self.inner.tenant_usage(task_type, now, cap, limit).await
+        ) -> store::Result<Vec<store::UsageCounts>> {
+            self.inner.usage(task_type, by, now, cap, limit).await
         }
         async fn purge_key_windows(&self, closed_before: Millis, limit: u32) -> store::Result<u64> {
             self.inner.purge_key_windows(closed_before, limit).await

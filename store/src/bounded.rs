@@ -228,18 +228,16 @@ impl Store for Bounded {
         .await
     }
 
-    async fn tenant_usage(
+    async fn usage(
         &self,
         task_type: &str,
+        by: UsageBy,
         now: Millis,
         cap: u64,
         limit: u32,
-    ) -> Result<Vec<TenantCounts>> {
-        self.within(
-            "tenant_usage",
-            self.inner.tenant_usage(task_type, now, cap, limit),
-        )
-        .await
+    ) -> Result<Vec<UsageCounts>> {
+        self.within("usage", self.inner.usage(task_type, by, now, cap, limit))
+            .await
     }
 
     async fn tenant_weights(&self, task_type: &str) -> Result<BTreeMap<String, u32>> {

@@ -217,17 +217,17 @@ where
         .collect())
 }
 
-/// [`super::Store::tenant_usage`]: the tenants of a `spec.fairness` job with tasks
-/// claimed, running or due at `now`, busiest first, up to `limit`; counted over at most
-/// `cap` of the job's active tasks (the `tasks_by_type_state` range), so an overview
-/// costs the same however deep the backlog is.
-pub(crate) async fn tenant_usage<D, DB>(
+/// [`super::Store::usage`]: the keys or tenants of a keyed job with tasks claimed,
+/// running or due, each counted once over at most `cap` active tasks (one grouped read of
+/// `tasks_by_type_state`'s ranges), the busiest first.
+pub(crate) async fn usage<D, DB>(
     pool: &Pool<DB>,
     task_type: &str,
+    by: super::UsageBy,
     now: Millis,
     cap: u64,
     limit: u32,
-) -> Result<Vec<super::TenantCounts>>
+) -> Result<Vec<super::UsageCounts>>
 where
     D: crate::tx::Dialect<DB = DB>,
     DB: Database,
@@ -238,26 +238,30 @@ where
     for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'r> (super::rows::Key, i64, i64): FromRow<'r, DB::Row>,
 {
+    let of = match by {
+        super::UsageBy::Key => "concurrency_key",
+        super::UsageBy::Tenant => D::TENANT_OF_KEY,
+    };
+    // A task without a key (from before the job had one) is no key's nor tenant's.
     let mut query = sqlx::QueryBuilder::<DB>::new(format!(
-        "SELECT tenant, COUNT(CASE WHEN state <> 'pending' THEN 1 END) AS running, \
+        "SELECT of_, COUNT(CASE WHEN state <> 'pending' THEN 1 END) AS running, \
            COUNT(CASE WHEN state = 'pending' THEN 1 END) AS due \
-         FROM (SELECT {} AS tenant, state FROM tasks WHERE {}",
-        D::TENANT_OF_KEY,
+         FROM (SELECT {of} AS of_, state FROM tasks WHERE {}",
         active!("task_type = ")
     ));
     query
         .push_bind(task_type)
-        .push(" AND (state <> 'pending' OR trigger_at <= ")
+        .push(" AND concurrency_key IS NOT NULL AND (state <> 'pending' OR trigger_at <= ")
         .push_bind(now)
         .push(") LIMIT ")
         .push_bind(i64::try_from(cap).unwrap_or(i64::MAX))
-        .push(") active GROUP BY tenant ORDER BY running DESC, due DESC, tenant LIMIT ")
+        .push(") active GROUP BY of_ ORDER BY running DESC, due DESC, of_ LIMIT ")
         .push_bind(i64::from(limit));
     let rows: Vec<(super::rows::Key, i64, i64)> = query.build_query_as().fetch_all(pool).await?;
     Ok(rows
         .into_iter()
-        .map(|(tenant, running, due)| super::TenantCounts {
-            tenant: tenant.0,
+        .map(|(of, running, due)| super::UsageCounts {
+            of: of.0,
             running: u64::try_from(running).unwrap_or(0),
             due: u64::try_from(due).unwrap_or(0),
         })

@@ -100,7 +100,7 @@ pub use params::{
     Admitted, BulkAction, ClaimIdsParams, ClaimParams, DeadCount, DeadFilter, DeadLetterParams,
     DueBacklog, DueStart, DueStarted, FairClaim, FairParams, HeldBy, InsertConsumedParams,
     JobCountParams, JobCounts, JobGate, KeyOrder, PurgeParams, RateBucket, SearchParams, Shares,
-    StartDueParams, StartParams, TenantCounts, TenantWeights, TypeFilter,
+    StartDueParams, StartParams, TenantWeights, TypeFilter, UsageBy, UsageCounts,
 };
 use redact::without_password;
 pub use redact::{redact, redact_url};

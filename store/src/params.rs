@@ -38,10 +38,20 @@ pub struct DueBacklog {
     pub oldest_due: Option<Millis>,
 }
 
-/// One tenant of a `spec.fairness` job, from [`Store::tenant_usage`].
+/// What [`Store::usage`] counts a keyed job's tasks by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageBy {
+    /// The concurrency key (`tenant␟key` with `spec.fairness`).
+    Key,
+    /// The tenant of a `spec.fairness` job: the key's text before its U+001F.
+    Tenant,
+}
+
+/// One key's or tenant's tasks, from [`Store::usage`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TenantCounts {
-    pub tenant: String,
+pub struct UsageCounts {
+    /// The key or the tenant.
+    pub of: String,
     /// Its tasks claimed or running.
     pub running: u64,
     /// Its tasks pending and due.

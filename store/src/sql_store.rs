@@ -523,14 +523,15 @@ where
         limit_rows::tenant_weights(self, task_type).await
     }
 
-    async fn tenant_usage(
+    async fn usage(
         &self,
         task_type: &str,
+        by: UsageBy,
         now: Millis,
         cap: u64,
         limit: u32,
-    ) -> Result<Vec<TenantCounts>> {
-        job_counts::tenant_usage::<B, DB>(self.reader(), task_type, now, cap, limit).await
+    ) -> Result<Vec<UsageCounts>> {
+        job_counts::usage::<B, DB>(self.reader(), task_type, by, now, cap, limit).await
     }
 
     async fn due_backlog(&self, params: JobCountParams<'_>) -> Result<DueBacklog> {

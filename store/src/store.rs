@@ -181,16 +181,17 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<bool>;
     /// The runtime weights of `task_type`'s tenants.
     async fn tenant_weights(&self, task_type: &str) -> Result<BTreeMap<String, u32>>;
-    /// The tenants of `task_type` (a job with `spec.fairness`) with tasks claimed,
-    /// running or due at `now`, the most running first, then the most due, up to
-    /// `limit`; counted over at most `cap` of the job's active tasks.
-    async fn tenant_usage(
+    /// The keys or tenants (`by`) of `task_type`, a job with a `concurrencyKey`, with
+    /// tasks claimed, running or due at `now`, the most running first, then the most
+    /// due, up to `limit`; counted over at most `cap` of the job's active tasks.
+    async fn usage(
         &self,
         task_type: &str,
+        by: UsageBy,
         now: Millis,
         cap: u64,
         limit: u32,
-    ) -> Result<Vec<TenantCounts>>;
+    ) -> Result<Vec<UsageCounts>>;
     /// Tasks by filter ([`SearchParams`]), without their `depends_on`.
     /// How many dead letters match `filter`, and how many of them its action can act on.
     async fn count_dead(&self, filter: DeadFilter<'_>) -> Result<DeadCount>;

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use asyncd_contract::{
     BindingLimit, CRON_FIRINGS, CronOverview, ErrorCode, FinishedCounts, JobList, JobOverview,
-    JobStats, JobStatus, LimiterUsage, MAX_JOB_COUNT, MAX_RESTING_KEYS, MAX_TENANTS_SHOWN,
-    RestingKey, TenantUsage,
+    JobStats, JobStatus, KeyUsage, LimiterUsage, MAX_JOB_COUNT, MAX_KEYS_SHOWN, MAX_RESTING_KEYS,
+    MAX_TENANTS_SHOWN, RestingKey, TenantUsage,
 };
 use axum::Json;
 use axum::extract::State;
@@ -20,7 +20,7 @@ use super::error::ApiError;
 use super::{ApiState, AppState};
 use crate::auth::{Caller, Verb};
 use crate::clock::from_millis;
-use asyncd_store::{JobCountParams, Millis, RateBucket, domain};
+use asyncd_store::{JobCountParams, Millis, RateBucket, UsageBy, domain};
 
 /// The job named `name` (an AsyncJobConfig), when `caller` may do `verb` on it: 404 for a
 /// name no config declares, 403 for a job the caller may not act on.
@@ -89,6 +89,26 @@ async fn job_overview(
             .collect(),
         None => Vec::new(),
     };
+    let keys = match &job.concurrency_key {
+        Some(_) => state
+            .store
+            .usage(
+                &job.task_type,
+                UsageBy::Key,
+                now,
+                MAX_JOB_COUNT,
+                MAX_KEYS_SHOWN as u32,
+            )
+            .await?
+            .into_iter()
+            .map(|k| KeyUsage {
+                key: k.of,
+                running: k.running,
+                due: k.due,
+            })
+            .collect(),
+        None => Vec::new(),
+    };
     // The dispatchers running the job each offer its executor their share; together
     // never more than `concurrency` (the store's count holds that).
     let effective_concurrency = match shares.get(&job.task_type) {
@@ -151,22 +171,28 @@ async fn job_overview(
             let set = state.store.tenant_weights(&job.task_type).await?;
             let busy = state
                 .store
-                .tenant_usage(&job.task_type, now, MAX_JOB_COUNT, MAX_TENANTS_SHOWN as u32)
+                .usage(
+                    &job.task_type,
+                    UsageBy::Tenant,
+                    now,
+                    MAX_JOB_COUNT,
+                    MAX_TENANTS_SHOWN as u32,
+                )
                 .await?;
             let weight = |tenant: &str| {
                 set.get(tenant)
                     .copied()
                     .unwrap_or_else(|| spec.weight_of(tenant))
             };
-            let weights: u64 = busy.iter().map(|t| u64::from(weight(&t.tenant))).sum();
+            let weights: u64 = busy.iter().map(|t| u64::from(weight(&t.of))).sum();
             let tenants = busy
                 .into_iter()
                 .map(|t| {
-                    let weight = weight(&t.tenant);
+                    let weight = weight(&t.of);
                     TenantUsage {
                         fair_share: f64::from(effective_concurrency) * f64::from(weight)
                             / weights.max(1) as f64,
-                        tenant: t.tenant,
+                        tenant: t.of,
                         weight,
                         running: t.running,
                         due: t.due,
@@ -203,6 +229,7 @@ async fn job_overview(
         },
         cron,
         resting_keys,
+        keys,
         limiters,
         tenant_weights,
         tenants,

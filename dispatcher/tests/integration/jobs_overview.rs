@@ -233,8 +233,9 @@ async fn an_empty_rate_bucket_is_named_as_the_binding_limit() {
 }
 
 /// A fair job's tenants with work, each with the weight the claim uses now, its counts
-/// and its share of the job's concurrency, the busiest first; a weight set at runtime
-/// changes the shares. The job is paused, so every task stays due.
+/// and its share of the job's concurrency, the busiest first, and its keys with their
+/// counts; a weight set at runtime changes the shares. The job is paused, so every task
+/// stays due.
 #[tokio::test]
 async fn a_fair_jobs_tenants_show_their_work_and_shares() {
     let executor = Executor::start(|_| Answer::ok()).await;
@@ -265,6 +266,18 @@ async fn a_fair_jobs_tenants_show_their_work_and_shares() {
             {"tenant": "acme", "weight": 3, "running": 0, "due": 3, "fair_share": 3.0},
             {"tenant": "zeta", "weight": 1, "running": 0, "due": 1, "fair_share": 1.0},
         ])
+    );
+    let (_, one) = asyncd.get("/v1/jobs/fair-job").await;
+    let key = |tenant: &str, m: u32| format!("{tenant}\u{1f}{m}");
+    assert_eq!(
+        one["keys"],
+        json!([
+            {"key": key("acme", 0), "running": 0, "due": 1},
+            {"key": key("acme", 1), "running": 0, "due": 1},
+            {"key": key("acme", 2), "running": 0, "due": 1},
+            {"key": key("zeta", 0), "running": 0, "due": 1},
+        ]),
+        "each key of each tenant, in key order at equal counts"
     );
     let (status, answer) = asyncd
         .send_json(

@@ -69,11 +69,12 @@ async fn source_service_labels_are_bounded() {
     );
 }
 
-/// `asyncd_tenant_tasks`: a fair job's ten busiest tenants each get a series, the rest
-/// are summed as "others", so a tenant per customer does not mint a series each. The
-/// job is paused, so every task stays due.
+/// `asyncd_tenant_tasks` and `asyncd_key_tasks`: a fair job's ten busiest tenants, and
+/// its ten busiest keys, each get a series, the rest are summed as "others", so a tenant
+/// per customer or a key per merchant does not mint a series each. The job is paused,
+/// so every task stays due.
 #[tokio::test]
-async fn tenant_series_are_the_busiest_ten_and_others() {
+async fn tenant_and_key_series_are_the_busiest_ten_and_others() {
     let executor = Executor::start(|_| Answer::ok()).await;
     let fair = "  concurrencyKey: {key: '{m}', limit: 1}\n  fairness: {tenant: '{t}'}\n";
     let asyncd = InProcess::start(&[(
@@ -109,13 +110,38 @@ async fn tenant_series_are_the_busiest_ten_and_others() {
         .count();
     assert_eq!(due_series, 11, "ten tenants and others:\n{metrics}");
     assert!(!metrics.contains("tenant=\"t10\""), "{metrics}");
+    // 15 keys with one due task each: the first ten by key, then five summed.
+    let key_series = |m: &str, key: &str| {
+        format!("asyncd_key_tasks{{key=\"{key}\",state=\"due\",task_type=\"fair\"}} {m}")
+    };
+    let metrics = wait_for("the keys' series", DEADLINE, async || {
+        let m = asyncd.metrics().await;
+        m.contains(&key_series("5", "others")).then_some(m)
+    })
+    .await;
+    assert!(
+        metrics.contains(&key_series("1", "t00\u{241f}0")),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(&key_series("1", "t07\u{241f}0")),
+        "{metrics}"
+    );
+    let due_keys = metrics
+        .lines()
+        .filter(|l| l.starts_with("asyncd_key_tasks{") && l.contains("state=\"due\""))
+        .count();
+    assert_eq!(due_keys, 11, "ten keys and others:\n{metrics}");
 
     // Resumed, every task runs; tenants without work lose their series.
     let (status, answer) = asyncd.post("/v1/jobs/fair-job/resume", json!({})).await;
     assert_eq!(status, 200, "{answer}");
     wait_for("the tenants' series to go", DEADLINE, async || {
         let m = asyncd.metrics().await;
-        (executor.calls().len() == 15 && !m.contains("asyncd_tenant_tasks{")).then_some(())
+        (executor.calls().len() == 15
+            && !m.contains("asyncd_tenant_tasks{")
+            && !m.contains("asyncd_key_tasks{"))
+        .then_some(())
     })
     .await;
 }

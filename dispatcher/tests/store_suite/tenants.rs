@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use asyncd_spec::TENANT_SEPARATOR;
 use asyncd_store::{
-    ClaimIdsParams, FairParams, KeyOrder, Millis, NewTask, Store, TenantCounts, TenantWeights,
-    TypeFilter,
+    ClaimIdsParams, FairParams, KeyOrder, Millis, NewTask, Store, TenantWeights, TypeFilter,
+    UsageBy, UsageCounts,
 };
 
 use crate::{T0, at, claim_params, insert};
@@ -203,9 +203,10 @@ async fn runtime_weights_are_set_replaced_and_deleted_per_job(store: &dyn Store)
     );
 }
 
-/// The jobs overview's tenants (`Store::tenant_usage`): claimed and due tasks counted per
-/// tenant at `now`, the most running first, then the most due; a tenant whose tasks are
-/// all due later, and another job's, left out; `limit` and `cap` honoured.
+/// The jobs overview's tenants and keys (`Store::usage`): claimed and due tasks counted
+/// per tenant, or per key, at `now`, the most running first, then the most due; a tenant
+/// whose tasks are all due later, another job's, and a task without a key left out;
+/// `limit` and `cap` honoured.
 async fn tenants_with_work_are_counted_busiest_first(store: &dyn Store) {
     let mut busy = Vec::new();
     for i in 0..3 {
@@ -234,6 +235,7 @@ async fn tenants_with_work_are_counted_busiest_first(store: &dyn Store) {
         NewTask::test("other-usage", at(0)).concurrency_key(key("elsewhere", "k")),
     )
     .await;
+    insert(store, NewTask::test("usage", at(0))).await;
     let claimed = store
         .claim_ids(ClaimIdsParams {
             ids: &busy[..2],
@@ -244,27 +246,43 @@ async fn tenants_with_work_are_counted_busiest_first(store: &dyn Store) {
         .await
         .unwrap();
     assert_eq!(claimed.len(), 2);
-    let counts = |tenant: &str, running, due| TenantCounts {
-        tenant: tenant.into(),
+    let counts = |of: &str, running, due| UsageCounts {
+        of: of.into(),
         running,
         due,
     };
     assert_eq!(
         store
-            .tenant_usage("usage", at(100), 1_000, 20)
+            .usage("usage", UsageBy::Tenant, at(100), 1_000, 20)
             .await
             .unwrap(),
         vec![counts("busy", 2, 1), counts("queued", 0, 2)]
     );
     assert_eq!(
         store
-            .tenant_usage("usage", at(2_000), 1_000, 1)
+            .usage("usage", UsageBy::Tenant, at(2_000), 1_000, 1)
             .await
             .unwrap(),
         vec![counts("busy", 2, 1)],
         "the busiest alone"
     );
-    let capped = store.tenant_usage("usage", at(2_000), 3, 20).await.unwrap();
+    let capped = store
+        .usage("usage", UsageBy::Tenant, at(2_000), 3, 20)
+        .await
+        .unwrap();
     let seen: u64 = capped.iter().map(|t| t.running + t.due).sum();
     assert_eq!(seen, 3, "at most the cap's tasks counted: {capped:?}");
+    assert_eq!(
+        store
+            .usage("usage", UsageBy::Key, at(100), 1_000, 4)
+            .await
+            .unwrap(),
+        vec![
+            counts(&key("busy", "k0"), 1, 0),
+            counts(&key("busy", "k1"), 1, 0),
+            counts(&key("busy", "k2"), 0, 1),
+            counts(&key("queued", "k0"), 0, 1),
+        ],
+        "by key: the running ones, then the due, in key order"
+    );
 }
