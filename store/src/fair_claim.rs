@@ -58,7 +58,9 @@ where
     for<'r> (String, Option<rows::Key>): FromRow<'r, DB::Row>,
     for<'r> (Option<rows::Key>, i64): FromRow<'r, DB::Row>,
     for<'r> (rows::Key, Option<String>): FromRow<'r, DB::Row>,
+    for<'r> (rows::Key, i64): FromRow<'r, DB::Row>,
     for<'r> (rows::Key,): FromRow<'r, DB::Row>,
+    for<'r> (rows::Key, i64): FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (String, rows::Key, Millis): FromRow<'r, DB::Row>,
 {
@@ -159,6 +161,8 @@ impl Keyed<'_> {
         for<'q> Millis: Encode<'q, DB> + Type<DB>,
         for<'q> i64: Encode<'q, DB> + Type<DB>,
         for<'r> (rows::Key, Option<String>): FromRow<'r, DB::Row>,
+        for<'r> (rows::Key, i64): FromRow<'r, DB::Row>,
+        for<'r> (String, Option<rows::Key>): FromRow<'r, DB::Row>,
         for<'r> (String, rows::Key, Millis): FromRow<'r, DB::Row>,
     {
         let spans = match after {
@@ -205,6 +209,8 @@ impl Keyed<'_> {
         for<'q> Millis: Encode<'q, DB> + Type<DB>,
         for<'q> i64: Encode<'q, DB> + Type<DB>,
         for<'r> (rows::Key, Option<String>): FromRow<'r, DB::Row>,
+        for<'r> (rows::Key, i64): FromRow<'r, DB::Row>,
+        for<'r> (String, Option<rows::Key>): FromRow<'r, DB::Row>,
         for<'r> (String, rows::Key, Millis): FromRow<'r, DB::Row>,
     {
         if limit == 0 {
@@ -344,7 +350,10 @@ impl Keyed<'_> {
         for<'q> Millis: Encode<'q, DB> + Type<DB>,
         for<'q> i64: Encode<'q, DB> + Type<DB>,
         for<'r> (rows::Key,): FromRow<'r, DB::Row>,
+        for<'r> (rows::Key, i64): FromRow<'r, DB::Row>,
         for<'r> (rows::Key, Option<String>): FromRow<'r, DB::Row>,
+        for<'r> (rows::Key, i64): FromRow<'r, DB::Row>,
+        for<'r> (String, Option<rows::Key>): FromRow<'r, DB::Row>,
         for<'r> (String, rows::Key, Millis): FromRow<'r, DB::Row>,
     {
         if limit == 0 {

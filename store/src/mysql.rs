@@ -151,6 +151,7 @@ impl Dialect for MySqlStore {
         pending: "state = 'pending'",
         trigger_at: "trigger_at",
         stepwise: true,
+        keyless_setting: None,
     };
     // InnoDB rolls a failed statement back alone; the transaction goes on.
     const FAILED_STATEMENT_ABORTS: bool = false;

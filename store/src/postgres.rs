@@ -235,6 +235,7 @@ impl Dialect for PostgresStore {
         pending: "CASE WHEN state = 'pending' THEN true ELSE false END",
         trigger_at: "trigger_at + 0",
         stepwise: false,
+        keyless_setting: Some("SET LOCAL enable_sort = off"),
     };
     const FAILED_STATEMENT_ABORTS: bool = true;
 

@@ -457,6 +457,7 @@ impl Dialect for SqliteStore {
         pending: "state = 'pending'",
         trigger_at: "trigger_at",
         stepwise: false,
+        keyless_setting: None,
     };
     // A failed statement is rolled back alone (SQLite's default ABORT resolution).
     const FAILED_STATEMENT_ABORTS: bool = false;

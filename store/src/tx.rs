@@ -59,6 +59,12 @@ pub struct KeyedWalk {
     /// bounded by the row it is evaluated for from the range's start (a `ref` on the
     /// type and state), so each step of a recursive walk read every key before it.
     pub stepwise: bool,
+    /// A setting the keyless window's statement runs under (`SET LOCAL`, so in a
+    /// transaction of its own): on PostgreSQL sorts off, so that a never-analysed
+    /// table's plan walks `tasks_ranked_by_type` in rank order instead of sorting the
+    /// type's every pending task; its `state = 'pending'` is what that partial index
+    /// needs, and it makes `tasks_by_type_state` look as good.
+    pub keyless_setting: Option<&'static str>,
 }
 
 /// What a backend supplies to the shared transaction bodies.

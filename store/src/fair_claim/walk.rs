@@ -121,23 +121,32 @@ where
     for<'q> Millis: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'r> (rows::Key, Option<String>): FromRow<'r, DB::Row>,
+    for<'r> (rows::Key, i64): FromRow<'r, DB::Row>,
+    for<'r> (String, Option<rows::Key>): FromRow<'r, DB::Row>,
 {
     if D::KEYED_WALK.stepwise {
-        let mut found: Vec<(rows::Key, Option<String>)> = Vec::new();
-        while (found.len() as u32) < max {
-            let from = found.last().map(|(key, _)| key.0.clone());
-            let from = from.as_deref().map_or(span.from, Bound::Excluded);
-            let mut query = QueryBuilder::<DB>::new("SELECT k, ");
-            push_first_due::<D, DB>(&mut query, "step.k", task_type, params);
-            query.push(" FROM (");
-            push_next_key::<D, DB>(&mut query, task_type, Span { from, to: span.to });
-            query.push(") step");
-            let next: Option<(rows::Key, Option<String>)> =
-                query.build_query_as().fetch_optional(&mut *conn).await?;
-            let Some(next) = next else { break };
-            found.push(next);
+        let ranked = ranged::<D, DB>(conn, task_type, span, max, Step::Key).await?;
+        let due: Vec<&str> = ranked
+            .iter()
+            .filter(|(_, rank)| *rank <= params.horizon.as_i64())
+            .map(|(key, _)| key.as_str())
+            .collect();
+        let mut firsts: std::collections::HashMap<String, String> = Default::default();
+        if !due.is_empty() {
+            let found: Vec<(String, Option<rows::Key>)> =
+                firsts_query::<D, DB>(task_type, &due, params)
+                    .build_query_as()
+                    .fetch_all(&mut *conn)
+                    .await?;
+            firsts.extend(found.into_iter().filter_map(|(id, key)| Some((key?.0, id))));
         }
-        return Ok(found);
+        return Ok(ranked
+            .into_iter()
+            .map(|(key, _)| {
+                let first = firsts.remove(&key);
+                (rows::Key(key), first)
+            })
+            .collect());
     }
     Ok(keys_query::<D, DB>(task_type, span, max, params)
         .build_query_as()
@@ -202,26 +211,115 @@ fn push_first_due<D, DB>(
         .push(") ORDER BY claim_rank, id LIMIT 1)");
 }
 
-/// The first key of `task_type` within `span`, as a statement selecting it as `k`.
-fn push_next_key<D, DB>(query: &mut QueryBuilder<DB>, task_type: &str, span: Span<'_>)
+/// How many index entries one statement of a MariaDB walk reads, at most.
+const RANGE_READ: u32 = 1_024;
+
+/// [`KeyedWalk::stepwise`](crate::tx::KeyedWalk::stepwise) (MariaDB): up to `max` keys
+/// within `span` (with [`Step::Tenant`], the first key of each tenant), in order, each
+/// with its best pending task's rank, from runs of `tasks_keyed`'s entries in (key, rank)
+/// order of at most [`RANGE_READ`] a statement. A statement yields every key whose
+/// entries it reads, and at least one, since the next starts past the last key (or
+/// tenant) it read: a deep key costs one statement, a run of shallow keys shares one.
+async fn ranged<D, DB>(
+    conn: &mut Conn<D>,
+    task_type: &str,
+    span: Span<'_>,
+    max: u32,
+    step: Step,
+) -> Result<Vec<(String, i64)>>
+where
+    D: Dialect<DB = DB>,
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> &'q D::Key: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'r> (rows::Key, i64): FromRow<'r, DB::Row>,
+{
+    let walk = D::KEYED_WALK;
+    let mut found: Vec<(String, i64)> = Vec::new();
+    let mut next_from: Option<String> = None;
+    while (found.len() as u32) < max {
+        let from = match (&next_from, step) {
+            (None, _) => span.from,
+            (Some(key), Step::Key) => Bound::Excluded(key.as_str()),
+            (Some(bound), Step::Tenant) => Bound::Included(bound.as_str()),
+        };
+        let mut query = QueryBuilder::<DB>::new(format!(
+            "SELECT concurrency_key, claim_rank FROM {} WHERE task_type = ",
+            walk.table
+        ));
+        query.push_bind(task_type).push(" AND ").push(walk.walked);
+        push_from::<D, DB>(&mut query, from);
+        push_below::<D, DB>(&mut query, "concurrency_key", span.to);
+        query
+            .push(" ORDER BY concurrency_key, claim_rank LIMIT ")
+            .push_bind(i64::from(RANGE_READ));
+        let entries: Vec<(rows::Key, i64)> = query.build_query_as().fetch_all(&mut *conn).await?;
+        let read_all = (entries.len() as u32) < RANGE_READ;
+        let mut last: Option<String> = None;
+        for (key, rank) in entries {
+            let same = last.as_deref().is_some_and(|last| match step {
+                Step::Key => last == key.0,
+                Step::Tenant => tenant_of(last) == tenant_of(&key.0),
+            });
+            if !same && (found.len() as u32) < max {
+                found.push((key.0.clone(), rank));
+            }
+            last = Some(key.0);
+        }
+        let Some(last) = last else { break };
+        if read_all {
+            break;
+        }
+        next_from = Some(match step {
+            Step::Key => last,
+            Step::Tenant => after_tenant(tenant_of(&last)),
+        });
+    }
+    Ok(found)
+}
+
+/// Each of `keys`' best due task, unless the key is cooling down, as `(id, key)`: one
+/// `LIMIT 1` range per key.
+fn firsts_query<D, DB>(task_type: &str, keys: &[&str], params: &ClaimParams<'_>) -> QueryBuilder<DB>
 where
     D: Dialect<DB = DB>,
     DB: Database,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'q> &'q D::Key: Encode<'q, DB> + Type<DB>,
+    for<'q> Millis: Encode<'q, DB> + Type<DB>,
 {
     let walk = D::KEYED_WALK;
+    let mut query = QueryBuilder::<DB>::new("");
+    for (i, key) in keys.iter().enumerate() {
+        if i > 0 {
+            query.push(" UNION ALL ");
+        }
+        query
+            .push(format!(
+                "SELECT id, concurrency_key FROM (SELECT id, concurrency_key FROM {} \
+                 WHERE task_type = ",
+                walk.table
+            ))
+            .push_bind(task_type)
+            .push(format!(" AND {} AND {}", walk.walked, walk.pending))
+            .push(" AND concurrency_key = ")
+            .push_bind(D::key(key))
+            .push(" AND claim_rank <= ")
+            .push_bind(params.horizon)
+            .push(format!(" AND {} <= ", walk.trigger_at))
+            .push_bind(params.horizon)
+            .push(" AND NOT EXISTS (SELECT 1 FROM key_cooldowns c WHERE c.task_type = ")
+            .push_bind(task_type)
+            .push(" AND c.concurrency_key = ")
+            .push_bind(D::key(key))
+            .push(" AND c.ends_at > ")
+            .push_bind(params.now)
+            .push(format!(") ORDER BY claim_rank, id LIMIT 1) first{i}"));
+    }
     query
-        .push(format!(
-            "SELECT concurrency_key AS k FROM {} WHERE task_type = ",
-            walk.table
-        ))
-        .push_bind(task_type)
-        .push(" AND ")
-        .push(walk.walked);
-    push_from::<D, DB>(query, span.from);
-    push_below::<D, DB>(query, "concurrency_key", span.to);
-    query.push(" ORDER BY concurrency_key LIMIT 1");
 }
 
 fn push_from<D, DB>(query: &mut QueryBuilder<DB>, from: Bound<&str>)
@@ -258,20 +356,14 @@ where
     for<'q> &'q D::Key: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'r> (rows::Key,): FromRow<'r, DB::Row>,
+    for<'r> (rows::Key, i64): FromRow<'r, DB::Row>,
 {
     if D::KEYED_WALK.stepwise {
-        let mut found: Vec<(rows::Key,)> = Vec::new();
-        while (found.len() as u32) < max {
-            let from = found.last().map(|(key,)| after_tenant(tenant_of(&key.0)));
-            let from = from.as_deref().map_or(span.from, Bound::Included);
-            let mut query = QueryBuilder::<DB>::new("");
-            push_next_key::<D, DB>(&mut query, task_type, Span { from, to: span.to });
-            let next: Option<(rows::Key,)> =
-                query.build_query_as().fetch_optional(&mut *conn).await?;
-            let Some(next) = next else { break };
-            found.push(next);
-        }
-        return Ok(found);
+        let ranked = ranged::<D, DB>(conn, task_type, span, max, Step::Tenant).await?;
+        return Ok(ranked
+            .into_iter()
+            .map(|(key, _)| (rows::Key(key),))
+            .collect());
     }
     Ok(tenants_query::<D, DB>(task_type, span, max)
         .build_query_as()
@@ -442,10 +534,15 @@ where
     for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'r> (String,): FromRow<'r, DB::Row>,
 {
-    Ok(keyless_query::<D, DB>(task_type, limit, params)
-        .build_query_as()
-        .fetch_all(&mut *conn)
-        .await?)
+    let mut query = keyless_query::<D, DB>(task_type, limit, params);
+    let Some(setting) = D::KEYED_WALK.keyless_setting else {
+        return Ok(query.build_query_as().fetch_all(&mut *conn).await?);
+    };
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    sqlx::query::<DB>(setting).execute(&mut *tx).await?;
+    let found = query.build_query_as().fetch_all(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(found)
 }
 
 fn keyless_query<D, DB>(task_type: &str, limit: u32, params: &ClaimParams<'_>) -> QueryBuilder<DB>
