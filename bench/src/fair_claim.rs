@@ -119,6 +119,7 @@ async fn claims(store: &dyn Store, n: usize, tenants: bool) -> Result<Vec<Durati
                     per_key: 2,
                     after: after.as_deref(),
                     order: KeyOrder::Rank,
+                    key_limits: None,
                     tenants: tenants.then_some(TenantWeights {
                         weights: &weights,
                         default_weight: 1,

@@ -40,6 +40,7 @@ pub struct Metrics {
     pub due_backlog: IntGaugeVec,
     pub tenant_tasks: IntGaugeVec,
     pub key_tasks: IntGaugeVec,
+    pub keys_cut: IntGaugeVec,
     pub oldest_due_age: GaugeVec,
     pub heap_size: IntGauge,
     pub clock_offset: Gauge,
@@ -226,6 +227,12 @@ impl Metrics {
              top 10 by running then due, the rest summed as key=\"others\"",
             &["task_type", "key", "state"],
         );
+        let keys_cut = gauge(
+            "asyncd_keys_cut",
+            "Keys of a job with concurrencyKey.adaptive whose limit this dispatcher has cut \
+             after overload answers and not yet won back (at most 1000 kept)",
+            &["job"],
+        );
         let oldest_due_age = GaugeVec::new(
             Opts::new(
                 "asyncd_oldest_due_age_seconds",
@@ -275,6 +282,7 @@ impl Metrics {
             due_backlog,
             tenant_tasks,
             key_tasks,
+            keys_cut,
             oldest_due_age,
             heap_size,
             clock_offset,

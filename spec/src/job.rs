@@ -801,6 +801,14 @@ mod tests {
     }
 
     #[test]
+    fn a_keys_adaptive_limit_is_off_unless_asked_for() {
+        let job = |extra: &str| AsyncJobConfig::from_yaml(&SAMPLE.replace("spec:\n", extra));
+        let key = |yaml: &str| job(yaml).unwrap().1.concurrency_key.unwrap();
+        assert!(!key("spec:\n  concurrencyKey: {key: '{m}', limit: 4}\n").adaptive);
+        assert!(key("spec:\n  concurrencyKey: {key: '{m}', limit: 4, adaptive: true}\n").adaptive);
+    }
+
+    #[test]
     fn a_bad_concurrency_key_is_named() {
         let key = |key: &str, limit: u32| {
             with(|d| {
@@ -808,6 +816,7 @@ mod tests {
                     key: key.into(),
                     limit,
                     rate_limit: None,
+                    adaptive: None,
                 })
             })
         };
@@ -963,6 +972,7 @@ mod tests {
                 template: "{account}".into(),
                 limit: 1,
                 rate: None,
+                adaptive: false,
                 fifo: Some(OnDead::Block),
                 tenants: None,
             }),

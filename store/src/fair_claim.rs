@@ -115,6 +115,7 @@ where
         task_type,
         params,
         per_key: fair.per_key,
+        key_limits: fair.key_limits,
         held: &held,
     };
     let (taken, last_key) = match fair.tenants {
@@ -134,6 +135,8 @@ struct Keyed<'a> {
     task_type: &'a str,
     params: &'a ClaimParams<'a>,
     per_key: u32,
+    /// The keys whose limit is cut below `per_key` now.
+    key_limits: Option<&'a std::collections::BTreeMap<String, u32>>,
     /// Attempts in flight per key.
     held: &'a HashMap<Option<String>, u32>,
 }
@@ -141,6 +144,13 @@ struct Keyed<'a> {
 impl Keyed<'_> {
     fn held(&self, key: &str) -> u32 {
         self.held.get(&Some(key.to_owned())).copied().unwrap_or(0)
+    }
+
+    /// `key`'s limit now: `per_key`, or lower where its executor's answers cut it.
+    fn limit_of(&self, key: &str) -> u32 {
+        self.key_limits
+            .and_then(|limits| limits.get(key))
+            .map_or(self.per_key, |&limit| limit.clamp(1, self.per_key))
     }
 
     /// Up to `limit` tasks as `(id, key)` in the keys' turns, the keys in rotation
@@ -242,13 +252,15 @@ impl Keyed<'_> {
                 walked += keys.len() as u32;
                 for (key, first) in keys {
                     let held = self.held(&key.0);
+                    let limit = self.limit_of(&key.0);
                     if let Some(id) = first
-                        && held < self.per_key
+                        && held < limit
                     {
                         firsts += u32::from(held == 0);
                         found.push(KeyTasks {
                             key: key.0.clone(),
                             held,
+                            limit,
                             ids: vec![id],
                         });
                     }
@@ -277,7 +289,7 @@ impl Keyed<'_> {
 
     /// `found`'s tasks in turns, up to `limit`, as `(id, key)`.
     fn ordered(&self, found: &[KeyTasks], limit: u32) -> Vec<(String, String)> {
-        turns::in_turns(found, self.per_key, limit as usize)
+        turns::in_turns(found, limit as usize)
             .into_iter()
             .map(|(k, t)| (found[k].ids[t].clone(), found[k].key.clone()))
             .collect()
@@ -304,8 +316,8 @@ impl Keyed<'_> {
     {
         let wanted: Vec<(&str, u32)> = found
             .iter()
-            .filter(|key| key.held + 1 < self.per_key)
-            .map(|key| (key.key.as_str(), (self.per_key - key.held).min(limit)))
+            .filter(|key| key.held + 1 < key.limit)
+            .map(|key| (key.key.as_str(), (key.limit - key.held).min(limit)))
             .collect();
         if wanted.is_empty() {
             return Ok(());

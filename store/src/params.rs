@@ -200,6 +200,9 @@ pub struct FairParams<'a> {
     /// `spec.fairness`: keys are `tenant␟key`, and the claim takes the tenants' tasks
     /// by weight before the keys' turns (with [`KeyOrder::Rank`]).
     pub tenants: Option<TenantWeights<'a>>,
+    /// Keys whose limit is below `per_key` now (`concurrencyKey.adaptive`: cut by their
+    /// executor's overload answers), with that limit (with [`KeyOrder::Rank`]).
+    pub key_limits: Option<&'a std::collections::BTreeMap<String, u32>>,
 }
 
 /// The tenants' weights of a job with `spec.fairness`: a tenant of weight `w` begins `w`

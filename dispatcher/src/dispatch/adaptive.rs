@@ -12,7 +12,7 @@
 //! since then cuts again. Without that, one burst of 429s — every attempt in flight
 //! when the executor tipped over — would take the share to 1 at once.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use asyncd_store::{Millis, Shares};
 
@@ -93,6 +93,14 @@ impl Adaptive {
         share.limit.floor() as u32
     }
 
+    /// Whether `task_type`'s share is back at `max` with nothing in flight: it then
+    /// says no more than a share never cut.
+    fn recovered(&self, task_type: &str, max: u32) -> bool {
+        self.jobs
+            .get(task_type)
+            .is_none_or(|share| share.in_flight == 0 && share.limit >= f64::from(max.max(1)))
+    }
+
     fn share(&mut self, task_type: &str, max: u32) -> &mut Share {
         self.jobs.entry(task_type.to_string()).or_insert(Share {
             limit: f64::from(max.max(1)),
@@ -103,9 +111,142 @@ impl Adaptive {
     }
 }
 
+/// `concurrencyKey.adaptive`: the same additive increase and multiplicative decrease for
+/// each key of a job on its own, in this dispatcher, between 1 and `concurrencyKey.limit`.
+/// An overload answer to one key's call cuts that key's limit; the job's other keys keep
+/// theirs. Only the keys cut and not yet recovered, and those with attempts in flight,
+/// are kept, at most [`KeyAdaptive::MAX_KEYS`] of them: a key back at its limit with
+/// nothing in flight is forgotten, and past the bound the least cut keys idle longest
+/// go first (they are claimed at the full limit again).
+#[derive(Debug, Default)]
+pub struct KeyAdaptive {
+    /// Per task type, the keys' limits, keyed by the concurrency key.
+    jobs: HashMap<String, Adaptive>,
+}
+
+impl KeyAdaptive {
+    /// How many keys a job keeps limits for: enough for every key an executor could be
+    /// refusing at once, bounded so a key per merchant cannot grow the map without end.
+    pub const MAX_KEYS: usize = 1_000;
+
+    /// A call of `key` begins; what it remembers, for [`KeyAdaptive::answered`].
+    pub fn begin(&mut self, task_type: &str, key: &str, max: u32, now: Millis) -> u64 {
+        let keys = self.jobs.entry(task_type.to_string()).or_default();
+        if keys.jobs.len() >= Self::MAX_KEYS && !keys.jobs.contains_key(key) {
+            evict(keys, max);
+        }
+        keys.begin(key, max, now)
+    }
+
+    /// A call of `key` begun at `epoch` was answered.
+    pub fn answered(&mut self, task_type: &str, key: &str, max: u32, epoch: u64, signal: Signal) {
+        let Some(keys) = self.jobs.get_mut(task_type) else {
+            return;
+        };
+        if !keys.jobs.contains_key(key) {
+            // Evicted while the call was out: the key is at the full limit again.
+            return;
+        }
+        keys.answered(key, max, epoch, signal);
+        if keys.recovered(key, max) {
+            keys.jobs.remove(key);
+        }
+    }
+
+    /// The keys of `task_type` whose limit is cut below `max` now, with that limit, for
+    /// the fair claim ([`asyncd_store::FairParams::key_limits`]).
+    pub fn cut(&self, task_type: &str, max: u32) -> BTreeMap<String, u32> {
+        self.jobs.get(task_type).map_or_else(BTreeMap::new, |keys| {
+            keys.jobs
+                .iter()
+                .map(|(key, share)| (key, (share.limit.floor() as u32).min(max)))
+                .filter(|&(_, limit)| limit < max)
+                .map(|(key, limit)| (key.clone(), limit))
+                .collect()
+        })
+    }
+}
+
+/// Makes room for one more key: drops the keys with nothing in flight, the least cut
+/// (and among those the idle longest) first, down to three quarters of the bound, so that
+/// a flood of new keys evicts in batches.
+fn evict(keys: &mut Adaptive, max: u32) {
+    let mut idle: Vec<(String, f64, Millis)> = keys
+        .jobs
+        .iter()
+        .filter(|(_, share)| share.in_flight == 0)
+        .map(|(key, share)| {
+            (
+                key.clone(),
+                share.limit.min(f64::from(max)),
+                share.last_begun,
+            )
+        })
+        .collect();
+    idle.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.2.cmp(&b.2)));
+    let excess = keys
+        .jobs
+        .len()
+        .saturating_sub(KeyAdaptive::MAX_KEYS * 3 / 4);
+    for (key, _, _) in idle.into_iter().take(excess) {
+        keys.jobs.remove(&key);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_cut_by_overloads_leaves_the_others_and_is_forgotten_once_recovered() {
+        let mut keys = KeyAdaptive::default();
+        let a = keys.begin("t", "a", 8, T);
+        let b = keys.begin("t", "b", 8, T);
+        keys.answered("t", "a", 8, a, Signal::Overload);
+        keys.answered("t", "b", 8, b, Signal::Success);
+        assert_eq!(
+            keys.cut("t", 8),
+            BTreeMap::from([("a".to_string(), 5)]),
+            "8 × 0.7"
+        );
+        assert!(keys.cut("other", 8).is_empty());
+        // Successes with the cut limit in use win it back, one per round.
+        for _ in 0..200 {
+            let limit = keys.cut("t", 8).get("a").copied().unwrap_or(8);
+            let epochs: Vec<u64> = (0..limit).map(|_| keys.begin("t", "a", 8, T)).collect();
+            for epoch in epochs {
+                keys.answered("t", "a", 8, epoch, Signal::Success);
+            }
+        }
+        assert!(keys.cut("t", 8).is_empty(), "back at 8");
+        assert!(keys.jobs["t"].jobs.is_empty(), "and forgotten, b with it");
+    }
+
+    #[test]
+    fn a_flood_of_keys_keeps_the_most_cut_within_the_bound() {
+        let mut keys = KeyAdaptive::default();
+        for i in 0..3 * KeyAdaptive::MAX_KEYS {
+            let key = format!("k{i}");
+            let epoch = keys.begin("t", &key, 8, Millis::new(i as i64));
+            keys.answered("t", &key, 8, epoch, Signal::Overload);
+            if i % 2 == 0 {
+                // Cut twice: 8 × 0.7 × 0.7.
+                let epoch = keys.begin("t", &key, 8, Millis::new(i as i64));
+                keys.answered("t", &key, 8, epoch, Signal::Overload);
+            }
+        }
+        let cut = keys.cut("t", 8);
+        assert!(cut.len() <= KeyAdaptive::MAX_KEYS, "{}", cut.len());
+        assert!(cut.len() >= KeyAdaptive::MAX_KEYS * 3 / 4, "{}", cut.len());
+        let last = format!("k{}", 3 * KeyAdaptive::MAX_KEYS - 1);
+        assert_eq!(cut.get(&last), Some(&5), "the newest is kept");
+        let twice = cut.values().filter(|&&limit| limit == 3).count();
+        assert!(
+            twice > cut.len() / 2,
+            "the most cut are kept first: {twice} of {}",
+            cut.len()
+        );
+    }
 
     const T: Millis = Millis::new(1_000);
 

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use super::adaptive::{self, Adaptive};
+use super::adaptive::{self, Adaptive, KeyAdaptive};
 use super::completer::{failure, log_outcome, outcome_name};
 use super::runner::ReadyQueue;
 use super::{Claims, DispatcherConfig, Outcomes};
@@ -44,6 +44,9 @@ pub(super) struct Attempts {
     /// Per job: this dispatcher's share of its concurrency, as the executor's answers
     /// have it ([`super::adaptive`]).
     pub(super) adaptive: Arc<Mutex<Adaptive>>,
+    /// Per job with `concurrencyKey.adaptive`: each key's limit, as the executor's
+    /// answers to that key's calls have it; the claimer reads the cut ones.
+    pub(super) key_adaptive: Arc<Mutex<KeyAdaptive>>,
     /// Counts the attempts that begin, and the tasks that leave when they end.
     pub(super) claims: Arc<Claims>,
     pub(super) outcomes: Outcomes,
@@ -527,6 +530,8 @@ struct AttemptWatch<'a> {
     span: Option<crate::trace::Span>,
     /// The adaptive concurrency epoch the attempt began in, when the job adapts.
     epoch: Option<u64>,
+    /// The task's key and the epoch of its limit, when the job's keys adapt.
+    key_epoch: Option<(String, u64)>,
 }
 
 impl<'a> AttemptWatch<'a> {
@@ -553,6 +558,19 @@ impl<'a> AttemptWatch<'a> {
                 began,
             )
         });
+        let key_epoch = job
+            .concurrency_key
+            .as_ref()
+            .filter(|key| key.adaptive)
+            .zip(task.concurrency_key.as_deref())
+            .map(|(spec, key)| {
+                let epoch = attempts
+                    .key_adaptive
+                    .lock()
+                    .expect("key adaptive lock")
+                    .begin(&job.task_type, key, spec.limit, began);
+                (key.to_string(), epoch)
+            });
         let mut dispatch = task
             .trace
             .as_ref()
@@ -575,6 +593,7 @@ impl<'a> AttemptWatch<'a> {
             dispatch,
             span,
             epoch,
+            key_epoch,
         }
     }
 
@@ -602,23 +621,32 @@ impl<'a> AttemptWatch<'a> {
             dispatch,
             span,
             epoch,
+            key_epoch,
         } = self;
         let metrics = &attempts.metrics;
         let tracer = &attempts.config.tracer;
         let task_type = task.task_type.as_str();
+        let signal = match &outcome {
+            AttemptOutcome::RetryAfter { .. } | AttemptOutcome::Overloaded { .. } => {
+                adaptive::Signal::Overload
+            }
+            _ if job.adaptive.latency.is_some_and(|latency| took > latency) => {
+                adaptive::Signal::Overload
+            }
+            AttemptOutcome::Succeeded | AttemptOutcome::Accepted { .. } => {
+                adaptive::Signal::Success
+            }
+            _ => adaptive::Signal::Neither,
+        };
+        if let (Some((key, epoch)), Some(spec)) = (key_epoch, &job.concurrency_key) {
+            let mut keys = attempts.key_adaptive.lock().expect("key adaptive lock");
+            keys.answered(&job.task_type, &key, spec.limit, epoch, signal);
+            metrics
+                .keys_cut
+                .with_label_values(&[job.name.as_str()])
+                .set(keys.cut(&job.task_type, spec.limit).len() as i64);
+        }
         if let Some(epoch) = epoch {
-            let signal = match &outcome {
-                AttemptOutcome::RetryAfter { .. } | AttemptOutcome::Overloaded { .. } => {
-                    adaptive::Signal::Overload
-                }
-                _ if job.adaptive.latency.is_some_and(|latency| took > latency) => {
-                    adaptive::Signal::Overload
-                }
-                AttemptOutcome::Succeeded | AttemptOutcome::Accepted { .. } => {
-                    adaptive::Signal::Success
-                }
-                _ => adaptive::Signal::Neither,
-            };
             let limit = attempts.adaptive.lock().expect("adaptive lock").answered(
                 &job.task_type,
                 job.concurrency,

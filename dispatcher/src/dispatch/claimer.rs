@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use super::adaptive::KeyAdaptive;
 use super::holdings::JobLimits;
 use super::ownership::Ownership;
 use super::{ClaimerWakeup, DispatcherConfig, Intake};
@@ -43,6 +44,8 @@ pub(super) struct Claimer {
     fair_after: HashMap<String, String>,
     /// The clock reading of the last pass signalled.
     last_pass: Option<Millis>,
+    /// Each adaptive key's limit, as its executor's answers have it.
+    key_adaptive: Arc<Mutex<KeyAdaptive>>,
 }
 
 impl Claimer {
@@ -57,6 +60,7 @@ impl Claimer {
         ownership: Arc<Mutex<Ownership>>,
         intake: Arc<Intake>,
         waker: ClaimerWakeup,
+        key_adaptive: Arc<Mutex<KeyAdaptive>>,
     ) -> Self {
         Self {
             store,
@@ -70,6 +74,7 @@ impl Claimer {
             waker,
             fair_after: HashMap::new(),
             last_pass: None,
+            key_adaptive,
         }
     }
 
@@ -274,6 +279,17 @@ impl Claimer {
             weights.clone_from(&tenants.weights);
             weights.extend(self.store.tenant_weights(&task_type).await?);
         }
+        // Keys whose overload answers cut their limit are claimed up to the cut.
+        let key_limits = job
+            .and_then(|job| job.concurrency_key.as_ref())
+            .filter(|key| key.adaptive)
+            .map(|key| {
+                self.key_adaptive
+                    .lock()
+                    .expect("key adaptive lock")
+                    .cut(&task_type, key.limit)
+            })
+            .unwrap_or_default();
         let tenants = shared.map(|(job, tenants)| TenantWeights {
             weights: &weights,
             default_weight: tenants.default_weight,
@@ -288,6 +304,7 @@ impl Claimer {
                     after: after.as_deref(),
                     order,
                     tenants,
+                    key_limits: Some(&key_limits),
                 },
             )
             .await?;

@@ -79,7 +79,7 @@ use crate::trace::Tracer;
 use asyncd_store::heap::EtaHeap;
 use asyncd_store::{ClaimedTask, Millis, NewTask, Store};
 
-use adaptive::Adaptive;
+use adaptive::{Adaptive, KeyAdaptive};
 pub use at_submit::LocalDispatch;
 use at_submit::{Reserved, SubmitRoom};
 use attempt::Attempts;
@@ -388,6 +388,7 @@ impl Dispatcher {
             lookahead: config.lookahead,
         };
         let adaptive = Arc::new(Mutex::new(Adaptive::default()));
+        let key_adaptive = Arc::new(Mutex::new(KeyAdaptive::default()));
         let outcomes_written = Arc::new(Notify::new());
         let outcomes = Outcomes::new(
             tx,
@@ -408,6 +409,7 @@ impl Dispatcher {
             signing: signing.clone(),
             config: config.clone(),
             adaptive: adaptive.clone(),
+            key_adaptive: key_adaptive.clone(),
             claims,
             outcomes: outcomes.clone(),
             inflight: inflight.clone(),
@@ -463,6 +465,7 @@ impl Dispatcher {
                 ownership,
                 intake.clone(),
                 waker,
+                key_adaptive,
             ),
             ticker: Ticker::new(
                 unstarted.clone(),

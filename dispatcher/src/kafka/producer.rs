@@ -213,6 +213,7 @@ mod tests {
                 template: "{order_id}".into(),
                 limit: 1,
                 rate: None,
+                adaptive: false,
                 fifo: Some(asyncd_spec::OnDead::Block),
                 tenants: None,
             }),
@@ -228,6 +229,7 @@ mod tests {
                 template: String::new(),
                 limit: 100,
                 rate: None,
+                adaptive: false,
                 fifo: None,
                 tenants: Some(asyncd_spec::Tenants {
                     template: "{customer}".into(),

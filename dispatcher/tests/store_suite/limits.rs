@@ -69,6 +69,7 @@ async fn a_cooling_key_waits_while_the_other_keys_go_on(store: &dyn Store) {
                     per_key: 5,
                     after: None,
                     order: KeyOrder::Rank,
+                    key_limits: None,
                     tenants: None,
                 },
             )
@@ -162,6 +163,7 @@ async fn keys_are_claimed_in_turn_and_limited_in_total(store: &dyn Store) {
                         per_key: 2,
                         after,
                         order: KeyOrder::Rank,
+                        key_limits: None,
                         tenants: None,
                     },
                 )

@@ -31,6 +31,7 @@ async fn claim(store: &dyn Store, now: Millis, dead_blocks: bool) -> Vec<(String
                 per_key: 1,
                 after: None,
                 order: KeyOrder::Fifo { dead_blocks },
+                key_limits: None,
                 tenants: None,
             },
         )

@@ -45,6 +45,7 @@ async fn claim(
                 per_key: 2,
                 after,
                 order: KeyOrder::Rank,
+                key_limits: None,
                 tenants: Some(TenantWeights {
                     weights,
                     default_weight: 1,

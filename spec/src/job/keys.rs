@@ -25,6 +25,12 @@ pub struct ConcurrencyKeySpec {
     /// across dispatchers (optional).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<crate::RateLimitSpec>,
+    /// Back each key off on its own (default false): an overload answer to one key's
+    /// call (429 or 503, or one slower than `adaptiveConcurrency.latency`) cuts that
+    /// key's limit in the dispatcher that called, and successes win it back, between 1
+    /// and `limit` (docs/design.md, "Per-key limits").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<bool>,
 }
 
 /// A validated [`ConcurrencyKeySpec`], with the job's [`OrderingSpec`].
@@ -34,6 +40,8 @@ pub struct ConcurrencyKey {
     pub limit: u32,
     /// `concurrencyKey.rateLimit`: each key's own token bucket.
     pub rate: Option<crate::RateLimit>,
+    /// `concurrencyKey.adaptive`: each key's limit backs off on its own.
+    pub adaptive: bool,
     /// `spec.ordering`: the key's tasks begin one at a time in submission order.
     pub fifo: Option<OnDead>,
     /// `spec.fairness`: the key is rendered as `tenant␟key`, and the claim shares the

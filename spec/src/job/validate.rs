@@ -330,6 +330,7 @@ fn validate_key_and_ordering(
             template: ordering.key.clone(),
             limit: 1,
             rate: None,
+            adaptive: false,
             fifo,
             tenants: None,
         }));
@@ -407,6 +408,7 @@ fn validate_concurrency_key(spec: &ConcurrencyKeySpec) -> Result<ConcurrencyKey,
             .as_ref()
             .map(|rate| validate_rate_limit(rate, "spec.concurrencyKey.rateLimit"))
             .transpose()?,
+        adaptive: spec.adaptive.unwrap_or(false),
         fifo: None,
         tenants: None,
     })
@@ -465,6 +467,7 @@ fn with_fairness(
             template: String::new(),
             limit: concurrency,
             rate: None,
+            adaptive: false,
             fifo: None,
             tenants,
         },

@@ -2,27 +2,28 @@
 //! keys' turns, and the tenants' weighted fair queuing above them. Pure, so the orders
 //! the design promises are unit-tested here on their own.
 
-/// One key's due tasks as a walk found them, best first (rank, then id), and its
-/// attempts already in flight (claimed or running).
+/// One key's due tasks as a walk found them, best first (rank, then id), its attempts
+/// already in flight (claimed or running) and its limit.
 #[derive(Debug, Clone)]
 pub(super) struct KeyTasks {
     pub key: String,
     pub held: u32,
+    pub limit: u32,
     pub ids: Vec<String>,
 }
 
 /// Up to `limit` of `keys`' tasks, as `(key index, task index)`, in turns: a key's n-th
 /// task in flight or taken is its turn n, every key's turn n comes before any key's turn
 /// n + 1, and within a turn the keys go in the order given (the rotation). No key gets a
-/// turn past `per_key`, so none ever holds more than its limit.
-pub(super) fn in_turns(keys: &[KeyTasks], per_key: u32, limit: usize) -> Vec<(usize, usize)> {
+/// turn past its limit, so none ever holds more.
+pub(super) fn in_turns(keys: &[KeyTasks], limit: usize) -> Vec<(usize, usize)> {
     let mut turns: Vec<(u32, usize, usize)> = keys
         .iter()
         .enumerate()
         .flat_map(|(k, key)| {
             (0..key.ids.len())
                 .map(move |t| (key.held + t as u32 + 1, k, t))
-                .take_while(move |&(turn, _, _)| turn <= per_key)
+                .take_while(move |&(turn, _, _)| turn <= key.limit)
         })
         .collect();
     turns.sort_unstable();
@@ -85,6 +86,7 @@ mod tests {
         KeyTasks {
             key: name.into(),
             held,
+            limit: 5,
             ids: (0..due).map(|i| format!("{name}{i}")).collect(),
         }
     }
@@ -97,23 +99,33 @@ mod tests {
     fn every_keys_first_before_any_keys_second_in_the_order_given() {
         let keys = [key("c", 0, 3), key("a", 0, 1), key("b", 0, 2)];
         assert_eq!(
-            named(&keys, &in_turns(&keys, 5, 10)),
+            named(&keys, &in_turns(&keys, 10)),
             ["c0", "a0", "b0", "c1", "b1", "c2"]
         );
-        assert_eq!(named(&keys, &in_turns(&keys, 5, 2)), ["c0", "a0"]);
+        assert_eq!(named(&keys, &in_turns(&keys, 2)), ["c0", "a0"]);
     }
 
     #[test]
     fn a_key_in_flight_waits_its_turn_and_never_passes_its_limit() {
         // "a" holds one: its first due task is its second turn, after b's first.
-        let keys = [key("a", 1, 3), key("b", 0, 3)];
+        let limited = |name, held, due, limit| KeyTasks {
+            limit,
+            ..key(name, held, due)
+        };
+        let keys = [limited("a", 1, 3, 2), limited("b", 0, 3, 2)];
         assert_eq!(
-            named(&keys, &in_turns(&keys, 2, 10)),
+            named(&keys, &in_turns(&keys, 10)),
             ["b0", "a0", "b1"],
             "a stops at 2 in flight, b at 2 taken"
         );
-        let full = [key("a", 2, 3)];
-        assert!(in_turns(&full, 2, 10).is_empty(), "a key at its limit");
+        let full = [limited("a", 2, 3, 2)];
+        assert!(in_turns(&full, 10).is_empty(), "a key at its limit");
+        let cut = [limited("a", 0, 3, 1), limited("b", 0, 3, 3)];
+        assert_eq!(
+            named(&cut, &in_turns(&cut, 10)),
+            ["a0", "b0", "b1", "b2"],
+            "each key its own limit"
+        );
     }
 
     fn demand(weight: u32, held: u32, supply: u32) -> Demand {

@@ -335,7 +335,10 @@ where
         Bound::Excluded(from) => query
             .push(" AND concurrency_key > ")
             .push_bind(D::key(from)),
-        Bound::Unbounded => query.push(" AND concurrency_key IS NOT NULL"),
+        // Every key is at least the empty one; a range, not `IS NOT NULL`, so that a
+        // never-analysed PostgreSQL table still reads the walk's start from tasks_keyed
+        // rather than sorting the type's active tasks.
+        Bound::Unbounded => query.push(" AND concurrency_key >= ''"),
     };
 }
 
