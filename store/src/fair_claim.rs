@@ -60,7 +60,6 @@ where
     for<'r> (rows::Key, Option<String>): FromRow<'r, DB::Row>,
     for<'r> (rows::Key, i64): FromRow<'r, DB::Row>,
     for<'r> (rows::Key,): FromRow<'r, DB::Row>,
-    for<'r> (rows::Key, i64): FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (String, rows::Key, Millis): FromRow<'r, DB::Row>,
 {
@@ -364,7 +363,6 @@ impl Keyed<'_> {
         for<'r> (rows::Key,): FromRow<'r, DB::Row>,
         for<'r> (rows::Key, i64): FromRow<'r, DB::Row>,
         for<'r> (rows::Key, Option<String>): FromRow<'r, DB::Row>,
-        for<'r> (rows::Key, i64): FromRow<'r, DB::Row>,
         for<'r> (String, Option<rows::Key>): FromRow<'r, DB::Row>,
         for<'r> (String, rows::Key, Millis): FromRow<'r, DB::Row>,
     {

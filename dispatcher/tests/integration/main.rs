@@ -36,6 +36,7 @@ mod fairness;
 mod jobs_overview;
 mod kafka_path;
 mod kafka_signing;
+mod key_adaptive;
 mod leases;
 mod limiters;
 mod limits;
