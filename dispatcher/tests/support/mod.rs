@@ -51,12 +51,25 @@ pub async fn wait_for<T>(
     }
 }
 
+/// A port for a child process to listen on. Not one the kernel picks (that range,
+/// 32768–60999 here, is also where outgoing connections get their ports, and with four
+/// tests at a time one of them took a port between this check and the child's bind:
+/// "Address already in use"), and not one of the test services' (all below 30000): one
+/// of 61000–65535 found free, going round from a place set by the process id so that two
+/// test binaries at once start apart.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 61_000;
+    const SPAN: u32 = 65_536 - LOW;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id() * 97;
+    for _ in 0..SPAN {
+        let port = (LOW + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {LOW}..65536");
 }
 
 /// One call an executor received.
