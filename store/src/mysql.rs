@@ -144,13 +144,16 @@ impl Dialect for MySqlStore {
 
     const QUERIES: Queries = QUERIES;
     const TENANT_OF_KEY: &'static str = "SUBSTRING_INDEX(concurrency_key, CHAR(31), 1)";
-    const PENDING_BY_RANK: &'static str = "tasks FORCE INDEX (tasks_ranked_by_type)";
-    const KEYED_WALK: crate::tx::KeyedWalk = crate::tx::KeyedWalk {
+    const KEYED_WALK: crate::tx::keyed_walk::KeyedWalk = crate::tx::keyed_walk::KeyedWalk {
         table: "tasks FORCE INDEX (tasks_keyed)",
         walked: "state = 'pending'",
         pending: "state = 'pending'",
         trigger_at: "trigger_at",
         stepwise: true,
+        pending_by_rank: "tasks FORCE INDEX (tasks_ranked_by_type)",
+        after_tenant_of: |column| {
+            format!("CONCAT(SUBSTRING_INDEX({column}, CHAR(31), 1), CHAR(32))")
+        },
         keyless_setting: None,
     };
     // InnoDB rolls a failed statement back alone; the transaction goes on.
@@ -162,10 +165,6 @@ impl Dialect for MySqlStore {
     }
 
     /// The dedupe keys are VARBINARY (see the migration).
-    fn after_tenant_of(column: &str) -> String {
-        format!("CONCAT(SUBSTRING_INDEX({column}, CHAR(31), 1), CHAR(32))")
-    }
-
     fn key(key: &str) -> &[u8] {
         key.as_bytes()
     }

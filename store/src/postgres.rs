@@ -228,13 +228,14 @@ impl Dialect for PostgresStore {
 
     const QUERIES: Queries = QUERIES;
     const TENANT_OF_KEY: &'static str = "split_part(concurrency_key, chr(31), 1)";
-    const PENDING_BY_RANK: &'static str = "tasks";
-    const KEYED_WALK: crate::tx::KeyedWalk = crate::tx::KeyedWalk {
+    const KEYED_WALK: crate::tx::keyed_walk::KeyedWalk = crate::tx::keyed_walk::KeyedWalk {
         table: "tasks",
         walked: "state IN ('pending', 'claimed', 'running')",
         pending: "CASE WHEN state = 'pending' THEN true ELSE false END",
         trigger_at: "trigger_at + 0",
         stepwise: false,
+        pending_by_rank: "tasks",
+        after_tenant_of: |column| format!("split_part({column}, chr(31), 1) || chr(32)"),
         keyless_setting: Some("SET LOCAL enable_sort = off"),
     };
     const FAILED_STATEMENT_ABORTS: bool = true;
@@ -242,10 +243,6 @@ impl Dialect for PostgresStore {
     /// Deadlock victims (`40P01`) and serialization failures (`40001`).
     fn transient(code: &str) -> bool {
         matches!(code, "40001" | "40P01")
-    }
-
-    fn after_tenant_of(column: &str) -> String {
-        format!("split_part({column}, chr(31), 1) || chr(32)")
     }
 
     fn key(key: &str) -> &str {

@@ -450,13 +450,16 @@ impl Dialect for SqliteStore {
     const QUERIES: Queries = QUERIES;
     const TENANT_OF_KEY: &'static str =
         "substr(concurrency_key, 1, instr(concurrency_key, char(31)) - 1)";
-    const PENDING_BY_RANK: &'static str = "tasks INDEXED BY tasks_ranked_by_type";
-    const KEYED_WALK: crate::tx::KeyedWalk = crate::tx::KeyedWalk {
+    const KEYED_WALK: crate::tx::keyed_walk::KeyedWalk = crate::tx::keyed_walk::KeyedWalk {
         table: "tasks INDEXED BY tasks_keyed",
         walked: "state IN ('pending', 'claimed', 'running')",
         pending: "state = 'pending'",
         trigger_at: "trigger_at",
         stepwise: false,
+        pending_by_rank: "tasks INDEXED BY tasks_ranked_by_type",
+        after_tenant_of: |column| {
+            format!("substr({column}, 1, instr({column}, char(31)) - 1) || char(32)")
+        },
         keyless_setting: None,
     };
     // A failed statement is rolled back alone (SQLite's default ABORT resolution).
@@ -465,10 +468,6 @@ impl Dialect for SqliteStore {
     /// None: with one writer no transaction is aborted for another's sake.
     fn transient(_: &str) -> bool {
         false
-    }
-
-    fn after_tenant_of(column: &str) -> String {
-        format!("substr({column}, 1, instr({column}, char(31)) - 1) || char(32)")
     }
 
     fn key(key: &str) -> &str {

@@ -12,7 +12,7 @@
 //!
 //! On SQLite and PostgreSQL they read `tasks_keyed` (type, key, rank) over the active
 //! keyed tasks, and on MariaDB `tasks_keyed` (type, state, key, rank) since migration
-//! 0027, so the pending keys are one range there too; [`crate::tx::KeyedWalk`] says how
+//! 0027, so the pending keys are one range there too; [`crate::tx::keyed_walk::KeyedWalk`] says how
 //! each dialect is kept to that index.
 
 use std::ops::Bound;
@@ -214,7 +214,7 @@ fn push_first_due<D, DB>(
 /// How many index entries one statement of a MariaDB walk reads, at most.
 const RANGE_READ: u32 = 1_024;
 
-/// [`KeyedWalk::stepwise`](crate::tx::KeyedWalk::stepwise) (MariaDB): up to `max` keys
+/// [`KeyedWalk::stepwise`](crate::tx::keyed_walk::KeyedWalk::stepwise) (MariaDB): up to `max` keys
 /// within `span` (with [`Step::Tenant`], the first key of each tenant), in order, each
 /// with its best pending task's rank, from runs of `tasks_keyed`'s entries in (key, rank)
 /// order of at most [`RANGE_READ`] a statement. A statement yields every key whose
@@ -427,7 +427,7 @@ where
         Step::Key => query.push(" AND concurrency_key > walk.k"),
         Step::Tenant => query
             .push(" AND concurrency_key >= ")
-            .push(D::after_tenant_of("walk.k")),
+            .push((D::KEYED_WALK.after_tenant_of)("walk.k")),
     };
     query
         .push(" ORDER BY concurrency_key LIMIT 1), walk.n + 1 FROM walk WHERE walk.k IS NOT NULL AND walk.n < ")
@@ -558,7 +558,7 @@ where
 {
     let mut query = QueryBuilder::<DB>::new(format!(
         "SELECT id FROM (SELECT id, concurrency_key, claim_rank FROM {} WHERE task_type = ",
-        D::PENDING_BY_RANK
+        D::KEYED_WALK.pending_by_rank
     ));
     query
         .push_bind(task_type)
