@@ -160,6 +160,10 @@ kubectl --kubeconfig "$WORK/operator.kubeconfig" config set-credentials asyncd-o
 kubectl --kubeconfig "$WORK/operator.kubeconfig" config set-context --current --user=asyncd-operator >/dev/null
 
 port=$(free_port)
+# The asyncd api of section 4b listens here; the operator reads the limiters' usage from
+# it (section 4d) as its ServiceAccount, with a token for the api's audience.
+API_PORT=$(free_port)
+k -n asyncd-system create token asyncd-operator --audience asyncd --duration=2h >"$WORK/operator-api-token"
 section "starting asyncd-operator (namespace $NS, brokers $BROKERS, http 127.0.0.1:$port)"
 operator_in() {  # operator_in NAMESPACE PORT LOG: the operator, confined to NAMESPACE (exec'd, so `&` gives its pid)
   exec env KUBECONFIG="$WORK/operator.kubeconfig" ASYNCD_LOG=info,asyncd_operator=debug \
@@ -167,8 +171,12 @@ operator_in() {  # operator_in NAMESPACE PORT LOG: the operator, confined to NAM
     --namespace "$1" --listen "127.0.0.1:$2" --kafka-replication-factor 1 \
     --topic-owners-topic "$OWNERS_TOPIC" >>"$3" 2>&1
 }
-start_operator() {
-  operator_in "$NS" "$port" "$WORK/operator.log" &
+start_operator() {  # the first operator also reads the limiters' usage from the api
+  (
+    export ASYNCD_API_URL="http://127.0.0.1:$API_PORT" ASYNCD_API_TOKEN_FILE="$WORK/operator-api-token"
+    export ASYNCD_USAGE_INTERVAL=2s
+    operator_in "$NS" "$port" "$WORK/operator.log"
+  ) &
   operator_pid=$!
 }
 start_operator
@@ -410,7 +418,7 @@ check "the topic is kept"                    topic_has "$PRE_TOPIC" 3
 section "asyncd dispatcher --routing-configmap $NS/asyncd-routing --job $OC"
 cargo build --locked -p asyncd
 ASYNCD_BIN="$CARGO_TARGET_DIR/debug/asyncd"
-EXEC_PORT=$(free_port); API_PORT=$(free_port); DISP_PORT=$(free_port)
+EXEC_PORT=$(free_port); DISP_PORT=$(free_port)
 stop_roles() { for pid in "${role_pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done; }
 python3 examples/executor.py "$EXEC_PORT" >"$WORK/executor.log" 2>&1 & role_pids+=($!)
 ASYNCD_STORE=$STORE_URL "$ASYNCD_BIN" migrate >/dev/null
@@ -595,6 +603,34 @@ cancel_delayed() { expect_call "200 -" DELETE "/v1/tasks/$DELAYED" "$TOKEN_A"; }
 check "the api lets team-a cancel once RBAC allows it" wait_for 15 cancel_delayed
 check "the api log holds no token"   bash -c "! grep -qF -- '$TOKEN_A' '$WORK/api.log'"
 check "delete other-job"             kn delete asyncjobconfig other-job --wait=true --timeout=30s
+
+# ---- 4d. kubectl get asynclimiters shows the attempts running under a limiter ---------------
+# The operator reads them from the api (GET /v1/limiters) as its ServiceAccount; the api
+# authorizes that with SubjectAccessReview (config/rbac/operator.yaml grants the read).
+# An executor that accepts every call with a 202 lease keeps its attempts running.
+section "the RUNNING column of kubectl get asynclimiters, read from the api"
+HOLD_PORT=$(free_port)
+python3 e2e/hold_executor.py "$HOLD_PORT" >"$WORK/hold.log" 2>&1 & role_pids+=($!)
+check "declare the limiter"          apply_sample payment-provider-limiter.yaml
+name_limiter() {
+  local patch='{"spec":{"limiters":["payment-provider"],"executor":{"url":"http://127.0.0.1:%s/tasks/cancel"}}}'
+  # shellcheck disable=SC2059 # the format is the patch, with the port in it
+  kn patch asyncjobconfig "$OC" --type merge -p "$(printf "$patch" "$HOLD_PORT")"
+}
+check "the job names it, its executor holds every call" name_limiter
+routed_to_hold() { kn get configmap asyncd-routing -o jsonpath='{.data}' | grep -q "127.0.0.1:$HOLD_PORT"; }
+check "routed"                       wait_for 30 routed_to_hold
+# the api and the dispatcher learn the limiter from their watch of the ConfigMap
+limiter_listed() { curl -fsS "http://127.0.0.1:$API_PORT/v1/limiters" -H "Authorization: Bearer $TOKEN_A" | grep -q payment-provider; }
+check "the api lists the limiter"    wait_for 30 limiter_listed
+submit_three() { submit_task 201 && submit_task 202 && submit_task 203; }
+check "submit three tasks"           submit_three
+held() { expect_eq accepted "$(grep -c accepted "$WORK/hold.log")" 3; }
+check "three calls accepted and held" wait_for 30 held
+limiter_running() { expect_eq running "$(kn get asynclimiters payment-provider --no-headers | awk '{print $5}')" 3; }
+check "kubectl get asynclimiters: RUNNING 3" wait_for 30 limiter_running
+check "the job names no limiter again" kn patch asyncjobconfig "$OC" --type merge -p '{"spec":{"limiters":null}}'
+check "delete the limiter"           kn delete asynclimiter payment-provider --wait=true --timeout=30s
 stop_roles
 
 # ---- 5. deleting the config removes the route and keeps the topic ----------------------------

@@ -75,8 +75,16 @@ pub struct JobOverview {
     pub binding_limit: Option<BindingLimit>,
 }
 
-/// An AsyncLimiter as the jobs overview shows it (docs/api.md, "Limiters shared across
-/// jobs").
+/// The answer to `GET /v1/limiters`: every AsyncLimiter named by a job the caller may
+/// read, sorted by name (what the operator copies into each limiter's `status.running`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
+pub struct LimiterList {
+    pub limiters: Vec<LimiterUsage>,
+}
+
+/// An AsyncLimiter as the jobs overview and `GET /v1/limiters` show it (docs/api.md,
+/// "Limiters shared across jobs").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct LimiterUsage {

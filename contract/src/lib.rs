@@ -32,7 +32,7 @@ pub use executor::{
 };
 pub use jobs::{
     BindingLimit, CRON_FIRINGS, CronOverlap, CronOverview, FinishedCounts, JobList, JobOverview,
-    JobStats, KeyUsage, LimiterUsage, MAX_JOB_COUNT, MAX_KEYS_SHOWN, MAX_RESTING_KEYS,
+    JobStats, KeyUsage, LimiterList, LimiterUsage, MAX_JOB_COUNT, MAX_KEYS_SHOWN, MAX_RESTING_KEYS,
     MAX_TENANTS_SHOWN, RestingKey, TenantUsage, TenantWeight, TenantWeightRequest,
 };
 pub use schedule::{

@@ -398,6 +398,12 @@ pub fn document() -> Value {
             "responses": responses(&[(200, ok("The jobs", s.answer::<JobList>()))],
                 errors(&error, &[StoreUnavailable, Unauthenticated, AuthUnavailable])),
         }},
+        "/v1/limiters": {"get": {
+            "operationId": "listLimiters",
+            "summary": "Every AsyncLimiter named by a job the caller may read, sorted by name, with the attempts of its jobs running now (what the operator writes to each limiter's status.running)",
+            "responses": responses(&[(200, ok("The limiters", s.answer::<LimiterList>()))],
+                errors(&error, &[StoreUnavailable, Unauthenticated, AuthUnavailable])),
+        }},
         "/v1/jobs/{name}": {
             "parameters": [job_name()],
             "get": {

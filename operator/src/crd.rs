@@ -225,6 +225,12 @@ impl AsyncJobConfig {
         description = "AsyncJobConfigs of the namespace that name it"
     ),
     printcolumn(
+        name = "Running",
+        type_ = "integer",
+        json_path = ".status.running",
+        description = "Attempts of those jobs running now, in total, as the operator last read it from asyncd's API"
+    ),
+    printcolumn(
         name = "Job Names",
         type_ = "string",
         json_path = ".status.jobs",
@@ -262,6 +268,12 @@ pub struct AsyncLimiterStatus {
     /// How many `jobs` there are (the JOBS column).
     #[serde(default)]
     pub job_count: u32,
+    /// Attempts of those jobs running now, in total across every dispatcher (the RUNNING
+    /// column), as asyncd's API answered the operator's last read (`GET /v1/limiters`,
+    /// every `--usage-interval`). Absent when the operator is not given the API's URL
+    /// (`--asyncd-api-url`) or has not read it yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<u64>,
 }
 
 impl AsyncLimiter {
@@ -471,6 +483,7 @@ mod tests {
                 ("Concurrency", ".spec.concurrency"),
                 ("Rate", ".spec.rateLimit.perSecond"),
                 ("Jobs", ".status.jobCount"),
+                ("Running", ".status.running"),
                 ("Job Names", ".status.jobs"),
                 ("Age", ".metadata.creationTimestamp"),
             ]

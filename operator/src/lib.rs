@@ -22,6 +22,7 @@
 //! - [`policy`]: the operator's caps on partitions and replicas, and its rule for topics
 //!   without an owner record.
 //! - [`leader`]: leader election on a Lease, so several replicas can run.
+//! - [`usage`]: each limiter's `status.running`, read from asyncd's API (optional).
 //! - [`kafka`]: the topic admin seam (`asyncd-kafka-admin`). [`metrics`], [`telemetry`]: observability.
 
 pub mod builders;
@@ -34,6 +35,7 @@ pub mod metrics;
 pub mod policy;
 pub mod status;
 pub mod telemetry;
+pub mod usage;
 
 #[cfg(test)]
 pub mod fixtures;

@@ -14,6 +14,7 @@ use asyncd_operator::kafka::{Broker, KafkaAdmin, TopicOwners};
 use asyncd_operator::leader::{Elector, LeaseSettings};
 use asyncd_operator::metrics::Metrics;
 use asyncd_operator::policy::{DEFAULT_MAX_PARTITIONS, DEFAULT_MAX_REPLICAS, Policy};
+use asyncd_operator::usage::{self, UsageSource};
 use asyncd_operator::{controller, telemetry};
 use axum::Router;
 use axum::extract::State;
@@ -134,6 +135,19 @@ struct Args {
     /// Seconds between tries to take or renew the Lease.
     #[arg(long, default_value_t = 2)]
     retry_period_seconds: u64,
+    /// asyncd's API (`http://asyncd-api.asyncd-system:8080`): where the operator reads
+    /// the attempts running under each AsyncLimiter for its `status.running` (the RUNNING
+    /// column). Unset: that column stays empty.
+    #[arg(long, env = "ASYNCD_API_URL")]
+    asyncd_api_url: Option<String>,
+    /// File holding the bearer token for asyncd's API (a projected ServiceAccount token
+    /// with audience `asyncd`), re-read on each call. It needs `get` on the jobs'
+    /// `asyncjobconfigs/tasks` (config/rbac/operator.yaml).
+    #[arg(long, env = "ASYNCD_API_TOKEN_FILE")]
+    asyncd_api_token_file: Option<std::path::PathBuf>,
+    /// How often the limiters' usage is read and written.
+    #[arg(long, env = "ASYNCD_USAGE_INTERVAL", default_value = "15s", value_parser = asyncd_spec::parse_duration)]
+    usage_interval: Duration,
 }
 
 /// The namespace this pod runs in, from its ServiceAccount mount.
@@ -237,6 +251,12 @@ async fn main() -> anyhow::Result<()> {
         executor_allow_cidrs: args.executor_allow_cidrs,
         store_timeout: args.dispatcher_store_timeout,
     };
+    let usage = args
+        .asyncd_api_url
+        .as_deref()
+        .map(|url| UsageSource::new(url, args.asyncd_api_token_file.clone()))
+        .transpose()
+        .context("asyncd API client")?;
     let metrics = Arc::new(Metrics::default());
     let ready = Arc::new(AtomicBool::new(false));
     let standby = Arc::new(AtomicBool::new(args.leader_elect));
@@ -296,6 +316,24 @@ async fn main() -> anyhow::Result<()> {
     };
     metrics.leader.set(1);
 
+    // only the leader writes usage, as it reconciles; it stops on the same signal
+    let usage_loop = {
+        let (client, namespace) = (client.clone(), args.namespace.clone());
+        let (metrics, shutdown) = (metrics.clone(), shutdown.clone());
+        async move {
+            if let Some(source) = usage {
+                usage::run(
+                    client,
+                    source,
+                    namespace,
+                    args.usage_interval,
+                    metrics,
+                    shutdown,
+                )
+                .await;
+            }
+        }
+    };
     let run = controller::run(
         client,
         broker,
@@ -307,18 +345,20 @@ async fn main() -> anyhow::Result<()> {
         shutdown.clone(),
     );
     let run = async {
-        tokio::select! {
-            () = run => {}
-            () = async {
-                shutdown.cancelled().await;
-                tokio::time::sleep(SHUTDOWN_BOUND).await;
-            } => {
-                tracing::warn!(
-                    bound = ?SHUTDOWN_BOUND,
-                    "the controller had not stopped after SIGTERM (watches or reconciles waiting on the API server): stopping without it"
-                );
+        tokio::join!(usage_loop, async {
+            tokio::select! {
+                () = run => {}
+                () = async {
+                    shutdown.cancelled().await;
+                    tokio::time::sleep(SHUTDOWN_BOUND).await;
+                } => {
+                    tracing::warn!(
+                        bound = ?SHUTDOWN_BOUND,
+                        "the controller had not stopped after SIGTERM (watches or reconciles waiting on the API server): stopping without it"
+                    );
+                }
             }
-        }
+        });
     };
     match &elector {
         None => run.await,

@@ -13,7 +13,8 @@ pub struct Metrics {
     /// `asyncd_operator_reconciliations_total{result}`: ok, error.
     pub reconciliations: IntCounterVec,
     /// `asyncd_operator_reconcile_failures_total{error}`: kube, kafka, finalizer, step,
-    /// and limiter_status (an AsyncLimiter's status not written; the pass goes on).
+    /// limiter_status (an AsyncLimiter's status not written; the pass goes on), and
+    /// limiter_usage (the limiters' usage not read from asyncd's API, or not written).
     pub failures: IntCounterVec,
     /// `asyncd_operator_reconcile_duration_seconds{phase}`: apply, cleanup.
     pub duration: HistogramVec,

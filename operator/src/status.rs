@@ -264,7 +264,8 @@ pub fn with_job(mut status: AsyncJobConfigStatus, job: Option<&Job>) -> AsyncJob
 }
 
 /// An AsyncLimiter's status: the configs of `configs` (its namespace's) whose
-/// `spec.limiters` name it, sorted, those being deleted left out.
+/// `spec.limiters` name it, sorted, those being deleted left out. `running` stays as the
+/// usage loop last wrote it ([`crate::usage`]).
 pub fn limiter_status<'a>(
     limiter: &AsyncLimiter,
     configs: impl IntoIterator<Item = &'a AsyncJobConfig>,
@@ -281,6 +282,7 @@ pub fn limiter_status<'a>(
         observed_generation: limiter.metadata.generation,
         job_count: u32::try_from(jobs.len()).unwrap_or(u32::MAX),
         jobs,
+        running: limiter.status.as_ref().and_then(|s| s.running),
     }
 }
 
@@ -538,8 +540,16 @@ mod tests {
                 observed_generation: Some(1),
                 jobs: names(&["a", "b"]),
                 job_count: 2,
+                running: None,
             }
         );
         assert_eq!(limiter_status(&limiter, []).job_count, 0);
+        // the usage loop's figure is not the routing rebuild's to change
+        let mut counted = limiter.clone();
+        counted.status = Some(AsyncLimiterStatus {
+            running: Some(4),
+            ..s
+        });
+        assert_eq!(limiter_status(&counted, [&a]).running, Some(4));
     }
 }

@@ -28,5 +28,7 @@ pub use job::{
     OrderingMode, OrderingSpec, RateLimit, RateLimitSpec, Retention, SpecError, TENANT_SEPARATOR,
     Tenants,
 };
-pub use limiter::{AsyncLimiter, Declared, LIMITER_KIND, Limiter, LimiterSpec, bind_limiters};
+pub use limiter::{
+    AsyncLimiter, Declared, LIMITER_KIND, Limiter, LimiterSpec, bind_limiters, limiter_id,
+};
 pub use schedule::CronSchedule;

@@ -121,7 +121,8 @@ pub(crate) fn check_name(name: &str) -> Result<(), String> {
     }
 }
 
-fn limiter_id(namespace: Option<&str>, name: &str) -> String {
+/// The store's key for a limiter, and its name in asyncd's API (`GET /v1/limiters`).
+pub fn limiter_id(namespace: Option<&str>, name: &str) -> String {
     match namespace {
         Some(namespace) => format!("{namespace}/{name}"),
         None => name.to_string(),

@@ -244,3 +244,10 @@ bare address, at install time instead of in a crash-looping pod.
 {{- define "asyncd.operatorLease" -}}
 {{- printf "%s-operator" (include "asyncd.fullname" .) }}
 {{- end }}
+
+{{/* Whether the operator reads the limiters' usage from the api (operator.limiterUsage). */}}
+{{- define "asyncd.operatorReadsUsage" -}}
+{{- if and .Values.operator.limiterUsage.enabled (eq .Values.api.auth.mode "kubernetes") (not .Values.api.tls.secretName) -}}
+true
+{{- end -}}
+{{- end }}

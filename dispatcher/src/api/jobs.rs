@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use asyncd_contract::{
     BindingLimit, CRON_FIRINGS, CronOverview, ErrorCode, FinishedCounts, JobList, JobOverview,
-    JobStats, JobStatus, KeyUsage, LimiterUsage, MAX_JOB_COUNT, MAX_KEYS_SHOWN, MAX_RESTING_KEYS,
-    MAX_TENANTS_SHOWN, RestingKey, TenantUsage,
+    JobStats, JobStatus, KeyUsage, LimiterList, LimiterUsage, MAX_JOB_COUNT, MAX_KEYS_SHOWN,
+    MAX_RESTING_KEYS, MAX_TENANTS_SHOWN, RestingKey, TenantUsage,
 };
 use axum::Json;
 use axum::extract::State;
@@ -139,13 +139,7 @@ async fn job_overview(
         .collect();
     let mut limiters = Vec::with_capacity(job.limiters.len());
     for limiter in &job.limiters {
-        limiters.push(LimiterUsage {
-            name: limiter.id.clone(),
-            concurrency: limiter.concurrency,
-            rate_per_second: limiter.rate.map(|rate| rate.per_second),
-            running: state.store.running_attempts(&limiter.task_types).await?,
-            task_types: limiter.task_types.clone(),
-        });
+        limiters.push(limiter_usage(state, limiter).await?);
     }
     // The rate limits with no token left now: the job's own, then its limiters'.
     let mut empty_rates = Vec::new();
@@ -299,6 +293,51 @@ pub(super) async fn list(
         overviews.push(job_overview(&state, &job, paused_at, &shares, now).await?);
     }
     Ok(Json(JobList { jobs: overviews }))
+}
+
+/// `GET /v1/limiters`: every limiter named by a job the caller may read (`get`), sorted
+/// by name, each with the attempts running now of every job that names it. A caller
+/// who may read one of a limiter's jobs sees its total, as `GET /v1/jobs/{name}` shows it.
+pub(super) async fn limiters(
+    State(state): AppState,
+    caller: Caller,
+) -> Result<Json<LimiterList>, ApiError> {
+    let jobs: Vec<Arc<asyncd_spec::Job>> = state.routes.borrow().jobs().cloned().collect();
+    let mut named = BTreeMap::new();
+    for job in jobs {
+        if job.limiters.is_empty()
+            || !state
+                .auth
+                .allows(&caller, Verb::Get, Some(&job.name))
+                .await?
+        {
+            continue;
+        }
+        for limiter in &job.limiters {
+            named
+                .entry(limiter.id.clone())
+                .or_insert_with(|| limiter.clone());
+        }
+    }
+    let mut limiters = Vec::with_capacity(named.len());
+    for limiter in named.values() {
+        limiters.push(limiter_usage(&state, limiter).await?);
+    }
+    Ok(Json(LimiterList { limiters }))
+}
+
+/// `limiter` with the attempts running now of every job that names it.
+async fn limiter_usage(
+    state: &ApiState,
+    limiter: &asyncd_spec::Limiter,
+) -> Result<LimiterUsage, ApiError> {
+    Ok(LimiterUsage {
+        name: limiter.id.clone(),
+        concurrency: limiter.concurrency,
+        rate_per_second: limiter.rate.map(|rate| rate.per_second),
+        running: state.store.running_attempts(&limiter.task_types).await?,
+        task_types: limiter.task_types.clone(),
+    })
 }
 
 /// `GET /v1/jobs/{name}`.

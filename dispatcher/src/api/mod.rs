@@ -161,6 +161,7 @@ pub fn router(state: Arc<ApiState>, public: bool) -> Router {
             )
             .route("/v1/jobs", get(jobs::list))
             .route("/v1/jobs/{name}", get(jobs::get))
+            .route("/v1/limiters", get(jobs::limiters))
             .route("/v1/jobs/{name}/pause", post(jobs::pause))
             .route("/v1/jobs/{name}/resume", post(jobs::resume))
             .route(

@@ -5,7 +5,8 @@
 //! MariaDB or PostgreSQL database. The executor counts what arrives: never more than 3
 //! calls at once of both jobs together, and both jobs' calls in flight at one moment (the
 //! slots were shared, not taken in turns). The jobs overview names the limiter, what
-//! runs under it, and that it is what holds the job's due tasks.
+//! runs under it, and that it is what holds the job's due tasks; `GET /v1/limiters` lists
+//! the limiter as the overview shows it.
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
@@ -178,6 +179,16 @@ async fn a_limiter_holds_two_jobs_and_two_dispatchers_in_total(server: Service) 
         "{job}"
     );
     assert_eq!(job.get("binding_limit"), None, "nothing waits: {job}");
+    // What the operator copies into the AsyncLimiter's status.
+    let limiters: Value = http
+        .get(format!("http://{}/v1/limiters", api.listen))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(limiters, json!({"limiters": job["limiters"]}));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

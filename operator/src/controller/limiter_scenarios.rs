@@ -120,6 +120,7 @@ async fn a_config_naming_a_missing_limiter_is_not_routed_and_says_why() {
         observed_generation: Some(1),
         jobs: Vec::new(),
         job_count: 0,
+        running: None,
     });
     let h = harness(&[&config, &other]);
     h.server
@@ -196,6 +197,7 @@ async fn deleting_a_config_takes_it_off_its_limiters_status() {
         observed_generation: Some(1),
         jobs: vec!["a".into()],
         job_count: 1,
+        running: None,
     });
     let h = harness(&[&doomed]);
     h.server
