@@ -23,7 +23,11 @@ where
     for<'q> i32: Encode<'q, DB> + Type<DB>,
 {
     query
-        .push(" tasks.state = 'dead' AND tasks.task_type = ")
+        // The repeated state term lets SQLite read the partial tasks_finished.
+        .push(
+            " tasks.state = 'dead' AND tasks.state IN ('succeeded', 'cancelled', 'dead') \
+             AND tasks.task_type = ",
+        )
         .push_bind(filter.task_type)
         .push(" AND tasks.updated_at < ")
         .push_bind(filter.dead_before);
