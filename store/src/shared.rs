@@ -476,8 +476,8 @@ where
         query.push(" AND task_type = ").push_bind(task_type);
     }
     if let Some(state) = params.state {
-        // Written out, not bound: SQLite reads a partial index on the state (pending,
-        // dead) only for a literal. The text is one of TaskState's own names.
+        // Written out, not bound: SQLite reads a partial index on the state (dead
+        // tasks') only for a literal. The text is one of TaskState's own names.
         query.push(format!(" AND state = '{}'", state.as_str()));
     }
     if let Some(key) = params.unique_key {

@@ -22,6 +22,8 @@ use super::sql_store::Backend;
 use super::tx::{Dialect, Tx};
 use super::*;
 
+mod claim;
+
 pub struct SqliteStore {
     writer: SqlitePool,
     reader: SqlitePool,
@@ -140,39 +142,12 @@ impl SqliteStore {
 
 // The statements that name their tasks (by a JSON list of ids, or as the dependents of
 // one task) write `+state`, not `state`: the unary plus keeps SQLite from reaching the
-// rows through an index that leads with `state` (`tasks_lease`), which without
-// statistics it prefers to the primary key, and which would walk every task in that
-// state — every claimed task for each batch started, every pending and dead task for
-// each batch finished. With `+state` each id is one primary-key lookup. The test
-// `hot_statements_use_the_indexes_meant_for_them` reads the plans.
-
-/// The claim, reading `$from` (the table, and which index to walk) and keeping the
-/// types that `$types` (with one parameter) allows.
-macro_rules! claim_due {
-    ($from:literal, $types:literal) => {
-        concat!(
-            "UPDATE tasks SET state = 'claimed', lease_token = lease_token + 1, \
-                    owner = ?, lease_until = MAX(trigger_at, ?) + ?, updated_at = ? \
-             WHERE id IN (SELECT id FROM ",
-            $from,
-            " WHERE state = 'pending' AND claim_rank <= ? AND trigger_at <= ? AND ",
-            $types,
-            " AND task_type NOT IN (SELECT task_type FROM job_pauses) \
-                  ORDER BY claim_rank, id LIMIT ?) \
-             RETURNING ",
-            claim_columns!()
-        )
-    };
-}
-
-// One type walks its own pending tasks (tasks_ranked_by_type); several, or all, walk
-// tasks_pending_ranked: every type's, in claim order.
-const CLAIM_ONE_TYPE: &str = claim_due!("tasks INDEXED BY tasks_ranked_by_type", "task_type = ?");
-const CLAIM_SEVERAL_TYPES: &str = claim_due!(
-    "tasks INDEXED BY tasks_pending_ranked",
-    "task_type IN (SELECT value FROM json_each(?))"
-);
-const CLAIM_ALL_TYPES: &str = claim_due!("tasks INDEXED BY tasks_pending_ranked", "? IS NULL");
+// rows through an index on `state`, which without statistics it prefers to the primary
+// key, and which would walk every task in that state. Until 0028 `tasks_lease` led with
+// the state and did that: every claimed task for each batch started, every pending and
+// dead task for each batch finished. With `+state` each id is one primary-key lookup
+// whatever indexes come. The test `hot_statements_use_the_indexes_meant_for_them` reads
+// the plans.
 
 /// The claim of only the tasks due after now (`ClaimParams::ahead`), keeping the types
 /// `$types` (parameter ?5) allows: the range of the types' pending tasks due between
@@ -560,26 +535,56 @@ impl Backend for SqliteStore {
                 .await?;
             return rows::claimed(rows);
         }
-        let (sql, type_filter) = match params.types {
-            TypeFilter::Only(list) if list.len() == 1 => (CLAIM_ONE_TYPE, Some(list[0].clone())),
-            TypeFilter::Only(list) => (
-                CLAIM_SEVERAL_TYPES,
-                Some(serde_json::to_string(list).expect("strings serialize")),
-            ),
-            TypeFilter::All => (CLAIM_ALL_TYPES, None),
+        let pending_types;
+        let types = match params.types {
+            TypeFilter::Only(list) => list.as_slice(),
+            TypeFilter::All => {
+                pending_types = sqlx::query_scalar::<_, String>(claim::PENDING_TYPES)
+                    .fetch_all(&self.writer)
+                    .await?;
+                pending_types.as_slice()
+            }
         };
-        let rows: Vec<ClaimRow> = sqlx::query_as(sql)
+        if types.is_empty() {
+            return Ok(Vec::new());
+        }
+        if types.len() <= claim::TYPES_PER_STATEMENT {
+            let rows = claim::bind_due(
+                sqlx::query_as::<_, ClaimRow>(sqlx::AssertSqlSafe(claim::claim_due_sql(
+                    types.len(),
+                ))),
+                &params,
+                types,
+            )
+            .fetch_all(&self.writer)
+            .await?;
+            return rows::claimed(rows);
+        }
+        let mut tx = self.writer.begin().await?;
+        let mut picked: Vec<(String, i64)> = Vec::new();
+        for run in types.chunks(claim::TYPES_PER_STATEMENT) {
+            let query = sqlx::query_as::<_, (String, i64)>(sqlx::AssertSqlSafe(
+                claim::pick_due_sql(run.len()),
+            ));
+            picked.extend(
+                claim::bind_due(query, &params, run)
+                    .fetch_all(&mut *tx)
+                    .await?,
+            );
+        }
+        picked.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+        picked.truncate(params.limit as usize);
+        let ids: Vec<&str> = picked.iter().map(|(id, _)| id.as_str()).collect();
+        let claimed: Vec<ClaimRow> = sqlx::query_as(CLAIM_NAMED)
             .bind(params.owner)
             .bind(params.now)
             .bind(duration_ms(params.hold))
             .bind(params.now)
-            .bind(params.horizon)
-            .bind(params.horizon)
-            .bind(type_filter)
-            .bind(i64::from(params.limit))
-            .fetch_all(&self.writer)
+            .bind(serde_json::to_string(&ids).expect("strings serialize"))
+            .fetch_all(&mut *tx)
             .await?;
-        rows::claimed(rows)
+        tx.commit().await?;
+        rows::claimed(claimed)
     }
 
     async fn claim_named(&self, params: ClaimIdsParams<'_>) -> Result<Vec<ClaimedTask>> {
@@ -686,239 +691,4 @@ impl Backend for SqliteStore {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Writes reach the database file without the writer checkpointing: the log's
-    /// pages are copied in beside it, long before the writer's own checkpoint at
-    /// [`WRITER_CHECKPOINT_PAGES`].
-    #[tokio::test]
-    async fn the_log_is_copied_into_the_database_beside_the_writer() {
-        let dir = std::env::temp_dir().join(format!(
-            "asyncd-checkpoint-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let db = dir.join("asyncd.db");
-        let store = SqliteStore::open(&format!("sqlite://{}", db.display()))
-            .await
-            .unwrap();
-        let file_size = || std::fs::metadata(&db).unwrap().len();
-        let before = file_size();
-        // About 500 pages of log: an eighth of the writer's own threshold.
-        let message = vec![b'x'; 4000];
-        let mut tx = store.writer.begin().await.unwrap();
-        sqlx::query("CREATE TABLE filler (n INTEGER PRIMARY KEY, body BLOB)")
-            .execute(&mut *tx)
-            .await
-            .unwrap();
-        for n in 0..500 {
-            sqlx::query("INSERT INTO filler (n, body) VALUES (?, ?)")
-                .bind(n)
-                .bind(&message)
-                .execute(&mut *tx)
-                .await
-                .unwrap();
-        }
-        tx.commit().await.unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while file_size() < before + 500 * 4000 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the database file stayed at {} bytes (from {before})",
-                file_size()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        drop(store);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    /// The backlog gauges' frequent pass reads only the due end of each range: with a
-    /// million tasks waiting for later, an idle queue costs it nothing.
-    #[tokio::test]
-    async fn the_due_backlog_reads_only_what_is_due() {
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect("sqlite::memory:")
-            .await
-            .unwrap();
-        sqlx::migrate!("./migrations/sqlite")
-            .run(&pool)
-            .await
-            .unwrap();
-        let params = crate::JobCountParams {
-            task_type: "t",
-            now: crate::Millis::new(0),
-            finished_since: crate::Millis::new(0),
-            cap: 10,
-        };
-        let query = crate::job_counts::figures_query::<Sqlite>(
-            &crate::job_counts::due_figures(params.now),
-            params,
-        );
-        let plan: Vec<(i64, i64, i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "EXPLAIN QUERY PLAN {}",
-            query.sql().as_str()
-        )))
-        .fetch_all(&pool)
-        .await
-        .unwrap();
-        let searches: Vec<&str> = plan
-            .iter()
-            .map(|row| row.3.as_str())
-            .filter(|d| d.contains("tasks"))
-            .collect();
-        assert_eq!(searches.len(), 3, "{plan:?}");
-        for search in searches {
-            assert!(
-                search.contains(
-                    "INDEX tasks_by_type_state (task_type=? AND state=? AND trigger_at<?)"
-                ),
-                "{search}"
-            );
-        }
-    }
-
-    /// The plan SQLite (the version sqlx bundles) chooses for each hot statement: every
-    /// named task reached by primary key, none by walking a state; the claims and the
-    /// dead-letter listing by their partial indexes, in order, with no sort; the start's
-    /// counts of running attempts and the unique keys by their partial indexes.
-    #[tokio::test]
-    async fn hot_statements_use_the_indexes_meant_for_them() {
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect("sqlite::memory:")
-            .await
-            .unwrap();
-        sqlx::migrate!("./migrations/sqlite")
-            .run(&pool)
-            .await
-            .unwrap();
-        let by_id = "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)";
-        let ranked = "SEARCH tasks USING INDEX tasks_pending_ranked (claim_rank<?)";
-        let running_per_key = format!(
-            "{}?{}?, ?) GROUP BY concurrency_key",
-            crate::sql_store::RUNNING_PER_KEY.0,
-            crate::sql_store::RUNNING_PER_KEY.1
-        );
-        for (name, statement, expected) in [
-            ("CLAIM_NAMED", CLAIM_NAMED, by_id),
-            ("START_BATCH", START_BATCH, by_id),
-            ("FINISH_SUCCESSES", FINISH_SUCCESSES, by_id),
-            (
-                "FINISH_SUCCESSES, its dependents",
-                FINISH_SUCCESSES,
-                "SEARCH task_deps USING COVERING INDEX task_deps_reverse (depends_on=?)",
-            ),
-            (
-                "limits_and_running",
-                QUERIES.limits_and_running.expect("one statement on SQLite"),
-                "SEARCH tasks USING COVERING INDEX tasks_by_type_state (task_type=? AND state=?)",
-            ),
-            ("FREE_UNIQUE_KEYS", FREE_UNIQUE_KEYS, by_id),
-            (
-                "expirable",
-                QUERIES.expirable,
-                "SEARCH tasks USING INDEX tasks_expiring (expires_at>? AND expires_at<?)",
-            ),
-            ("expire", QUERIES.expire, by_id),
-            ("RELEASE_DEPENDENTS", RELEASE_DEPENDENTS, by_id),
-            ("FAIL_BLOCKED_DEPENDENTS", FAIL_BLOCKED_DEPENDENTS, by_id),
-            (
-                "dead_letters",
-                QUERIES.dead_letters,
-                // The cursor's `OR` bounds no range: the dead letters in listing order,
-                // stopped at the page's end.
-                "SCAN tasks USING INDEX tasks_dead_due",
-            ),
-            (
-                "running",
-                QUERIES.running,
-                "SEARCH tasks USING COVERING INDEX tasks_by_type_state (task_type=? AND state=?)",
-            ),
-            (
-                "RUNNING_PER_KEY",
-                running_per_key.as_str(),
-                "SEARCH tasks USING INDEX tasks_keyed (task_type=? AND concurrency_key=?)",
-            ),
-            (
-                "holder_by_unique_key",
-                QUERIES.holder_by_unique_key,
-                "SEARCH tasks USING INDEX tasks_unique_active (unique_active=? AND task_type=?)",
-            ),
-            (
-                "lapsed_leases",
-                QUERIES.lapsed_leases,
-                "SEARCH tasks USING INDEX tasks_lease (lease_until<?)",
-            ),
-            (
-                "release_claims",
-                QUERIES.release_claims,
-                "SEARCH tasks USING INDEX tasks_lease (lease_until>?)",
-            ),
-            (
-                "purgeable",
-                QUERIES.purgeable,
-                "SEARCH tasks USING INDEX tasks_finished (task_type=? AND state=? AND updated_at<?)",
-            ),
-            (
-                "purgeable, its expired branch",
-                QUERIES.purgeable,
-                "SEARCH tasks USING INDEX tasks_expired (task_type=? AND updated_at<?)",
-            ),
-            ("CLAIM_SEVERAL_TYPES", CLAIM_SEVERAL_TYPES, ranked),
-            ("CLAIM_ALL_TYPES", CLAIM_ALL_TYPES, ranked),
-            (
-                "CLAIM_ONE_TYPE",
-                CLAIM_ONE_TYPE,
-                "SEARCH tasks USING INDEX tasks_ranked_by_type (task_type=? AND claim_rank<?)",
-            ),
-            (
-                "CLAIM_AHEAD_ONE_TYPE",
-                CLAIM_AHEAD_ONE_TYPE,
-                "SEARCH tasks USING INDEX tasks_by_type_state (task_type=? AND state=? AND trigger_at>? AND trigger_at<?)",
-            ),
-            (
-                "next_pending_eta",
-                QUERIES.next_pending_eta,
-                "SEARCH tasks USING COVERING INDEX tasks_by_type_state (task_type=? AND state=? AND trigger_at>? AND trigger_at<?)",
-            ),
-            (
-                "due_exists",
-                QUERIES.due_exists,
-                "SEARCH tasks USING INDEX tasks_ranked_by_type (task_type=? AND claim_rank<?)",
-            ),
-            (
-                "START_DUE",
-                START_DUE,
-                "SEARCH tasks USING INDEX tasks_ranked_by_type (task_type=? AND claim_rank<?)",
-            ),
-        ] {
-            let plan: Vec<(i64, i64, i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "EXPLAIN QUERY PLAN {statement}"
-            )))
-            .fetch_all(&pool)
-            .await
-            .unwrap();
-            let details: Vec<&str> = plan.iter().map(|row| row.3.as_str()).collect();
-            assert!(details.contains(&expected), "{name}: {details:?}");
-            assert!(
-                !details.iter().any(|d| d.contains("(state=?)")),
-                "{name} walks a state: {details:?}"
-            );
-            // The claim ahead sorts the window between now and the horizon, not a walk;
-            // the purge sorts what its branches picked, at most twice its limit.
-            assert!(
-                name.starts_with("CLAIM_AHEAD")
-                    || name.starts_with("purgeable")
-                    || !details.iter().any(|d| d.contains("TEMP B-TREE")),
-                "{name} sorts: {details:?}"
-            );
-        }
-    }
-}
+mod tests;

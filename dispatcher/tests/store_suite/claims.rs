@@ -15,6 +15,7 @@ use crate::{Server, T0, at, claim_all, claim_params, insert, start_params, state
 scenarios!(
     a_claim_returns_the_tasks_trace_context,
     claim_respects_type_filter_and_limit,
+    a_claim_of_many_types_takes_each_in_rank_order,
     claims_rank_priority_among_due_work_with_ageing,
     a_paused_type_waits_and_resumes_in_order,
     consumed_tasks_due_by_the_horizon_come_back_claimed,
@@ -166,6 +167,46 @@ async fn claim_respects_type_filter_and_limit(store: &dyn Store) {
         .unwrap();
     assert_eq!(rest.len(), 2);
     assert!(first.iter().chain(&rest).all(|t| t.task_type == "mine"));
+}
+
+/// A dispatcher serving more jobs than SQLite takes in one claim statement (its claim
+/// walks each type apart, in runs of 400 types): the limit holds across the runs, and
+/// what is claimed first is the earliest of every type, not the first types'.
+async fn a_claim_of_many_types_takes_each_in_rank_order(store: &dyn Store) {
+    const TYPES: i64 = 450;
+    let types: Vec<String> = (0..TYPES).map(|n| format!("t{n:03}")).collect();
+    // the last type's task is due first, the first type's last
+    for (n, task_type) in types.iter().enumerate() {
+        insert(store, NewTask::test(task_type, at(-(n as i64) * 10))).await;
+    }
+    insert(store, NewTask::test("not-mine", at(-100_000))).await;
+    let only = TypeFilter::Only(types.clone());
+    let first = store
+        .claim(claim_params(&only, T0, T0, 1000, "me", 420))
+        .await
+        .unwrap();
+    assert_eq!(first.len(), 420);
+    let rest = store
+        .claim(claim_params(&only, T0, T0, 1000, "me", 100))
+        .await
+        .unwrap();
+    assert_eq!(rest.len(), TYPES as usize - 420);
+    let mut claimed: Vec<&str> = first
+        .iter()
+        .chain(&rest)
+        .map(|t| t.task_type.as_str())
+        .collect();
+    claimed.sort();
+    assert_eq!(
+        claimed,
+        types.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    // within the first run of types (on SQLite) the earliest due were taken first
+    assert!(
+        rest.iter().all(|t| t.task_type.as_str() < "t030"),
+        "the first claim left the latest of the first types: {:?}",
+        rest.iter().map(|t| &t.task_type).collect::<Vec<_>>()
+    );
 }
 
 /// Claims take due work by rank: the trigger time moved 10 s earlier per priority level.
