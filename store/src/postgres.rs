@@ -62,6 +62,47 @@ impl PostgresStore {
     }
 }
 
+/// The claim of several types (`$2`): each type's pending tasks walked on
+/// tasks_ranked_by_type to the limit (`$3`), the first of them all in claim order, then
+/// locked as the claim of one type locks them. One index of every type's pending tasks
+/// in claim order, written by every new task, served this before 0029; dispatchers run
+/// one job each in a cluster, so a claim of several types is `asyncd dev`'s and the
+/// tests'. A candidate another claimer holds is skipped, not replaced: such a claim may
+/// take fewer than it could.
+const CLAIM_SEVERAL_TYPES: &str = concat!(
+    "UPDATE tasks SET state = 'claimed', lease_token = lease_token + 1, \
+            owner = $4, lease_until = GREATEST(trigger_at, $5) + $6, updated_at = $5 \
+     WHERE id = ANY(ARRAY( \
+         SELECT id FROM tasks \
+         WHERE id = ANY(ARRAY( \
+             SELECT picked.id FROM unnest($2::text[]) AS wanted(task_type) \
+             CROSS JOIN LATERAL ( \
+                 SELECT id, claim_rank FROM tasks \
+                 WHERE tasks.task_type = wanted.task_type AND state = 'pending' \
+                   AND claim_rank <= $1 AND trigger_at <= $1 \
+                   AND CASE WHEN EXISTS (SELECT 1 FROM job_pauses p \
+                                         WHERE p.task_type = wanted.task_type) \
+                            THEN false ELSE true END \
+                 ORDER BY claim_rank, id LIMIT $3) picked \
+             ORDER BY picked.claim_rank, picked.id LIMIT $3)) \
+           AND state = 'pending' \
+         ORDER BY claim_rank, id \
+         FOR UPDATE SKIP LOCKED)) \
+     RETURNING ",
+    claim_columns!()
+);
+
+/// The task types with pending tasks (a claim of every type): a skip-scan of
+/// tasks_ranked_by_type, one probe per type.
+const PENDING_TYPES: &str = "WITH RECURSIVE types(task_type) AS ( \
+       (SELECT task_type FROM tasks WHERE state = 'pending' ORDER BY task_type LIMIT 1) \
+       UNION ALL \
+       SELECT (SELECT t.task_type FROM tasks t \
+               WHERE t.state = 'pending' AND t.task_type > types.task_type \
+               ORDER BY t.task_type LIMIT 1) \
+       FROM types WHERE types.task_type IS NOT NULL) \
+     SELECT task_type FROM types WHERE task_type IS NOT NULL";
+
 /// The statements every backend runs alike (see `shared` and `tx`).
 const QUERIES: Queries = Queries {
     get: concat!("SELECT ", task_columns!(), " FROM tasks WHERE id = $1"),
@@ -410,8 +451,8 @@ impl Backend for PostgresStore {
             };
         }
         // One statement, so one transaction. The ARRAY(…) subquery (run once, before
-        // the update) walks tasks_ranked in (claim_rank, id) order — for one type,
-        // tasks_ranked_by_type, that type's pending tasks alone — from the start to
+        // the update) walks tasks_ranked_by_type in (claim_rank, id) order — that
+        // type's pending tasks alone (several types: CLAIM_SEVERAL_TYPES) — from the start to
         // the horizon: a task due by then ranks no later (`claim_rank <= trigger_at`), so
         // the walk never reads the tasks due after it — locks up to `limit`
         // rows and skips rows another claimer has locked (it is claiming them); the
@@ -428,21 +469,26 @@ impl Backend for PostgresStore {
         if let (true, TypeFilter::Only(types)) = (params.ahead, params.types) {
             return self.claim_ahead(params, types).await;
         }
+        let pending_types;
+        let several = match params.types {
+            TypeFilter::Only(list) if list.len() == 1 => None,
+            TypeFilter::Only(list) => Some(list.as_slice()),
+            TypeFilter::All => {
+                pending_types = sqlx::query_scalar::<_, String>(PENDING_TYPES)
+                    .fetch_all(&self.pool)
+                    .await?;
+                Some(pending_types.as_slice())
+            }
+        };
         let rows: Vec<ClaimRow> = retrying(Self::transient, || async {
-            let types: Option<&[String]> = match params.types {
-                TypeFilter::All => None,
-                TypeFilter::Only(list) => Some(list),
-            };
-            let sql = match types {
-                Some([_]) => claim_due!("task_type = $2"),
-                Some(_) => claim_due!("task_type = ANY($2)"),
-                None => claim_due!("$2::text[] IS NULL"),
-            };
-            let query = sqlx::query_as(sql).bind(params.horizon);
-            let query = match types {
-                Some([one]) => query.bind(one.as_str()),
-                Some(list) => query.bind(list),
-                None => query.bind(None::<&[String]>),
+            let query = match (several, params.types) {
+                (Some(types), _) => sqlx::query_as(CLAIM_SEVERAL_TYPES)
+                    .bind(params.horizon)
+                    .bind(types),
+                (None, TypeFilter::Only(one)) => sqlx::query_as(claim_due!("task_type = $2"))
+                    .bind(params.horizon)
+                    .bind(one[0].as_str()),
+                (None, TypeFilter::All) => unreachable!("every type is claimed as several"),
             };
             let rows = query
                 .bind(i64::from(params.limit))
