@@ -691,4 +691,4 @@ impl Backend for SqliteStore {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

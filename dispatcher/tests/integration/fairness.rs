@@ -323,15 +323,8 @@ async fn the_effective_concurrency_backs_off_to_what_the_executor_takes() {
         assert_eq!(status, 200, "{answer}");
     }
     asyncd.clock.set_millis(Millis::new(T0 + 2_000));
-    // Retries are due a millisecond after a refusal: the clock moves on in steps while
-    // the test waits, as time would.
-    let clock = asyncd.clock.clone();
-    let ticking = tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            clock.advance(Duration::from_millis(1));
-        }
-    });
+    // Retries are due a millisecond after a refusal.
+    let ticking = tick_clock(asyncd.clock.clone());
     let answers = wait_for(
         "every task answered 200",
         Duration::from_secs(60),

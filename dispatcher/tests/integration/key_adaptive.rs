@@ -81,15 +81,8 @@ async fn a_key_backs_off_on_its_own_while_the_others_keep_their_limit() {
         .await;
     assert_eq!(status, 200, "{answer}");
     asyncd.clock.set_millis(Millis::new(T0 + 2_000));
-    // Retries are due a millisecond after a refusal: the clock moves on in steps while
-    // the test waits, as time would.
-    let clock = asyncd.clock.clone();
-    let ticking = tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            clock.advance(Duration::from_millis(1));
-        }
-    });
+    // Retries are due a millisecond after a refusal.
+    let ticking = tick_clock(asyncd.clock.clone());
     let calls = wait_for(
         "every task answered 200",
         Duration::from_secs(120),

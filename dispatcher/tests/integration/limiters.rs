@@ -121,12 +121,11 @@ async fn a_limiter_holds_two_jobs_and_two_dispatchers_in_total(server: Service) 
     for result in answer["results"].as_array().unwrap() {
         assert_eq!(result["status"], 201, "{result}");
     }
-    // While the backlog waits, the overview says the limiter is what holds it.
-    let overview = |job: &'static str| {
+    let get = |path: String| {
         let (http, listen) = (http.clone(), api.listen.clone());
         async move {
             let r = http
-                .get(format!("http://{listen}/v1/jobs/{job}-job"))
+                .get(format!("http://{listen}{path}"))
                 .send()
                 .await
                 .unwrap();
@@ -134,6 +133,8 @@ async fn a_limiter_holds_two_jobs_and_two_dispatchers_in_total(server: Service) 
             r.json::<Value>().await.unwrap()
         }
     };
+    // While the backlog waits, the overview says the limiter is what holds it.
+    let overview = |job: &'static str| get(format!("/v1/jobs/{job}-job"));
     wait_for(
         "the overview to name the limiter as what holds refunds",
         Duration::from_secs(30),
@@ -180,14 +181,7 @@ async fn a_limiter_holds_two_jobs_and_two_dispatchers_in_total(server: Service) 
     );
     assert_eq!(job.get("binding_limit"), None, "nothing waits: {job}");
     // What the operator copies into the AsyncLimiter's status.
-    let limiters: Value = http
-        .get(format!("http://{}/v1/limiters", api.listen))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let limiters = get("/v1/limiters".into()).await;
     assert_eq!(limiters, json!({"limiters": job["limiters"]}));
 }
 

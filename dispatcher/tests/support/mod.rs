@@ -451,6 +451,18 @@ impl Api for Asyncd {
 /// When the in-process clock starts: a fixed instant, so ETAs in assertions are exact.
 pub const T0: i64 = 1_800_000_000_000;
 
+/// Moves `clock` on by a millisecond every 5 ms until the handle is aborted, for a test
+/// that waits on retries due a millisecond after each refusal: time goes on as it would,
+/// without the test stepping it.
+pub fn tick_clock(clock: Arc<ManualClock>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            clock.advance(Duration::from_millis(1));
+        }
+    })
+}
+
 /// The `dev` role in the test's runtime: every part on a temp SQLite store, listening on
 /// `127.0.0.1:0`, reading a [`ManualClock`] the test moves, and emitting test signals.
 /// Cancelled when dropped.

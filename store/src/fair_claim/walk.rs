@@ -575,7 +575,6 @@ where
 
 #[cfg(test)]
 mod tests {
-    use sqlx::sqlite::SqlitePoolOptions;
 
     use super::*;
     use crate::TypeFilter;
@@ -587,15 +586,7 @@ mod tests {
     /// window, bounded by its `LIMIT`.
     #[tokio::test]
     async fn the_walks_statements_search_their_indexes_without_sorting() {
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect("sqlite::memory:")
-            .await
-            .unwrap();
-        sqlx::migrate!("./migrations/sqlite")
-            .run(&pool)
-            .await
-            .unwrap();
+        let pool = crate::sqlite::tests::migrated_in_memory().await;
         let types = TypeFilter::Only(vec!["job".into()]);
         let params = ClaimParams {
             types: &types,

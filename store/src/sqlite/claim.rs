@@ -10,6 +10,9 @@
 //! ([`TypeFilter::All`](crate::TypeFilter)) first finds the types with pending tasks:
 //! a skip-scan of the same index, one probe per type.
 
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+
 use super::claim_columns;
 
 /// SQLite refuses a compound statement of more than 500 parts
@@ -45,8 +48,19 @@ pub(super) fn pick_due_sql(types: usize) -> String {
 }
 
 /// The claim of what [`pick_due_sql`] picks, bound alike: `?1` the owner, `?2` now, `?3`
-/// the hold in milliseconds.
-pub(super) fn claim_due_sql(types: usize) -> String {
+/// the hold in milliseconds. Written once per number of types and kept: every claim of a
+/// dispatcher asks for the same one (at most [`TYPES_PER_STATEMENT`] texts).
+pub(super) fn claim_due_sql(types: usize) -> Arc<str> {
+    static WRITTEN: LazyLock<Mutex<HashMap<usize, Arc<str>>>> = LazyLock::new(Default::default);
+    WRITTEN
+        .lock()
+        .expect("no claim panics holding it")
+        .entry(types)
+        .or_insert_with(|| write_claim_due_sql(types).into())
+        .clone()
+}
+
+fn write_claim_due_sql(types: usize) -> String {
     format!(
         "UPDATE tasks SET state = 'claimed', lease_token = lease_token + 1, \
                 owner = ?1, lease_until = MAX(trigger_at, ?2) + ?3, updated_at = ?2 \
