@@ -16,6 +16,7 @@ scenarios!(
     keys_live_inside_their_type,
     keys_compare_byte_for_byte,
     unique_keys_are_held_for_their_window_after_success,
+    one_insert_holding_a_task_twice,
 );
 
 async fn idempotency_unique_and_cron_keys(store: &dyn Store) {
@@ -108,6 +109,39 @@ async fn idempotency_unique_and_cron_keys(store: &dyn Store) {
             trigger_at: at(60_000)
         }
     );
+}
+
+/// Two submits of one idempotency key in one group commit share an id (a keyed task's
+/// id is derived from its key): one insert holds the task twice, with another between.
+/// The first goes in, the other too, and the second is answered as the first's repeat.
+async fn one_insert_holding_a_task_twice(store: &dyn Store) {
+    let mut first = NewTask::test("a", T0);
+    first.idempotency_key = Some("twice".into());
+    let again = first.clone();
+    let other = NewTask::test("a", at(5));
+    let outcomes = store
+        .insert(&[first.clone(), other.clone(), again], T0)
+        .await
+        .unwrap();
+    assert_eq!(
+        outcomes,
+        [
+            InsertOutcome::Inserted {
+                id: first.id.clone(),
+                trigger_at: T0
+            },
+            InsertOutcome::Inserted {
+                id: other.id.clone(),
+                trigger_at: at(5)
+            },
+            InsertOutcome::Duplicate {
+                id: first.id.clone(),
+                trigger_at: T0
+            },
+        ]
+    );
+    assert_eq!(state(store, &first.id).await, TaskState::Pending);
+    assert_eq!(state(store, &other.id).await, TaskState::Pending);
 }
 
 /// Issue 31: one job's idempotency and unique keys neither block nor match another's,
