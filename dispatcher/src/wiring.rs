@@ -445,10 +445,7 @@ async fn wire(
         store.clone(),
         dispatcher.as_ref().map(Dispatcher::local_dispatch),
     );
-    let (inserts, writer) = api::group_commit::new(
-        tasks.clone(),
-        api::group_commit::writers_for(&settings.store_url),
-    );
+    let (inserts, writer) = api::group_commit::new(tasks.clone());
     // Ends once the API's state is dropped, after writing what was queued before.
     supervisor.spawn_loop("submit group commit", writer.run());
     let state = Arc::new(ApiState {

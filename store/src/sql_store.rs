@@ -69,7 +69,7 @@ pub trait Backend: Dialect {
 impl<B, DB> Store for B
 where
     B: Backend<DB = DB>,
-    DB: Database + sqlx::database::HasStatementCache,
+    DB: Database,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     DB::Arguments: IntoArguments<DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,

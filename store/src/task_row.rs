@@ -11,7 +11,7 @@ use crate::{ClaimedTask, Millis, NewTask, TaskState, domain};
 
 /// The most rows one insert statement carries: 256 × 25 parameters stays well inside
 /// every backend's limit (SQLite's is 32 766).
-pub(crate) const MAX_ROWS_PER_INSERT: usize = 256;
+const MAX_ROWS_PER_INSERT: usize = 256;
 
 /// A run of up to this many tasks goes in as one statement of its own size.
 const EXACT_ROWS: usize = 16;

@@ -7,7 +7,6 @@
 use std::future::Future;
 use std::marker::PhantomData;
 
-use sqlx::database::HasStatementCache;
 use sqlx::{
     Acquire, Database, Encode, Executor, FromRow, IntoArguments, Pool, QueryBuilder, Transaction,
     Type,
@@ -18,8 +17,8 @@ use super::rows::{self, Holder, KeyWindowRow, StartedRow, TaskRow};
 use super::shared::{INSERT_TASKS, ManyRows, Queries};
 pub use super::task_row::ClaimAtInsert;
 use super::task_row::{
-    BULK_LOAD_MAX_ROWS, BULK_LOAD_MIN_ROWS, CLAIMED_AT_INSERT_TOKEN, ClaimRoom,
-    MAX_ROWS_PER_INSERT, TaskValues, loadable, new_rows, rows_per_statement,
+    BULK_LOAD_MAX_ROWS, BULK_LOAD_MIN_ROWS, CLAIMED_AT_INSERT_TOKEN, ClaimRoom, TaskValues,
+    loadable, new_rows, rows_per_statement,
 };
 use super::{
     ClaimedTask, DeadLetterParams, Finish, FinishKind, InsertOutcome, Millis, NewTask,
@@ -108,7 +107,7 @@ pub struct Tx<D>(PhantomData<D>);
 impl<D, DB> Tx<D>
 where
     D: Dialect<DB = DB>,
-    DB: Database + HasStatementCache,
+    DB: Database,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     DB::Arguments: IntoArguments<DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
@@ -147,11 +146,6 @@ where
         now: Millis,
         claim: Option<&ClaimAtInsert<'_>>,
     ) -> Result<(Vec<InsertOutcome>, Vec<ClaimedTask>)> {
-        if claim.is_none() {
-            if let Some(outcomes) = Self::insert_in_one_statement(pool, tasks, now).await? {
-                return Ok((outcomes, Vec::new()));
-            }
-        }
         if !D::BULK_LOAD {
             return Self::insert_claiming_by(pool, tasks, now, claim, false).await;
         }
@@ -165,95 +159,6 @@ where
             }
             done => done,
         }
-    }
-
-    /// Inserts `tasks` by one multi-row statement outside a transaction, when one
-    /// statement can hold all of them: none has dependencies or a key window, there are
-    /// at most [`MAX_ROWS_PER_INSERT`], and they are not a bulk load's. A statement is
-    /// atomic by itself, so the explicit transaction's `BEGIN` and `COMMIT` were two of
-    /// the three round trips of a group commit on a server database. `None` when the
-    /// tasks need the transaction, or when a key was taken (the rows, all or the ones
-    /// left out, then go the transaction's way, which names each key's holder).
-    async fn insert_in_one_statement(
-        pool: &Pool<DB>,
-        tasks: &[NewTask],
-        now: Millis,
-    ) -> Result<Option<Vec<InsertOutcome>>> {
-        let independent = tasks
-            .iter()
-            .all(|task| task.depends_on.is_empty() && task.window.is_none());
-        let bulk = D::BULK_LOAD && tasks.len() >= BULK_LOAD_MIN_ROWS && tasks.iter().all(loadable);
-        if tasks.is_empty() || !independent || bulk || tasks.len() > MAX_ROWS_PER_INSERT {
-            return Ok(None);
-        }
-        // A statement of a number of rows that the transaction's way also writes is
-        // prepared once per connection and kept; another is prepared for this one
-        // execution (a round trip more, still fewer than the transaction's), so that the
-        // connection keeps its few texts ([`rows_per_statement`]).
-        let kept = rows_per_statement(tasks.len(), D::QUERIES.insert_many) == tasks.len();
-        let rows = new_rows(tasks, now, None);
-        let inserted = retrying(D::transient, || async {
-            let mut conn = pool.acquire().await?;
-            let mut insert = Self::insert_statement(&rows);
-            Ok(match D::QUERIES.insert_many {
-                ManyRows::LeftOut => {
-                    insert.push(" RETURNING id");
-                    let ids: std::collections::HashSet<String> = insert
-                        .build_query_scalar::<String>()
-                        .persistent(kept)
-                        .fetch_all(&mut *conn)
-                        .await?
-                        .into_iter()
-                        .collect();
-                    Some(ids)
-                }
-                ManyRows::AllOrNothing => {
-                    match insert.build().persistent(kept).execute(&mut *conn).await {
-                        Ok(_) => Some(tasks.iter().map(|task| task.id.clone()).collect()),
-                        Err(err) if is_unique_violation(&err) => None,
-                        Err(err) => return Err(err.into()),
-                    }
-                }
-            })
-        })
-        .await?;
-        let Some(mut inserted) = inserted else {
-            return Ok(None);
-        };
-        // In order, as the transaction's way reads them: of two tasks with one key, the
-        // first went in and the second was left out.
-        let mut outcomes: Vec<Option<InsertOutcome>> = Vec::with_capacity(tasks.len());
-        let mut left_out = Vec::new();
-        for task in tasks {
-            outcomes.push(match inserted.remove(&task.id) {
-                true => Some(InsertOutcome::Inserted {
-                    id: task.id.clone(),
-                    trigger_at: task.trigger_at,
-                }),
-                false => {
-                    left_out.push(task.clone());
-                    None
-                }
-            });
-        }
-        // A taken key left these out: the transaction's way names each one's holder.
-        let mut theirs = match left_out.is_empty() {
-            true => Vec::new(),
-            false => {
-                Self::insert_claiming_by(pool, &left_out, now, None, false)
-                    .await?
-                    .0
-            }
-        }
-        .into_iter();
-        let outcomes = outcomes
-            .into_iter()
-            .map(|outcome| outcome.or_else(|| theirs.next()))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| {
-                super::StoreError::Corrupt("an insert answered too few outcomes".into())
-            })?;
-        Ok(Some(outcomes))
     }
 
     /// [`Self::insert_claiming`]; `bulk_load`: runs of at least

@@ -7,7 +7,6 @@
 //! consumer's merge.
 
 use serde_json::value::RawValue;
-use sqlx::database::HasStatementCache;
 use sqlx::{
     Database, Encode, Executor, FromRow, IntoArguments, Pool, QueryBuilder, Transaction, Type,
 };
@@ -34,7 +33,7 @@ pub struct KafkaChangeRow {
 impl<D, DB> Tx<D>
 where
     D: Dialect<DB = DB>,
-    DB: Database + HasStatementCache,
+    DB: Database,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     DB::Arguments: IntoArguments<DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,

@@ -4,7 +4,6 @@
 //! database wants, so one text serves the three dialects; only the lock of the firing
 //! pass is the dialect's ([`crate::shared::Queries::lock_skipping`]).
 
-use sqlx::database::HasStatementCache;
 use sqlx::{
     Database, Encode, Executor, FromRow, IntoArguments, Pool, QueryBuilder, Transaction, Type,
 };
@@ -71,7 +70,7 @@ fn first_wake(put: &PutSchedule<'_>) -> Option<Millis> {
 impl<D, DB> Tx<D>
 where
     D: Dialect<DB = DB>,
-    DB: Database + HasStatementCache,
+    DB: Database,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     DB::Arguments: IntoArguments<DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,

@@ -2,7 +2,6 @@
 //! submit folded into a waiting task or held back by its key's window
 //! ([`crate::window`]).
 
-use sqlx::database::HasStatementCache;
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Transaction, Type};
 
 use super::{Dialect, Tx};
@@ -19,7 +18,7 @@ use crate::{
 impl<D, DB> Tx<D>
 where
     D: Dialect<DB = DB>,
-    DB: Database + HasStatementCache,
+    DB: Database,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     DB::Arguments: IntoArguments<DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,

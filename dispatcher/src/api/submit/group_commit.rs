@@ -6,11 +6,9 @@
 //! flush on PostgreSQL, one write transaction on SQLite's single writer) instead of a
 //! thousand.
 //!
-//! A writer takes the first waiting request and whatever else is waiting at that
+//! One writer takes the first waiting request and whatever else is waiting at that
 //! moment, up to `MAX_GROUP` tasks, and writes them with one insert ([`TaskWriter`]). With
-//! one submit at a time it writes that one at once: nothing waits for company. On a
-//! database server several writers do so at once ([`writers_for`]), so that the next
-//! group forms and goes out while one is on its way to the server.
+//! one submit at a time it writes that one at once: nothing waits for company.
 //!
 //! A group the store refuses (a value one backend cannot store, say) is not allowed to
 //! fail the others: each request is then written on its own, so only the one at fault is
@@ -60,44 +58,16 @@ pub struct GroupCommit {
 /// The writing side: [`Writer::run`] until every [`GroupCommit`] is gone.
 pub struct Writer {
     store: TaskWriter,
-    queue: tokio::sync::Mutex<Queue>,
-    writers: usize,
-}
-
-/// What the writers take their groups from, one writer at a time.
-struct Queue {
     requests: mpsc::Receiver<Request>,
-    /// A request that did not fit the last group: it opens the next.
-    carried: Option<Request>,
 }
 
-/// How many groups are written at once on a database server: while one group's
-/// statement is on its way to the server and back, the next is formed and sent. A
-/// PostgreSQL or MariaDB server writes them side by side, and the pool (10 connections)
-/// keeps room for every other call. SQLite has one writer, so there one group is written
-/// at a time.
-const SERVER_WRITERS: usize = 4;
-
-/// How many groups [`Writer::run`] writes at once on the store `store_url` names.
-pub fn writers_for(store_url: &str) -> usize {
-    match store_url.starts_with("sqlite:") {
-        true => 1,
-        false => SERVER_WRITERS,
-    }
-}
-
-/// `writers` (at least one) groups are written at once.
-pub fn new(store: TaskWriter, writers: usize) -> (GroupCommit, Writer) {
+pub fn new(store: TaskWriter) -> (GroupCommit, Writer) {
     let (tx, rx) = mpsc::channel(QUEUE);
     (
         GroupCommit { requests: tx },
         Writer {
             store,
-            queue: tokio::sync::Mutex::new(Queue {
-                requests: rx,
-                carried: None,
-            }),
-            writers: writers.max(1),
+            requests: rx,
         },
     )
 }
@@ -127,41 +97,34 @@ impl GroupCommit {
 }
 
 impl Writer {
-    /// Writes groups until the queue is closed and empty, `writers` of them at once.
-    pub async fn run(self) {
-        futures::future::join_all((0..self.writers).map(|_| self.write_groups())).await;
-    }
-
-    async fn write_groups(&self) {
-        while let Some(group) = self.next_group().await {
+    pub async fn run(mut self) {
+        // A request that did not fit the last group opens the next.
+        let mut carried: Option<Request> = None;
+        loop {
+            let first = match carried.take() {
+                Some(request) => request,
+                None => match self.requests.recv().await {
+                    Some(request) => request,
+                    None => return,
+                },
+            };
+            let mut size = first.tasks.len();
+            let mut group = vec![first];
+            while size < MAX_GROUP {
+                match self.requests.try_recv() {
+                    Ok(request) if size + request.tasks.len() <= MAX_GROUP => {
+                        size += request.tasks.len();
+                        group.push(request);
+                    }
+                    Ok(request) => {
+                        carried = Some(request);
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
             write(&self.store, group).await;
         }
-    }
-
-    /// The first waiting request and whatever else waits at that moment, up to
-    /// [`MAX_GROUP`] tasks; `None` once every sender is gone and the queue is empty.
-    async fn next_group(&self) -> Option<Vec<Request>> {
-        let mut queue = self.queue.lock().await;
-        let first = match queue.carried.take() {
-            Some(request) => request,
-            None => queue.requests.recv().await?,
-        };
-        let mut size = first.tasks.len();
-        let mut group = vec![first];
-        while size < MAX_GROUP {
-            match queue.requests.try_recv() {
-                Ok(request) if size + request.tasks.len() <= MAX_GROUP => {
-                    size += request.tasks.len();
-                    group.push(request);
-                }
-                Ok(request) => {
-                    queue.carried = Some(request);
-                    break;
-                }
-                Err(_) => break,
-            }
-        }
-        Some(group)
     }
 }
 
@@ -258,7 +221,7 @@ mod tests {
     async fn submits_waiting_together_are_written_in_one_transaction() {
         let dir = tempfile::tempdir().unwrap();
         let (store, _) = sqlite(&dir).await;
-        let (commit, writer) = new(TaskWriter::new(store.clone(), None), 1);
+        let (commit, writer) = new(TaskWriter::new(store.clone(), None));
         let ids: Vec<String> = (0..50).map(|i| format!("task-{i}")).collect();
         let handles = queue_all(&commit, ids.iter().map(|id| task(id, "{}")).collect()).await;
         let writing = tokio::spawn(writer.run());
@@ -287,7 +250,7 @@ mod tests {
     async fn small_batches_share_a_group_and_each_gets_its_own_outcomes() {
         let dir = tempfile::tempdir().unwrap();
         let (store, _) = sqlite(&dir).await;
-        let (commit, writer) = new(TaskWriter::new(store.clone(), None), 1);
+        let (commit, writer) = new(TaskWriter::new(store.clone(), None));
         let requests: Vec<Vec<String>> = vec![
             vec!["a1".into(), "a2".into(), "a3".into()],
             vec!["b1".into()],
@@ -329,35 +292,6 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn several_writers_answer_every_request_and_end_with_the_last_sender() {
-        let dir = tempfile::tempdir().unwrap();
-        let (store, _) = sqlite(&dir).await;
-        let (commit, writer) = new(TaskWriter::new(store.clone(), None), 3);
-        let writing = tokio::spawn(writer.run());
-        let ids: Vec<String> = (0..200).map(|i| format!("task-{i}")).collect();
-        let answers = futures::future::join_all(ids.iter().map(|id| {
-            let commit = commit.clone();
-            let task = task(id, "{}");
-            async move { commit.insert(vec![task], Millis::new(1)).await }
-        }))
-        .await;
-        for (answer, id) in answers.into_iter().zip(&ids) {
-            assert_eq!(
-                answer.unwrap(),
-                [InsertOutcome::Inserted {
-                    id: id.clone(),
-                    trigger_at: Millis::new(1_000)
-                }]
-            );
-            assert!(store.get(id).await.unwrap().is_some(), "{id} stored");
-        }
-        drop(commit);
-        writing
-            .await
-            .expect("every writer ends with the last sender");
-    }
-
-    #[tokio::test]
     async fn a_task_the_store_refuses_fails_only_its_own_submit() {
         let dir = tempfile::tempdir().unwrap();
         let (store, url) = sqlite(&dir).await;
@@ -369,7 +303,7 @@ mod tests {
         .execute(&pool)
         .await
         .unwrap();
-        let (commit, writer) = new(TaskWriter::new(store.clone(), None), 1);
+        let (commit, writer) = new(TaskWriter::new(store.clone(), None));
         let tasks = vec![
             task("before", "{}"),
             task("poisoned", r#"{"poison":true}"#),
