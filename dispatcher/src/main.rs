@@ -476,14 +476,22 @@ fn instance_name(instance: Option<String>) -> String {
     )
 }
 
-/// mimalloc rather than glibc's malloc: the hot path allocates per task (requests,
-/// JSON, rows), and glibc spent a sixth of asyncd's CPU there under a drain
-/// (docs/benchmarks.md, "Hot-path guard").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+fn main() -> ExitCode {
+    // Each runtime thread hands mimalloc's freed pages back as it goes idle.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_park(asyncd_allocator::thread_going_idle)
+        .build();
+    match runtime {
+        Ok(runtime) => runtime.block_on(run()),
+        Err(err) => {
+            eprintln!("asyncd could not start its runtime: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
 
-#[tokio::main]
-async fn main() -> ExitCode {
+async fn run() -> ExitCode {
     let cli = Cli::parse();
     asyncd::logging::init(cli.log_format, "info");
     // reqwest brings rustls with aws-lc-rs and kube with ring; with both compiled in,
