@@ -1,5 +1,5 @@
 //! The asyncd processes of the run: started, killed, restarted, and their memory and
-//! descriptors sampled.
+//! descriptors sampled; what their logs say about a task.
 
 use super::*;
 
@@ -216,4 +216,56 @@ pub(super) fn status_kib(status: &str, field: &str) -> u64 {
         .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// The lines of the role logs in `logs` that name `id`, each prefixed with its file.
+pub(super) fn log_lines_naming(logs: &Path, id: &str) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(logs) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|entry| Some(entry.ok()?.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
+        .collect();
+    files.sort();
+    let mut lines = Vec::new();
+    for file in files {
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        let name = file.file_name().unwrap_or_default().to_string_lossy();
+        lines.extend(
+            text.lines()
+                .filter(|line| line.contains(id))
+                .map(|line| format!("{name}: {line}")),
+        );
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lines_naming_an_id_are_found_in_every_role_log_and_only_there() {
+        let dir = std::env::temp_dir().join(format!("soak-logs-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("soak-api-0.log"), "a\nproduce failed id=t-1\nb\n").unwrap();
+        std::fs::write(
+            dir.join("soak-dispatcher-0.log"),
+            "stored t-2\nrefused t-1\n",
+        )
+        .unwrap();
+        std::fs::write(dir.join("kills.tsv"), "t-1\n").unwrap();
+        let lines = log_lines_naming(&dir, "t-1");
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(
+            lines,
+            [
+                "soak-api-0.log: produce failed id=t-1",
+                "soak-dispatcher-0.log: refused t-1"
+            ]
+        );
+    }
 }

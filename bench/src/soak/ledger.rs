@@ -7,6 +7,8 @@ use super::*;
 pub struct Record {
     /// The task id, once a submit of it got a 2xx.
     pub id: Option<String>,
+    /// How that 2xx came: status, route, which API process, when, and on which try.
+    pub answer: Option<String>,
     pub calls: u32,
     /// Executions the executor completed successfully.
     pub successes: u32,

@@ -475,13 +475,19 @@ pub async fn run(args: &Args) -> Result<()> {
     }
     for (index, state) in missing.iter().take(10) {
         let r = &ledger.records[*index];
+        let id = r.id.as_deref().unwrap_or("?");
         println!(
-            "lost: task {index} ({}, idempotency key soak-{seed}-{index}) behaviour {} last state {state}, {} calls, {} successes",
-            r.id.as_deref().unwrap_or("?"),
+            "lost: task {index} ({id}, idempotency key soak-{seed}-{index}) behaviour {} last state {state}, {} calls, {} successes; answered {}",
             Behaviour::of(seed, *index as u64).code(),
             r.calls,
-            r.successes
+            r.successes,
+            r.answer.as_deref().unwrap_or("?"),
         );
+        // What the roles logged about it (a produce that failed, a consumed task the
+        // store refused), so a loss on a busy CI machine can be followed without a rerun.
+        for line in fleet::log_lines_naming(&logs, id).iter().take(10) {
+            println!("  {line}");
+        }
     }
     // Which route a duplicate took and the first few ids, to look them up in the store's
     // rows and the dispatchers' logs; the route is judged from the delay the soak asked for,

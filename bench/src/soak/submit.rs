@@ -14,17 +14,22 @@ impl Submitter {
         &self.apis[self.next.fetch_add(1, Ordering::Relaxed) % self.apis.len()]
     }
 
-    /// One try on the next API process: the status and body, or None for a connection error.
-    pub(super) async fn post(&self, path: &str, body: &Value) -> Option<(u16, Value)> {
-        let r = self
-            .http
-            .post(format!("{}{path}", self.base()))
-            .json(body)
-            .send()
-            .await
-            .ok()?;
-        let status = r.status().as_u16();
-        Some((status, r.json().await.unwrap_or(Value::Null)))
+    /// One try on the next API process: the status and body, or None for a connection
+    /// error, and the process it went to.
+    pub(super) async fn post(&self, path: &str, body: &Value) -> (Option<(u16, Value)>, &str) {
+        let base = self.base();
+        let answer = async {
+            let r = self
+                .http
+                .post(format!("{base}{path}"))
+                .json(body)
+                .send()
+                .await
+                .ok()?;
+            let status = r.status().as_u16();
+            Some((status, r.json().await.unwrap_or(Value::Null)))
+        };
+        (answer.await, base)
     }
 
     pub(super) async fn get(&self, path: &str) -> Option<(u16, Value)> {
@@ -76,8 +81,9 @@ pub(super) async fn submit_all(
                     .collect();
                 let outcome = submit_unit(client, bodies, batch).await;
                 let mut ledger = ledger.lock().unwrap();
-                for (i, id) in outcome.accepted {
+                for (i, id, answer) in outcome.accepted {
                     ledger.records[i].id = Some(id);
+                    ledger.records[i].answer = Some(answer);
                 }
                 drop(ledger);
                 if !outcome.refused.is_empty() {
@@ -96,7 +102,8 @@ pub(super) async fn submit_all(
 
 #[derive(Default)]
 pub(super) struct UnitOutcome {
-    pub(super) accepted: Vec<(usize, String)>,
+    /// Index, id, and how it was answered ([`Record::answer`]).
+    pub(super) accepted: Vec<(usize, String, String)>,
     pub(super) refused: Vec<String>,
 }
 
@@ -110,6 +117,7 @@ pub(super) async fn submit_unit(
     let mut out = UnitOutcome::default();
     let start = Instant::now();
     let mut backoff = Duration::from_millis(50);
+    let mut tries = 0;
     while !bodies.is_empty() {
         if start.elapsed() > Duration::from_secs(120) {
             out.refused.extend(
@@ -120,12 +128,20 @@ pub(super) async fn submit_unit(
             break;
         }
         let mut retry = Vec::new();
+        tries += 1;
+        let answered = |api: &str, status: u64, result: &Value| {
+            format!(
+                "{status} route {} from {api} at {} ms, try {tries}",
+                result["route"].as_str().unwrap_or("?"),
+                now_ms()
+            )
+        };
         if batch {
             let tasks: Vec<&Value> = bodies.iter().map(|(_, b)| b).collect();
-            match client
+            let (answer, api) = client
                 .post("/v1/tasks:batch", &json!({"tasks": tasks}))
-                .await
-            {
+                .await;
+            match answer {
                 Some((200, answer)) => {
                     let results = answer["results"].as_array().cloned().unwrap_or_default();
                     for ((i, body), result) in bodies
@@ -134,8 +150,11 @@ pub(super) async fn submit_unit(
                     {
                         match result {
                             Some(r) if matches!(r["status"].as_u64(), Some(200 | 201)) => {
-                                out.accepted
-                                    .push((i, r["id"].as_str().unwrap_or("").to_string()));
+                                out.accepted.push((
+                                    i,
+                                    r["id"].as_str().unwrap_or("").to_string(),
+                                    answered(api, r["status"].as_u64().unwrap_or(0), &r),
+                                ));
                             }
                             Some(r) if r["status"].as_u64().is_some_and(|s| s < 500) => {
                                 out.refused.push(format!("task {i}: {r}"));
@@ -153,10 +172,13 @@ pub(super) async fn submit_unit(
             }
         } else {
             for (i, body) in bodies {
-                match client.post("/v1/tasks", &body).await {
-                    Some((200 | 201, answer)) => out
-                        .accepted
-                        .push((i, answer["id"].as_str().unwrap_or("").to_string())),
+                let (answer, api) = client.post("/v1/tasks", &body).await;
+                match answer {
+                    Some((status @ (200 | 201), answer)) => out.accepted.push((
+                        i,
+                        answer["id"].as_str().unwrap_or("").to_string(),
+                        answered(api, status.into(), &answer),
+                    )),
                     Some((status, answer)) if status < 500 => {
                         out.refused.push(format!("task {i}: {status} {answer}"));
                     }
