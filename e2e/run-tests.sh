@@ -127,8 +127,9 @@ bash e2e/soak.sh --store mariadb --tasks 150000 --rate 900 --max-duplicates-pct 
 step "hot-path guard: asyncd dev's drain against a plain HTTP loop to the same executor (asyncd-bench guard)"
 # A ratio measured in turn in one run, so it holds on any machine. The floor sits a third
 # below the medians of the clean-clone runs since 513d900 (0.296–0.359; docs/benchmarks.md,
-# "Hot-path guard"); raise it as the hot path gets faster, never lower it. Rows of `tasks` changed per task: the
-# insert, the claim that begins the attempt (Store::start_due) and the outcome.
+# "Hot-path guard"); raise it as the hot path gets faster, never lower it. Rows of
+# `tasks` changed per task: the insert, the claim that begins the attempt
+# (Store::start_due) and the outcome.
 # The soak's package set: another set would unify features differently and rebuild asyncd.
 cargo build --release --locked -p asyncd -p asyncd-bench -p asyncd-operator
 "$CARGO_TARGET_DIR/release/asyncd-bench" guard --min-ratio 0.20 --max-task-rows 3.05
