@@ -16,12 +16,6 @@ const MAX_ROWS_PER_INSERT: usize = 256;
 /// A run of up to this many tasks goes in as one statement of its own size.
 const EXACT_ROWS: usize = 16;
 
-/// A run of at least this many tasks that hold no key goes in by the dialect's bulk
-/// load ([`crate::tx::Dialect::load_tasks`]) where it has one. Below it the multi-row
-/// insert's one round trip beats the load's two (PostgreSQL's `COPY` first waits for
-/// the server to accept the data); a group commit's runs are mostly of 10–60 tasks.
-pub(crate) const BULK_LOAD_MIN_ROWS: usize = 128;
-
 /// The most rows one bulk load carries (a batch submit holds at most
 /// [`asyncd_contract::MAX_BATCH`]): its text stays a few hundred kilobytes.
 pub(crate) const BULK_LOAD_MAX_ROWS: usize = 4_096;

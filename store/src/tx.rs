@@ -17,8 +17,8 @@ use super::rows::{self, Holder, KeyWindowRow, StartedRow, TaskRow};
 use super::shared::{INSERT_TASKS, ManyRows, Queries};
 pub use super::task_row::ClaimAtInsert;
 use super::task_row::{
-    BULK_LOAD_MAX_ROWS, BULK_LOAD_MIN_ROWS, CLAIMED_AT_INSERT_TOKEN, ClaimRoom, TaskValues,
-    loadable, new_rows, rows_per_statement,
+    BULK_LOAD_MAX_ROWS, CLAIMED_AT_INSERT_TOKEN, ClaimRoom, TaskValues, loadable, new_rows,
+    rows_per_statement,
 };
 use super::{
     ClaimedTask, DeadLetterParams, Finish, FinishKind, InsertOutcome, Millis, NewTask,
@@ -63,13 +63,13 @@ pub trait Dialect: Send + Sync + 'static {
     /// sqlx has no database-generic way to read this.
     fn rows_affected(done: &<Self::DB as Database>::QueryResult) -> u64;
 
-    /// Whether the dialect has a bulk load of task rows ([`Self::load_tasks`]) faster
-    /// than its multi-row insert.
-    const BULK_LOAD: bool = false;
+    /// The fewest tasks of a run that go in by the dialect's bulk load of task rows
+    /// ([`Self::load_tasks`]), where it has one faster than its multi-row insert.
+    const BULK_LOAD_MIN_ROWS: Option<usize> = None;
 
     /// Writes `rows`, none holding a key ([`crate::task_row::loadable`]), as one bulk
-    /// load. Called only where [`Self::BULK_LOAD`] is set. A row whose id is taken fails
-    /// the whole load with a unique violation, and with it the transaction.
+    /// load. Called only where [`Self::BULK_LOAD_MIN_ROWS`] is set. A row whose id is
+    /// taken fails the whole load with a unique violation, and with it the transaction.
     fn load_tasks<'a>(
         _conn: &'a mut Conn<Self>,
         _rows: &'a [TaskValues<'a>],
@@ -146,7 +146,7 @@ where
         now: Millis,
         claim: Option<&ClaimAtInsert<'_>>,
     ) -> Result<(Vec<InsertOutcome>, Vec<ClaimedTask>)> {
-        if !D::BULK_LOAD {
+        if D::BULK_LOAD_MIN_ROWS.is_none() {
             return Self::insert_claiming_by(pool, tasks, now, claim, false).await;
         }
         // A bulk load cannot leave out a row whose id is taken (a Kafka message
@@ -162,7 +162,8 @@ where
     }
 
     /// [`Self::insert_claiming`]; `bulk_load`: runs of at least
-    /// [`BULK_LOAD_MIN_ROWS`] tasks holding no key go in by [`Dialect::load_tasks`].
+    /// [`Dialect::BULK_LOAD_MIN_ROWS`] tasks holding no key go in by
+    /// [`Dialect::load_tasks`].
     async fn insert_claiming_by(
         pool: &Pool<DB>,
         tasks: &[NewTask],
@@ -203,7 +204,7 @@ where
                 };
                 // A task with dependencies goes in by itself, after reading theirs, and
                 // one under a key window after locking the window.
-                if loadable >= BULK_LOAD_MIN_ROWS {
+                if D::BULK_LOAD_MIN_ROWS.is_some_and(|min| loadable >= min) {
                     let (rows, after) = rest.split_at(loadable.min(BULK_LOAD_MAX_ROWS));
                     let (some, claimed_some) =
                         Self::load_many(&mut tx, rows, now, claim.as_mut()).await?;
@@ -302,6 +303,13 @@ where
 
     /// [`INSERT_TASKS`] with `rows`, then the dialect's way with a taken key.
     fn insert_statement(rows: &[TaskValues<'_>]) -> QueryBuilder<DB> {
+        let mut insert = Self::values_statement(rows);
+        insert.push(D::QUERIES.insert_tasks_conflict);
+        insert
+    }
+
+    /// [`INSERT_TASKS`] with `rows`: a row whose id or key is taken fails it.
+    pub(crate) fn values_statement(rows: &[TaskValues<'_>]) -> QueryBuilder<DB> {
         let mut insert = QueryBuilder::<DB>::new(INSERT_TASKS);
         insert.push_values(rows, |mut row, v| {
             row.push_bind(v.id)
@@ -334,7 +342,6 @@ where
                     0
                 });
         });
-        insert.push(D::QUERIES.insert_tasks_conflict);
         insert
     }
 
