@@ -333,7 +333,7 @@ mod tests {
         async fn insert_consumed(
             &self,
             p: store::InsertConsumedParams<'_>,
-        ) -> store::Result<Vec<ClaimedTask>> {
+        ) -> store::Result<store::Consumed> {
             self.inner.insert_consumed(p).await
         }
         async fn insert_claiming(

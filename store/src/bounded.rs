@@ -116,7 +116,7 @@ impl Store for Bounded {
         self.within("claim_ids", self.inner.claim_ids(params)).await
     }
 
-    async fn insert_consumed(&self, params: InsertConsumedParams<'_>) -> Result<Vec<ClaimedTask>> {
+    async fn insert_consumed(&self, params: InsertConsumedParams<'_>) -> Result<Consumed> {
         self.within("insert_consumed", self.inner.insert_consumed(params))
             .await
     }

@@ -97,10 +97,11 @@ pub use kafka_dead_letter::{
 };
 pub use millis::{Millis, duration_ms};
 pub use params::{
-    Admitted, BulkAction, ClaimIdsParams, ClaimParams, DeadCount, DeadFilter, DeadLetterParams,
-    DueBacklog, DueStart, DueStarted, FairClaim, FairParams, HeldBy, InsertConsumedParams,
-    JobCountParams, JobCounts, JobGate, KeyOrder, PurgeParams, RateBucket, SearchParams, Shares,
-    StartDueParams, StartParams, TenantWeights, TypeFilter, UsageBy, UsageCounts,
+    Admitted, BulkAction, ClaimIdsParams, ClaimParams, Consumed, DeadCount, DeadFilter,
+    DeadLetterParams, DueBacklog, DueStart, DueStarted, FairClaim, FairParams, HeldBy,
+    InsertConsumedParams, JobCountParams, JobCounts, JobGate, KeyOrder, PurgeParams, RateBucket,
+    SearchParams, Shares, StartDueParams, StartParams, TenantWeights, TypeFilter, UsageBy,
+    UsageCounts,
 };
 use redact::without_password;
 pub use redact::{redact, redact_url};

@@ -8,7 +8,7 @@ use asyncd_contract::TaskState;
 
 #[cfg(doc)]
 use crate::Store;
-use crate::{ClaimedTask, Millis, NewTask, Started};
+use crate::{ClaimedTask, InsertOutcome, Millis, NewTask, Started};
 
 /// What the jobs overview (`GET /v1/jobs`) shows of one task type, from
 /// [`Store::job_counts`]. Each count stops at the `cap` it was asked with.
@@ -186,6 +186,18 @@ pub struct InsertConsumedParams<'a> {
     pub now: Millis,
     pub hold: Duration,
     pub owner: &'a str,
+}
+
+/// What [`Store::insert_consumed`] did with a batch of consumed tasks.
+#[derive(Debug, Default)]
+pub struct Consumed {
+    /// The new tasks due by the horizon, claimed for the consumer.
+    pub claimed: Vec<ClaimedTask>,
+    /// The tasks not stored because another task holds one of their keys, or a
+    /// dependency they name does not exist, by index in the batch, with the outcome that
+    /// says which. A message consumed twice, a change's placeholder and a debounce are
+    /// not refusals.
+    pub refused: Vec<(usize, InsertOutcome)>,
 }
 
 /// What [`Store::claim_fair`] takes besides the claim's.

@@ -166,7 +166,7 @@ where
     /// The new due tasks are claimed as they are inserted where the dialect inserts many
     /// rows per statement (one write each instead of two); the rest (MariaDB's, and any
     /// inserted one by one) are claimed after, as [`Store::claim_ids`] does.
-    async fn insert_consumed(&self, params: InsertConsumedParams<'_>) -> Result<Vec<ClaimedTask>> {
+    async fn insert_consumed(&self, params: InsertConsumedParams<'_>) -> Result<Consumed> {
         let claim = ClaimAtInsert {
             owner: params.owner,
             hold: params.hold,
@@ -223,7 +223,19 @@ where
                 .await?,
             );
         }
-        Ok(claimed)
+        let refused = outcomes
+            .into_iter()
+            .enumerate()
+            .filter(|(_, outcome)| {
+                matches!(
+                    outcome,
+                    InsertOutcome::IdempotencyMismatch { .. }
+                        | InsertOutcome::UniqueConflict { .. }
+                        | InsertOutcome::UnknownDependency { .. }
+                )
+            })
+            .collect();
+        Ok(Consumed { claimed, refused })
     }
 
     async fn insert_claiming(

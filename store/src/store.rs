@@ -61,8 +61,9 @@ pub trait Store: Send + Sync + 'static {
     /// `horizon`, so the consumer that read them dispatches them without a poll. Tasks
     /// already stored (a message consumed twice) are left alone; a task changed before
     /// it was consumed ([`Store::change_unconsumed`]) takes its placeholder's place,
-    /// changed.
-    async fn insert_consumed(&self, params: InsertConsumedParams<'_>) -> Result<Vec<ClaimedTask>>;
+    /// changed. A task whose key another request's task holds is not stored, and named
+    /// in [`Consumed::refused`], so that the consumer can keep its message.
+    async fn insert_consumed(&self, params: InsertConsumedParams<'_>) -> Result<Consumed>;
     /// [`Store::insert`], claiming for `claim.owner` as they go in the new tasks it
     /// allows (due by its horizon, of a type not paused, within each type's room): a
     /// dispatcher in the submitting process takes them straight into its heap. Only

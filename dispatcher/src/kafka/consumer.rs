@@ -45,7 +45,9 @@ use crate::dispatch::HeapSink;
 use crate::executor::sanitize_reason;
 use crate::job_table::Routes;
 use crate::metrics::Metrics;
-use asyncd_store::{ClaimedTask, InsertConsumedParams, KafkaDeadLetter, Millis, NewTask, Store};
+use asyncd_store::{
+    ClaimedTask, InsertConsumedParams, InsertOutcome, KafkaDeadLetter, Millis, NewTask, Store,
+};
 
 #[derive(Debug, Clone)]
 pub struct ConsumerConfig {
@@ -412,8 +414,20 @@ async fn insert_consumed_isolating(
             })
             .await
         {
-            Ok(adopted) => {
-                claimed(adopted);
+            Ok(consumed) => {
+                claimed(consumed.claimed);
+                for (index, outcome) in consumed.refused {
+                    let origin = &part.origins[index];
+                    let id = &part.tasks[index].id;
+                    let why = refusal(&outcome);
+                    tracing::warn!(%topic, partition = origin.partition, offset = origin.offset, %id, %why,
+                        "the store refused a consumed task; keeping its message as a dead letter");
+                    refused.push(origin.dead_letter(
+                        topic,
+                        format!("the store refused task {id}: {why}"),
+                        now,
+                    ));
+                }
                 backoff = Duration::from_millis(50);
                 continue;
             }
@@ -442,6 +456,25 @@ async fn insert_consumed_isolating(
         refused.push(origin.dead_letter(topic, format!("the store refused task {id}: {err}"), now));
     }
     Ok(refused)
+}
+
+/// Why the store did not keep a consumed task ([`asyncd_store::Consumed::refused`]).
+/// Two submits with one idempotency key and different payloads, both produced before
+/// either was consumed, are both answered with the key's task; the second is refused
+/// here, and its message kept, rather than dropped unseen.
+fn refusal(outcome: &InsertOutcome) -> String {
+    match outcome {
+        InsertOutcome::IdempotencyMismatch { existing_id } => {
+            format!("its idempotency key is held by task {existing_id}, of another type or payload")
+        }
+        InsertOutcome::UniqueConflict { existing_id } => {
+            format!("its unique key is held by task {existing_id}")
+        }
+        InsertOutcome::UnknownDependency { id } => {
+            format!("it depends on task {id}, which does not exist")
+        }
+        other => format!("{other:?}"),
+    }
 }
 
 /// Records Kafka dead letters before their offsets are committed, waiting out an
@@ -620,6 +653,76 @@ mod tests {
             kind(None, "orders", &message(&[(SIGNATURE_HEADER, "v1=00")])),
             None
         );
+    }
+
+    /// Two copies of one keyed submit with different payloads reach the topic before
+    /// either is consumed (both answered with the id the key derives): the second is
+    /// not stored, and comes back as its message's dead letter naming the key's task,
+    /// not dropped unseen. The first is stored and claimed.
+    #[tokio::test]
+    async fn a_second_payload_under_a_consumed_key_is_kept_as_a_dead_letter() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/tasks.db", dir.path().display());
+        let store = asyncd_store::open(&url).await.unwrap();
+        store.migrate().await.unwrap();
+        let now = Millis::new(1_800_000_000_000);
+        let clock: SharedClock = crate::clock::ManualClock::at(
+            chrono::DateTime::from_timestamp_millis(now.as_i64()).unwrap(),
+        );
+        let keyed = |payload: &str| {
+            let mut task = task("from-the-key", payload, now);
+            task.idempotency_key = Some("idem".into());
+            task
+        };
+        let mut batch = Batch::default();
+        for (offset, payload) in [(40, "first"), (41, "second")] {
+            batch.push(
+                keyed(payload),
+                Origin {
+                    partition: 0,
+                    offset,
+                    raw: payload.as_bytes().to_vec(),
+                },
+            );
+        }
+        let config = ConsumerConfig {
+            brokers: String::new(),
+            security: KafkaSecurity::default(),
+            owner: "me".into(),
+            horizon: Duration::from_secs(30),
+            hold: Duration::from_secs(30),
+            create_topics: false,
+            signing: None,
+        };
+        let mut claimed = Vec::new();
+        let refused = insert_consumed_isolating(
+            store.as_ref(),
+            batch,
+            "topic",
+            &config,
+            &clock,
+            &CancellationToken::new(),
+            |tasks| claimed.extend(tasks.into_iter().map(|t| t.id)),
+        )
+        .await
+        .unwrap();
+
+        assert_eq!(claimed, ["from-the-key"]);
+        let letters: Vec<(i64, &[u8], &str)> = refused
+            .iter()
+            .map(|l| (l.offset, l.message.as_slice(), l.reason.as_str()))
+            .collect();
+        assert_eq!(
+            letters,
+            [(
+                41,
+                &b"second"[..],
+                "the store refused task from-the-key: its idempotency key is held by task \
+                 from-the-key, of another type or payload"
+            )]
+        );
+        let stored = store.get("from-the-key").await.unwrap().unwrap();
+        assert_eq!(stored.payload.get(), "\"first\"");
     }
 
     /// The store refuses two tasks of a batch (a trigger stands in for a value a backend

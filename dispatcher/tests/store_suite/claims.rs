@@ -484,7 +484,7 @@ async fn consumed_tasks_due_by_the_horizon_come_back_claimed(store: &dyn Store) 
         due[1].clone(),
         paused.clone(),
     ];
-    let claimed = store
+    let consumed = store
         .insert_consumed(InsertConsumedParams {
             tasks: &batch,
             horizon: at(1_000),
@@ -494,6 +494,8 @@ async fn consumed_tasks_due_by_the_horizon_come_back_claimed(store: &dyn Store) 
         })
         .await
         .unwrap();
+    assert!(consumed.refused.is_empty(), "{:?}", consumed.refused);
+    let claimed = consumed.claimed;
     let mut ids: Vec<&str> = claimed.iter().map(|t| t.id.as_str()).collect();
     ids.sort_unstable();
     let mut expected = vec![due[0].id.as_str(), due[1].id.as_str()];

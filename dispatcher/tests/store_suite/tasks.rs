@@ -22,6 +22,7 @@ scenarios!(
     values_at_the_apis_limits_are_stored_exactly,
     a_task_cancelled_before_it_exists_is_stored_cancelled_once,
     a_task_changed_before_it_is_consumed_is_stored_changed,
+    a_consumed_task_whose_key_another_request_holds_is_refused_not_dropped,
     a_task_changes_in_place_until_it_begins,
     a_change_racing_claims_and_starts_lands_whole_or_not_at_all,
 );
@@ -422,6 +423,67 @@ async fn a_task_cancelled_before_it_exists_is_stored_cancelled_once(store: &dyn 
     assert_eq!(state(store, "early").await, TaskState::Cancelled);
 }
 
+/// Two submits with one idempotency key and different payloads, both produced before
+/// either is consumed, share the id the key derives; the consumer stores the first, and
+/// the second comes back refused (its index in the batch and the holder), so the
+/// consumer keeps its message instead of dropping it unseen. So does a copy whose unique
+/// key an unfinished task holds. The rest of the batch is stored and claimed.
+async fn a_consumed_task_whose_key_another_request_holds_is_refused_not_dropped(store: &dyn Store) {
+    let keyed = |payload: &str| {
+        let mut task = NewTask::test("k", T0).payload(payload);
+        task.id = "from-the-key".into();
+        task.idempotency_key = Some("idem".into());
+        task
+    };
+    let mut holder = NewTask::test("k", at(60_000));
+    holder.unique_key = Some("order:7".into());
+    insert(store, holder.clone()).await;
+    let mut unique = NewTask::test("k", T0);
+    unique.unique_key = Some("order:7".into());
+    let plain = NewTask::test("k", T0);
+    let batch = [
+        keyed(r#"{"n":1}"#),
+        unique.clone(),
+        keyed(r#"{"n":2}"#),
+        plain.clone(),
+    ];
+    let consumed = store
+        .insert_consumed(InsertConsumedParams {
+            tasks: &batch,
+            horizon: at(100),
+            now: T0,
+            hold: Duration::from_secs(30),
+            owner: "consumer",
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        consumed.refused,
+        [
+            (
+                1,
+                InsertOutcome::UniqueConflict {
+                    existing_id: holder.id.clone()
+                }
+            ),
+            (
+                2,
+                InsertOutcome::IdempotencyMismatch {
+                    existing_id: "from-the-key".into()
+                }
+            ),
+        ]
+    );
+    let mut claimed: Vec<&str> = consumed.claimed.iter().map(|t| t.id.as_str()).collect();
+    claimed.sort_unstable();
+    let mut expected = vec!["from-the-key", plain.id.as_str()];
+    expected.sort_unstable();
+    assert_eq!(claimed, expected, "the first copy and the plain task");
+    let kept = store.get("from-the-key").await.unwrap().unwrap();
+    assert_eq!(kept.payload.get(), r#"{"n":1}"#, "the first copy's payload");
+    assert!(store.get(&unique.id).await.unwrap().is_none());
+}
+
 /// A Kafka-routed task changed while its message waits in the topic: a cancelled
 /// placeholder holds its id until the consumer stores the message, which then takes the
 /// placeholder's place with the change applied (a second change before consumption is
@@ -472,7 +534,8 @@ async fn a_task_changed_before_it_is_consumed_is_stored_changed(store: &dyn Stor
             owner: "consumer",
         })
         .await
-        .unwrap();
+        .unwrap()
+        .claimed;
     assert_eq!(
         claimed.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
         ["early"],
@@ -496,8 +559,9 @@ async fn a_task_changed_before_it_is_consumed_is_stored_changed(store: &dyn Stor
             .unwrap(),
         "consumed: change the stored task instead"
     );
-    // The message again (a redelivery): the stored task stays as it is.
-    store
+    // The message again (a redelivery): the stored task stays as it is, and the
+    // message is no refusal.
+    let again = store
         .insert_consumed(InsertConsumedParams {
             tasks: &messages,
             horizon: at(100),
@@ -507,6 +571,7 @@ async fn a_task_changed_before_it_is_consumed_is_stored_changed(store: &dyn Stor
         })
         .await
         .unwrap();
+    assert!(again.refused.is_empty(), "{:?}", again.refused);
     let again = store.get("early").await.unwrap().unwrap();
     assert_eq!((again.payload.get(), again.priority), (r#"{"n":2}"#, 5));
 
@@ -528,7 +593,7 @@ async fn a_task_changed_before_it_is_consumed_is_stored_changed(store: &dyn Stor
             .await
             .unwrap()
     );
-    store
+    let consumed = store
         .insert_consumed(InsertConsumedParams {
             tasks: &[consume("dropped", "k"), consume("other", "j")],
             horizon: at(100),
@@ -538,6 +603,7 @@ async fn a_task_changed_before_it_is_consumed_is_stored_changed(store: &dyn Stor
         })
         .await
         .unwrap();
+    assert!(consumed.refused.is_empty(), "{:?}", consumed.refused);
     assert_eq!(state(store, "dropped").await, TaskState::Cancelled);
     let other = store.get("other").await.unwrap().unwrap();
     assert_eq!(
