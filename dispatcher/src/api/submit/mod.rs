@@ -185,12 +185,14 @@ async fn accept_checked(
         })
         .collect();
     let mut answers = state.accept(&valid, now).await?.into_iter();
-    for task in &valid {
-        state
-            .metrics
-            .submit_latency
-            .with_label_values(&[task.task_type.as_str()])
-            .observe(started.elapsed().as_secs_f64());
+    // Every task of the call is answered now: one look-up of the histogram per run of
+    // one type, not one per task.
+    let latency = started.elapsed().as_secs_f64();
+    for (task_type, tasks) in runs(valid.iter().map(|task| task.task_type.as_str())) {
+        let histogram = state.metrics.submit_latency.with_label_values(&[task_type]);
+        for _ in 0..tasks {
+            histogram.observe(latency);
+        }
     }
     Ok(refused
         .into_iter()
@@ -505,18 +507,27 @@ impl ApiState {
         let mut answers: Vec<Option<Answer>> =
             std::iter::repeat_with(|| None).take(tasks.len()).collect();
 
-        let stored: Vec<NewTask> = tasks
-            .iter()
-            .zip(&topics)
-            .filter(|(_, topic)| topic.is_none())
-            .map(|(task, _)| task.clone())
-            .collect();
+        // Copied only when some go to Kafka instead.
+        let stored: Cow<[NewTask]> = if topics.iter().all(Option::is_none) {
+            Cow::Borrowed(tasks)
+        } else {
+            Cow::Owned(
+                tasks
+                    .iter()
+                    .zip(&topics)
+                    .filter(|(_, topic)| topic.is_none())
+                    .map(|(task, _)| task.clone())
+                    .collect(),
+            )
+        };
         // Kafka-route tasks alone must not need the store. A single submit, or a small
         // batch (an SDK's concurrent submits sent together), shares a transaction with
         // the other submits of the moment; a large batch pays for its own commit.
         let mut outcomes = match stored.len() {
             0 => Vec::new(),
-            n if n < group_commit::OWN_TRANSACTION => self.inserts.insert(stored, now).await?,
+            n if n < group_commit::OWN_TRANSACTION => {
+                self.inserts.insert(stored.into_owned(), now).await?
+            }
             _ => self.tasks.insert(&stored, now).await?,
         }
         .into_iter();
@@ -593,19 +604,48 @@ impl ApiState {
         }
     }
 
-    /// Counts the tasks newly accepted.
+    /// Counts the tasks newly accepted: one counter update per run of one type and
+    /// source (a batch is mostly one run), not one per task.
     fn count(&self, tasks: &[NewTask], answers: &[Answer]) {
-        for (task, answer) in tasks.iter().zip(answers) {
-            if let Ok((StatusCode::CREATED, _)) = answer {
-                self.metrics
-                    .submitted
-                    .with_label_values(&[
-                        task.task_type.as_str(),
-                        self.metrics
-                            .source_label(task.source_service.as_deref().unwrap_or("")),
-                    ])
-                    .inc();
-            }
+        let created = tasks
+            .iter()
+            .zip(answers)
+            .filter(|(_, answer)| matches!(answer, Ok((StatusCode::CREATED, _))))
+            .map(|(task, _)| {
+                let source = task.source_service.as_deref().unwrap_or("");
+                (task.task_type.as_str(), source)
+            });
+        for ((task_type, source), tasks) in runs(created) {
+            self.metrics
+                .submitted
+                .with_label_values(&[task_type, self.metrics.source_label(source)])
+                .inc_by(tasks);
         }
+    }
+}
+
+/// Each run of equal consecutive items, with its length.
+fn runs<T: PartialEq>(items: impl IntoIterator<Item = T>) -> Vec<(T, u64)> {
+    let mut runs: Vec<(T, u64)> = Vec::new();
+    for item in items {
+        match runs.last_mut() {
+            Some((last, n)) if *last == item => *n += 1,
+            _ => runs.push((item, 1)),
+        }
+    }
+    runs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs;
+
+    #[test]
+    fn runs_count_equal_neighbours_only() {
+        assert_eq!(
+            runs(["a", "a", "b", "a", "a", "a"]),
+            [("a", 2), ("b", 1), ("a", 3)]
+        );
+        assert_eq!(runs(Vec::<&str>::new()), []);
     }
 }
