@@ -226,14 +226,7 @@ where
         let refused = outcomes
             .into_iter()
             .enumerate()
-            .filter(|(_, outcome)| {
-                matches!(
-                    outcome,
-                    InsertOutcome::IdempotencyMismatch { .. }
-                        | InsertOutcome::UniqueConflict { .. }
-                        | InsertOutcome::UnknownDependency { .. }
-                )
-            })
+            .filter(|(_, outcome)| outcome.is_refusal())
             .collect();
         Ok(Consumed { claimed, refused })
     }

@@ -84,6 +84,20 @@ pub enum InsertOutcome {
     },
 }
 
+impl InsertOutcome {
+    /// Whether the task was refused: another request's task holds one of its keys, or
+    /// a dependency it names does not exist. A repeat, a taken id, a debounce and a held
+    /// submit are answers, not refusals.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            Self::IdempotencyMismatch { .. }
+                | Self::UniqueConflict { .. }
+                | Self::UnknownDependency { .. }
+        )
+    }
+}
+
 /// A task as `GET /v1/tasks/{id}` shows it.
 #[derive(Debug, Clone)]
 pub struct TaskRecord {

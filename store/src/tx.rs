@@ -31,6 +31,7 @@ mod kafka_changes;
 pub(crate) mod keyed_walk;
 mod schedules;
 mod waiting;
+mod workflow;
 
 pub use kafka_changes::KafkaChangeRow;
 pub use schedules::ScheduleRow;
@@ -343,42 +344,6 @@ where
                 });
         });
         insert
-    }
-
-    /// [`super::Store::insert_workflow`].
-    pub async fn insert_workflow(
-        pool: &Pool<DB>,
-        tasks: &[NewTask],
-        now: Millis,
-    ) -> Result<super::WorkflowOutcome> {
-        retrying(D::transient, || async {
-            let mut tx = pool.begin().await?;
-            let mut stored_as: std::collections::HashMap<&str, String> =
-                std::collections::HashMap::with_capacity(tasks.len());
-            let mut outcomes = Vec::with_capacity(tasks.len());
-            for (index, task) in tasks.iter().enumerate() {
-                let mut task = task.clone();
-                for dep in &mut task.depends_on {
-                    if let Some(id) = stored_as.get(dep.as_str()) {
-                        dep.clone_from(id);
-                    }
-                }
-                let outcome = Self::insert_one(&mut tx, &task, now).await?;
-                match &outcome {
-                    InsertOutcome::Inserted { id, .. } | InsertOutcome::Duplicate { id, .. } => {
-                        stored_as.insert(tasks[index].id.as_str(), id.clone());
-                        outcomes.push(outcome);
-                    }
-                    _ => {
-                        tx.rollback().await?;
-                        return Ok(super::WorkflowOutcome::Refused { index, outcome });
-                    }
-                }
-            }
-            tx.commit().await?;
-            Ok(super::WorkflowOutcome::Stored(outcomes))
-        })
-        .await
     }
 
     async fn insert_one(

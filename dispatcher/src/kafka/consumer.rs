@@ -655,6 +655,40 @@ mod tests {
         );
     }
 
+    /// Stores `batch` as the consumer does at `now` (a consumer `me`, a 30 s horizon):
+    /// the ids it claimed and the dead letters of the messages it refused.
+    async fn store_consumed(
+        store: &dyn Store,
+        batch: Batch,
+        now: Millis,
+    ) -> (Vec<String>, Vec<KafkaDeadLetter>) {
+        let clock: SharedClock = crate::clock::ManualClock::at(
+            chrono::DateTime::from_timestamp_millis(now.as_i64()).unwrap(),
+        );
+        let config = ConsumerConfig {
+            brokers: String::new(),
+            security: KafkaSecurity::default(),
+            owner: "me".into(),
+            horizon: Duration::from_secs(30),
+            hold: Duration::from_secs(30),
+            create_topics: false,
+            signing: None,
+        };
+        let mut claimed = Vec::new();
+        let refused = insert_consumed_isolating(
+            store,
+            batch,
+            "topic",
+            &config,
+            &clock,
+            &CancellationToken::new(),
+            |tasks| claimed.extend(tasks.into_iter().map(|t| t.id)),
+        )
+        .await
+        .unwrap();
+        (claimed, refused)
+    }
+
     /// Two copies of one keyed submit with different payloads reach the topic before
     /// either is consumed (both answered with the id the key derives): the second is
     /// not stored, and comes back as its message's dead letter naming the key's task,
@@ -666,9 +700,6 @@ mod tests {
         let store = asyncd_store::open(&url).await.unwrap();
         store.migrate().await.unwrap();
         let now = Millis::new(1_800_000_000_000);
-        let clock: SharedClock = crate::clock::ManualClock::at(
-            chrono::DateTime::from_timestamp_millis(now.as_i64()).unwrap(),
-        );
         let keyed = |payload: &str| {
             let mut task = task("from-the-key", payload, now);
             task.idempotency_key = Some("idem".into());
@@ -685,27 +716,7 @@ mod tests {
                 },
             );
         }
-        let config = ConsumerConfig {
-            brokers: String::new(),
-            security: KafkaSecurity::default(),
-            owner: "me".into(),
-            horizon: Duration::from_secs(30),
-            hold: Duration::from_secs(30),
-            create_topics: false,
-            signing: None,
-        };
-        let mut claimed = Vec::new();
-        let refused = insert_consumed_isolating(
-            store.as_ref(),
-            batch,
-            "topic",
-            &config,
-            &clock,
-            &CancellationToken::new(),
-            |tasks| claimed.extend(tasks.into_iter().map(|t| t.id)),
-        )
-        .await
-        .unwrap();
+        let (claimed, refused) = store_consumed(store.as_ref(), batch, now).await;
 
         assert_eq!(claimed, ["from-the-key"]);
         let letters: Vec<(i64, &[u8], &str)> = refused
@@ -746,9 +757,6 @@ mod tests {
         .await
         .unwrap();
         let now = Millis::new(1_800_000_000_000);
-        let clock: SharedClock = crate::clock::ManualClock::at(
-            chrono::DateTime::from_timestamp_millis(now.as_i64()).unwrap(),
-        );
         let mut batch = Batch::default();
         for offset in 0..21 {
             let payload = if offset == 3 || offset == 17 {
@@ -767,27 +775,7 @@ mod tests {
                 },
             );
         }
-        let config = ConsumerConfig {
-            brokers: String::new(),
-            security: KafkaSecurity::default(),
-            owner: "me".into(),
-            horizon: Duration::from_secs(30),
-            hold: Duration::from_secs(30),
-            create_topics: false,
-            signing: None,
-        };
-        let mut claimed = Vec::new();
-        let refused = insert_consumed_isolating(
-            store.as_ref(),
-            batch,
-            "topic",
-            &config,
-            &clock,
-            &CancellationToken::new(),
-            |tasks| claimed.extend(tasks.into_iter().map(|t| t.id)),
-        )
-        .await
-        .unwrap();
+        let (mut claimed, refused) = store_consumed(store.as_ref(), batch, now).await;
 
         claimed.sort();
         let expected: Vec<String> = (0..21)
