@@ -433,17 +433,26 @@ impl Dialect for SqliteStore {
         conn: &mut SqliteConnection,
         rows: &[crate::task_row::TaskValues<'_>],
     ) -> Result<()> {
+        let mut statements = Vec::new();
         let mut rest = rows;
         while !rest.is_empty() {
             let (some, after) = rest.split_at(crate::task_row::rows_per_statement(
                 rest.len(),
                 ManyRows::LeftOut,
             ));
-            Tx::<Self>::values_statement(some)
-                .build()
-                .execute(&mut *conn)
-                .await?;
+            statements.push(some);
             rest = after;
+        }
+        // Each statement's binds are pushed while SQLite's thread runs the one before:
+        // the writer is the one serial resource, and it waited on them otherwise.
+        let mut statements = statements.into_iter();
+        let mut next = statements.next().map(Tx::<Self>::values_statement);
+        while let Some(mut statement) = next {
+            let (done, following) = tokio::join!(statement.build().execute(&mut *conn), async {
+                statements.next().map(Tx::<Self>::values_statement)
+            });
+            done?;
+            next = following;
         }
         Ok(())
     }

@@ -72,7 +72,9 @@ impl Line<'_> {
     fn number(&mut self, value: Option<i64>) {
         self.separate();
         match value {
-            Some(n) => self.0.extend_from_slice(n.to_string().as_bytes()),
+            Some(n) => self
+                .0
+                .extend_from_slice(itoa::Buffer::new().format(n).as_bytes()),
             None => self.0.extend_from_slice(b"\\N"),
         }
     }
@@ -86,6 +88,14 @@ impl Line<'_> {
             self.0.extend_from_slice(b"\\N");
             return;
         };
+        // Most values (ids, types, most payloads) hold nothing to escape.
+        if !value
+            .bytes()
+            .any(|b| matches!(b, b'\\' | b'\t' | b'\n' | b'\r'))
+        {
+            self.0.extend_from_slice(value.as_bytes());
+            return;
+        }
         for &byte in value.as_bytes() {
             match byte {
                 b'\\' => self.0.extend_from_slice(b"\\\\"),
@@ -112,6 +122,7 @@ mod tests {
         task.payload = RawValue::from_string("{\"a\":\t\"x\\\\y\"}".into()).unwrap();
         task.source_service = Some("line\nbreak\r".into());
         let row = TaskValues::new(&task, TaskState::Pending, None, Millis::new(5));
+        let id = task.id.clone();
         let text = String::from_utf8(copy_text(&[row])).unwrap();
         let line = text.strip_suffix('\n').expect("a row ends its line");
         assert!(!line.contains('\n'), "{line}");
@@ -121,6 +132,7 @@ mod tests {
             insert_columns!().split(',').count(),
             "{fields:?}"
         );
+        assert_eq!(fields[0], id, "nothing to escape: as it is");
         assert_eq!(fields[2], r#"{"a":\t"x\\\\y"}"#);
         assert_eq!(fields[13], "line\\nbreak\\r");
         assert_eq!(fields[5], "7");
