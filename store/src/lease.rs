@@ -17,10 +17,15 @@ use subtle::ConstantTimeEq;
 /// A new task's `lease_secret`: 32 bytes from the operating system's CSPRNG (through
 /// `rand`'s `ThreadRng`, a ChaCha CSPRNG seeded and reseeded from it), in hex.
 pub fn new_secret() -> String {
-    // Into a buffer of the right size: `hex::encode` collects its output a `char` at a
-    // time, a tenth of the API's CPU per task of a batch submit with the id's draw.
+    hex_of(rand::random())
+}
+
+/// `bytes` in lowercase hex, through a buffer of the right size: `hex::encode` collects
+/// its output a `char` at a time, which with the id's draw was a tenth of the API's CPU
+/// per task of a batch submit.
+fn hex_of(bytes: [u8; 32]) -> String {
     let mut text = [0u8; 64];
-    hex::encode_to_slice(rand::random::<[u8; 32]>(), &mut text).expect("64 digits for 32 bytes");
+    hex::encode_to_slice(bytes, &mut text).expect("64 digits for 32 bytes");
     String::from_utf8(text.to_vec()).expect("hex digits are ASCII")
 }
 
@@ -35,7 +40,7 @@ fn mac(secret: &str, id: &str, counter: i64) -> Hmac<Sha256> {
 
 /// The token of attempt `counter` of task `id`.
 pub fn token(secret: &str, id: &str, counter: i64) -> String {
-    hex::encode(mac(secret, id, counter).finalize().into_bytes())
+    hex_of(mac(secret, id, counter).finalize().into_bytes().into())
 }
 
 /// Whether `presented` is the token of attempt `counter` of task `id`, compared in
