@@ -36,6 +36,10 @@ pub struct Args {
     /// bound): the insert, the claim that begins the attempt, and the outcome are 3.
     #[arg(long, default_value_t = 0.0)]
     max_task_rows: f64,
+    /// Call the executor over HTTP/2 by prior knowledge (h2c): the job with
+    /// `executor.http2`, and the HTTP loop alike.
+    #[arg(long)]
+    http2: bool,
 }
 
 pub async fn run(args: &Args) -> Result<()> {
@@ -46,11 +50,16 @@ pub async fn run(args: &Args) -> Result<()> {
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(args.concurrency as usize)
         .build()?;
+    let executor_http = if args.http2 {
+        reqwest::Client::builder().http2_prior_knowledge().build()?
+    } else {
+        http.clone()
+    };
     let sink = Sink::default();
     let executor = sink.serve().await?;
     let job = Job {
         executor_url: &executor,
-        executor_extra: "",
+        executor_extra: if args.http2 { "http2: true" } else { "" },
         concurrency: args.concurrency,
         extra_spec: "",
     };
@@ -59,15 +68,20 @@ pub async fn run(args: &Args) -> Result<()> {
     println!("## Hot-path guard: asyncd dev's drain against a plain HTTP loop\n");
     println!(
         "{n} tasks due at once, submitted in batches, until the no-op executor has seen the \
-         last; the loop POSTs {n} executor calls to the same executor, {} in flight. \
-         Rounds in turn.\n",
-        args.concurrency
+         last; the loop POSTs {n} executor calls to the same executor, {} in flight, over \
+         {}. Rounds in turn.\n",
+        args.concurrency,
+        if args.http2 {
+            "HTTP/2 (h2c)"
+        } else {
+            "HTTP/1.1"
+        }
     );
     println!("| round | HTTP loop | asyncd drain | ratio | asyncd CPU per task |");
     println!("|---:|---:|---:|---:|---:|");
     let mut ratios = Vec::with_capacity(args.rounds);
     for round in 1..=args.rounds {
-        let ceiling = http_loop(&http, &executor, n, args.concurrency as usize).await?;
+        let ceiling = http_loop(&executor_http, &executor, n, args.concurrency as usize).await?;
         sink.take();
 
         let asyncd = Asyncd::start_on(Topology::Dev, job, &http, None).await?;

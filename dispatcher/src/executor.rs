@@ -65,7 +65,11 @@ impl AttemptOutcome {
 }
 
 pub struct ExecutorClient {
+    /// HTTP/1.1 only, also on `https://` (no ALPN offer of h2).
     client: reqwest::Client,
+    /// HTTP/2 only, for jobs with `executor.http2`: by prior knowledge on `http://`,
+    /// by ALPN (offering `h2` alone) on `https://`.
+    http2: reqwest::Client,
     /// Which addresses executors may be at ([`policy`]): the client's resolver applies
     /// it to names, [`Self::request`] to IP-literal URLs.
     policy: Arc<AddressPolicy>,
@@ -88,19 +92,29 @@ impl ExecutorClient {
         // jobs' `concurrency` bounds, bound them, and idle ones close after reqwest's
         // idle timeout. A cap below a job's concurrency (this was 256) closed a
         // connection after each call above it, and opened a new one for the next.
-        let client = reqwest::Client::builder()
-            .tcp_nodelay(true)
-            // A followed 302 turns the POST into a body-less GET whose 200 would count as
-            // success, and a 307 would forward the signed task elsewhere: a redirect is an
-            // answer like any other, and `classify` makes it a failed attempt.
-            .redirect(reqwest::redirect::Policy::none())
-            .dns_resolver(policy::PolicyResolver {
-                policy: policy.clone(),
-            })
+        let builder = || {
+            reqwest::Client::builder()
+                .tcp_nodelay(true)
+                // A followed 302 turns the POST into a body-less GET whose 200 would count
+                // as success, and a 307 would forward the signed task elsewhere: a redirect
+                // is an answer like any other, and `classify` makes it a failed attempt.
+                .redirect(reqwest::redirect::Policy::none())
+                .dns_resolver(policy::PolicyResolver {
+                    policy: policy.clone(),
+                })
+        };
+        // hyper sends at most as many streams at once as the executor's server allows
+        // (its `SETTINGS_MAX_CONCURRENT_STREAMS`) and queues the rest of the attempts in
+        // flight on the connection; the jobs' `concurrency` bounds them, as it bounds
+        // HTTP/1.1's connections.
+        let http2 = builder()
+            .http2_prior_knowledge()
             .build()
-            .expect("HTTP client builds");
+            .expect("HTTP/2 client builds");
+        let client = builder().http1_only().build().expect("HTTP client builds");
         Self {
             client,
+            http2,
             policy,
             callback_url,
             dispatcher,
@@ -254,8 +268,12 @@ impl ExecutorClient {
         {
             return Err(refused_outcome(&refused));
         }
-        let request = self
-            .client
+        let client = if job.executor_http2 {
+            &self.http2
+        } else {
+            &self.client
+        };
+        let request = client
             .post(job.executor_url.clone())
             .timeout(timeout)
             .header("content-type", "application/json")
@@ -648,6 +666,7 @@ pub(crate) fn test_job(url: &str) -> Job {
         executor_ip: None,
         executor_error_bodies: false,
         executor_retry_after_header: "retry-after".into(),
+        executor_http2: false,
         timeout: Duration::from_secs(30),
         signing: None,
         max_retries: 3,
@@ -941,6 +960,42 @@ mod tests {
             matches!(&outcome, AttemptOutcome::Retry { reason, timed_out: false } if reason.contains("500") && reason.chars().count() <= MAX_REASON_CHARS + 1),
             "{outcome:?}"
         );
+    }
+
+    /// A job with `executor.http2` calls its executor over HTTP/2 by prior knowledge
+    /// (h2c), each attempt a stream of one connection; any other job over HTTP/1.1.
+    #[tokio::test]
+    async fn a_job_with_http2_calls_over_h2c_and_any_other_over_http1() {
+        let versions = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = versions.clone();
+        let app = axum::Router::new().route(
+            "/",
+            axum::routing::post(move |request: axum::extract::Request| async move {
+                seen.lock().unwrap().push(request.version());
+                "ok"
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let client = ExecutorClient::new("http://127.0.0.1:1".into(), "test".into());
+        let url = format!("http://{addr}/");
+        for (http2, expected) in [
+            (true, axum::http::Version::HTTP_2),
+            (false, axum::http::Version::HTTP_11),
+        ] {
+            let job = Job {
+                executor_http2: http2,
+                ..test_job(&url)
+            };
+            let (task, started) = (test_task(), test_started());
+            let calls = (0..3).map(|_| client.call(&job, &task, &started, &Keys::Unsigned, None));
+            for (outcome, status) in futures::future::join_all(calls).await {
+                assert_eq!((outcome, status), (AttemptOutcome::Succeeded, Some(200)));
+            }
+            let seen = std::mem::take(&mut *versions.lock().unwrap());
+            assert_eq!(seen, vec![expected; 3], "http2: {http2}");
+        }
     }
 
     /// `executor.retryAfterHeader` names the header a 429's retry time is read from;

@@ -216,6 +216,12 @@ pub struct ExecutorSpec {
     /// names its own, e.g. `RateLimit-Reset`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_header: Option<String>,
+    /// Call the executor over HTTP/2 only: by prior knowledge on an `http://` URL (h2c),
+    /// negotiated by ALPN on `https://`. One connection per executor address then
+    /// carries every attempt in flight as a stream of its own, where HTTP/1.1 opens a
+    /// connection per attempt in flight. Off by default: HTTP/1.1.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub http2: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -518,6 +524,8 @@ pub struct Job {
     pub executor_error_bodies: bool,
     /// `spec.executor.retryAfterHeader`, lower-cased (default `retry-after`).
     pub executor_retry_after_header: String,
+    /// `spec.executor.http2`: see [`ExecutorSpec::http2`].
+    pub executor_http2: bool,
     pub timeout: Duration,
     pub signing: Option<Signing>,
     pub max_retries: u32,
@@ -883,6 +891,11 @@ mod tests {
         )
         .unwrap();
         assert!(opted.executor_error_bodies);
+        assert!(!plain.executor_http2, "HTTP/1.1 unless asked");
+        let (_, h2) =
+            AsyncJobConfig::from_yaml(&SAMPLE.replace("    url: ", "    http2: true\n    url: "))
+                .unwrap();
+        assert!(h2.executor_http2);
     }
 
     #[test]

@@ -33,6 +33,7 @@ mod disk_full;
 mod executor_policy;
 mod expiry;
 mod fairness;
+mod http2;
 mod jobs_overview;
 mod kafka_path;
 mod kafka_signing;

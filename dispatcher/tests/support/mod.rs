@@ -82,6 +82,8 @@ pub struct Call {
     pub body: Value,
     pub raw: Vec<u8>,
     pub headers: HashMap<String, String>,
+    /// The HTTP version the call came over.
+    pub version: axum::http::Version,
 }
 
 pub struct Answer {
@@ -128,41 +130,45 @@ impl Executor {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (c, s) = (calls.clone(), script.clone());
-        let app = axum::Router::new().fallback(move |headers: HeaderMap, body: Bytes| {
-            let (calls, script) = (c.clone(), s.clone());
-            async move {
-                let raw = body.to_vec();
-                let body: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
-                let header = |name: &str| {
-                    headers
-                        .get(name)
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or("")
-                        .to_string()
-                };
-                let call = Call {
-                    at: SystemTime::now(),
-                    id: header("asyncd-task-id"),
-                    attempt: header("asyncd-attempt").parse().unwrap_or(0),
-                    lease_token: header("asyncd-lease-token"),
-                    body,
-                    raw,
-                    headers: headers
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
-                        .collect(),
-                };
-                let script = script.lock().unwrap().clone();
-                let answer = script(&call);
-                calls.lock().unwrap().push(call);
-                let mut response: Response =
-                    (StatusCode::from_u16(answer.status).unwrap(), answer.body).into_response();
-                for (name, value) in answer.headers {
-                    response.headers_mut().insert(name, value.parse().unwrap());
+        let app = axum::Router::new().fallback(
+            move |version: axum::http::Version, headers: HeaderMap, body: Bytes| {
+                let (calls, script) = (c.clone(), s.clone());
+                async move {
+                    let raw = body.to_vec();
+                    let body: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
+                    let header = |name: &str| {
+                        headers
+                            .get(name)
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("")
+                            .to_string()
+                    };
+                    let call = Call {
+                        at: SystemTime::now(),
+                        id: header("asyncd-task-id"),
+                        attempt: header("asyncd-attempt").parse().unwrap_or(0),
+                        lease_token: header("asyncd-lease-token"),
+                        body,
+                        raw,
+                        headers: headers
+                            .iter()
+                            .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
+                            .collect(),
+                        version,
+                    };
+                    let script = script.lock().unwrap().clone();
+                    let answer = script(&call);
+                    calls.lock().unwrap().push(call);
+                    let mut response: Response =
+                        (StatusCode::from_u16(answer.status).unwrap(), answer.body).into_response();
+                    for (name, value) in answer.headers {
+                        response.headers_mut().insert(name, value.parse().unwrap());
+                    }
+                    response
                 }
-                response
-            }
-        });
+            },
+        );
+        // axum's server takes HTTP/1.1, and HTTP/2 by prior knowledge (h2c).
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         Self {
             addr,

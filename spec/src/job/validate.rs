@@ -235,6 +235,7 @@ impl JobSpec {
             executor_retry_after_header: validate_retry_after_header(
                 self.executor.retry_after_header.as_deref(),
             )?,
+            executor_http2: self.executor.http2,
             timeout,
             signing: self
                 .executor
