@@ -4,9 +4,11 @@
 //! an API process and one dispatcher per job (`--job`, as the operator runs them) on one
 //! MariaDB or PostgreSQL database. The executor counts what arrives: never more than 3
 //! calls at once of both jobs together, and both jobs' calls in flight at one moment (the
-//! slots were shared, not taken in turns). The jobs overview names the limiter, what
-//! runs under it, and that it is what holds the job's due tasks; `GET /v1/limiters` lists
-//! the limiter as the overview shows it.
+//! slots were shared, not taken in turns: the executor holds the first calls until the
+//! job left out has been held back by the limiter, so that both dispatchers are at work
+//! before any slot frees, however long one takes to start). The jobs overview names the
+//! limiter, what runs under it, and that it is what holds the job's due tasks;
+//! `GET /v1/limiters` lists the limiter as the overview shows it.
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
@@ -32,9 +34,11 @@ struct InFlight {
     done: AtomicUsize,
 }
 
-async fn serve(counts: Arc<InFlight>) -> String {
+/// The executor: each call counted in flight at once, then held until `gate` is open,
+/// then answered 40 ms later.
+async fn serve(counts: Arc<InFlight>, gate: tokio::sync::watch::Receiver<bool>) -> String {
     let app = axum::Router::new().fallback(move |body: Bytes| {
-        let counts = counts.clone();
+        let (counts, mut gate) = (counts.clone(), gate.clone());
         async move {
             let body: Value = serde_json::from_slice(&body).unwrap_or_default();
             let job = usize::from(body["type"] == JOBS[1]);
@@ -47,6 +51,7 @@ async fn serve(counts: Arc<InFlight>) -> String {
                     .most_together
                     .fetch_max(per_job[0].min(per_job[1]), SeqCst);
             }
+            let _ = gate.wait_for(|open| *open).await;
             tokio::time::sleep(Duration::from_millis(40)).await;
             counts.per_job.lock().unwrap()[job] -= 1;
             counts.total.fetch_sub(1, SeqCst);
@@ -63,7 +68,8 @@ async fn a_limiter_holds_two_jobs_and_two_dispatchers_in_total(server: Service) 
     };
     let _turn = cluster_turn().await;
     let counts = Arc::new(InFlight::default());
-    let url = serve(counts.clone()).await;
+    let (open_gate, gate) = tokio::sync::watch::channel(false);
+    let url = serve(counts.clone(), gate).await;
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("jobs");
     std::fs::create_dir(&config).unwrap();
@@ -133,17 +139,47 @@ async fn a_limiter_holds_two_jobs_and_two_dispatchers_in_total(server: Service) 
             r.json::<Value>().await.unwrap()
         }
     };
-    // While the backlog waits, the overview says the limiter is what holds it.
-    let overview = |job: &'static str| get(format!("/v1/jobs/{job}-job"));
+    // The first calls fill the limiter and wait at the executor's gate.
     wait_for(
-        "the overview to name the limiter as what holds refunds",
+        "the limiter's slots taken",
         Duration::from_secs(30),
-        async || {
-            let job = overview("refund").await;
-            (job["binding_limit"] == json!({"limit": "limiter", "name": "psp"})).then_some(())
-        },
+        async || (counts.total.load(SeqCst) == LIMIT).then_some(()),
     )
     .await;
+    let per_job = *counts.per_job.lock().unwrap();
+    let overview = |job: &'static str| get(format!("/v1/jobs/{job}-job"));
+    if let Some(left_out) = (0..JOBS.len()).find(|&job| per_job[job] == 0) {
+        // While its backlog waits, the overview says the limiter is what holds it.
+        wait_for(
+            "the overview to name the limiter as what holds the job left out",
+            Duration::from_secs(30),
+            async || {
+                let job = overview(JOBS[left_out]).await;
+                (job["binding_limit"] == json!({"limit": "limiter", "name": "psp"})).then_some(())
+            },
+        )
+        .await;
+        // Its dispatcher tried to begin one and was held back: it is the limiter's
+        // waiter, and the next slot freed is left to it.
+        let metrics = format!("http://{}/metrics", dispatchers[left_out].listen);
+        let held = format!(
+            "asyncd_job_limited_total{{job=\"{}-job\",limit=\"limiter\"}} ",
+            JOBS[left_out]
+        );
+        wait_for(
+            "the job left out to be held back by the limiter",
+            Duration::from_secs(30),
+            async || {
+                let text = http.get(&metrics).send().await.ok()?.text().await.ok()?;
+                text.lines()
+                    .find_map(|line| line.strip_prefix(held.as_str()))
+                    .and_then(|count| count.parse::<f64>().ok())
+                    .filter(|&count| count > 0.0)
+            },
+        )
+        .await;
+    }
+    open_gate.send_replace(true);
     wait_for("every call answered", Duration::from_secs(60), async || {
         (counts.done.load(SeqCst) >= 2 * PER_JOB).then_some(())
     })
