@@ -26,6 +26,12 @@ use super::tx::{Dialect, Tx};
 use super::*;
 
 mod copy;
+mod unnest;
+
+/// Below it a load's one statement of arrays (one round trip) beats `COPY`'s two (the
+/// load first waits for the server to accept the data); a group commit's runs are mostly
+/// of 10–60 tasks.
+const COPY_MIN_ROWS: usize = 128;
 
 pub struct PostgresStore {
     pool: PgPool,
@@ -294,13 +300,22 @@ impl Dialect for PostgresStore {
         done.rows_affected()
     }
 
-    /// Below it the multi-row insert's one round trip beats `COPY`'s two (the load
-    /// first waits for the server to accept the data); a group commit's runs are mostly
-    /// of 10–60 tasks.
-    const BULK_LOAD_MIN_ROWS: Option<usize> = Some(128);
+    /// Every run: one statement of arrays below [`COPY_MIN_ROWS`], `COPY` from there.
+    const BULK_LOAD_MIN_ROWS: Option<usize> = Some(1);
+    const RUN_IS_ONE_STATEMENT: bool = true;
 
     async fn load_tasks(conn: &mut PgConnection, rows: &[TaskValues<'_>]) -> Result<()> {
-        copy::load_tasks(conn, rows).await
+        match rows.len() {
+            n if n < COPY_MIN_ROWS => unnest::load_tasks(conn, rows).await,
+            _ => copy::load_tasks(conn, rows).await,
+        }
+    }
+
+    async fn insert_leaving_out(
+        conn: &mut PgConnection,
+        rows: &[TaskValues<'_>],
+    ) -> Result<Vec<String>> {
+        unnest::insert_leaving_out(conn, rows).await
     }
 
     /// One statement for all of them (a round trip to the server saved per

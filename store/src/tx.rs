@@ -7,26 +7,19 @@
 use std::future::Future;
 use std::marker::PhantomData;
 
-use sqlx::{
-    Acquire, Database, Encode, Executor, FromRow, IntoArguments, Pool, QueryBuilder, Transaction,
-    Type,
-};
+use sqlx::{Acquire, Database, Encode, Executor, FromRow, IntoArguments, Pool, Transaction, Type};
 
 use super::domain::{self, DependentsEffect, Initial};
 use super::rows::{self, Holder, KeyWindowRow, StartedRow, TaskRow};
-use super::shared::{INSERT_TASKS, ManyRows, Queries};
+use super::shared::Queries;
 pub use super::task_row::ClaimAtInsert;
-use super::task_row::{
-    BULK_LOAD_MAX_ROWS, CLAIMED_AT_INSERT_TOKEN, ClaimRoom, TaskValues, loadable, new_rows,
-    rows_per_statement,
-};
+use super::task_row::TaskValues;
 use super::{
-    ClaimedTask, DeadLetterParams, Finish, FinishKind, InsertOutcome, Millis, NewTask,
-    RedriveOutcome, Result, TaskRecord, is_unique_violation, retrying, unnamed_insert_conflict,
-    unnamed_redrive_conflict,
+    DeadLetterParams, Finish, FinishKind, InsertOutcome, Millis, NewTask, RedriveOutcome, Result,
+    TaskRecord, is_unique_violation, retrying, unnamed_insert_conflict, unnamed_redrive_conflict,
 };
 
-/// A connection of a dialect's database.
+mod insert;
 mod kafka_changes;
 pub(crate) mod keyed_walk;
 mod schedules;
@@ -36,6 +29,7 @@ mod workflow;
 pub use kafka_changes::KafkaChangeRow;
 pub use schedules::ScheduleRow;
 
+/// A connection of a dialect's database.
 pub type Conn<D> = <<D as Dialect>::DB as Database>::Connection;
 
 /// What a backend supplies to the shared transaction bodies.
@@ -67,6 +61,21 @@ pub trait Dialect: Send + Sync + 'static {
     /// The fewest tasks of a run that go in by the dialect's bulk load of task rows
     /// ([`Self::load_tasks`]), where it has one faster than its multi-row insert.
     const BULK_LOAD_MIN_ROWS: Option<usize> = None;
+
+    /// Whether [`Self::load_tasks`] and [`Self::insert_leaving_out`] write a run of any
+    /// length in one statement, which commits or fails as a whole on its own: an insert
+    /// that is one such run then needs no transaction around it, nor BEGIN's and
+    /// COMMIT's round trips (two of a group commit's three; [`Tx::insert_alone`]).
+    const RUN_IS_ONE_STATEMENT: bool = false;
+
+    /// Inserts `rows` in one statement, leaving out each whose id or key is taken, and
+    /// returns the ids it inserted. Called only where [`Self::RUN_IS_ONE_STATEMENT`].
+    fn insert_leaving_out<'a>(
+        _conn: &'a mut Conn<Self>,
+        _rows: &'a [TaskValues<'a>],
+    ) -> impl Future<Output = Result<Vec<String>>> + Send + 'a {
+        async { Err(sqlx::Error::Protocol("this store has no one-statement insert".into()).into()) }
+    }
 
     /// Writes `rows`, none holding a key ([`crate::task_row::loadable`]), as one bulk
     /// load. Called only where [`Self::BULK_LOAD_MIN_ROWS`] is set. A row whose id is
@@ -127,225 +136,6 @@ where
     for<'r> StartedRow: FromRow<'r, DB::Row>,
     for<'r> TaskRow: FromRow<'r, DB::Row>,
 {
-    /// Inserts tasks in one transaction, one outcome per task in order. Where the
-    /// dialect can ([`Queries::insert_many`]), runs of tasks without dependencies go in
-    /// as multi-row statements: a statement per row was most of a batch submit's time.
-    pub async fn insert(
-        pool: &Pool<DB>,
-        tasks: &[NewTask],
-        now: Millis,
-    ) -> Result<Vec<InsertOutcome>> {
-        Ok(Self::insert_claiming(pool, tasks, now, None).await?.0)
-    }
-
-    /// [`Self::insert`], claiming for `claim` the new tasks it may as they go in: those
-    /// due by its horizon, without dependencies, of a type not paused, inserted by a
-    /// multi-row statement (where the dialect has them). Also returns those claimed.
-    pub async fn insert_claiming(
-        pool: &Pool<DB>,
-        tasks: &[NewTask],
-        now: Millis,
-        claim: Option<&ClaimAtInsert<'_>>,
-    ) -> Result<(Vec<InsertOutcome>, Vec<ClaimedTask>)> {
-        if D::BULK_LOAD_MIN_ROWS.is_none() {
-            return Self::insert_claiming_by(pool, tasks, now, claim, false).await;
-        }
-        // A bulk load cannot leave out a row whose id is taken (a Kafka message
-        // consumed again): it fails, the transaction rolls back, and the insert runs
-        // again row by row, leaving such rows out.
-        match Self::insert_claiming_by(pool, tasks, now, claim, true).await {
-            Err(super::StoreError::Database(err)) if is_unique_violation(&err) => {
-                tracing::debug!(error = %err, "bulk load of tasks met a taken id; inserting them instead");
-                Self::insert_claiming_by(pool, tasks, now, claim, false).await
-            }
-            done => done,
-        }
-    }
-
-    /// [`Self::insert_claiming`]; `bulk_load`: runs of at least
-    /// [`Dialect::BULK_LOAD_MIN_ROWS`] tasks holding no key go in by
-    /// [`Dialect::load_tasks`].
-    async fn insert_claiming_by(
-        pool: &Pool<DB>,
-        tasks: &[NewTask],
-        now: Millis,
-        claim: Option<&ClaimAtInsert<'_>>,
-        bulk_load: bool,
-    ) -> Result<(Vec<InsertOutcome>, Vec<ClaimedTask>)> {
-        retrying(D::transient, || async {
-            let mut tx = pool.begin().await?;
-            // Read in the transaction, as the claim reads them in its statement.
-            let paused: std::collections::HashSet<String> = match claim {
-                Some(_) => sqlx::query_as::<DB, (String,)>("SELECT task_type FROM job_pauses")
-                    .fetch_all(&mut *tx)
-                    .await?
-                    .into_iter()
-                    .map(|(task_type,)| task_type)
-                    .collect(),
-                _ => Default::default(),
-            };
-            // What each type may still have claimed; counted down afresh by each try.
-            let mut room = claim.and_then(|claim| claim.room.cloned());
-            let mut claim = claim.map(|claim| ClaimRoom {
-                claim,
-                paused: &paused,
-                room: room.as_mut(),
-            });
-            let mut outcomes = Vec::with_capacity(tasks.len());
-            let mut claimed = Vec::new();
-            let mut rest = tasks;
-            while let Some(first) = rest.first() {
-                let run = rest
-                    .iter()
-                    .take_while(|t| t.depends_on.is_empty() && t.window.is_none())
-                    .count();
-                let loadable = match bulk_load {
-                    true => rest[..run].iter().take_while(|t| loadable(t)).count(),
-                    false => 0,
-                };
-                // A task with dependencies goes in by itself, after reading theirs, and
-                // one under a key window after locking the window.
-                if D::BULK_LOAD_MIN_ROWS.is_some_and(|min| loadable >= min) {
-                    let (rows, after) = rest.split_at(loadable.min(BULK_LOAD_MAX_ROWS));
-                    let (some, claimed_some) =
-                        Self::load_many(&mut tx, rows, now, claim.as_mut()).await?;
-                    outcomes.extend(some);
-                    claimed.extend(claimed_some);
-                    rest = after;
-                } else if run >= 1 {
-                    let (rows, after) =
-                        rest.split_at(rows_per_statement(run, D::QUERIES.insert_many));
-                    let (some, claimed_some) =
-                        Self::insert_many(&mut tx, rows, now, claim.as_mut()).await?;
-                    outcomes.extend(some);
-                    claimed.extend(claimed_some);
-                    rest = after;
-                } else {
-                    outcomes.push(Self::insert_one(&mut tx, first, now).await?);
-                    rest = &rest[1..];
-                }
-            }
-            tx.commit().await?;
-            Ok((outcomes, claimed))
-        })
-        .await
-    }
-
-    /// Writes `tasks`, none with dependencies or a key, by the dialect's bulk load: all
-    /// of them go in, or the load fails (see [`Self::insert_claiming`]).
-    async fn load_many(
-        tx: &mut Transaction<'_, DB>,
-        tasks: &[NewTask],
-        now: Millis,
-        claim: Option<&mut ClaimRoom<'_, '_>>,
-    ) -> Result<(Vec<InsertOutcome>, Vec<ClaimedTask>)> {
-        let rows = new_rows(tasks, now, claim);
-        D::load_tasks(&mut **tx, &rows).await?;
-        let outcomes = tasks
-            .iter()
-            .map(|task| InsertOutcome::Inserted {
-                id: task.id.clone(),
-                trigger_at: task.trigger_at,
-            })
-            .collect();
-        let claimed = tasks
-            .iter()
-            .zip(&rows)
-            .filter(|(_, row)| row.claim.is_some())
-            .map(|(task, row)| row.claimed_task(task))
-            .collect();
-        Ok((outcomes, claimed))
-    }
-
-    /// Inserts `tasks`, none with dependencies, in one statement; those it left out for
-    /// a taken key go through [`Self::insert_one`], which names the key's holder.
-    async fn insert_many(
-        tx: &mut Transaction<'_, DB>,
-        tasks: &[NewTask],
-        now: Millis,
-        claim: Option<&mut ClaimRoom<'_, '_>>,
-    ) -> Result<(Vec<InsertOutcome>, Vec<ClaimedTask>)> {
-        let rows = new_rows(tasks, now, claim);
-        let mut insert = Self::insert_statement(&rows);
-        let mut inserted: std::collections::HashSet<String> = match D::QUERIES.insert_many {
-            ManyRows::LeftOut => {
-                insert.push(" RETURNING id");
-                insert
-                    .build_query_scalar::<String>()
-                    .fetch_all(&mut **tx)
-                    .await?
-                    .into_iter()
-                    .collect()
-            }
-            ManyRows::AllOrNothing => match insert.build().execute(&mut **tx).await {
-                Ok(_) => tasks.iter().map(|task| task.id.clone()).collect(),
-                Err(err) if is_unique_violation(&err) => Default::default(),
-                Err(err) => return Err(err.into()),
-            },
-        };
-        let mut outcomes = Vec::with_capacity(tasks.len());
-        let mut claimed = Vec::new();
-        for (task, row) in tasks.iter().zip(&rows) {
-            outcomes.push(if inserted.remove(&task.id) {
-                if row.claim.is_some() {
-                    claimed.push(row.claimed_task(task));
-                }
-                InsertOutcome::Inserted {
-                    id: task.id.clone(),
-                    trigger_at: task.trigger_at,
-                }
-            } else {
-                // A taken key: the row went in (if at all) through `insert_one`, pending.
-                Self::insert_one(tx, task, now).await?
-            });
-        }
-        Ok((outcomes, claimed))
-    }
-
-    /// [`INSERT_TASKS`] with `rows`, then the dialect's way with a taken key.
-    fn insert_statement(rows: &[TaskValues<'_>]) -> QueryBuilder<DB> {
-        let mut insert = Self::values_statement(rows);
-        insert.push(D::QUERIES.insert_tasks_conflict);
-        insert
-    }
-
-    /// [`INSERT_TASKS`] with `rows`: a row whose id or key is taken fails it.
-    pub(crate) fn values_statement(rows: &[TaskValues<'_>]) -> QueryBuilder<DB> {
-        let mut insert = QueryBuilder::<DB>::new(INSERT_TASKS);
-        insert.push_values(rows, |mut row, v| {
-            row.push_bind(v.id)
-                .push_bind(v.task_type)
-                .push_bind(v.payload)
-                .push_bind(v.state.as_str())
-                .push_bind(v.priority)
-                .push_bind(v.trigger_at)
-                .push_bind(v.max_retries)
-                .push_bind(v.timeout_ms)
-                .push_bind(v.idempotency_key.map(D::key))
-                .push_bind(v.unique_key.map(D::key))
-                .push_bind(v.unique_active.map(D::key))
-                .push_bind(v.unique_for)
-                .push_bind(v.cron_key.map(D::key))
-                .push_bind(v.source_service)
-                .push_bind(v.last_error)
-                .push_bind(v.now)
-                .push_bind(v.now)
-                .push_bind(v.lease_secret.as_str())
-                .push_bind(v.concurrency_key.map(D::key))
-                .push_bind(v.traceparent.as_deref())
-                .push_bind(v.tracestate)
-                .push_bind(v.expires_at)
-                .push_bind(v.claim.map(|(owner, _)| owner))
-                .push_bind(v.claim.map(|(_, until)| until))
-                .push_bind(if v.claim.is_some() {
-                    CLAIMED_AT_INSERT_TOKEN
-                } else {
-                    0
-                });
-        });
-        insert
-    }
-
     async fn insert_one(
         tx: &mut Transaction<'_, DB>,
         task: &NewTask,

@@ -17,6 +17,7 @@ scenarios!(
     keys_compare_byte_for_byte,
     unique_keys_are_held_for_their_window_after_success,
     one_insert_holding_a_task_twice,
+    a_batch_under_idempotency_keys_answers_each_repeat_in_its_place,
 );
 
 async fn idempotency_unique_and_cron_keys(store: &dyn Store) {
@@ -415,4 +416,62 @@ async fn unique_keys_are_held_for_their_window_after_success(store: &dyn Store) 
         RedriveOutcome::Redriven { .. }
     ));
     assert_eq!(state(store, &holder).await, TaskState::Succeeded);
+}
+
+/// A batch whose every task holds an idempotency key (the Go SDK's submits, gathered by
+/// the API's group commit) goes in as one statement where the store has one
+/// (PostgreSQL's, outside a transaction): the repeats of keys stored before, a repeat
+/// with another payload, and a key named twice in the batch itself are each answered in
+/// their place, and every other task is stored once.
+async fn a_batch_under_idempotency_keys_answers_each_repeat_in_its_place(store: &dyn Store) {
+    let keyed = |key: usize, due: i64| {
+        let mut task = NewTask::test("a", at(due));
+        task.idempotency_key = Some(format!("k{key}"));
+        task
+    };
+    let first: Vec<NewTask> = (0..10).map(|i| keyed(i, i as i64)).collect();
+    let outcomes = store.insert(&first, T0).await.unwrap();
+    let inserted = |task: &NewTask| InsertOutcome::Inserted {
+        id: task.id.clone(),
+        trigger_at: task.trigger_at,
+    };
+    assert_eq!(outcomes, first.iter().map(inserted).collect::<Vec<_>>());
+
+    // Keys k5 to k24: k5–k9 stored before (k7 with another payload), k20 twice.
+    let mut second: Vec<NewTask> = (5..25).map(|i| keyed(i, 100 + i as i64)).collect();
+    second[2].payload = RawValue::from_string(r#"{"other":true}"#.into()).unwrap();
+    second.push(keyed(20, 500));
+    let outcomes = store.insert(&second, T0).await.unwrap();
+    let expected: Vec<InsertOutcome> = second
+        .iter()
+        .enumerate()
+        .map(|(i, task)| match i {
+            2 => InsertOutcome::IdempotencyMismatch {
+                existing_id: first[7].id.clone(),
+            },
+            0..5 => InsertOutcome::Duplicate {
+                id: first[i + 5].id.clone(),
+                trigger_at: first[i + 5].trigger_at,
+            },
+            20 => InsertOutcome::Duplicate {
+                id: second[15].id.clone(),
+                trigger_at: second[15].trigger_at,
+            },
+            _ => inserted(task),
+        })
+        .collect();
+    assert_eq!(outcomes, expected);
+    for (task, outcome) in second.iter().zip(&outcomes) {
+        let stored = store.get(&task.id).await.unwrap();
+        assert_eq!(
+            stored.is_some(),
+            matches!(outcome, InsertOutcome::Inserted { .. }),
+            "{outcome:?}"
+        );
+    }
+    assert_eq!(
+        claim_all(store, at(1_000), T0).await.len(),
+        10 + 15,
+        "each key's task stored once"
+    );
 }
