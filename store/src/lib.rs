@@ -34,8 +34,9 @@
 //! - `shared`: `Queries`, each backend's named statements, and the
 //!   reads whose shape is the same everywhere (a task, the rescuer's scan, membership),
 //!   written once over any sqlx database;
-//! - `tx`: the write transactions — insert (dependency locks, the initial state, the
-//!   retry when a key's holder finished before it could be named), cancel, start,
+//! - `tx`: the write transactions — insert (`tx/insert.rs`: one statement outside a
+//!   transaction where the dialect and the tasks allow it; dependency locks, the initial
+//!   state, the retry when a key's holder finished before it could be named), cancel, start,
 //!   finish with what it does to dependents, redrive — and the dead-letter and stats
 //!   reads, written once over any sqlx database and run through each backend's
 //!   `tx::Dialect`: its statements and the few steps its database needs done its own
