@@ -12,28 +12,27 @@ use crate::Result;
 use crate::shared::insert_columns;
 use crate::task_row::{CLAIMED_AT_INSERT_TOKEN, TaskValues};
 
-/// The arrays' element types, in [`insert_columns`]' order.
-const INSERT_UNNEST: &str = concat!(
-    "INSERT INTO tasks (",
-    insert_columns!(),
-    ") SELECT * FROM UNNEST(\
-     $1::text[], $2::text[], $3::text[], $4::text[], $5::int2[], $6::int8[], $7::int8[], \
-     $8::int8[], $9::text[], $10::text[], $11::text[], $12::int8[], $13::text[], $14::text[], \
-     $15::text[], $16::int8[], $17::int8[], $18::text[], $19::text[], $20::text[], \
-     $21::text[], $22::int8[], $23::text[], $24::int8[], $25::int8[])"
-);
+/// `INSERT INTO tasks … SELECT * FROM UNNEST(…)`, the arrays' element types in
+/// [`insert_columns`]' order, then whatever follows (a literal).
+macro_rules! insert_unnest {
+    ($($tail:literal)?) => {
+        concat!(
+            "INSERT INTO tasks (",
+            insert_columns!(),
+            ") SELECT * FROM UNNEST(\
+             $1::text[], $2::text[], $3::text[], $4::text[], $5::int2[], $6::int8[], $7::int8[], \
+             $8::int8[], $9::text[], $10::text[], $11::text[], $12::int8[], $13::text[], $14::text[], \
+             $15::text[], $16::int8[], $17::int8[], $18::text[], $19::text[], $20::text[], \
+             $21::text[], $22::int8[], $23::text[], $24::int8[], $25::int8[])"
+            $(, $tail)?
+        )
+    };
+}
+
+const INSERT_UNNEST: &str = insert_unnest!();
 
 /// [`INSERT_UNNEST`], each row whose id or key is taken left out.
-const INSERT_UNNEST_LEAVING_OUT: &str = concat!(
-    "INSERT INTO tasks (",
-    insert_columns!(),
-    ") SELECT * FROM UNNEST(\
-     $1::text[], $2::text[], $3::text[], $4::text[], $5::int2[], $6::int8[], $7::int8[], \
-     $8::int8[], $9::text[], $10::text[], $11::text[], $12::int8[], $13::text[], $14::text[], \
-     $15::text[], $16::int8[], $17::int8[], $18::text[], $19::text[], $20::text[], \
-     $21::text[], $22::int8[], $23::text[], $24::int8[], $25::int8[]) \
-     ON CONFLICT DO NOTHING RETURNING id"
-);
+const INSERT_UNNEST_LEAVING_OUT: &str = insert_unnest!(" ON CONFLICT DO NOTHING RETURNING id");
 
 /// Writes `rows` in one statement ([`Dialect::load_tasks`](crate::tx::Dialect::load_tasks)
 /// below `COPY`'s threshold): a taken id fails it, as it fails `COPY`.
