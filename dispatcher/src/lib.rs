@@ -16,6 +16,7 @@ pub mod kafka;
 pub mod logging;
 pub mod metrics;
 pub mod outcomes;
+pub mod reclaimer;
 pub mod rescuer;
 pub mod retention;
 pub mod retry;

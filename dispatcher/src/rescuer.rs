@@ -556,6 +556,14 @@ mod tests {
             self.inner.database_clock().await
         }
 
+        async fn dead_rows(&self) -> store::Result<Option<store::DeadRows>> {
+            self.inner.dead_rows().await
+        }
+
+        async fn reclaim_dead_rows(&self) -> store::Result<()> {
+            self.inner.reclaim_dead_rows().await
+        }
+
         async fn record_kafka_dead_letter(
             &self,
             letter: &store::KafkaDeadLetter,

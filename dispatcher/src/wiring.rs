@@ -551,6 +551,7 @@ async fn wire(
                 ),
             );
         }
+        let outcomes_written = dispatcher.outcomes_written();
         supervisor.spawn_loop("dispatcher", dispatcher.run(supervisor.tracker().clone()));
         let rescuer = Rescuer {
             store: store.clone(),
@@ -570,6 +571,14 @@ async fn wire(
             signals: settings.signals.clone(),
         };
         supervisor.spawn_loop("retention purger", purger.run(shutdown.clone()));
+        supervisor.spawn_loop(
+            "dead row reclaimer",
+            crate::reclaimer::Reclaimer {
+                store: store.clone(),
+                outcomes_written,
+            }
+            .run(shutdown.clone()),
+        );
         supervisor.spawn_loop(
             "backlog gauges",
             crate::backlog::run(

@@ -28,7 +28,11 @@ use async_trait::async_trait;
 
 use crate::*;
 
-/// A store whose every call but [`Store::migrate`] fails after `bound` without an answer.
+/// The bound on [`Store::reclaim_dead_rows`].
+const RECLAIM_BOUND: Duration = Duration::from_secs(30 * 60);
+
+/// A store whose every call but [`Store::migrate`] and [`Store::reclaim_dead_rows`]
+/// fails after `bound` without an answer.
 pub(crate) struct Bounded {
     inner: Arc<dyn Store>,
     bound: Duration,
@@ -346,6 +350,23 @@ impl Store for Bounded {
     async fn database_clock(&self) -> Result<Option<Millis>> {
         self.within("database_clock", self.inner.database_clock())
             .await
+    }
+
+    async fn dead_rows(&self) -> Result<Option<DeadRows>> {
+        self.within("dead_rows", self.inner.dead_rows()).await
+    }
+
+    async fn reclaim_dead_rows(&self) -> Result<()> {
+        // A vacuum passes over the whole table and its indexes: minutes for a big one,
+        // longer than a bound that notices a dead path quickly. Only the reclaimer
+        // waits for it, on one connection.
+        let bound = RECLAIM_BOUND.max(self.bound);
+        tokio::time::timeout(bound, self.inner.reclaim_dead_rows())
+            .await
+            .unwrap_or(Err(StoreError::TimedOut {
+                call: "reclaim_dead_rows",
+                bound,
+            }))
     }
 
     async fn record_kafka_dead_letter(&self, letter: &KafkaDeadLetter) -> Result<()> {

@@ -99,7 +99,7 @@ pub use kafka_dead_letter::{
 pub use millis::{Millis, duration_ms};
 pub use params::{
     Admitted, BulkAction, ClaimIdsParams, ClaimParams, Consumed, DeadCount, DeadFilter,
-    DeadLetterParams, DueBacklog, DueStart, DueStarted, FairClaim, FairParams, HeldBy,
+    DeadLetterParams, DeadRows, DueBacklog, DueStart, DueStarted, FairClaim, FairParams, HeldBy,
     InsertConsumedParams, JobCountParams, JobCounts, JobGate, KeyOrder, PurgeParams, RateBucket,
     SearchParams, Shares, StartDueParams, StartParams, TenantWeights, TypeFilter, UsageBy,
     UsageCounts,

@@ -342,6 +342,25 @@ pub struct Admitted {
     pub held_by: Option<HeldBy>,
 }
 
+/// The task table's row versions as the database's statistics count them
+/// ([`Store::dead_rows`]): a server that keeps the versions an update or delete replaced
+/// until a vacuum reclaims them (PostgreSQL) also keeps their index entries, and a claim
+/// walks every one of them that ranks before the first due task.
+///
+/// [`Store::dead_rows`]: crate::Store::dead_rows
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeadRows {
+    /// Live row versions (an estimate, as the statistics have it).
+    pub live: u64,
+    /// Row versions replaced or deleted and not yet reclaimed.
+    pub dead: u64,
+    /// Whether the store's role may reclaim them ([`Store::reclaim_dead_rows`]):
+    /// PostgreSQL lets only the table's or the database's owner vacuum a table.
+    ///
+    /// [`Store::reclaim_dead_rows`]: crate::Store::reclaim_dead_rows
+    pub may_reclaim: bool,
+}
+
 /// A dispatcher's adaptive share of each job it runs, by task type (the server's
 /// `adaptive` module), as it publishes them with its heartbeat.
 pub type Shares = BTreeMap<String, u32>;

@@ -38,6 +38,17 @@ pub trait Backend: Dialect {
     fn reader(&self) -> &Pool<Self::DB>;
     /// Applies this dialect's pending migrations.
     async fn run_migrations(&self) -> Result<()>;
+    /// [`Store::dead_rows`]: `None` unless the database keeps replaced row versions
+    /// until a vacuum (SQLite rewrites in place; InnoDB's purge threads remove
+    /// delete-marked index records as they go).
+    async fn table_dead_rows(&self) -> Result<Option<DeadRows>> {
+        Ok(None)
+    }
+    /// [`Store::reclaim_dead_rows`]: nothing, where [`Backend::table_dead_rows`] is
+    /// `None`.
+    async fn reclaim_table_dead_rows(&self) -> Result<()> {
+        Ok(())
+    }
     /// [`Store::claim`].
     async fn claim_due(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>>;
     /// [`Store::claim_ids`].
@@ -572,6 +583,14 @@ where
             .fetch_one(self.reader())
             .await?;
         Ok(Some(Millis::new(ms)))
+    }
+
+    async fn dead_rows(&self) -> Result<Option<DeadRows>> {
+        self.table_dead_rows().await
+    }
+
+    async fn reclaim_dead_rows(&self) -> Result<()> {
+        self.reclaim_table_dead_rows().await
     }
 
     async fn record_kafka_dead_letter(&self, letter: &KafkaDeadLetter) -> Result<()> {

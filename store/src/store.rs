@@ -229,6 +229,14 @@ pub trait Store: Send + Sync + 'static {
     /// The database server's clock, for a process to measure its own against; `None`
     /// for an embedded database, which has no clock but the process's.
     async fn database_clock(&self) -> Result<Option<Millis>>;
+    /// The `tasks` table's live and dead row versions; `None` for a database that
+    /// reclaims dead versions by itself as it goes (SQLite, MariaDB), where
+    /// [`Store::reclaim_dead_rows`] has nothing to do.
+    async fn dead_rows(&self) -> Result<Option<DeadRows>>;
+    /// Reclaims the `tasks` table's dead row versions and their index entries now
+    /// (PostgreSQL: `VACUUM`), unless another reclaim is at work on it. Takes as long as
+    /// a pass over the table and its indexes.
+    async fn reclaim_dead_rows(&self) -> Result<()>;
     /// Keeps a Kafka message the consumer could not make a task of, so its offset can be
     /// committed without losing it. A message already recorded (at the same topic,
     /// partition and offset: re-delivered after a crash) is left as it is.

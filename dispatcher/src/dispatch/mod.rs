@@ -487,6 +487,12 @@ impl Dispatcher {
         }
     }
 
+    /// Notified, to whoever waits on it then, each time the completer has written a
+    /// batch of outcomes.
+    pub fn outcomes_written(&self) -> Arc<Notify> {
+        self.completer.written.clone()
+    }
+
     pub fn sink(&self) -> HeapSink {
         HeapSink(Arc::downgrade(&self.intake))
     }

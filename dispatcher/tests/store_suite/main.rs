@@ -58,6 +58,7 @@ mod server;
 mod claims;
 mod cron;
 mod dead_letters;
+mod dead_rows;
 mod dispatchers;
 mod expiry;
 mod fair_walk;
