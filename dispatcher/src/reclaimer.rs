@@ -77,7 +77,13 @@ impl Reclaimer {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep(INTERVAL) => {}
             }
-            match reclaim_if_due(self.store.as_ref(), MIN_DEAD, DEAD_SHARE).await {
+            // The shutdown does not wait for a vacuum: on a path to the database that
+            // died it could wait out the whole bound.
+            let step = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                step = reclaim_if_due(self.store.as_ref(), MIN_DEAD, DEAD_SHARE) => step,
+            };
+            match step {
                 Ok(Step::SelfReclaiming) => break,
                 Ok(Step::NotPermitted) => {
                     tracing::warn!(
