@@ -25,8 +25,10 @@ use super::task_row::TaskValues;
 use super::tx::{Dialect, Tx};
 use super::*;
 
+mod claim_ahead;
 mod copy;
 mod unnest;
+mod vacuum;
 
 /// Below it a load's one statement of arrays (one round trip) beats `COPY`'s two (the
 /// load first waits for the server to accept the data); a group commit's runs are mostly
@@ -383,49 +385,6 @@ impl Dialect for PostgresStore {
     }
 }
 
-impl PostgresStore {
-    /// The claim of only the tasks due after now (`ClaimParams::ahead`): the range of the
-    /// types' pending tasks due between now and the horizon (tasks_by_type_state),
-    /// sorted. The rank is ordered by as `claim_rank + 0`, which no index serves, so the
-    /// planner cannot choose to walk tasks_ranked_by_type in order instead — through
-    /// every task already due.
-    async fn claim_ahead(
-        &self,
-        params: ClaimParams<'_>,
-        types: &[String],
-    ) -> Result<Vec<ClaimedTask>> {
-        let rows: Vec<ClaimRow> = retrying(Self::transient, || async {
-            Ok(sqlx::query_as(concat!(
-                "UPDATE tasks SET state = 'claimed', lease_token = lease_token + 1, \
-                        owner = $4, lease_until = GREATEST(trigger_at, $5) + $6, \
-                        updated_at = $5 \
-                 WHERE id = ANY(ARRAY( \
-                     SELECT id FROM tasks \
-                     WHERE task_type = ANY($2) AND state = 'pending' \
-                       AND trigger_at > $5 AND trigger_at <= $1 \
-                       AND CASE WHEN EXISTS (SELECT 1 FROM job_pauses p \
-                                             WHERE p.task_type = tasks.task_type) \
-                                THEN false ELSE true END \
-                     ORDER BY claim_rank + 0, id \
-                     LIMIT $3 \
-                     FOR UPDATE SKIP LOCKED)) \
-                 RETURNING ",
-                claim_columns!()
-            ))
-            .bind(params.horizon)
-            .bind(types)
-            .bind(i64::from(params.limit))
-            .bind(params.owner)
-            .bind(params.now)
-            .bind(duration_ms(params.hold))
-            .fetch_all(&self.pool)
-            .await?)
-        })
-        .await?;
-        rows::claimed(rows)
-    }
-}
-
 #[async_trait]
 impl Backend for PostgresStore {
     fn writer(&self) -> &Pool<Self::DB> {
@@ -445,47 +404,11 @@ impl Backend for PostgresStore {
     }
 
     async fn table_dead_rows(&self) -> Result<Option<DeadRows>> {
-        // The statistics functions rather than the `pg_stat_user_tables` view, whose
-        // joins and grouping cost more than the count. Vacuuming takes the table's
-        // owner, the database's, or a superuser: `pg_has_role(…, 'USAGE')` holds for a
-        // role with the privileges of the owner, and for a superuser.
-        let (live, dead, may_reclaim): (i64, i64, bool) = sqlx::query_as(
-            "SELECT pg_stat_get_live_tuples(c.oid), pg_stat_get_dead_tuples(c.oid), \
-                    pg_has_role(c.relowner, 'USAGE') OR pg_has_role(d.datdba, 'USAGE') \
-             FROM pg_class c, pg_database d \
-             WHERE c.oid = 'tasks'::regclass AND d.datname = current_database()",
-        )
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(Some(DeadRows {
-            live: u64::try_from(live).unwrap_or(0),
-            dead: u64::try_from(dead).unwrap_or(0),
-            may_reclaim,
-        }))
+        vacuum::dead_rows(&self.pool).await.map(Some)
     }
 
     async fn reclaim_table_dead_rows(&self) -> Result<()> {
-        // SKIP_LOCKED: a vacuum already at work on the table (autovacuum's, another
-        // dispatcher's) is left to it, not waited for. INDEX_CLEANUP ON: the index
-        // entries are the point (PostgreSQL may otherwise leave the indexes alone when
-        // few pages hold dead rows). TRUNCATE OFF: handing the table's empty tail back
-        // to the file system takes a lock that stops every reader and writer of the
-        // table while it lasts. The simple query protocol: VACUUM runs in no
-        // transaction, not even an implicit one. A vacuum skipped for another's sake
-        // says so in a warning, which is no news to the caller: the connection hears
-        // errors only while it vacuums.
-        let mut conn = self.pool.acquire().await?;
-        sqlx::raw_sql("SET client_min_messages = error")
-            .execute(&mut *conn)
-            .await?;
-        let vacuumed = sqlx::raw_sql("VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE OFF) tasks")
-            .execute(&mut *conn)
-            .await;
-        sqlx::raw_sql("RESET client_min_messages")
-            .execute(&mut *conn)
-            .await?;
-        vacuumed?;
-        Ok(())
+        vacuum::reclaim(&self.pool).await
     }
 
     async fn claim_due(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>> {

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Type};
 
 use crate::bulk;
 use crate::fair_claim;
@@ -15,8 +15,11 @@ use crate::limit_rows;
 use crate::limited_start;
 use crate::rows::{self, DueBacklogRow, Holder, JobCountsRow, LapsedRow, StartedRow, TaskRow};
 use crate::shared::{self, KafkaDeadLetterRow};
-use crate::tx::{ClaimAtInsert, Dialect, Tx};
+use crate::tx::{ClaimAtInsert, Tx};
 use crate::*;
+
+mod backend;
+pub use backend::Backend;
 
 /// The count of a job's running attempts per concurrency key, around its two lists of
 /// parameters (the task type; the keys, then `) GROUP BY concurrency_key`). The
@@ -27,54 +30,6 @@ pub(crate) const RUNNING_PER_KEY: (&str, &str) = (
     " AND state = 'running' AND state IN ('pending', 'claimed', 'running') \
      AND concurrency_key IN (",
 );
-
-/// A SQL backend: its dialect, its pools, and what it does its own way; the rest of
-/// [`Store`] is implemented once, below, for all of them.
-#[async_trait]
-pub trait Backend: Dialect {
-    /// Where writes go (SQLite: its one writer connection).
-    fn writer(&self) -> &Pool<Self::DB>;
-    /// Where reads go.
-    fn reader(&self) -> &Pool<Self::DB>;
-    /// Applies this dialect's pending migrations.
-    async fn run_migrations(&self) -> Result<()>;
-    /// [`Store::dead_rows`]: `None` unless the database keeps replaced row versions
-    /// until a vacuum (SQLite rewrites in place; InnoDB's purge threads remove
-    /// delete-marked index records as they go).
-    async fn table_dead_rows(&self) -> Result<Option<DeadRows>> {
-        Ok(None)
-    }
-    /// [`Store::reclaim_dead_rows`]: nothing, where [`Backend::table_dead_rows`] is
-    /// `None`.
-    async fn reclaim_table_dead_rows(&self) -> Result<()> {
-        Ok(())
-    }
-    /// [`Store::claim`].
-    async fn claim_due(&self, params: ClaimParams<'_>) -> Result<Vec<ClaimedTask>>;
-    /// [`Store::claim_ids`].
-    async fn claim_named(&self, params: ClaimIdsParams<'_>) -> Result<Vec<ClaimedTask>>;
-    /// [`Store::start`].
-    async fn start_claims(&self, params: StartParams<'_>) -> Result<Vec<Started>>;
-    /// [`Store::start`] over `conn`, in the caller's transaction ([`Store::start_limited`]).
-    async fn start_on(
-        conn: &mut <Self::DB as Database>::Connection,
-        params: StartParams<'_>,
-    ) -> Result<Vec<Started>>;
-    /// [`Store::start_due`]'s one write, over `conn` in the caller's transaction: up to
-    /// `params.limit` due tasks of `task_type` from pending straight to running.
-    async fn start_due_on(
-        conn: &mut <Self::DB as Database>::Connection,
-        task_type: &str,
-        params: StartDueParams<'_>,
-    ) -> Result<Vec<(ClaimedTask, Started)>>;
-    /// [`Store::finish`] over `conn`, in the caller's transaction (with the next starts,
-    /// [`Store::finish_and_start_due`]).
-    async fn finish_on(
-        conn: &mut <Self::DB as Database>::Connection,
-        finishes: &[Finish],
-        now: Millis,
-    ) -> Result<Vec<bool>>;
-}
 
 #[async_trait]
 impl<B, DB> Store for B
