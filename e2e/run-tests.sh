@@ -83,8 +83,15 @@ cargo build -p asyncd --locked
 # The release build that the soaks, the hot-path guard and the cluster share (one package
 # set) runs beside the phases from here to the soaks, which use debug builds: cargo locks
 # each profile's directory apart. It took 3 min 53 s alone at the soak's start.
+# First the binary as the image builds it (dispatcher/Dockerfile: the asyncd package
+# alone, whose dependencies then unify fewer features and so get other mangled names),
+# to check that the link order list still names its functions (e2e/link-order.sh).
 release_log=$ASYNCD_CACHE/release-build.log
-cargo build --release --locked -p asyncd -p asyncd-bench -p asyncd-operator >"$release_log" 2>&1 &
+{
+  cargo build --release --locked -p asyncd --bin asyncd &&
+    bash e2e/link-order.sh check "$CARGO_TARGET_DIR/release/asyncd" &&
+    cargo build --release --locked -p asyncd -p asyncd-bench -p asyncd-operator
+} >"$release_log" 2>&1 &
 release_build=$!
 ASYNCD_BIN="$CARGO_TARGET_DIR/debug/asyncd" bash e2e/fuzz.sh
 
@@ -117,6 +124,7 @@ if ! wait "$release_build"; then
   exit 1
 fi
 release_build=""
+grep '^link-order:' "$release_log"
 tail -n 1 "$release_log"
 printf 'waited %ds for it\n' $((SECONDS - wait_started))
 step "chaos soak: 1.5*10^5 tasks at 900/s, every role SIGKILLed, PostgreSQL and Kafka restarted, network faults and DNS outages, at most 0.25 % run twice (e2e/soak.sh)"

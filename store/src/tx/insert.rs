@@ -399,7 +399,10 @@ mod tests {
     #[test]
     fn a_taken_key_sends_the_next_inserts_straight_to_the_statement_leaving_rows_out() {
         let keys = TakenKeys(std::sync::atomic::AtomicU32::new(0));
-        assert!(keys.expect_none(), "nothing met yet: the plain statement first");
+        assert!(
+            keys.expect_none(),
+            "nothing met yet: the plain statement first"
+        );
         assert!(keys.expect_none());
         keys.met();
         for skipped in 0..TakenKeys::SKIP {
