@@ -34,7 +34,10 @@ step() {
 started=()
 release_build=""
 cleanup() {
-  if [ -n "$release_build" ]; then kill "$release_build" 2>/dev/null || true; fi
+  if [ -n "$release_build" ]; then
+    pkill -P "$release_build" 2>/dev/null || true
+    kill "$release_build" 2>/dev/null || true
+  fi
   for service in "${started[@]}"; do
     "e2e/services/$service.sh" stop >/dev/null 2>&1 || true
   done
@@ -47,6 +50,14 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 command -v shellcheck >/dev/null ||
   apt-get install -y shellcheck || { apt-get update && apt-get install -y shellcheck; }
 git ls-files -z '*.sh' .ci/run | xargs -0 shellcheck -x
+# The image builds copy every workspace member (cargo resolves the whole workspace before
+# it builds one package) and .cargo/config.toml (the allocator's build flags).
+for dockerfile in dispatcher/Dockerfile operator/Dockerfile; do
+  for copied in $(sed -n 's/^members = \[\(.*\)\]/\1/p' Cargo.toml | tr -d '",') .cargo; do
+    grep -q "^COPY $copied $copied\$" "$dockerfile" ||
+      { echo "$dockerfile does not COPY $copied (a workspace member or the cargo config)" >&2; exit 1; }
+  done
+done
 # The side-by-side benchmark's peer programs compile and parse (e2e/bench.sh peers runs them;
 # the benchmark itself is not part of the tests).
 (cd bench/peers/driver && go vet .)
