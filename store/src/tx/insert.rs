@@ -133,24 +133,16 @@ where
         {
             return Ok(None);
         }
-        if tasks.iter().all(loadable) {
-            let loaded = retrying(D::transient, || async {
-                Self::load_many(&mut *pool.acquire().await?, tasks, now, None).await
+        let keyless = tasks.iter().all(loadable);
+        if !keyless
+            && !tasks.iter().all(|t| {
+                t.idempotency_key.is_some() && t.unique_key.is_none() && t.cron_key.is_none()
             })
-            .await;
-            return match loaded {
-                Ok((outcomes, _)) => Ok(Some(outcomes)),
-                Err(crate::StoreError::Database(err)) if is_unique_violation(&err) => Ok(None),
-                Err(err) => Err(err),
-            };
-        }
-        if !tasks
-            .iter()
-            .all(|t| t.idempotency_key.is_some() && t.unique_key.is_none() && t.cron_key.is_none())
         {
             return Ok(None);
         }
-        if TAKEN_KEYS.expect_none() {
+        // The plain statement: a taken id or key fails it whole, having written nothing.
+        if keyless || TAKEN_KEYS.expect_none() {
             let loaded = retrying(D::transient, || async {
                 Self::load_many(&mut *pool.acquire().await?, tasks, now, None).await
             })
@@ -158,6 +150,9 @@ where
             match loaded {
                 Ok((outcomes, _)) => return Ok(Some(outcomes)),
                 Err(crate::StoreError::Database(err)) if is_unique_violation(&err) => {
+                    if keyless {
+                        return Ok(None);
+                    }
                     TAKEN_KEYS.met();
                 }
                 Err(err) => return Err(err),
