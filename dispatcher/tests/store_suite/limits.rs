@@ -600,13 +600,14 @@ async fn due_tasks_begin_in_one_write_within_the_limits(store: &dyn Store) {
 }
 
 /// Several dispatchers (each its own store and pool) beginning attempts of one job
-/// at once, half from their claims and half straight from pending (`start_due`),
-/// never have more running than its concurrency between them: each counts
-/// an attempt from after its start committed until before its finish does, a subset
-/// of what the store counts, and checks the total.
+/// at once — a third from their claims, a third straight from pending (`start_due`),
+/// a third with the outcomes of their last attempts (`finish_and_start_due`) — never
+/// have more running than its concurrency between them: each counts an attempt from
+/// after its start committed until before its finish does, a subset of what the store
+/// counts, and checks the total.
 async fn starters_never_exceed_the_concurrency_in_total(server: &Server) {
     const TASKS: usize = 300;
-    const STARTERS: usize = 4;
+    const STARTERS: usize = 6;
     const K: u32 = 5;
     let url = server.create_db().await;
     let setup = store::open(&url).await.unwrap();
@@ -632,7 +633,43 @@ async fn starters_never_exceed_the_concurrency_in_total(server: &Server) {
                 limiters: &[],
             };
             let mut done = 0;
-            if n % 2 == 1 {
+            if n % 3 == 2 {
+                // The outcomes and the next starts in one write. A start that finds the
+                // limits row held begins nothing: it stops there, the others go on.
+                let mut finishing: Vec<Finish> = Vec::new();
+                loop {
+                    // Not counted from here on: the write may record them at any moment.
+                    running.fetch_sub(finishing.len(), SeqCst);
+                    done += finishing.len();
+                    let start = DueStart {
+                        params: start_due_params(T0, &owner, 3),
+                        gate,
+                    };
+                    let (applied, mut started) = store
+                        .finish_and_start_due(&finishing, at(1), &[start])
+                        .await
+                        .unwrap();
+                    assert!(applied.iter().all(|a| *a), "{applied:?}");
+                    let due = started.remove(0);
+                    if due.tasks.is_empty() && due.held_by.is_none() {
+                        break done;
+                    }
+                    let now = running.fetch_add(due.tasks.len(), SeqCst) + due.tasks.len();
+                    most.fetch_max(now, SeqCst);
+                    assert!(now <= K as usize, "{now} running, above {K}");
+                    tokio::task::yield_now().await;
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    finishing = due
+                        .tasks
+                        .iter()
+                        .map(|(_, s)| Finish {
+                            id: s.id.clone(),
+                            lease_token: s.lease_token,
+                            kind: FinishKind::Succeeded { result: None },
+                        })
+                        .collect();
+                }
+            } else if n % 3 == 1 {
                 // Claim and begin in one write.
                 loop {
                     let due = store
