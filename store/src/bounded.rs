@@ -332,6 +332,21 @@ impl Store for Bounded {
             .await
     }
 
+    async fn heartbeat_and_list_members(
+        &self,
+        member: &str,
+        now: Millis,
+        shares: &Shares,
+        live_since: Millis,
+    ) -> Result<Vec<String>> {
+        self.within(
+            "heartbeat_and_list_members",
+            self.inner
+                .heartbeat_and_list_members(member, now, shares, live_since),
+        )
+        .await
+    }
+
     async fn live_shares(&self, since: Millis) -> Result<BTreeMap<String, u64>> {
         self.within("live_shares", self.inner.live_shares(since))
             .await

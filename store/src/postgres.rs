@@ -123,6 +123,19 @@ const QUERIES: Queries = Queries {
                 shares = excluded.shares",
     forget_members: "DELETE FROM dispatchers WHERE heartbeat_at < $1",
     live_members: "SELECT id FROM dispatchers WHERE heartbeat_at >= $1 ORDER BY id",
+    // A statement reads the table as it was when it began: the member's own row comes
+    // from the upsert, not the read, and the rows the delete removes are left out of
+    // the read by the delete's own bound.
+    heartbeat_and_live: Some(
+        "WITH beat AS ( \
+             INSERT INTO dispatchers (id, heartbeat_at, shares) VALUES ($1, $2, $3) \
+             ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, \
+             shares = excluded.shares RETURNING id), \
+         gone AS (DELETE FROM dispatchers WHERE heartbeat_at < $4 AND id <> $1) \
+         SELECT id FROM dispatchers WHERE heartbeat_at >= $5 AND heartbeat_at >= $4 \
+           AND id <> $1 \
+         UNION SELECT id FROM beat ORDER BY id",
+    ),
     live_shares: "SELECT shares FROM dispatchers WHERE heartbeat_at >= $1 AND shares IS NOT NULL",
     remove_member: "DELETE FROM dispatchers WHERE id = $1",
     release_claims: "UPDATE tasks SET state = 'pending', lease_until = NULL, owner = NULL, \

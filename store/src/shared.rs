@@ -59,6 +59,9 @@ pub struct Queries {
     pub forget_members: &'static str,
     /// Members whose last heartbeat is at or after `since`, sorted.
     pub live_members: &'static str,
+    /// `heartbeat`, `forget_members` and `live_members` in one statement, where the
+    /// dialect can: member, now, shares, until, since.
+    pub heartbeat_and_live: Option<&'static str>,
     /// The `shares` of the members whose last heartbeat is at or after `since`.
     pub live_shares: &'static str,
     /// Deletes member `id`.
@@ -316,6 +319,39 @@ where
         .execute(pool)
         .await?;
     Ok(())
+}
+
+/// The heartbeat, the forgetting of silent members and the live members, in one
+/// statement where the dialect has it.
+pub async fn heartbeat_and_list_members<DB>(
+    pool: &Pool<DB>,
+    queries: &Queries,
+    member: &str,
+    now: Millis,
+    shares: &Shares,
+    live_since: Millis,
+) -> Result<Vec<String>>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Millis: Encode<'q, DB> + Type<DB>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
+{
+    let Some(statement) = queries.heartbeat_and_live else {
+        heartbeat_member(pool, queries, member, now, shares).await?;
+        return live_members(pool, queries, live_since).await;
+    };
+    let shares = serde_json::to_string(shares).expect("a map of strings to numbers");
+    Ok(sqlx::query_scalar::<DB, String>(statement)
+        .bind(member)
+        .bind(now)
+        .bind(shares.as_str())
+        .bind(now.saturating_sub(MEMBER_RETENTION))
+        .bind(live_since)
+        .fetch_all(pool)
+        .await?)
 }
 
 pub async fn live_members<DB>(

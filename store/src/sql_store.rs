@@ -517,6 +517,24 @@ where
         shared::live_members(self.reader(), &B::QUERIES, since).await
     }
 
+    async fn heartbeat_and_list_members(
+        &self,
+        member: &str,
+        now: Millis,
+        shares: &Shares,
+        live_since: Millis,
+    ) -> Result<Vec<String>> {
+        shared::heartbeat_and_list_members(
+            self.writer(),
+            &B::QUERIES,
+            member,
+            now,
+            shares,
+            live_since,
+        )
+        .await
+    }
+
     async fn live_shares(&self, since: Millis) -> Result<BTreeMap<String, u64>> {
         shared::live_shares(self.reader(), &B::QUERIES, since).await
     }

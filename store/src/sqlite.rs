@@ -213,6 +213,7 @@ const QUERIES: Queries = Queries {
                 shares = excluded.shares",
     forget_members: "DELETE FROM dispatchers WHERE heartbeat_at < ?",
     live_members: "SELECT id FROM dispatchers WHERE heartbeat_at >= ? ORDER BY id",
+    heartbeat_and_live: None,
     live_shares: "SELECT shares FROM dispatchers WHERE heartbeat_at >= ? AND shares IS NOT NULL",
     remove_member: "DELETE FROM dispatchers WHERE id = ?",
     // A claim always sets a lease: the term lets SQLite read the partial tasks_lease.

@@ -216,6 +216,19 @@ pub trait Store: Send + Sync + 'static {
     async fn heartbeat_member(&self, member: &str, now: Millis, shares: &Shares) -> Result<()>;
     /// Dispatchers whose last heartbeat is at or after `since`, sorted.
     async fn live_members(&self, since: Millis) -> Result<Vec<String>>;
+    /// [`Self::heartbeat_member`], then [`Self::live_members`] alive since `live_since`
+    /// (the heartbeat just written counts): a dispatcher's beat, which a backend may
+    /// write and read in one statement.
+    async fn heartbeat_and_list_members(
+        &self,
+        member: &str,
+        now: Millis,
+        shares: &Shares,
+        live_since: Millis,
+    ) -> Result<Vec<String>> {
+        self.heartbeat_member(member, now, shares).await?;
+        self.live_members(live_since).await
+    }
     /// Per task type, the sum of the shares published by the dispatchers whose last
     /// heartbeat is at or after `since` (migration `0014_dispatcher_shares.sql`).
     async fn live_shares(&self, since: Millis) -> Result<BTreeMap<String, u64>>;

@@ -91,15 +91,16 @@ impl Membership {
             .lock()
             .expect("adaptive lock")
             .shares(now.saturating_sub(config.member_ttl));
-        let seen = async {
-            self.store
-                .heartbeat_member(&self.member, now, &shares)
-                .await?;
-            self.store
-                .live_members(now.saturating_sub(config.member_ttl))
-                .await
-        };
-        match seen.await {
+        let seen = self
+            .store
+            .heartbeat_and_list_members(
+                &self.member,
+                now,
+                &shares,
+                now.saturating_sub(config.member_ttl),
+            )
+            .await;
+        match seen {
             Ok(members) => {
                 let members: BTreeSet<String> = members.into_iter().collect();
                 for gone in self

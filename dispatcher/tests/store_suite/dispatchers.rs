@@ -7,6 +7,7 @@ use crate::{T0, at};
 
 scenarios!(
     membership_by_heartbeat,
+    a_beat_writes_the_heartbeat_and_reads_the_live_members,
     shares_are_summed_over_the_live_members,
     the_servers_clock_is_read_in_utc_milliseconds,
 );
@@ -62,6 +63,50 @@ async fn membership_by_heartbeat(store: &dyn Store) {
         .await
         .unwrap();
     assert_eq!(store.live_members(Millis::new(0)).await.unwrap(), ["a"]);
+}
+
+/// `heartbeat_and_list_members`, a dispatcher's beat (one statement on PostgreSQL):
+/// the members alive since the given time, the beating one with them even when its last
+/// heartbeat was older, its shares replaced, and members silent for an hour forgotten —
+/// as `heartbeat_member` then `live_members` do.
+async fn a_beat_writes_the_heartbeat_and_reads_the_live_members(store: &dyn Store) {
+    let shares = |n: u32| [("x".to_string(), n)].into_iter().collect();
+    store.heartbeat_member("b", T0, &shares(3)).await.unwrap();
+    store
+        .heartbeat_member("old", at(-10_000), &Default::default())
+        .await
+        .unwrap();
+    store
+        .heartbeat_member("a", at(-20_000), &shares(7))
+        .await
+        .unwrap();
+    let seen = store
+        .heartbeat_and_list_members("a", at(1_000), &shares(2), at(-4_000))
+        .await
+        .unwrap();
+    assert_eq!(seen, ["a", "b"], "old is silent; a counts at once");
+    assert_eq!(
+        store.live_shares(at(-4_000)).await.unwrap()["x"],
+        5,
+        "a's shares replaced: {:?}",
+        store.live_shares(at(-4_000)).await
+    );
+    let past_retention = MEMBER_RETENTION.as_millis() as i64;
+    let seen = store
+        .heartbeat_and_list_members(
+            "c",
+            at(past_retention - 5_000),
+            &Default::default(),
+            Millis::new(0),
+        )
+        .await
+        .unwrap();
+    assert_eq!(seen, ["a", "b", "c"], "old went silent an hour ago");
+    assert_eq!(
+        store.live_members(Millis::new(0)).await.unwrap(),
+        ["a", "b", "c"],
+        "forgotten for good"
+    );
 }
 
 /// The adaptive shares published with the heartbeats: summed per task type over the

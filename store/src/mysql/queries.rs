@@ -24,6 +24,7 @@ pub(super) const QUERIES: Queries = Queries {
                 shares = VALUES(shares)",
     forget_members: "DELETE FROM dispatchers WHERE heartbeat_at < ?",
     live_members: "SELECT id FROM dispatchers WHERE heartbeat_at >= ? ORDER BY id",
+    heartbeat_and_live: None,
     live_shares: "SELECT shares FROM dispatchers WHERE heartbeat_at >= ? AND shares IS NOT NULL",
     remove_member: "DELETE FROM dispatchers WHERE id = ?",
     release_claims: "UPDATE tasks SET state = 'pending', lease_until = NULL, owner = NULL, \
