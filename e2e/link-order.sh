@@ -20,8 +20,10 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LIST="$ROOT/dispatcher/link-order.txt"
-# Below this share of the list defined in the binary, `check` fails.
-MIN_SHARE_PERCENT=90
+# Below this share of the list defined in the binary, `check` fails. A change to the
+# store's trait left 91.8 % defined and cost the dispatcher 3 MiB of its 14 MiB idle
+# (docs/benchmarks.md, "The link order decays with the code").
+MIN_SHARE_PERCENT=97
 # How long each role runs its idle loops under callgrind (about 50x slower than native).
 IDLE_SECONDS=20
 
@@ -37,7 +39,7 @@ check() {
   echo "link-order: $present of the $listed functions in $(basename "$LIST") are defined in $bin"
   if (( present * 100 < listed * MIN_SHARE_PERCENT )); then
     echo "link-order: fewer than $MIN_SHARE_PERCENT % (the toolchain or a dependency changed" \
-      "their mangled names): run e2e/link-order.sh generate and commit the list" >&2
+      "their mangled names, or the code changed): run e2e/link-order.sh generate and commit the list" >&2
     exit 1
   fi
 }
