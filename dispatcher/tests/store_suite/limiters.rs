@@ -7,12 +7,10 @@ use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
 use asyncd_spec::{Limiter, RateLimit};
-use asyncd_store::{
-    self as store, DueStart, Finish, FinishKind, HeldBy, JobGate, NewTask, Store, TaskState,
-};
+use asyncd_store::{self as store, DueStart, Finish, HeldBy, JobGate, NewTask, Store, TaskState};
 
 use crate::limits::{claims_of, start_due_params};
-use crate::{Server, T0, at, insert, start_params, state};
+use crate::{Server, T0, at, insert, start_params, state, succeeded};
 
 scenarios!(
     a_limiter_holds_the_jobs_that_name_it_in_total,
@@ -37,14 +35,6 @@ fn gate<'a>(task_type: &'a str, limiters: &'a [Arc<Limiter>]) -> JobGate<'a> {
         key_rate: None,
         keys: &[],
         limiters,
-    }
-}
-
-fn succeeded(id: &str, lease_token: i64) -> Finish {
-    Finish {
-        id: id.into(),
-        lease_token,
-        kind: FinishKind::Succeeded { result: None },
     }
 }
 

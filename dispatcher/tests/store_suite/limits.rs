@@ -11,7 +11,7 @@ use asyncd_store::{
 };
 
 use crate::server::Held;
-use crate::{Server, T0, at, claim_params, insert, start_params, state};
+use crate::{Server, T0, at, claim_params, insert, start_params, state, succeeded};
 
 scenarios!(
     keys_are_claimed_in_turn_and_limited_in_total,
@@ -662,11 +662,7 @@ async fn starters_never_exceed_the_concurrency_in_total(server: &Server) {
                     finishing = due
                         .tasks
                         .iter()
-                        .map(|(_, s)| Finish {
-                            id: s.id.clone(),
-                            lease_token: s.lease_token,
-                            kind: FinishKind::Succeeded { result: None },
-                        })
+                        .map(|(_, s)| succeeded(&s.id, s.lease_token))
                         .collect();
                 }
             } else if n % 3 == 1 {
@@ -688,11 +684,7 @@ async fn starters_never_exceed_the_concurrency_in_total(server: &Server) {
                     let finishes: Vec<Finish> = due
                         .tasks
                         .iter()
-                        .map(|(_, s)| Finish {
-                            id: s.id.clone(),
-                            lease_token: s.lease_token,
-                            kind: FinishKind::Succeeded { result: None },
-                        })
+                        .map(|(_, s)| succeeded(&s.id, s.lease_token))
                         .collect();
                     done += finishes.len();
                     store.finish(&finishes, at(1)).await.unwrap();
@@ -716,11 +708,7 @@ async fn starters_never_exceed_the_concurrency_in_total(server: &Server) {
                     let finishes: Vec<Finish> = admitted
                         .started
                         .iter()
-                        .map(|s| Finish {
-                            id: s.id.clone(),
-                            lease_token: s.lease_token,
-                            kind: FinishKind::Succeeded { result: None },
-                        })
+                        .map(|s| succeeded(&s.id, s.lease_token))
                         .collect();
                     done += finishes.len();
                     store.finish(&finishes, at(1)).await.unwrap();

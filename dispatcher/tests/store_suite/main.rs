@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use asyncd_store::{
-    self as store, ClaimParams, ClaimedTask, InsertOutcome, Millis, NewTask, StartParams, Store,
-    TaskState, TypeFilter,
+    self as store, ClaimParams, ClaimedTask, Finish, FinishKind, InsertOutcome, Millis, NewTask,
+    StartParams, Store, TaskState, TypeFilter,
 };
 
 use server::Server;
@@ -122,6 +122,15 @@ fn start_params(claims: &[(String, i64)], now: Millis, grace_ms: u64) -> StartPa
         claims,
         now,
         grace: Duration::from_millis(grace_ms),
+    }
+}
+
+/// The outcome of attempt `lease_token` of task `id`: a success without a result.
+fn succeeded(id: &str, lease_token: i64) -> Finish {
+    Finish {
+        id: id.into(),
+        lease_token,
+        kind: FinishKind::Succeeded { result: None },
     }
 }
 
